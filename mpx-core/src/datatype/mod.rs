@@ -1,0 +1,634 @@
+//! MPI derived datatypes.
+//!
+//! A [`Datatype`] is an immutable, cheaply cloned handle (an `Arc`) on a node
+//! of a constructor tree. Each node keeps
+//! * its constructor and arguments, so it can be decoded
+//!   ([`Datatype::envelope`], [`Datatype::contents`]);
+//! * its [`Layout`](layout) (size, bounds, counts) computed from its
+//!   children, never from an expanded typemap, with checked arithmetic;
+//! * its [`Signature`];
+//! * its compiled pack program, built on first use or by
+//!   [`Datatype::commit`] (see [`crate::pack`]).
+//!
+//! # Lifetimes
+//!
+//! MPI's `MPI_Type_free` is `drop`: a datatype lives as long as a handle to
+//! it, and types built from it hold their own handles, so dropping a type
+//! never affects the types built from it. Commit is implicit: every type can
+//! be used for communication as soon as it is built; [`Datatype::commit`]
+//! only compiles the pack program eagerly so the first pack does not pay
+//! for it.
+//!
+//! # Where mpx follows the standard rather than MPICH or Open MPI
+//!
+//! Bounds follow MPI-4.1's typemap rules for *every* constructor (the ε
+//! alignment padding is computed on the resulting typemap, not inherited
+//! from a child's extent), the MPI-1 lb/ub markers are sticky through every
+//! replicating constructor, and an empty typemap has `lb = ub = 0`. MPICH
+//! departs from the first two in some cases and Open MPI from the first and
+//! the last; see `shared/conformance/README.md` for the cases.
+
+mod basic;
+mod darray;
+mod decode;
+pub(crate) mod layout;
+mod signature;
+
+pub use basic::{Basic, Predefined};
+pub(crate) use basic::NumClass;
+pub use darray::{DistArg, Distribution, Order};
+pub use decode::{consts, Combiner, Contents, Envelope};
+pub use signature::Signature;
+
+use std::fmt;
+use std::sync::{Arc, LazyLock, OnceLock};
+
+use crate::error::{Error, Result};
+use crate::pack::program::Programs;
+use layout::{Layout, LayoutBuilder};
+
+/// An MPI datatype: a typemap (basic types at byte displacements) plus
+/// optional lb/ub markers, built from predefined types with MPI's
+/// constructors.
+///
+/// Cloning is cheap (a reference count). Every count, displacement and size
+/// is 64-bit, and a type is never expanded element by element: building and
+/// querying `contiguous(2^40)` of a struct is as cheap as `contiguous(2)`.
+///
+/// ```
+/// use mpx_core::Datatype;
+/// // A column of a 100x100 row-major matrix of doubles.
+/// let column = Datatype::vector(100, 1, 100, &Datatype::double())?;
+/// assert_eq!(column.size(), 800);
+/// assert_eq!(column.extent(), 99 * 800 + 8);
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Datatype(Arc<Node>);
+
+pub(crate) struct Node {
+    pub(crate) ctor: Ctor,
+    pub(crate) layout: Layout,
+    signature: Signature,
+    programs: OnceLock<Programs>,
+}
+
+/// A constructor and its arguments, as given (the decoded form).
+pub(crate) enum Ctor {
+    Named(Predefined),
+    Dup(Datatype),
+    Contiguous { count: i64, old: Datatype },
+    Vector { count: i64, blocklength: i64, stride: i64, old: Datatype },
+    Hvector { count: i64, blocklength: i64, stride: i64, old: Datatype },
+    Indexed { blocklengths: Vec<i64>, displacements: Vec<i64>, old: Datatype },
+    Hindexed { blocklengths: Vec<i64>, displacements: Vec<i64>, old: Datatype },
+    IndexedBlock { blocklength: i64, displacements: Vec<i64>, old: Datatype },
+    HindexedBlock { blocklength: i64, displacements: Vec<i64>, old: Datatype },
+    Struct { blocklengths: Vec<i64>, displacements: Vec<i64>, types: Vec<Datatype> },
+    Subarray(Box<darray::SubarrayArgs>),
+    Darray(Box<darray::DarrayArgs>),
+    Resized { lb: i64, extent: i64, old: Datatype },
+}
+
+static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
+    Predefined::all()
+        .map(|p| {
+            let mut b = LayoutBuilder::new();
+            let mut sig = Signature::EMPTY;
+            for &(basic, disp) in p.entries() {
+                b.basic(disp, basic.size() as u64, basic.external32_size() as u64, basic.align() as i64)
+                    .expect("predefined layouts are small");
+                sig = sig.concat(Signature::basic(basic));
+            }
+            match p {
+                Predefined::Lb => b.lb_marker(0),
+                Predefined::Ub => b.ub_marker(0),
+                _ => {}
+            }
+            let layout = b.finish().expect("predefined layouts are small");
+            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, programs: OnceLock::new() }))
+        })
+        .collect()
+});
+
+fn check_count(what: &'static str, value: i64) -> Result<()> {
+    if value < 0 {
+        Err(Error::InvalidCount { what, value })
+    } else {
+        Ok(())
+    }
+}
+
+fn check_lengths(what: &str, a: usize, b: usize) -> Result<()> {
+    if a != b {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: blocklengths has {a} entries but displacements has {b}"
+        )));
+    }
+    Ok(())
+}
+
+fn mul(a: i64, b: i64, what: &'static str) -> Result<i64> {
+    a.checked_mul(b).ok_or(Error::Overflow(what))
+}
+
+impl Datatype {
+    fn build(ctor: Ctor, layout: Layout, signature: Signature) -> Datatype {
+        Datatype(Arc::new(Node { ctor, layout, signature, programs: OnceLock::new() }))
+    }
+
+    pub(crate) fn node(&self) -> &Node {
+        &self.0
+    }
+
+    // ----- predefined types -------------------------------------------------
+
+    /// The predefined datatype `p`.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, Predefined};
+    /// let t = Datatype::predefined(Predefined::ShortInt);
+    /// assert_eq!((t.size(), t.extent()), (6, 8));
+    /// ```
+    pub fn predefined(p: Predefined) -> Datatype {
+        let index = Predefined::all().position(|q| q == p).expect("every predefined type is listed");
+        PREDEFINED[index].clone()
+    }
+
+    /// The predefined datatype of basic type `b`.
+    pub fn basic(b: Basic) -> Datatype {
+        PREDEFINED[b as usize].clone()
+    }
+
+    /// Looks a predefined type up by name (`"double"`, `"2int"`, `"lb"`, ...).
+    ///
+    /// ```
+    /// assert_eq!(mpx_core::Datatype::named("long_int").unwrap().size(), 12);
+    /// ```
+    pub fn named(name: &str) -> Option<Datatype> {
+        Predefined::from_name(name).map(Datatype::predefined)
+    }
+
+    /// `MPI_BYTE`.
+    pub fn byte() -> Datatype {
+        Datatype::basic(Basic::Byte)
+    }
+    /// `MPI_PACKED`.
+    pub fn packed() -> Datatype {
+        Datatype::basic(Basic::Packed)
+    }
+    /// `MPI_CHAR`.
+    pub fn char() -> Datatype {
+        Datatype::basic(Basic::Char)
+    }
+    /// `MPI_INT`.
+    pub fn int() -> Datatype {
+        Datatype::basic(Basic::Int)
+    }
+    /// `MPI_FLOAT`.
+    pub fn float() -> Datatype {
+        Datatype::basic(Basic::Float)
+    }
+    /// `MPI_DOUBLE`.
+    pub fn double() -> Datatype {
+        Datatype::basic(Basic::Double)
+    }
+    /// `MPI_LB`, the MPI-1 lower-bound marker, for use in [`Datatype::structure`].
+    pub fn lb_marker() -> Datatype {
+        Datatype::predefined(Predefined::Lb)
+    }
+    /// `MPI_UB`, the MPI-1 upper-bound marker, for use in [`Datatype::structure`].
+    pub fn ub_marker() -> Datatype {
+        Datatype::predefined(Predefined::Ub)
+    }
+
+    // ----- constructors -----------------------------------------------------
+
+    /// `MPI_Type_contiguous`: `count` copies of `old`, each `old.extent()`
+    /// after the previous.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::contiguous(3, &Datatype::int())?;
+    /// assert_eq!((t.size(), t.extent()), (12, 12));
+    /// assert!(Datatype::contiguous(-1, &Datatype::int()).is_err());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn contiguous(count: i64, old: &Datatype) -> Result<Datatype> {
+        check_count("count", count)?;
+        let child = old.layout();
+        let mut b = LayoutBuilder::new();
+        b.strided(child, 0, 1, 0, count)?;
+        Ok(Datatype::build(
+            Ctor::Contiguous { count, old: old.clone() },
+            b.finish()?,
+            old.signature().repeat(count as u64),
+        ))
+    }
+
+    /// `MPI_Type_vector`: `count` blocks of `blocklength` copies of `old`,
+    /// block starts `stride` extents of `old` apart (stride may be negative).
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::vector(2, 3, 4, &Datatype::double())?;
+    /// assert_eq!((t.size(), t.extent()), (48, 56));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn vector(count: i64, blocklength: i64, stride: i64, old: &Datatype) -> Result<Datatype> {
+        let stride_bytes = mul(stride, old.extent(), "stride")?;
+        Datatype::strided(count, blocklength, stride_bytes, old, |old| Ctor::Vector {
+            count,
+            blocklength,
+            stride,
+            old,
+        })
+    }
+
+    /// `MPI_Type_create_hvector`: like [`vector`](Datatype::vector) with the
+    /// stride in bytes.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::hvector(4, 1, 32, &Datatype::double())?;
+    /// assert_eq!((t.size(), t.extent()), (32, 104));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn hvector(count: i64, blocklength: i64, stride_bytes: i64, old: &Datatype) -> Result<Datatype> {
+        Datatype::strided(count, blocklength, stride_bytes, old, |old| Ctor::Hvector {
+            count,
+            blocklength,
+            stride: stride_bytes,
+            old,
+        })
+    }
+
+    fn strided(
+        count: i64,
+        blocklength: i64,
+        stride_bytes: i64,
+        old: &Datatype,
+        ctor: impl FnOnce(Datatype) -> Ctor,
+    ) -> Result<Datatype> {
+        check_count("count", count)?;
+        check_count("blocklength", blocklength)?;
+        let mut b = LayoutBuilder::new();
+        b.strided(old.layout(), 0, count, stride_bytes, blocklength)?;
+        let sig = old.signature().repeat(blocklength as u64).repeat(count as u64);
+        Ok(Datatype::build(ctor(old.clone()), b.finish()?, sig))
+    }
+
+    /// `MPI_Type_indexed`: blocks of `blocklengths[i]` copies of `old` at
+    /// `displacements[i]` extents of `old`.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::indexed(&[3, 1], &[4, 0], &Datatype::int())?;
+    /// assert_eq!((t.size(), t.lb(), t.extent()), (16, 0, 28));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn indexed(blocklengths: &[i64], displacements: &[i64], old: &Datatype) -> Result<Datatype> {
+        check_lengths("indexed", blocklengths.len(), displacements.len())?;
+        let ext = old.extent();
+        let bytes = displacements.iter().map(|&d| mul(d, ext, "displacement")).collect::<Result<Vec<_>>>()?;
+        Datatype::blocks(blocklengths, &bytes, old, || Ctor::Indexed {
+            blocklengths: blocklengths.to_vec(),
+            displacements: displacements.to_vec(),
+            old: old.clone(),
+        })
+    }
+
+    /// `MPI_Type_create_hindexed`: like [`indexed`](Datatype::indexed) with
+    /// displacements in bytes.
+    pub fn hindexed(blocklengths: &[i64], displacements_bytes: &[i64], old: &Datatype) -> Result<Datatype> {
+        check_lengths("hindexed", blocklengths.len(), displacements_bytes.len())?;
+        Datatype::blocks(blocklengths, displacements_bytes, old, || Ctor::Hindexed {
+            blocklengths: blocklengths.to_vec(),
+            displacements: displacements_bytes.to_vec(),
+            old: old.clone(),
+        })
+    }
+
+    /// `MPI_Type_create_indexed_block`: blocks of the same length at
+    /// displacements in extents of `old`.
+    pub fn indexed_block(blocklength: i64, displacements: &[i64], old: &Datatype) -> Result<Datatype> {
+        check_count("blocklength", blocklength)?;
+        let ext = old.extent();
+        let bytes = displacements.iter().map(|&d| mul(d, ext, "displacement")).collect::<Result<Vec<_>>>()?;
+        let lens = vec![blocklength; displacements.len()];
+        Datatype::blocks(&lens, &bytes, old, || Ctor::IndexedBlock {
+            blocklength,
+            displacements: displacements.to_vec(),
+            old: old.clone(),
+        })
+    }
+
+    /// `MPI_Type_create_hindexed_block`: blocks of the same length at
+    /// displacements in bytes.
+    pub fn hindexed_block(blocklength: i64, displacements_bytes: &[i64], old: &Datatype) -> Result<Datatype> {
+        check_count("blocklength", blocklength)?;
+        let lens = vec![blocklength; displacements_bytes.len()];
+        Datatype::blocks(&lens, displacements_bytes, old, || Ctor::HindexedBlock {
+            blocklength,
+            displacements: displacements_bytes.to_vec(),
+            old: old.clone(),
+        })
+    }
+
+    fn blocks(
+        blocklengths: &[i64],
+        displacements_bytes: &[i64],
+        old: &Datatype,
+        ctor: impl FnOnce() -> Ctor,
+    ) -> Result<Datatype> {
+        let types = vec![old.clone(); blocklengths.len()];
+        let (layout, sig) = Datatype::struct_layout(blocklengths, displacements_bytes, &types)?;
+        Ok(Datatype::build(ctor(), layout, sig))
+    }
+
+    fn struct_layout(
+        blocklengths: &[i64],
+        displacements: &[i64],
+        types: &[Datatype],
+    ) -> Result<(Layout, Signature)> {
+        let mut b = LayoutBuilder::new();
+        let mut sig = Signature::EMPTY;
+        for ((&len, &disp), t) in blocklengths.iter().zip(displacements).zip(types) {
+            check_count("blocklength", len)?;
+            b.strided(t.layout(), disp, 1, 0, len)?;
+            sig = sig.concat(t.signature().repeat(len as u64));
+        }
+        Ok((b.finish()?, sig))
+    }
+
+    /// `MPI_Type_create_struct`: blocks of `blocklengths[i]` copies of
+    /// `types[i]` at byte displacements. [`Datatype::lb_marker`] and
+    /// [`Datatype::ub_marker`] entries set the MPI-1 bound markers.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// // The standard's example: {(lb,-3), (int,0), (ub,6)} has extent 9.
+    /// let t = Datatype::structure(
+    ///     &[1, 1, 1], &[-3, 0, 6],
+    ///     &[Datatype::lb_marker(), Datatype::int(), Datatype::ub_marker()])?;
+    /// assert_eq!((t.lb(), t.extent()), (-3, 9));
+    /// let two = Datatype::contiguous(2, &t)?;
+    /// assert_eq!((two.lb(), two.ub(), two.size()), (-3, 15, 8));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn structure(blocklengths: &[i64], displacements_bytes: &[i64], types: &[Datatype]) -> Result<Datatype> {
+        check_lengths("struct", blocklengths.len(), displacements_bytes.len())?;
+        if types.len() != blocklengths.len() {
+            return Err(Error::InvalidArgument(format!(
+                "struct: blocklengths has {} entries but types has {}",
+                blocklengths.len(),
+                types.len()
+            )));
+        }
+        let (layout, sig) = Datatype::struct_layout(blocklengths, displacements_bytes, types)?;
+        Ok(Datatype::build(
+            Ctor::Struct {
+                blocklengths: blocklengths.to_vec(),
+                displacements: displacements_bytes.to_vec(),
+                types: types.to_vec(),
+            },
+            layout,
+            sig,
+        ))
+    }
+
+    /// `MPI_Type_create_resized`: the same entries with the lb/ub markers
+    /// replaced by `lb` and `lb + extent`.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::resized(-8, 24, &Datatype::double())?;
+    /// assert_eq!((t.lb(), t.ub(), t.true_lb(), t.true_extent()), (-8, 16, 0, 8));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn resized(lb: i64, extent: i64, old: &Datatype) -> Result<Datatype> {
+        let ub = lb.checked_add(extent).ok_or(Error::Overflow("upper bound"))?;
+        let mut b = LayoutBuilder::new();
+        b.copy(old.layout(), 0)?;
+        b.set_markers(lb, ub);
+        Ok(Datatype::build(Ctor::Resized { lb, extent, old: old.clone() }, b.finish()?, old.signature()))
+    }
+
+    /// `MPI_Type_dup`: a new handle on the same typemap, which decodes as a
+    /// duplicate of `self`.
+    pub fn dup(&self) -> Datatype {
+        Datatype::build(Ctor::Dup(self.clone()), self.0.layout, self.signature())
+    }
+
+    /// Forces compilation of the pack program now (MPI_Type_commit). Types
+    /// are also compiled on first use, so calling this is optional; it moves
+    /// the cost out of the first pack or send.
+    pub fn commit(self) -> Datatype {
+        self.programs();
+        self
+    }
+
+    pub(crate) fn programs(&self) -> &Programs {
+        self.0.programs.get_or_init(|| Programs::compile(self))
+    }
+
+    // ----- queries ----------------------------------------------------------
+
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    /// `MPI_Type_size`: bytes of data in one item (the sum of the sizes of
+    /// its basic entries).
+    pub fn size(&self) -> u64 {
+        self.0.layout.size
+    }
+
+    /// Bytes of one item in the external32 representation.
+    pub fn external32_size(&self) -> u64 {
+        self.0.layout.external32_size
+    }
+
+    /// The lower bound (`MPI_Type_get_extent`).
+    pub fn lb(&self) -> i64 {
+        self.0.layout.lb
+    }
+
+    /// The upper bound.
+    pub fn ub(&self) -> i64 {
+        self.0.layout.ub
+    }
+
+    /// `ub - lb`: the distance between consecutive items.
+    pub fn extent(&self) -> i64 {
+        self.0.layout.extent()
+    }
+
+    /// `MPI_Type_get_true_extent`'s lower bound: the lowest displacement of
+    /// a basic entry, ignoring markers (0 if there is none).
+    pub fn true_lb(&self) -> i64 {
+        self.0.layout.data.map_or(0, |(lo, _)| lo)
+    }
+
+    /// The span of the basic entries, ignoring markers and padding (0 if
+    /// there is none).
+    pub fn true_extent(&self) -> i64 {
+        self.0.layout.data.map_or(0, |(lo, hi)| hi - lo)
+    }
+
+    /// Number of basic elements in one item (a pair type counts two).
+    pub fn num_elements(&self) -> u64 {
+        self.0.layout.elements
+    }
+
+    /// The type signature: the sequence of basic types, as a length and hash.
+    pub fn signature(&self) -> Signature {
+        self.0.signature
+    }
+
+    /// Whether the typemap is exactly `size()` bytes starting at offset 0 and
+    /// the extent equals the size, so `count` items are one contiguous run
+    /// of `count * size` bytes.
+    pub fn is_contiguous(&self) -> bool {
+        let l = &self.0.layout;
+        l.lb == 0 && l.extent() as u64 == l.size && self.programs().native.is_single_run(l.size)
+    }
+
+    /// The predefined type this is, if it is one (not a duplicate of one).
+    pub fn as_predefined(&self) -> Option<Predefined> {
+        match self.0.ctor {
+            Ctor::Named(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Whether two handles refer to the same datatype object.
+    pub fn ptr_eq(a: &Datatype, b: &Datatype) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+
+    /// Calls `f` on every basic entry of one item, in typemap order, with its
+    /// byte displacement. This expands the typemap, so its cost is the number
+    /// of elements; stop early by returning [`std::ops::ControlFlow::Break`].
+    ///
+    /// ```
+    /// use mpx_core::{Basic, Datatype};
+    /// use std::ops::ControlFlow;
+    /// let t = Datatype::vector(2, 1, 3, &Datatype::named("short_int").unwrap())?;
+    /// let mut entries = vec![];
+    /// t.for_each_entry(|b, d| { entries.push((b, d)); ControlFlow::<()>::Continue(()) });
+    /// assert_eq!(entries, [(Basic::Short, 0), (Basic::Int, 4), (Basic::Short, 24), (Basic::Int, 28)]);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn for_each_entry<B>(&self, f: impl FnMut(Basic, i64) -> std::ops::ControlFlow<B>) -> Option<B> {
+        self.programs().typed.for_each_element(f)
+    }
+
+    // ----- status counting ---------------------------------------------------
+
+    /// `MPI_Get_count`: the number of whole items in a message of `bytes`
+    /// bytes of this type, or `None` (MPI_UNDEFINED) when a partial item
+    /// arrived.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::named("double_int").unwrap(); // 12 bytes of data
+    /// assert_eq!(t.get_count(24), Some(2));
+    /// assert_eq!(t.get_count(20), None);
+    /// ```
+    pub fn get_count(&self, bytes: u64) -> Option<u64> {
+        let size = self.size();
+        if size == 0 {
+            return (bytes == 0).then_some(0);
+        }
+        (bytes % size == 0).then_some(bytes / size)
+    }
+
+    /// `MPI_Get_elements`: the number of whole basic elements in a message of
+    /// `bytes` bytes of this type, counting those of a partial last item.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::named("double_int").unwrap();
+    /// assert_eq!(t.get_elements(20), 3); // one pair and a double
+    /// ```
+    pub fn get_elements(&self, bytes: u64) -> u64 {
+        let size = self.size();
+        if size == 0 {
+            return 0;
+        }
+        let whole = bytes / size;
+        let rest = bytes % size;
+        let partial = if rest == 0 { 0 } else { self.programs().typed.elements_in_prefix(rest) };
+        whole.saturating_mul(self.num_elements()).saturating_add(partial)
+    }
+}
+
+impl fmt::Debug for Datatype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.ctor {
+            Ctor::Named(p) => write!(f, "Datatype({})", p.name()),
+            _ => write!(
+                f,
+                "Datatype({:?}, size {}, lb {}, extent {})",
+                self.envelope().combiner,
+                self.size(),
+                self.lb(),
+                self.extent()
+            ),
+        }
+    }
+}
+
+/// The address of `value`, for building types with absolute displacements
+/// (`MPI_Get_address`). Use the result with [`crate::pack::Bottom`].
+///
+/// ```
+/// let xs = [1.0f64, 2.0];
+/// assert_eq!(mpx_core::address_of(&xs[1]) - mpx_core::address_of(&xs[0]), 8);
+/// ```
+pub fn address_of<T: ?Sized>(value: &T) -> i64 {
+    value as *const T as *const u8 as usize as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropping_a_child_keeps_parent_valid() {
+        let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
+        let v = Datatype::vector(2, 3, 4, &s).unwrap();
+        drop(s);
+        assert_eq!((v.size(), v.extent(), v.true_extent()), (54, 112, 105));
+    }
+
+    #[test]
+    fn huge_contiguous_is_cheap() {
+        let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
+        let big = Datatype::contiguous(1 << 40, &s).unwrap().commit();
+        assert_eq!(big.size(), 9 << 40);
+        assert_eq!(big.extent(), 16 << 40);
+        assert_eq!(big.num_elements(), 2 << 40);
+        assert!(Datatype::contiguous(1 << 40, &big).is_err());
+    }
+
+    #[test]
+    fn invalid_arguments_are_errors() {
+        let d = Datatype::double();
+        assert!(matches!(Datatype::vector(1, -1, 1, &d), Err(Error::InvalidCount { .. })));
+        assert!(matches!(Datatype::indexed(&[1, 2], &[0], &d), Err(Error::InvalidArgument(_))));
+        assert!(matches!(Datatype::indexed(&[-1], &[0], &d), Err(Error::InvalidCount { .. })));
+        assert!(matches!(Datatype::structure(&[1], &[0], &[]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(Datatype::hvector(2, 1, i64::MAX, &d), Err(Error::Overflow(_))));
+        assert!(matches!(Datatype::resized(i64::MAX, 1, &d), Err(Error::Overflow(_))));
+    }
+
+    #[test]
+    fn empty_type_has_zero_bounds() {
+        let e = Datatype::contiguous(0, &Datatype::double()).unwrap();
+        assert_eq!((e.size(), e.lb(), e.ub(), e.true_lb(), e.true_extent()), (0, 0, 0, 0, 0));
+        assert_eq!(e.get_count(0), Some(0));
+        assert_eq!(e.get_elements(0), 0);
+    }
+}

@@ -1,0 +1,32 @@
+//! Support for `#[derive(MpiType)]` and generic [`MpiType`](crate::MpiType)
+//! implementations. Not part of the stable API.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
+
+use crate::datatype::Datatype;
+use crate::error::Result;
+
+static CACHE: OnceLock<RwLock<HashMap<TypeId, Datatype>>> = OnceLock::new();
+
+/// The datatype of `T`, built by `build` the first time it is asked for and
+/// cached per `TypeId` (Rust has no generic statics). Safe to call from any
+/// thread at any time; if two threads race on the first call, both build
+/// and one result is kept, so every caller sees the same typemap.
+///
+/// # Panics
+/// If `build` fails, which for a derived type would mean its layout does not
+/// fit in 64-bit arithmetic; the derive only generates builders that cannot.
+pub fn cached<T: 'static>(build: impl FnOnce() -> Result<Datatype>) -> Datatype {
+    let cache = CACHE.get_or_init(Default::default);
+    let id = TypeId::of::<T>();
+    if let Some(t) = cache.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
+        return t.clone();
+    }
+    let built = match build() {
+        Ok(t) => t.commit(),
+        Err(e) => panic!("the datatype of {} cannot be built: {e}", std::any::type_name::<T>()),
+    };
+    cache.write().unwrap_or_else(|e| e.into_inner()).entry(id).or_insert(built).clone()
+}

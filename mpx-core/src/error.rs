@@ -1,0 +1,90 @@
+//! The one error type of mpx.
+//!
+//! Every fallible operation returns [`Result<T>`](Result). Variants follow MPI's
+//! error classes so that a user who knows MPI can tell at a glance what went
+//! wrong; each carries the values that explain it.
+
+
+/// Shorthand for `Result<T, mpx::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in mpx.
+///
+/// `Error` is `Send + Sync + 'static` so it crosses tasks and threads, and it
+/// implements [`std::error::Error`].
+///
+/// ```
+/// use mpx_core::{Datatype, Error};
+/// let err = Datatype::contiguous(-1, &Datatype::double()).unwrap_err();
+/// assert!(matches!(err, Error::InvalidCount { .. }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A count argument is negative or otherwise out of range (MPI_ERR_COUNT).
+    #[error("invalid count {value} for {what}")]
+    InvalidCount {
+        /// Which argument was wrong.
+        what: &'static str,
+        /// The value given.
+        value: i64,
+    },
+    /// An argument is invalid (MPI_ERR_ARG): mismatched array lengths,
+    /// subarray starts out of range, darray grids that do not fit, ...
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Size, extent or displacement arithmetic overflowed 64 bits.
+    #[error("arithmetic overflow computing {0}")]
+    Overflow(&'static str),
+    /// An operation that needs a derived datatype was given a predefined one,
+    /// or the datatype cannot be used here (MPI_ERR_TYPE).
+    #[error("invalid datatype: {0}")]
+    InvalidDatatype(String),
+    /// The output buffer is too small for the data (MPI_ERR_TRUNCATE).
+    #[error("truncated: {needed} bytes needed, {available} available")]
+    Truncate {
+        /// Bytes the operation needs.
+        needed: u64,
+        /// Bytes there are.
+        available: u64,
+    },
+    /// Input ended before the data it should contain (a short packed buffer,
+    /// a short frame).
+    #[error("input too short: {requested} bytes requested, {available} available")]
+    ShortInput {
+        /// Bytes the operation needs to read.
+        requested: u64,
+        /// Bytes there are.
+        available: u64,
+    },
+    /// The memory a datatype touches over `count` items does not fit in the
+    /// buffer given (it would read or write outside it).
+    #[error("out of bounds: the datatype touches bytes [{low}, {high}) relative to the buffer start, which holds {len} bytes")]
+    OutOfBounds {
+        /// Lowest byte touched, relative to the buffer's first byte.
+        low: i128,
+        /// One past the highest byte touched.
+        high: i128,
+        /// Length of the buffer.
+        len: usize,
+    },
+    /// Received bytes hold a value that is not valid for the Rust type they
+    /// are unpacked into (a `bool` that is not 0 or 1, a `char` that is not a
+    /// Unicode scalar value, ...). The destination is left unchanged.
+    #[error("invalid value for {type_name} in item {item}")]
+    InvalidValue {
+        /// The Rust type that rejected the value.
+        type_name: &'static str,
+        /// Index of the first offending item.
+        item: usize,
+    },
+    /// A value cannot be represented in the target data representation
+    /// (for example a `long` outside 32 bits in external32).
+    #[error("value of {what} does not fit the {representation} representation")]
+    Conversion {
+        /// The basic type being converted.
+        what: &'static str,
+        /// The representation that cannot hold it.
+        representation: &'static str,
+    },
+}

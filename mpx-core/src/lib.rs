@@ -1,0 +1,38 @@
+//! The core of mpx: MPI datatypes and the pack engine, the error type, and
+//! the [`MpiType`] trait.
+//!
+//! * [`datatype`]: predefined types and every MPI constructor, with bounds,
+//!   decoding and status counting computed from the constructor tree;
+//! * [`pack`]: pack/unpack (native and external32) driven by a program
+//!   compiled per datatype;
+//! * [`MpiType`]: Rust types that have a datatype, implemented for
+//!   primitives and arrays, derived for `#[repr(C)]` structs by
+//!   `mpx-derive`;
+//! * [`Error`]: the one error type of mpx.
+//!
+//! ```
+//! use mpx_core::{Datatype, Region};
+//! // Pack one column of a 4x4 row-major matrix.
+//! let m: Vec<f64> = (0..16).map(f64::from).collect();
+//! let col = Datatype::vector(4, 1, 4, &Datatype::double())?.commit();
+//! let packed = col.pack_to_vec(Region::of(&m[1..]), 1)?;
+//! assert_eq!(packed.len(), 32);
+//! # Ok::<(), mpx_core::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod datatype;
+#[doc(hidden)]
+pub mod derive_support;
+mod error;
+mod mpi_type;
+pub mod pack;
+
+pub use datatype::{
+    address_of, consts, Basic, Combiner, Contents, Datatype, DistArg, Distribution, Envelope, Order,
+    Predefined, Signature,
+};
+pub use error::{Error, Result};
+pub use mpi_type::MpiType;
+pub use pack::{pack, unpack, Region, RegionMut};

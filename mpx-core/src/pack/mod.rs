@@ -1,0 +1,436 @@
+//! Packing and unpacking (MPI_Pack, MPI_Unpack, MPI_Pack_size and their
+//! external32 forms).
+//!
+//! Memory goes in one of three ways:
+//! * typed slices of an [`MpiType`] with that type's own datatype
+//!   ([`pack`], [`unpack`]): only the typemap bytes are read or written, so
+//!   padded structs are fine, and unpacking validates values (`bool`,
+//!   `char`, ...) before writing anything;
+//! * byte regions ([`Region`], [`RegionMut`]) with any datatype: a byte
+//!   slice plus the position of the datatype's origin inside it, so types with
+//!   negative displacements work. Slices of plain-old-data (`&[f64]`, ...)
+//!   convert with [`Region::of`];
+//! * absolute addresses (`MPI_BOTTOM`): [`Datatype::pack_from_bottom`] and
+//!   [`Datatype::unpack_to_bottom`], `unsafe`.
+//!
+//! The safe entry points check, before touching anything, that the bytes
+//! `count` items of the datatype touch lie inside the region (an
+//! [`Error::OutOfBounds`] otherwise) and that the output has room (an
+//! [`Error::Truncate`] that leaves the output, including data packed there
+//! earlier, untouched).
+//!
+//! # Position semantics
+//!
+//! As in MPI, `position` is an in/out cursor into the packed buffer: several
+//! packs append to one buffer, several unpacks consume it in order.
+//!
+//! ```
+//! use mpx_core::{pack, unpack, Datatype, Region};
+//! let mut buf = vec![0u8; 64];
+//! let mut pos = 0;
+//! pack(&[1u32, 2], &mut buf, &mut pos)?;
+//! pack(&[3.5f64], &mut buf, &mut pos)?;
+//! assert_eq!(pos, 16);
+//!
+//! let (mut ints, mut x) = ([0u32; 2], [0f64]);
+//! let mut pos = 0;
+//! unpack(&buf, &mut pos, &mut ints)?;
+//! unpack(&buf, &mut pos, &mut x)?;
+//! assert_eq!((ints, x), ([1, 2], [3.5]));
+//! # Ok::<(), mpx_core::Error>(())
+//! ```
+
+pub(crate) mod exec;
+pub(crate) mod external32;
+pub(crate) mod program;
+
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+
+use crate::datatype::Datatype;
+use crate::error::{Error, Result};
+use crate::mpi_type::MpiType;
+
+/// Memory a datatype is read from: bytes plus the offset of the datatype's
+/// origin (displacement 0) within them.
+///
+/// ```
+/// use mpx_core::{Datatype, Region};
+/// // A type whose only entry is 8 bytes *before* its origin.
+/// let t = Datatype::hindexed(&[1], &[-8], &Datatype::double())?;
+/// let mem = [0u8; 16];
+/// let region = Region::with_origin(&mem, 8)?;
+/// assert_eq!(t.pack_to_vec(region, 1)?.len(), 8);
+/// assert!(t.pack_to_vec(Region::new(&mem), 1).is_err()); // would read before the buffer
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Region<'a> {
+    ptr: *const u8,
+    len: usize,
+    origin: usize,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+// SAFETY: a Region is a shared borrow of bytes.
+unsafe impl Send for Region<'_> {}
+unsafe impl Sync for Region<'_> {}
+
+/// Memory a datatype is written to: bytes plus the offset of the datatype's
+/// origin within them. See [`Region`].
+#[derive(Debug)]
+pub struct RegionMut<'a> {
+    ptr: *mut u8,
+    len: usize,
+    origin: usize,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: a RegionMut is an exclusive borrow of bytes.
+unsafe impl Send for RegionMut<'_> {}
+unsafe impl Sync for RegionMut<'_> {}
+
+fn check_origin(origin: usize, len: usize) -> Result<()> {
+    if origin > len {
+        return Err(Error::InvalidArgument(format!("origin {origin} is past the end of a {len}-byte region")));
+    }
+    Ok(())
+}
+
+impl<'a> Region<'a> {
+    /// `bytes` with the origin at its first byte.
+    pub fn new(bytes: &'a [u8]) -> Region<'a> {
+        Region { ptr: bytes.as_ptr(), len: bytes.len(), origin: 0, _borrow: PhantomData }
+    }
+
+    /// `bytes` with the origin at `bytes[origin]` (`origin <= bytes.len()`).
+    pub fn with_origin(bytes: &'a [u8], origin: usize) -> Result<Region<'a>> {
+        check_origin(origin, bytes.len())?;
+        Ok(Region { origin, ..Region::new(bytes) })
+    }
+
+    /// The bytes of a plain-old-data slice, origin at its start.
+    pub fn of<T: bytemuck::Pod>(values: &'a [T]) -> Region<'a> {
+        Region::new(bytemuck::cast_slice(values))
+    }
+
+    /// A slice of an [`MpiType`] read through that type's own datatype,
+    /// which covers initialised bytes only.
+    fn typed<T: MpiType>(values: &'a [T]) -> Region<'a> {
+        Region { ptr: values.as_ptr().cast(), len: std::mem::size_of_val(values), origin: 0, _borrow: PhantomData }
+    }
+}
+
+impl<'a> RegionMut<'a> {
+    /// `bytes` with the origin at its first byte.
+    pub fn new(bytes: &'a mut [u8]) -> RegionMut<'a> {
+        RegionMut { ptr: bytes.as_mut_ptr(), len: bytes.len(), origin: 0, _borrow: PhantomData }
+    }
+
+    /// `bytes` with the origin at `bytes[origin]` (`origin <= bytes.len()`).
+    pub fn with_origin(bytes: &'a mut [u8], origin: usize) -> Result<RegionMut<'a>> {
+        check_origin(origin, bytes.len())?;
+        Ok(RegionMut { origin, ..RegionMut::new(bytes) })
+    }
+
+    /// The bytes of a plain-old-data slice (every bit pattern valid), origin
+    /// at its start.
+    pub fn of<T: bytemuck::Pod>(values: &'a mut [T]) -> RegionMut<'a> {
+        RegionMut::new(bytemuck::cast_slice_mut(values))
+    }
+
+    /// A slice of an [`MpiType`] written through that type's own datatype.
+    /// Callers validate values before exposing them as `T`.
+    fn typed<T: MpiType>(values: &'a mut [MaybeUninit<T>]) -> RegionMut<'a> {
+        RegionMut {
+            ptr: values.as_mut_ptr().cast(),
+            len: std::mem::size_of_val(values),
+            origin: 0,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+/// Checks that `count` items of `dt` at `origin` stay inside `len` bytes.
+pub(crate) fn check_span(dt: &Datatype, count: u64, origin: usize, len: usize) -> Result<()> {
+    let Some((lo, hi)) = dt.layout().data else { return Ok(()) };
+    if count == 0 {
+        return Ok(());
+    }
+    let last = (count as i128 - 1) * dt.extent() as i128;
+    let low = origin as i128 + lo as i128 + last.min(0);
+    let high = origin as i128 + hi as i128 + last.max(0);
+    if low < 0 || high > len as i128 {
+        return Err(Error::OutOfBounds { low, high, len });
+    }
+    Ok(())
+}
+
+fn total(per_item: u64, count: u64) -> Result<usize> {
+    per_item
+        .checked_mul(count)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or(Error::Overflow("packed size"))
+}
+
+/// Checks `position` and that `needed` bytes fit after it; returns the room.
+fn room(buf_len: usize, position: usize, needed: usize, reading: bool) -> Result<()> {
+    if position > buf_len {
+        return Err(Error::InvalidArgument(format!("position {position} is past the end of a {buf_len}-byte buffer")));
+    }
+    let available = buf_len - position;
+    if needed > available {
+        let (n, a) = (needed as u64, available as u64);
+        return Err(if reading {
+            Error::ShortInput { requested: n, available: a }
+        } else {
+            Error::Truncate { needed: n, available: a }
+        });
+    }
+    Ok(())
+}
+
+/// The representation a pack or unpack produces or consumes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Repr {
+    Native,
+    External32,
+}
+
+impl Datatype {
+    /// `MPI_Pack_size`: an upper bound (here exact) on the bytes `count`
+    /// items occupy when packed.
+    ///
+    /// ```
+    /// let t = mpx_core::Datatype::named("short_int").unwrap();
+    /// assert_eq!(t.pack_size(3)?, 18);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn pack_size(&self, count: u64) -> Result<usize> {
+        total(self.size(), count)
+    }
+
+    /// `MPI_Pack_external_size` for `"external32"`.
+    pub fn pack_external_size(&self, count: u64) -> Result<usize> {
+        total(self.external32_size(), count)
+    }
+
+    fn pack_impl(&self, repr: Repr, src: Region<'_>, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
+        let needed = total(if repr == Repr::Native { self.size() } else { self.external32_size() }, count)?;
+        room(out.len(), *position, needed, false)?;
+        check_span(self, count, src.origin, src.len)?;
+        // SAFETY: check_span proved every byte read lies in `src`, and `room`
+        // that `needed` bytes fit at `position`.
+        unsafe {
+            let mem = src.ptr.wrapping_add(src.origin) as *mut u8;
+            self.pack_raw(repr, mem, count, out.as_mut_ptr().add(*position))?;
+        }
+        *position += needed;
+        Ok(())
+    }
+
+    fn unpack_impl(&self, repr: Repr, inbuf: &[u8], position: &mut usize, dst: RegionMut<'_>, count: u64) -> Result<()> {
+        let needed = total(if repr == Repr::Native { self.size() } else { self.external32_size() }, count)?;
+        room(inbuf.len(), *position, needed, true)?;
+        check_span(self, count, dst.origin, dst.len)?;
+        // SAFETY: as in pack_impl, with the roles of the buffers swapped.
+        unsafe {
+            let mem = dst.ptr.wrapping_add(dst.origin);
+            self.unpack_raw(repr, inbuf.as_ptr().add(*position), mem, count);
+        }
+        *position += needed;
+        Ok(())
+    }
+
+    /// Packs `count` items, item `i` at `mem + i * extent`, into `stream`.
+    /// External32 can fail (a value out of range); native packing cannot.
+    unsafe fn pack_raw(&self, repr: Repr, mem: *mut u8, count: u64, stream: *mut u8) -> Result<()> {
+        let programs = self.programs();
+        let ext = self.extent() as isize;
+        match repr {
+            Repr::Native => {
+                exec::repeat::<exec::Pack>(&programs.native, count, ext as i64, mem, stream);
+            }
+            Repr::External32 => {
+                let mut s = stream;
+                for i in 0..count {
+                    s = external32::run::<false>(&programs.typed, mem.wrapping_offset(i as isize * ext), s)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    unsafe fn unpack_raw(&self, repr: Repr, stream: *const u8, mem: *mut u8, count: u64) {
+        let programs = self.programs();
+        let ext = self.extent() as isize;
+        let stream = stream as *mut u8; // only read in this direction
+        match repr {
+            Repr::Native => {
+                exec::repeat::<exec::Unpack>(&programs.native, count, ext as i64, mem, stream);
+            }
+            Repr::External32 => {
+                let mut s = stream;
+                for i in 0..count {
+                    s = external32::run::<true>(&programs.typed, mem.wrapping_offset(i as isize * ext), s)
+                        .expect("decoding external32 cannot fail");
+                }
+            }
+        }
+    }
+
+    /// `MPI_Pack`: appends `count` items read from `src` to `out` at
+    /// `*position`, and advances `*position`.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, Region};
+    /// let column = Datatype::vector(3, 1, 3, &Datatype::double())?;
+    /// let matrix: Vec<f64> = (0..9).map(f64::from).collect();
+    /// let mut out = vec![0u8; column.pack_size(1)?];
+    /// let mut pos = 0;
+    /// column.pack_into(Region::of(&matrix), 1, &mut out, &mut pos)?;
+    /// let col: Vec<f64> = out.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect();
+    /// assert_eq!(col, [0.0, 3.0, 6.0]);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn pack_into(&self, src: Region<'_>, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
+        self.pack_impl(Repr::Native, src, count, out, position)
+    }
+
+    /// Packs `count` items from `src` into a new buffer.
+    pub fn pack_to_vec(&self, src: Region<'_>, count: u64) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.pack_size(count)?];
+        self.pack_into(src, count, &mut out, &mut 0)?;
+        Ok(out)
+    }
+
+    /// `MPI_Unpack`: reads `count` items from `inbuf` at `*position` into
+    /// `dst`, and advances `*position`. Only the typemap's bytes of `dst` are
+    /// written.
+    pub fn unpack_from(&self, inbuf: &[u8], position: &mut usize, dst: RegionMut<'_>, count: u64) -> Result<()> {
+        self.unpack_impl(Repr::Native, inbuf, position, dst, count)
+    }
+
+    /// `MPI_Pack_external("external32", ...)`: like
+    /// [`pack_into`](Datatype::pack_into) in the big-endian external32
+    /// representation. A value that external32 cannot hold (a `long` beyond
+    /// 32 bits) is an [`Error::Conversion`].
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, Region};
+    /// let t = Datatype::named("int").unwrap();
+    /// let mut out = [0u8; 4];
+    /// t.pack_external(Region::of(&[0x01020304i32]), 1, &mut out, &mut 0)?;
+    /// assert_eq!(out, [1, 2, 3, 4]);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn pack_external(&self, src: Region<'_>, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
+        self.pack_impl(Repr::External32, src, count, out, position)
+    }
+
+    /// `MPI_Unpack_external("external32", ...)`.
+    pub fn unpack_external(&self, inbuf: &[u8], position: &mut usize, dst: RegionMut<'_>, count: u64) -> Result<()> {
+        self.unpack_impl(Repr::External32, inbuf, position, dst, count)
+    }
+
+    /// Packs `count` items whose displacements are absolute addresses
+    /// (built with [`crate::address_of`]), as MPI does with `MPI_BOTTOM`.
+    ///
+    /// # Safety
+    /// Every byte of every basic entry of the `count` items, taken as an
+    /// absolute address, must be readable for the duration of the call and
+    /// must not be written concurrently; the entries must be initialised.
+    ///
+    /// ```
+    /// use mpx_core::{address_of, Datatype};
+    /// let (a, b) = (7i32, 2.5f64);
+    /// let t = Datatype::structure(&[1, 1], &[address_of(&a), address_of(&b)],
+    ///                             &[Datatype::int(), Datatype::double()])?;
+    /// let mut out = vec![0u8; t.pack_size(1)?];
+    /// unsafe { t.pack_from_bottom(1, &mut out, &mut 0)? };
+    /// assert_eq!(&out[..4], &7i32.to_ne_bytes());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub unsafe fn pack_from_bottom(&self, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
+        let needed = self.pack_size(count)?;
+        room(out.len(), *position, needed, false)?;
+        self.pack_raw(Repr::Native, bottom(), count, out.as_mut_ptr().add(*position))?;
+        *position += needed;
+        Ok(())
+    }
+
+    /// Unpacks `count` items to absolute addresses (`MPI_BOTTOM`).
+    ///
+    /// # Safety
+    /// Every byte of every basic entry of the `count` items, taken as an
+    /// absolute address, must be writable for the duration of the call,
+    /// not accessed concurrently, and any bit pattern must be valid there.
+    pub unsafe fn unpack_to_bottom(&self, inbuf: &[u8], position: &mut usize, count: u64) -> Result<()> {
+        let needed = self.pack_size(count)?;
+        room(inbuf.len(), *position, needed, true)?;
+        self.unpack_raw(Repr::Native, inbuf.as_ptr().add(*position), bottom(), count);
+        *position += needed;
+        Ok(())
+    }
+}
+
+/// Address 0 with the provenance of every exposed allocation, the base of
+/// absolute displacements made by [`crate::address_of`].
+fn bottom() -> *mut u8 {
+    std::ptr::with_exposed_provenance_mut(0)
+}
+
+/// `MPI_Pack` of a typed slice with its own datatype: appends all of `src`
+/// to `out` at `*position`. Only the typemap's bytes are read (padding is
+/// never touched).
+///
+/// ```
+/// let mut out = [0u8; 8];
+/// mpx_core::pack(&[1u16, 2, 3, 4], &mut out, &mut 0)?;
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+pub fn pack<T: MpiType>(src: &[T], out: &mut [u8], position: &mut usize) -> Result<()> {
+    T::datatype().pack_into(Region::typed(src), src.len() as u64, out, position)
+}
+
+/// `MPI_Unpack` into a typed slice with its own datatype: fills all of `dst`
+/// from `inbuf` at `*position`. Values are validated first: if any is
+/// invalid for `T` (a `bool` byte other than 0 or 1, ...) the result is
+/// [`Error::InvalidValue`] and `dst` is unchanged.
+///
+/// ```
+/// let bytes = [1u8, 0, 7];
+/// let mut flags = [false; 3];
+/// let err = mpx_core::unpack(&bytes, &mut 0, &mut flags).unwrap_err();
+/// assert!(matches!(err, mpx_core::Error::InvalidValue { item: 2, .. }));
+/// assert_eq!(flags, [false; 3]);
+/// ```
+pub fn unpack<T: MpiType>(inbuf: &[u8], position: &mut usize, dst: &mut [T]) -> Result<()> {
+    let count = dst.len() as u64;
+    unpack_typed(dst, |region| T::datatype().unpack_from(inbuf, position, region, count))
+}
+
+/// Runs `fill` on a view of `dst` that may hold invalid values of `T`, then
+/// validates them; `dst` is changed only if every item is valid.
+pub(crate) fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(RegionMut<'_>) -> Result<()>) -> Result<()> {
+    let n = dst.len();
+    if !T::NEEDS_VALIDATION {
+        // SAFETY: every bit pattern of the typemap bytes is a valid T.
+        let view = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<T>>(), n) };
+        return fill(RegionMut::typed(view));
+    }
+    let mut scratch: Vec<MaybeUninit<T>> = dst.iter().map(|v| MaybeUninit::new(*v)).collect();
+    fill(RegionMut::typed(&mut scratch))?;
+    for (i, item) in scratch.iter().enumerate() {
+        // SAFETY: each item's typemap bytes are initialised (from a valid T
+        // or from the unpack).
+        if !unsafe { T::is_valid(item.as_ptr().cast()) } {
+            return Err(Error::InvalidValue { type_name: std::any::type_name::<T>(), item: i });
+        }
+    }
+    for (d, s) in dst.iter_mut().zip(&scratch) {
+        // SAFETY: validated above.
+        *d = unsafe { s.assume_init() };
+    }
+    Ok(())
+}
