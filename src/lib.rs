@@ -17,6 +17,54 @@
 //! ```
 
 pub use mpx_core::*;
+/// Derives [`MpiType`](trait@MpiType) for a `#[repr(C)]` struct (named or
+/// tuple fields; `packed`, `align(N)` and `#[repr(transparent)]` newtypes
+/// too) or a fieldless enum with an integer repr.
+///
+/// The datatype is a struct type of every field's datatype at its real
+/// offset, resized to `size_of::<Self>()`, so slices pack and unpack
+/// correctly and padding is never touched; it is built once per concrete
+/// type. Fields of types with invalid bit patterns (`bool`, `char`,
+/// `NonZero*`, derived enums) are validated on unpack. Generic structs get
+/// an `MpiType` bound on each type parameter. Types whose memory cannot be
+/// described (references, pointers, `String`, `Vec`, `Box`, trait objects,
+/// unions, data-carrying enums, structs without `#[repr(C)]`) are rejected
+/// at compile time. `#[mpx(crate = "path")]` changes the path the generated
+/// code uses to name mpx (default `::mpx`).
+///
+/// ```
+/// use mpx::MpiType;
+///
+/// #[derive(Clone, Copy, Debug, PartialEq, MpiType)]
+/// #[repr(C)]
+/// struct Particle {
+///     position: [f64; 3],
+///     charge: i8, // followed by padding, which is never packed
+///     species: Species,
+/// }
+///
+/// #[derive(Clone, Copy, Debug, PartialEq, MpiType)]
+/// #[repr(u32)]
+/// enum Species { Electron = 1, Proton, Neutron }
+///
+/// let t = Particle::datatype();
+/// assert_eq!(t.size(), 3 * 8 + 1 + 4);
+/// assert_eq!(t.extent() as usize, std::mem::size_of::<Particle>());
+///
+/// let sent = [Particle { position: [0.0, 1.0, 2.0], charge: -1, species: Species::Electron }; 4];
+/// let mut buf = vec![0u8; t.pack_size(4)?];
+/// mpx::pack(&sent, &mut buf, &mut 0)?;
+/// let mut received = [Particle { position: [0.0; 3], charge: 0, species: Species::Neutron }; 4];
+/// mpx::unpack(&buf, &mut 0, &mut received)?;
+/// assert_eq!(received, sent);
+///
+/// // 7 is not a declared `Species`: the unpack fails and changes nothing.
+/// buf[25..29].copy_from_slice(&7u32.to_ne_bytes());
+/// let err = mpx::unpack(&buf, &mut 0, &mut received).unwrap_err();
+/// assert!(matches!(err, mpx::Error::InvalidValue { item: 0, .. }));
+/// assert_eq!(received, sent);
+/// # Ok::<(), mpx::Error>(())
+/// ```
 pub use mpx_derive::MpiType;
 
 /// The names most programs need.

@@ -1,0 +1,8 @@
+#[derive(Clone, Copy, mpx::MpiType)]
+#[repr(C)]
+enum Direction {
+    North,
+    South,
+}
+
+fn main() {}

@@ -1,0 +1,7 @@
+#[derive(Clone, Copy, mpx::MpiType)]
+enum Direction {
+    North,
+    South,
+}
+
+fn main() {}

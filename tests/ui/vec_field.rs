@@ -1,0 +1,5 @@
+#[derive(Clone, mpx::MpiType)]
+#[repr(C)]
+struct Samples(u32, std::vec::Vec<f64>);
+
+fn main() {}
