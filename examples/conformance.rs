@@ -62,7 +62,7 @@ fn main() -> ExitCode {
 }
 
 /// Every mismatch of one case, as `field: expected X, got Y` lines.
-fn check_case(case: &Value) -> Vec<String> {
+pub fn check_case(case: &Value) -> Vec<String> {
     let dt = match case.get("type").ok_or("no type".to_string()).and_then(build) {
         Ok(t) => t,
         Err(e) => return vec![format!("type: cannot build: {e}")],

@@ -2,7 +2,26 @@
 //!
 //! mpx brings MPI's point-to-point semantics and derived-datatype engine to
 //! async Rust. This crate is the facade: it re-exports the datatype engine
-//! of [`mpx_core`], the transports of [`mpx_net`] and `#[derive(MpiType)]`.
+//! and communicators of [`mpx_core`], the transports of [`mpx_net`] and
+//! `#[derive(MpiType)]`.
+//!
+//! ```
+//! use mpx::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mpx::Result<()> {
+//! // Four ranks in this process, each passing its rank to the right.
+//! let got = mpx::launch(4, |world| async move {
+//!     let right = (world.rank() + 1) % world.size();
+//!     let left = (world.rank() + world.size() - 1) % world.size();
+//!     let mut inbox = [0u32];
+//!     world.sendrecv(&[world.rank() as u32], right, 7, &mut inbox, left, 7).await?;
+//!     Ok(inbox[0])
+//! })
+//! .await?;
+//! assert_eq!(got, [3, 0, 1, 2]);
+//! # Ok(()) }
+//! ```
 //!
 //! ```
 //! use mpx::prelude::*;
@@ -17,6 +36,7 @@
 //! ```
 
 pub use mpx_core::*;
+pub use mpx_net::loopback::{launch, launch_with, Options as LaunchOptions};
 /// Derives [`MpiType`](trait@MpiType) for a `#[repr(C)]` struct (named or
 /// tuple fields; `packed`, `align(N)` and `#[repr(transparent)]` newtypes
 /// too) or a fieldless enum with an integer repr.
@@ -70,6 +90,8 @@ pub use mpx_derive::MpiType;
 /// The names most programs need.
 pub mod prelude {
     pub use mpx_core::{
-        pack, unpack, Basic, Datatype, DistArg, Distribution, Error, MpiType, Order, Region, RegionMut, Result,
+        pack, unpack, Any, Basic, Comm, Datatype, DistArg, Distribution, Error, MpiType, Order, RecvBuf, Region,
+        RegionMut, Result, SendBuf, Status, PROC_NULL,
     };
+    pub use mpx_net::loopback::launch;
 }

@@ -87,4 +87,52 @@ pub enum Error {
         /// The representation that cannot hold it.
         representation: &'static str,
     },
+    /// A rank argument is out of range for the communicator (MPI_ERR_RANK).
+    #[error("invalid rank {rank}: the communicator has {size} ranks")]
+    InvalidRank {
+        /// The rank given.
+        rank: i64,
+        /// The communicator's size.
+        size: u32,
+    },
+    /// A tag is negative or above [`TAG_UB`](crate::TAG_UB) (MPI_ERR_TAG).
+    #[error("invalid tag {0}: user tags are 0..=TAG_UB")]
+    InvalidTag(i64),
+    /// The message's type signature does not match the receive's
+    /// (MPI_ERR_TYPE): for example `float` data received as `byte`.
+    #[error("type mismatch: the message's type signature does not match the receive's datatype")]
+    TypeMismatch,
+    /// A buffered send does not fit in the attached buffer, or no buffer is
+    /// attached (MPI_ERR_BUFFER).
+    #[error("buffered send of {needed} bytes does not fit: {available} of the attached buffer are free")]
+    BufferExhausted {
+        /// Bytes the send needs, overhead included.
+        needed: u64,
+        /// Bytes free in the attached buffer.
+        available: u64,
+    },
+    /// A buffer is already attached, or none is attached to detach.
+    #[error("{0}")]
+    BufferState(&'static str),
+    /// A ready-mode send found no matching receive posted; the message was
+    /// not delivered.
+    #[error("ready send: no matching receive was posted at the destination")]
+    NotReady,
+    /// The operation was cancelled.
+    #[error("operation cancelled")]
+    Cancelled,
+    /// The peer the operation depends on has failed or finished.
+    #[error("process {rank} failed or finished: {reason}")]
+    ProcessFailed {
+        /// The peer's rank in the world.
+        rank: u32,
+        /// What happened.
+        reason: String,
+    },
+    /// A peer sent a frame that violates the protocol; its connection is closed.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The transport failed.
+    #[error("transport error: {0}")]
+    Transport(String),
 }

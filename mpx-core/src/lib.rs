@@ -8,6 +8,10 @@
 //! * [`MpiType`]: Rust types that have a datatype, implemented for
 //!   primitives and arrays, derived for `#[repr(C)]` structs by
 //!   `mpx-derive`;
+//! * [`engine`]: the sans-IO point-to-point matching engine, and [`wire`],
+//!   the frames it exchanges;
+//! * [`comm`]: communicators, with MPI's point-to-point operations as async
+//!   functions over any [`Transport`];
 //! * [`Error`]: the one error type of mpx.
 //!
 //! ```
@@ -22,17 +26,21 @@
 
 #![warn(missing_docs)]
 
+pub mod comm;
 pub mod datatype;
 #[doc(hidden)]
 pub mod derive_support;
+pub mod engine;
 mod error;
 mod mpi_type;
 pub mod pack;
+pub mod wire;
 
 pub use datatype::{
     address_of, consts, Basic, Combiner, Contents, Datatype, DistArg, Distribution, Envelope, Order,
     Predefined, Signature,
 };
+pub use comm::{Any, Comm, Endpoint, Message, RecvBuf, SendBuf, Status, Transport, BSEND_OVERHEAD, PROC_NULL, TAG_UB};
 pub use error::{Error, Result};
 pub use mpi_type::MpiType;
 pub use pack::{pack, unpack, Region, RegionMut};

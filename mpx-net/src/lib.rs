@@ -1,10 +1,10 @@
 //! Transports for mpx.
 //!
-//! This crate will hold the in-memory `loopback` transport (N ranks in one
-//! process, so `cargo test` needs nothing else), the QUIC transport built on
-//! quinn, bootstrap from the environment of `mpxrun`, Open MPI's `mpirun`,
-//! MPICH's `mpiexec` or Slurm, and the `mpxrun` launcher. Both transports
-//! implement the `Transport` trait of `mpx-core`, which drives its sans-IO
-//! matching engine. Today it re-exports the datatype layer it builds on.
+//! * [`loopback`]: N ranks in one process, frames moved through in-memory
+//!   channels, so `cargo test` needs nothing else;
+//! * QUIC between processes and hosts (quinn), bootstrap from the
+//!   environment of `mpxrun`, Open MPI's `mpirun`, MPICH's `mpiexec` or
+//!   Slurm, and the `mpxrun` launcher: to come, behind the same
+//!   [`Transport`](mpx_core::Transport) trait.
 
-pub use mpx_core;
+pub mod loopback;

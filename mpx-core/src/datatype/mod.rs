@@ -524,6 +524,40 @@ impl Datatype {
         self.programs().typed.for_each_element(f)
     }
 
+    /// The signature of the first `elements` basic elements of `count`
+    /// items of this type, or `None` if the items have fewer elements.
+    /// Whole items cost O(log count); a partial item walks its elements.
+    pub fn signature_prefix(&self, count: u64, elements: u64) -> Option<Signature> {
+        let per_item = self.num_elements();
+        if per_item == 0 {
+            return (elements == 0).then_some(Signature::EMPTY);
+        }
+        let whole = elements / per_item;
+        if whole > count || (whole == count && elements % per_item != 0) {
+            return None;
+        }
+        let mut sig = self.signature().repeat(whole);
+        let mut rest = elements % per_item;
+        if rest > 0 {
+            self.for_each_entry(|b, _| {
+                sig = sig.concat(Signature::basic(b));
+                rest -= 1;
+                if rest == 0 {
+                    std::ops::ControlFlow::Break(())
+                } else {
+                    std::ops::ControlFlow::Continue(())
+                }
+            });
+        }
+        Some(sig)
+    }
+
+    /// Whether every basic element of the type is `packed` (data of such a
+    /// type matches any message, and any receiver matches it).
+    pub fn is_packed(&self) -> bool {
+        self.num_elements() > 0 && self.signature() == Signature::basic(Basic::Packed).repeat(self.num_elements())
+    }
+
     // ----- status counting ---------------------------------------------------
 
     /// `MPI_Get_count`: the number of whole items in a message of `bytes`

@@ -116,7 +116,7 @@ impl<'a> Region<'a> {
 
     /// A slice of an [`MpiType`] read through that type's own datatype,
     /// which covers initialised bytes only.
-    fn typed<T: MpiType>(values: &'a [T]) -> Region<'a> {
+    pub(crate) fn typed<T: MpiType>(values: &'a [T]) -> Region<'a> {
         Region { ptr: values.as_ptr().cast(), len: std::mem::size_of_val(values), origin: 0, _borrow: PhantomData }
     }
 }
@@ -141,7 +141,7 @@ impl<'a> RegionMut<'a> {
 
     /// A slice of an [`MpiType`] written through that type's own datatype.
     /// Callers validate values before exposing them as `T`.
-    fn typed<T: MpiType>(values: &'a mut [MaybeUninit<T>]) -> RegionMut<'a> {
+    pub(crate) fn typed<T: MpiType>(values: &'a mut [MaybeUninit<T>]) -> RegionMut<'a> {
         RegionMut {
             ptr: values.as_mut_ptr().cast(),
             len: std::mem::size_of_val(values),
@@ -331,6 +331,39 @@ impl Datatype {
     /// `MPI_Unpack_external("external32", ...)`.
     pub fn unpack_external(&self, inbuf: &[u8], position: &mut usize, dst: RegionMut<'_>, count: u64) -> Result<()> {
         self.unpack_impl(Repr::External32, inbuf, position, dst, count)
+    }
+
+    /// Unpacks a received message of `data.len()` bytes into `dst`, which
+    /// holds `count` items: whole items first, then the part of the last
+    /// item that arrived (a message may be shorter than the receive buffer,
+    /// and may end inside an item). The caller has checked that `data` is
+    /// no longer than `count` items.
+    pub(crate) fn unpack_message(&self, data: &[u8], repr: crate::wire::Repr, dst: RegionMut<'_>, count: u64) -> Result<()> {
+        check_span(self, count, dst.origin, dst.len)?;
+        let mem = dst.ptr.wrapping_add(dst.origin);
+        if repr == crate::wire::Repr::External32 {
+            let size = self.external32_size().max(1);
+            if data.len() as u64 % size != 0 || data.len() as u64 / size > count {
+                return Err(Error::Protocol("external32 message does not hold whole items".into()));
+            }
+            // SAFETY: check_span covers all `count` items; the stream holds
+            // `data.len()` bytes of whole items.
+            unsafe { self.unpack_raw(Repr::External32, data.as_ptr(), mem, data.len() as u64 / size) };
+            return Ok(());
+        }
+        let size = self.size();
+        let whole = if size == 0 { 0 } else { data.len() as u64 / size };
+        // SAFETY: as above; the bounded walk copies at most the remaining bytes.
+        unsafe {
+            self.unpack_raw(Repr::Native, data.as_ptr(), mem, whole);
+            let mut rest = data.len() - (whole * size) as usize;
+            if rest > 0 {
+                let item = mem.wrapping_offset(whole as isize * self.extent() as isize);
+                let stream = data.as_ptr().add((whole * size) as usize) as *mut u8;
+                exec::run_bounded::<exec::Unpack>(&self.programs().native, item, stream, &mut rest);
+            }
+        }
+        Ok(())
     }
 
     /// Packs `count` items whose displacements are absolute addresses

@@ -1,0 +1,1038 @@
+//! Communicators: MPI's point-to-point operations as async functions.
+//!
+//! An [`Endpoint`] is one rank's connection to the world: it owns the rank's
+//! [`Engine`] behind a mutex and a [`Transport`] that carries frames to
+//! peers. The transport's driver task feeds incoming frames to
+//! [`Endpoint::handle_frame`], so matching and protocol replies progress
+//! whether or not anyone is polling a particular operation. A [`Comm`] is a
+//! communicator over an endpoint: a rank, a size and a matching context.
+//!
+//! # Buffers never escape to the background
+//!
+//! A send packs its data into an owned buffer before it returns from its
+//! first poll, and a receive's data stays in engine-owned buffers until the
+//! receive's own future unpacks it into the caller's memory. Nothing the
+//! driver holds ever points into a caller's buffer, so dropping (or leaking)
+//! a future is always sound.
+//!
+//! # Cancel safety
+//!
+//! Every operation here is cancel-safe in the sense that dropping its
+//! future loses no message and leaves the engine consistent:
+//! * a receive that has not matched is withdrawn;
+//! * a receive whose message matched but was not yet unpacked gives the
+//!   message back, at the head of the queue, ahead of every later message
+//!   from any sender. The one order this cannot restore: if a *later*
+//!   message from the same sender was already delivered to a later receive,
+//!   the returned message now comes after it;
+//! * a send whose data was handed to the engine completes in the background.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+
+use crate::datatype::Datatype;
+use crate::engine::{Config, Delivered, Engine, Event, MatchSpec, Outgoing, ReqId, SendMode};
+use crate::error::{Error, Result};
+use crate::mpi_type::MpiType;
+use crate::pack::{Region, RegionMut};
+use crate::wire::{Frame, Repr};
+
+/// The largest user tag (`MPI_TAG_UB`). Tags are `0..=TAG_UB`.
+pub const TAG_UB: i32 = i32::MAX;
+
+/// Bytes of bookkeeping each buffered send takes from the attached buffer
+/// besides its packed data (`MPI_BSEND_OVERHEAD`): size buffers as
+/// `Σ (pack_size + BSEND_OVERHEAD)`.
+pub const BSEND_OVERHEAD: usize = 96;
+
+/// Carries frames between ranks. Implemented by the in-memory loopback and
+/// the QUIC transport in `mpx-net`.
+///
+/// `send` is called with the endpoint's lock held, which keeps frames to
+/// each peer in the order the engine produced them: it must not block and
+/// must not call back into the endpoint. Frames that arrive are given to
+/// [`Endpoint::handle_frame`] by the transport's own driver, in the order
+/// the peer sent them.
+pub trait Transport: Send + Sync + 'static {
+    /// Queues `frame` for rank `dest` (which may be this rank). An error
+    /// means the peer is unreachable; the engine then fails it.
+    fn send(&self, dest: u32, frame: Frame) -> Result<()>;
+}
+
+/// Wildcard for a source rank or a tag (`MPI_ANY_SOURCE`, `MPI_ANY_TAG`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Any;
+
+/// The null process (`MPI_PROC_NULL`): sends to it and receives from it
+/// complete at once and move no data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcNull;
+
+/// `MPI_PROC_NULL`.
+pub const PROC_NULL: ProcNull = ProcNull;
+
+/// A destination: a rank or [`PROC_NULL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    /// A rank of the communicator.
+    Rank(i64),
+    /// The null process.
+    Null,
+}
+
+/// A source selector: a rank, [`Any`] or [`PROC_NULL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A rank of the communicator.
+    Rank(i64),
+    /// Any source.
+    Any,
+    /// The null process.
+    Null,
+}
+
+/// A tag selector: a tag or [`Any`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagSel {
+    /// This tag.
+    Tag(i64),
+    /// Any tag.
+    Any,
+}
+
+macro_rules! rank_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Dest { fn from(r: $t) -> Dest { Dest::Rank(r as i64) } }
+        impl From<$t> for Source { fn from(r: $t) -> Source { Source::Rank(r as i64) } }
+        impl From<$t> for TagSel { fn from(t: $t) -> TagSel { TagSel::Tag(t as i64) } }
+    )*};
+}
+rank_from!(usize, u32, i32, i64);
+impl From<ProcNull> for Dest {
+    fn from(_: ProcNull) -> Dest {
+        Dest::Null
+    }
+}
+impl From<ProcNull> for Source {
+    fn from(_: ProcNull) -> Source {
+        Source::Null
+    }
+}
+impl From<Any> for Source {
+    fn from(_: Any) -> Source {
+        Source::Any
+    }
+}
+impl From<Any> for TagSel {
+    fn from(_: Any) -> TagSel {
+        TagSel::Any
+    }
+}
+
+/// What a completed receive reports (`MPI_Status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's rank, or `None` for the null process.
+    pub source: Option<usize>,
+    /// The message's tag, or `None` for the null process.
+    pub tag: Option<i32>,
+    /// Bytes received.
+    pub bytes: u64,
+    /// The receive was cancelled before it matched.
+    pub cancelled: bool,
+}
+
+impl Status {
+    /// The status of an operation on the null process: no source, no tag,
+    /// no data.
+    pub fn empty() -> Status {
+        Status { source: None, tag: None, bytes: 0, cancelled: false }
+    }
+
+    /// `MPI_Get_count`: whole items of `datatype` received, or `None` if a
+    /// partial item arrived.
+    pub fn get_count(&self, datatype: &Datatype) -> Option<u64> {
+        datatype.get_count(self.bytes)
+    }
+
+    /// `MPI_Get_elements`: basic elements received.
+    pub fn get_elements(&self, datatype: &Datatype) -> u64 {
+        datatype.get_elements(self.bytes)
+    }
+
+    /// `MPI_Get_count` for the datatype of `T`.
+    pub fn count<T: MpiType>(&self) -> Option<u64> {
+        self.get_count(&T::datatype())
+    }
+
+    /// `MPI_Test_cancelled`.
+    pub fn test_cancelled(&self) -> bool {
+        self.cancelled
+    }
+}
+
+/// A send buffer: memory, a count and a datatype.
+///
+/// ```
+/// use mpx_core::{comm::SendBuf, Datatype, Region};
+/// let m = vec![0.0f64; 16];
+/// let column = Datatype::vector(4, 1, 4, &Datatype::double())?;
+/// let buf = SendBuf::new(Region::of(&m), 1, &column);
+/// let typed = SendBuf::typed(&[1u32, 2, 3]);
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SendBuf<'a> {
+    region: Region<'a>,
+    count: u64,
+    datatype: Datatype,
+}
+
+impl<'a> SendBuf<'a> {
+    /// `count` items of `datatype` in `region`.
+    pub fn new(region: Region<'a>, count: u64, datatype: &Datatype) -> SendBuf<'a> {
+        SendBuf { region, count, datatype: datatype.clone() }
+    }
+
+    /// A typed slice with its own datatype.
+    pub fn typed<T: MpiType>(values: &'a [T]) -> SendBuf<'a> {
+        SendBuf { region: Region::typed(values), count: values.len() as u64, datatype: T::datatype() }
+    }
+
+    /// Data made with the pack API, sent as `packed` (it carries no type
+    /// signature and can be received with any type).
+    pub fn packed(bytes: &'a [u8]) -> SendBuf<'a> {
+        SendBuf { region: Region::new(bytes), count: bytes.len() as u64, datatype: Datatype::packed() }
+    }
+
+    fn pack(&self) -> Result<(Bytes, Option<(u64, u64)>)> {
+        let data = self.datatype.pack_to_vec(self.region, self.count)?;
+        let signature = (!self.datatype.is_packed()).then(|| {
+            let s = self.datatype.signature().repeat(self.count);
+            (s.hash(), s.len())
+        });
+        Ok((Bytes::from(data), signature))
+    }
+}
+
+/// A receive buffer: memory, a count and a datatype.
+#[derive(Debug)]
+pub struct RecvBuf<'a> {
+    region: RegionMut<'a>,
+    count: u64,
+    datatype: Datatype,
+}
+
+impl<'a> RecvBuf<'a> {
+    /// Room for `count` items of `datatype` in `region`.
+    pub fn new(region: RegionMut<'a>, count: u64, datatype: &Datatype) -> RecvBuf<'a> {
+        RecvBuf { region, count, datatype: datatype.clone() }
+    }
+
+    /// Room for `bytes.len()` bytes of `packed` data: receives any message
+    /// as packed bytes, to unpack later with the pack API.
+    pub fn packed(bytes: &'a mut [u8]) -> RecvBuf<'a> {
+        let count = bytes.len() as u64;
+        RecvBuf { region: RegionMut::new(bytes), count, datatype: Datatype::packed() }
+    }
+}
+
+/// Checks a delivered message against a receive of `count` items of
+/// `datatype` (truncation, type signature) and unpacks it into `region`.
+fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, region: RegionMut<'_>) -> Result<Status> {
+    let env = &msg.envelope;
+    let capacity = if env.repr == Repr::External32 {
+        datatype.pack_external_size(count)?
+    } else {
+        datatype.pack_size(count)?
+    };
+    if msg.data.len() > capacity {
+        return Err(Error::Truncate { needed: msg.data.len() as u64, available: capacity as u64 });
+    }
+    if let Some((hash, elements)) = env.signature {
+        if !datatype.is_packed() {
+            match datatype.signature_prefix(count, elements) {
+                Some(prefix) if prefix.hash() == hash => {}
+                _ => return Err(Error::TypeMismatch),
+            }
+        }
+    }
+    datatype.unpack_message(&msg.data, env.repr, region, count)?;
+    Ok(status_of(msg))
+}
+
+fn status_of(msg: &Delivered) -> Status {
+    Status {
+        source: Some(msg.envelope.source as usize),
+        tag: Some(msg.envelope.tag),
+        bytes: msg.data.len() as u64,
+        cancelled: false,
+    }
+}
+
+// ----- the endpoint -----------------------------------------------------------
+
+enum Completion {
+    Send(Result<()>),
+    Recv(Result<Delivered>),
+}
+
+/// State of the attached buffer for buffered sends.
+#[derive(Default)]
+struct BsendBuffer {
+    attached: Option<Vec<u8>>,
+    used: usize,
+    /// Buffered sends in flight: request id -> bytes they hold.
+    in_flight: HashMap<ReqId, usize>,
+    detach_waiters: Vec<Waker>,
+}
+
+struct State {
+    engine: Engine,
+    done: HashMap<ReqId, Completion>,
+    wakers: HashMap<ReqId, Waker>,
+    /// Operations whose futures were dropped: their completions are
+    /// discarded (sends) or given back (receives).
+    abandoned: HashSet<ReqId>,
+    /// Woken whenever a data frame arrives (probe).
+    arrival_wakers: Vec<Waker>,
+    bsend: BsendBuffer,
+}
+
+struct Shared {
+    rank: u32,
+    size: u32,
+    transport: Box<dyn Transport>,
+    state: Mutex<State>,
+}
+
+/// One rank's connection to the world; see the [module docs](self).
+#[derive(Clone)]
+pub struct Endpoint {
+    shared: Arc<Shared>,
+}
+
+impl Endpoint {
+    /// An endpoint for `rank` of `size` ranks over `transport`.
+    pub fn new(rank: u32, size: u32, config: Config, transport: impl Transport) -> Endpoint {
+        let state = State {
+            engine: Engine::new(rank, size, config),
+            done: HashMap::new(),
+            wakers: HashMap::new(),
+            abandoned: HashSet::new(),
+            arrival_wakers: Vec::new(),
+            bsend: BsendBuffer::default(),
+        };
+        Endpoint {
+            shared: Arc::new(Shared {
+                rank,
+                size,
+                transport: Box::new(transport),
+                state: Mutex::new(state),
+            }),
+        }
+    }
+
+    /// The world communicator over this endpoint.
+    pub fn world(&self) -> Comm {
+        Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// Gives a frame from rank `from` to the engine. A frame that breaks
+    /// the protocol fails that peer.
+    pub fn handle_frame(&self, from: u32, frame: Frame) {
+        let mut st = self.shared.lock();
+        if let Err(e) = st.engine.handle_frame(from, frame) {
+            st.engine.fail_peer(from, &e.to_string());
+        }
+        for w in st.arrival_wakers.drain(..) {
+            w.wake();
+        }
+        self.shared.flush(&mut st);
+    }
+
+    /// The transport lost rank `rank`: everything that depends on it fails.
+    pub fn peer_failed(&self, rank: u32, reason: &str) {
+        let mut st = self.shared.lock();
+        st.engine.fail_peer(rank, reason);
+        for w in st.arrival_wakers.drain(..) {
+            w.wake();
+        }
+        self.shared.flush(&mut st);
+    }
+
+    /// Ends this rank's part: waits for buffered sends to be delivered, then
+    /// tells every peer this rank will post no more receives.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping it before completion sends no farewell.
+    pub async fn finalize(&self) {
+        BsendDrained { shared: &self.shared }.await;
+        self.farewell();
+    }
+
+    /// Tells every peer at once that this rank will post no more receives
+    /// (what [`finalize`](Endpoint::finalize) does after its wait).
+    pub fn farewell(&self) {
+        let mut st = self.shared.lock();
+        st.engine.farewell();
+        self.shared.flush(&mut st);
+    }
+}
+
+const WORLD_CONTEXT: u64 = 0;
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the engine half-updated
+        // in a way that matters more than the panic itself.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands queued frames to the transport and dispatches completions.
+    fn flush(&self, st: &mut State) {
+        loop {
+            let mut progressed = false;
+            while let Some((dest, frame)) = st.engine.poll_transmit() {
+                progressed = true;
+                if let Err(e) = self.transport.send(dest, frame) {
+                    st.engine.fail_peer(dest, &e.to_string());
+                }
+            }
+            while let Some(ev) = st.engine.poll_event() {
+                progressed = true;
+                let (id, completion) = match ev {
+                    Event::SendDone { id, result } => (id, Completion::Send(result)),
+                    Event::RecvDone { id, result } => (id, Completion::Recv(result)),
+                };
+                self.complete(st, id, completion);
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn complete(&self, st: &mut State, id: ReqId, completion: Completion) {
+        if let Some(bytes) = st.bsend.in_flight.remove(&id) {
+            st.bsend.used -= bytes;
+            if let Completion::Send(Err(e)) = &completion {
+                tracing::error!(rank = self.rank, id, error = %e, "buffered send failed");
+            }
+            for w in st.bsend.detach_waiters.drain(..) {
+                w.wake();
+            }
+            return;
+        }
+        if st.abandoned.remove(&id) {
+            match completion {
+                Completion::Recv(Ok(msg)) => st.engine.requeue_front(msg),
+                Completion::Send(Err(e)) => tracing::warn!(rank = self.rank, id, error = %e, "dropped send failed"),
+                _ => {}
+            }
+            return;
+        }
+        tracing::trace!(rank = self.rank, id, "completed");
+        st.done.insert(id, completion);
+        if let Some(w) = st.wakers.remove(&id) {
+            w.wake();
+        }
+    }
+}
+
+/// Waits for the completion of request `id`; on drop before completion,
+/// withdraws a receive or lets a send finish in the background.
+struct Wait<'a> {
+    shared: &'a Shared,
+    id: ReqId,
+    finished: bool,
+}
+
+impl Future for Wait<'_> {
+    type Output = Completion;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completion> {
+        let mut st = self.shared.lock();
+        match st.done.remove(&self.id) {
+            Some(c) => {
+                drop(st);
+                self.finished = true;
+                Poll::Ready(c)
+            }
+            None => {
+                st.wakers.insert(self.id, cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut st = self.shared.lock();
+        st.wakers.remove(&self.id);
+        match st.done.remove(&self.id) {
+            Some(Completion::Recv(Ok(msg))) => {
+                st.engine.requeue_front(msg);
+                self.shared.flush(&mut st);
+            }
+            Some(_) => {}
+            None => {
+                if !st.engine.cancel_recv(self.id) {
+                    st.abandoned.insert(self.id);
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once no buffered send is in flight.
+struct BsendDrained<'a> {
+    shared: &'a Shared,
+}
+
+impl Future for BsendDrained<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.shared.lock();
+        if st.bsend.in_flight.is_empty() {
+            Poll::Ready(())
+        } else {
+            st.bsend.detach_waiters.push(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+// ----- the communicator ---------------------------------------------------------
+
+/// A communicator: a group of ranks and a matching context of its own.
+///
+/// Messages sent on one communicator are received only on that communicator
+/// (or a handle to it), so a library can [`dup`](Comm::dup) the world and
+/// never see the application's messages.
+///
+/// Operations take destinations and sources as plain numbers, [`Any`] or
+/// [`PROC_NULL`], and tags as numbers or [`Any`].
+#[derive(Clone)]
+pub struct Comm {
+    shared: Arc<Shared>,
+    context: u64,
+    dups: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Comm(rank {} of {}, context {:#x})", self.rank(), self.size(), self.context)
+    }
+}
+
+/// Mixes `parent` and `n` into a new context id (even: odd ids are the
+/// collective contexts of their even neighbours).
+fn derive_context(parent: u64, n: u64) -> u64 {
+    let mut x = parent ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xd1b5_4a32_d192_ed03;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) & !1
+}
+
+impl Comm {
+    /// This rank's number in the communicator.
+    pub fn rank(&self) -> usize {
+        self.shared.rank as usize
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.shared.size as usize
+    }
+
+    /// `MPI_Comm_dup`: the same ranks with a new matching context. Every
+    /// rank must call `dup` on the communicator the same number of times in
+    /// the same order (as in MPI, it is collective), which is what makes the
+    /// new context agree everywhere without messages.
+    pub fn dup(&self) -> Comm {
+        let n = self.dups.fetch_add(1, Ordering::Relaxed);
+        Comm { shared: self.shared.clone(), context: derive_context(self.context, n), dups: Arc::new(AtomicU64::new(0)) }
+    }
+
+    fn check_rank(&self, r: i64) -> Result<u32> {
+        if r < 0 || r >= self.size() as i64 {
+            return Err(Error::InvalidRank { rank: r, size: self.shared.size });
+        }
+        Ok(r as u32)
+    }
+
+    fn dest(&self, d: impl Into<Dest>) -> Result<Option<u32>> {
+        match d.into() {
+            Dest::Rank(r) => self.check_rank(r).map(Some),
+            Dest::Null => Ok(None),
+        }
+    }
+
+    fn tag(t: impl Into<TagSel>) -> Result<Option<i32>> {
+        match t.into() {
+            TagSel::Tag(t) if (0..=TAG_UB as i64).contains(&t) => Ok(Some(t as i32)),
+            TagSel::Tag(t) => Err(Error::InvalidTag(t)),
+            TagSel::Any => Ok(None),
+        }
+    }
+
+    /// Resolves a source and tag into a match spec, or `None` for PROC_NULL.
+    fn spec(&self, source: impl Into<Source>, tag: impl Into<TagSel>, context: u64) -> Result<Option<MatchSpec>> {
+        let tag = Comm::tag(tag)?;
+        let source = match source.into() {
+            Source::Rank(r) => Some(self.check_rank(r)?),
+            Source::Any => None,
+            Source::Null => return Ok(None),
+        };
+        Ok(Some(MatchSpec { context, source, tag }))
+    }
+
+    // ----- sends ------------------------------------------------------------------
+
+    /// Packs `buf` and posts it; returns the request id to wait on, or
+    /// `None` when there is nothing to wait for (PROC_NULL, buffered).
+    fn start_send(&self, buf: &SendBuf<'_>, dest: impl Into<Dest>, tag: i32, mode: SendMode, context: u64) -> Result<Option<ReqId>> {
+        let tag = Comm::tag(tag)?.expect("a concrete tag");
+        let Some(dest) = self.dest(dest)? else { return Ok(None) };
+        let (data, signature) = buf.pack()?;
+        let mut st = self.shared.lock();
+        let id = st.engine.next_id();
+        if mode == SendMode::Buffered {
+            let need = data.len() + BSEND_OVERHEAD;
+            let b = &mut st.bsend;
+            let capacity = b.attached.as_ref().map_or(0, Vec::len);
+            if b.used + need > capacity {
+                return Err(Error::BufferExhausted { needed: need as u64, available: (capacity - b.used) as u64 });
+            }
+            b.used += need;
+            b.in_flight.insert(id, need);
+        }
+        let msg = Outgoing { dest, context, tag, signature, repr: Repr::Native, data };
+        st.engine.post_send(id, mode, msg);
+        self.shared.flush(&mut st);
+        Ok((mode != SendMode::Buffered).then_some(id))
+    }
+
+    async fn send_mode(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32, mode: SendMode) -> Result<()> {
+        let Some(id) = self.start_send(&buf, dest, tag, mode, self.context)? else { return Ok(()) };
+        match (Wait { shared: &self.shared, id, finished: false }).await {
+            Completion::Send(r) => r,
+            Completion::Recv(_) => unreachable!("a send id completes as a send"),
+        }
+    }
+
+    /// `MPI_Send` of a typed slice: a standard-mode send. It may complete as
+    /// soon as the data is buffered at the receiver, or wait for a matching
+    /// receive when the receiver's budget for unexpected data from this rank
+    /// is spent (which throttles a producer that outpaces its consumer).
+    ///
+    /// # Cancel safety
+    /// The data is packed and handed to the engine before the first await:
+    /// dropping the future lets the send complete in the background.
+    pub async fn send<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        self.send_mode(SendBuf::typed(buf), dest, tag, SendMode::Standard).await
+    }
+
+    /// `MPI_Send` of any buffer (a derived datatype, packed bytes).
+    ///
+    /// # Cancel safety
+    /// As [`send`](Comm::send).
+    pub async fn send_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        self.send_mode(buf, dest, tag, SendMode::Standard).await
+    }
+
+    /// `MPI_Bsend`: copies the data into the attached buffer and returns at
+    /// once. A send that does not fit (or with no buffer attached) is
+    /// [`Error::BufferExhausted`] and sends nothing.
+    ///
+    /// # Cancel safety
+    /// Completes on its first poll.
+    pub async fn bsend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        self.bsend_buf(SendBuf::typed(buf), dest, tag).await
+    }
+
+    /// `MPI_Bsend` of any buffer.
+    ///
+    /// # Cancel safety
+    /// Completes on its first poll.
+    pub async fn bsend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        self.send_mode(buf, dest, tag, SendMode::Buffered).await
+    }
+
+    /// `MPI_Ssend`: completes only once a matching receive has started.
+    ///
+    /// # Cancel safety
+    /// As [`send`](Comm::send): a dropped synchronous send is still matched
+    /// and delivered.
+    pub async fn ssend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        self.send_mode(SendBuf::typed(buf), dest, tag, SendMode::Synchronous).await
+    }
+
+    /// `MPI_Ssend` of any buffer.
+    ///
+    /// # Cancel safety
+    /// As [`ssend`](Comm::ssend).
+    pub async fn ssend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        self.send_mode(buf, dest, tag, SendMode::Synchronous).await
+    }
+
+    /// `MPI_Rsend`: valid only if the matching receive is already posted.
+    /// If it is not, the message is not delivered and the result is
+    /// [`Error::NotReady`] (MPI leaves this undefined; mpx reports it).
+    ///
+    /// # Cancel safety
+    /// As [`send`](Comm::send).
+    pub async fn rsend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        self.send_mode(SendBuf::typed(buf), dest, tag, SendMode::Ready).await
+    }
+
+    /// `MPI_Rsend` of any buffer.
+    ///
+    /// # Cancel safety
+    /// As [`rsend`](Comm::rsend).
+    pub async fn rsend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
+        self.send_mode(buf, dest, tag, SendMode::Ready).await
+    }
+
+    // ----- receives ----------------------------------------------------------------
+
+    /// Waits for a message matching `source` and `tag` on `context`;
+    /// `None` for the null process.
+    async fn receive(&self, source: impl Into<Source>, tag: impl Into<TagSel>, context: u64) -> Result<Option<Delivered>> {
+        let Some(spec) = self.spec(source, tag, context)? else { return Ok(None) };
+        let id = {
+            let mut st = self.shared.lock();
+            let id = st.engine.next_id();
+            st.engine.post_recv(id, spec);
+            self.shared.flush(&mut st);
+            id
+        };
+        self.wait_recv(id).await.map(Some)
+    }
+
+    async fn wait_recv(&self, id: ReqId) -> Result<Delivered> {
+        match (Wait { shared: &self.shared, id, finished: false }).await {
+            Completion::Recv(r) => r,
+            Completion::Send(_) => unreachable!("a receive id completes as a receive"),
+        }
+    }
+
+    /// `MPI_Recv` into a typed slice: receives up to `buf.len()` values from
+    /// `source` (a rank, [`Any`] or [`PROC_NULL`]) with `tag` (or [`Any`]).
+    /// A longer message is [`Error::Truncate`], a message of another type
+    /// [`Error::TypeMismatch`], and values invalid for `T` are
+    /// [`Error::InvalidValue`]; in each case `buf` is left unchanged.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
+    /// its message, if one had matched, is given back (see the
+    /// [module docs](self)).
+    pub async fn recv_into<T: MpiType>(&self, buf: &mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
+        let Some(msg) = self.receive(source, tag, self.context).await? else { return Ok(Status::empty()) };
+        let count = buf.len() as u64;
+        let mut status = None;
+        crate::pack::unpack_typed(buf, |region| {
+            status = Some(deliver_into(&msg, &T::datatype(), count, region)?);
+            Ok(())
+        })?;
+        Ok(status.expect("set on success"))
+    }
+
+    /// `MPI_Recv` of a message of any length into a new `Vec`.
+    ///
+    /// # Cancel safety
+    /// As [`recv_into`](Comm::recv_into).
+    pub async fn recv<T: MpiType + Default>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<(Vec<T>, Status)> {
+        let Some(msg) = self.receive(source, tag, self.context).await? else { return Ok((Vec::new(), Status::empty())) };
+        let size = T::datatype().size().max(1) as usize;
+        let mut out = vec![T::default(); msg.data.len().div_ceil(size)];
+        let count = out.len() as u64;
+        let mut status = None;
+        crate::pack::unpack_typed(&mut out, |region| {
+            status = Some(deliver_into(&msg, &T::datatype(), count, region)?);
+            Ok(())
+        })?;
+        Ok((out, status.expect("set on success")))
+    }
+
+    /// `MPI_Recv` into any buffer (a derived datatype, or packed bytes with
+    /// [`RecvBuf::packed`]).
+    ///
+    /// # Cancel safety
+    /// As [`recv_into`](Comm::recv_into).
+    pub async fn recv_buf(&self, buf: RecvBuf<'_>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
+        let Some(msg) = self.receive(source, tag, self.context).await? else { return Ok(Status::empty()) };
+        deliver_into(&msg, &buf.datatype, buf.count, buf.region)
+    }
+
+    // ----- probes --------------------------------------------------------------------
+
+    /// `MPI_Iprobe`: the status of the first queued message matching
+    /// `source` and `tag`, without receiving it.
+    pub fn iprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Status>> {
+        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Status::empty())) };
+        let st = self.shared.lock();
+        Ok(st.engine.iprobe(&spec).map(|e| Status {
+            source: Some(e.source as usize),
+            tag: Some(e.tag),
+            bytes: e.len,
+            cancelled: false,
+        }))
+    }
+
+    /// `MPI_Probe`: waits until a matching message is queued and returns its
+    /// status. With several tasks receiving, another may take the message
+    /// first: use [`mprobe`](Comm::mprobe) then.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a probe takes nothing.
+    pub async fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
+        let source = source.into();
+        let tag = tag.into();
+        std::future::poll_fn(|cx| {
+            if let Some(s) = self.iprobe(source, tag)? {
+                return Poll::Ready(Ok(s));
+            }
+            let mut st = self.shared.lock();
+            st.arrival_wakers.push(cx.waker().clone());
+            drop(st);
+            // A message may have arrived between the probe and the registration.
+            match self.iprobe(source, tag)? {
+                Some(s) => Poll::Ready(Ok(s)),
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// `MPI_Improbe`: takes the first queued matching message out of the
+    /// queue, so no other receive can match it; receive it with
+    /// [`Message::recv_into`].
+    pub fn improbe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Message>> {
+        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Message::null(self))) };
+        let mut st = self.shared.lock();
+        Ok(st.engine.improbe(&spec).map(|m| Message { comm: self.clone(), matched: Some(m) }))
+    }
+
+    /// `MPI_Mprobe`: waits for a matching message and takes it.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is taken until it resolves.
+    pub async fn mprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Message> {
+        let source = source.into();
+        let tag = tag.into();
+        std::future::poll_fn(|cx| {
+            if let Some(m) = self.improbe(source, tag)? {
+                return Poll::Ready(Ok(m));
+            }
+            self.shared.lock().arrival_wakers.push(cx.waker().clone());
+            match self.improbe(source, tag)? {
+                Some(m) => Poll::Ready(Ok(m)),
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    // ----- combined -------------------------------------------------------------------
+
+    /// `MPI_Sendrecv`: sends `send` to `dest` and receives into `recv` from
+    /// `source` at the same time, so pairwise exchanges cannot deadlock.
+    ///
+    /// # Cancel safety
+    /// As [`send`](Comm::send) and [`recv_into`](Comm::recv_into).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sendrecv<S: MpiType, R: MpiType>(
+        &self,
+        send: &[S],
+        dest: impl Into<Dest>,
+        send_tag: i32,
+        recv: &mut [R],
+        source: impl Into<Source>,
+        recv_tag: impl Into<TagSel>,
+    ) -> Result<Status> {
+        let sent = self.start_send(&SendBuf::typed(send), dest, send_tag, SendMode::Standard, self.context)?;
+        let status = self.recv_into(recv, source, recv_tag).await?;
+        if let Some(id) = sent {
+            if let Completion::Send(r) = (Wait { shared: &self.shared, id, finished: false }).await {
+                r?;
+            }
+        }
+        Ok(status)
+    }
+
+    /// `MPI_Sendrecv_replace`: sends `buf` and receives into the same
+    /// buffer (the outgoing data is packed before the receive starts).
+    ///
+    /// # Cancel safety
+    /// As [`sendrecv`](Comm::sendrecv).
+    pub async fn sendrecv_replace<T: MpiType>(
+        &self,
+        buf: &mut [T],
+        dest: impl Into<Dest>,
+        send_tag: i32,
+        source: impl Into<Source>,
+        recv_tag: impl Into<TagSel>,
+    ) -> Result<Status> {
+        let sent = self.start_send(&SendBuf::typed(buf), dest, send_tag, SendMode::Standard, self.context)?;
+        let status = self.recv_into(buf, source, recv_tag).await?;
+        if let Some(id) = sent {
+            if let Completion::Send(r) = (Wait { shared: &self.shared, id, finished: false }).await {
+                r?;
+            }
+        }
+        Ok(status)
+    }
+
+    // ----- buffered-send buffer ----------------------------------------------------------
+
+    /// `MPI_Buffer_attach`: gives mpx `buffer.len()` bytes for buffered
+    /// sends. Only one buffer can be attached per process.
+    ///
+    /// mpx accounts buffered messages against this capacity (each takes its
+    /// packed size plus [`BSEND_OVERHEAD`]) and keeps their data in owned
+    /// buffers of its own; the attached memory is returned untouched by
+    /// [`buffer_detach`](Comm::buffer_detach).
+    pub fn buffer_attach(&self, buffer: Vec<u8>) -> Result<()> {
+        let mut st = self.shared.lock();
+        if st.bsend.attached.is_some() {
+            return Err(Error::BufferState("a buffer is already attached"));
+        }
+        st.bsend.attached = Some(buffer);
+        Ok(())
+    }
+
+    /// `MPI_Buffer_detach`: waits until every buffered message has been
+    /// delivered to the transport, then returns the attached buffer.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the buffer stays attached until the call completes.
+    pub async fn buffer_detach(&self) -> Result<Vec<u8>> {
+        BsendDrained { shared: &self.shared }.await;
+        self.shared.lock().bsend.attached.take().ok_or(Error::BufferState("no buffer is attached"))
+    }
+
+    // ----- barrier --------------------------------------------------------------------------
+
+    /// `MPI_Barrier`: returns once every rank of the communicator has
+    /// entered it (a dissemination barrier over point-to-point messages on
+    /// the communicator's collective context).
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: a barrier dropped half-way leaves its messages in
+    /// flight, and the next barrier on this communicator will be confused.
+    pub async fn barrier(&self) -> Result<()> {
+        let n = self.size();
+        let me = self.rank();
+        let context = self.context | 1;
+        let empty = SendBuf::packed(&[]);
+        let mut step = 1;
+        let mut round = 0;
+        while step < n {
+            let to = (me + step) % n;
+            let from = (me + n - step) % n;
+            let sent = self.start_send(&empty, to, round, SendMode::Standard, context)?;
+            self.receive(from, round, context).await?;
+            if let Some(id) = sent {
+                if let Completion::Send(r) = (Wait { shared: &self.shared, id, finished: false }).await {
+                    r?;
+                }
+            }
+            step *= 2;
+            round += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A message taken by [`Comm::improbe`] or [`Comm::mprobe`]; it can only
+/// be received through this handle (`MPI_Mrecv`). Dropping the handle
+/// without receiving gives the message back to the queue.
+pub struct Message {
+    comm: Comm,
+    matched: Option<crate::engine::Matched>,
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message").field("status", &self.status()).finish()
+    }
+}
+
+impl Message {
+    fn null(comm: &Comm) -> Message {
+        Message { comm: comm.clone(), matched: None }
+    }
+
+    /// The message's status (source, tag, length); empty for PROC_NULL.
+    pub fn status(&self) -> Status {
+        match &self.matched {
+            None => Status::empty(),
+            Some(m) => {
+                let e = m.envelope();
+                Status { source: Some(e.source as usize), tag: Some(e.tag), bytes: e.len, cancelled: false }
+            }
+        }
+    }
+
+    async fn take(mut self) -> Result<Option<Delivered>> {
+        let Some(m) = self.matched.take() else { return Ok(None) };
+        let id = {
+            let mut st = self.comm.shared.lock();
+            let id = st.engine.next_id();
+            st.engine.mrecv(id, m);
+            self.comm.shared.flush(&mut st);
+            id
+        };
+        self.comm.wait_recv(id).await.map(Some)
+    }
+
+    /// `MPI_Mrecv` into a typed slice.
+    ///
+    /// # Cancel safety
+    /// As [`Comm::recv_into`]: if dropped, the message goes back to the head
+    /// of the queue.
+    pub async fn recv_into<T: MpiType>(self, buf: &mut [T]) -> Result<Status> {
+        let Some(msg) = self.take().await? else { return Ok(Status::empty()) };
+        let count = buf.len() as u64;
+        let mut status = None;
+        crate::pack::unpack_typed(buf, |region| {
+            status = Some(deliver_into(&msg, &T::datatype(), count, region)?);
+            Ok(())
+        })?;
+        Ok(status.expect("set on success"))
+    }
+
+    /// `MPI_Mrecv` into any buffer.
+    ///
+    /// # Cancel safety
+    /// As [`Message::recv_into`].
+    pub async fn recv_buf(self, buf: RecvBuf<'_>) -> Result<Status> {
+        let Some(msg) = self.take().await? else { return Ok(Status::empty()) };
+        deliver_into(&msg, &buf.datatype, buf.count, buf.region)
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        if let Some(m) = self.matched.take() {
+            // Receive it and hand the data straight back to the queue.
+            let mut st = self.comm.shared.lock();
+            let id = st.engine.next_id();
+            st.abandoned.insert(id);
+            st.engine.mrecv(id, m);
+            self.comm.shared.flush(&mut st);
+        }
+    }
+}

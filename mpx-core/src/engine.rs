@@ -1,0 +1,769 @@
+//! The point-to-point matching engine: a deterministic state machine with no
+//! I/O, no tasks and no clock (the quinn-proto model).
+//!
+//! One [`Engine`] serves one rank. Callers feed it operations
+//! ([`post_send`](Engine::post_send), [`post_recv`](Engine::post_recv), ...)
+//! and incoming frames ([`handle_frame`](Engine::handle_frame)); it answers
+//! with frames to transmit ([`poll_transmit`](Engine::poll_transmit)) and
+//! completions ([`poll_event`](Engine::poll_event)). The async layer
+//! ([`crate::comm`]) drives it; tests can drive it by hand.
+//!
+//! # Protocols
+//!
+//! * **Eager** (standard and buffered sends up to the eager threshold, when
+//!   the sender holds enough *credit* for the destination): the data travels
+//!   at once and the send completes locally. The receiver keeps it in its
+//!   unexpected queue until a receive matches, then returns the credit. Each
+//!   sender-receiver pair starts with [`Config::eager_credit`] bytes of
+//!   credit, which bounds the receiver's memory for unexpected data from
+//!   each peer.
+//! * **Rendezvous** (larger messages, standard sends without credit, every
+//!   synchronous send): an RTS carries only the envelope; when a receive
+//!   matches it the receiver answers CTS, and the data follows. The send
+//!   completes when the data is handed to the transport, so a synchronous
+//!   send completes only after the matching receive has started.
+//! * **Ready**: the data travels with a request for an answer; the receiver
+//!   delivers it only if a matching receive is already posted and answers
+//!   either way, so the sender learns whether it was erroneous
+//!   ([`Error::NotReady`]) instead of the message going astray.
+//!
+//! # Matching
+//!
+//! Posted receives are matched in the order they were posted, unexpected
+//! messages in the order they arrived, so messages from one sender on one
+//! communicator never overtake each other (MPI's non-overtaking rule).
+//! Every data frame carries a per-pair sequence number and frames must
+//! arrive in order; a gap is a protocol error.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::wire::{Frame, Header, Kind, Repr};
+
+/// Identifies a send or receive operation within one engine.
+pub type ReqId = u64;
+
+/// Tunables of the protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Largest message (bytes) sent eagerly; larger ones use rendezvous.
+    pub eager_threshold: usize,
+    /// Bytes of unexpected eager data a receiver accepts from each sender
+    /// before that sender falls back to rendezvous.
+    pub eager_credit: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { eager_threshold: 64 * 1024, eager_credit: 1024 * 1024 }
+    }
+}
+
+/// The four MPI send modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SendMode {
+    /// `MPI_Send`: may buffer; waits for a match when the receiver's budget is spent.
+    Standard,
+    /// `MPI_Bsend`: the caller has already buffered the data (the engine
+    /// treats it as a standard send that nobody waits for).
+    Buffered,
+    /// `MPI_Ssend`: completes only once a matching receive has started.
+    Synchronous,
+    /// `MPI_Rsend`: only valid if a matching receive is already posted.
+    Ready,
+}
+
+/// The envelope and data of an outgoing message.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// Destination rank.
+    pub dest: u32,
+    /// Communicator context.
+    pub context: u64,
+    /// Tag.
+    pub tag: i32,
+    /// Type signature `(hash, elements)`, or `None` for `packed` data.
+    pub signature: Option<(u64, u64)>,
+    /// Representation of `data`.
+    pub repr: Repr,
+    /// The packed data.
+    pub data: Bytes,
+}
+
+/// Which messages a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatchSpec {
+    /// Communicator context.
+    pub context: u64,
+    /// Source rank, or `None` for any source.
+    pub source: Option<u32>,
+    /// Tag, or `None` for any tag.
+    pub tag: Option<i32>,
+}
+
+impl MatchSpec {
+    fn accepts(&self, env: &Envelope) -> bool {
+        self.context == env.context
+            && self.source.map_or(true, |s| s == env.source)
+            && self.tag.map_or(true, |t| t == env.tag)
+    }
+}
+
+/// The envelope of a message: what matching looks at, and what the receiver
+/// needs to check and convert the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope {
+    /// Communicator context.
+    pub context: u64,
+    /// Sender's rank.
+    pub source: u32,
+    /// Tag.
+    pub tag: i32,
+    /// Type signature `(hash, elements)`, or `None` for `packed` data.
+    pub signature: Option<(u64, u64)>,
+    /// Representation of the data.
+    pub repr: Repr,
+    /// Data length in bytes.
+    pub len: u64,
+}
+
+impl Envelope {
+    fn from_header(h: &Header, len: u64) -> Envelope {
+        Envelope {
+            context: h.context,
+            source: h.source,
+            tag: h.tag,
+            signature: (!h.untyped).then_some((h.sig_hash, h.sig_len)),
+            repr: h.repr,
+            len,
+        }
+    }
+}
+
+/// A message delivered to a receive: its envelope and data.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    /// The envelope.
+    pub envelope: Envelope,
+    /// The data.
+    pub data: Bytes,
+}
+
+/// A message taken out of the unexpected queue by a matched probe
+/// (`MPI_Mprobe`); receive it with [`Engine::mrecv`].
+#[derive(Debug)]
+pub struct Matched(Unexpected);
+
+impl Matched {
+    /// The message's envelope.
+    pub fn envelope(&self) -> &Envelope {
+        &self.0.envelope
+    }
+}
+
+/// A completion the engine reports.
+#[derive(Debug)]
+pub enum Event {
+    /// A send finished: its data is with the transport, or it failed.
+    SendDone {
+        /// The send.
+        id: ReqId,
+        /// Its outcome.
+        result: Result<()>,
+    },
+    /// A receive finished.
+    RecvDone {
+        /// The receive.
+        id: ReqId,
+        /// The message, or why there is none.
+        result: Result<Delivered>,
+    },
+}
+
+#[derive(Debug)]
+struct Unexpected {
+    envelope: Envelope,
+    body: Body,
+}
+
+#[derive(Debug)]
+enum Body {
+    /// Eager data; it holds `data.len()` bytes of the sender's credit.
+    Data(Bytes),
+    /// A rendezvous request from sender request `send_id`.
+    Rts { send_id: u64 },
+}
+
+struct Posted {
+    id: ReqId,
+    spec: MatchSpec,
+}
+
+enum PendingSend {
+    /// Waiting for CTS, holding the data.
+    Rendezvous { dest: u32, data: Bytes },
+    /// Waiting for the answer to a ready send.
+    Ready { dest: u32 },
+}
+
+impl PendingSend {
+    fn dest(&self) -> u32 {
+        match self {
+            PendingSend::Rendezvous { dest, .. } | PendingSend::Ready { dest } => *dest,
+        }
+    }
+}
+
+#[derive(Default, Clone)]
+struct Peer {
+    next_seq: u64,
+    expected_seq: u64,
+    /// Eager bytes this rank may still send to the peer.
+    credit: u64,
+    /// Eager bytes consumed here that the peer has not been given back.
+    owed: u64,
+    /// The peer's program has returned; it posts no more receives.
+    finished: bool,
+    /// The peer failed, and why.
+    failed: Option<String>,
+}
+
+/// The matching engine of one rank. See the [module docs](self).
+pub struct Engine {
+    rank: u32,
+    config: Config,
+    peers: Vec<Peer>,
+    posted: VecDeque<Posted>,
+    unexpected: VecDeque<Unexpected>,
+    sends: HashMap<ReqId, PendingSend>,
+    /// Receives matched to an RTS and waiting for its data.
+    awaiting_data: HashMap<ReqId, Envelope>,
+    outbox: VecDeque<(u32, Frame)>,
+    events: VecDeque<Event>,
+    next_id: ReqId,
+}
+
+impl Engine {
+    /// An engine for `rank` of a world of `size` ranks.
+    pub fn new(rank: u32, size: u32, config: Config) -> Engine {
+        let peer = Peer { credit: config.eager_credit, ..Default::default() };
+        Engine {
+            rank,
+            config,
+            peers: vec![peer; size as usize],
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            sends: HashMap::new(),
+            awaiting_data: HashMap::new(),
+            outbox: VecDeque::new(),
+            events: VecDeque::new(),
+            next_id: 1,
+        }
+    }
+
+    /// This engine's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.peers.len() as u32
+    }
+
+    /// The protocol configuration.
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// A fresh request id.
+    pub fn next_id(&mut self) -> ReqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// The next frame to hand to the transport, with its destination.
+    pub fn poll_transmit(&mut self) -> Option<(u32, Frame)> {
+        self.outbox.pop_front()
+    }
+
+    /// The next completion.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Number of messages waiting in the unexpected queue.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Number of receives posted and not yet matched.
+    pub fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+
+    fn dead(&self, rank: u32, need_match: bool) -> Option<Error> {
+        let p = &self.peers[rank as usize];
+        if let Some(reason) = &p.failed {
+            return Some(Error::ProcessFailed { rank, reason: reason.clone() });
+        }
+        (need_match && p.finished)
+            .then(|| Error::ProcessFailed { rank, reason: "its program returned".into() })
+    }
+
+    fn data_header(&mut self, kind: Kind, msg: &Outgoing, send_id: u64) -> Header {
+        let peer = &mut self.peers[msg.dest as usize];
+        let seq = peer.next_seq;
+        peer.next_seq += 1;
+        let (sig_hash, sig_len) = msg.signature.unwrap_or((0, 0));
+        Header {
+            kind,
+            repr: msg.repr,
+            untyped: msg.signature.is_none(),
+            tag: msg.tag,
+            context: msg.context,
+            source: self.rank,
+            seq,
+            sig_hash,
+            sig_len,
+            data_len: msg.data.len() as u64,
+            send_id,
+            recv_id: 0,
+        }
+    }
+
+    /// Starts send `id`; its completion arrives as [`Event::SendDone`] (at
+    /// once for eager sends).
+    pub fn post_send(&mut self, id: ReqId, mode: SendMode, msg: Outgoing) {
+        let needs_match = matches!(mode, SendMode::Synchronous | SendMode::Ready);
+        if let Some(e) = self.dead(msg.dest, needs_match) {
+            self.events.push_back(Event::SendDone { id, result: Err(e) });
+            return;
+        }
+        let len = msg.data.len() as u64;
+        let eager = matches!(mode, SendMode::Standard | SendMode::Buffered)
+            && msg.data.len() <= self.config.eager_threshold
+            && self.peers[msg.dest as usize].credit >= len;
+        tracing::trace!(rank = self.rank, id, dest = msg.dest, tag = msg.tag, len, ?mode, eager, "send posted");
+        let dest = msg.dest;
+        if eager {
+            self.peers[dest as usize].credit -= len;
+            let header = self.data_header(Kind::Eager, &msg, id);
+            self.outbox.push_back((dest, Frame { header, payload: msg.data }));
+            self.events.push_back(Event::SendDone { id, result: Ok(()) });
+        } else if mode == SendMode::Ready {
+            let header = self.data_header(Kind::Ready, &msg, id);
+            self.sends.insert(id, PendingSend::Ready { dest });
+            self.outbox.push_back((dest, Frame { header, payload: msg.data }));
+        } else {
+            let header = self.data_header(Kind::Rts, &msg, id);
+            self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data });
+            self.outbox.push_back((dest, Frame { header, payload: Bytes::new() }));
+        }
+    }
+
+    /// Posts receive `id`. If a queued message matches, it completes (or,
+    /// for a rendezvous message, starts its data transfer) at once.
+    pub fn post_recv(&mut self, id: ReqId, spec: MatchSpec) {
+        tracing::trace!(rank = self.rank, id, ?spec, "receive posted");
+        if let Some(pos) = self.unexpected.iter().position(|u| spec.accepts(&u.envelope)) {
+            let u = self.unexpected.remove(pos).expect("position is in range");
+            self.take_unexpected(id, u);
+            return;
+        }
+        if let Some(e) = spec.source.and_then(|s| self.dead(s, true)) {
+            self.events.push_back(Event::RecvDone { id, result: Err(e) });
+            return;
+        }
+        self.posted.push_back(Posted { id, spec });
+    }
+
+    /// Withdraws a posted receive that has not matched. Returns `false` if
+    /// it is not posted (already matched or unknown).
+    pub fn cancel_recv(&mut self, id: ReqId) -> bool {
+        match self.posted.iter().position(|p| p.id == id) {
+            Some(pos) => {
+                self.posted.remove(pos);
+                tracing::trace!(rank = self.rank, id, "receive withdrawn");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Puts a delivered message back at the head of the unexpected queue,
+    /// ahead of every later message, as if it had not been matched (for a
+    /// receive abandoned after matching). It is first offered to posted
+    /// receives, in order.
+    pub fn requeue_front(&mut self, msg: Delivered) {
+        // Undo the credit return: the data is buffered here again.
+        let source = msg.envelope.source as usize;
+        self.peers[source].owed = self.peers[source].owed.saturating_sub(msg.data.len() as u64);
+        let u = Unexpected { envelope: msg.envelope, body: Body::Data(msg.data) };
+        if let Some(pos) = self.posted.iter().position(|p| p.spec.accepts(&u.envelope)) {
+            let p = self.posted.remove(pos).expect("position is in range");
+            self.take_unexpected(p.id, u);
+        } else {
+            self.unexpected.push_front(u);
+        }
+    }
+
+    /// The envelope of the first queued message `spec` matches
+    /// (`MPI_Iprobe`), leaving it queued.
+    pub fn iprobe(&self, spec: &MatchSpec) -> Option<Envelope> {
+        self.unexpected.iter().find(|u| spec.accepts(&u.envelope)).map(|u| u.envelope)
+    }
+
+    /// Removes the first queued message `spec` matches (`MPI_Improbe`), so
+    /// no other receive can take it.
+    pub fn improbe(&mut self, spec: &MatchSpec) -> Option<Matched> {
+        let pos = self.unexpected.iter().position(|u| spec.accepts(&u.envelope))?;
+        self.unexpected.remove(pos).map(Matched)
+    }
+
+    /// Receives a message taken by [`improbe`](Engine::improbe) as receive
+    /// `id` (`MPI_Mrecv`).
+    pub fn mrecv(&mut self, id: ReqId, m: Matched) {
+        self.take_unexpected(id, m.0);
+    }
+
+    /// Delivers queued message `u` to receive `id`.
+    fn take_unexpected(&mut self, id: ReqId, u: Unexpected) {
+        tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
+        match u.body {
+            Body::Data(data) => {
+                self.return_credit(u.envelope.source, data.len() as u64);
+                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope: u.envelope, data }) });
+            }
+            Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
+        }
+    }
+
+    fn clear_to_send(&mut self, recv_id: ReqId, envelope: Envelope, send_id: u64) {
+        if let Some(e) = self.dead(envelope.source, false) {
+            self.events.push_back(Event::RecvDone { id: recv_id, result: Err(e) });
+            return;
+        }
+        let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
+        self.outbox.push_back((envelope.source, Frame { header, payload: Bytes::new() }));
+        self.awaiting_data.insert(recv_id, envelope);
+    }
+
+    fn return_credit(&mut self, source: u32, bytes: u64) {
+        let peer = &mut self.peers[source as usize];
+        peer.owed += bytes;
+        // Return credit in batches of a quarter of the budget.
+        if peer.owed > 0 && peer.owed >= self.config.eager_credit / 4 {
+            let header = Header { data_len: peer.owed, ..Header::control(Kind::Credit, self.rank) };
+            peer.owed = 0;
+            self.outbox.push_back((source, Frame { header, payload: Bytes::new() }));
+        }
+    }
+
+    /// Processes one frame from `from`. A frame that breaks the protocol is
+    /// an error; the caller should then [`fail_peer`](Engine::fail_peer).
+    pub fn handle_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
+        let h = frame.header;
+        if from as usize >= self.peers.len() || h.source != from {
+            return Err(Error::Protocol(format!("frame from rank {from} claims source {}", h.source)));
+        }
+        match h.kind {
+            Kind::Eager | Kind::Rts | Kind::Ready => {
+                let peer = &mut self.peers[from as usize];
+                if h.seq != peer.expected_seq {
+                    return Err(Error::Protocol(format!(
+                        "frame {} from rank {from} arrived when {} was due",
+                        h.seq, peer.expected_seq
+                    )));
+                }
+                peer.expected_seq += 1;
+                match h.kind {
+                    Kind::Eager => self.arrive(Unexpected {
+                        envelope: Envelope::from_header(&h, frame.payload.len() as u64),
+                        body: Body::Data(frame.payload),
+                    }),
+                    Kind::Rts => self.arrive(Unexpected {
+                        envelope: Envelope::from_header(&h, h.data_len),
+                        body: Body::Rts { send_id: h.send_id },
+                    }),
+                    _ => self.arrive_ready(h, frame.payload),
+                }
+            }
+            Kind::Cts => {
+                let Some(PendingSend::Rendezvous { dest, data }) = self.sends.remove(&h.send_id) else {
+                    return self.unknown_send(from, h.send_id);
+                };
+                if dest != from {
+                    return Err(Error::Protocol(format!("CTS for send {} came from rank {from}, not {dest}", h.send_id)));
+                }
+                let header = Header { recv_id: h.recv_id, data_len: data.len() as u64, ..Header::control(Kind::RndvData, self.rank) };
+                self.outbox.push_back((from, Frame { header, payload: data }));
+                self.events.push_back(Event::SendDone { id: h.send_id, result: Ok(()) });
+            }
+            Kind::RndvData => {
+                let Some(envelope) = self.awaiting_data.remove(&h.recv_id) else {
+                    return Err(Error::Protocol(format!("data for unknown receive {}", h.recv_id)));
+                };
+                if frame.payload.len() as u64 != envelope.len || envelope.source != from {
+                    return Err(Error::Protocol(format!(
+                        "rendezvous data of {} bytes from rank {from} for a {}-byte message from rank {}",
+                        frame.payload.len(),
+                        envelope.len,
+                        envelope.source
+                    )));
+                }
+                self.events
+                    .push_back(Event::RecvDone { id: h.recv_id, result: Ok(Delivered { envelope, data: frame.payload }) });
+            }
+            Kind::ReadyAck => {
+                let Some(PendingSend::Ready { dest }) = self.sends.remove(&h.send_id) else {
+                    return self.unknown_send(from, h.send_id);
+                };
+                if dest != from {
+                    return Err(Error::Protocol(format!("ready answer for send {} from the wrong rank", h.send_id)));
+                }
+                let result = if h.data_len == 1 { Ok(()) } else { Err(Error::NotReady) };
+                self.events.push_back(Event::SendDone { id: h.send_id, result });
+            }
+            Kind::Credit => {
+                let peer = &mut self.peers[from as usize];
+                peer.credit = peer.credit.saturating_add(h.data_len).min(self.config.eager_credit);
+            }
+            Kind::Bye => self.peer_finished(from),
+        }
+        Ok(())
+    }
+
+    /// An answer for a send that is not pending: harmless if the send was
+    /// failed because the peer finished meanwhile, a protocol error otherwise.
+    fn unknown_send(&self, from: u32, send_id: u64) -> Result<()> {
+        if self.peers[from as usize].finished {
+            return Ok(());
+        }
+        Err(Error::Protocol(format!("answer from rank {from} for unknown send {send_id}")))
+    }
+
+    /// A data message arrived: match it to the first posted receive that
+    /// accepts it, or queue it.
+    fn arrive(&mut self, u: Unexpected) {
+        match self.posted.iter().position(|p| p.spec.accepts(&u.envelope)) {
+            Some(pos) => {
+                let p = self.posted.remove(pos).expect("position is in range");
+                self.take_unexpected(p.id, u);
+            }
+            None => {
+                tracing::trace!(rank = self.rank, source = u.envelope.source, tag = u.envelope.tag, "queued unexpected");
+                self.unexpected.push_back(u);
+            }
+        }
+    }
+
+    fn arrive_ready(&mut self, h: Header, data: Bytes) {
+        let envelope = Envelope::from_header(&h, data.len() as u64);
+        let taken = match self.posted.iter().position(|p| p.spec.accepts(&envelope)) {
+            Some(pos) => {
+                let p = self.posted.remove(pos).expect("position is in range");
+                self.events.push_back(Event::RecvDone { id: p.id, result: Ok(Delivered { envelope, data }) });
+                1
+            }
+            None => {
+                tracing::debug!(rank = self.rank, source = h.source, tag = h.tag, "ready send found no posted receive");
+                0
+            }
+        };
+        let header = Header { send_id: h.send_id, data_len: taken, ..Header::control(Kind::ReadyAck, self.rank) };
+        self.outbox.push_back((h.source, Frame { header, payload: Bytes::new() }));
+    }
+
+    /// The frame announcing that this rank has finished, for every peer.
+    pub fn farewell(&mut self) {
+        for dest in 0..self.size() {
+            if dest != self.rank {
+                self.outbox.push_back((dest, Frame { header: Header::control(Kind::Bye, self.rank), payload: Bytes::new() }));
+            }
+        }
+    }
+
+    /// `rank` has finished: fail what waits for it to match.
+    fn peer_finished(&mut self, rank: u32) {
+        self.peers[rank as usize].finished = true;
+        self.fail_waiting_on(rank, "its program returned before matching");
+    }
+
+    /// `rank` has failed (its connection broke, or it broke the protocol):
+    /// every operation that depends on it fails.
+    pub fn fail_peer(&mut self, rank: u32, reason: &str) {
+        if rank as usize >= self.peers.len() || self.peers[rank as usize].failed.is_some() {
+            return;
+        }
+        tracing::warn!(rank = self.rank, peer = rank, reason, "peer failed");
+        self.peers[rank as usize].failed = Some(reason.to_string());
+        self.fail_waiting_on(rank, reason);
+        let failed_transfers: Vec<ReqId> =
+            self.awaiting_data.iter().filter(|(_, e)| e.source == rank).map(|(id, _)| *id).collect();
+        for id in failed_transfers {
+            self.awaiting_data.remove(&id);
+            let error = Error::ProcessFailed { rank, reason: reason.to_string() };
+            self.events.push_back(Event::RecvDone { id, result: Err(error) });
+        }
+    }
+
+    /// Fails the receives that name `rank` and the sends that wait for it.
+    fn fail_waiting_on(&mut self, rank: u32, reason: &str) {
+        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
+        let mut kept = VecDeque::with_capacity(self.posted.len());
+        for p in self.posted.drain(..) {
+            if p.spec.source == Some(rank) {
+                self.events.push_back(Event::RecvDone { id: p.id, result: Err(error()) });
+            } else {
+                kept.push_back(p);
+            }
+        }
+        self.posted = kept;
+        let failed_sends: Vec<ReqId> =
+            self.sends.iter().filter(|(_, s)| s.dest() == rank).map(|(id, _)| *id).collect();
+        for id in failed_sends {
+            self.sends.remove(&id);
+            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(dest: u32, tag: i32, data: &'static [u8]) -> Outgoing {
+        Outgoing { dest, context: 0, tag, signature: Some((7, data.len() as u64)), repr: Repr::Native, data: Bytes::from_static(data) }
+    }
+
+    fn spec(source: Option<u32>, tag: Option<i32>) -> MatchSpec {
+        MatchSpec { context: 0, source, tag }
+    }
+
+    /// Moves every queued frame to its destination engine until all are quiet.
+    fn pump(engines: &mut [Engine]) {
+        loop {
+            let mut moved = false;
+            for i in 0..engines.len() {
+                while let Some((dest, frame)) = engines[i].poll_transmit() {
+                    engines[dest as usize].handle_frame(i as u32, frame).unwrap();
+                    moved = true;
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn events(e: &mut Engine) -> Vec<Event> {
+        std::iter::from_fn(|| e.poll_event()).collect()
+    }
+
+    fn pair(config: Config) -> Vec<Engine> {
+        vec![Engine::new(0, 2, config), Engine::new(1, 2, config)]
+    }
+
+    #[test]
+    fn eager_messages_match_in_arrival_order() {
+        let mut e = pair(Config::default());
+        e[0].post_send(1, SendMode::Standard, msg(1, 5, b"first"));
+        e[0].post_send(2, SendMode::Standard, msg(1, 5, b"second"));
+        pump(&mut e);
+        assert_eq!(events(&mut e[0]).len(), 2);
+        e[1].post_recv(10, spec(Some(0), None));
+        e[1].post_recv(11, spec(None, Some(5)));
+        let got: Vec<_> = events(&mut e[1])
+            .into_iter()
+            .map(|ev| match ev {
+                Event::RecvDone { id, result } => (id, result.unwrap().data),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(got, [(10, Bytes::from_static(b"first")), (11, Bytes::from_static(b"second"))]);
+    }
+
+    #[test]
+    fn rendezvous_completes_the_send_only_after_a_match() {
+        let mut e = pair(Config::default());
+        e[0].post_send(1, SendMode::Synchronous, msg(1, 0, b"sync"));
+        pump(&mut e);
+        assert!(events(&mut e[0]).is_empty(), "no match yet");
+        e[1].post_recv(7, spec(Some(0), Some(0)));
+        pump(&mut e);
+        assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]));
+        assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 7, result: Ok(d) }] if d.data == "sync"));
+    }
+
+    #[test]
+    fn credit_bounds_unexpected_data_then_falls_back_to_rendezvous() {
+        let mut e = pair(Config { eager_threshold: 100, eager_credit: 10 });
+        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"12345678"));
+        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"abcdefgh"));
+        pump(&mut e);
+        let done: Vec<_> = events(&mut e[0]).into_iter().map(|ev| matches!(ev, Event::SendDone { .. })).collect();
+        assert_eq!(done, [true], "the second send waits: no credit left");
+        e[1].post_recv(5, spec(None, None));
+        e[1].post_recv(6, spec(None, None));
+        pump(&mut e);
+        assert_eq!(events(&mut e[0]).len(), 1, "second send completed after its match");
+        assert_eq!(events(&mut e[1]).len(), 2);
+    }
+
+    #[test]
+    fn ready_send_without_a_posted_receive_is_refused() {
+        let mut e = pair(Config::default());
+        e[0].post_send(1, SendMode::Ready, msg(1, 0, b"early"));
+        pump(&mut e);
+        assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Err(Error::NotReady) }]));
+        assert_eq!(e[1].unexpected_len(), 0, "not delivered");
+        e[1].post_recv(3, spec(Some(0), Some(0)));
+        e[0].post_send(2, SendMode::Ready, msg(1, 0, b"ok"));
+        pump(&mut e);
+        assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 2, result: Ok(()) }]));
+    }
+
+    #[test]
+    fn out_of_order_and_forged_frames_are_protocol_errors() {
+        let mut e = pair(Config::default());
+        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"a"));
+        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"b"));
+        let (_, f1) = e[0].poll_transmit().unwrap();
+        let (_, f2) = e[0].poll_transmit().unwrap();
+        assert!(matches!(e[1].handle_frame(0, f2), Err(Error::Protocol(_))));
+        assert!(matches!(e[1].handle_frame(1, f1.clone()), Err(Error::Protocol(_))), "source mismatch");
+        let cts = Frame { header: Header { send_id: 99, ..Header::control(Kind::Cts, 0) }, payload: Bytes::new() };
+        assert!(e[1].handle_frame(0, cts).is_err());
+    }
+
+    #[test]
+    fn a_failed_peer_fails_what_depends_on_it() {
+        let mut e = pair(Config::default());
+        e[1].post_recv(1, spec(Some(0), None));
+        e[1].post_recv(2, spec(None, None));
+        e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));
+        e[1].fail_peer(0, "connection lost");
+        let ev = events(&mut e[1]);
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        assert_eq!(e[1].posted_len(), 1, "the any-source receive stays posted");
+        e[1].post_recv(4, spec(Some(0), None));
+        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 4, result: Err(Error::ProcessFailed { .. }) }]));
+    }
+
+    #[test]
+    fn requeued_messages_go_ahead_of_later_ones() {
+        let mut e = pair(Config::default());
+        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"one"));
+        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"two"));
+        pump(&mut e);
+        e[1].post_recv(5, spec(None, None));
+        let Some(Event::RecvDone { result: Ok(first), .. }) = e[1].poll_event() else { panic!() };
+        e[1].requeue_front(first);
+        e[1].post_recv(6, spec(None, None));
+        assert!(matches!(e[1].poll_event(), Some(Event::RecvDone { id: 6, result: Ok(d) }) if d.data == "one"));
+    }
+}
