@@ -598,6 +598,14 @@ impl Comm {
         Ok(Some(MatchSpec { context, source, tag }))
     }
 
+    /// Diagnostics: messages that have arrived at this rank and wait
+    /// unmatched (over all communicators), and their data bytes. Eager data
+    /// from each sender is bounded by the engine's credit.
+    pub fn queued(&self) -> (usize, u64) {
+        let st = self.shared.lock();
+        (st.engine.unexpected_len(), st.engine.unexpected_bytes())
+    }
+
     // ----- sends ------------------------------------------------------------------
 
     /// Packs `buf` and posts it; returns the request id to wait on, or

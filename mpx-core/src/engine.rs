@@ -300,6 +300,17 @@ impl Engine {
         self.unexpected.len()
     }
 
+    /// Bytes of eager data waiting in the unexpected queue.
+    pub fn unexpected_bytes(&self) -> u64 {
+        self.unexpected
+            .iter()
+            .map(|u| match &u.body {
+                Body::Data(d) => d.len() as u64,
+                Body::Rts { .. } => 0,
+            })
+            .sum()
+    }
+
     /// Number of receives posted and not yet matched.
     pub fn posted_len(&self) -> usize {
         self.posted.len()

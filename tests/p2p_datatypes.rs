@@ -1,0 +1,168 @@
+//! Typed slices, derived datatypes, packed data, type matching and
+//! truncation across the loopback backend.
+
+use mpx::prelude::*;
+use mpx::MpiType;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, MpiType)]
+#[repr(C)]
+struct Particle {
+    id: u32,
+    pos: [f64; 3],
+    charge: f32,
+    alive: bool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn derived_structs_round_trip() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            let ps: Vec<Particle> =
+                (0..1000).map(|i| Particle { id: i, pos: [i as f64, 0.5, -1.0], charge: -1.5, alive: i % 2 == 0 }).collect();
+            comm.send(&ps, 1, 7).await?;
+            Ok(vec![])
+        } else {
+            let mut inp = vec![Particle::default(); 1000];
+            let st = comm.recv_into(&mut inp, 0, 7).await?;
+            assert_eq!(st.count::<Particle>(), Some(1000));
+            Ok(inp)
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1][999], Particle { id: 999, pos: [999.0, 0.5, -1.0], charge: -1.5, alive: false });
+    assert!(out[1].iter().enumerate().all(|(i, p)| p.id == i as u32 && p.alive == (i % 2 == 0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_sent_with_a_vector_type_received_as_a_row() {
+    let out = launch(2, |comm| async move {
+        let n = 100;
+        if comm.rank() == 0 {
+            let matrix: Vec<f64> = (0..n * n).map(|i| i as f64).collect();
+            let column = Datatype::vector(n as i64, 1, n as i64, &Datatype::double())?.commit();
+            comm.send_buf(SendBuf::new(Region::of(&matrix[3..]), 1, &column), 1, 8).await?;
+            Ok(vec![])
+        } else {
+            let mut row = vec![0f64; n];
+            comm.recv_into(&mut row, 0, 8).await?;
+            Ok(row)
+        }
+    })
+    .await
+    .unwrap();
+    let expect: Vec<f64> = (0..100).map(|i| (i * 100 + 3) as f64).collect();
+    assert_eq!(out[1], expect);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packed_messages_match_any_type_both_ways() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            // Sent typed, received as packed then unpacked.
+            comm.send(&[1.5f64, 2.5], 1, 0).await?;
+            // Made with the pack API, sent as packed, received typed.
+            let mut buf = vec![0u8; 12];
+            let mut pos = 0;
+            pack(&[10u32, 20], &mut buf, &mut pos)?;
+            pack(&[30u32], &mut buf, &mut pos)?;
+            comm.send_buf(SendBuf::packed(&buf[..pos]), 1, 1).await?;
+            Ok(vec![])
+        } else {
+            let mut raw = vec![0u8; 64];
+            let st = comm.recv_buf(RecvBuf::packed(&mut raw), 0, 0).await?;
+            assert_eq!(st.bytes, 16);
+            let mut xs = [0f64; 2];
+            unpack(&raw[..16], &mut 0, &mut xs)?;
+            let mut ys = [0u32; 3];
+            comm.recv_into(&mut ys, 0, 1).await?;
+            Ok(vec![xs[0], xs[1], ys[0] as f64, ys[1] as f64, ys[2] as f64])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1], [1.5, 2.5, 10.0, 20.0, 30.0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn type_mismatch_and_truncation_are_errors_that_write_nothing() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&[1i32, 2, 3], 1, 0).await?;
+            comm.send(&[1i32, 2, 3], 1, 1).await?;
+            comm.send(&[1.0f32, 2.0], 1, 2).await?;
+            comm.send(&[1u8, 2], 1, 3).await?;
+            Ok(vec![])
+        } else {
+            let mut small = [0i32; 2];
+            let e1 = comm.recv_into(&mut small, 0, 0).await.unwrap_err();
+            assert_eq!(small, [0, 0]);
+            let mut wrong = [0f32; 3];
+            let e2 = comm.recv_into(&mut wrong, 0, 1).await.unwrap_err();
+            assert_eq!(wrong, [0.0; 3]);
+            // float vs int32 with the same size: still a mismatch.
+            let mut ints = [0i32; 2];
+            let e3 = comm.recv_into(&mut ints, 0, 2).await.unwrap_err();
+            // uint8 data into bool: type mismatch (uint8_t is not c_bool).
+            let mut flags = [false; 2];
+            let e4 = comm.recv_into(&mut flags, 0, 3).await.unwrap_err();
+            Ok(vec![e1, e2, e3, e4])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1][0], Error::Truncate { needed: 12, available: 8 });
+    assert_eq!(&out[1][1..], &[Error::TypeMismatch, Error::TypeMismatch, Error::TypeMismatch]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_messages_and_partial_items() {
+    let out = launch(2, |comm| async move {
+        let pair = Datatype::named("double_int").unwrap();
+        if comm.rank() == 0 {
+            // One double_int and a lone double: a partial item.
+            let t = Datatype::structure(&[1, 1], &[0, 16], &[pair.clone(), Datatype::double()])?;
+            let mut mem = vec![0u8; 24];
+            mem[..8].copy_from_slice(&1.5f64.to_ne_bytes());
+            mem[8..12].copy_from_slice(&7i32.to_ne_bytes());
+            mem[16..24].copy_from_slice(&2.5f64.to_ne_bytes());
+            comm.send_buf(SendBuf::new(Region::new(&mem), 1, &t), 1, 0).await?;
+            Ok(vec![])
+        } else {
+            let mut mem = vec![0xffu8; 48];
+            let st = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut mem), 3, &pair), 0, 0).await?;
+            assert_eq!(st.bytes, 20);
+            assert_eq!(st.get_count(&pair), None);
+            assert_eq!(st.get_elements(&pair), 3);
+            Ok(mem)
+        }
+    })
+    .await
+    .unwrap();
+    let mem = &out[1];
+    assert_eq!(&mem[..8], &1.5f64.to_ne_bytes());
+    assert_eq!(&mem[8..12], &7i32.to_ne_bytes());
+    assert_eq!(&mem[12..16], &[0xff; 4], "padding untouched");
+    assert_eq!(&mem[16..24], &2.5f64.to_ne_bytes());
+    assert!(mem[24..].iter().all(|&b| b == 0xff), "nothing past the data");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_values_are_rejected_on_receive() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            // A c_bool of 7, sent as raw c_bool data.
+            let t = Datatype::named("c_bool").unwrap();
+            comm.send_buf(SendBuf::new(Region::new(&[1, 7]), 2, &t), 1, 0).await?;
+            Ok(None)
+        } else {
+            let mut flags = [false, false];
+            let r = comm.recv_into(&mut flags, 0, 0).await;
+            assert_eq!(flags, [false, false]);
+            Ok(Some(r))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(matches!(out[1], Some(Err(Error::InvalidValue { item: 1, .. }))));
+}

@@ -1,0 +1,76 @@
+//! Bad arguments and dead peers give clear errors, never panics or hangs.
+
+use std::time::Duration;
+
+use mpx::prelude::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_ranks_tags_and_counts() {
+    launch(2, |comm| async move {
+        assert_eq!(comm.send(&[1u8], 2, 0).await, Err(Error::InvalidRank { rank: 2, size: 2 }));
+        assert_eq!(comm.send(&[1u8], -1i32, 0).await, Err(Error::InvalidRank { rank: -1, size: 2 }));
+        assert!(matches!(comm.recv::<u8>(5, 0).await, Err(Error::InvalidRank { .. })));
+        assert_eq!(comm.send(&[1u8], 0, -3).await, Err(Error::InvalidTag(-3)));
+        assert!(matches!(comm.recv::<u8>(0, -1).await, Err(Error::InvalidTag(-1))));
+        assert!(matches!(comm.iprobe(0, -7), Err(Error::InvalidTag(-7))));
+        // A receive buffer that does not hold `count` items.
+        let mut small = [0u8; 4];
+        let t = Datatype::contiguous(8, &Datatype::byte())?;
+        let r = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut small), 1, &t), PROC_NULL, 0).await;
+        assert!(r.is_ok(), "PROC_NULL receives touch nothing");
+        let send = comm.send_buf(SendBuf::new(Region::new(&small), 1, &t), 1 - comm.rank(), 0).await;
+        assert!(matches!(send, Err(Error::OutOfBounds { .. })));
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_on_a_rank_that_finished_fails_instead_of_hanging() {
+    let run = launch(3, |comm| async move {
+        match comm.rank() {
+            0 => Ok("done".to_string()),
+            1 => {
+                let r = comm.recv::<u8>(0, 0).await;
+                Ok(format!("{r:?}"))
+            }
+            _ => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let r = comm.ssend(&[1u8], 0, 0).await;
+                Ok(format!("{r:?}"))
+            }
+        }
+    });
+    let out = tokio::time::timeout(Duration::from_secs(10), run).await.expect("no hang").unwrap();
+    assert!(out[1].contains("ProcessFailed { rank: 0"), "{}", out[1]);
+    assert!(out[2].contains("ProcessFailed { rank: 0"), "{}", out[2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_rank_fails_the_launch_and_frees_its_peers() {
+    let run = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            panic!("rank 0 gives up");
+        }
+        let r = comm.recv::<u8>(0, 0).await;
+        assert!(matches!(r, Err(Error::ProcessFailed { rank: 0, .. })));
+        Ok(())
+    });
+    let err = tokio::time::timeout(Duration::from_secs(10), run).await.expect("no hang").unwrap_err();
+    assert!(matches!(err, Error::ProcessFailed { rank: 0, .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_error_is_the_launch_error() {
+    let err = launch(2, |comm| async move {
+        if comm.rank() == 1 {
+            return Err(Error::InvalidArgument("rank 1 failed".into()));
+        }
+        Ok(())
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(err, Error::InvalidArgument("rank 1 failed".into()));
+    assert!(launch(0, |_comm| async move { Ok(()) }).await.is_err());
+}

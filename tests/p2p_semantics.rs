@@ -1,0 +1,255 @@
+//! Send modes, receive selectors, probes, status, sendrecv, PROC_NULL,
+//! communicator contexts and the barrier on the loopback backend.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mpx::prelude::*;
+use mpx::{launch_with, LaunchOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_send_completes_only_after_the_receive_starts() {
+    let posted = Arc::new(AtomicBool::new(false));
+    let p = posted.clone();
+    launch(2, move |comm| {
+        let posted = p.clone();
+        async move {
+            if comm.rank() == 0 {
+                comm.ssend(&[1u8; 4], 1, 0).await?;
+                assert!(posted.load(Ordering::SeqCst), "ssend returned before the receive was posted");
+            } else {
+                // Let the RTS arrive and sit unmatched for a while.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                assert!(comm.iprobe(0, 0)?.is_some());
+                posted.store(true, Ordering::SeqCst);
+                comm.recv_into(&mut [0u8; 4], 0, 0).await?;
+            }
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_send_of_a_large_message_waits_for_the_receiver() {
+    let mut opts = LaunchOptions::ranks(2);
+    opts.engine.eager_threshold = 1024;
+    let received = Arc::new(AtomicBool::new(false));
+    let r = received.clone();
+    launch_with(opts, move |comm| {
+        let received = r.clone();
+        async move {
+            if comm.rank() == 0 {
+                comm.send(&vec![7u32; 10_000], 1, 0).await?;
+                assert!(received.load(Ordering::SeqCst) || comm.iprobe(1, 1)?.is_none());
+                comm.send(&vec![7u32; 10], 1, 1).await?;
+            } else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                received.store(true, Ordering::SeqCst);
+                let (v, st) = comm.recv::<u32>(0, 0).await?;
+                assert_eq!((v.len(), st.bytes), (10_000, 40_000));
+                assert!(v.iter().all(|&x| x == 7));
+                comm.recv::<u32>(0, 1).await?;
+            }
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_send_is_an_error_without_a_posted_receive() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            let early = comm.rsend(&[1i32], 1, 0).await;
+            comm.send(&[0u8], 1, 99).await?; // tell rank 1 to post its receive
+            comm.recv::<u8>(1, 98).await?; // it is posted
+            let ready = comm.rsend(&[2i32], 1, 0).await;
+            Ok(vec![format!("{early:?}"), format!("{ready:?}")])
+        } else {
+            comm.recv::<u8>(0, 99).await?;
+            assert!(comm.iprobe(0, 0)?.is_none(), "the early ready message was not delivered");
+            let mut got = [0i32];
+            let recv = comm.recv_into(&mut got, 0, 0);
+            let ack = async {
+                tokio::task::yield_now().await;
+                comm.send(&[0u8], 0, 98).await
+            };
+            let (st, _) = futures::join!(recv, ack);
+            st?;
+            Ok(vec![got[0].to_string()])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[0], ["Err(NotReady)", "Ok(())"]);
+    assert_eq!(out[1], ["2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_source_any_tag_probe_and_status() {
+    let out = launch(3, |comm| async move {
+        match comm.rank() {
+            0 => {
+                let mut seen = vec![];
+                for _ in 0..2 {
+                    let st = comm.probe(Any, Any).await?;
+                    let probed = (st.source.unwrap(), st.tag.unwrap(), st.bytes);
+                    let mut buf = [0u16; 8];
+                    let got = comm.recv_into(&mut buf, st.source.unwrap(), st.tag.unwrap()).await?;
+                    assert_eq!((got.source.unwrap(), got.tag.unwrap(), got.bytes), probed);
+                    assert_eq!(got.count::<u16>(), Some(probed.2 / 2));
+                    assert_eq!(got.get_elements(&Datatype::named("uint16_t").unwrap()), probed.2 / 2);
+                    assert!(!got.test_cancelled());
+                    seen.push(probed);
+                }
+                seen.sort();
+                Ok(seen)
+            }
+            r => {
+                comm.send(&vec![r as u16; r], 0, 10 + r as i32).await?;
+                Ok(vec![])
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[0], [(1, 11, 2), (2, 12, 4)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matched_probe_reserves_the_message() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&[5i64, 6], 1, 3).await?;
+            comm.send(&[7i64], 1, 3).await?;
+            Ok(vec![])
+        } else {
+            let m = comm.mprobe(0, 3).await?;
+            assert_eq!(m.status().bytes, 16);
+            // A concurrent receive cannot steal the probed message.
+            let (other, _) = comm.recv::<i64>(0, 3).await?;
+            let mut first = [0i64; 2];
+            m.recv_into(&mut first).await?;
+            // improbe of nothing; dropping an unreceived message gives it back.
+            assert!(comm.improbe(0, 4)?.is_none());
+            comm.send(&[8i64], 1, 4).await?;
+            let dropped = comm.mprobe(1, 4).await?;
+            drop(dropped);
+            let (again, _) = comm.recv::<i64>(1, 4).await?;
+            Ok(vec![first[0], first[1], other[0], again[0]])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1], [5, 6, 7, 8]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sendrecv_and_sendrecv_replace_rotate_a_ring() {
+    let out = launch(5, |comm| async move {
+        let n = comm.size();
+        let right = (comm.rank() + 1) % n;
+        let left = (comm.rank() + n - 1) % n;
+        let mut got = [0usize; 3];
+        comm.sendrecv(&[comm.rank(); 3], right, 1, &mut got, left, 1).await?;
+        let mut buf = [comm.rank() * 10; 2];
+        comm.sendrecv_replace(&mut buf, left, 2, right, 2).await?;
+        Ok((got[0], buf[1]))
+    })
+    .await
+    .unwrap();
+    for (r, (from_left, from_right)) in out.into_iter().enumerate() {
+        assert_eq!(from_left, (r + 4) % 5);
+        assert_eq!(from_right, (r + 1) % 5 * 10);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proc_null_completes_at_once_with_an_empty_status() {
+    launch(1, |comm| async move {
+        comm.send(&[1u8], PROC_NULL, 0).await?;
+        comm.ssend(&[1u8], PROC_NULL, 0).await?;
+        comm.rsend(&[1u8], PROC_NULL, 0).await?;
+        let mut b = [9u8];
+        let st = comm.recv_into(&mut b, PROC_NULL, Any).await?;
+        assert_eq!(st, Status::empty());
+        assert_eq!((st.source, st.tag, st.bytes, b[0]), (None, None, 0, 9));
+        assert_eq!(st.count::<u8>(), Some(0));
+        let st = comm.sendrecv(&[1u8], PROC_NULL, 0, &mut b, PROC_NULL, 0).await?;
+        assert_eq!(st, Status::empty());
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dup_gives_a_separate_matching_context() {
+    let out = launch(2, |comm| async move {
+        let lib = comm.dup();
+        let lib2 = comm.dup();
+        if comm.rank() == 0 {
+            lib.send(&[1u8], 1, 0).await?;
+            comm.send(&[2u8], 1, 0).await?;
+            lib2.send(&[3u8], 1, 0).await?;
+            Ok(vec![])
+        } else {
+            // Receive in the opposite order: each communicator sees only its own.
+            let (c, _) = lib2.recv::<u8>(0, 0).await?;
+            let (b, _) = comm.recv::<u8>(0, Any).await?;
+            let (a, _) = lib.recv::<u8>(Any, Any).await?;
+            Ok(vec![a[0], b[0], c[0]])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1], [1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn barrier_holds_everyone_until_the_last_arrives() {
+    let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let a = arrived.clone();
+    launch(7, move |comm| {
+        let arrived = a.clone();
+        async move {
+            for round in 0..5 {
+                if comm.rank() == round {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                arrived.fetch_add(1, Ordering::SeqCst);
+                comm.barrier().await?;
+                assert!(arrived.load(Ordering::SeqCst) >= (round + 1) * 7, "left barrier {round} early");
+                comm.barrier().await?;
+            }
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_receive_is_withdrawn_and_loses_nothing() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            comm.recv::<u8>(1, 1).await?; // wait until rank 1 timed out
+            comm.send(&[42u8], 1, 0).await?;
+            Ok(0)
+        } else {
+            let mut b = [0u8];
+            let timed_out = tokio::time::timeout(Duration::from_millis(30), comm.recv_into(&mut b, 0, 0)).await;
+            assert!(timed_out.is_err());
+            comm.send(&[0u8], 0, 1).await?;
+            comm.recv_into(&mut b, 0, 0).await?;
+            Ok(b[0])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1], 42);
+}
