@@ -41,6 +41,7 @@ use crate::engine::{Config, Delivered, Engine, Event, MatchSpec, Outgoing, ReqId
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::{Region, RegionMut};
+use crate::request::{Finish, Kind, Operation, Request};
 use crate::wire::{Frame, Repr};
 
 /// The largest user tag (`MPI_TAG_UB`). Tags are `0..=TAG_UB`.
@@ -63,6 +64,15 @@ pub trait Transport: Send + Sync + 'static {
     /// Queues `frame` for rank `dest` (which may be this rank). An error
     /// means the peer is unreachable; the engine then fails it.
     fn send(&self, dest: u32, frame: Frame) -> Result<()>;
+
+    /// Hands every frame that has already arrived to `deliver`, in order,
+    /// without waiting. `test` calls use it to progress where no driver
+    /// task gets to run (a polling loop on a current-thread runtime).
+    /// Implementations must not interleave this with their driver's
+    /// deliveries (hold the inbox while delivering).
+    fn progress(&self, deliver: &mut dyn FnMut(u32, Frame)) {
+        let _ = deliver;
+    }
 }
 
 /// Wildcard for a source rank or a tag (`MPI_ANY_SOURCE`, `MPI_ANY_TAG`).
@@ -267,6 +277,169 @@ fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, region: Region
     Ok(status_of(msg))
 }
 
+/// Unpacks a delivered message into a typed slice, validating values first.
+fn unpack_typed_message<T: MpiType>(msg: &Delivered, buf: &mut [T]) -> Result<Status> {
+    let count = buf.len() as u64;
+    let mut status = None;
+    crate::pack::unpack_typed(buf, |region| {
+        status = Some(deliver_into(msg, &T::datatype(), count, region)?);
+        Ok(())
+    })?;
+    Ok(status.expect("set on success"))
+}
+
+/// A `Vec` whose element type is contiguous (no padding), viewed as the
+/// bytes of a message.
+struct ContiguousVec<T>(Vec<T>);
+
+impl<T: MpiType> AsRef<[u8]> for ContiguousVec<T> {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: only built for types whose datatype is contiguous: every
+        // byte of every value is a typemap byte, hence initialised.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), std::mem::size_of_val(&self.0[..])) }
+    }
+}
+
+/// A failed receive into an owned buffer: the buffer comes back with the error.
+#[derive(Debug)]
+pub struct RecvError<B> {
+    /// The buffer the receive was given.
+    pub buffer: B,
+    /// What went wrong.
+    pub error: Error,
+}
+
+impl<B: std::fmt::Debug> std::fmt::Display for RecvError<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<B: std::fmt::Debug> std::error::Error for RecvError<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// A posted receive that resolves to the delivered message itself.
+pub(crate) struct RawRecv {
+    shared: Arc<Shared>,
+    id: ReqId,
+    finished: bool,
+}
+
+impl RawRecv {
+    fn new(shared: Arc<Shared>, id: ReqId) -> RawRecv {
+        RawRecv { shared, id, finished: false }
+    }
+}
+
+impl Future for RawRecv {
+    type Output = Result<Delivered>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Delivered>> {
+        let completion = std::task::ready!(self.shared.poll_done(self.id, cx));
+        self.finished = true;
+        Poll::Ready(match completion {
+            Completion::Recv(r) => r,
+            Completion::Cancelled => Err(Error::Cancelled),
+            Completion::Send(_) => unreachable!("a receive completes as a receive"),
+        })
+    }
+}
+
+impl Drop for RawRecv {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.shared.withdraw(self.id);
+        }
+    }
+}
+
+/// A receive into an owned buffer ([`Comm::irecv_vec`],
+/// [`Comm::irecv_bytes`]): a `'static` future resolving to the buffer and
+/// the status, or to the buffer and the error ([`RecvError`]). It is also an
+/// [`Operation`], so it works with the completion functions and
+/// [`RequestSet`](crate::RequestSet).
+#[must_use = "a receive does nothing unless awaited; dropping it withdraws it"]
+pub struct OwnedRecv<B> {
+    state: OwnedState<B>,
+    finish: fn(&mut B, Delivered) -> Result<Status>,
+}
+
+enum OwnedState<B> {
+    Active(RawRecv, B),
+    Complete(Option<std::result::Result<(B, Status), RecvError<B>>>),
+}
+
+impl<B> std::fmt::Debug for OwnedRecv<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_complete() { "OwnedRecv(complete)" } else { "OwnedRecv(active)" })
+    }
+}
+
+impl<B> OwnedRecv<B> {
+    fn start(comm: &Comm, buffer: B, source: Source, tag: TagSel, finish: fn(&mut B, Delivered) -> Result<Status>) -> OwnedRecv<B> {
+        let state = match comm.post_recv(source, tag, comm.context) {
+            Ok(Some(id)) => OwnedState::Active(RawRecv::new(comm.shared.clone(), id), buffer),
+            Ok(None) => OwnedState::Complete(Some(Ok((buffer, Status::empty())))),
+            Err(error) => OwnedState::Complete(Some(Err(RecvError { buffer, error }))),
+        };
+        OwnedRecv { state, finish }
+    }
+
+    fn is_complete(&self) -> bool {
+        matches!(self.state, OwnedState::Complete(_))
+    }
+}
+
+impl<B: Unpin> Operation for OwnedRecv<B> {
+    type Output = std::result::Result<(B, Status), RecvError<B>>;
+
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let OwnedState::Active(raw, _) = &mut self.state else { return Poll::Ready(()) };
+        let outcome = std::task::ready!(Pin::new(raw).poll(cx));
+        let OwnedState::Active(_, mut buffer) = std::mem::replace(&mut self.state, OwnedState::Complete(None)) else {
+            unreachable!("checked above")
+        };
+        let result = outcome.and_then(|msg| (self.finish)(&mut buffer, msg));
+        self.state = OwnedState::Complete(Some(match result {
+            Ok(status) => Ok((buffer, status)),
+            Err(error) => Err(RecvError { buffer, error }),
+        }));
+        Poll::Ready(())
+    }
+
+    fn is_complete(&self) -> bool {
+        OwnedRecv::is_complete(self)
+    }
+
+    fn take_output(&mut self) -> Self::Output {
+        match &mut self.state {
+            OwnedState::Complete(out) => out.take().expect("the outcome of an owned receive is taken once"),
+            OwnedState::Active(..) => panic!("take_output on an active receive"),
+        }
+    }
+
+    fn progress(&self) -> Option<usize> {
+        match &self.state {
+            OwnedState::Active(raw, _) => {
+                raw.shared.progress();
+                Some(Arc::as_ptr(&raw.shared) as usize)
+            }
+            OwnedState::Complete(_) => None,
+        }
+    }
+}
+
+impl<B: Unpin> Future for OwnedRecv<B> {
+    type Output = std::result::Result<(B, Status), RecvError<B>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        std::task::ready!(self.poll_complete(cx));
+        Poll::Ready(self.take_output())
+    }
+}
+
 fn status_of(msg: &Delivered) -> Status {
     Status {
         source: Some(msg.envelope.source as usize),
@@ -278,9 +451,11 @@ fn status_of(msg: &Delivered) -> Status {
 
 // ----- the endpoint -----------------------------------------------------------
 
-enum Completion {
+pub(crate) enum Completion {
     Send(Result<()>),
     Recv(Result<Delivered>),
+    /// A receive withdrawn by `MPI_Cancel`.
+    Cancelled,
 }
 
 /// State of the attached buffer for buffered sends.
@@ -293,10 +468,10 @@ struct BsendBuffer {
     detach_waiters: Vec<Waker>,
 }
 
-struct State {
-    engine: Engine,
-    done: HashMap<ReqId, Completion>,
-    wakers: HashMap<ReqId, Waker>,
+pub(crate) struct State {
+    pub(crate) engine: Engine,
+    pub(crate) done: HashMap<ReqId, Completion>,
+    pub(crate) wakers: HashMap<ReqId, Waker>,
     /// Operations whose futures were dropped: their completions are
     /// discarded (sends) or given back (receives).
     abandoned: HashSet<ReqId>,
@@ -305,7 +480,7 @@ struct State {
     bsend: BsendBuffer,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     rank: u32,
     size: u32,
     transport: Box<dyn Transport>,
@@ -347,14 +522,7 @@ impl Endpoint {
     /// Gives a frame from rank `from` to the engine. A frame that breaks
     /// the protocol fails that peer.
     pub fn handle_frame(&self, from: u32, frame: Frame) {
-        let mut st = self.shared.lock();
-        if let Err(e) = st.engine.handle_frame(from, frame) {
-            st.engine.fail_peer(from, &e.to_string());
-        }
-        for w in st.arrival_wakers.drain(..) {
-            w.wake();
-        }
-        self.shared.flush(&mut st);
+        self.shared.deliver(from, frame);
     }
 
     /// The transport lost rank `rank`: everything that depends on it fails.
@@ -389,14 +557,14 @@ impl Endpoint {
 const WORLD_CONTEXT: u64 = 0;
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the engine half-updated
         // in a way that matters more than the panic itself.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Hands queued frames to the transport and dispatches completions.
-    fn flush(&self, st: &mut State) {
+    pub(crate) fn flush(&self, st: &mut State) {
         loop {
             let mut progressed = false;
             while let Some((dest, frame)) = st.engine.poll_transmit() {
@@ -415,6 +583,54 @@ impl Shared {
             }
             if !progressed {
                 break;
+            }
+        }
+    }
+
+    /// Takes request `id`'s completion, or registers `cx`'s waker for it.
+    pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
+        let mut st = self.lock();
+        match st.done.remove(&id) {
+            Some(c) => Poll::Ready(c),
+            None => {
+                st.wakers.insert(id, cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Processes frames that have already arrived (see [`Transport::progress`]).
+    pub(crate) fn progress(&self) {
+        self.transport.progress(&mut |from, frame| self.deliver(from, frame));
+    }
+
+    fn deliver(&self, from: u32, frame: Frame) {
+        let mut st = self.lock();
+        if let Err(e) = st.engine.handle_frame(from, frame) {
+            st.engine.fail_peer(from, &e.to_string());
+        }
+        for w in st.arrival_wakers.drain(..) {
+            w.wake();
+        }
+        self.flush(&mut st);
+    }
+
+    /// The request `id` was dropped before completing: a receive is
+    /// withdrawn or, if it matched, its message goes back to the head of
+    /// the queue; a send completes in the background.
+    pub(crate) fn withdraw(&self, id: ReqId) {
+        let mut st = self.lock();
+        st.wakers.remove(&id);
+        match st.done.remove(&id) {
+            Some(Completion::Recv(Ok(msg))) => {
+                st.engine.requeue_front(msg);
+                self.flush(&mut st);
+            }
+            Some(_) => {}
+            None => {
+                if !st.engine.cancel_recv(id) {
+                    st.abandoned.insert(id);
+                }
             }
         }
     }
@@ -442,55 +658,6 @@ impl Shared {
         st.done.insert(id, completion);
         if let Some(w) = st.wakers.remove(&id) {
             w.wake();
-        }
-    }
-}
-
-/// Waits for the completion of request `id`; on drop before completion,
-/// withdraws a receive or lets a send finish in the background.
-struct Wait<'a> {
-    shared: &'a Shared,
-    id: ReqId,
-    finished: bool,
-}
-
-impl Future for Wait<'_> {
-    type Output = Completion;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completion> {
-        let mut st = self.shared.lock();
-        match st.done.remove(&self.id) {
-            Some(c) => {
-                drop(st);
-                self.finished = true;
-                Poll::Ready(c)
-            }
-            None => {
-                st.wakers.insert(self.id, cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
-}
-
-impl Drop for Wait<'_> {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        let mut st = self.shared.lock();
-        st.wakers.remove(&self.id);
-        match st.done.remove(&self.id) {
-            Some(Completion::Recv(Ok(msg))) => {
-                st.engine.requeue_front(msg);
-                self.shared.flush(&mut st);
-            }
-            Some(_) => {}
-            None => {
-                if !st.engine.cancel_recv(self.id) {
-                    st.abandoned.insert(self.id);
-                }
-            }
         }
     }
 }
@@ -608,36 +775,121 @@ impl Comm {
 
     // ----- sends ------------------------------------------------------------------
 
-    /// Packs `buf` and posts it; returns the request id to wait on, or
-    /// `None` when there is nothing to wait for (PROC_NULL, buffered).
-    fn start_send(&self, buf: &SendBuf<'_>, dest: impl Into<Dest>, tag: i32, mode: SendMode, context: u64) -> Result<Option<ReqId>> {
-        let tag = Comm::tag(tag)?.expect("a concrete tag");
-        let Some(dest) = self.dest(dest)? else { return Ok(None) };
-        let (data, signature) = buf.pack()?;
-        let mut st = self.shared.lock();
-        let id = st.engine.next_id();
-        if mode == SendMode::Buffered {
-            let need = data.len() + BSEND_OVERHEAD;
-            let b = &mut st.bsend;
-            let capacity = b.attached.as_ref().map_or(0, Vec::len);
-            if b.used + need > capacity {
-                return Err(Error::BufferExhausted { needed: need as u64, available: (capacity - b.used) as u64 });
+    /// Packs `data` (or takes it as is) and posts it: the start of every send.
+    fn start_send<'a>(&self, data: Result<(Bytes, Option<(u64, u64)>)>, dest: Dest, tag: i32, mode: SendMode, context: u64) -> Request<'a> {
+        let posted = (|| {
+            let tag = Comm::tag(tag)?.expect("a concrete tag");
+            let Some(dest) = self.dest(dest)? else { return Ok(None) };
+            let (data, signature) = data?;
+            let mut st = self.shared.lock();
+            let id = st.engine.next_id();
+            if mode == SendMode::Buffered {
+                let need = data.len() + BSEND_OVERHEAD;
+                let b = &mut st.bsend;
+                let capacity = b.attached.as_ref().map_or(0, Vec::len);
+                if b.used + need > capacity {
+                    return Err(Error::BufferExhausted { needed: need as u64, available: (capacity - b.used) as u64 });
+                }
+                b.used += need;
+                b.in_flight.insert(id, need);
             }
-            b.used += need;
-            b.in_flight.insert(id, need);
+            let msg = Outgoing { dest, context, tag, signature, repr: Repr::Native, data };
+            st.engine.post_send(id, mode, msg);
+            self.shared.flush(&mut st);
+            Ok((mode != SendMode::Buffered).then_some(id))
+        })();
+        match posted {
+            Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Send),
+            Ok(None) => Request::completed(Ok(Status::empty())),
+            Err(e) => Request::completed(Err(e)),
         }
-        let msg = Outgoing { dest, context, tag, signature, repr: Repr::Native, data };
-        st.engine.post_send(id, mode, msg);
-        self.shared.flush(&mut st);
-        Ok((mode != SendMode::Buffered).then_some(id))
     }
 
-    async fn send_mode(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32, mode: SendMode) -> Result<()> {
-        let Some(id) = self.start_send(&buf, dest, tag, mode, self.context)? else { return Ok(()) };
-        match (Wait { shared: &self.shared, id, finished: false }).await {
-            Completion::Send(r) => r,
-            Completion::Recv(_) => unreachable!("a send id completes as a send"),
-        }
+    pub(crate) fn start_send_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32, mode: SendMode) -> Request<'a> {
+        self.start_send(buf.pack(), dest.into(), tag, mode, self.context)
+    }
+
+    /// `MPI_Isend` of a typed slice: starts a standard-mode send now and
+    /// returns its request. The slice stays borrowed until the request
+    /// completes, as MPI requires, though mpx has already copied the data.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// let other = 1 - comm.rank();
+    /// let (outbox, mut inbox) = ([comm.rank() as u64; 3], [0u64; 3]);
+    /// let recv = comm.irecv(&mut inbox, other, 0); // posted now
+    /// let send = comm.isend(&outbox, other, 0);
+    /// send.await?;
+    /// recv.await?;
+    /// assert_eq!(inbox, [other as u64; 3]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the request lets the send complete in the background.
+    pub fn isend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
+        self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Standard)
+    }
+
+    /// `MPI_Isend` of any buffer (a derived datatype, packed bytes).
+    pub fn isend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
+        self.start_send_buf(buf, dest, tag, SendMode::Standard)
+    }
+
+    /// `MPI_Ibsend`: copies the data into the attached buffer; the request is
+    /// complete at once (or failed with [`Error::BufferExhausted`]).
+    pub fn ibsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
+        self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Buffered)
+    }
+
+    /// `MPI_Ibsend` of any buffer.
+    pub fn ibsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
+        self.start_send_buf(buf, dest, tag, SendMode::Buffered)
+    }
+
+    /// `MPI_Issend`: completes once a matching receive has started, even if
+    /// its owner has not waited on it yet.
+    pub fn issend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
+        self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Synchronous)
+    }
+
+    /// `MPI_Issend` of any buffer.
+    pub fn issend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
+        self.start_send_buf(buf, dest, tag, SendMode::Synchronous)
+    }
+
+    /// `MPI_Irsend`: fails with [`Error::NotReady`] if no matching receive
+    /// was posted when the message arrived.
+    pub fn irsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
+        self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Ready)
+    }
+
+    /// `MPI_Irsend` of any buffer.
+    pub fn irsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
+        self.start_send_buf(buf, dest, tag, SendMode::Ready)
+    }
+
+    /// A standard send of an owned `Vec`, as a `'static` request that can be
+    /// spawned. When `T`'s datatype is contiguous (no padding) the vector
+    /// becomes the message without a copy.
+    pub fn isend_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
+        let datatype = T::datatype();
+        let data = if datatype.is_contiguous() {
+            let signature = datatype.signature().repeat(buf.len() as u64);
+            Ok((Bytes::from_owner(ContiguousVec(buf)), Some((signature.hash(), signature.len()))))
+        } else {
+            SendBuf::typed(&buf).pack()
+        };
+        self.start_send(data, dest.into(), tag, SendMode::Standard, self.context)
+    }
+
+    /// A standard send of owned `packed` bytes, without a copy, as a
+    /// `'static` request. The message carries no type signature: receive it
+    /// with any type.
+    pub fn isend_bytes(&self, data: Bytes, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
+        self.start_send(Ok((data, None)), dest.into(), tag, SendMode::Standard, self.context)
     }
 
     /// `MPI_Send` of a typed slice: a standard-mode send. It may complete as
@@ -649,7 +901,7 @@ impl Comm {
     /// The data is packed and handed to the engine before the first await:
     /// dropping the future lets the send complete in the background.
     pub async fn send<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.send_mode(SendBuf::typed(buf), dest, tag, SendMode::Standard).await
+        self.isend(buf, dest, tag).await.map(drop)
     }
 
     /// `MPI_Send` of any buffer (a derived datatype, packed bytes).
@@ -657,7 +909,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`send`](Comm::send).
     pub async fn send_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.send_mode(buf, dest, tag, SendMode::Standard).await
+        self.isend_buf(buf, dest, tag).await.map(drop)
     }
 
     /// `MPI_Bsend`: copies the data into the attached buffer and returns at
@@ -667,7 +919,7 @@ impl Comm {
     /// # Cancel safety
     /// Completes on its first poll.
     pub async fn bsend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.bsend_buf(SendBuf::typed(buf), dest, tag).await
+        self.ibsend(buf, dest, tag).await.map(drop)
     }
 
     /// `MPI_Bsend` of any buffer.
@@ -675,7 +927,7 @@ impl Comm {
     /// # Cancel safety
     /// Completes on its first poll.
     pub async fn bsend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.send_mode(buf, dest, tag, SendMode::Buffered).await
+        self.ibsend_buf(buf, dest, tag).await.map(drop)
     }
 
     /// `MPI_Ssend`: completes only once a matching receive has started.
@@ -684,7 +936,7 @@ impl Comm {
     /// As [`send`](Comm::send): a dropped synchronous send is still matched
     /// and delivered.
     pub async fn ssend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.send_mode(SendBuf::typed(buf), dest, tag, SendMode::Synchronous).await
+        self.issend(buf, dest, tag).await.map(drop)
     }
 
     /// `MPI_Ssend` of any buffer.
@@ -692,7 +944,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`ssend`](Comm::ssend).
     pub async fn ssend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.send_mode(buf, dest, tag, SendMode::Synchronous).await
+        self.issend_buf(buf, dest, tag).await.map(drop)
     }
 
     /// `MPI_Rsend`: valid only if the matching receive is already posted.
@@ -702,7 +954,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`send`](Comm::send).
     pub async fn rsend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.send_mode(SendBuf::typed(buf), dest, tag, SendMode::Ready).await
+        self.irsend(buf, dest, tag).await.map(drop)
     }
 
     /// `MPI_Rsend` of any buffer.
@@ -710,51 +962,85 @@ impl Comm {
     /// # Cancel safety
     /// As [`rsend`](Comm::rsend).
     pub async fn rsend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.send_mode(buf, dest, tag, SendMode::Ready).await
+        self.irsend_buf(buf, dest, tag).await.map(drop)
     }
 
     // ----- receives ----------------------------------------------------------------
 
-    /// Waits for a message matching `source` and `tag` on `context`;
-    /// `None` for the null process.
-    async fn receive(&self, source: impl Into<Source>, tag: impl Into<TagSel>, context: u64) -> Result<Option<Delivered>> {
+    /// Posts a receive now; `Ok(None)` for the null process.
+    fn post_recv(&self, source: impl Into<Source>, tag: impl Into<TagSel>, context: u64) -> Result<Option<ReqId>> {
         let Some(spec) = self.spec(source, tag, context)? else { return Ok(None) };
-        let id = {
-            let mut st = self.shared.lock();
-            let id = st.engine.next_id();
-            st.engine.post_recv(id, spec);
-            self.shared.flush(&mut st);
-            id
-        };
-        self.wait_recv(id).await.map(Some)
+        let mut st = self.shared.lock();
+        let id = st.engine.next_id();
+        st.engine.post_recv(id, spec);
+        self.shared.flush(&mut st);
+        Ok(Some(id))
     }
 
-    async fn wait_recv(&self, id: ReqId) -> Result<Delivered> {
-        match (Wait { shared: &self.shared, id, finished: false }).await {
-            Completion::Recv(r) => r,
-            Completion::Send(_) => unreachable!("a receive id completes as a receive"),
+    fn start_recv<'a>(&self, source: impl Into<Source>, tag: impl Into<TagSel>, finish: Finish<'a>) -> Request<'a> {
+        match self.post_recv(source, tag, self.context) {
+            Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Recv(finish)),
+            Ok(None) => Request::completed(Ok(Status::empty())),
+            Err(e) => Request::completed(Err(e)),
         }
+    }
+
+    /// `MPI_Irecv` into a typed slice: posts the receive now (a message that
+    /// arrives before anyone polls the request still matches it) and
+    /// returns its request. The slice stays mutably borrowed until the
+    /// request completes; the data is written into it only when the request
+    /// is polled, never by a background task. A longer message is
+    /// [`Error::Truncate`], a message of another type
+    /// [`Error::TypeMismatch`], and values invalid for `T` are
+    /// [`Error::InvalidValue`]; in each case the slice is left unchanged.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the request withdraws the receive, or gives its
+    /// message back to the head of the queue (see the [module docs](self)).
+    pub fn irecv<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        self.start_recv(source, tag, Box::new(move |msg| unpack_typed_message(&msg, buf)))
+    }
+
+    /// `MPI_Irecv` into any buffer (a derived datatype, or packed bytes with
+    /// [`RecvBuf::packed`]).
+    pub fn irecv_buf<'a>(&self, buf: RecvBuf<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        self.start_recv(source, tag, Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region)))
+    }
+
+    /// A receive into an owned `Vec` (room for `buf.len()` values), as a
+    /// `'static` future that can be spawned. It resolves to the vector and
+    /// the status; on failure the vector comes back with the error.
+    ///
+    /// # Cancel safety
+    /// As [`irecv`](Comm::irecv).
+    pub fn irecv_vec<T: MpiType>(&self, buf: Vec<T>, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Vec<T>> {
+        OwnedRecv::start(self, buf, source.into(), tag.into(), |buf, msg| unpack_typed_message(&msg, buf))
+    }
+
+    /// A receive of a message of any length as owned bytes, taken from the
+    /// transport without a copy (`packed`: no type check), as a `'static`
+    /// future.
+    ///
+    /// # Cancel safety
+    /// As [`irecv`](Comm::irecv).
+    pub fn irecv_bytes(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Bytes> {
+        OwnedRecv::start(self, Bytes::new(), source.into(), tag.into(), |buf, msg| {
+            let status = status_of(&msg);
+            *buf = msg.data;
+            Ok(status)
+        })
     }
 
     /// `MPI_Recv` into a typed slice: receives up to `buf.len()` values from
     /// `source` (a rank, [`Any`] or [`PROC_NULL`]) with `tag` (or [`Any`]).
-    /// A longer message is [`Error::Truncate`], a message of another type
-    /// [`Error::TypeMismatch`], and values invalid for `T` are
-    /// [`Error::InvalidValue`]; in each case `buf` is left unchanged.
+    /// Errors as for [`irecv`](Comm::irecv).
     ///
     /// # Cancel safety
     /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
     /// its message, if one had matched, is given back (see the
     /// [module docs](self)).
     pub async fn recv_into<T: MpiType>(&self, buf: &mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
-        let Some(msg) = self.receive(source, tag, self.context).await? else { return Ok(Status::empty()) };
-        let count = buf.len() as u64;
-        let mut status = None;
-        crate::pack::unpack_typed(buf, |region| {
-            status = Some(deliver_into(&msg, &T::datatype(), count, region)?);
-            Ok(())
-        })?;
-        Ok(status.expect("set on success"))
+        self.irecv(buf, source, tag).await
     }
 
     /// `MPI_Recv` of a message of any length into a new `Vec`.
@@ -762,16 +1048,12 @@ impl Comm {
     /// # Cancel safety
     /// As [`recv_into`](Comm::recv_into).
     pub async fn recv<T: MpiType + Default>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<(Vec<T>, Status)> {
-        let Some(msg) = self.receive(source, tag, self.context).await? else { return Ok((Vec::new(), Status::empty())) };
+        let Some(id) = self.post_recv(source, tag, self.context)? else { return Ok((Vec::new(), Status::empty())) };
+        let msg = RawRecv::new(self.shared.clone(), id).await?;
         let size = T::datatype().size().max(1) as usize;
         let mut out = vec![T::default(); msg.data.len().div_ceil(size)];
-        let count = out.len() as u64;
-        let mut status = None;
-        crate::pack::unpack_typed(&mut out, |region| {
-            status = Some(deliver_into(&msg, &T::datatype(), count, region)?);
-            Ok(())
-        })?;
-        Ok((out, status.expect("set on success")))
+        let status = unpack_typed_message(&msg, &mut out)?;
+        Ok((out, status))
     }
 
     /// `MPI_Recv` into any buffer (a derived datatype, or packed bytes with
@@ -780,8 +1062,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`recv_into`](Comm::recv_into).
     pub async fn recv_buf(&self, buf: RecvBuf<'_>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
-        let Some(msg) = self.receive(source, tag, self.context).await? else { return Ok(Status::empty()) };
-        deliver_into(&msg, &buf.datatype, buf.count, buf.region)
+        self.irecv_buf(buf, source, tag).await
     }
 
     // ----- probes --------------------------------------------------------------------
@@ -870,13 +1151,9 @@ impl Comm {
         source: impl Into<Source>,
         recv_tag: impl Into<TagSel>,
     ) -> Result<Status> {
-        let sent = self.start_send(&SendBuf::typed(send), dest, send_tag, SendMode::Standard, self.context)?;
+        let sent = self.isend(send, dest, send_tag);
         let status = self.recv_into(recv, source, recv_tag).await?;
-        if let Some(id) = sent {
-            if let Completion::Send(r) = (Wait { shared: &self.shared, id, finished: false }).await {
-                r?;
-            }
-        }
+        sent.await?;
         Ok(status)
     }
 
@@ -893,13 +1170,12 @@ impl Comm {
         source: impl Into<Source>,
         recv_tag: impl Into<TagSel>,
     ) -> Result<Status> {
-        let sent = self.start_send(&SendBuf::typed(buf), dest, send_tag, SendMode::Standard, self.context)?;
+        // The outgoing data is packed when the send starts, so the buffer is
+        // free for the receive at once.
+        let packed = SendBuf::typed(buf).pack();
+        let sent = self.start_send(packed, dest.into(), send_tag, SendMode::Standard, self.context);
         let status = self.recv_into(buf, source, recv_tag).await?;
-        if let Some(id) = sent {
-            if let Completion::Send(r) = (Wait { shared: &self.shared, id, finished: false }).await {
-                r?;
-            }
-        }
+        sent.await?;
         Ok(status)
     }
 
@@ -944,19 +1220,16 @@ impl Comm {
         let n = self.size();
         let me = self.rank();
         let context = self.context | 1;
-        let empty = SendBuf::packed(&[]);
         let mut step = 1;
         let mut round = 0;
         while step < n {
             let to = (me + step) % n;
             let from = (me + n - step) % n;
-            let sent = self.start_send(&empty, to, round, SendMode::Standard, context)?;
-            self.receive(from, round, context).await?;
-            if let Some(id) = sent {
-                if let Completion::Send(r) = (Wait { shared: &self.shared, id, finished: false }).await {
-                    r?;
-                }
+            let sent = self.start_send(Ok((Bytes::new(), None)), Dest::Rank(to as i64), round, SendMode::Standard, context);
+            if let Some(id) = self.post_recv(from, round, context)? {
+                RawRecv::new(self.shared.clone(), id).await?;
             }
+            sent.await?;
             step *= 2;
             round += 1;
         }
@@ -994,41 +1267,41 @@ impl Message {
         }
     }
 
-    async fn take(mut self) -> Result<Option<Delivered>> {
-        let Some(m) = self.matched.take() else { return Ok(None) };
-        let id = {
-            let mut st = self.comm.shared.lock();
-            let id = st.engine.next_id();
-            st.engine.mrecv(id, m);
-            self.comm.shared.flush(&mut st);
-            id
-        };
-        self.comm.wait_recv(id).await.map(Some)
+    /// Starts receiving the message as a request that runs `finish` on it.
+    fn start<'a>(mut self, finish: Finish<'a>) -> Request<'a> {
+        let Some(m) = self.matched.take() else { return Request::completed(Ok(Status::empty())) };
+        let shared = self.comm.shared.clone();
+        let mut st = shared.lock();
+        let id = st.engine.next_id();
+        st.engine.mrecv(id, m);
+        shared.flush(&mut st);
+        drop(st);
+        Request::active(shared, id, Kind::Recv(finish))
+    }
+
+    /// `MPI_Imrecv` into a typed slice.
+    ///
+    /// # Cancel safety
+    /// As [`Comm::irecv`]: if dropped, the message goes back to the head of
+    /// the queue.
+    pub fn irecv<T: MpiType>(self, buf: &mut [T]) -> Request<'_> {
+        self.start(Box::new(move |msg| unpack_typed_message(&msg, buf)))
     }
 
     /// `MPI_Mrecv` into a typed slice.
     ///
     /// # Cancel safety
-    /// As [`Comm::recv_into`]: if dropped, the message goes back to the head
-    /// of the queue.
+    /// As [`Message::irecv`].
     pub async fn recv_into<T: MpiType>(self, buf: &mut [T]) -> Result<Status> {
-        let Some(msg) = self.take().await? else { return Ok(Status::empty()) };
-        let count = buf.len() as u64;
-        let mut status = None;
-        crate::pack::unpack_typed(buf, |region| {
-            status = Some(deliver_into(&msg, &T::datatype(), count, region)?);
-            Ok(())
-        })?;
-        Ok(status.expect("set on success"))
+        self.irecv(buf).await
     }
 
     /// `MPI_Mrecv` into any buffer.
     ///
     /// # Cancel safety
-    /// As [`Message::recv_into`].
+    /// As [`Message::irecv`].
     pub async fn recv_buf(self, buf: RecvBuf<'_>) -> Result<Status> {
-        let Some(msg) = self.take().await? else { return Ok(Status::empty()) };
-        deliver_into(&msg, &buf.datatype, buf.count, buf.region)
+        self.start(Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region))).await
     }
 }
 

@@ -34,13 +34,19 @@ pub mod engine;
 mod error;
 mod mpi_type;
 pub mod pack;
+pub mod persistent;
+pub mod request;
 pub mod wire;
 
 pub use datatype::{
     address_of, consts, Basic, Combiner, Contents, Datatype, DistArg, Distribution, Envelope, Order,
     Predefined, Signature,
 };
-pub use comm::{Any, Comm, Endpoint, Message, RecvBuf, SendBuf, Status, Transport, BSEND_OVERHEAD, PROC_NULL, TAG_UB};
+pub use comm::{
+    Any, Comm, Endpoint, Message, OwnedRecv, RecvBuf, RecvError, SendBuf, Status, Transport, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
+};
+pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend};
+pub use request::{test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Tested};
 pub use error::{Error, Result};
 pub use mpi_type::MpiType;
 pub use pack::{pack, unpack, Region, RegionMut};

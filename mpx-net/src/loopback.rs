@@ -3,7 +3,9 @@
 //! Each rank has an inbox (an unbounded channel of frames) drained by a
 //! driver task that feeds its [`Endpoint`]; sending a frame is pushing it
 //! into the destination's inbox, so frames between two ranks stay in order
-//! and payloads move without copies. Memory is bounded by the engine's
+//! and payloads move without copies. `test` calls drain the inbox too
+//! ([`Transport::progress`]), holding it while they deliver so frames are
+//! never handled out of order. Memory is bounded by the engine's
 //! credit-based flow control, not by the channels.
 //!
 //! ```
@@ -22,6 +24,8 @@
 //! ```
 
 use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 
 use mpx_core::engine::Config;
 use mpx_core::wire::Frame;
@@ -44,9 +48,16 @@ impl Options {
     }
 }
 
+type Inbox = Arc<Mutex<UnboundedReceiver<(u32, Frame)>>>;
+
 struct Loopback {
     inboxes: Vec<UnboundedSender<(u32, Frame)>>,
     me: u32,
+    inbox: Inbox,
+}
+
+fn lock(inbox: &Inbox) -> MutexGuard<'_, UnboundedReceiver<(u32, Frame)>> {
+    inbox.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Transport for Loopback {
@@ -56,12 +67,28 @@ impl Transport for Loopback {
             .send((self.me, frame))
             .map_err(|_| Error::Transport(format!("rank {dest}'s inbox is closed")))
     }
+
+    fn progress(&self, deliver: &mut dyn FnMut(u32, Frame)) {
+        let mut inbox = lock(&self.inbox);
+        while let Ok((from, frame)) = inbox.try_recv() {
+            deliver(from, frame);
+        }
+    }
 }
 
-async fn drive(endpoint: Endpoint, mut inbox: UnboundedReceiver<(u32, Frame)>) {
-    while let Some((from, frame)) = inbox.recv().await {
-        endpoint.handle_frame(from, frame);
-    }
+/// Feeds the inbox to the endpoint until every sender is gone.
+async fn drive(endpoint: Endpoint, inbox: Inbox) {
+    std::future::poll_fn(|cx| {
+        let mut rx = lock(&inbox);
+        loop {
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some((from, frame))) => endpoint.handle_frame(from, frame),
+                Poll::Ready(None) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    })
+    .await
 }
 
 /// Runs `f` once per rank, each with its world communicator, as tasks on
@@ -101,7 +128,8 @@ where
     let mut drivers = Vec::with_capacity(n);
     let mut tasks = Vec::with_capacity(n);
     for (rank, inbox) in receivers.into_iter().enumerate() {
-        let transport = Loopback { inboxes: senders.clone(), me: rank as u32 };
+        let inbox: Inbox = Arc::new(Mutex::new(inbox));
+        let transport = Loopback { inboxes: senders.clone(), me: rank as u32, inbox: inbox.clone() };
         let endpoint = Endpoint::new(rank as u32, n as u32, options.engine, transport);
         drivers.push(tokio::spawn(drive(endpoint.clone(), inbox)));
         let program = f(endpoint.world());
