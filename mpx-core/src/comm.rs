@@ -22,9 +22,12 @@
 //! * a receive that has not matched is withdrawn;
 //! * a receive whose message matched but was not yet unpacked gives the
 //!   message back, at the head of the queue, ahead of every later message
-//!   from any sender. The one order this cannot restore: if a *later*
-//!   message from the same sender was already delivered to a later receive,
-//!   the returned message now comes after it;
+//!   from any sender; a rendezvous message whose data is still in transit
+//!   keeps its place the same way, and its data goes to the next receive
+//!   that matches it. The one order this cannot restore: if a *later*
+//!   message from the same sender was already delivered to a later receive
+//!   before the first receive was dropped, the returned message now comes
+//!   after it;
 //! * a send whose data was handed to the engine completes in the background.
 
 use std::collections::{HashMap, HashSet};
@@ -472,8 +475,8 @@ pub(crate) struct State {
     pub(crate) engine: Engine,
     pub(crate) done: HashMap<ReqId, Completion>,
     pub(crate) wakers: HashMap<ReqId, Waker>,
-    /// Operations whose futures were dropped: their completions are
-    /// discarded (sends) or given back (receives).
+    /// Sends whose requests were dropped or freed before completing: their
+    /// completions are discarded (failures are traced).
     abandoned: HashSet<ReqId>,
     /// Woken whenever a data frame arrives (probe).
     arrival_wakers: Vec<Waker>,
@@ -628,7 +631,10 @@ impl Shared {
             }
             Some(_) => {}
             None => {
-                if !st.engine.cancel_recv(id) {
+                if st.engine.withdraw_recv(id) {
+                    self.flush(&mut st);
+                } else {
+                    // A send still in flight: it completes in the background.
                     st.abandoned.insert(id);
                 }
             }
@@ -647,10 +653,8 @@ impl Shared {
             return;
         }
         if st.abandoned.remove(&id) {
-            match completion {
-                Completion::Recv(Ok(msg)) => st.engine.requeue_front(msg),
-                Completion::Send(Err(e)) => tracing::warn!(rank = self.rank, id, error = %e, "dropped send failed"),
-                _ => {}
+            if let Completion::Send(Err(e)) = completion {
+                tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed");
             }
             return;
         }
@@ -1308,11 +1312,8 @@ impl Message {
 impl Drop for Message {
     fn drop(&mut self) {
         if let Some(m) = self.matched.take() {
-            // Receive it and hand the data straight back to the queue.
             let mut st = self.comm.shared.lock();
-            let id = st.engine.next_id();
-            st.abandoned.insert(id);
-            st.engine.mrecv(id, m);
+            st.engine.unmatch(m);
             self.comm.shared.flush(&mut st);
         }
     }

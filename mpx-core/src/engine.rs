@@ -194,6 +194,18 @@ enum Body {
     Data(Bytes),
     /// A rendezvous request from sender request `send_id`.
     Rts { send_id: u64 },
+    /// A rendezvous message whose receive was withdrawn after its CTS went
+    /// out: its data, due under transfer `transfer`, belongs to whichever
+    /// receive matches this entry next. It keeps the message's place.
+    InFlight { transfer: ReqId },
+}
+
+/// A rendezvous transfer: CTS sent, data awaited.
+struct Transfer {
+    envelope: Envelope,
+    /// The receive the data goes to, or `None` while it waits in the
+    /// unexpected queue as [`Body::InFlight`].
+    owner: Option<ReqId>,
 }
 
 struct Posted {
@@ -238,8 +250,8 @@ pub struct Engine {
     posted: VecDeque<Posted>,
     unexpected: VecDeque<Unexpected>,
     sends: HashMap<ReqId, PendingSend>,
-    /// Receives matched to an RTS and waiting for its data.
-    awaiting_data: HashMap<ReqId, Envelope>,
+    /// Rendezvous transfers waiting for their data, by the id in their CTS.
+    transfers: HashMap<ReqId, Transfer>,
     outbox: VecDeque<(u32, Frame)>,
     events: VecDeque<Event>,
     next_id: ReqId,
@@ -256,7 +268,7 @@ impl Engine {
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
             sends: HashMap::new(),
-            awaiting_data: HashMap::new(),
+            transfers: HashMap::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             next_id: 1,
@@ -306,7 +318,7 @@ impl Engine {
             .iter()
             .map(|u| match &u.body {
                 Body::Data(d) => d.len() as u64,
-                Body::Rts { .. } => 0,
+                Body::Rts { .. } | Body::InFlight { .. } => 0,
             })
             .sum()
     }
@@ -405,6 +417,43 @@ impl Engine {
         }
     }
 
+    /// Withdraws receive `id` whatever its state, for a receive whose owner
+    /// is gone: unposts it if it has not matched, or, if it matched a
+    /// rendezvous message whose data is still coming, puts that message back
+    /// at the head of the queue (the data will go to the next receive that
+    /// matches it). Returns `false` if the engine holds nothing for `id`
+    /// (it completed: the caller gives back a delivered message with
+    /// [`requeue_front`](Engine::requeue_front)).
+    pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
+        if self.cancel_recv(id) {
+            return true;
+        }
+        let Some((&transfer, t)) = self.transfers.iter_mut().find(|(_, t)| t.owner == Some(id)) else {
+            return false;
+        };
+        t.owner = None;
+        let u = Unexpected { envelope: t.envelope, body: Body::InFlight { transfer } };
+        self.offer_front(u);
+        true
+    }
+
+    /// Offers a message returned to the queue to the posted receives, in
+    /// order; if none takes it, it goes to the head of the queue.
+    fn offer_front(&mut self, u: Unexpected) {
+        if let Some(pos) = self.posted.iter().position(|p| p.spec.accepts(&u.envelope)) {
+            let p = self.posted.remove(pos).expect("position is in range");
+            self.take_unexpected(p.id, u);
+        } else {
+            self.unexpected.push_front(u);
+        }
+    }
+
+    /// Puts a message taken by [`improbe`](Engine::improbe) back at the head
+    /// of the queue, unreceived.
+    pub fn unmatch(&mut self, m: Matched) {
+        self.offer_front(m.0);
+    }
+
     /// Puts a delivered message back at the head of the unexpected queue,
     /// ahead of every later message, as if it had not been matched (for a
     /// receive abandoned after matching). It is first offered to posted
@@ -413,13 +462,7 @@ impl Engine {
         // Undo the credit return: the data is buffered here again.
         let source = msg.envelope.source as usize;
         self.peers[source].owed = self.peers[source].owed.saturating_sub(msg.data.len() as u64);
-        let u = Unexpected { envelope: msg.envelope, body: Body::Data(msg.data) };
-        if let Some(pos) = self.posted.iter().position(|p| p.spec.accepts(&u.envelope)) {
-            let p = self.posted.remove(pos).expect("position is in range");
-            self.take_unexpected(p.id, u);
-        } else {
-            self.unexpected.push_front(u);
-        }
+        self.offer_front(Unexpected { envelope: msg.envelope, body: Body::Data(msg.data) });
     }
 
     /// The envelope of the first queued message `spec` matches
@@ -450,6 +493,11 @@ impl Engine {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope: u.envelope, data }) });
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
+            Body::InFlight { transfer } => {
+                if let Some(t) = self.transfers.get_mut(&transfer) {
+                    t.owner = Some(id);
+                }
+            }
         }
     }
 
@@ -460,7 +508,7 @@ impl Engine {
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
         self.outbox.push_back((envelope.source, Frame { header, payload: Bytes::new() }));
-        self.awaiting_data.insert(recv_id, envelope);
+        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id) });
     }
 
     fn return_credit(&mut self, source: u32, bytes: u64) {
@@ -515,7 +563,7 @@ impl Engine {
                 self.events.push_back(Event::SendDone { id: h.send_id, result: Ok(()) });
             }
             Kind::RndvData => {
-                let Some(envelope) = self.awaiting_data.remove(&h.recv_id) else {
+                let Some(Transfer { envelope, owner }) = self.transfers.remove(&h.recv_id) else {
                     return Err(Error::Protocol(format!("data for unknown receive {}", h.recv_id)));
                 };
                 if frame.payload.len() as u64 != envelope.len || envelope.source != from {
@@ -526,8 +574,19 @@ impl Engine {
                         envelope.source
                     )));
                 }
-                self.events
-                    .push_back(Event::RecvDone { id: h.recv_id, result: Ok(Delivered { envelope, data: frame.payload }) });
+                match owner {
+                    Some(id) => {
+                        self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope, data: frame.payload }) })
+                    }
+                    None => {
+                        // Its receive was withdrawn: the data takes the
+                        // message's place in the queue.
+                        let transfer = h.recv_id;
+                        if let Some(u) = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: t } if t == transfer)) {
+                            u.body = Body::Data(frame.payload);
+                        }
+                    }
+                }
             }
             Kind::ReadyAck => {
                 let Some(PendingSend::Ready { dest }) = self.sends.remove(&h.send_id) else {
@@ -613,12 +672,17 @@ impl Engine {
         tracing::warn!(rank = self.rank, peer = rank, reason, "peer failed");
         self.peers[rank as usize].failed = Some(reason.to_string());
         self.fail_waiting_on(rank, reason);
-        let failed_transfers: Vec<ReqId> =
-            self.awaiting_data.iter().filter(|(_, e)| e.source == rank).map(|(id, _)| *id).collect();
-        for id in failed_transfers {
-            self.awaiting_data.remove(&id);
-            let error = Error::ProcessFailed { rank, reason: reason.to_string() };
-            self.events.push_back(Event::RecvDone { id, result: Err(error) });
+        let failed: Vec<ReqId> =
+            self.transfers.iter().filter(|(_, t)| t.envelope.source == rank).map(|(id, _)| *id).collect();
+        for transfer in failed {
+            let t = self.transfers.remove(&transfer).expect("listed above");
+            match t.owner {
+                Some(id) => {
+                    let error = Error::ProcessFailed { rank, reason: reason.to_string() };
+                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
+                }
+                None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
+            }
         }
     }
 
@@ -763,6 +827,49 @@ mod tests {
         assert_eq!(e[1].posted_len(), 1, "the any-source receive stays posted");
         e[1].post_recv(4, spec(Some(0), None));
         assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 4, result: Err(Error::ProcessFailed { .. }) }]));
+    }
+
+    #[test]
+    fn a_withdrawn_rendezvous_receive_keeps_the_message_in_place() {
+        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024 });
+        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one")); // rendezvous
+        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s")); // eager, later
+        e[1].post_recv(5, spec(None, None));
+        // Deliver the RTS and the eager message, and the CTS, but not the data yet.
+        let (_, rts) = e[0].poll_transmit().unwrap();
+        let (_, eager) = e[0].poll_transmit().unwrap();
+        e[1].handle_frame(0, rts).unwrap();
+        e[1].handle_frame(0, eager).unwrap();
+        assert!(e[1].withdraw_recv(5), "receive 5 was waiting for data");
+        e[1].post_recv(6, spec(None, None));
+        assert!(events(&mut e[1]).is_empty(), "receive 6 took the in-flight message, not the later one");
+        pump(&mut e);
+        assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Ok(d) }] if d.data == "big one"));
+    }
+
+    #[test]
+    fn data_of_a_withdrawn_receive_lands_in_the_messages_place() {
+        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024 });
+        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one"));
+        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s"));
+        e[1].post_recv(5, spec(None, None));
+        let (_, rts) = e[0].poll_transmit().unwrap();
+        let (_, eager) = e[0].poll_transmit().unwrap();
+        e[1].handle_frame(0, rts).unwrap();
+        e[1].handle_frame(0, eager).unwrap();
+        assert!(e[1].withdraw_recv(5));
+        pump(&mut e); // CTS out, data back: nobody owns it now
+        assert_eq!(e[1].unexpected_bytes(), 8, "the data took its place in the queue");
+        e[1].post_recv(9, spec(None, None));
+        e[1].post_recv(10, spec(None, None));
+        let got: Vec<_> = events(&mut e[1])
+            .into_iter()
+            .map(|ev| match ev {
+                Event::RecvDone { id, result } => (id, result.unwrap().data),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(got, [(9, Bytes::from_static(b"big one")), (10, Bytes::from_static(b"s"))]);
     }
 
     #[test]

@@ -1,0 +1,293 @@
+//! wait/test and the completion combinators: null entries, per-request
+//! errors, fairness, progress from test loops, composition with futures
+//! combinators, cancel, request_free, owned buffers, persistent requests.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
+use mpx::prelude::*;
+use mpx::{start_all, test_all, test_any, test_some, wait_all, wait_any, wait_some, Persistent, Request, Tested};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_start_when_called() {
+    launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            // Nobody polls the irecv before the message arrives; it still matches.
+            let mut buf = [0u8; 2];
+            let req = comm.irecv(&mut buf, 1, 0);
+            comm.send(&[0u8], 1, 1).await?; // go
+            comm.recv::<u8>(1, 2).await?; // rank 1's ssend completed
+            assert!(comm.iprobe(1, 0)?.is_none(), "the message matched the unpolled irecv");
+            req.await?;
+            assert_eq!(buf, [7, 8]);
+        } else {
+            comm.recv::<u8>(0, 1).await?;
+            // Completes because the matching irecv is posted, though not awaited.
+            comm.ssend(&[7u8, 8], 0, 0).await?;
+            comm.send(&[0u8], 0, 2).await?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_and_inactive_entries() {
+    launch(1, |comm| async move {
+        let mut none: Vec<Option<Request>> = vec![None, None];
+        assert!(wait_any(&mut none).await.is_none());
+        assert!(matches!(test_any(&mut none), Tested::Inactive));
+        assert!(wait_some(&mut none).await.is_none());
+        assert!(matches!(test_some(&mut none), Tested::Inactive));
+        let all = wait_all(&mut none).await;
+        assert!(all.iter().all(Option::is_none));
+        assert!(test_all(&mut none).is_some());
+        // PROC_NULL requests complete at once with an empty status.
+        let st = comm.irecv(&mut [0u8], PROC_NULL, Any).await?;
+        assert_eq!(st, Status::empty());
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_reports_its_own_error() {
+    launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&[1u32, 2, 3], 1, 0).await?;
+            comm.send(&[4u32], 1, 1).await?;
+            Ok(())
+        } else {
+            let (mut small, mut ok, mut bad_rank) = ([0u32; 2], [0u32; 1], [0u32; 1]);
+            let mut reqs = vec![
+                Some(comm.irecv(&mut small, 0, 0)),
+                Some(comm.irecv(&mut ok, 0, 1)),
+                Some(comm.irecv(&mut bad_rank, 9, 1)),
+                None,
+            ];
+            let results = wait_all(&mut reqs).await;
+            assert!(matches!(results[0], Some(Err(Error::Truncate { .. }))));
+            assert!(matches!(&results[1], Some(Ok(st)) if st.bytes == 4));
+            assert!(matches!(results[2], Some(Err(Error::InvalidRank { rank: 9, .. }))));
+            assert!(results[3].is_none());
+            assert!(reqs.iter().all(Option::is_none));
+            drop(reqs);
+            assert_eq!(ok, [4]);
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_all_leaves_requests_until_all_complete_and_wait_some_returns_all() {
+    launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&[1u8], 1, 0).await?;
+            comm.recv::<u8>(1, 9).await?;
+            comm.send(&[2u8], 1, 1).await?;
+            comm.send(&[3u8], 1, 2).await?;
+            Ok(())
+        } else {
+            let (mut a, mut b, mut c) = ([0u8], [0u8], [0u8]);
+            let mut reqs = vec![Some(comm.irecv(&mut a, 0, 0)), Some(comm.irecv(&mut b, 0, 1))];
+            // Only the first can complete now.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !reqs[0].as_ref().unwrap().is_complete() {
+                assert!(test_all(&mut reqs).is_none());
+                assert!(tokio::time::Instant::now() < deadline);
+                tokio::task::yield_now().await;
+            }
+            assert!(test_all(&mut reqs).is_none(), "one is still pending");
+            assert!(reqs.iter().all(Option::is_some), "test_all takes nothing until all complete");
+            comm.send(&[0u8], 0, 9).await?;
+            let all = wait_all(&mut reqs).await;
+            assert!(all.iter().all(|r| matches!(r, Some(Ok(_)))));
+            drop(reqs);
+            // wait_some returns every completed request at once.
+            let mut reqs = vec![Some(comm.irecv(&mut c, 0, 2))];
+            let done = wait_some(&mut reqs).await.unwrap();
+            assert_eq!(done.len(), 1);
+            drop(reqs);
+            assert_eq!((a, b, c), ([1], [2], [3]));
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_any_is_not_biased_toward_low_indices() {
+    let first = launch(1, |comm| async move {
+        const K: usize = 8;
+        let mut first = vec![0usize; K];
+        let mut bufs = vec![[0u32]; K];
+        for round in 0..100u32 {
+            for tag in 0..K as i32 {
+                comm.send(&[round], 0, tag).await?;
+            }
+            comm.probe(0, K as i32 - 1).await?; // every message of the round has arrived
+            let mut reqs: Vec<_> = bufs.iter_mut().enumerate().map(|(t, b)| Some(comm.irecv(b, 0, t as i32))).collect();
+            let (i, r) = wait_any(&mut reqs).await.unwrap();
+            r?;
+            first[i] += 1;
+            wait_all(&mut reqs).await;
+        }
+        Ok(first)
+    })
+    .await
+    .unwrap()
+    .remove(0);
+    let distinct = first.iter().filter(|&&n| n > 0).count();
+    assert!(distinct >= 4, "wait_any favoured a few indices: {first:?}");
+    assert!(first[0] < 50, "index 0 won {} of 100 rounds", first[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_compose_with_futures_combinators() {
+    launch(1, |comm| async move {
+        for tag in 0..4 {
+            comm.send(&[tag as u8], 0, tag).await?;
+        }
+        let mut bufs = vec![[0u8]; 4];
+        let [a, b, c, d] = &mut bufs[..] else { unreachable!() };
+        // tokio::select! over two receives: the other is dropped (withdrawn).
+        let winner = tokio::select! {
+            r = comm.irecv(a, 0, 0) => r.map(|_| 0),
+            r = comm.irecv(b, 0, 42) => r.map(|_| 42),
+        }?;
+        assert_eq!(winner, 0);
+        // select_all and join_all.
+        let (r, _, rest) = futures::future::select_all(vec![comm.irecv(b, 0, 1), comm.irecv(c, 0, 99)]).await;
+        r?;
+        drop(rest);
+        let all = futures::future::join_all(vec![comm.irecv(c, 0, 2), comm.irecv(d, 0, 3)]).await;
+        assert!(all.iter().all(Result::is_ok));
+        assert_eq!(bufs, [[0], [1], [2], [3]]);
+        // FuturesUnordered of owned receives.
+        for tag in 0..3 {
+            comm.send(&[tag as u16], 0, 10 + tag).await?;
+        }
+        let mut pending: FuturesUnordered<_> = (0..3).map(|t| comm.irecv_vec(vec![0u16], 0, 10 + t)).collect();
+        let mut got = vec![];
+        while let Some(r) = pending.next().await {
+            got.push(r.map_err(|e| e.error)?.0[0]);
+        }
+        got.sort();
+        assert_eq!(got, [0, 1, 2]);
+        assert!(comm.iprobe(Any, Any)?.is_none(), "the dropped receives took nothing");
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_marks_a_pending_receive_and_spares_a_matched_one() {
+    launch(1, |comm| async move {
+        let mut buf = [0u8];
+        let mut req = comm.irecv(&mut buf, 0, 5);
+        assert!(req.cancel());
+        let st = req.await?;
+        assert!(st.test_cancelled());
+        comm.send(&[9u8], 0, 6).await?;
+        comm.probe(0, 6).await?;
+        let mut req = comm.irecv(&mut buf, 0, 6);
+        assert!(!req.cancel(), "already matched");
+        let st = req.await?;
+        assert!(!st.test_cancelled());
+        assert_eq!(buf, [9]);
+        let mut send = comm.isend(&[1u8], 0, 7);
+        assert!(!send.cancel(), "sends are not cancelled");
+        send.await?;
+        comm.recv::<u8>(0, 7).await?;
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owned_buffers_give_static_spawnable_requests() {
+    launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            let send = tokio::spawn(comm.isend_vec(vec![1.5f64; 1000], 1, 0));
+            let bytes = tokio::spawn(comm.isend_bytes(Bytes::from_static(b"raw"), 1, 1));
+            send.await.unwrap()?;
+            bytes.await.unwrap()?;
+            Ok(())
+        } else {
+            let recv = tokio::spawn(comm.irecv_vec(vec![0f64; 1000], 0, 0));
+            let (v, st) = recv.await.unwrap().map_err(|e| e.error)?;
+            assert_eq!((v[999], st.bytes), (1.5, 8000));
+            let (raw, _) = comm.irecv_bytes(0, 1).await.map_err(|e| e.error)?;
+            assert_eq!(&raw[..], b"raw");
+            // A failed owned receive hands its buffer back.
+            comm.send(&[1u64, 2, 3], 1, 2).await?;
+            let err = comm.irecv_vec(vec![7u64; 2], 1, 2).await.unwrap_err();
+            assert_eq!(err.error, Error::Truncate { needed: 24, available: 16 });
+            assert_eq!(err.buffer, [7, 7]);
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freed_sends_still_deliver() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            for i in 0..100u32 {
+                comm.issend(&[i], 1, 0).free();
+            }
+            Ok(vec![])
+        } else {
+            let mut got = vec![];
+            for _ in 0..100 {
+                got.push(comm.recv::<u32>(0, 0).await?.0[0]);
+            }
+            Ok(got)
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1], (0..100).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_requests_restart_and_inactive_ones_are_null() {
+    launch(2, |comm| async move {
+        let other = 1 - comm.rank();
+        let data = [comm.rank() as u32; 3];
+        let mut send = comm.send_init(&data, other, 0);
+        let mut ssend = comm.ssend_init(&data, other, 1);
+        let mut recv = comm.recv_init_vec(vec![0u32; 3], other, 0);
+        let mut srecv_buf = [0u32; 3];
+        let mut srecv = comm.recv_init(&mut srecv_buf, other, 1);
+        for _ in 0..20 {
+            let mut reqs = start_all([&mut recv as &mut dyn Persistent, &mut srecv, &mut send, &mut ssend]);
+            let results = wait_all(&mut reqs).await;
+            assert!(results.iter().all(|r| matches!(r, Some(Ok(_)))));
+        }
+        assert_eq!(recv.buffer(), &[other as u32; 3]);
+        assert_eq!(srecv.buffer(), &[other as u32; 3]);
+        // Owned persistent sends are writable between starts.
+        let mut owned = comm.send_init_vec(vec![0u8; 2], other, 3);
+        owned.buffer_mut()[0] = 42;
+        owned.start().await?;
+        let (got, _) = comm.recv::<u8>(other, 3).await?;
+        assert_eq!(got, [42, 0]);
+        // An inactive persistent request is a None entry: empty status at once.
+        let mut inactive: Vec<Option<Request>> = vec![None];
+        assert!(wait_all(&mut inactive).await[0].is_none());
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
