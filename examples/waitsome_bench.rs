@@ -1,0 +1,78 @@
+//! Cost of completing requests one at a time out of many outstanding ones:
+//! a `RequestSet` (polls only woken requests) against `wait_some` over a
+//! slice (polls every entry on each call).
+//!
+//! ```text
+//! cargo run --release --example waitsome_bench
+//! ```
+//!
+//! Prints one JSON line per (method, outstanding) with the median time per
+//! completion and the request polls per completion. With a set both stay
+//! flat as the number outstanding grows; with a slice they grow linearly.
+
+use std::time::Instant;
+
+use mpx::prelude::*;
+use mpx::{wait_some, RequestSet};
+
+/// Completes `n` receives one message at a time; returns (seconds, polls).
+async fn run(comm: &Comm, n: usize, use_set: bool) -> mpx::Result<(f64, u64)> {
+    let mut bufs = vec![[0u32]; n];
+    let start;
+    let mut polls = 0u64;
+    // Complete a sample of the requests, one per call, while all others stay outstanding.
+    let sample = n.min(500);
+    if use_set {
+        let mut set = RequestSet::new();
+        for (tag, b) in bufs.iter_mut().enumerate() {
+            set.push(comm.irecv(b, 0, tag as i32));
+        }
+        // Register every request first (their first poll), outside the timing.
+        comm.send(&[0u32], 0, 0).await?;
+        set.wait_some().await;
+        let base = set.polls();
+        start = Instant::now();
+        for tag in 1..sample {
+            comm.send(&[tag as u32], 0, tag as i32).await?;
+            set.wait_some().await;
+        }
+        polls += set.polls() - base;
+    } else {
+        let mut reqs: Vec<_> = bufs.iter_mut().enumerate().map(|(tag, b)| Some(comm.irecv(b, 0, tag as i32))).collect();
+        comm.send(&[0u32], 0, 0).await?;
+        wait_some(&mut reqs).await;
+        start = Instant::now();
+        for tag in 1..sample {
+            comm.send(&[tag as u32], 0, tag as i32).await?;
+            wait_some(&mut reqs).await;
+            polls += reqs.iter().flatten().count() as u64 + 1;
+        }
+    }
+    Ok((start.elapsed().as_secs_f64() / (sample - 1) as f64, polls / (sample as u64 - 1)))
+}
+
+#[tokio::main]
+async fn main() -> mpx::Result<()> {
+    mpx::launch(1, |comm| async move {
+        for n in [100, 1_000, 10_000] {
+            for use_set in [true, false] {
+                let mut times = vec![];
+                let mut polls = 0;
+                for _ in 0..5 {
+                    let (t, p) = run(&comm, n, use_set).await?;
+                    times.push(t);
+                    polls = p;
+                }
+                times.sort_by(f64::total_cmp);
+                let method = if use_set { "request_set" } else { "slice" };
+                println!(
+                    "{{\"bench\":\"wait_some\",\"method\":\"{method}\",\"outstanding\":{n},\"us_per_completion\":{:.2},\"polls_per_completion\":{polls}}}",
+                    times[2] * 1e6
+                );
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
