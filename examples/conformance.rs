@@ -126,9 +126,9 @@ fn expand(runs: &Value) -> Option<Vec<i64>> {
 /// returns where each packed byte came from, as greedy runs.
 fn byte_map(dt: &Datatype, count: u64, external32: bool) -> Result<Value, String> {
     let last = (count.max(1) as i64 - 1) * dt.extent();
-    // The buffer starts at the lowest byte touched or at the origin, whichever is lower.
+    // The buffer spans the bytes touched and the origin.
     let low = (dt.true_lb() + last.min(0)).min(0);
-    let high = dt.true_lb() + dt.true_extent() + last.max(0);
+    let high = (dt.true_lb() + dt.true_extent() + last.max(0)).max(0);
     let span = usize::try_from(high - low).map_err(|e| e.to_string())?;
     if span > 1 << 28 {
         return Err(format!("span of {span} bytes is too large for a byte map"));

@@ -40,3 +40,14 @@ fn unknown_leaves_fail_the_case_not_the_run() {
     assert_eq!(mismatches.len(), 1);
     assert!(mismatches[0].contains("quaternion"));
 }
+
+#[test]
+fn types_entirely_below_their_origin_are_measured() {
+    let case = serde_json::json!({
+        "id": "below", "type": {"hindexed": {"blocklengths": [1], "displacements_bytes": [-16], "type": "double"}},
+        "count": 1,
+        "expect": {"size": 8, "lb": -16, "ub": -8, "true_lb": -16, "pack": {"size": 8, "runs": [[-16, 8, 1]]},
+                   "external32": {"size": 8, "runs": [[-9, 8, -1]]}}
+    });
+    assert_eq!(runner::check_case(&case), Vec::<String>::new());
+}

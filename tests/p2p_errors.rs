@@ -17,7 +17,7 @@ async fn invalid_ranks_tags_and_counts() {
         let mut small = [0u8; 4];
         let t = Datatype::contiguous(8, &Datatype::byte())?;
         let r = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut small), 1, &t), PROC_NULL, 0).await;
-        assert!(r.is_ok(), "PROC_NULL receives touch nothing");
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "checked before anything is posted");
         let send = comm.send_buf(SendBuf::new(Region::new(&small), 1, &t), 1 - comm.rank(), 0).await;
         assert!(matches!(send, Err(Error::OutOfBounds { .. })));
         Ok(())
@@ -73,4 +73,57 @@ async fn a_rank_error_is_the_launch_error() {
     .unwrap_err();
     assert_eq!(err, Error::InvalidArgument("rank 1 failed".into()));
     assert!(launch(0, |_comm| async move { Ok(()) }).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_and_any_source_receives_fail_when_peers_are_gone() {
+    let run = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            return Ok(vec![]);
+        }
+        let probe = comm.probe(0, 0).await;
+        let mprobe = comm.mprobe(0, 0).await.map(|_| ());
+        let any = comm.recv::<u8>(Any, Any).await.map(|_| ());
+        let probe_any = comm.probe(Any, Any).await.map(|_| ());
+        Ok(vec![probe.map(|_| ()), mprobe, any, probe_any])
+    });
+    let out = tokio::time::timeout(Duration::from_secs(10), run).await.expect("no hang").unwrap();
+    for r in &out[1] {
+        assert!(matches!(r, Err(Error::ProcessFailed { rank: 0, .. })), "{r:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_buffer_too_small_for_its_count_consumes_no_message() {
+    launch(1, |comm| async move {
+        comm.send(&[1u64, 2], 0, 0).await?;
+        let mut small = [0u8; 8];
+        let t = Datatype::named("uint64_t").unwrap();
+        let r = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut small), 2, &t), 0, 0).await;
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })));
+        let m = comm.mprobe(0, 0).await?;
+        let r = m.recv_buf(RecvBuf::new(RegionMut::new(&mut small), 2, &t)).await;
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })));
+        let (v, _) = comm.recv::<u64>(0, 0).await?;
+        assert_eq!(v, [1, 2], "the message is still there");
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_counts_are_errors_not_aborts() {
+    launch(1, |comm| async move {
+        let d = Datatype::double();
+        let r = comm.send_buf(SendBuf::new(Region::new(&[0u8; 16]), 1 << 42, &d), 0, 0).await;
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })));
+        // Zero extent: every item reads the same 8 bytes, but the message would be 8 TiB.
+        let flat = Datatype::resized(0, 0, &d)?;
+        let r = comm.send_buf(SendBuf::new(Region::new(&[0u8; 8]), 1 << 40, &flat), 0, 0).await;
+        assert!(r.is_err());
+        Ok(())
+    })
+    .await
+    .unwrap();
 }

@@ -86,3 +86,32 @@ async fn a_fast_producer_is_throttled_by_the_consumers_credit() {
     assert!(out[1] > 0, "some messages were buffered");
     assert!(out[1] <= 16 * 1024, "unexpected data {} exceeded the credit", out[1]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_messages_are_bounded_by_credit_too() {
+    let mut opts = LaunchOptions::ranks(2);
+    opts.engine.eager_credit = 4096;
+    let out = launch_with(opts, |comm| async move {
+        if comm.rank() == 0 {
+            for _ in 0..5000 {
+                comm.send::<u8>(&[], 1, 0).await?;
+            }
+            Ok(0)
+        } else {
+            let mut most = 0;
+            for i in 0..5000 {
+                if i % 500 == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                most = most.max(comm.queued().0);
+                comm.recv::<u8>(0, 0).await?;
+            }
+            Ok(most)
+        }
+    })
+    .await
+    .unwrap();
+    // Each queued empty message costs its header (80 bytes) of credit; at
+    // most one more waits as a rendezvous request.
+    assert!(out[1] <= 4096 / 80 + 2, "{} empty messages queued", out[1]);
+}

@@ -19,9 +19,9 @@ async fn synchronous_send_completes_only_after_the_receive_starts() {
                 comm.ssend(&[1u8; 4], 1, 0).await?;
                 assert!(posted.load(Ordering::SeqCst), "ssend returned before the receive was posted");
             } else {
-                // Let the RTS arrive and sit unmatched for a while.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                assert!(comm.iprobe(0, 0)?.is_some());
+                // The RTS arrives and sits unmatched for a while.
+                comm.probe(0, 0).await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
                 posted.store(true, Ordering::SeqCst);
                 comm.recv_into(&mut [0u8; 4], 0, 0).await?;
             }
@@ -43,10 +43,11 @@ async fn standard_send_of_a_large_message_waits_for_the_receiver() {
         async move {
             if comm.rank() == 0 {
                 comm.send(&vec![7u32; 10_000], 1, 0).await?;
-                assert!(received.load(Ordering::SeqCst) || comm.iprobe(1, 1)?.is_none());
+                assert!(received.load(Ordering::SeqCst), "a 40 KB send completed before the receive was posted");
                 comm.send(&vec![7u32; 10], 1, 1).await?;
             } else {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                comm.probe(0, 0).await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
                 received.store(true, Ordering::SeqCst);
                 let (v, st) = comm.recv::<u32>(0, 0).await?;
                 assert_eq!((v.len(), st.bytes), (10_000, 40_000));
@@ -252,4 +253,28 @@ async fn dropped_receive_is_withdrawn_and_loses_nothing() {
     .await
     .unwrap();
     assert_eq!(out[1], 42);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_matched_probe_keeps_the_senders_order() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&[1u8], 1, 1).await?;
+            comm.send(&[2u8], 1, 2).await?;
+            // Not completed by a probe that is dropped: only by a real receive.
+            comm.ssend(&[3u8], 1, 3).await?;
+            Ok(vec![])
+        } else {
+            comm.probe(0, 2).await?;
+            drop(comm.mprobe(0, 2).await?); // taken, then given back
+            let (a, _) = comm.recv::<u8>(0, Any).await?;
+            let (b, _) = comm.recv::<u8>(0, Any).await?;
+            drop(comm.mprobe(0, 3).await?);
+            let (c, _) = comm.recv::<u8>(0, 3).await?;
+            Ok(vec![a[0], b[0], c[0]])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1], [1, 2, 3], "non-overtaking must survive a returned message");
 }

@@ -159,13 +159,35 @@ pub struct Status {
     pub bytes: u64,
     /// The receive was cancelled before it matched.
     pub cancelled: bool,
+    /// The operation's error, for statuses that report a failed operation
+    /// (MPI's `MPI_ERROR` field): see [`Status::from_outcome`]. Operations
+    /// return `Result<Status>`, so a status they return has `None` here.
+    pub error: Option<Error>,
 }
 
 impl Status {
     /// The status of an operation on the null process: no source, no tag,
     /// no data.
     pub fn empty() -> Status {
-        Status { source: None, tag: None, bytes: 0, cancelled: false }
+        Status { source: None, tag: None, bytes: 0, cancelled: false, error: None }
+    }
+
+    /// The status of a message from `source` with `tag` and `bytes` of data.
+    pub fn of(source: u32, tag: i32, bytes: u64) -> Status {
+        Status { source: Some(source as usize), tag: Some(tag), bytes, ..Status::empty() }
+    }
+
+    /// Folds an operation's outcome into one status, MPI style
+    /// (`MPI_ERR_IN_STATUS`): a failure becomes an empty status whose
+    /// `error` is set.
+    ///
+    /// ```
+    /// use mpx_core::{Error, Status};
+    /// let st = Status::from_outcome(Err(Error::TypeMismatch));
+    /// assert_eq!(st.error, Some(Error::TypeMismatch));
+    /// ```
+    pub fn from_outcome(outcome: Result<Status>) -> Status {
+        outcome.unwrap_or_else(|e| Status { error: Some(e), ..Status::empty() })
     }
 
     /// `MPI_Get_count`: whole items of `datatype` received, or `None` if a
@@ -246,6 +268,10 @@ impl<'a> RecvBuf<'a> {
     /// Room for `count` items of `datatype` in `region`.
     pub fn new(region: RegionMut<'a>, count: u64, datatype: &Datatype) -> RecvBuf<'a> {
         RecvBuf { region, count, datatype: datatype.clone() }
+    }
+
+    fn check(&self) -> Result<()> {
+        self.region.check(&self.datatype, self.count)
     }
 
     /// Room for `bytes.len()` bytes of `packed` data: receives any message
@@ -444,12 +470,7 @@ impl<B: Unpin> Future for OwnedRecv<B> {
 }
 
 fn status_of(msg: &Delivered) -> Status {
-    Status {
-        source: Some(msg.envelope.source as usize),
-        tag: Some(msg.envelope.tag),
-        bytes: msg.data.len() as u64,
-        cancelled: false,
-    }
+    Status::of(msg.envelope.source, msg.envelope.tag, msg.data.len() as u64)
 }
 
 // ----- the endpoint -----------------------------------------------------------
@@ -591,10 +612,20 @@ impl Shared {
     }
 
     /// Takes request `id`'s completion, or registers `cx`'s waker for it.
+    /// A receive's message counts as consumed once taken here: its eager
+    /// credit goes back to the sender.
     pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
         let mut st = self.lock();
         match st.done.remove(&id) {
-            Some(c) => Poll::Ready(c),
+            Some(c) => {
+                if let Completion::Recv(Ok(msg)) = &c {
+                    if msg.credit > 0 {
+                        st.engine.release_credit(msg.envelope.source, msg.credit);
+                        self.flush(&mut st);
+                    }
+                }
+                Poll::Ready(c)
+            }
             None => {
                 st.wakers.insert(id, cx.waker().clone());
                 Poll::Pending
@@ -626,7 +657,7 @@ impl Shared {
         st.wakers.remove(&id);
         match st.done.remove(&id) {
             Some(Completion::Recv(Ok(msg))) => {
-                st.engine.requeue_front(msg);
+                st.engine.requeue(msg);
                 self.flush(&mut st);
             }
             Some(_) => {}
@@ -792,7 +823,8 @@ impl Comm {
                 let b = &mut st.bsend;
                 let capacity = b.attached.as_ref().map_or(0, Vec::len);
                 if b.used + need > capacity {
-                    return Err(Error::BufferExhausted { needed: need as u64, available: (capacity - b.used) as u64 });
+                    let available = capacity.saturating_sub(b.used) as u64;
+                    return Err(Error::BufferExhausted { needed: need as u64, available });
                 }
                 b.used += need;
                 b.in_flight.insert(id, need);
@@ -1008,6 +1040,11 @@ impl Comm {
     /// `MPI_Irecv` into any buffer (a derived datatype, or packed bytes with
     /// [`RecvBuf::packed`]).
     pub fn irecv_buf<'a>(&self, buf: RecvBuf<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        // A buffer that cannot hold `count` items fails before the receive
+        // is posted, so no message is consumed by it.
+        if let Err(e) = buf.check() {
+            return Request::completed(Err(e));
+        }
         self.start_recv(source, tag, Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region)))
     }
 
@@ -1076,12 +1113,7 @@ impl Comm {
     pub fn iprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Status>> {
         let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Status::empty())) };
         let st = self.shared.lock();
-        Ok(st.engine.iprobe(&spec).map(|e| Status {
-            source: Some(e.source as usize),
-            tag: Some(e.tag),
-            bytes: e.len,
-            cancelled: false,
-        }))
+        Ok(st.engine.iprobe(&spec).map(|e| Status::of(e.source, e.tag, e.len)))
     }
 
     /// `MPI_Probe`: waits until a matching message is queued and returns its
@@ -1093,16 +1125,30 @@ impl Comm {
     pub async fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
         let source = source.into();
         let tag = tag.into();
+        self.wait_for_arrival(source, || self.iprobe(source, tag)).await
+    }
+
+    /// Retries `attempt` whenever a frame arrives, until it finds something;
+    /// fails if `source` is a rank that can no longer send.
+    async fn wait_for_arrival<T>(&self, source: Source, mut attempt: impl FnMut() -> Result<Option<T>>) -> Result<T> {
         std::future::poll_fn(|cx| {
-            if let Some(s) = self.iprobe(source, tag)? {
-                return Poll::Ready(Ok(s));
+            if let Some(found) = attempt()? {
+                return Poll::Ready(Ok(found));
             }
-            let mut st = self.shared.lock();
-            st.arrival_wakers.push(cx.waker().clone());
-            drop(st);
-            // A message may have arrived between the probe and the registration.
-            match self.iprobe(source, tag)? {
-                Some(s) => Poll::Ready(Ok(s)),
+            {
+                let mut st = self.shared.lock();
+                let dead = match source {
+                    Source::Rank(r) => st.engine.dead(r as u32, true),
+                    _ => st.engine.others_gone(),
+                };
+                if let Some(e) = dead {
+                    return Poll::Ready(Err(e));
+                }
+                st.arrival_wakers.push(cx.waker().clone());
+            }
+            // A message may have arrived between the attempt and the registration.
+            match attempt()? {
+                Some(found) => Poll::Ready(Ok(found)),
                 None => Poll::Pending,
             }
         })
@@ -1125,17 +1171,7 @@ impl Comm {
     pub async fn mprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Message> {
         let source = source.into();
         let tag = tag.into();
-        std::future::poll_fn(|cx| {
-            if let Some(m) = self.improbe(source, tag)? {
-                return Poll::Ready(Ok(m));
-            }
-            self.shared.lock().arrival_wakers.push(cx.waker().clone());
-            match self.improbe(source, tag)? {
-                Some(m) => Poll::Ready(Ok(m)),
-                None => Poll::Pending,
-            }
-        })
-        .await
+        self.wait_for_arrival(source, || self.improbe(source, tag)).await
     }
 
     // ----- combined -------------------------------------------------------------------
@@ -1207,8 +1243,19 @@ impl Comm {
     /// # Cancel safety
     /// Cancel-safe: the buffer stays attached until the call completes.
     pub async fn buffer_detach(&self) -> Result<Vec<u8>> {
-        BsendDrained { shared: &self.shared }.await;
-        self.shared.lock().bsend.attached.take().ok_or(Error::BufferState("no buffer is attached"))
+        std::future::poll_fn(|cx| {
+            // Checked and taken under one lock, so no buffered send can slip in between.
+            let mut st = self.shared.lock();
+            if st.bsend.attached.is_none() {
+                return Poll::Ready(Err(Error::BufferState("no buffer is attached")));
+            }
+            if st.bsend.in_flight.is_empty() {
+                return Poll::Ready(Ok(st.bsend.attached.take().expect("checked above")));
+            }
+            st.bsend.detach_waiters.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
     }
 
     // ----- barrier --------------------------------------------------------------------------
@@ -1266,7 +1313,7 @@ impl Message {
             None => Status::empty(),
             Some(m) => {
                 let e = m.envelope();
-                Status { source: Some(e.source as usize), tag: Some(e.tag), bytes: e.len, cancelled: false }
+                Status::of(e.source, e.tag, e.len)
             }
         }
     }
@@ -1305,6 +1352,8 @@ impl Message {
     /// # Cancel safety
     /// As [`Message::irecv`].
     pub async fn recv_buf(self, buf: RecvBuf<'_>) -> Result<Status> {
+        // On a bad buffer the message goes back to the queue (when `self` drops).
+        buf.check()?;
         self.start(Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region))).await
     }
 }

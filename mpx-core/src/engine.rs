@@ -13,10 +13,11 @@
 //! * **Eager** (standard and buffered sends up to the eager threshold, when
 //!   the sender holds enough *credit* for the destination): the data travels
 //!   at once and the send completes locally. The receiver keeps it in its
-//!   unexpected queue until a receive matches, then returns the credit. Each
-//!   sender-receiver pair starts with [`Config::eager_credit`] bytes of
-//!   credit, which bounds the receiver's memory for unexpected data from
-//!   each peer.
+//!   unexpected queue until a receive matches and consumes it, then returns
+//!   the credit. Each message costs its length plus its header in credit,
+//!   and each sender-receiver pair starts with [`Config::eager_credit`]
+//!   bytes of it, which bounds the receiver's memory for unexpected
+//!   messages from each peer, empty ones included.
 //! * **Rendezvous** (larger messages, standard sends without credit, every
 //!   synchronous send): an RTS carries only the envelope; when a receive
 //!   matches it the receiver answers CTS, and the data follows. The send
@@ -75,6 +76,12 @@ pub enum SendMode {
     Ready,
 }
 
+/// Credit an eager message of `len` bytes costs: its data plus its header,
+/// so even empty messages are bounded.
+fn eager_cost(len: usize) -> u64 {
+    (len + crate::wire::HEADER_LEN) as u64
+}
+
 /// The envelope and data of an outgoing message.
 #[derive(Debug, Clone)]
 pub struct Outgoing {
@@ -127,6 +134,9 @@ pub struct Envelope {
     pub repr: Repr,
     /// Data length in bytes.
     pub len: u64,
+    /// The sender's per-pair sequence number: messages from one sender are
+    /// matched in this order.
+    pub seq: u64,
 }
 
 impl Envelope {
@@ -138,6 +148,7 @@ impl Envelope {
             signature: (!h.untyped).then_some((h.sig_hash, h.sig_len)),
             repr: h.repr,
             len,
+            seq: h.seq,
         }
     }
 }
@@ -149,6 +160,9 @@ pub struct Delivered {
     pub envelope: Envelope,
     /// The data.
     pub data: Bytes,
+    /// Eager credit the message holds; give it back with
+    /// [`Engine::release_credit`] once the receive has consumed the data.
+    pub credit: u64,
 }
 
 /// A message taken out of the unexpected queue by a matched probe
@@ -190,8 +204,8 @@ struct Unexpected {
 
 #[derive(Debug)]
 enum Body {
-    /// Eager data; it holds `data.len()` bytes of the sender's credit.
-    Data(Bytes),
+    /// Data, holding `credit` bytes of the sender's eager credit.
+    Data { data: Bytes, credit: u64 },
     /// A rendezvous request from sender request `send_id`.
     Rts { send_id: u64 },
     /// A rendezvous message whose receive was withdrawn after its CTS went
@@ -317,7 +331,7 @@ impl Engine {
         self.unexpected
             .iter()
             .map(|u| match &u.body {
-                Body::Data(d) => d.len() as u64,
+                Body::Data { data, .. } => data.len() as u64,
                 Body::Rts { .. } | Body::InFlight { .. } => 0,
             })
             .sum()
@@ -328,13 +342,32 @@ impl Engine {
         self.posted.len()
     }
 
-    fn dead(&self, rank: u32, need_match: bool) -> Option<Error> {
-        let p = &self.peers[rank as usize];
+    /// Why `rank` can no longer take part: it failed, or (when the operation
+    /// needs it to match) it finished.
+    pub fn dead(&self, rank: u32, need_match: bool) -> Option<Error> {
+        let p = self.peers.get(rank as usize)?;
         if let Some(reason) = &p.failed {
             return Some(Error::ProcessFailed { rank, reason: reason.clone() });
         }
         (need_match && p.finished)
             .then(|| Error::ProcessFailed { rank, reason: "its program returned".into() })
+    }
+
+    /// When every other rank has finished or failed (and there is at least
+    /// one), the error an any-source receive gets: only this rank's own
+    /// messages could still match it.
+    pub fn others_gone(&self) -> Option<Error> {
+        let mut last = None;
+        for (r, p) in self.peers.iter().enumerate() {
+            if r as u32 == self.rank {
+                continue;
+            }
+            if p.failed.is_none() && !p.finished {
+                return None;
+            }
+            last = Some(r as u32);
+        }
+        last.map(|rank| Error::ProcessFailed { rank, reason: "every other rank has finished or failed".into() })
     }
 
     fn data_header(&mut self, kind: Kind, msg: &Outgoing, send_id: u64) -> Header {
@@ -366,14 +399,20 @@ impl Engine {
             self.events.push_back(Event::SendDone { id, result: Err(e) });
             return;
         }
+        if msg.dest >= self.size() {
+            let error = Error::InvalidRank { rank: msg.dest as i64, size: self.size() };
+            self.events.push_back(Event::SendDone { id, result: Err(error) });
+            return;
+        }
         let len = msg.data.len() as u64;
+        let cost = eager_cost(msg.data.len());
         let eager = matches!(mode, SendMode::Standard | SendMode::Buffered)
             && msg.data.len() <= self.config.eager_threshold
-            && self.peers[msg.dest as usize].credit >= len;
+            && self.peers[msg.dest as usize].credit >= cost;
         tracing::trace!(rank = self.rank, id, dest = msg.dest, tag = msg.tag, len, ?mode, eager, "send posted");
         let dest = msg.dest;
         if eager {
-            self.peers[dest as usize].credit -= len;
+            self.peers[dest as usize].credit -= cost;
             let header = self.data_header(Kind::Eager, &msg, id);
             self.outbox.push_back((dest, Frame { header, payload: msg.data }));
             self.events.push_back(Event::SendDone { id, result: Ok(()) });
@@ -392,12 +431,21 @@ impl Engine {
     /// for a rendezvous message, starts its data transfer) at once.
     pub fn post_recv(&mut self, id: ReqId, spec: MatchSpec) {
         tracing::trace!(rank = self.rank, id, ?spec, "receive posted");
+        if let Some(source) = spec.source.filter(|&s| s >= self.size()) {
+            let error = Error::InvalidRank { rank: source as i64, size: self.size() };
+            self.events.push_back(Event::RecvDone { id, result: Err(error) });
+            return;
+        }
         if let Some(pos) = self.unexpected.iter().position(|u| spec.accepts(&u.envelope)) {
             let u = self.unexpected.remove(pos).expect("position is in range");
             self.take_unexpected(id, u);
             return;
         }
-        if let Some(e) = spec.source.and_then(|s| self.dead(s, true)) {
+        let dead = match spec.source {
+            Some(s) => self.dead(s, true),
+            None => self.others_gone(),
+        };
+        if let Some(e) = dead {
             self.events.push_back(Event::RecvDone { id, result: Err(e) });
             return;
         }
@@ -423,7 +471,7 @@ impl Engine {
     /// at the head of the queue (the data will go to the next receive that
     /// matches it). Returns `false` if the engine holds nothing for `id`
     /// (it completed: the caller gives back a delivered message with
-    /// [`requeue_front`](Engine::requeue_front)).
+    /// [`requeue`](Engine::requeue)).
     pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
         if self.cancel_recv(id) {
             return true;
@@ -433,36 +481,42 @@ impl Engine {
         };
         t.owner = None;
         let u = Unexpected { envelope: t.envelope, body: Body::InFlight { transfer } };
-        self.offer_front(u);
+        self.restore(u);
         true
     }
 
     /// Offers a message returned to the queue to the posted receives, in
-    /// order; if none takes it, it goes to the head of the queue.
-    fn offer_front(&mut self, u: Unexpected) {
+    /// order; if none takes it, it goes back in its sender's order: after
+    /// the sender's earlier messages, ahead of its later ones and of
+    /// everything else.
+    fn restore(&mut self, u: Unexpected) {
         if let Some(pos) = self.posted.iter().position(|p| p.spec.accepts(&u.envelope)) {
             let p = self.posted.remove(pos).expect("position is in range");
             self.take_unexpected(p.id, u);
-        } else {
-            self.unexpected.push_front(u);
+            return;
         }
+        let same = |q: &Unexpected| q.envelope.source == u.envelope.source;
+        let pos = self
+            .unexpected
+            .iter()
+            .position(|q| same(q) && q.envelope.seq > u.envelope.seq)
+            .or_else(|| self.unexpected.iter().rposition(|q| same(q) && q.envelope.seq < u.envelope.seq).map(|i| i + 1))
+            .unwrap_or(0);
+        self.unexpected.insert(pos, u);
     }
 
-    /// Puts a message taken by [`improbe`](Engine::improbe) back at the head
-    /// of the queue, unreceived.
+    /// Puts a message taken by [`improbe`](Engine::improbe) back in the
+    /// queue, unreceived (a rendezvous message stays unanswered).
     pub fn unmatch(&mut self, m: Matched) {
-        self.offer_front(m.0);
+        self.restore(m.0);
     }
 
-    /// Puts a delivered message back at the head of the unexpected queue,
-    /// ahead of every later message, as if it had not been matched (for a
-    /// receive abandoned after matching). It is first offered to posted
-    /// receives, in order.
-    pub fn requeue_front(&mut self, msg: Delivered) {
-        // Undo the credit return: the data is buffered here again.
-        let source = msg.envelope.source as usize;
-        self.peers[source].owed = self.peers[source].owed.saturating_sub(msg.data.len() as u64);
-        self.offer_front(Unexpected { envelope: msg.envelope, body: Body::Data(msg.data) });
+    /// Puts a delivered message back in the unexpected queue as if it had
+    /// not been matched (for a receive abandoned after matching): it is
+    /// offered to posted receives first, then queued ahead of its sender's
+    /// later messages.
+    pub fn requeue(&mut self, msg: Delivered) {
+        self.restore(Unexpected { envelope: msg.envelope, body: Body::Data { data: msg.data, credit: msg.credit } });
     }
 
     /// The envelope of the first queued message `spec` matches
@@ -488,9 +542,8 @@ impl Engine {
     fn take_unexpected(&mut self, id: ReqId, u: Unexpected) {
         tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
         match u.body {
-            Body::Data(data) => {
-                self.return_credit(u.envelope.source, data.len() as u64);
-                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope: u.envelope, data }) });
+            Body::Data { data, credit } => {
+                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope: u.envelope, data, credit }) });
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
             Body::InFlight { transfer } => {
@@ -511,8 +564,13 @@ impl Engine {
         self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id) });
     }
 
-    fn return_credit(&mut self, source: u32, bytes: u64) {
-        let peer = &mut self.peers[source as usize];
+    /// A receive has consumed a delivered message holding `bytes` of
+    /// `source`'s credit: the credit goes back to the sender (in batches).
+    pub fn release_credit(&mut self, source: u32, bytes: u64) {
+        let Some(peer) = self.peers.get_mut(source as usize) else { return };
+        if bytes == 0 {
+            return;
+        }
         peer.owed += bytes;
         // Return credit in batches of a quarter of the budget.
         if peer.owed > 0 && peer.owed >= self.config.eager_credit / 4 {
@@ -542,7 +600,7 @@ impl Engine {
                 match h.kind {
                     Kind::Eager => self.arrive(Unexpected {
                         envelope: Envelope::from_header(&h, frame.payload.len() as u64),
-                        body: Body::Data(frame.payload),
+                        body: Body::Data { credit: eager_cost(frame.payload.len()), data: frame.payload },
                     }),
                     Kind::Rts => self.arrive(Unexpected {
                         envelope: Envelope::from_header(&h, h.data_len),
@@ -552,21 +610,27 @@ impl Engine {
                 }
             }
             Kind::Cts => {
-                let Some(PendingSend::Rendezvous { dest, data }) = self.sends.remove(&h.send_id) else {
-                    return self.unknown_send(from, h.send_id);
-                };
-                if dest != from {
-                    return Err(Error::Protocol(format!("CTS for send {} came from rank {from}, not {dest}", h.send_id)));
+                match self.sends.get(&h.send_id) {
+                    Some(PendingSend::Rendezvous { dest, .. }) if *dest == from => {}
+                    Some(_) => return Err(Error::Protocol(format!("CTS from rank {from} for send {} it does not hold", h.send_id))),
+                    None => return self.unknown_send(from, h.send_id),
                 }
+                let Some(PendingSend::Rendezvous { data, .. }) = self.sends.remove(&h.send_id) else {
+                    unreachable!("checked above")
+                };
                 let header = Header { recv_id: h.recv_id, data_len: data.len() as u64, ..Header::control(Kind::RndvData, self.rank) };
                 self.outbox.push_back((from, Frame { header, payload: data }));
                 self.events.push_back(Event::SendDone { id: h.send_id, result: Ok(()) });
             }
             Kind::RndvData => {
+                match self.transfers.get(&h.recv_id) {
+                    Some(t) if t.envelope.source == from => {}
+                    _ => return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id))),
+                }
                 let Some(Transfer { envelope, owner }) = self.transfers.remove(&h.recv_id) else {
-                    return Err(Error::Protocol(format!("data for unknown receive {}", h.recv_id)));
+                    unreachable!("checked above")
                 };
-                if frame.payload.len() as u64 != envelope.len || envelope.source != from {
+                if frame.payload.len() as u64 != envelope.len {
                     return Err(Error::Protocol(format!(
                         "rendezvous data of {} bytes from rank {from} for a {}-byte message from rank {}",
                         frame.payload.len(),
@@ -576,25 +640,26 @@ impl Engine {
                 }
                 match owner {
                     Some(id) => {
-                        self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope, data: frame.payload }) })
+                        let delivered = Delivered { envelope, data: frame.payload, credit: 0 };
+                        self.events.push_back(Event::RecvDone { id, result: Ok(delivered) })
                     }
                     None => {
                         // Its receive was withdrawn: the data takes the
                         // message's place in the queue.
                         let transfer = h.recv_id;
                         if let Some(u) = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: t } if t == transfer)) {
-                            u.body = Body::Data(frame.payload);
+                            u.body = Body::Data { data: frame.payload, credit: 0 };
                         }
                     }
                 }
             }
             Kind::ReadyAck => {
-                let Some(PendingSend::Ready { dest }) = self.sends.remove(&h.send_id) else {
-                    return self.unknown_send(from, h.send_id);
-                };
-                if dest != from {
-                    return Err(Error::Protocol(format!("ready answer for send {} from the wrong rank", h.send_id)));
+                match self.sends.get(&h.send_id) {
+                    Some(PendingSend::Ready { dest }) if *dest == from => {}
+                    Some(_) => return Err(Error::Protocol(format!("ready answer from rank {from} for send {} it does not hold", h.send_id))),
+                    None => return self.unknown_send(from, h.send_id),
                 }
+                self.sends.remove(&h.send_id);
                 let result = if h.data_len == 1 { Ok(()) } else { Err(Error::NotReady) };
                 self.events.push_back(Event::SendDone { id: h.send_id, result });
             }
@@ -636,7 +701,7 @@ impl Engine {
         let taken = match self.posted.iter().position(|p| p.spec.accepts(&envelope)) {
             Some(pos) => {
                 let p = self.posted.remove(pos).expect("position is in range");
-                self.events.push_back(Event::RecvDone { id: p.id, result: Ok(Delivered { envelope, data }) });
+                self.events.push_back(Event::RecvDone { id: p.id, result: Ok(Delivered { envelope, data, credit: 0 }) });
                 1
             }
             None => {
@@ -698,6 +763,14 @@ impl Engine {
             }
         }
         self.posted = kept;
+        if let Some(error) = self.others_gone() {
+            let (any, named): (VecDeque<Posted>, VecDeque<Posted>) =
+                self.posted.drain(..).partition(|p| p.spec.source.is_none());
+            self.posted = named;
+            for p in any {
+                self.events.push_back(Event::RecvDone { id: p.id, result: Err(error.clone()) });
+            }
+        }
         let failed_sends: Vec<ReqId> =
             self.sends.iter().filter(|(_, s)| s.dest() == rank).map(|(id, _)| *id).collect();
         for id in failed_sends {
@@ -776,7 +849,7 @@ mod tests {
 
     #[test]
     fn credit_bounds_unexpected_data_then_falls_back_to_rendezvous() {
-        let mut e = pair(Config { eager_threshold: 100, eager_credit: 10 });
+        let mut e = pair(Config { eager_threshold: 100, eager_credit: 150 });
         e[0].post_send(1, SendMode::Standard, msg(1, 0, b"12345678"));
         e[0].post_send(2, SendMode::Standard, msg(1, 0, b"abcdefgh"));
         pump(&mut e);
@@ -817,16 +890,22 @@ mod tests {
 
     #[test]
     fn a_failed_peer_fails_what_depends_on_it() {
-        let mut e = pair(Config::default());
+        let config = Config::default();
+        let mut e = vec![Engine::new(0, 3, config), Engine::new(1, 3, config)];
         e[1].post_recv(1, spec(Some(0), None));
         e[1].post_recv(2, spec(None, None));
         e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));
         e[1].fail_peer(0, "connection lost");
         let ev = events(&mut e[1]);
         assert_eq!(ev.len(), 2, "{ev:?}");
-        assert_eq!(e[1].posted_len(), 1, "the any-source receive stays posted");
+        assert_eq!(e[1].posted_len(), 1, "the any-source receive stays posted: rank 2 may still send");
         e[1].post_recv(4, spec(Some(0), None));
         assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 4, result: Err(Error::ProcessFailed { .. }) }]));
+        // Once every other rank is gone, any-source receives fail too.
+        e[1].fail_peer(2, "connection lost");
+        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 2, result: Err(Error::ProcessFailed { .. }) }]));
+        e[1].post_recv(5, spec(Some(1), None));
+        assert!(events(&mut e[1]).is_empty(), "a receive from itself can still match");
     }
 
     #[test]
@@ -880,7 +959,7 @@ mod tests {
         pump(&mut e);
         e[1].post_recv(5, spec(None, None));
         let Some(Event::RecvDone { result: Ok(first), .. }) = e[1].poll_event() else { panic!() };
-        e[1].requeue_front(first);
+        e[1].requeue(first);
         e[1].post_recv(6, spec(None, None));
         assert!(matches!(e[1].poll_event(), Some(Event::RecvDone { id: 6, result: Ok(d) }) if d.data == "one"));
     }

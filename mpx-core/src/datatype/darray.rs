@@ -257,7 +257,7 @@ impl Datatype {
                     IndexSet::Range { start: 0, len: g }
                 }
                 Distribution::Block => {
-                    let b = darg.unwrap_or((g + p - 1) / p);
+                    let b = darg.unwrap_or(g / p + i64::from(g % p != 0));
                     if b.checked_mul(p).map_or(false, |cover| cover < g) {
                         return Err(arg_error(format!(
                             "darray: block size {b} on {p} processes cannot cover {g} elements in dimension {d}"
@@ -275,7 +275,7 @@ impl Datatype {
                         IndexSet::Range { start: 0, len: 0 }
                     } else {
                         // Blocks start at start + k*period < g.
-                        let blocks = (g - start + period - 1) / period;
+                        let blocks = (g - start) / period + i64::from((g - start) % period != 0);
                         let last_start = start + (blocks - 1) * period;
                         let last_len = b.min(g - last_start);
                         let (full, tail) = if last_len == b { (blocks, 0) } else { (blocks - 1, last_len) };

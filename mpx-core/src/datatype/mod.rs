@@ -622,7 +622,7 @@ impl fmt::Debug for Datatype {
 /// assert_eq!(mpx_core::address_of(&xs[1]) - mpx_core::address_of(&xs[0]), 8);
 /// ```
 pub fn address_of<T: ?Sized>(value: &T) -> i64 {
-    value as *const T as *const u8 as usize as i64
+    (value as *const T as *const u8).expose_provenance() as i64
 }
 
 #[cfg(test)]

@@ -139,6 +139,11 @@ impl<'a> RegionMut<'a> {
         RegionMut::new(bytemuck::cast_slice_mut(values))
     }
 
+    /// Checks that `count` items of `datatype` fit in the region.
+    pub(crate) fn check(&self, datatype: &Datatype, count: u64) -> Result<()> {
+        check_span(datatype, count, self.origin, self.len)
+    }
+
     /// A slice of an [`MpiType`] written through that type's own datatype.
     /// Callers validate values before exposing them as `T`.
     pub(crate) fn typed<T: MpiType>(values: &'a mut [MaybeUninit<T>]) -> RegionMut<'a> {
@@ -299,7 +304,13 @@ impl Datatype {
 
     /// Packs `count` items from `src` into a new buffer.
     pub fn pack_to_vec(&self, src: Region<'_>, count: u64) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; self.pack_size(count)?];
+        // Check the source first: a count the region cannot hold must not
+        // allocate anything.
+        check_span(self, count, src.origin, src.len)?;
+        let size = self.pack_size(count)?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(size).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+        out.resize(size, 0);
         self.pack_into(src, count, &mut out, &mut 0)?;
         Ok(out)
     }
@@ -387,9 +398,28 @@ impl Datatype {
     pub unsafe fn pack_from_bottom(&self, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
         let needed = self.pack_size(count)?;
         room(out.len(), *position, needed, false)?;
-        self.pack_raw(Repr::Native, bottom(), count, out.as_mut_ptr().add(*position))?;
+        let mut stream = out.as_mut_ptr().add(*position);
+        self.for_each_absolute(count, |addr, len| {
+            std::ptr::copy_nonoverlapping(std::ptr::with_exposed_provenance::<u8>(addr), stream, len);
+            stream = stream.add(len);
+        });
         *position += needed;
         Ok(())
+    }
+
+    /// Calls `f(address, len)` for every basic element of `count` items at
+    /// absolute addresses, in typemap order. Each address gets its own
+    /// pointer (with the provenance [`crate::address_of`] exposed), since
+    /// the elements may lie in different allocations; this path therefore
+    /// goes element by element.
+    fn for_each_absolute(&self, count: u64, mut f: impl FnMut(usize, usize)) {
+        let extent = self.extent() as i128;
+        for i in 0..count as i128 {
+            self.for_each_entry(|b, disp| {
+                f((disp as i128 + i * extent) as usize, b.size());
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+        }
     }
 
     /// Unpacks `count` items to absolute addresses (`MPI_BOTTOM`).
@@ -401,16 +431,14 @@ impl Datatype {
     pub unsafe fn unpack_to_bottom(&self, inbuf: &[u8], position: &mut usize, count: u64) -> Result<()> {
         let needed = self.pack_size(count)?;
         room(inbuf.len(), *position, needed, true)?;
-        self.unpack_raw(Repr::Native, inbuf.as_ptr().add(*position), bottom(), count);
+        let mut stream = inbuf.as_ptr().add(*position);
+        self.for_each_absolute(count, |addr, len| {
+            std::ptr::copy_nonoverlapping(stream, std::ptr::with_exposed_provenance_mut::<u8>(addr), len);
+            stream = stream.add(len);
+        });
         *position += needed;
         Ok(())
     }
-}
-
-/// Address 0 with the provenance of every exposed allocation, the base of
-/// absolute displacements made by [`crate::address_of`].
-fn bottom() -> *mut u8 {
-    std::ptr::with_exposed_provenance_mut(0)
 }
 
 /// `MPI_Pack` of a typed slice with its own datatype: appends all of `src`
