@@ -166,3 +166,41 @@ async fn invalid_values_are_rejected_on_receive() {
     .unwrap();
     assert!(matches!(out[1], Some(Err(Error::InvalidValue { item: 1, .. }))));
 }
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, MpiType)]
+#[repr(C)]
+struct Sample {
+    t: f64,
+    id: u16, // followed by 6 bytes of padding
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn derived_datatypes_over_typed_structs() {
+    let out = launch(2, |comm| async move {
+        let every_other = Datatype::vector(3, 1, 2, &Sample::datatype())?;
+        if comm.rank() == 0 {
+            let samples: Vec<Sample> = (0..6).map(|i| Sample { t: i as f64, id: i }).collect();
+            comm.send_buf(SendBuf::typed_with(&samples, 1, &every_other)?, 1, 0).await?;
+            // A datatype that would read padding is refused.
+            let raw = Datatype::contiguous(16, &Datatype::byte())?;
+            let err = SendBuf::typed_with(&samples, 1, &raw).unwrap_err();
+            assert!(matches!(err, Error::InvalidDatatype(_)), "{err:?}");
+            Ok(vec![])
+        } else {
+            let mut got = vec![Sample::default(); 6];
+            comm.recv_buf(RecvBuf::typed_with(&mut got, 1, &every_other)?, 0, 0).await?;
+            // Types with invalid bit patterns only take their own datatype.
+            let mut flags = [false; 4];
+            let bools = Datatype::contiguous(4, &Datatype::named("c_bool").unwrap())?;
+            assert!(matches!(RecvBuf::typed_with(&mut flags, 1, &bools), Err(Error::InvalidDatatype(_))));
+            Ok(got)
+        }
+    })
+    .await
+    .unwrap();
+    let got = &out[1];
+    assert_eq!(got[0], Sample { t: 0.0, id: 0 });
+    assert_eq!(got[1], Sample::default());
+    assert_eq!(got[2], Sample { t: 2.0, id: 2 });
+    assert_eq!(got[4], Sample { t: 4.0, id: 4 });
+}

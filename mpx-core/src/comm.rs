@@ -240,6 +240,26 @@ impl<'a> SendBuf<'a> {
         SendBuf { region: Region::typed(values), count: values.len() as u64, datatype: T::datatype() }
     }
 
+    /// `count` items of a derived `datatype` laid over a typed slice (every
+    /// other element, a field of each struct, ...). The datatype may only
+    /// touch bytes that hold `T`'s data, never padding: that is checked
+    /// here, element by element, and a violation is
+    /// [`Error::InvalidDatatype`]. For plain-old-data types
+    /// `SendBuf::new(Region::of(..), ..)` needs no check.
+    ///
+    /// ```
+    /// use mpx_core::{comm::SendBuf, Datatype, MpiType};
+    /// let pairs = [[1u32, 2], [3, 4], [5, 6]];
+    /// // The first u32 of each pair.
+    /// let firsts = Datatype::vector(3, 1, 2, &u32::datatype())?;
+    /// SendBuf::typed_with(&pairs, 1, &firsts)?;
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn typed_with<T: MpiType>(values: &'a [T], count: u64, datatype: &Datatype) -> Result<SendBuf<'a>> {
+        check_typemap_bytes::<T>(values.len(), count, datatype)?;
+        Ok(SendBuf { region: Region::typed(values), count, datatype: datatype.clone() })
+    }
+
     /// Data made with the pack API, sent as `packed` (it carries no type
     /// signature and can be received with any type).
     pub fn packed(bytes: &'a [u8]) -> SendBuf<'a> {
@@ -270,6 +290,25 @@ impl<'a> RecvBuf<'a> {
         RecvBuf { region, count, datatype: datatype.clone() }
     }
 
+    /// Room for `count` items of a derived `datatype` laid over a typed
+    /// slice. As for [`SendBuf::typed_with`], the datatype may only touch
+    /// bytes of `T`'s data; and `T` must accept every bit pattern there
+    /// (no `bool`, `char`, enums, ...), since values written through another
+    /// datatype are not validated.
+    pub fn typed_with<T: MpiType>(values: &'a mut [T], count: u64, datatype: &Datatype) -> Result<RecvBuf<'a>> {
+        if T::NEEDS_VALIDATION {
+            return Err(Error::InvalidDatatype(format!(
+                "{} has invalid bit patterns: receive it with its own datatype",
+                std::any::type_name::<T>()
+            )));
+        }
+        check_typemap_bytes::<T>(values.len(), count, datatype)?;
+        // SAFETY: every byte the datatype writes holds data of `T`, where
+        // any bit pattern is valid (checked above).
+        let view = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<std::mem::MaybeUninit<T>>(), values.len()) };
+        Ok(RecvBuf { region: RegionMut::typed(view), count, datatype: datatype.clone() })
+    }
+
     fn check(&self) -> Result<()> {
         self.region.check(&self.datatype, self.count)
     }
@@ -280,6 +319,41 @@ impl<'a> RecvBuf<'a> {
         let count = bytes.len() as u64;
         RecvBuf { region: RegionMut::new(bytes), count, datatype: Datatype::packed() }
     }
+}
+
+/// Checks that `count` items of `datatype` over `len` values of `T` touch
+/// only bytes that belong to `T`'s own typemap (never padding), and stay in
+/// the slice. Walks every element: its cost follows the data size.
+fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: &Datatype) -> Result<()> {
+    let size = std::mem::size_of::<T>();
+    crate::pack::check_span(datatype, count, 0, len * size)?;
+    let mut data_bytes = vec![false; size];
+    T::datatype().for_each_entry(|b, disp| {
+        for k in 0..b.size() {
+            data_bytes[disp as usize + k] = true;
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    if size == 0 || data_bytes.iter().all(|&d| d) {
+        return Ok(());
+    }
+    let extent = datatype.extent() as i128;
+    for i in 0..count as i128 {
+        let bad = datatype.for_each_entry(|b, disp| {
+            let start = disp as i128 + i * extent;
+            match (0..b.size() as i128).find(|k| !data_bytes[((start + k) % size as i128) as usize]) {
+                Some(k) => std::ops::ControlFlow::Break(start + k),
+                None => std::ops::ControlFlow::Continue(()),
+            }
+        });
+        if let Some(offset) = bad {
+            return Err(Error::InvalidDatatype(format!(
+                "the datatype touches byte {offset} of the slice, which is padding of {}",
+                std::any::type_name::<T>()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a delivered message against a receive of `count` items of
