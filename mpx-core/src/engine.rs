@@ -812,6 +812,17 @@ mod tests {
         std::iter::from_fn(|| e.poll_event()).collect()
     }
 
+    /// The receives completed so far, with their data.
+    fn deliveries(e: &mut Engine) -> Vec<(ReqId, Bytes)> {
+        events(e)
+            .into_iter()
+            .map(|ev| match ev {
+                Event::RecvDone { id, result } => (id, result.unwrap().data),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
     fn pair(config: Config) -> Vec<Engine> {
         vec![Engine::new(0, 2, config), Engine::new(1, 2, config)]
     }
@@ -825,13 +836,7 @@ mod tests {
         assert_eq!(events(&mut e[0]).len(), 2);
         e[1].post_recv(10, spec(Some(0), None));
         e[1].post_recv(11, spec(None, Some(5)));
-        let got: Vec<_> = events(&mut e[1])
-            .into_iter()
-            .map(|ev| match ev {
-                Event::RecvDone { id, result } => (id, result.unwrap().data),
-                other => panic!("{other:?}"),
-            })
-            .collect();
+        let got = deliveries(&mut e[1]);
         assert_eq!(got, [(10, Bytes::from_static(b"first")), (11, Bytes::from_static(b"second"))]);
     }
 
@@ -941,13 +946,7 @@ mod tests {
         assert_eq!(e[1].unexpected_bytes(), 8, "the data took its place in the queue");
         e[1].post_recv(9, spec(None, None));
         e[1].post_recv(10, spec(None, None));
-        let got: Vec<_> = events(&mut e[1])
-            .into_iter()
-            .map(|ev| match ev {
-                Event::RecvDone { id, result } => (id, result.unwrap().data),
-                other => panic!("{other:?}"),
-            })
-            .collect();
+        let got = deliveries(&mut e[1]);
         assert_eq!(got, [(9, Bytes::from_static(b"big one")), (10, Bytes::from_static(b"s"))]);
     }
 
