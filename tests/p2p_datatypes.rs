@@ -204,3 +204,58 @@ async fn derived_datatypes_over_typed_structs() {
     assert_eq!(got[2], Sample { t: 2.0, id: 2 });
     assert_eq!(got[4], Sample { t: 4.0, id: 4 });
 }
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, MpiType)]
+#[repr(C)]
+struct Pair<A, B> {
+    a: A,
+    b: [B; 2],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, MpiType)]
+#[repr(i16)]
+enum Phase {
+    Solid = -1,
+    Liquid = 3,
+    Gas,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, MpiType)]
+#[repr(C, packed)]
+struct Packed {
+    tag: u8,
+    value: f64,
+    phase: Phase,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generic_enum_and_packed_derives_cross_the_loopback() {
+    let out = launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&[Pair { a: 1u8, b: [2.5f32, 3.5] }, Pair { a: 9, b: [0.0, -1.0] }], 1, 0).await?;
+            comm.send(&[Pair { a: 'x', b: [true, false] }], 1, 1).await?;
+            comm.send(&[Packed { tag: 7, value: 0.25, phase: Phase::Gas }; 3], 1, 2).await?;
+            // An i16 that is no Phase: sent as raw int16 data.
+            let t = Datatype::named("int16_t").unwrap();
+            comm.send_buf(SendBuf::new(Region::of(&[3i16, 5]), 2, &t), 1, 3).await?;
+            Ok(None)
+        } else {
+            let mut p1 = [Pair::<u8, f32>::default(); 2];
+            comm.recv_into(&mut p1, 0, 0).await?;
+            assert_eq!(p1[1], Pair { a: 9, b: [0.0, -1.0] });
+            let mut p2 = [Pair { a: 'a', b: [false, false] }];
+            comm.recv_into(&mut p2, 0, 1).await?;
+            assert_eq!(p2[0], Pair { a: 'x', b: [true, false] });
+            let mut packed = [Packed { tag: 0, value: 0.0, phase: Phase::Solid }; 3];
+            comm.recv_into(&mut packed, 0, 2).await?;
+            assert_eq!(packed[2], Packed { tag: 7, value: 0.25, phase: Phase::Gas });
+            let mut phases = [Phase::Solid; 2];
+            let r = comm.recv_into(&mut phases, 0, 3).await;
+            assert_eq!(phases, [Phase::Solid; 2], "nothing written");
+            Ok(Some(r))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(matches!(out[1], Some(Err(Error::InvalidValue { item: 1, .. }))), "{:?}", out[1]);
+}
