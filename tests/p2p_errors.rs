@@ -13,6 +13,8 @@ async fn invalid_ranks_tags_and_counts() {
         assert_eq!(comm.send(&[1u8], 0, -3).await, Err(Error::InvalidTag(-3)));
         assert!(matches!(comm.recv::<u8>(0, -1).await, Err(Error::InvalidTag(-1))));
         assert!(matches!(comm.iprobe(0, -7), Err(Error::InvalidTag(-7))));
+        let above = mpx::TAG_UB as i64 + 1;
+        assert!(matches!(comm.recv::<u8>(0, above).await, Err(Error::InvalidTag(t)) if t == above));
         // A receive buffer that does not hold `count` items.
         let mut small = [0u8; 4];
         let t = Datatype::contiguous(8, &Datatype::byte())?;
