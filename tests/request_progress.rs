@@ -65,3 +65,37 @@ fn a_test_loop_progresses_without_a_driver() {
     drop((send, recv));
     assert_eq!(inbox, data);
 }
+
+#[test]
+fn a_busy_test_loop_on_a_current_thread_runtime_completes_a_rendezvous() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut opts = mpx::LaunchOptions::ranks(2);
+    opts.engine.eager_threshold = 16;
+    let out = rt
+        .block_on(mpx::launch_with(opts, |comm| async move {
+            if comm.rank() == 0 {
+                let data = vec![3u64; 1000];
+                comm.isend(&data, 1, 0).await?;
+                Ok(0)
+            } else {
+                // Let rank 0 start its send, then never yield again: only the
+                // test calls themselves can move the RTS, CTS and data.
+                comm.probe(0, 0).await?;
+                let mut buf = vec![0u64; 1000];
+                let mut req = comm.irecv(&mut buf, 0, 0);
+                let mut calls = 0u64;
+                let status = loop {
+                    calls += 1;
+                    assert!(calls < 1_000_000, "no progress from test calls");
+                    if let Some(r) = req.test() {
+                        break r?;
+                    }
+                };
+                drop(req);
+                assert_eq!((status.bytes, buf[999]), (8000, 3));
+                Ok(calls)
+            }
+        }))
+        .unwrap();
+    assert!(out[1] >= 1);
+}

@@ -34,6 +34,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -575,6 +576,8 @@ pub(crate) struct State {
     abandoned: HashSet<ReqId>,
     /// Woken whenever a data frame arrives (probe).
     arrival_wakers: Vec<Waker>,
+    /// Wakers to call once the lock is released (see [`Locked`]).
+    to_wake: Vec<Waker>,
     bsend: BsendBuffer,
 }
 
@@ -591,6 +594,20 @@ pub struct Endpoint {
     shared: Arc<Shared>,
 }
 
+/// A weak handle on an [`Endpoint`], for transports that must reach
+/// endpoints without keeping them alive.
+#[derive(Clone)]
+pub struct WeakEndpoint {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl WeakEndpoint {
+    /// The endpoint, if it still exists.
+    pub fn upgrade(&self) -> Option<Endpoint> {
+        self.shared.upgrade().map(|shared| Endpoint { shared })
+    }
+}
+
 impl Endpoint {
     /// An endpoint for `rank` of `size` ranks over `transport`.
     pub fn new(rank: u32, size: u32, config: Config, transport: impl Transport) -> Endpoint {
@@ -600,6 +617,7 @@ impl Endpoint {
             wakers: HashMap::new(),
             abandoned: HashSet::new(),
             arrival_wakers: Vec::new(),
+            to_wake: Vec::new(),
             bsend: BsendBuffer::default(),
         };
         Endpoint {
@@ -610,6 +628,11 @@ impl Endpoint {
                 state: Mutex::new(state),
             }),
         }
+    }
+
+    /// A weak handle on this endpoint.
+    pub fn downgrade(&self) -> WeakEndpoint {
+        WeakEndpoint { shared: Arc::downgrade(&self.shared) }
     }
 
     /// The world communicator over this endpoint.
@@ -627,9 +650,7 @@ impl Endpoint {
     pub fn peer_failed(&self, rank: u32, reason: &str) {
         let mut st = self.shared.lock();
         st.engine.fail_peer(rank, reason);
-        for w in st.arrival_wakers.drain(..) {
-            w.wake();
-        }
+        st.wake_probes();
         self.shared.flush(&mut st);
     }
 
@@ -654,11 +675,49 @@ impl Endpoint {
 
 const WORLD_CONTEXT: u64 = 0;
 
+/// The endpoint's state, locked. Wakers queued in `to_wake` while it is
+/// held run after the lock is released, so a waker that calls back into
+/// mpx (a custom `Wake`, an executor that polls inline) cannot deadlock.
+pub(crate) struct Locked<'a> {
+    guard: Option<MutexGuard<'a, State>>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.guard.as_ref().expect("held until drop")
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.guard.as_mut().expect("held until drop")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let wakers = self.guard.as_mut().map(|g| std::mem::take(&mut g.to_wake)).unwrap_or_default();
+        drop(self.guard.take());
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
+
+impl State {
+    /// Probes wait for messages to appear in the queue: wake them.
+    fn wake_probes(&mut self) {
+        let probes = std::mem::take(&mut self.arrival_wakers);
+        self.to_wake.extend(probes);
+    }
+}
+
 impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> Locked<'_> {
         // A panic while holding the lock cannot leave the engine half-updated
         // in a way that matters more than the panic itself.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())) }
     }
 
     /// Hands queued frames to the transport and dispatches completions.
@@ -717,9 +776,7 @@ impl Shared {
         if let Err(e) = st.engine.handle_frame(from, frame) {
             st.engine.fail_peer(from, &e.to_string());
         }
-        for w in st.arrival_wakers.drain(..) {
-            w.wake();
-        }
+        st.wake_probes();
         self.flush(&mut st);
     }
 
@@ -732,11 +789,16 @@ impl Shared {
         match st.done.remove(&id) {
             Some(Completion::Recv(Ok(msg))) => {
                 st.engine.requeue(msg);
+                st.wake_probes();
                 self.flush(&mut st);
+            }
+            Some(Completion::Send(Err(e))) => {
+                tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed");
             }
             Some(_) => {}
             None => {
                 if st.engine.withdraw_recv(id) {
+                    st.wake_probes();
                     self.flush(&mut st);
                 } else {
                     // A send still in flight: it completes in the background.
@@ -752,9 +814,8 @@ impl Shared {
             if let Completion::Send(Err(e)) = &completion {
                 tracing::error!(rank = self.rank, id, error = %e, "buffered send failed");
             }
-            for w in st.bsend.detach_waiters.drain(..) {
-                w.wake();
-            }
+            let waiters = std::mem::take(&mut st.bsend.detach_waiters);
+            st.to_wake.extend(waiters);
             return;
         }
         if st.abandoned.remove(&id) {
@@ -766,7 +827,7 @@ impl Shared {
         tracing::trace!(rank = self.rank, id, "completed");
         st.done.insert(id, completion);
         if let Some(w) = st.wakers.remove(&id) {
-            w.wake();
+            st.to_wake.push(w);
         }
     }
 }
@@ -1437,6 +1498,7 @@ impl Drop for Message {
         if let Some(m) = self.matched.take() {
             let mut st = self.comm.shared.lock();
             st.engine.unmatch(m);
+            st.wake_probes();
             self.comm.shared.flush(&mut st);
         }
     }

@@ -15,10 +15,18 @@ static CACHE: OnceLock<RwLock<HashMap<TypeId, Datatype>>> = OnceLock::new();
 /// thread at any time; if two threads race on the first call, both build
 /// and one result is kept, so every caller sees the same typemap.
 ///
+/// # Safety
+/// The first call for a given `T` decides `T`'s datatype for the whole
+/// process, and [`MpiType`](crate::MpiType) implementations trust it: the
+/// datatype `build` returns must satisfy the `MpiType` contract for `T`
+/// (lb 0, extent `size_of::<T>()`, entries only on initialised bytes of `T`
+/// with matching types). Only `MpiType` implementations of `T` itself may
+/// call this.
+///
 /// # Panics
 /// If `build` fails, which for a derived type would mean its layout does not
 /// fit in 64-bit arithmetic; the derive only generates builders that cannot.
-pub fn cached<T: 'static>(build: impl FnOnce() -> Result<Datatype>) -> Datatype {
+pub unsafe fn cached<T: 'static>(build: impl FnOnce() -> Result<Datatype>) -> Datatype {
     let cache = CACHE.get_or_init(Default::default);
     let id = TypeId::of::<T>();
     if let Some(t) = cache.read().unwrap_or_else(|e| e.into_inner()).get(&id) {

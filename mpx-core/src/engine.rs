@@ -217,9 +217,13 @@ enum Body {
 /// A rendezvous transfer: CTS sent, data awaited.
 struct Transfer {
     envelope: Envelope,
-    /// The receive the data goes to, or `None` while it waits in the
-    /// unexpected queue as [`Body::InFlight`].
+    /// The receive the data goes to, or `None` while the message waits in
+    /// the unexpected queue (or in a matched probe's hands) as
+    /// [`Body::InFlight`].
     owner: Option<ReqId>,
+    /// Data that arrived while the message had no owner and no place in
+    /// the queue (a matched probe held it).
+    data: Option<Bytes>,
 }
 
 struct Posted {
@@ -546,11 +550,19 @@ impl Engine {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope: u.envelope, data, credit }) });
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
-            Body::InFlight { transfer } => {
-                if let Some(t) = self.transfers.get_mut(&transfer) {
-                    t.owner = Some(id);
+            Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
+                Some(t) if t.data.is_some() => {
+                    let t = self.transfers.remove(&transfer).expect("present");
+                    let delivered = Delivered { envelope: t.envelope, data: t.data.expect("checked"), credit: 0 };
+                    self.events.push_back(Event::RecvDone { id, result: Ok(delivered) });
                 }
-            }
+                Some(t) => t.owner = Some(id),
+                None => {
+                    let rank = u.envelope.source;
+                    let error = Error::ProcessFailed { rank, reason: "the message's data was lost with its sender".into() };
+                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
+                }
+            },
         }
     }
 
@@ -561,7 +573,7 @@ impl Engine {
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
         self.outbox.push_back((envelope.source, Frame { header, payload: Bytes::new() }));
-        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id) });
+        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id), data: None });
     }
 
     /// A receive has consumed a delivered message holding `bytes` of
@@ -627,7 +639,7 @@ impl Engine {
                     Some(t) if t.envelope.source == from => {}
                     _ => return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id))),
                 }
-                let Some(Transfer { envelope, owner }) = self.transfers.remove(&h.recv_id) else {
+                let Some(Transfer { envelope, owner, .. }) = self.transfers.remove(&h.recv_id) else {
                     unreachable!("checked above")
                 };
                 if frame.payload.len() as u64 != envelope.len {
@@ -645,10 +657,19 @@ impl Engine {
                     }
                     None => {
                         // Its receive was withdrawn: the data takes the
-                        // message's place in the queue.
+                        // message's place in the queue, or waits in the
+                        // transfer while a matched probe holds the message.
                         let transfer = h.recv_id;
-                        if let Some(u) = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: t } if t == transfer)) {
-                            u.body = Body::Data { data: frame.payload, credit: 0 };
+                        let queued = self
+                            .unexpected
+                            .iter_mut()
+                            .find(|u| matches!(u.body, Body::InFlight { transfer: t } if t == transfer));
+                        match queued {
+                            Some(u) => u.body = Body::Data { data: frame.payload, credit: 0 },
+                            None => {
+                                let t = Transfer { envelope, owner: None, data: Some(frame.payload) };
+                                self.transfers.insert(transfer, t);
+                            }
                         }
                     }
                 }
@@ -737,8 +758,12 @@ impl Engine {
         tracing::warn!(rank = self.rank, peer = rank, reason, "peer failed");
         self.peers[rank as usize].failed = Some(reason.to_string());
         self.fail_waiting_on(rank, reason);
-        let failed: Vec<ReqId> =
-            self.transfers.iter().filter(|(_, t)| t.envelope.source == rank).map(|(id, _)| *id).collect();
+        let failed: Vec<ReqId> = self
+            .transfers
+            .iter()
+            .filter(|(_, t)| t.envelope.source == rank && t.data.is_none())
+            .map(|(id, _)| *id)
+            .collect();
         for transfer in failed {
             let t = self.transfers.remove(&transfer).expect("listed above");
             match t.owner {
@@ -948,6 +973,20 @@ mod tests {
         e[1].post_recv(10, spec(None, None));
         let got = deliveries(&mut e[1]);
         assert_eq!(got, [(9, Bytes::from_static(b"big one")), (10, Bytes::from_static(b"s"))]);
+    }
+
+    #[test]
+    fn rendezvous_data_reaches_a_message_held_by_a_matched_probe() {
+        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024 });
+        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"held"));
+        e[1].post_recv(5, spec(None, None));
+        let (_, rts) = e[0].poll_transmit().unwrap();
+        e[1].handle_frame(0, rts).unwrap();
+        assert!(e[1].withdraw_recv(5));
+        let held = e[1].improbe(&spec(None, None)).expect("the in-flight message");
+        pump(&mut e); // the data arrives while the probe holds the message
+        e[1].mrecv(6, held);
+        assert_eq!(deliveries(&mut e[1]), [(6, Bytes::from_static(b"held"))]);
     }
 
     #[test]

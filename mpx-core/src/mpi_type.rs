@@ -106,7 +106,8 @@ validated! {
 // type whose extent is `size_of::<T>()`), valid when each element is.
 unsafe impl<T: MpiType, const N: usize> MpiType for [T; N] {
     fn datatype() -> Datatype {
-        crate::derive_support::cached::<Self>(|| Datatype::contiguous(N as i64, &T::datatype()))
+        // SAFETY: `N` values of `T` back to back, as argued above.
+        unsafe { crate::derive_support::cached::<Self>(|| Datatype::contiguous(N as i64, &T::datatype())) }
     }
     const NEEDS_VALIDATION: bool = T::NEEDS_VALIDATION;
     unsafe fn is_valid(ptr: *const u8) -> bool {

@@ -59,7 +59,6 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -202,8 +201,10 @@ impl Future for Request<'_> {
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if let State::Active { shared, id, .. } = &self.state {
-            shared.withdraw(*id);
+        match &self.state {
+            State::Active { shared, id, .. } => shared.withdraw(*id),
+            State::Complete(Some(Err(e))) => tracing::warn!(error = %e, "request dropped with its error untaken"),
+            State::Complete(_) => {}
         }
     }
 }
@@ -263,8 +264,24 @@ impl Operation for Request<'_> {
 
 // ----- combinators over slices --------------------------------------------------
 
-/// Where the next scan starts, so no index is favoured.
-static ROTATION: AtomicUsize = AtomicUsize::new(0);
+/// A random index below `n`, where a scan starts so that no request is
+/// favoured whatever the shape of the caller's loop.
+fn random_start(n: usize) -> usize {
+    use std::cell::Cell;
+    use std::hash::{BuildHasher, RandomState};
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(RandomState::new().hash_one(0u8) | 1);
+    }
+    STATE.with(|s| {
+        // xorshift64
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x % n as u64) as usize
+    })
+}
 
 fn progress_all<R: Operation>(requests: &[Option<R>]) {
     // Requests of one program share its endpoint: progress it once.
@@ -280,7 +297,7 @@ fn progress_all<R: Operation>(requests: &[Option<R>]) {
 /// `None` if there is no active entry.
 fn poll_entries<R: Operation>(requests: &mut [Option<R>], cx: &mut Context<'_>) -> Option<Vec<usize>> {
     let n = requests.len();
-    let start = if n == 0 { 0 } else { ROTATION.fetch_add(1, Ordering::Relaxed) % n };
+    let start = if n == 0 { 0 } else { random_start(n) };
     let mut any = false;
     let mut done = Vec::new();
     for k in 0..n {
@@ -302,7 +319,7 @@ fn take<R: Operation>(requests: &mut [Option<R>], i: usize) -> R::Output {
 
 /// `MPI_Waitany`: waits until one active request completes and returns its
 /// index and outcome, setting its entry to `None`; `None` if no entry is
-/// active (MPI's `MPI_UNDEFINED`). The scan starts at a rotating index, so
+/// active (MPI's `MPI_UNDEFINED`). The scan starts at a random index, so
 /// no request is favoured.
 ///
 /// # Cancel safety
@@ -425,7 +442,9 @@ impl ReadyQueue {
             q.queued[index] = true;
             q.ready.push_back(index);
         }
-        if let Some(w) = q.waiter.take() {
+        let waiter = q.waiter.take();
+        drop(q);
+        if let Some(w) = waiter {
             w.wake();
         }
     }

@@ -407,11 +407,13 @@ fn expand_struct(input: &DeriveInput, data: &DataStruct, repr: &Repr, krate: &Pa
             }
         };
         if is_generic {
-            quote!(#krate::derive_support::cached::<Self>(#build))
+            // SAFETY: `build` describes `Self` as this derive guarantees.
+            quote!(unsafe { #krate::derive_support::cached::<Self>(#build) })
         } else {
             quote! {
                 static __MPX_DATATYPE: ::std::sync::OnceLock<#krate::Datatype> = ::std::sync::OnceLock::new();
-                __MPX_DATATYPE.get_or_init(|| #krate::derive_support::cached::<Self>(#build)).clone()
+                // SAFETY: `build` describes `Self` as this derive guarantees.
+                __MPX_DATATYPE.get_or_init(|| unsafe { #krate::derive_support::cached::<Self>(#build) }).clone()
             }
         }
     };

@@ -24,11 +24,12 @@
 //! ```
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Poll;
 
 use mpx_core::engine::Config;
 use mpx_core::wire::Frame;
+use mpx_core::comm::WeakEndpoint;
 use mpx_core::{Comm, Endpoint, Error, Result, Transport};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
@@ -50,29 +51,61 @@ impl Options {
 
 type Inbox = Arc<Mutex<UnboundedReceiver<(u32, Frame)>>>;
 
+/// What every rank's transport shares: the inboxes, and (weakly) the
+/// endpoints, so a `test` call can move any rank's frames along.
+struct World {
+    senders: Vec<UnboundedSender<(u32, Frame)>>,
+    inboxes: Vec<Inbox>,
+    endpoints: OnceLock<Vec<WeakEndpoint>>,
+}
+
 struct Loopback {
-    inboxes: Vec<UnboundedSender<(u32, Frame)>>,
+    world: Arc<World>,
     me: u32,
-    inbox: Inbox,
 }
 
 fn lock(inbox: &Inbox) -> MutexGuard<'_, UnboundedReceiver<(u32, Frame)>> {
     inbox.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Delivers the frames waiting in `inbox` unless another thread is already
+/// delivering them (whoever holds the inbox keeps frames in order).
+fn drain(inbox: &Inbox, deliver: &mut dyn FnMut(u32, Frame)) {
+    let mut rx = match inbox.try_lock() {
+        Ok(rx) => rx,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    while let Ok((from, frame)) = rx.try_recv() {
+        deliver(from, frame);
+    }
+}
+
 impl Transport for Loopback {
     fn send(&self, dest: u32, frame: Frame) -> Result<()> {
-        let inbox = self.inboxes.get(dest as usize).ok_or(Error::InvalidRank { rank: dest as i64, size: self.inboxes.len() as u32 })?;
+        let size = self.world.senders.len() as u32;
+        let inbox = self.world.senders.get(dest as usize).ok_or(Error::InvalidRank { rank: dest as i64, size })?;
         inbox
             .send((self.me, frame))
             .map_err(|_| Error::Transport(format!("rank {dest}'s inbox is closed")))
     }
 
+    /// Delivers what waits in this rank's inbox, then in every other rank's:
+    /// all ranks live in this process, and a peer's replies (a CTS, its
+    /// data) must move too for a polling loop to finish where no driver
+    /// task gets to run.
     fn progress(&self, deliver: &mut dyn FnMut(u32, Frame)) {
-        let mut inbox = lock(&self.inbox);
-        while let Ok((from, frame)) = inbox.try_recv() {
-            deliver(from, frame);
+        drain(&self.world.inboxes[self.me as usize], deliver);
+        let Some(endpoints) = self.world.endpoints.get() else { return };
+        for (rank, inbox) in self.world.inboxes.iter().enumerate() {
+            if rank as u32 == self.me {
+                continue;
+            }
+            if let Some(peer) = endpoints[rank].upgrade() {
+                drain(inbox, &mut |from, frame| peer.handle_frame(from, frame));
+            }
         }
+        drain(&self.world.inboxes[self.me as usize], deliver);
     }
 }
 
@@ -125,13 +158,19 @@ where
         return Err(Error::InvalidArgument(format!("cannot launch {n} ranks")));
     }
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| unbounded_channel()).unzip();
+    let inboxes: Vec<Inbox> = receivers.into_iter().map(|rx| Arc::new(Mutex::new(rx))).collect();
+    let world = Arc::new(World { senders, inboxes, endpoints: OnceLock::new() });
+    let endpoints: Vec<Endpoint> = (0..n)
+        .map(|rank| {
+            let transport = Loopback { world: world.clone(), me: rank as u32 };
+            Endpoint::new(rank as u32, n as u32, options.engine, transport)
+        })
+        .collect();
+    let _ = world.endpoints.set(endpoints.iter().map(Endpoint::downgrade).collect());
     let mut drivers = Vec::with_capacity(n);
     let mut tasks = Vec::with_capacity(n);
-    for (rank, inbox) in receivers.into_iter().enumerate() {
-        let inbox: Inbox = Arc::new(Mutex::new(inbox));
-        let transport = Loopback { inboxes: senders.clone(), me: rank as u32, inbox: inbox.clone() };
-        let endpoint = Endpoint::new(rank as u32, n as u32, options.engine, transport);
-        drivers.push(tokio::spawn(drive(endpoint.clone(), inbox)));
+    for (rank, endpoint) in endpoints.into_iter().enumerate() {
+        drivers.push(tokio::spawn(drive(endpoint.clone(), world.inboxes[rank].clone())));
         let program = f(endpoint.world());
         tasks.push(tokio::spawn(async move {
             // Says goodbye even if the program panics or is dropped.
@@ -141,7 +180,6 @@ where
             result
         }));
     }
-    drop(senders);
     let mut results = Vec::with_capacity(n);
     let mut first_error = None;
     for (rank, task) in tasks.into_iter().enumerate() {
