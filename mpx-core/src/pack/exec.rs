@@ -1,27 +1,50 @@
-//! The native pack/unpack interpreter.
+//! The native pack/unpack executor.
 //!
-//! [`run`] walks a native [`Op`] program once per call, so the work per
-//! byte is that of the innermost loop. Two shapes get dedicated loops because
-//! they carry nearly all the bytes of real layouts:
-//! * a `Repeat` of one leaf (vectors, subarray faces, columns): a strided
-//!   loop, monomorphised for 1, 2, 4, 8, 12, 16, 24 and 32-byte blocks so
-//!   each copy is a couple of register moves; other sizes use an
-//!   overlapping-word small copy or `memcpy`;
-//! * a `Repeat` of a sequence of leaves (arrays of structs): a gather loop
-//!   over the precomputed (offset, length) runs of one item.
+//! [`run`] walks a [`Native`] program (see [`super::program`]) once per
+//! call; [`repeat`] runs `count` copies of one, which is also how `count`
+//! items of a type are processed (with the type's extent as stride). The
+//! walk dispatches only on `Repeat` and `Seq` nodes, never per element: the
+//! bytes are moved by the kernels of the [`Gather`] leaves, each a tight
+//! loop over all the items of a repeat, chosen by the gather's [`Plan`]:
+//! * a single run whose items are adjacent (a contiguous type, or an array
+//!   of one) is one `memcpy`;
+//! * [`Plan::Run`]: one run of a given length per item (vector blocks, face
+//!   elements): a loop monomorphised for that length, so an item is the
+//!   fewest loads and stores the compiler can make of it (12 bytes are an
+//!   8-byte and a 4-byte move). Packing 8-byte runs, two items share one
+//!   16-byte store: stores, not loads, bound a strided gather;
+//! * [`Plan::Moves`]: a few precomputed moves per item (arrays of structs):
+//!   `K` moves of `W` bytes, or `K` of `W` and `J` of `V` bytes, in loops
+//!   monomorphised for each width and count, so an item is a fixed sequence
+//!   of load/store pairs. Items with moves of three or more widths run one
+//!   width at a time over blocks of [`BLOCK`] items, still in L1 cache for
+//!   the later widths: a kernel per (width, count) rather than per mix;
+//! * [`Plan::Overlap`]: many runs of similar lengths (irregular indexed
+//!   types), each covered by the same `K` overlapping `W`-byte moves at
+//!   offsets `min(i * W, len - W)`: branch-free, so no mispredicted length
+//!   tests;
+//! * [`Plan::Bytes`]: other runs, each with [`copy_bytes`] (`memcpy` for
+//!   long ones, such as a subarray face's rows).
+//!
+//! Every kernel touches exactly the typemap's bytes in memory and exactly
+//! the items' bytes in the stream: moves may overlap each other inside a
+//! run but never leave it, so nothing else is read or written, not even
+//! temporarily (the bytes between runs may be another thread's, unmapped,
+//! or uninitialised padding).
 //!
 //! Direction is a type parameter ([`Pack`], [`Unpack`]), so both directions
 //! share one walker and compile to separate specialised code.
 //!
 //! All functions here are `unsafe`: callers guarantee that every byte the
 //! program touches at `mem` is valid for the access (see the bounds check in
-//! [`super::check_span`]) and that the stream holds `op.size()` bytes.
-//! Pointer offsets use `wrapping_offset`, so intermediate item bases outside
-//! the buffer are harmless; only the bytes actually copied must be in bounds.
+//! [`super::check_span`]) and that the stream holds the bytes copied.
+//! Pointer offsets into memory use `wrapping_offset`, so intermediate item
+//! bases outside the buffer are harmless; only the bytes actually copied
+//! must be in bounds.
 
 use std::ptr;
 
-use super::program::Op;
+use super::program::{Gather, Moves, Native, Plan};
 
 /// A copy direction between user memory and the packed stream.
 pub(crate) trait Direction {
@@ -29,6 +52,12 @@ pub(crate) trait Direction {
     unsafe fn copy_fixed<const N: usize>(mem: *mut u8, stream: *mut u8);
     /// Copies `len` bytes between `mem` and `stream`.
     unsafe fn copy(mem: *mut u8, stream: *mut u8, len: usize);
+    /// Copies 8 bytes at `mem0` and 8 at `mem1` to or from 16 at `stream`.
+    #[inline(always)]
+    unsafe fn copy_pair8(mem0: *mut u8, mem1: *mut u8, stream: *mut u8) {
+        Self::copy_fixed::<8>(mem0, stream);
+        Self::copy_fixed::<8>(mem1, stream.add(8));
+    }
 }
 
 /// Memory to stream.
@@ -44,6 +73,17 @@ impl Direction for Pack {
     #[inline(always)]
     unsafe fn copy(mem: *mut u8, stream: *mut u8, len: usize) {
         copy_bytes(mem, stream, len)
+    }
+    /// One 16-byte store rather than two 8-byte ones: stores, not loads,
+    /// limit a strided gather. The compiler does not merge the two halves
+    /// by itself; SSE2 is part of x86_64.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn copy_pair8(mem0: *mut u8, mem1: *mut u8, stream: *mut u8) {
+        use std::arch::x86_64::{__m128i, _mm_loadl_epi64, _mm_storeu_si128, _mm_unpacklo_epi64};
+        let a = _mm_loadl_epi64(mem0 as *const __m128i);
+        let b = _mm_loadl_epi64(mem1 as *const __m128i);
+        _mm_storeu_si128(stream as *mut __m128i, _mm_unpacklo_epi64(a, b));
     }
 }
 
@@ -84,16 +124,13 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
 
 /// Runs `op` with the type's origin at `mem`; returns the stream position
 /// after the copied bytes.
-pub(crate) unsafe fn run<D: Direction>(op: &Op, mem: *mut u8, stream: *mut u8) -> *mut u8 {
+pub(crate) unsafe fn run<D: Direction>(op: &Native, mem: *mut u8, stream: *mut u8) -> *mut u8 {
     match op {
-        Op::Leaf { len, .. } => {
-            D::copy(mem, stream, *len);
-            stream.add(*len)
-        }
-        Op::Repeat { count, stride, body } => repeat::<D>(body, *count, *stride, mem, stream),
-        Op::Seq(items) => {
+        Native::Gather(g) => gather::<D>(g, 1, 0, mem, stream),
+        Native::Repeat { count, stride, body } => repeat::<D>(body, *count, *stride, mem, stream),
+        Native::Seq(items) => {
             let mut s = stream;
-            for (d, op) in items {
+            for (d, op) in items.iter() {
                 s = run::<D>(op, mem.wrapping_offset(*d as isize), s);
             }
             s
@@ -103,18 +140,10 @@ pub(crate) unsafe fn run<D: Direction>(op: &Op, mem: *mut u8, stream: *mut u8) -
 
 /// Runs `count` copies of `body`, `stride` bytes apart (also how `count`
 /// items of a type are processed, with the type's extent as stride).
-pub(crate) unsafe fn repeat<D: Direction>(body: &Op, count: u64, stride: i64, mem: *mut u8, stream: *mut u8) -> *mut u8 {
+pub(crate) unsafe fn repeat<D: Direction>(body: &Native, count: u64, stride: i64, mem: *mut u8, stream: *mut u8) -> *mut u8 {
     match body {
         _ if count == 1 => run::<D>(body, mem, stream),
-        Op::Leaf { len, .. } if stride == *len as i64 => {
-            let n = len * count as usize;
-            D::copy(mem, stream, n);
-            stream.add(n)
-        }
-        Op::Leaf { len, .. } => strided::<D>(mem, stream, count, stride, *len),
-        Op::Seq(items) if items.iter().all(|(_, op)| matches!(op, Op::Leaf { .. })) => {
-            gather::<D>(mem, stream, count, stride, items)
-        }
+        Native::Gather(g) => gather::<D>(g, count, stride, mem, stream),
         body => {
             let mut s = stream;
             for i in 0..count {
@@ -125,10 +154,85 @@ pub(crate) unsafe fn repeat<D: Direction>(body: &Op, count: u64, stride: i64, me
     }
 }
 
-#[inline(always)]
-unsafe fn strided_fixed<D: Direction, const N: usize>(mem: *mut u8, stream: *mut u8, count: u64, stride: isize) -> *mut u8 {
+/// Runs `count` items of a gather, `stride` bytes apart.
+unsafe fn gather<D: Direction>(g: &Gather, count: u64, stride: i64, mem: *mut u8, stream: *mut u8) -> *mut u8 {
+    if count == 0 {
+        return stream;
+    }
+    if let Some((off, len)) = g.single_run() {
+        if count == 1 || stride == len as i64 {
+            // One contiguous block of items: a single copy.
+            let n = len * count as usize;
+            D::copy(mem.wrapping_offset(off as isize), stream, n);
+            return stream.add(n);
+        }
+    }
+    let stride = stride as isize;
+    match &g.plan {
+        &Plan::Run { offset, len } => run_kernel::<D>(len, count, stride, mem.wrapping_offset(offset as isize), stream),
+        Plan::Moves(groups) => match &**groups {
+            [group] => moves::<D>(group, g.size, count, stride, mem, stream),
+            [wide, narrow] if wide.moves.len() <= 4 && narrow.moves.len() <= 2 => {
+                moves2::<D>(wide, narrow, g.size, count, stride, mem, stream)
+            }
+            groups => {
+                let (mut m, mut s, mut left) = (mem, stream, count);
+                while left > 0 {
+                    let n = left.min(BLOCK);
+                    for group in groups {
+                        moves::<D>(group, g.size, n, stride, m, s);
+                    }
+                    m = m.wrapping_offset(n as isize * stride);
+                    s = s.add(n as usize * g.size);
+                    left -= n;
+                }
+                s
+            }
+        },
+        &Plan::Overlap { width, k } => overlap::<D>(width, k, &g.runs, count, stride, mem, stream),
+        Plan::Bytes => {
+            let mut s = stream;
+            for i in 0..count as isize {
+                let m = mem.wrapping_offset(i * stride);
+                for &(off, len) in g.runs.iter() {
+                    D::copy(m.wrapping_offset(off as isize), s, len);
+                    s = s.add(len);
+                }
+            }
+            s
+        }
+    }
+}
+
+/// [`Plan::Run`]: one run of `len` bytes per item.
+unsafe fn run_kernel<D: Direction>(len: usize, count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
+    macro_rules! lengths {
+        ($($n:literal)*) => {
+            match len {
+                $($n => run_loop::<D, $n>(count, stride, mem, stream),)*
+                n => unreachable!("no kernel for {n}-byte runs"),
+            }
+        };
+    }
+    lengths!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 40 48 56 64)
+}
+
+/// Copies `N` bytes per item: the compiler turns the copy into the fewest
+/// loads and stores (12 bytes are an 8-byte and a 4-byte move).
+unsafe fn run_loop<D: Direction, const N: usize>(count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
     let mut m = mem;
     let mut s = stream;
+    let mut count = count;
+    if N == 8 {
+        // Two items per 16-byte stream access.
+        while count >= 2 {
+            let m1 = m.wrapping_offset(stride);
+            D::copy_pair8(m, m1, s);
+            m = m1.wrapping_offset(stride);
+            s = s.add(16);
+            count -= 2;
+        }
+    }
     for _ in 0..count {
         D::copy_fixed::<N>(m, s);
         m = m.wrapping_offset(stride);
@@ -137,64 +241,208 @@ unsafe fn strided_fixed<D: Direction, const N: usize>(mem: *mut u8, stream: *mut
     s
 }
 
-unsafe fn strided<D: Direction>(mem: *mut u8, stream: *mut u8, count: u64, stride: i64, len: usize) -> *mut u8 {
-    let stride = stride as isize;
-    match len {
-        1 => strided_fixed::<D, 1>(mem, stream, count, stride),
-        2 => strided_fixed::<D, 2>(mem, stream, count, stride),
-        4 => strided_fixed::<D, 4>(mem, stream, count, stride),
-        8 => strided_fixed::<D, 8>(mem, stream, count, stride),
-        12 => strided_fixed::<D, 12>(mem, stream, count, stride),
-        16 => strided_fixed::<D, 16>(mem, stream, count, stride),
-        24 => strided_fixed::<D, 24>(mem, stream, count, stride),
-        32 => strided_fixed::<D, 32>(mem, stream, count, stride),
-        _ => {
-            let mut m = mem;
-            let mut s = stream;
-            for _ in 0..count {
-                D::copy(m, s, len);
-                m = m.wrapping_offset(stride);
-                s = s.add(len);
+/// Items per block when a [`Plan::Moves`] item has moves of three or more
+/// widths (a few KiB for small structs).
+const BLOCK: u64 = 128;
+
+/// Runs the moves of one width of `count` items, `stride` bytes apart, with
+/// `size` stream bytes per item.
+unsafe fn moves<D: Direction>(group: &Moves, size: usize, count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
+    macro_rules! of_width {
+        ($w:literal) => {
+            match group.moves.len() {
+                1 => moves_loop::<D, $w, 1>(&group.moves, size, count, stride, mem, stream),
+                2 => moves_loop::<D, $w, 2>(&group.moves, size, count, stride, mem, stream),
+                3 => moves_loop::<D, $w, 3>(&group.moves, size, count, stride, mem, stream),
+                4 => moves_loop::<D, $w, 4>(&group.moves, size, count, stride, mem, stream),
+                6 => moves_loop::<D, $w, 6>(&group.moves, size, count, stride, mem, stream),
+                8 => moves_loop::<D, $w, 8>(&group.moves, size, count, stride, mem, stream),
+                k => unreachable!("no kernel for {k} moves"),
             }
-            s
-        }
+        };
+    }
+    match group.width {
+        1 => of_width!(1),
+        2 => of_width!(2),
+        4 => of_width!(4),
+        8 => of_width!(8),
+        16 => of_width!(16),
+        w => unreachable!("no kernel for {w}-byte moves"),
     }
 }
 
-unsafe fn gather<D: Direction>(mem: *mut u8, stream: *mut u8, count: u64, stride: i64, items: &[(i64, Op)]) -> *mut u8 {
-    let runs: Vec<(isize, usize)> = items
-        .iter()
-        .map(|(d, op)| match op {
-            Op::Leaf { len, .. } => (*d as isize, *len),
-            _ => unreachable!("gather is only called on sequences of leaves"),
-        })
-        .collect();
+/// Runs the moves of an item with two widths, up to four wide and two
+/// narrow ones, in one pass.
+unsafe fn moves2<D: Direction>(
+    wide: &Moves,
+    narrow: &Moves,
+    size: usize,
+    count: u64,
+    stride: isize,
+    mem: *mut u8,
+    stream: *mut u8,
+) -> *mut u8 {
+    macro_rules! of_widths {
+        ($w:literal, $v:literal) => {{
+            let (a, b) = (&wide.moves, &narrow.moves);
+            match (a.len(), b.len()) {
+                (1, 1) => moves2_loop::<D, $w, 1, $v, 1>(a, b, size, count, stride, mem, stream),
+                (1, 2) => moves2_loop::<D, $w, 1, $v, 2>(a, b, size, count, stride, mem, stream),
+                (2, 1) => moves2_loop::<D, $w, 2, $v, 1>(a, b, size, count, stride, mem, stream),
+                (2, 2) => moves2_loop::<D, $w, 2, $v, 2>(a, b, size, count, stride, mem, stream),
+                (3, 1) => moves2_loop::<D, $w, 3, $v, 1>(a, b, size, count, stride, mem, stream),
+                (3, 2) => moves2_loop::<D, $w, 3, $v, 2>(a, b, size, count, stride, mem, stream),
+                (4, 1) => moves2_loop::<D, $w, 4, $v, 1>(a, b, size, count, stride, mem, stream),
+                (4, 2) => moves2_loop::<D, $w, 4, $v, 2>(a, b, size, count, stride, mem, stream),
+                (k, j) => unreachable!("no kernel for {k} + {j} moves"),
+            }
+        }};
+    }
+    match (wide.width, narrow.width) {
+        (16, 8) => of_widths!(16, 8),
+        (16, 4) => of_widths!(16, 4),
+        (16, 2) => of_widths!(16, 2),
+        (16, 1) => of_widths!(16, 1),
+        (8, 4) => of_widths!(8, 4),
+        (8, 2) => of_widths!(8, 2),
+        (8, 1) => of_widths!(8, 1),
+        (4, 2) => of_widths!(4, 2),
+        (4, 1) => of_widths!(4, 1),
+        (2, 1) => of_widths!(2, 1),
+        (w, v) => unreachable!("no kernel for {w} + {v}-byte moves"),
+    }
+}
+
+/// [`Plan::Moves`]: each item is `K` moves of `W` bytes, (memory offset,
+/// stream offset) pairs; `size` stream bytes per item.
+unsafe fn moves_loop<D: Direction, const W: usize, const K: usize>(
+    moves: &[(i64, usize)],
+    size: usize,
+    count: u64,
+    stride: isize,
+    mem: *mut u8,
+    stream: *mut u8,
+) -> *mut u8 {
+    let moves: [(isize, usize); K] = std::array::from_fn(|i| (moves[i].0 as isize, moves[i].1));
     let mut m = mem;
     let mut s = stream;
     for _ in 0..count {
-        for &(d, len) in &runs {
-            D::copy(m.wrapping_offset(d), s, len);
-            s = s.add(len);
+        for &(mo, so) in &moves {
+            D::copy_fixed::<W>(m.wrapping_offset(mo), s.add(so));
         }
-        m = m.wrapping_offset(stride as isize);
+        m = m.wrapping_offset(stride);
+        s = s.add(size);
     }
     s
 }
 
-/// Runs `op` but copies at most `*budget` stream bytes, stopping mid-leaf if
+/// [`Plan::Overlap`]: `count` items of `runs`, each run `k` moves of
+/// `width` bytes.
+unsafe fn overlap<D: Direction>(
+    width: usize,
+    k: usize,
+    runs: &[(i64, usize)],
+    count: u64,
+    stride: isize,
+    mem: *mut u8,
+    stream: *mut u8,
+) -> *mut u8 {
+    macro_rules! of_width {
+        ($w:literal) => {
+            match k {
+                1 => overlap_loop::<D, $w, 1>(runs, count, stride, mem, stream),
+                2 => overlap_loop::<D, $w, 2>(runs, count, stride, mem, stream),
+                4 => overlap_loop::<D, $w, 4>(runs, count, stride, mem, stream),
+                8 => overlap_loop::<D, $w, 8>(runs, count, stride, mem, stream),
+                k => unreachable!("no kernel for {k} moves per run"),
+            }
+        };
+    }
+    match width {
+        1 => of_width!(1),
+        2 => of_width!(2),
+        4 => of_width!(4),
+        8 => of_width!(8),
+        16 => of_width!(16),
+        w => unreachable!("no kernel for {w}-byte moves"),
+    }
+}
+
+/// [`Plan::Overlap`]: each run is `K` moves of `W` bytes at run offsets
+/// `min(i * W, len - W)` (`W <= len <= K * W`).
+unsafe fn overlap_loop<D: Direction, const W: usize, const K: usize>(
+    runs: &[(i64, usize)],
+    count: u64,
+    stride: isize,
+    mem: *mut u8,
+    stream: *mut u8,
+) -> *mut u8 {
+    let mut s = stream;
+    for i in 0..count as isize {
+        let item = mem.wrapping_offset(i * stride);
+        for &(off, len) in runs {
+            let m = item.wrapping_offset(off as isize);
+            let last = len - W;
+            for j in 0..K {
+                let o = (j * W).min(last);
+                D::copy_fixed::<W>(m.wrapping_add(o), s.add(o));
+            }
+            s = s.add(len);
+        }
+    }
+    s
+}
+
+/// The two-width form of [`moves_loop`]: `K` moves of `W` bytes and `J`
+/// of `V` bytes per item.
+#[allow(clippy::too_many_arguments)]
+unsafe fn moves2_loop<D: Direction, const W: usize, const K: usize, const V: usize, const J: usize>(
+    wide: &[(i64, usize)],
+    narrow: &[(i64, usize)],
+    size: usize,
+    count: u64,
+    stride: isize,
+    mem: *mut u8,
+    stream: *mut u8,
+) -> *mut u8 {
+    let wide: [(isize, usize); K] = std::array::from_fn(|i| (wide[i].0 as isize, wide[i].1));
+    let narrow: [(isize, usize); J] = std::array::from_fn(|i| (narrow[i].0 as isize, narrow[i].1));
+    let mut m = mem;
+    let mut s = stream;
+    for _ in 0..count {
+        for &(mo, so) in &wide {
+            D::copy_fixed::<W>(m.wrapping_offset(mo), s.add(so));
+        }
+        for &(mo, so) in &narrow {
+            D::copy_fixed::<V>(m.wrapping_offset(mo), s.add(so));
+        }
+        m = m.wrapping_offset(stride);
+        s = s.add(size);
+    }
+    s
+}
+
+/// Runs `op` but copies at most `*budget` stream bytes, stopping mid-run if
 /// needed (the last, partial item of a short message). Decrements `budget`.
-pub(crate) unsafe fn run_bounded<D: Direction>(op: &Op, mem: *mut u8, stream: *mut u8, budget: &mut usize) -> *mut u8 {
+pub(crate) unsafe fn run_bounded<D: Direction>(op: &Native, mem: *mut u8, stream: *mut u8, budget: &mut usize) -> *mut u8 {
     if *budget == 0 {
         return stream;
     }
     match op {
-        Op::Leaf { len, .. } => {
-            let n = (*len).min(*budget);
-            D::copy(mem, stream, n);
-            *budget -= n;
-            stream.add(n)
+        Native::Gather(g) => {
+            let mut s = stream;
+            for &(off, len) in g.runs.iter() {
+                if *budget == 0 {
+                    break;
+                }
+                let n = len.min(*budget);
+                D::copy(mem.wrapping_offset(off as isize), s, n);
+                *budget -= n;
+                s = s.add(n);
+            }
+            s
         }
-        Op::Repeat { count, stride, body } => {
+        Native::Repeat { count, stride, body } => {
             let mut s = stream;
             for i in 0..*count {
                 if *budget == 0 {
@@ -204,9 +452,9 @@ pub(crate) unsafe fn run_bounded<D: Direction>(op: &Op, mem: *mut u8, stream: *m
             }
             s
         }
-        Op::Seq(items) => {
+        Native::Seq(items) => {
             let mut s = stream;
-            for (d, op) in items {
+            for (d, op) in items.iter() {
                 if *budget == 0 {
                     break;
                 }
@@ -214,5 +462,214 @@ pub(crate) unsafe fn run_bounded<D: Direction>(op: &Op, mem: *mut u8, stream: *m
             }
             s
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::ControlFlow;
+
+    use super::*;
+    use crate::datatype::{Basic, Datatype, Order};
+    use crate::pack::{Region, RegionMut};
+
+    /// A buffer holding `count` items of `t` with a few bytes of slack on
+    /// each side, and the offset of the first item's origin in it.
+    fn layout(t: &Datatype, count: u64) -> (usize, usize) {
+        let last = count.saturating_sub(1) as i64 * t.extent();
+        let (lo, hi) = (t.true_lb() + last.min(0), t.true_lb() + t.true_extent() + last.max(0));
+        let origin = (3 - lo.min(0)) as usize;
+        (origin, (origin as i64 + hi.max(0) + 5) as usize)
+    }
+
+    /// Memory offsets of every typemap byte of `count` items, in stream order.
+    fn typemap_bytes(t: &Datatype, count: u64, origin: usize) -> Vec<usize> {
+        let mut at = Vec::new();
+        for i in 0..count as i64 {
+            t.for_each_entry(|b: Basic, d| {
+                let base = origin as i64 + i * t.extent() + d;
+                at.extend((0..b.size() as i64).map(|k| (base + k) as usize));
+                ControlFlow::<()>::Continue(())
+            });
+        }
+        at
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        let mut x = 0x2545_f491u32;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Packs and unpacks `count` items of `t` against the reference given by
+    /// the typemap walk: the stream is the typemap's bytes in order, and
+    /// unpacking writes those bytes and nothing else.
+    fn round_trip(t: &Datatype, count: u64) {
+        let (origin, len) = layout(t, count);
+        let mem = pattern(len);
+        let at = typemap_bytes(t, count, origin);
+        let expected: Vec<u8> = at.iter().map(|&i| mem[i]).collect();
+        let packed = t.pack_to_vec(Region::with_origin(&mem, origin).unwrap(), count).unwrap();
+        assert_eq!(packed, expected, "pack of {count} items");
+
+        let mut out = vec![0xa5u8; len];
+        let mut pos = 0;
+        t.unpack_from(&packed, &mut pos, RegionMut::with_origin(&mut out, origin).unwrap(), count).unwrap();
+        assert_eq!(pos, packed.len());
+        let mut want = vec![0xa5u8; len];
+        for &i in &at {
+            want[i] = mem[i];
+        }
+        assert_eq!(out, want, "unpack of {count} items");
+    }
+
+    /// `run_bounded` on one item with every budget up to its size: the first
+    /// `budget` stream bytes land at (or come from) their typemap places.
+    fn bounded(t: &Datatype) {
+        let (origin, len) = layout(t, 1);
+        let mem = pattern(len);
+        let at = typemap_bytes(t, 1, origin);
+        let packed: Vec<u8> = at.iter().map(|&i| mem[i]).collect();
+        let native = &t.programs().native;
+        let budgets: Vec<usize> = if at.len() <= 300 { (0..=at.len()).collect() } else { vec![0, 1, 7, 100, at.len() - 1, at.len()] };
+        for b in budgets {
+            let mut out = vec![0xa5u8; len];
+            let mut budget = b;
+            let end = unsafe {
+                let s = packed.as_ptr() as *mut u8;
+                run_bounded::<Unpack>(native, out.as_mut_ptr().add(origin), s, &mut budget).offset_from(s)
+            };
+            assert_eq!((end, budget), (b as isize, 0));
+            let mut want = vec![0xa5u8; len];
+            for &i in &at[..b] {
+                want[i] = mem[i];
+            }
+            assert_eq!(out, want, "bounded unpack of {b} bytes");
+
+            let mut stream = vec![0xa5u8; at.len()];
+            let mut budget = b;
+            unsafe { run_bounded::<Pack>(native, mem.as_ptr().add(origin) as *mut u8, stream.as_mut_ptr(), &mut budget) };
+            assert_eq!(&stream[..b], &packed[..b]);
+            assert!(stream[b..].iter().all(|&x| x == 0xa5), "bounded pack of {b} bytes wrote past its budget");
+        }
+    }
+
+    fn check(t: &Datatype) {
+        for count in [0, 1, 2, 3, 70] {
+            round_trip(t, count);
+        }
+        bounded(t);
+    }
+
+    fn check_all(types: impl IntoIterator<Item = Datatype>) {
+        for t in types {
+            check(&t);
+        }
+    }
+
+    fn chars(n: i64) -> Datatype {
+        Datatype::contiguous(n, &Datatype::char()).unwrap()
+    }
+
+    #[test]
+    fn single_runs_and_empty_types() {
+        let d = Datatype::double();
+        check_all([
+            d.clone(),
+            Datatype::char(),
+            Datatype::contiguous(5, &d).unwrap(),
+            chars(1000),
+            Datatype::contiguous(0, &d).unwrap(),
+            Datatype::named("short_int").unwrap(),
+            Datatype::resized(-4, 16, &d).unwrap(),
+        ]);
+    }
+
+    #[test]
+    fn strided_blocks_of_every_small_length() {
+        // Blocks of 1..=140 bytes: every move width and count, padded move
+        // counts, overlapping tails, and long blocks copied whole.
+        for len in 1..=140 {
+            for (count, gap) in [(100, 3), (5, 1)] {
+                check(&Datatype::hvector(count, len, len + gap, &Datatype::char()).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn negative_strides_and_displacements() {
+        let f = Datatype::float();
+        check_all([
+            Datatype::hvector(100, 3, -11, &Datatype::char()).unwrap(),
+            Datatype::vector(100, 2, -3, &f).unwrap(),
+            Datatype::vector(5, 2, -3, &f).unwrap(),
+            Datatype::hindexed(&[2, 1, 3], &[-40, 0, -20], &f).unwrap(),
+            Datatype::resized(0, -24, &Datatype::contiguous(3, &f).unwrap()).unwrap(),
+            Datatype::resized(-8, 4, &Datatype::hvector(3, 5, 7, &Datatype::char()).unwrap()).unwrap(),
+        ]);
+    }
+
+    #[test]
+    fn struct_arrays() {
+        let (i, d, c) = (Datatype::int(), Datatype::double(), Datatype::char());
+        let s = Datatype::structure(&[1, 1, 3], &[0, 8, 16], &[i.clone(), d.clone(), c.clone()]).unwrap();
+        let padded = Datatype::resized(0, 24, &s).unwrap();
+        check_all([
+            s.clone(),
+            padded.clone(),
+            Datatype::contiguous(100, &padded).unwrap(),
+            Datatype::vector(3, 2, 3, &padded).unwrap(),
+            Datatype::structure(&[1, 2], &[0, 5], &[c.clone(), Datatype::named("short").unwrap()]).unwrap(),
+            Datatype::structure(&[2, 1, 7], &[-16, 4, 9], &[i.clone(), d.clone(), c.clone()]).unwrap(),
+            // Runs of three widths (1, 2, 4): one width at a time, in blocks.
+            Datatype::structure(&[1, 1, 1], &[0, 2, 8], &[c.clone(), Datatype::named("short").unwrap(), i.clone()]).unwrap(),
+            Datatype::contiguous(300, &Datatype::structure(&[1, 1, 1], &[0, 2, 9], &[c.clone(), Datatype::named("short").unwrap(), i.clone()]).unwrap()).unwrap(),
+            // A struct whose member is a long loop: a sequence, not a gather.
+            Datatype::structure(&[1, 1], &[0, 8], &[Datatype::vector(100, 1, 2, &Datatype::float()).unwrap(), i]).unwrap(),
+        ]);
+    }
+
+    #[test]
+    fn irregular_indexed() {
+        let mut seed = 12345u32;
+        let mut next = |m: u32| {
+            seed = seed.wrapping_mul(1103515245).wrapping_add(12345);
+            (seed >> 16) % m
+        };
+        let (d, c) = (Datatype::double(), Datatype::char());
+        let mut types = Vec::new();
+        for (elem, max_len, n) in [(&d, 7, 500), (&c, 7, 500), (&c, 40, 300), (&d, 100, 100), (&c, 1, 200)] {
+            let (mut lens, mut disps, mut off) = (Vec::new(), Vec::new(), 0);
+            for _ in 0..n {
+                let len = 1 + next(max_len) as i64;
+                lens.push(len);
+                disps.push(off);
+                off += len + 1 + next(5) as i64;
+            }
+            types.push(Datatype::indexed(&lens, &disps, elem).unwrap());
+            lens.reverse();
+            disps.reverse();
+            types.push(Datatype::indexed(&lens, &disps, elem).unwrap());
+        }
+        types.push(Datatype::indexed_block(3, &[0, 10, 4, 20, 30, 40, 50, 60, 70, 80, 90], &d).unwrap());
+        check_all(types);
+    }
+
+    #[test]
+    fn subarrays() {
+        let d = Datatype::double();
+        let cube = [12, 10, 9];
+        check_all([
+            Datatype::subarray(&cube, &[12, 10, 1], &[0, 0, 5], Order::C, &d).unwrap(),
+            Datatype::subarray(&cube, &[12, 1, 9], &[0, 5, 0], Order::C, &d).unwrap(),
+            Datatype::subarray(&cube, &[1, 10, 9], &[3, 0, 0], Order::C, &d).unwrap(),
+            Datatype::subarray(&cube, &[5, 3, 2], &[1, 2, 3], Order::Fortran, &Datatype::float()).unwrap(),
+        ]);
     }
 }

@@ -15,11 +15,40 @@
 //! was written with. The tree's size follows the constructor tree, never the
 //! element count.
 //!
-//! Each datatype has two programs ([`Programs`]): `typed`, whose leaves are
-//! runs of one basic type (used for external32 conversion, element counts
-//! and typemap walks), and `native`, the same with type boundaries erased so
-//! that heterogeneous neighbours merge (used for native pack/unpack, the hot
-//! path; see [`super::exec`]).
+//! Each datatype has two programs ([`Programs`]): `typed`, an [`Op`] tree
+//! whose leaves are runs of one basic type (used for external32 conversion,
+//! element counts and typemap walks), and `native`, a [`Native`] tree for
+//! native pack/unpack, the hot path (see [`super::exec`]).
+//!
+//! # Native programs
+//!
+//! The native program is the typed one with type boundaries erased (so
+//! heterogeneous neighbours merge into one run) and then lowered for
+//! execution: every subtree that is *flat* becomes one [`Gather`], the list
+//! of its byte runs `(offset, len)` in stream order. A subtree is flat when
+//! it has at most [`FLAT_RUNS`] runs, or at most twice as many runs as tree
+//! nodes (a sequence of leaves, such as an indexed type); so flattening
+//! never expands a type by its element count, and `Repeat`s with large
+//! counts stay loops. What remains above the gathers is `Repeat` and `Seq`.
+//!
+//! Each gather also carries a copy [`Plan`], chosen once here so that the
+//! executor's inner loops never test run lengths. Every plan copies exactly
+//! the typemap's bytes with fixed-size moves, which may overlap each other
+//! inside a run but never leave it:
+//! * [`Plan::Run`]: a single run of up to 32 bytes, or 40, 48, 56, 64 (a
+//!   vector's block, a face's element): a loop compiled for that length.
+//! * [`Plan::Moves`]: a few runs per item (a struct). Each run is covered by
+//!   moves of the widest power of two that fits it (at most [`MAX_WIDTH`]),
+//!   plus one narrower move ending at the run's end for the rest ([`Tails`]):
+//!   the `{int; double; char[3]}` struct's runs (0, 4) and (8, 11) are a
+//!   4-byte move, an 8-byte one, and a 4-byte one at 15 overlapping the
+//!   8-byte one by a byte. The moves are precomputed as (memory offset,
+//!   stream offset) pairs grouped by width, at most [`MAX_MOVES`] per width.
+//! * [`Plan::Overlap`]: many runs (an irregular indexed type), each covered
+//!   by the same number `k` of moves of the shortest run's width at offsets
+//!   `min(i * width, len - width)`, whatever its length: a branch-free loop.
+//! * [`Plan::Bytes`]: runs too long or too uneven for those; each run is a
+//!   `memcpy` or a short overlapping-word copy.
 
 use std::ops::ControlFlow;
 
@@ -42,15 +71,228 @@ pub(crate) enum Op {
 pub(crate) struct Programs {
     /// Leaves are runs of a single basic type.
     pub typed: Op,
-    /// Leaves are byte runs; the hot path.
-    pub native: Op,
+    /// Byte runs with copy plans; the hot path.
+    pub native: Native,
 }
 
 impl Programs {
     pub fn compile(dt: &Datatype) -> Programs {
         let typed = compile_typed(dt);
-        let native = typed.erase_kinds();
+        let native = Native::lower(&typed.erase_kinds());
         Programs { typed, native }
+    }
+}
+
+/// One node of a native program (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Native {
+    /// The byte runs of a flat subtree, with their copy plan.
+    Gather(Gather),
+    /// `count` copies of `body`, `stride` bytes apart (`count >= 2`).
+    Repeat { count: u64, stride: i64, body: Box<Native> },
+    /// Children at byte displacements, executed in order.
+    Seq(Box<[(i64, Native)]>),
+}
+
+/// A subtree with at most this many runs is always flattened into a
+/// [`Gather`].
+pub(crate) const FLAT_RUNS: u64 = 64;
+
+/// The most moves of one width a [`Plan::Moves`] item, or a
+/// [`Plan::Overlap`] run, may take.
+pub(crate) const MAX_MOVES: usize = 8;
+
+/// The widest move, in bytes (one SSE register).
+pub(crate) const MAX_WIDTH: usize = 16;
+
+/// The move counts [`Plan::Moves`] kernels exist for; a plan is padded up to
+/// the next one by repeating its last move.
+pub(crate) const MOVE_COUNTS: [usize; 6] = [1, 2, 3, 4, 6, 8];
+
+/// Byte runs of one item, in stream order, and how to copy them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Gather {
+    /// `(offset, len)` of each run: `len > 0`, no run starting where the
+    /// previous one ends (those are merged).
+    pub runs: Box<[(i64, usize)]>,
+    /// Bytes one item packs (the sum of the run lengths).
+    pub size: usize,
+    pub plan: Plan,
+}
+
+/// How a [`Gather`]'s runs are copied; see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// One run of `len` bytes at `offset`, `len` one of the lengths with a
+    /// loop of its own ([`has_run_kernel`]).
+    Run { offset: i64, len: usize },
+    /// One item is exactly these groups of fixed-size moves, widest first.
+    Moves(Box<[Moves]>),
+    /// Every run is copied by `k` moves of `width` bytes at run offsets
+    /// `min(i * width, len - width)`; `width <= len <= k * width` for every
+    /// run, and `k` is 1, 2, 4 or 8.
+    Overlap { width: usize, k: usize },
+    /// Each run is copied on its own.
+    Bytes,
+}
+
+/// The moves of one width in a [`Plan::Moves`] item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Moves {
+    /// Bytes per move: 1, 2, 4, 8 or 16.
+    pub width: usize,
+    /// (memory offset, stream offset) of each move; their number is one of
+    /// [`MOVE_COUNTS`].
+    pub moves: Box<[(i64, usize)]>,
+}
+
+impl Native {
+    /// Lowers an erased (native) [`Op`] tree.
+    fn lower(op: &Op) -> Native {
+        let runs = op.run_count();
+        if runs <= FLAT_RUNS.max(2 * op.node_count()) {
+            let mut out = Vec::with_capacity(runs as usize);
+            op.collect_runs(0, &mut out);
+            return Native::Gather(Gather::new(out));
+        }
+        match op {
+            Op::Leaf { .. } => unreachable!("a leaf is one run"),
+            Op::Repeat { count, stride, body } => {
+                Native::Repeat { count: *count, stride: *stride, body: Box::new(Native::lower(body)) }
+            }
+            Op::Seq(items) => Native::Seq(items.iter().map(|(d, op)| (*d, Native::lower(op))).collect()),
+        }
+    }
+
+    /// Whether the program is one run of `size` bytes at offset 0.
+    pub fn is_single_run(&self, size: u64) -> bool {
+        match self {
+            Native::Gather(g) => match *g.runs {
+                [] => size == 0,
+                [(0, len)] => len as u64 == size,
+                _ => false,
+            },
+            Native::Seq(items) => size == 0 && items.is_empty(),
+            Native::Repeat { .. } => false,
+        }
+    }
+}
+
+impl Gather {
+    pub fn new(runs: Vec<(i64, usize)>) -> Gather {
+        let size = runs.iter().map(|&(_, len)| len).sum();
+        let plan = Plan::choose(&runs);
+        Gather { runs: runs.into(), size, plan }
+    }
+
+    /// The single run `(offset, len)`, if there is exactly one.
+    pub fn single_run(&self) -> Option<(i64, usize)> {
+        match *self.runs {
+            [run] => Some(run),
+            _ => None,
+        }
+    }
+}
+
+/// Whether [`Plan::Run`] has a kernel for runs of `len` bytes: every length
+/// up to 32, and multiples of 8 up to 64.
+pub(crate) fn has_run_kernel(len: usize) -> bool {
+    (1..=32).contains(&len) || (len <= 64 && len % 8 == 0)
+}
+
+/// The widest move for a run of `len > 0` bytes: the largest power of two
+/// not above `len` or [`MAX_WIDTH`].
+fn width_for(len: usize) -> usize {
+    1 << len.min(MAX_WIDTH).ilog2()
+}
+
+impl Plan {
+    fn choose(runs: &[(i64, usize)]) -> Plan {
+        match *runs {
+            [] => return Plan::Bytes,
+            [(offset, len)] if has_run_kernel(len) => return Plan::Run { offset, len },
+            _ => {}
+        }
+        if let Some(groups) = Plan::moves(runs) {
+            return Plan::Moves(groups);
+        }
+        // Too many moves for one item: cover every run alike with moves as
+        // wide as the shortest run allows.
+        let width = runs.iter().map(|&(_, len)| width_for(len)).min().expect("runs are not empty");
+        let k = runs.iter().map(|&(_, len)| len.div_ceil(width)).max().expect("runs are not empty");
+        if k <= MAX_MOVES {
+            return Plan::Overlap { width, k: k.next_power_of_two() };
+        }
+        Plan::Bytes
+    }
+
+    /// The moves of one item grouped by width, widest first, or `None` if
+    /// some width needs more than [`MAX_MOVES`] moves. Runs are split with
+    /// narrow tails ([`Tails::Narrow`]) unless that needs more widths than
+    /// tails as wide as their run.
+    fn moves(runs: &[(i64, usize)]) -> Option<Box<[Moves]>> {
+        let narrow = Plan::group(runs, Tails::Narrow);
+        if narrow.as_ref().is_some_and(|groups| groups.len() <= 2) {
+            return narrow;
+        }
+        match (narrow, Plan::group(runs, Tails::Wide)) {
+            (Some(narrow), Some(wide)) if narrow.len() <= wide.len() => Some(narrow),
+            (narrow, None) => narrow,
+            (_, wide) => wide,
+        }
+    }
+
+    fn group(runs: &[(i64, usize)], tails: Tails) -> Option<Box<[Moves]>> {
+        // Moves of width 1 << i in by_width[i].
+        let mut by_width: [Vec<(i64, usize)>; 5] = Default::default();
+        let mut pos = 0;
+        for &(off, len) in runs {
+            for (o, width) in tails.split(len) {
+                let moves = &mut by_width[width.ilog2() as usize];
+                moves.push((off + o as i64, pos + o));
+                if moves.len() > MAX_MOVES {
+                    return None;
+                }
+            }
+            pos += len;
+        }
+        let groups = by_width.into_iter().enumerate().rev().filter(|(_, moves)| !moves.is_empty());
+        Some(
+            groups
+                .map(|(i, mut moves)| {
+                    // Pad to a kernel's move count by repeating the last move.
+                    let k = *MOVE_COUNTS.iter().find(|&&k| k >= moves.len()).expect("at most MAX_MOVES moves");
+                    moves.resize(k, *moves.last().expect("not empty"));
+                    Moves { width: 1 << i, moves: moves.into() }
+                })
+                .collect(),
+        )
+    }
+}
+
+/// How a run that is not a multiple of its width ends.
+#[derive(Clone, Copy)]
+enum Tails {
+    /// With a move of the narrowest width that covers the rest, ending at
+    /// the run's end: 12 bytes are 8 + 4, 11 bytes 8 + 4 (overlapping one
+    /// byte). Exact where it can be; overlapping stores are slower than a
+    /// narrower one.
+    Narrow,
+    /// With a move of the run's width ending at its end: 12 bytes are two
+    /// overlapping 8-byte moves. One width per run.
+    Wide,
+}
+
+impl Tails {
+    /// The moves covering a run of `len > 0` bytes: (offset, width).
+    fn split(self, len: usize) -> impl Iterator<Item = (usize, usize)> {
+        let width = width_for(len);
+        let rest = len % width;
+        let tail = match self {
+            Tails::Narrow => rest.next_power_of_two(),
+            Tails::Wide => width,
+        };
+        (0..len / width).map(move |i| (i * width, width)).chain((rest > 0).then_some((len - tail, tail)))
     }
 }
 
@@ -159,11 +401,43 @@ impl Op {
         }
     }
 
-    /// Whether the program is one run of `size` bytes at offset 0.
-    pub fn is_single_run(&self, size: u64) -> bool {
+    /// Runs the program copies (saturating): its number of leaf executions.
+    fn run_count(&self) -> u64 {
         match self {
-            Op::Leaf { len, .. } => *len as u64 == size,
-            op => size == 0 && op.is_empty(),
+            Op::Leaf { .. } => 1,
+            Op::Repeat { count, body, .. } => count.saturating_mul(body.run_count()),
+            Op::Seq(items) => items.iter().fold(0, |n, (_, op)| n.saturating_add(op.run_count())),
+        }
+    }
+
+    /// Nodes in the tree.
+    fn node_count(&self) -> u64 {
+        match self {
+            Op::Leaf { .. } => 1,
+            Op::Repeat { body, .. } => 1 + body.node_count(),
+            Op::Seq(items) => 1 + items.iter().map(|(_, op)| op.node_count()).sum::<u64>(),
+        }
+    }
+
+    /// Appends the program's byte runs at `base` to `out` in stream order,
+    /// merging each with the previous run when they touch.
+    fn collect_runs(&self, base: i64, out: &mut Vec<(i64, usize)>) {
+        match self {
+            Op::Leaf { len: 0, .. } => {}
+            Op::Leaf { len, .. } => match out.last_mut() {
+                Some((d, n)) if *d + *n as i64 == base => *n += len,
+                _ => out.push((base, *len)),
+            },
+            Op::Repeat { count, stride, body } => {
+                for i in 0..*count {
+                    body.collect_runs(base + i as i64 * stride, out);
+                }
+            }
+            Op::Seq(items) => {
+                for (d, op) in items {
+                    op.collect_runs(base + d, out);
+                }
+            }
         }
     }
 
@@ -270,22 +544,33 @@ mod tests {
     use super::*;
     use crate::datatype::Order;
 
-    fn leaf(len: usize) -> Op {
-        Op::Leaf { kind: None, len }
+    fn gather(runs: &[(i64, usize)]) -> Native {
+        Native::Gather(Gather::new(runs.to_vec()))
+    }
+
+    fn plan(t: &Datatype) -> &Plan {
+        match &t.programs().native {
+            Native::Gather(g) => &g.plan,
+            other => panic!("not a gather: {other:?}"),
+        }
     }
 
     #[test]
     fn contiguous_types_compile_to_one_leaf() {
         let t = Datatype::contiguous(1 << 20, &Datatype::double()).unwrap();
-        assert_eq!(t.programs().native, leaf(8 << 20));
+        assert_eq!(t.programs().typed, Op::Leaf { kind: Some(Basic::Double), len: 8 << 20 });
+        assert_eq!(t.programs().native, gather(&[(0, 8 << 20)]));
+        assert!(t.programs().native.is_single_run(8 << 20));
         let two = Datatype::named("2int").unwrap();
         assert_eq!(two.programs().typed, Op::Leaf { kind: Some(Basic::Int), len: 8 });
+        let empty = Datatype::contiguous(0, &Datatype::double()).unwrap();
+        assert!(empty.programs().native.is_single_run(0));
     }
 
     #[test]
     fn heterogeneous_runs_merge_only_natively() {
         let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
-        assert_eq!(s.programs().native, leaf(9));
+        assert_eq!(s.programs().native, gather(&[(0, 9)]));
         assert!(matches!(s.programs().typed, Op::Seq(ref v) if v.len() == 2));
     }
 
@@ -293,15 +578,86 @@ mod tests {
     fn subarray_face_is_one_strided_loop() {
         let d = Datatype::double();
         let x = Datatype::subarray(&[128, 128, 128], &[128, 128, 1], &[0, 0, 5], Order::C, &d).unwrap();
-        assert_eq!(
-            x.programs().native,
-            Op::seq(vec![(40, Op::Repeat { count: 128 * 128, stride: 1024, body: Box::new(leaf(8)) })])
-        );
+        let strided = |count, stride, len| Native::Repeat { count, stride, body: Box::new(gather(&[(0, len)])) };
+        assert_eq!(x.programs().native, Native::Seq(Box::new([(40, strided(128 * 128, 1024, 8))])));
         let y = Datatype::subarray(&[128, 128, 128], &[128, 1, 128], &[0, 5, 0], Order::C, &d).unwrap();
+        assert_eq!(y.programs().native, Native::Seq(Box::new([(5 * 1024, strided(128, 128 * 1024, 1024))])));
+    }
+
+    #[test]
+    fn small_subtrees_flatten_large_repeats_stay_loops() {
+        let f = Datatype::float();
+        // Three 12-byte blocks: one gather of three runs.
+        let v = Datatype::vector(3, 3, 4, &f).unwrap();
+        assert_eq!(v.programs().native, gather(&[(0, 12), (16, 12), (32, 12)]));
+        // A struct holding it: still one gather, runs merged across members.
+        let s = Datatype::structure(&[1, 1], &[0, 44], &[v.clone(), Datatype::int()]).unwrap();
+        assert_eq!(s.programs().native, gather(&[(0, 12), (16, 12), (32, 16)]));
+        // Many blocks: a loop over one run.
+        let big = Datatype::vector(1000, 3, 4, &f).unwrap();
         assert_eq!(
-            y.programs().native,
-            Op::seq(vec![(5 * 1024, Op::Repeat { count: 128, stride: 128 * 1024, body: Box::new(leaf(1024)) })])
+            big.programs().native,
+            Native::Repeat { count: 1000, stride: 16, body: Box::new(gather(&[(0, 12)])) }
         );
+        // An indexed type is flat however many blocks it has.
+        let n = 1000;
+        let lens: Vec<i64> = (0..n).map(|i| 1 + i % 3).collect();
+        let disps: Vec<i64> = (0..n).map(|i| 5 * i).collect();
+        let ix = Datatype::indexed(&lens, &disps, &Datatype::double()).unwrap();
+        assert!(matches!(&ix.programs().native, Native::Gather(g) if g.runs.len() == n as usize));
+    }
+
+    fn moves(width: usize, moves: &[(i64, usize)]) -> Moves {
+        Moves { width, moves: moves.into() }
+    }
+
+    #[test]
+    fn plans_follow_run_lengths() {
+        // {int; double; char[3]}: runs (0, 4) and (8, 11); the 11 bytes are
+        // an 8-byte move and a 4-byte one overlapping it by a byte.
+        let s = Datatype::structure(&[1, 1, 3], &[0, 8, 16], &[Datatype::int(), Datatype::double(), Datatype::char()])
+            .unwrap();
+        assert_eq!(plan(&s), &Plan::Moves(Box::new([moves(8, &[(8, 4)]), moves(4, &[(0, 0), (15, 11)])])));
+        // A single run of up to 32 bytes, or 64: a kernel for its length.
+        assert_eq!(Plan::choose(&[(-4, 12)]), Plan::Run { offset: -4, len: 12 });
+        assert_eq!(Plan::choose(&[(0, 64)]), Plan::Run { offset: 0, len: 64 });
+        // 12 bytes: 8 + 4, exactly.
+        assert_eq!(
+            Plan::choose(&[(0, 12), (16, 12)]),
+            Plan::Moves(Box::new([moves(8, &[(0, 0), (16, 12)]), moves(4, &[(8, 8), (24, 20)])]))
+        );
+        // 7 bytes: two overlapping 4-byte moves (a narrower tail would be as wide).
+        assert_eq!(
+            Plan::choose(&[(3, 7), (20, 7)]),
+            Plan::Moves(Box::new([moves(4, &[(3, 0), (6, 3), (20, 7), (23, 10)])]))
+        );
+        // Narrow tails would need three widths (8, 4, 1), wide ones two.
+        assert_eq!(
+            Plan::choose(&[(0, 9), (12, 4)]),
+            Plan::Moves(Box::new([moves(8, &[(0, 0), (1, 1)]), moves(4, &[(12, 9)])]))
+        );
+        // Five moves of one width are padded to six by repeating the last.
+        let runs: Vec<(i64, usize)> = (0..5).map(|i| (8 * i, 4)).collect();
+        assert_eq!(
+            Plan::choose(&runs),
+            Plan::Moves(Box::new([moves(4, &[(0, 0), (8, 4), (16, 8), (24, 12), (32, 16), (32, 16)])]))
+        );
+        // A 72-byte block: four 16-byte moves and an 8-byte one.
+        assert_eq!(
+            Plan::choose(&[(0, 72)]),
+            Plan::Moves(Box::new([moves(16, &[(0, 0), (16, 16), (32, 32), (48, 48)]), moves(8, &[(64, 64)])]))
+        );
+        // Runs of 8..56 bytes: eight overlapping 8-byte moves each.
+        let runs: Vec<(i64, usize)> = (0..100).map(|i| (100 * i, 8 * (1 + i as usize % 7))).collect();
+        assert_eq!(Plan::choose(&runs), Plan::Overlap { width: 8, k: 8 });
+        // Runs of 12 bytes: two overlapping 8-byte moves each.
+        let runs: Vec<(i64, usize)> = (0..100).map(|i| (20 * i, 12)).collect();
+        assert_eq!(Plan::choose(&runs), Plan::Overlap { width: 8, k: 2 });
+        // Uneven or long runs are copied one by one.
+        assert_eq!(Plan::choose(&[(0, 1024)]), Plan::Bytes);
+        let runs: Vec<(i64, usize)> = (0..100).map(|i| (100 * i, 1 + i as usize % 50)).collect();
+        assert_eq!(Plan::choose(&runs), Plan::Bytes);
+        assert_eq!(Plan::choose(&[]), Plan::Bytes);
     }
 
     #[test]
