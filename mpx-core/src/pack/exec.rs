@@ -12,7 +12,8 @@
 //!   elements): a loop monomorphised for that length, so an item is the
 //!   fewest loads and stores the compiler can make of it (12 bytes are an
 //!   8-byte and a 4-byte move). Packing 8-byte runs, two items share one
-//!   16-byte store: stores, not loads, bound a strided gather;
+//!   16-byte store: stores, not loads, bound a strided gather. Long runs
+//!   (a face's rows) call `memcpy` directly;
 //! * [`Plan::Moves`]: a few precomputed moves per item (arrays of structs):
 //!   `K` moves of `W` bytes, or `K` of `W` and `J` of `V` bytes, in loops
 //!   monomorphised for each width and count, so an item is a fixed sequence
@@ -24,7 +25,7 @@
 //!   offsets `min(i * W, len - W)`: branch-free, so no mispredicted length
 //!   tests;
 //! * [`Plan::Bytes`]: other runs, each with [`copy_bytes`] (`memcpy` for
-//!   long ones, such as a subarray face's rows).
+//!   long ones).
 //!
 //! Every kernel touches exactly the typemap's bytes in memory and exactly
 //! the items' bytes in the stream: moves may overlap each other inside a
@@ -52,6 +53,9 @@ pub(crate) trait Direction {
     unsafe fn copy_fixed<const N: usize>(mem: *mut u8, stream: *mut u8);
     /// Copies `len` bytes between `mem` and `stream`.
     unsafe fn copy(mem: *mut u8, stream: *mut u8, len: usize);
+    /// Copies `len` bytes between `mem` and `stream` with `memcpy`, for
+    /// runs known to be long.
+    unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize);
     /// Copies 8 bytes at `mem0` and 8 at `mem1` to or from 16 at `stream`.
     #[inline(always)]
     unsafe fn copy_pair8(mem0: *mut u8, mem1: *mut u8, stream: *mut u8) {
@@ -74,6 +78,10 @@ impl Direction for Pack {
     unsafe fn copy(mem: *mut u8, stream: *mut u8, len: usize) {
         copy_bytes(mem, stream, len)
     }
+    #[inline(always)]
+    unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize) {
+        ptr::copy_nonoverlapping(mem, stream, len)
+    }
     /// One 16-byte store rather than two 8-byte ones: stores, not loads,
     /// limit a strided gather. The compiler does not merge the two halves
     /// by itself; SSE2 is part of x86_64.
@@ -95,6 +103,10 @@ impl Direction for Unpack {
     #[inline(always)]
     unsafe fn copy(mem: *mut u8, stream: *mut u8, len: usize) {
         copy_bytes(stream, mem, len)
+    }
+    #[inline(always)]
+    unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize) {
+        ptr::copy_nonoverlapping(stream, mem, len)
     }
 }
 
@@ -210,7 +222,16 @@ unsafe fn run_kernel<D: Direction>(len: usize, count: u64, stride: isize, mem: *
         ($($n:literal)*) => {
             match len {
                 $($n => run_loop::<D, $n>(count, stride, mem, stream),)*
-                n => unreachable!("no kernel for {n}-byte runs"),
+                _ => {
+                    // A long run: straight to memcpy.
+                    let (mut m, mut s) = (mem, stream);
+                    for _ in 0..count {
+                        D::copy_long(m, s, len);
+                        m = m.wrapping_offset(stride);
+                        s = s.add(len);
+                    }
+                    s
+                }
             }
         };
     }
@@ -593,9 +614,10 @@ mod tests {
 
     #[test]
     fn strided_blocks_of_every_small_length() {
-        // Blocks of 1..=140 bytes: every move width and count, padded move
-        // counts, overlapping tails, and long blocks copied whole.
-        for len in 1..=140 {
+        // Blocks of 1..=150 bytes and a few longer: every run length with a
+        // loop of its own, every move width and count, padded move counts,
+        // overlapping tails, and long blocks copied whole.
+        for len in (1..=150).chain([200, 1000]) {
             for (count, gap) in [(100, 3), (5, 1)] {
                 check(&Datatype::hvector(count, len, len + gap, &Datatype::char()).unwrap());
             }

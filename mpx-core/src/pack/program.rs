@@ -35,8 +35,9 @@
 //! executor's inner loops never test run lengths. Every plan copies exactly
 //! the typemap's bytes with fixed-size moves, which may overlap each other
 //! inside a run but never leave it:
-//! * [`Plan::Run`]: a single run of up to 32 bytes, or 40, 48, 56, 64 (a
-//!   vector's block, a face's element): a loop compiled for that length.
+//! * [`Plan::Run`]: a single run (a vector's block, a face's element or
+//!   row): a loop compiled for its length if it is at most 32, or 40, 48,
+//!   56, 64; one `memcpy` per item if it is too long for `Moves`.
 //! * [`Plan::Moves`]: a few runs per item (a struct). Each run is covered by
 //!   moves of the widest power of two that fits it (at most [`MAX_WIDTH`]),
 //!   plus one narrower move ending at the run's end for the rest ([`Tails`]):
@@ -123,8 +124,9 @@ pub(crate) struct Gather {
 /// How a [`Gather`]'s runs are copied; see the module docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Plan {
-    /// One run of `len` bytes at `offset`, `len` one of the lengths with a
-    /// loop of its own ([`has_run_kernel`]).
+    /// One run of `len` bytes at `offset`: a loop compiled for its length
+    /// if there is one ([`has_run_kernel`]), else a `memcpy` per item (for
+    /// runs too long for [`Plan::Moves`]).
     Run { offset: i64, len: usize },
     /// One item is exactly these groups of fixed-size moves, widest first.
     Moves(Box<[Moves]>),
@@ -215,6 +217,9 @@ impl Plan {
         }
         if let Some(groups) = Plan::moves(runs) {
             return Plan::Moves(groups);
+        }
+        if let [(offset, len)] = *runs {
+            return Plan::Run { offset, len };
         }
         // Too many moves for one item: cover every run alike with moves as
         // wide as the shortest run allows.
@@ -653,8 +658,10 @@ mod tests {
         // Runs of 12 bytes: two overlapping 8-byte moves each.
         let runs: Vec<(i64, usize)> = (0..100).map(|i| (20 * i, 12)).collect();
         assert_eq!(Plan::choose(&runs), Plan::Overlap { width: 8, k: 2 });
+        // A long run: a memcpy per item.
+        assert_eq!(Plan::choose(&[(8, 1024)]), Plan::Run { offset: 8, len: 1024 });
         // Uneven or long runs are copied one by one.
-        assert_eq!(Plan::choose(&[(0, 1024)]), Plan::Bytes);
+        assert_eq!(Plan::choose(&[(0, 1024), (2000, 3)]), Plan::Bytes);
         let runs: Vec<(i64, usize)> = (0..100).map(|i| (100 * i, 1 + i as usize % 50)).collect();
         assert_eq!(Plan::choose(&runs), Plan::Bytes);
         assert_eq!(Plan::choose(&[]), Plan::Bytes);
