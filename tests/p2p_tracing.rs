@@ -32,15 +32,24 @@ fn post_match_and_completion_are_traced() {
         rt.block_on(launch(2, |comm| async move {
             if comm.rank() == 0 {
                 comm.send(&[1u8], 1, 4).await?;
+                // A freed ready send that finds no receive: its error is traced.
+                comm.irsend(&[2u8], 1, 5).free();
+                // Frames stay in order: when rank 1 has seen tag 7 it has
+                // answered the ready send, and its answer reaches rank 0
+                // before tag 6.
+                comm.send(&[0u8], 1, 7).await?;
+                comm.recv::<u8>(1, 6).await?;
             } else {
                 comm.recv::<u8>(0, 4).await?;
+                comm.recv::<u8>(0, 7).await?;
+                comm.send(&[0u8], 0, 6).await?;
             }
             Ok(())
         }))
         .unwrap();
     });
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    for event in ["send posted", "receive posted", "matched", "completed"] {
+    for event in ["send posted", "receive posted", "matched", "completed", "dropped or freed send failed"] {
         assert!(log.contains(event), "no {event:?} event in:\n{log}");
     }
 }

@@ -118,3 +118,63 @@ async fn leaked_futures_are_sound() {
     .await
     .unwrap();
 }
+
+/// The async functions too: `recv_into`, `recv`, matched receives and
+/// synchronous sends, each dropped after a random number of polls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_async_functions_lose_nothing() {
+    let mut opts = LaunchOptions::ranks(2);
+    opts.engine.eager_threshold = 64;
+    let out = launch_with(opts, |comm| async move {
+        const N: u64 = 1500;
+        if comm.rank() == 0 {
+            let mut rng = Lcg(3);
+            for i in 0..N {
+                let len = if rng.next(4) == 0 { 40 } else { 1 };
+                let v = vec![i; len];
+                let polls = rng.next(3) as u32;
+                if rng.next(2) == 0 {
+                    let _ = poll_then_drop(Box::pin(comm.ssend(&v, 1, 0)), polls).await;
+                } else {
+                    let _ = poll_then_drop(Box::pin(comm.send(&v, 1, 0)), polls).await;
+                }
+            }
+            Ok(0)
+        } else {
+            let mut rng = Lcg(5);
+            let mut next = 0u64;
+            let mut dropped = 0;
+            let mut buf = vec![0u64; 40];
+            while next < N {
+                let polls = rng.next(3) as u32;
+                let first = match rng.next(3) {
+                    0 => poll_then_drop(Box::pin(comm.recv_into(&mut buf, 0, Any)), polls).await.map(|r| r.map(|_| buf[0])),
+                    1 => poll_then_drop(Box::pin(comm.recv::<u64>(0, 0)), polls).await.map(|r| r.map(|(v, _)| v[0])),
+                    _ => {
+                        let taken = poll_then_drop(Box::pin(comm.mprobe(0, Any)), polls).await;
+                        match taken {
+                            Some(Ok(m)) => {
+                                let polls = rng.next(3) as u32;
+                                poll_then_drop(m.irecv(&mut buf), polls).await.map(|r| r.map(|_| buf[0]))
+                            }
+                            Some(Err(e)) => Some(Err(e)),
+                            None => None,
+                        }
+                    }
+                };
+                match first {
+                    Some(v) => {
+                        assert_eq!(v?, next, "lost, duplicated or reordered");
+                        next += 1;
+                    }
+                    None => dropped += 1,
+                }
+            }
+            assert!(comm.iprobe(Any, Any)?.is_none());
+            Ok(dropped)
+        }
+    })
+    .await
+    .unwrap();
+    assert!(out[1] > 100, "the test dropped futures ({} times)", out[1]);
+}

@@ -436,6 +436,13 @@ impl RawRecv {
     fn new(shared: Arc<Shared>, id: ReqId) -> RawRecv {
         RawRecv { shared, id, finished: false }
     }
+
+    /// Unposts the receive if it has not matched; then it is finished.
+    fn cancel(&mut self) -> bool {
+        let cancelled = self.shared.lock().engine.cancel_recv(self.id);
+        self.finished |= cancelled;
+        cancelled
+    }
 }
 
 impl Future for RawRecv {
@@ -493,6 +500,22 @@ impl<B> OwnedRecv<B> {
 
     fn is_complete(&self) -> bool {
         matches!(self.state, OwnedState::Complete(_))
+    }
+
+    /// `MPI_Cancel`: withdraws the receive if it has not matched; it then
+    /// completes with the buffer and a status whose
+    /// [`Status::test_cancelled`] is true. Returns whether it was cancelled.
+    pub fn cancel(&mut self) -> bool {
+        let OwnedState::Active(raw, _) = &mut self.state else { return false };
+        if !raw.cancel() {
+            return false;
+        }
+        let OwnedState::Active(raw, buffer) = std::mem::replace(&mut self.state, OwnedState::Complete(None)) else {
+            unreachable!("checked above")
+        };
+        drop(raw);
+        self.state = OwnedState::Complete(Some(Ok((buffer, Status { cancelled: true, ..Status::empty() }))));
+        true
     }
 }
 
@@ -1005,39 +1028,61 @@ impl Comm {
     }
 
     /// `MPI_Isend` of any buffer (a derived datatype, packed bytes).
+    ///
+    /// # Cancel safety
+    /// As [`isend`](Comm::isend).
     pub fn isend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
         self.start_send_buf(buf, dest, tag, SendMode::Standard)
     }
 
     /// `MPI_Ibsend`: copies the data into the attached buffer; the request is
     /// complete at once (or failed with [`Error::BufferExhausted`]).
+    ///
+    /// # Cancel safety
+    /// The request is complete when returned; dropping it changes nothing.
     pub fn ibsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
         self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Buffered)
     }
 
     /// `MPI_Ibsend` of any buffer.
+    ///
+    /// # Cancel safety
+    /// As [`ibsend`](Comm::ibsend).
     pub fn ibsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
         self.start_send_buf(buf, dest, tag, SendMode::Buffered)
     }
 
     /// `MPI_Issend`: completes once a matching receive has started, even if
     /// its owner has not waited on it yet.
+    ///
+    /// # Cancel safety
+    /// Dropping the request lets the send complete in the background.
     pub fn issend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
         self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Synchronous)
     }
 
     /// `MPI_Issend` of any buffer.
+    ///
+    /// # Cancel safety
+    /// As [`issend`](Comm::issend).
     pub fn issend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
         self.start_send_buf(buf, dest, tag, SendMode::Synchronous)
     }
 
     /// `MPI_Irsend`: fails with [`Error::NotReady`] if no matching receive
     /// was posted when the message arrived.
+    ///
+    /// # Cancel safety
+    /// Dropping the request lets the send complete in the background; a
+    /// failure is then reported through `tracing`.
     pub fn irsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
         self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Ready)
     }
 
     /// `MPI_Irsend` of any buffer.
+    ///
+    /// # Cancel safety
+    /// As [`irsend`](Comm::irsend).
     pub fn irsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
         self.start_send_buf(buf, dest, tag, SendMode::Ready)
     }
@@ -1045,6 +1090,9 @@ impl Comm {
     /// A standard send of an owned `Vec`, as a `'static` request that can be
     /// spawned. When `T`'s datatype is contiguous (no padding) the vector
     /// becomes the message without a copy.
+    ///
+    /// # Cancel safety
+    /// As [`isend`](Comm::isend).
     pub fn isend_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
         let datatype = T::datatype();
         let data = if datatype.is_contiguous() {
@@ -1059,6 +1107,9 @@ impl Comm {
     /// A standard send of owned `packed` bytes, without a copy, as a
     /// `'static` request. The message carries no type signature: receive it
     /// with any type.
+    ///
+    /// # Cancel safety
+    /// As [`isend`](Comm::isend).
     pub fn isend_bytes(&self, data: Bytes, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
         self.start_send(Ok((data, None)), dest.into(), tag, SendMode::Standard, self.context)
     }
@@ -1069,18 +1120,21 @@ impl Comm {
     /// is spent (which throttles a producer that outpaces its consumer).
     ///
     /// # Cancel safety
-    /// The data is packed and handed to the engine before the first await:
-    /// dropping the future lets the send complete in the background.
-    pub async fn send<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.isend(buf, dest, tag).await.map(drop)
+    /// Like every operation, the send starts when `send` is called, before
+    /// the future is first polled: dropping the future at any point lets the
+    /// send complete in the background.
+    pub fn send<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
+        let request = self.isend(buf, dest, tag);
+        async move { request.await.map(drop) }
     }
 
     /// `MPI_Send` of any buffer (a derived datatype, packed bytes).
     ///
     /// # Cancel safety
     /// As [`send`](Comm::send).
-    pub async fn send_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.isend_buf(buf, dest, tag).await.map(drop)
+    pub fn send_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
+        let request = self.isend_buf(buf, dest, tag);
+        async move { request.await.map(drop) }
     }
 
     /// `MPI_Bsend`: copies the data into the attached buffer and returns at
@@ -1089,16 +1143,18 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Completes on its first poll.
-    pub async fn bsend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.ibsend(buf, dest, tag).await.map(drop)
+    pub fn bsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
+        let request = self.ibsend(buf, dest, tag);
+        async move { request.await.map(drop) }
     }
 
     /// `MPI_Bsend` of any buffer.
     ///
     /// # Cancel safety
     /// Completes on its first poll.
-    pub async fn bsend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.ibsend_buf(buf, dest, tag).await.map(drop)
+    pub fn bsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
+        let request = self.ibsend_buf(buf, dest, tag);
+        async move { request.await.map(drop) }
     }
 
     /// `MPI_Ssend`: completes only once a matching receive has started.
@@ -1106,16 +1162,18 @@ impl Comm {
     /// # Cancel safety
     /// As [`send`](Comm::send): a dropped synchronous send is still matched
     /// and delivered.
-    pub async fn ssend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.issend(buf, dest, tag).await.map(drop)
+    pub fn ssend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
+        let request = self.issend(buf, dest, tag);
+        async move { request.await.map(drop) }
     }
 
     /// `MPI_Ssend` of any buffer.
     ///
     /// # Cancel safety
     /// As [`ssend`](Comm::ssend).
-    pub async fn ssend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.issend_buf(buf, dest, tag).await.map(drop)
+    pub fn ssend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
+        let request = self.issend_buf(buf, dest, tag);
+        async move { request.await.map(drop) }
     }
 
     /// `MPI_Rsend`: valid only if the matching receive is already posted.
@@ -1124,16 +1182,18 @@ impl Comm {
     ///
     /// # Cancel safety
     /// As [`send`](Comm::send).
-    pub async fn rsend<T: MpiType>(&self, buf: &[T], dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.irsend(buf, dest, tag).await.map(drop)
+    pub fn rsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
+        let request = self.irsend(buf, dest, tag);
+        async move { request.await.map(drop) }
     }
 
     /// `MPI_Rsend` of any buffer.
     ///
     /// # Cancel safety
     /// As [`rsend`](Comm::rsend).
-    pub async fn rsend_buf(&self, buf: SendBuf<'_>, dest: impl Into<Dest>, tag: i32) -> Result<()> {
-        self.irsend_buf(buf, dest, tag).await.map(drop)
+    pub fn rsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
+        let request = self.irsend_buf(buf, dest, tag);
+        async move { request.await.map(drop) }
     }
 
     // ----- receives ----------------------------------------------------------------
@@ -1174,6 +1234,9 @@ impl Comm {
 
     /// `MPI_Irecv` into any buffer (a derived datatype, or packed bytes with
     /// [`RecvBuf::packed`]).
+    ///
+    /// # Cancel safety
+    /// As [`irecv`](Comm::irecv).
     pub fn irecv_buf<'a>(&self, buf: RecvBuf<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
         // A buffer that cannot hold `count` items fails before the receive
         // is posted, so no message is consumed by it.
@@ -1209,27 +1272,31 @@ impl Comm {
 
     /// `MPI_Recv` into a typed slice: receives up to `buf.len()` values from
     /// `source` (a rank, [`Any`] or [`PROC_NULL`]) with `tag` (or [`Any`]).
-    /// Errors as for [`irecv`](Comm::irecv).
+    /// Errors as for [`irecv`](Comm::irecv), of which this is the blocking
+    /// spelling: the receive is posted when called.
     ///
     /// # Cancel safety
     /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
     /// its message, if one had matched, is given back (see the
     /// [module docs](self)).
-    pub async fn recv_into<T: MpiType>(&self, buf: &mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
-        self.irecv(buf, source, tag).await
+    pub fn recv_into<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        self.irecv(buf, source, tag)
     }
 
     /// `MPI_Recv` of a message of any length into a new `Vec`.
     ///
     /// # Cancel safety
     /// As [`recv_into`](Comm::recv_into).
-    pub async fn recv<T: MpiType + Default>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<(Vec<T>, Status)> {
-        let Some(id) = self.post_recv(source, tag, self.context)? else { return Ok((Vec::new(), Status::empty())) };
-        let msg = RawRecv::new(self.shared.clone(), id).await?;
-        let size = T::datatype().size().max(1) as usize;
-        let mut out = vec![T::default(); msg.data.len().div_ceil(size)];
-        let status = unpack_typed_message(&msg, &mut out)?;
-        Ok((out, status))
+    pub fn recv<T: MpiType + Default>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<(Vec<T>, Status)>> + Send + 'static {
+        let posted = self.post_recv(source, tag, self.context).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
+        async move {
+            let Some(raw) = posted? else { return Ok((Vec::new(), Status::empty())) };
+            let msg = raw.await?;
+            let size = T::datatype().size().max(1) as usize;
+            let mut out = vec![T::default(); msg.data.len().div_ceil(size)];
+            let status = unpack_typed_message(&msg, &mut out)?;
+            Ok((out, status))
+        }
     }
 
     /// `MPI_Recv` into any buffer (a derived datatype, or packed bytes with
@@ -1237,8 +1304,8 @@ impl Comm {
     ///
     /// # Cancel safety
     /// As [`recv_into`](Comm::recv_into).
-    pub async fn recv_buf(&self, buf: RecvBuf<'_>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
-        self.irecv_buf(buf, source, tag).await
+    pub fn recv_buf<'a>(&self, buf: RecvBuf<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        self.irecv_buf(buf, source, tag)
     }
 
     // ----- probes --------------------------------------------------------------------

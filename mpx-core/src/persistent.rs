@@ -26,8 +26,11 @@
 //! # Ok(()) }).await?; Ok(()) }
 //! ```
 //!
-//! An inactive persistent request is, for the completion functions, a
-//! `None` entry: waiting on it returns an empty status at once, as MPI says.
+//! An inactive persistent request (one not started, or whose start has
+//! completed) is, for the completion functions, a `None` entry or a
+//! [`Request::inactive`]: waiting on it returns an empty status at once, and
+//! `wait_any`/`wait_some` over only inactive entries report that nothing is
+//! active, as MPI says.
 
 use crate::comm::{Comm, Dest, SendBuf, Source, TagSel};
 use crate::engine::SendMode;
@@ -173,6 +176,21 @@ impl Comm {
     /// `MPI_Send_init` with an owned buffer, writable between starts.
     pub fn send_init_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> PersistentSend<'static, T> {
         self.persistent_send(Storage::Owned(buf), dest, tag, SendMode::Standard)
+    }
+
+    /// `MPI_Bsend_init` with an owned buffer.
+    pub fn bsend_init_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> PersistentSend<'static, T> {
+        self.persistent_send(Storage::Owned(buf), dest, tag, SendMode::Buffered)
+    }
+
+    /// `MPI_Ssend_init` with an owned buffer.
+    pub fn ssend_init_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> PersistentSend<'static, T> {
+        self.persistent_send(Storage::Owned(buf), dest, tag, SendMode::Synchronous)
+    }
+
+    /// `MPI_Rsend_init` with an owned buffer.
+    pub fn rsend_init_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> PersistentSend<'static, T> {
+        self.persistent_send(Storage::Owned(buf), dest, tag, SendMode::Ready)
     }
 
     /// `MPI_Recv_init`: a persistent receive into a borrowed slice.

@@ -49,6 +49,31 @@
 //! # Ok(()) }).await?; Ok(()) }
 //! ```
 //!
+//! With `tokio::select!` (the losing receive is withdrawn, losing nothing),
+//! and with `join_all` and `select_all`:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mpx_core::Result<()> {
+//! # mpx_net::loopback::launch(1, |world| async move {
+//! use std::time::Duration;
+//! let (mut a, mut b) = ([0u8], [0u8]);
+//! world.send(&[1u8], 0, 1).await?;
+//! let got = tokio::select! {
+//!     r = world.irecv(&mut a, 0, 1) => r.map(|_| "tag 1"),
+//!     _ = tokio::time::sleep(Duration::from_secs(5)) => Ok("timed out"),
+//! }?;
+//! assert_eq!(got, "tag 1");
+//! let sends = vec![world.isend(&[2u8], 0, 2), world.isend(&[3u8], 0, 3)];
+//! for r in futures::future::join_all(sends).await {
+//!     r?;
+//! }
+//! let (first, _index, _rest) =
+//!     futures::future::select_all(vec![world.irecv(&mut a, 0, 2), world.irecv(&mut b, 0, 3)]).await;
+//! first?;
+//! # Ok(()) }).await?; Ok(()) }
+//! ```
+//!
 //! # Cancel safety
 //!
 //! Dropping a request at any point is sound and loses no message: see the
@@ -110,6 +135,12 @@ impl<'a> Request<'a> {
     /// `PROC_NULL`, a buffered send, or one that failed as it started).
     pub fn completed(outcome: Result<Status>) -> Request<'a> {
         Request { state: State::Complete(Some(outcome)) }
+    }
+
+    /// An inactive request (MPI's null or inactive persistent request):
+    /// awaiting it gives an empty status at once.
+    pub fn inactive() -> Request<'a> {
+        Request { state: State::Complete(None) }
     }
 
     /// Whether the operation has completed (its outcome may not be taken yet).
