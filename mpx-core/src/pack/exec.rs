@@ -347,7 +347,10 @@ unsafe fn moves_loop<D: Direction, const W: usize, const K: usize>(
     let moves: [(isize, usize); K] = std::array::from_fn(|i| (moves[i].0 as isize, moves[i].1));
     let mut m = mem;
     let mut s = stream;
-    for _ in 0..count {
+    let end = stream.add(size * count as usize);
+    // Looping to an end pointer rather than counting keeps the compiler
+    // from unrolling into extra address arithmetic per move.
+    while s != end {
         for &(mo, so) in &moves {
             D::copy_fixed::<W>(m.wrapping_offset(mo), s.add(so));
         }
@@ -430,7 +433,8 @@ unsafe fn moves2_loop<D: Direction, const W: usize, const K: usize, const V: usi
     let narrow: [(isize, usize); J] = std::array::from_fn(|i| (narrow[i].0 as isize, narrow[i].1));
     let mut m = mem;
     let mut s = stream;
-    for _ in 0..count {
+    let end = stream.add(size * count as usize);
+    while s != end {
         for &(mo, so) in &wide {
             D::copy_fixed::<W>(m.wrapping_offset(mo), s.add(so));
         }
