@@ -259,3 +259,38 @@ async fn generic_enum_and_packed_derives_cross_the_loopback() {
     .unwrap();
     assert!(matches!(out[1], Some(Err(Error::InvalidValue { item: 1, .. }))), "{:?}", out[1]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_in_external32_are_converted_by_the_receiver() {
+    let mut opts = mpx::LaunchOptions::ranks(2);
+    opts.engine.repr = mpx::wire::Repr::External32;
+    opts.engine.eager_threshold = 64; // rendezvous too
+    let out = mpx::launch_with(opts, |comm| async move {
+        let long = Datatype::named("long").unwrap();
+        if comm.rank() == 0 {
+            let ps: Vec<Particle> = (0..50).map(|i| Particle { id: i, pos: [0.5, 1.5, i as f64], charge: 2.0, alive: true }).collect();
+            comm.send(&ps, 1, 0).await?;
+            comm.send(&[-7i64, 1 << 40], 1, 1).await?;
+            // `long` shrinks to 4 bytes in external32: in range it converts ...
+            comm.send_buf(SendBuf::new(Region::of(&[-3i64, 70_000]), 2, &long), 1, 2).await?;
+            // ... and out of range it is an error, not a silent truncation.
+            let err = comm.send_buf(SendBuf::new(Region::of(&[1i64 << 40]), 1, &long), 1, 3).await.unwrap_err();
+            assert!(matches!(err, Error::Conversion { what: "long", .. }));
+            Ok(vec![])
+        } else {
+            let mut ps = vec![Particle::default(); 50];
+            let st = comm.recv_into(&mut ps, 0, 0).await?;
+            assert_eq!(st.count::<Particle>(), Some(50));
+            assert_eq!(ps[49], Particle { id: 49, pos: [0.5, 1.5, 49.0], charge: 2.0, alive: true });
+            let (xs, _) = comm.recv::<i64>(0, 1).await?;
+            assert_eq!(xs, [-7, 1 << 40]);
+            let mut longs = [0i64; 2];
+            let st = comm.recv_buf(RecvBuf::new(RegionMut::of(&mut longs), 2, &long), 0, 2).await?;
+            assert_eq!((st.bytes, st.get_count(&long)), (16, Some(2)), "the status counts native bytes");
+            Ok(longs.to_vec())
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1], [-3, 70_000]);
+}

@@ -156,7 +156,9 @@ pub struct Status {
     pub source: Option<usize>,
     /// The message's tag, or `None` for the null process.
     pub tag: Option<i32>,
-    /// Bytes received.
+    /// Bytes received, in this rank's native representation. (A probe,
+    /// which knows no datatype yet, reports the bytes as they travel; they
+    /// differ only for external32 messages with `long` data.)
     pub bytes: u64,
     /// The receive was cancelled before it matched.
     pub cancelled: bool,
@@ -267,15 +269,27 @@ impl<'a> SendBuf<'a> {
         SendBuf { region: Region::new(bytes), count: bytes.len() as u64, datatype: Datatype::packed() }
     }
 
-    fn pack(&self) -> Result<(Bytes, Option<(u64, u64)>)> {
-        let data = self.datatype.pack_to_vec(self.region, self.count)?;
-        let signature = (!self.datatype.is_packed()).then(|| {
-            let s = self.datatype.signature().repeat(self.count);
-            (s.hash(), s.len())
-        });
-        Ok((Bytes::from(data), signature))
+    /// Packs the buffer in `repr` (`packed` data always travels as it is);
+    /// returns the data, its representation and its signature.
+    fn pack(&self, repr: Repr) -> Result<Packed> {
+        if self.datatype.is_packed() {
+            return Ok((Bytes::from(self.datatype.pack_to_vec(self.region, self.count)?), Repr::Native, None));
+        }
+        let data = match repr {
+            Repr::Native => self.datatype.pack_to_vec(self.region, self.count)?,
+            Repr::External32 => {
+                let mut out = vec![0u8; self.datatype.pack_external_size(self.count)?];
+                self.datatype.pack_external(self.region, self.count, &mut out, &mut 0)?;
+                out
+            }
+        };
+        let s = self.datatype.signature().repeat(self.count);
+        Ok((Bytes::from(data), repr, Some((s.hash(), s.len()))))
     }
 }
+
+/// Packed message data: bytes, their representation, their signature.
+type Packed = (Bytes, Repr, Option<(u64, u64)>);
 
 /// A receive buffer: memory, a count and a datatype.
 #[derive(Debug)]
@@ -378,7 +392,13 @@ fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, region: Region
         }
     }
     datatype.unpack_message(&msg.data, env.repr, region, count)?;
-    Ok(status_of(msg))
+    let mut status = status_of(msg);
+    if env.repr == Repr::External32 && datatype.external32_size() > 0 {
+        // The status counts what landed in the buffer: whole items of the
+        // native representation (unpack_message checked they are whole).
+        status.bytes = msg.data.len() as u64 / datatype.external32_size() * datatype.size();
+    }
+    Ok(status)
 }
 
 /// Unpacks a delivered message into a typed slice, validating values first.
@@ -606,6 +626,8 @@ pub(crate) struct State {
 
 pub(crate) struct Shared {
     rank: u32,
+    /// The representation this rank sends typed data in.
+    repr: Repr,
     size: u32,
     transport: Box<dyn Transport>,
     state: Mutex<State>,
@@ -646,6 +668,7 @@ impl Endpoint {
         Endpoint {
             shared: Arc::new(Shared {
                 rank,
+                repr: config.repr,
                 size,
                 transport: Box::new(transport),
                 state: Mutex::new(state),
@@ -969,11 +992,11 @@ impl Comm {
     // ----- sends ------------------------------------------------------------------
 
     /// Packs `data` (or takes it as is) and posts it: the start of every send.
-    fn start_send<'a>(&self, data: Result<(Bytes, Option<(u64, u64)>)>, dest: Dest, tag: i32, mode: SendMode, context: u64) -> Request<'a> {
+    fn start_send<'a>(&self, data: Result<Packed>, dest: Dest, tag: i32, mode: SendMode, context: u64) -> Request<'a> {
         let posted = (|| {
             let tag = Comm::tag(tag)?.expect("a concrete tag");
             let Some(dest) = self.dest(dest)? else { return Ok(None) };
-            let (data, signature) = data?;
+            let (data, repr, signature) = data?;
             let mut st = self.shared.lock();
             let id = st.engine.next_id();
             if mode == SendMode::Buffered {
@@ -987,7 +1010,7 @@ impl Comm {
                 b.used += need;
                 b.in_flight.insert(id, need);
             }
-            let msg = Outgoing { dest, context, tag, signature, repr: Repr::Native, data };
+            let msg = Outgoing { dest, context, tag, signature, repr, data };
             st.engine.post_send(id, mode, msg);
             self.shared.flush(&mut st);
             Ok((mode != SendMode::Buffered).then_some(id))
@@ -1000,7 +1023,7 @@ impl Comm {
     }
 
     pub(crate) fn start_send_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32, mode: SendMode) -> Request<'a> {
-        self.start_send(buf.pack(), dest.into(), tag, mode, self.context)
+        self.start_send(buf.pack(self.shared.repr), dest.into(), tag, mode, self.context)
     }
 
     /// `MPI_Isend` of a typed slice: starts a standard-mode send now and
@@ -1095,11 +1118,11 @@ impl Comm {
     /// As [`isend`](Comm::isend).
     pub fn isend_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
         let datatype = T::datatype();
-        let data = if datatype.is_contiguous() {
+        let data = if datatype.is_contiguous() && self.shared.repr == Repr::Native {
             let signature = datatype.signature().repeat(buf.len() as u64);
-            Ok((Bytes::from_owner(ContiguousVec(buf)), Some((signature.hash(), signature.len()))))
+            Ok((Bytes::from_owner(ContiguousVec(buf)), Repr::Native, Some((signature.hash(), signature.len()))))
         } else {
-            SendBuf::typed(&buf).pack()
+            SendBuf::typed(&buf).pack(self.shared.repr)
         };
         self.start_send(data, dest.into(), tag, SendMode::Standard, self.context)
     }
@@ -1111,7 +1134,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`isend`](Comm::isend).
     pub fn isend_bytes(&self, data: Bytes, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
-        self.start_send(Ok((data, None)), dest.into(), tag, SendMode::Standard, self.context)
+        self.start_send(Ok((data, Repr::Native, None)), dest.into(), tag, SendMode::Standard, self.context)
     }
 
     /// `MPI_Send` of a typed slice: a standard-mode send. It may complete as
@@ -1292,7 +1315,11 @@ impl Comm {
         async move {
             let Some(raw) = posted? else { return Ok((Vec::new(), Status::empty())) };
             let msg = raw.await?;
-            let size = T::datatype().size().max(1) as usize;
+            let size = match msg.envelope.repr {
+                Repr::Native => T::datatype().size(),
+                Repr::External32 => T::datatype().external32_size(),
+            }
+            .max(1) as usize;
             let mut out = vec![T::default(); msg.data.len().div_ceil(size)];
             let status = unpack_typed_message(&msg, &mut out)?;
             Ok((out, status))
@@ -1414,7 +1441,7 @@ impl Comm {
     ) -> Result<Status> {
         // The outgoing data is packed when the send starts, so the buffer is
         // free for the receive at once.
-        let packed = SendBuf::typed(buf).pack();
+        let packed = SendBuf::typed(buf).pack(self.shared.repr);
         let sent = self.start_send(packed, dest.into(), send_tag, SendMode::Standard, self.context);
         let status = self.recv_into(buf, source, recv_tag).await?;
         sent.await?;
@@ -1478,7 +1505,8 @@ impl Comm {
         while step < n {
             let to = (me + step) % n;
             let from = (me + n - step) % n;
-            let sent = self.start_send(Ok((Bytes::new(), None)), Dest::Rank(to as i64), round, SendMode::Standard, context);
+            let empty = Ok((Bytes::new(), Repr::Native, None));
+            let sent = self.start_send(empty, Dest::Rank(to as i64), round, SendMode::Standard, context);
             if let Some(id) = self.post_recv(from, round, context)? {
                 RawRecv::new(self.shared.clone(), id).await?;
             }

@@ -54,11 +54,16 @@ pub struct Config {
     /// Bytes of unexpected eager data a receiver accepts from each sender
     /// before that sender falls back to rendezvous.
     pub eager_credit: u64,
+    /// The representation this rank sends typed data in: `Native` between
+    /// peers that share the native representation, `External32` for
+    /// heterogeneous ones. Every message says its representation and the
+    /// receiver converts.
+    pub repr: Repr,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { eager_threshold: 64 * 1024, eager_credit: 1024 * 1024 }
+        Config { eager_threshold: 64 * 1024, eager_credit: 1024 * 1024, repr: Repr::Native }
     }
 }
 
@@ -879,7 +884,7 @@ mod tests {
 
     #[test]
     fn credit_bounds_unexpected_data_then_falls_back_to_rendezvous() {
-        let mut e = pair(Config { eager_threshold: 100, eager_credit: 150 });
+        let mut e = pair(Config { eager_threshold: 100, eager_credit: 150, ..Config::default() });
         e[0].post_send(1, SendMode::Standard, msg(1, 0, b"12345678"));
         e[0].post_send(2, SendMode::Standard, msg(1, 0, b"abcdefgh"));
         pump(&mut e);
@@ -940,7 +945,7 @@ mod tests {
 
     #[test]
     fn a_withdrawn_rendezvous_receive_keeps_the_message_in_place() {
-        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024 });
+        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
         e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one")); // rendezvous
         e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s")); // eager, later
         e[1].post_recv(5, spec(None, None));
@@ -958,7 +963,7 @@ mod tests {
 
     #[test]
     fn data_of_a_withdrawn_receive_lands_in_the_messages_place() {
-        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024 });
+        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
         e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one"));
         e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s"));
         e[1].post_recv(5, spec(None, None));
@@ -977,7 +982,7 @@ mod tests {
 
     #[test]
     fn rendezvous_data_reaches_a_message_held_by_a_matched_probe() {
-        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024 });
+        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
         e[0].post_send(1, SendMode::Standard, msg(1, 0, b"held"));
         e[1].post_recv(5, spec(None, None));
         let (_, rts) = e[0].poll_transmit().unwrap();
