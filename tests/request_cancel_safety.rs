@@ -125,7 +125,7 @@ async fn leaked_futures_are_sound() {
 async fn dropped_async_functions_lose_nothing() {
     let mut opts = LaunchOptions::ranks(2);
     opts.engine.eager_threshold = 64;
-    let out = launch_with(opts, |comm| async move {
+    let run = launch_with(opts, |comm| async move {
         const N: u64 = 1500;
         if comm.rank() == 0 {
             let mut rng = Lcg(3);
@@ -139,6 +139,8 @@ async fn dropped_async_functions_lose_nothing() {
                     let _ = poll_then_drop(Box::pin(comm.send(&v, 1, 0)), polls).await;
                 }
             }
+            // Stay until the receiver has everything (tag 1).
+            comm.recv::<u8>(1, 1).await?;
             Ok(0)
         } else {
             let mut rng = Lcg(5);
@@ -171,10 +173,11 @@ async fn dropped_async_functions_lose_nothing() {
                 }
             }
             assert!(comm.iprobe(Any, Any)?.is_none());
+            comm.send(&[0u8], 0, 1).await?;
             Ok(dropped)
         }
-    })
-    .await
-    .unwrap();
+    });
+    // A lost message would leave the receiver waiting: fail instead of hanging.
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run).await.expect("every message arrived").unwrap();
     assert!(out[1] > 100, "the test dropped futures ({} times)", out[1]);
 }
