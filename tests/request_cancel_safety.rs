@@ -121,11 +121,10 @@ async fn leaked_futures_are_sound() {
 
 /// The async functions too: `recv_into`, `recv`, matched receives and
 /// synchronous sends, each dropped after a random number of polls.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropped_async_functions_lose_nothing() {
+async fn dropping_async_functions(sender_waits: bool) {
     let mut opts = LaunchOptions::ranks(2);
     opts.engine.eager_threshold = 64;
-    let run = launch_with(opts, |comm| async move {
+    let run = launch_with(opts, move |comm| async move {
         const N: u64 = 1500;
         if comm.rank() == 0 {
             let mut rng = Lcg(3);
@@ -139,8 +138,12 @@ async fn dropped_async_functions_lose_nothing() {
                     let _ = poll_then_drop(Box::pin(comm.send(&v, 1, 0)), polls).await;
                 }
             }
-            // Stay until the receiver has everything (tag 1).
-            comm.recv::<u8>(1, 1).await?;
+            if sender_waits {
+                // Stay until the receiver has everything (tag 1).
+                comm.recv::<u8>(1, 1).await?;
+            }
+            // Otherwise return at once: the receiver then takes the rest from
+            // a rank that has finished.
             Ok(0)
         } else {
             let mut rng = Lcg(5);
@@ -173,11 +176,23 @@ async fn dropped_async_functions_lose_nothing() {
                 }
             }
             assert!(comm.iprobe(Any, Any)?.is_none());
-            comm.send(&[0u8], 0, 1).await?;
+            if sender_waits {
+                comm.send(&[0u8], 0, 1).await?;
+            }
             Ok(dropped)
         }
     });
     // A lost message would leave the receiver waiting: fail instead of hanging.
     let out = tokio::time::timeout(std::time::Duration::from_secs(120), run).await.expect("every message arrived").unwrap();
     assert!(out[1] > 100, "the test dropped futures ({} times)", out[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_async_functions_lose_nothing() {
+    dropping_async_functions(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_async_functions_lose_nothing_after_the_sender_returns() {
+    dropping_async_functions(false).await;
 }

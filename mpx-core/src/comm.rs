@@ -1352,34 +1352,31 @@ impl Comm {
     /// # Cancel safety
     /// Cancel-safe: a probe takes nothing.
     pub async fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
-        let source = source.into();
-        let tag = tag.into();
-        self.wait_for_arrival(source, || self.iprobe(source, tag)).await
+        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Status::empty()) };
+        self.wait_for_arrival(spec, |engine, spec| engine.iprobe(spec).map(|e| Status::of(e.source, e.tag, e.len)))
+            .await
     }
 
-    /// Retries `attempt` whenever a frame arrives, until it finds something;
-    /// fails if `source` is a rank that can no longer send.
-    async fn wait_for_arrival<T>(&self, source: Source, mut attempt: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    /// Retries `attempt` on the engine whenever a message may have appeared,
+    /// until it finds something; fails if the messages `spec` names can no
+    /// longer come. The attempt, the check and the waker registration happen
+    /// under one lock, so a message that arrives just before its sender's
+    /// farewell is never missed.
+    async fn wait_for_arrival<T>(&self, spec: MatchSpec, mut attempt: impl FnMut(&mut Engine, &MatchSpec) -> Option<T>) -> Result<T> {
         std::future::poll_fn(|cx| {
-            if let Some(found) = attempt()? {
+            let mut st = self.shared.lock();
+            if let Some(found) = attempt(&mut st.engine, &spec) {
                 return Poll::Ready(Ok(found));
             }
-            {
-                let mut st = self.shared.lock();
-                let dead = match source {
-                    Source::Rank(r) => st.engine.dead(r as u32, true),
-                    _ => st.engine.others_gone(),
-                };
-                if let Some(e) = dead {
-                    return Poll::Ready(Err(e));
-                }
-                st.arrival_wakers.push(cx.waker().clone());
+            let dead = match spec.source {
+                Some(r) => st.engine.dead(r, true),
+                None => st.engine.others_gone(),
+            };
+            if let Some(e) = dead {
+                return Poll::Ready(Err(e));
             }
-            // A message may have arrived between the attempt and the registration.
-            match attempt()? {
-                Some(found) => Poll::Ready(Ok(found)),
-                None => Poll::Pending,
-            }
+            st.arrival_wakers.push(cx.waker().clone());
+            Poll::Pending
         })
         .await
     }
@@ -1398,9 +1395,9 @@ impl Comm {
     /// # Cancel safety
     /// Cancel-safe: nothing is taken until it resolves.
     pub async fn mprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Message> {
-        let source = source.into();
-        let tag = tag.into();
-        self.wait_for_arrival(source, || self.improbe(source, tag)).await
+        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Message::null(self)) };
+        let matched = self.wait_for_arrival(spec, |engine, spec| engine.improbe(spec)).await?;
+        Ok(Message { comm: self.clone(), matched: Some(matched) })
     }
 
     // ----- combined -------------------------------------------------------------------
