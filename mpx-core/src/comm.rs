@@ -706,8 +706,9 @@ impl Endpoint {
     /// # Cancel safety
     /// Cancel-safe: dropping it before completion sends no farewell.
     pub async fn finalize(&self) {
-        BsendDrained { shared: &self.shared }.await;
-        self.farewell();
+        let mut st = std::future::poll_fn(|cx| self.shared.poll_bsend_drained(cx)).await;
+        st.engine.farewell();
+        self.shared.flush(&mut st);
     }
 
     /// Tells every peer at once that this rank will post no more receives
@@ -878,17 +879,14 @@ impl Shared {
     }
 }
 
-/// Resolves once no buffered send is in flight.
-struct BsendDrained<'a> {
-    shared: &'a Shared,
-}
-
-impl Future for BsendDrained<'_> {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut st = self.shared.lock();
+impl Shared {
+    /// Ready, with the state still locked, once no buffered send is in
+    /// flight: what follows (detaching, saying farewell) happens under the
+    /// same lock, so no buffered send can slip in between.
+    fn poll_bsend_drained(&self, cx: &mut Context<'_>) -> Poll<Locked<'_>> {
+        let mut st = self.lock();
         if st.bsend.in_flight.is_empty() {
-            Poll::Ready(())
+            Poll::Ready(st)
         } else {
             st.bsend.detach_waiters.push(cx.waker().clone());
             Poll::Pending
@@ -1469,19 +1467,9 @@ impl Comm {
     /// # Cancel safety
     /// Cancel-safe: the buffer stays attached until the call completes.
     pub async fn buffer_detach(&self) -> Result<Vec<u8>> {
-        std::future::poll_fn(|cx| {
-            // Checked and taken under one lock, so no buffered send can slip in between.
-            let mut st = self.shared.lock();
-            if st.bsend.attached.is_none() {
-                return Poll::Ready(Err(Error::BufferState("no buffer is attached")));
-            }
-            if st.bsend.in_flight.is_empty() {
-                return Poll::Ready(Ok(st.bsend.attached.take().expect("checked above")));
-            }
-            st.bsend.detach_waiters.push(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
+        // With no buffer attached nothing is in flight, so this returns at once.
+        let mut st = std::future::poll_fn(|cx| self.shared.poll_bsend_drained(cx)).await;
+        st.bsend.attached.take().ok_or(Error::BufferState("no buffer is attached"))
     }
 
     // ----- barrier --------------------------------------------------------------------------

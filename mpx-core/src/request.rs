@@ -314,14 +314,10 @@ fn random_start(n: usize) -> usize {
     })
 }
 
-fn progress_all<R: Operation>(requests: &[Option<R>]) {
-    // Requests of one program share its endpoint: progress it once.
-    let mut seen: Option<usize> = None;
-    for r in requests.iter().flatten() {
-        if seen.is_none() {
-            seen = r.progress();
-        }
-    }
+/// Processes arrived frames at the endpoint of the first request still
+/// active (the requests of one program share its endpoint).
+fn progress_endpoint<'r, R: Operation + 'r>(requests: impl IntoIterator<Item = &'r Option<R>>) {
+    let _ = requests.into_iter().flatten().find_map(Operation::progress);
 }
 
 /// Polls every active entry; returns the indices that are complete, or
@@ -378,7 +374,7 @@ pub enum Tested<T> {
 /// `MPI_Testany`: like [`wait_any`] without waiting. Processes frames that
 /// have already arrived first.
 pub fn test_any<R: Operation>(requests: &mut [Option<R>]) -> Tested<(usize, R::Output)> {
-    progress_all(requests);
+    progress_endpoint(requests.iter());
     match poll_entries(requests, &mut Context::from_waker(Waker::noop())) {
         None => Tested::Inactive,
         Some(done) if done.is_empty() => Tested::Pending,
@@ -411,7 +407,7 @@ fn take_all<R: Operation>(requests: &mut [Option<R>]) -> Vec<Option<R::Output>> 
 /// `MPI_Testall`: the outcomes of all requests if all have completed (then
 /// every entry is set to `None`), or `None`, leaving them all in place.
 pub fn test_all<R: Operation>(requests: &mut [Option<R>]) -> Option<Vec<Option<R::Output>>> {
-    progress_all(requests);
+    progress_endpoint(requests.iter());
     let _ = poll_entries(requests, &mut Context::from_waker(Waker::noop()));
     requests.iter().flatten().all(R::is_complete).then(|| take_all(requests))
 }
@@ -437,7 +433,7 @@ pub async fn wait_some<R: Operation>(requests: &mut [Option<R>]) -> Option<Vec<(
 /// `MPI_Testsome`: like [`wait_some`] without waiting
 /// (`Tested::Done` always holds at least one completion).
 pub fn test_some<R: Operation>(requests: &mut [Option<R>]) -> Tested<Vec<(usize, R::Output)>> {
-    progress_all(requests);
+    progress_endpoint(requests.iter());
     match poll_entries(requests, &mut Context::from_waker(Waker::noop())) {
         None => Tested::Inactive,
         Some(done) if done.is_empty() => Tested::Pending,
@@ -642,9 +638,7 @@ impl<R: Operation> RequestSet<R> {
 
     /// `MPI_Testsome` over the set, processing arrived frames first.
     pub fn test_some(&mut self) -> Tested<Vec<(usize, R::Output)>> {
-        if let Some(r) = self.slots.iter().flatten().next() {
-            r.progress();
-        }
+        progress_endpoint(&self.slots);
         match self.poll_ready(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(None) => Tested::Inactive,
             Poll::Ready(Some(done)) => Tested::Done(done),
