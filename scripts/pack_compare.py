@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Pack/unpack throughput of mpx beside MPICH, Open MPI and hand-written C.
+
+Runs `pack_bench` and the three reference programs of
+../shared/reference-bench (built the way its run.sh builds them) in
+interleaved rounds, so every program sees the same machine conditions, then
+prints per type the median over rounds of each program's figures and mpx's
+ratio to the best of the three references (pack / unpack):
+
+    cargo build --release --example pack_bench
+    scripts/pack_compare.py [ROUNDS]          # default 9
+
+Single rounds vary by a third on a shared VM (cache placement of the
+buffers, neighbours); medians over interleaved rounds are what the README
+quotes.
+"""
+import json, os, statistics, subprocess, sys, tempfile
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(here)
+ref = os.path.join(root, "..", "shared", "reference-bench")
+rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
+
+out = tempfile.mkdtemp()
+def build(cmd):
+    subprocess.run(cmd, check=True)
+build(["mpicc.mpich", "-O2", f"{ref}/pack_bench.c", "-o", f"{out}/mpich"])
+build(["mpicc.openmpi", "-O2", f"{ref}/pack_bench.c", "-o", f"{out}/openmpi"])
+build(["gcc", "-O3", f"{ref}/manual_bench.c", "-o", f"{out}/manual"])
+programs = {
+    "mpx": [os.path.join(root, "target", "release", "examples", "pack_bench")],
+    "mpich": [f"{out}/mpich"],
+    "openmpi": [f"{out}/openmpi"],
+    "manual": [f"{out}/manual"],
+}
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+figures = {}  # (program, type) -> [(pack, unpack)]
+types = []
+for r in range(rounds):
+    for name, cmd in programs.items():
+        text = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+        for line in text.splitlines():
+            if not line.startswith("{"):
+                continue
+            row = json.loads(line)
+            if row["type"] not in types:
+                types.append(row["type"])
+            figures.setdefault((name, row["type"]), []).append((row["pack_GBps"], row["unpack_GBps"]))
+    print(f"round {r + 1}/{rounds}: " + " ".join(
+        f"{n}={figures[(n, types[4])][-1][0]:.1f}" for n in programs), file=sys.stderr)
+
+def median(name, t, i):
+    return statistics.median(v[i] for v in figures[(name, t)])
+
+print(f"medians of {rounds} interleaved rounds, GB/s pack / unpack")
+print("| type | mpx | MPICH | Open MPI | hand-written C | mpx / best |")
+print("|---|---|---|---|---|---|")
+for t in types:
+    cells = [f"{median(n, t, 0):.1f} / {median(n, t, 1):.1f}" for n in programs]
+    ratio = [median("mpx", t, i) / max(median(n, t, i) for n in programs if n != "mpx") for i in (0, 1)]
+    print(f"| {t} | " + " | ".join(cells) + f" | {ratio[0]:.2f} / {ratio[1]:.2f} |")
