@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example pack_bench
 //! ../shared/reference-bench/run.sh pack      # MPICH, Open MPI and hand-written C, same types
+//! scripts/pack_compare.py 21                 # both, in interleaved rounds, as medians
 //! ```
 //!
 //! Prints one JSON line per datatype, `{"type", "bytes", "pack_GBps",

@@ -8,7 +8,7 @@ prints per type the median over rounds of each program's figures and mpx's
 ratio to the best of the three references (pack / unpack):
 
     cargo build --release --example pack_bench
-    scripts/pack_compare.py [ROUNDS]          # default 9
+    scripts/pack_compare.py [ROUNDS]          # default 9; the README quotes 21
 
 Single rounds vary by a third on a shared VM (cache placement of the
 buffers, neighbours); medians over interleaved rounds are what the README
@@ -46,8 +46,7 @@ for r in range(rounds):
             if row["type"] not in types:
                 types.append(row["type"])
             figures.setdefault((name, row["type"]), []).append((row["pack_GBps"], row["unpack_GBps"]))
-    print(f"round {r + 1}/{rounds}: " + " ".join(
-        f"{n}={figures[(n, types[4])][-1][0]:.1f}" for n in programs), file=sys.stderr)
+    print(f"round {r + 1}/{rounds} done", file=sys.stderr)
 
 def median(name, t, i):
     return statistics.median(v[i] for v in figures[(name, t)])

@@ -3,7 +3,7 @@
 //!
 //! * [`datatype`]: predefined types and every MPI constructor, with bounds,
 //!   decoding and status counting computed from the constructor tree;
-//! * [`pack`]: pack/unpack (native and external32) driven by a program
+//! * [`mod@pack`]: pack/unpack (native and external32) driven by a program
 //!   compiled per datatype;
 //! * [`MpiType`]: Rust types that have a datatype, implemented for
 //!   primitives and arrays, derived for `#[repr(C)]` structs by

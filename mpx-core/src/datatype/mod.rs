@@ -4,7 +4,7 @@
 //! of a constructor tree. Each node keeps
 //! * its constructor and arguments, so it can be decoded
 //!   ([`Datatype::envelope`], [`Datatype::contents`]);
-//! * its [`Layout`](layout) (size, bounds, counts) computed from its
+//! * its layout (size, bounds, counts) computed from its
 //!   children, never from an expanded typemap, with checked arithmetic;
 //! * its [`Signature`];
 //! * its compiled pack program, built on first use or by
@@ -615,7 +615,8 @@ impl fmt::Debug for Datatype {
 }
 
 /// The address of `value`, for building types with absolute displacements
-/// (`MPI_Get_address`). Use the result with [`crate::pack::Bottom`].
+/// (`MPI_Get_address`). Use the result with
+/// [`Datatype::pack_from_bottom`] and [`Datatype::unpack_to_bottom`].
 ///
 /// ```
 /// let xs = [1.0f64, 2.0];

@@ -13,7 +13,10 @@
 //!   fewest loads and stores the compiler can make of it (12 bytes are an
 //!   8-byte and a 4-byte move). Packing 8-byte runs, two items share one
 //!   16-byte store: stores, not loads, bound a strided gather. Long runs
-//!   (a face's rows) call `memcpy` directly;
+//!   (a face's rows, [`long_runs`]) call `memcpy` directly, after asking
+//!   for the first cache line of the next run, whose miss then overlaps
+//!   the copy; unpacked runs of 0.5-2 KiB use `rep movsb`, which writes
+//!   whole destination lines without first reading them ([`copy_to_cold`]);
 //! * [`Plan::Moves`]: a few precomputed moves per item (arrays of structs):
 //!   `K` moves of `W` bytes, or `K` of `W` and `J` of `V` bytes, in loops
 //!   monomorphised for each width and count, so an item is a fixed sequence

@@ -3,7 +3,7 @@
 //!
 //! Memory goes in one of three ways:
 //! * typed slices of an [`MpiType`] with that type's own datatype
-//!   ([`pack`], [`unpack`]): only the typemap bytes are read or written, so
+//!   ([`pack()`], [`unpack()`]): only the typemap bytes are read or written, so
 //!   padded structs are fine, and unpacking validates values (`bool`,
 //!   `char`, ...) before writing anything;
 //! * byte regions ([`Region`], [`RegionMut`]) with any datatype: a byte
