@@ -8,7 +8,7 @@
 //!   children, never from an expanded typemap, with checked arithmetic;
 //! * its [`Signature`];
 //! * its compiled pack program, built on first use or by
-//!   [`Datatype::commit`] (see [`crate::pack`]).
+//!   [`Datatype::commit`] (see [`mod@crate::pack`]).
 //!
 //! # Lifetimes
 //!
