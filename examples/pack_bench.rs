@@ -8,7 +8,7 @@
 //!
 //! Prints one JSON line per datatype, `{"type", "bytes", "pack_GBps",
 //! "unpack_GBps", "memcpy_GBps"}`, best of seven trials, with the same types,
-//! sizes and method (repetitions per trial, best-of) as
+//! sizes and method (buffers, repetitions per trial, best-of) as
 //! `shared/reference-bench/pack_bench.c`. Every type is built through the
 //! public datatype API and packed through the public pack/unpack API.
 //! Measured figures, with the reference run beside them, are in the README's
@@ -24,22 +24,24 @@ const N: i64 = 1 << 20;
 fn bench(name: &str, t: Datatype, count: u64, span: usize) {
     let t = t.commit();
     let bytes = t.pack_size(count).expect("benchmark types are small");
-    let mut mem = vec![1u8; span];
-    let mut packed = vec![2u8; bytes];
+    // As in pack_bench.c: pack from `src`, unpack into a separate `dst`.
+    let src = vec![1u8; span];
+    let mut dst = vec![0u8; span];
+    let mut packed = vec![0u8; bytes];
     let mut copy = vec![0u8; bytes];
     let reps = ((2e8 / (bytes as f64 + 1.0)) as usize + 1).min(2000);
     let (mut best_pack, mut best_unpack, mut best_copy) = (f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..7 {
         let t0 = Instant::now();
         for _ in 0..reps {
-            t.pack_into(Region::new(black_box(&mem)), count, &mut packed, &mut 0).expect("pack");
+            t.pack_into(Region::new(black_box(&src)), count, &mut packed, &mut 0).expect("pack");
             black_box(&mut packed);
         }
         let t1 = Instant::now();
         for _ in 0..reps {
             let mut pos = 0;
-            t.unpack_from(black_box(&packed), &mut pos, RegionMut::new(&mut mem), count).expect("unpack");
-            black_box(&mut mem);
+            t.unpack_from(black_box(&packed), &mut pos, RegionMut::new(&mut dst), count).expect("unpack");
+            black_box(&mut dst);
         }
         let t2 = Instant::now();
         for _ in 0..reps {

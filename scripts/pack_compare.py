@@ -22,8 +22,9 @@ ref = os.path.join(root, "..", "shared", "reference-bench")
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
 
 out = tempfile.mkdtemp()
-def build(cmd):
-    subprocess.run(cmd, check=True)
+def build(cmd, **kw):
+    subprocess.run(cmd, check=True, **kw)
+build(["cargo", "build", "--quiet", "--release", "--example", "pack_bench"], cwd=root)
 build(["mpicc.mpich", "-O2", f"{ref}/pack_bench.c", "-o", f"{out}/mpich"])
 build(["mpicc.openmpi", "-O2", f"{ref}/pack_bench.c", "-o", f"{out}/openmpi"])
 build(["gcc", "-O3", f"{ref}/manual_bench.c", "-o", f"{out}/manual"])
@@ -35,16 +36,17 @@ programs = {
 }
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 figures = {}  # (program, type) -> [(pack, unpack)]
-types = []
+types = None
 for r in range(rounds):
     for name, cmd in programs.items():
         text = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-        for line in text.splitlines():
-            if not line.startswith("{"):
-                continue
-            row = json.loads(line)
-            if row["type"] not in types:
-                types.append(row["type"])
+        rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        printed = [row["type"] for row in rows]
+        if types is None:
+            types = printed
+        if printed != types:
+            sys.exit(f"{name} printed types {printed}, expected {types}")
+        for row in rows:
             figures.setdefault((name, row["type"]), []).append((row["pack_GBps"], row["unpack_GBps"]))
     print(f"round {r + 1}/{rounds} done", file=sys.stderr)
 

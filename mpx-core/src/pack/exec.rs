@@ -15,8 +15,9 @@
 //!   16-byte store: stores, not loads, bound a strided gather. Long runs
 //!   (a face's rows, [`long_runs`]) call `memcpy` directly, after asking
 //!   for the first cache line of the next run, whose miss then overlaps
-//!   the copy; unpacked runs of 0.5-2 KiB use `rep movsb`, which writes
-//!   whole destination lines without first reading them ([`copy_to_cold`]);
+//!   the copy; unpacked runs of 0.5-2 KiB use `rep movsb`, which (on the
+//!   processors where it is used) writes whole destination lines without
+//!   first reading them ([`copy_string`]);
 //! * [`Plan::Moves`]: a few precomputed moves per item (arrays of structs):
 //!   `K` moves of `W` bytes, or `K` of `W` and `J` of `V` bytes, in loops
 //!   monomorphised for each width and count, so an item is a fixed sequence
@@ -34,7 +35,8 @@
 //! the items' bytes in the stream: moves may overlap each other inside a
 //! run but never leave it, so nothing else is read or written, not even
 //! temporarily (the bytes between runs may be another thread's, unmapped,
-//! or uninitialised padding).
+//! or uninitialised padding). Prefetch hints are not accesses: they may name
+//! any address, and never fault or change memory.
 //!
 //! Direction is a type parameter ([`Pack`], [`Unpack`]), so both directions
 //! share one walker and compile to separate specialised code.
@@ -59,6 +61,8 @@ pub(crate) trait Direction {
     /// Copies `len` bytes between `mem` and `stream` with `memcpy`, for
     /// runs known to be long.
     unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize);
+    /// Whether the copies write user memory (unpacking).
+    const TO_MEMORY: bool;
     /// Copies 8 bytes at `mem0` and 8 at `mem1` to or from 16 at `stream`.
     #[inline(always)]
     unsafe fn copy_pair8(mem0: *mut u8, mem1: *mut u8, stream: *mut u8) {
@@ -73,6 +77,7 @@ pub(crate) struct Pack;
 pub(crate) struct Unpack;
 
 impl Direction for Pack {
+    const TO_MEMORY: bool = false;
     #[inline(always)]
     unsafe fn copy_fixed<const N: usize>(mem: *mut u8, stream: *mut u8) {
         ptr::copy_nonoverlapping(mem, stream, N)
@@ -99,6 +104,7 @@ impl Direction for Pack {
 }
 
 impl Direction for Unpack {
+    const TO_MEMORY: bool = true;
     #[inline(always)]
     unsafe fn copy_fixed<const N: usize>(mem: *mut u8, stream: *mut u8) {
         ptr::copy_nonoverlapping(stream, mem, N)
@@ -109,46 +115,61 @@ impl Direction for Unpack {
     }
     #[inline(always)]
     unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize) {
-        copy_to_cold(stream, mem, len)
+        ptr::copy_nonoverlapping(stream, mem, len)
     }
 }
 
-/// Run lengths that [`copy_to_cold`] moves with `rep movsb`: below, the
-/// instruction's start-up cost dominates; from about 2 KiB on, `memcpy`
-/// uses it by itself.
+/// Run lengths that unpacking moves with [`copy_string`] where
+/// [`fast_string_moves`] holds: below, the instruction's start-up cost
+/// dominates; from about 2 KiB on, glibc's `memcpy` switches to it by
+/// itself on such processors.
 #[cfg(target_arch = "x86_64")]
 const STRING_MOVE_RUNS: std::ops::Range<usize> = 512..2048;
 
-/// Copies `len` bytes to `dst`, a long run in memory that is likely not in
-/// cache: a row of a face, far from the previous row, being unpacked.
+/// Whether the processor has fast short string moves (CPUID FSRM, with
+/// ERMS), the processors [`copy_string`] was measured on. Checked once.
+#[cfg(target_arch = "x86_64")]
+fn fast_string_moves() -> bool {
+    static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FAST.get_or_init(|| {
+        // CPUID leaf 7 exists wherever the ERMS bit (leaf 7, EBX bit 9) was
+        // found; FSRM is leaf 7, EDX bit 4.
+        #[allow(unused_unsafe)]
+        let leaf7 = unsafe { std::arch::x86_64::__cpuid_count(7, 0) };
+        std::is_x86_feature_detected!("ermsb") && leaf7.edx & (1 << 4) != 0
+    })
+}
+
+/// Copies `len > 64` bytes between non-overlapping buffers with
+/// `rep movsb`, for a destination that is likely not in cache (a row of a
+/// face, far from the previous row, being unpacked).
 ///
-/// A vector copy (what `memcpy` does below about 2 KiB) reads every
-/// destination line before overwriting it. `rep movsb` on processors with
-/// fast string moves (ERMS) writes whole lines without reading them, at
-/// its best from a 64-byte aligned destination: the first 64 bytes are
-/// copied by hand and the rest from the next line boundary. Unpacking the
-/// scattered 1 KiB rows of a cube face gains 15-30% this way.
+/// A vector copy (what `memcpy` does for these lengths) reads every
+/// destination line before overwriting it. On the processor the benchmarks
+/// ran on (AMD EPYC, FSRM), `rep movsb` from a 64-byte aligned destination
+/// does not: the first 64 bytes are copied by hand and the rest from the
+/// next line boundary. Unpacking the scattered 1 KiB rows of a cube face
+/// gains 15-30% this way.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn copy_to_cold(src: *const u8, dst: *mut u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if STRING_MOVE_RUNS.contains(&len) && std::is_x86_feature_detected!("ermsb") {
-        ptr::copy_nonoverlapping(src, dst, 64);
-        let skip = 64 - (dst as usize % 64);
-        // SAFETY: `skip <= 64 < len`, so both ranges stay inside the
-        // caller's `len` bytes (the bytes between `skip` and 64 are written
-        // twice, with the same values). `rep movsb` moves `rcx` bytes from
-        // `rsi` to `rdi` upwards (the direction flag is clear by the ABI)
-        // and touches nothing else.
-        std::arch::asm!(
-            "rep movsb",
-            inout("rcx") len - skip => _,
-            inout("rsi") src.add(skip) => _,
-            inout("rdi") dst.add(skip) => _,
-            options(nostack, preserves_flags),
-        );
-        return;
-    }
-    ptr::copy_nonoverlapping(src, dst, len)
+unsafe fn copy_string(src: *const u8, dst: *mut u8, len: usize) {
+    debug_assert!(len > 64);
+    ptr::copy_nonoverlapping(src, dst, 64);
+    let skip = 64 - (dst as usize % 64);
+    // SAFETY: the caller guarantees that `len` bytes at `src` are readable,
+    // `len` bytes at `dst` writable, and that the two do not overlap.
+    // `skip <= 64 < len`, so both ranges below stay inside those bytes (the
+    // bytes between `skip` and 64 are written twice, with the same values).
+    // `rep movsb` moves `rcx` bytes from `rsi` to `rdi` upwards (Rust keeps
+    // the direction flag clear), changes no flags and touches nothing else;
+    // the three registers are declared clobbered.
+    std::arch::asm!(
+        "rep movsb",
+        inout("rcx") len - skip => _,
+        inout("rsi") src.add(skip) => _,
+        inout("rdi") dst.add(skip) => _,
+        options(nostack, preserves_flags),
+    );
 }
 
 /// Copies `len` bytes between non-overlapping buffers; short copies use two
@@ -270,18 +291,38 @@ unsafe fn run_kernel<D: Direction>(len: usize, count: u64, stride: isize, mem: *
     lengths!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 40 48 56 64)
 }
 
-/// Long runs (a face's rows), one `memcpy` each. A run far from the last
-/// one starts with a cache miss that the copy waits for: the hardware
-/// prefetcher has not seen that stream yet. So the first line of the next
-/// run is requested before the current one is copied, and its latency
-/// overlaps the copy (about 15% for the rows of a cube face). More lines
-/// than the first gain nothing: the prefetcher follows the run from there.
+/// Long runs (a face's rows), one `memcpy` each, or, unpacking runs of
+/// [`STRING_MOVE_RUNS`] on processors with fast string moves, one
+/// [`copy_string`] each (decided once per call, not per run).
 unsafe fn long_runs<D: Direction>(len: usize, count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
+    #[cfg(target_arch = "x86_64")]
+    if D::TO_MEMORY && STRING_MOVE_RUNS.contains(&len) && fast_string_moves() {
+        return each_long_run(len, count, stride, mem, stream, |m, s| copy_string(s, m, len));
+    }
+    each_long_run(len, count, stride, mem, stream, |m, s| D::copy_long(m, s, len))
+}
+
+/// Runs `copy(mem, stream)` for `count` runs of `len` bytes. A run far
+/// from the last one starts with a cache miss that the copy waits for: the
+/// hardware prefetcher has not seen that stream yet. So the first line of
+/// the next run is requested before the current one is copied, and its
+/// latency overlaps the copy (about 15% for the rows of a cube face). More
+/// lines than the first gain nothing: the prefetcher follows the run from
+/// there.
+#[inline(always)]
+unsafe fn each_long_run(
+    len: usize,
+    count: u64,
+    stride: isize,
+    mem: *mut u8,
+    stream: *mut u8,
+    copy: impl Fn(*mut u8, *mut u8),
+) -> *mut u8 {
     let (mut m, mut s) = (mem, stream);
     for _ in 0..count {
         let next = m.wrapping_offset(stride);
         prefetch(next);
-        D::copy_long(m, s, len);
+        copy(m, s);
         m = next;
         s = s.add(len);
     }
@@ -653,7 +694,84 @@ mod tests {
         for count in [0, 1, 2, 3, 70] {
             round_trip(t, count);
         }
+        #[cfg(unix)]
+        for count in [1, 3] {
+            guarded_round_trip(t, count);
+        }
         bounded(t);
+    }
+
+    /// `len` bytes flush against an inaccessible page, after them or before
+    /// them: an access past that edge faults (the test process dies).
+    #[cfg(unix)]
+    struct Guarded {
+        map: *mut u8,
+        map_len: usize,
+        data: *mut u8,
+        len: usize,
+    }
+
+    #[cfg(unix)]
+    impl Guarded {
+        fn new(len: usize, guard_after: bool) -> Guarded {
+            // SAFETY: plain anonymous mappings, unmapped on drop.
+            unsafe {
+                let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+                let body = len.div_ceil(page).max(1) * page;
+                let map_len = body + 2 * page;
+                let prot = libc::PROT_READ | libc::PROT_WRITE;
+                let map = libc::mmap(ptr::null_mut(), map_len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+                assert_ne!(map, libc::MAP_FAILED);
+                let map = map as *mut u8;
+                assert_eq!(libc::mprotect(map as *mut _, page, libc::PROT_NONE), 0);
+                assert_eq!(libc::mprotect(map.add(page + body) as *mut _, page, libc::PROT_NONE), 0);
+                let data = if guard_after { map.add(page + body - len) } else { map.add(page) };
+                Guarded { map, map_len, data, len }
+            }
+        }
+
+        fn bytes(&mut self) -> &mut [u8] {
+            // SAFETY: `len` readable and writable bytes, borrowed from self.
+            unsafe { std::slice::from_raw_parts_mut(self.data, self.len) }
+        }
+    }
+
+    #[cfg(unix)]
+    impl Drop for Guarded {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`.
+            unsafe { libc::munmap(self.map as *mut _, self.map_len) };
+        }
+    }
+
+    /// [`round_trip`] with every buffer flush against an inaccessible page,
+    /// at its end and then at its start: packing reads no memory byte
+    /// outside the typemap's span and writes no stream byte past the items,
+    /// and unpacking the other way round. (The start of the memory buffer is
+    /// flush only for types whose data begins at or below their origin.)
+    #[cfg(unix)]
+    fn guarded_round_trip(t: &Datatype, count: u64) {
+        let last = (count - 1) as i64 * t.extent();
+        let lo = t.true_lb() + last.min(0);
+        let hi = t.true_lb() + t.true_extent() + last.max(0);
+        let origin = (-lo).max(0) as usize;
+        let len = (origin as i64 + hi) as usize;
+        let reference = pattern(len);
+        let expected: Vec<u8> = typemap_bytes(t, count, origin).iter().map(|&i| reference[i]).collect();
+        for guard_after in [true, false] {
+            let mut mem = Guarded::new(len, guard_after);
+            mem.bytes().copy_from_slice(&reference);
+            let mut stream = Guarded::new(expected.len(), guard_after);
+            t.pack_into(Region::with_origin(mem.bytes(), origin).unwrap(), count, stream.bytes(), &mut 0).unwrap();
+            assert!(stream.bytes() == &expected[..], "pack of {count} items");
+            mem.bytes().fill(0);
+            t.unpack_from(stream.bytes(), &mut 0, RegionMut::with_origin(mem.bytes(), origin).unwrap(), count).unwrap();
+            let mut want = vec![0u8; len];
+            for i in typemap_bytes(t, count, origin) {
+                want[i] = reference[i];
+            }
+            assert!(mem.bytes() == &want[..], "unpack of {count} items");
+        }
     }
 
     fn check_all(types: impl IntoIterator<Item = Datatype>) {
@@ -732,9 +850,62 @@ mod tests {
             // Runs of three widths (1, 2, 4): one width at a time, in blocks.
             Datatype::structure(&[1, 1, 1], &[0, 2, 8], &[c.clone(), Datatype::named("short").unwrap(), i.clone()]).unwrap(),
             Datatype::contiguous(300, &Datatype::structure(&[1, 1, 1], &[0, 2, 9], &[c.clone(), Datatype::named("short").unwrap(), i.clone()]).unwrap()).unwrap(),
+            // Two widths in one pass ([`moves2`]): every pair of widths.
+            Datatype::structure(&[2, 1], &[0, 20], &[d.clone(), c.clone()]).unwrap(),
+            Datatype::structure(&[1, 1], &[0, 12], &[d.clone(), i.clone()]).unwrap(),
+            Datatype::structure(&[1, 1], &[0, 12], &[d.clone(), Datatype::named("short").unwrap()]).unwrap(),
+            Datatype::structure(&[1, 1], &[0, 12], &[d.clone(), c.clone()]).unwrap(),
+            Datatype::structure(&[1, 1], &[0, 6], &[i.clone(), Datatype::named("short").unwrap()]).unwrap(),
+            Datatype::structure(&[1, 1], &[0, 6], &[i.clone(), c.clone()]).unwrap(),
+            Datatype::structure(&[1, 1], &[0, 3], &[Datatype::named("short").unwrap(), c.clone()]).unwrap(),
             // A struct whose member is a long loop: a sequence, not a gather.
             Datatype::structure(&[1, 1], &[0, 8], &[Datatype::vector(100, 1, 2, &Datatype::float()).unwrap(), i]).unwrap(),
         ]);
+    }
+
+    /// The widths of the moves of a type that compiles to one gather.
+    fn move_widths(t: &Datatype) -> Vec<usize> {
+        match &t.programs().native {
+            Native::Gather(g) => match &g.plan {
+                Plan::Moves(groups) => groups.iter().map(|m| m.width).collect(),
+                plan => panic!("not a move plan: {plan:?}"),
+            },
+            op => panic!("not a gather: {op:?}"),
+        }
+    }
+
+    #[test]
+    fn two_width_structs_take_the_two_width_kernels() {
+        let (i, d, c, h) = (Datatype::int(), Datatype::double(), Datatype::char(), Datatype::named("short").unwrap());
+        for (lens, disps, types, widths) in [
+            (vec![2, 1], vec![0, 20], vec![d.clone(), c.clone()], vec![16, 1]),
+            (vec![1, 1], vec![0, 12], vec![d.clone(), i.clone()], vec![8, 4]),
+            (vec![1, 1], vec![0, 12], vec![d.clone(), h.clone()], vec![8, 2]),
+            (vec![1, 1], vec![0, 12], vec![d.clone(), c.clone()], vec![8, 1]),
+            (vec![1, 1], vec![0, 6], vec![i.clone(), h.clone()], vec![4, 2]),
+            (vec![1, 1], vec![0, 6], vec![i.clone(), c.clone()], vec![4, 1]),
+            (vec![1, 1], vec![0, 3], vec![h.clone(), c.clone()], vec![2, 1]),
+        ] {
+            let t = Datatype::structure(&lens, &disps, &types).unwrap().commit();
+            assert_eq!(move_widths(&t), widths, "{t:?}");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn string_copies_at_every_destination_alignment() {
+        let src = pattern(4200);
+        for len in [65, 511, 512, 1000, 2047, 2048, 4100] {
+            for off in 0..64 {
+                let from = off % 7;
+                let mut dst = vec![0xa5u8; len + 130];
+                // SAFETY: both ranges are in bounds and in different buffers.
+                unsafe { copy_string(src.as_ptr().add(from), dst.as_mut_ptr().add(off), len) };
+                let mut want = vec![0xa5u8; len + 130];
+                want[off..off + len].copy_from_slice(&src[from..from + len]);
+                assert!(dst == want, "{len} bytes at offset {off}");
+            }
+        }
     }
 
     #[test]

@@ -39,6 +39,32 @@
 //! assert_eq!((ints, x), ([1, 2], [3.5]));
 //! # Ok::<(), mpx_core::Error>(())
 //! ```
+//!
+//! # The engine
+//!
+//! A datatype is compiled once, the first time it packs (or when
+//! [`Datatype::commit`] is called), into two programs (`program.rs`):
+//! 1. its constructor tree becomes a tree of `Leaf` (a run of bytes),
+//!    `Repeat` (a strided loop) and `Seq` (children at displacements) nodes,
+//!    normalised as it is built: adjacent runs merge, a repeat whose stride
+//!    is its run's length becomes one longer run, nested repeats with
+//!    composable strides fuse. A contiguous type is one run, a vector one
+//!    loop, a subarray face one loop. This *typed* program, whose runs keep
+//!    their basic type, drives external32 conversion and typemap walks;
+//! 2. the *native* program erases type boundaries (an `int` next to a
+//!    `char` is one run) and turns each small subtree into a *gather*: the
+//!    list of its runs, plus a copy plan chosen once for that list, so that
+//!    inner loops never test lengths. A plan is a loop specialised for one
+//!    run length, a fixed sequence of load/store moves per item (structs),
+//!    a branch-free cover of many similar runs (irregular indexed types),
+//!    or bulk copies for long runs.
+//!
+//! Packing walks the native tree (`exec.rs`): loops and sequences above,
+//! and at each gather one tight kernel over all the items of the enclosing
+//! loop, monomorphised for the plan's widths and counts and for the
+//! direction. Every kernel moves exactly the typemap's bytes. The README's
+//! "Performance" section compares the result with MPICH, Open MPI and
+//! hand-written C loops.
 
 pub(crate) mod exec;
 pub(crate) mod external32;

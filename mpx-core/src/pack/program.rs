@@ -37,7 +37,8 @@
 //! inside a run but never leave it:
 //! * [`Plan::Run`]: a single run (a vector's block, a face's element or
 //!   row): a loop compiled for its length if it is at most 32, or 40, 48,
-//!   56, 64; one `memcpy` per item if it is too long for `Moves`.
+//!   56, 64; if it is too long for `Moves`, one bulk copy per item, with
+//!   the next item's first line prefetched (see `exec::long_runs`).
 //! * [`Plan::Moves`]: a few runs per item (a struct). Each run is covered by
 //!   moves of the widest power of two that fits it (at most [`MAX_WIDTH`]),
 //!   plus one narrower move ending at the run's end for the rest ([`Tails`]):
@@ -125,8 +126,8 @@ pub(crate) struct Gather {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Plan {
     /// One run of `len` bytes at `offset`: a loop compiled for its length
-    /// if there is one ([`has_run_kernel`]), else a `memcpy` per item (for
-    /// runs too long for [`Plan::Moves`]).
+    /// if there is one ([`has_run_kernel`]), else one bulk copy per item
+    /// (for runs too long for [`Plan::Moves`]).
     Run { offset: i64, len: usize },
     /// One item is exactly these groups of fixed-size moves, widest first.
     Moves(Box<[Moves]>),
