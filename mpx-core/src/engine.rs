@@ -30,7 +30,8 @@
 //!
 //! # Matching
 //!
-//! Posted receives are matched in the order they were posted, unexpected
+//! Posted receives are matched in the order they were posted (indexed by
+//! what they accept, so matching does not scan them), unexpected
 //! messages in the order they arrived, so messages from one sender on one
 //! communicator never overtake each other (MPI's non-overtaking rule).
 //! Every data frame carries a per-pair sequence number and frames must
@@ -105,7 +106,7 @@ pub struct Outgoing {
 }
 
 /// Which messages a receive or probe accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MatchSpec {
     /// Communicator context.
     pub context: u64,
@@ -231,9 +232,79 @@ struct Transfer {
     data: Option<Bytes>,
 }
 
-struct Posted {
-    id: ReqId,
-    spec: MatchSpec,
+/// The posted receives, matched in posting order, indexed by what they
+/// accept.
+///
+/// A receive accepts a message exactly when its [`MatchSpec`] is one of
+/// four specs made from the message's envelope: its source and tag, any
+/// source with its tag, its source with any tag, or any source and tag (in
+/// its context). Receives are queued per spec in posting order, each with
+/// its posting number, so the first receive posted that accepts a message
+/// is the earliest of at most four queue heads: matching costs the same
+/// with ten or ten thousand receives posted.
+#[derive(Default)]
+struct PostedQueue {
+    /// Receives per spec: (posting number, receive), in posting order.
+    queues: HashMap<MatchSpec, VecDeque<(u64, ReqId)>>,
+    /// The spec of every posted receive.
+    specs: HashMap<ReqId, MatchSpec>,
+    /// The next posting number.
+    next: u64,
+}
+
+impl PostedQueue {
+    fn len(&self) -> usize {
+        self.specs.len()
+    }
+
+    fn push(&mut self, id: ReqId, spec: MatchSpec) {
+        self.queues.entry(spec).or_default().push_back((self.next, id));
+        self.specs.insert(id, spec);
+        self.next += 1;
+    }
+
+    /// Removes and returns the first receive posted that accepts `env`.
+    fn take_match(&mut self, env: &Envelope) -> Option<ReqId> {
+        let (context, source, tag) = (env.context, Some(env.source), Some(env.tag));
+        let (_, spec) = [(source, tag), (None, tag), (source, None), (None, None)]
+            .into_iter()
+            .map(|(source, tag)| MatchSpec { context, source, tag })
+            .filter_map(|spec| Some((self.queues.get(&spec)?.front()?.0, spec)))
+            .min_by_key(|&(number, _)| number)?;
+        let queue = self.queues.get_mut(&spec).expect("a queue head was found");
+        let (_, id) = queue.pop_front().expect("a queue head was found");
+        if queue.is_empty() {
+            self.queues.remove(&spec);
+        }
+        self.specs.remove(&id);
+        Some(id)
+    }
+
+    /// Removes receive `id`; `false` if it is not posted.
+    fn remove(&mut self, id: ReqId) -> bool {
+        let Some(spec) = self.specs.remove(&id) else { return false };
+        let queue = self.queues.get_mut(&spec).expect("every posted receive is queued");
+        queue.retain(|&(_, x)| x != id);
+        if queue.is_empty() {
+            self.queues.remove(&spec);
+        }
+        true
+    }
+
+    /// Removes and returns, in posting order, the receives whose spec
+    /// satisfies `pred`.
+    fn remove_where(&mut self, pred: impl Fn(&MatchSpec) -> bool) -> Vec<ReqId> {
+        let specs: Vec<MatchSpec> = self.queues.keys().filter(|spec| pred(spec)).copied().collect();
+        let mut removed = Vec::new();
+        for spec in specs {
+            for (number, id) in self.queues.remove(&spec).expect("a key just listed") {
+                self.specs.remove(&id);
+                removed.push((number, id));
+            }
+        }
+        removed.sort_unstable_by_key(|&(number, _)| number);
+        removed.into_iter().map(|(_, id)| id).collect()
+    }
 }
 
 enum PendingSend {
@@ -270,7 +341,7 @@ pub struct Engine {
     rank: u32,
     config: Config,
     peers: Vec<Peer>,
-    posted: VecDeque<Posted>,
+    posted: PostedQueue,
     unexpected: VecDeque<Unexpected>,
     sends: HashMap<ReqId, PendingSend>,
     /// Rendezvous transfers waiting for their data, by the id in their CTS.
@@ -288,7 +359,7 @@ impl Engine {
             rank,
             config,
             peers: vec![peer; size as usize],
-            posted: VecDeque::new(),
+            posted: PostedQueue::default(),
             unexpected: VecDeque::new(),
             sends: HashMap::new(),
             transfers: HashMap::new(),
@@ -458,20 +529,17 @@ impl Engine {
             self.events.push_back(Event::RecvDone { id, result: Err(e) });
             return;
         }
-        self.posted.push_back(Posted { id, spec });
+        self.posted.push(id, spec);
     }
 
     /// Withdraws a posted receive that has not matched. Returns `false` if
     /// it is not posted (already matched or unknown).
     pub fn cancel_recv(&mut self, id: ReqId) -> bool {
-        match self.posted.iter().position(|p| p.id == id) {
-            Some(pos) => {
-                self.posted.remove(pos);
-                tracing::trace!(rank = self.rank, id, "receive withdrawn");
-                true
-            }
-            None => false,
+        let withdrawn = self.posted.remove(id);
+        if withdrawn {
+            tracing::trace!(rank = self.rank, id, "receive withdrawn");
         }
+        withdrawn
     }
 
     /// Withdraws receive `id` whatever its state, for a receive whose owner
@@ -499,9 +567,8 @@ impl Engine {
     /// the sender's earlier messages, ahead of its later ones and of
     /// everything else.
     fn restore(&mut self, u: Unexpected) {
-        if let Some(pos) = self.posted.iter().position(|p| p.spec.accepts(&u.envelope)) {
-            let p = self.posted.remove(pos).expect("position is in range");
-            self.take_unexpected(p.id, u);
+        if let Some(id) = self.posted.take_match(&u.envelope) {
+            self.take_unexpected(id, u);
             return;
         }
         let same = |q: &Unexpected| q.envelope.source == u.envelope.source;
@@ -710,11 +777,8 @@ impl Engine {
     /// A data message arrived: match it to the first posted receive that
     /// accepts it, or queue it.
     fn arrive(&mut self, u: Unexpected) {
-        match self.posted.iter().position(|p| p.spec.accepts(&u.envelope)) {
-            Some(pos) => {
-                let p = self.posted.remove(pos).expect("position is in range");
-                self.take_unexpected(p.id, u);
-            }
+        match self.posted.take_match(&u.envelope) {
+            Some(id) => self.take_unexpected(id, u),
             None => {
                 tracing::trace!(rank = self.rank, source = u.envelope.source, tag = u.envelope.tag, "queued unexpected");
                 self.unexpected.push_back(u);
@@ -724,10 +788,9 @@ impl Engine {
 
     fn arrive_ready(&mut self, h: Header, data: Bytes) {
         let envelope = Envelope::from_header(&h, data.len() as u64);
-        let taken = match self.posted.iter().position(|p| p.spec.accepts(&envelope)) {
-            Some(pos) => {
-                let p = self.posted.remove(pos).expect("position is in range");
-                self.events.push_back(Event::RecvDone { id: p.id, result: Ok(Delivered { envelope, data, credit: 0 }) });
+        let taken = match self.posted.take_match(&envelope) {
+            Some(id) => {
+                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope, data, credit: 0 }) });
                 1
             }
             None => {
@@ -784,21 +847,12 @@ impl Engine {
     /// Fails the receives that name `rank` and the sends that wait for it.
     fn fail_waiting_on(&mut self, rank: u32, reason: &str) {
         let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
-        let mut kept = VecDeque::with_capacity(self.posted.len());
-        for p in self.posted.drain(..) {
-            if p.spec.source == Some(rank) {
-                self.events.push_back(Event::RecvDone { id: p.id, result: Err(error()) });
-            } else {
-                kept.push_back(p);
-            }
+        for id in self.posted.remove_where(|spec| spec.source == Some(rank)) {
+            self.events.push_back(Event::RecvDone { id, result: Err(error()) });
         }
-        self.posted = kept;
         if let Some(error) = self.others_gone() {
-            let (any, named): (VecDeque<Posted>, VecDeque<Posted>) =
-                self.posted.drain(..).partition(|p| p.spec.source.is_none());
-            self.posted = named;
-            for p in any {
-                self.events.push_back(Event::RecvDone { id: p.id, result: Err(error.clone()) });
+            for id in self.posted.remove_where(|spec| spec.source.is_none()) {
+                self.events.push_back(Event::RecvDone { id, result: Err(error.clone()) });
             }
         }
         let failed_sends: Vec<ReqId> =
@@ -813,6 +867,66 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The posted-receive index against a list scanned in posting order,
+    /// over random posts (with wildcards), arrivals, withdrawals and peer
+    /// failures.
+    #[test]
+    fn posted_index_matches_like_a_scan_in_posting_order() {
+        let mut x = 0x9e37_79b9u32;
+        let mut next = move |n: u32| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x % n
+        };
+        for _ in 0..200 {
+            // The reference: (receive, spec) in posting order.
+            let (mut index, mut list) = (PostedQueue::default(), Vec::<(ReqId, MatchSpec)>::new());
+            let mut id = 0;
+            for _ in 0..300 {
+                let wild = |v: u32, n: u32| (v < n).then_some(v);
+                match next(10) {
+                    0..=4 => {
+                        let spec = MatchSpec {
+                            context: next(2) as u64,
+                            source: wild(next(4), 3),
+                            tag: wild(next(4), 3).map(|t| t as i32),
+                        };
+                        index.push(id, spec);
+                        list.push((id, spec));
+                        id += 1;
+                    }
+                    5..=7 => {
+                        let env = Envelope {
+                            context: next(2) as u64,
+                            source: next(3),
+                            tag: next(3) as i32,
+                            signature: None,
+                            repr: Repr::Native,
+                            len: 0,
+                            seq: 0,
+                        };
+                        let want = list.iter().position(|(_, spec)| spec.accepts(&env)).map(|i| list.remove(i).0);
+                        assert_eq!(index.take_match(&env), want);
+                    }
+                    8 => {
+                        let victim = next(id.max(1) as u32) as u64;
+                        let want = list.iter().position(|&(x, _)| x == victim).map(|i| list.remove(i)).is_some();
+                        assert_eq!(index.remove(victim), want);
+                    }
+                    _ => {
+                        let rank = wild(next(4), 3);
+                        let pred = |spec: &MatchSpec| spec.source == rank;
+                        let want: Vec<ReqId> = list.iter().filter(|(_, spec)| pred(spec)).map(|&(x, _)| x).collect();
+                        list.retain(|(_, spec)| !pred(spec));
+                        assert_eq!(index.remove_where(pred), want);
+                    }
+                }
+                assert_eq!(index.len(), list.len());
+            }
+        }
+    }
 
     fn msg(dest: u32, tag: i32, data: &'static [u8]) -> Outgoing {
         Outgoing { dest, context: 0, tag, signature: Some((7, data.len() as u64)), repr: Repr::Native, data: Bytes::from_static(data) }
