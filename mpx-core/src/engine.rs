@@ -266,17 +266,11 @@ impl PostedQueue {
     /// Removes and returns the first receive posted that accepts `env`.
     fn take_match(&mut self, env: &Envelope) -> Option<ReqId> {
         let (context, source, tag) = (env.context, Some(env.source), Some(env.tag));
-        let (_, spec) = [(source, tag), (None, tag), (source, None), (None, None)]
+        let (_, id) = [(source, tag), (None, tag), (source, None), (None, None)]
             .into_iter()
-            .map(|(source, tag)| MatchSpec { context, source, tag })
-            .filter_map(|spec| Some((self.queues.get(&spec)?.front()?.0, spec)))
+            .filter_map(|(source, tag)| self.queues.get(&MatchSpec { context, source, tag })?.front().copied())
             .min_by_key(|&(number, _)| number)?;
-        let queue = self.queues.get_mut(&spec).expect("a queue head was found");
-        let (_, id) = queue.pop_front().expect("a queue head was found");
-        if queue.is_empty() {
-            self.queues.remove(&spec);
-        }
-        self.specs.remove(&id);
+        self.remove(id);
         Some(id)
     }
 
@@ -284,7 +278,9 @@ impl PostedQueue {
     fn remove(&mut self, id: ReqId) -> bool {
         let Some(spec) = self.specs.remove(&id) else { return false };
         let queue = self.queues.get_mut(&spec).expect("every posted receive is queued");
-        queue.retain(|&(_, x)| x != id);
+        // The head, when matching: found at once.
+        let at = queue.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
+        queue.remove(at);
         if queue.is_empty() {
             self.queues.remove(&spec);
         }

@@ -606,10 +606,28 @@ mod tests {
     /// A buffer holding `count` items of `t` with a few bytes of slack on
     /// each side, and the offset of the first item's origin in it.
     fn layout(t: &Datatype, count: u64) -> (usize, usize) {
-        let last = count.saturating_sub(1) as i64 * t.extent();
-        let (lo, hi) = (t.true_lb() + last.min(0), t.true_lb() + t.true_extent() + last.max(0));
+        let (lo, hi) = data_span(t, count);
         let origin = (3 - lo.min(0)) as usize;
         (origin, (origin as i64 + hi.max(0) + 5) as usize)
+    }
+
+    /// The lowest and one past the highest displacement of the data of
+    /// `count` items, relative to the first item's origin.
+    fn data_span(t: &Datatype, count: u64) -> (i64, i64) {
+        let last = count.saturating_sub(1) as i64 * t.extent();
+        (t.true_lb() + last.min(0), t.true_lb() + t.true_extent() + last.max(0))
+    }
+
+    /// What packing `count` items from `mem` must produce, and what
+    /// unpacking that into a buffer of `background` bytes must leave there.
+    fn expected(t: &Datatype, count: u64, origin: usize, mem: &[u8], background: u8) -> (Vec<u8>, Vec<u8>) {
+        let at = typemap_bytes(t, count, origin);
+        let stream = at.iter().map(|&i| mem[i]).collect();
+        let mut unpacked = vec![background; mem.len()];
+        for &i in &at {
+            unpacked[i] = mem[i];
+        }
+        (stream, unpacked)
     }
 
     /// Memory offsets of every typemap byte of `count` items, in stream order.
@@ -643,8 +661,7 @@ mod tests {
     fn round_trip(t: &Datatype, count: u64) {
         let (origin, len) = layout(t, count);
         let mem = pattern(len);
-        let at = typemap_bytes(t, count, origin);
-        let expected: Vec<u8> = at.iter().map(|&i| mem[i]).collect();
+        let (expected, want) = expected(t, count, origin, &mem, 0xa5);
         let packed = t.pack_to_vec(Region::with_origin(&mem, origin).unwrap(), count).unwrap();
         assert_eq!(packed, expected, "pack of {count} items");
 
@@ -652,10 +669,6 @@ mod tests {
         let mut pos = 0;
         t.unpack_from(&packed, &mut pos, RegionMut::with_origin(&mut out, origin).unwrap(), count).unwrap();
         assert_eq!(pos, packed.len());
-        let mut want = vec![0xa5u8; len];
-        for &i in &at {
-            want[i] = mem[i];
-        }
         assert_eq!(out, want, "unpack of {count} items");
     }
 
@@ -751,13 +764,11 @@ mod tests {
     /// flush only for types whose data begins at or below their origin.)
     #[cfg(unix)]
     fn guarded_round_trip(t: &Datatype, count: u64) {
-        let last = (count - 1) as i64 * t.extent();
-        let lo = t.true_lb() + last.min(0);
-        let hi = t.true_lb() + t.true_extent() + last.max(0);
+        let (lo, hi) = data_span(t, count);
         let origin = (-lo).max(0) as usize;
         let len = (origin as i64 + hi) as usize;
         let reference = pattern(len);
-        let expected: Vec<u8> = typemap_bytes(t, count, origin).iter().map(|&i| reference[i]).collect();
+        let (expected, want) = expected(t, count, origin, &reference, 0);
         for guard_after in [true, false] {
             let mut mem = Guarded::new(len, guard_after);
             mem.bytes().copy_from_slice(&reference);
@@ -766,10 +777,6 @@ mod tests {
             assert!(stream.bytes() == &expected[..], "pack of {count} items");
             mem.bytes().fill(0);
             t.unpack_from(stream.bytes(), &mut 0, RegionMut::with_origin(mem.bytes(), origin).unwrap(), count).unwrap();
-            let mut want = vec![0u8; len];
-            for i in typemap_bytes(t, count, origin) {
-                want[i] = reference[i];
-            }
             assert!(mem.bytes() == &want[..], "unpack of {count} items");
         }
     }
