@@ -4,6 +4,7 @@
 //! cargo run --release --example pack_bench
 //! ../shared/reference-bench/run.sh pack      # MPICH, Open MPI and hand-written C, same types
 //! scripts/pack_compare.py 21                 # both, in interleaved rounds, as medians
+//! scripts/pack_compare.py --paired 5         # mpx and each reference in one process
 //! ```
 //!
 //! Prints one JSON line per datatype, `{"type", "bytes", "pack_GBps",
@@ -15,6 +16,16 @@
 //! which lowers every unpack figure it measures (see the README). Every type
 //! is built through the public datatype API and packed through the public
 //! pack/unpack API.
+//!
+//! `pack_bench --paired LIB` (Unix) measures mpx against a reference in the
+//! same process: `LIB` is `scripts/pack_reference.c` built as a shared
+//! object (the hand-written loops, or `MPI_Pack`/`MPI_Unpack` of MPICH or
+//! Open MPI). For each type it first checks that both pack the same bytes,
+//! then alternates the two on the same buffers, trial by trial, so where the
+//! buffers landed in the caches is the same for both. Each line adds the
+//! reference's best-of figures and `pack_ratio`/`unpack_ratio`: the median
+//! over 15 trials of mpx's throughput over the reference's in that trial.
+//!
 //! Measured figures, with the reference run beside them, are in the README's
 //! "Performance" section.
 
@@ -25,73 +36,236 @@ use mpx::{Datatype, Order, Region, RegionMut};
 
 const N: i64 = 1 << 20;
 
-fn bench(name: &str, t: Datatype, count: u64, span: usize) {
-    let t = t.commit();
-    let bytes = t.pack_size(count).expect("benchmark types are small");
+/// One benchmark type: `count` items of `datatype` in a buffer of `span` bytes.
+struct Case {
+    name: &'static str,
+    datatype: Datatype,
+    count: u64,
+    span: usize,
+}
+
+/// The eight types of `shared/reference-bench/pack_bench.c`, in its order.
+fn cases() -> mpx::Result<Vec<Case>> {
+    let double = Datatype::double();
+    let n = N as usize;
+    let case = |name, datatype: Datatype, count, span| Case { name, datatype: datatype.commit(), count, span };
+    // An array of C structs {int id; double x; char tag[3];}: 24-byte stride, 15 useful bytes.
+    let s = Datatype::structure(&[1, 1, 3], &[0, 8, 16], &[Datatype::int(), double.clone(), Datatype::char()])?;
+    // A 128^3 cube of doubles: an x face (stride 128) and a y face (128 runs of 1 KiB).
+    let cube = [128, 128, 128];
+    let xface = Datatype::subarray(&cube, &[128, 128, 1], &[0, 0, 5], Order::C, &double)?;
+    let yface = Datatype::subarray(&cube, &[128, 1, 128], &[0, 5, 0], Order::C, &double)?;
+    // 64k blocks of 1..7 doubles at scattered displacements, from pack_bench.c's 32-bit LCG.
+    let (mut lens, mut disps) = (Vec::new(), Vec::new());
+    let (mut off, mut seed) = (0i64, 12345u32);
+    for _ in 0..65536 {
+        seed = seed.wrapping_mul(1103515245).wrapping_add(12345);
+        let len = 1 + ((seed >> 16) % 7) as i64;
+        lens.push(len);
+        disps.push(off);
+        off += len + 1 + ((seed >> 8) % 5) as i64;
+    }
+    Ok(vec![
+        case("contiguous_1M_double", Datatype::contiguous(N, &double)?, 1, n * 8),
+        case("vector_stride2_double", Datatype::vector(N, 1, 2, &double)?, 1, n * 16),
+        case("vector_block8_stride16_double", Datatype::vector(N / 8, 8, 16, &double)?, 1, n * 16),
+        case("vector_xyz_of_xyzw_float", Datatype::vector(N / 4, 3, 4, &Datatype::float())?, 1, n * 4),
+        case("struct_int_double_char3_x1M", Datatype::resized(0, 24, &s)?, (N / 2) as u64, n / 2 * 24),
+        case("subarray_128cube_xface_double", xface, 1, 128 * 128 * 128 * 8),
+        case("subarray_128cube_yface_double", yface, 1, 128 * 128 * 128 * 8),
+        case("indexed_irregular_64k_blocks", Datatype::indexed(&lens, &disps, &double)?, 1, (off as usize + 8) * 8),
+    ])
+}
+
+/// Repetitions per trial, as in the C programs: about 200 MB moved.
+fn repetitions(bytes: usize) -> usize {
+    ((2e8 / (bytes as f64 + 1.0)) as usize + 1).min(2000)
+}
+
+/// Seconds per call of `op`, timed over `reps` calls.
+fn time_per_call(reps: usize, mut op: impl FnMut()) -> f64 {
+    let start = Instant::now();
+    for _ in 0..reps {
+        op();
+    }
+    start.elapsed().as_secs_f64() / reps as f64
+}
+
+fn mpx_pack(case: &Case, mem: &[u8], packed: &mut [u8]) {
+    let src = Region::new(black_box(mem));
+    case.datatype.pack_into(src, case.count, packed, &mut 0).expect("pack");
+    black_box(packed);
+}
+
+fn mpx_unpack(case: &Case, packed: &[u8], mem: &mut [u8]) {
+    let mut position = 0;
+    case.datatype.unpack_from(black_box(packed), &mut position, RegionMut::new(mem), case.count).expect("unpack");
+    black_box(mem);
+}
+
+fn bench(case: &Case) {
+    let bytes = case.datatype.pack_size(case.count).expect("benchmark types are small");
     // As in manual_bench.c, one buffer is packed from and unpacked into.
-    let mut mem = vec![1u8; span];
+    let mut mem = vec![1u8; case.span];
     let mut packed = vec![2u8; bytes];
     let mut copy = vec![0u8; bytes];
-    let reps = ((2e8 / (bytes as f64 + 1.0)) as usize + 1).min(2000);
+    let reps = repetitions(bytes);
     let (mut best_pack, mut best_unpack, mut best_copy) = (f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..7 {
-        let t0 = Instant::now();
-        for _ in 0..reps {
-            t.pack_into(Region::new(black_box(&mem)), count, &mut packed, &mut 0).expect("pack");
-            black_box(&mut packed);
-        }
-        let t1 = Instant::now();
-        for _ in 0..reps {
-            let mut pos = 0;
-            t.unpack_from(black_box(&packed), &mut pos, RegionMut::new(&mut mem), count).expect("unpack");
-            black_box(&mut mem);
-        }
-        let t2 = Instant::now();
-        for _ in 0..reps {
+        best_pack = best_pack.min(time_per_call(reps, || mpx_pack(case, &mem, &mut packed)));
+        best_unpack = best_unpack.min(time_per_call(reps, || mpx_unpack(case, &packed, &mut mem)));
+        best_copy = best_copy.min(time_per_call(reps, || {
             copy.copy_from_slice(black_box(&packed));
             black_box(&mut copy);
-        }
-        let t3 = Instant::now();
-        best_pack = best_pack.min((t1 - t0).as_secs_f64() / reps as f64);
-        best_unpack = best_unpack.min((t2 - t1).as_secs_f64() / reps as f64);
-        best_copy = best_copy.min((t3 - t2).as_secs_f64() / reps as f64);
+        }));
     }
     let gbps = |secs: f64| bytes as f64 / secs / 1e9;
     println!(
-        "{{\"type\":\"{name}\",\"bytes\":{bytes},\"pack_GBps\":{:.2},\"unpack_GBps\":{:.2},\"memcpy_GBps\":{:.2}}}",
+        "{{\"type\":\"{}\",\"bytes\":{bytes},\"pack_GBps\":{:.2},\"unpack_GBps\":{:.2},\"memcpy_GBps\":{:.2}}}",
+        case.name,
         gbps(best_pack),
         gbps(best_unpack),
         gbps(best_copy)
     );
 }
 
-fn main() -> mpx::Result<()> {
-    let double = Datatype::double();
-    let n = N as usize;
-    bench("contiguous_1M_double", Datatype::contiguous(N, &double)?, 1, n * 8);
-    bench("vector_stride2_double", Datatype::vector(N, 1, 2, &double)?, 1, n * 16);
-    bench("vector_block8_stride16_double", Datatype::vector(N / 8, 8, 16, &double)?, 1, n * 16);
-    bench("vector_xyz_of_xyzw_float", Datatype::vector(N / 4, 3, 4, &Datatype::float())?, 1, n * 4);
-    // An array of C structs {int id; double x; char tag[3];}: 24-byte stride, 15 useful bytes.
-    let s = Datatype::structure(&[1, 1, 3], &[0, 8, 16], &[Datatype::int(), double.clone(), Datatype::char()])?;
-    bench("struct_int_double_char3_x1M", Datatype::resized(0, 24, &s)?, (N / 2) as u64, n / 2 * 24);
-    // A 128^3 cube of doubles: an x face (stride 128) and a y face (128 runs of 1 KiB).
-    let cube = [128, 128, 128];
-    let xface = Datatype::subarray(&cube, &[128, 128, 1], &[0, 0, 5], Order::C, &double)?;
-    bench("subarray_128cube_xface_double", xface, 1, 128 * 128 * 128 * 8);
-    let yface = Datatype::subarray(&cube, &[128, 1, 128], &[0, 5, 0], Order::C, &double)?;
-    bench("subarray_128cube_yface_double", yface, 1, 128 * 128 * 128 * 8);
-    // 64k blocks of 1..7 doubles at scattered displacements, from pack_bench.c's 32-bit LCG.
-    let (mut lens, mut disps) = (Vec::new(), Vec::new());
-    let (mut off, mut s) = (0i64, 12345u32);
-    for _ in 0..65536 {
-        s = s.wrapping_mul(1103515245).wrapping_add(12345);
-        let len = 1 + ((s >> 16) % 7) as i64;
-        lens.push(len);
-        disps.push(off);
-        off += len + 1 + ((s >> 8) % 5) as i64;
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cases = cases()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [] => cases.iter().for_each(bench),
+        [flag, library] if flag == "--paired" => paired::run(&cases, library)?,
+        _ => return Err("usage: pack_bench [--paired REFERENCE.so]".into()),
     }
-    let indexed = Datatype::indexed(&lens, &disps, &double)?;
-    bench("indexed_irregular_64k_blocks", indexed, 1, (off as usize + 8) * 8);
     Ok(())
+}
+
+#[cfg(unix)]
+mod paired {
+    //! mpx and a reference library, alternately on the same buffers.
+
+    use super::{black_box, mpx_pack, mpx_unpack, repetitions, time_per_call, Case};
+    use std::ffi::{c_char, CStr, CString};
+
+    type Prepare = unsafe extern "C" fn(*const c_char) -> usize;
+    type Pack = unsafe extern "C" fn(*const u8, *mut u8, usize);
+    type Unpack = unsafe extern "C" fn(*const u8, usize, *mut u8);
+
+    /// The three entry points of `scripts/pack_reference.c`.
+    struct Reference {
+        prepare: Prepare,
+        pack: Pack,
+        unpack: Unpack,
+    }
+
+    impl Reference {
+        fn load(path: &str) -> Result<Self, String> {
+            let path = CString::new(path).map_err(|e| e.to_string())?;
+            // SAFETY: dlopen/dlsym/dlerror are called with valid C strings;
+            // the symbols are the functions pack_reference.c defines with
+            // exactly these signatures. RTLD_GLOBAL lets an MPI library's
+            // plugins find its symbols; the library is never unloaded.
+            unsafe {
+                let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+                if handle.is_null() {
+                    return Err(CStr::from_ptr(libc::dlerror()).to_string_lossy().into_owned());
+                }
+                let symbol = |name: &CStr| {
+                    let f = libc::dlsym(handle, name.as_ptr());
+                    if f.is_null() {
+                        Err(format!("{path:?} has no {name:?}"))
+                    } else {
+                        Ok(f)
+                    }
+                };
+                Ok(Reference {
+                    prepare: std::mem::transmute::<*mut libc::c_void, Prepare>(symbol(c"ref_prepare")?),
+                    pack: std::mem::transmute::<*mut libc::c_void, Pack>(symbol(c"ref_pack")?),
+                    unpack: std::mem::transmute::<*mut libc::c_void, Unpack>(symbol(c"ref_unpack")?),
+                })
+            }
+        }
+    }
+
+    const TRIALS: usize = 15;
+
+    pub fn run(cases: &[Case], library: &str) -> Result<(), String> {
+        let reference = Reference::load(library)?;
+        for case in cases {
+            let bytes = case.datatype.pack_size(case.count).expect("benchmark types are small");
+            let name = CString::new(case.name).expect("names have no NUL");
+            // SAFETY: a C string; returns the reference's packed size.
+            let reference_bytes = unsafe { (reference.prepare)(name.as_ptr()) };
+            if reference_bytes != bytes {
+                return Err(format!("{}: the reference packs {reference_bytes} bytes, mpx {bytes}", case.name));
+            }
+            let mut mem: Vec<u8> = (0..case.span).map(|i| (i * 7 + i / 251) as u8).collect();
+            let mut packed = vec![0u8; bytes];
+            let mut reference_packed = vec![0u8; bytes];
+            // SAFETY (here and below): `mem` spans the type's typemap and
+            // both packed buffers hold `bytes` bytes, as the reference's own
+            // program allocates them.
+            let ref_pack = |mem: &[u8], packed: &mut [u8]| unsafe {
+                (reference.pack)(black_box(mem).as_ptr(), packed.as_mut_ptr(), bytes);
+                black_box(packed);
+            };
+            let ref_unpack = |packed: &[u8], mem: &mut [u8]| unsafe {
+                (reference.unpack)(black_box(packed).as_ptr(), bytes, mem.as_mut_ptr());
+                black_box(mem);
+            };
+            mpx_pack(case, &mem, &mut packed);
+            ref_pack(&mem, &mut reference_packed);
+            if packed != reference_packed {
+                return Err(format!("{}: mpx and the reference pack different bytes", case.name));
+            }
+
+            let reps = repetitions(bytes);
+            let mut times = Vec::with_capacity(TRIALS); // (mpx pack, ref pack, mpx unpack, ref unpack)
+            for trial in 0..TRIALS {
+                let mut pack_pair = [0.0; 2];
+                let mut unpack_pair = [0.0; 2];
+                // Alternate which goes first, so neither always follows the other.
+                for side in [trial % 2, 1 - trial % 2] {
+                    pack_pair[side] = if side == 0 {
+                        time_per_call(reps, || mpx_pack(case, &mem, &mut packed))
+                    } else {
+                        time_per_call(reps, || ref_pack(&mem, &mut packed))
+                    };
+                }
+                for side in [trial % 2, 1 - trial % 2] {
+                    unpack_pair[side] = if side == 0 {
+                        time_per_call(reps, || mpx_unpack(case, &packed, &mut mem))
+                    } else {
+                        time_per_call(reps, || ref_unpack(&packed, &mut mem))
+                    };
+                }
+                times.push([pack_pair[0], pack_pair[1], unpack_pair[0], unpack_pair[1]]);
+            }
+            let best = |i: usize| bytes as f64 / times.iter().map(|t| t[i]).fold(f64::MAX, f64::min) / 1e9;
+            let median_ratio = |mpx: usize, reference: usize| {
+                let mut ratios: Vec<f64> = times.iter().map(|t| t[reference] / t[mpx]).collect();
+                ratios.sort_by(f64::total_cmp);
+                ratios[ratios.len() / 2]
+            };
+            println!(
+                "{{\"type\":\"{}\",\"bytes\":{bytes},\"pack_GBps\":{:.2},\"unpack_GBps\":{:.2},\
+                 \"ref_pack_GBps\":{:.2},\"ref_unpack_GBps\":{:.2},\"pack_ratio\":{:.3},\"unpack_ratio\":{:.3}}}",
+                case.name,
+                best(0),
+                best(2),
+                best(1),
+                best(3),
+                median_ratio(0, 1),
+                median_ratio(2, 3)
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(not(unix))]
+mod paired {
+    pub fn run(_: &[super::Case], _: &str) -> Result<(), String> {
+        Err("--paired loads a shared object and needs a Unix system".into())
+    }
 }

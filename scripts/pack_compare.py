@@ -13,13 +13,25 @@ ratio to the best of the three references (pack / unpack):
 Single rounds vary by a third on a shared VM (cache placement of the
 buffers, neighbours); medians over interleaved rounds are what the README
 quotes.
+
+    scripts/pack_compare.py --paired [ROUNDS]   # default 5
+
+measures each reference in the same process as mpx instead
+(`pack_bench --paired`, with scripts/pack_reference.c built as a shared
+object against each library): both run alternately on the same buffers, so
+placement cancels out of their ratio. Prints, per type, the median over
+rounds of each reference's ratio (mpx / reference, itself a median over 15
+paired trials) and the lowest of the three.
 """
 import json, os, statistics, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 ref = os.path.join(root, "..", "shared", "reference-bench")
-rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
+args = sys.argv[1:]
+paired = "--paired" in args
+args = [a for a in args if a != "--paired"]
+rounds = int(args[0]) if args else (5 if paired else 9)
 
 out = tempfile.mkdtemp()
 def build(cmd, **kw):
@@ -28,13 +40,42 @@ build(["cargo", "build", "--quiet", "--release", "--example", "pack_bench"], cwd
 build(["mpicc.mpich", "-O2", f"{ref}/pack_bench.c", "-o", f"{out}/mpich"])
 build(["mpicc.openmpi", "-O2", f"{ref}/pack_bench.c", "-o", f"{out}/openmpi"])
 build(["gcc", "-O3", f"{ref}/manual_bench.c", "-o", f"{out}/manual"])
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+mpx = os.path.join(root, "target", "release", "examples", "pack_bench")
+
+if paired:
+    source = os.path.join(here, "pack_reference.c")
+    build(["gcc", "-O3", "-shared", "-fPIC", "-Wno-unused-function", "-DMANUAL", f"-I{ref}", source, "-o", f"{out}/manual.so"])
+    build(["mpicc.mpich", "-O2", "-shared", "-fPIC", source, "-o", f"{out}/mpich.so"])
+    build(["mpicc.openmpi", "-O2", "-shared", "-fPIC", source, "-o", f"{out}/openmpi.so"])
+    references = ["mpich", "openmpi", "manual"]
+    ratios = {}  # (reference, type) -> [(pack ratio, unpack ratio)]
+    types = []
+    for r in range(rounds):
+        for name in references:
+            text = subprocess.run([mpx, "--paired", f"{out}/{name}.so"], check=True,
+                                  capture_output=True, text=True, env=env).stdout
+            for row in (json.loads(line) for line in text.splitlines() if line.startswith("{")):
+                if row["type"] not in types:
+                    types.append(row["type"])
+                ratios.setdefault((name, row["type"]), []).append((row["pack_ratio"], row["unpack_ratio"]))
+        print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    print(f"mpx / reference in one process, medians of {rounds} rounds, pack / unpack")
+    print("| type | MPICH | Open MPI | hand-written C | lowest |")
+    print("|---|---|---|---|---|")
+    for t in types:
+        med = {n: [statistics.median(v[i] for v in ratios[(n, t)]) for i in (0, 1)] for n in references}
+        cells = [f"{med[n][0]:.2f} / {med[n][1]:.2f}" for n in references]
+        low = [min(med[n][i] for n in references) for i in (0, 1)]
+        print(f"| {t} | " + " | ".join(cells) + f" | {low[0]:.2f} / {low[1]:.2f} |")
+    sys.exit(0)
+
 programs = {
-    "mpx": [os.path.join(root, "target", "release", "examples", "pack_bench")],
+    "mpx": [mpx],
     "mpich": [f"{out}/mpich"],
     "openmpi": [f"{out}/openmpi"],
     "manual": [f"{out}/manual"],
 }
-env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 figures = {}  # (program, type) -> [(pack, unpack)]
 types = None
 for r in range(rounds):

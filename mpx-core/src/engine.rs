@@ -119,8 +119,8 @@ pub struct MatchSpec {
 impl MatchSpec {
     fn accepts(&self, env: &Envelope) -> bool {
         self.context == env.context
-            && self.source.map_or(true, |s| s == env.source)
-            && self.tag.map_or(true, |t| t == env.tag)
+            && self.source.is_none_or(|s| s == env.source)
+            && self.tag.is_none_or(|t| t == env.tag)
     }
 }
 

@@ -499,6 +499,10 @@ impl Wake for SlotWaker {
     }
 }
 
+/// What polling a [`RequestSet`] yields: the completed slots with their
+/// outputs, or `None` when no slot is active.
+type SetPoll<R> = Poll<Option<Vec<(usize, <R as Operation>::Output)>>>;
+
 /// A collection of requests whose completion functions cost in proportion
 /// to what completed, not to how many are outstanding: each request is
 /// polled with a waker of its own slot, and only woken slots are polled
@@ -585,7 +589,7 @@ impl<R: Operation> RequestSet<R> {
 
     /// Polls the woken slots; returns the completed ones, or `None` if no
     /// slot is active.
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<(usize, R::Output)>>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> SetPoll<R> {
         loop {
             let mut done: Vec<_> = self.finished.drain(..).collect();
             while let Some(i) = self.queue.pop() {

@@ -258,7 +258,7 @@ impl Datatype {
                 }
                 Distribution::Block => {
                     let b = darg.unwrap_or(g / p + i64::from(g % p != 0));
-                    if b.checked_mul(p).map_or(false, |cover| cover < g) {
+                    if b.checked_mul(p).is_some_and(|cover| cover < g) {
                         return Err(arg_error(format!(
                             "darray: block size {b} on {p} processes cannot cover {g} elements in dimension {d}"
                         )));

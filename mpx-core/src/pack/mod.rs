@@ -389,7 +389,7 @@ impl Datatype {
             return Ok(());
         }
         let size = self.size();
-        let whole = if size == 0 { 0 } else { data.len() as u64 / size };
+        let whole = (data.len() as u64).checked_div(size).unwrap_or(0);
         // SAFETY: as above; the bounded walk copies at most the remaining bytes.
         unsafe {
             self.unpack_raw(Repr::Native, data.as_ptr(), mem, whole);
