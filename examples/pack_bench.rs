@@ -17,7 +17,7 @@
 //! is built through the public datatype API and packed through the public
 //! pack/unpack API.
 //!
-//! `pack_bench --paired LIB` (Unix) measures mpx against a reference in the
+//! `pack_bench --paired LIB [TYPE]` (Unix) measures mpx against a reference in the
 //! same process: `LIB` is `scripts/pack_reference.c` built as a shared
 //! object (the hand-written loops, or `MPI_Pack`/`MPI_Unpack` of MPICH or
 //! Open MPI). For each type it first checks that both pack the same bytes,
@@ -25,6 +25,8 @@
 //! buffers landed in the caches is the same for both. Each line adds the
 //! reference's best-of figures and `pack_ratio`/`unpack_ratio`: the median
 //! over 15 trials of mpx's throughput over the reference's in that trial.
+//! `--paired-two-buffers` unpacks into a second buffer, as `pack_bench.c`
+//! does, instead of the one packed from.
 //!
 //! Measured figures, with the reference run beside them, are in the README's
 //! "Performance" section.
@@ -134,8 +136,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [] => cases.iter().for_each(bench),
-        [flag, library] if flag == "--paired" => paired::run(&cases, library)?,
-        _ => return Err("usage: pack_bench [--paired REFERENCE.so]".into()),
+        [flag, library, only @ ..] if flag.starts_with("--paired") && only.len() <= 1 => {
+            let chosen: Vec<&Case> = cases.iter().filter(|c| only.iter().all(|name| c.name == name)).collect();
+            if chosen.is_empty() {
+                return Err(format!("no benchmark type is named {}", only[0]).into());
+            }
+            match flag.as_str() {
+                "--paired" => paired::run(&chosen, library, false)?,
+                "--paired-two-buffers" => paired::run(&chosen, library, true)?,
+                _ => return Err(format!("unknown option {flag}").into()),
+            }
+        }
+        _ => return Err("usage: pack_bench [--paired | --paired-two-buffers REFERENCE.so [TYPE]]".into()),
     }
     Ok(())
 }
@@ -189,9 +201,9 @@ mod paired {
 
     const TRIALS: usize = 15;
 
-    pub fn run(cases: &[Case], library: &str) -> Result<(), String> {
+    pub fn run(cases: &[&Case], library: &str, two_buffers: bool) -> Result<(), String> {
         let reference = Reference::load(library)?;
-        for case in cases {
+        for &case in cases {
             let bytes = case.datatype.pack_size(case.count).expect("benchmark types are small");
             let name = CString::new(case.name).expect("names have no NUL");
             // SAFETY: a C string; returns the reference's packed size.
@@ -200,6 +212,9 @@ mod paired {
                 return Err(format!("{}: the reference packs {reference_bytes} bytes, mpx {bytes}", case.name));
             }
             let mut mem: Vec<u8> = (0..case.span).map(|i| (i * 7 + i / 251) as u8).collect();
+            // Where unpacking writes: `mem` itself, or, as pack_bench.c
+            // does, a second buffer whose lines packing did not bring in.
+            let mut second = if two_buffers { vec![0u8; case.span] } else { Vec::new() };
             let mut packed = vec![0u8; bytes];
             let mut reference_packed = vec![0u8; bytes];
             // SAFETY (here and below): `mem` spans the type's typemap and
@@ -234,9 +249,11 @@ mod paired {
                 }
                 for side in [trial % 2, 1 - trial % 2] {
                     unpack_pair[side] = if side == 0 {
-                        time_per_call(reps, || mpx_unpack(case, &packed, &mut mem))
+                        let dst = if two_buffers { &mut second } else { &mut mem };
+                        time_per_call(reps, || mpx_unpack(case, &packed, dst))
                     } else {
-                        time_per_call(reps, || ref_unpack(&packed, &mut mem))
+                        let dst = if two_buffers { &mut second } else { &mut mem };
+                        time_per_call(reps, || ref_unpack(&packed, dst))
                     };
                 }
                 times.push([pack_pair[0], pack_pair[1], unpack_pair[0], unpack_pair[1]]);
@@ -265,7 +282,7 @@ mod paired {
 
 #[cfg(not(unix))]
 mod paired {
-    pub fn run(_: &[super::Case], _: &str) -> Result<(), String> {
+    pub fn run(_: &[&super::Case], _: &str, _: bool) -> Result<(), String> {
         Err("--paired loads a shared object and needs a Unix system".into())
     }
 }
