@@ -5,6 +5,7 @@
 //! ../shared/reference-bench/run.sh pack      # MPICH, Open MPI and hand-written C, same types
 //! scripts/pack_compare.py 21                 # both, in interleaved rounds, as medians
 //! scripts/pack_compare.py --paired 5         # mpx and each reference in one process
+//! scripts/pack_compare.py --paired-two-buffers 2
 //! ```
 //!
 //! Prints one JSON line per datatype, `{"type", "bytes", "pack_GBps",
@@ -12,21 +13,22 @@
 //! sizes, repetitions per trial and best-of as the two C programs of
 //! `shared/reference-bench`. Like `manual_bench.c` (the hand-written loops),
 //! it packs from and unpacks into one buffer; `pack_bench.c` (MPICH, Open
-//! MPI) unpacks into a second one, whose lines are out of cache by then,
-//! which lowers every unpack figure it measures (see the README). Every type
-//! is built through the public datatype API and packed through the public
-//! pack/unpack API.
+//! MPI) unpacks into a second one, which packing did not bring into the
+//! caches (see the README). Every type is built through the public datatype
+//! API and packed through the public pack/unpack API.
 //!
-//! `pack_bench --paired LIB [TYPE]` (Unix) measures mpx against a reference in the
-//! same process: `LIB` is `scripts/pack_reference.c` built as a shared
-//! object (the hand-written loops, or `MPI_Pack`/`MPI_Unpack` of MPICH or
-//! Open MPI). For each type it first checks that both pack the same bytes,
-//! then alternates the two on the same buffers, trial by trial, so where the
-//! buffers landed in the caches is the same for both. Each line adds the
-//! reference's best-of figures and `pack_ratio`/`unpack_ratio`: the median
-//! over 15 trials of mpx's throughput over the reference's in that trial.
-//! `--paired-two-buffers` unpacks into a second buffer, as `pack_bench.c`
-//! does, instead of the one packed from.
+//! `pack_bench --paired LIB [TYPE]` (Unix) measures mpx against a
+//! reference in the same process: `LIB` is `scripts/pack_reference.c` built
+//! as a shared object (the hand-written loops, or `MPI_Pack`/`MPI_Unpack`
+//! of MPICH or Open MPI). For each type (or only `TYPE`) it first checks
+//! that both pack and unpack the same bytes, then alternates the two on the
+//! same buffers, trial by trial, so where the buffers landed in the caches
+//! is the same for both. Each line has `{"type", "bytes", "pack_GBps",
+//! "unpack_GBps", "ref_pack_GBps", "ref_unpack_GBps"}`, best of 15 trials,
+//! and `pack_ratio`/`unpack_ratio`: the median over the 15 trials of mpx's
+//! throughput over the reference's in that trial. `--paired-two-buffers`
+//! unpacks into a second buffer, as `pack_bench.c` does, instead of the one
+//! packed from.
 //!
 //! Measured figures, with the reference run beside them, are in the README's
 //! "Performance" section.
@@ -147,7 +149,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 _ => return Err(format!("unknown option {flag}").into()),
             }
         }
-        _ => return Err("usage: pack_bench [--paired | --paired-two-buffers REFERENCE.so [TYPE]]".into()),
+        _ => return Err("usage: pack_bench [(--paired | --paired-two-buffers) REFERENCE.so [TYPE]]".into()),
     }
     Ok(())
 }
@@ -201,6 +203,23 @@ mod paired {
 
     const TRIALS: usize = 15;
 
+    /// Runs `mpx` and `reference` on the buffer `out` one after the other,
+    /// in the order given; returns their results as `[mpx, reference]`.
+    fn pair(
+        mpx_first: bool,
+        out: &mut [u8],
+        mpx: impl FnOnce(&mut [u8]) -> f64,
+        reference: impl FnOnce(&mut [u8]) -> f64,
+    ) -> [f64; 2] {
+        if mpx_first {
+            let m = mpx(out);
+            [m, reference(out)]
+        } else {
+            let r = reference(out);
+            [mpx(out), r]
+        }
+    }
+
     pub fn run(cases: &[&Case], library: &str, two_buffers: bool) -> Result<(), String> {
         let reference = Reference::load(library)?;
         for &case in cases {
@@ -233,30 +252,33 @@ mod paired {
             if packed != reference_packed {
                 return Err(format!("{}: mpx and the reference pack different bytes", case.name));
             }
+            let (mut unpacked, mut reference_unpacked) = (vec![0u8; case.span], vec![0u8; case.span]);
+            mpx_unpack(case, &packed, &mut unpacked);
+            ref_unpack(&packed, &mut reference_unpacked);
+            if unpacked != reference_unpacked {
+                return Err(format!("{}: mpx and the reference unpack different bytes", case.name));
+            }
+            drop((unpacked, reference_unpacked));
 
             let reps = repetitions(bytes);
-            let mut times = Vec::with_capacity(TRIALS); // (mpx pack, ref pack, mpx unpack, ref unpack)
+            let mut times = Vec::with_capacity(TRIALS); // [mpx pack, ref pack, mpx unpack, ref unpack]
             for trial in 0..TRIALS {
-                let mut pack_pair = [0.0; 2];
-                let mut unpack_pair = [0.0; 2];
                 // Alternate which goes first, so neither always follows the other.
-                for side in [trial % 2, 1 - trial % 2] {
-                    pack_pair[side] = if side == 0 {
-                        time_per_call(reps, || mpx_pack(case, &mem, &mut packed))
-                    } else {
-                        time_per_call(reps, || ref_pack(&mem, &mut packed))
-                    };
-                }
-                for side in [trial % 2, 1 - trial % 2] {
-                    unpack_pair[side] = if side == 0 {
-                        let dst = if two_buffers { &mut second } else { &mut mem };
-                        time_per_call(reps, || mpx_unpack(case, &packed, dst))
-                    } else {
-                        let dst = if two_buffers { &mut second } else { &mut mem };
-                        time_per_call(reps, || ref_unpack(&packed, dst))
-                    };
-                }
-                times.push([pack_pair[0], pack_pair[1], unpack_pair[0], unpack_pair[1]]);
+                let mpx_first = trial % 2 == 0;
+                let [mpx_p, ref_p] = pair(
+                    mpx_first,
+                    &mut packed,
+                    |out| time_per_call(reps, || mpx_pack(case, &mem, out)),
+                    |out| time_per_call(reps, || ref_pack(&mem, out)),
+                );
+                let dst = if two_buffers { &mut second } else { &mut mem };
+                let [mpx_u, ref_u] = pair(
+                    mpx_first,
+                    dst,
+                    |out| time_per_call(reps, || mpx_unpack(case, &packed, out)),
+                    |out| time_per_call(reps, || ref_unpack(&packed, out)),
+                );
+                times.push([mpx_p, ref_p, mpx_u, ref_u]);
             }
             let best = |i: usize| bytes as f64 / times.iter().map(|t| t[i]).fold(f64::MAX, f64::min) / 1e9;
             let median_ratio = |mpx: usize, reference: usize| {

@@ -21,7 +21,8 @@ measures each reference in the same process as mpx instead
 object against each library): both run alternately on the same buffers, so
 placement cancels out of their ratio. Prints, per type, the median over
 rounds of each reference's ratio (mpx / reference, itself a median over 15
-paired trials) and the lowest of the three.
+paired trials) and the lowest of the three. `--paired-two-buffers` does the
+same with unpacking into a second buffer, as pack_bench.c does.
 """
 import json, os, statistics, subprocess, sys, tempfile
 
@@ -29,8 +30,9 @@ here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 ref = os.path.join(root, "..", "shared", "reference-bench")
 args = sys.argv[1:]
-paired = "--paired" in args
-args = [a for a in args if a != "--paired"]
+modes = [a for a in args if a in ("--paired", "--paired-two-buffers")]
+paired = modes[0] if modes else None
+args = [a for a in args if a not in modes]
 rounds = int(args[0]) if args else (5 if paired else 9)
 
 out = tempfile.mkdtemp()
@@ -50,14 +52,14 @@ if paired:
     types = []
     for r in range(rounds):
         for name in references:
-            text = subprocess.run([mpx, "--paired", f"{out}/{name}.so"], check=True,
+            text = subprocess.run([mpx, paired, f"{out}/{name}.so"], check=True,
                                   capture_output=True, text=True, env=env).stdout
             for row in (json.loads(line) for line in text.splitlines() if line.startswith("{")):
                 if row["type"] not in types:
                     types.append(row["type"])
                 ratios.setdefault((name, row["type"]), []).append((row["pack_ratio"], row["unpack_ratio"]))
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
-    print(f"mpx / reference in one process, medians of {rounds} rounds, pack / unpack")
+    print(f"mpx / reference in one process ({paired}), medians of {rounds} rounds, pack / unpack")
     print("| type | MPICH | Open MPI | hand-written C | lowest |")
     print("|---|---|---|---|---|")
     for t in types:
