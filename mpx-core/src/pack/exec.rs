@@ -447,12 +447,12 @@ unsafe fn moves<D: Direction>(group: &Moves, size: usize, count: u64, stride: is
     macro_rules! of_width {
         ($w:literal) => {
             match group.moves.len() {
-                1 => moves_loop::<D, $w, 1>(&group.moves, size, count, stride, mem, stream),
-                2 => moves_loop::<D, $w, 2>(&group.moves, size, count, stride, mem, stream),
-                3 => moves_loop::<D, $w, 3>(&group.moves, size, count, stride, mem, stream),
-                4 => moves_loop::<D, $w, 4>(&group.moves, size, count, stride, mem, stream),
-                6 => moves_loop::<D, $w, 6>(&group.moves, size, count, stride, mem, stream),
-                8 => moves_loop::<D, $w, 8>(&group.moves, size, count, stride, mem, stream),
+                1 => moves_loop::<D, $w, 1, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                2 => moves_loop::<D, $w, 2, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                3 => moves_loop::<D, $w, 3, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                4 => moves_loop::<D, $w, 4, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                6 => moves_loop::<D, $w, 6, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                8 => moves_loop::<D, $w, 8, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
                 k => unreachable!("no kernel for {k} moves"),
             }
         };
@@ -482,14 +482,14 @@ unsafe fn moves2<D: Direction>(
         ($w:literal, $v:literal) => {{
             let (a, b) = (&wide.moves, &narrow.moves);
             match (a.len(), b.len()) {
-                (1, 1) => moves2_loop::<D, $w, 1, $v, 1>(a, b, size, count, stride, mem, stream),
-                (1, 2) => moves2_loop::<D, $w, 1, $v, 2>(a, b, size, count, stride, mem, stream),
-                (2, 1) => moves2_loop::<D, $w, 2, $v, 1>(a, b, size, count, stride, mem, stream),
-                (2, 2) => moves2_loop::<D, $w, 2, $v, 2>(a, b, size, count, stride, mem, stream),
-                (3, 1) => moves2_loop::<D, $w, 3, $v, 1>(a, b, size, count, stride, mem, stream),
-                (3, 2) => moves2_loop::<D, $w, 3, $v, 2>(a, b, size, count, stride, mem, stream),
-                (4, 1) => moves2_loop::<D, $w, 4, $v, 1>(a, b, size, count, stride, mem, stream),
-                (4, 2) => moves2_loop::<D, $w, 4, $v, 2>(a, b, size, count, stride, mem, stream),
+                (1, 1) => moves_loop::<D, $w, 1, $v, 1>(a, b, size, count, stride, mem, stream),
+                (1, 2) => moves_loop::<D, $w, 1, $v, 2>(a, b, size, count, stride, mem, stream),
+                (2, 1) => moves_loop::<D, $w, 2, $v, 1>(a, b, size, count, stride, mem, stream),
+                (2, 2) => moves_loop::<D, $w, 2, $v, 2>(a, b, size, count, stride, mem, stream),
+                (3, 1) => moves_loop::<D, $w, 3, $v, 1>(a, b, size, count, stride, mem, stream),
+                (3, 2) => moves_loop::<D, $w, 3, $v, 2>(a, b, size, count, stride, mem, stream),
+                (4, 1) => moves_loop::<D, $w, 4, $v, 1>(a, b, size, count, stride, mem, stream),
+                (4, 2) => moves_loop::<D, $w, 4, $v, 2>(a, b, size, count, stride, mem, stream),
                 (k, j) => unreachable!("no kernel for {k} + {j} moves"),
             }
         }};
@@ -507,32 +507,6 @@ unsafe fn moves2<D: Direction>(
         (2, 1) => of_widths!(2, 1),
         (w, v) => unreachable!("no kernel for {w} + {v}-byte moves"),
     }
-}
-
-/// [`Plan::Moves`]: each item is `K` moves of `W` bytes, (memory offset,
-/// stream offset) pairs; `size` stream bytes per item.
-unsafe fn moves_loop<D: Direction, const W: usize, const K: usize>(
-    moves: &[(i64, usize)],
-    size: usize,
-    count: u64,
-    stride: isize,
-    mem: *mut u8,
-    stream: *mut u8,
-) -> *mut u8 {
-    let moves: [(isize, usize); K] = std::array::from_fn(|i| (moves[i].0 as isize, moves[i].1));
-    let mut m = mem;
-    let mut s = stream;
-    let end = stream.add(size * count as usize);
-    // Looping to an end pointer rather than counting keeps the compiler
-    // from unrolling into extra address arithmetic per move.
-    while s != end {
-        for &(mo, so) in &moves {
-            D::copy_fixed::<W>(m.wrapping_offset(mo), s.add(so));
-        }
-        m = m.wrapping_offset(stride);
-        s = s.add(size);
-    }
-    s
 }
 
 /// [`Plan::Overlap`]: `count` items of `runs`, each run `k` moves of
@@ -592,10 +566,11 @@ unsafe fn overlap_loop<D: Direction, const W: usize, const K: usize>(
     s
 }
 
-/// The two-width form of [`moves_loop`]: `K` moves of `W` bytes and `J`
-/// of `V` bytes per item.
+/// [`Plan::Moves`]: each item is `K` moves of `W` bytes and `J` (possibly
+/// none) of `V` bytes, (memory offset, stream offset) pairs; `size` stream
+/// bytes per item.
 #[allow(clippy::too_many_arguments)]
-unsafe fn moves2_loop<D: Direction, const W: usize, const K: usize, const V: usize, const J: usize>(
+unsafe fn moves_loop<D: Direction, const W: usize, const K: usize, const V: usize, const J: usize>(
     wide: &[(i64, usize)],
     narrow: &[(i64, usize)],
     size: usize,
@@ -609,6 +584,8 @@ unsafe fn moves2_loop<D: Direction, const W: usize, const K: usize, const V: usi
     let mut m = mem;
     let mut s = stream;
     let end = stream.add(size * count as usize);
+    // Looping to an end pointer rather than counting keeps the compiler
+    // from unrolling into extra address arithmetic per move.
     while s != end {
         for &(mo, so) in &wide {
             D::copy_fixed::<W>(m.wrapping_offset(mo), s.add(so));
