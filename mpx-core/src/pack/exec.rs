@@ -437,6 +437,21 @@ unsafe fn scattered_items<D: Direction, const N: usize>(count: u64, stride: isiz
     stream.add(count as usize * N)
 }
 
+/// Expands `$kernel!(W)` for the move width `$width`: the one place that
+/// lists the widths a plan's moves have (1, 2, 4, 8 and 16 bytes).
+macro_rules! for_move_width {
+    ($width:expr, $kernel:ident) => {
+        match $width {
+            1 => $kernel!(1),
+            2 => $kernel!(2),
+            4 => $kernel!(4),
+            8 => $kernel!(8),
+            16 => $kernel!(16),
+            w => unreachable!("no kernel for {w}-byte moves"),
+        }
+    };
+}
+
 /// Items per block when a [`Plan::Moves`] item has moves of three or more
 /// widths (a few KiB for small structs).
 const BLOCK: u64 = 128;
@@ -457,14 +472,7 @@ unsafe fn moves<D: Direction>(group: &Moves, size: usize, count: u64, stride: is
             }
         };
     }
-    match group.width {
-        1 => of_width!(1),
-        2 => of_width!(2),
-        4 => of_width!(4),
-        8 => of_width!(8),
-        16 => of_width!(16),
-        w => unreachable!("no kernel for {w}-byte moves"),
-    }
+    for_move_width!(group.width, of_width)
 }
 
 /// Runs the moves of an item with two widths, up to four wide and two
@@ -531,14 +539,7 @@ unsafe fn overlap<D: Direction>(
             }
         };
     }
-    match width {
-        1 => of_width!(1),
-        2 => of_width!(2),
-        4 => of_width!(4),
-        8 => of_width!(8),
-        16 => of_width!(16),
-        w => unreachable!("no kernel for {w}-byte moves"),
-    }
+    for_move_width!(width, of_width)
 }
 
 /// [`Plan::Overlap`]: each run is `K` moves of `W` bytes at run offsets
