@@ -49,36 +49,59 @@ struct Case {
 }
 
 /// The eight types of `shared/reference-bench/pack_bench.c`, in its order.
-fn cases() -> mpx::Result<Vec<Case>> {
+const TYPES: [&str; 8] = [
+    "contiguous_1M_double",
+    "vector_stride2_double",
+    "vector_block8_stride16_double",
+    "vector_xyz_of_xyzw_float",
+    "struct_int_double_char3_x1M",
+    "subarray_128cube_xface_double",
+    "subarray_128cube_yface_double",
+    "indexed_irregular_64k_blocks",
+];
+
+/// Builds the benchmark type called `name` (one of [`TYPES`]). Each is
+/// built right before it is measured, as the C programs build theirs: the
+/// allocator then places the buffers after it where it places theirs, down
+/// to their offsets within a page (a cube face's rows crossing page
+/// boundaries or not moves its figures by a tenth).
+fn case(name: &'static str) -> mpx::Result<Case> {
     let double = Datatype::double();
     let n = N as usize;
-    let case = |name, datatype: Datatype, count, span| Case { name, datatype: datatype.commit(), count, span };
-    // An array of C structs {int id; double x; char tag[3];}: 24-byte stride, 15 useful bytes.
-    let s = Datatype::structure(&[1, 1, 3], &[0, 8, 16], &[Datatype::int(), double.clone(), Datatype::char()])?;
-    // A 128^3 cube of doubles: an x face (stride 128) and a y face (128 runs of 1 KiB).
     let cube = [128, 128, 128];
-    let xface = Datatype::subarray(&cube, &[128, 128, 1], &[0, 0, 5], Order::C, &double)?;
-    let yface = Datatype::subarray(&cube, &[128, 1, 128], &[0, 5, 0], Order::C, &double)?;
-    // 64k blocks of 1..7 doubles at scattered displacements, from pack_bench.c's 32-bit LCG.
-    let (mut lens, mut disps) = (Vec::new(), Vec::new());
-    let (mut off, mut seed) = (0i64, 12345u32);
-    for _ in 0..65536 {
-        seed = seed.wrapping_mul(1103515245).wrapping_add(12345);
-        let len = 1 + ((seed >> 16) % 7) as i64;
-        lens.push(len);
-        disps.push(off);
-        off += len + 1 + ((seed >> 8) % 5) as i64;
-    }
-    Ok(vec![
-        case("contiguous_1M_double", Datatype::contiguous(N, &double)?, 1, n * 8),
-        case("vector_stride2_double", Datatype::vector(N, 1, 2, &double)?, 1, n * 16),
-        case("vector_block8_stride16_double", Datatype::vector(N / 8, 8, 16, &double)?, 1, n * 16),
-        case("vector_xyz_of_xyzw_float", Datatype::vector(N / 4, 3, 4, &Datatype::float())?, 1, n * 4),
-        case("struct_int_double_char3_x1M", Datatype::resized(0, 24, &s)?, (N / 2) as u64, n / 2 * 24),
-        case("subarray_128cube_xface_double", xface, 1, 128 * 128 * 128 * 8),
-        case("subarray_128cube_yface_double", yface, 1, 128 * 128 * 128 * 8),
-        case("indexed_irregular_64k_blocks", Datatype::indexed(&lens, &disps, &double)?, 1, (off as usize + 8) * 8),
-    ])
+    let (datatype, count, span) = match name {
+        "contiguous_1M_double" => (Datatype::contiguous(N, &double)?, 1, n * 8),
+        "vector_stride2_double" => (Datatype::vector(N, 1, 2, &double)?, 1, n * 16),
+        "vector_block8_stride16_double" => (Datatype::vector(N / 8, 8, 16, &double)?, 1, n * 16),
+        "vector_xyz_of_xyzw_float" => (Datatype::vector(N / 4, 3, 4, &Datatype::float())?, 1, n * 4),
+        "struct_int_double_char3_x1M" => {
+            // An array of C structs {int id; double x; char tag[3];}: 24-byte stride, 15 useful bytes.
+            let s = Datatype::structure(&[1, 1, 3], &[0, 8, 16], &[Datatype::int(), double.clone(), Datatype::char()])?;
+            (Datatype::resized(0, 24, &s)?, (N / 2) as u64, n / 2 * 24)
+        }
+        // A 128^3 cube of doubles: an x face (stride 128) and a y face (128 runs of 1 KiB).
+        "subarray_128cube_xface_double" => {
+            (Datatype::subarray(&cube, &[128, 128, 1], &[0, 0, 5], Order::C, &double)?, 1, 128 * 128 * 128 * 8)
+        }
+        "subarray_128cube_yface_double" => {
+            (Datatype::subarray(&cube, &[128, 1, 128], &[0, 5, 0], Order::C, &double)?, 1, 128 * 128 * 128 * 8)
+        }
+        "indexed_irregular_64k_blocks" => {
+            // 64k blocks of 1..7 doubles at scattered displacements, from pack_bench.c's 32-bit LCG.
+            let (mut lens, mut disps) = (Vec::new(), Vec::new());
+            let (mut off, mut seed) = (0i64, 12345u32);
+            for _ in 0..65536 {
+                seed = seed.wrapping_mul(1103515245).wrapping_add(12345);
+                let len = 1 + ((seed >> 16) % 7) as i64;
+                lens.push(len);
+                disps.push(off);
+                off += len + 1 + ((seed >> 8) % 5) as i64;
+            }
+            (Datatype::indexed(&lens, &disps, &double)?, 1, (off as usize + 8) * 8)
+        }
+        _ => return Err(mpx::Error::InvalidArgument(format!("no benchmark type is named {name}"))),
+    };
+    Ok(Case { name, datatype: datatype.commit(), count, span })
 }
 
 /// Repetitions per trial, as in the C programs: about 200 MB moved.
@@ -123,6 +146,11 @@ fn bench(case: &Case) {
             black_box(&mut copy);
         }));
     }
+    // Freed in manual_bench.c's order: the allocator then places the next
+    // case's buffers as it does there.
+    drop(mem);
+    drop(packed);
+    drop(copy);
     let gbps = |secs: f64| bytes as f64 / secs / 1e9;
     println!(
         "{{\"type\":\"{}\",\"bytes\":{bytes},\"pack_GBps\":{:.2},\"unpack_GBps\":{:.2},\"memcpy_GBps\":{:.2}}}",
@@ -134,12 +162,15 @@ fn bench(case: &Case) {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let cases = cases()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
-        [] => cases.iter().for_each(bench),
+        [] => {
+            for name in TYPES {
+                bench(&case(name)?);
+            }
+        }
         [flag, library, only @ ..] if flag.starts_with("--paired") && only.len() <= 1 => {
-            let chosen: Vec<&Case> = cases.iter().filter(|c| only.iter().all(|name| c.name == name)).collect();
+            let chosen: Vec<&'static str> = TYPES.into_iter().filter(|t| only.iter().all(|name| t == name)).collect();
             if chosen.is_empty() {
                 return Err(format!("no benchmark type is named {}", only[0]).into());
             }
@@ -158,7 +189,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 mod paired {
     //! mpx and a reference library, alternately on the same buffers.
 
-    use super::{black_box, mpx_pack, mpx_unpack, repetitions, time_per_call, Case};
+    use super::{black_box, mpx_pack, mpx_unpack, repetitions, time_per_call};
     use std::ffi::{c_char, CStr, CString};
 
     type Prepare = unsafe extern "C" fn(*const c_char) -> usize;
@@ -220,9 +251,10 @@ mod paired {
         }
     }
 
-    pub fn run(cases: &[&Case], library: &str, two_buffers: bool) -> Result<(), String> {
+    pub fn run(names: &[&'static str], library: &str, two_buffers: bool) -> Result<(), String> {
         let reference = Reference::load(library)?;
-        for &case in cases {
+        for &name in names {
+            let case = &super::case(name).map_err(|e| e.to_string())?;
             let bytes = case.datatype.pack_size(case.count).expect("benchmark types are small");
             let name = CString::new(case.name).expect("names have no NUL");
             // SAFETY: a C string; returns the reference's packed size.
@@ -304,7 +336,7 @@ mod paired {
 
 #[cfg(not(unix))]
 mod paired {
-    pub fn run(_: &[&super::Case], _: &str, _: bool) -> Result<(), String> {
+    pub fn run(_: &[&'static str], _: &str, _: bool) -> Result<(), String> {
         Err("--paired loads a shared object and needs a Unix system".into())
     }
 }
