@@ -61,10 +61,10 @@ const TYPES: [&str; 8] = [
 ];
 
 /// Builds the benchmark type called `name` (one of [`TYPES`]). Each is
-/// built right before it is measured, as the C programs build theirs: the
-/// allocator then places the buffers after it where it places theirs, down
-/// to their offsets within a page (a cube face's rows crossing page
-/// boundaries or not moves its figures by a tenth).
+/// built right before it is measured, as the C programs build theirs, so
+/// the allocator hands out and reuses memory between types in the same
+/// pattern. Buffer placement matters: whether a cube face's rows cross page
+/// boundaries moves its figures by a tenth in every program.
 fn case(name: &'static str) -> mpx::Result<Case> {
     let double = Datatype::double();
     let n = N as usize;
