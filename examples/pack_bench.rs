@@ -48,59 +48,57 @@ struct Case {
     span: usize,
 }
 
+/// Builds a benchmark type: its datatype, the count of items packed, and
+/// the bytes of memory they span.
+type Build = fn() -> mpx::Result<(Datatype, u64, usize)>;
+
+/// A 128^3 cube of doubles, in bytes; its x face is one double every 1 KiB,
+/// its y face 128 runs of 1 KiB.
+const CUBE: usize = 128 * 128 * 128 * 8;
+
 /// The eight types of `shared/reference-bench/pack_bench.c`, in its order.
-const TYPES: [&str; 8] = [
-    "contiguous_1M_double",
-    "vector_stride2_double",
-    "vector_block8_stride16_double",
-    "vector_xyz_of_xyzw_float",
-    "struct_int_double_char3_x1M",
-    "subarray_128cube_xface_double",
-    "subarray_128cube_yface_double",
-    "indexed_irregular_64k_blocks",
+const TYPES: [(&str, Build); 8] = [
+    ("contiguous_1M_double", || Ok((Datatype::contiguous(N, &Datatype::double())?, 1, N as usize * 8))),
+    ("vector_stride2_double", || Ok((Datatype::vector(N, 1, 2, &Datatype::double())?, 1, N as usize * 16))),
+    ("vector_block8_stride16_double", || Ok((Datatype::vector(N / 8, 8, 16, &Datatype::double())?, 1, N as usize * 16))),
+    ("vector_xyz_of_xyzw_float", || Ok((Datatype::vector(N / 4, 3, 4, &Datatype::float())?, 1, N as usize * 4))),
+    ("struct_int_double_char3_x1M", || {
+        // An array of C structs {int id; double x; char tag[3];}: 24-byte stride, 15 useful bytes.
+        let fields = [Datatype::int(), Datatype::double(), Datatype::char()];
+        let s = Datatype::structure(&[1, 1, 3], &[0, 8, 16], &fields)?;
+        Ok((Datatype::resized(0, 24, &s)?, (N / 2) as u64, N as usize / 2 * 24))
+    }),
+    ("subarray_128cube_xface_double", || {
+        Ok((Datatype::subarray(&[128; 3], &[128, 128, 1], &[0, 0, 5], Order::C, &Datatype::double())?, 1, CUBE))
+    }),
+    ("subarray_128cube_yface_double", || {
+        Ok((Datatype::subarray(&[128; 3], &[128, 1, 128], &[0, 5, 0], Order::C, &Datatype::double())?, 1, CUBE))
+    }),
+    ("indexed_irregular_64k_blocks", || {
+        // 64k blocks of 1..7 doubles at scattered displacements, from pack_bench.c's 32-bit LCG.
+        let (mut lens, mut disps) = (Vec::new(), Vec::new());
+        let (mut off, mut seed) = (0i64, 12345u32);
+        for _ in 0..65536 {
+            seed = seed.wrapping_mul(1103515245).wrapping_add(12345);
+            let len = 1 + ((seed >> 16) % 7) as i64;
+            lens.push(len);
+            disps.push(off);
+            off += len + 1 + ((seed >> 8) % 5) as i64;
+        }
+        Ok((Datatype::indexed(&lens, &disps, &Datatype::double())?, 1, (off as usize + 8) * 8))
+    }),
 ];
 
-/// Builds the benchmark type called `name` (one of [`TYPES`]). Each is
-/// built right before it is measured, as the C programs build theirs, so
-/// the allocator hands out and reuses memory between types in the same
-/// pattern. Buffer placement matters: whether a cube face's rows cross page
-/// boundaries moves its figures by a tenth in every program.
-fn case(name: &'static str) -> mpx::Result<Case> {
-    let double = Datatype::double();
-    let n = N as usize;
-    let cube = [128, 128, 128];
-    let (datatype, count, span) = match name {
-        "contiguous_1M_double" => (Datatype::contiguous(N, &double)?, 1, n * 8),
-        "vector_stride2_double" => (Datatype::vector(N, 1, 2, &double)?, 1, n * 16),
-        "vector_block8_stride16_double" => (Datatype::vector(N / 8, 8, 16, &double)?, 1, n * 16),
-        "vector_xyz_of_xyzw_float" => (Datatype::vector(N / 4, 3, 4, &Datatype::float())?, 1, n * 4),
-        "struct_int_double_char3_x1M" => {
-            // An array of C structs {int id; double x; char tag[3];}: 24-byte stride, 15 useful bytes.
-            let s = Datatype::structure(&[1, 1, 3], &[0, 8, 16], &[Datatype::int(), double.clone(), Datatype::char()])?;
-            (Datatype::resized(0, 24, &s)?, (N / 2) as u64, n / 2 * 24)
-        }
-        // A 128^3 cube of doubles: an x face (stride 128) and a y face (128 runs of 1 KiB).
-        "subarray_128cube_xface_double" => {
-            (Datatype::subarray(&cube, &[128, 128, 1], &[0, 0, 5], Order::C, &double)?, 1, 128 * 128 * 128 * 8)
-        }
-        "subarray_128cube_yface_double" => {
-            (Datatype::subarray(&cube, &[128, 1, 128], &[0, 5, 0], Order::C, &double)?, 1, 128 * 128 * 128 * 8)
-        }
-        "indexed_irregular_64k_blocks" => {
-            // 64k blocks of 1..7 doubles at scattered displacements, from pack_bench.c's 32-bit LCG.
-            let (mut lens, mut disps) = (Vec::new(), Vec::new());
-            let (mut off, mut seed) = (0i64, 12345u32);
-            for _ in 0..65536 {
-                seed = seed.wrapping_mul(1103515245).wrapping_add(12345);
-                let len = 1 + ((seed >> 16) % 7) as i64;
-                lens.push(len);
-                disps.push(off);
-                off += len + 1 + ((seed >> 8) % 5) as i64;
-            }
-            (Datatype::indexed(&lens, &disps, &double)?, 1, (off as usize + 8) * 8)
-        }
-        _ => return Err(mpx::Error::InvalidArgument(format!("no benchmark type is named {name}"))),
-    };
+/// Builds the benchmark type `name` with `build`, right before it is
+/// measured, as the C programs build theirs (each allocates a type's
+/// buffers after building it and frees them before the next type), so
+/// the allocator reuses memory between types in a similar pattern. It is
+/// not the same pattern: Rust's start-up allocations, and mpx's compiled
+/// programs, shift where the buffers land. Placement matters: whether a
+/// cube face's rows cross page boundaries moves its figures by a tenth in
+/// every program.
+fn build_case(name: &'static str, build: Build) -> mpx::Result<Case> {
+    let (datatype, count, span) = build()?;
     Ok(Case { name, datatype: datatype.commit(), count, span })
 }
 
@@ -165,12 +163,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [] => {
-            for name in TYPES {
-                bench(&case(name)?);
+            for (name, build) in TYPES {
+                bench(&build_case(name, build)?);
             }
         }
         [flag, library, only @ ..] if flag.starts_with("--paired") && only.len() <= 1 => {
-            let chosen: Vec<&'static str> = TYPES.into_iter().filter(|t| only.iter().all(|name| t == name)).collect();
+            let chosen: Vec<_> = TYPES.into_iter().filter(|(t, _)| only.iter().all(|name| t == name)).collect();
             if chosen.is_empty() {
                 return Err(format!("no benchmark type is named {}", only[0]).into());
             }
@@ -189,7 +187,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 mod paired {
     //! mpx and a reference library, alternately on the same buffers.
 
-    use super::{black_box, mpx_pack, mpx_unpack, repetitions, time_per_call};
+    use super::{black_box, build_case, mpx_pack, mpx_unpack, repetitions, time_per_call, Build};
     use std::ffi::{c_char, CStr, CString};
 
     type Prepare = unsafe extern "C" fn(*const c_char) -> usize;
@@ -251,21 +249,22 @@ mod paired {
         }
     }
 
-    pub fn run(names: &[&'static str], library: &str, two_buffers: bool) -> Result<(), String> {
+    pub fn run(types: &[(&'static str, Build)], library: &str, two_buffers: bool) -> Result<(), String> {
         let reference = Reference::load(library)?;
-        for &name in names {
-            let case = &super::case(name).map_err(|e| e.to_string())?;
+        for &(name, build) in types {
+            let case = &build_case(name, build).map_err(|e| e.to_string())?;
             let bytes = case.datatype.pack_size(case.count).expect("benchmark types are small");
-            let name = CString::new(case.name).expect("names have no NUL");
+            let c_name = CString::new(case.name).expect("names have no NUL");
             // SAFETY: a C string; returns the reference's packed size.
-            let reference_bytes = unsafe { (reference.prepare)(name.as_ptr()) };
+            let reference_bytes = unsafe { (reference.prepare)(c_name.as_ptr()) };
             if reference_bytes != bytes {
                 return Err(format!("{}: the reference packs {reference_bytes} bytes, mpx {bytes}", case.name));
             }
             let mut mem: Vec<u8> = (0..case.span).map(|i| (i * 7 + i / 251) as u8).collect();
             // Where unpacking writes: `mem` itself, or, as pack_bench.c
             // does, a second buffer whose lines packing did not bring in.
-            let mut second = if two_buffers { vec![0u8; case.span] } else { Vec::new() };
+            // Filled, as pack_bench.c fills its, so no trial pays its page faults.
+            let mut second = if two_buffers { vec![3u8; case.span] } else { Vec::new() };
             let mut packed = vec![0u8; bytes];
             let mut reference_packed = vec![0u8; bytes];
             // SAFETY (here and below): `mem` spans the type's typemap and
@@ -336,7 +335,7 @@ mod paired {
 
 #[cfg(not(unix))]
 mod paired {
-    pub fn run(_: &[&'static str], _: &str, _: bool) -> Result<(), String> {
+    pub fn run(_: &[(&'static str, super::Build)], _: &str, _: bool) -> Result<(), String> {
         Err("--paired loads a shared object and needs a Unix system".into())
     }
 }

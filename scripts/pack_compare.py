@@ -8,7 +8,7 @@ prints per type the median over rounds of each program's figures and mpx's
 ratio to the best of the three references (pack / unpack):
 
     cargo build --release --example pack_bench
-    scripts/pack_compare.py [ROUNDS]          # default 9; the README quotes 21
+    scripts/pack_compare.py [ROUNDS]          # default 8; the README quotes 16
 
 Single rounds vary by a third on a shared VM (cache placement of the
 buffers, neighbours); medians over interleaved rounds are what the README
@@ -24,7 +24,7 @@ rounds of each reference's ratio (mpx / reference, itself a median over 15
 paired trials) and the lowest of the three. `--paired-two-buffers` does the
 same with unpacking into a second buffer, as pack_bench.c does.
 """
-import json, os, statistics, subprocess, sys, tempfile
+import json, os, random, statistics, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
@@ -33,7 +33,7 @@ args = sys.argv[1:]
 modes = [a for a in args if a in ("--paired", "--paired-two-buffers")]
 paired = modes[0] if modes else None
 args = [a for a in args if a not in modes]
-rounds = int(args[0]) if args else (5 if paired else 9)
+rounds = int(args[0]) if args else (5 if paired else 8)
 
 out = tempfile.mkdtemp()
 def build(cmd, **kw):
@@ -81,8 +81,14 @@ programs = {
 }
 figures = {}  # (program, type) -> [(pack, unpack)]
 types = None
+names = list(programs)
+order = random.Random(6)  # seeded: a rerun runs the same orders
 for r in range(rounds):
-    for name, cmd in programs.items():
+    # A fresh order each round, so no program always runs right after the
+    # same one (what the last process freed is what the next one gets).
+    order.shuffle(names)
+    for name in names:
+        cmd = programs[name]
         text = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
         printed = [row["type"] for row in rows]
