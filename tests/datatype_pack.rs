@@ -88,9 +88,9 @@ fn negative_displacements_read_before_the_origin() {
 
     let mut back = vec![0xffu8; 40];
     t.unpack_from(&packed, &mut 0, RegionMut::with_origin(&mut back, 8).unwrap(), 2).unwrap();
-    for i in 0..40 {
+    for (i, &byte) in back.iter().enumerate() {
         let touched = (0..12).contains(&i) || (16..28).contains(&i);
-        assert_eq!(back[i], if touched { i as u8 } else { 0xff }, "byte {i}");
+        assert_eq!(byte, if touched { i as u8 } else { 0xff }, "byte {i}");
     }
 }
 

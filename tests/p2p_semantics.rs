@@ -44,7 +44,7 @@ async fn standard_send_of_a_large_message_waits_for_the_receiver() {
             if comm.rank() == 0 {
                 comm.send(&vec![7u32; 10_000], 1, 0).await?;
                 assert!(received.load(Ordering::SeqCst), "a 40 KB send completed before the receive was posted");
-                comm.send(&vec![7u32; 10], 1, 1).await?;
+                comm.send(&[7u32; 10], 1, 1).await?;
             } else {
                 comm.probe(0, 0).await?;
                 tokio::time::sleep(Duration::from_millis(20)).await;

@@ -127,7 +127,7 @@ async fn wait_any_is_not_biased_toward_low_indices() {
     const ROUNDS: u32 = 400;
     let wins = launch(1, |comm| async move {
         let mut wins = vec![0usize; K];
-        let mut bufs = vec![[0u32]; K];
+        let mut bufs = [[0u32]; K];
         for round in 0..ROUNDS {
             for tag in 0..K as i32 {
                 comm.send(&[round], 0, tag).await?;
@@ -367,7 +367,7 @@ async fn inactive_persistent_requests_and_owned_modes() {
         let mut reqs = vec![Some(Request::inactive()), None];
         let results = wait_all(&mut reqs).await;
         assert!(matches!(&results[0], Some(Ok(st)) if *st == Status::empty()));
-        assert!(matches!(wait_any(&mut [None::<Request>, None]).await, None));
+        assert!(wait_any(&mut [None::<Request>, None]).await.is_none());
         for round in 0..5u16 {
             ssend.buffer_mut()[1] = round;
             let mut reqs = start_all([&mut recv as &mut dyn Persistent, &mut ssend]);

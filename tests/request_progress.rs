@@ -10,10 +10,13 @@ use mpx::{Endpoint, Request, Transport};
 
 /// A transport with a queue per rank and no driver: frames wait until a
 /// `test` call processes them.
+/// Frames waiting for each rank, with their senders.
+type Mailboxes = Arc<Vec<Mutex<VecDeque<(u32, Frame)>>>>;
+
 #[derive(Clone)]
 struct Queues {
     me: u32,
-    queues: Arc<Vec<Mutex<VecDeque<(u32, Frame)>>>>,
+    queues: Mailboxes,
 }
 
 impl Transport for Queues {

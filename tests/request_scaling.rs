@@ -49,7 +49,7 @@ async fn wait_some_work_follows_completions() {
                     r.as_ref().map_err(Clone::clone)?;
                 }
                 completed += done.len();
-                if completed % 7 == 0 || completed == OUTSTANDING {
+                if completed.is_multiple_of(7) || completed == OUTSTANDING {
                     comm.send(&[0u8], 0, OUTSTANDING as i32).await?;
                 }
             }

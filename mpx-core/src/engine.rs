@@ -1036,7 +1036,7 @@ mod tests {
     #[test]
     fn a_failed_peer_fails_what_depends_on_it() {
         let config = Config::default();
-        let mut e = vec![Engine::new(0, 3, config), Engine::new(1, 3, config)];
+        let mut e = [Engine::new(0, 3, config), Engine::new(1, 3, config)];
         e[1].post_recv(1, spec(Some(0), None));
         e[1].post_recv(2, spec(None, None));
         e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));

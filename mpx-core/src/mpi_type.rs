@@ -138,6 +138,6 @@ mod tests {
         check_layout::<[[f64; 3]; 2]>();
         check_layout::<[bool; 5]>();
         assert_eq!(<[[f64; 3]; 2]>::datatype().num_elements(), 6);
-        assert!(<[char; 2]>::NEEDS_VALIDATION);
+        const { assert!(<[char; 2]>::NEEDS_VALIDATION) };
     }
 }

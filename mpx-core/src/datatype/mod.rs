@@ -533,7 +533,7 @@ impl Datatype {
             return (elements == 0).then_some(Signature::EMPTY);
         }
         let whole = elements / per_item;
-        if whole > count || (whole == count && elements % per_item != 0) {
+        if whole > count || (whole == count && !elements.is_multiple_of(per_item)) {
             return None;
         }
         let mut sig = self.signature().repeat(whole);
@@ -575,7 +575,7 @@ impl Datatype {
         if size == 0 {
             return (bytes == 0).then_some(0);
         }
-        (bytes % size == 0).then_some(bytes / size)
+        bytes.is_multiple_of(size).then_some(bytes / size)
     }
 
     /// `MPI_Get_elements`: the number of whole basic elements in a message of

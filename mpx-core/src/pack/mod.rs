@@ -380,7 +380,7 @@ impl Datatype {
         let mem = dst.ptr.wrapping_add(dst.origin);
         if repr == crate::wire::Repr::External32 {
             let size = self.external32_size().max(1);
-            if data.len() as u64 % size != 0 || data.len() as u64 / size > count {
+            if !(data.len() as u64).is_multiple_of(size) || data.len() as u64 / size > count {
                 return Err(Error::Protocol("external32 message does not hold whole items".into()));
             }
             // SAFETY: check_span covers all `count` items; the stream holds

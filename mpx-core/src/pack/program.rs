@@ -200,7 +200,7 @@ impl Gather {
 /// Whether [`Plan::Run`] has a kernel for runs of `len` bytes: every length
 /// up to 32, and multiples of 8 up to 64.
 pub(crate) fn has_run_kernel(len: usize) -> bool {
-    (1..=32).contains(&len) || (len <= 64 && len % 8 == 0)
+    (1..=32).contains(&len) || (len <= 64 && len.is_multiple_of(8))
 }
 
 /// The widest move for a run of `len > 0` bytes: the largest power of two
