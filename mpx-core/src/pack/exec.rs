@@ -14,9 +14,10 @@
 //!   8-byte and a 4-byte move). Packing 8-byte runs, two items share one
 //!   16-byte store (stores, not loads, bound a strided gather), four items
 //!   per iteration. On x86_64, every other item of an array of 4- or
-//!   8-byte items moves 64 stream bytes at a time with AVX-512 masked
-//!   loads or stores and permutations, where the processor has them
-//!   ([`alternate_items`]); items of 4 or 8 bytes 512 or more bytes apart
+//!   8-byte items (stride twice the item, 32 items or more) moves 64
+//!   stream bytes at a time with AVX-512 masked loads or stores and
+//!   permutations, where the processor has them ([`alternate_items`]);
+//!   items of 4 or 8 bytes 512 or more bytes apart
 //!   (a column of a large matrix) move one per iteration of a loop that is
 //!   not unrolled, so the processor's stride prefetcher sees their true
 //!   stride ([`scattered_items`]). Long runs
@@ -50,7 +51,7 @@
 //! Direction is a type parameter ([`Pack`], [`Unpack`]), so both directions
 //! share one walker and compile to separate specialised code.
 //!
-//! All functions here are `unsafe`: callers guarantee that every byte the
+//! The kernels and walkers here are `unsafe`: callers guarantee that every byte the
 //! program touches at `mem` is valid for the access (see the bounds check in
 //! [`super::check_span`]) and that the stream holds the bytes copied.
 //! Pointer offsets into memory use `wrapping_offset`, so intermediate item
@@ -411,7 +412,9 @@ fn prefetch(p: *const u8) {
 /// Copies `N` bytes per item: the compiler turns the copy into the fewest
 /// loads and stores (12 bytes are an 8-byte and a 4-byte move). On x86_64,
 /// 4- and 8-byte items [`SCATTERED_STRIDE`] or more apart go to
-/// [`scattered_items`] instead.
+/// [`scattered_items`] instead, and [`ALTERNATE_MIN_COUNT`] or more of them
+/// exactly two item sizes apart (stride `+2N`) to [`alternate_items`] where
+/// the processor has AVX-512F.
 unsafe fn run_loop<D: Direction, const N: usize>(count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
     #[cfg(target_arch = "x86_64")]
     if (N == 4 || N == 8) && stride.unsigned_abs() >= SCATTERED_STRIDE {
@@ -472,8 +475,8 @@ const SCATTERED_STRIDE: usize = 512;
 /// prefetcher stays within: packing a cube's x face (1 KiB stride) ran at
 /// 0.86 of a plain C loop that way, and at 0.95-1.05 of it in this loop.
 /// Unpacking, where the strided accesses are stores, measured the same in
-/// both loops (0.98 of the C loop). Strides below [`SCATTERED_STRIDE`] keep
-/// the unrolled loop. The loop is written in assembly because nothing else
+/// both loops (0.98 of the C loop). Shorter strides keep the unrolled loop
+/// (or [`alternate_items`]). The loop is written in assembly because nothing else
 /// stops the compiler from unrolling it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -533,11 +536,13 @@ const ALTERNATE_MIN_COUNT: u64 = 32;
 /// red-black ordering), on processors with AVX-512F.
 ///
 /// Each step moves one 64-byte stream block, which holds the items of two
-/// memory lines: packing, two masked line loads and one two-source
-/// permutation; unpacking, one load, two permutations and two masked line
-/// stores. The scalar loops need a load and a store per item or pair (16
-/// or 8 per block). Packed or unpacked that way, every other double of
-/// 16 MiB moved about 10% faster than in the compiler's loop.
+/// 64-byte memory blocks: packing, two masked block loads and one
+/// two-source permutation; unpacking, one load, two permutations and two
+/// masked block stores. The scalar loops need a load and a store per item
+/// or pair (16 or 8 per block). A few single items first align the memory
+/// blocks to cache lines where the items' grid allows (glibc's large
+/// blocks start 16 bytes into a line), so that its two accesses per step
+/// do not straddle lines.
 ///
 /// Masked-out lanes are neither read nor written and never fault (AVX-512
 /// fault suppression), so only the items' bytes are accessed, as every
@@ -589,8 +594,22 @@ unsafe fn alternate_items<D: Direction, const N: usize>(count: u64, mem: *mut u8
     }
     let mask = const { item_mask(N) };
     let items_per_step = 64 / N;
-    let steps = count as usize / items_per_step;
     let (mut m, mut s) = (mem, stream);
+    // Single items up to a line boundary of memory where one is on the
+    // items' grid (memory has two accesses per step, the stream one).
+    let singles = |n: usize, (mut m, mut s): (*mut u8, *mut u8)| {
+        for _ in 0..n {
+            D::copy_fixed::<N>(m, s);
+            m = m.wrapping_add(2 * N);
+            s = s.add(N);
+        }
+        (m, s)
+    };
+    let misalignment = m as usize % 64;
+    let head = if misalignment % (2 * N) == 0 { (64 - misalignment) % 64 / (2 * N) } else { 0 };
+    (m, s) = singles(head, (m, s));
+    let count = count as usize - head;
+    let steps = count / items_per_step;
     if D::TO_MEMORY {
         let first = _mm512_loadu_epi32(const { scatter_lanes(N) }.as_ptr());
         let second = _mm512_loadu_epi32(const { scatter_lanes(N) }.map(|i| i + 8).as_ptr());
@@ -611,12 +630,7 @@ unsafe fn alternate_items<D: Direction, const N: usize>(count: u64, mem: *mut u8
             s = s.add(64);
         }
     }
-    for _ in 0..count as usize % items_per_step {
-        D::copy_fixed::<N>(m, s);
-        m = m.wrapping_add(2 * N);
-        s = s.add(N);
-    }
-    s
+    singles(count % items_per_step, (m, s)).1
 }
 
 /// Expands `$kernel!(W)` for the move width `$width`: the one place that
@@ -1065,7 +1079,9 @@ mod tests {
     #[test]
     fn eight_byte_items_in_fours_pairs_and_singles() {
         // The 8-byte loop moves four items per iteration, then a pair, then
-        // one: every remainder (counts above `FLAT_RUNS`).
+        // one: every remainder (counts above `FLAT_RUNS`). Stride 16 goes
+        // to `alternate_items` instead where the processor has AVX-512F;
+        // the other strides take this loop everywhere.
         for stride in [16, 24, 40, -16, -24] {
             assert_runs_in_a_loop(8, stride);
             for count in 65..=72 {
@@ -1077,7 +1093,7 @@ mod tests {
     #[test]
     fn every_other_item() {
         // 4- and 8-byte items two apart, the stride `alternate_items` takes
-        // (with AVX-512F): counts from `FLAT_RUNS` on, so every remainder
+        // (with AVX-512F): counts above `FLAT_RUNS`, so every remainder
         // of its 64-byte steps, and longer; the guarded round trips put the
         // last item's line flush against an inaccessible page.
         for len in [4, 8] {
@@ -1088,6 +1104,48 @@ mod tests {
         }
         check(&Datatype::vector(1000, 1, 2, &Datatype::double()).unwrap());
         check(&Datatype::vector(1000, 1, 2, &Datatype::float()).unwrap());
+    }
+
+    /// `alternate_items` called directly, where the processor has AVX-512F
+    /// (elsewhere nothing calls it): every count remainder, every start of
+    /// memory within a line, the last item flush against an inaccessible
+    /// page; unpacking leaves the gaps as they were.
+    #[cfg(all(unix, target_arch = "x86_64"))]
+    #[test]
+    fn alternate_items_directly() {
+        fn width<const N: usize>() {
+            for count in (32..=48).chain([100, 1001]) {
+                for start in (0..64).step_by(N) {
+                    let len = start + 2 * N * count - N;
+                    let mut mem = Guarded::new(len, true);
+                    let reference = pattern(len);
+                    let items: Vec<usize> = (0..count).flat_map(|i| start + 2 * N * i..start + 2 * N * i + N).collect();
+                    let packed: Vec<u8> = items.iter().map(|&i| reference[i]).collect();
+
+                    mem.bytes().copy_from_slice(&reference);
+                    let mut stream = Guarded::new(count * N, true);
+                    let (m, st) = (unsafe { mem.data.add(start) }, stream.data);
+                    let end = unsafe { alternate_items::<Pack, N>(count as u64, m, st) };
+                    assert_eq!(end, unsafe { st.add(count * N) });
+                    assert!(stream.bytes() == &packed[..], "pack of {count} {N}-byte items from {start}");
+
+                    mem.bytes().fill(0xa5);
+                    let end = unsafe { alternate_items::<Unpack, N>(count as u64, m, st) };
+                    assert_eq!(end, unsafe { st.add(count * N) });
+                    let mut want = vec![0xa5; len];
+                    for &i in &items {
+                        want[i] = reference[i];
+                    }
+                    assert!(mem.bytes() == &want[..], "unpack of {count} {N}-byte items to {start}");
+                }
+            }
+        }
+        if !has_avx512f() {
+            eprintln!("no AVX-512F here: alternate_items is never used");
+            return;
+        }
+        width::<4>();
+        width::<8>();
     }
 
     #[test]
