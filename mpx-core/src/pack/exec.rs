@@ -606,7 +606,7 @@ unsafe fn alternate_items<D: Direction, const N: usize>(count: u64, mem: *mut u8
         (m, s)
     };
     let misalignment = m as usize % 64;
-    let head = if misalignment % (2 * N) == 0 { (64 - misalignment) % 64 / (2 * N) } else { 0 };
+    let head = if misalignment.is_multiple_of(2 * N) { (64 - misalignment) % 64 / (2 * N) } else { 0 };
     (m, s) = singles(head, (m, s));
     let count = count as usize - head;
     let steps = count / items_per_step;
