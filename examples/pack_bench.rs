@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example pack_bench
 //! ../shared/reference-bench/run.sh pack      # MPICH, Open MPI and hand-written C, same types
-//! scripts/pack_compare.py 21                 # both, in interleaved rounds, as medians
+//! scripts/pack_compare.py 20                 # both, in interleaved rounds, as medians
 //! scripts/pack_compare.py --paired 5         # mpx and each reference in one process
 //! scripts/pack_compare.py --paired-two-buffers 2
 //! ```

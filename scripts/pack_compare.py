@@ -8,7 +8,7 @@ prints per type the median over rounds of each program's figures and mpx's
 ratio to the best of the three references (pack / unpack):
 
     cargo build --release --example pack_bench
-    scripts/pack_compare.py [ROUNDS]          # default 8; the README quotes 16
+    scripts/pack_compare.py [ROUNDS]          # default 8; the README quotes 20
 
 Single rounds vary by a third on a shared VM (cache placement of the
 buffers, neighbours); medians over interleaved rounds are what the README
