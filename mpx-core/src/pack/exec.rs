@@ -17,13 +17,12 @@
 //!   8-byte items (stride twice the item, 32 items or more) moves 64
 //!   stream bytes at a time with AVX-512 masked loads or stores and
 //!   permutations, where the processor has them ([`alternate_items`]);
-//!   items of 4 or 8 bytes 512 or more bytes apart
-//!   (a column of a large matrix) move one per iteration of a loop that is
-//!   not unrolled, so the processor's stride prefetcher sees their true
-//!   stride ([`scattered_items`]). Long runs
-//!   (a face's rows, [`long_runs`]) call `memcpy` directly, after asking
-//!   for the first cache line of the next run, whose miss then overlaps
-//!   the copy; unpacked runs of 0.5-2 KiB use `rep movsb`, which (on the
+//!   items of 4 or 8 bytes 512 or more bytes apart (a column of a large
+//!   matrix) move one per iteration of a loop that is not unrolled, so the
+//!   processor's stride prefetcher sees their true stride
+//!   ([`scattered_items`]). Long runs (a face's rows, [`long_runs`]) call
+//!   `memcpy` directly, after asking for the first cache line of the next
+//!   run, whose miss then overlaps the copy; unpacked runs of 0.5-2 KiB use `rep movsb`, which (on the
 //!   processors where it is used) writes whole destination lines without
 //!   first reading them, except where the destination is just ahead of
 //!   the source modulo 4 KiB ([`copy_string`]);
@@ -51,9 +50,10 @@
 //! Direction is a type parameter ([`Pack`], [`Unpack`]), so both directions
 //! share one walker and compile to separate specialised code.
 //!
-//! The kernels and walkers here are `unsafe`: callers guarantee that every byte the
-//! program touches at `mem` is valid for the access (see the bounds check in
-//! [`super::check_span`]) and that the stream holds the bytes copied.
+//! The kernels and walkers here are `unsafe`: callers guarantee that every
+//! byte the program touches at `mem` is valid for the access (see the bounds
+//! check in [`super::check_span`]) and that the stream holds the bytes
+//! copied.
 //! Pointer offsets into memory use `wrapping_offset`, so intermediate item
 //! bases outside the buffer are harmless; only the bytes actually copied
 //! must be in bounds.
@@ -476,8 +476,8 @@ const SCATTERED_STRIDE: usize = 512;
 /// 0.86 of a plain C loop that way, and at 0.95-1.05 of it in this loop.
 /// Unpacking, where the strided accesses are stores, measured the same in
 /// both loops (0.98 of the C loop). Shorter strides keep the unrolled loop
-/// (or [`alternate_items`]). The loop is written in assembly because nothing else
-/// stops the compiler from unrolling it.
+/// (or [`alternate_items`]). The loop is written in assembly because
+/// nothing else stops the compiler from unrolling it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn scattered_items<D: Direction, const N: usize>(count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
@@ -541,8 +541,8 @@ const ALTERNATE_MIN_COUNT: u64 = 32;
 /// masked block stores. The scalar loops need a load and a store per item
 /// or pair (16 or 8 per block). A few single items first align the memory
 /// blocks to cache lines where the items' grid allows (glibc's large
-/// blocks start 16 bytes into a line), so that its two accesses per step
-/// do not straddle lines.
+/// blocks start 16 bytes into a line), so that the two memory accesses of
+/// a step do not straddle lines.
 ///
 /// Masked-out lanes are neither read nor written and never fault (AVX-512
 /// fault suppression), so only the items' bytes are accessed, as every
