@@ -1107,17 +1107,21 @@ mod tests {
     }
 
     /// `alternate_items` called directly, where the processor has AVX-512F
-    /// (elsewhere nothing calls it): every count remainder, every start of
-    /// memory within a line, the last item flush against an inaccessible
-    /// page; unpacking leaves the gaps as they were.
+    /// (elsewhere nothing calls it): every count remainder; the first item
+    /// at every multiple of N within a line (the buffer starts at a page,
+    /// `start` bytes before it), and the last item flush against an
+    /// inaccessible page; unpacking leaves the gaps as they were.
     #[cfg(all(unix, target_arch = "x86_64"))]
     #[test]
     fn alternate_items_directly() {
         fn width<const N: usize>() {
             for count in (32..=48).chain([100, 1001]) {
-                for start in (0..64).step_by(N) {
+                for (start, guard_after) in (0..64).step_by(N).map(|start| (start, false)).chain([(0, true)]) {
                     let len = start + 2 * N * count - N;
-                    let mut mem = Guarded::new(len, true);
+                    let mut mem = Guarded::new(len, guard_after);
+                    if !guard_after {
+                        assert_eq!((mem.data as usize + start) % 64, start, "the first item's place in its line");
+                    }
                     let reference = pattern(len);
                     let items: Vec<usize> = (0..count).flat_map(|i| start + 2 * N * i..start + 2 * N * i + N).collect();
                     let packed: Vec<u8> = items.iter().map(|&i| reference[i]).collect();
