@@ -263,7 +263,7 @@ async fn generic_enum_and_packed_derives_cross_the_loopback() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_in_external32_are_converted_by_the_receiver() {
     let mut opts = mpx::LaunchOptions::ranks(2);
-    opts.engine.repr = mpx::wire::Repr::External32;
+    opts.engine.repr = mpx::proto::wire::Repr::External32;
     opts.engine.eager_threshold = 64; // rendezvous too
     let out = mpx::launch_with(opts, |comm| async move {
         let long = Datatype::named("long").unwrap();

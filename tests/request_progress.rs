@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use mpx::engine::Config;
-use mpx::wire::Frame;
+use mpx::proto::engine::Config;
+use mpx::proto::wire::Frame;
 use mpx::{Endpoint, Request, Transport};
 
 /// A transport with a queue per rank and no driver: frames wait until a

@@ -8,10 +8,14 @@
 //! * [`MpiType`]: Rust types that have a datatype, implemented for
 //!   primitives and arrays, derived for `#[repr(C)]` structs by
 //!   `mpx-derive`;
-//! * [`engine`]: the sans-IO point-to-point matching engine, and [`wire`],
-//!   the frames it exchanges;
+//! * [`proto`]: the sans-IO protocol: the point-to-point matching engine
+//!   and the wire format of its frames;
+//! * [`runtime`]: the endpoint that drives the engine, and the
+//!   [`Transport`] boundary a network sits behind;
 //! * [`comm`]: communicators, with MPI's point-to-point operations as async
-//!   functions over any [`Transport`];
+//!   functions, and persistent requests;
+//! * [`request`]: requests as futures, and MPI's completion functions;
+//! * [`coll`]: collective operations (the barrier today);
 //! * [`Error`]: the one error type of mpx.
 //!
 //! ```
@@ -26,27 +30,30 @@
 
 #![warn(missing_docs)]
 
+pub mod coll;
 pub mod comm;
 pub mod datatype;
 #[doc(hidden)]
 pub mod derive_support;
-pub mod engine;
 mod error;
 mod mpi_type;
 pub mod pack;
-pub mod persistent;
+pub mod proto;
 pub mod request;
-pub mod wire;
+pub mod runtime;
 
 pub use datatype::{
     address_of, consts, Basic, Combiner, Contents, Datatype, DistArg, Distribution, Envelope, Order,
     Predefined, Signature,
 };
 pub use comm::{
-    Any, Comm, Endpoint, Message, OwnedRecv, RecvBuf, RecvError, SendBuf, Status, Transport, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
+    start_all, Any, Comm, Message, OwnedRecv, Persistent, PersistentRecv, PersistentSend, RecvBuf, RecvError, SendBuf,
+    BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };
-pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend};
-pub use request::{test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Tested};
+pub use request::{
+    test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Status, Tested,
+};
+pub use runtime::{Endpoint, Transport};
 pub use error::{Error, Result};
 pub use mpi_type::MpiType;
-pub use pack::{pack, unpack, Region, RegionMut};
+pub use pack::{pack, unpack, Region, RegionMut, Repr};

@@ -27,9 +27,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Poll;
 
-use mpx_core::engine::Config;
-use mpx_core::wire::Frame;
-use mpx_core::comm::WeakEndpoint;
+use mpx_core::proto::engine::Config;
+use mpx_core::proto::wire::Frame;
+use mpx_core::runtime::WeakEndpoint;
 use mpx_core::{Comm, Endpoint, Error, Result, Transport};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 

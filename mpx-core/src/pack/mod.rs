@@ -221,11 +221,18 @@ fn room(buf_len: usize, position: usize, needed: usize, reading: bool) -> Result
     Ok(())
 }
 
-/// The representation a pack or unpack produces or consumes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Repr {
-    Native,
-    External32,
+/// A data representation: what packed bytes are laid out as.
+///
+/// Every message says its representation (see [`crate::proto::wire`]), and
+/// the receiver converts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum Repr {
+    /// The sender's native representation, which the receiver shares.
+    #[default]
+    Native = 0,
+    /// MPI's external32 (big-endian, fixed sizes).
+    External32 = 1,
 }
 
 impl Datatype {
@@ -375,10 +382,10 @@ impl Datatype {
     /// item that arrived (a message may be shorter than the receive buffer,
     /// and may end inside an item). The caller has checked that `data` is
     /// no longer than `count` items.
-    pub(crate) fn unpack_message(&self, data: &[u8], repr: crate::wire::Repr, dst: RegionMut<'_>, count: u64) -> Result<()> {
+    pub(crate) fn unpack_message(&self, data: &[u8], repr: Repr, dst: RegionMut<'_>, count: u64) -> Result<()> {
         check_span(self, count, dst.origin, dst.len)?;
         let mem = dst.ptr.wrapping_add(dst.origin);
-        if repr == crate::wire::Repr::External32 {
+        if repr == Repr::External32 {
             let size = self.external32_size().max(1);
             if !(data.len() as u64).is_multiple_of(size) || data.len() as u64 / size > count {
                 return Err(Error::Protocol("external32 message does not hold whole items".into()));

@@ -77,16 +77,7 @@ impl Kind {
     }
 }
 
-/// The data representation of a payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[repr(u8)]
-pub enum Repr {
-    /// The sender's native representation, which the receiver shares.
-    #[default]
-    Native = 0,
-    /// MPI's external32 (big-endian, fixed sizes).
-    External32 = 1,
-}
+pub use crate::pack::Repr;
 
 /// A frame header. Fields a kind does not use are 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -137,7 +128,7 @@ impl Frame {
     /// Encodes the frame as header bytes followed by the payload.
     ///
     /// ```
-    /// use mpx_core::wire::{Frame, Header, Kind};
+    /// use mpx_core::proto::wire::{Frame, Header, Kind};
     /// let f = Frame { header: Header { data_len: 4096, ..Header::control(Kind::Credit, 3) },
     ///                 payload: Default::default() };
     /// assert_eq!(Frame::decode(f.encode().freeze())?, f);

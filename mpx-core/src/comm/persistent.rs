@@ -11,7 +11,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> mpx_core::Result<()> {
 //! # mpx_net::loopback::launch(2, |comm| async move {
-//! use mpx_core::persistent::Persistent;
+//! use mpx_core::comm::persistent::Persistent;
 //! let other = 1 - comm.rank();
 //! let mut send = comm.send_init_vec(vec![0u32; 4], other, 0);
 //! let mut recv = comm.recv_init_vec(vec![0u32; 4], other, 0);
@@ -32,8 +32,8 @@
 //! `wait_any`/`wait_some` over only inactive entries report that nothing is
 //! active, as MPI says.
 
-use crate::comm::{Comm, Dest, SendBuf, Source, TagSel};
-use crate::engine::SendMode;
+use super::{Comm, Dest, SendBuf, Source, TagSel};
+use crate::proto::engine::SendMode;
 use crate::mpi_type::MpiType;
 use crate::request::Request;
 

@@ -42,7 +42,7 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::wire::{Frame, Header, Kind, Repr};
+use super::wire::{Frame, Header, Kind, Repr};
 
 /// Identifies a send or receive operation within one engine.
 pub type ReqId = u64;
@@ -85,7 +85,7 @@ pub enum SendMode {
 /// Credit an eager message of `len` bytes costs: its data plus its header,
 /// so even empty messages are bounded.
 fn eager_cost(len: usize) -> u64 {
-    (len + crate::wire::HEADER_LEN) as u64
+    (len + super::wire::HEADER_LEN) as u64
 }
 
 /// The envelope and data of an outgoing message.

@@ -1,0 +1,3 @@
+//! Collective operations over communicators. Today: the barrier.
+
+mod barrier;

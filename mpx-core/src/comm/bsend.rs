@@ -1,0 +1,41 @@
+//! The buffer for buffered sends (`MPI_Buffer_attach`,
+//! `MPI_Buffer_detach`).
+
+use super::Comm;
+use crate::error::{Error, Result};
+
+/// Bytes of bookkeeping each buffered send takes from the attached buffer
+/// besides its packed data (`MPI_BSEND_OVERHEAD`): size buffers as
+/// `Σ (pack_size + BSEND_OVERHEAD)`.
+pub const BSEND_OVERHEAD: usize = 96;
+
+impl Comm {
+    // ----- buffered-send buffer ----------------------------------------------------------
+
+    /// `MPI_Buffer_attach`: gives mpx `buffer.len()` bytes for buffered
+    /// sends. Only one buffer can be attached per process.
+    ///
+    /// mpx accounts buffered messages against this capacity (each takes its
+    /// packed size plus [`BSEND_OVERHEAD`]) and keeps their data in owned
+    /// buffers of its own; the attached memory is returned untouched by
+    /// [`buffer_detach`](Comm::buffer_detach).
+    pub fn buffer_attach(&self, buffer: Vec<u8>) -> Result<()> {
+        let mut st = self.shared.lock();
+        if st.bsend.attached.is_some() {
+            return Err(Error::BufferState("a buffer is already attached"));
+        }
+        st.bsend.attached = Some(buffer);
+        Ok(())
+    }
+
+    /// `MPI_Buffer_detach`: waits until every buffered message has been
+    /// delivered to the transport, then returns the attached buffer.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the buffer stays attached until the call completes.
+    pub async fn buffer_detach(&self) -> Result<Vec<u8>> {
+        // With no buffer attached nothing is in flight, so this returns at once.
+        let mut st = std::future::poll_fn(|cx| self.shared.poll_bsend_drained(cx)).await;
+        st.bsend.attached.take().ok_or(Error::BufferState("no buffer is attached"))
+    }
+}

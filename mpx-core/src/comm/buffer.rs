@@ -1,0 +1,225 @@
+//! Described buffers ([`SendBuf`], [`RecvBuf`]): memory, a count and a
+//! datatype; packing a send, checking and unpacking a delivered message.
+
+use bytes::Bytes;
+
+use crate::datatype::Datatype;
+use crate::error::{Error, Result};
+use crate::mpi_type::MpiType;
+use crate::pack::{Region, RegionMut, Repr};
+use crate::proto::engine::Delivered;
+use crate::request::Status;
+
+/// A send buffer: memory, a count and a datatype.
+///
+/// ```
+/// use mpx_core::{comm::SendBuf, Datatype, Region};
+/// let m = vec![0.0f64; 16];
+/// let column = Datatype::vector(4, 1, 4, &Datatype::double())?;
+/// let buf = SendBuf::new(Region::of(&m), 1, &column);
+/// let typed = SendBuf::typed(&[1u32, 2, 3]);
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SendBuf<'a> {
+    pub(crate) region: Region<'a>,
+    pub(crate) count: u64,
+    pub(crate) datatype: Datatype,
+}
+
+impl<'a> SendBuf<'a> {
+    /// `count` items of `datatype` in `region`.
+    pub fn new(region: Region<'a>, count: u64, datatype: &Datatype) -> SendBuf<'a> {
+        SendBuf { region, count, datatype: datatype.clone() }
+    }
+
+    /// A typed slice with its own datatype.
+    pub fn typed<T: MpiType>(values: &'a [T]) -> SendBuf<'a> {
+        SendBuf { region: Region::typed(values), count: values.len() as u64, datatype: T::datatype() }
+    }
+
+    /// `count` items of a derived `datatype` laid over a typed slice (every
+    /// other element, a field of each struct, ...). The datatype may only
+    /// touch bytes that hold `T`'s data, never padding: that is checked
+    /// here, element by element, and a violation is
+    /// [`Error::InvalidDatatype`]. For plain-old-data types
+    /// `SendBuf::new(Region::of(..), ..)` needs no check.
+    ///
+    /// ```
+    /// use mpx_core::{comm::SendBuf, Datatype, MpiType};
+    /// let pairs = [[1u32, 2], [3, 4], [5, 6]];
+    /// // The first u32 of each pair.
+    /// let firsts = Datatype::vector(3, 1, 2, &u32::datatype())?;
+    /// SendBuf::typed_with(&pairs, 1, &firsts)?;
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn typed_with<T: MpiType>(values: &'a [T], count: u64, datatype: &Datatype) -> Result<SendBuf<'a>> {
+        check_typemap_bytes::<T>(values.len(), count, datatype)?;
+        Ok(SendBuf { region: Region::typed(values), count, datatype: datatype.clone() })
+    }
+
+    /// Data made with the pack API, sent as `packed` (it carries no type
+    /// signature and can be received with any type).
+    pub fn packed(bytes: &'a [u8]) -> SendBuf<'a> {
+        SendBuf { region: Region::new(bytes), count: bytes.len() as u64, datatype: Datatype::packed() }
+    }
+
+    /// Packs the buffer in `repr` (`packed` data always travels as it is);
+    /// returns the data, its representation and its signature.
+    pub(crate) fn pack(&self, repr: Repr) -> Result<Packed> {
+        if self.datatype.is_packed() {
+            return Ok((Bytes::from(self.datatype.pack_to_vec(self.region, self.count)?), Repr::Native, None));
+        }
+        let data = match repr {
+            Repr::Native => self.datatype.pack_to_vec(self.region, self.count)?,
+            Repr::External32 => {
+                let mut out = vec![0u8; self.datatype.pack_external_size(self.count)?];
+                self.datatype.pack_external(self.region, self.count, &mut out, &mut 0)?;
+                out
+            }
+        };
+        let s = self.datatype.signature().repeat(self.count);
+        Ok((Bytes::from(data), repr, Some((s.hash(), s.len()))))
+    }
+}
+
+/// Packed message data: bytes, their representation, their signature.
+pub(crate) type Packed = (Bytes, Repr, Option<(u64, u64)>);
+
+/// A receive buffer: memory, a count and a datatype.
+#[derive(Debug)]
+pub struct RecvBuf<'a> {
+    pub(crate) region: RegionMut<'a>,
+    pub(crate) count: u64,
+    pub(crate) datatype: Datatype,
+}
+
+impl<'a> RecvBuf<'a> {
+    /// Room for `count` items of `datatype` in `region`.
+    pub fn new(region: RegionMut<'a>, count: u64, datatype: &Datatype) -> RecvBuf<'a> {
+        RecvBuf { region, count, datatype: datatype.clone() }
+    }
+
+    /// Room for `count` items of a derived `datatype` laid over a typed
+    /// slice. As for [`SendBuf::typed_with`], the datatype may only touch
+    /// bytes of `T`'s data; and `T` must accept every bit pattern there
+    /// (no `bool`, `char`, enums, ...), since values written through another
+    /// datatype are not validated.
+    pub fn typed_with<T: MpiType>(values: &'a mut [T], count: u64, datatype: &Datatype) -> Result<RecvBuf<'a>> {
+        if T::NEEDS_VALIDATION {
+            return Err(Error::InvalidDatatype(format!(
+                "{} has invalid bit patterns: receive it with its own datatype",
+                std::any::type_name::<T>()
+            )));
+        }
+        check_typemap_bytes::<T>(values.len(), count, datatype)?;
+        // SAFETY: every byte the datatype writes holds data of `T`, where
+        // any bit pattern is valid (checked above).
+        let view = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<std::mem::MaybeUninit<T>>(), values.len()) };
+        Ok(RecvBuf { region: RegionMut::typed(view), count, datatype: datatype.clone() })
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        self.region.check(&self.datatype, self.count)
+    }
+
+    /// Room for `bytes.len()` bytes of `packed` data: receives any message
+    /// as packed bytes, to unpack later with the pack API.
+    pub fn packed(bytes: &'a mut [u8]) -> RecvBuf<'a> {
+        let count = bytes.len() as u64;
+        RecvBuf { region: RegionMut::new(bytes), count, datatype: Datatype::packed() }
+    }
+}
+
+/// Checks that `count` items of `datatype` over `len` values of `T` touch
+/// only bytes that belong to `T`'s own typemap (never padding), and stay in
+/// the slice. Walks every element: its cost follows the data size.
+pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: &Datatype) -> Result<()> {
+    let size = std::mem::size_of::<T>();
+    crate::pack::check_span(datatype, count, 0, len * size)?;
+    let mut data_bytes = vec![false; size];
+    T::datatype().for_each_entry(|b, disp| {
+        for k in 0..b.size() {
+            data_bytes[disp as usize + k] = true;
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    if size == 0 || data_bytes.iter().all(|&d| d) {
+        return Ok(());
+    }
+    let extent = datatype.extent() as i128;
+    for i in 0..count as i128 {
+        let bad = datatype.for_each_entry(|b, disp| {
+            let start = disp as i128 + i * extent;
+            match (0..b.size() as i128).find(|k| !data_bytes[((start + k) % size as i128) as usize]) {
+                Some(k) => std::ops::ControlFlow::Break(start + k),
+                None => std::ops::ControlFlow::Continue(()),
+            }
+        });
+        if let Some(offset) = bad {
+            return Err(Error::InvalidDatatype(format!(
+                "the datatype touches byte {offset} of the slice, which is padding of {}",
+                std::any::type_name::<T>()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a delivered message against a receive of `count` items of
+/// `datatype` (truncation, type signature) and unpacks it into `region`.
+pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, region: RegionMut<'_>) -> Result<Status> {
+    let env = &msg.envelope;
+    let capacity = if env.repr == Repr::External32 {
+        datatype.pack_external_size(count)?
+    } else {
+        datatype.pack_size(count)?
+    };
+    if msg.data.len() > capacity {
+        return Err(Error::Truncate { needed: msg.data.len() as u64, available: capacity as u64 });
+    }
+    if let Some((hash, elements)) = env.signature {
+        if !datatype.is_packed() {
+            match datatype.signature_prefix(count, elements) {
+                Some(prefix) if prefix.hash() == hash => {}
+                _ => return Err(Error::TypeMismatch),
+            }
+        }
+    }
+    datatype.unpack_message(&msg.data, env.repr, region, count)?;
+    let mut status = status_of(msg);
+    if env.repr == Repr::External32 && datatype.external32_size() > 0 {
+        // The status counts what landed in the buffer: whole items of the
+        // native representation (unpack_message checked they are whole).
+        status.bytes = msg.data.len() as u64 / datatype.external32_size() * datatype.size();
+    }
+    Ok(status)
+}
+
+/// Unpacks a delivered message into a typed slice, validating values first.
+pub(crate) fn unpack_typed_message<T: MpiType>(msg: &Delivered, buf: &mut [T]) -> Result<Status> {
+    let count = buf.len() as u64;
+    let mut status = None;
+    crate::pack::unpack_typed(buf, |region| {
+        status = Some(deliver_into(msg, &T::datatype(), count, region)?);
+        Ok(())
+    })?;
+    Ok(status.expect("set on success"))
+}
+
+/// A `Vec` whose element type is contiguous (no padding), viewed as the
+/// bytes of a message.
+pub(crate) struct ContiguousVec<T>(pub(crate) Vec<T>);
+
+impl<T: MpiType> AsRef<[u8]> for ContiguousVec<T> {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: only built for types whose datatype is contiguous: every
+        // byte of every value is a typemap byte, hence initialised.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), std::mem::size_of_val(&self.0[..])) }
+    }
+}
+
+/// The status of a delivered message, as it travelled.
+pub(super) fn status_of(msg: &Delivered) -> Status {
+    Status::of(msg.envelope.source, msg.envelope.tag, msg.data.len() as u64)
+}

@@ -1,0 +1,160 @@
+//! Communicators: MPI's point-to-point operations as async functions.
+//!
+//! An [`Endpoint`] is one rank's connection to the world: it owns the rank's
+//! [`Engine`] behind a mutex and a [`Transport`] that carries frames to
+//! peers. The transport's driver task feeds incoming frames to
+//! [`Endpoint::handle_frame`], so matching and protocol replies progress
+//! whether or not anyone is polling a particular operation. A [`Comm`] is a
+//! communicator over an endpoint: a rank, a size and a matching context.
+//!
+//! # Buffers never escape to the background
+//!
+//! A send packs its data into an owned buffer before it returns from its
+//! first poll, and a receive's data stays in engine-owned buffers until the
+//! receive's own future unpacks it into the caller's memory. Nothing the
+//! driver holds ever points into a caller's buffer, so dropping (or leaking)
+//! a future is always sound.
+//!
+//! # Cancel safety
+//!
+//! Every operation here is cancel-safe in the sense that dropping its
+//! future loses no message and leaves the engine consistent:
+//! * a receive that has not matched is withdrawn;
+//! * a receive whose message matched but was not yet unpacked gives the
+//!   message back, at the head of the queue, ahead of every later message
+//!   from any sender; a rendezvous message whose data is still in transit
+//!   keeps its place the same way, and its data goes to the next receive
+//!   that matches it. The one order this cannot restore: if a *later*
+//!   message from the same sender was already delivered to a later receive
+//!   before the first receive was dropped, the returned message now comes
+//!   after it;
+//! * a send whose data was handed to the engine completes in the background.
+
+mod bsend;
+mod buffer;
+pub mod persistent;
+mod probe;
+mod recv;
+mod recv_owned;
+mod selectors;
+mod send;
+mod sendrecv;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::proto::engine::MatchSpec;
+use crate::runtime::{Endpoint, Shared};
+
+pub use bsend::BSEND_OVERHEAD;
+pub use buffer::{RecvBuf, SendBuf};
+pub use crate::request::Status;
+pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend};
+pub use probe::Message;
+pub use recv_owned::{OwnedRecv, RecvError};
+pub use selectors::{Any, Dest, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
+
+pub(crate) use recv_owned::RawRecv;
+
+/// The context id of the world communicator.
+const WORLD_CONTEXT: u64 = 0;
+
+impl Endpoint {
+    /// The world communicator over this endpoint.
+    pub fn world(&self) -> Comm {
+        Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: Arc::new(AtomicU64::new(0)) }
+    }
+}
+
+/// A communicator: a group of ranks and a matching context of its own.
+///
+/// Messages sent on one communicator are received only on that communicator
+/// (or a handle to it), so a library can [`dup`](Comm::dup) the world and
+/// never see the application's messages.
+///
+/// Operations take destinations and sources as plain numbers, [`Any`] or
+/// [`PROC_NULL`], and tags as numbers or [`Any`].
+#[derive(Clone)]
+pub struct Comm {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) context: u64,
+    dups: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Comm(rank {} of {}, context {:#x})", self.rank(), self.size(), self.context)
+    }
+}
+
+/// Mixes `parent` and `n` into a new context id (even: odd ids are the
+/// collective contexts of their even neighbours).
+fn derive_context(parent: u64, n: u64) -> u64 {
+    let mut x = parent ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xd1b5_4a32_d192_ed03;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) & !1
+}
+
+impl Comm {
+    /// This rank's number in the communicator.
+    pub fn rank(&self) -> usize {
+        self.shared.rank as usize
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.shared.size as usize
+    }
+
+    /// `MPI_Comm_dup`: the same ranks with a new matching context. Every
+    /// rank must call `dup` on the communicator the same number of times in
+    /// the same order (as in MPI, it is collective), which is what makes the
+    /// new context agree everywhere without messages.
+    pub fn dup(&self) -> Comm {
+        let n = self.dups.fetch_add(1, Ordering::Relaxed);
+        Comm { shared: self.shared.clone(), context: derive_context(self.context, n), dups: Arc::new(AtomicU64::new(0)) }
+    }
+
+    fn check_rank(&self, r: i64) -> Result<u32> {
+        if r < 0 || r >= self.size() as i64 {
+            return Err(Error::InvalidRank { rank: r, size: self.shared.size });
+        }
+        Ok(r as u32)
+    }
+
+    fn dest(&self, d: impl Into<Dest>) -> Result<Option<u32>> {
+        match d.into() {
+            Dest::Rank(r) => self.check_rank(r).map(Some),
+            Dest::Null => Ok(None),
+        }
+    }
+
+    fn tag(t: impl Into<TagSel>) -> Result<Option<i32>> {
+        match t.into() {
+            TagSel::Tag(t) if (0..=TAG_UB as i64).contains(&t) => Ok(Some(t as i32)),
+            TagSel::Tag(t) => Err(Error::InvalidTag(t)),
+            TagSel::Any => Ok(None),
+        }
+    }
+
+    /// Resolves a source and tag into a match spec, or `None` for PROC_NULL.
+    fn spec(&self, source: impl Into<Source>, tag: impl Into<TagSel>, context: u64) -> Result<Option<MatchSpec>> {
+        let tag = Comm::tag(tag)?;
+        let source = match source.into() {
+            Source::Rank(r) => Some(self.check_rank(r)?),
+            Source::Any => None,
+            Source::Null => return Ok(None),
+        };
+        Ok(Some(MatchSpec { context, source, tag }))
+    }
+
+    /// Diagnostics: messages that have arrived at this rank and wait
+    /// unmatched (over all communicators), and their data bytes. Eager data
+    /// from each sender is bounded by the engine's credit.
+    pub fn queued(&self) -> (usize, u64) {
+        let st = self.shared.lock();
+        (st.engine.unexpected_len(), st.engine.unexpected_bytes())
+    }
+}

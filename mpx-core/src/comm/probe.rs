@@ -1,0 +1,161 @@
+//! Probes and matched probes (`MPI_Probe`, `MPI_Iprobe`, `MPI_Mprobe`,
+//! `MPI_Improbe`, `MPI_Mrecv`).
+
+use std::task::Poll;
+
+use super::buffer::{deliver_into, unpack_typed_message, RecvBuf};
+use super::selectors::{Source, TagSel};
+use super::{Comm, Status};
+use crate::error::Result;
+use crate::mpi_type::MpiType;
+use crate::proto::engine::{Engine, MatchSpec};
+use crate::request::{Finish, Kind, Request};
+
+impl Comm {
+    // ----- probes --------------------------------------------------------------------
+
+    /// `MPI_Iprobe`: the status of the first queued message matching
+    /// `source` and `tag`, without receiving it.
+    pub fn iprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Status>> {
+        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Status::empty())) };
+        let st = self.shared.lock();
+        Ok(st.engine.iprobe(&spec).map(|e| Status::of(e.source, e.tag, e.len)))
+    }
+
+    /// `MPI_Probe`: waits until a matching message is queued and returns its
+    /// status. With several tasks receiving, another may take the message
+    /// first: use [`mprobe`](Comm::mprobe) then.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a probe takes nothing.
+    pub async fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
+        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Status::empty()) };
+        self.wait_for_arrival(spec, |engine, spec| engine.iprobe(spec).map(|e| Status::of(e.source, e.tag, e.len)))
+            .await
+    }
+
+    /// Retries `attempt` on the engine whenever a message may have appeared,
+    /// until it finds something; fails if the messages `spec` names can no
+    /// longer come. The attempt, the check and the waker registration happen
+    /// under one lock, so a message that arrives just before its sender's
+    /// farewell is never missed.
+    async fn wait_for_arrival<T>(&self, spec: MatchSpec, mut attempt: impl FnMut(&mut Engine, &MatchSpec) -> Option<T>) -> Result<T> {
+        std::future::poll_fn(|cx| {
+            let mut st = self.shared.lock();
+            if let Some(found) = attempt(&mut st.engine, &spec) {
+                return Poll::Ready(Ok(found));
+            }
+            let dead = match spec.source {
+                Some(r) => st.engine.dead(r, true),
+                None => st.engine.others_gone(),
+            };
+            if let Some(e) = dead {
+                return Poll::Ready(Err(e));
+            }
+            st.arrival_wakers.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// `MPI_Improbe`: takes the first queued matching message out of the
+    /// queue, so no other receive can match it; receive it with
+    /// [`Message::recv_into`].
+    pub fn improbe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Message>> {
+        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Message::null(self))) };
+        let mut st = self.shared.lock();
+        Ok(st.engine.improbe(&spec).map(|m| Message { comm: self.clone(), matched: Some(m) }))
+    }
+
+    /// `MPI_Mprobe`: waits for a matching message and takes it.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is taken until it resolves.
+    pub async fn mprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Message> {
+        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Message::null(self)) };
+        let matched = self.wait_for_arrival(spec, |engine, spec| engine.improbe(spec)).await?;
+        Ok(Message { comm: self.clone(), matched: Some(matched) })
+    }
+}
+
+/// A message taken by [`Comm::improbe`] or [`Comm::mprobe`]; it can only
+/// be received through this handle (`MPI_Mrecv`). Dropping the handle
+/// without receiving gives the message back to the queue.
+pub struct Message {
+    comm: Comm,
+    matched: Option<crate::proto::engine::Matched>,
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message").field("status", &self.status()).finish()
+    }
+}
+
+impl Message {
+    fn null(comm: &Comm) -> Message {
+        Message { comm: comm.clone(), matched: None }
+    }
+
+    /// The message's status (source, tag, length); empty for PROC_NULL.
+    pub fn status(&self) -> Status {
+        match &self.matched {
+            None => Status::empty(),
+            Some(m) => {
+                let e = m.envelope();
+                Status::of(e.source, e.tag, e.len)
+            }
+        }
+    }
+
+    /// Starts receiving the message as a request that runs `finish` on it.
+    fn start<'a>(mut self, finish: Finish<'a>) -> Request<'a> {
+        let Some(m) = self.matched.take() else { return Request::completed(Ok(Status::empty())) };
+        let shared = self.comm.shared.clone();
+        let mut st = shared.lock();
+        let id = st.engine.next_id();
+        st.engine.mrecv(id, m);
+        shared.flush(&mut st);
+        drop(st);
+        Request::active(shared, id, Kind::Recv(finish))
+    }
+
+    /// `MPI_Imrecv` into a typed slice.
+    ///
+    /// # Cancel safety
+    /// As [`Comm::irecv`]: if dropped, the message goes back to the head of
+    /// the queue.
+    pub fn irecv<T: MpiType>(self, buf: &mut [T]) -> Request<'_> {
+        self.start(Box::new(move |msg| unpack_typed_message(&msg, buf)))
+    }
+
+    /// `MPI_Mrecv` into a typed slice.
+    ///
+    /// # Cancel safety
+    /// As [`Message::irecv`].
+    pub async fn recv_into<T: MpiType>(self, buf: &mut [T]) -> Result<Status> {
+        self.irecv(buf).await
+    }
+
+    /// `MPI_Mrecv` into any buffer.
+    ///
+    /// # Cancel safety
+    /// As [`Message::irecv`].
+    pub async fn recv_buf(self, buf: RecvBuf<'_>) -> Result<Status> {
+        // On a bad buffer the message goes back to the queue (when `self` drops).
+        buf.check()?;
+        self.start(Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region))).await
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        if let Some(m) = self.matched.take() {
+            let mut st = self.comm.shared.lock();
+            st.engine.unmatch(m);
+            st.wake_probes();
+            self.comm.shared.flush(&mut st);
+        }
+    }
+}
+

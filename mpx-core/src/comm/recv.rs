@@ -1,0 +1,134 @@
+//! Receives: into typed slices, described buffers, owned vectors and
+//! owned bytes.
+
+use std::future::Future;
+
+use bytes::Bytes;
+
+use super::buffer::{deliver_into, status_of, unpack_typed_message, RecvBuf};
+use super::recv_owned::{OwnedRecv, RawRecv};
+use super::selectors::{Source, TagSel};
+use super::{Comm, Status};
+use crate::error::Result;
+use crate::mpi_type::MpiType;
+use crate::pack::Repr;
+use crate::proto::engine::ReqId;
+use crate::request::{Finish, Kind, Request};
+
+impl Comm {
+    // ----- receives ----------------------------------------------------------------
+
+    /// Posts a receive now; `Ok(None)` for the null process.
+    pub(crate) fn post_recv(&self, source: impl Into<Source>, tag: impl Into<TagSel>, context: u64) -> Result<Option<ReqId>> {
+        let Some(spec) = self.spec(source, tag, context)? else { return Ok(None) };
+        let mut st = self.shared.lock();
+        let id = st.engine.next_id();
+        st.engine.post_recv(id, spec);
+        self.shared.flush(&mut st);
+        Ok(Some(id))
+    }
+
+    fn start_recv<'a>(&self, source: impl Into<Source>, tag: impl Into<TagSel>, finish: Finish<'a>) -> Request<'a> {
+        match self.post_recv(source, tag, self.context) {
+            Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Recv(finish)),
+            Ok(None) => Request::completed(Ok(Status::empty())),
+            Err(e) => Request::completed(Err(e)),
+        }
+    }
+
+    /// `MPI_Irecv` into a typed slice: posts the receive now (a message that
+    /// arrives before anyone polls the request still matches it) and
+    /// returns its request. The slice stays mutably borrowed until the
+    /// request completes; the data is written into it only when the request
+    /// is polled, never by a background task. A longer message is
+    /// [`Error::Truncate`], a message of another type
+    /// [`Error::TypeMismatch`], and values invalid for `T` are
+    /// [`Error::InvalidValue`]; in each case the slice is left unchanged.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the request withdraws the receive, or gives its
+    /// message back to the head of the queue (see the [module docs](self)).
+    pub fn irecv<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        self.start_recv(source, tag, Box::new(move |msg| unpack_typed_message(&msg, buf)))
+    }
+
+    /// `MPI_Irecv` into any buffer (a derived datatype, or packed bytes with
+    /// [`RecvBuf::packed`]).
+    ///
+    /// # Cancel safety
+    /// As [`irecv`](Comm::irecv).
+    pub fn irecv_buf<'a>(&self, buf: RecvBuf<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        // A buffer that cannot hold `count` items fails before the receive
+        // is posted, so no message is consumed by it.
+        if let Err(e) = buf.check() {
+            return Request::completed(Err(e));
+        }
+        self.start_recv(source, tag, Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region)))
+    }
+
+    /// A receive into an owned `Vec` (room for `buf.len()` values), as a
+    /// `'static` future that can be spawned. It resolves to the vector and
+    /// the status; on failure the vector comes back with the error.
+    ///
+    /// # Cancel safety
+    /// As [`irecv`](Comm::irecv).
+    pub fn irecv_vec<T: MpiType>(&self, buf: Vec<T>, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Vec<T>> {
+        OwnedRecv::start(self, buf, source.into(), tag.into(), |buf, msg| unpack_typed_message(&msg, buf))
+    }
+
+    /// A receive of a message of any length as owned bytes, taken from the
+    /// transport without a copy (`packed`: no type check), as a `'static`
+    /// future.
+    ///
+    /// # Cancel safety
+    /// As [`irecv`](Comm::irecv).
+    pub fn irecv_bytes(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Bytes> {
+        OwnedRecv::start(self, Bytes::new(), source.into(), tag.into(), |buf, msg| {
+            let status = status_of(&msg);
+            *buf = msg.data;
+            Ok(status)
+        })
+    }
+
+    /// `MPI_Recv` into a typed slice: receives up to `buf.len()` values from
+    /// `source` (a rank, [`Any`] or [`PROC_NULL`]) with `tag` (or [`Any`]).
+    /// Errors as for [`irecv`](Comm::irecv), of which this is the blocking
+    /// spelling: the receive is posted when called.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
+    /// its message, if one had matched, is given back (see the
+    /// [module docs](self)).
+    pub fn recv_into<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        self.irecv(buf, source, tag)
+    }
+
+    /// `MPI_Recv` of a message of any length into a new `Vec`.
+    ///
+    /// # Cancel safety
+    /// As [`recv_into`](Comm::recv_into).
+    pub fn recv<T: MpiType + Default>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<(Vec<T>, Status)>> + Send + 'static {
+        let posted = self.post_recv(source, tag, self.context).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
+        async move {
+            let Some(raw) = posted? else { return Ok((Vec::new(), Status::empty())) };
+            let msg = raw.await?;
+            let size = match msg.envelope.repr {
+                Repr::Native => T::datatype().size(),
+                Repr::External32 => T::datatype().external32_size(),
+            }
+            .max(1) as usize;
+            let mut out = vec![T::default(); msg.data.len().div_ceil(size)];
+            let status = unpack_typed_message(&msg, &mut out)?;
+            Ok((out, status))
+        }
+    }
+
+    /// `MPI_Recv` into any buffer (a derived datatype, or packed bytes with
+    /// [`RecvBuf::packed`]).
+    ///
+    /// # Cancel safety
+    /// As [`recv_into`](Comm::recv_into).
+    pub fn recv_buf<'a>(&self, buf: RecvBuf<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        self.irecv_buf(buf, source, tag)
+    }
+}

@@ -1,0 +1,177 @@
+//! Receives that own their buffer ([`OwnedRecv`]), and the raw receive
+//! every receive is built on.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use super::selectors::{Source, TagSel};
+use super::{Comm, Status};
+use crate::error::{Error, Result};
+use crate::proto::engine::{Delivered, ReqId};
+use crate::request::Operation;
+use crate::runtime::{Completion, Shared};
+
+/// A failed receive into an owned buffer: the buffer comes back with the error.
+#[derive(Debug)]
+pub struct RecvError<B> {
+    /// The buffer the receive was given.
+    pub buffer: B,
+    /// What went wrong.
+    pub error: Error,
+}
+
+impl<B: std::fmt::Debug> std::fmt::Display for RecvError<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<B: std::fmt::Debug> std::error::Error for RecvError<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// A posted receive that resolves to the delivered message itself.
+pub(crate) struct RawRecv {
+    shared: Arc<Shared>,
+    id: ReqId,
+    finished: bool,
+}
+
+impl RawRecv {
+    pub(crate) fn new(shared: Arc<Shared>, id: ReqId) -> RawRecv {
+        RawRecv { shared, id, finished: false }
+    }
+
+    /// Unposts the receive if it has not matched; then it is finished.
+    pub(crate) fn cancel(&mut self) -> bool {
+        let cancelled = self.shared.lock().engine.cancel_recv(self.id);
+        self.finished |= cancelled;
+        cancelled
+    }
+}
+
+impl Future for RawRecv {
+    type Output = Result<Delivered>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Delivered>> {
+        let completion = std::task::ready!(self.shared.poll_done(self.id, cx));
+        self.finished = true;
+        Poll::Ready(match completion {
+            Completion::Recv(r) => r,
+            Completion::Cancelled => Err(Error::Cancelled),
+            Completion::Send(_) => unreachable!("a receive completes as a receive"),
+        })
+    }
+}
+
+impl Drop for RawRecv {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.shared.withdraw(self.id);
+        }
+    }
+}
+
+/// A receive into an owned buffer ([`Comm::irecv_vec`],
+/// [`Comm::irecv_bytes`]): a `'static` future resolving to the buffer and
+/// the status, or to the buffer and the error ([`RecvError`]). It is also an
+/// [`Operation`], so it works with the completion functions and
+/// [`RequestSet`](crate::RequestSet).
+#[must_use = "a receive does nothing unless awaited; dropping it withdraws it"]
+pub struct OwnedRecv<B> {
+    state: OwnedState<B>,
+    finish: fn(&mut B, Delivered) -> Result<Status>,
+}
+
+enum OwnedState<B> {
+    Active(RawRecv, B),
+    Complete(Option<std::result::Result<(B, Status), RecvError<B>>>),
+}
+
+impl<B> std::fmt::Debug for OwnedRecv<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_complete() { "OwnedRecv(complete)" } else { "OwnedRecv(active)" })
+    }
+}
+
+impl<B> OwnedRecv<B> {
+    pub(crate) fn start(comm: &Comm, buffer: B, source: Source, tag: TagSel, finish: fn(&mut B, Delivered) -> Result<Status>) -> OwnedRecv<B> {
+        let state = match comm.post_recv(source, tag, comm.context) {
+            Ok(Some(id)) => OwnedState::Active(RawRecv::new(comm.shared.clone(), id), buffer),
+            Ok(None) => OwnedState::Complete(Some(Ok((buffer, Status::empty())))),
+            Err(error) => OwnedState::Complete(Some(Err(RecvError { buffer, error }))),
+        };
+        OwnedRecv { state, finish }
+    }
+
+    fn is_complete(&self) -> bool {
+        matches!(self.state, OwnedState::Complete(_))
+    }
+
+    /// `MPI_Cancel`: withdraws the receive if it has not matched; it then
+    /// completes with the buffer and a status whose
+    /// [`Status::test_cancelled`] is true. Returns whether it was cancelled.
+    pub fn cancel(&mut self) -> bool {
+        let OwnedState::Active(raw, _) = &mut self.state else { return false };
+        if !raw.cancel() {
+            return false;
+        }
+        let OwnedState::Active(raw, buffer) = std::mem::replace(&mut self.state, OwnedState::Complete(None)) else {
+            unreachable!("checked above")
+        };
+        drop(raw);
+        self.state = OwnedState::Complete(Some(Ok((buffer, Status { cancelled: true, ..Status::empty() }))));
+        true
+    }
+}
+
+impl<B: Unpin> Operation for OwnedRecv<B> {
+    type Output = std::result::Result<(B, Status), RecvError<B>>;
+
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let OwnedState::Active(raw, _) = &mut self.state else { return Poll::Ready(()) };
+        let outcome = std::task::ready!(Pin::new(raw).poll(cx));
+        let OwnedState::Active(_, mut buffer) = std::mem::replace(&mut self.state, OwnedState::Complete(None)) else {
+            unreachable!("checked above")
+        };
+        let result = outcome.and_then(|msg| (self.finish)(&mut buffer, msg));
+        self.state = OwnedState::Complete(Some(match result {
+            Ok(status) => Ok((buffer, status)),
+            Err(error) => Err(RecvError { buffer, error }),
+        }));
+        Poll::Ready(())
+    }
+
+    fn is_complete(&self) -> bool {
+        OwnedRecv::is_complete(self)
+    }
+
+    fn take_output(&mut self) -> Self::Output {
+        match &mut self.state {
+            OwnedState::Complete(out) => out.take().expect("the outcome of an owned receive is taken once"),
+            OwnedState::Active(..) => panic!("take_output on an active receive"),
+        }
+    }
+
+    fn progress(&self) -> Option<usize> {
+        match &self.state {
+            OwnedState::Active(raw, _) => {
+                raw.shared.progress();
+                Some(Arc::as_ptr(&raw.shared) as usize)
+            }
+            OwnedState::Complete(_) => None,
+        }
+    }
+}
+
+impl<B: Unpin> Future for OwnedRecv<B> {
+    type Output = std::result::Result<(B, Status), RecvError<B>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        std::task::ready!(self.poll_complete(cx));
+        Poll::Ready(self.take_output())
+    }
+}

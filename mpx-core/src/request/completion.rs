@@ -1,0 +1,156 @@
+//! MPI's completion functions over slices of requests: `wait_any`,
+//! `test_any`, `wait_all`, `test_all`, `wait_some`, `test_some`.
+
+use std::task::{Context, Poll, Waker};
+
+use super::Operation;
+
+/// A random index below `n`, where a scan starts so that no request is
+/// favoured whatever the shape of the caller's loop.
+fn random_start(n: usize) -> usize {
+    use std::cell::Cell;
+    use std::hash::{BuildHasher, RandomState};
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(RandomState::new().hash_one(0u8) | 1);
+    }
+    STATE.with(|s| {
+        // xorshift64
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x % n as u64) as usize
+    })
+}
+
+/// Processes arrived frames at the endpoint of the first request still
+/// active (the requests of one program share its endpoint).
+pub(crate) fn progress_endpoint<'r, R: Operation + 'r>(requests: impl IntoIterator<Item = &'r Option<R>>) {
+    let _ = requests.into_iter().flatten().find_map(Operation::progress);
+}
+
+/// Polls every active entry; returns the indices that are complete, or
+/// `None` if there is no active entry.
+fn poll_entries<R: Operation>(requests: &mut [Option<R>], cx: &mut Context<'_>) -> Option<Vec<usize>> {
+    let n = requests.len();
+    let start = if n == 0 { 0 } else { random_start(n) };
+    let mut any = false;
+    let mut done = Vec::new();
+    for k in 0..n {
+        let i = (start + k) % n;
+        if let Some(r) = &mut requests[i] {
+            any = true;
+            if r.poll_complete(cx).is_ready() {
+                done.push(i);
+            }
+        }
+    }
+    any.then_some(done)
+}
+
+fn take<R: Operation>(requests: &mut [Option<R>], i: usize) -> R::Output {
+    let mut r = requests[i].take().expect("index of a complete request");
+    r.take_output()
+}
+
+/// `MPI_Waitany`: waits until one active request completes and returns its
+/// index and outcome, setting its entry to `None`; `None` if no entry is
+/// active (MPI's `MPI_UNDEFINED`). The scan starts at a random index, so
+/// no request is favoured.
+///
+/// # Cancel safety
+/// Cancel-safe: dropping the future leaves every request in the slice.
+pub async fn wait_any<R: Operation>(requests: &mut [Option<R>]) -> Option<(usize, R::Output)> {
+    std::future::poll_fn(|cx| match poll_entries(requests, cx) {
+        None => Poll::Ready(None),
+        Some(done) if done.is_empty() => Poll::Pending,
+        Some(done) => Poll::Ready(Some((done[0], take(requests, done[0])))),
+    })
+    .await
+}
+
+/// The result of a nonblocking completion test over several requests.
+#[derive(Debug)]
+pub enum Tested<T> {
+    /// No entry is active (MPI's `MPI_UNDEFINED` index or count).
+    Inactive,
+    /// Nothing has completed yet.
+    Pending,
+    /// Completed: the outcome.
+    Done(T),
+}
+
+/// `MPI_Testany`: like [`wait_any`] without waiting. Processes frames that
+/// have already arrived first.
+pub fn test_any<R: Operation>(requests: &mut [Option<R>]) -> Tested<(usize, R::Output)> {
+    progress_endpoint(requests.iter());
+    match poll_entries(requests, &mut Context::from_waker(Waker::noop())) {
+        None => Tested::Inactive,
+        Some(done) if done.is_empty() => Tested::Pending,
+        Some(done) => Tested::Done((done[0], take(requests, done[0]))),
+    }
+}
+
+/// `MPI_Waitall`: waits for every request; returns each one's outcome in
+/// order (`None` for `None` entries: MPI's empty status) and sets every
+/// entry to `None`.
+///
+/// # Cancel safety
+/// Cancel-safe: completed outcomes stay in their requests until all are done.
+pub async fn wait_all<R: Operation>(requests: &mut [Option<R>]) -> Vec<Option<R::Output>> {
+    std::future::poll_fn(|cx| {
+        let _ = poll_entries(requests, cx);
+        if requests.iter().flatten().all(R::is_complete) {
+            Poll::Ready(take_all(requests))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+fn take_all<R: Operation>(requests: &mut [Option<R>]) -> Vec<Option<R::Output>> {
+    requests.iter_mut().map(|r| r.take().map(|mut r| r.take_output())).collect()
+}
+
+/// `MPI_Testall`: the outcomes of all requests if all have completed (then
+/// every entry is set to `None`), or `None`, leaving them all in place.
+pub fn test_all<R: Operation>(requests: &mut [Option<R>]) -> Option<Vec<Option<R::Output>>> {
+    progress_endpoint(requests.iter());
+    let _ = poll_entries(requests, &mut Context::from_waker(Waker::noop()));
+    requests.iter().flatten().all(R::is_complete).then(|| take_all(requests))
+}
+
+/// `MPI_Waitsome`: waits until at least one active request completes and
+/// returns *every* completed one (index and outcome), setting their entries
+/// to `None`; `None` if no entry is active.
+///
+/// # Cancel safety
+/// Cancel-safe: dropping the future leaves every request in the slice.
+pub async fn wait_some<R: Operation>(requests: &mut [Option<R>]) -> Option<Vec<(usize, R::Output)>> {
+    std::future::poll_fn(|cx| match poll_entries(requests, cx) {
+        None => Poll::Ready(None),
+        Some(done) if done.is_empty() => Poll::Pending,
+        Some(mut done) => {
+            done.sort_unstable();
+            Poll::Ready(Some(done.into_iter().map(|i| (i, take(requests, i))).collect()))
+        }
+    })
+    .await
+}
+
+/// `MPI_Testsome`: like [`wait_some`] without waiting
+/// (`Tested::Done` always holds at least one completion).
+pub fn test_some<R: Operation>(requests: &mut [Option<R>]) -> Tested<Vec<(usize, R::Output)>> {
+    progress_endpoint(requests.iter());
+    match poll_entries(requests, &mut Context::from_waker(Waker::noop())) {
+        None => Tested::Inactive,
+        Some(done) if done.is_empty() => Tested::Pending,
+        Some(mut done) => {
+            done.sort_unstable();
+            Tested::Done(done.into_iter().map(|i| (i, take(requests, i))).collect())
+        }
+    }
+}
+

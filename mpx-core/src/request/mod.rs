@@ -1,0 +1,300 @@
+//! Requests as futures, and MPI's completion functions as combinators.
+//!
+//! Every nonblocking operation ([`Comm::isend`](crate::Comm::isend),
+//! [`Comm::irecv`](crate::Comm::irecv), ...) starts when it is called and
+//! returns a [`Request`]: a future resolving to the operation's
+//! [`Status`]. A request that borrows a send buffer keeps it immutably
+//! borrowed until it completes, and a receive keeps its buffer mutably
+//! borrowed, so MPI's rules on buffer access are checked by the compiler:
+//!
+//! ```compile_fail
+//! # async fn f(comm: mpx_core::Comm) {
+//! let mut data = vec![1u32; 4];
+//! let req = comm.isend(&data, 1, 0);
+//! data[0] = 2; // error: `data` is borrowed by the pending send
+//! req.await.unwrap();
+//! # }
+//! ```
+//!
+//! # Completion
+//!
+//! * `req.await` is `MPI_Wait`; [`Request::test`] is `MPI_Test`.
+//! * [`wait_any`], [`test_any`], [`wait_all`], [`test_all`], [`wait_some`]
+//!   and [`test_some`] take a slice of `Option<Request>`: `None` entries are
+//!   MPI's null (or inactive persistent) requests, and completed entries are
+//!   set to `None`, as MPI sets them to `MPI_REQUEST_NULL`. Each request
+//!   reports its own result (MPI's error-in-status), never one error for
+//!   the whole call. These look at every entry on each call; for many
+//!   outstanding requests use a [`RequestSet`], whose work per call follows
+//!   the number of requests that completed, not the number outstanding.
+//! * Requests are ordinary `Unpin` futures, so they also compose with
+//!   `tokio::select!`, `futures::future::select_all`, `join_all` and
+//!   `FuturesUnordered`:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mpx_core::Result<()> {
+//! # mpx_net::loopback::launch(1, |world| async move {
+//! use futures::stream::{FuturesUnordered, StreamExt};
+//! let mut bufs = vec![[0u8; 1]; 3];
+//! for tag in 0..3 {
+//!     world.send(&[tag as u8], 0, tag).await?;
+//! }
+//! let mut pending: FuturesUnordered<_> = bufs.iter_mut().enumerate().map(|(tag, b)| world.irecv(b, 0, tag as i32)).collect();
+//! while let Some(status) = pending.next().await {
+//!     status?;
+//! }
+//! drop(pending);
+//! assert_eq!(bufs, [[0], [1], [2]]);
+//! # Ok(()) }).await?; Ok(()) }
+//! ```
+//!
+//! With `tokio::select!` (the losing receive is withdrawn, losing nothing),
+//! and with `join_all` and `select_all`:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mpx_core::Result<()> {
+//! # mpx_net::loopback::launch(1, |world| async move {
+//! use std::time::Duration;
+//! let (mut a, mut b) = ([0u8], [0u8]);
+//! world.send(&[1u8], 0, 1).await?;
+//! let got = tokio::select! {
+//!     r = world.irecv(&mut a, 0, 1) => r.map(|_| "tag 1"),
+//!     _ = tokio::time::sleep(Duration::from_secs(5)) => Ok("timed out"),
+//! }?;
+//! assert_eq!(got, "tag 1");
+//! let sends = vec![world.isend(&[2u8], 0, 2), world.isend(&[3u8], 0, 3)];
+//! for r in futures::future::join_all(sends).await {
+//!     r?;
+//! }
+//! let (first, _index, _rest) =
+//!     futures::future::select_all(vec![world.irecv(&mut a, 0, 2), world.irecv(&mut b, 0, 3)]).await;
+//! first?;
+//! # Ok(()) }).await?; Ok(()) }
+//! ```
+//!
+//! # Cancel safety
+//!
+//! Dropping a request at any point is sound and loses no message: see the
+//! rules in [`crate::comm`]. [`Request::free`] is `MPI_Request_free` for
+//! sends (the send completes on its own; a failure is reported through
+//! `tracing`). [`Request::cancel`] is `MPI_Cancel`.
+
+mod completion;
+mod set;
+mod status;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::error::Result;
+use crate::proto::engine::{Delivered, ReqId};
+use crate::runtime::{Completion, Shared};
+
+pub use completion::{test_all, test_any, test_some, wait_all, wait_any, wait_some, Tested};
+pub use set::RequestSet;
+pub use status::Status;
+
+/// Turns a delivered message into the receive's status, unpacking it into
+/// the receive's buffer.
+pub(crate) type Finish<'a> = Box<dyn FnOnce(Delivered) -> Result<Status> + Send + 'a>;
+
+/// What a request does with its completion.
+pub(crate) enum Kind<'a> {
+    Send,
+    Recv(Finish<'a>),
+}
+
+enum State<'a> {
+    Active { shared: Arc<Shared>, id: ReqId, kind: Kind<'a> },
+    /// Complete: the outcome, until it is taken.
+    Complete(Option<Result<Status>>),
+}
+
+/// A nonblocking operation in flight (`MPI_Request`): a future resolving to
+/// its [`Status`]. See the [module docs](self).
+#[must_use = "a request does nothing useful unless awaited or tested; dropping it withdraws a receive"]
+pub struct Request<'a> {
+    state: State<'a>,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.state {
+            State::Active { id, kind, .. } => {
+                let what = if matches!(kind, Kind::Send) { "send" } else { "receive" };
+                write!(f, "Request({what} {id}, active)")
+            }
+            State::Complete(outcome) => write!(f, "Request(complete: {outcome:?})"),
+        }
+    }
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn active(shared: Arc<Shared>, id: ReqId, kind: Kind<'a>) -> Request<'a> {
+        Request { state: State::Active { shared, id, kind } }
+    }
+
+    /// A request that is already complete with `outcome` (an operation on
+    /// `PROC_NULL`, a buffered send, or one that failed as it started).
+    pub fn completed(outcome: Result<Status>) -> Request<'a> {
+        Request { state: State::Complete(Some(outcome)) }
+    }
+
+    /// An inactive request (MPI's null or inactive persistent request):
+    /// awaiting it gives an empty status at once.
+    pub fn inactive() -> Request<'a> {
+        Request { state: State::Complete(None) }
+    }
+
+    /// Whether the operation has completed (its outcome may not be taken yet).
+    pub fn is_complete(&self) -> bool {
+        matches!(self.state, State::Complete(_))
+    }
+
+    fn shared(&self) -> Option<&Arc<Shared>> {
+        match &self.state {
+            State::Active { shared, .. } => Some(shared),
+            State::Complete(_) => None,
+        }
+    }
+
+    /// Moves the request to `Complete` if the engine has finished it;
+    /// otherwise registers `cx`'s waker.
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let State::Active { shared, id, .. } = &self.state else { return Poll::Ready(()) };
+        let completion = std::task::ready!(shared.poll_done(*id, cx));
+        let State::Active { kind, .. } = std::mem::replace(&mut self.state, State::Complete(None)) else {
+            unreachable!("checked above")
+        };
+        let outcome = match (kind, completion) {
+            (Kind::Send, Completion::Send(r)) => r.map(|()| Status::empty()),
+            (Kind::Recv(finish), Completion::Recv(r)) => r.and_then(finish),
+            (Kind::Recv(_), Completion::Cancelled) => Ok(Status { cancelled: true, ..Status::empty() }),
+            _ => unreachable!("a request completes as its own kind"),
+        };
+        self.state = State::Complete(Some(outcome));
+        Poll::Ready(())
+    }
+
+    /// `MPI_Test`: the outcome if the operation has completed, without
+    /// waiting. It first processes frames that have already arrived, so a
+    /// loop of `test` calls makes progress even where no driver task runs.
+    pub fn test(&mut self) -> Option<Result<Status>> {
+        if let Some(shared) = self.shared() {
+            shared.progress();
+        }
+        match self.poll_complete(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(()) => Some(self.take_outcome()),
+            Poll::Pending => None,
+        }
+    }
+
+    fn take_outcome(&mut self) -> Result<Status> {
+        match &mut self.state {
+            // Taken already: like MPI's null request, an empty status.
+            State::Complete(outcome) => outcome.take().unwrap_or_else(|| Ok(Status::empty())),
+            State::Active { .. } => unreachable!("only called on complete requests"),
+        }
+    }
+
+    /// `MPI_Cancel`: withdraws a receive that has not matched; it then
+    /// completes with a status whose [`Status::test_cancelled`] is true.
+    /// A receive that has matched, and any send, are not affected (MPI
+    /// allows a cancel to fail). Returns whether the request was cancelled.
+    pub fn cancel(&mut self) -> bool {
+        let State::Active { shared, id, kind: Kind::Recv(_) } = &self.state else { return false };
+        let mut st = shared.lock();
+        if st.engine.cancel_recv(*id) {
+            st.done.insert(*id, Completion::Cancelled);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// `MPI_Request_free`: lets the operation finish on its own. A send
+    /// still delivers its message (its data is already owned by the
+    /// engine), and a failure is reported through `tracing`. A receive is
+    /// withdrawn, as when it is dropped: mpx never writes into a buffer
+    /// after its borrow has ended.
+    pub fn free(self) {
+        drop(self)
+    }
+}
+
+impl Future for Request<'_> {
+    type Output = Result<Status>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Status>> {
+        match self.poll_complete(cx) {
+            Poll::Ready(()) => Poll::Ready(self.take_outcome()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        match &self.state {
+            State::Active { shared, id, .. } => shared.withdraw(*id),
+            State::Complete(Some(Err(e))) => tracing::warn!(error = %e, "request dropped with its error untaken"),
+            State::Complete(_) => {}
+        }
+    }
+}
+
+/// What the completion functions work on: a nonblocking operation that can
+/// be polled to completion and whose outcome can then be taken. Implemented
+/// by [`Request`] and by owned receives ([`OwnedRecv`](crate::OwnedRecv)),
+/// so a server can keep one owned receive per client in a slice or a
+/// [`RequestSet`] and re-post into a slot.
+pub trait Operation: Unpin {
+    /// The outcome.
+    type Output;
+
+    /// Moves the operation to its completed state if it has finished,
+    /// otherwise registers the waker. Does not take the outcome.
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// Whether the operation has completed.
+    fn is_complete(&self) -> bool;
+
+    /// Takes the outcome of a completed operation.
+    ///
+    /// # Panics
+    /// If the operation is not complete or its outcome was already taken.
+    fn take_output(&mut self) -> Self::Output;
+
+    /// Processes frames that have already arrived at the operation's
+    /// endpoint, returning an identity for that endpoint (so callers
+    /// progress each endpoint once), or `None` for completed operations.
+    fn progress(&self) -> Option<usize>;
+}
+
+impl Operation for Request<'_> {
+    type Output = Result<Status>;
+
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        Request::poll_complete(self, cx)
+    }
+
+    fn is_complete(&self) -> bool {
+        Request::is_complete(self)
+    }
+
+    fn take_output(&mut self) -> Result<Status> {
+        self.take_outcome()
+    }
+
+    fn progress(&self) -> Option<usize> {
+        self.shared().map(|s| {
+            s.progress();
+            Arc::as_ptr(s) as usize
+        })
+    }
+}
+

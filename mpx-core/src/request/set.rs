@@ -1,0 +1,219 @@
+//! [`RequestSet`]: many outstanding requests, one poll per completion.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use super::completion::{progress_endpoint, Tested};
+use super::Operation;
+
+/// Slots that have been woken and need a poll.
+#[derive(Default)]
+struct ReadyQueue {
+    inner: Mutex<ReadyInner>,
+}
+
+#[derive(Default)]
+struct ReadyInner {
+    ready: VecDeque<usize>,
+    queued: Vec<bool>,
+    waiter: Option<Waker>,
+}
+
+impl ReadyQueue {
+    fn push(&self, index: usize) {
+        let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if q.queued.len() <= index {
+            q.queued.resize(index + 1, false);
+        }
+        if !q.queued[index] {
+            q.queued[index] = true;
+            q.ready.push_back(index);
+        }
+        let waiter = q.waiter.take();
+        drop(q);
+        if let Some(w) = waiter {
+            w.wake();
+        }
+    }
+
+    fn pop(&self) -> Option<usize> {
+        let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let i = q.ready.pop_front()?;
+        q.queued[i] = false;
+        Some(i)
+    }
+}
+
+/// The waker a set gives one slot's request: waking it queues the slot.
+struct SlotWaker {
+    index: usize,
+    queue: Arc<ReadyQueue>,
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.queue.push(self.index);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.queue.push(self.index);
+    }
+}
+
+/// What polling a [`RequestSet`] yields: the completed slots with their
+/// outputs, or `None` when no slot is active.
+type SetPoll<R> = Poll<Option<Vec<(usize, <R as Operation>::Output)>>>;
+
+/// A collection of requests whose completion functions cost in proportion
+/// to what completed, not to how many are outstanding: each request is
+/// polled with a waker of its own slot, and only woken slots are polled
+/// again (the approach of `FuturesUnordered`), while slots keep stable
+/// indices so a server can re-post into slot `i` as MPI programs do.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |world| async move {
+/// use mpx_core::request::RequestSet;
+/// let (mut a, mut b) = ([0u32], [0u32]);
+/// let mut set = RequestSet::new();
+/// set.push(world.irecv(&mut a, 0, 1));
+/// set.push(world.irecv(&mut b, 0, 2));
+/// world.send(&[20u32], 0, 2).await?;
+/// let done = set.wait_some().await.unwrap();
+/// assert_eq!(done.len(), 1);
+/// assert_eq!(done[0].0, 1);
+/// drop(set);
+/// assert_eq!(b, [20]);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+pub struct RequestSet<R: Operation> {
+    slots: Vec<Option<R>>,
+    /// Completed outcomes not yet returned (by `wait_any`).
+    finished: VecDeque<(usize, R::Output)>,
+    wakers: Vec<Waker>,
+    queue: Arc<ReadyQueue>,
+    polls: u64,
+}
+
+impl<R: Operation> Default for RequestSet<R> {
+    fn default() -> Self {
+        RequestSet::new()
+    }
+}
+
+impl<R: Operation> RequestSet<R> {
+    /// An empty set.
+    pub fn new() -> RequestSet<R> {
+        RequestSet { slots: Vec::new(), finished: VecDeque::new(), wakers: Vec::new(), queue: Arc::default(), polls: 0 }
+    }
+
+    /// Adds a request in a new slot and returns the slot's index.
+    pub fn push(&mut self, request: R) -> usize {
+        let index = self.slots.len();
+        self.slots.push(None);
+        self.wakers.push(Waker::from(Arc::new(SlotWaker { index, queue: self.queue.clone() })));
+        self.set(index, request);
+        index
+    }
+
+    /// Puts `request` in slot `index` (which must exist), replacing and
+    /// dropping what was there.
+    ///
+    /// # Panics
+    /// If `index` is not a slot of the set.
+    pub fn set(&mut self, index: usize, request: R) {
+        self.slots[index] = Some(request);
+        self.queue.push(index);
+    }
+
+    /// Number of slots (active or not).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the set has no slots.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Number of requests not yet returned.
+    pub fn active(&self) -> usize {
+        self.slots.iter().flatten().count() + self.finished.len()
+    }
+
+    /// Total number of request polls the set has made (a measure of the
+    /// work its completion functions did).
+    pub fn polls(&self) -> u64 {
+        self.polls
+    }
+
+    /// Polls the woken slots; returns the completed ones, or `None` if no
+    /// slot is active.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> SetPoll<R> {
+        loop {
+            let mut done: Vec<_> = self.finished.drain(..).collect();
+            while let Some(i) = self.queue.pop() {
+                let Some(r) = &mut self.slots[i] else { continue };
+                self.polls += 1;
+                if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_ready() {
+                    let outcome = r.take_output();
+                    self.slots[i] = None;
+                    done.push((i, outcome));
+                }
+            }
+            if !done.is_empty() {
+                return Poll::Ready(Some(done));
+            }
+            if self.slots.iter().all(Option::is_none) {
+                return Poll::Ready(None);
+            }
+            let mut q = self.queue.inner.lock().unwrap_or_else(|e| e.into_inner());
+            if q.ready.is_empty() {
+                q.waiter = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// `MPI_Waitsome` over the set: waits until at least one request
+    /// completes and returns every completed one (slot index and outcome),
+    /// in completion order; the slots become empty. `None` if no slot is
+    /// active.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: requests stay in their slots until returned.
+    pub async fn wait_some(&mut self) -> Option<Vec<(usize, R::Output)>> {
+        std::future::poll_fn(|cx| self.poll_ready(cx)).await
+    }
+
+    /// `MPI_Waitany` over the set: the first request to complete (in
+    /// completion order; others that completed stay ready for the next
+    /// call). `None` if no slot is active.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe.
+    pub async fn wait_any(&mut self) -> Option<(usize, R::Output)> {
+        // Completed requests not returned now are re-queued in order.
+        let mut done = self.wait_some().await?;
+        let first = done.remove(0);
+        self.finished.extend(done);
+        Some(first)
+    }
+
+    /// `MPI_Testsome` over the set, processing arrived frames first.
+    pub fn test_some(&mut self) -> Tested<Vec<(usize, R::Output)>> {
+        progress_endpoint(&self.slots);
+        match self.poll_ready(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(None) => Tested::Inactive,
+            Poll::Ready(Some(done)) => Tested::Done(done),
+            Poll::Pending => Tested::Pending,
+        }
+    }
+
+    /// Takes the request out of slot `index`, leaving it empty.
+    pub fn take(&mut self, index: usize) -> Option<R> {
+        self.slots.get_mut(index).and_then(Option::take)
+    }
+}
+

@@ -1,0 +1,72 @@
+//! What a completed operation reports ([`Status`]).
+
+use crate::datatype::Datatype;
+use crate::error::{Error, Result};
+use crate::mpi_type::MpiType;
+
+/// What a completed receive reports (`MPI_Status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's rank, or `None` for the null process.
+    pub source: Option<usize>,
+    /// The message's tag, or `None` for the null process.
+    pub tag: Option<i32>,
+    /// Bytes received, in this rank's native representation. (A probe,
+    /// which knows no datatype yet, reports the bytes as they travel; they
+    /// differ only for external32 messages with `long` data.)
+    pub bytes: u64,
+    /// The receive was cancelled before it matched.
+    pub cancelled: bool,
+    /// The operation's error, for statuses that report a failed operation
+    /// (MPI's `MPI_ERROR` field): see [`Status::from_outcome`]. Operations
+    /// return `Result<Status>`, so a status they return has `None` here.
+    pub error: Option<Error>,
+}
+
+impl Status {
+    /// The status of an operation on the null process: no source, no tag,
+    /// no data.
+    pub fn empty() -> Status {
+        Status { source: None, tag: None, bytes: 0, cancelled: false, error: None }
+    }
+
+    /// The status of a message from `source` with `tag` and `bytes` of data.
+    pub fn of(source: u32, tag: i32, bytes: u64) -> Status {
+        Status { source: Some(source as usize), tag: Some(tag), bytes, ..Status::empty() }
+    }
+
+    /// Folds an operation's outcome into one status, MPI style
+    /// (`MPI_ERR_IN_STATUS`): a failure becomes an empty status whose
+    /// `error` is set.
+    ///
+    /// ```
+    /// use mpx_core::{Error, Status};
+    /// let st = Status::from_outcome(Err(Error::TypeMismatch));
+    /// assert_eq!(st.error, Some(Error::TypeMismatch));
+    /// ```
+    pub fn from_outcome(outcome: Result<Status>) -> Status {
+        outcome.unwrap_or_else(|e| Status { error: Some(e), ..Status::empty() })
+    }
+
+    /// `MPI_Get_count`: whole items of `datatype` received, or `None` if a
+    /// partial item arrived.
+    pub fn get_count(&self, datatype: &Datatype) -> Option<u64> {
+        datatype.get_count(self.bytes)
+    }
+
+    /// `MPI_Get_elements`: basic elements received.
+    pub fn get_elements(&self, datatype: &Datatype) -> u64 {
+        datatype.get_elements(self.bytes)
+    }
+
+    /// `MPI_Get_count` for the datatype of `T`.
+    pub fn count<T: MpiType>(&self) -> Option<u64> {
+        self.get_count(&T::datatype())
+    }
+
+    /// `MPI_Test_cancelled`.
+    pub fn test_cancelled(&self) -> bool {
+        self.cancelled
+    }
+}
+

@@ -1,0 +1,18 @@
+//! The endpoint runtime: the thin layer between the sans-IO protocol
+//! ([`crate::proto`]) and the user API ([`crate::comm`]).
+//!
+//! An [`Endpoint`] is one rank's connection to the world. It owns the rank's
+//! [`Engine`](crate::proto::engine::Engine) behind one mutex and a
+//! [`Transport`] that carries frames to peers; the transport's driver feeds
+//! incoming frames to [`Endpoint::handle_frame`], so matching and protocol
+//! replies progress whether or not anyone polls a particular operation.
+//! Completions the engine reports are kept here until the request that owns
+//! them is polled, and its waker is called once the lock is released.
+
+mod endpoint;
+mod transport;
+
+pub use endpoint::{Endpoint, WeakEndpoint};
+pub use transport::Transport;
+
+pub(crate) use endpoint::{Completion, Shared};
