@@ -60,7 +60,22 @@ async fn a_panicking_rank_fails_the_launch_and_frees_its_peers() {
         Ok(())
     });
     let err = tokio::time::timeout(Duration::from_secs(10), run).await.expect("no hang").unwrap_err();
-    assert!(matches!(err, Error::ProcessFailed { rank: 0, .. }), "{err:?}");
+    // The root cause, not the failure it caused on rank 1.
+    assert_eq!(err, Error::RankPanicked { rank: 0, message: "rank 0 gives up".into() });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_reported_before_the_failures_it_causes_on_lower_ranks() {
+    let run = launch(3, |comm| async move {
+        if comm.rank() == 2 {
+            panic!("rank {} gives up", comm.rank());
+        }
+        // Ranks 0 and 1 fail because of rank 2, and return that error.
+        comm.recv::<u8>(2, 0).await?;
+        Ok(())
+    });
+    let err = tokio::time::timeout(Duration::from_secs(10), run).await.expect("no hang").unwrap_err();
+    assert_eq!(err, Error::RankPanicked { rank: 2, message: "rank 2 gives up".into() });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use mpx::proto::engine::Config;
 use mpx::proto::wire::Frame;
+use mpx::runtime::SendError;
 use mpx::{Endpoint, Request, Transport};
 
 /// A transport with a queue per rank and no driver: frames wait until a
@@ -20,7 +21,7 @@ struct Queues {
 }
 
 impl Transport for Queues {
-    fn send(&self, dest: u32, frame: Frame) -> mpx::Result<()> {
+    fn send(&self, dest: u32, frame: Frame) -> Result<(), SendError> {
         self.queues[dest as usize].lock().unwrap().push_back((self.me, frame));
         Ok(())
     }

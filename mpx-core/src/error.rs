@@ -132,7 +132,74 @@ pub enum Error {
     /// A peer sent a frame that violates the protocol; its connection is closed.
     #[error("protocol error: {0}")]
     Protocol(String),
-    /// The transport failed.
-    #[error("transport error: {0}")]
-    Transport(String),
+    /// The transport failed; the cause is kept as the error's
+    /// [`source`](std::error::Error::source).
+    #[error("transport error: {context}")]
+    Transport {
+        /// What the transport was doing.
+        context: String,
+        /// The underlying error (an I/O or TLS error, a closed connection).
+        #[source]
+        source: TransportCause,
+    },
+    /// The operation was started on an endpoint whose program has ended
+    /// (its `launch` returned): nothing can be sent or received through it.
+    #[error("the endpoint is finalized: its program has ended")]
+    Finalized,
+    /// A rank's program panicked; `launch` reports this rather than the
+    /// failures it caused on other ranks.
+    #[error("rank {rank} panicked: {message}")]
+    RankPanicked {
+        /// The rank that panicked.
+        rank: u32,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+/// The underlying cause of an [`Error::Transport`], shareable so that the
+/// error stays `Clone`.
+#[derive(Debug, Clone)]
+pub struct TransportCause(pub std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl TransportCause {
+    /// Wraps any error.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> TransportCause {
+        TransportCause(std::sync::Arc::new(error))
+    }
+}
+
+impl std::fmt::Display for TransportCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for TransportCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for TransportCause {
+    /// Causes compare by identity (the same underlying error).
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for TransportCause {}
+
+impl Error {
+    /// A transport error with its cause.
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+    /// let e = mpx_core::Error::transport("writing to rank 3", io);
+    /// assert_eq!(e.source().unwrap().to_string(), "reset by peer");
+    /// ```
+    pub fn transport(context: impl Into<String>, cause: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::Transport { context: context.into(), source: TransportCause::new(cause) }
+    }
 }

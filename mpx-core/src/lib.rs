@@ -54,6 +54,6 @@ pub use request::{
     test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Status, Tested,
 };
 pub use runtime::{Endpoint, Transport};
-pub use error::{Error, Result};
+pub use error::{Error, Result, TransportCause};
 pub use mpi_type::MpiType;
 pub use pack::{pack, unpack, Region, RegionMut, Repr};

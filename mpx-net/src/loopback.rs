@@ -1,12 +1,21 @@
 //! The in-memory transport: every rank of the world runs in this process.
 //!
-//! Each rank has an inbox (an unbounded channel of frames) drained by a
-//! driver task that feeds its [`Endpoint`]; sending a frame is pushing it
-//! into the destination's inbox, so frames between two ranks stay in order
-//! and payloads move without copies. `test` calls drain the inbox too
-//! ([`Transport::progress`]), holding it while they deliver so frames are
-//! never handled out of order. Memory is bounded by the engine's
-//! credit-based flow control, not by the channels.
+//! Each rank has an inbox drained by a driver task that feeds its
+//! [`Endpoint`]; sending a frame is pushing it into the destination's
+//! inbox, so frames between two ranks stay in order. Each link (one sender,
+//! one receiver) carries at most [`Options::link_capacity`] bytes that the
+//! receiver has not handled yet; beyond that the link is full, the frame
+//! stays in the sender's engine, and the receiver's driver tells the sender
+//! when the link drains, as a network transport's flow control would. A
+//! receiver that stops reading holds back only the frames to itself.
+//!
+//! Frames travel as values, payloads without copies. With
+//! [`Options::wire`] they travel as bytes instead: each frame is encoded
+//! (header, then payload as its own chunk) and the receiver decodes the
+//! stream with a capped [`Decoder`], as a stream transport does.
+//!
+//! `test` calls drain the inbox too ([`Transport::progress`]), holding it
+//! while they deliver so frames are never handled out of order.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -24,39 +33,134 @@
 //! ```
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Poll;
+use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use mpx_core::proto::engine::Config;
-use mpx_core::proto::wire::Frame;
-use mpx_core::runtime::WeakEndpoint;
+use mpx_core::proto::wire::{Decoder, Frame};
+use mpx_core::runtime::{SendError, WeakEndpoint};
 use mpx_core::{Comm, Endpoint, Error, Result, Transport};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::task::AbortHandle;
 
 /// Options for [`launch_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// Number of ranks.
     pub ranks: usize,
-    /// Protocol tunables (eager threshold, credit).
+    /// Protocol tunables (eager threshold, credit, chunk size, ...).
     pub engine: Config,
+    /// Bytes a link carries before the receiver has handled them.
+    pub link_capacity: usize,
+    /// Frames travel as encoded bytes and are decoded on arrival.
+    pub wire: bool,
 }
 
 impl Options {
     /// `ranks` ranks with the default protocol configuration.
     pub fn ranks(ranks: usize) -> Options {
-        Options { ranks, engine: Config::default() }
+        Options { ranks, engine: Config::default(), link_capacity: 16 << 20, wire: false }
+    }
+
+    /// `ranks` ranks behaving as a network would: frames encoded to bytes
+    /// and decoded on arrival, small credit, rendezvous data in small chunks,
+    /// links of 256 KiB, and typed data in external32 as between
+    /// heterogeneous peers.
+    pub fn network_like(ranks: usize) -> Options {
+        let engine = Config {
+            eager_threshold: 4096,
+            eager_credit: 64 * 1024,
+            rndv_chunk: 16 * 1024,
+            rndv_slots: 64,
+            repr: mpx_core::Repr::External32,
+            ..Config::default()
+        };
+        Options { ranks, engine, link_capacity: 256 * 1024, wire: true }
     }
 }
 
-type Inbox = Arc<Mutex<UnboundedReceiver<(u32, Frame)>>>;
+/// What travels on a link.
+enum Packet {
+    Frame(Frame),
+    /// An encoded frame: header bytes, then the payload.
+    Bytes([Bytes; 2]),
+}
 
-/// What every rank's transport shares: the inboxes, and (weakly) the
-/// endpoints, so a `test` call can move any rank's frames along.
+/// (sender, what it sent, bytes it occupies on the link)
+type Delivery = (u32, Packet, usize);
+
+struct Inbox {
+    rx: UnboundedReceiver<Delivery>,
+    /// Per sender, bytes of a frame not yet whole (wire mode).
+    streams: Vec<BytesMut>,
+}
+
+/// Flow control of one link.
+#[derive(Default)]
+struct Link {
+    /// Bytes sent and not yet handled by the receiver.
+    in_flight: AtomicUsize,
+    /// The sender was refused and waits for [`Endpoint::writable`].
+    blocked: AtomicBool,
+}
+
+/// What every rank's transport shares: the inboxes, the links, and
+/// (weakly) the endpoints, so a `test` call can move any rank's frames
+/// along and a draining link can wake its sender.
 struct World {
-    senders: Vec<UnboundedSender<(u32, Frame)>>,
-    inboxes: Vec<Inbox>,
+    ranks: usize,
+    senders: Vec<UnboundedSender<Delivery>>,
+    inboxes: Vec<Arc<Mutex<Inbox>>>,
+    links: Vec<Link>,
     endpoints: OnceLock<Vec<WeakEndpoint>>,
+    capacity: usize,
+    wire: bool,
+    decoder: Decoder,
+}
+
+impl World {
+    fn link(&self, from: u32, to: u32) -> &Link {
+        &self.links[from as usize * self.ranks + to as usize]
+    }
+
+    fn endpoint(&self, rank: u32) -> Option<Endpoint> {
+        self.endpoints.get()?.get(rank as usize)?.upgrade()
+    }
+
+    /// Hands one delivery to `me`'s endpoint, then frees its room on the
+    /// link and wakes the sender if it was refused.
+    fn deliver(&self, me: u32, inbox: &mut Inbox, (from, packet, size): Delivery, endpoint: &Endpoint) {
+        match packet {
+            Packet::Frame(frame) => endpoint.handle_frame(from, frame),
+            Packet::Bytes(chunks) => {
+                let stream = &mut inbox.streams[from as usize];
+                for chunk in chunks {
+                    stream.extend_from_slice(&chunk);
+                }
+                loop {
+                    match self.decoder.decode(stream) {
+                        Ok(Some(frame)) => endpoint.handle_frame(from, frame),
+                        Ok(None) => break,
+                        Err(e) => {
+                            stream.clear();
+                            endpoint.peer_failed(from, &e.to_string());
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let link = self.link(from, me);
+        link.in_flight.fetch_sub(size, Ordering::SeqCst);
+        if link.blocked.swap(false, Ordering::SeqCst) {
+            if let Some(sender) = self.endpoint(from) {
+                sender.writable(me);
+            }
+        }
+    }
 }
 
 struct Loopback {
@@ -64,30 +168,49 @@ struct Loopback {
     me: u32,
 }
 
-fn lock(inbox: &Inbox) -> MutexGuard<'_, UnboundedReceiver<(u32, Frame)>> {
+fn lock(inbox: &Mutex<Inbox>) -> MutexGuard<'_, Inbox> {
     inbox.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Delivers the frames waiting in `inbox` unless another thread is already
-/// delivering them (whoever holds the inbox keeps frames in order).
-fn drain(inbox: &Inbox, deliver: &mut dyn FnMut(u32, Frame)) {
-    let mut rx = match inbox.try_lock() {
-        Ok(rx) => rx,
+/// Delivers the frames waiting in `rank`'s inbox unless another thread is
+/// already delivering them (whoever holds the inbox keeps frames in order).
+fn drain(world: &World, rank: u32, endpoint: &Endpoint) {
+    let mut inbox = match world.inboxes[rank as usize].try_lock() {
+        Ok(inbox) => inbox,
         Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => return,
     };
-    while let Ok((from, frame)) = rx.try_recv() {
-        deliver(from, frame);
+    while let Ok(delivery) = inbox.rx.try_recv() {
+        world.deliver(rank, &mut inbox, delivery, endpoint);
     }
 }
 
 impl Transport for Loopback {
-    fn send(&self, dest: u32, frame: Frame) -> Result<()> {
-        let size = self.world.senders.len() as u32;
-        let inbox = self.world.senders.get(dest as usize).ok_or(Error::InvalidRank { rank: dest as i64, size })?;
-        inbox
-            .send((self.me, frame))
-            .map_err(|_| Error::Transport(format!("rank {dest}'s inbox is closed")))
+    fn send(&self, dest: u32, frame: Frame) -> std::result::Result<(), SendError> {
+        let world = &*self.world;
+        let Some(inbox) = world.senders.get(dest as usize) else {
+            return Err(SendError::Failed(Error::InvalidRank { rank: i64::from(dest), size: world.ranks as u32 }));
+        };
+        let link = world.link(self.me, dest);
+        let size = frame.wire_len();
+        let full = |in_flight: usize| in_flight > 0 && in_flight + size > world.capacity;
+        if full(link.in_flight.load(Ordering::SeqCst)) {
+            // Ask to be woken, then look again: the receiver frees room
+            // before it checks the flag, so one of the two sees the other.
+            link.blocked.store(true, Ordering::SeqCst);
+            if full(link.in_flight.load(Ordering::SeqCst)) {
+                return Err(SendError::Full(frame));
+            }
+        }
+        link.in_flight.fetch_add(size, Ordering::SeqCst);
+        let packet = if world.wire {
+            Packet::Bytes([Bytes::copy_from_slice(&frame.encode_header()), frame.payload])
+        } else {
+            Packet::Frame(frame)
+        };
+        inbox.send((self.me, packet, size)).map_err(|_| {
+            SendError::Failed(Error::transport(format!("sending to rank {dest}"), std::io::Error::from(std::io::ErrorKind::BrokenPipe)))
+        })
     }
 
     /// Delivers what waits in this rank's inbox, then in every other rank's:
@@ -95,45 +218,90 @@ impl Transport for Loopback {
     /// data) must move too for a polling loop to finish where no driver
     /// task gets to run.
     fn progress(&self, deliver: &mut dyn FnMut(u32, Frame)) {
-        drain(&self.world.inboxes[self.me as usize], deliver);
-        let Some(endpoints) = self.world.endpoints.get() else { return };
-        for (rank, inbox) in self.world.inboxes.iter().enumerate() {
-            if rank as u32 == self.me {
-                continue;
-            }
-            if let Some(peer) = endpoints[rank].upgrade() {
-                drain(inbox, &mut |from, frame| peer.handle_frame(from, frame));
+        let _ = deliver;
+        let world = &*self.world;
+        for round in 0..2 {
+            for rank in 0..world.ranks as u32 {
+                if round == 1 && rank != self.me {
+                    continue;
+                }
+                if let Some(endpoint) = world.endpoint(rank) {
+                    drain(world, rank, &endpoint);
+                }
             }
         }
-        drain(&self.world.inboxes[self.me as usize], deliver);
+    }
+
+    fn poll_flush(&self, _cx: &mut std::task::Context<'_>) -> Poll<Result<()>> {
+        // Frames are in the receivers' inboxes as soon as `send` returns.
+        Poll::Ready(Ok(()))
     }
 }
 
-/// Feeds the inbox to the endpoint until every sender is gone.
-async fn drive(endpoint: Endpoint, inbox: Inbox) {
-    std::future::poll_fn(|cx| {
-        let mut rx = lock(&inbox);
-        loop {
-            match rx.poll_recv(cx) {
-                Poll::Ready(Some((from, frame))) => endpoint.handle_frame(from, frame),
-                Poll::Ready(None) => return Poll::Ready(()),
-                Poll::Pending => return Poll::Pending,
+/// Feeds the inbox to the endpoint, and the time when the engine keeps
+/// timers, until the endpoint is gone or every sender is.
+async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32) {
+    let Some(ep) = endpoint.upgrade() else { return };
+    ep.handle_timeout(std::time::Instant::now());
+    drop(ep);
+    loop {
+        let deadline = match endpoint.upgrade() {
+            Some(ep) => ep.poll_timeout(),
+            None => return,
+        };
+        let received = std::future::poll_fn(|cx| {
+            let mut inbox = lock(&world.inboxes[me as usize]);
+            match inbox.rx.poll_recv(cx) {
+                Poll::Ready(Some(delivery)) => {
+                    let Some(ep) = endpoint.upgrade() else { return Poll::Ready(false) };
+                    world.deliver(me, &mut inbox, delivery, &ep);
+                    // Whatever else has arrived goes in the same turn.
+                    while let Ok(delivery) = inbox.rx.try_recv() {
+                        world.deliver(me, &mut inbox, delivery, &ep);
+                    }
+                    Poll::Ready(true)
+                }
+                Poll::Ready(None) => Poll::Ready(false),
+                Poll::Pending => Poll::Pending,
+            }
+        });
+        match deadline {
+            Some(at) => {
+                tokio::select! {
+                    alive = received => if !alive { return },
+                    _ = tokio::time::sleep_until(at.into()) => {
+                        let Some(ep) = endpoint.upgrade() else { return };
+                        ep.handle_timeout(std::time::Instant::now());
+                    }
+                }
+            }
+            None => {
+                if !received.await {
+                    return;
+                }
             }
         }
-    })
-    .await
+    }
 }
 
 /// Runs `f` once per rank, each with its world communicator, as tasks on
 /// the current tokio runtime, and returns every rank's result in rank order.
 ///
-/// A rank whose closure returns an error or panics makes the whole launch
-/// an error (the first one, by rank); the other ranks are told it has gone,
+/// Each rank's program is followed by its endpoint's
+/// [`finalize`](Endpoint::finalize): `launch` returns once every rank's
+/// sends, including dropped and freed ones, are delivered or failed. A
+/// communicator kept past that point fails every operation with
+/// [`Error::Finalized`].
+///
+/// If ranks fail, the error is the root cause: a rank's panic
+/// ([`Error::RankPanicked`]) before any error, and an error of a rank's own
+/// before a [`Error::ProcessFailed`] that may be its consequence (the
+/// lowest rank's, among equals). Peers of a failed rank are told at once,
 /// so operations that wait for it fail instead of hanging.
 ///
 /// # Cancel safety
-/// Dropping the returned future stops waiting but leaves the rank tasks
-/// running on the runtime until they finish.
+/// Dropping the returned future aborts every task it started (the rank
+/// programs and the drivers).
 pub async fn launch<F, Fut, R>(ranks: usize, f: F) -> Result<Vec<R>>
 where
     F: Fn(Comm) -> Fut,
@@ -141,6 +309,17 @@ where
     R: Send + 'static,
 {
     launch_with(Options::ranks(ranks), f).await
+}
+
+/// Aborts the tasks of a launch when dropped.
+struct Tasks(Vec<AbortHandle>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
 }
 
 /// [`launch`] with explicit [`Options`].
@@ -158,8 +337,20 @@ where
         return Err(Error::InvalidArgument(format!("cannot launch {n} ranks")));
     }
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| unbounded_channel()).unzip();
-    let inboxes: Vec<Inbox> = receivers.into_iter().map(|rx| Arc::new(Mutex::new(rx))).collect();
-    let world = Arc::new(World { senders, inboxes, endpoints: OnceLock::new() });
+    let inboxes = receivers
+        .into_iter()
+        .map(|rx| Arc::new(Mutex::new(Inbox { rx, streams: (0..n).map(|_| BytesMut::new()).collect() })))
+        .collect();
+    let world = Arc::new(World {
+        ranks: n,
+        senders,
+        inboxes,
+        links: (0..n * n).map(|_| Link::default()).collect(),
+        endpoints: OnceLock::new(),
+        capacity: options.link_capacity.max(1),
+        wire: options.wire,
+        decoder: Decoder::new(options.engine.max_payload()),
+    });
     let endpoints: Vec<Endpoint> = (0..n)
         .map(|rank| {
             let transport = Loopback { world: world.clone(), me: rank as u32 };
@@ -167,38 +358,63 @@ where
         })
         .collect();
     let _ = world.endpoints.set(endpoints.iter().map(Endpoint::downgrade).collect());
-    let mut drivers = Vec::with_capacity(n);
-    let mut tasks = Vec::with_capacity(n);
-    for (rank, endpoint) in endpoints.into_iter().enumerate() {
-        drivers.push(tokio::spawn(drive(endpoint.clone(), world.inboxes[rank].clone())));
+    let mut tasks = Tasks(Vec::with_capacity(2 * n));
+    for (rank, endpoint) in endpoints.iter().enumerate() {
+        let driver = tokio::spawn(drive(endpoint.downgrade(), world.clone(), rank as u32));
+        tasks.0.push(driver.abort_handle());
+    }
+    let hellos = futures_join_all(endpoints.iter().map(|e| e.connected()));
+    if tokio::time::timeout(Duration::from_secs(30), hellos).await.is_err() {
+        return Err(Error::transport("connecting the ranks", std::io::Error::from(std::io::ErrorKind::TimedOut)));
+    }
+    let mut programs = Vec::with_capacity(n);
+    for endpoint in endpoints {
         let program = f(endpoint.world());
-        tasks.push(tokio::spawn(async move {
-            // Says goodbye even if the program panics or is dropped.
+        let task = tokio::spawn(async move {
+            // Finalizes even if the program panics or is aborted.
             let farewell = Farewell(Some(endpoint));
             let result = program.await;
             farewell.finish().await;
             result
-        }));
+        });
+        tasks.0.push(task.abort_handle());
+        programs.push(task);
     }
     let mut results = Vec::with_capacity(n);
-    let mut first_error = None;
-    for (rank, task) in tasks.into_iter().enumerate() {
+    let mut errors = Vec::new();
+    for (rank, task) in programs.into_iter().enumerate() {
         match task.await {
             Ok(Ok(r)) => results.push(r),
-            Ok(Err(e)) => {
-                first_error.get_or_insert(e);
+            Ok(Err(e)) => errors.push(e),
+            Err(join) if join.is_panic() => {
+                let payload = join.into_panic();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string panic payload".into());
+                errors.push(Error::RankPanicked { rank: rank as u32, message });
             }
-            Err(join) => {
-                first_error.get_or_insert(Error::ProcessFailed { rank: rank as u32, reason: format!("rank panicked: {join}") });
-            }
+            Err(join) => errors.push(Error::transport(format!("rank {rank}'s task"), join)),
         }
     }
-    for d in drivers {
-        d.abort();
-    }
-    match first_error {
+    drop(tasks);
+    let rank_of = |e: &Error| match e {
+        Error::RankPanicked { .. } => 0,
+        Error::ProcessFailed { .. } => 2,
+        _ => 1,
+    };
+    match errors.into_iter().min_by_key(rank_of) {
         Some(e) => Err(e),
         None => Ok(results),
+    }
+}
+
+/// Waits for every future (a small `join_all`, to keep mpx-net's
+/// dependencies to tokio).
+async fn futures_join_all<F: Future<Output = ()>>(futures: impl Iterator<Item = F>) {
+    for f in futures {
+        f.await;
     }
 }
 
@@ -208,7 +424,9 @@ struct Farewell(Option<Endpoint>);
 impl Farewell {
     async fn finish(mut self) {
         if let Some(ep) = self.0.take() {
-            ep.finalize().await;
+            if let Err(e) = ep.finalize().await {
+                tracing::warn!(rank = ep.rank(), error = %e, "finalize failed");
+            }
         }
     }
 }
@@ -216,9 +434,8 @@ impl Farewell {
 impl Drop for Farewell {
     fn drop(&mut self) {
         if let Some(ep) = self.0.take() {
-            // The program panicked: the farewell goes out without waiting
-            // for its buffered sends.
-            ep.farewell();
+            // The program panicked or was aborted: peers learn it failed.
+            ep.abort();
         }
     }
 }

@@ -21,6 +21,9 @@ impl Comm {
     /// [`buffer_detach`](Comm::buffer_detach).
     pub fn buffer_attach(&self, buffer: Vec<u8>) -> Result<()> {
         let mut st = self.shared.lock();
+        if st.engine.is_closed() {
+            return Err(Error::Finalized);
+        }
         if st.bsend.attached.is_some() {
             return Err(Error::BufferState("a buffer is already attached"));
         }

@@ -19,6 +19,9 @@ impl Comm {
     pub fn iprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Status>> {
         let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Status::empty())) };
         let st = self.shared.lock();
+        if st.engine.is_closed() {
+            return Err(crate::Error::Finalized);
+        }
         Ok(st.engine.iprobe(&spec).map(|e| Status::of(e.source, e.tag, e.len)))
     }
 
@@ -38,8 +41,11 @@ impl Comm {
     /// until it finds something; fails if the messages `spec` names can no
     /// longer come. The attempt, the check and the waker registration happen
     /// under one lock, so a message that arrives just before its sender's
-    /// farewell is never missed.
+    /// farewell is never missed. An any-source probe fails for "every
+    /// other rank is gone" only on the second poll in a row that finds
+    /// nothing, as a receive does (see the [module docs](super)).
     async fn wait_for_arrival<T>(&self, spec: MatchSpec, mut attempt: impl FnMut(&mut Engine, &MatchSpec) -> Option<T>) -> Result<T> {
+        let mut orphan_polls = 0;
         std::future::poll_fn(|cx| {
             let mut st = self.shared.lock();
             if let Some(found) = attempt(&mut st.engine, &spec) {
@@ -50,7 +56,12 @@ impl Comm {
                 None => st.engine.others_gone(),
             };
             if let Some(e) = dead {
-                return Poll::Ready(Err(e));
+                if spec.source.is_some() || matches!(e, crate::Error::Finalized) || orphan_polls > 0 {
+                    return Poll::Ready(Err(e));
+                }
+                orphan_polls += 1;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             st.arrival_wakers.push(cx.waker().clone());
             Poll::Pending
@@ -64,6 +75,9 @@ impl Comm {
     pub fn improbe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Message>> {
         let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Message::null(self))) };
         let mut st = self.shared.lock();
+        if st.engine.is_closed() {
+            return Err(crate::Error::Finalized);
+        }
         Ok(st.engine.improbe(&spec).map(|m| Message { comm: self.clone(), matched: Some(m) }))
     }
 

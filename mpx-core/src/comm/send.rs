@@ -17,12 +17,20 @@ use crate::request::{Kind, Request};
 impl Comm {
     // ----- sends ------------------------------------------------------------------
 
-    /// Packs `data` (or takes it as is) and posts it: the start of every send.
-    pub(crate) fn start_send<'a>(&self, data: Result<Packed>, dest: Dest, tag: i32, mode: SendMode, context: u64) -> Request<'a> {
+    /// Checks the arguments, packs the data in the representation the
+    /// destination takes (`pack`), and posts it: the start of every send.
+    pub(crate) fn start_send<'a>(
+        &self,
+        pack: impl FnOnce(Repr) -> Result<Packed>,
+        dest: Dest,
+        tag: i32,
+        mode: SendMode,
+        context: u64,
+    ) -> Request<'a> {
         let posted = (|| {
             let tag = Comm::tag(tag)?.expect("a concrete tag");
             let Some(dest) = self.dest(dest)? else { return Ok(None) };
-            let (data, repr, signature) = data?;
+            let (data, repr, signature) = pack(self.shared.repr_for(dest))?;
             let mut st = self.shared.lock();
             let id = st.engine.next_id();
             if mode == SendMode::Buffered {
@@ -49,7 +57,7 @@ impl Comm {
     }
 
     pub(crate) fn start_send_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32, mode: SendMode) -> Request<'a> {
-        self.start_send(buf.pack(self.shared.repr), dest.into(), tag, mode, self.context)
+        self.start_send(|repr| buf.pack(repr), dest.into(), tag, mode, self.context)
     }
 
     /// `MPI_Isend` of a typed slice: starts a standard-mode send now and
@@ -143,14 +151,16 @@ impl Comm {
     /// # Cancel safety
     /// As [`isend`](Comm::isend).
     pub fn isend_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
-        let datatype = T::datatype();
-        let data = if datatype.is_contiguous() && self.shared.repr == Repr::Native {
-            let signature = datatype.signature().repeat(buf.len() as u64);
-            Ok((Bytes::from_owner(ContiguousVec(buf)), Repr::Native, Some((signature.hash(), signature.len()))))
-        } else {
-            SendBuf::typed(&buf).pack(self.shared.repr)
+        let pack = move |repr: Repr| {
+            let datatype = T::datatype();
+            if datatype.is_contiguous() && repr == Repr::Native {
+                let signature = datatype.signature().repeat(buf.len() as u64);
+                Ok((Bytes::from_owner(ContiguousVec(buf)), Repr::Native, Some((signature.hash(), signature.len()))))
+            } else {
+                SendBuf::typed(&buf).pack(repr)
+            }
         };
-        self.start_send(data, dest.into(), tag, SendMode::Standard, self.context)
+        self.start_send(pack, dest.into(), tag, SendMode::Standard, self.context)
     }
 
     /// A standard send of owned `packed` bytes, without a copy, as a
@@ -160,7 +170,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`isend`](Comm::isend).
     pub fn isend_bytes(&self, data: Bytes, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
-        self.start_send(Ok((data, Repr::Native, None)), dest.into(), tag, SendMode::Standard, self.context)
+        self.start_send(|_| Ok((data, Repr::Native, None)), dest.into(), tag, SendMode::Standard, self.context)
     }
 
     /// `MPI_Send` of a typed slice: a standard-mode send. It may complete as

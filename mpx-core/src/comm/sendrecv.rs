@@ -25,6 +25,9 @@ impl Comm {
         source: impl Into<Source>,
         recv_tag: impl Into<TagSel>,
     ) -> Result<Status> {
+        // Argument errors of either half are reported at once.
+        let (dest, source, recv_tag) = (dest.into(), source.into(), recv_tag.into());
+        self.check_sendrecv(dest, send_tag, source, recv_tag)?;
         let sent = self.isend(send, dest, send_tag);
         let status = self.recv_into(recv, source, recv_tag).await?;
         sent.await?;
@@ -44,12 +47,22 @@ impl Comm {
         source: impl Into<Source>,
         recv_tag: impl Into<TagSel>,
     ) -> Result<Status> {
+        let (dest, source, recv_tag) = (dest.into(), source.into(), recv_tag.into());
+        self.check_sendrecv(dest, send_tag, source, recv_tag)?;
         // The outgoing data is packed when the send starts, so the buffer is
         // free for the receive at once.
-        let packed = SendBuf::typed(buf).pack(self.shared.repr);
-        let sent = self.start_send(packed, dest.into(), send_tag, SendMode::Standard, self.context);
+        let typed = SendBuf::typed(buf);
+        let sent = self.start_send(|repr| typed.pack(repr), dest, send_tag, SendMode::Standard, self.context);
         let status = self.recv_into(buf, source, recv_tag).await?;
         sent.await?;
         Ok(status)
+    }
+
+    /// The argument checks of both halves of a sendrecv.
+    fn check_sendrecv(&self, dest: Dest, send_tag: i32, source: Source, recv_tag: TagSel) -> Result<()> {
+        self.dest(dest)?;
+        Comm::tag(send_tag)?;
+        self.spec(source, recv_tag, self.context)?;
+        Ok(())
     }
 }

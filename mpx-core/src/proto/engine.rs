@@ -2,11 +2,27 @@
 //! I/O, no tasks and no clock (the quinn-proto model).
 //!
 //! One [`Engine`] serves one rank. Callers feed it operations
-//! ([`post_send`](Engine::post_send), [`post_recv`](Engine::post_recv), ...)
-//! and incoming frames ([`handle_frame`](Engine::handle_frame)); it answers
-//! with frames to transmit ([`poll_transmit`](Engine::poll_transmit)) and
-//! completions ([`poll_event`](Engine::poll_event)). The async layer
-//! ([`crate::comm`]) drives it; tests can drive it by hand.
+//! ([`post_send`](Engine::post_send), [`post_recv`](Engine::post_recv), ...),
+//! incoming frames ([`handle_frame`](Engine::handle_frame)) and the time
+//! ([`handle_timeout`](Engine::handle_timeout)); it answers with frames to
+//! transmit, per peer ([`poll_transmit`](Engine::poll_transmit)), completions
+//! ([`poll_event`](Engine::poll_event)) and when it next wants the time
+//! ([`poll_timeout`](Engine::poll_timeout)). The [runtime](crate::runtime)
+//! drives it; tests and fuzzers drive it by hand.
+//!
+//! # Connections
+//!
+//! The first frame to every peer is a hello: the job id, this rank and the
+//! world size, this rank's native data representation, and the eager credit
+//! and rendezvous slots it grants the peer. Nothing but a hello is accepted
+//! from a peer before its hello, and a hello from another job is a protocol
+//! error. A sender uses its native representation towards peers whose hello
+//! says they share it and external32 otherwise (or always, when
+//! [`Config::repr`] asks for it); the receiver converts.
+//!
+//! Frames to a rank's own self never leave the engine: they are handled as
+//! they are produced, so a message to self is matched (or queued) before the
+//! call that sent it returns.
 //!
 //! # Protocols
 //!
@@ -15,18 +31,36 @@
 //!   at once and the send completes locally. The receiver keeps it in its
 //!   unexpected queue until a receive matches and consumes it, then returns
 //!   the credit. Each message costs its length plus its header in credit,
-//!   and each sender-receiver pair starts with [`Config::eager_credit`]
-//!   bytes of it, which bounds the receiver's memory for unexpected
-//!   messages from each peer, empty ones included.
+//!   and each receiver grants each sender [`Config::eager_credit`] bytes of
+//!   it, which bounds the receiver's memory for unexpected messages from
+//!   each peer, empty ones included.
 //! * **Rendezvous** (larger messages, standard sends without credit, every
 //!   synchronous send): an RTS carries only the envelope; when a receive
-//!   matches it the receiver answers CTS, and the data follows. The send
-//!   completes when the data is handed to the transport, so a synchronous
-//!   send completes only after the matching receive has started.
+//!   matches it the receiver answers CTS, and the data follows in chunks of
+//!   at most [`Config::rndv_chunk`] bytes. The send completes when its last
+//!   chunk has been handed to the transport, so a synchronous send completes
+//!   only after the matching receive has started. Each receiver grants each
+//!   sender [`Config::rndv_slots`] unanswered RTSs; a CTS gives one back.
 //! * **Ready**: the data travels with a request for an answer; the receiver
 //!   delivers it only if a matching receive is already posted and answers
 //!   either way, so the sender learns whether it was erroneous
-//!   ([`Error::NotReady`]) instead of the message going astray.
+//!   ([`Error::NotReady`]) instead of the message going astray. Unmatched
+//!   ready data is dropped at once, so it needs no credit.
+//!
+//! A send that finds no credit or slot waits in its peer's order (later
+//! sends to that peer wait behind it) until credit comes back.
+//!
+//! # Output, per peer
+//!
+//! Frames queue per peer. Control frames and messages go first; rendezvous
+//! data is cut into chunks only as the transport asks for frames, so a large
+//! transfer holds back a small message or a control frame to the same peer
+//! for at most one chunk, and queued data never exceeds the credit granted
+//! plus the frames of operations this rank has started. A transport that
+//! cannot take more for a peer gives the frame back
+//! ([`unsend`](Engine::unsend)); other peers are not held up. A peer that
+//! lets more than [`MAX_QUEUED_FRAMES`] frames pile up (it stopped reading)
+//! fails.
 //!
 //! # Matching
 //!
@@ -36,36 +70,105 @@
 //! communicator never overtake each other (MPI's non-overtaking rule).
 //! Every data frame carries a per-pair sequence number and frames must
 //! arrive in order; a gap is a protocol error.
+//!
+//! # Failures
+//!
+//! Everything a peer sends is untrusted. A frame that breaks the protocol
+//! (out of order, beyond the credit granted, above the announced eager
+//! limit, answering nothing, rendezvous data of the wrong length) fails
+//! that peer: every operation that depends on it completes with
+//! [`Error::ProcessFailed`], and its later frames are dropped. A peer that
+//! says goodbye (its program returned) fails the operations that need it to
+//! match. With [`Config::idle_timeout`] set, a peer that sends nothing for
+//! that long fails too; idle connections carry pings often enough that a
+//! live peer never looks silent.
+//!
+//! An any-source receive is not failed when every other rank is gone: this
+//! rank may still send to itself. The engine reports it as
+//! [`Event::Orphaned`], and the runtime fails it only once it is still
+//! unmatched on a second poll in a row (see [`crate::comm`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
+use super::matching::PostedQueue;
+use super::wire::{Frame, Header, Kind, Repr, HEADER_LEN};
 use crate::error::{Error, Result};
-use super::wire::{Frame, Header, Kind, Repr};
 
 /// Identifies a send or receive operation within one engine.
 pub type ReqId = u64;
+
+/// Most frames that may wait for one peer before it is failed for not
+/// reading. Data frames are bounded by credit far below this; the frames
+/// that could pile up are answers to a peer's own frames (ready answers,
+/// clear-to-sends) that it never reads.
+pub const MAX_QUEUED_FRAMES: usize = 1 << 16;
 
 /// Tunables of the protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     /// Largest message (bytes) sent eagerly; larger ones use rendezvous.
     pub eager_threshold: usize,
-    /// Bytes of unexpected eager data a receiver accepts from each sender
-    /// before that sender falls back to rendezvous.
+    /// Bytes of unexpected eager data (headers included) this rank accepts
+    /// from each sender before that sender falls back to rendezvous.
     pub eager_credit: u64,
-    /// The representation this rank sends typed data in: `Native` between
-    /// peers that share the native representation, `External32` for
-    /// heterogeneous ones. Every message says its representation and the
-    /// receiver converts.
+    /// Unanswered rendezvous requests this rank accepts from each sender.
+    pub rndv_slots: u64,
+    /// Largest chunk of rendezvous data in one frame.
+    pub rndv_chunk: usize,
+    /// `Native`: send typed data in this rank's native representation to
+    /// peers that share it, external32 to the others. `External32`: always
+    /// external32 (as heterogeneous peers would).
     pub repr: Repr,
+    /// Fail a peer that sends nothing for this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// The job this rank belongs to: peers of another job are refused.
+    pub job: u64,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { eager_threshold: 64 * 1024, eager_credit: 1024 * 1024, repr: Repr::Native }
+        Config {
+            eager_threshold: 64 * 1024,
+            eager_credit: 1024 * 1024,
+            rndv_slots: 1024,
+            rndv_chunk: 1024 * 1024,
+            repr: Repr::Native,
+            idle_timeout: None,
+            job: 0,
+        }
     }
+}
+
+impl Config {
+    /// The largest frame payload this configuration produces or accepts:
+    /// the cap for a stream decoder.
+    pub fn max_payload(&self) -> usize {
+        self.eager_threshold.max(self.rndv_chunk)
+    }
+}
+
+/// An identifier of this machine's native data representation: byte order
+/// and the sizes of the C types whose size varies between platforms. Peers
+/// with equal identifiers exchange native data.
+pub fn native_repr_id() -> u64 {
+    use std::ffi::{c_int, c_long, c_longlong, c_short};
+    let sizes = [
+        std::mem::size_of::<c_short>(),
+        std::mem::size_of::<c_int>(),
+        std::mem::size_of::<c_long>(),
+        std::mem::size_of::<c_longlong>(),
+        std::mem::size_of::<usize>(),
+        std::mem::align_of::<f64>(),
+        std::mem::align_of::<u64>(),
+    ];
+    let mut id = u64::from(cfg!(target_endian = "big")) + 1;
+    for s in sizes {
+        id = id.wrapping_mul(31).wrapping_add(s as u64);
+    }
+    id
 }
 
 /// The four MPI send modes.
@@ -85,7 +188,7 @@ pub enum SendMode {
 /// Credit an eager message of `len` bytes costs: its data plus its header,
 /// so even empty messages are bounded.
 fn eager_cost(len: usize) -> u64 {
-    (len + super::wire::HEADER_LEN) as u64
+    (len + HEADER_LEN) as u64
 }
 
 /// The envelope and data of an outgoing message.
@@ -117,7 +220,7 @@ pub struct MatchSpec {
 }
 
 impl MatchSpec {
-    fn accepts(&self, env: &Envelope) -> bool {
+    pub(crate) fn accepts(&self, env: &Envelope) -> bool {
         self.context == env.context
             && self.source.is_none_or(|s| s == env.source)
             && self.tag.is_none_or(|t| t == env.tag)
@@ -183,7 +286,7 @@ impl Matched {
     }
 }
 
-/// A completion the engine reports.
+/// A completion, or something the runtime must act on.
 #[derive(Debug)]
 pub enum Event {
     /// A send finished: its data is with the transport, or it failed.
@@ -199,6 +302,20 @@ pub enum Event {
         id: ReqId,
         /// The message, or why there is none.
         result: Result<Delivered>,
+    },
+    /// Posted any-source receive `id` can now be matched only by this
+    /// rank's own messages (every other rank is gone); see
+    /// [`Engine::orphaned`].
+    Orphaned {
+        /// The receive.
+        id: ReqId,
+    },
+    /// Rank `rank`'s hello arrived: send it typed data in `repr`.
+    Connected {
+        /// The peer.
+        rank: u32,
+        /// The representation to send it typed data in.
+        repr: Repr,
     },
 }
 
@@ -227,79 +344,52 @@ struct Transfer {
     /// the unexpected queue (or in a matched probe's hands) as
     /// [`Body::InFlight`].
     owner: Option<ReqId>,
-    /// Data that arrived while the message had no owner and no place in
-    /// the queue (a matched probe held it).
-    data: Option<Bytes>,
+    /// Chunks received so far.
+    received: Received,
+    /// Whether every byte has arrived.
+    complete: bool,
 }
 
-/// The posted receives, matched in posting order, indexed by what they
-/// accept.
-///
-/// A receive accepts a message exactly when its [`MatchSpec`] is one of
-/// four specs made from the message's envelope: its source and tag, any
-/// source with its tag, its source with any tag, or any source and tag (in
-/// its context). Receives are queued per spec in posting order, each with
-/// its posting number, so the first receive posted that accepts a message
-/// is the earliest of at most four queue heads: matching costs the same
-/// with ten or ten thousand receives posted.
-#[derive(Default)]
-struct PostedQueue {
-    /// Receives per spec: (posting number, receive), in posting order.
-    queues: HashMap<MatchSpec, VecDeque<(u64, ReqId)>>,
-    /// The spec of every posted receive.
-    specs: HashMap<ReqId, MatchSpec>,
-    /// The next posting number.
-    next: u64,
+/// The data of a rendezvous transfer as its chunks arrive.
+enum Received {
+    Nothing,
+    /// One chunk, kept without a copy (the whole message, once complete).
+    One(Bytes),
+    /// Several chunks, gathered.
+    Gathered(BytesMut),
 }
 
-impl PostedQueue {
-    fn len(&self) -> usize {
-        self.specs.len()
-    }
-
-    fn push(&mut self, id: ReqId, spec: MatchSpec) {
-        self.queues.entry(spec).or_default().push_back((self.next, id));
-        self.specs.insert(id, spec);
-        self.next += 1;
-    }
-
-    /// Removes and returns the first receive posted that accepts `env`.
-    fn take_match(&mut self, env: &Envelope) -> Option<ReqId> {
-        let (context, source, tag) = (env.context, Some(env.source), Some(env.tag));
-        let (_, id) = [(source, tag), (None, tag), (source, None), (None, None)]
-            .into_iter()
-            .filter_map(|(source, tag)| self.queues.get(&MatchSpec { context, source, tag })?.front().copied())
-            .min_by_key(|&(number, _)| number)?;
-        self.remove(id);
-        Some(id)
-    }
-
-    /// Removes receive `id`; `false` if it is not posted.
-    fn remove(&mut self, id: ReqId) -> bool {
-        let Some(spec) = self.specs.remove(&id) else { return false };
-        let queue = self.queues.get_mut(&spec).expect("every posted receive is queued");
-        // The head, when matching: found at once.
-        let at = queue.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
-        queue.remove(at);
-        if queue.is_empty() {
-            self.queues.remove(&spec);
+impl Received {
+    fn len(&self) -> u64 {
+        match self {
+            Received::Nothing => 0,
+            Received::One(b) => b.len() as u64,
+            Received::Gathered(b) => b.len() as u64,
         }
-        true
     }
 
-    /// Removes and returns, in posting order, the receives whose spec
-    /// satisfies `pred`.
-    fn remove_where(&mut self, pred: impl Fn(&MatchSpec) -> bool) -> Vec<ReqId> {
-        let specs: Vec<MatchSpec> = self.queues.keys().filter(|spec| pred(spec)).copied().collect();
-        let mut removed = Vec::new();
-        for spec in specs {
-            for (number, id) in self.queues.remove(&spec).expect("a key just listed") {
-                self.specs.remove(&id);
-                removed.push((number, id));
+    fn push(&mut self, chunk: Bytes) {
+        *self = match std::mem::replace(self, Received::Nothing) {
+            Received::Nothing => Received::One(chunk),
+            Received::One(first) => {
+                let mut all = BytesMut::with_capacity(first.len() + chunk.len());
+                all.extend_from_slice(&first);
+                all.extend_from_slice(&chunk);
+                Received::Gathered(all)
+            }
+            Received::Gathered(mut all) => {
+                all.extend_from_slice(&chunk);
+                Received::Gathered(all)
             }
         }
-        removed.sort_unstable_by_key(|&(number, _)| number);
-        removed.into_iter().map(|(_, id)| id).collect()
+    }
+
+    fn take(&mut self) -> Bytes {
+        match std::mem::replace(self, Received::Nothing) {
+            Received::Nothing => Bytes::new(),
+            Received::One(b) => b,
+            Received::Gathered(b) => b.freeze(),
+        }
     }
 }
 
@@ -318,14 +408,69 @@ impl PendingSend {
     }
 }
 
-#[derive(Default, Clone)]
+/// A send waiting for credit (or for the peer's hello).
+struct Held {
+    id: ReqId,
+    mode: SendMode,
+    msg: Outgoing,
+}
+
+/// Rendezvous data being streamed to a peer in chunks.
+struct Bulk {
+    send_id: ReqId,
+    recv_id: u64,
+    data: Bytes,
+    offset: usize,
+}
+
+/// What a peer said in its hello.
+#[derive(Clone, Copy)]
+struct PeerHello {
+    /// Largest eager message it sends.
+    eager_limit: u64,
+    /// It shares this rank's native representation.
+    native: bool,
+}
+
+#[derive(Default)]
 struct Peer {
+    // Sending to the peer.
     next_seq: u64,
-    expected_seq: u64,
     /// Eager bytes this rank may still send to the peer.
     credit: u64,
+    /// Rendezvous requests this rank may still send unanswered.
+    slots: u64,
+    /// Sends waiting for credit, a slot or the hello, in order.
+    held: VecDeque<Held>,
+    /// Frames ready to go, in order.
+    queue: VecDeque<Frame>,
+    /// Payload bytes in `queue`.
+    queued_bytes: usize,
+    /// Rendezvous data to stream, in chunks, after `queue`.
+    bulk: VecDeque<Bulk>,
+    /// This rank's goodbye (and whether it failed), waiting behind `held`.
+    bye: Option<bool>,
+    /// In the engine's list of peers with output.
+    scheduled: bool,
+    /// The transport cannot take more for this peer for now.
+    blocked: bool,
+    /// Something went to the peer since the last timeout check.
+    sent: bool,
+    last_sent: Option<Instant>,
+
+    // Receiving from the peer.
+    hello: Option<PeerHello>,
+    expected_seq: u64,
+    /// Eager credit the peer has spent here and not been given back.
+    credit_in_use: u64,
     /// Eager bytes consumed here that the peer has not been given back.
     owed: u64,
+    /// The peer's rendezvous requests not yet answered with a CTS.
+    slots_in_use: u64,
+    /// Something came from the peer since the last timeout check.
+    heard: bool,
+    last_heard: Option<Instant>,
+
     /// The peer's program has returned; it posts no more receives.
     finished: bool,
     /// The peer failed, and why.
@@ -342,27 +487,54 @@ pub struct Engine {
     sends: HashMap<ReqId, PendingSend>,
     /// Rendezvous transfers waiting for their data, by the id in their CTS.
     transfers: HashMap<ReqId, Transfer>,
-    outbox: VecDeque<(u32, Frame)>,
+    /// Peers with queued output, in the order they got it.
+    writable: VecDeque<u32>,
+    /// Frames this rank sent itself, handled before any call returns.
+    local: VecDeque<Frame>,
     events: VecDeque<Event>,
     next_id: ReqId,
+    /// This rank has said goodbye: it posts no more receives.
+    finished: bool,
+    /// The endpoint is closed: every operation fails.
+    closed: bool,
+    /// When the engine next wants [`handle_timeout`](Engine::handle_timeout).
+    next_tick: Option<Instant>,
 }
 
 impl Engine {
-    /// An engine for `rank` of a world of `size` ranks.
+    /// An engine for `rank` of a world of `size` ranks. Its hellos are the
+    /// first frames queued for every peer.
     pub fn new(rank: u32, size: u32, config: Config) -> Engine {
-        let peer = Peer { credit: config.eager_credit, ..Default::default() };
-        Engine {
+        let mut engine = Engine {
             rank,
             config,
-            peers: vec![peer; size as usize],
+            peers: (0..size).map(|_| Peer::default()).collect(),
             posted: PostedQueue::default(),
             unexpected: VecDeque::new(),
             sends: HashMap::new(),
             transfers: HashMap::new(),
-            outbox: VecDeque::new(),
+            writable: VecDeque::new(),
+            local: VecDeque::new(),
             events: VecDeque::new(),
             next_id: 1,
+            finished: false,
+            closed: false,
+            next_tick: None,
+        };
+        let hello = Header {
+            context: config.job,
+            data_len: u64::from(size),
+            sig_hash: native_repr_id(),
+            sig_len: config.eager_credit,
+            send_id: config.eager_threshold as u64,
+            recv_id: config.rndv_slots,
+            ..Header::control(Kind::Hello, rank)
+        };
+        for dest in 0..size {
+            engine.push_frame(dest, Frame::control(hello));
         }
+        engine.handle_local();
+        engine
     }
 
     /// This engine's rank.
@@ -387,15 +559,173 @@ impl Engine {
         id
     }
 
-    /// The next frame to hand to the transport, with its destination.
-    pub fn poll_transmit(&mut self) -> Option<(u32, Frame)> {
-        self.outbox.pop_front()
+    // ----- output ---------------------------------------------------------------
+
+    /// Queues `frame` for `dest`; frames to self are handled at once.
+    fn push_frame(&mut self, dest: u32, frame: Frame) {
+        if dest == self.rank {
+            self.local.push_back(frame);
+            return;
+        }
+        let p = &mut self.peers[dest as usize];
+        if p.failed.is_some() {
+            return;
+        }
+        p.queued_bytes += frame.payload.len();
+        p.queue.push_back(frame);
+        let too_many = p.queue.len() > MAX_QUEUED_FRAMES;
+        self.schedule(dest);
+        if too_many {
+            self.fail_peer(dest, "it stopped reading: too many frames wait for it");
+        }
+    }
+
+    fn schedule(&mut self, dest: u32) {
+        let p = &mut self.peers[dest as usize];
+        if !p.scheduled && !p.blocked {
+            p.scheduled = true;
+            self.writable.push_back(dest);
+        }
+    }
+
+    /// Handles the frames this rank sent itself.
+    fn handle_local(&mut self) {
+        while let Some(frame) = self.local.pop_front() {
+            // Frames the engine made itself cannot break the protocol.
+            let _ = self.handle_frame(self.rank, frame);
+        }
+    }
+
+    /// The next peer with frames to transmit (skipping peers whose transport
+    /// is blocked); call [`poll_transmit`](Engine::poll_transmit) for it
+    /// until it returns `None`.
+    pub fn poll_writable(&mut self) -> Option<u32> {
+        while let Some(dest) = self.writable.pop_front() {
+            let p = &mut self.peers[dest as usize];
+            p.scheduled = false;
+            if !p.blocked && (!p.queue.is_empty() || !p.bulk.is_empty()) {
+                return Some(dest);
+            }
+        }
+        None
+    }
+
+    /// The next frame for `dest`: queued frames first, then the next chunk
+    /// of rendezvous data. A rendezvous send completes when its last chunk
+    /// is taken.
+    pub fn poll_transmit(&mut self, dest: u32) -> Option<Frame> {
+        let chunk = self.config.rndv_chunk.max(1);
+        let p = self.peers.get_mut(dest as usize)?;
+        if p.blocked || p.failed.is_some() {
+            return None;
+        }
+        if let Some(frame) = p.queue.pop_front() {
+            p.queued_bytes -= frame.payload.len();
+            p.sent = true;
+            return Some(frame);
+        }
+        let b = p.bulk.front_mut()?;
+        let n = chunk.min(b.data.len() - b.offset);
+        let header = Header {
+            recv_id: b.recv_id,
+            seq: b.offset as u64,
+            data_len: b.data.len() as u64,
+            ..Header::control(Kind::RndvData, self.rank)
+        };
+        let frame = Frame { header, payload: b.data.slice(b.offset..b.offset + n) };
+        b.offset += n;
+        p.sent = true;
+        if b.offset == b.data.len() {
+            let done = p.bulk.pop_front().expect("the front was just used");
+            self.events.push_back(Event::SendDone { id: done.send_id, result: Ok(()) });
+        }
+        Some(frame)
+    }
+
+    /// Gives back a frame the transport could not take for `dest`: it goes
+    /// out first once the transport calls [`writable`](Engine::writable).
+    pub fn unsend(&mut self, dest: u32, frame: Frame) {
+        let Some(p) = self.peers.get_mut(dest as usize) else { return };
+        p.queued_bytes += frame.payload.len();
+        p.queue.push_front(frame);
+        p.blocked = true;
+    }
+
+    /// The transport can take frames for `dest` again.
+    pub fn writable(&mut self, dest: u32) {
+        let Some(p) = self.peers.get_mut(dest as usize) else { return };
+        p.blocked = false;
+        self.schedule(dest);
+    }
+
+    /// Payload bytes queued for `dest` (not counting rendezvous data not yet
+    /// cut into chunks, which the sends own).
+    pub fn queued_bytes(&self, dest: u32) -> usize {
+        self.peers.get(dest as usize).map_or(0, |p| p.queued_bytes)
+    }
+
+    /// Whether nothing this rank started is still on its way: no send
+    /// waits for an answer, credit or the transport, and no frame waits for
+    /// a live peer.
+    pub fn is_flushed(&self) -> bool {
+        self.sends.is_empty()
+            && self.peers.iter().all(|p| p.failed.is_some() || (p.held.is_empty() && p.queue.is_empty() && p.bulk.is_empty()))
     }
 
     /// The next completion.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
+
+    // ----- time -----------------------------------------------------------------
+
+    /// When the engine next wants [`handle_timeout`](Engine::handle_timeout)
+    /// called; `None` when it keeps no timers (no idle timeout configured,
+    /// or [`handle_timeout`](Engine::handle_timeout) never called yet).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_tick
+    }
+
+    /// The time is now `now`: fails peers silent for longer than the idle
+    /// timeout and queues pings to peers this rank has been silent to for a
+    /// third of it. Call it once at start, then whenever
+    /// [`poll_timeout`](Engine::poll_timeout) comes due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let Some(idle) = self.config.idle_timeout else { return };
+        let tick = (idle / 3).max(Duration::from_millis(1));
+        self.next_tick = Some(now + tick);
+        if self.closed {
+            self.next_tick = None;
+            return;
+        }
+        let mut silent = Vec::new();
+        let mut ping = Vec::new();
+        for (r, p) in self.peers.iter_mut().enumerate() {
+            if r as u32 == self.rank || p.failed.is_some() || p.finished {
+                continue;
+            }
+            if std::mem::take(&mut p.heard) || p.last_heard.is_none() {
+                p.last_heard = Some(now);
+            } else if p.last_heard.is_some_and(|t| now.saturating_duration_since(t) >= idle) {
+                silent.push(r as u32);
+                continue;
+            }
+            if std::mem::take(&mut p.sent) || p.last_sent.is_none() {
+                p.last_sent = Some(now);
+            } else if p.last_sent.is_some_and(|t| now.saturating_duration_since(t) >= tick) {
+                p.last_sent = Some(now);
+                ping.push(r as u32);
+            }
+        }
+        for r in silent {
+            self.fail_peer(r, &format!("it sent nothing for {idle:?}"));
+        }
+        for r in ping {
+            self.push_frame(r, Frame::control(Header::control(Kind::Ping, self.rank)));
+        }
+    }
+
+    // ----- state --------------------------------------------------------------
 
     /// Number of messages waiting in the unexpected queue.
     pub fn unexpected_len(&self) -> usize {
@@ -413,26 +743,56 @@ impl Engine {
             .sum()
     }
 
+    /// Eager credit (bytes, headers included) `source` has spent here and
+    /// not been given back: never above [`Config::eager_credit`].
+    pub fn credit_in_use(&self, source: u32) -> u64 {
+        self.peers.get(source as usize).map_or(0, |p| p.credit_in_use)
+    }
+
     /// Number of receives posted and not yet matched.
     pub fn posted_len(&self) -> usize {
         self.posted.len()
     }
 
+    /// Whether receive `id` is posted and waits on `source` (for tests and
+    /// fuzzing: no receive may wait on a failed peer).
+    pub fn waits_on(&self, id: ReqId, source: u32) -> bool {
+        self.posted.spec(id).is_some_and(|s| s.source == Some(source))
+            || self.transfers.values().any(|t| t.owner == Some(id) && t.envelope.source == source)
+    }
+
+    /// Whether any receive waits on `source`: a posted receive naming it,
+    /// or a rendezvous transfer from it with an owner.
+    pub fn anything_waits_on(&self, source: u32) -> bool {
+        !self.posted.ids_where(|s| s.source == Some(source)).is_empty()
+            || self.transfers.values().any(|t| t.owner.is_some() && t.envelope.source == source && !t.complete)
+    }
+
+    /// Whether `rank` has failed.
+    pub fn is_failed(&self, rank: u32) -> bool {
+        self.peers.get(rank as usize).is_some_and(|p| p.failed.is_some())
+    }
+
     /// Why `rank` can no longer take part: it failed, or (when the operation
     /// needs it to match) it finished.
     pub fn dead(&self, rank: u32, need_match: bool) -> Option<Error> {
+        if self.closed {
+            return Some(Error::Finalized);
+        }
         let p = self.peers.get(rank as usize)?;
         if let Some(reason) = &p.failed {
             return Some(Error::ProcessFailed { rank, reason: reason.clone() });
         }
-        (need_match && p.finished)
-            .then(|| Error::ProcessFailed { rank, reason: "its program returned".into() })
+        (need_match && p.finished).then(|| Error::ProcessFailed { rank, reason: "its program returned".into() })
     }
 
     /// When every other rank has finished or failed (and there is at least
-    /// one), the error an any-source receive gets: only this rank's own
-    /// messages could still match it.
+    /// one), the error an any-source receive that stays unmatched gets: only
+    /// this rank's own messages could still match it.
     pub fn others_gone(&self) -> Option<Error> {
+        if self.closed {
+            return Some(Error::Finalized);
+        }
         let mut last = None;
         for (r, p) in self.peers.iter().enumerate() {
             if r as u32 == self.rank {
@@ -445,6 +805,28 @@ impl Engine {
         }
         last.map(|rank| Error::ProcessFailed { rank, reason: "every other rank has finished or failed".into() })
     }
+
+    /// Whether posted receive `id` accepts any source while every other
+    /// rank is gone: only this rank can still match it.
+    pub fn orphaned(&self, id: ReqId) -> bool {
+        self.posted.spec(id).is_some_and(|s| s.source.is_none()) && self.others_gone().is_some()
+    }
+
+    /// The representation to send typed data to `dest` in: native only to
+    /// a peer whose hello said it shares this rank's representation.
+    pub fn repr_for(&self, dest: u32) -> Repr {
+        match self.peers.get(dest as usize).and_then(|p| p.hello) {
+            Some(hello) if hello.native && self.config.repr == Repr::Native => Repr::Native,
+            _ => Repr::External32,
+        }
+    }
+
+    /// Whether every peer's hello has arrived (or the peer failed).
+    pub fn is_connected(&self) -> bool {
+        self.peers.iter().all(|p| p.hello.is_some() || p.failed.is_some())
+    }
+
+    // ----- sends --------------------------------------------------------------
 
     fn data_header(&mut self, kind: Kind, msg: &Outgoing, send_id: u64) -> Header {
         let peer = &mut self.peers[msg.dest as usize];
@@ -467,46 +849,89 @@ impl Engine {
         }
     }
 
+    /// Whether a send of `len` bytes in `mode` to `dest` would go eagerly
+    /// with the credit held now.
+    fn goes_eagerly(&self, mode: SendMode, dest: u32, len: usize) -> bool {
+        matches!(mode, SendMode::Standard | SendMode::Buffered)
+            && len <= self.config.eager_threshold
+            && self.peers[dest as usize].credit >= eager_cost(len)
+    }
+
     /// Starts send `id`; its completion arrives as [`Event::SendDone`] (at
     /// once for eager sends).
     pub fn post_send(&mut self, id: ReqId, mode: SendMode, msg: Outgoing) {
-        let needs_match = matches!(mode, SendMode::Synchronous | SendMode::Ready);
-        if let Some(e) = self.dead(msg.dest, needs_match) {
-            self.events.push_back(Event::SendDone { id, result: Err(e) });
-            return;
-        }
+        tracing::trace!(rank = self.rank, id, dest = msg.dest, tag = msg.tag, len = msg.data.len(), ?mode, "send posted");
         if msg.dest >= self.size() {
             let error = Error::InvalidRank { rank: msg.dest as i64, size: self.size() };
             self.events.push_back(Event::SendDone { id, result: Err(error) });
             return;
         }
-        let len = msg.data.len() as u64;
-        let cost = eager_cost(msg.data.len());
-        let eager = matches!(mode, SendMode::Standard | SendMode::Buffered)
-            && msg.data.len() <= self.config.eager_threshold
-            && self.peers[msg.dest as usize].credit >= cost;
-        tracing::trace!(rank = self.rank, id, dest = msg.dest, tag = msg.tag, len, ?mode, eager, "send posted");
+        // A send that cannot go eagerly needs the peer to match it.
+        let needs_peer = !self.goes_eagerly(mode, msg.dest, msg.data.len()) || !self.peers[msg.dest as usize].held.is_empty();
+        if let Some(e) = self.dead(msg.dest, needs_peer) {
+            self.events.push_back(Event::SendDone { id, result: Err(e) });
+            return;
+        }
         let dest = msg.dest;
-        if eager {
-            self.peers[dest as usize].credit -= cost;
-            let header = self.data_header(Kind::Eager, &msg, id);
-            self.outbox.push_back((dest, Frame { header, payload: msg.data }));
-            self.events.push_back(Event::SendDone { id, result: Ok(()) });
-        } else if mode == SendMode::Ready {
-            let header = self.data_header(Kind::Ready, &msg, id);
-            self.sends.insert(id, PendingSend::Ready { dest });
-            self.outbox.push_back((dest, Frame { header, payload: msg.data }));
-        } else {
-            let header = self.data_header(Kind::Rts, &msg, id);
-            self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data });
-            self.outbox.push_back((dest, Frame { header, payload: Bytes::new() }));
+        self.peers[dest as usize].held.push_back(Held { id, mode, msg });
+        self.start_held(dest);
+        self.handle_local();
+    }
+
+    /// Starts the sends held for `dest`, in order, while credit and slots
+    /// allow.
+    fn start_held(&mut self, dest: u32) {
+        loop {
+            let p = &mut self.peers[dest as usize];
+            let Some(h) = p.held.front() else {
+                // The goodbye goes after every send started before it.
+                if let Some(failed) = p.bye.take() {
+                    let rank = self.rank;
+                    let header = Header { data_len: u64::from(failed), ..Header::control(Kind::Bye, rank) };
+                    self.push_frame(dest, Frame::control(header));
+                }
+                return;
+            };
+            if p.hello.is_none() {
+                return;
+            }
+            let (mode, len, slots) = (h.mode, h.msg.data.len(), p.slots);
+            let eager = self.goes_eagerly(mode, dest, len);
+            let rendezvous = !eager && mode != SendMode::Ready;
+            if rendezvous && slots == 0 {
+                return;
+            }
+            let Held { id, mode, msg } = self.peers[dest as usize].held.pop_front().expect("checked above");
+            if eager {
+                self.peers[dest as usize].credit -= eager_cost(msg.data.len());
+                let header = self.data_header(Kind::Eager, &msg, id);
+                self.push_frame(dest, Frame { header, payload: msg.data });
+                self.events.push_back(Event::SendDone { id, result: Ok(()) });
+            } else if mode == SendMode::Ready {
+                let header = self.data_header(Kind::Ready, &msg, id);
+                self.sends.insert(id, PendingSend::Ready { dest });
+                self.push_frame(dest, Frame { header, payload: msg.data });
+            } else {
+                self.peers[dest as usize].slots -= 1;
+                let header = self.data_header(Kind::Rts, &msg, id);
+                self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data });
+                self.push_frame(dest, Frame::control(header));
+            }
         }
     }
 
+    // ----- receives -----------------------------------------------------------
+
     /// Posts receive `id`. If a queued message matches, it completes (or,
-    /// for a rendezvous message, starts its data transfer) at once.
+    /// for a rendezvous message, starts its data transfer) at once. An
+    /// any-source receive stays posted when every other rank is gone (see
+    /// [`Event::Orphaned`]).
     pub fn post_recv(&mut self, id: ReqId, spec: MatchSpec) {
         tracing::trace!(rank = self.rank, id, ?spec, "receive posted");
+        if self.closed {
+            self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+            return;
+        }
         if let Some(source) = spec.source.filter(|&s| s >= self.size()) {
             let error = Error::InvalidRank { rank: source as i64, size: self.size() };
             self.events.push_back(Event::RecvDone { id, result: Err(error) });
@@ -515,17 +940,17 @@ impl Engine {
         if let Some(pos) = self.unexpected.iter().position(|u| spec.accepts(&u.envelope)) {
             let u = self.unexpected.remove(pos).expect("position is in range");
             self.take_unexpected(id, u);
+            self.handle_local();
             return;
         }
-        let dead = match spec.source {
-            Some(s) => self.dead(s, true),
-            None => self.others_gone(),
-        };
-        if let Some(e) = dead {
+        if let Some(e) = spec.source.and_then(|s| self.dead(s, true)) {
             self.events.push_back(Event::RecvDone { id, result: Err(e) });
             return;
         }
         self.posted.push(id, spec);
+        if spec.source.is_none() && self.others_gone().is_some() {
+            self.events.push_back(Event::Orphaned { id });
+        }
     }
 
     /// Withdraws a posted receive that has not matched. Returns `false` if
@@ -555,6 +980,7 @@ impl Engine {
         t.owner = None;
         let u = Unexpected { envelope: t.envelope, body: Body::InFlight { transfer } };
         self.restore(u);
+        self.handle_local();
         true
     }
 
@@ -581,6 +1007,7 @@ impl Engine {
     /// queue, unreceived (a rendezvous message stays unanswered).
     pub fn unmatch(&mut self, m: Matched) {
         self.restore(m.0);
+        self.handle_local();
     }
 
     /// Puts a delivered message back in the unexpected queue as if it had
@@ -589,6 +1016,7 @@ impl Engine {
     /// later messages.
     pub fn requeue(&mut self, msg: Delivered) {
         self.restore(Unexpected { envelope: msg.envelope, body: Body::Data { data: msg.data, credit: msg.credit } });
+        self.handle_local();
     }
 
     /// The envelope of the first queued message `spec` matches
@@ -608,6 +1036,7 @@ impl Engine {
     /// `id` (`MPI_Mrecv`).
     pub fn mrecv(&mut self, id: ReqId, m: Matched) {
         self.take_unexpected(id, m.0);
+        self.handle_local();
     }
 
     /// Delivers queued message `u` to receive `id`.
@@ -619,9 +1048,9 @@ impl Engine {
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
             Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
-                Some(t) if t.data.is_some() => {
-                    let t = self.transfers.remove(&transfer).expect("present");
-                    let delivered = Delivered { envelope: t.envelope, data: t.data.expect("checked"), credit: 0 };
+                Some(t) if t.complete => {
+                    let mut t = self.transfers.remove(&transfer).expect("present");
+                    let delivered = Delivered { envelope: t.envelope, data: t.received.take(), credit: 0 };
                     self.events.push_back(Event::RecvDone { id, result: Ok(delivered) });
                 }
                 Some(t) => t.owner = Some(id),
@@ -635,41 +1064,79 @@ impl Engine {
     }
 
     fn clear_to_send(&mut self, recv_id: ReqId, envelope: Envelope, send_id: u64) {
-        if let Some(e) = self.dead(envelope.source, false) {
+        let source = envelope.source;
+        if let Some(p) = self.peers.get_mut(source as usize) {
+            p.slots_in_use = p.slots_in_use.saturating_sub(1);
+        }
+        if let Some(e) = self.dead(source, false) {
             self.events.push_back(Event::RecvDone { id: recv_id, result: Err(e) });
             return;
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
-        self.outbox.push_back((envelope.source, Frame { header, payload: Bytes::new() }));
-        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id), data: None });
+        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false });
+        self.push_frame(source, Frame::control(header));
     }
 
     /// A receive has consumed a delivered message holding `bytes` of
     /// `source`'s credit: the credit goes back to the sender (in batches).
     pub fn release_credit(&mut self, source: u32, bytes: u64) {
+        let quarter = self.config.eager_credit / 4;
         let Some(peer) = self.peers.get_mut(source as usize) else { return };
-        if bytes == 0 {
+        if bytes == 0 || peer.failed.is_some() {
             return;
         }
         peer.owed += bytes;
         // Return credit in batches of a quarter of the budget.
-        if peer.owed > 0 && peer.owed >= self.config.eager_credit / 4 {
+        if peer.owed >= quarter {
             let header = Header { data_len: peer.owed, ..Header::control(Kind::Credit, self.rank) };
+            peer.credit_in_use = peer.credit_in_use.saturating_sub(peer.owed);
             peer.owed = 0;
-            self.outbox.push_back((source, Frame { header, payload: Bytes::new() }));
+            self.push_frame(source, Frame::control(header));
+            self.handle_local();
         }
     }
 
-    /// Processes one frame from `from`. A frame that breaks the protocol is
-    /// an error; the caller should then [`fail_peer`](Engine::fail_peer).
+    // ----- incoming frames ----------------------------------------------------
+
+    /// Processes one frame from `from`. A frame that breaks the protocol
+    /// fails that peer (every operation depending on it completes with an
+    /// error) and is returned as the error; frames from a peer that has
+    /// already failed are dropped.
     pub fn handle_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
+        if from as usize >= self.peers.len() {
+            return Err(Error::Protocol(format!("frame from rank {from}, outside a world of {}", self.peers.len())));
+        }
+        if self.peers[from as usize].failed.is_some() {
+            return Ok(());
+        }
+        self.peers[from as usize].heard = true;
+        let result = self.process(from, frame);
+        if let Err(e) = &result {
+            self.fail_peer(from, &e.to_string());
+        }
+        self.handle_local();
+        result
+    }
+
+    fn process(&mut self, from: u32, frame: Frame) -> Result<()> {
         let h = frame.header;
-        if from as usize >= self.peers.len() || h.source != from {
+        if h.source != from {
             return Err(Error::Protocol(format!("frame from rank {from} claims source {}", h.source)));
         }
+        let peer = &self.peers[from as usize];
+        if peer.hello.is_none() && h.kind != Kind::Hello {
+            return Err(Error::Protocol(format!("{:?} frame from rank {from} before its hello", h.kind)));
+        }
+        if peer.finished && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping) {
+            return Err(Error::Protocol(format!("{:?} frame from rank {from} after its goodbye", h.kind)));
+        }
+        if h.kind == Kind::Hello {
+            return self.hello(from, h);
+        }
+        let peer = &mut self.peers[from as usize];
         match h.kind {
+            Kind::Hello => unreachable!("handled above"),
             Kind::Eager | Kind::Rts | Kind::Ready => {
-                let peer = &mut self.peers[from as usize];
                 if h.seq != peer.expected_seq {
                     return Err(Error::Protocol(format!(
                         "frame {} from rank {from} arrived when {} was due",
@@ -678,14 +1145,44 @@ impl Engine {
                 }
                 peer.expected_seq += 1;
                 match h.kind {
-                    Kind::Eager => self.arrive(Unexpected {
-                        envelope: Envelope::from_header(&h, frame.payload.len() as u64),
-                        body: Body::Data { credit: eager_cost(frame.payload.len()), data: frame.payload },
-                    }),
-                    Kind::Rts => self.arrive(Unexpected {
-                        envelope: Envelope::from_header(&h, h.data_len),
-                        body: Body::Rts { send_id: h.send_id },
-                    }),
+                    Kind::Eager => {
+                        let limit = peer.hello.map_or(0, |p| p.eager_limit);
+                        let cost = eager_cost(frame.payload.len());
+                        if frame.payload.len() as u64 > limit {
+                            return Err(Error::Protocol(format!(
+                                "eager message of {} bytes from rank {from}, above its {limit}-byte limit",
+                                frame.payload.len()
+                            )));
+                        }
+                        if peer.credit_in_use + cost > self.config.eager_credit {
+                            return Err(Error::Protocol(format!(
+                                "rank {from} sent {} bytes of eager data beyond the {} granted",
+                                peer.credit_in_use + cost - self.config.eager_credit,
+                                self.config.eager_credit
+                            )));
+                        }
+                        peer.credit_in_use += cost;
+                        self.arrive(Unexpected {
+                            envelope: Envelope::from_header(&h, frame.payload.len() as u64),
+                            body: Body::Data { credit: cost, data: frame.payload },
+                        })
+                    }
+                    Kind::Rts => {
+                        if !frame.payload.is_empty() {
+                            return Err(Error::Protocol(format!("RTS from rank {from} carries a payload")));
+                        }
+                        if peer.slots_in_use >= self.config.rndv_slots {
+                            return Err(Error::Protocol(format!(
+                                "rank {from} sent more than the {} rendezvous requests granted",
+                                self.config.rndv_slots
+                            )));
+                        }
+                        peer.slots_in_use += 1;
+                        self.arrive(Unexpected {
+                            envelope: Envelope::from_header(&h, h.data_len),
+                            body: Body::Rts { send_id: h.send_id },
+                        })
+                    }
                     _ => self.arrive_ready(h, frame.payload),
                 }
             }
@@ -698,50 +1195,13 @@ impl Engine {
                 let Some(PendingSend::Rendezvous { data, .. }) = self.sends.remove(&h.send_id) else {
                     unreachable!("checked above")
                 };
-                let header = Header { recv_id: h.recv_id, data_len: data.len() as u64, ..Header::control(Kind::RndvData, self.rank) };
-                self.outbox.push_back((from, Frame { header, payload: data }));
-                self.events.push_back(Event::SendDone { id: h.send_id, result: Ok(()) });
+                let p = &mut self.peers[from as usize];
+                p.slots += 1;
+                p.bulk.push_back(Bulk { send_id: h.send_id, recv_id: h.recv_id, data, offset: 0 });
+                self.schedule(from);
+                self.start_held(from);
             }
-            Kind::RndvData => {
-                match self.transfers.get(&h.recv_id) {
-                    Some(t) if t.envelope.source == from => {}
-                    _ => return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id))),
-                }
-                let Some(Transfer { envelope, owner, .. }) = self.transfers.remove(&h.recv_id) else {
-                    unreachable!("checked above")
-                };
-                if frame.payload.len() as u64 != envelope.len {
-                    return Err(Error::Protocol(format!(
-                        "rendezvous data of {} bytes from rank {from} for a {}-byte message from rank {}",
-                        frame.payload.len(),
-                        envelope.len,
-                        envelope.source
-                    )));
-                }
-                match owner {
-                    Some(id) => {
-                        let delivered = Delivered { envelope, data: frame.payload, credit: 0 };
-                        self.events.push_back(Event::RecvDone { id, result: Ok(delivered) })
-                    }
-                    None => {
-                        // Its receive was withdrawn: the data takes the
-                        // message's place in the queue, or waits in the
-                        // transfer while a matched probe holds the message.
-                        let transfer = h.recv_id;
-                        let queued = self
-                            .unexpected
-                            .iter_mut()
-                            .find(|u| matches!(u.body, Body::InFlight { transfer: t } if t == transfer));
-                        match queued {
-                            Some(u) => u.body = Body::Data { data: frame.payload, credit: 0 },
-                            None => {
-                                let t = Transfer { envelope, owner: None, data: Some(frame.payload) };
-                                self.transfers.insert(transfer, t);
-                            }
-                        }
-                    }
-                }
-            }
+            Kind::RndvData => self.rendezvous_data(from, h, frame.payload)?,
             Kind::ReadyAck => {
                 match self.sends.get(&h.send_id) {
                     Some(PendingSend::Ready { dest }) if *dest == from => {}
@@ -753,10 +1213,73 @@ impl Engine {
                 self.events.push_back(Event::SendDone { id: h.send_id, result });
             }
             Kind::Credit => {
-                let peer = &mut self.peers[from as usize];
-                peer.credit = peer.credit.saturating_add(h.data_len).min(self.config.eager_credit);
+                peer.credit = peer.credit.saturating_add(h.data_len);
+                self.start_held(from);
             }
-            Kind::Bye => self.peer_finished(from),
+            Kind::Bye => self.peer_finished(from, h.data_len == 1),
+            Kind::Ping => {}
+        }
+        Ok(())
+    }
+
+    fn hello(&mut self, from: u32, h: Header) -> Result<()> {
+        let size = self.peers.len() as u64;
+        let peer = &mut self.peers[from as usize];
+        if peer.hello.is_some() {
+            return Err(Error::Protocol(format!("a second hello from rank {from}")));
+        }
+        if h.context != self.config.job {
+            return Err(Error::Protocol(format!("rank {from} belongs to job {:#x}, not {:#x}", h.context, self.config.job)));
+        }
+        if h.data_len != size {
+            return Err(Error::Protocol(format!("rank {from} is in a world of {} ranks, not {size}", h.data_len)));
+        }
+        let native = h.sig_hash == native_repr_id();
+        peer.hello = Some(PeerHello { eager_limit: h.send_id, native });
+        peer.credit = h.sig_len;
+        peer.slots = h.recv_id;
+        let repr = if native && self.config.repr == Repr::Native { Repr::Native } else { Repr::External32 };
+        self.events.push_back(Event::Connected { rank: from, repr });
+        self.start_held(from);
+        Ok(())
+    }
+
+    fn rendezvous_data(&mut self, from: u32, h: Header, payload: Bytes) -> Result<()> {
+        let Some(t) = self.transfers.get_mut(&h.recv_id).filter(|t| t.envelope.source == from && !t.complete) else {
+            return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id)));
+        };
+        let total = t.envelope.len;
+        if h.data_len != total || h.seq != t.received.len() || t.received.len() + payload.len() as u64 > total {
+            return Err(Error::Protocol(format!(
+                "rendezvous data from rank {from}: {} bytes at offset {} of {}, for a {total}-byte message with {} bytes in",
+                payload.len(),
+                h.seq,
+                h.data_len,
+                t.received.len()
+            )));
+        }
+        t.received.push(payload);
+        if t.received.len() < total {
+            return Ok(());
+        }
+        t.complete = true;
+        let transfer = h.recv_id;
+        match t.owner {
+            Some(id) => {
+                let mut t = self.transfers.remove(&transfer).expect("present");
+                let delivered = Delivered { envelope: t.envelope, data: t.received.take(), credit: 0 };
+                self.events.push_back(Event::RecvDone { id, result: Ok(delivered) });
+            }
+            None => {
+                // Its receive was withdrawn: the data takes the message's
+                // place in the queue, or waits in the transfer while a
+                // matched probe holds the message.
+                let queued = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
+                if let Some(u) = queued {
+                    let mut t = self.transfers.remove(&transfer).expect("present");
+                    u.body = Body::Data { data: t.received.take(), credit: 0 };
+                }
+            }
         }
         Ok(())
     }
@@ -795,325 +1318,126 @@ impl Engine {
             }
         };
         let header = Header { send_id: h.send_id, data_len: taken, ..Header::control(Kind::ReadyAck, self.rank) };
-        self.outbox.push_back((h.source, Frame { header, payload: Bytes::new() }));
+        self.push_frame(h.source, Frame::control(header));
     }
 
-    /// The frame announcing that this rank has finished, for every peer.
-    pub fn farewell(&mut self) {
+    // ----- the end ------------------------------------------------------------
+
+    /// Says goodbye to every peer (after everything already queued for it):
+    /// this rank posts no more receives. `failed` says the program failed
+    /// rather than returned.
+    pub fn farewell(&mut self, failed: bool) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
         for dest in 0..self.size() {
             if dest != self.rank {
-                self.outbox.push_back((dest, Frame { header: Header::control(Kind::Bye, self.rank), payload: Bytes::new() }));
+                self.peers[dest as usize].bye = Some(failed);
+                if failed {
+                    // A failed program's sends that have not started never will.
+                    let held: Vec<ReqId> = self.peers[dest as usize].held.drain(..).map(|h| h.id).collect();
+                    for id in held {
+                        self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+                    }
+                }
+                self.start_held(dest);
             }
         }
+    }
+
+    /// Closes the engine: every operation still waiting fails with
+    /// [`Error::Finalized`], and every later one too.
+    pub fn close(&mut self) {
+        self.closed = true;
+        self.next_tick = None;
+        for id in self.posted.remove_where(|_| true) {
+            self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+        }
+        for (_, t) in self.transfers.drain() {
+            if let Some(id) = t.owner {
+                self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+            }
+        }
+        let mut failed: Vec<ReqId> = self.sends.drain().map(|(id, _)| id).collect();
+        for p in &mut self.peers {
+            failed.extend(p.held.drain(..).map(|h| h.id));
+            failed.extend(p.bulk.drain(..).map(|b| b.send_id));
+            p.queue.clear();
+            p.queued_bytes = 0;
+        }
+        for id in failed {
+            self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+        }
+        self.unexpected.clear();
+    }
+
+    /// Whether [`close`](Engine::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed
     }
 
     /// `rank` has finished: fail what waits for it to match.
-    fn peer_finished(&mut self, rank: u32) {
+    fn peer_finished(&mut self, rank: u32, failed: bool) {
         self.peers[rank as usize].finished = true;
-        self.fail_waiting_on(rank, "its program returned before matching");
+        let reason = if failed { "it failed before matching" } else { "its program returned before matching" };
+        self.fail_waiting_on(rank, reason);
     }
 
-    /// `rank` has failed (its connection broke, or it broke the protocol):
-    /// every operation that depends on it fails.
+    /// `rank` has failed (its connection broke, it broke the protocol, or it
+    /// went silent): every operation that depends on it fails, and its later
+    /// frames are dropped.
     pub fn fail_peer(&mut self, rank: u32, reason: &str) {
-        if rank as usize >= self.peers.len() || self.peers[rank as usize].failed.is_some() {
+        if rank == self.rank || rank as usize >= self.peers.len() || self.peers[rank as usize].failed.is_some() {
             return;
         }
         tracing::warn!(rank = self.rank, peer = rank, reason, "peer failed");
-        self.peers[rank as usize].failed = Some(reason.to_string());
+        let p = &mut self.peers[rank as usize];
+        p.failed = Some(reason.to_string());
+        p.queue.clear();
+        p.queued_bytes = 0;
+        let bulk: Vec<ReqId> = p.bulk.drain(..).map(|b| b.send_id).collect();
+        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
+        for id in bulk {
+            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+        }
         self.fail_waiting_on(rank, reason);
-        let failed: Vec<ReqId> = self
-            .transfers
-            .iter()
-            .filter(|(_, t)| t.envelope.source == rank && t.data.is_none())
-            .map(|(id, _)| *id)
-            .collect();
+        let failed: Vec<ReqId> =
+            self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
         for transfer in failed {
             let t = self.transfers.remove(&transfer).expect("listed above");
             match t.owner {
-                Some(id) => {
-                    let error = Error::ProcessFailed { rank, reason: reason.to_string() };
-                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
-                }
+                Some(id) => self.events.push_back(Event::RecvDone { id, result: Err(error()) }),
                 None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
             }
         }
+        // Its unexpected rendezvous requests can never be answered.
+        self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
     }
 
-    /// Fails the receives that name `rank` and the sends that wait for it.
+    /// Fails the receives that name `rank` and the sends that wait for it;
+    /// reports the any-source receives that only this rank can now match.
     fn fail_waiting_on(&mut self, rank: u32, reason: &str) {
         let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
         for id in self.posted.remove_where(|spec| spec.source == Some(rank)) {
             self.events.push_back(Event::RecvDone { id, result: Err(error()) });
         }
-        if let Some(error) = self.others_gone() {
-            for id in self.posted.remove_where(|spec| spec.source.is_none()) {
-                self.events.push_back(Event::RecvDone { id, result: Err(error.clone()) });
+        if self.others_gone().is_some() {
+            for id in self.posted.ids_where(|spec| spec.source.is_none()) {
+                self.events.push_back(Event::Orphaned { id });
             }
         }
-        let failed_sends: Vec<ReqId> =
-            self.sends.iter().filter(|(_, s)| s.dest() == rank).map(|(id, _)| *id).collect();
+        let failed_sends: Vec<ReqId> = self.sends.iter().filter(|(_, s)| s.dest() == rank).map(|(id, _)| *id).collect();
         for id in failed_sends {
             self.sends.remove(&id);
+            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+        }
+        let held: Vec<ReqId> = self.peers[rank as usize].held.drain(..).map(|h| h.id).collect();
+        for id in held {
             self.events.push_back(Event::SendDone { id, result: Err(error()) });
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The posted-receive index against a list scanned in posting order,
-    /// over random posts (with wildcards), arrivals, withdrawals and peer
-    /// failures.
-    #[test]
-    fn posted_index_matches_like_a_scan_in_posting_order() {
-        let mut x = 0x9e37_79b9u32;
-        let mut next = move |n: u32| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x % n
-        };
-        for _ in 0..200 {
-            // The reference: (receive, spec) in posting order.
-            let (mut index, mut list) = (PostedQueue::default(), Vec::<(ReqId, MatchSpec)>::new());
-            let mut id = 0;
-            for _ in 0..300 {
-                let wild = |v: u32, n: u32| (v < n).then_some(v);
-                match next(10) {
-                    0..=4 => {
-                        let spec = MatchSpec {
-                            context: next(2) as u64,
-                            source: wild(next(4), 3),
-                            tag: wild(next(4), 3).map(|t| t as i32),
-                        };
-                        index.push(id, spec);
-                        list.push((id, spec));
-                        id += 1;
-                    }
-                    5..=7 => {
-                        let env = Envelope {
-                            context: next(2) as u64,
-                            source: next(3),
-                            tag: next(3) as i32,
-                            signature: None,
-                            repr: Repr::Native,
-                            len: 0,
-                            seq: 0,
-                        };
-                        let want = list.iter().position(|(_, spec)| spec.accepts(&env)).map(|i| list.remove(i).0);
-                        assert_eq!(index.take_match(&env), want);
-                    }
-                    8 => {
-                        let victim = next(id.max(1) as u32) as u64;
-                        let want = list.iter().position(|&(x, _)| x == victim).map(|i| list.remove(i)).is_some();
-                        assert_eq!(index.remove(victim), want);
-                    }
-                    _ => {
-                        let rank = wild(next(4), 3);
-                        let pred = |spec: &MatchSpec| spec.source == rank;
-                        let want: Vec<ReqId> = list.iter().filter(|(_, spec)| pred(spec)).map(|&(x, _)| x).collect();
-                        list.retain(|(_, spec)| !pred(spec));
-                        assert_eq!(index.remove_where(pred), want);
-                    }
-                }
-                assert_eq!(index.len(), list.len());
-            }
-        }
-    }
-
-    fn msg(dest: u32, tag: i32, data: &'static [u8]) -> Outgoing {
-        Outgoing { dest, context: 0, tag, signature: Some((7, data.len() as u64)), repr: Repr::Native, data: Bytes::from_static(data) }
-    }
-
-    fn spec(source: Option<u32>, tag: Option<i32>) -> MatchSpec {
-        MatchSpec { context: 0, source, tag }
-    }
-
-    /// Moves every queued frame to its destination engine until all are quiet.
-    fn pump(engines: &mut [Engine]) {
-        loop {
-            let mut moved = false;
-            for i in 0..engines.len() {
-                while let Some((dest, frame)) = engines[i].poll_transmit() {
-                    engines[dest as usize].handle_frame(i as u32, frame).unwrap();
-                    moved = true;
-                }
-            }
-            if !moved {
-                return;
-            }
-        }
-    }
-
-    fn events(e: &mut Engine) -> Vec<Event> {
-        std::iter::from_fn(|| e.poll_event()).collect()
-    }
-
-    /// The receives completed so far, with their data.
-    fn deliveries(e: &mut Engine) -> Vec<(ReqId, Bytes)> {
-        events(e)
-            .into_iter()
-            .map(|ev| match ev {
-                Event::RecvDone { id, result } => (id, result.unwrap().data),
-                other => panic!("{other:?}"),
-            })
-            .collect()
-    }
-
-    fn pair(config: Config) -> Vec<Engine> {
-        vec![Engine::new(0, 2, config), Engine::new(1, 2, config)]
-    }
-
-    #[test]
-    fn eager_messages_match_in_arrival_order() {
-        let mut e = pair(Config::default());
-        e[0].post_send(1, SendMode::Standard, msg(1, 5, b"first"));
-        e[0].post_send(2, SendMode::Standard, msg(1, 5, b"second"));
-        pump(&mut e);
-        assert_eq!(events(&mut e[0]).len(), 2);
-        e[1].post_recv(10, spec(Some(0), None));
-        e[1].post_recv(11, spec(None, Some(5)));
-        let got = deliveries(&mut e[1]);
-        assert_eq!(got, [(10, Bytes::from_static(b"first")), (11, Bytes::from_static(b"second"))]);
-    }
-
-    #[test]
-    fn rendezvous_completes_the_send_only_after_a_match() {
-        let mut e = pair(Config::default());
-        e[0].post_send(1, SendMode::Synchronous, msg(1, 0, b"sync"));
-        pump(&mut e);
-        assert!(events(&mut e[0]).is_empty(), "no match yet");
-        e[1].post_recv(7, spec(Some(0), Some(0)));
-        pump(&mut e);
-        assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]));
-        assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 7, result: Ok(d) }] if d.data == "sync"));
-    }
-
-    #[test]
-    fn credit_bounds_unexpected_data_then_falls_back_to_rendezvous() {
-        let mut e = pair(Config { eager_threshold: 100, eager_credit: 150, ..Config::default() });
-        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"12345678"));
-        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"abcdefgh"));
-        pump(&mut e);
-        let done: Vec<_> = events(&mut e[0]).into_iter().map(|ev| matches!(ev, Event::SendDone { .. })).collect();
-        assert_eq!(done, [true], "the second send waits: no credit left");
-        e[1].post_recv(5, spec(None, None));
-        e[1].post_recv(6, spec(None, None));
-        pump(&mut e);
-        assert_eq!(events(&mut e[0]).len(), 1, "second send completed after its match");
-        assert_eq!(events(&mut e[1]).len(), 2);
-    }
-
-    #[test]
-    fn ready_send_without_a_posted_receive_is_refused() {
-        let mut e = pair(Config::default());
-        e[0].post_send(1, SendMode::Ready, msg(1, 0, b"early"));
-        pump(&mut e);
-        assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Err(Error::NotReady) }]));
-        assert_eq!(e[1].unexpected_len(), 0, "not delivered");
-        e[1].post_recv(3, spec(Some(0), Some(0)));
-        e[0].post_send(2, SendMode::Ready, msg(1, 0, b"ok"));
-        pump(&mut e);
-        assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 2, result: Ok(()) }]));
-    }
-
-    #[test]
-    fn out_of_order_and_forged_frames_are_protocol_errors() {
-        let mut e = pair(Config::default());
-        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"a"));
-        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"b"));
-        let (_, f1) = e[0].poll_transmit().unwrap();
-        let (_, f2) = e[0].poll_transmit().unwrap();
-        assert!(matches!(e[1].handle_frame(0, f2), Err(Error::Protocol(_))));
-        assert!(matches!(e[1].handle_frame(1, f1.clone()), Err(Error::Protocol(_))), "source mismatch");
-        let cts = Frame { header: Header { send_id: 99, ..Header::control(Kind::Cts, 0) }, payload: Bytes::new() };
-        assert!(e[1].handle_frame(0, cts).is_err());
-    }
-
-    #[test]
-    fn a_failed_peer_fails_what_depends_on_it() {
-        let config = Config::default();
-        let mut e = [Engine::new(0, 3, config), Engine::new(1, 3, config)];
-        e[1].post_recv(1, spec(Some(0), None));
-        e[1].post_recv(2, spec(None, None));
-        e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));
-        e[1].fail_peer(0, "connection lost");
-        let ev = events(&mut e[1]);
-        assert_eq!(ev.len(), 2, "{ev:?}");
-        assert_eq!(e[1].posted_len(), 1, "the any-source receive stays posted: rank 2 may still send");
-        e[1].post_recv(4, spec(Some(0), None));
-        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 4, result: Err(Error::ProcessFailed { .. }) }]));
-        // Once every other rank is gone, any-source receives fail too.
-        e[1].fail_peer(2, "connection lost");
-        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 2, result: Err(Error::ProcessFailed { .. }) }]));
-        e[1].post_recv(5, spec(Some(1), None));
-        assert!(events(&mut e[1]).is_empty(), "a receive from itself can still match");
-    }
-
-    #[test]
-    fn a_withdrawn_rendezvous_receive_keeps_the_message_in_place() {
-        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
-        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one")); // rendezvous
-        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s")); // eager, later
-        e[1].post_recv(5, spec(None, None));
-        // Deliver the RTS and the eager message, and the CTS, but not the data yet.
-        let (_, rts) = e[0].poll_transmit().unwrap();
-        let (_, eager) = e[0].poll_transmit().unwrap();
-        e[1].handle_frame(0, rts).unwrap();
-        e[1].handle_frame(0, eager).unwrap();
-        assert!(e[1].withdraw_recv(5), "receive 5 was waiting for data");
-        e[1].post_recv(6, spec(None, None));
-        assert!(events(&mut e[1]).is_empty(), "receive 6 took the in-flight message, not the later one");
-        pump(&mut e);
-        assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Ok(d) }] if d.data == "big one"));
-    }
-
-    #[test]
-    fn data_of_a_withdrawn_receive_lands_in_the_messages_place() {
-        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
-        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one"));
-        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s"));
-        e[1].post_recv(5, spec(None, None));
-        let (_, rts) = e[0].poll_transmit().unwrap();
-        let (_, eager) = e[0].poll_transmit().unwrap();
-        e[1].handle_frame(0, rts).unwrap();
-        e[1].handle_frame(0, eager).unwrap();
-        assert!(e[1].withdraw_recv(5));
-        pump(&mut e); // CTS out, data back: nobody owns it now
-        assert_eq!(e[1].unexpected_bytes(), 8, "the data took its place in the queue");
-        e[1].post_recv(9, spec(None, None));
-        e[1].post_recv(10, spec(None, None));
-        let got = deliveries(&mut e[1]);
-        assert_eq!(got, [(9, Bytes::from_static(b"big one")), (10, Bytes::from_static(b"s"))]);
-    }
-
-    #[test]
-    fn rendezvous_data_reaches_a_message_held_by_a_matched_probe() {
-        let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
-        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"held"));
-        e[1].post_recv(5, spec(None, None));
-        let (_, rts) = e[0].poll_transmit().unwrap();
-        e[1].handle_frame(0, rts).unwrap();
-        assert!(e[1].withdraw_recv(5));
-        let held = e[1].improbe(&spec(None, None)).expect("the in-flight message");
-        pump(&mut e); // the data arrives while the probe holds the message
-        e[1].mrecv(6, held);
-        assert_eq!(deliveries(&mut e[1]), [(6, Bytes::from_static(b"held"))]);
-    }
-
-    #[test]
-    fn requeued_messages_go_ahead_of_later_ones() {
-        let mut e = pair(Config::default());
-        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"one"));
-        e[0].post_send(2, SendMode::Standard, msg(1, 0, b"two"));
-        pump(&mut e);
-        e[1].post_recv(5, spec(None, None));
-        let Some(Event::RecvDone { result: Ok(first), .. }) = e[1].poll_event() else { panic!() };
-        e[1].requeue(first);
-        e[1].post_recv(6, spec(None, None));
-        assert!(matches!(e[1].poll_event(), Some(Event::RecvDone { id: 6, result: Ok(d) }) if d.data == "one"));
-    }
-}
+mod tests;

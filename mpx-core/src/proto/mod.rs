@@ -9,4 +9,5 @@
 //! [runtime](crate::runtime) drives it.
 
 pub mod engine;
+mod matching;
 pub mod wire;

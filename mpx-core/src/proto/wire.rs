@@ -5,33 +5,37 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | version (1) |
+//! | 0 | version (2) |
 //! | 1 | kind ([`Kind`]) |
 //! | 2 | representation ([`Repr`]) |
 //! | 3 | flags (bit 0: the payload carries no type signature, i.e. `packed`) |
 //! | 4..8 | tag (i32) |
-//! | 8..16 | communicator context id |
+//! | 8..16 | communicator context id; the job id in a hello |
 //! | 16..20 | source rank |
 //! | 20..24 | reserved (0) |
-//! | 24..32 | per-pair sequence number (data frames) |
-//! | 32..40 | type signature hash |
-//! | 40..48 | type signature length (basic elements) |
-//! | 48..56 | data length (the message's, for an RTS), credit bytes, or ready answer |
-//! | 56..64 | sender's request id (RTS, CTS, ready, ready answer) |
+//! | 24..32 | per-pair sequence number (data frames); byte offset (rendezvous data) |
+//! | 32..40 | type signature hash; native representation (hello) |
+//! | 40..48 | type signature length (basic elements); credit granted (hello) |
+//! | 48..56 | data length (RTS, rendezvous data), credit bytes, ready answer, world size (hello), failure (bye) |
+//! | 56..64 | sender's request id (RTS, CTS, ready, ready answer); eager limit (hello) |
 //! | 64..72 | receiver's request id (CTS, rendezvous data) |
 //! | 72..80 | payload length |
 //!
-//! Decoding is bounds-checked and never panics: a short or malformed frame
-//! is an [`Error::Protocol`], and the engine treats the peer that sent it as
-//! failed. On the in-memory transport frames travel as values (no encoding);
-//! the byte form is what stream transports carry.
+//! Encoding writes the header alone ([`Frame::encode_header`]); the payload
+//! follows as its own chunk and is never copied. Decoding works on a byte
+//! stream ([`Decoder`]): it takes whole frames off the front of a buffer,
+//! waits for more bytes when a frame is incomplete, and refuses a payload
+//! above its cap before buffering it. Decoding is bounds-checked and never
+//! panics: a malformed frame is an [`Error::Protocol`], and the engine treats
+//! the peer that sent it as failed. On the in-memory transport frames travel
+//! as values; the byte form is what stream transports carry.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::{Error, Result};
 
 /// Wire format version.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes in an encoded header.
 pub const HEADER_LEN: usize = 80;
 
@@ -47,7 +51,8 @@ pub enum Kind {
     Rts = 2,
     /// Clear to send: the receiver `recv_id` matched the RTS of `send_id`.
     Cts = 3,
-    /// The data of a rendezvous message, for receive `recv_id`.
+    /// A chunk of a rendezvous message's data, for receive `recv_id`:
+    /// `seq` is the chunk's byte offset, `data_len` the whole length.
     RndvData = 4,
     /// A ready-mode message with its data; the receiver answers.
     Ready = 5,
@@ -56,9 +61,17 @@ pub enum Kind {
     ReadyAck = 6,
     /// Returns `data_len` bytes of eager credit to the sender.
     Credit = 7,
-    /// The sender has finished (its program returned): it will post no more
-    /// receives, so operations that wait for it to match fail.
+    /// The sender has finished (its program returned, or failed if
+    /// `data_len` is 1): it will post no more receives, so operations that
+    /// wait for it to match fail.
     Bye = 8,
+    /// The first frame on every connection: the job (`context`), the
+    /// sender's rank and world size (`data_len`), its native representation
+    /// (`sig_hash`), the eager credit it grants the receiver (`sig_len`) and
+    /// the largest eager message it sends (`send_id`).
+    Hello = 9,
+    /// Keeps an idle connection alive; carries nothing.
+    Ping = 10,
 }
 
 impl Kind {
@@ -72,6 +85,8 @@ impl Kind {
             6 => Kind::ReadyAck,
             7 => Kind::Credit,
             8 => Kind::Bye,
+            9 => Kind::Hello,
+            10 => Kind::Ping,
             _ => return None,
         })
     }
@@ -90,19 +105,21 @@ pub struct Header {
     pub untyped: bool,
     /// Message tag.
     pub tag: i32,
-    /// Communicator context id.
+    /// Communicator context id (the job id in a hello).
     pub context: u64,
     /// Sender's rank.
     pub source: u32,
-    /// Per-pair sequence number of data frames (eager, RTS, ready).
+    /// Per-pair sequence number of data frames (eager, RTS, ready); byte
+    /// offset of a rendezvous data chunk.
     pub seq: u64,
-    /// Type signature hash.
+    /// Type signature hash (native representation in a hello).
     pub sig_hash: u64,
-    /// Type signature length in basic elements.
+    /// Type signature length in basic elements (credit granted in a hello).
     pub sig_len: u64,
-    /// Message data length (RTS), credit bytes (credit), 1 or 0 (ready answer).
+    /// Message data length (RTS, rendezvous data), credit bytes (credit), 1
+    /// or 0 (ready answer, bye), world size (hello).
     pub data_len: u64,
-    /// The sender's request id.
+    /// The sender's request id (eager limit in a hello).
     pub send_id: u64,
     /// The receiver's request id.
     pub recv_id: u64,
@@ -113,53 +130,30 @@ impl Header {
     pub fn control(kind: Kind, source: u32) -> Header {
         Header { kind, source, ..Header::default() }
     }
-}
 
-/// A header and its payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
-    /// The header.
-    pub header: Header,
-    /// The payload (message data), possibly empty.
-    pub payload: Bytes,
-}
-
-impl Frame {
-    /// Encodes the frame as header bytes followed by the payload.
-    ///
-    /// ```
-    /// use mpx_core::proto::wire::{Frame, Header, Kind};
-    /// let f = Frame { header: Header { data_len: 4096, ..Header::control(Kind::Credit, 3) },
-    ///                 payload: Default::default() };
-    /// assert_eq!(Frame::decode(f.encode().freeze())?, f);
-    /// # Ok::<(), mpx_core::Error>(())
-    /// ```
-    pub fn encode(&self) -> BytesMut {
-        let h = &self.header;
-        let mut b = BytesMut::with_capacity(HEADER_LEN + self.payload.len());
-        b.put_u8(VERSION);
-        b.put_u8(h.kind as u8);
-        b.put_u8(h.repr as u8);
-        b.put_u8(h.untyped as u8);
-        b.put_i32_le(h.tag);
-        b.put_u64_le(h.context);
-        b.put_u32_le(h.source);
-        b.put_u32_le(0);
-        for v in [h.seq, h.sig_hash, h.sig_len, h.data_len, h.send_id, h.recv_id] {
-            b.put_u64_le(v);
+    /// Encodes the header of a frame whose payload is `payload_len` bytes.
+    pub fn encode(&self, payload_len: u64) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        let mut w = &mut b[..];
+        w.put_u8(VERSION);
+        w.put_u8(self.kind as u8);
+        w.put_u8(self.repr as u8);
+        w.put_u8(self.untyped as u8);
+        w.put_i32_le(self.tag);
+        w.put_u64_le(self.context);
+        w.put_u32_le(self.source);
+        w.put_u32_le(0);
+        for v in [self.seq, self.sig_hash, self.sig_len, self.data_len, self.send_id, self.recv_id, payload_len] {
+            w.put_u64_le(v);
         }
-        b.put_u64_le(self.payload.len() as u64);
-        b.extend_from_slice(&self.payload);
+        debug_assert!(w.is_empty());
         b
     }
 
-    /// Decodes one frame that fills `bytes` exactly.
-    pub fn decode(mut bytes: Bytes) -> Result<Frame> {
+    /// Decodes a header; returns it with the payload length it announces.
+    pub fn decode(mut bytes: &[u8]) -> Result<(Header, u64)> {
         if bytes.len() < HEADER_LEN {
-            return Err(Error::Protocol(format!(
-                "frame of {} bytes is shorter than its {HEADER_LEN}-byte header",
-                bytes.len()
-            )));
+            return Err(Error::Protocol(format!("header of {} bytes is shorter than {HEADER_LEN}", bytes.len())));
         }
         let version = bytes.get_u8();
         if version != VERSION {
@@ -179,22 +173,129 @@ impl Frame {
         let tag = bytes.get_i32_le();
         let context = bytes.get_u64_le();
         let source = bytes.get_u32_le();
-        let _reserved = bytes.get_u32_le();
-        let mut words = [0u64; 6];
+        let reserved = bytes.get_u32_le();
+        if reserved != 0 {
+            return Err(Error::Protocol(format!("reserved header field is {reserved:#x}")));
+        }
+        let mut words = [0u64; 7];
         for w in &mut words {
             *w = bytes.get_u64_le();
         }
-        let [seq, sig_hash, sig_len, data_len, send_id, recv_id] = words;
-        let payload_len = bytes.get_u64_le();
-        if payload_len != bytes.len() as u64 {
-            return Err(Error::Protocol(format!(
-                "frame says {payload_len} payload bytes but carries {}",
-                bytes.len()
-            )));
-        }
+        let [seq, sig_hash, sig_len, data_len, send_id, recv_id, payload_len] = words;
         let header =
             Header { kind, repr, untyped: flags == 1, tag, context, source, seq, sig_hash, sig_len, data_len, send_id, recv_id };
-        Ok(Frame { header, payload: bytes })
+        Ok((header, payload_len))
+    }
+}
+
+/// A header and its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The header.
+    pub header: Header,
+    /// The payload (message data), possibly empty.
+    pub payload: Bytes,
+}
+
+impl Frame {
+    /// A frame of `header` with no payload.
+    pub fn control(header: Header) -> Frame {
+        Frame { header, payload: Bytes::new() }
+    }
+
+    /// The encoded header; the payload follows it on the wire as it is.
+    pub fn encode_header(&self) -> [u8; HEADER_LEN] {
+        self.header.encode(self.payload.len() as u64)
+    }
+
+    /// Bytes this frame occupies on the wire.
+    pub fn wire_len(&self) -> usize {
+        HEADER_LEN + self.payload.len()
+    }
+
+    /// The frame as one contiguous buffer (copies the payload: for tests and
+    /// fuzzing; transports write [`encode_header`](Frame::encode_header) and
+    /// the payload as two chunks).
+    ///
+    /// ```
+    /// use mpx_core::proto::wire::{Frame, Header, Kind};
+    /// let f = Frame::control(Header { data_len: 4096, ..Header::control(Kind::Credit, 3) });
+    /// assert_eq!(Frame::decode(f.to_bytes())?, f);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn to_bytes(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(self.wire_len());
+        b.extend_from_slice(&self.encode_header());
+        b.extend_from_slice(&self.payload);
+        b.freeze()
+    }
+
+    /// Decodes one frame that fills `bytes` exactly.
+    pub fn decode(bytes: Bytes) -> Result<Frame> {
+        let (header, payload_len) = Header::decode(&bytes)?;
+        if payload_len != (bytes.len() - HEADER_LEN) as u64 {
+            return Err(Error::Protocol(format!(
+                "frame says {payload_len} payload bytes but carries {}",
+                bytes.len() - HEADER_LEN
+            )));
+        }
+        Ok(Frame { header, payload: bytes.slice(HEADER_LEN..) })
+    }
+}
+
+/// Takes frames off a byte stream.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use mpx_core::proto::wire::{Decoder, Frame, Header, Kind};
+/// let f = Frame { header: Header::control(Kind::Eager, 1), payload: "hi".into() };
+/// let mut stream = BytesMut::new();
+/// stream.extend_from_slice(&f.encode_header());
+/// let decoder = Decoder::new(1024);
+/// assert_eq!(decoder.decode(&mut stream)?, None, "the payload has not arrived");
+/// stream.extend_from_slice(&f.payload);
+/// assert_eq!(decoder.decode(&mut stream)?, Some(f));
+/// assert!(stream.is_empty());
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Decoder {
+    max_payload: u64,
+}
+
+impl Decoder {
+    /// A decoder that refuses payloads above `max_payload` bytes.
+    pub fn new(max_payload: usize) -> Decoder {
+        Decoder { max_payload: max_payload as u64 }
+    }
+
+    /// The largest payload this decoder accepts.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload as usize
+    }
+
+    /// Takes the first whole frame off `buf`, or returns `None` (leaving
+    /// `buf` as it is) if it does not hold one yet. A malformed header, or a
+    /// payload above the cap, is an error as soon as the header is in.
+    pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<Frame>> {
+        if buf.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let (header, payload_len) = Header::decode(&buf[..HEADER_LEN])?;
+        if payload_len > self.max_payload {
+            return Err(Error::Protocol(format!(
+                "frame payload of {payload_len} bytes is above the {}-byte cap",
+                self.max_payload
+            )));
+        }
+        let total = HEADER_LEN + payload_len as usize;
+        if buf.len() < total {
+            buf.reserve(total - buf.len());
+            return Ok(None);
+        }
+        let mut frame = buf.split_to(total);
+        let payload = frame.split_off(HEADER_LEN).freeze();
+        Ok(Some(Frame { header, payload }))
     }
 }
 
@@ -225,12 +326,12 @@ mod tests {
     #[test]
     fn round_trip() {
         let f = sample();
-        assert_eq!(Frame::decode(f.encode().freeze()).unwrap(), f);
+        assert_eq!(Frame::decode(f.to_bytes()).unwrap(), f);
     }
 
     #[test]
     fn every_truncation_and_corruption_is_an_error_not_a_panic() {
-        let bytes = sample().encode().freeze();
+        let bytes = sample().to_bytes();
         for cut in 0..bytes.len() {
             assert!(Frame::decode(bytes.slice(..cut)).is_err(), "cut at {cut}");
         }
@@ -250,5 +351,38 @@ mod tests {
                 .collect();
             let _ = Frame::decode(garbage.into());
         }
+    }
+
+    #[test]
+    fn a_stream_split_anywhere_decodes_to_the_same_frames() {
+        let mut second = sample();
+        second.payload = Bytes::from(vec![7u8; 300]);
+        let third = Frame::control(Header::control(Kind::Ping, 2));
+        let frames = [sample(), second, third];
+        let stream: Vec<u8> = frames.iter().flat_map(|f| f.to_bytes().to_vec()).collect();
+        let decoder = Decoder::new(1000);
+        for step in [1, 3, 79, 80, 81, 200, stream.len()] {
+            let (mut buf, mut got) = (BytesMut::new(), Vec::new());
+            for piece in stream.chunks(step) {
+                buf.extend_from_slice(piece);
+                while let Some(f) = decoder.decode(&mut buf).unwrap() {
+                    got.push(f);
+                }
+            }
+            assert_eq!(got, frames, "pieces of {step} bytes");
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_payload_above_the_cap_is_refused_from_its_header() {
+        let mut f = sample();
+        f.payload = Bytes::from(vec![0u8; 65]);
+        let mut buf = BytesMut::from(&f.encode_header()[..]);
+        assert!(matches!(Decoder::new(64).decode(&mut buf), Err(Error::Protocol(_))));
+        // A forged length near u64::MAX reserves nothing.
+        let mut h = f.encode_header();
+        h[72..80].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Decoder::new(1 << 20).decode(&mut BytesMut::from(&h[..])).is_err());
     }
 }

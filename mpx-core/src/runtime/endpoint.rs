@@ -3,11 +3,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
-use super::transport::Transport;
-use crate::error::Result;
+use super::transport::{SendError, Transport};
+use crate::error::{Error, Result};
 use crate::pack::Repr;
 use crate::proto::engine::{Config, Delivered, Engine, Event, ReqId};
 use crate::proto::wire::Frame;
@@ -36,8 +38,13 @@ pub(crate) struct State {
     /// Sends whose requests were dropped or freed before completing: their
     /// completions are discarded (failures are traced).
     pub(crate) abandoned: HashSet<ReqId>,
+    /// Orphaned any-source receives (see [`Event::Orphaned`]) already polled
+    /// once without a match.
+    pub(crate) orphan_polls: HashSet<ReqId>,
     /// Woken whenever a data frame arrives (probe).
     pub(crate) arrival_wakers: Vec<Waker>,
+    /// Woken when the engine has flushed (finalize) or connected.
+    pub(crate) state_wakers: Vec<Waker>,
     /// Wakers to call once the lock is released (see [`Locked`]).
     pub(crate) to_wake: Vec<Waker>,
     pub(crate) bsend: BsendBuffer,
@@ -45,17 +52,24 @@ pub(crate) struct State {
 
 pub(crate) struct Shared {
     pub(crate) rank: u32,
-    /// The representation this rank sends typed data in.
-    pub(crate) repr: Repr,
     pub(crate) size: u32,
+    /// The representation to send typed data to each peer in (a
+    /// [`Repr`] as `u8`), read without the lock when packing a send.
+    pub(crate) reprs: Vec<AtomicU8>,
     pub(crate) transport: Box<dyn Transport>,
     pub(crate) state: Mutex<State>,
 }
 
-/// One rank's connection to the world; see the [module docs](self).
+/// One rank's connection to the world; see the [module docs](super).
 #[derive(Clone)]
 pub struct Endpoint {
     pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Endpoint(rank {} of {})", self.shared.rank, self.shared.size)
+    }
 }
 
 /// A weak handle on an [`Endpoint`], for transports that must reach
@@ -73,26 +87,36 @@ impl WeakEndpoint {
 }
 
 impl Endpoint {
-    /// An endpoint for `rank` of `size` ranks over `transport`.
+    /// An endpoint for `rank` of `size` ranks over `transport`. Its engine
+    /// queues a hello to every peer at once.
     pub fn new(rank: u32, size: u32, config: Config, transport: impl Transport) -> Endpoint {
         let state = State {
             engine: Engine::new(rank, size, config),
             done: HashMap::new(),
             wakers: HashMap::new(),
             abandoned: HashSet::new(),
+            orphan_polls: HashSet::new(),
             arrival_wakers: Vec::new(),
+            state_wakers: Vec::new(),
             to_wake: Vec::new(),
             bsend: BsendBuffer::default(),
         };
-        Endpoint {
-            shared: Arc::new(Shared {
-                rank,
-                repr: config.repr,
-                size,
-                transport: Box::new(transport),
-                state: Mutex::new(state),
-            }),
-        }
+        let shared = Arc::new(Shared {
+            rank,
+            size,
+            reprs: (0..size).map(|_| AtomicU8::new(Repr::External32 as u8)).collect(),
+            transport: Box::new(transport),
+            state: Mutex::new(state),
+        });
+        let mut st = shared.lock();
+        shared.flush(&mut st);
+        drop(st);
+        Endpoint { shared }
+    }
+
+    /// This endpoint's rank.
+    pub fn rank(&self) -> u32 {
+        self.shared.rank
     }
 
     /// A weak handle on this endpoint.
@@ -100,11 +124,18 @@ impl Endpoint {
         WeakEndpoint { shared: Arc::downgrade(&self.shared) }
     }
 
-
     /// Gives a frame from rank `from` to the engine. A frame that breaks
     /// the protocol fails that peer.
     pub fn handle_frame(&self, from: u32, frame: Frame) {
         self.shared.deliver(from, frame);
+    }
+
+    /// The transport can take frames for `dest` again (after it answered
+    /// [`SendError::Full`](super::SendError::Full)).
+    pub fn writable(&self, dest: u32) {
+        let mut st = self.shared.lock();
+        st.engine.writable(dest);
+        self.shared.flush(&mut st);
     }
 
     /// The transport lost rank `rank`: everything that depends on it fails.
@@ -115,22 +146,93 @@ impl Endpoint {
         self.shared.flush(&mut st);
     }
 
-    /// Ends this rank's part: waits for buffered sends to be delivered, then
-    /// tells every peer this rank will post no more receives.
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropping it before completion sends no farewell.
-    pub async fn finalize(&self) {
-        let mut st = std::future::poll_fn(|cx| self.shared.poll_bsend_drained(cx)).await;
-        st.engine.farewell();
+    /// When the engine next wants [`handle_timeout`](Endpoint::handle_timeout)
+    /// (see [`Engine::poll_timeout`]).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.shared.lock().engine.poll_timeout()
+    }
+
+    /// Gives the engine the time (see [`Engine::handle_timeout`]): the
+    /// transport's driver calls it at start and whenever
+    /// [`poll_timeout`](Endpoint::poll_timeout) comes due.
+    pub fn handle_timeout(&self, now: Instant) {
+        let mut st = self.shared.lock();
+        st.engine.handle_timeout(now);
+        st.wake_probes();
         self.shared.flush(&mut st);
     }
 
-    /// Tells every peer at once that this rank will post no more receives
-    /// (what [`finalize`](Endpoint::finalize) does after its wait).
-    pub fn farewell(&self) {
+    /// Diagnostics: payload bytes waiting in the engine for `dest`.
+    pub fn queued_bytes(&self, dest: u32) -> usize {
+        self.shared.lock().engine.queued_bytes(dest)
+    }
+
+    /// Waits until every peer's hello has arrived (or the peer failed), so
+    /// that sends know each peer's representation.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only waits.
+    pub async fn connected(&self) {
+        std::future::poll_fn(|cx| {
+            let mut st = self.shared.lock();
+            if st.engine.is_connected() || st.engine.is_closed() {
+                return Poll::Ready(());
+            }
+            st.state_wakers.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Ends this rank's part. Tells every peer this rank posts no more
+    /// receives (so their sends to it that need a match fail instead of
+    /// waiting), then waits until every send this rank started, including
+    /// dropped and freed ones and buffered sends, has been delivered to the
+    /// transport or failed, and the transport has flushed. Then the
+    /// endpoint closes: receives still posted fail, and every later
+    /// operation on it fails with [`Error::Finalized`](crate::Error::Finalized).
+    ///
+    /// # Cancel safety
+    /// Dropping it after the farewell leaves the endpoint open; sends keep
+    /// going in the background.
+    pub async fn finalize(&self) -> Result<()> {
+        {
+            let mut st = self.shared.lock();
+            st.engine.farewell(false);
+            self.shared.flush(&mut st);
+        }
+        std::future::poll_fn(|cx| {
+            let mut st = self.shared.lock();
+            if st.engine.is_flushed() || st.engine.is_closed() {
+                return Poll::Ready(());
+            }
+            st.state_wakers.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+        let flushed = std::future::poll_fn(|cx| self.shared.transport.poll_flush(cx)).await;
+        self.close();
+        flushed
+    }
+
+    /// Ends this rank's part at once, without waiting for its sends: for a
+    /// program that failed or panicked. Peers learn it failed.
+    pub fn abort(&self) {
         let mut st = self.shared.lock();
-        st.engine.farewell();
+        st.engine.farewell(true);
+        self.shared.flush(&mut st);
+        st.engine.close();
+        self.shared.flush(&mut st);
+    }
+
+    /// Closes the endpoint: every operation still waiting, and every later
+    /// one, fails with [`Error::Finalized`](crate::Error::Finalized).
+    pub fn close(&self) {
+        let mut st = self.shared.lock();
+        st.engine.close();
+        st.wake_probes();
+        let waiters = std::mem::take(&mut st.bsend.detach_waiters);
+        st.to_wake.extend(waiters);
         self.shared.flush(&mut st);
     }
 }
@@ -180,27 +282,61 @@ impl Shared {
         Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())) }
     }
 
-    /// Hands queued frames to the transport and dispatches completions.
+    /// Hands queued frames to the transport, peer by peer, and dispatches
+    /// the engine's events.
     pub(crate) fn flush(&self, st: &mut State) {
         loop {
             let mut progressed = false;
-            while let Some((dest, frame)) = st.engine.poll_transmit() {
-                progressed = true;
-                if let Err(e) = self.transport.send(dest, frame) {
-                    st.engine.fail_peer(dest, &e.to_string());
+            while let Some(dest) = st.engine.poll_writable() {
+                while let Some(frame) = st.engine.poll_transmit(dest) {
+                    progressed = true;
+                    match self.transport.send(dest, frame) {
+                        Ok(()) => {}
+                        Err(SendError::Full(frame)) => {
+                            st.engine.unsend(dest, frame);
+                            break;
+                        }
+                        Err(SendError::Failed(e)) => {
+                            st.engine.fail_peer(dest, &e.to_string());
+                            st.wake_probes();
+                            break;
+                        }
+                    }
                 }
             }
             while let Some(ev) = st.engine.poll_event() {
                 progressed = true;
-                let (id, completion) = match ev {
-                    Event::SendDone { id, result } => (id, Completion::Send(result)),
-                    Event::RecvDone { id, result } => (id, Completion::Recv(result)),
-                };
-                self.complete(st, id, completion);
+                match ev {
+                    Event::SendDone { id, result } => self.complete(st, id, Completion::Send(result)),
+                    Event::RecvDone { id, result } => self.complete(st, id, Completion::Recv(result)),
+                    Event::Orphaned { id } => {
+                        if let Some(w) = st.wakers.remove(&id) {
+                            st.to_wake.push(w);
+                        }
+                        st.wake_probes();
+                    }
+                    Event::Connected { rank, repr } => {
+                        self.reprs[rank as usize].store(repr as u8, Ordering::Relaxed);
+                        let waiters = std::mem::take(&mut st.state_wakers);
+                        st.to_wake.extend(waiters);
+                    }
+                }
             }
             if !progressed {
                 break;
             }
+        }
+        if !st.state_wakers.is_empty() && (st.engine.is_flushed() || st.engine.is_closed()) {
+            let waiters = std::mem::take(&mut st.state_wakers);
+            st.to_wake.extend(waiters);
+        }
+    }
+
+    /// The representation to send typed data to `dest` in.
+    pub(crate) fn repr_for(&self, dest: u32) -> Repr {
+        match self.reprs.get(dest as usize).map(|r| r.load(Ordering::Relaxed)) {
+            Some(0) => Repr::Native,
+            _ => Repr::External32,
         }
     }
 
@@ -219,6 +355,19 @@ impl Shared {
                 }
                 Poll::Ready(c)
             }
+            None if st.engine.orphaned(id) => {
+                // Only this rank can still match it. The first poll that
+                // finds it so lets everything else this rank has ready run
+                // (a send to itself may be among it); the second fails it.
+                if st.orphan_polls.insert(id) {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                st.orphan_polls.remove(&id);
+                st.engine.cancel_recv(id);
+                let error = st.engine.others_gone().unwrap_or(Error::Finalized);
+                Poll::Ready(Completion::Recv(Err(error)))
+            }
             None => {
                 st.wakers.insert(id, cx.waker().clone());
                 Poll::Pending
@@ -234,7 +383,7 @@ impl Shared {
     pub(crate) fn deliver(&self, from: u32, frame: Frame) {
         let mut st = self.lock();
         if let Err(e) = st.engine.handle_frame(from, frame) {
-            st.engine.fail_peer(from, &e.to_string());
+            tracing::warn!(rank = self.rank, peer = from, error = %e, "protocol violation: peer failed");
         }
         st.wake_probes();
         self.flush(&mut st);
@@ -285,6 +434,7 @@ impl Shared {
             return;
         }
         tracing::trace!(rank = self.rank, id, "completed");
+        st.orphan_polls.remove(&id);
         st.done.insert(id, completion);
         if let Some(w) = st.wakers.remove(&id) {
             st.to_wake.push(w);

@@ -13,6 +13,6 @@ mod endpoint;
 mod transport;
 
 pub use endpoint::{Endpoint, WeakEndpoint};
-pub use transport::Transport;
+pub use transport::{SendError, Transport};
 
 pub(crate) use endpoint::{Completion, Shared};

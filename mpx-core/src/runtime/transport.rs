@@ -1,21 +1,41 @@
 //! The boundary between an endpoint and the network (or memory) that
 //! carries its frames.
 
-use crate::error::Result;
+use std::task::{Context, Poll};
+
+use crate::error::{Error, Result};
 use crate::proto::wire::Frame;
 
-/// Carries frames between ranks. Implemented by the in-memory loopback and
-/// the QUIC transport in `mpx-net`.
+/// Why a transport did not take a frame.
+#[derive(Debug)]
+pub enum SendError {
+    /// The link to the peer cannot take more now: the frame comes back, and
+    /// the transport calls [`Endpoint::writable`](crate::Endpoint::writable)
+    /// for that peer once it can. Frames to other peers still go.
+    Full(Frame),
+    /// The peer is unreachable; the endpoint fails it.
+    Failed(Error),
+}
+
+/// Carries frames between ranks: the in-memory loopback and the QUIC
+/// transport in `mpx-net` implement it.
 ///
-/// `send` is called with the endpoint's lock held, which keeps frames to
-/// each peer in the order the engine produced them: it must not block and
-/// must not call back into the endpoint. Frames that arrive are given to
-/// [`Endpoint::handle_frame`] by the transport's own driver, in the order
-/// the peer sent them.
+/// The endpoint pulls frames from its engine per peer and offers them with
+/// [`send`](Transport::send), under the endpoint's lock, in the order the
+/// engine produced them; `send` must not block and must not call back into
+/// the endpoint. A transport keeps its own buffering per peer bounded and
+/// answers [`SendError::Full`] beyond it, so one slow peer holds back only
+/// its own frames, and the frames waiting for it stay in the engine, whose
+/// memory for them is bounded by credit. Frames to this rank itself never
+/// reach the transport.
+///
+/// Frames that arrive go to [`Endpoint::handle_frame`](crate::Endpoint::handle_frame)
+/// from the transport's own driver, in the order the peer sent them; a
+/// connection that breaks goes to
+/// [`Endpoint::peer_failed`](crate::Endpoint::peer_failed).
 pub trait Transport: Send + Sync + 'static {
-    /// Queues `frame` for rank `dest` (which may be this rank). An error
-    /// means the peer is unreachable; the engine then fails it.
-    fn send(&self, dest: u32, frame: Frame) -> Result<()>;
+    /// Offers `frame` for rank `dest` (never this rank).
+    fn send(&self, dest: u32, frame: Frame) -> std::result::Result<(), SendError>;
 
     /// Hands every frame that has already arrived to `deliver`, in order,
     /// without waiting. `test` calls use it to progress where no driver
@@ -25,5 +45,11 @@ pub trait Transport: Send + Sync + 'static {
     fn progress(&self, deliver: &mut dyn FnMut(u32, Frame)) {
         let _ = deliver;
     }
-}
 
+    /// Ready once every frame taken by [`send`](Transport::send) has left
+    /// this process (or its peer has failed); `finalize` waits for it.
+    fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let _ = cx;
+        Poll::Ready(Ok(()))
+    }
+}
