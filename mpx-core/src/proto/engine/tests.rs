@@ -1,1 +1,450 @@
 //! Tests of the engine, driven by hand.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::*;
+
+fn msg(dest: u32, tag: i32, data: &'static [u8]) -> Outgoing {
+    Outgoing { dest, context: 0, tag, signature: Some((7, data.len() as u64)), repr: Repr::Native, data: Bytes::from_static(data) }
+}
+
+fn spec(source: Option<u32>, tag: Option<i32>) -> MatchSpec {
+    MatchSpec { context: 0, source, tag }
+}
+
+/// The next frame any engine has for `dest`... for tests that hold
+/// frames back: the next frame of engine `from`, with its destination.
+fn next_frame(e: &mut Engine) -> Option<(u32, Frame)> {
+    while let Some(dest) = e.poll_writable() {
+        if let Some(f) = e.poll_transmit(dest) {
+            e.writable(dest); // more may follow for the same peer
+            return Some((dest, f));
+        }
+    }
+    None
+}
+
+/// Moves every queued frame to its destination engine until all are quiet.
+fn pump(engines: &mut [Engine]) {
+    loop {
+        let mut moved = false;
+        for i in 0..engines.len() {
+            while let Some((dest, frame)) = next_frame(&mut engines[i]) {
+                engines[dest as usize].handle_frame(i as u32, frame).unwrap();
+                moved = true;
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+/// Completions (connection events left out).
+fn events(e: &mut Engine) -> Vec<Event> {
+    std::iter::from_fn(|| e.poll_event()).filter(|ev| !matches!(ev, Event::Connected { .. })).collect()
+}
+
+/// The receives completed so far, with their data.
+fn deliveries(e: &mut Engine) -> Vec<(ReqId, Bytes)> {
+    events(e)
+        .into_iter()
+        .map(|ev| match ev {
+            Event::RecvDone { id, result } => (id, result.unwrap().data),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Two engines that have exchanged hellos.
+fn pair(config: Config) -> Vec<Engine> {
+    let mut e = vec![Engine::new(0, 2, config), Engine::new(1, 2, config)];
+    pump(&mut e);
+    events(&mut e[0]);
+    events(&mut e[1]);
+    e
+}
+
+#[test]
+fn eager_messages_match_in_arrival_order() {
+    let mut e = pair(Config::default());
+    e[0].post_send(1, SendMode::Standard, msg(1, 5, b"first"));
+    e[0].post_send(2, SendMode::Standard, msg(1, 5, b"second"));
+    pump(&mut e);
+    assert_eq!(events(&mut e[0]).len(), 2);
+    e[1].post_recv(10, spec(Some(0), None));
+    e[1].post_recv(11, spec(None, Some(5)));
+    let got = deliveries(&mut e[1]);
+    assert_eq!(got, [(10, Bytes::from_static(b"first")), (11, Bytes::from_static(b"second"))]);
+}
+
+#[test]
+fn rendezvous_completes_the_send_only_after_a_match() {
+    let mut e = pair(Config::default());
+    e[0].post_send(1, SendMode::Synchronous, msg(1, 0, b"sync"));
+    pump(&mut e);
+    assert!(events(&mut e[0]).is_empty(), "no match yet");
+    e[1].post_recv(7, spec(Some(0), Some(0)));
+    pump(&mut e);
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]));
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 7, result: Ok(d) }] if d.data == "sync"));
+}
+
+#[test]
+fn credit_bounds_unexpected_data_then_falls_back_to_rendezvous() {
+    let mut e = pair(Config { eager_threshold: 100, eager_credit: 150, ..Config::default() });
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"12345678"));
+    e[0].post_send(2, SendMode::Standard, msg(1, 0, b"abcdefgh"));
+    pump(&mut e);
+    let done: Vec<_> = events(&mut e[0]).into_iter().map(|ev| matches!(ev, Event::SendDone { .. })).collect();
+    assert_eq!(done, [true], "the second send waits: no credit left");
+    e[1].post_recv(5, spec(None, None));
+    e[1].post_recv(6, spec(None, None));
+    pump(&mut e);
+    assert_eq!(events(&mut e[0]).len(), 1, "second send completed after its match");
+    assert_eq!(events(&mut e[1]).len(), 2);
+}
+
+#[test]
+fn ready_send_without_a_posted_receive_is_refused() {
+    let mut e = pair(Config::default());
+    e[0].post_send(1, SendMode::Ready, msg(1, 0, b"early"));
+    pump(&mut e);
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Err(Error::NotReady) }]));
+    assert_eq!(e[1].unexpected_len(), 0, "not delivered");
+    e[1].post_recv(3, spec(Some(0), Some(0)));
+    e[0].post_send(2, SendMode::Ready, msg(1, 0, b"ok"));
+    pump(&mut e);
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 2, result: Ok(()) }]));
+}
+
+#[test]
+fn out_of_order_and_forged_frames_are_protocol_errors() {
+    let mut e = pair(Config::default());
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"a"));
+    e[0].post_send(2, SendMode::Standard, msg(1, 0, b"b"));
+    let (_, f1) = next_frame(&mut e[0]).unwrap();
+    let (_, f2) = next_frame(&mut e[0]).unwrap();
+    assert!(matches!(e[1].handle_frame(0, f2), Err(Error::Protocol(_))));
+    assert!(matches!(e[1].handle_frame(1, f1.clone()), Err(Error::Protocol(_))), "source mismatch");
+    assert!(e[1].is_failed(0));
+    let mut e = pair(Config::default());
+    let cts = Frame { header: Header { send_id: 99, ..Header::control(Kind::Cts, 0) }, payload: Bytes::new() };
+    assert!(e[1].handle_frame(0, cts).is_err());
+}
+
+#[test]
+fn a_failed_peer_fails_what_depends_on_it() {
+    let config = Config::default();
+    let mut e = [Engine::new(0, 3, config), Engine::new(1, 3, config)];
+    e[1].post_recv(1, spec(Some(0), None));
+    e[1].post_recv(2, spec(None, None));
+    e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));
+    e[1].fail_peer(0, "connection lost");
+    let ev = events(&mut e[1]);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(e[1].posted_len(), 1, "the any-source receive stays posted: rank 2 may still send");
+    e[1].post_recv(4, spec(Some(0), None));
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 4, result: Err(Error::ProcessFailed { .. }) }]));
+    // Once every other rank is gone, any-source receives fail too.
+    e[1].fail_peer(2, "connection lost");
+    // Not failed yet: rank 1 may still send to itself.
+    assert!(matches!(events(&mut e[1])[..], [Event::Orphaned { id: 2 }]));
+    assert!(e[1].orphaned(2));
+    e[1].post_recv(5, spec(Some(1), None));
+    assert!(events(&mut e[1]).is_empty(), "a receive from itself can still match");
+}
+
+#[test]
+fn a_withdrawn_rendezvous_receive_keeps_the_message_in_place() {
+    let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one")); // rendezvous
+    e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s")); // eager, later
+    e[1].post_recv(5, spec(None, None));
+    // Deliver the RTS and the eager message, and the CTS, but not the data yet.
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    let (_, eager) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    e[1].handle_frame(0, eager).unwrap();
+    assert!(e[1].withdraw_recv(5), "receive 5 was waiting for data");
+    e[1].post_recv(6, spec(None, None));
+    assert!(events(&mut e[1]).is_empty(), "receive 6 took the in-flight message, not the later one");
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Ok(d) }] if d.data == "big one"));
+}
+
+#[test]
+fn data_of_a_withdrawn_receive_lands_in_the_messages_place() {
+    let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one"));
+    e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s"));
+    e[1].post_recv(5, spec(None, None));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    let (_, eager) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    e[1].handle_frame(0, eager).unwrap();
+    assert!(e[1].withdraw_recv(5));
+    pump(&mut e); // CTS out, data back: nobody owns it now
+    assert_eq!(e[1].unexpected_bytes(), 8, "the data took its place in the queue");
+    e[1].post_recv(9, spec(None, None));
+    e[1].post_recv(10, spec(None, None));
+    let got = deliveries(&mut e[1]);
+    assert_eq!(got, [(9, Bytes::from_static(b"big one")), (10, Bytes::from_static(b"s"))]);
+}
+
+#[test]
+fn rendezvous_data_reaches_a_message_held_by_a_matched_probe() {
+    let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"held"));
+    e[1].post_recv(5, spec(None, None));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    assert!(e[1].withdraw_recv(5));
+    let held = e[1].improbe(&spec(None, None)).expect("the in-flight message");
+    pump(&mut e); // the data arrives while the probe holds the message
+    e[1].mrecv(6, held);
+    assert_eq!(deliveries(&mut e[1]), [(6, Bytes::from_static(b"held"))]);
+}
+
+#[test]
+fn requeued_messages_go_ahead_of_later_ones() {
+    let mut e = pair(Config::default());
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"one"));
+    e[0].post_send(2, SendMode::Standard, msg(1, 0, b"two"));
+    pump(&mut e);
+    e[1].post_recv(5, spec(None, None));
+    let Some(Event::RecvDone { result: Ok(first), .. }) = e[1].poll_event() else { panic!() };
+    e[1].requeue(first);
+    e[1].post_recv(6, spec(None, None));
+    assert!(matches!(e[1].poll_event(), Some(Event::RecvDone { id: 6, result: Ok(d) }) if d.data == "one"));
+}
+
+fn process_failed(ev: &[Event]) -> usize {
+    ev.iter()
+        .filter(|e| matches!(e, Event::SendDone { result: Err(Error::ProcessFailed { .. }), .. } | Event::RecvDone { result: Err(Error::ProcessFailed { .. }), .. }))
+        .count()
+}
+
+#[test]
+fn sends_to_a_finished_peer_that_need_it_fail() {
+    let config = Config { eager_threshold: 16, eager_credit: 200, ..Config::default() };
+    let mut e = pair(config);
+    // A rendezvous send waiting for its match when the peer finishes.
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"rendezvous-sized data"));
+    pump(&mut e);
+    e[1].farewell(false);
+    pump(&mut e);
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Err(Error::ProcessFailed { rank: 1, .. }) }]));
+    // Large, synchronous and ready sends after it finished fail at once.
+    e[0].post_send(2, SendMode::Standard, msg(1, 0, b"rendezvous-sized data"));
+    e[0].post_send(3, SendMode::Synchronous, msg(1, 0, b"s"));
+    e[0].post_send(4, SendMode::Buffered, msg(1, 0, b"rendezvous-sized data"));
+    assert_eq!(process_failed(&events(&mut e[0])), 3);
+    // Short sends go eagerly while credit lasts, then fail.
+    let mut eager_ok = 0;
+    for id in 10..20 {
+        e[0].post_send(id, SendMode::Standard, msg(1, 0, b"0123456789"));
+        match &events(&mut e[0])[..] {
+            [Event::SendDone { result: Ok(()), .. }] => eager_ok += 1,
+            [Event::SendDone { result: Err(Error::ProcessFailed { .. }), .. }] => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(eager_ok, 2, "200 bytes of credit hold two 90-byte messages");
+    assert!(e[0].is_flushed() || e[0].queued_bytes(1) > 0);
+}
+
+#[test]
+fn the_goodbye_follows_sends_held_for_credit() {
+    let config = Config { eager_threshold: 0, rndv_slots: 1, ..Config::default() };
+    let mut e = pair(config);
+    for id in 1..=3 {
+        e[0].post_send(id, SendMode::Standard, msg(1, 0, b"x"));
+    }
+    e[0].farewell(false);
+    pump(&mut e);
+    for id in 10..=12 {
+        e[1].post_recv(id, spec(Some(0), Some(0)));
+        pump(&mut e);
+    }
+    assert_eq!(deliveries(&mut e[1]).len(), 3, "every send started before the goodbye is received");
+    assert_eq!(events(&mut e[0]).len(), 3);
+    assert!(e[0].is_flushed());
+}
+
+#[test]
+fn rendezvous_data_moves_in_chunks_behind_small_messages() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 100, ..Config::default() };
+    let mut e = pair(config);
+    let big: Bytes = (0..1000u32).map(|i| i as u8).collect::<Vec<u8>>().into();
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: big.clone(), ..msg(1, 0, b"") });
+    e[1].post_recv(7, spec(Some(0), Some(0)));
+    // The RTS goes, the CTS comes back: the data is ready to stream.
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    let mut first = next_frame(&mut e[0]).unwrap().1;
+    assert_eq!((first.header.kind, first.payload.len()), (Kind::RndvData, 100));
+    e[0].post_send(2, SendMode::Standard, msg(1, 1, b"small"));
+    let second = next_frame(&mut e[0]).unwrap().1;
+    assert_eq!(second.header.kind, Kind::Eager, "the small message overtakes the rest of the transfer");
+    e[1].handle_frame(0, std::mem::replace(&mut first, second.clone())).unwrap();
+    e[1].handle_frame(0, second).unwrap();
+    pump(&mut e);
+    let got = deliveries(&mut e[1]);
+    assert!(got.contains(&(7, big)));
+}
+
+/// A frame as a hostile rank 0 would forge it.
+fn forged(kind: Kind, seq: u64, payload: &'static [u8]) -> Frame {
+    Frame { header: Header { seq, ..Header::control(kind, 0) }, payload: Bytes::from_static(payload) }
+}
+
+#[test]
+fn eager_data_beyond_the_credit_fails_the_peer_and_stays_bounded() {
+    let config = Config { eager_threshold: 100, eager_credit: 1000, ..Config::default() };
+    let mut e = pair(config);
+    e[1].post_recv(9, spec(Some(0), Some(5)));
+    let mut seq = 0;
+    let violation = loop {
+        match e[1].handle_frame(0, forged(Kind::Eager, seq, &[1; 100])) {
+            Ok(()) => seq += 1,
+            Err(err) => break err,
+        }
+        assert!(seq < 100);
+    };
+    assert!(matches!(violation, Error::Protocol(_)));
+    assert_eq!(seq, 5, "five 180-byte messages fit in 1000 bytes of credit");
+    assert!(e[1].credit_in_use(0) <= 1000);
+    // Later frames are dropped, and what waited on the peer failed.
+    for s in seq..seq + 100 {
+        e[1].handle_frame(0, forged(Kind::Eager, s, &[1; 100])).unwrap();
+    }
+    assert!(e[1].unexpected_bytes() <= 1000);
+    assert_eq!(process_failed(&events(&mut e[1])), 1);
+    assert!(!e[1].anything_waits_on(0));
+}
+
+#[test]
+fn eager_data_above_the_announced_limit_fails_the_peer() {
+    let mut e = pair(Config { eager_threshold: 4, ..Config::default() });
+    assert!(e[1].handle_frame(0, forged(Kind::Eager, 0, b"12345")).is_err());
+    assert!(e[1].is_failed(0));
+}
+
+#[test]
+fn rendezvous_data_of_the_wrong_length_fails_the_receive() {
+    for wrong in [&b"too long!"[..], b"short", b""] {
+        let mut e = pair(Config { eager_threshold: 2, ..Config::default() });
+        e[0].post_send(1, SendMode::Standard, msg(1, 0, b"seven!!"));
+        e[1].post_recv(5, spec(Some(0), None));
+        let (_, rts) = next_frame(&mut e[0]).unwrap();
+        e[1].handle_frame(0, rts).unwrap();
+        let (_, cts) = next_frame(&mut e[1]).unwrap();
+        let data = Frame {
+            header: Header { recv_id: cts.header.recv_id, data_len: wrong.len() as u64, ..Header::control(Kind::RndvData, 0) },
+            payload: Bytes::copy_from_slice(wrong),
+        };
+        let outcome = e[1].handle_frame(0, data);
+        if wrong.is_empty() {
+            // An empty chunk announcing an empty message is a lie about the length.
+            assert!(outcome.is_err());
+        } else {
+            assert!(outcome.is_err(), "{wrong:?}");
+        }
+        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+        assert!(!e[1].anything_waits_on(0));
+    }
+}
+
+#[test]
+fn rendezvous_requests_beyond_the_slots_fail_the_peer() {
+    let mut e = pair(Config { rndv_slots: 3, ..Config::default() });
+    for seq in 0..3 {
+        e[1].handle_frame(0, forged(Kind::Rts, seq, b"")).unwrap();
+    }
+    assert!(e[1].handle_frame(0, forged(Kind::Rts, 3, b"")).is_err());
+    assert_eq!(e[1].unexpected_len(), 0, "a failed peer's requests are dropped");
+}
+
+#[test]
+fn frames_before_the_hello_or_from_another_job_are_refused() {
+    let mut lone = Engine::new(1, 2, Config::default());
+    assert!(lone.handle_frame(0, forged(Kind::Eager, 0, b"x")).is_err());
+    let mut other = Engine::new(0, 2, Config { job: 7, ..Config::default() });
+    let (_, hello) = next_frame(&mut other).unwrap();
+    let mut e = Engine::new(1, 2, Config::default());
+    assert!(e.handle_frame(0, hello).is_err());
+    assert!(e.is_failed(0));
+    // A frame that claims another source is refused too.
+    let mut e = pair(Config::default());
+    assert!(e[1].handle_frame(0, Frame::control(Header::control(Kind::Ping, 1))).is_err());
+}
+
+#[test]
+fn a_peer_that_never_reads_its_answers_fails() {
+    let mut e = pair(Config::default());
+    let mut seq = 0;
+    while !e[1].is_failed(0) {
+        let _ = e[1].handle_frame(0, forged(Kind::Ready, seq, b"r"));
+        seq += 1;
+        assert!(seq as usize <= MAX_QUEUED_FRAMES + 1);
+    }
+    assert_eq!(e[1].queued_bytes(0), 0, "its frames are dropped");
+}
+
+#[test]
+fn a_silent_peer_fails_after_the_idle_timeout_and_pings_keep_a_live_one() {
+    let config = Config { idle_timeout: Some(Duration::from_secs(3)), ..Config::default() };
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    // Both alive, pumping: pings keep them connected for a minute.
+    let mut e = pair(config);
+    for s in 0..60 {
+        e[0].handle_timeout(at(s));
+        e[1].handle_timeout(at(s));
+        pump(&mut e);
+    }
+    assert!(!e[0].is_failed(1) && !e[1].is_failed(0));
+    assert!(e[0].poll_timeout().is_some_and(|t| t > at(59)));
+    // Rank 0 goes silent (its frames are no longer delivered).
+    e[1].post_recv(4, spec(Some(0), None));
+    let mut failed_at = None;
+    for s in 60..70 {
+        e[1].handle_timeout(at(s));
+        if process_failed(&events(&mut e[1])) == 1 {
+            failed_at = Some(s);
+            break;
+        }
+    }
+    let s = failed_at.expect("the silent peer failed");
+    assert!((63..=65).contains(&s), "failed {} s after it went silent", s - 60);
+}
+
+#[test]
+fn hellos_choose_the_representation() {
+    let mut e = vec![Engine::new(0, 2, Config::default()), Engine::new(1, 2, Config::default())];
+    pump(&mut e);
+    assert!(std::iter::from_fn(|| e[0].poll_event()).any(|ev| matches!(ev, Event::Connected { rank: 1, repr: Repr::Native })));
+    assert_eq!(e[0].repr_for(1), Repr::Native);
+    let ext = Config { repr: Repr::External32, ..Config::default() };
+    let mut e = vec![Engine::new(0, 2, ext), Engine::new(1, 2, ext)];
+    assert_eq!(e[0].repr_for(1), Repr::External32, "before the hello");
+    pump(&mut e);
+    assert_eq!(e[0].repr_for(1), Repr::External32);
+    assert!(e[0].is_connected());
+}
+
+#[test]
+fn a_message_to_self_matches_before_the_call_returns() {
+    let mut e = Engine::new(0, 2, Config::default());
+    e.post_recv(1, spec(None, None));
+    e.post_send(2, SendMode::Ready, msg(0, 3, b"me"));
+    let ev: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|ev| !matches!(ev, Event::Connected { .. })).collect();
+    assert!(ev.iter().any(|ev| matches!(ev, Event::RecvDone { id: 1, result: Ok(d) } if d.data == "me")));
+    assert!(ev.iter().any(|ev| matches!(ev, Event::SendDone { id: 2, result: Ok(()) })));
+}
+
