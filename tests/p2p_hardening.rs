@@ -223,3 +223,52 @@ async fn a_network_like_loopback_carries_large_and_small_messages() {
     });
     tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
 }
+
+/// Empty datatypes at huge counts touch nothing and return at once.
+#[test]
+fn empty_datatypes_at_huge_counts_are_checked_at_once() {
+    let empty = Datatype::contiguous(0, &Datatype::int()).unwrap();
+    let values = [0u32; 4];
+    let started = std::time::Instant::now();
+    assert!(SendBuf::typed_with(&values, u64::MAX, &empty).is_ok());
+    let mut out = [0u32; 4];
+    assert!(RecvBuf::typed_with(&mut out, u64::MAX, &empty).is_ok());
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// A transport that keeps what it is given, to forge frames from.
+#[derive(Clone, Default)]
+struct Capture(Arc<std::sync::Mutex<Vec<(u32, mpx::proto::wire::Frame)>>>);
+
+impl mpx::Transport for Capture {
+    fn send(&self, dest: u32, frame: mpx::proto::wire::Frame) -> std::result::Result<(), mpx::runtime::SendError> {
+        self.0.lock().unwrap().push((dest, frame));
+        Ok(())
+    }
+}
+
+/// A message whose header claims 2^32 elements in 4 bytes is a type
+/// mismatch, found without walking the claimed elements.
+#[tokio::test(flavor = "current_thread")]
+async fn a_forged_signature_length_is_refused_at_once() {
+    let config = mpx::proto::engine::Config::default();
+    let from_zero = Capture::default();
+    // Rank 0's hello, as its endpoint sends it.
+    let _zero = mpx::Endpoint::new(0, 2, config, from_zero.clone());
+    let one = mpx::Endpoint::new(1, 2, config, Capture::default());
+    let frames: Vec<_> = from_zero.0.lock().unwrap().drain(..).collect();
+    let (_, hello) = frames.into_iter().find(|(d, _)| *d == 1).expect("a hello for rank 1");
+    one.handle_frame(0, hello);
+    let mut header = mpx::proto::wire::Header {
+        sig_hash: 1,
+        sig_len: 1 << 32,
+        ..mpx::proto::wire::Header::control(mpx::proto::wire::Kind::Eager, 0)
+    };
+    header.data_len = 4;
+    one.handle_frame(0, mpx::proto::wire::Frame { header, payload: bytes::Bytes::from_static(&[0, 0, 0, 5]) });
+    let mut got = [0u32; 1];
+    let started = std::time::Instant::now();
+    let r = one.world().recv_into(&mut got, 0, 0).await;
+    assert_eq!(r, Err(Error::TypeMismatch));
+    assert!(started.elapsed() < Duration::from_secs(1));
+}

@@ -137,6 +137,10 @@ impl<'a> RecvBuf<'a> {
 pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: &Datatype) -> Result<()> {
     let size = std::mem::size_of::<T>();
     crate::pack::check_span(datatype, count, 0, len * size)?;
+    if datatype.size() == 0 || count == 0 {
+        // Touches no byte at all, however many items.
+        return Ok(());
+    }
     let mut data_bytes = vec![false; size];
     T::datatype().for_each_entry(|b, disp| {
         for k in 0..b.size() {
@@ -179,6 +183,12 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
         return Err(Error::Truncate { needed: msg.data.len() as u64, available: capacity as u64 });
     }
     if let Some((hash, elements)) = env.signature {
+        // Every basic element takes at least one byte in either
+        // representation: a message claiming more elements than bytes lies,
+        // and must not make the receiver walk them.
+        if elements > msg.data.len() as u64 {
+            return Err(Error::TypeMismatch);
+        }
         if !datatype.is_packed() {
             match datatype.signature_prefix(count, elements) {
                 Some(prefix) if prefix.hash() == hash => {}
