@@ -180,7 +180,7 @@ impl Datatype {
             old: old.clone(),
             lowered,
         };
-        Ok(Datatype::build(Ctor::Subarray(Box::new(args)), layout, sig))
+        Datatype::build(Ctor::Subarray(Box::new(args)), layout, sig)
     }
 
     /// `MPI_Type_create_darray`: the part of a global array of `gsizes`
@@ -299,7 +299,7 @@ impl Datatype {
             old: old.clone(),
             lowered,
         };
-        Ok(Datatype::build(Ctor::Darray(Box::new(args)), layout, sig))
+        Datatype::build(Ctor::Darray(Box::new(args)), layout, sig)
     }
 }
 

@@ -63,6 +63,27 @@ use layout::{Layout, LayoutBuilder};
 /// assert_eq!(column.extent(), 99 * 800 + 8);
 /// # Ok::<(), mpx_core::Error>(())
 /// ```
+///
+/// # Nesting depth
+///
+/// A predefined type has depth 0 and every constructor adds one level to the
+/// deepest type it is applied to ([`Datatype::depth`]); `subarray` and
+/// `darray` add a few levels per dimension, since they are built from
+/// hvector, hindexed and struct types. Types may be nested up to
+/// [`Datatype::MAX_DEPTH`] levels: every operation on them (building,
+/// committing, packing, external32, signatures, counts, decoding, dropping)
+/// works without recursion, so on any thread's stack. A constructor whose
+/// result would be deeper returns [`Error::InvalidDatatype`].
+///
+/// ```
+/// use mpx_core::Datatype;
+/// let mut t = Datatype::int();
+/// for _ in 0..1000 {
+///     t = Datatype::contiguous(1, &t)?;
+/// }
+/// assert_eq!((t.depth(), t.size()), (1000, 4));
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Datatype(Arc<Node>);
 
@@ -70,6 +91,9 @@ pub(crate) struct Node {
     pub(crate) ctor: Ctor,
     pub(crate) layout: Layout,
     signature: Signature,
+    /// Levels of constructors below and including this one (0 for a
+    /// predefined type).
+    depth: u32,
     programs: OnceLock<Programs>,
 }
 
@@ -90,6 +114,79 @@ pub(crate) enum Ctor {
     Resized { lb: i64, extent: i64, old: Datatype },
 }
 
+impl Ctor {
+    /// The datatypes this node holds: the types the constructor was applied
+    /// to and, for subarray and darray, the lowered type.
+    pub(crate) fn children(&self) -> impl Iterator<Item = &Datatype> {
+        let (some, more): (&[Datatype], Option<&Datatype>) = match self {
+            Ctor::Named(_) => (&[], None),
+            Ctor::Dup(old)
+            | Ctor::Contiguous { old, .. }
+            | Ctor::Vector { old, .. }
+            | Ctor::Hvector { old, .. }
+            | Ctor::Indexed { old, .. }
+            | Ctor::Hindexed { old, .. }
+            | Ctor::IndexedBlock { old, .. }
+            | Ctor::HindexedBlock { old, .. }
+            | Ctor::Resized { old, .. } => (std::slice::from_ref(old), None),
+            Ctor::Struct { types, .. } => (types, None),
+            Ctor::Subarray(a) => (std::slice::from_ref(&a.old), Some(&a.lowered)),
+            Ctor::Darray(a) => (std::slice::from_ref(&a.old), Some(&a.lowered)),
+        };
+        some.iter().chain(more)
+    }
+
+    /// Moves the datatypes this node holds out, passing each to `f`.
+    fn into_children(self, mut f: impl FnMut(Datatype)) {
+        match self {
+            Ctor::Named(_) => {}
+            Ctor::Dup(old)
+            | Ctor::Contiguous { old, .. }
+            | Ctor::Vector { old, .. }
+            | Ctor::Hvector { old, .. }
+            | Ctor::Indexed { old, .. }
+            | Ctor::Hindexed { old, .. }
+            | Ctor::IndexedBlock { old, .. }
+            | Ctor::HindexedBlock { old, .. }
+            | Ctor::Resized { old, .. } => f(old),
+            Ctor::Struct { types, .. } => types.into_iter().for_each(f),
+            Ctor::Subarray(a) => {
+                let a = *a;
+                f(a.old);
+                f(a.lowered);
+            }
+            Ctor::Darray(a) => {
+                let a = *a;
+                f(a.old);
+                f(a.lowered);
+            }
+        }
+    }
+}
+
+/// Dropping a node drops its children's handles, and where a handle was the
+/// last one, the child's node, and so on down the tree: recursion as deep
+/// as the type. Instead, the nodes this drop would free are taken out of
+/// their handles and freed one at a time here, each with its children
+/// already taken out.
+impl Drop for Node {
+    fn drop(&mut self) {
+        fn orphans(ctor: Ctor, out: &mut Vec<Node>) {
+            ctor.into_children(|child| {
+                if let Some(node) = Arc::into_inner(child.0) {
+                    out.push(node);
+                }
+            });
+        }
+        let mut pending = Vec::new();
+        orphans(std::mem::replace(&mut self.ctor, Ctor::Named(Predefined::Lb)), &mut pending);
+        while let Some(mut node) = pending.pop() {
+            orphans(std::mem::replace(&mut node.ctor, Ctor::Named(Predefined::Lb)), &mut pending);
+            // `node` has no children left: its own drop ends here.
+        }
+    }
+}
+
 static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
     Predefined::all()
         .map(|p| {
@@ -106,7 +203,7 @@ static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
                 _ => {}
             }
             let layout = b.finish().expect("predefined layouts are small");
-            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, programs: OnceLock::new() }))
+            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, depth: 0, programs: OnceLock::new() }))
         })
         .collect()
 });
@@ -133,8 +230,35 @@ fn mul(a: i64, b: i64, what: &'static str) -> Result<i64> {
 }
 
 impl Datatype {
-    fn build(ctor: Ctor, layout: Layout, signature: Signature) -> Datatype {
-        Datatype(Arc::new(Node { ctor, layout, signature, programs: OnceLock::new() }))
+    /// The deepest nesting of constructors a datatype may have (see
+    /// [Nesting depth](Datatype#nesting-depth)).
+    pub const MAX_DEPTH: usize = 1 << 17;
+
+    fn build(ctor: Ctor, layout: Layout, signature: Signature) -> Result<Datatype> {
+        let below = ctor.children().map(|c| c.0.depth).max().unwrap_or(0);
+        let depth = below + 1;
+        if depth as usize > Datatype::MAX_DEPTH {
+            return Err(Error::InvalidDatatype(format!(
+                "the type would be nested {depth} levels deep, more than the {} levels a datatype may have",
+                Datatype::MAX_DEPTH
+            )));
+        }
+        Ok(Datatype(Arc::new(Node { ctor, layout, signature, depth, programs: OnceLock::new() })))
+    }
+
+    /// Levels of constructors in the type: 0 for a predefined type, one
+    /// more than the deepest type a constructor was applied to otherwise.
+    /// At most [`Datatype::MAX_DEPTH`].
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let v = Datatype::vector(2, 1, 2, &Datatype::double())?;
+    /// let s = Datatype::structure(&[1, 1], &[0, 32], &[v.clone(), Datatype::int()])?;
+    /// assert_eq!((Datatype::double().depth(), v.depth(), s.depth()), (0, 1, 2));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn depth(&self) -> usize {
+        self.0.depth as usize
     }
 
     pub(crate) fn node(&self) -> &Node {
@@ -219,11 +343,7 @@ impl Datatype {
         let child = old.layout();
         let mut b = LayoutBuilder::new();
         b.strided(child, 0, 1, 0, count)?;
-        Ok(Datatype::build(
-            Ctor::Contiguous { count, old: old.clone() },
-            b.finish()?,
-            old.signature().repeat(count as u64),
-        ))
+        Datatype::build(Ctor::Contiguous { count, old: old.clone() }, b.finish()?, old.signature().repeat(count as u64))
     }
 
     /// `MPI_Type_vector`: `count` blocks of `blocklength` copies of `old`,
@@ -275,7 +395,7 @@ impl Datatype {
         let mut b = LayoutBuilder::new();
         b.strided(old.layout(), 0, count, stride_bytes, blocklength)?;
         let sig = old.signature().repeat(blocklength as u64).repeat(count as u64);
-        Ok(Datatype::build(ctor(old.clone()), b.finish()?, sig))
+        Datatype::build(ctor(old.clone()), b.finish()?, sig)
     }
 
     /// `MPI_Type_indexed`: blocks of `blocklengths[i]` copies of `old` at
@@ -343,7 +463,7 @@ impl Datatype {
     ) -> Result<Datatype> {
         let types = vec![old.clone(); blocklengths.len()];
         let (layout, sig) = Datatype::struct_layout(blocklengths, displacements_bytes, &types)?;
-        Ok(Datatype::build(ctor(), layout, sig))
+        Datatype::build(ctor(), layout, sig)
     }
 
     fn struct_layout(
@@ -386,7 +506,7 @@ impl Datatype {
             )));
         }
         let (layout, sig) = Datatype::struct_layout(blocklengths, displacements_bytes, types)?;
-        Ok(Datatype::build(
+        Datatype::build(
             Ctor::Struct {
                 blocklengths: blocklengths.to_vec(),
                 displacements: displacements_bytes.to_vec(),
@@ -394,7 +514,7 @@ impl Datatype {
             },
             layout,
             sig,
-        ))
+        )
     }
 
     /// `MPI_Type_create_resized`: the same entries with the lb/ub markers
@@ -411,12 +531,20 @@ impl Datatype {
         let mut b = LayoutBuilder::new();
         b.copy(old.layout(), 0)?;
         b.set_markers(lb, ub);
-        Ok(Datatype::build(Ctor::Resized { lb, extent, old: old.clone() }, b.finish()?, old.signature()))
+        Datatype::build(Ctor::Resized { lb, extent, old: old.clone() }, b.finish()?, old.signature())
     }
 
     /// `MPI_Type_dup`: a new handle on the same typemap, which decodes as a
-    /// duplicate of `self`.
-    pub fn dup(&self) -> Datatype {
+    /// duplicate of `self`. Fails only if `self` is already
+    /// [`Datatype::MAX_DEPTH`] levels deep.
+    ///
+    /// ```
+    /// use mpx_core::{Combiner, Datatype};
+    /// let d = Datatype::double().dup()?;
+    /// assert_eq!((d.size(), d.envelope().combiner), (8, Combiner::Dup));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn dup(&self) -> Result<Datatype> {
         Datatype::build(Ctor::Dup(self.clone()), self.0.layout, self.signature())
     }
 
@@ -429,7 +557,15 @@ impl Datatype {
     }
 
     pub(crate) fn programs(&self) -> &Programs {
-        self.0.programs.get_or_init(|| Programs::compile(self))
+        match self.0.programs.get() {
+            Some(p) => p,
+            None => Programs::compile(self),
+        }
+    }
+
+    /// Where the compiled programs are kept.
+    pub(crate) fn program_slot(&self) -> &OnceLock<Programs> {
+        &self.0.programs
     }
 
     // ----- queries ----------------------------------------------------------

@@ -78,11 +78,50 @@ pub(crate) struct Programs {
 }
 
 impl Programs {
-    pub fn compile(dt: &Datatype) -> Programs {
+    /// Compiles the programs of `dt` and of every type below it that has
+    /// none yet, children first, and returns those of `dt`.
+    ///
+    /// A type's typed program is built from its children's, so they are
+    /// compiled first; the walk keeps its own stack rather than recursing,
+    /// since types may nest [`Datatype::MAX_DEPTH`] levels deep. (The
+    /// programs themselves stay shallow: a `Repeat` of a non-empty body at
+    /// least doubles the bytes packed, and `Seq`s never nest directly, so a
+    /// program is at most about 128 nodes deep whatever the type's depth.)
+    pub fn compile(dt: &Datatype) -> &Programs {
+        // (type, whether its children have been pushed)
+        let mut stack: Vec<(&Datatype, bool)> = vec![(dt, false)];
+        while let Some((t, children_done)) = stack.pop() {
+            if t.program_slot().get().is_some() {
+                continue;
+            }
+            if children_done {
+                t.program_slot().get_or_init(|| Programs::compile_one(t));
+                continue;
+            }
+            stack.push((t, true));
+            stack.extend(program_inputs(t).filter(|c| c.program_slot().get().is_none()).map(|c| (c, false)));
+        }
+        dt.program_slot().get().expect("compiled above")
+    }
+
+    /// Compiles the programs of `dt`, whose inputs are compiled.
+    fn compile_one(dt: &Datatype) -> Programs {
         let typed = compile_typed(dt);
         let native = Native::lower(&typed.erase_kinds());
         Programs { typed, native }
     }
+}
+
+/// The types whose programs the typed program of `dt` is built from.
+fn program_inputs(dt: &Datatype) -> impl Iterator<Item = &Datatype> {
+    let lowered = match &dt.node().ctor {
+        Ctor::Subarray(a) => Some(&a.lowered),
+        Ctor::Darray(a) => Some(&a.lowered),
+        _ => None,
+    };
+    // Subarrays and darrays are compiled from their lowered form only.
+    let direct = if lowered.is_some() { None } else { Some(dt.node().ctor.children()) };
+    direct.into_iter().flatten().chain(lowered)
 }
 
 /// One node of a native program (see the module docs).
@@ -303,7 +342,7 @@ impl Tails {
 }
 
 fn compile_typed(dt: &Datatype) -> Op {
-    let child = |old: &Datatype| old.programs().typed.clone();
+    let child = |old: &Datatype| old.program_slot().get().expect("inputs are compiled first").typed.clone();
     let block = |len: i64, old: &Datatype| Op::repeat(len as u64, old.extent(), child(old));
     // Products below were checked when the type was built.
     match &dt.node().ctor {
