@@ -106,12 +106,25 @@ validated! {
 // type whose extent is `size_of::<T>()`), valid when each element is.
 unsafe impl<T: MpiType, const N: usize> MpiType for [T; N] {
     fn datatype() -> Datatype {
+        // An array longer than `i64::MAX` fits in memory only if `T` is
+        // zero-sized, whose datatype has no entries and extent 0: any count
+        // of it is the same empty typemap.
+        let count = i64::try_from(N).unwrap_or(i64::MAX);
         // SAFETY: `N` values of `T` back to back, as argued above.
-        unsafe { crate::derive_support::cached::<Self>(|| Datatype::contiguous(N as i64, &T::datatype())) }
+        unsafe { crate::derive_support::cached::<Self>(|| Datatype::contiguous(count, &T::datatype())) }
     }
     const NEEDS_VALIDATION: bool = T::NEEDS_VALIDATION;
     unsafe fn is_valid(ptr: *const u8) -> bool {
-        (0..N).all(|i| T::is_valid(ptr.add(i * std::mem::size_of::<T>())))
+        if std::mem::size_of::<T>() == 0 {
+            // Every element is at `ptr`: one check answers for all of them
+            // (and `N` may be `usize::MAX`).
+            // SAFETY: the caller's guarantee for the array covers its
+            // (zero-sized) first element.
+            return N == 0 || unsafe { T::is_valid(ptr) };
+        }
+        // SAFETY: element `i` lies at `i * size_of::<T>()` inside the array
+        // the caller vouches for.
+        (0..N).all(|i| unsafe { T::is_valid(ptr.add(i * std::mem::size_of::<T>())) })
     }
 }
 

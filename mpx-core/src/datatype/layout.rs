@@ -120,8 +120,12 @@ impl LayoutBuilder {
         if copies == 0 {
             return Ok(());
         }
-        let copies_u = u64::try_from(copies).map_err(|_| overflow("count"))?;
-        let mul = |v: u64| v.checked_mul(copies_u).ok_or(overflow("size"));
+        // Copies of an empty child add nothing, however many there are
+        // (`count * blocklength` may exceed 64 bits then).
+        let mul = |v: u64| match v {
+            0 => Ok(0),
+            v => u64::try_from(copies).map_err(|_| overflow("count"))?.checked_mul(v).ok_or(overflow("size")),
+        };
         self.size = self.size.checked_add(mul(child.size)?).ok_or(overflow("size"))?;
         self.external32_size = self
             .external32_size

@@ -283,6 +283,11 @@ impl Datatype {
     /// Packs `count` items, item `i` at `mem + i * extent`, into `stream`.
     /// External32 can fail (a value out of range); native packing cannot.
     unsafe fn pack_raw(&self, repr: Repr, mem: *mut u8, count: u64, stream: *mut u8) -> Result<()> {
+        if self.size() == 0 {
+            // Nothing to move, however many items (the loops below would
+            // still visit each one).
+            return Ok(());
+        }
         let programs = self.programs();
         let ext = self.extent() as isize;
         match repr {
@@ -300,6 +305,9 @@ impl Datatype {
     }
 
     unsafe fn unpack_raw(&self, repr: Repr, stream: *const u8, mem: *mut u8, count: u64) {
+        if self.size() == 0 {
+            return; // as in pack_raw
+        }
         let programs = self.programs();
         let ext = self.extent() as isize;
         let stream = stream as *mut u8; // only read in this direction
@@ -446,6 +454,9 @@ impl Datatype {
     /// the elements may lie in different allocations; this path therefore
     /// goes element by element.
     fn for_each_absolute(&self, count: u64, mut f: impl FnMut(usize, usize)) {
+        if self.size() == 0 {
+            return; // no elements, however many items
+        }
         let extent = self.extent() as i128;
         for i in 0..count as i128 {
             self.for_each_entry(|b, disp| {
@@ -508,8 +519,12 @@ pub fn unpack<T: MpiType>(inbuf: &[u8], position: &mut usize, dst: &mut [T]) -> 
 /// validates them; `dst` is changed only if every item is valid.
 pub(crate) fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(RegionMut<'_>) -> Result<()>) -> Result<()> {
     let n = dst.len();
-    if !T::NEEDS_VALIDATION {
-        // SAFETY: every bit pattern of the typemap bytes is a valid T.
+    if !T::NEEDS_VALIDATION || std::mem::size_of::<T>() == 0 {
+        // (A zero-sized `T` has no typemap bytes: nothing is written, so
+        // nothing needs validating, and a slice of them may be
+        // `usize::MAX` long.)
+        // SAFETY: every bit pattern of the typemap bytes is a valid T (or
+        // there are none).
         let view = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<T>>(), n) };
         return fill(RegionMut::typed(view));
     }
