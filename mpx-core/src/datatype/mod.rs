@@ -609,6 +609,7 @@ impl Datatype {
     /// The span of the basic entries, ignoring markers and padding (0 if
     /// there is none).
     pub fn true_extent(&self) -> i64 {
+        // Fits: checked when the layout was built.
         self.0.layout.data.map_or(0, |(lo, hi)| hi - lo)
     }
 

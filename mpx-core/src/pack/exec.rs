@@ -280,9 +280,10 @@ pub(crate) unsafe fn repeat<D: Direction>(body: &Native, count: u64, stride: i64
         _ if count == 1 => run::<D>(body, mem, stream),
         Native::Gather(g) => gather::<D>(g, count, stride, mem, stream),
         body => {
-            let mut s = stream;
-            for i in 0..count {
-                s = run::<D>(body, mem.wrapping_offset(i as isize * stride as isize), s);
+            let (mut m, mut s) = (mem, stream);
+            for _ in 0..count {
+                s = run::<D>(body, m, s);
+                m = m.wrapping_offset(stride as isize);
             }
             s
         }
@@ -817,12 +818,13 @@ pub(crate) unsafe fn run_bounded<D: Direction>(op: &Native, mem: *mut u8, stream
             s
         }
         Native::Repeat { count, stride, body } => {
-            let mut s = stream;
-            for i in 0..*count {
+            let (mut m, mut s) = (mem, stream);
+            for _ in 0..*count {
                 if *budget == 0 {
                     break;
                 }
-                s = run_bounded::<D>(body, mem.wrapping_offset(i as isize * *stride as isize), s, budget);
+                s = run_bounded::<D>(body, m, s, budget);
+                m = m.wrapping_offset(*stride as isize);
             }
             s
         }

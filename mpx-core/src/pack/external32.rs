@@ -100,9 +100,10 @@ pub(crate) unsafe fn run<const UNPACK: bool>(op: &Op, mem: *mut u8, stream: *mut
             Ok(s)
         }
         Op::Repeat { count, stride, body } => {
-            let mut s = stream;
-            for i in 0..*count {
-                s = run::<UNPACK>(body, mem.wrapping_offset(i as isize * *stride as isize), s)?;
+            let (mut m, mut s) = (mem, stream);
+            for _ in 0..*count {
+                s = run::<UNPACK>(body, m, s)?;
+                m = m.wrapping_offset(*stride as isize);
             }
             Ok(s)
         }

@@ -295,9 +295,10 @@ impl Datatype {
                 exec::repeat::<exec::Pack>(&programs.native, count, ext as i64, mem, stream);
             }
             Repr::External32 => {
-                let mut s = stream;
-                for i in 0..count {
-                    s = external32::run::<false>(&programs.typed, mem.wrapping_offset(i as isize * ext), s)?;
+                let (mut m, mut s) = (mem, stream);
+                for _ in 0..count {
+                    s = external32::run::<false>(&programs.typed, m, s)?;
+                    m = m.wrapping_offset(ext);
                 }
             }
         }
@@ -316,10 +317,10 @@ impl Datatype {
                 exec::repeat::<exec::Unpack>(&programs.native, count, ext as i64, mem, stream);
             }
             Repr::External32 => {
-                let mut s = stream;
-                for i in 0..count {
-                    s = external32::run::<true>(&programs.typed, mem.wrapping_offset(i as isize * ext), s)
-                        .expect("decoding external32 cannot fail");
+                let (mut m, mut s) = (mem, stream);
+                for _ in 0..count {
+                    s = external32::run::<true>(&programs.typed, m, s).expect("decoding external32 cannot fail");
+                    m = m.wrapping_offset(ext);
                 }
             }
         }
@@ -410,7 +411,8 @@ impl Datatype {
             self.unpack_raw(Repr::Native, data.as_ptr(), mem, whole);
             let mut rest = data.len() - (whole * size) as usize;
             if rest > 0 {
-                let item = mem.wrapping_offset(whole as isize * self.extent() as isize);
+                // (Modulo 2^64, like the pointer arithmetic: see `program`.)
+                let item = mem.wrapping_offset((whole as isize).wrapping_mul(self.extent() as isize));
                 let stream = data.as_ptr().add((whole * size) as usize) as *mut u8;
                 exec::run_bounded::<exec::Unpack>(&self.programs().native, item, stream, &mut rest);
             }

@@ -51,6 +51,16 @@
 //!   `min(i * width, len - width)`, whatever its length: a branch-free loop.
 //! * [`Plan::Bytes`]: runs too long or too uneven for those; each run is a
 //!   `memcpy` or a short overlapping-word copy.
+//!
+//! # Displacement arithmetic
+//!
+//! Every byte of a type's data lies at a displacement that fits in an `i64`
+//! (the layout checks it when the type is built), but the origins of
+//! subtrees on the way there need not: a member whose data lies far after
+//! its own origin, placed far before the struct's. Displacements along a
+//! path are therefore summed modulo 2^64 (`wrapping_add`, `wrapping_mul`),
+//! like the pointer arithmetic they feed (`wrapping_offset`): the sums that
+//! locate data are the exact values, since those fit.
 
 use std::ops::ControlFlow;
 
@@ -344,7 +354,8 @@ impl Tails {
 fn compile_typed(dt: &Datatype) -> Op {
     let child = |old: &Datatype| old.program_slot().get().expect("inputs are compiled first").typed.clone();
     let block = |len: i64, old: &Datatype| Op::repeat(len as u64, old.extent(), child(old));
-    // Products below were checked when the type was built.
+    // Products below were checked when the type was built (strides and
+    // displacements in extents, converted to bytes).
     match &dt.node().ctor {
         Ctor::Named(p) => Op::seq(
             p.entries().iter().map(|&(b, d)| (d, Op::Leaf { kind: Some(b), len: b.size() })).collect(),
@@ -400,6 +411,7 @@ impl Op {
             return body;
         }
         match body {
+            // Bytes of data: the type's size, which fits.
             Op::Leaf { kind, len } if stride == len as i64 => Op::Leaf { kind, len: len * count as usize },
             Op::Seq(mut items) if items.len() == 1 => {
                 let (d, inner) = items.pop().expect("one item");
@@ -470,17 +482,19 @@ impl Op {
         match self {
             Op::Leaf { len: 0, .. } => {}
             Op::Leaf { len, .. } => match out.last_mut() {
-                Some((d, n)) if *d + *n as i64 == base => *n += len,
+                Some((d, n)) if d.wrapping_add(*n as i64) == base => *n += len,
                 _ => out.push((base, *len)),
             },
             Op::Repeat { count, stride, body } => {
-                for i in 0..*count {
-                    body.collect_runs(base + i as i64 * stride, out);
+                let mut at = base;
+                for _ in 0..*count {
+                    body.collect_runs(at, out);
+                    at = at.wrapping_add(*stride);
                 }
             }
             Op::Seq(items) => {
                 for (d, op) in items {
-                    op.collect_runs(base + d, out);
+                    op.collect_runs(base.wrapping_add(*d), out);
                 }
             }
         }
@@ -546,17 +560,19 @@ impl Op {
             Op::Leaf { kind, len } => {
                 let kind = kind.unwrap_or(Basic::Byte);
                 for i in 0..len / kind.size() {
-                    f(kind, base + (i * kind.size()) as i64)?;
+                    f(kind, base.wrapping_add((i * kind.size()) as i64))?;
                 }
             }
             Op::Repeat { count, stride, body } => {
-                for i in 0..*count {
-                    body.walk(base + i as i64 * stride, f)?;
+                let mut at = base;
+                for _ in 0..*count {
+                    body.walk(at, f)?;
+                    at = at.wrapping_add(*stride);
                 }
             }
             Op::Seq(items) => {
                 for (d, op) in items {
-                    op.walk(base + d, f)?;
+                    op.walk(base.wrapping_add(*d), f)?;
                 }
             }
         }
@@ -568,12 +584,12 @@ fn push_flat(out: &mut Vec<(i64, Op)>, d: i64, op: Op) {
     match op {
         Op::Seq(items) => {
             for (e, inner) in items {
-                push_flat(out, d + e, inner);
+                push_flat(out, d.wrapping_add(e), inner);
             }
         }
         Op::Leaf { kind, len } => {
             if let Some((pd, Op::Leaf { kind: pk, len: plen })) = out.last_mut() {
-                if *pk == kind && *pd + *plen as i64 == d {
+                if *pk == kind && pd.wrapping_add(*plen as i64) == d {
                     *plen += len;
                     return;
                 }
