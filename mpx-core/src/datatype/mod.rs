@@ -7,17 +7,16 @@
 //! * its layout (size, bounds, counts) computed from its
 //!   children, never from an expanded typemap, with checked arithmetic;
 //! * its [`Signature`];
-//! * its compiled pack program, built on first use or by
-//!   [`Datatype::commit`] (see [`mod@crate::pack`]).
+//! * a slot for what a layer above compiles from it once (the pack engine
+//!   keeps its programs there), filled on first use.
 //!
 //! # Lifetimes
 //!
 //! MPI's `MPI_Type_free` is `drop`: a datatype lives as long as a handle to
 //! it, and types built from it hold their own handles, so dropping a type
 //! never affects the types built from it. Commit is implicit: every type can
-//! be used for communication as soon as it is built; [`Datatype::commit`]
-//! only compiles the pack program eagerly so the first pack does not pay
-//! for it.
+//! be used for communication as soon as it is built; committing only does
+//! the compilation of first use eagerly.
 //!
 //! # Where mpx follows the standard rather than MPICH or Open MPI
 //!
@@ -40,11 +39,11 @@ pub use darray::{DistArg, Distribution, Order};
 pub use decode::{consts, Combiner, Contents, Envelope};
 pub use signature::Signature;
 
+use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use crate::error::{Error, Result};
-use crate::pack::program::Programs;
 use layout::{Layout, LayoutBuilder};
 
 /// An MPI datatype: a typemap (basic types at byte displacements) plus
@@ -94,8 +93,14 @@ pub(crate) struct Node {
     /// Levels of constructors below and including this one (0 for a
     /// predefined type).
     depth: u32,
-    programs: OnceLock<Programs>,
+    compiled: Compiled,
 }
+
+/// What a layer above compiles from a datatype, computed once and kept
+/// with it (the pack engine's programs). Type-erased, so this module does
+/// not depend on what is kept; the one module that fills the slot is the
+/// one that reads it, and it downcasts to its own type.
+pub(crate) type Compiled = OnceLock<Box<dyn Any + Send + Sync>>;
 
 /// A constructor and its arguments, as given (the decoded form).
 pub(crate) enum Ctor {
@@ -203,7 +208,7 @@ static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
                 _ => {}
             }
             let layout = b.finish().expect("predefined layouts are small");
-            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, depth: 0, programs: OnceLock::new() }))
+            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, depth: 0, compiled: OnceLock::new() }))
         })
         .collect()
 });
@@ -243,7 +248,7 @@ impl Datatype {
                 Datatype::MAX_DEPTH
             )));
         }
-        Ok(Datatype(Arc::new(Node { ctor, layout, signature, depth, programs: OnceLock::new() })))
+        Ok(Datatype(Arc::new(Node { ctor, layout, signature, depth, compiled: OnceLock::new() })))
     }
 
     /// Levels of constructors in the type: 0 for a predefined type, one
@@ -548,24 +553,9 @@ impl Datatype {
         Datatype::build(Ctor::Dup(self.clone()), self.0.layout, self.signature())
     }
 
-    /// Forces compilation of the pack program now (MPI_Type_commit). Types
-    /// are also compiled on first use, so calling this is optional; it moves
-    /// the cost out of the first pack or send.
-    pub fn commit(self) -> Datatype {
-        self.programs();
-        self
-    }
-
-    pub(crate) fn programs(&self) -> &Programs {
-        match self.0.programs.get() {
-            Some(p) => p,
-            None => Programs::compile(self),
-        }
-    }
-
-    /// Where the compiled programs are kept.
-    pub(crate) fn program_slot(&self) -> &OnceLock<Programs> {
-        &self.0.programs
+    /// The slot for what is compiled from this type (see [`Compiled`]).
+    pub(crate) fn compiled(&self) -> &Compiled {
+        &self.0.compiled
     }
 
     // ----- queries ----------------------------------------------------------
@@ -623,14 +613,6 @@ impl Datatype {
         self.0.signature
     }
 
-    /// Whether the typemap is exactly `size()` bytes starting at offset 0 and
-    /// the extent equals the size, so `count` items are one contiguous run
-    /// of `count * size` bytes.
-    pub fn is_contiguous(&self) -> bool {
-        let l = &self.0.layout;
-        l.lb == 0 && l.extent() as u64 == l.size && self.programs().native.is_single_run(l.size)
-    }
-
     /// The predefined type this is, if it is one (not a duplicate of one).
     pub fn as_predefined(&self) -> Option<Predefined> {
         match self.0.ctor {
@@ -642,51 +624,6 @@ impl Datatype {
     /// Whether two handles refer to the same datatype object.
     pub fn ptr_eq(a: &Datatype, b: &Datatype) -> bool {
         Arc::ptr_eq(&a.0, &b.0)
-    }
-
-    /// Calls `f` on every basic entry of one item, in typemap order, with its
-    /// byte displacement. This expands the typemap, so its cost is the number
-    /// of elements; stop early by returning [`std::ops::ControlFlow::Break`].
-    ///
-    /// ```
-    /// use mpx_core::{Basic, Datatype};
-    /// use std::ops::ControlFlow;
-    /// let t = Datatype::vector(2, 1, 3, &Datatype::named("short_int").unwrap())?;
-    /// let mut entries = vec![];
-    /// t.for_each_entry(|b, d| { entries.push((b, d)); ControlFlow::<()>::Continue(()) });
-    /// assert_eq!(entries, [(Basic::Short, 0), (Basic::Int, 4), (Basic::Short, 24), (Basic::Int, 28)]);
-    /// # Ok::<(), mpx_core::Error>(())
-    /// ```
-    pub fn for_each_entry<B>(&self, f: impl FnMut(Basic, i64) -> std::ops::ControlFlow<B>) -> Option<B> {
-        self.programs().typed.for_each_element(f)
-    }
-
-    /// The signature of the first `elements` basic elements of `count`
-    /// items of this type, or `None` if the items have fewer elements.
-    /// Whole items cost O(log count); a partial item walks its elements.
-    pub fn signature_prefix(&self, count: u64, elements: u64) -> Option<Signature> {
-        let per_item = self.num_elements();
-        if per_item == 0 {
-            return (elements == 0).then_some(Signature::EMPTY);
-        }
-        let whole = elements / per_item;
-        if whole > count || (whole == count && !elements.is_multiple_of(per_item)) {
-            return None;
-        }
-        let mut sig = self.signature().repeat(whole);
-        let mut rest = elements % per_item;
-        if rest > 0 {
-            self.for_each_entry(|b, _| {
-                sig = sig.concat(Signature::basic(b));
-                rest -= 1;
-                if rest == 0 {
-                    std::ops::ControlFlow::Break(())
-                } else {
-                    std::ops::ControlFlow::Continue(())
-                }
-            });
-        }
-        Some(sig)
     }
 
     /// Whether every basic element of the type is `packed` (data of such a
@@ -714,25 +651,6 @@ impl Datatype {
         }
         bytes.is_multiple_of(size).then_some(bytes / size)
     }
-
-    /// `MPI_Get_elements`: the number of whole basic elements in a message of
-    /// `bytes` bytes of this type, counting those of a partial last item.
-    ///
-    /// ```
-    /// use mpx_core::Datatype;
-    /// let t = Datatype::named("double_int").unwrap();
-    /// assert_eq!(t.get_elements(20), 3); // one pair and a double
-    /// ```
-    pub fn get_elements(&self, bytes: u64) -> u64 {
-        let size = self.size();
-        if size == 0 {
-            return 0;
-        }
-        let whole = bytes / size;
-        let rest = bytes % size;
-        let partial = if rest == 0 { 0 } else { self.programs().typed.elements_in_prefix(rest) };
-        whole.saturating_mul(self.num_elements()).saturating_add(partial)
-    }
 }
 
 impl fmt::Debug for Datatype {
@@ -752,8 +670,8 @@ impl fmt::Debug for Datatype {
 }
 
 /// The address of `value`, for building types with absolute displacements
-/// (`MPI_Get_address`). Use the result with
-/// [`Datatype::pack_from_bottom`] and [`Datatype::unpack_to_bottom`].
+/// (`MPI_Get_address`), to pack from and unpack to absolute addresses
+/// (`pack_from_bottom`, `unpack_to_bottom`).
 ///
 /// ```
 /// let xs = [1.0f64, 2.0];
@@ -778,7 +696,7 @@ mod tests {
     #[test]
     fn huge_contiguous_is_cheap() {
         let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
-        let big = Datatype::contiguous(1 << 40, &s).unwrap().commit();
+        let big = Datatype::contiguous(1 << 40, &s).unwrap();
         assert_eq!(big.size(), 9 << 40);
         assert_eq!(big.extent(), 16 << 40);
         assert_eq!(big.num_elements(), 2 << 40);

@@ -69,6 +69,7 @@
 pub(crate) mod exec;
 pub(crate) mod external32;
 pub(crate) mod program;
+mod typemap;
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;

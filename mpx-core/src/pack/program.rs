@@ -101,17 +101,33 @@ impl Programs {
         // (type, whether its children have been pushed)
         let mut stack: Vec<(&Datatype, bool)> = vec![(dt, false)];
         while let Some((t, children_done)) = stack.pop() {
-            if t.program_slot().get().is_some() {
+            if Programs::cached(t).is_some() {
                 continue;
             }
             if children_done {
-                t.program_slot().get_or_init(|| Programs::compile_one(t));
+                t.compiled().get_or_init(|| Box::new(Programs::compile_one(t)));
                 continue;
             }
             stack.push((t, true));
-            stack.extend(program_inputs(t).filter(|c| c.program_slot().get().is_none()).map(|c| (c, false)));
+            stack.extend(program_inputs(t).filter(|c| Programs::cached(c).is_none()).map(|c| (c, false)));
         }
-        dt.program_slot().get().expect("compiled above")
+        Programs::cached(dt).expect("compiled above")
+    }
+
+    /// The programs of `dt`, compiled now if they were not yet.
+    #[inline]
+    pub fn of(dt: &Datatype) -> &Programs {
+        match Programs::cached(dt) {
+            Some(p) => p,
+            None => Programs::compile(dt),
+        }
+    }
+
+    /// The programs of `dt` if they are compiled. The datatype's slot
+    /// holds what this module put there: `Programs`, nothing else.
+    #[inline]
+    fn cached(dt: &Datatype) -> Option<&Programs> {
+        dt.compiled().get().map(|any| any.downcast_ref::<Programs>().expect("a datatype's compiled slot holds its Programs"))
     }
 
     /// Compiles the programs of `dt`, whose inputs are compiled.
@@ -352,7 +368,7 @@ impl Tails {
 }
 
 fn compile_typed(dt: &Datatype) -> Op {
-    let child = |old: &Datatype| old.program_slot().get().expect("inputs are compiled first").typed.clone();
+    let child = |old: &Datatype| Programs::cached(old).expect("inputs are compiled first").typed.clone();
     let block = |len: i64, old: &Datatype| Op::repeat(len as u64, old.extent(), child(old));
     // Products below were checked when the type was built (strides and
     // displacements in extents, converted to bytes).
@@ -626,6 +642,14 @@ mod tests {
         assert_eq!(two.programs().typed, Op::Leaf { kind: Some(Basic::Int), len: 8 });
         let empty = Datatype::contiguous(0, &Datatype::double()).unwrap();
         assert!(empty.programs().native.is_single_run(0));
+    }
+
+    #[test]
+    fn huge_contiguous_of_a_struct_is_one_loop() {
+        let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
+        let big = Datatype::contiguous(1 << 40, &s).unwrap().commit();
+        assert_eq!(big.programs().native, Native::Repeat { count: 1 << 40, stride: 16, body: Box::new(gather(&[(0, 9)])) });
+        assert_eq!(big.programs().typed.size(), 9 << 40);
     }
 
     #[test]
