@@ -27,6 +27,9 @@
 //! departs from the first two in some cases and Open MPI from the first and
 //! the last; see `shared/conformance/README.md` for the cases.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod basic;
 mod darray;
 mod decode;
