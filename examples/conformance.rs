@@ -244,7 +244,7 @@ fn build(v: &Value) -> Built {
             .map_err(err)
         }
         "resized" => Datatype::resized(int(a, "lb")?, int(a, "extent")?, &sub(a)?).map_err(err),
-        "dup" => Ok(sub(a)?.dup()),
+        "dup" => sub(a)?.dup().map_err(err),
         other => Err(format!("unknown constructor {other:?}")),
     }
 }

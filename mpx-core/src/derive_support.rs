@@ -1,6 +1,9 @@
 //! Support for `#[derive(MpiType)]` and generic [`MpiType`](crate::MpiType)
 //! implementations. Not part of the stable API.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};

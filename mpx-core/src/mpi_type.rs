@@ -1,5 +1,8 @@
 //! [`MpiType`]: Rust types that have an MPI datatype.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::num::{NonZeroI16, NonZeroI32, NonZeroI64, NonZeroI8, NonZeroU16, NonZeroU32, NonZeroU64, NonZeroU8};
 
 use crate::datatype::{Basic, Datatype};
@@ -83,7 +86,10 @@ macro_rules! validated {
             }
             const NEEDS_VALIDATION: bool = true;
             unsafe fn is_valid($p: *const u8) -> bool {
-                $check
+                // SAFETY: the caller guarantees `size_of::<Self>()` readable,
+                // initialised bytes at the pointer: the one basic entry the
+                // check reads (unaligned where wider than a byte).
+                unsafe { $check }
             }
         }
     )*};
@@ -106,12 +112,25 @@ validated! {
 // type whose extent is `size_of::<T>()`), valid when each element is.
 unsafe impl<T: MpiType, const N: usize> MpiType for [T; N] {
     fn datatype() -> Datatype {
+        // An array longer than `i64::MAX` fits in memory only if `T` is
+        // zero-sized, whose datatype has no entries and extent 0: any count
+        // of it is the same empty typemap.
+        let count = i64::try_from(N).unwrap_or(i64::MAX);
         // SAFETY: `N` values of `T` back to back, as argued above.
-        unsafe { crate::derive_support::cached::<Self>(|| Datatype::contiguous(N as i64, &T::datatype())) }
+        unsafe { crate::derive_support::cached::<Self>(|| Datatype::contiguous(count, &T::datatype())) }
     }
     const NEEDS_VALIDATION: bool = T::NEEDS_VALIDATION;
     unsafe fn is_valid(ptr: *const u8) -> bool {
-        (0..N).all(|i| T::is_valid(ptr.add(i * std::mem::size_of::<T>())))
+        if std::mem::size_of::<T>() == 0 {
+            // Every element is at `ptr`: one check answers for all of them
+            // (and `N` may be `usize::MAX`).
+            // SAFETY: the caller's guarantee for the array covers its
+            // (zero-sized) first element.
+            return N == 0 || unsafe { T::is_valid(ptr) };
+        }
+        // SAFETY: element `i` lies at `i * size_of::<T>()` inside the array
+        // the caller vouches for.
+        (0..N).all(|i| unsafe { T::is_valid(ptr.add(i * std::mem::size_of::<T>())) })
     }
 }
 

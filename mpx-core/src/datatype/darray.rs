@@ -80,6 +80,10 @@ fn mul(a: i64, b: i64) -> Result<i64> {
     a.checked_mul(b).ok_or(Error::Overflow("array extent"))
 }
 
+fn add(a: i64, b: i64) -> Result<i64> {
+    a.checked_add(b).ok_or(Error::Overflow("array extent"))
+}
+
 /// Copies of `child` at `offset + i * stride` for `i` in `0..len`.
 fn run(offset: i64, len: i64, stride: i64, child: &Datatype) -> Result<Datatype> {
     let line = Datatype::hvector(len, 1, stride, child)?;
@@ -94,7 +98,10 @@ impl IndexSet {
             IndexSet::Cyclic { start, block, period, full, tail } => {
                 let block_type = Datatype::hvector(block, 1, stride, child)?;
                 let blocks = Datatype::hvector(full, 1, mul(period, stride)?, &block_type)?;
-                let tail_start = start + full * period; // < gsize, cannot overflow
+                // Where a partial last block starts (< gsize); without one,
+                // the block after the last full one may start past
+                // i64::MAX, and the empty tail is placed at 0 instead.
+                let tail_start = if tail == 0 { 0 } else { add(start, mul(full, period)?)? };
                 let tail_type = Datatype::hvector(tail, 1, stride, child)?;
                 Datatype::structure(
                     &[1, 1],
@@ -180,7 +187,7 @@ impl Datatype {
             old: old.clone(),
             lowered,
         };
-        Ok(Datatype::build(Ctor::Subarray(Box::new(args)), layout, sig))
+        Datatype::build(Ctor::Subarray(Box::new(args)), layout, sig)
     }
 
     /// `MPI_Type_create_darray`: the part of a global array of `gsizes`
@@ -274,9 +281,10 @@ impl Datatype {
                     if start >= g {
                         IndexSet::Range { start: 0, len: 0 }
                     } else {
-                        // Blocks start at start + k*period < g.
+                        // Blocks start at start + k*period < g (so there
+                        // is at least one, and the last start fits).
                         let blocks = (g - start) / period + i64::from((g - start) % period != 0);
-                        let last_start = start + (blocks - 1) * period;
+                        let last_start = add(start, mul(blocks - 1, period)?)?;
                         let last_len = b.min(g - last_start);
                         let (full, tail) = if last_len == b { (blocks, 0) } else { (blocks - 1, last_len) };
                         IndexSet::Cyclic { start, block: b, period, full, tail }
@@ -299,7 +307,7 @@ impl Datatype {
             old: old.clone(),
             lowered,
         };
-        Ok(Datatype::build(Ctor::Darray(Box::new(args)), layout, sig))
+        Datatype::build(Ctor::Darray(Box::new(args)), layout, sig)
     }
 }
 

@@ -27,7 +27,9 @@ pub(crate) struct Layout {
     pub external32_size: u64,
     /// Number of basic entries.
     pub elements: u64,
-    /// `[lowest displacement, highest end)` of the basic entries, if any.
+    /// `[lowest displacement, highest end)` of the basic entries, if any;
+    /// `hi - lo` fits in an `i64` (checked by [`LayoutBuilder::finish`]),
+    /// so every byte of data lies at a displacement that fits too.
     pub data: Option<(i64, i64)>,
     /// The lowest lb marker, if any.
     pub lb_marker: Option<i64>,
@@ -81,7 +83,7 @@ impl LayoutBuilder {
         self.size = self.size.checked_add(size).ok_or(overflow("size"))?;
         self.external32_size =
             self.external32_size.checked_add(ext_size).ok_or(overflow("size"))?;
-        self.elements += 1;
+        self.elements = self.elements.checked_add(1).ok_or(overflow("element count"))?;
         self.widen_data(disp, end);
         self.align = self.align.max(align);
         Ok(())
@@ -120,8 +122,12 @@ impl LayoutBuilder {
         if copies == 0 {
             return Ok(());
         }
-        let copies_u = u64::try_from(copies).map_err(|_| overflow("count"))?;
-        let mul = |v: u64| v.checked_mul(copies_u).ok_or(overflow("size"));
+        // Copies of an empty child add nothing, however many there are
+        // (`count * blocklength` may exceed 64 bits then).
+        let mul = |v: u64| match v {
+            0 => Ok(0),
+            v => u64::try_from(copies).map_err(|_| overflow("count"))?.checked_mul(v).ok_or(overflow("size")),
+        };
         self.size = self.size.checked_add(mul(child.size)?).ok_or(overflow("size"))?;
         self.external32_size = self
             .external32_size
@@ -186,8 +192,13 @@ impl LayoutBuilder {
             }
             (None, None) => lb,
         };
-        // The extent must itself be representable.
+        // The extent must itself be representable, and so must the true
+        // extent (markers can make the extent small while the data spans
+        // more than 64 bits).
         to_i64(ub as i128 - lb as i128, "extent")?;
+        if let Some((lo, hi)) = self.data {
+            to_i64(hi as i128 - lo as i128, "true extent")?;
+        }
         Ok(Layout {
             size: self.size,
             external32_size: self.external32_size,

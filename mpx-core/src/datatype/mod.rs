@@ -7,17 +7,16 @@
 //! * its layout (size, bounds, counts) computed from its
 //!   children, never from an expanded typemap, with checked arithmetic;
 //! * its [`Signature`];
-//! * its compiled pack program, built on first use or by
-//!   [`Datatype::commit`] (see [`mod@crate::pack`]).
+//! * a slot for what a layer above compiles from it once (the pack engine
+//!   keeps its programs there), filled on first use.
 //!
 //! # Lifetimes
 //!
 //! MPI's `MPI_Type_free` is `drop`: a datatype lives as long as a handle to
 //! it, and types built from it hold their own handles, so dropping a type
 //! never affects the types built from it. Commit is implicit: every type can
-//! be used for communication as soon as it is built; [`Datatype::commit`]
-//! only compiles the pack program eagerly so the first pack does not pay
-//! for it.
+//! be used for communication as soon as it is built; committing only does
+//! the compilation of first use eagerly.
 //!
 //! # Where mpx follows the standard rather than MPICH or Open MPI
 //!
@@ -27,6 +26,9 @@
 //! replicating constructor, and an empty typemap has `lb = ub = 0`. MPICH
 //! departs from the first two in some cases and Open MPI from the first and
 //! the last; see `shared/conformance/README.md` for the cases.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod basic;
 mod darray;
@@ -40,11 +42,11 @@ pub use darray::{DistArg, Distribution, Order};
 pub use decode::{consts, Combiner, Contents, Envelope};
 pub use signature::Signature;
 
+use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use crate::error::{Error, Result};
-use crate::pack::program::Programs;
 use layout::{Layout, LayoutBuilder};
 
 /// An MPI datatype: a typemap (basic types at byte displacements) plus
@@ -63,6 +65,27 @@ use layout::{Layout, LayoutBuilder};
 /// assert_eq!(column.extent(), 99 * 800 + 8);
 /// # Ok::<(), mpx_core::Error>(())
 /// ```
+///
+/// # Nesting depth
+///
+/// A predefined type has depth 0 and every constructor adds one level to the
+/// deepest type it is applied to ([`Datatype::depth`]); `subarray` and
+/// `darray` add a few levels per dimension, since they are built from
+/// hvector, hindexed and struct types. Types may be nested up to
+/// [`Datatype::MAX_DEPTH`] levels: every operation on them (building,
+/// committing, packing, external32, signatures, counts, decoding, dropping)
+/// works without recursion, so on any thread's stack. A constructor whose
+/// result would be deeper returns [`Error::InvalidDatatype`].
+///
+/// ```
+/// use mpx_core::Datatype;
+/// let mut t = Datatype::int();
+/// for _ in 0..1000 {
+///     t = Datatype::contiguous(1, &t)?;
+/// }
+/// assert_eq!((t.depth(), t.size()), (1000, 4));
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Datatype(Arc<Node>);
 
@@ -70,8 +93,17 @@ pub(crate) struct Node {
     pub(crate) ctor: Ctor,
     pub(crate) layout: Layout,
     signature: Signature,
-    programs: OnceLock<Programs>,
+    /// Levels of constructors below and including this one (0 for a
+    /// predefined type).
+    depth: u32,
+    compiled: Compiled,
 }
+
+/// What a layer above compiles from a datatype, computed once and kept
+/// with it (the pack engine's programs). Type-erased, so this module does
+/// not depend on what is kept; the one module that fills the slot is the
+/// one that reads it, and it downcasts to its own type.
+pub(crate) type Compiled = OnceLock<Box<dyn Any + Send + Sync>>;
 
 /// A constructor and its arguments, as given (the decoded form).
 pub(crate) enum Ctor {
@@ -90,6 +122,79 @@ pub(crate) enum Ctor {
     Resized { lb: i64, extent: i64, old: Datatype },
 }
 
+impl Ctor {
+    /// The datatypes this node holds: the types the constructor was applied
+    /// to and, for subarray and darray, the lowered type.
+    pub(crate) fn children(&self) -> impl Iterator<Item = &Datatype> {
+        let (some, more): (&[Datatype], Option<&Datatype>) = match self {
+            Ctor::Named(_) => (&[], None),
+            Ctor::Dup(old)
+            | Ctor::Contiguous { old, .. }
+            | Ctor::Vector { old, .. }
+            | Ctor::Hvector { old, .. }
+            | Ctor::Indexed { old, .. }
+            | Ctor::Hindexed { old, .. }
+            | Ctor::IndexedBlock { old, .. }
+            | Ctor::HindexedBlock { old, .. }
+            | Ctor::Resized { old, .. } => (std::slice::from_ref(old), None),
+            Ctor::Struct { types, .. } => (types, None),
+            Ctor::Subarray(a) => (std::slice::from_ref(&a.old), Some(&a.lowered)),
+            Ctor::Darray(a) => (std::slice::from_ref(&a.old), Some(&a.lowered)),
+        };
+        some.iter().chain(more)
+    }
+
+    /// Moves the datatypes this node holds out, passing each to `f`.
+    fn into_children(self, mut f: impl FnMut(Datatype)) {
+        match self {
+            Ctor::Named(_) => {}
+            Ctor::Dup(old)
+            | Ctor::Contiguous { old, .. }
+            | Ctor::Vector { old, .. }
+            | Ctor::Hvector { old, .. }
+            | Ctor::Indexed { old, .. }
+            | Ctor::Hindexed { old, .. }
+            | Ctor::IndexedBlock { old, .. }
+            | Ctor::HindexedBlock { old, .. }
+            | Ctor::Resized { old, .. } => f(old),
+            Ctor::Struct { types, .. } => types.into_iter().for_each(f),
+            Ctor::Subarray(a) => {
+                let a = *a;
+                f(a.old);
+                f(a.lowered);
+            }
+            Ctor::Darray(a) => {
+                let a = *a;
+                f(a.old);
+                f(a.lowered);
+            }
+        }
+    }
+}
+
+/// Dropping a node drops its children's handles, and where a handle was the
+/// last one, the child's node, and so on down the tree: recursion as deep
+/// as the type. Instead, the nodes this drop would free are taken out of
+/// their handles and freed one at a time here, each with its children
+/// already taken out.
+impl Drop for Node {
+    fn drop(&mut self) {
+        fn orphans(ctor: Ctor, out: &mut Vec<Node>) {
+            ctor.into_children(|child| {
+                if let Some(node) = Arc::into_inner(child.0) {
+                    out.push(node);
+                }
+            });
+        }
+        let mut pending = Vec::new();
+        orphans(std::mem::replace(&mut self.ctor, Ctor::Named(Predefined::Lb)), &mut pending);
+        while let Some(mut node) = pending.pop() {
+            orphans(std::mem::replace(&mut node.ctor, Ctor::Named(Predefined::Lb)), &mut pending);
+            // `node` has no children left: its own drop ends here.
+        }
+    }
+}
+
 static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
     Predefined::all()
         .map(|p| {
@@ -106,7 +211,7 @@ static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
                 _ => {}
             }
             let layout = b.finish().expect("predefined layouts are small");
-            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, programs: OnceLock::new() }))
+            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, depth: 0, compiled: OnceLock::new() }))
         })
         .collect()
 });
@@ -133,8 +238,35 @@ fn mul(a: i64, b: i64, what: &'static str) -> Result<i64> {
 }
 
 impl Datatype {
-    fn build(ctor: Ctor, layout: Layout, signature: Signature) -> Datatype {
-        Datatype(Arc::new(Node { ctor, layout, signature, programs: OnceLock::new() }))
+    /// The deepest nesting of constructors a datatype may have (see
+    /// [Nesting depth](Datatype#nesting-depth)).
+    pub const MAX_DEPTH: usize = 1 << 17;
+
+    fn build(ctor: Ctor, layout: Layout, signature: Signature) -> Result<Datatype> {
+        let below = ctor.children().map(|c| c.0.depth).max().unwrap_or(0);
+        let depth = below + 1;
+        if depth as usize > Datatype::MAX_DEPTH {
+            return Err(Error::InvalidDatatype(format!(
+                "the type would be nested {depth} levels deep, more than the {} levels a datatype may have",
+                Datatype::MAX_DEPTH
+            )));
+        }
+        Ok(Datatype(Arc::new(Node { ctor, layout, signature, depth, compiled: OnceLock::new() })))
+    }
+
+    /// Levels of constructors in the type: 0 for a predefined type, one
+    /// more than the deepest type a constructor was applied to otherwise.
+    /// At most [`Datatype::MAX_DEPTH`].
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let v = Datatype::vector(2, 1, 2, &Datatype::double())?;
+    /// let s = Datatype::structure(&[1, 1], &[0, 32], &[v.clone(), Datatype::int()])?;
+    /// assert_eq!((Datatype::double().depth(), v.depth(), s.depth()), (0, 1, 2));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn depth(&self) -> usize {
+        self.0.depth as usize
     }
 
     pub(crate) fn node(&self) -> &Node {
@@ -219,11 +351,7 @@ impl Datatype {
         let child = old.layout();
         let mut b = LayoutBuilder::new();
         b.strided(child, 0, 1, 0, count)?;
-        Ok(Datatype::build(
-            Ctor::Contiguous { count, old: old.clone() },
-            b.finish()?,
-            old.signature().repeat(count as u64),
-        ))
+        Datatype::build(Ctor::Contiguous { count, old: old.clone() }, b.finish()?, old.signature().repeat(count as u64))
     }
 
     /// `MPI_Type_vector`: `count` blocks of `blocklength` copies of `old`,
@@ -275,7 +403,7 @@ impl Datatype {
         let mut b = LayoutBuilder::new();
         b.strided(old.layout(), 0, count, stride_bytes, blocklength)?;
         let sig = old.signature().repeat(blocklength as u64).repeat(count as u64);
-        Ok(Datatype::build(ctor(old.clone()), b.finish()?, sig))
+        Datatype::build(ctor(old.clone()), b.finish()?, sig)
     }
 
     /// `MPI_Type_indexed`: blocks of `blocklengths[i]` copies of `old` at
@@ -343,7 +471,7 @@ impl Datatype {
     ) -> Result<Datatype> {
         let types = vec![old.clone(); blocklengths.len()];
         let (layout, sig) = Datatype::struct_layout(blocklengths, displacements_bytes, &types)?;
-        Ok(Datatype::build(ctor(), layout, sig))
+        Datatype::build(ctor(), layout, sig)
     }
 
     fn struct_layout(
@@ -386,7 +514,7 @@ impl Datatype {
             )));
         }
         let (layout, sig) = Datatype::struct_layout(blocklengths, displacements_bytes, types)?;
-        Ok(Datatype::build(
+        Datatype::build(
             Ctor::Struct {
                 blocklengths: blocklengths.to_vec(),
                 displacements: displacements_bytes.to_vec(),
@@ -394,7 +522,7 @@ impl Datatype {
             },
             layout,
             sig,
-        ))
+        )
     }
 
     /// `MPI_Type_create_resized`: the same entries with the lb/ub markers
@@ -411,25 +539,26 @@ impl Datatype {
         let mut b = LayoutBuilder::new();
         b.copy(old.layout(), 0)?;
         b.set_markers(lb, ub);
-        Ok(Datatype::build(Ctor::Resized { lb, extent, old: old.clone() }, b.finish()?, old.signature()))
+        Datatype::build(Ctor::Resized { lb, extent, old: old.clone() }, b.finish()?, old.signature())
     }
 
     /// `MPI_Type_dup`: a new handle on the same typemap, which decodes as a
-    /// duplicate of `self`.
-    pub fn dup(&self) -> Datatype {
+    /// duplicate of `self`. Fails only if `self` is already
+    /// [`Datatype::MAX_DEPTH`] levels deep.
+    ///
+    /// ```
+    /// use mpx_core::{Combiner, Datatype};
+    /// let d = Datatype::double().dup()?;
+    /// assert_eq!((d.size(), d.envelope().combiner), (8, Combiner::Dup));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn dup(&self) -> Result<Datatype> {
         Datatype::build(Ctor::Dup(self.clone()), self.0.layout, self.signature())
     }
 
-    /// Forces compilation of the pack program now (MPI_Type_commit). Types
-    /// are also compiled on first use, so calling this is optional; it moves
-    /// the cost out of the first pack or send.
-    pub fn commit(self) -> Datatype {
-        self.programs();
-        self
-    }
-
-    pub(crate) fn programs(&self) -> &Programs {
-        self.0.programs.get_or_init(|| Programs::compile(self))
+    /// The slot for what is compiled from this type (see [`Compiled`]).
+    pub(crate) fn compiled(&self) -> &Compiled {
+        &self.0.compiled
     }
 
     // ----- queries ----------------------------------------------------------
@@ -473,6 +602,7 @@ impl Datatype {
     /// The span of the basic entries, ignoring markers and padding (0 if
     /// there is none).
     pub fn true_extent(&self) -> i64 {
+        // Fits: checked when the layout was built.
         self.0.layout.data.map_or(0, |(lo, hi)| hi - lo)
     }
 
@@ -486,14 +616,6 @@ impl Datatype {
         self.0.signature
     }
 
-    /// Whether the typemap is exactly `size()` bytes starting at offset 0 and
-    /// the extent equals the size, so `count` items are one contiguous run
-    /// of `count * size` bytes.
-    pub fn is_contiguous(&self) -> bool {
-        let l = &self.0.layout;
-        l.lb == 0 && l.extent() as u64 == l.size && self.programs().native.is_single_run(l.size)
-    }
-
     /// The predefined type this is, if it is one (not a duplicate of one).
     pub fn as_predefined(&self) -> Option<Predefined> {
         match self.0.ctor {
@@ -505,51 +627,6 @@ impl Datatype {
     /// Whether two handles refer to the same datatype object.
     pub fn ptr_eq(a: &Datatype, b: &Datatype) -> bool {
         Arc::ptr_eq(&a.0, &b.0)
-    }
-
-    /// Calls `f` on every basic entry of one item, in typemap order, with its
-    /// byte displacement. This expands the typemap, so its cost is the number
-    /// of elements; stop early by returning [`std::ops::ControlFlow::Break`].
-    ///
-    /// ```
-    /// use mpx_core::{Basic, Datatype};
-    /// use std::ops::ControlFlow;
-    /// let t = Datatype::vector(2, 1, 3, &Datatype::named("short_int").unwrap())?;
-    /// let mut entries = vec![];
-    /// t.for_each_entry(|b, d| { entries.push((b, d)); ControlFlow::<()>::Continue(()) });
-    /// assert_eq!(entries, [(Basic::Short, 0), (Basic::Int, 4), (Basic::Short, 24), (Basic::Int, 28)]);
-    /// # Ok::<(), mpx_core::Error>(())
-    /// ```
-    pub fn for_each_entry<B>(&self, f: impl FnMut(Basic, i64) -> std::ops::ControlFlow<B>) -> Option<B> {
-        self.programs().typed.for_each_element(f)
-    }
-
-    /// The signature of the first `elements` basic elements of `count`
-    /// items of this type, or `None` if the items have fewer elements.
-    /// Whole items cost O(log count); a partial item walks its elements.
-    pub fn signature_prefix(&self, count: u64, elements: u64) -> Option<Signature> {
-        let per_item = self.num_elements();
-        if per_item == 0 {
-            return (elements == 0).then_some(Signature::EMPTY);
-        }
-        let whole = elements / per_item;
-        if whole > count || (whole == count && !elements.is_multiple_of(per_item)) {
-            return None;
-        }
-        let mut sig = self.signature().repeat(whole);
-        let mut rest = elements % per_item;
-        if rest > 0 {
-            self.for_each_entry(|b, _| {
-                sig = sig.concat(Signature::basic(b));
-                rest -= 1;
-                if rest == 0 {
-                    std::ops::ControlFlow::Break(())
-                } else {
-                    std::ops::ControlFlow::Continue(())
-                }
-            });
-        }
-        Some(sig)
     }
 
     /// Whether every basic element of the type is `packed` (data of such a
@@ -577,25 +654,6 @@ impl Datatype {
         }
         bytes.is_multiple_of(size).then_some(bytes / size)
     }
-
-    /// `MPI_Get_elements`: the number of whole basic elements in a message of
-    /// `bytes` bytes of this type, counting those of a partial last item.
-    ///
-    /// ```
-    /// use mpx_core::Datatype;
-    /// let t = Datatype::named("double_int").unwrap();
-    /// assert_eq!(t.get_elements(20), 3); // one pair and a double
-    /// ```
-    pub fn get_elements(&self, bytes: u64) -> u64 {
-        let size = self.size();
-        if size == 0 {
-            return 0;
-        }
-        let whole = bytes / size;
-        let rest = bytes % size;
-        let partial = if rest == 0 { 0 } else { self.programs().typed.elements_in_prefix(rest) };
-        whole.saturating_mul(self.num_elements()).saturating_add(partial)
-    }
 }
 
 impl fmt::Debug for Datatype {
@@ -615,8 +673,8 @@ impl fmt::Debug for Datatype {
 }
 
 /// The address of `value`, for building types with absolute displacements
-/// (`MPI_Get_address`). Use the result with
-/// [`Datatype::pack_from_bottom`] and [`Datatype::unpack_to_bottom`].
+/// (`MPI_Get_address`), to pack from and unpack to absolute addresses
+/// (`pack_from_bottom`, `unpack_to_bottom`).
 ///
 /// ```
 /// let xs = [1.0f64, 2.0];
@@ -641,7 +699,7 @@ mod tests {
     #[test]
     fn huge_contiguous_is_cheap() {
         let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
-        let big = Datatype::contiguous(1 << 40, &s).unwrap().commit();
+        let big = Datatype::contiguous(1 << 40, &s).unwrap();
         assert_eq!(big.size(), 9 << 40);
         assert_eq!(big.extent(), 16 << 40);
         assert_eq!(big.num_elements(), 2 << 40);

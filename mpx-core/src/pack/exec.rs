@@ -76,8 +76,12 @@ pub(crate) trait Direction {
     /// Copies 8 bytes at `mem0` and 8 at `mem1` to or from 16 at `stream`.
     #[inline(always)]
     unsafe fn copy_pair8(mem0: *mut u8, mem1: *mut u8, stream: *mut u8) {
-        Self::copy_fixed::<8>(mem0, stream);
-        Self::copy_fixed::<8>(mem1, stream.add(8));
+        // SAFETY: the caller guarantees 8 bytes at `mem0` and at `mem1` and 16 at
+        // `stream`, valid for this direction's accesses.
+        unsafe {
+            Self::copy_fixed::<8>(mem0, stream);
+            Self::copy_fixed::<8>(mem1, stream.add(8));
+        }
     }
 }
 
@@ -90,15 +94,26 @@ impl Direction for Pack {
     const TO_MEMORY: bool = false;
     #[inline(always)]
     unsafe fn copy_fixed<const N: usize>(mem: *mut u8, stream: *mut u8) {
-        ptr::copy_nonoverlapping(mem, stream, N)
+        // SAFETY: the caller guarantees `N` readable bytes at `mem` and `N`
+        // writable ones at `stream`, in separate buffers.
+        unsafe {
+            ptr::copy_nonoverlapping(mem, stream, N)
+        }
     }
     #[inline(always)]
     unsafe fn copy(mem: *mut u8, stream: *mut u8, len: usize) {
-        copy_bytes(mem, stream, len)
+        // SAFETY: the caller guarantees `len` readable bytes at `mem` and `len`
+        // writable ones at `stream`, in separate buffers.
+        unsafe {
+            copy_bytes(mem, stream, len)
+        }
     }
     #[inline(always)]
     unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize) {
-        ptr::copy_nonoverlapping(mem, stream, len)
+        // SAFETY: as for `copy`.
+        unsafe {
+            ptr::copy_nonoverlapping(mem, stream, len)
+        }
     }
     /// One 16-byte store rather than two 8-byte ones: stores, not loads,
     /// limit a strided gather. The compiler does not merge the two halves
@@ -106,10 +121,15 @@ impl Direction for Pack {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn copy_pair8(mem0: *mut u8, mem1: *mut u8, stream: *mut u8) {
-        use std::arch::x86_64::{__m128i, _mm_loadl_epi64, _mm_storeu_si128, _mm_unpacklo_epi64};
-        let a = _mm_loadl_epi64(mem0 as *const __m128i);
-        let b = _mm_loadl_epi64(mem1 as *const __m128i);
-        _mm_storeu_si128(stream as *mut __m128i, _mm_unpacklo_epi64(a, b));
+        // SAFETY: SSE2 is part of x86_64; the caller guarantees 8 readable bytes
+        // at `mem0` and at `mem1` and 16 writable ones at `stream`, which these
+        // unaligned loads and store access exactly.
+        unsafe {
+            use std::arch::x86_64::{__m128i, _mm_loadl_epi64, _mm_storeu_si128, _mm_unpacklo_epi64};
+            let a = _mm_loadl_epi64(mem0 as *const __m128i);
+            let b = _mm_loadl_epi64(mem1 as *const __m128i);
+            _mm_storeu_si128(stream as *mut __m128i, _mm_unpacklo_epi64(a, b));
+        }
     }
 }
 
@@ -117,15 +137,26 @@ impl Direction for Unpack {
     const TO_MEMORY: bool = true;
     #[inline(always)]
     unsafe fn copy_fixed<const N: usize>(mem: *mut u8, stream: *mut u8) {
-        ptr::copy_nonoverlapping(stream, mem, N)
+        // SAFETY: the caller guarantees `N` readable bytes at `stream` and `N`
+        // writable ones at `mem`, in separate buffers.
+        unsafe {
+            ptr::copy_nonoverlapping(stream, mem, N)
+        }
     }
     #[inline(always)]
     unsafe fn copy(mem: *mut u8, stream: *mut u8, len: usize) {
-        copy_bytes(stream, mem, len)
+        // SAFETY: the caller guarantees `len` readable bytes at `stream` and `len`
+        // writable ones at `mem`, in separate buffers.
+        unsafe {
+            copy_bytes(stream, mem, len)
+        }
     }
     #[inline(always)]
     unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize) {
-        ptr::copy_nonoverlapping(stream, mem, len)
+        // SAFETY: as for `copy`.
+        unsafe {
+            ptr::copy_nonoverlapping(stream, mem, len)
+        }
     }
 }
 
@@ -142,9 +173,12 @@ const STRING_MOVE_RUNS: std::ops::Range<usize> = 512..2048;
 fn fast_string_moves() -> bool {
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FAST.get_or_init(|| {
-        // CPUID leaf 7 exists wherever the ERMS bit (leaf 7, EBX bit 9) was
-        // found; FSRM is leaf 7, EDX bit 4.
+        // CPUID leaf 7 exists wherever the ERMS bit (leaf 7, EBX bit 9) is
+        // found, and FSRM is leaf 7, EDX bit 4 (where leaf 7 does not exist,
+        // the result is not used).
         #[allow(unused_unsafe)]
+        // SAFETY: every x86_64 processor has the CPUID instruction, which
+        // only reads identification registers.
         let leaf7 = unsafe { std::arch::x86_64::__cpuid_count(7, 0) };
         std::is_x86_feature_detected!("ermsb") && leaf7.edx & (1 << 4) != 0
     })
@@ -174,28 +208,32 @@ fn fast_string_moves() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn copy_string(src: *const u8, dst: *mut u8, len: usize) {
-    debug_assert!(len > 64);
-    if aliases_4k(src, dst) {
-        // SAFETY: the caller's guarantees, and `len > 64`.
-        return copy_by_lines(src, dst, len);
+    // SAFETY: the caller guarantees `len > 64` readable bytes at `src` and
+    // `len` writable ones at `dst`, not overlapping; see below for each access.
+    unsafe {
+        debug_assert!(len > 64);
+        if aliases_4k(src, dst) {
+            // SAFETY: the caller's guarantees, and `len > 64`.
+            return copy_by_lines(src, dst, len);
+        }
+        // SAFETY (here and for the asm): the caller guarantees that `len` bytes
+        // at `src` are readable, `len` bytes at `dst` writable, and that the
+        // two do not overlap; the first 64 are within them since `len > 64`.
+        ptr::copy_nonoverlapping(src, dst, 64);
+        let skip = 64 - (dst as usize % 64);
+        // `skip <= 64 < len`, so both ranges below stay inside those bytes (the
+        // bytes between `skip` and 64 are written twice, with the same values).
+        // `rep movsb` moves `rcx` bytes from `rsi` to `rdi` upwards (Rust keeps
+        // the direction flag clear), changes no flags and touches nothing else;
+        // the three registers are declared clobbered.
+        std::arch::asm!(
+            "rep movsb",
+            inout("rcx") len - skip => _,
+            inout("rsi") src.add(skip) => _,
+            inout("rdi") dst.add(skip) => _,
+            options(nostack, preserves_flags),
+        );
     }
-    // SAFETY (here and for the asm): the caller guarantees that `len` bytes
-    // at `src` are readable, `len` bytes at `dst` writable, and that the
-    // two do not overlap; the first 64 are within them since `len > 64`.
-    ptr::copy_nonoverlapping(src, dst, 64);
-    let skip = 64 - (dst as usize % 64);
-    // `skip <= 64 < len`, so both ranges below stay inside those bytes (the
-    // bytes between `skip` and 64 are written twice, with the same values).
-    // `rep movsb` moves `rcx` bytes from `rsi` to `rdi` upwards (Rust keeps
-    // the direction flag clear), changes no flags and touches nothing else;
-    // the three registers are declared clobbered.
-    std::arch::asm!(
-        "rep movsb",
-        inout("rcx") len - skip => _,
-        inout("rsi") src.add(skip) => _,
-        inout("rdi") dst.add(skip) => _,
-        options(nostack, preserves_flags),
-    );
 }
 
 /// Copies `len >= 64` bytes between non-overlapping buffers 64 bytes (a
@@ -207,15 +245,20 @@ unsafe fn copy_string(src: *const u8, dst: *mut u8, len: usize) {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn copy_by_lines(src: *const u8, dst: *mut u8, len: usize) {
-    debug_assert!(len >= 64);
-    let mut i = 0;
-    // SAFETY: every copy below covers bytes `i..i + 64` with
-    // `i + 64 <= len`, inside both ranges the caller vouches for.
-    while i + 64 < len {
-        ptr::copy_nonoverlapping(src.add(i), dst.add(i), 64);
-        i += 64;
+    // SAFETY: the caller guarantees `len >= 64` readable bytes at `src` and
+    // `len` writable ones at `dst`, not overlapping; every copy below covers
+    // bytes `i..i + 64` with `i + 64 <= len`.
+    unsafe {
+        debug_assert!(len >= 64);
+        let mut i = 0;
+        // SAFETY: every copy below covers bytes `i..i + 64` with
+        // `i + 64 <= len`, inside both ranges the caller vouches for.
+        while i + 64 < len {
+            ptr::copy_nonoverlapping(src.add(i), dst.add(i), 64);
+            i += 64;
+        }
+        ptr::copy_nonoverlapping(src.add(len - 64), dst.add(len - 64), 64);
     }
-    ptr::copy_nonoverlapping(src.add(len - 64), dst.add(len - 64), 64);
 }
 
 /// How far ahead of a string move's source, modulo 4 KiB, its destination
@@ -237,38 +280,49 @@ fn aliases_4k(src: *const u8, dst: *const u8) -> bool {
 /// possibly overlapping word moves instead of a call.
 #[inline(always)]
 unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    macro_rules! two_words {
-        ($t:ty) => {{
-            let w = std::mem::size_of::<$t>();
-            let a = ptr::read_unaligned(src as *const $t);
-            let b = ptr::read_unaligned(src.add(len - w) as *const $t);
-            ptr::write_unaligned(dst as *mut $t, a);
-            ptr::write_unaligned(dst.add(len - w) as *mut $t, b);
-        }};
-    }
-    match len {
-        0 => {}
-        1 => *dst = *src,
-        2..=3 => two_words!(u16),
-        4..=7 => two_words!(u32),
-        8..=16 => two_words!(u64),
-        17..=32 => two_words!(u128),
-        _ => ptr::copy_nonoverlapping(src, dst, len),
+    // SAFETY: the caller guarantees `len` readable bytes at `src` and `len`
+    // writable ones at `dst`, not overlapping. Each arm accesses only those:
+    // for a length in `w..=2w` the two `w`-byte words at 0 and `len - w` lie
+    // inside it (overlapping each other, not its ends).
+    unsafe {
+        macro_rules! two_words {
+            ($t:ty) => {{
+                let w = std::mem::size_of::<$t>();
+                let a = ptr::read_unaligned(src as *const $t);
+                let b = ptr::read_unaligned(src.add(len - w) as *const $t);
+                ptr::write_unaligned(dst as *mut $t, a);
+                ptr::write_unaligned(dst.add(len - w) as *mut $t, b);
+            }};
+        }
+        match len {
+            0 => {}
+            1 => *dst = *src,
+            2..=3 => two_words!(u16),
+            4..=7 => two_words!(u32),
+            8..=16 => two_words!(u64),
+            17..=32 => two_words!(u128),
+            _ => ptr::copy_nonoverlapping(src, dst, len),
+        }
     }
 }
 
 /// Runs `op` with the type's origin at `mem`; returns the stream position
 /// after the copied bytes.
 pub(crate) unsafe fn run<D: Direction>(op: &Native, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    match op {
-        Native::Gather(g) => gather::<D>(g, 1, 0, mem, stream),
-        Native::Repeat { count, stride, body } => repeat::<D>(body, *count, *stride, mem, stream),
-        Native::Seq(items) => {
-            let mut s = stream;
-            for (d, op) in items.iter() {
-                s = run::<D>(op, mem.wrapping_offset(*d as isize), s);
+    // SAFETY: the caller guarantees every byte `op` touches at `mem` and the
+    // stream bytes it copies (see the module docs); each child below runs at
+    // its displacement inside the same item.
+    unsafe {
+        match op {
+            Native::Gather(g) => gather::<D>(g, 1, 0, mem, stream),
+            Native::Repeat { count, stride, body } => repeat::<D>(body, *count, *stride, mem, stream),
+            Native::Seq(items) => {
+                let mut s = stream;
+                for (d, op) in items.iter() {
+                    s = run::<D>(op, mem.wrapping_offset(*d as isize), s);
+                }
+                s
             }
-            s
         }
     }
 }
@@ -276,80 +330,95 @@ pub(crate) unsafe fn run<D: Direction>(op: &Native, mem: *mut u8, stream: *mut u
 /// Runs `count` copies of `body`, `stride` bytes apart (also how `count`
 /// items of a type are processed, with the type's extent as stride).
 pub(crate) unsafe fn repeat<D: Direction>(body: &Native, count: u64, stride: i64, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    match body {
-        _ if count == 1 => run::<D>(body, mem, stream),
-        Native::Gather(g) => gather::<D>(g, count, stride, mem, stream),
-        body => {
-            let mut s = stream;
-            for i in 0..count {
-                s = run::<D>(body, mem.wrapping_offset(i as isize * stride as isize), s);
+    // SAFETY: the caller guarantees `count` copies of `body`, `stride` bytes
+    // apart from `mem`, and their packed bytes at `stream`; each runs below.
+    unsafe {
+        match body {
+            _ if count == 1 => run::<D>(body, mem, stream),
+            Native::Gather(g) => gather::<D>(g, count, stride, mem, stream),
+            body => {
+                let (mut m, mut s) = (mem, stream);
+                for _ in 0..count {
+                    s = run::<D>(body, m, s);
+                    m = m.wrapping_offset(stride as isize);
+                }
+                s
             }
-            s
         }
     }
 }
 
 /// Runs `count` items of a gather, `stride` bytes apart.
 unsafe fn gather<D: Direction>(g: &Gather, count: u64, stride: i64, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    if count == 0 {
-        return stream;
-    }
-    if let Some((off, len)) = g.single_run() {
-        if count == 1 || stride == len as i64 {
-            // One contiguous block of items: a single copy.
-            let n = len * count as usize;
-            D::copy(mem.wrapping_offset(off as isize), stream, n);
-            return stream.add(n);
+    // SAFETY: the caller guarantees the bytes of `count` items at `mem`, `stride`
+    // apart, and their packed bytes at `stream` (see the module docs); every
+    // kernel below moves exactly the items' run bytes and `count * g.size`
+    // stream bytes.
+    unsafe {
+        if count == 0 {
+            return stream;
         }
-    }
-    let stride = stride as isize;
-    match &g.plan {
-        &Plan::Run { offset, len } => run_kernel::<D>(len, count, stride, mem.wrapping_offset(offset as isize), stream),
-        Plan::Moves(groups) => match &**groups {
-            [group] => moves::<D>(group, g.size, count, stride, mem, stream),
-            [wide, narrow] if wide.moves.len() <= 4 && narrow.moves.len() <= 2 => {
-                moves2::<D>(wide, narrow, g.size, count, stride, mem, stream)
+        if let Some((off, len)) = g.single_run() {
+            if count == 1 || stride == len as i64 {
+                // One contiguous block of items: a single copy.
+                let n = len * count as usize;
+                D::copy(mem.wrapping_offset(off as isize), stream, n);
+                return stream.add(n);
             }
-            groups => {
-                let (mut m, mut s, mut left) = (mem, stream, count);
-                while left > 0 {
-                    let n = left.min(BLOCK);
-                    for group in groups {
-                        moves::<D>(group, g.size, n, stride, m, s);
+        }
+        let stride = stride as isize;
+        match &g.plan {
+            &Plan::Run { offset, len } => run_kernel::<D>(len, count, stride, mem.wrapping_offset(offset as isize), stream),
+            Plan::Moves(groups) => match &**groups {
+                [group] => moves::<D>(group, g.size, count, stride, mem, stream),
+                [wide, narrow] if wide.moves.len() <= 4 && narrow.moves.len() <= 2 => {
+                    moves2::<D>(wide, narrow, g.size, count, stride, mem, stream)
+                }
+                groups => {
+                    let (mut m, mut s, mut left) = (mem, stream, count);
+                    while left > 0 {
+                        let n = left.min(BLOCK);
+                        for group in groups {
+                            moves::<D>(group, g.size, n, stride, m, s);
+                        }
+                        m = m.wrapping_offset(n as isize * stride);
+                        s = s.add(n as usize * g.size);
+                        left -= n;
                     }
-                    m = m.wrapping_offset(n as isize * stride);
-                    s = s.add(n as usize * g.size);
-                    left -= n;
+                    s
+                }
+            },
+            &Plan::Overlap { width, k } => overlap::<D>(width, k, &g.runs, count, stride, mem, stream),
+            Plan::Bytes => {
+                let mut s = stream;
+                for i in 0..count as isize {
+                    let m = mem.wrapping_offset(i * stride);
+                    for &(off, len) in g.runs.iter() {
+                        D::copy(m.wrapping_offset(off as isize), s, len);
+                        s = s.add(len);
+                    }
                 }
                 s
             }
-        },
-        &Plan::Overlap { width, k } => overlap::<D>(width, k, &g.runs, count, stride, mem, stream),
-        Plan::Bytes => {
-            let mut s = stream;
-            for i in 0..count as isize {
-                let m = mem.wrapping_offset(i * stride);
-                for &(off, len) in g.runs.iter() {
-                    D::copy(m.wrapping_offset(off as isize), s, len);
-                    s = s.add(len);
-                }
-            }
-            s
         }
     }
 }
 
 /// [`Plan::Run`]: one run of `len` bytes per item.
 unsafe fn run_kernel<D: Direction>(len: usize, count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    macro_rules! lengths {
-        ($($n:literal)*) => {
-            match len {
-                $($n => run_loop::<D, $n>(count, stride, mem, stream),)*
-                _ => long_runs::<D>(len, count, stride, mem, stream),
-            }
-        };
+    // SAFETY: the caller guarantees `count` runs of `len` bytes at `mem`,
+    // `stride` apart, and `count * len` stream bytes; the kernels move those.
+    unsafe {
+        macro_rules! lengths {
+            ($($n:literal)*) => {
+                match len {
+                    $($n => run_loop::<D, $n>(count, stride, mem, stream),)*
+                    _ => long_runs::<D>(len, count, stride, mem, stream),
+                }
+            };
+        }
+        lengths!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 40 48 56 64)
     }
-    lengths!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 40 48 56 64)
 }
 
 /// Long runs (a face's rows), one `memcpy` each, or, unpacking runs of
@@ -361,11 +430,15 @@ unsafe fn run_kernel<D: Direction>(len: usize, count: u64, stride: isize, mem: *
 /// face about 5% slower than the same loop written in C.
 #[inline(never)]
 unsafe fn long_runs<D: Direction>(len: usize, count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    #[cfg(target_arch = "x86_64")]
-    if D::TO_MEMORY && STRING_MOVE_RUNS.contains(&len) && fast_string_moves() {
-        return each_long_run(len, count, stride, mem, stream, |m, s| copy_string(s, m, len));
+    // SAFETY: as for `run_kernel`; `copy_string` gets runs of more than 64
+    // bytes (`STRING_MOVE_RUNS`) in separate buffers.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        if D::TO_MEMORY && STRING_MOVE_RUNS.contains(&len) && fast_string_moves() {
+            return each_long_run(len, count, stride, mem, stream, |m, s| copy_string(s, m, len));
+        }
+        each_long_run(len, count, stride, mem, stream, |m, s| D::copy_long(m, s, len))
     }
-    each_long_run(len, count, stride, mem, stream, |m, s| D::copy_long(m, s, len))
 }
 
 /// Runs `copy(mem, stream)` for `count` runs of `len` bytes. A run far
@@ -384,15 +457,20 @@ unsafe fn each_long_run(
     stream: *mut u8,
     copy: impl Fn(*mut u8, *mut u8),
 ) -> *mut u8 {
-    let (mut m, mut s) = (mem, stream);
-    for _ in 0..count {
-        let next = m.wrapping_offset(stride);
-        prefetch(next);
-        copy(m, s);
-        m = next;
-        s = s.add(len);
+    // SAFETY: the caller guarantees `count` runs of `len` bytes at `mem`,
+    // `stride` apart, and `count * len` stream bytes, which `copy` moves one
+    // run at a time; the prefetch hint accesses nothing.
+    unsafe {
+        let (mut m, mut s) = (mem, stream);
+        for _ in 0..count {
+            let next = m.wrapping_offset(stride);
+            prefetch(next);
+            copy(m, s);
+            m = next;
+            s = s.add(len);
+        }
+        s
     }
-    s
 }
 
 /// Hints that the cache line holding `p` will be used soon. A hint only:
@@ -416,46 +494,52 @@ fn prefetch(p: *const u8) {
 /// exactly two item sizes apart (stride `+2N`) to [`alternate_items`] where
 /// the processor has AVX-512F.
 unsafe fn run_loop<D: Direction, const N: usize>(count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    #[cfg(target_arch = "x86_64")]
-    if (N == 4 || N == 8) && stride.unsigned_abs() >= SCATTERED_STRIDE {
-        return scattered_items::<D, N>(count, stride, mem, stream);
-    }
-    #[cfg(target_arch = "x86_64")]
-    if (N == 4 || N == 8) && stride == 2 * N as isize && count >= ALTERNATE_MIN_COUNT && has_avx512f() {
-        // (Named per width: only these two widths are instantiated.)
-        return if N == 4 { alternate_items::<D, 4>(count, mem, stream) } else { alternate_items::<D, 8>(count, mem, stream) };
-    }
-    let mut m = mem;
-    let mut s = stream;
-    let mut count = count;
-    if N == 8 {
-        // Two items per 16-byte stream access, two accesses per iteration
-        // (the loop's own counting was a third of its instructions), then
-        // one pair if two items are left. (Written out: the same loop with
-        // the pair step as a closure compiled to a slower loop, 0.93-0.95
-        // of the hand-written one against 0.96-1.02.)
-        while count >= 4 {
-            let [m1, m2, m3] = [1, 2, 3].map(|k| m.wrapping_offset(k * stride));
-            D::copy_pair8(m, m1, s);
-            D::copy_pair8(m2, m3, s.add(16));
-            m = m3.wrapping_offset(stride);
-            s = s.add(32);
-            count -= 4;
+    // SAFETY: the caller guarantees `count` items of `N` bytes at `mem`,
+    // `stride` apart, and `count * N` stream bytes; each move below copies
+    // one or two of those items, and the specialised loops move the same.
+    // `alternate_items` needs AVX-512F, checked by `has_avx512f`.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        if (N == 4 || N == 8) && stride.unsigned_abs() >= SCATTERED_STRIDE {
+            return scattered_items::<D, N>(count, stride, mem, stream);
         }
-        if count >= 2 {
-            let m1 = m.wrapping_offset(stride);
-            D::copy_pair8(m, m1, s);
-            m = m1.wrapping_offset(stride);
-            s = s.add(16);
-            count -= 2;
+        #[cfg(target_arch = "x86_64")]
+        if (N == 4 || N == 8) && stride == 2 * N as isize && count >= ALTERNATE_MIN_COUNT && has_avx512f() {
+            // (Named per width: only these two widths are instantiated.)
+            return if N == 4 { alternate_items::<D, 4>(count, mem, stream) } else { alternate_items::<D, 8>(count, mem, stream) };
         }
+        let mut m = mem;
+        let mut s = stream;
+        let mut count = count;
+        if N == 8 {
+            // Two items per 16-byte stream access, two accesses per iteration
+            // (the loop's own counting was a third of its instructions), then
+            // one pair if two items are left. (Written out: the same loop with
+            // the pair step as a closure compiled to a slower loop, 0.93-0.95
+            // of the hand-written one against 0.96-1.02.)
+            while count >= 4 {
+                let [m1, m2, m3] = [1, 2, 3].map(|k| m.wrapping_offset(k * stride));
+                D::copy_pair8(m, m1, s);
+                D::copy_pair8(m2, m3, s.add(16));
+                m = m3.wrapping_offset(stride);
+                s = s.add(32);
+                count -= 4;
+            }
+            if count >= 2 {
+                let m1 = m.wrapping_offset(stride);
+                D::copy_pair8(m, m1, s);
+                m = m1.wrapping_offset(stride);
+                s = s.add(16);
+                count -= 2;
+            }
+        }
+        for _ in 0..count {
+            D::copy_fixed::<N>(m, s);
+            m = m.wrapping_offset(stride);
+            s = s.add(N);
+        }
+        s
     }
-    for _ in 0..count {
-        D::copy_fixed::<N>(m, s);
-        m = m.wrapping_offset(stride);
-        s = s.add(N);
-    }
-    s
 }
 
 /// Strides (in bytes) from which 4- and 8-byte items move in
@@ -481,41 +565,44 @@ const SCATTERED_STRIDE: usize = 512;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn scattered_items<D: Direction, const N: usize>(count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    if count == 0 {
-        return stream;
+    // SAFETY: see the comment at the loop.
+    unsafe {
+        if count == 0 {
+            return stream;
+        }
+        let (src, src_step, dst, dst_step) =
+            if D::TO_MEMORY { (stream, N as isize, mem, stride) } else { (mem, stride, stream, N as isize) };
+        // SAFETY: the caller guarantees `count` items of `N` bytes at `mem`,
+        // `stride` apart, and `count * N` bytes at `stream`; the loop moves
+        // exactly those, and `count > 0` for its `dec`/`jnz`.
+        macro_rules! moves {
+            ($load:literal, $store:literal) => {
+                std::arch::asm!(
+                    ".p2align 5",
+                    "2:",
+                    $load,
+                    $store,
+                    "add {src}, {src_step}",
+                    "add {dst}, {dst_step}",
+                    "dec {n}",
+                    "jnz 2b",
+                    src = inout(reg) src => _,
+                    dst = inout(reg) dst => _,
+                    src_step = in(reg) src_step,
+                    dst_step = in(reg) dst_step,
+                    n = inout(reg) count => _,
+                    t = out(reg) _,
+                    options(nostack),
+                )
+            };
+        }
+        if N == 8 {
+            moves!("mov {t}, qword ptr [{src}]", "mov qword ptr [{dst}], {t}");
+        } else {
+            moves!("mov {t:e}, dword ptr [{src}]", "mov dword ptr [{dst}], {t:e}");
+        }
+        stream.add(count as usize * N)
     }
-    let (src, src_step, dst, dst_step) =
-        if D::TO_MEMORY { (stream, N as isize, mem, stride) } else { (mem, stride, stream, N as isize) };
-    // SAFETY: the caller guarantees `count` items of `N` bytes at `mem`,
-    // `stride` apart, and `count * N` bytes at `stream`; the loop moves
-    // exactly those, and `count > 0` for its `dec`/`jnz`.
-    macro_rules! moves {
-        ($load:literal, $store:literal) => {
-            std::arch::asm!(
-                ".p2align 5",
-                "2:",
-                $load,
-                $store,
-                "add {src}, {src_step}",
-                "add {dst}, {dst_step}",
-                "dec {n}",
-                "jnz 2b",
-                src = inout(reg) src => _,
-                dst = inout(reg) dst => _,
-                src_step = in(reg) src_step,
-                dst_step = in(reg) dst_step,
-                n = inout(reg) count => _,
-                t = out(reg) _,
-                options(nostack),
-            )
-        };
-    }
-    if N == 8 {
-        moves!("mov {t}, qword ptr [{src}]", "mov qword ptr [{dst}], {t}");
-    } else {
-        moves!("mov {t:e}, dword ptr [{src}]", "mov dword ptr [{dst}], {t:e}");
-    }
-    stream.add(count as usize * N)
 }
 
 /// Whether the processor has AVX-512F (the masked loads and stores of
@@ -550,87 +637,94 @@ const ALTERNATE_MIN_COUNT: u64 = 32;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn alternate_items<D: Direction, const N: usize>(count: u64, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    use std::arch::x86_64::{
-        _mm512_loadu_epi32, _mm512_mask_storeu_epi32, _mm512_maskz_loadu_epi32, _mm512_permutex2var_epi32,
-        _mm512_permutexvar_epi32, _mm512_storeu_epi32,
-    };
-    /// 4-byte lanes per item; an item and its gap are `2 * L` lanes.
-    const fn lanes(n: usize) -> usize {
-        n / 4
-    }
-    /// The lanes of a memory line that hold items (not gaps).
-    const fn item_mask(n: usize) -> u16 {
-        let mut mask = 0;
-        let mut p = 0;
-        while p < 16 {
-            if p % (2 * lanes(n)) < lanes(n) {
-                mask |= 1 << p;
+    // SAFETY: the caller guarantees `count` items of `N` bytes at `mem`, every
+    // other `N` bytes, and `count * N` stream bytes, and that the processor
+    // has AVX-512F. Masked accesses touch only their unmasked lanes (the
+    // items; masked-out lanes never fault); the stream accesses are whole
+    // 64-byte blocks of the `count * N` bytes.
+    unsafe {
+        use std::arch::x86_64::{
+            _mm512_loadu_epi32, _mm512_mask_storeu_epi32, _mm512_maskz_loadu_epi32, _mm512_permutex2var_epi32,
+            _mm512_permutexvar_epi32, _mm512_storeu_epi32,
+        };
+        /// 4-byte lanes per item; an item and its gap are `2 * L` lanes.
+        const fn lanes(n: usize) -> usize {
+            n / 4
+        }
+        /// The lanes of a memory line that hold items (not gaps).
+        const fn item_mask(n: usize) -> u16 {
+            let mut mask = 0;
+            let mut p = 0;
+            while p < 16 {
+                if p % (2 * lanes(n)) < lanes(n) {
+                    mask |= 1 << p;
+                }
+                p += 1;
             }
-            p += 1;
+            mask
         }
-        mask
+        /// Packing: stream lane `j` comes from lane `gather[j]` of two memory
+        /// lines taken as one 32-lane vector.
+        const fn gather_lanes(n: usize) -> [i32; 16] {
+            let mut idx = [0; 16];
+            let mut j = 0;
+            while j < 16 {
+                idx[j] = ((j / lanes(n)) * 2 * lanes(n) + j % lanes(n)) as i32;
+                j += 1;
+            }
+            idx
+        }
+        /// Unpacking: lane `p` of the first memory line comes from stream lane
+        /// `scatter[p]` (masked lanes take any); the second line's from 8 more.
+        const fn scatter_lanes(n: usize) -> [i32; 16] {
+            let mut idx = [0; 16];
+            let mut p = 0;
+            while p < 16 {
+                idx[p] = ((p / (2 * lanes(n))) * lanes(n) + p % lanes(n)) as i32;
+                p += 1;
+            }
+            idx
+        }
+        let mask = const { item_mask(N) };
+        let items_per_step = 64 / N;
+        let (mut m, mut s) = (mem, stream);
+        // Single items up to a line boundary of memory where one is on the
+        // items' grid (memory has two accesses per step, the stream one).
+        let singles = |n: usize, (mut m, mut s): (*mut u8, *mut u8)| {
+            for _ in 0..n {
+                D::copy_fixed::<N>(m, s);
+                m = m.wrapping_add(2 * N);
+                s = s.add(N);
+            }
+            (m, s)
+        };
+        let misalignment = m as usize % 64;
+        let head = if misalignment.is_multiple_of(2 * N) { (64 - misalignment) % 64 / (2 * N) } else { 0 };
+        (m, s) = singles(head, (m, s));
+        let count = count as usize - head;
+        let steps = count / items_per_step;
+        if D::TO_MEMORY {
+            let first = _mm512_loadu_epi32(const { scatter_lanes(N) }.as_ptr());
+            let second = _mm512_loadu_epi32(const { scatter_lanes(N) }.map(|i| i + 8).as_ptr());
+            for _ in 0..steps {
+                let v = _mm512_loadu_epi32(s as *const i32);
+                _mm512_mask_storeu_epi32(m as *mut i32, mask, _mm512_permutexvar_epi32(first, v));
+                _mm512_mask_storeu_epi32(m.wrapping_add(64) as *mut i32, mask, _mm512_permutexvar_epi32(second, v));
+                m = m.wrapping_add(128);
+                s = s.add(64);
+            }
+        } else {
+            let idx = _mm512_loadu_epi32(const { gather_lanes(N) }.as_ptr());
+            for _ in 0..steps {
+                let a = _mm512_maskz_loadu_epi32(mask, m as *const i32);
+                let b = _mm512_maskz_loadu_epi32(mask, m.wrapping_add(64) as *const i32);
+                _mm512_storeu_epi32(s as *mut i32, _mm512_permutex2var_epi32(a, idx, b));
+                m = m.wrapping_add(128);
+                s = s.add(64);
+            }
+        }
+        singles(count % items_per_step, (m, s)).1
     }
-    /// Packing: stream lane `j` comes from lane `gather[j]` of two memory
-    /// lines taken as one 32-lane vector.
-    const fn gather_lanes(n: usize) -> [i32; 16] {
-        let mut idx = [0; 16];
-        let mut j = 0;
-        while j < 16 {
-            idx[j] = ((j / lanes(n)) * 2 * lanes(n) + j % lanes(n)) as i32;
-            j += 1;
-        }
-        idx
-    }
-    /// Unpacking: lane `p` of the first memory line comes from stream lane
-    /// `scatter[p]` (masked lanes take any); the second line's from 8 more.
-    const fn scatter_lanes(n: usize) -> [i32; 16] {
-        let mut idx = [0; 16];
-        let mut p = 0;
-        while p < 16 {
-            idx[p] = ((p / (2 * lanes(n))) * lanes(n) + p % lanes(n)) as i32;
-            p += 1;
-        }
-        idx
-    }
-    let mask = const { item_mask(N) };
-    let items_per_step = 64 / N;
-    let (mut m, mut s) = (mem, stream);
-    // Single items up to a line boundary of memory where one is on the
-    // items' grid (memory has two accesses per step, the stream one).
-    let singles = |n: usize, (mut m, mut s): (*mut u8, *mut u8)| {
-        for _ in 0..n {
-            D::copy_fixed::<N>(m, s);
-            m = m.wrapping_add(2 * N);
-            s = s.add(N);
-        }
-        (m, s)
-    };
-    let misalignment = m as usize % 64;
-    let head = if misalignment.is_multiple_of(2 * N) { (64 - misalignment) % 64 / (2 * N) } else { 0 };
-    (m, s) = singles(head, (m, s));
-    let count = count as usize - head;
-    let steps = count / items_per_step;
-    if D::TO_MEMORY {
-        let first = _mm512_loadu_epi32(const { scatter_lanes(N) }.as_ptr());
-        let second = _mm512_loadu_epi32(const { scatter_lanes(N) }.map(|i| i + 8).as_ptr());
-        for _ in 0..steps {
-            let v = _mm512_loadu_epi32(s as *const i32);
-            _mm512_mask_storeu_epi32(m as *mut i32, mask, _mm512_permutexvar_epi32(first, v));
-            _mm512_mask_storeu_epi32(m.wrapping_add(64) as *mut i32, mask, _mm512_permutexvar_epi32(second, v));
-            m = m.wrapping_add(128);
-            s = s.add(64);
-        }
-    } else {
-        let idx = _mm512_loadu_epi32(const { gather_lanes(N) }.as_ptr());
-        for _ in 0..steps {
-            let a = _mm512_maskz_loadu_epi32(mask, m as *const i32);
-            let b = _mm512_maskz_loadu_epi32(mask, m.wrapping_add(64) as *const i32);
-            _mm512_storeu_epi32(s as *mut i32, _mm512_permutex2var_epi32(a, idx, b));
-            m = m.wrapping_add(128);
-            s = s.add(64);
-        }
-    }
-    singles(count % items_per_step, (m, s)).1
 }
 
 /// Expands `$kernel!(W)` for the move width `$width`: the one place that
@@ -655,20 +749,24 @@ const BLOCK: u64 = 128;
 /// Runs the moves of one width of `count` items, `stride` bytes apart, with
 /// `size` stream bytes per item.
 unsafe fn moves<D: Direction>(group: &Moves, size: usize, count: u64, stride: isize, mem: *mut u8, stream: *mut u8) -> *mut u8 {
-    macro_rules! of_width {
-        ($w:literal) => {
-            match group.moves.len() {
-                1 => moves_loop::<D, $w, 1, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
-                2 => moves_loop::<D, $w, 2, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
-                3 => moves_loop::<D, $w, 3, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
-                4 => moves_loop::<D, $w, 4, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
-                6 => moves_loop::<D, $w, 6, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
-                8 => moves_loop::<D, $w, 8, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
-                k => unreachable!("no kernel for {k} moves"),
-            }
-        };
+    // SAFETY: the caller guarantees `count` items at `mem`, `stride` apart,
+    // holding the bytes of `group`'s moves, and `count * size` stream bytes.
+    unsafe {
+        macro_rules! of_width {
+            ($w:literal) => {
+                match group.moves.len() {
+                    1 => moves_loop::<D, $w, 1, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                    2 => moves_loop::<D, $w, 2, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                    3 => moves_loop::<D, $w, 3, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                    4 => moves_loop::<D, $w, 4, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                    6 => moves_loop::<D, $w, 6, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                    8 => moves_loop::<D, $w, 8, 1, 0>(&group.moves, &[], size, count, stride, mem, stream),
+                    k => unreachable!("no kernel for {k} moves"),
+                }
+            };
+        }
+        for_move_width!(group.width, of_width)
     }
-    for_move_width!(group.width, of_width)
 }
 
 /// Runs the moves of an item with two widths, up to four wide and two
@@ -682,34 +780,37 @@ unsafe fn moves2<D: Direction>(
     mem: *mut u8,
     stream: *mut u8,
 ) -> *mut u8 {
-    macro_rules! of_widths {
-        ($w:literal, $v:literal) => {{
-            let (a, b) = (&wide.moves, &narrow.moves);
-            match (a.len(), b.len()) {
-                (1, 1) => moves_loop::<D, $w, 1, $v, 1>(a, b, size, count, stride, mem, stream),
-                (1, 2) => moves_loop::<D, $w, 1, $v, 2>(a, b, size, count, stride, mem, stream),
-                (2, 1) => moves_loop::<D, $w, 2, $v, 1>(a, b, size, count, stride, mem, stream),
-                (2, 2) => moves_loop::<D, $w, 2, $v, 2>(a, b, size, count, stride, mem, stream),
-                (3, 1) => moves_loop::<D, $w, 3, $v, 1>(a, b, size, count, stride, mem, stream),
-                (3, 2) => moves_loop::<D, $w, 3, $v, 2>(a, b, size, count, stride, mem, stream),
-                (4, 1) => moves_loop::<D, $w, 4, $v, 1>(a, b, size, count, stride, mem, stream),
-                (4, 2) => moves_loop::<D, $w, 4, $v, 2>(a, b, size, count, stride, mem, stream),
-                (k, j) => unreachable!("no kernel for {k} + {j} moves"),
-            }
-        }};
-    }
-    match (wide.width, narrow.width) {
-        (16, 8) => of_widths!(16, 8),
-        (16, 4) => of_widths!(16, 4),
-        (16, 2) => of_widths!(16, 2),
-        (16, 1) => of_widths!(16, 1),
-        (8, 4) => of_widths!(8, 4),
-        (8, 2) => of_widths!(8, 2),
-        (8, 1) => of_widths!(8, 1),
-        (4, 2) => of_widths!(4, 2),
-        (4, 1) => of_widths!(4, 1),
-        (2, 1) => of_widths!(2, 1),
-        (w, v) => unreachable!("no kernel for {w} + {v}-byte moves"),
+    // SAFETY: as for `moves`, with both groups' moves.
+    unsafe {
+        macro_rules! of_widths {
+            ($w:literal, $v:literal) => {{
+                let (a, b) = (&wide.moves, &narrow.moves);
+                match (a.len(), b.len()) {
+                    (1, 1) => moves_loop::<D, $w, 1, $v, 1>(a, b, size, count, stride, mem, stream),
+                    (1, 2) => moves_loop::<D, $w, 1, $v, 2>(a, b, size, count, stride, mem, stream),
+                    (2, 1) => moves_loop::<D, $w, 2, $v, 1>(a, b, size, count, stride, mem, stream),
+                    (2, 2) => moves_loop::<D, $w, 2, $v, 2>(a, b, size, count, stride, mem, stream),
+                    (3, 1) => moves_loop::<D, $w, 3, $v, 1>(a, b, size, count, stride, mem, stream),
+                    (3, 2) => moves_loop::<D, $w, 3, $v, 2>(a, b, size, count, stride, mem, stream),
+                    (4, 1) => moves_loop::<D, $w, 4, $v, 1>(a, b, size, count, stride, mem, stream),
+                    (4, 2) => moves_loop::<D, $w, 4, $v, 2>(a, b, size, count, stride, mem, stream),
+                    (k, j) => unreachable!("no kernel for {k} + {j} moves"),
+                }
+            }};
+        }
+        match (wide.width, narrow.width) {
+            (16, 8) => of_widths!(16, 8),
+            (16, 4) => of_widths!(16, 4),
+            (16, 2) => of_widths!(16, 2),
+            (16, 1) => of_widths!(16, 1),
+            (8, 4) => of_widths!(8, 4),
+            (8, 2) => of_widths!(8, 2),
+            (8, 1) => of_widths!(8, 1),
+            (4, 2) => of_widths!(4, 2),
+            (4, 1) => of_widths!(4, 1),
+            (2, 1) => of_widths!(2, 1),
+            (w, v) => unreachable!("no kernel for {w} + {v}-byte moves"),
+        }
     }
 }
 
@@ -724,18 +825,22 @@ unsafe fn overlap<D: Direction>(
     mem: *mut u8,
     stream: *mut u8,
 ) -> *mut u8 {
-    macro_rules! of_width {
-        ($w:literal) => {
-            match k {
-                1 => overlap_loop::<D, $w, 1>(runs, count, stride, mem, stream),
-                2 => overlap_loop::<D, $w, 2>(runs, count, stride, mem, stream),
-                4 => overlap_loop::<D, $w, 4>(runs, count, stride, mem, stream),
-                8 => overlap_loop::<D, $w, 8>(runs, count, stride, mem, stream),
-                k => unreachable!("no kernel for {k} moves per run"),
-            }
-        };
+    // SAFETY: the caller guarantees `count` items of `runs` at `mem`,
+    // `stride` apart, and their packed bytes at `stream`.
+    unsafe {
+        macro_rules! of_width {
+            ($w:literal) => {
+                match k {
+                    1 => overlap_loop::<D, $w, 1>(runs, count, stride, mem, stream),
+                    2 => overlap_loop::<D, $w, 2>(runs, count, stride, mem, stream),
+                    4 => overlap_loop::<D, $w, 4>(runs, count, stride, mem, stream),
+                    8 => overlap_loop::<D, $w, 8>(runs, count, stride, mem, stream),
+                    k => unreachable!("no kernel for {k} moves per run"),
+                }
+            };
+        }
+        for_move_width!(width, of_width)
     }
-    for_move_width!(width, of_width)
 }
 
 /// [`Plan::Overlap`]: each run is `K` moves of `W` bytes at run offsets
@@ -747,20 +852,25 @@ unsafe fn overlap_loop<D: Direction, const W: usize, const K: usize>(
     mem: *mut u8,
     stream: *mut u8,
 ) -> *mut u8 {
-    let mut s = stream;
-    for i in 0..count as isize {
-        let item = mem.wrapping_offset(i * stride);
-        for &(off, len) in runs {
-            let m = item.wrapping_offset(off as isize);
-            let last = len - W;
-            for j in 0..K {
-                let o = (j * W).min(last);
-                D::copy_fixed::<W>(m.wrapping_add(o), s.add(o));
+    // SAFETY: the caller guarantees `count` items of `runs` at `mem`,
+    // `stride` apart, and their packed bytes at `stream`. Each move lies
+    // inside its run: `W <= len` and offsets `min(j * W, len - W)`.
+    unsafe {
+        let mut s = stream;
+        for i in 0..count as isize {
+            let item = mem.wrapping_offset(i * stride);
+            for &(off, len) in runs {
+                let m = item.wrapping_offset(off as isize);
+                let last = len - W;
+                for j in 0..K {
+                    let o = (j * W).min(last);
+                    D::copy_fixed::<W>(m.wrapping_add(o), s.add(o));
+                }
+                s = s.add(len);
             }
-            s = s.add(len);
         }
+        s
     }
-    s
 }
 
 /// [`Plan::Moves`]: each item is `K` moves of `W` bytes and `J` (possibly
@@ -776,65 +886,76 @@ unsafe fn moves_loop<D: Direction, const W: usize, const K: usize, const V: usiz
     mem: *mut u8,
     stream: *mut u8,
 ) -> *mut u8 {
-    let wide: [(isize, usize); K] = std::array::from_fn(|i| (wide[i].0 as isize, wide[i].1));
-    let narrow: [(isize, usize); J] = std::array::from_fn(|i| (narrow[i].0 as isize, narrow[i].1));
-    let mut m = mem;
-    let mut s = stream;
-    let end = stream.add(size * count as usize);
-    // Looping to an end pointer rather than counting keeps the compiler
-    // from unrolling into extra address arithmetic per move.
-    while s != end {
-        for &(mo, so) in &wide {
-            D::copy_fixed::<W>(m.wrapping_offset(mo), s.add(so));
+    // SAFETY: the caller guarantees `count` items at `mem`, `stride` apart,
+    // holding the bytes of every move, and `count * size` stream bytes; the
+    // loop ends at `stream + count * size`.
+    unsafe {
+        let wide: [(isize, usize); K] = std::array::from_fn(|i| (wide[i].0 as isize, wide[i].1));
+        let narrow: [(isize, usize); J] = std::array::from_fn(|i| (narrow[i].0 as isize, narrow[i].1));
+        let mut m = mem;
+        let mut s = stream;
+        let end = stream.add(size * count as usize);
+        // Looping to an end pointer rather than counting keeps the compiler
+        // from unrolling into extra address arithmetic per move.
+        while s != end {
+            for &(mo, so) in &wide {
+                D::copy_fixed::<W>(m.wrapping_offset(mo), s.add(so));
+            }
+            for &(mo, so) in &narrow {
+                D::copy_fixed::<V>(m.wrapping_offset(mo), s.add(so));
+            }
+            m = m.wrapping_offset(stride);
+            s = s.add(size);
         }
-        for &(mo, so) in &narrow {
-            D::copy_fixed::<V>(m.wrapping_offset(mo), s.add(so));
-        }
-        m = m.wrapping_offset(stride);
-        s = s.add(size);
+        s
     }
-    s
 }
 
 /// Runs `op` but copies at most `*budget` stream bytes, stopping mid-run if
 /// needed (the last, partial item of a short message). Decrements `budget`.
 pub(crate) unsafe fn run_bounded<D: Direction>(op: &Native, mem: *mut u8, stream: *mut u8, budget: &mut usize) -> *mut u8 {
-    if *budget == 0 {
-        return stream;
-    }
-    match op {
-        Native::Gather(g) => {
-            let mut s = stream;
-            for &(off, len) in g.runs.iter() {
-                if *budget == 0 {
-                    break;
-                }
-                let n = len.min(*budget);
-                D::copy(mem.wrapping_offset(off as isize), s, n);
-                *budget -= n;
-                s = s.add(n);
-            }
-            s
+    // SAFETY: the caller guarantees the bytes one item of `op` touches at
+    // `mem` and `*budget` stream bytes; the walk copies at most `*budget`
+    // bytes, in stream order.
+    unsafe {
+        if *budget == 0 {
+            return stream;
         }
-        Native::Repeat { count, stride, body } => {
-            let mut s = stream;
-            for i in 0..*count {
-                if *budget == 0 {
-                    break;
+        match op {
+            Native::Gather(g) => {
+                let mut s = stream;
+                for &(off, len) in g.runs.iter() {
+                    if *budget == 0 {
+                        break;
+                    }
+                    let n = len.min(*budget);
+                    D::copy(mem.wrapping_offset(off as isize), s, n);
+                    *budget -= n;
+                    s = s.add(n);
                 }
-                s = run_bounded::<D>(body, mem.wrapping_offset(i as isize * *stride as isize), s, budget);
+                s
             }
-            s
-        }
-        Native::Seq(items) => {
-            let mut s = stream;
-            for (d, op) in items.iter() {
-                if *budget == 0 {
-                    break;
+            Native::Repeat { count, stride, body } => {
+                let (mut m, mut s) = (mem, stream);
+                for _ in 0..*count {
+                    if *budget == 0 {
+                        break;
+                    }
+                    s = run_bounded::<D>(body, m, s, budget);
+                    m = m.wrapping_offset(*stride as isize);
                 }
-                s = run_bounded::<D>(op, mem.wrapping_offset(*d as isize), s, budget);
+                s
             }
-            s
+            Native::Seq(items) => {
+                let mut s = stream;
+                for (d, op) in items.iter() {
+                    if *budget == 0 {
+                        break;
+                    }
+                    s = run_bounded::<D>(op, mem.wrapping_offset(*d as isize), s, budget);
+                }
+                s
+            }
         }
     }
 }
@@ -928,6 +1049,8 @@ mod tests {
         for b in budgets {
             let mut out = vec![0xa5u8; len];
             let mut budget = b;
+            // SAFETY: `out` holds one item at `origin` (`layout`), and
+            // `packed` its `at.len() >= b` packed bytes, read only.
             let end = unsafe {
                 let s = packed.as_ptr() as *mut u8;
                 run_bounded::<Unpack>(native, out.as_mut_ptr().add(origin), s, &mut budget).offset_from(s)
@@ -941,6 +1064,8 @@ mod tests {
 
             let mut stream = vec![0xa5u8; at.len()];
             let mut budget = b;
+            // SAFETY: `mem` holds one item at `origin`, read only; `stream`
+            // has room for all of it.
             unsafe { run_bounded::<Pack>(native, mem.as_ptr().add(origin) as *mut u8, stream.as_mut_ptr(), &mut budget) };
             assert_eq!(&stream[..b], &packed[..b]);
             assert!(stream[b..].iter().all(|&x| x == 0xa5), "bounded pack of {b} bytes wrote past its budget");
@@ -1128,13 +1253,21 @@ mod tests {
 
                     mem.bytes().copy_from_slice(&reference);
                     let mut stream = Guarded::new(count * N, true);
+                    // SAFETY: `start < len`, inside the mapping.
                     let (m, st) = (unsafe { mem.data.add(start) }, stream.data);
+                    // SAFETY: AVX-512F is present (checked below); `mem`
+                    // holds `count` items every other `N` bytes from
+                    // `start` (`len` was sized for them) and `stream`
+                    // `count * N` bytes.
                     let end = unsafe { alternate_items::<Pack, N>(count as u64, m, st) };
+                    // SAFETY: one past the end of the stream's bytes.
                     assert_eq!(end, unsafe { st.add(count * N) });
                     assert!(stream.bytes() == &packed[..], "pack of {count} {N}-byte items from {start}");
 
                     mem.bytes().fill(0xa5);
+                    // SAFETY: as for the pack above.
                     let end = unsafe { alternate_items::<Unpack, N>(count as u64, m, st) };
+                    // SAFETY: one past the end of the stream's bytes.
                     assert_eq!(end, unsafe { st.add(count * N) });
                     let mut want = vec![0xa5; len];
                     for &i in &items {

@@ -13,23 +13,46 @@ use crate::error::{Error, Result};
 
 use super::program::Op;
 
+/// The conversions below hold an element in a `u64` and an `[u8; 8]`, read
+/// and write native elements as 1, 2, 4 or 8 bytes (anything else as 8),
+/// and only shrink integers when packing (growing them when unpacking):
+/// every basic type must be 1, 2, 4 or 8 bytes natively, and no wider in
+/// external32.
+const _: () = {
+    let mut i = 0;
+    while i < Basic::ALL.len() {
+        let (size, ext) = (Basic::ALL[i].size(), Basic::ALL[i].external32_size());
+        assert!(size == 1 || size == 2 || size == 4 || size == 8, "a basic type is not 1, 2, 4 or 8 bytes");
+        assert!(ext >= 1 && ext <= size, "a basic type is wider in external32 than natively");
+        i += 1;
+    }
+};
+
 /// Reads a native-endian integer of `size` bytes, zero-extended.
 unsafe fn read_native(src: *const u8, size: usize) -> u64 {
-    match size {
-        1 => *src as u64,
-        2 => u16::from_ne_bytes(*(src as *const [u8; 2])) as u64,
-        4 => u32::from_ne_bytes(*(src as *const [u8; 4])) as u64,
-        _ => u64::from_ne_bytes(*(src as *const [u8; 8])),
+    // SAFETY: the caller guarantees `size` readable bytes at `src`; `[u8; N]`
+    // has alignment 1, and `size` is 1, 2, 4 or 8 (asserted below).
+    unsafe {
+        match size {
+            1 => *src as u64,
+            2 => u16::from_ne_bytes(*(src as *const [u8; 2])) as u64,
+            4 => u32::from_ne_bytes(*(src as *const [u8; 4])) as u64,
+            _ => u64::from_ne_bytes(*(src as *const [u8; 8])),
+        }
     }
 }
 
 /// Writes the low `size` bytes of `v` natively.
 unsafe fn write_native(dst: *mut u8, size: usize, v: u64) {
-    match size {
-        1 => *dst = v as u8,
-        2 => *(dst as *mut [u8; 2]) = (v as u16).to_ne_bytes(),
-        4 => *(dst as *mut [u8; 4]) = (v as u32).to_ne_bytes(),
-        _ => *(dst as *mut [u8; 8]) = v.to_ne_bytes(),
+    // SAFETY: the caller guarantees `size` writable bytes at `dst`; as in
+    // `read_native`.
+    unsafe {
+        match size {
+            1 => *dst = v as u8,
+            2 => *(dst as *mut [u8; 2]) = (v as u16).to_ne_bytes(),
+            4 => *(dst as *mut [u8; 4]) = (v as u32).to_ne_bytes(),
+            _ => *(dst as *mut [u8; 8]) = v.to_ne_bytes(),
+        }
     }
 }
 
@@ -41,19 +64,24 @@ fn sign_extend(v: u64, bytes: usize) -> u64 {
 
 /// Converts one native element at `src` to external32 at `dst`.
 unsafe fn encode(kind: Basic, src: *const u8, dst: *mut u8) -> Result<()> {
-    let (size, ext) = (kind.size(), kind.external32_size());
-    let v = read_native(src, size);
-    let fits = match kind.num_class() {
-        NumClass::Signed if ext < size => sign_extend(v, size) == sign_extend(v, ext) & mask(size),
-        NumClass::Unsigned if ext < size => v >> (8 * ext) == 0,
-        _ => true,
-    };
-    if !fits {
-        return Err(Error::Conversion { what: kind.name(), representation: "external32" });
+    // SAFETY: the caller guarantees `kind.size()` readable bytes at `src` and
+    // `kind.external32_size()` writable ones at `dst`; `be` has 8 bytes and
+    // the external32 size is at most 8 (asserted below).
+    unsafe {
+        let (size, ext) = (kind.size(), kind.external32_size());
+        let v = read_native(src, size);
+        let fits = match kind.num_class() {
+            NumClass::Signed if ext < size => sign_extend(v, size) == sign_extend(v, ext) & mask(size),
+            NumClass::Unsigned if ext < size => v >> (8 * ext) == 0,
+            _ => true,
+        };
+        if !fits {
+            return Err(Error::Conversion { what: kind.name(), representation: "external32" });
+        }
+        let be = v.to_be_bytes();
+        std::ptr::copy_nonoverlapping(be.as_ptr().add(8 - ext), dst, ext);
+        Ok(())
     }
-    let be = v.to_be_bytes();
-    std::ptr::copy_nonoverlapping(be.as_ptr().add(8 - ext), dst, ext);
-    Ok(())
 }
 
 fn mask(bytes: usize) -> u64 {
@@ -66,14 +94,18 @@ fn mask(bytes: usize) -> u64 {
 
 /// Converts one external32 element at `src` to native at `dst`.
 unsafe fn decode(kind: Basic, src: *const u8, dst: *mut u8) {
-    let (size, ext) = (kind.size(), kind.external32_size());
-    let mut be = [0u8; 8];
-    std::ptr::copy_nonoverlapping(src, be.as_mut_ptr().add(8 - ext), ext);
-    let mut v = u64::from_be_bytes(be);
-    if kind.num_class() == NumClass::Signed && ext < size {
-        v = sign_extend(v, ext);
+    // SAFETY: the caller guarantees `kind.external32_size()` readable bytes at
+    // `src` and `kind.size()` writable ones at `dst`; as in `encode`.
+    unsafe {
+        let (size, ext) = (kind.size(), kind.external32_size());
+        let mut be = [0u8; 8];
+        std::ptr::copy_nonoverlapping(src, be.as_mut_ptr().add(8 - ext), ext);
+        let mut v = u64::from_be_bytes(be);
+        if kind.num_class() == NumClass::Signed && ext < size {
+            v = sign_extend(v, ext);
+        }
+        write_native(dst, size, v);
     }
-    write_native(dst, size, v);
 }
 
 /// Packs (`UNPACK = false`) or unpacks a typed program in external32 with
@@ -83,35 +115,41 @@ unsafe fn decode(kind: Basic, src: *const u8, dst: *mut u8) {
 /// As for [`super::exec::run`]: every byte the program touches at `mem`
 /// must be valid, and the stream must hold the external32 size.
 pub(crate) unsafe fn run<const UNPACK: bool>(op: &Op, mem: *mut u8, stream: *mut u8) -> Result<*mut u8> {
-    match op {
-        Op::Leaf { kind, len } => {
-            let kind = kind.unwrap_or(Basic::Byte);
-            let (size, ext) = (kind.size(), kind.external32_size());
-            let mut s = stream;
-            for i in 0..len / size {
-                let m = mem.add(i * size);
-                if UNPACK {
-                    decode(kind, s, m);
-                } else {
-                    encode(kind, m, s)?;
+    // SAFETY: the caller guarantees every element `op` touches at `mem` and
+    // the external32 bytes of them at `stream`; each element below is one of
+    // those, the stream advancing by its external32 size.
+    unsafe {
+        match op {
+            Op::Leaf { kind, len } => {
+                let kind = kind.unwrap_or(Basic::Byte);
+                let (size, ext) = (kind.size(), kind.external32_size());
+                let mut s = stream;
+                for i in 0..len / size {
+                    let m = mem.add(i * size);
+                    if UNPACK {
+                        decode(kind, s, m);
+                    } else {
+                        encode(kind, m, s)?;
+                    }
+                    s = s.add(ext);
                 }
-                s = s.add(ext);
+                Ok(s)
             }
-            Ok(s)
-        }
-        Op::Repeat { count, stride, body } => {
-            let mut s = stream;
-            for i in 0..*count {
-                s = run::<UNPACK>(body, mem.wrapping_offset(i as isize * *stride as isize), s)?;
+            Op::Repeat { count, stride, body } => {
+                let (mut m, mut s) = (mem, stream);
+                for _ in 0..*count {
+                    s = run::<UNPACK>(body, m, s)?;
+                    m = m.wrapping_offset(*stride as isize);
+                }
+                Ok(s)
             }
-            Ok(s)
-        }
-        Op::Seq(items) => {
-            let mut s = stream;
-            for (d, op) in items {
-                s = run::<UNPACK>(op, mem.wrapping_offset(*d as isize), s)?;
+            Op::Seq(items) => {
+                let mut s = stream;
+                for (d, op) in items {
+                    s = run::<UNPACK>(op, mem.wrapping_offset(*d as isize), s)?;
+                }
+                Ok(s)
             }
-            Ok(s)
         }
     }
 }
@@ -123,6 +161,8 @@ mod tests {
     #[test]
     fn long_shrinks_with_range_check() {
         let mut out = [0u8; 4];
+        // SAFETY: every source is an 8-byte `long`, every destination 4
+        // bytes (`out`, external32) or 8 (`back`, native).
         unsafe {
             encode(Basic::Long, (-2i64).to_ne_bytes().as_ptr(), out.as_mut_ptr()).unwrap();
             assert_eq!(out, (-2i32).to_be_bytes());
@@ -139,6 +179,7 @@ mod tests {
     #[test]
     fn doubles_are_big_endian() {
         let mut out = [0u8; 8];
+        // SAFETY: 8 bytes each way.
         unsafe { encode(Basic::Double, 1.5f64.to_ne_bytes().as_ptr(), out.as_mut_ptr()).unwrap() };
         assert_eq!(out, 1.5f64.to_be_bytes());
     }

@@ -66,9 +66,13 @@
 //! "Performance" section compares the result with MPICH, Open MPI and
 //! hand-written C loops.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub(crate) mod exec;
 pub(crate) mod external32;
 pub(crate) mod program;
+mod typemap;
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
@@ -98,8 +102,9 @@ pub struct Region<'a> {
     _borrow: PhantomData<&'a [u8]>,
 }
 
-// SAFETY: a Region is a shared borrow of bytes.
+// SAFETY: a Region is a shared borrow of bytes (`&[u8]`), which is Send.
 unsafe impl Send for Region<'_> {}
+// SAFETY: and Sync: it only reads the bytes.
 unsafe impl Sync for Region<'_> {}
 
 /// Memory a datatype is written to: bytes plus the offset of the datatype's
@@ -112,8 +117,10 @@ pub struct RegionMut<'a> {
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
-// SAFETY: a RegionMut is an exclusive borrow of bytes.
+// SAFETY: a RegionMut is an exclusive borrow of bytes (`&mut [u8]`), which
+// is Send.
 unsafe impl Send for RegionMut<'_> {}
+// SAFETY: and Sync: a shared `&RegionMut` gives no access to the bytes.
 unsafe impl Sync for RegionMut<'_> {}
 
 fn check_origin(origin: usize, len: usize) -> Result<()> {
@@ -283,35 +290,52 @@ impl Datatype {
     /// Packs `count` items, item `i` at `mem + i * extent`, into `stream`.
     /// External32 can fail (a value out of range); native packing cannot.
     unsafe fn pack_raw(&self, repr: Repr, mem: *mut u8, count: u64, stream: *mut u8) -> Result<()> {
-        let programs = self.programs();
-        let ext = self.extent() as isize;
-        match repr {
-            Repr::Native => {
-                exec::repeat::<exec::Pack>(&programs.native, count, ext as i64, mem, stream);
+        // SAFETY: the caller guarantees the bytes of `count` items at `mem` (item
+        // `i` at `i * extent`) and their packed size (native or external32, as
+        // `repr` says) at `stream`; the programs touch exactly those.
+        unsafe {
+            if self.size() == 0 {
+                // Nothing to move, however many items (the loops below would
+                // still visit each one).
+                return Ok(());
             }
-            Repr::External32 => {
-                let mut s = stream;
-                for i in 0..count {
-                    s = external32::run::<false>(&programs.typed, mem.wrapping_offset(i as isize * ext), s)?;
+            let programs = self.programs();
+            let ext = self.extent() as isize;
+            match repr {
+                Repr::Native => {
+                    exec::repeat::<exec::Pack>(&programs.native, count, ext as i64, mem, stream);
+                }
+                Repr::External32 => {
+                    let (mut m, mut s) = (mem, stream);
+                    for _ in 0..count {
+                        s = external32::run::<false>(&programs.typed, m, s)?;
+                        m = m.wrapping_offset(ext);
+                    }
                 }
             }
+            Ok(())
         }
-        Ok(())
     }
 
     unsafe fn unpack_raw(&self, repr: Repr, stream: *const u8, mem: *mut u8, count: u64) {
-        let programs = self.programs();
-        let ext = self.extent() as isize;
-        let stream = stream as *mut u8; // only read in this direction
-        match repr {
-            Repr::Native => {
-                exec::repeat::<exec::Unpack>(&programs.native, count, ext as i64, mem, stream);
+        // SAFETY: as in `pack_raw`, reading the stream and writing memory.
+        unsafe {
+            if self.size() == 0 {
+                return; // as in pack_raw
             }
-            Repr::External32 => {
-                let mut s = stream;
-                for i in 0..count {
-                    s = external32::run::<true>(&programs.typed, mem.wrapping_offset(i as isize * ext), s)
-                        .expect("decoding external32 cannot fail");
+            let programs = self.programs();
+            let ext = self.extent() as isize;
+            let stream = stream as *mut u8; // only read in this direction
+            match repr {
+                Repr::Native => {
+                    exec::repeat::<exec::Unpack>(&programs.native, count, ext as i64, mem, stream);
+                }
+                Repr::External32 => {
+                    let (mut m, mut s) = (mem, stream);
+                    for _ in 0..count {
+                        s = external32::run::<true>(&programs.typed, m, s).expect("decoding external32 cannot fail");
+                        m = m.wrapping_offset(ext);
+                    }
                 }
             }
         }
@@ -380,29 +404,37 @@ impl Datatype {
     /// Unpacks a received message of `data.len()` bytes into `dst`, which
     /// holds `count` items: whole items first, then the part of the last
     /// item that arrived (a message may be shorter than the receive buffer,
-    /// and may end inside an item). The caller has checked that `data` is
-    /// no longer than `count` items.
+    /// and may end inside an item). A message longer than `count` items is
+    /// an [`Error::Truncate`] that writes nothing.
     pub(crate) fn unpack_message(&self, data: &[u8], repr: Repr, dst: RegionMut<'_>, count: u64) -> Result<()> {
         check_span(self, count, dst.origin, dst.len)?;
+        let per_item = if repr == Repr::External32 { self.external32_size() } else { self.size() };
+        let capacity = per_item as u128 * count as u128;
+        if data.len() as u128 > capacity {
+            return Err(Error::Truncate { needed: data.len() as u64, available: capacity.min(u64::MAX as u128) as u64 });
+        }
         let mem = dst.ptr.wrapping_add(dst.origin);
         if repr == Repr::External32 {
             let size = self.external32_size().max(1);
             if !(data.len() as u64).is_multiple_of(size) || data.len() as u64 / size > count {
                 return Err(Error::Protocol("external32 message does not hold whole items".into()));
             }
-            // SAFETY: check_span covers all `count` items; the stream holds
-            // `data.len()` bytes of whole items.
+            // SAFETY: check_span covers all `count` items, and the stream's
+            // `data.len()` bytes are whole items, at most `count` of them.
             unsafe { self.unpack_raw(Repr::External32, data.as_ptr(), mem, data.len() as u64 / size) };
             return Ok(());
         }
         let size = self.size();
         let whole = (data.len() as u64).checked_div(size).unwrap_or(0);
-        // SAFETY: as above; the bounded walk copies at most the remaining bytes.
+        // SAFETY: as above: `data` holds at most `count` items, so `whole`
+        // items fit, and a partial one (`rest > 0`) is item `whole <
+        // count`; the bounded walk copies only its `rest` bytes.
         unsafe {
             self.unpack_raw(Repr::Native, data.as_ptr(), mem, whole);
             let mut rest = data.len() - (whole * size) as usize;
             if rest > 0 {
-                let item = mem.wrapping_offset(whole as isize * self.extent() as isize);
+                // (Modulo 2^64, like the pointer arithmetic: see `program`.)
+                let item = mem.wrapping_offset((whole as isize).wrapping_mul(self.extent() as isize));
                 let stream = data.as_ptr().add((whole * size) as usize) as *mut u8;
                 exec::run_bounded::<exec::Unpack>(&self.programs().native, item, stream, &mut rest);
             }
@@ -429,15 +461,20 @@ impl Datatype {
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
     pub unsafe fn pack_from_bottom(&self, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
-        let needed = self.pack_size(count)?;
-        room(out.len(), *position, needed, false)?;
-        let mut stream = out.as_mut_ptr().add(*position);
-        self.for_each_absolute(count, |addr, len| {
-            std::ptr::copy_nonoverlapping(std::ptr::with_exposed_provenance::<u8>(addr), stream, len);
-            stream = stream.add(len);
-        });
-        *position += needed;
-        Ok(())
+        // SAFETY: `room` proved that `needed` bytes fit at `*position` in `out`,
+        // and the elements copied are exactly the `count` items' basic entries,
+        // `needed` bytes in all, whose addresses the caller guarantees readable.
+        unsafe {
+            let needed = self.pack_size(count)?;
+            room(out.len(), *position, needed, false)?;
+            let mut stream = out.as_mut_ptr().add(*position);
+            self.for_each_absolute(count, |addr, len| {
+                std::ptr::copy_nonoverlapping(std::ptr::with_exposed_provenance::<u8>(addr), stream, len);
+                stream = stream.add(len);
+            });
+            *position += needed;
+            Ok(())
+        }
     }
 
     /// Calls `f(address, len)` for every basic element of `count` items at
@@ -446,6 +483,9 @@ impl Datatype {
     /// the elements may lie in different allocations; this path therefore
     /// goes element by element.
     fn for_each_absolute(&self, count: u64, mut f: impl FnMut(usize, usize)) {
+        if self.size() == 0 {
+            return; // no elements, however many items
+        }
         let extent = self.extent() as i128;
         for i in 0..count as i128 {
             self.for_each_entry(|b, disp| {
@@ -462,15 +502,20 @@ impl Datatype {
     /// absolute address, must be writable for the duration of the call,
     /// not accessed concurrently, and any bit pattern must be valid there.
     pub unsafe fn unpack_to_bottom(&self, inbuf: &[u8], position: &mut usize, count: u64) -> Result<()> {
-        let needed = self.pack_size(count)?;
-        room(inbuf.len(), *position, needed, true)?;
-        let mut stream = inbuf.as_ptr().add(*position);
-        self.for_each_absolute(count, |addr, len| {
-            std::ptr::copy_nonoverlapping(stream, std::ptr::with_exposed_provenance_mut::<u8>(addr), len);
-            stream = stream.add(len);
-        });
-        *position += needed;
-        Ok(())
+        // SAFETY: `room` proved that `needed` bytes can be read at `*position`,
+        // and the elements written are exactly the `count` items' basic entries,
+        // `needed` bytes in all, whose addresses the caller guarantees writable.
+        unsafe {
+            let needed = self.pack_size(count)?;
+            room(inbuf.len(), *position, needed, true)?;
+            let mut stream = inbuf.as_ptr().add(*position);
+            self.for_each_absolute(count, |addr, len| {
+                std::ptr::copy_nonoverlapping(stream, std::ptr::with_exposed_provenance_mut::<u8>(addr), len);
+                stream = stream.add(len);
+            });
+            *position += needed;
+            Ok(())
+        }
     }
 }
 
@@ -508,8 +553,12 @@ pub fn unpack<T: MpiType>(inbuf: &[u8], position: &mut usize, dst: &mut [T]) -> 
 /// validates them; `dst` is changed only if every item is valid.
 pub(crate) fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(RegionMut<'_>) -> Result<()>) -> Result<()> {
     let n = dst.len();
-    if !T::NEEDS_VALIDATION {
-        // SAFETY: every bit pattern of the typemap bytes is a valid T.
+    if !T::NEEDS_VALIDATION || std::mem::size_of::<T>() == 0 {
+        // (A zero-sized `T` has no typemap bytes: nothing is written, so
+        // nothing needs validating, and a slice of them may be
+        // `usize::MAX` long.)
+        // SAFETY: every bit pattern of the typemap bytes is a valid T (or
+        // there are none).
         let view = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<T>>(), n) };
         return fill(RegionMut::typed(view));
     }
@@ -527,4 +576,42 @@ pub(crate) fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(RegionMu
         *d = unsafe { s.assume_init() };
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpack_message_checks_the_message_length_itself() {
+        let int = Datatype::int();
+        let data: Vec<u8> = (1..=12).collect();
+        for repr in [Repr::Native, Repr::External32] {
+            // Room for two ints, a message of three: nothing is written.
+            let mut mem = [0xa5u8; 8];
+            let err = int.unpack_message(&data, repr, RegionMut::new(&mut mem), 2).unwrap_err();
+            assert!(matches!(err, Error::Truncate { needed: 12, available: 8 }), "{err:?}");
+            assert_eq!(mem, [0xa5; 8]);
+            // Two and a half ints into room for two: also too long.
+            let mut mem = [0xa5u8; 8];
+            assert!(int.unpack_message(&data[..10], repr, RegionMut::new(&mut mem), 2).is_err());
+            assert_eq!(mem, [0xa5; 8]);
+            // Exactly two fit.
+            int.unpack_message(&data[..8], repr, RegionMut::new(&mut mem), 2).unwrap();
+            assert_ne!(mem, [0xa5; 8]);
+        }
+        // Native data may end inside the last item.
+        let mut mem = [0xa5u8; 8];
+        int.unpack_message(&data[..6], Repr::Native, RegionMut::new(&mut mem), 2).unwrap();
+        assert_eq!(mem, [1, 2, 3, 4, 5, 6, 0xa5, 0xa5]);
+        // An empty type holds no data at all, however many items.
+        let empty = Datatype::contiguous(0, &int).unwrap();
+        for repr in [Repr::Native, Repr::External32] {
+            assert!(matches!(
+                empty.unpack_message(&data[..1], repr, RegionMut::new(&mut mem), u64::MAX),
+                Err(Error::Truncate { needed: 1, available: 0 })
+            ));
+            empty.unpack_message(&[], repr, RegionMut::new(&mut mem), u64::MAX).unwrap();
+        }
+    }
 }

@@ -51,6 +51,16 @@
 //!   `min(i * width, len - width)`, whatever its length: a branch-free loop.
 //! * [`Plan::Bytes`]: runs too long or too uneven for those; each run is a
 //!   `memcpy` or a short overlapping-word copy.
+//!
+//! # Displacement arithmetic
+//!
+//! Every byte of a type's data lies at a displacement that fits in an `i64`
+//! (the layout checks it when the type is built), but the origins of
+//! subtrees on the way there need not: a member whose data lies far after
+//! its own origin, placed far before the struct's. Displacements along a
+//! path are therefore summed modulo 2^64 (`wrapping_add`, `wrapping_mul`),
+//! like the pointer arithmetic they feed (`wrapping_offset`): the sums that
+//! locate data are the exact values, since those fit.
 
 use std::ops::ControlFlow;
 
@@ -78,11 +88,66 @@ pub(crate) struct Programs {
 }
 
 impl Programs {
-    pub fn compile(dt: &Datatype) -> Programs {
+    /// Compiles the programs of `dt` and of every type below it that has
+    /// none yet, children first, and returns those of `dt`.
+    ///
+    /// A type's typed program is built from its children's, so they are
+    /// compiled first; the walk keeps its own stack rather than recursing,
+    /// since types may nest [`Datatype::MAX_DEPTH`] levels deep. (The
+    /// programs themselves stay shallow: a `Repeat` of a non-empty body at
+    /// least doubles the bytes packed, and `Seq`s never nest directly, so a
+    /// program is at most about 128 nodes deep whatever the type's depth.)
+    pub fn compile(dt: &Datatype) -> &Programs {
+        // (type, whether its children have been pushed)
+        let mut stack: Vec<(&Datatype, bool)> = vec![(dt, false)];
+        while let Some((t, children_done)) = stack.pop() {
+            if Programs::cached(t).is_some() {
+                continue;
+            }
+            if children_done {
+                t.compiled().get_or_init(|| Box::new(Programs::compile_one(t)));
+                continue;
+            }
+            stack.push((t, true));
+            stack.extend(program_inputs(t).filter(|c| Programs::cached(c).is_none()).map(|c| (c, false)));
+        }
+        Programs::cached(dt).expect("compiled above")
+    }
+
+    /// The programs of `dt`, compiled now if they were not yet.
+    #[inline]
+    pub fn of(dt: &Datatype) -> &Programs {
+        match Programs::cached(dt) {
+            Some(p) => p,
+            None => Programs::compile(dt),
+        }
+    }
+
+    /// The programs of `dt` if they are compiled. The datatype's slot
+    /// holds what this module put there: `Programs`, nothing else.
+    #[inline]
+    fn cached(dt: &Datatype) -> Option<&Programs> {
+        dt.compiled().get().map(|any| any.downcast_ref::<Programs>().expect("a datatype's compiled slot holds its Programs"))
+    }
+
+    /// Compiles the programs of `dt`, whose inputs are compiled.
+    fn compile_one(dt: &Datatype) -> Programs {
         let typed = compile_typed(dt);
         let native = Native::lower(&typed.erase_kinds());
         Programs { typed, native }
     }
+}
+
+/// The types whose programs the typed program of `dt` is built from.
+fn program_inputs(dt: &Datatype) -> impl Iterator<Item = &Datatype> {
+    let lowered = match &dt.node().ctor {
+        Ctor::Subarray(a) => Some(&a.lowered),
+        Ctor::Darray(a) => Some(&a.lowered),
+        _ => None,
+    };
+    // Subarrays and darrays are compiled from their lowered form only.
+    let direct = if lowered.is_some() { None } else { Some(dt.node().ctor.children()) };
+    direct.into_iter().flatten().chain(lowered)
 }
 
 /// One node of a native program (see the module docs).
@@ -303,9 +368,10 @@ impl Tails {
 }
 
 fn compile_typed(dt: &Datatype) -> Op {
-    let child = |old: &Datatype| old.programs().typed.clone();
+    let child = |old: &Datatype| Programs::cached(old).expect("inputs are compiled first").typed.clone();
     let block = |len: i64, old: &Datatype| Op::repeat(len as u64, old.extent(), child(old));
-    // Products below were checked when the type was built.
+    // Products below were checked when the type was built (strides and
+    // displacements in extents, converted to bytes).
     match &dt.node().ctor {
         Ctor::Named(p) => Op::seq(
             p.entries().iter().map(|&(b, d)| (d, Op::Leaf { kind: Some(b), len: b.size() })).collect(),
@@ -361,6 +427,7 @@ impl Op {
             return body;
         }
         match body {
+            // Bytes of data: the type's size, which fits.
             Op::Leaf { kind, len } if stride == len as i64 => Op::Leaf { kind, len: len * count as usize },
             Op::Seq(mut items) if items.len() == 1 => {
                 let (d, inner) = items.pop().expect("one item");
@@ -431,17 +498,19 @@ impl Op {
         match self {
             Op::Leaf { len: 0, .. } => {}
             Op::Leaf { len, .. } => match out.last_mut() {
-                Some((d, n)) if *d + *n as i64 == base => *n += len,
+                Some((d, n)) if d.wrapping_add(*n as i64) == base => *n += len,
                 _ => out.push((base, *len)),
             },
             Op::Repeat { count, stride, body } => {
-                for i in 0..*count {
-                    body.collect_runs(base + i as i64 * stride, out);
+                let mut at = base;
+                for _ in 0..*count {
+                    body.collect_runs(at, out);
+                    at = at.wrapping_add(*stride);
                 }
             }
             Op::Seq(items) => {
                 for (d, op) in items {
-                    op.collect_runs(base + d, out);
+                    op.collect_runs(base.wrapping_add(*d), out);
                 }
             }
         }
@@ -507,17 +576,19 @@ impl Op {
             Op::Leaf { kind, len } => {
                 let kind = kind.unwrap_or(Basic::Byte);
                 for i in 0..len / kind.size() {
-                    f(kind, base + (i * kind.size()) as i64)?;
+                    f(kind, base.wrapping_add((i * kind.size()) as i64))?;
                 }
             }
             Op::Repeat { count, stride, body } => {
-                for i in 0..*count {
-                    body.walk(base + i as i64 * stride, f)?;
+                let mut at = base;
+                for _ in 0..*count {
+                    body.walk(at, f)?;
+                    at = at.wrapping_add(*stride);
                 }
             }
             Op::Seq(items) => {
                 for (d, op) in items {
-                    op.walk(base + d, f)?;
+                    op.walk(base.wrapping_add(*d), f)?;
                 }
             }
         }
@@ -529,12 +600,12 @@ fn push_flat(out: &mut Vec<(i64, Op)>, d: i64, op: Op) {
     match op {
         Op::Seq(items) => {
             for (e, inner) in items {
-                push_flat(out, d + e, inner);
+                push_flat(out, d.wrapping_add(e), inner);
             }
         }
         Op::Leaf { kind, len } => {
             if let Some((pd, Op::Leaf { kind: pk, len: plen })) = out.last_mut() {
-                if *pk == kind && *pd + *plen as i64 == d {
+                if *pk == kind && pd.wrapping_add(*plen as i64) == d {
                     *plen += len;
                     return;
                 }
@@ -571,6 +642,14 @@ mod tests {
         assert_eq!(two.programs().typed, Op::Leaf { kind: Some(Basic::Int), len: 8 });
         let empty = Datatype::contiguous(0, &Datatype::double()).unwrap();
         assert!(empty.programs().native.is_single_run(0));
+    }
+
+    #[test]
+    fn huge_contiguous_of_a_struct_is_one_loop() {
+        let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
+        let big = Datatype::contiguous(1 << 40, &s).unwrap().commit();
+        assert_eq!(big.programs().native, Native::Repeat { count: 1 << 40, stride: 16, body: Box::new(gather(&[(0, 9)])) });
+        assert_eq!(big.programs().typed.size(), 9 << 40);
     }
 
     #[test]
