@@ -272,3 +272,53 @@ async fn a_forged_signature_length_is_refused_at_once() {
     assert_eq!(r, Err(Error::TypeMismatch));
     assert!(started.elapsed() < Duration::from_secs(1));
 }
+
+/// Between ranks sending external32, a typed message received as `packed`
+/// unpacks natively to the values sent (the receiver converts it on
+/// delivery), into a slice or as owned bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_external32_messages_received_as_packed_unpack_to_the_values_sent() {
+    #[derive(mpx::MpiType, Clone, Copy, Default, Debug, PartialEq)]
+    #[repr(C)]
+    struct Sample {
+        id: i16,
+        value: f64,
+        count: i64,
+        flags: [u8; 3],
+    }
+    let samples: Vec<Sample> =
+        (0..50).map(|i| Sample { id: i as i16 - 7, value: i as f64 * 1.25, count: -(i as i64) * 1000, flags: [i as u8, 1, 2] }).collect();
+    let ints: Vec<i32> = (0..5000).map(|i| i * 7919 - 1_000_000).collect();
+    let (s2, i2) = (samples.clone(), ints.clone());
+    let run = launch_with(LaunchOptions::network_like(2), move |comm| {
+        let (samples, ints) = (s2.clone(), i2.clone());
+        async move {
+            if comm.rank() == 0 {
+                comm.send(&samples, 1, 0).await?;
+                comm.send(&ints, 1, 1).await?; // rendezvous, several chunks
+                comm.send(&samples[..3], 1, 2).await?;
+                return Ok(());
+            }
+            let t = Sample::datatype();
+            let mut packed = vec![0u8; t.pack_size(50)?];
+            let st = comm.recv_buf(RecvBuf::packed(&mut packed), 0, 0).await?;
+            assert_eq!(st.bytes as usize, t.pack_size(50)?, "the status counts native packed bytes");
+            let mut got = vec![Sample::default(); 50];
+            mpx::unpack(&packed, &mut 0, &mut got)?;
+            assert_eq!(got, samples);
+
+            let mut packed = vec![0u8; 4 * 5000];
+            comm.recv_buf(RecvBuf::packed(&mut packed), 0, 1).await?;
+            let mut got = vec![0i32; 5000];
+            mpx::unpack(&packed, &mut 0, &mut got)?;
+            assert_eq!(got, ints);
+
+            let (bytes, _) = comm.irecv_bytes(0, 2).await.map_err(|e| e.error)?;
+            let mut got = vec![Sample::default(); 3];
+            mpx::unpack(&bytes, &mut 0, &mut got)?;
+            assert_eq!(got, samples[..3]);
+            Ok(())
+        }
+    });
+    tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+}

@@ -2,9 +2,8 @@
 
 use bytes::Bytes;
 
-use crate::comm::{Comm, Dest, RawRecv};
+use crate::comm::{Comm, Dest, Packed, RawRecv};
 use crate::error::Result;
-use crate::pack::Repr;
 use crate::proto::engine::SendMode;
 
 impl Comm {
@@ -26,7 +25,7 @@ impl Comm {
         while step < n {
             let to = (me + step) % n;
             let from = (me + n - step) % n;
-            let empty = |_| Ok((Bytes::new(), Repr::Native, None));
+            let empty = |_| Ok(Packed::untyped(Bytes::new()));
             let sent = self.start_send(empty, Dest::Rank(to as i64), round, SendMode::Standard, context);
             if let Some(id) = self.post_recv(from, round, context)? {
                 RawRecv::new(self.shared.clone(), id).await?;

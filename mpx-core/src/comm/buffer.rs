@@ -6,7 +6,7 @@ use bytes::Bytes;
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
-use crate::pack::{Region, RegionMut, Repr};
+use crate::pack::{Region, RegionMut, Repr, TypeSequence};
 use crate::proto::engine::Delivered;
 use crate::request::Status;
 
@@ -64,27 +64,50 @@ impl<'a> SendBuf<'a> {
         SendBuf { region: Region::new(bytes), count: bytes.len() as u64, datatype: Datatype::packed() }
     }
 
-    /// Packs the buffer in `repr` (`packed` data always travels as it is);
-    /// returns the data, its representation and its signature.
+    /// Packs the buffer in `repr` (`packed` data always travels as it is).
+    /// External32 typed data is led by its [`TypeSequence`], so that a
+    /// receive as `packed` can convert it.
     pub(crate) fn pack(&self, repr: Repr) -> Result<Packed> {
         if self.datatype.is_packed() {
-            return Ok((Bytes::from(self.datatype.pack_to_vec(self.region, self.count)?), Repr::Native, None));
+            return Ok(Packed::untyped(Bytes::from(self.datatype.pack_to_vec(self.region, self.count)?)));
         }
-        let data = match repr {
-            Repr::Native => self.datatype.pack_to_vec(self.region, self.count)?,
-            Repr::External32 => {
-                let mut out = vec![0u8; self.datatype.pack_external_size(self.count)?];
-                self.datatype.pack_external(self.region, self.count, &mut out, &mut 0)?;
-                out
-            }
-        };
         let s = self.datatype.signature().repeat(self.count);
-        Ok((Bytes::from(data), repr, Some((s.hash(), s.len()))))
+        let signature = Some((s.hash(), s.len()));
+        Ok(match repr {
+            Repr::Native => {
+                let data = Bytes::from(self.datatype.pack_to_vec(self.region, self.count)?);
+                Packed { data, repr, signature, desc_len: 0 }
+            }
+            Repr::External32 => {
+                let mut out = TypeSequence::of(&self.datatype, self.count).encode();
+                let desc_len = u32::try_from(out.len())
+                    .map_err(|_| Error::InvalidDatatype("the type has too many runs of basic types to describe".into()))?;
+                out.resize(out.len() + self.datatype.pack_external_size(self.count)?, 0);
+                self.datatype.pack_external(self.region, self.count, &mut out[desc_len as usize..], &mut 0)?;
+                Packed { data: Bytes::from(out), repr, signature, desc_len }
+            }
+        })
     }
 }
 
-/// Packed message data: bytes, their representation, their signature.
-pub(crate) type Packed = (Bytes, Repr, Option<(u64, u64)>);
+/// Message data ready to send.
+pub(crate) struct Packed {
+    /// The bytes, led by `desc_len` bytes of type description.
+    pub(crate) data: Bytes,
+    /// Their representation.
+    pub(crate) repr: Repr,
+    /// Their signature `(hash, elements)`, or `None` for `packed` data.
+    pub(crate) signature: Option<(u64, u64)>,
+    /// Bytes of [`TypeSequence`] leading the data.
+    pub(crate) desc_len: u32,
+}
+
+impl Packed {
+    /// `packed` bytes, sent as they are.
+    pub(crate) fn untyped(data: Bytes) -> Packed {
+        Packed { data, repr: Repr::Native, signature: None, desc_len: 0 }
+    }
+}
 
 /// A receive buffer: memory, a count and a datatype.
 #[derive(Debug)]
@@ -196,6 +219,15 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
             }
         }
     }
+    if datatype.is_packed() {
+        // Packed bytes are unpacked later with the native pack API.
+        let native = native_packed(msg)?;
+        if native.len() > capacity {
+            return Err(Error::Truncate { needed: native.len() as u64, available: capacity as u64 });
+        }
+        datatype.unpack_message(&native, Repr::Native, region, count)?;
+        return Ok(Status::of(env.source, env.tag, native.len() as u64));
+    }
     datatype.unpack_message(&msg.data, env.repr, region, count)?;
     let mut status = status_of(msg);
     if env.repr == Repr::External32 && datatype.external32_size() > 0 {
@@ -204,6 +236,24 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
         status.bytes = msg.data.len() as u64 / datatype.external32_size() * datatype.size();
     }
     Ok(status)
+}
+
+/// A message's data in this rank's native packed form: as it travelled,
+/// unless it is typed external32 data, which is converted through the
+/// type sequence that leads it (checked against the message's signature).
+pub(crate) fn native_packed(msg: &Delivered) -> Result<Bytes> {
+    let env = &msg.envelope;
+    match env.signature {
+        Some((hash, elements)) if env.repr == Repr::External32 => {
+            let sequence = TypeSequence::decode(&msg.desc)?;
+            let s = sequence.signature();
+            if s.hash() != hash || s.len() != elements {
+                return Err(Error::Protocol("a type sequence that does not match its message's signature".into()));
+            }
+            Ok(Bytes::from(sequence.external32_to_native(&msg.data)?))
+        }
+        _ => Ok(msg.data.clone()),
+    }
 }
 
 /// Unpacks a delivered message into a typed slice, validating values first.

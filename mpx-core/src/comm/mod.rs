@@ -55,6 +55,7 @@ pub use probe::Message;
 pub use recv_owned::{OwnedRecv, RecvError};
 pub use selectors::{Any, Dest, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
 
+pub(crate) use buffer::Packed;
 pub(crate) use recv_owned::RawRecv;
 
 /// The context id of the world communicator.

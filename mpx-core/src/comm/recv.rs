@@ -5,7 +5,7 @@ use std::future::Future;
 
 use bytes::Bytes;
 
-use super::buffer::{deliver_into, status_of, unpack_typed_message, RecvBuf};
+use super::buffer::{deliver_into, native_packed, status_of, unpack_typed_message, RecvBuf};
 use super::recv_owned::{OwnedRecv, RawRecv};
 use super::selectors::{Source, TagSel};
 use super::{Comm, Status};
@@ -85,7 +85,7 @@ impl Comm {
     pub fn irecv_bytes(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Bytes> {
         OwnedRecv::start(self, Bytes::new(), source.into(), tag.into(), |buf, msg| {
             let status = status_of(&msg);
-            *buf = msg.data;
+            *buf = native_packed(&msg)?;
             Ok(status)
         })
     }

@@ -30,7 +30,7 @@ impl Comm {
         let posted = (|| {
             let tag = Comm::tag(tag)?.expect("a concrete tag");
             let Some(dest) = self.dest(dest)? else { return Ok(None) };
-            let (data, repr, signature) = pack(self.shared.repr_for(dest))?;
+            let Packed { data, repr, signature, desc_len } = pack(self.shared.repr_for(dest))?;
             let mut st = self.shared.lock();
             let id = st.engine.next_id();
             if mode == SendMode::Buffered {
@@ -44,7 +44,7 @@ impl Comm {
                 b.used += need;
                 b.in_flight.insert(id, need);
             }
-            let msg = Outgoing { dest, context, tag, signature, repr, data };
+            let msg = Outgoing { dest, context, tag, signature, repr, desc_len, data };
             st.engine.post_send(id, mode, msg);
             self.shared.flush(&mut st);
             Ok((mode != SendMode::Buffered).then_some(id))
@@ -155,7 +155,8 @@ impl Comm {
             let datatype = T::datatype();
             if datatype.is_contiguous() && repr == Repr::Native {
                 let signature = datatype.signature().repeat(buf.len() as u64);
-                Ok((Bytes::from_owner(ContiguousVec(buf)), Repr::Native, Some((signature.hash(), signature.len()))))
+                let data = Bytes::from_owner(ContiguousVec(buf));
+                Ok(Packed { data, repr, signature: Some((signature.hash(), signature.len())), desc_len: 0 })
             } else {
                 SendBuf::typed(&buf).pack(repr)
             }
@@ -170,7 +171,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`isend`](Comm::isend).
     pub fn isend_bytes(&self, data: Bytes, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
-        self.start_send(|_| Ok((data, Repr::Native, None)), dest.into(), tag, SendMode::Standard, self.context)
+        self.start_send(|_| Ok(Packed::untyped(data)), dest.into(), tag, SendMode::Standard, self.context)
     }
 
     /// `MPI_Send` of a typed slice: a standard-mode send. It may complete as

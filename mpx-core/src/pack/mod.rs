@@ -72,7 +72,10 @@
 pub(crate) mod exec;
 pub(crate) mod external32;
 pub(crate) mod program;
+mod sequence;
 mod typemap;
+
+pub use sequence::TypeSequence;
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;

@@ -204,7 +204,10 @@ pub struct Outgoing {
     pub signature: Option<(u64, u64)>,
     /// Representation of `data`.
     pub repr: Repr,
-    /// The packed data.
+    /// Bytes at the start of `data` that describe the type sequence (for
+    /// external32 typed data), 0 otherwise.
+    pub desc_len: u32,
+    /// The packed data, led by its type description if any.
     pub data: Bytes,
 }
 
@@ -241,24 +244,44 @@ pub struct Envelope {
     pub signature: Option<(u64, u64)>,
     /// Representation of the data.
     pub repr: Repr,
-    /// Data length in bytes.
+    /// Data length in bytes (not counting a type description).
     pub len: u64,
+    /// Bytes of type description that lead the data on the wire.
+    pub desc_len: u32,
     /// The sender's per-pair sequence number: messages from one sender are
     /// matched in this order.
     pub seq: u64,
 }
 
 impl Envelope {
-    fn from_header(h: &Header, len: u64) -> Envelope {
-        Envelope {
+    /// The envelope of a data frame whose message (description included)
+    /// is `total` bytes; checks that a type description comes only with
+    /// external32 typed data and fits in the message.
+    fn from_header(h: &Header, total: u64) -> Result<Envelope> {
+        if h.desc_len > 0 && (h.untyped || h.repr != Repr::External32) {
+            return Err(Error::Protocol(format!("rank {} sent a type description with untyped or native data", h.source)));
+        }
+        if u64::from(h.desc_len) > total {
+            return Err(Error::Protocol(format!(
+                "rank {} sent a {}-byte type description in a {total}-byte message",
+                h.source, h.desc_len
+            )));
+        }
+        Ok(Envelope {
             context: h.context,
             source: h.source,
             tag: h.tag,
             signature: (!h.untyped).then_some((h.sig_hash, h.sig_len)),
             repr: h.repr,
-            len,
+            len: total - u64::from(h.desc_len),
+            desc_len: h.desc_len,
             seq: h.seq,
-        }
+        })
+    }
+
+    /// Bytes of the whole message on the wire: description and data.
+    fn wire_len(&self) -> u64 {
+        self.len + u64::from(self.desc_len)
     }
 }
 
@@ -269,9 +292,31 @@ pub struct Delivered {
     pub envelope: Envelope,
     /// The data.
     pub data: Bytes,
+    /// The description of the data's type sequence, for external32 typed
+    /// data (empty otherwise).
+    pub desc: Bytes,
     /// Eager credit the message holds; give it back with
     /// [`Engine::release_credit`] once the receive has consumed the data.
     pub credit: u64,
+}
+
+impl Delivered {
+    /// Splits a message as it travelled (`payload`: description, then data).
+    fn new(envelope: Envelope, payload: Bytes, credit: u64) -> Delivered {
+        let at = (envelope.desc_len as usize).min(payload.len());
+        Delivered { envelope, desc: payload.slice(..at), data: payload.slice(at..), credit }
+    }
+
+    /// The message as it travelled: description, then data.
+    fn payload(&self) -> Bytes {
+        if self.desc.is_empty() {
+            return self.data.clone();
+        }
+        let mut all = BytesMut::with_capacity(self.desc.len() + self.data.len());
+        all.extend_from_slice(&self.desc);
+        all.extend_from_slice(&self.data);
+        all.freeze()
+    }
 }
 
 /// A message taken out of the unexpected queue by a matched probe
@@ -840,6 +885,7 @@ impl Engine {
             tag: msg.tag,
             context: msg.context,
             source: self.rank,
+            desc_len: msg.desc_len,
             seq,
             sig_hash,
             sig_len,
@@ -1015,7 +1061,7 @@ impl Engine {
     /// offered to posted receives first, then queued ahead of its sender's
     /// later messages.
     pub fn requeue(&mut self, msg: Delivered) {
-        self.restore(Unexpected { envelope: msg.envelope, body: Body::Data { data: msg.data, credit: msg.credit } });
+        self.restore(Unexpected { envelope: msg.envelope, body: Body::Data { data: msg.payload(), credit: msg.credit } });
         self.handle_local();
     }
 
@@ -1044,13 +1090,13 @@ impl Engine {
         tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
         match u.body {
             Body::Data { data, credit } => {
-                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope: u.envelope, data, credit }) });
+                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, credit)) });
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
             Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
                 Some(t) if t.complete => {
                     let mut t = self.transfers.remove(&transfer).expect("present");
-                    let delivered = Delivered { envelope: t.envelope, data: t.received.take(), credit: 0 };
+                    let delivered = Delivered::new(t.envelope, t.received.take(), 0);
                     self.events.push_back(Event::RecvDone { id, result: Ok(delivered) });
                 }
                 Some(t) => t.owner = Some(id),
@@ -1162,10 +1208,8 @@ impl Engine {
                             )));
                         }
                         peer.credit_in_use += cost;
-                        self.arrive(Unexpected {
-                            envelope: Envelope::from_header(&h, frame.payload.len() as u64),
-                            body: Body::Data { credit: cost, data: frame.payload },
-                        })
+                        let envelope = Envelope::from_header(&h, frame.payload.len() as u64)?;
+                        self.arrive(Unexpected { envelope, body: Body::Data { credit: cost, data: frame.payload } })
                     }
                     Kind::Rts => {
                         if !frame.payload.is_empty() {
@@ -1177,13 +1221,11 @@ impl Engine {
                                 self.config.rndv_slots
                             )));
                         }
-                        peer.slots_in_use += 1;
-                        self.arrive(Unexpected {
-                            envelope: Envelope::from_header(&h, h.data_len),
-                            body: Body::Rts { send_id: h.send_id },
-                        })
+                        let envelope = Envelope::from_header(&h, h.data_len)?;
+                        self.peers[from as usize].slots_in_use += 1;
+                        self.arrive(Unexpected { envelope, body: Body::Rts { send_id: h.send_id } })
                     }
-                    _ => self.arrive_ready(h, frame.payload),
+                    _ => self.arrive_ready(h, frame.payload)?,
                 }
             }
             Kind::Cts => {
@@ -1248,7 +1290,7 @@ impl Engine {
         let Some(t) = self.transfers.get_mut(&h.recv_id).filter(|t| t.envelope.source == from && !t.complete) else {
             return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id)));
         };
-        let total = t.envelope.len;
+        let total = t.envelope.wire_len();
         if h.data_len != total || h.seq != t.received.len() || t.received.len() + payload.len() as u64 > total {
             return Err(Error::Protocol(format!(
                 "rendezvous data from rank {from}: {} bytes at offset {} of {}, for a {total}-byte message with {} bytes in",
@@ -1267,7 +1309,7 @@ impl Engine {
         match t.owner {
             Some(id) => {
                 let mut t = self.transfers.remove(&transfer).expect("present");
-                let delivered = Delivered { envelope: t.envelope, data: t.received.take(), credit: 0 };
+                let delivered = Delivered::new(t.envelope, t.received.take(), 0);
                 self.events.push_back(Event::RecvDone { id, result: Ok(delivered) });
             }
             None => {
@@ -1305,11 +1347,11 @@ impl Engine {
         }
     }
 
-    fn arrive_ready(&mut self, h: Header, data: Bytes) {
-        let envelope = Envelope::from_header(&h, data.len() as u64);
+    fn arrive_ready(&mut self, h: Header, data: Bytes) -> Result<()> {
+        let envelope = Envelope::from_header(&h, data.len() as u64)?;
         let taken = match self.posted.take_match(&envelope) {
             Some(id) => {
-                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered { envelope, data, credit: 0 }) });
+                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(envelope, data, 0)) });
                 1
             }
             None => {
@@ -1319,6 +1361,7 @@ impl Engine {
         };
         let header = Header { send_id: h.send_id, data_len: taken, ..Header::control(Kind::ReadyAck, self.rank) };
         self.push_frame(h.source, Frame::control(header));
+        Ok(())
     }
 
     // ----- the end ------------------------------------------------------------

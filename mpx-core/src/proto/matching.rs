@@ -129,6 +129,7 @@ mod tests {
                             signature: None,
                             repr: Repr::Native,
                             len: 0,
+                            desc_len: 0,
                             seq: 0,
                         };
                         let want = list.iter().position(|(_, spec)| spec.accepts(&env)).map(|i| list.remove(i).0);

@@ -12,7 +12,7 @@
 //! | 4..8 | tag (i32) |
 //! | 8..16 | communicator context id; the job id in a hello |
 //! | 16..20 | source rank |
-//! | 20..24 | reserved (0) |
+//! | 20..24 | bytes of type description leading the data (external32 typed messages) |
 //! | 24..32 | per-pair sequence number (data frames); byte offset (rendezvous data) |
 //! | 32..40 | type signature hash; native representation (hello) |
 //! | 40..48 | type signature length (basic elements); credit granted (hello) |
@@ -109,6 +109,9 @@ pub struct Header {
     pub context: u64,
     /// Sender's rank.
     pub source: u32,
+    /// Bytes at the start of the message's data that describe its type
+    /// sequence (external32 typed messages; see [`crate::comm`]), 0 otherwise.
+    pub desc_len: u32,
     /// Per-pair sequence number of data frames (eager, RTS, ready); byte
     /// offset of a rendezvous data chunk.
     pub seq: u64,
@@ -142,7 +145,7 @@ impl Header {
         w.put_i32_le(self.tag);
         w.put_u64_le(self.context);
         w.put_u32_le(self.source);
-        w.put_u32_le(0);
+        w.put_u32_le(self.desc_len);
         for v in [self.seq, self.sig_hash, self.sig_len, self.data_len, self.send_id, self.recv_id, payload_len] {
             w.put_u64_le(v);
         }
@@ -173,17 +176,28 @@ impl Header {
         let tag = bytes.get_i32_le();
         let context = bytes.get_u64_le();
         let source = bytes.get_u32_le();
-        let reserved = bytes.get_u32_le();
-        if reserved != 0 {
-            return Err(Error::Protocol(format!("reserved header field is {reserved:#x}")));
-        }
+        let desc_len = bytes.get_u32_le();
         let mut words = [0u64; 7];
         for w in &mut words {
             *w = bytes.get_u64_le();
         }
         let [seq, sig_hash, sig_len, data_len, send_id, recv_id, payload_len] = words;
         let header =
-            Header { kind, repr, untyped: flags == 1, tag, context, source, seq, sig_hash, sig_len, data_len, send_id, recv_id };
+            Header {
+            kind,
+            repr,
+            untyped: flags == 1,
+            tag,
+            context,
+            source,
+            desc_len,
+            seq,
+            sig_hash,
+            sig_len,
+            data_len,
+            send_id,
+            recv_id,
+        };
         Ok((header, payload_len))
     }
 }
@@ -312,6 +326,7 @@ mod tests {
                 tag: 77,
                 context: 0xdead_beef,
                 source: 5,
+                desc_len: 2,
                 seq: 12,
                 sig_hash: 1 << 60,
                 sig_len: 3,

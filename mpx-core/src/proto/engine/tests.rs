@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::*;
 
 fn msg(dest: u32, tag: i32, data: &'static [u8]) -> Outgoing {
-    Outgoing { dest, context: 0, tag, signature: Some((7, data.len() as u64)), repr: Repr::Native, data: Bytes::from_static(data) }
+    Outgoing { dest, context: 0, tag, signature: Some((7, data.len() as u64)), repr: Repr::Native, desc_len: 0, data: Bytes::from_static(data) }
 }
 
 fn spec(source: Option<u32>, tag: Option<i32>) -> MatchSpec {
