@@ -4,6 +4,10 @@
 use mpx::prelude::*;
 use mpx::MpiType;
 
+#[macro_use]
+mod support;
+
+each_transport! {
 #[derive(Clone, Copy, Debug, Default, PartialEq, MpiType)]
 #[repr(C)]
 struct Particle {
@@ -262,7 +266,7 @@ async fn generic_enum_and_packed_derives_cross_the_loopback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_in_external32_are_converted_by_the_receiver() {
-    let mut opts = mpx::LaunchOptions::ranks(2);
+    let mut opts = options(2);
     opts.engine.repr = mpx::proto::wire::Repr::External32;
     opts.engine.eager_threshold = 64; // rendezvous too
     let out = mpx::launch_with(opts, |comm| async move {
@@ -293,4 +297,5 @@ async fn messages_in_external32_are_converted_by_the_receiver() {
     .await
     .unwrap();
     assert_eq!(out[1], [-3, 70_000]);
+}
 }

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use mpx::prelude::*;
 
+#[macro_use]
+mod support;
+
+each_transport! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_ranks_tags_and_counts() {
     launch(2, |comm| async move {
@@ -143,4 +147,5 @@ async fn huge_counts_are_errors_not_aborts() {
     })
     .await
     .unwrap();
+}
 }

@@ -4,8 +4,12 @@
 use std::time::Duration;
 
 use mpx::prelude::*;
-use mpx::{launch_with, LaunchOptions};
+use mpx::launch_with;
 
+#[macro_use]
+mod support;
+
+each_transport! {
 /// Example 3.1: ten reals sent, received into room for fifteen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_3_1_reals_into_a_larger_buffer() {
@@ -117,7 +121,7 @@ async fn example_3_5_messages_are_non_overtaking() {
 async fn example_3_6_progress_with_crossed_receives() {
     // Make the buffered message large enough to go by rendezvous too.
     for eager_threshold in [64 * 1024, 16] {
-        let mut opts = LaunchOptions::ranks(2);
+        let mut opts = options(2);
         opts.engine.eager_threshold = eager_threshold;
         let out = launch_with(opts, |comm| async move {
             if comm.rank() == 0 {
@@ -185,7 +189,7 @@ async fn example_3_9_exchange_that_relies_on_buffering() {
     };
     let out = tokio::time::timeout(Duration::from_secs(10), launch(2, body)).await.expect("buffered").unwrap();
     assert_eq!(out, [1.0, 0.0]);
-    let mut unbuffered = LaunchOptions::ranks(2);
+    let mut unbuffered = options(2);
     unbuffered.engine.eager_threshold = 0;
     let run = launch_with(unbuffered, body);
     assert!(tokio::time::timeout(Duration::from_millis(300), run).await.is_err(), "no buffering: deadlock");
@@ -196,7 +200,7 @@ async fn example_3_9_exchange_that_relies_on_buffering() {
 /// hold their space until the receiver matches them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buffered_sends_exhaust_the_attached_buffer() {
-    let mut opts = LaunchOptions::ranks(2);
+    let mut opts = options(2);
     opts.engine.eager_threshold = 0;
     let out = launch_with(opts, |comm| async move {
         if comm.rank() == 0 {
@@ -227,4 +231,5 @@ async fn buffered_sends_exhaust_the_attached_buffer() {
     .await
     .unwrap();
     assert_eq!(out[1], [1, 2]);
+}
 }

@@ -4,14 +4,18 @@
 use std::time::Duration;
 
 use mpx::prelude::*;
-use mpx::{launch_with, LaunchOptions};
+use mpx::launch_with;
 
+#[macro_use]
+mod support;
+
+each_transport! {
 const RANKS: usize = 8;
 const PER_PAIR: u64 = 1800; // 8 * 7 * 1800 = 100,800 messages
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_rank_flood_of_over_100k_messages() {
-    let mut opts = LaunchOptions::ranks(RANKS);
+    let mut opts = options(RANKS);
     // Small credit and threshold so eager, credit exhaustion and rendezvous all happen.
     opts.engine.eager_credit = 4096;
     opts.engine.eager_threshold = 96;
@@ -59,7 +63,7 @@ async fn eight_rank_flood_of_over_100k_messages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_producer_is_throttled_by_the_consumers_credit() {
-    let mut opts = LaunchOptions::ranks(2);
+    let mut opts = options(2);
     opts.engine.eager_credit = 16 * 1024;
     let out = launch_with(opts, |comm| async move {
         if comm.rank() == 0 {
@@ -89,7 +93,7 @@ async fn a_fast_producer_is_throttled_by_the_consumers_credit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_messages_are_bounded_by_credit_too() {
-    let mut opts = LaunchOptions::ranks(2);
+    let mut opts = options(2);
     opts.engine.eager_credit = 4096;
     let out = launch_with(opts, |comm| async move {
         if comm.rank() == 0 {
@@ -114,4 +118,5 @@ async fn empty_messages_are_bounded_by_credit_too() {
     // Each queued empty message costs its header (80 bytes) of credit; at
     // most one more waits as a rendezvous request.
     assert!(out[1] <= 4096 / 80 + 2, "{} empty messages queued", out[1]);
+}
 }

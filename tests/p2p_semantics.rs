@@ -6,8 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mpx::prelude::*;
-use mpx::{launch_with, LaunchOptions};
+use mpx::launch_with;
 
+#[macro_use]
+mod support;
+
+each_transport! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synchronous_send_completes_only_after_the_receive_starts() {
     let posted = Arc::new(AtomicBool::new(false));
@@ -34,7 +38,7 @@ async fn synchronous_send_completes_only_after_the_receive_starts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standard_send_of_a_large_message_waits_for_the_receiver() {
-    let mut opts = LaunchOptions::ranks(2);
+    let mut opts = options(2);
     opts.engine.eager_threshold = 1024;
     let received = Arc::new(AtomicBool::new(false));
     let r = received.clone();
@@ -277,4 +281,5 @@ async fn a_dropped_matched_probe_keeps_the_senders_order() {
     .await
     .unwrap();
     assert_eq!(out[1], [1, 2, 3], "non-overtaking must survive a returned message");
+}
 }

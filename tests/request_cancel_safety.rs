@@ -8,6 +8,10 @@ use std::task::{Context, Poll, Waker};
 use mpx::prelude::*;
 use mpx::{launch_with, LaunchOptions};
 
+#[macro_use]
+mod support;
+
+each_transport! {
 /// Polls `fut` at most `polls` times (with a no-op waker, yielding between
 /// polls so the drivers run), then drops it. Returns its output if it
 /// completed.
@@ -78,19 +82,19 @@ async fn dropping_receives(opts: LaunchOptions) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_receives_and_sends_lose_nothing() {
-    dropping_receives(LaunchOptions::ranks(2)).await;
+    dropping_receives(options(2)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_receives_and_sends_lose_nothing_under_rendezvous() {
-    let mut opts = LaunchOptions::ranks(2);
+    let mut opts = options(2);
     opts.engine.eager_threshold = 0;
     dropping_receives(opts).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn dropped_receives_on_a_current_thread_runtime() {
-    let mut opts = LaunchOptions::ranks(2);
+    let mut opts = options(2);
     opts.engine.eager_credit = 512;
     dropping_receives(opts).await;
 }
@@ -122,7 +126,7 @@ async fn leaked_futures_are_sound() {
 /// The async functions too: `recv_into`, `recv`, matched receives and
 /// synchronous sends, each dropped after a random number of polls.
 async fn dropping_async_functions(sender_waits: bool) {
-    let mut opts = LaunchOptions::ranks(2);
+    let mut opts = options(2);
     opts.engine.eager_threshold = 64;
     let run = launch_with(opts, move |comm| async move {
         const N: u64 = 1500;
@@ -195,4 +199,5 @@ async fn dropped_async_functions_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_async_functions_lose_nothing_after_the_sender_returns() {
     dropping_async_functions(false).await;
+}
 }

@@ -9,6 +9,10 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use mpx::prelude::*;
 use mpx::{start_all, test_all, test_any, test_some, wait_all, wait_any, wait_some, Persistent, Request, Tested};
 
+#[macro_use]
+mod support;
+
+each_transport! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operations_start_when_called() {
     launch(2, |comm| async move {
@@ -395,4 +399,5 @@ async fn inactive_persistent_requests_and_owned_modes() {
     })
     .await
     .unwrap();
+}
 }

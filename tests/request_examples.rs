@@ -6,6 +6,10 @@ use std::time::Duration;
 use mpx::prelude::*;
 use mpx::{wait_any, wait_some, RequestSet};
 
+#[macro_use]
+mod support;
+
+each_transport! {
 /// Example 3.10: isend / irecv, computation, then wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_3_10_nonblocking_with_wait() {
@@ -226,4 +230,5 @@ async fn client_server_on_a_request_set() {
     .await
     .unwrap();
     assert_eq!(&out[0][1..], &[ROUNDS; 3]);
+}
 }

@@ -2,9 +2,12 @@
 //! each wait_some call follows what completed, not what is outstanding
 //! (counted in request polls, not in time).
 
-use mpx::prelude::*;
 use mpx::RequestSet;
 
+#[macro_use]
+mod support;
+
+each_transport! {
 const OUTSTANDING: usize = 10_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,4 +69,5 @@ async fn wait_some_work_follows_completions() {
     // Each call polls only the requests that were woken: about one per completion.
     assert!(polls as usize <= 2 * done + per_call.len(), "{polls} polls for {done} completions in {} calls", per_call.len());
     assert!(per_call.iter().all(|&(p, d)| p as usize <= 2 * d + 8), "a call polled far more than it completed");
+}
 }

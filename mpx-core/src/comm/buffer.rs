@@ -82,8 +82,7 @@ impl<'a> SendBuf<'a> {
                 let mut out = TypeSequence::of(&self.datatype, self.count).encode();
                 let desc_len = u32::try_from(out.len())
                     .map_err(|_| Error::InvalidDatatype("the type has too many runs of basic types to describe".into()))?;
-                out.resize(out.len() + self.datatype.pack_external_size(self.count)?, 0);
-                self.datatype.pack_external(self.region, self.count, &mut out[desc_len as usize..], &mut 0)?;
+                self.datatype.pack_external_append(self.region, self.count, &mut out)?;
                 Packed { data: Bytes::from(out), repr, signature, desc_len }
             }
         })
@@ -225,6 +224,14 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
         if native.len() > capacity {
             return Err(Error::Truncate { needed: native.len() as u64, available: capacity as u64 });
         }
+        datatype.unpack_message(&native, Repr::Native, region, count)?;
+        return Ok(Status::of(env.source, env.tag, native.len() as u64));
+    }
+    let ext_size = datatype.external32_size();
+    if env.repr == Repr::External32 && ext_size > 0 && !(msg.data.len() as u64).is_multiple_of(ext_size) {
+        // A partial last item: convert through the message's type sequence,
+        // then unpack the native bytes, which may end inside an item.
+        let native = native_packed(msg)?;
         datatype.unpack_message(&native, Repr::Native, region, count)?;
         return Ok(Status::of(env.source, env.tag, native.len() as u64));
     }

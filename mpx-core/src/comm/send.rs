@@ -34,7 +34,9 @@ impl Comm {
             let mut st = self.shared.lock();
             let id = st.engine.next_id();
             if mode == SendMode::Buffered {
-                let need = data.len() + BSEND_OVERHEAD;
+                // The data as MPI counts it (pack_size), not the type description
+                // that may lead it on the wire.
+                let need = data.len() - desc_len as usize + BSEND_OVERHEAD;
                 let b = &mut st.bsend;
                 let capacity = b.attached.as_ref().map_or(0, Vec::len);
                 if b.used + need > capacity {

@@ -375,6 +375,17 @@ impl Datatype {
         Ok(out)
     }
 
+    /// Appends `count` items from `src` in external32 to `out`, checking
+    /// the source before allocating anything.
+    pub(crate) fn pack_external_append(&self, src: Region<'_>, count: u64, out: &mut Vec<u8>) -> Result<()> {
+        check_span(self, count, src.origin, src.len)?;
+        let size = self.pack_external_size(count)?;
+        out.try_reserve_exact(size).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+        let start = out.len();
+        out.resize(start + size, 0);
+        self.pack_external(src, count, &mut out[start..], &mut 0)
+    }
+
     /// `MPI_Unpack`: reads `count` items from `inbuf` at `*position` into
     /// `dst`, and advances `*position`. Only the typemap's bytes of `dst` are
     /// written.

@@ -1,0 +1,45 @@
+//! The transport-neutral harness: a test is written once and runs on every
+//! transport.
+//!
+//! `each_transport! { ... }` instantiates the items it wraps once per
+//! transport, in a module named after it (tokio's `rt_test!` pattern). In
+//! each module, `options(ranks)` gives that transport's launch options (to
+//! adjust and pass to `launch_with`) and `launch(ranks, f)` launches on it.
+//! A new transport is one more arm here.
+//!
+//! * `loopback`: the in-memory transport, frames as values;
+//! * `network_like`: frames encoded to bytes and decoded, small credit,
+//!   rendezvous data in small chunks, external32 between the ranks.
+
+#[macro_export]
+macro_rules! each_transport {
+    (@on $name:ident, $options:path; $($item:item)*) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            /// This transport's launch options for `ranks` ranks.
+            #[allow(dead_code)]
+            fn options(ranks: usize) -> mpx::LaunchOptions {
+                $options(ranks)
+            }
+
+            /// `mpx::launch` on this transport.
+            #[allow(dead_code)]
+            async fn launch<F, Fut, R>(ranks: usize, f: F) -> mpx::Result<Vec<R>>
+            where
+                F: Fn(mpx::Comm) -> Fut,
+                Fut: std::future::Future<Output = mpx::Result<R>> + Send + 'static,
+                R: Send + 'static,
+            {
+                mpx::launch_with(options(ranks), f).await
+            }
+
+            $($item)*
+        }
+    };
+    ($($item:item)*) => {
+        $crate::each_transport!(@on loopback, mpx::LaunchOptions::ranks; $($item)*);
+        $crate::each_transport!(@on network_like, mpx::LaunchOptions::network_like; $($item)*);
+    };
+}
