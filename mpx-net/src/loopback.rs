@@ -242,7 +242,8 @@ impl Transport for Loopback {
 /// timers, until the endpoint is gone or every sender is.
 async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32) {
     let Some(ep) = endpoint.upgrade() else { return };
-    ep.handle_timeout(std::time::Instant::now());
+    // tokio's clock, so that a paused test clock drives the engine's timers.
+    ep.handle_timeout(tokio::time::Instant::now().into_std());
     drop(ep);
     loop {
         let deadline = match endpoint.upgrade() {
@@ -269,9 +270,9 @@ async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32) {
             Some(at) => {
                 tokio::select! {
                     alive = received => if !alive { return },
-                    _ = tokio::time::sleep_until(at.into()) => {
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
                         let Some(ep) = endpoint.upgrade() else { return };
-                        ep.handle_timeout(std::time::Instant::now());
+                        ep.handle_timeout(tokio::time::Instant::now().into_std());
                     }
                 }
             }

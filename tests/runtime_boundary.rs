@@ -1,0 +1,160 @@
+//! The transport boundary, through real endpoints: a peer that stops
+//! reading holds back only its own frames, the sender's memory for it stays
+//! bounded, and the engine's timers run on the driver's clock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use mpx::prelude::*;
+use mpx::proto::engine::Config;
+use mpx::proto::wire::{Frame, HEADER_LEN};
+use mpx::runtime::{SendError, WeakEndpoint};
+use mpx::{Endpoint, LaunchOptions, Transport};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+/// Bytes the link from rank 0 to rank 2 takes while rank 2 does not read.
+const LINK: usize = 32 * 1024;
+
+/// A network of three ranks in which rank 2 can stop reading what rank 0
+/// sends: the link then fills up and refuses frames, as a stream whose
+/// receiver stopped reading would.
+struct Net {
+    me: u32,
+    inboxes: Vec<UnboundedSender<(u32, Frame)>>,
+    stall: Arc<Stall>,
+}
+
+struct Stall {
+    on: AtomicBool,
+    /// Frames rank 0 sent rank 2 while stalled, and their bytes.
+    held: Mutex<(Vec<Frame>, usize)>,
+    /// Rank 0's endpoint, to tell it the link drained.
+    sender: OnceLock<WeakEndpoint>,
+}
+
+impl Transport for Net {
+    fn send(&self, dest: u32, frame: Frame) -> Result<(), SendError> {
+        if self.me == 0 && dest == 2 && self.stall.on.load(Ordering::SeqCst) {
+            let mut held = self.stall.held.lock().unwrap();
+            if held.1 > 0 && held.1 + frame.wire_len() > LINK {
+                return Err(SendError::Full(frame));
+            }
+            held.1 += frame.wire_len();
+            held.0.push(frame);
+            return Ok(());
+        }
+        self.inboxes[dest as usize].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
+    let config = Config { eager_threshold: 1024, eager_credit: 16 * 1024, rndv_chunk: 4096, rndv_slots: 8, ..Config::default() };
+    let stall = Arc::new(Stall { on: AtomicBool::new(true), held: Mutex::new((Vec::new(), 0)), sender: OnceLock::new() });
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..3 {
+        let (tx, rx) = unbounded_channel();
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let endpoints: Vec<Endpoint> = (0..3)
+        .map(|r| Endpoint::new(r, 3, config, Net { me: r, inboxes: senders.clone(), stall: stall.clone() }))
+        .collect();
+    let _ = stall.sender.set(endpoints[0].downgrade());
+    for (r, mut rx) in receivers.into_iter().enumerate() {
+        let ep = endpoints[r].downgrade();
+        tokio::spawn(async move {
+            while let Some((from, frame)) = rx.recv().await {
+                let Some(ep) = ep.upgrade() else { return };
+                ep.handle_frame(from, frame);
+            }
+        });
+    }
+    // The hellos to rank 2 are held too: let them through first.
+    let release = |stall: &Stall| {
+        let (frames, _) = std::mem::take(&mut *stall.held.lock().unwrap());
+        for f in frames {
+            senders[2].send((0, f)).unwrap();
+        }
+    };
+    release(&stall);
+    for e in &endpoints {
+        tokio::time::timeout(Duration::from_secs(10), e.connected()).await.expect("connected");
+    }
+    let (zero, one, two) = (endpoints[0].world(), endpoints[1].world(), endpoints[2].world());
+
+    // Rank 0 floods rank 2, which does not read: eager messages until the
+    // credit is spent, then rendezvous requests, then held sends.
+    let payload = vec![7u8; 3000];
+    let mut to_two = Vec::new();
+    for i in 0..200u32 {
+        to_two.push(zero.isend_vec(vec![i as u8; if i % 3 == 0 { 3000 } else { 500 }], 2, 0));
+    }
+    drop(payload);
+    // Meanwhile rank 0 and rank 1 exchange 200 messages each way, promptly.
+    let started = std::time::Instant::now();
+    let echo = tokio::spawn(async move {
+        for i in 0..200u32 {
+            let (v, _) = one.recv::<u32>(0, 1).await?;
+            one.send(&[v[0] + 1], 0, 2).await?;
+            assert_eq!(v[0], i);
+        }
+        Ok::<_, Error>(())
+    });
+    for i in 0..200u32 {
+        zero.send(&[i], 1, 1).await.unwrap();
+        let (v, _) = zero.recv::<u32>(1, 2).await.unwrap();
+        assert_eq!(v, [i + 1]);
+    }
+    echo.await.unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "the stalled peer delayed the others");
+
+    // What waits for rank 2 is bounded: the link, and in the engine at most
+    // the credit plus one header per rendezvous slot.
+    let in_engine = endpoints[0].queued_bytes(2);
+    let on_link = stall.held.lock().unwrap().1;
+    assert!(on_link <= LINK && on_link > LINK / 2, "the link filled up: {on_link}");
+    assert!(in_engine > 0, "frames wait in the engine once the link is full");
+    let bound = config.eager_credit as usize + config.rndv_slots as usize * HEADER_LEN;
+    assert!(in_engine <= bound, "{in_engine} bytes queued for the stalled peer, bound {bound}");
+
+    // Rank 2 reads again: everything arrives, in order.
+    stall.on.store(false, Ordering::SeqCst);
+    release(&stall);
+    endpoints[0].writable(2);
+    let reader = tokio::spawn(async move {
+        for i in 0..200u32 {
+            let (v, _) = two.recv::<u8>(0, 0).await?;
+            assert_eq!((v.len(), v[0]), (if i % 3 == 0 { 3000 } else { 500 }, i as u8));
+        }
+        Ok::<_, Error>(())
+    });
+    tokio::time::timeout(Duration::from_secs(20), reader).await.expect("rank 2 gets everything").unwrap().unwrap();
+    for r in to_two {
+        r.await.unwrap();
+    }
+}
+
+/// With an idle timeout, the drivers' pings keep live peers connected across
+/// long quiet stretches (on tokio's paused clock: no real waiting).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn pings_keep_quiet_peers_alive_on_the_drivers_clock() {
+    let mut opts = LaunchOptions::ranks(3);
+    opts.engine.idle_timeout = Some(Duration::from_secs(2));
+    let out = mpx::launch_with(opts, |comm| async move {
+        // A minute of silence between ranks, in quiet steps.
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let right = (comm.rank() + 1) % comm.size();
+        let left = (comm.rank() + comm.size() - 1) % comm.size();
+        let mut got = [0u32];
+        comm.sendrecv(&[comm.rank() as u32], right, 0, &mut got, left, 0).await?;
+        Ok(got[0])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out, [2, 0, 1]);
+}
