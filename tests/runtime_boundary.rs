@@ -50,7 +50,7 @@ impl Transport for Net {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
-    let config = Config { eager_threshold: 1024, eager_credit: 16 * 1024, rndv_chunk: 4096, rndv_slots: 8, ..Config::default() };
+    let config = Config { eager_threshold: 1024, eager_credit: 64 * 1024, rndv_chunk: 4096, rndv_slots: 64, ..Config::default() };
     let stall = Arc::new(Stall { on: AtomicBool::new(true), held: Mutex::new((Vec::new(), 0)), sender: OnceLock::new() });
     let mut senders = Vec::new();
     let mut receivers = Vec::new();
