@@ -35,7 +35,8 @@ impl<'a> SendBuf<'a> {
 
     /// A typed slice with its own datatype.
     pub fn typed<T: MpiType>(values: &'a [T]) -> SendBuf<'a> {
-        SendBuf { region: Region::typed(values), count: values.len() as u64, datatype: T::datatype() }
+        // SAFETY: the region is read through `T`'s own datatype.
+        SendBuf { region: unsafe { Region::typed(values) }, count: values.len() as u64, datatype: T::datatype() }
     }
 
     /// `count` items of a derived `datatype` laid over a typed slice (every
@@ -55,7 +56,8 @@ impl<'a> SendBuf<'a> {
     /// ```
     pub fn typed_with<T: MpiType>(values: &'a [T], count: u64, datatype: &Datatype) -> Result<SendBuf<'a>> {
         check_typemap_bytes::<T>(values.len(), count, datatype)?;
-        Ok(SendBuf { region: Region::typed(values), count, datatype: datatype.clone() })
+        // SAFETY: the datatype touches only bytes of `T`'s typemap (checked above).
+        Ok(SendBuf { region: unsafe { Region::typed(values) }, count, datatype: datatype.clone() })
     }
 
     /// Data made with the pack API, sent as `packed` (it carries no type
@@ -138,7 +140,9 @@ impl<'a> RecvBuf<'a> {
         // SAFETY: every byte the datatype writes holds data of `T`, where
         // any bit pattern is valid (checked above).
         let view = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<std::mem::MaybeUninit<T>>(), values.len()) };
-        Ok(RecvBuf { region: RegionMut::typed(view), count, datatype: datatype.clone() })
+        // SAFETY: as above: only typemap bytes of `T`, where any bit pattern
+        // is valid, are written.
+        Ok(RecvBuf { region: unsafe { RegionMut::typed(view) }, count, datatype: datatype.clone() })
     }
 
     pub(crate) fn check(&self) -> Result<()> {
@@ -267,10 +271,13 @@ pub(crate) fn native_packed(msg: &Delivered) -> Result<Bytes> {
 pub(crate) fn unpack_typed_message<T: MpiType>(msg: &Delivered, buf: &mut [T]) -> Result<Status> {
     let count = buf.len() as u64;
     let mut status = None;
-    crate::pack::unpack_typed(buf, |region| {
-        status = Some(deliver_into(msg, &T::datatype(), count, region)?);
-        Ok(())
-    })?;
+    // SAFETY: the region is written through `T`'s own datatype.
+    unsafe {
+        crate::pack::unpack_typed(buf, |region| {
+            status = Some(deliver_into(msg, &T::datatype(), count, region)?);
+            Ok(())
+        })?;
+    }
     Ok(status.expect("set on success"))
 }
 

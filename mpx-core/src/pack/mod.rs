@@ -150,9 +150,13 @@ impl<'a> Region<'a> {
         Region::new(bytemuck::cast_slice(values))
     }
 
-    /// A slice of an [`MpiType`] read through that type's own datatype,
-    /// which covers initialised bytes only.
-    pub(crate) fn typed<T: MpiType>(values: &'a [T]) -> Region<'a> {
+    /// A slice of an [`MpiType`], as bytes.
+    ///
+    /// # Safety
+    /// The region may only be read through `T`'s own datatype, or through a
+    /// datatype checked to touch only bytes of `T`'s typemap: other bytes
+    /// (padding) may be uninitialised.
+    pub(crate) unsafe fn typed<T: MpiType>(values: &'a [T]) -> Region<'a> {
         Region { ptr: values.as_ptr().cast(), len: std::mem::size_of_val(values), origin: 0, _borrow: PhantomData }
     }
 }
@@ -180,9 +184,14 @@ impl<'a> RegionMut<'a> {
         check_span(datatype, count, self.origin, self.len)
     }
 
-    /// A slice of an [`MpiType`] written through that type's own datatype.
-    /// Callers validate values before exposing them as `T`.
-    pub(crate) fn typed<T: MpiType>(values: &'a mut [MaybeUninit<T>]) -> RegionMut<'a> {
+    /// A slice of possibly invalid values of an [`MpiType`], as bytes.
+    ///
+    /// # Safety
+    /// The region may only be written through `T`'s own datatype, or
+    /// through a datatype checked to touch only bytes of `T`'s typemap
+    /// where every bit pattern is valid; values written so are validated
+    /// before anything reads them as `T`.
+    pub(crate) unsafe fn typed<T: MpiType>(values: &'a mut [MaybeUninit<T>]) -> RegionMut<'a> {
         RegionMut {
             ptr: values.as_mut_ptr().cast(),
             len: std::mem::size_of_val(values),
@@ -543,7 +552,8 @@ impl Datatype {
 /// # Ok::<(), mpx_core::Error>(())
 /// ```
 pub fn pack<T: MpiType>(src: &[T], out: &mut [u8], position: &mut usize) -> Result<()> {
-    T::datatype().pack_into(Region::typed(src), src.len() as u64, out, position)
+    // SAFETY: read through `T`'s own datatype.
+    T::datatype().pack_into(unsafe { Region::typed(src) }, src.len() as u64, out, position)
 }
 
 /// `MPI_Unpack` into a typed slice with its own datatype: fills all of `dst`
@@ -560,12 +570,17 @@ pub fn pack<T: MpiType>(src: &[T], out: &mut [u8], position: &mut usize) -> Resu
 /// ```
 pub fn unpack<T: MpiType>(inbuf: &[u8], position: &mut usize, dst: &mut [T]) -> Result<()> {
     let count = dst.len() as u64;
-    unpack_typed(dst, |region| T::datatype().unpack_from(inbuf, position, region, count))
+    // SAFETY: the region is written through `T`'s own datatype.
+    unsafe { unpack_typed(dst, |region| T::datatype().unpack_from(inbuf, position, region, count)) }
 }
 
 /// Runs `fill` on a view of `dst` that may hold invalid values of `T`, then
 /// validates them; `dst` is changed only if every item is valid.
-pub(crate) fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(RegionMut<'_>) -> Result<()>) -> Result<()> {
+///
+/// # Safety
+/// `fill` may write the region only through `T`'s own datatype (see
+/// [`RegionMut::typed`]).
+pub(crate) unsafe fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(RegionMut<'_>) -> Result<()>) -> Result<()> {
     let n = dst.len();
     if !T::NEEDS_VALIDATION || std::mem::size_of::<T>() == 0 {
         // (A zero-sized `T` has no typemap bytes: nothing is written, so
@@ -574,10 +589,13 @@ pub(crate) fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(RegionMu
         // SAFETY: every bit pattern of the typemap bytes is a valid T (or
         // there are none).
         let view = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<T>>(), n) };
-        return fill(RegionMut::typed(view));
+        // SAFETY: our caller writes through `T`'s own datatype.
+        return fill(unsafe { RegionMut::typed(view) });
     }
     let mut scratch: Vec<MaybeUninit<T>> = dst.iter().map(|v| MaybeUninit::new(*v)).collect();
-    fill(RegionMut::typed(&mut scratch))?;
+    // SAFETY: our caller writes through `T`'s own datatype; the scratch
+    // values are validated below before `dst` sees them.
+    fill(unsafe { RegionMut::typed(&mut scratch) })?;
     for (i, item) in scratch.iter().enumerate() {
         // SAFETY: each item's typemap bytes are initialised (from a valid T
         // or from the unpack).
