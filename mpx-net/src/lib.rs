@@ -1,10 +1,16 @@
-//! Transports for mpx.
+//! Transports for mpx, each behind the [`Transport`](mpx_core::Transport)
+//! boundary of `mpx_core::runtime`.
 //!
 //! * [`loopback`]: N ranks in one process, frames moved through in-memory
-//!   channels, so `cargo test` needs nothing else;
-//! * QUIC between processes and hosts (quinn), bootstrap from the
-//!   environment of `mpxrun`, Open MPI's `mpirun`, MPICH's `mpiexec` or
-//!   Slurm, and the `mpxrun` launcher: to come, behind the same
-//!   [`Transport`](mpx_core::Transport) trait.
+//!   links with flow control, as values or (network-like) as encoded bytes,
+//!   so `cargo test` needs nothing else.
+//!
+//! Where the rest goes, one folder each, as it is built:
+//!
+//! | path | what |
+//! |---|---|
+//! | `src/quic/` | QUIC connections (quinn, rustls), their drivers, frames on streams, the job's credential |
+//! | `src/bootstrap/` | how a process learns its rank and peers: `mpxrun`, PMI (hydra, Slurm), Open MPI |
+//! | `src/bin/mpxrun.rs` | the launcher |
 
 pub mod loopback;

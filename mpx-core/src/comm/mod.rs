@@ -1,11 +1,38 @@
 //! Communicators: MPI's point-to-point operations as async functions.
 //!
-//! An [`Endpoint`] is one rank's connection to the world: it owns the rank's
-//! [`Engine`] behind a mutex and a [`Transport`] that carries frames to
-//! peers. The transport's driver task feeds incoming frames to
-//! [`Endpoint::handle_frame`], so matching and protocol replies progress
-//! whether or not anyone is polling a particular operation. A [`Comm`] is a
-//! communicator over an endpoint: a rank, a size and a matching context.
+//! A [`Comm`] is a communicator over an [`Endpoint`] (one rank's
+//! connection to the world, see [`crate::runtime`]): a rank, a size and a
+//! matching context. The operations live in one file each:
+//!
+//! | file | what |
+//! |---|---|
+//! | `send.rs` | the four send modes, blocking and nonblocking |
+//! | `recv.rs`, `recv_owned.rs` | receives into slices, described buffers, owned vectors and bytes |
+//! | `probe.rs` | probes and matched probes ([`Message`]) |
+//! | `sendrecv.rs` | `sendrecv`, `sendrecv_replace` |
+//! | `bsend.rs` | the buffer for buffered sends |
+//! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
+//! | `selectors.rs` | ranks, [`Any`], [`PROC_NULL`], tags |
+//! | [`persistent`] | persistent requests |
+//!
+//! # Representation
+//!
+//! A send packs typed data in the representation its destination takes
+//! (native to peers that share this rank's, external32 otherwise); external32
+//! typed data is led by its [`TypeSequence`](crate::pack::TypeSequence).
+//! A receive converts: into a typed buffer through its datatype, and into
+//! `packed` bytes by converting to this rank's native packed form, so the
+//! bytes unpack to the values sent.
+//!
+//! # Any-source receives when every other rank is gone
+//!
+//! Only this rank's own messages can still match such a receive, and a send
+//! to self is matched before the call that sent it returns. So the receive
+//! fails ([`Error::ProcessFailed`]) only when
+//! it is still unmatched on the second poll in a row that finds no match and
+//! no live sender: the first such poll wakes the task again, so everything
+//! else it (or the runtime) had ready to run, a send to self among it, runs
+//! in between. Probes follow the same rule.
 //!
 //! # Buffers never escape to the background
 //!

@@ -41,13 +41,13 @@ impl Comm {
     /// returns its request. The slice stays mutably borrowed until the
     /// request completes; the data is written into it only when the request
     /// is polled, never by a background task. A longer message is
-    /// [`Error::Truncate`], a message of another type
-    /// [`Error::TypeMismatch`], and values invalid for `T` are
-    /// [`Error::InvalidValue`]; in each case the slice is left unchanged.
+    /// [`Error::Truncate`](crate::Error::Truncate), a message of another type
+    /// [`Error::TypeMismatch`](crate::Error::TypeMismatch), and values invalid for `T` are
+    /// [`Error::InvalidValue`](crate::Error::InvalidValue); in each case the slice is left unchanged.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the request withdraws the receive, or gives its
-    /// message back to the head of the queue (see the [module docs](self)).
+    /// message back to the head of the queue (see the [module docs](super)).
     pub fn irecv<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
         self.start_recv(source, tag, Box::new(move |msg| unpack_typed_message(&msg, buf)))
     }
@@ -91,14 +91,14 @@ impl Comm {
     }
 
     /// `MPI_Recv` into a typed slice: receives up to `buf.len()` values from
-    /// `source` (a rank, [`Any`] or [`PROC_NULL`]) with `tag` (or [`Any`]).
+    /// `source` (a rank, [`Any`](super::Any) or [`PROC_NULL`](super::PROC_NULL)) with `tag` (or [`Any`](super::Any)).
     /// Errors as for [`irecv`](Comm::irecv), of which this is the blocking
     /// spelling: the receive is posted when called.
     ///
     /// # Cancel safety
     /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
     /// its message, if one had matched, is given back (see the
-    /// [module docs](self)).
+    /// [module docs](super)).
     pub fn recv_into<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
         self.irecv(buf, source, tag)
     }
