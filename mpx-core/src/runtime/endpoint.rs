@@ -173,9 +173,15 @@ impl Endpoint {
     /// # Cancel safety
     /// Cancel-safe: it only waits.
     pub async fn connected(&self) {
+        self.engine_state(Engine::is_connected).await
+    }
+
+    /// Waits until `reached` holds of the engine, or the engine is closed;
+    /// rechecked whenever the engine connects a peer or may have flushed.
+    async fn engine_state(&self, reached: impl Fn(&Engine) -> bool) {
         std::future::poll_fn(|cx| {
             let mut st = self.shared.lock();
-            if st.engine.is_connected() || st.engine.is_closed() {
+            if reached(&st.engine) || st.engine.is_closed() {
                 return Poll::Ready(());
             }
             st.state_wakers.push(cx.waker().clone());
@@ -201,15 +207,7 @@ impl Endpoint {
             st.engine.farewell(false);
             self.shared.flush(&mut st);
         }
-        std::future::poll_fn(|cx| {
-            let mut st = self.shared.lock();
-            if st.engine.is_flushed() || st.engine.is_closed() {
-                return Poll::Ready(());
-            }
-            st.state_wakers.push(cx.waker().clone());
-            Poll::Pending
-        })
-        .await;
+        self.engine_state(Engine::is_flushed).await;
         let flushed = std::future::poll_fn(|cx| self.shared.transport.poll_flush(cx)).await;
         self.close();
         flushed
@@ -326,7 +324,7 @@ impl Shared {
                 break;
             }
         }
-        if !st.state_wakers.is_empty() && (st.engine.is_flushed() || st.engine.is_closed()) {
+        if !st.state_wakers.is_empty() && (st.engine.is_flushed() || st.engine.is_closed() || st.engine.is_connected()) {
             let waiters = std::mem::take(&mut st.state_wakers);
             st.to_wake.extend(waiters);
         }
