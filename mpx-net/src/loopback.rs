@@ -61,8 +61,13 @@ pub struct Options {
 
 impl Options {
     /// `ranks` ranks with the default protocol configuration.
+    ///
+    /// Frames travel as values, so a rendezvous chunk costs a pointer move
+    /// however large: chunks are 64 MiB, and messages up to that size reach
+    /// the receiver without a copy.
     pub fn ranks(ranks: usize) -> Options {
-        Options { ranks, engine: Config::default(), link_capacity: 16 << 20, wire: false }
+        let engine = Config { rndv_chunk: 64 << 20, ..Config::default() };
+        Options { ranks, engine, link_capacity: 16 << 20, wire: false }
     }
 
     /// `ranks` ranks behaving as a network would: frames encoded to bytes
@@ -98,14 +103,23 @@ struct Inbox {
     streams: Vec<BytesMut>,
 }
 
-/// Flow control of one link.
+/// Flow control of one link. Each counter has one writer (the sender's
+/// endpoint, under its lock; the receiver's driver, holding its inbox), so
+/// the common path takes no read-modify-write on a shared cache line.
 #[derive(Default)]
 struct Link {
-    /// Bytes sent and not yet handled by the receiver.
-    in_flight: AtomicUsize,
+    /// Bytes the sender has put on the link (written by the sender only).
+    sent: Padded<AtomicUsize>,
+    /// Bytes the receiver has handled (written by the receiver only).
+    consumed: Padded<AtomicUsize>,
     /// The sender was refused and waits for [`Endpoint::writable`].
     blocked: AtomicBool,
 }
+
+/// A value on a cache line of its own.
+#[derive(Default)]
+#[repr(align(64))]
+struct Padded<T>(T);
 
 /// What every rank's transport shares: the inboxes, the links, and
 /// (weakly) the endpoints, so a `test` call can move any rank's frames
@@ -154,8 +168,12 @@ impl World {
             }
         }
         let link = self.link(from, me);
-        link.in_flight.fetch_sub(size, Ordering::SeqCst);
-        if link.blocked.swap(false, Ordering::SeqCst) {
+        let consumed = link.consumed.0.load(Ordering::Relaxed);
+        link.consumed.0.store(consumed.wrapping_add(size), Ordering::Release);
+        // Pairs with the sender's store of `blocked` and load of `consumed`:
+        // either it sees the room just freed, or this sees its flag.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if link.blocked.load(Ordering::Relaxed) && link.blocked.swap(false, Ordering::SeqCst) {
             if let Some(sender) = self.endpoint(from) {
                 sender.writable(me);
             }
@@ -194,15 +212,16 @@ impl Transport for Loopback {
         let link = world.link(self.me, dest);
         let size = frame.wire_len();
         let full = |in_flight: usize| in_flight > 0 && in_flight + size > world.capacity;
-        if full(link.in_flight.load(Ordering::SeqCst)) {
+        let sent = link.sent.0.load(Ordering::Relaxed);
+        if full(sent.wrapping_sub(link.consumed.0.load(Ordering::Acquire))) {
             // Ask to be woken, then look again: the receiver frees room
             // before it checks the flag, so one of the two sees the other.
             link.blocked.store(true, Ordering::SeqCst);
-            if full(link.in_flight.load(Ordering::SeqCst)) {
+            if full(sent.wrapping_sub(link.consumed.0.load(Ordering::SeqCst))) {
                 return Err(SendError::Full(frame));
             }
         }
-        link.in_flight.fetch_add(size, Ordering::SeqCst);
+        link.sent.0.store(sent.wrapping_add(size), Ordering::Relaxed);
         let packet = if world.wire {
             Packet::Bytes([Bytes::copy_from_slice(&frame.encode_header()), frame.payload])
         } else {
@@ -240,18 +259,13 @@ impl Transport for Loopback {
 
 /// Feeds the inbox to the endpoint, and the time when the engine keeps
 /// timers, until the endpoint is gone or every sender is.
-async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32) {
-    let Some(ep) = endpoint.upgrade() else { return };
-    // tokio's clock, so that a paused test clock drives the engine's timers.
-    ep.handle_timeout(tokio::time::Instant::now().into_std());
-    drop(ep);
-    loop {
-        let deadline = match endpoint.upgrade() {
-            Some(ep) => ep.poll_timeout(),
-            None => return,
-        };
-        let received = std::future::poll_fn(|cx| {
-            let mut inbox = lock(&world.inboxes[me as usize]);
+async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32, timers: bool) {
+    // Delivers what has arrived; `Ready(false)` once the endpoint or every
+    // sender is gone. With `until_quiet`, it returns after each batch (so
+    // the caller can look at its timers); otherwise it keeps going.
+    let receive = |cx: &mut std::task::Context<'_>, until_quiet: bool| -> Poll<bool> {
+        let mut inbox = lock(&world.inboxes[me as usize]);
+        loop {
             match inbox.rx.poll_recv(cx) {
                 Poll::Ready(Some(delivery)) => {
                     let Some(ep) = endpoint.upgrade() else { return Poll::Ready(false) };
@@ -260,26 +274,38 @@ async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32) {
                     while let Ok(delivery) = inbox.rx.try_recv() {
                         world.deliver(me, &mut inbox, delivery, &ep);
                     }
-                    Poll::Ready(true)
-                }
-                Poll::Ready(None) => Poll::Ready(false),
-                Poll::Pending => Poll::Pending,
-            }
-        });
-        match deadline {
-            Some(at) => {
-                tokio::select! {
-                    alive = received => if !alive { return },
-                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
-                        let Some(ep) = endpoint.upgrade() else { return };
-                        ep.handle_timeout(tokio::time::Instant::now().into_std());
+                    if until_quiet {
+                        return Poll::Ready(true);
                     }
                 }
+                Poll::Ready(None) => return Poll::Ready(false),
+                Poll::Pending => return Poll::Pending,
             }
-            None => {
-                if !received.await {
-                    return;
-                }
+        }
+    };
+    if !timers {
+        std::future::poll_fn(|cx| receive(cx, false)).await;
+        return;
+    }
+    {
+        let Some(ep) = endpoint.upgrade() else { return };
+        // tokio's clock, so that a paused test clock drives the engine's timers.
+        ep.handle_timeout(tokio::time::Instant::now().into_std());
+    }
+    loop {
+        let Some(deadline) = endpoint.upgrade().map(|ep| ep.poll_timeout()) else { return };
+        let received = std::future::poll_fn(|cx| receive(cx, true));
+        let Some(at) = deadline else {
+            if !received.await {
+                return;
+            }
+            continue;
+        };
+        tokio::select! {
+            alive = received => if !alive { return },
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
+                let Some(ep) = endpoint.upgrade() else { return };
+                ep.handle_timeout(tokio::time::Instant::now().into_std());
             }
         }
     }
@@ -361,7 +387,8 @@ where
     let _ = world.endpoints.set(endpoints.iter().map(Endpoint::downgrade).collect());
     let mut tasks = Tasks(Vec::with_capacity(2 * n));
     for (rank, endpoint) in endpoints.iter().enumerate() {
-        let driver = tokio::spawn(drive(endpoint.downgrade(), world.clone(), rank as u32));
+        let timers = options.engine.idle_timeout.is_some();
+        let driver = tokio::spawn(drive(endpoint.downgrade(), world.clone(), rank as u32, timers));
         tasks.0.push(driver.abort_handle());
     }
     let hellos = futures_join_all(endpoints.iter().map(|e| e.connected()));

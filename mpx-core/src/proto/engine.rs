@@ -106,6 +106,10 @@ pub type ReqId = u64;
 /// clear-to-sends) that it never reads.
 pub const MAX_QUEUED_FRAMES: usize = 1 << 16;
 
+/// Most bytes reserved up front for gathering a rendezvous message's
+/// chunks; a longer message's buffer grows as its data arrives.
+const GATHER_RESERVE_CAP: u64 = 64 << 20;
+
 /// Tunables of the protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -413,11 +417,16 @@ impl Received {
         }
     }
 
-    fn push(&mut self, chunk: Bytes) {
+    /// Adds the next chunk of a `total`-byte message.
+    fn push(&mut self, chunk: Bytes, total: u64) {
         *self = match std::mem::replace(self, Received::Nothing) {
             Received::Nothing => Received::One(chunk),
             Received::One(first) => {
-                let mut all = BytesMut::with_capacity(first.len() + chunk.len());
+                // Room for the whole message at once (one copy, no regrowth),
+                // up to a cap: the length is the sender's claim, and memory
+                // beyond it grows only as data really arrives.
+                let room = total.min(GATHER_RESERVE_CAP).max((first.len() + chunk.len()) as u64) as usize;
+                let mut all = BytesMut::with_capacity(room);
                 all.extend_from_slice(&first);
                 all.extend_from_slice(&chunk);
                 Received::Gathered(all)
@@ -1300,7 +1309,7 @@ impl Engine {
                 t.received.len()
             )));
         }
-        t.received.push(payload);
+        t.received.push(payload, total);
         if t.received.len() < total {
             return Ok(());
         }
