@@ -1246,10 +1246,21 @@ impl Engine {
                 let Some(PendingSend::Rendezvous { data, .. }) = self.sends.remove(&h.send_id) else {
                     unreachable!("checked above")
                 };
-                let p = &mut self.peers[from as usize];
-                p.slots += 1;
-                p.bulk.push_back(Bulk { send_id: h.send_id, recv_id: h.recv_id, data, offset: 0 });
-                self.schedule(from);
+                self.peers[from as usize].slots += 1;
+                if from == self.rank {
+                    // To itself: the whole data at once, never through a transport.
+                    let header = Header {
+                        recv_id: h.recv_id,
+                        data_len: data.len() as u64,
+                        ..Header::control(Kind::RndvData, self.rank)
+                    };
+                    self.local.push_back(Frame { header, payload: data });
+                    self.events.push_back(Event::SendDone { id: h.send_id, result: Ok(()) });
+                } else {
+                    let p = &mut self.peers[from as usize];
+                    p.bulk.push_back(Bulk { send_id: h.send_id, recv_id: h.recv_id, data, offset: 0 });
+                    self.schedule(from);
+                }
                 self.start_held(from);
             }
             Kind::RndvData => self.rendezvous_data(from, h, frame.payload)?,

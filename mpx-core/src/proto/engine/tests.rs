@@ -448,3 +448,19 @@ fn a_message_to_self_matches_before_the_call_returns() {
     assert!(ev.iter().any(|ev| matches!(ev, Event::SendDone { id: 2, result: Ok(()) })));
 }
 
+
+#[test]
+fn rendezvous_to_self_never_leaves_the_engine() {
+    let config = Config { eager_threshold: 4, rndv_chunk: 3, ..Config::default() };
+    let mut e = Engine::new(0, 2, config);
+    e.post_send(1, SendMode::Synchronous, msg(0, 3, b"to myself, in one piece"));
+    e.post_recv(2, spec(Some(0), Some(3)));
+    let ev: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|ev| !matches!(ev, Event::Connected { .. })).collect();
+    assert!(ev.iter().any(|ev| matches!(ev, Event::RecvDone { id: 2, result: Ok(d) } if d.data == "to myself, in one piece")));
+    assert!(ev.iter().any(|ev| matches!(ev, Event::SendDone { id: 1, result: Ok(()) })));
+    // Only the hello to rank 1 waits for a transport.
+    assert_eq!(e.poll_writable(), Some(1));
+    assert_eq!(e.poll_transmit(1).map(|f| f.header.kind), Some(Kind::Hello));
+    assert_eq!(e.poll_transmit(1), None);
+    assert_eq!(e.poll_writable(), None);
+}
