@@ -322,3 +322,23 @@ async fn typed_external32_messages_received_as_packed_unpack_to_the_values_sent(
     });
     tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
 }
+
+/// An endpoint owns what its transport hands it (its driver's guard): the
+/// guard lives while any handle on the endpoint does, and drops with the last.
+#[test]
+fn an_endpoint_owns_its_drivers_guard() {
+    struct Guard(Arc<AtomicBool>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicBool::new(false));
+    let endpoint = mpx::Endpoint::new(0, 2, mpx::proto::engine::Config::default(), Capture::default());
+    endpoint.own(Guard(dropped.clone()));
+    let comm = endpoint.world();
+    drop(endpoint);
+    assert!(!dropped.load(Ordering::SeqCst), "a communicator still holds the endpoint");
+    drop(comm);
+    assert!(dropped.load(Ordering::SeqCst));
+}

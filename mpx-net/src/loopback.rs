@@ -390,6 +390,8 @@ where
         let timers = options.engine.idle_timeout.is_some();
         let driver = tokio::spawn(drive(endpoint.downgrade(), world.clone(), rank as u32, timers));
         tasks.0.push(driver.abort_handle());
+        // The endpoint owns its driver: it ends with the endpoint's last handle.
+        endpoint.own(Tasks(vec![driver.abort_handle()]));
     }
     let hellos = futures_join_all(endpoints.iter().map(|e| e.connected()));
     if tokio::time::timeout(Duration::from_secs(30), hellos).await.is_err() {

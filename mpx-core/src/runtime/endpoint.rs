@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     pub(crate) reprs: Vec<AtomicU8>,
     pub(crate) transport: Box<dyn Transport>,
     pub(crate) state: Mutex<State>,
+    /// What the endpoint keeps alive for its transport (its driver's abort
+    /// guard): dropped with the endpoint's last handle.
+    pub(crate) owned: Mutex<Vec<Box<dyn Send>>>,
 }
 
 /// One rank's connection to the world; see the [module docs](super).
@@ -107,11 +110,20 @@ impl Endpoint {
             reprs: (0..size).map(|_| AtomicU8::new(Repr::External32 as u8)).collect(),
             transport: Box::new(transport),
             state: Mutex::new(state),
+            owned: Mutex::new(Vec::new()),
         });
         let mut st = shared.lock();
         shared.flush(&mut st);
         drop(st);
         Endpoint { shared }
+    }
+
+    /// Keeps `guard` for as long as the endpoint lives: a transport hands
+    /// over its driver this way (a guard whose drop stops the driver), so the
+    /// endpoint owns its driver, as quinn's connection owns its
+    /// `ConnectionDriver`. Drivers hold only a [`WeakEndpoint`].
+    pub fn own(&self, guard: impl Send + 'static) {
+        self.shared.owned.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(guard));
     }
 
     /// This endpoint's rank.
