@@ -10,158 +10,164 @@ use mpx::{launch_with, LaunchOptions};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// Every kind of send that needs the peer's cooperation fails once the
-/// peer has finished, and the sender's own end (buffer detach, finalize)
-/// is not held up by them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sends_to_a_finished_rank_fail_instead_of_hanging() {
-    let mut opts = LaunchOptions::ranks(2);
-    opts.engine.eager_threshold = 64;
-    opts.engine.eager_credit = 400;
-    let run = launch_with(opts, |comm| async move {
-        if comm.rank() == 1 {
-            return Ok(vec![]);
-        }
-        // Wait until rank 1 has said goodbye.
-        let r = comm.recv::<u8>(1, 0).await;
-        assert!(matches!(r, Err(Error::ProcessFailed { rank: 1, .. })), "{r:?}");
-        let big = vec![1u8; 10_000];
-        let mut outcomes = vec![comm.send(&big, 1, 0).await];
-        // Short standard sends: eager while credit lasts, then they need rank 1.
-        for _ in 0..10 {
-            outcomes.push(comm.send(&[1u8; 32], 1, 0).await);
-        }
-        comm.buffer_attach(vec![0u8; 20_000 + 2 * mpx::BSEND_OVERHEAD])?;
-        outcomes.push(comm.bsend(&big, 1, 0).await);
-        // The buffered send failed on its own; detaching does not wait forever.
-        tokio::time::timeout(LIMIT, comm.buffer_detach()).await.expect("detach returns")?;
-        Ok(outcomes.into_iter().map(|o| o.is_ok()).collect())
-    });
-    let out = tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
-    let sent = &out[0];
-    assert!(!sent[0], "a rendezvous send to a finished rank fails");
-    assert!(sent[1..11].contains(&false), "short sends fail once the credit is spent");
-    assert!(sent[1], "the first short send went eagerly");
-    assert!(sent[11], "the buffered send is accepted into the buffer");
-}
+#[macro_use]
+mod support;
 
-/// An any-source receive posted when every other rank is gone still gets
-/// a message this rank sends itself, in each common shape.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn any_source_receives_still_get_messages_to_self() {
-    let run = launch(3, |comm| async move {
-        if comm.rank() != 0 {
-            return Ok(());
-        }
-        // Wait until the others are gone.
-        assert!(comm.recv::<u8>(1, 9).await.is_err() && comm.recv::<u8>(2, 9).await.is_err());
-        // irecv from any, then send to self.
-        let mut a = [0u32];
-        let recv = comm.irecv(&mut a, Any, 1);
-        comm.send(&[11u32], 0, 1).await?;
-        recv.await?;
-        assert_eq!(a, [11]);
-        // join! of a receive and a send to self.
-        let mut b = [0u32];
-        let (st, sent) = futures::join!(comm.recv_into(&mut b, Any, 2), comm.send(&[22u32], 0, 2));
-        st?;
-        sent?;
-        assert_eq!(b, [22]);
-        // select! with the send started right after the receive was posted.
-        let mut c = [0u32];
-        let recv = comm.irecv(&mut c, Any, 3);
-        let send = comm.isend(&[33u32], 0, 3);
-        tokio::select! {
-            r = recv => { r?; }
-            _ = tokio::time::sleep(LIMIT) => panic!("the receive did not get the message to self"),
-        }
-        send.await?;
-        assert_eq!(c, [33]);
-        // A ready send to self finds the receive posted.
-        let mut d = [0u32];
-        let recv = comm.irecv(&mut d, Any, 4);
-        comm.rsend(&[44u32], 0, 4).await?;
-        recv.await?;
-        assert_eq!(d, [44]);
-        // With nothing to match it, the receive fails (on its second poll).
-        let lonely = comm.recv::<u32>(Any, 5).await;
-        assert!(matches!(lonely, Err(Error::ProcessFailed { .. })), "{lonely:?}");
-        let probe = comm.probe(Any, 5).await;
-        assert!(matches!(probe, Err(Error::ProcessFailed { .. })), "{probe:?}");
-        Ok(())
-    });
-    tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
-}
-
-/// Argument errors of either half of a sendrecv come at once, without
-/// waiting for the other half.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sendrecv_reports_argument_errors_at_once() {
-    let run = launch(2, |comm| async move {
-        let mut buf = [0u8; 4];
-        let quick = Duration::from_secs(2);
-        let e = tokio::time::timeout(quick, comm.sendrecv(&[1u8], 7, 0, &mut buf, 1 - comm.rank(), 0)).await.expect("at once");
-        assert!(matches!(e, Err(Error::InvalidRank { rank: 7, .. })), "{e:?}");
-        let e = tokio::time::timeout(quick, comm.sendrecv_replace(&mut buf, 1 - comm.rank(), -3, Any, 0)).await.expect("at once");
-        assert!(matches!(e, Err(Error::InvalidTag(-3))), "{e:?}");
-        let e = tokio::time::timeout(quick, comm.sendrecv_replace(&mut buf, 9, 0, Any, 0)).await.expect("at once");
-        assert!(matches!(e, Err(Error::InvalidRank { rank: 9, .. })), "{e:?}");
-        Ok(())
-    });
-    tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
-}
-
-/// A communicator kept past its launch fails every operation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_communicator_used_after_its_launch_fails() {
-    let comms = launch(2, |comm| async move { Ok(comm) }).await.unwrap();
-    let comm = &comms[0];
-    let quick = Duration::from_secs(2);
-    let sent = tokio::time::timeout(quick, comm.send(&[1u8], 0, 0)).await.expect("no hang");
-    assert_eq!(sent, Err(Error::Finalized));
-    let got = tokio::time::timeout(quick, comm.recv::<u8>(0, 0)).await.expect("no hang");
-    assert_eq!(got.unwrap_err(), Error::Finalized);
-    let got = tokio::time::timeout(quick, comm.recv::<u8>(Any, Any)).await.expect("no hang");
-    assert_eq!(got.unwrap_err(), Error::Finalized);
-    assert_eq!(comm.iprobe(Any, Any).unwrap_err(), Error::Finalized);
-    assert_eq!(tokio::time::timeout(quick, comm.probe(1, 0)).await.expect("no hang").unwrap_err(), Error::Finalized);
-    assert_eq!(comm.buffer_attach(vec![0; 100]).unwrap_err(), Error::Finalized);
-    assert_eq!(tokio::time::timeout(quick, comm.barrier()).await.expect("no hang"), Err(Error::Finalized));
-}
-
-/// `launch` returns only after sends that were dropped or freed have been
-/// delivered: the receiver gets every one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finalize_waits_for_dropped_and_freed_sends() {
-    let mut opts = LaunchOptions::ranks(2);
-    opts.engine.eager_threshold = 16;
-    let run = launch_with(opts, |comm| async move {
-        if comm.rank() == 0 {
-            for i in 0..50u64 {
-                let data = vec![i; 100]; // rendezvous
-                let req = comm.isend(&data, 1, 0);
-                if i % 2 == 0 {
-                    drop(req);
-                } else {
-                    req.free();
-                }
+// On every transport.
+each_transport! {
+    /// Every kind of send that needs the peer's cooperation fails once the
+    /// peer has finished, and the sender's own end (buffer detach, finalize)
+    /// is not held up by them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sends_to_a_finished_rank_fail_instead_of_hanging() {
+        let mut opts = options(2);
+        opts.engine.eager_threshold = 64;
+        opts.engine.eager_credit = 400;
+        let run = launch_with(opts, |comm| async move {
+            if comm.rank() == 1 {
+                return Ok(vec![]);
             }
-            comm.issend(&[7u8], 1, 1).free();
-            return Ok(0);
-        }
-        // Receive late: rank 0's program has long returned.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let mut total = 0;
-        for i in 0..50u64 {
-            let (v, _) = comm.recv::<u64>(0, 0).await?;
-            assert_eq!(v, vec![i; 100]);
-            total += 1;
-        }
-        comm.recv::<u8>(0, 1).await?;
-        Ok(total)
-    });
-    let out = tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
-    assert_eq!(out[1], 50);
+            // Wait until rank 1 has said goodbye.
+            let r = comm.recv::<u8>(1, 0).await;
+            assert!(matches!(r, Err(Error::ProcessFailed { rank: 1, .. })), "{r:?}");
+            let big = vec![1u8; 10_000];
+            let mut outcomes = vec![comm.send(&big, 1, 0).await];
+            // Short standard sends: eager while credit lasts, then they need rank 1.
+            for _ in 0..10 {
+                outcomes.push(comm.send(&[1u8; 32], 1, 0).await);
+            }
+            comm.buffer_attach(vec![0u8; 20_000 + 2 * mpx::BSEND_OVERHEAD])?;
+            outcomes.push(comm.bsend(&big, 1, 0).await);
+            // The buffered send failed on its own; detaching does not wait forever.
+            tokio::time::timeout(LIMIT, comm.buffer_detach()).await.expect("detach returns")?;
+            Ok(outcomes.into_iter().map(|o| o.is_ok()).collect())
+        });
+        let out = tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        let sent = &out[0];
+        assert!(!sent[0], "a rendezvous send to a finished rank fails");
+        assert!(sent[1..11].contains(&false), "short sends fail once the credit is spent");
+        assert!(sent[1], "the first short send went eagerly");
+        assert!(sent[11], "the buffered send is accepted into the buffer");
+    }
+
+    /// An any-source receive posted when every other rank is gone still gets
+    /// a message this rank sends itself, in each common shape.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn any_source_receives_still_get_messages_to_self() {
+        let run = launch(3, |comm| async move {
+            if comm.rank() != 0 {
+                return Ok(());
+            }
+            // Wait until the others are gone.
+            assert!(comm.recv::<u8>(1, 9).await.is_err() && comm.recv::<u8>(2, 9).await.is_err());
+            // irecv from any, then send to self.
+            let mut a = [0u32];
+            let recv = comm.irecv(&mut a, Any, 1);
+            comm.send(&[11u32], 0, 1).await?;
+            recv.await?;
+            assert_eq!(a, [11]);
+            // join! of a receive and a send to self.
+            let mut b = [0u32];
+            let (st, sent) = futures::join!(comm.recv_into(&mut b, Any, 2), comm.send(&[22u32], 0, 2));
+            st?;
+            sent?;
+            assert_eq!(b, [22]);
+            // select! with the send started right after the receive was posted.
+            let mut c = [0u32];
+            let recv = comm.irecv(&mut c, Any, 3);
+            let send = comm.isend(&[33u32], 0, 3);
+            tokio::select! {
+                r = recv => { r?; }
+                _ = tokio::time::sleep(LIMIT) => panic!("the receive did not get the message to self"),
+            }
+            send.await?;
+            assert_eq!(c, [33]);
+            // A ready send to self finds the receive posted.
+            let mut d = [0u32];
+            let recv = comm.irecv(&mut d, Any, 4);
+            comm.rsend(&[44u32], 0, 4).await?;
+            recv.await?;
+            assert_eq!(d, [44]);
+            // With nothing to match it, the receive fails (on its second poll).
+            let lonely = comm.recv::<u32>(Any, 5).await;
+            assert!(matches!(lonely, Err(Error::ProcessFailed { .. })), "{lonely:?}");
+            let probe = comm.probe(Any, 5).await;
+            assert!(matches!(probe, Err(Error::ProcessFailed { .. })), "{probe:?}");
+            Ok(())
+        });
+        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    }
+
+    /// Argument errors of either half of a sendrecv come at once, without
+    /// waiting for the other half.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sendrecv_reports_argument_errors_at_once() {
+        let run = launch(2, |comm| async move {
+            let mut buf = [0u8; 4];
+            let quick = Duration::from_secs(2);
+            let e = tokio::time::timeout(quick, comm.sendrecv(&[1u8], 7, 0, &mut buf, 1 - comm.rank(), 0)).await.expect("at once");
+            assert!(matches!(e, Err(Error::InvalidRank { rank: 7, .. })), "{e:?}");
+            let e = tokio::time::timeout(quick, comm.sendrecv_replace(&mut buf, 1 - comm.rank(), -3, Any, 0)).await.expect("at once");
+            assert!(matches!(e, Err(Error::InvalidTag(-3))), "{e:?}");
+            let e = tokio::time::timeout(quick, comm.sendrecv_replace(&mut buf, 9, 0, Any, 0)).await.expect("at once");
+            assert!(matches!(e, Err(Error::InvalidRank { rank: 9, .. })), "{e:?}");
+            Ok(())
+        });
+        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    }
+
+    /// A communicator kept past its launch fails every operation.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_communicator_used_after_its_launch_fails() {
+        let comms = launch(2, |comm| async move { Ok(comm) }).await.unwrap();
+        let comm = &comms[0];
+        let quick = Duration::from_secs(2);
+        let sent = tokio::time::timeout(quick, comm.send(&[1u8], 0, 0)).await.expect("no hang");
+        assert_eq!(sent, Err(Error::Finalized));
+        let got = tokio::time::timeout(quick, comm.recv::<u8>(0, 0)).await.expect("no hang");
+        assert_eq!(got.unwrap_err(), Error::Finalized);
+        let got = tokio::time::timeout(quick, comm.recv::<u8>(Any, Any)).await.expect("no hang");
+        assert_eq!(got.unwrap_err(), Error::Finalized);
+        assert_eq!(comm.iprobe(Any, Any).unwrap_err(), Error::Finalized);
+        assert_eq!(tokio::time::timeout(quick, comm.probe(1, 0)).await.expect("no hang").unwrap_err(), Error::Finalized);
+        assert_eq!(comm.buffer_attach(vec![0; 100]).unwrap_err(), Error::Finalized);
+        assert_eq!(tokio::time::timeout(quick, comm.barrier()).await.expect("no hang"), Err(Error::Finalized));
+    }
+
+    /// `launch` returns only after sends that were dropped or freed have been
+    /// delivered: the receiver gets every one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn finalize_waits_for_dropped_and_freed_sends() {
+        let mut opts = options(2);
+        opts.engine.eager_threshold = 16;
+        let run = launch_with(opts, |comm| async move {
+            if comm.rank() == 0 {
+                for i in 0..50u64 {
+                    let data = vec![i; 100]; // rendezvous
+                    let req = comm.isend(&data, 1, 0);
+                    if i % 2 == 0 {
+                        drop(req);
+                    } else {
+                        req.free();
+                    }
+                }
+                comm.issend(&[7u8], 1, 1).free();
+                return Ok(0);
+            }
+            // Receive late: rank 0's program has long returned.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut total = 0;
+            for i in 0..50u64 {
+                let (v, _) = comm.recv::<u64>(0, 0).await?;
+                assert_eq!(v, vec![i; 100]);
+                total += 1;
+            }
+            comm.recv::<u8>(0, 1).await?;
+            Ok(total)
+        });
+        let out = tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        assert_eq!(out[1], 50);
+    }
 }
 
 /// Dropping a launch future ends every task it started.
