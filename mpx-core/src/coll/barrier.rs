@@ -27,7 +27,7 @@ impl Comm {
             let from = (me + n - step) % n;
             let empty = |_| Ok(Packed::untyped(Bytes::new()));
             let sent = self.start_send(empty, Dest::Rank(to as i64), round, SendMode::Standard, context);
-            if let Some(id) = self.post_recv(from, round, context)? {
+            if let Some(id) = self.post_recv(from, round, context, Some(0))? {
                 RawRecv::new(self.shared.clone(), id).await?;
             }
             sent.await?;

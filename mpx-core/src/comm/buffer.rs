@@ -83,12 +83,22 @@ impl<'a> SendBuf<'a> {
             Repr::External32 => {
                 let mut out = TypeSequence::of(&self.datatype, self.count).encode();
                 let desc_len = u32::try_from(out.len())
-                    .map_err(|_| Error::InvalidDatatype("the type has too many runs of basic types to describe".into()))?;
+                    .ok()
+                    .filter(|&n| n <= crate::proto::engine::MAX_DESC_LEN)
+                    .ok_or_else(|| Error::InvalidDatatype("the type has too many runs of basic types to describe".into()))?;
                 self.datatype.pack_external_append(self.region, self.count, &mut out)?;
                 Packed { data: Bytes::from(out), repr, signature, desc_len }
             }
         })
     }
+}
+
+/// The most data bytes a receive of `count` items of `datatype` can hold,
+/// in either representation (`None`: too many to count).
+pub(crate) fn capacity(datatype: &Datatype, count: u64) -> Option<u64> {
+    let native = datatype.pack_size(count).ok()?;
+    let external = datatype.pack_external_size(count).ok()?;
+    Some(native.max(external) as u64)
 }
 
 /// Message data ready to send.

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use bytes::Bytes;
 
-use super::buffer::{deliver_into, native_packed, status_of, unpack_typed_message, RecvBuf};
+use super::buffer::{capacity, deliver_into, native_packed, status_of, unpack_typed_message, RecvBuf};
 use super::recv_owned::{OwnedRecv, RawRecv};
 use super::selectors::{Source, TagSel};
 use super::{Comm, Status};
@@ -18,18 +18,29 @@ use crate::request::{Finish, Kind, Request};
 impl Comm {
     // ----- receives ----------------------------------------------------------------
 
-    /// Posts a receive now; `Ok(None)` for the null process.
-    pub(crate) fn post_recv(&self, source: impl Into<Source>, tag: impl Into<TagSel>, context: u64) -> Result<Option<ReqId>> {
+    /// Posts a receive now; `Ok(None)` for the null process. `limit`: the
+    /// most data bytes it can hold, if it is bounded (see
+    /// [`Engine::post_recv_limited`](crate::proto::engine::Engine::post_recv_limited)).
+    pub(crate) fn post_recv(
+        &self,
+        source: impl Into<Source>,
+        tag: impl Into<TagSel>,
+        context: u64,
+        limit: Option<u64>,
+    ) -> Result<Option<ReqId>> {
         let Some(spec) = self.spec(source, tag, context)? else { return Ok(None) };
         let mut st = self.shared.lock();
         let id = st.engine.next_id();
-        st.engine.post_recv(id, spec);
+        match limit {
+            Some(limit) => st.engine.post_recv_limited(id, spec, limit),
+            None => st.engine.post_recv(id, spec),
+        }
         self.shared.flush(&mut st);
         Ok(Some(id))
     }
 
-    fn start_recv<'a>(&self, source: impl Into<Source>, tag: impl Into<TagSel>, finish: Finish<'a>) -> Request<'a> {
-        match self.post_recv(source, tag, self.context) {
+    fn start_recv<'a>(&self, source: impl Into<Source>, tag: impl Into<TagSel>, limit: Option<u64>, finish: Finish<'a>) -> Request<'a> {
+        match self.post_recv(source, tag, self.context, limit) {
             Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Recv(finish)),
             Ok(None) => Request::completed(Ok(Status::empty())),
             Err(e) => Request::completed(Err(e)),
@@ -49,7 +60,8 @@ impl Comm {
     /// Cancel-safe: dropping the request withdraws the receive, or gives its
     /// message back to the head of the queue (see the [module docs](super)).
     pub fn irecv<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
-        self.start_recv(source, tag, Box::new(move |msg| unpack_typed_message(&msg, buf)))
+        let limit = capacity(&T::datatype(), buf.len() as u64);
+        self.start_recv(source, tag, limit, Box::new(move |msg| unpack_typed_message(&msg, buf)))
     }
 
     /// `MPI_Irecv` into any buffer (a derived datatype, or packed bytes with
@@ -63,7 +75,8 @@ impl Comm {
         if let Err(e) = buf.check() {
             return Request::completed(Err(e));
         }
-        self.start_recv(source, tag, Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region)))
+        let limit = capacity(&buf.datatype, buf.count);
+        self.start_recv(source, tag, limit, Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region)))
     }
 
     /// A receive into an owned `Vec` (room for `buf.len()` values), as a
@@ -73,7 +86,8 @@ impl Comm {
     /// # Cancel safety
     /// As [`irecv`](Comm::irecv).
     pub fn irecv_vec<T: MpiType>(&self, buf: Vec<T>, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Vec<T>> {
-        OwnedRecv::start(self, buf, source.into(), tag.into(), |buf, msg| unpack_typed_message(&msg, buf))
+        let limit = capacity(&T::datatype(), buf.len() as u64);
+        OwnedRecv::start(self, buf, source.into(), tag.into(), limit, |buf, msg| unpack_typed_message(&msg, buf))
     }
 
     /// A receive of a message of any length as owned bytes, taken from the
@@ -83,7 +97,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`irecv`](Comm::irecv).
     pub fn irecv_bytes(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Bytes> {
-        OwnedRecv::start(self, Bytes::new(), source.into(), tag.into(), |buf, msg| {
+        OwnedRecv::start(self, Bytes::new(), source.into(), tag.into(), None, |buf, msg| {
             let status = status_of(&msg);
             *buf = native_packed(&msg)?;
             Ok(status)
@@ -108,7 +122,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`recv_into`](Comm::recv_into).
     pub fn recv<T: MpiType + Default>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<(Vec<T>, Status)>> + Send + 'static {
-        let posted = self.post_recv(source, tag, self.context).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
+        let posted = self.post_recv(source, tag, self.context, None).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
         async move {
             let Some(raw) = posted? else { return Ok((Vec::new(), Status::empty())) };
             let msg = raw.await?;

@@ -98,8 +98,15 @@ impl<B> std::fmt::Debug for OwnedRecv<B> {
 }
 
 impl<B> OwnedRecv<B> {
-    pub(crate) fn start(comm: &Comm, buffer: B, source: Source, tag: TagSel, finish: fn(&mut B, Delivered) -> Result<Status>) -> OwnedRecv<B> {
-        let state = match comm.post_recv(source, tag, comm.context) {
+    pub(crate) fn start(
+        comm: &Comm,
+        buffer: B,
+        source: Source,
+        tag: TagSel,
+        limit: Option<u64>,
+        finish: fn(&mut B, Delivered) -> Result<Status>,
+    ) -> OwnedRecv<B> {
+        let state = match comm.post_recv(source, tag, comm.context, limit) {
             Ok(Some(id)) => OwnedState::Active(RawRecv::new(comm.shared.clone(), id), buffer),
             Ok(None) => OwnedState::Complete(Some(Ok((buffer, Status::empty())))),
             Err(error) => OwnedState::Complete(Some(Err(RecvError { buffer, error }))),

@@ -106,6 +106,11 @@ pub type ReqId = u64;
 /// clear-to-sends) that it never reads.
 pub const MAX_QUEUED_FRAMES: usize = 1 << 16;
 
+/// Largest type description a message may carry (see
+/// [`TypeSequence`](crate::pack::TypeSequence)): over a million runs of
+/// basic types in one item.
+pub const MAX_DESC_LEN: u32 = 16 << 20;
+
 /// Most bytes reserved up front for gathering a rendezvous message's
 /// chunks; a longer message's buffer grows as its data arrives.
 const GATHER_RESERVE_CAP: u64 = 64 << 20;
@@ -265,6 +270,9 @@ impl Envelope {
         if h.desc_len > 0 && (h.untyped || h.repr != Repr::External32) {
             return Err(Error::Protocol(format!("rank {} sent a type description with untyped or native data", h.source)));
         }
+        if h.desc_len > MAX_DESC_LEN {
+            return Err(Error::Protocol(format!("rank {} sent a {}-byte type description", h.source, h.desc_len)));
+        }
         if u64::from(h.desc_len) > total {
             return Err(Error::Protocol(format!(
                 "rank {} sent a {}-byte type description in a {total}-byte message",
@@ -395,6 +403,9 @@ struct Transfer {
     owner: Option<ReqId>,
     /// Chunks received so far.
     received: Received,
+    /// The receive that matched holds at most this many bytes and the
+    /// message is longer: its data is counted, not kept.
+    truncated_at: Option<u64>,
     /// Whether every byte has arrived.
     complete: bool,
 }
@@ -402,6 +413,9 @@ struct Transfer {
 /// The data of a rendezvous transfer as its chunks arrive.
 enum Received {
     Nothing,
+    /// Bytes counted and dropped: the message is longer than its receive
+    /// can hold, which will fail with [`Error::Truncate`].
+    Discarded(u64),
     /// One chunk, kept without a copy (the whole message, once complete).
     One(Bytes),
     /// Several chunks, gathered.
@@ -412,6 +426,7 @@ impl Received {
     fn len(&self) -> u64 {
         match self {
             Received::Nothing => 0,
+            Received::Discarded(n) => *n,
             Received::One(b) => b.len() as u64,
             Received::Gathered(b) => b.len() as u64,
         }
@@ -420,6 +435,7 @@ impl Received {
     /// Adds the next chunk of a `total`-byte message.
     fn push(&mut self, chunk: Bytes, total: u64) {
         *self = match std::mem::replace(self, Received::Nothing) {
+            Received::Discarded(n) => Received::Discarded(n + chunk.len() as u64),
             Received::Nothing => Received::One(chunk),
             Received::One(first) => {
                 // Room for the whole message at once (one copy, no regrowth),
@@ -440,7 +456,7 @@ impl Received {
 
     fn take(&mut self) -> Bytes {
         match std::mem::replace(self, Received::Nothing) {
-            Received::Nothing => Bytes::new(),
+            Received::Nothing | Received::Discarded(_) => Bytes::new(),
             Received::One(b) => b,
             Received::Gathered(b) => b.freeze(),
         }
@@ -541,6 +557,8 @@ pub struct Engine {
     sends: HashMap<ReqId, PendingSend>,
     /// Rendezvous transfers waiting for their data, by the id in their CTS.
     transfers: HashMap<ReqId, Transfer>,
+    /// Posted receives that hold at most this many bytes of data.
+    limits: HashMap<ReqId, u64>,
     /// Peers with queued output, in the order they got it.
     writable: VecDeque<u32>,
     /// Frames this rank sent itself, handled before any call returns.
@@ -567,6 +585,7 @@ impl Engine {
             unexpected: VecDeque::new(),
             sends: HashMap::new(),
             transfers: HashMap::new(),
+            limits: HashMap::new(),
             writable: VecDeque::new(),
             local: VecDeque::new(),
             events: VecDeque::new(),
@@ -1008,10 +1027,25 @@ impl Engine {
         }
     }
 
+    /// [`post_recv`](Engine::post_recv) for a receive that holds at most
+    /// `limit` bytes of data: a longer rendezvous message is still
+    /// answered (its sender completes, as MPI says), but its data is
+    /// counted rather than kept, and the receive fails with
+    /// [`Error::Truncate`]. Memory for a matched message then follows what
+    /// the receive asked for, not what the sender claims.
+    pub fn post_recv_limited(&mut self, id: ReqId, spec: MatchSpec, limit: u64) {
+        self.limits.insert(id, limit);
+        self.post_recv(id, spec);
+        if !self.posted.contains(id) && !self.transfers.contains_key(&id) {
+            self.limits.remove(&id);
+        }
+    }
+
     /// Withdraws a posted receive that has not matched. Returns `false` if
     /// it is not posted (already matched or unknown).
     pub fn cancel_recv(&mut self, id: ReqId) -> bool {
         let withdrawn = self.posted.remove(id);
+        self.limits.remove(&id);
         if withdrawn {
             tracing::trace!(rank = self.rank, id, "receive withdrawn");
         }
@@ -1033,6 +1067,15 @@ impl Engine {
             return false;
         };
         t.owner = None;
+        if t.truncated_at.take().is_some() {
+            // The next receive to match may hold the whole message: keep
+            // the data from now on if none was dropped yet.
+            if t.received.len() == 0 {
+                t.received = Received::Nothing;
+            } else {
+                tracing::warn!(rank = self.rank, source = t.envelope.source, "part of a message too long for its withdrawn receive was dropped");
+            }
+        }
         let u = Unexpected { envelope: t.envelope, body: Body::InFlight { transfer } };
         self.restore(u);
         self.handle_local();
@@ -1096,6 +1139,9 @@ impl Engine {
 
     /// Delivers queued message `u` to receive `id`.
     fn take_unexpected(&mut self, id: ReqId, u: Unexpected) {
+        if !matches!(u.body, Body::Rts { .. }) {
+            self.limits.remove(&id);
+        }
         tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
         match u.body {
             Body::Data { data, credit } => {
@@ -1128,7 +1174,9 @@ impl Engine {
             return;
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
-        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false });
+        let truncated_at = self.limits.remove(&recv_id).filter(|&limit| envelope.len > limit);
+        let received = if truncated_at.is_some() { Received::Discarded(0) } else { Received::Nothing };
+        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id), received, truncated_at, complete: false });
         self.push_frame(source, Frame::control(header));
     }
 
@@ -1329,13 +1377,23 @@ impl Engine {
         match t.owner {
             Some(id) => {
                 let mut t = self.transfers.remove(&transfer).expect("present");
-                let delivered = Delivered::new(t.envelope, t.received.take(), 0);
-                self.events.push_back(Event::RecvDone { id, result: Ok(delivered) });
+                let result = match t.truncated_at {
+                    Some(available) => Err(Error::Truncate { needed: t.envelope.len, available }),
+                    None => Ok(Delivered::new(t.envelope, t.received.take(), 0)),
+                };
+                self.events.push_back(Event::RecvDone { id, result });
             }
             None => {
                 // Its receive was withdrawn: the data takes the message's
                 // place in the queue, or waits in the transfer while a
                 // matched probe holds the message.
+                if matches!(t.received, Received::Discarded(_)) {
+                    // Its data was partly dropped (see `withdraw_recv`): the
+                    // message cannot be delivered whole to anyone.
+                    self.transfers.remove(&transfer);
+                    self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
+                    return Ok(());
+                }
                 let queued = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
                 if let Some(u) = queued {
                     let mut t = self.transfers.remove(&transfer).expect("present");
@@ -1414,6 +1472,7 @@ impl Engine {
     pub fn close(&mut self) {
         self.closed = true;
         self.next_tick = None;
+        self.limits.clear();
         for id in self.posted.remove_where(|_| true) {
             self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
         }
@@ -1483,6 +1542,7 @@ impl Engine {
     fn fail_waiting_on(&mut self, rank: u32, reason: &str) {
         let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
         for id in self.posted.remove_where(|spec| spec.source == Some(rank)) {
+            self.limits.remove(&id);
             self.events.push_back(Event::RecvDone { id, result: Err(error()) });
         }
         if self.others_gone().is_some() {

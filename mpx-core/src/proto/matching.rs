@@ -60,6 +60,11 @@ impl PostedQueue {
         true
     }
 
+    /// Whether receive `id` is posted.
+    pub(crate) fn contains(&self, id: ReqId) -> bool {
+        self.specs.contains_key(&id)
+    }
+
     /// The spec of posted receive `id`.
     pub(crate) fn spec(&self, id: ReqId) -> Option<&MatchSpec> {
         self.specs.get(&id)

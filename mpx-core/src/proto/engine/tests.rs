@@ -464,3 +464,21 @@ fn rendezvous_to_self_never_leaves_the_engine() {
     assert_eq!(e.poll_transmit(1), None);
     assert_eq!(e.poll_writable(), None);
 }
+
+#[test]
+fn a_message_longer_than_its_receive_is_counted_not_kept() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 1000, ..Config::default() };
+    let mut e = pair(config);
+    let big = Bytes::from(vec![3u8; 10_000]);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: big, ..msg(1, 0, b"") });
+    e[1].post_recv_limited(5, spec(Some(0), Some(0)), 16);
+    pump(&mut e);
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 10_000, available: 16 }) }]), "{ev:?}");
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]), "the sender completes");
+    // A receive that holds the whole message gets it.
+    e[0].post_send(2, SendMode::Standard, Outgoing { data: Bytes::from(vec![4u8; 10_000]), ..msg(1, 0, b"") });
+    e[1].post_recv_limited(6, spec(Some(0), Some(0)), 10_000);
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Ok(d) }] if d.data.len() == 10_000));
+}
