@@ -15,6 +15,113 @@ mod support;
 
 // On every transport.
 each_transport! {
+    /// A ready send too large for one frame asks first, and is delivered
+    /// when the receive is posted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_ready_send_is_delivered() {
+        let run = launch(2, |comm| async move {
+            if comm.rank() == 1 {
+                let mut buf = vec![0u8; 256 * 1024];
+                let r = comm.irecv(&mut buf, 0, 0);
+                comm.send(&[1u8], 0, 1).await?; // posted
+                let st = r.await?;
+                assert_eq!(st.bytes, 256 * 1024);
+                assert!(buf.iter().all(|&b| b == 7));
+                // Not posted: "not ready", and nothing arrives.
+                comm.send(&[2u8], 0, 1).await?;
+                comm.recv::<u8>(0, 3).await?;
+                assert!(comm.iprobe(0, 2)?.is_none());
+                return Ok(());
+            }
+            comm.recv::<u8>(1, 1).await?;
+            comm.rsend(&vec![7u8; 256 * 1024], 1, 0).await?;
+            comm.recv::<u8>(1, 1).await?;
+            assert_eq!(comm.rsend(&vec![7u8; 256 * 1024], 1, 2).await, Err(Error::NotReady));
+            comm.send(&[3u8], 1, 3).await?;
+            Ok(())
+        });
+        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    }
+
+    /// A receive that matched a large message and was dropped, on a rank that
+    /// then returned: the sender's transfer still completes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn data_streaming_to_a_rank_that_has_finished_completes() {
+        let run = launch(2, |comm| async move {
+            if comm.rank() == 1 {
+                let r = comm.irecv_bytes(0, 0);
+                comm.recv::<u8>(0, 1).await?;
+                drop(r);
+                return Ok(());
+            }
+            let big = vec![7u8; 64 << 20];
+            let req = comm.isend(&big, 1, 0);
+            comm.send(&[1u8], 1, 1).await?;
+            req.await?;
+            Ok(())
+        });
+        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    }
+
+    /// Ranks that free more rendezvous sends than their slots and return
+    /// without receiving do not wait for each other.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn freed_sends_beyond_the_slots_both_ways_end() {
+        let mut opts = options(2);
+        opts.engine.rndv_slots = 1;
+        let run = launch_with(opts, |comm| async move {
+            let other = 1 - comm.rank();
+            for _ in 0..3 {
+                comm.isend(&vec![1u8; 200_000], other, 0).free();
+            }
+            Ok(())
+        });
+        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    }
+
+    /// A rank that returned with sends waiting for slots is seen as finished
+    /// once they arrive: a receive for another tag fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_returned_with_held_sends_is_finished() {
+        let mut opts = options(2);
+        opts.engine.rndv_slots = 1;
+        let run = launch_with(opts, |comm| async move {
+            if comm.rank() == 0 {
+                for _ in 0..3 {
+                    comm.isend(&vec![1u8; 200_000], 1, 0).free();
+                }
+                return Ok(());
+            }
+            let r = comm.recv::<u8>(0, 5).await;
+            assert!(matches!(r, Err(Error::ProcessFailed { rank: 0, .. })), "{r:?}");
+            // The messages it sent are still there to receive.
+            for _ in 0..3 {
+                assert_eq!(comm.recv::<u8>(0, 0).await?.0.len(), 200_000);
+            }
+            Ok(())
+        });
+        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    }
+
+    /// A send to self started after the receive was first polled, in the
+    /// same `join!`, still matches it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_send_to_self_started_after_the_first_poll_matches() {
+        let run = launch(2, |comm| async move {
+            if comm.rank() == 1 {
+                return Ok(());
+            }
+            assert!(comm.recv::<u8>(1, 9).await.is_err());
+            let mut b = [0u32];
+            let (st, sent) = futures::join!(comm.recv_into(&mut b, Any, 2), async { comm.send(&[22u32], 0, 2).await });
+            st?;
+            sent?;
+            assert_eq!(b, [22]);
+            Ok(())
+        });
+        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    }
+
     /// Every kind of send that needs the peer's cooperation fails once the
     /// peer has finished, and the sender's own end (buffer detach, finalize)
     /// is not held up by them.

@@ -398,6 +398,9 @@ where
         return Err(Error::transport("connecting the ranks", std::io::Error::from(std::io::ErrorKind::TimedOut)));
     }
     let mut programs = Vec::with_capacity(n);
+    // Every endpoint (and so its driver) lives until every rank is done: a
+    // rank that has finished still reads, and drops, what peers send it.
+    let _alive = endpoints.clone();
     for endpoint in endpoints {
         let program = f(endpoint.world());
         let task = tokio::spawn(async move {

@@ -52,7 +52,7 @@ impl Comm {
                 return Poll::Ready(Ok(found));
             }
             let dead = match spec.source {
-                Some(r) => st.engine.dead(r, true),
+                Some(r) => st.engine.silent(r),
                 None => st.engine.others_gone(),
             };
             if let Some(e) = dead {

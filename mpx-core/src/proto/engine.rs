@@ -106,6 +106,12 @@ pub type ReqId = u64;
 /// clear-to-sends) that it never reads.
 pub const MAX_QUEUED_FRAMES: usize = 1 << 16;
 
+/// Most messages a peer may announce in its goodbye beyond those already
+/// received: its sends that were waiting for credit, which then arrive as
+/// rendezvous requests beyond the slots granted. This bounds what a
+/// finishing peer can make this rank hold.
+pub const MAX_AFTER_GOODBYE: u64 = 1 << 16;
+
 /// Largest type description a message may carry (see
 /// [`TypeSequence`](crate::pack::TypeSequence)): over a million runs of
 /// basic types in one item.
@@ -464,8 +470,9 @@ impl Received {
 }
 
 enum PendingSend {
-    /// Waiting for CTS, holding the data.
-    Rendezvous { dest: u32, data: Bytes },
+    /// Waiting for CTS, holding the data (`ready`: a ready-mode send,
+    /// which may be answered "not ready" instead).
+    Rendezvous { dest: u32, data: Bytes, ready: bool },
     /// Waiting for the answer to a ready send.
     Ready { dest: u32 },
 }
@@ -498,6 +505,8 @@ struct Bulk {
 struct PeerHello {
     /// Largest eager message it sends.
     eager_limit: u64,
+    /// Largest frame payload it accepts.
+    accepts: u64,
     /// It shares this rank's native representation.
     native: bool,
 }
@@ -518,8 +527,9 @@ struct Peer {
     queued_bytes: usize,
     /// Rendezvous data to stream, in chunks, after `queue`.
     bulk: VecDeque<Bulk>,
-    /// This rank's goodbye (and whether it failed), waiting behind `held`.
-    bye: Option<bool>,
+    /// A last frame for a peer this rank failed (telling it why), sent
+    /// even though nothing else goes to it any more.
+    parting: Option<Frame>,
     /// In the engine's list of peers with output.
     scheduled: bool,
     /// The transport cannot take more for this peer for now.
@@ -543,6 +553,9 @@ struct Peer {
 
     /// The peer's program has returned; it posts no more receives.
     finished: bool,
+    /// Data frames the peer sends in all, from its goodbye: after its
+    /// goodbye, its sends that were waiting for credit still arrive.
+    final_seq: Option<u64>,
     /// The peer failed, and why.
     failed: Option<String>,
 }
@@ -601,6 +614,7 @@ impl Engine {
             sig_len: config.eager_credit,
             send_id: config.eager_threshold as u64,
             recv_id: config.rndv_slots,
+            desc_len: u32::try_from(config.max_payload()).unwrap_or(u32::MAX),
             ..Header::control(Kind::Hello, rank)
         };
         for dest in 0..size {
@@ -676,7 +690,7 @@ impl Engine {
         while let Some(dest) = self.writable.pop_front() {
             let p = &mut self.peers[dest as usize];
             p.scheduled = false;
-            if !p.blocked && (!p.queue.is_empty() || !p.bulk.is_empty()) {
+            if !p.blocked && (!p.queue.is_empty() || !p.bulk.is_empty() || p.parting.is_some()) {
                 return Some(dest);
             }
         }
@@ -687,11 +701,15 @@ impl Engine {
     /// of rendezvous data. A rendezvous send completes when its last chunk
     /// is taken.
     pub fn poll_transmit(&mut self, dest: u32) -> Option<Frame> {
-        let chunk = self.config.rndv_chunk.max(1);
         let p = self.peers.get_mut(dest as usize)?;
-        if p.blocked || p.failed.is_some() {
+        if p.blocked {
             return None;
         }
+        if p.failed.is_some() {
+            return p.parting.take();
+        }
+        let accepts = p.hello.map_or(u64::MAX, |h| h.accepts).max(1);
+        let chunk = (self.config.rndv_chunk.max(1) as u64).min(accepts) as usize;
         if let Some(frame) = p.queue.pop_front() {
             p.queued_bytes -= frame.payload.len();
             p.sent = true;
@@ -774,7 +792,9 @@ impl Engine {
         let mut silent = Vec::new();
         let mut ping = Vec::new();
         for (r, p) in self.peers.iter_mut().enumerate() {
-            if r as u32 == self.rank || p.failed.is_some() || p.finished {
+            let owes = p.final_seq.is_some_and(|last| p.expected_seq < last)
+                || self.transfers.values().any(|t| t.envelope.source == r as u32 && !t.complete);
+            if r as u32 == self.rank || p.failed.is_some() || (p.finished && !owes) {
                 continue;
             }
             if std::mem::take(&mut p.heard) || p.last_heard.is_none() {
@@ -859,7 +879,27 @@ impl Engine {
         (need_match && p.finished).then(|| Error::ProcessFailed { rank, reason: "its program returned".into() })
     }
 
-    /// When every other rank has finished or failed (and there is at least
+    /// Whether `rank` will send nothing more: it failed, or it finished and
+    /// every data frame it announced in its goodbye has arrived.
+    fn sends_no_more(&self, rank: u32) -> bool {
+        let p = &self.peers[rank as usize];
+        p.failed.is_some() || (p.finished && p.final_seq.is_some_and(|last| p.expected_seq >= last))
+    }
+
+    /// Why a receive naming `rank` can never be matched: it failed, or it
+    /// finished and all it sent has arrived.
+    pub fn silent(&self, rank: u32) -> Option<Error> {
+        if self.closed {
+            return Some(Error::Finalized);
+        }
+        let p = self.peers.get(rank as usize)?;
+        if let Some(reason) = &p.failed {
+            return Some(Error::ProcessFailed { rank, reason: reason.clone() });
+        }
+        self.sends_no_more(rank).then(|| Error::ProcessFailed { rank, reason: "its program returned".into() })
+    }
+
+    /// When every other rank will send nothing more (and there is at least
     /// one), the error an any-source receive that stays unmatched gets: only
     /// this rank's own messages could still match it.
     pub fn others_gone(&self) -> Option<Error> {
@@ -872,6 +912,9 @@ impl Engine {
                 continue;
             }
             if p.failed.is_none() && !p.finished {
+                return None;
+            }
+            if !self.sends_no_more(r as u32) {
                 return None;
             }
             last = Some(r as u32);
@@ -927,8 +970,16 @@ impl Engine {
     /// with the credit held now.
     fn goes_eagerly(&self, mode: SendMode, dest: u32, len: usize) -> bool {
         matches!(mode, SendMode::Standard | SendMode::Buffered)
-            && len <= self.config.eager_threshold
+            && self.fits_one_frame(dest, len)
             && self.peers[dest as usize].credit >= eager_cost(len)
+    }
+
+    /// Whether a message of `len` bytes may travel whole in one frame to
+    /// `dest`: within this rank's eager threshold and the payload `dest`
+    /// accepts.
+    fn fits_one_frame(&self, dest: u32, len: usize) -> bool {
+        let accepts = self.peers[dest as usize].hello.map_or(u64::MAX, |h| h.accepts);
+        len <= self.config.eager_threshold && len as u64 <= accepts
     }
 
     /// Starts send `id`; its completion arrives as [`Event::SendDone`] (at
@@ -956,22 +1007,17 @@ impl Engine {
     /// allow.
     fn start_held(&mut self, dest: u32) {
         loop {
-            let p = &mut self.peers[dest as usize];
-            let Some(h) = p.held.front() else {
-                // The goodbye goes after every send started before it.
-                if let Some(failed) = p.bye.take() {
-                    let rank = self.rank;
-                    let header = Header { data_len: u64::from(failed), ..Header::control(Kind::Bye, rank) };
-                    self.push_frame(dest, Frame::control(header));
-                }
-                return;
-            };
+            let p = &self.peers[dest as usize];
+            let Some(h) = p.held.front() else { return };
             if p.hello.is_none() {
                 return;
             }
             let (mode, len, slots) = (h.mode, h.msg.data.len(), p.slots);
             let eager = self.goes_eagerly(mode, dest, len);
-            let rendezvous = !eager && mode != SendMode::Ready;
+            // A ready message too large for one frame asks first, as a
+            // rendezvous request the receiver answers "not ready" or CTS.
+            let ready_whole = mode == SendMode::Ready && self.fits_one_frame(dest, len);
+            let rendezvous = !eager && !ready_whole;
             if rendezvous && slots == 0 {
                 return;
             }
@@ -981,14 +1027,15 @@ impl Engine {
                 let header = self.data_header(Kind::Eager, &msg, id);
                 self.push_frame(dest, Frame { header, payload: msg.data });
                 self.events.push_back(Event::SendDone { id, result: Ok(()) });
-            } else if mode == SendMode::Ready {
+            } else if ready_whole {
                 let header = self.data_header(Kind::Ready, &msg, id);
                 self.sends.insert(id, PendingSend::Ready { dest });
                 self.push_frame(dest, Frame { header, payload: msg.data });
             } else {
                 self.peers[dest as usize].slots -= 1;
-                let header = self.data_header(Kind::Rts, &msg, id);
-                self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data });
+                let ready = mode == SendMode::Ready;
+                let header = Header { recv_id: u64::from(ready), ..self.data_header(Kind::Rts, &msg, id) };
+                self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data, ready });
                 self.push_frame(dest, Frame::control(header));
             }
         }
@@ -1017,7 +1064,7 @@ impl Engine {
             self.handle_local();
             return;
         }
-        if let Some(e) = spec.source.and_then(|s| self.dead(s, true)) {
+        if let Some(e) = spec.source.and_then(|s| self.silent(s)) {
             self.events.push_back(Event::RecvDone { id, result: Err(e) });
             return;
         }
@@ -1209,7 +1256,8 @@ impl Engine {
         if from as usize >= self.peers.len() {
             return Err(Error::Protocol(format!("frame from rank {from}, outside a world of {}", self.peers.len())));
         }
-        if self.peers[from as usize].failed.is_some() {
+        if self.peers[from as usize].failed.is_some() || self.closed {
+            // A failed peer's frames, and everything once closed, are dropped.
             return Ok(());
         }
         self.peers[from as usize].heard = true;
@@ -1222,6 +1270,15 @@ impl Engine {
     }
 
     fn process(&mut self, from: u32, frame: Frame) -> Result<()> {
+        let result = self.process_frame(from, frame);
+        if self.peers[from as usize].finished && self.sends_no_more(from) && self.peers[from as usize].failed.is_none() {
+            // Its last data frame is in: what still waits for its messages never gets one.
+            self.fail_recvs_from(from, "its program returned before sending a match");
+        }
+        result
+    }
+
+    fn process_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
         let h = frame.header;
         if h.source != from {
             return Err(Error::Protocol(format!("frame from rank {from} claims source {}", h.source)));
@@ -1230,7 +1287,9 @@ impl Engine {
         if peer.hello.is_none() && h.kind != Kind::Hello {
             return Err(Error::Protocol(format!("{:?} frame from rank {from} before its hello", h.kind)));
         }
-        if peer.finished && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping) {
+        let data_frame = matches!(h.kind, Kind::Eager | Kind::Rts | Kind::Ready);
+        let still_owed = data_frame && peer.final_seq.is_some_and(|last| h.seq < last);
+        if peer.finished && !still_owed && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping) {
             return Err(Error::Protocol(format!("{:?} frame from rank {from} after its goodbye", h.kind)));
         }
         if h.kind == Kind::Hello {
@@ -1272,7 +1331,8 @@ impl Engine {
                         if !frame.payload.is_empty() {
                             return Err(Error::Protocol(format!("RTS from rank {from} carries a payload")));
                         }
-                        if peer.slots_in_use >= self.config.rndv_slots {
+                        let after_goodbye = peer.finished;
+                        if peer.slots_in_use >= self.config.rndv_slots && !after_goodbye {
                             return Err(Error::Protocol(format!(
                                 "rank {from} sent more than the {} rendezvous requests granted",
                                 self.config.rndv_slots
@@ -1280,7 +1340,12 @@ impl Engine {
                         }
                         let envelope = Envelope::from_header(&h, h.data_len)?;
                         self.peers[from as usize].slots_in_use += 1;
-                        self.arrive(Unexpected { envelope, body: Body::Rts { send_id: h.send_id } })
+                        let u = Unexpected { envelope, body: Body::Rts { send_id: h.send_id } };
+                        match h.recv_id {
+                            0 => self.arrive(u),
+                            1 => self.arrive_ready_request(u, h.send_id),
+                            other => return Err(Error::Protocol(format!("RTS from rank {from} with mode {other}"))),
+                        }
                     }
                     _ => self.arrive_ready(h, frame.payload)?,
                 }
@@ -1315,6 +1380,13 @@ impl Engine {
             Kind::ReadyAck => {
                 match self.sends.get(&h.send_id) {
                     Some(PendingSend::Ready { dest }) if *dest == from => {}
+                    Some(PendingSend::Rendezvous { dest, ready: true, .. }) if *dest == from && h.data_len == 0 => {
+                        self.peers[from as usize].slots += 1;
+                        self.sends.remove(&h.send_id);
+                        self.events.push_back(Event::SendDone { id: h.send_id, result: Err(Error::NotReady) });
+                        self.start_held(from);
+                        return Ok(());
+                    }
                     Some(_) => return Err(Error::Protocol(format!("ready answer from rank {from} for send {} it does not hold", h.send_id))),
                     None => return self.unknown_send(from, h.send_id),
                 }
@@ -1326,7 +1398,10 @@ impl Engine {
                 peer.credit = peer.credit.saturating_add(h.data_len);
                 self.start_held(from);
             }
-            Kind::Bye => self.peer_finished(from, h.data_len == 1),
+            Kind::Bye => match h.data_len {
+                0 | 1 => self.peer_finished(from, h.data_len == 1, h.seq)?,
+                _ => self.fail_peer(from, "it found this rank in breach of the protocol and cut it off"),
+            },
             Kind::Ping => {}
         }
         Ok(())
@@ -1345,7 +1420,7 @@ impl Engine {
             return Err(Error::Protocol(format!("rank {from} is in a world of {} ranks, not {size}", h.data_len)));
         }
         let native = h.sig_hash == native_repr_id();
-        peer.hello = Some(PeerHello { eager_limit: h.send_id, native });
+        peer.hello = Some(PeerHello { eager_limit: h.send_id, accepts: u64::from(h.desc_len), native });
         peer.credit = h.sig_len;
         peer.slots = h.recv_id;
         let repr = if native && self.config.repr == Repr::Native { Repr::Native } else { Repr::External32 };
@@ -1425,6 +1500,21 @@ impl Engine {
         }
     }
 
+    /// A ready-mode rendezvous request: answered at once, by a CTS if a
+    /// receive is posted, "not ready" otherwise.
+    fn arrive_ready_request(&mut self, u: Unexpected, send_id: u64) {
+        match self.posted.take_match(&u.envelope) {
+            Some(id) => self.take_unexpected(id, u),
+            None => {
+                let source = u.envelope.source;
+                let p = &mut self.peers[source as usize];
+                p.slots_in_use = p.slots_in_use.saturating_sub(1);
+                let header = Header { send_id, data_len: 0, ..Header::control(Kind::ReadyAck, self.rank) };
+                self.push_frame(source, Frame::control(header));
+            }
+        }
+    }
+
     fn arrive_ready(&mut self, h: Header, data: Bytes) -> Result<()> {
         let envelope = Envelope::from_header(&h, data.len() as u64)?;
         let taken = match self.posted.take_match(&envelope) {
@@ -1444,25 +1534,39 @@ impl Engine {
 
     // ----- the end ------------------------------------------------------------
 
-    /// Says goodbye to every peer (after everything already queued for it):
-    /// this rank posts no more receives. `failed` says the program failed
-    /// rather than returned.
+    /// Says goodbye to every peer, at once: this rank posts no more
+    /// receives, so the peers fail their sends that need it to match. The
+    /// goodbye says how many data frames this rank sends in all: its sends
+    /// still waiting for credit go out after it. `failed` says the program
+    /// failed rather than returned; its waiting sends are then dropped.
     pub fn farewell(&mut self, failed: bool) {
         if self.finished {
             return;
         }
         self.finished = true;
         for dest in 0..self.size() {
-            if dest != self.rank {
-                self.peers[dest as usize].bye = Some(failed);
-                if failed {
-                    // A failed program's sends that have not started never will.
-                    let held: Vec<ReqId> = self.peers[dest as usize].held.drain(..).map(|h| h.id).collect();
-                    for id in held {
-                        self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
-                    }
+            if dest == self.rank {
+                continue;
+            }
+            if failed {
+                let held: Vec<ReqId> = self.peers[dest as usize].held.drain(..).map(|h| h.id).collect();
+                for id in held {
+                    self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
                 }
-                self.start_held(dest);
+            }
+            let p = &self.peers[dest as usize];
+            let last = p.next_seq + p.held.len() as u64;
+            let header = Header { data_len: u64::from(failed), seq: last, ..Header::control(Kind::Bye, self.rank) };
+            self.push_frame(dest, Frame::control(header));
+            // The sends still waiting for credit or slots go now, as
+            // rendezvous requests: a finished rank cannot wait for its peer
+            // to match something else first (that peer may be waiting for
+            // it to finish).
+            while let Some(Held { id, mode, msg }) = self.peers[dest as usize].held.pop_front() {
+                let ready = mode == SendMode::Ready;
+                let header = Header { recv_id: u64::from(ready), ..self.data_header(Kind::Rts, &msg, id) };
+                self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data, ready });
+                self.push_frame(dest, Frame::control(header));
             }
         }
     }
@@ -1499,11 +1603,25 @@ impl Engine {
         self.closed
     }
 
-    /// `rank` has finished: fail what waits for it to match.
-    fn peer_finished(&mut self, rank: u32, failed: bool) {
-        self.peers[rank as usize].finished = true;
+    /// `rank` has finished, after sending `last` data frames in all: fail
+    /// what needs it to match now, and what waits for its messages once the
+    /// last has arrived.
+    fn peer_finished(&mut self, rank: u32, failed: bool, last: u64) -> Result<()> {
+        let p = &mut self.peers[rank as usize];
+        if last.saturating_sub(p.expected_seq) > MAX_AFTER_GOODBYE {
+            return Err(Error::Protocol(format!(
+                "rank {rank} announced {} more messages in its goodbye, above the {MAX_AFTER_GOODBYE} allowed",
+                last - p.expected_seq
+            )));
+        }
+        p.finished = true;
+        p.final_seq = Some(last.max(p.expected_seq));
         let reason = if failed { "it failed before matching" } else { "its program returned before matching" };
-        self.fail_waiting_on(rank, reason);
+        self.fail_sends_to(rank, reason);
+        if self.sends_no_more(rank) {
+            self.fail_recvs_from(rank, reason);
+        }
+        Ok(())
     }
 
     /// `rank` has failed (its connection broke, it broke the protocol, or it
@@ -1514,16 +1632,22 @@ impl Engine {
             return;
         }
         tracing::warn!(rank = self.rank, peer = rank, reason, "peer failed");
+        let me = self.rank;
         let p = &mut self.peers[rank as usize];
         p.failed = Some(reason.to_string());
         p.queue.clear();
         p.queued_bytes = 0;
         let bulk: Vec<ReqId> = p.bulk.drain(..).map(|b| b.send_id).collect();
+        // Tell it, so that it does not wait for this rank (best effort: the
+        // transport may already have lost it).
+        p.parting = Some(Frame::control(Header { data_len: 2, ..Header::control(Kind::Bye, me) }));
+        self.schedule(rank);
         let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
         for id in bulk {
             self.events.push_back(Event::SendDone { id, result: Err(error()) });
         }
-        self.fail_waiting_on(rank, reason);
+        self.fail_sends_to(rank, reason);
+        self.fail_recvs_from(rank, reason);
         let failed: Vec<ReqId> =
             self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
         for transfer in failed {
@@ -1537,9 +1661,23 @@ impl Engine {
         self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
     }
 
-    /// Fails the receives that name `rank` and the sends that wait for it;
-    /// reports the any-source receives that only this rank can now match.
-    fn fail_waiting_on(&mut self, rank: u32, reason: &str) {
+    /// Fails the sends that need `rank` to match or answer.
+    fn fail_sends_to(&mut self, rank: u32, reason: &str) {
+        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
+        let failed_sends: Vec<ReqId> = self.sends.iter().filter(|(_, s)| s.dest() == rank).map(|(id, _)| *id).collect();
+        for id in failed_sends {
+            self.sends.remove(&id);
+            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+        }
+        let held: Vec<ReqId> = self.peers[rank as usize].held.drain(..).map(|h| h.id).collect();
+        for id in held {
+            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+        }
+    }
+
+    /// Fails the receives that name `rank`, and reports the any-source
+    /// receives that only this rank can now match.
+    fn fail_recvs_from(&mut self, rank: u32, reason: &str) {
         let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
         for id in self.posted.remove_where(|spec| spec.source == Some(rank)) {
             self.limits.remove(&id);
@@ -1549,15 +1687,6 @@ impl Engine {
             for id in self.posted.ids_where(|spec| spec.source.is_none()) {
                 self.events.push_back(Event::Orphaned { id });
             }
-        }
-        let failed_sends: Vec<ReqId> = self.sends.iter().filter(|(_, s)| s.dest() == rank).map(|(id, _)| *id).collect();
-        for id in failed_sends {
-            self.sends.remove(&id);
-            self.events.push_back(Event::SendDone { id, result: Err(error()) });
-        }
-        let held: Vec<ReqId> = self.peers[rank as usize].held.drain(..).map(|h| h.id).collect();
-        for id in held {
-            self.events.push_back(Event::SendDone { id, result: Err(error()) });
         }
     }
 }
