@@ -158,3 +158,67 @@ async fn pings_keep_quiet_peers_alive_on_the_drivers_clock() {
     .unwrap();
     assert_eq!(out, [2, 0, 1]);
 }
+
+/// Two endpoints whose rank 1 can go silent (its frames are lost).
+struct Lossy {
+    me: u32,
+    inboxes: Vec<UnboundedSender<(u32, Frame)>>,
+    mute: Arc<AtomicBool>,
+}
+
+impl Transport for Lossy {
+    fn send(&self, dest: u32, frame: Frame) -> Result<(), SendError> {
+        if self.me == 1 && self.mute.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.inboxes[dest as usize].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
+    }
+}
+
+/// Through real endpoints and their timers on tokio's paused clock: a peer
+/// that goes silent fails what waits on it with `ProcessFailed` after the
+/// idle timeout, and not before.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_silent_peer_fails_after_the_idle_timeout() {
+    let config = Config { idle_timeout: Some(Duration::from_secs(3)), ..Config::default() };
+    let mute = Arc::new(AtomicBool::new(false));
+    let (inboxes, receivers): (Vec<_>, Vec<_>) = (0..2).map(|_| unbounded_channel()).unzip();
+    let eps: Vec<Endpoint> =
+        (0..2).map(|r| Endpoint::new(r, 2, config, Lossy { me: r, inboxes: inboxes.clone(), mute: mute.clone() })).collect();
+    // Each endpoint's driver: its inbox and its timers.
+    for (ep, mut rx) in eps.iter().zip(receivers) {
+        let weak = ep.downgrade();
+        tokio::spawn(async move {
+            let now = || tokio::time::Instant::now().into_std();
+            if let Some(ep) = weak.upgrade() {
+                ep.handle_timeout(now());
+            }
+            loop {
+                let Some(at) = weak.upgrade().and_then(|ep| ep.poll_timeout()) else { return };
+                tokio::select! {
+                    got = rx.recv() => match (got, weak.upgrade()) {
+                        (Some((from, frame)), Some(ep)) => ep.handle_frame(from, frame),
+                        _ => return,
+                    },
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
+                        let Some(ep) = weak.upgrade() else { return };
+                        ep.handle_timeout(now());
+                    }
+                }
+            }
+        });
+    }
+    eps[0].connected().await;
+    eps[1].connected().await;
+    let zero = eps[0].world();
+    // Alive and quiet for a while: pings keep the connection.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(zero.iprobe(1, 0).unwrap().is_none());
+    // Rank 1 goes silent; a receive from it fails after the timeout.
+    mute.store(true, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let r = zero.recv::<u8>(1, 0).await;
+    let waited = started.elapsed();
+    assert!(matches!(r, Err(Error::ProcessFailed { rank: 1, .. })), "{r:?}");
+    assert!(waited >= Duration::from_secs(2) && waited <= Duration::from_secs(5), "failed after {waited:?}");
+}

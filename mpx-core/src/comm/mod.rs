@@ -32,7 +32,9 @@
 //! it is still unmatched on the second poll in a row that finds no match and
 //! no live sender: the first such poll wakes the task again, so everything
 //! else it (or the runtime) had ready to run, a send to self among it, runs
-//! in between. Probes follow the same rule.
+//! in between. Probes follow the same rule. A send to self started only
+//! after a further wait (a sleep, a `yield_now`, another message) comes too
+//! late: the receive has failed by then.
 //!
 //! # Buffers never escape to the background
 //!

@@ -63,7 +63,10 @@ impl Comm {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
-            st.arrival_wakers.push(cx.waker().clone());
+            // One entry per waiting task, however often it polls.
+            if !st.arrival_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                st.arrival_wakers.push(cx.waker().clone());
+            }
             Poll::Pending
         })
         .await

@@ -444,10 +444,12 @@ impl Received {
             Received::Discarded(n) => Received::Discarded(n + chunk.len() as u64),
             Received::Nothing => Received::One(chunk),
             Received::One(first) => {
-                // Room for the whole message at once (one copy, no regrowth),
-                // up to a cap: the length is the sender's claim, and memory
-                // beyond it grows only as data really arrives.
-                let room = total.min(GATHER_RESERVE_CAP).max((first.len() + chunk.len()) as u64) as usize;
+                // Room in proportion to what has really arrived (the length
+                // is the sender's claim): a few times the first chunks, up
+                // to the whole message and a cap; the buffer then doubles
+                // as more arrives.
+                let arrived = (first.len() + chunk.len()) as u64;
+                let room = total.min(GATHER_RESERVE_CAP).min(arrived.saturating_mul(8)).max(arrived) as usize;
                 let mut all = BytesMut::with_capacity(room);
                 all.extend_from_slice(&first);
                 all.extend_from_slice(&chunk);

@@ -44,10 +44,30 @@ pub(crate) struct State {
     /// Woken whenever a data frame arrives (probe).
     pub(crate) arrival_wakers: Vec<Waker>,
     /// Woken when the engine has flushed (finalize) or connected.
-    pub(crate) state_wakers: Vec<Waker>,
+    pub(crate) state_wakers: Vec<(Waker, Awaited)>,
     /// Wakers to call once the lock is released (see [`Locked`]).
     pub(crate) to_wake: Vec<Waker>,
     pub(crate) bsend: BsendBuffer,
+}
+
+/// What a task waits for in [`Endpoint::connected`] or
+/// [`Endpoint::finalize`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Awaited {
+    /// Every peer's hello (or its failure).
+    Connected,
+    /// Every started send delivered or failed.
+    Flushed,
+}
+
+impl Awaited {
+    fn reached(self, engine: &Engine) -> bool {
+        engine.is_closed()
+            || match self {
+                Awaited::Connected => engine.is_connected(),
+                Awaited::Flushed => engine.is_flushed(),
+            }
+    }
 }
 
 pub(crate) struct Shared {
@@ -185,18 +205,18 @@ impl Endpoint {
     /// # Cancel safety
     /// Cancel-safe: it only waits.
     pub async fn connected(&self) {
-        self.engine_state(Engine::is_connected).await
+        self.engine_state(Awaited::Connected).await
     }
 
-    /// Waits until `reached` holds of the engine, or the engine is closed;
-    /// rechecked whenever the engine connects a peer or may have flushed.
-    async fn engine_state(&self, reached: impl Fn(&Engine) -> bool) {
+    /// Waits until the engine reaches `awaited` (or is closed); the flush
+    /// that reaches it wakes the waiter.
+    async fn engine_state(&self, awaited: Awaited) {
         std::future::poll_fn(|cx| {
             let mut st = self.shared.lock();
-            if reached(&st.engine) || st.engine.is_closed() {
+            if awaited.reached(&st.engine) {
                 return Poll::Ready(());
             }
-            st.state_wakers.push(cx.waker().clone());
+            st.state_wakers.push((cx.waker().clone(), awaited));
             Poll::Pending
         })
         .await
@@ -219,7 +239,7 @@ impl Endpoint {
             st.engine.farewell(false);
             self.shared.flush(&mut st);
         }
-        self.engine_state(Engine::is_flushed).await;
+        self.engine_state(Awaited::Flushed).await;
         let flushed = std::future::poll_fn(|cx| self.shared.transport.poll_flush(cx)).await;
         self.close();
         flushed
@@ -327,8 +347,6 @@ impl Shared {
                     }
                     Event::Connected { rank, repr } => {
                         self.reprs[rank as usize].store(repr as u8, Ordering::Relaxed);
-                        let waiters = std::mem::take(&mut st.state_wakers);
-                        st.to_wake.extend(waiters);
                     }
                 }
             }
@@ -336,9 +354,12 @@ impl Shared {
                 break;
             }
         }
-        if !st.state_wakers.is_empty() && (st.engine.is_flushed() || st.engine.is_closed() || st.engine.is_connected()) {
-            let waiters = std::mem::take(&mut st.state_wakers);
-            st.to_wake.extend(waiters);
+        if !st.state_wakers.is_empty() {
+            let engine = &st.engine;
+            let (ready, waiting): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut st.state_wakers).into_iter().partition(|(_, awaited)| awaited.reached(engine));
+            st.state_wakers = waiting;
+            st.to_wake.extend(ready.into_iter().map(|(w, _)| w));
         }
     }
 
@@ -405,6 +426,7 @@ impl Shared {
     pub(crate) fn withdraw(&self, id: ReqId) {
         let mut st = self.lock();
         st.wakers.remove(&id);
+        st.orphan_polls.remove(&id);
         match st.done.remove(&id) {
             Some(Completion::Recv(Ok(msg))) => {
                 st.engine.requeue(msg);
