@@ -18,23 +18,25 @@ async fn pingpong(len: usize, iters: usize) -> mpx::Result<f64> {
     let out = mpx::launch(2, move |comm| async move {
         let other = 1 - comm.rank();
         let mut buf = vec![0u8; len];
-        // Warm up once.
-        if comm.rank() == 0 {
-            comm.send(&buf, other, 0).await?;
-            comm.recv_into(&mut buf, other, 0).await?;
-        } else {
-            comm.recv_into(&mut buf, other, 0).await?;
-            comm.send(&buf, other, 0).await?;
-        }
+        // One round trip: rank 0 sends first, rank 1 answers.
+        let round = |buf: &mut Vec<u8>| {
+            let comm = comm.clone();
+            let mut owned = std::mem::take(buf);
+            async move {
+                if comm.rank() == 0 {
+                    comm.send(&owned, other, 0).await?;
+                    comm.recv_into(&mut owned, other, 0).await?;
+                } else {
+                    comm.recv_into(&mut owned, other, 0).await?;
+                    comm.send(&owned, other, 0).await?;
+                }
+                Ok::<_, mpx::Error>(owned)
+            }
+        };
+        buf = round(&mut buf).await?; // warm up
         let start = Instant::now();
         for _ in 0..iters {
-            if comm.rank() == 0 {
-                comm.send(&buf, other, 1).await?;
-                comm.recv_into(&mut buf, other, 1).await?;
-            } else {
-                comm.recv_into(&mut buf, other, 1).await?;
-                comm.send(&buf, other, 1).await?;
-            }
+            buf = round(&mut buf).await?;
         }
         Ok(start.elapsed().as_secs_f64() / (2 * iters) as f64)
     })

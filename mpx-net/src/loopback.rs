@@ -393,7 +393,11 @@ where
         // The endpoint owns its driver: it ends with the endpoint's last handle.
         endpoint.own(Tasks(vec![driver.abort_handle()]));
     }
-    let hellos = futures_join_all(endpoints.iter().map(|e| e.connected()));
+    let hellos = async {
+        for e in &endpoints {
+            e.connected().await;
+        }
+    };
     if tokio::time::timeout(Duration::from_secs(30), hellos).await.is_err() {
         return Err(Error::transport("connecting the ranks", std::io::Error::from(std::io::ErrorKind::TimedOut)));
     }
@@ -440,14 +444,6 @@ where
     match errors.into_iter().min_by_key(rank_of) {
         Some(e) => Err(e),
         None => Ok(results),
-    }
-}
-
-/// Waits for every future (a small `join_all`, to keep mpx-net's
-/// dependencies to tokio).
-async fn futures_join_all<F: Future<Output = ()>>(futures: impl Iterator<Item = F>) {
-    for f in futures {
-        f.await;
     }
 }
 

@@ -232,29 +232,25 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
             }
         }
     }
-    if datatype.is_packed() {
-        // Packed bytes are unpacked later with the native pack API.
+    let ext_size = datatype.external32_size();
+    let partial_item = env.repr == Repr::External32 && ext_size > 0 && !(msg.data.len() as u64).is_multiple_of(ext_size);
+    if datatype.is_packed() || partial_item {
+        // Packed bytes are unpacked later with the native pack API, and
+        // external32 data ending inside an item converts through its type
+        // sequence: both take the message in this rank's native form.
         let native = native_packed(msg)?;
-        if native.len() > capacity {
+        if datatype.is_packed() && native.len() > capacity {
             return Err(Error::Truncate { needed: native.len() as u64, available: capacity as u64 });
         }
         datatype.unpack_message(&native, Repr::Native, region, count)?;
         return Ok(Status::of(env.source, env.tag, native.len() as u64));
     }
-    let ext_size = datatype.external32_size();
-    if env.repr == Repr::External32 && ext_size > 0 && !(msg.data.len() as u64).is_multiple_of(ext_size) {
-        // A partial last item: convert through the message's type sequence,
-        // then unpack the native bytes, which may end inside an item.
-        let native = native_packed(msg)?;
-        datatype.unpack_message(&native, Repr::Native, region, count)?;
-        return Ok(Status::of(env.source, env.tag, native.len() as u64));
-    }
     datatype.unpack_message(&msg.data, env.repr, region, count)?;
     let mut status = status_of(msg);
-    if env.repr == Repr::External32 && datatype.external32_size() > 0 {
+    if env.repr == Repr::External32 && ext_size > 0 {
         // The status counts what landed in the buffer: whole items of the
         // native representation (unpack_message checked they are whole).
-        status.bytes = msg.data.len() as u64 / datatype.external32_size() * datatype.size();
+        status.bytes = msg.data.len() as u64 / ext_size * datatype.size();
     }
     Ok(status)
 }

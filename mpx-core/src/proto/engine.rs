@@ -710,13 +710,13 @@ impl Engine {
         if p.failed.is_some() {
             return p.parting.take();
         }
-        let accepts = p.hello.map_or(u64::MAX, |h| h.accepts).max(1);
-        let chunk = (self.config.rndv_chunk.max(1) as u64).min(accepts) as usize;
         if let Some(frame) = p.queue.pop_front() {
             p.queued_bytes -= frame.payload.len();
             p.sent = true;
             return Some(frame);
         }
+        let accepts = p.hello.map_or(u64::MAX, |h| h.accepts).max(1);
+        let chunk = (self.config.rndv_chunk.max(1) as u64).min(accepts) as usize;
         let b = p.bulk.front_mut()?;
         let n = chunk.min(b.data.len() - b.offset);
         let header = Header {
@@ -794,9 +794,15 @@ impl Engine {
         let mut silent = Vec::new();
         let mut ping = Vec::new();
         for (r, p) in self.peers.iter_mut().enumerate() {
-            let owes = p.final_seq.is_some_and(|last| p.expected_seq < last)
-                || self.transfers.values().any(|t| t.envelope.source == r as u32 && !t.complete);
-            if r as u32 == self.rank || p.failed.is_some() || (p.finished && !owes) {
+            if r as u32 == self.rank || p.failed.is_some() {
+                continue;
+            }
+            // A finished peer is watched only while it still owes data.
+            let owes = || {
+                p.final_seq.is_some_and(|last| p.expected_seq < last)
+                    || self.transfers.values().any(|t| t.envelope.source == r as u32 && !t.complete)
+            };
+            if p.finished && !owes() {
                 continue;
             }
             if std::mem::take(&mut p.heard) || p.last_heard.is_none() {
@@ -871,14 +877,22 @@ impl Engine {
     /// Why `rank` can no longer take part: it failed, or (when the operation
     /// needs it to match) it finished.
     pub fn dead(&self, rank: u32, need_match: bool) -> Option<Error> {
+        let p = self.peers.get(rank as usize)?;
+        self.gone(rank).or_else(|| (need_match && p.finished).then(|| Self::returned(rank)))
+    }
+
+    /// The error of every operation once the engine is closed, or of one
+    /// that depends on `rank` once it has failed.
+    fn gone(&self, rank: u32) -> Option<Error> {
         if self.closed {
             return Some(Error::Finalized);
         }
-        let p = self.peers.get(rank as usize)?;
-        if let Some(reason) = &p.failed {
-            return Some(Error::ProcessFailed { rank, reason: reason.clone() });
-        }
-        (need_match && p.finished).then(|| Error::ProcessFailed { rank, reason: "its program returned".into() })
+        let reason = self.peers.get(rank as usize)?.failed.as_ref()?;
+        Some(Error::ProcessFailed { rank, reason: reason.clone() })
+    }
+
+    fn returned(rank: u32) -> Error {
+        Error::ProcessFailed { rank, reason: "its program returned".into() }
     }
 
     /// Whether `rank` will send nothing more: it failed, or it finished and
@@ -891,14 +905,8 @@ impl Engine {
     /// Why a receive naming `rank` can never be matched: it failed, or it
     /// finished and all it sent has arrived.
     pub fn silent(&self, rank: u32) -> Option<Error> {
-        if self.closed {
-            return Some(Error::Finalized);
-        }
-        let p = self.peers.get(rank as usize)?;
-        if let Some(reason) = &p.failed {
-            return Some(Error::ProcessFailed { rank, reason: reason.clone() });
-        }
-        self.sends_no_more(rank).then(|| Error::ProcessFailed { rank, reason: "its program returned".into() })
+        self.peers.get(rank as usize)?;
+        self.gone(rank).or_else(|| self.sends_no_more(rank).then(|| Self::returned(rank)))
     }
 
     /// When every other rank will send nothing more (and there is at least
@@ -909,12 +917,9 @@ impl Engine {
             return Some(Error::Finalized);
         }
         let mut last = None;
-        for (r, p) in self.peers.iter().enumerate() {
+        for r in 0..self.size() as usize {
             if r as u32 == self.rank {
                 continue;
-            }
-            if p.failed.is_none() && !p.finished {
-                return None;
             }
             if !self.sends_no_more(r as u32) {
                 return None;
@@ -1035,12 +1040,19 @@ impl Engine {
                 self.push_frame(dest, Frame { header, payload: msg.data });
             } else {
                 self.peers[dest as usize].slots -= 1;
-                let ready = mode == SendMode::Ready;
-                let header = Header { recv_id: u64::from(ready), ..self.data_header(Kind::Rts, &msg, id) };
-                self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data, ready });
-                self.push_frame(dest, Frame::control(header));
+                self.request_to_send(id, mode, msg);
             }
         }
+    }
+
+    /// Sends the rendezvous request of send `id` (a ready-mode one if
+    /// `mode` says so) and keeps its data for the CTS.
+    fn request_to_send(&mut self, id: ReqId, mode: SendMode, msg: Outgoing) {
+        let ready = mode == SendMode::Ready;
+        let dest = msg.dest;
+        let header = Header { recv_id: u64::from(ready), ..self.data_header(Kind::Rts, &msg, id) };
+        self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data, ready });
+        self.push_frame(dest, Frame::control(header));
     }
 
     // ----- receives -----------------------------------------------------------
@@ -1272,8 +1284,9 @@ impl Engine {
     }
 
     fn process(&mut self, from: u32, frame: Frame) -> Result<()> {
+        let owed = self.peers[from as usize].finished && !self.sends_no_more(from);
         let result = self.process_frame(from, frame);
-        if self.peers[from as usize].finished && self.sends_no_more(from) && self.peers[from as usize].failed.is_none() {
+        if owed && self.sends_no_more(from) && self.peers[from as usize].failed.is_none() {
             // Its last data frame is in: what still waits for its messages never gets one.
             self.fail_recvs_from(from, "its program returned before sending a match");
         }
@@ -1425,7 +1438,7 @@ impl Engine {
         peer.hello = Some(PeerHello { eager_limit: h.send_id, accepts: u64::from(h.desc_len), native });
         peer.credit = h.sig_len;
         peer.slots = h.recv_id;
-        let repr = if native && self.config.repr == Repr::Native { Repr::Native } else { Repr::External32 };
+        let repr = self.repr_for(from);
         self.events.push_back(Event::Connected { rank: from, repr });
         self.start_held(from);
         Ok(())
@@ -1565,10 +1578,7 @@ impl Engine {
             // to match something else first (that peer may be waiting for
             // it to finish).
             while let Some(Held { id, mode, msg }) = self.peers[dest as usize].held.pop_front() {
-                let ready = mode == SendMode::Ready;
-                let header = Header { recv_id: u64::from(ready), ..self.data_header(Kind::Rts, &msg, id) };
-                self.sends.insert(id, PendingSend::Rendezvous { dest, data: msg.data, ready });
-                self.push_frame(dest, Frame::control(header));
+                self.request_to_send(id, mode, msg);
             }
         }
     }
