@@ -797,15 +797,13 @@ impl Engine {
             if r as u32 == self.rank || p.failed.is_some() {
                 continue;
             }
-            // A finished peer is watched only while it still owes data.
+            // A finished peer is watched only while it still owes data; it
+            // is pinged all the same, since it may be watching this rank.
             let owes = || {
                 p.final_seq.is_some_and(|last| p.expected_seq < last)
                     || self.transfers.values().any(|t| t.envelope.source == r as u32 && !t.complete)
             };
-            if p.finished && !owes() {
-                continue;
-            }
-            if std::mem::take(&mut p.heard) || p.last_heard.is_none() {
+            if std::mem::take(&mut p.heard) || p.last_heard.is_none() || (p.finished && !owes()) {
                 p.last_heard = Some(now);
             } else if p.last_heard.is_some_and(|t| now.saturating_duration_since(t) >= idle) {
                 silent.push(r as u32);
@@ -833,13 +831,28 @@ impl Engine {
         self.unexpected.len()
     }
 
-    /// Bytes of eager data waiting in the unexpected queue.
+    /// Bytes of data waiting in the unexpected queue.
     pub fn unexpected_bytes(&self) -> u64 {
         self.unexpected
             .iter()
             .map(|u| match &u.body {
                 Body::Data { data, .. } => data.len() as u64,
                 Body::Rts { .. } | Body::InFlight { .. } => 0,
+            })
+            .sum()
+    }
+
+    /// Bytes of eager data, sent under credit, waiting in the unexpected
+    /// queue: never above the credit this rank grants all ranks together.
+    /// (The rest of [`unexpected_bytes`](Engine::unexpected_bytes) is
+    /// rendezvous data given back by abandoned receives, which asked for
+    /// it.)
+    pub fn unexpected_eager_bytes(&self) -> u64 {
+        self.unexpected
+            .iter()
+            .map(|u| match &u.body {
+                Body::Data { data, credit } if *credit > 0 => data.len() as u64,
+                _ => 0,
             })
             .sum()
     }
@@ -1232,6 +1245,13 @@ impl Engine {
         }
         if let Some(e) = self.dead(source, false) {
             self.events.push_back(Event::RecvDone { id: recv_id, result: Err(e) });
+            return;
+        }
+        if self.finished && source != self.rank {
+            // This rank's program has ended: the sender gives up on the
+            // message when the goodbye reaches it, before any clear-to-send
+            // sent now would.
+            self.events.push_back(Event::RecvDone { id: recv_id, result: Err(Error::Finalized) });
             return;
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };

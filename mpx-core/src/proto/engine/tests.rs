@@ -482,3 +482,40 @@ fn a_message_longer_than_its_receive_is_counted_not_kept() {
     pump(&mut e);
     assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Ok(d) }] if d.data.len() == 10_000));
 }
+
+#[test]
+fn a_live_rank_keeps_pinging_a_finished_peer_that_watches_it() {
+    let config = Config { idle_timeout: Some(Duration::from_secs(3)), ..Config::default() };
+    let t0 = Instant::now();
+    let mut e = pair(config);
+    e[1].farewell(false);
+    pump(&mut e);
+    // Rank 1 has finished and waits for rank 0, which sends it nothing
+    // of its own for a minute: its pings must keep rank 1 from failing it.
+    for s in 0..60 {
+        e[0].handle_timeout(t0 + Duration::from_secs(s));
+        e[1].handle_timeout(t0 + Duration::from_secs(s));
+        pump(&mut e);
+    }
+    assert!(!e[1].is_failed(0), "{:?}", e[1].dead(0, false));
+    assert!(!e[0].is_failed(1), "{:?}", e[0].dead(1, false));
+}
+
+#[test]
+fn a_finished_rank_does_not_clear_a_message_its_sender_gives_up() {
+    let mut e = pair(Config::default());
+    e[1].post_recv(9, spec(None, None));
+    // Rank 0's rendezvous request is on its way when rank 1 says goodbye.
+    e[0].post_send(1, SendMode::Synchronous, msg(1, 0, b"late"));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].farewell(false);
+    e[1].handle_frame(0, rts).unwrap();
+    assert!(
+        matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Err(Error::Finalized) }]),
+        "no clear-to-send goes out after the goodbye"
+    );
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[0])[..], [Event::SendDone { id: 1, result: Err(Error::ProcessFailed { rank: 1, .. }) }]));
+    assert!(e[0].is_flushed() && e[1].is_flushed());
+    assert!(!e[0].is_failed(1) && !e[1].is_failed(0), "neither is in breach of the protocol");
+}

@@ -1,0 +1,685 @@
+//! A deterministic harness that drives one [`Engine`] from a script of
+//! operations and raw incoming bytes, checking the engine's invariants
+//! after every step: the fuzzers' target and the property tests' driver.
+//!
+//! A [`Script`] is a flat byte string, so a fuzzer can produce any one:
+//! every byte string parses (missing arguments read as zero). It mixes
+//! what a program does on the rank (sends, receives, cancels, probes,
+//! consuming what arrived), what its transport does (bytes arriving from a
+//! peer, frames leaving, a peer's link filling up), time passing, and the
+//! end (goodbye, close). Bytes from a peer go through a capped
+//! [`Decoder`] as a stream transport's would, so frames may be split
+//! anywhere, and a peer may send anything.
+//!
+//! After every step [`Node::check`] asserts what must hold whatever the
+//! peers send:
+//!
+//! * no sender holds more eager credit here than [`Config::eager_credit`],
+//!   and the unexpected queue holds no more eager data than the credit of
+//!   all ranks together;
+//! * no receive waits on a failed peer;
+//! * every request completes at most once, and only requests that were
+//!   started complete;
+//! * a stream's undecoded bytes stay below one frame at the decoder's cap;
+//! * once the engine is closed, nothing started is left waiting.
+//!
+//! Panics (from the engine or from these checks) are the failures a fuzzer
+//! reports.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use super::engine::{Config, Delivered, Engine, Event, MatchSpec, Matched, Outgoing, ReqId, SendMode};
+use super::wire::{Decoder, Frame, HEADER_LEN};
+use crate::pack::Repr;
+
+/// World size of a scripted run; the engine under test is rank 0.
+pub const SIZE: u32 = 3;
+
+/// The engine configuration scripts run under: small enough that a short
+/// script reaches credit exhaustion, rendezvous chunking and slot limits.
+pub fn config(repr: Repr) -> Config {
+    Config {
+        eager_threshold: 64,
+        eager_credit: 512,
+        rndv_slots: 4,
+        rndv_chunk: 48,
+        repr,
+        idle_timeout: Some(Duration::from_secs(1)),
+        job: 0x5eed,
+    }
+}
+
+/// Longest message a scripted send carries.
+pub const MAX_SEND_LEN: u16 = 600;
+
+/// One step of a script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Starts a send of `len % (MAX_SEND_LEN + 1)` bytes to rank
+    /// `to % SIZE` in mode `mode % 4` (standard, buffered, synchronous,
+    /// ready), on context `context % 2` with tag `tag % 4`.
+    Send {
+        /// Destination (modulo the world size; may be this rank).
+        to: u8,
+        /// Send mode selector.
+        mode: u8,
+        /// Context selector.
+        context: u8,
+        /// Tag selector.
+        tag: u8,
+        /// Length selector.
+        len: u16,
+    },
+    /// Posts a receive: `source` 255 is any source, `tag` 255 any tag;
+    /// `limit` below 65535 bounds the data it holds.
+    Recv {
+        /// Source selector (255: any).
+        source: u8,
+        /// Tag selector (255: any).
+        tag: u8,
+        /// Context selector.
+        context: u8,
+        /// Capacity in bytes (65535: unbounded).
+        limit: u16,
+    },
+    /// Cancels the `which`-th outstanding receive.
+    Cancel {
+        /// Which outstanding receive.
+        which: u8,
+    },
+    /// Withdraws the `which`-th outstanding receive (its owner is gone).
+    Withdraw {
+        /// Which outstanding receive.
+        which: u8,
+    },
+    /// A matched probe (`improbe`); a message it takes is held.
+    Probe {
+        /// Source selector (255: any).
+        source: u8,
+        /// Tag selector (255: any).
+        tag: u8,
+        /// Context selector.
+        context: u8,
+    },
+    /// Receives the `which`-th held probed message (`mrecv`).
+    Mrecv {
+        /// Which held message.
+        which: u8,
+    },
+    /// Puts the `which`-th held probed message back.
+    Unmatch {
+        /// Which held message.
+        which: u8,
+    },
+    /// The program takes the `which`-th delivered message (giving its
+    /// credit back), or, with `requeue`, abandons it to the queue.
+    Consume {
+        /// Which delivered message.
+        which: u8,
+        /// Abandon it instead of taking it.
+        requeue: bool,
+    },
+    /// Bytes arrive on the stream from peer `from` (modulo the peers).
+    Bytes {
+        /// Peer selector.
+        from: u8,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// The transport takes up to `frames` frames.
+    Transmit {
+        /// How many frames at most.
+        frames: u8,
+    },
+    /// The link to `dest` is full: the next frame for it is given back.
+    Block {
+        /// Destination selector.
+        dest: u8,
+    },
+    /// The link to `dest` can take frames again.
+    Writable {
+        /// Destination selector.
+        dest: u8,
+    },
+    /// `millis` milliseconds pass.
+    Advance {
+        /// Milliseconds.
+        millis: u16,
+    },
+    /// The program ends (`failed`: with an error).
+    Farewell {
+        /// Whether the program failed.
+        failed: bool,
+    },
+    /// The endpoint closes.
+    Close,
+    /// The transport reports peer `peer` broken.
+    FailPeer {
+        /// Peer selector.
+        peer: u8,
+    },
+}
+
+/// A script: the engine's representation and its steps, as bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Script {
+    /// Whether the engine under test sends external32.
+    pub external32: bool,
+    /// The steps.
+    pub ops: Vec<Op>,
+}
+
+/// Reads a byte string as arguments; missing bytes read as zero.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn u8(&mut self) -> u8 {
+        let Some((&b, rest)) = self.bytes.split_first() else { return 0 };
+        self.bytes = rest;
+        b
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+
+    fn take(&mut self, n: usize) -> &[u8] {
+        let (taken, rest) = self.bytes.split_at(n.min(self.bytes.len()));
+        self.bytes = rest;
+        taken
+    }
+}
+
+impl Script {
+    /// Parses any byte string into a script.
+    pub fn parse(bytes: &[u8]) -> Script {
+        let mut r = Reader { bytes };
+        let external32 = r.u8() & 1 == 1;
+        let mut ops = Vec::new();
+        while !r.bytes.is_empty() {
+            let op = match r.u8() % 16 {
+                0 => Op::Send { to: r.u8(), mode: r.u8(), context: r.u8(), tag: r.u8(), len: r.u16() },
+                1 => Op::Recv { source: r.u8(), tag: r.u8(), context: r.u8(), limit: r.u16() },
+                2 => Op::Cancel { which: r.u8() },
+                3 => Op::Withdraw { which: r.u8() },
+                4 => Op::Probe { source: r.u8(), tag: r.u8(), context: r.u8() },
+                5 => Op::Mrecv { which: r.u8() },
+                6 => Op::Unmatch { which: r.u8() },
+                7 => Op::Consume { which: r.u8(), requeue: r.u8() & 1 == 1 },
+                8 => {
+                    let from = r.u8();
+                    let len = r.u16() as usize;
+                    Op::Bytes { from, data: r.take(len).to_vec() }
+                }
+                9 => Op::Transmit { frames: r.u8() },
+                10 => Op::Block { dest: r.u8() },
+                11 => Op::Writable { dest: r.u8() },
+                12 => Op::Advance { millis: r.u16() },
+                13 => Op::Farewell { failed: r.u8() & 1 == 1 },
+                14 => Op::Close,
+                _ => Op::FailPeer { peer: r.u8() },
+            };
+            ops.push(op);
+        }
+        Script { external32, ops }
+    }
+
+    /// The script as bytes; [`parse`](Script::parse) gives it back (a
+    /// [`Op::Bytes`] longer than 65535 bytes is cut in several).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![u8::from(self.external32)];
+        for op in &self.ops {
+            match op {
+                Op::Send { to, mode, context, tag, len } => {
+                    b.extend([0, *to, *mode, *context, *tag]);
+                    b.extend(len.to_le_bytes());
+                }
+                Op::Recv { source, tag, context, limit } => {
+                    b.extend([1, *source, *tag, *context]);
+                    b.extend(limit.to_le_bytes());
+                }
+                Op::Cancel { which } => b.extend([2, *which]),
+                Op::Withdraw { which } => b.extend([3, *which]),
+                Op::Probe { source, tag, context } => b.extend([4, *source, *tag, *context]),
+                Op::Mrecv { which } => b.extend([5, *which]),
+                Op::Unmatch { which } => b.extend([6, *which]),
+                Op::Consume { which, requeue } => b.extend([7, *which, u8::from(*requeue)]),
+                Op::Bytes { from, data } => {
+                    for piece in data.chunks(usize::from(u16::MAX)) {
+                        b.extend([8, *from]);
+                        b.extend((piece.len() as u16).to_le_bytes());
+                        b.extend_from_slice(piece);
+                    }
+                }
+                Op::Transmit { frames } => b.extend([9, *frames]),
+                Op::Block { dest } => b.extend([10, *dest]),
+                Op::Writable { dest } => b.extend([11, *dest]),
+                Op::Advance { millis } => {
+                    b.push(12);
+                    b.extend(millis.to_le_bytes());
+                }
+                Op::Farewell { failed } => b.extend([13, u8::from(*failed)]),
+                Op::Close => b.push(14),
+                Op::FailPeer { peer } => b.extend([15, *peer]),
+            }
+        }
+        b
+    }
+}
+
+/// The data a scripted send carries: its `n`-th message from `rank`,
+/// recognisable by the receiver (see [`Node::received`]).
+pub fn pattern(rank: u32, n: u64, len: usize) -> Bytes {
+    (0..len).map(|i| (u64::from(rank) * 31 + n * 7 + i as u64) as u8).collect::<Vec<u8>>().into()
+}
+
+/// A message the program on this rank took: the signature hash names its
+/// sender and number (`rank << 32 | n`).
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The message's envelope.
+    pub envelope: super::engine::Envelope,
+    /// Its data.
+    pub data: Bytes,
+}
+
+/// One rank: an engine, the streams from its peers, the requests its
+/// program started, and a clock.
+pub struct Node {
+    engine: Engine,
+    config: Config,
+    streams: Vec<BytesMut>,
+    decoder: Decoder,
+    /// Links that refuse the next frame.
+    full: Vec<bool>,
+    start: Instant,
+    now: Instant,
+    /// Outstanding sends, with their destinations.
+    sends: HashMap<ReqId, u32>,
+    /// Outstanding receives, in the order they started, with the source
+    /// they name.
+    recvs: Vec<(ReqId, Option<u32>)>,
+    /// Outstanding any-source receives the engine reported orphaned.
+    orphans: HashSet<ReqId>,
+    matched: Vec<Matched>,
+    inbox: Vec<Delivered>,
+    sent: u64,
+    /// Messages the program took, in order.
+    pub received: Vec<Received>,
+    /// Failed completions, with the request.
+    pub errors: Vec<(ReqId, crate::Error)>,
+    /// Every step applied, when recording.
+    pub recording: Option<Script>,
+}
+
+impl Node {
+    /// Rank `rank` of a world of [`SIZE`], sending in `repr`.
+    pub fn new(rank: u32, repr: Repr) -> Node {
+        let config = config(repr);
+        let start = Instant::now();
+        let mut engine = Engine::new(rank, SIZE, config);
+        engine.handle_timeout(start);
+        let mut node = Node {
+            engine,
+            config,
+            streams: (0..SIZE).map(|_| BytesMut::new()).collect(),
+            decoder: Decoder::new(config.max_payload()),
+            full: vec![false; SIZE as usize],
+            start,
+            now: start,
+            sends: HashMap::new(),
+            recvs: Vec::new(),
+            orphans: HashSet::new(),
+            matched: Vec::new(),
+            inbox: Vec::new(),
+            sent: 0,
+            received: Vec::new(),
+            errors: Vec::new(),
+            recording: None,
+        };
+        node.drain_events();
+        node
+    }
+
+    /// Runs `script` on rank 0, checking after every step; frames the
+    /// engine transmits are dropped. The fuzz target.
+    pub fn run(script: &[u8]) {
+        let script = Script::parse(script);
+        let mut node = Node::new(0, if script.external32 { Repr::External32 } else { Repr::Native });
+        for op in &script.ops {
+            node.apply(op);
+            node.check();
+        }
+        node.engine.close();
+        node.drain_events();
+        node.check();
+    }
+
+    /// The engine under test.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn rank(&self) -> u32 {
+        self.engine.rank()
+    }
+
+    /// The peer a selector names.
+    fn peer(&self, selector: u8) -> u32 {
+        let k = u32::from(selector) % (SIZE - 1);
+        if k >= self.rank() {
+            k + 1
+        } else {
+            k
+        }
+    }
+
+    fn spec(source: u8, tag: u8, context: u8) -> MatchSpec {
+        MatchSpec {
+            context: u64::from(context % 2),
+            source: (source != 255).then_some(u32::from(source) % SIZE),
+            tag: (tag != 255).then_some(i32::from(tag % 4)),
+        }
+    }
+
+    /// Applies one step; returns the frames transmitted, with their
+    /// destinations, encoded.
+    pub fn apply(&mut self, op: &Op) -> Vec<(u32, Bytes)> {
+        if let Some(script) = &mut self.recording {
+            script.ops.push(op.clone());
+        }
+        let mut out = Vec::new();
+        match *op {
+            Op::Send { to, mode, context, tag, len } => {
+                let id = self.engine.next_id();
+                let mode = [SendMode::Standard, SendMode::Buffered, SendMode::Synchronous, SendMode::Ready][usize::from(mode % 4)];
+                let len = usize::from(len % (MAX_SEND_LEN + 1));
+                let n = self.sent;
+                self.sent += 1;
+                let dest = u32::from(to) % SIZE;
+                let msg = Outgoing {
+                    dest,
+                    context: u64::from(context % 2),
+                    tag: i32::from(tag % 4),
+                    signature: Some((u64::from(self.rank()) << 32 | n, len as u64)),
+                    repr: self.config.repr,
+                    desc_len: 0,
+                    data: pattern(self.rank(), n, len),
+                };
+                self.sends.insert(id, dest);
+                self.engine.post_send(id, mode, msg);
+            }
+            Op::Recv { source, tag, context, limit } => {
+                let id = self.engine.next_id();
+                let spec = Self::spec(source, tag, context);
+                self.recvs.push((id, spec.source));
+                match limit {
+                    u16::MAX => self.engine.post_recv(id, spec),
+                    limit => self.engine.post_recv_limited(id, spec, u64::from(limit)),
+                }
+            }
+            Op::Cancel { which } => {
+                if let Some(id) = pick(&self.recvs, which) {
+                    if self.engine.cancel_recv(id) {
+                        self.recvs.retain(|&(r, _)| r != id);
+                    }
+                }
+            }
+            Op::Withdraw { which } => {
+                if let Some(id) = pick(&self.recvs, which) {
+                    if self.engine.withdraw_recv(id) {
+                        self.recvs.retain(|&(r, _)| r != id);
+                    }
+                }
+            }
+            Op::Probe { source, tag, context } => {
+                if let Some(m) = self.engine.improbe(&Self::spec(source, tag, context)) {
+                    self.matched.push(m);
+                }
+            }
+            Op::Mrecv { which } => {
+                if !self.matched.is_empty() {
+                    let m = self.matched.remove(usize::from(which) % self.matched.len());
+                    let id = self.engine.next_id();
+                    self.recvs.push((id, Some(m.envelope().source)));
+                    self.engine.mrecv(id, m);
+                }
+            }
+            Op::Unmatch { which } => {
+                if !self.matched.is_empty() {
+                    let m = self.matched.remove(usize::from(which) % self.matched.len());
+                    self.engine.unmatch(m);
+                }
+            }
+            Op::Consume { which, requeue } => {
+                if !self.inbox.is_empty() {
+                    let d = self.inbox.remove(usize::from(which) % self.inbox.len());
+                    if requeue {
+                        self.engine.requeue(d);
+                    } else {
+                        self.engine.release_credit(d.envelope.source, d.credit);
+                        self.received.push(Received { envelope: d.envelope, data: d.data });
+                    }
+                }
+            }
+            Op::Bytes { from, ref data } => {
+                let from = self.peer(from);
+                self.arrive(from, data);
+            }
+            Op::Transmit { frames } => self.transmit(usize::from(frames), &mut out),
+            Op::Block { dest } => {
+                let dest = self.peer(dest);
+                self.full[dest as usize] = true;
+            }
+            Op::Writable { dest } => {
+                let dest = self.peer(dest);
+                self.full[dest as usize] = false;
+                self.engine.writable(dest);
+            }
+            Op::Advance { millis } => {
+                self.now += Duration::from_millis(u64::from(millis));
+                if self.engine.poll_timeout().is_some_and(|t| t <= self.now) {
+                    self.engine.handle_timeout(self.now);
+                }
+            }
+            Op::Farewell { failed } => self.engine.farewell(failed),
+            Op::Close => self.engine.close(),
+            Op::FailPeer { peer } => self.engine.fail_peer(self.peer(peer), "its connection broke"),
+        }
+        self.drain_events();
+        out
+    }
+
+    /// Feeds bytes from `from`'s stream through the decoder, as a stream
+    /// transport does: a stream that does not decode fails its peer.
+    fn arrive(&mut self, from: u32, data: &[u8]) {
+        let stream = &mut self.streams[from as usize];
+        stream.extend_from_slice(data);
+        loop {
+            match self.decoder.decode(stream) {
+                Ok(Some(frame)) => {
+                    // A frame that breaks the protocol fails its peer
+                    // inside the engine; later frames are dropped there.
+                    let _ = self.engine.handle_frame(from, frame);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.engine.fail_peer(from, &e.to_string());
+                    stream.clear();
+                    break;
+                }
+            }
+        }
+        assert!(
+            stream.len() < HEADER_LEN + self.decoder.max_payload(),
+            "{} undecoded bytes held: more than one frame at the cap",
+            stream.len()
+        );
+    }
+
+    /// Takes up to `budget` frames from the engine, as a transport would.
+    fn transmit(&mut self, mut budget: usize, out: &mut Vec<(u32, Bytes)>) {
+        while budget > 0 {
+            let Some(dest) = self.engine.poll_writable() else { return };
+            while budget > 0 {
+                let Some(frame) = self.engine.poll_transmit(dest) else { break };
+                if self.full[dest as usize] {
+                    self.engine.unsend(dest, frame);
+                    break;
+                }
+                budget -= 1;
+                let bytes = frame.to_bytes();
+                assert!(
+                    matches!(Frame::decode(bytes.clone()), Ok(f) if f == frame),
+                    "a transmitted frame does not decode to itself"
+                );
+                out.push((dest, bytes));
+            }
+            if budget == 0 && !self.full[dest as usize] {
+                // More may wait for `dest`: keep it scheduled.
+                self.engine.writable(dest);
+            }
+        }
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(event) = self.engine.poll_event() {
+            match event {
+                Event::SendDone { id, result } => {
+                    assert!(self.sends.remove(&id).is_some(), "send {id} completed twice, or was never started");
+                    if let Err(e) = result {
+                        self.errors.push((id, e));
+                    }
+                }
+                Event::RecvDone { id, result } => {
+                    let at = self.recvs.iter().position(|&(r, _)| r == id);
+                    let at = at.unwrap_or_else(|| panic!("receive {id} completed twice, or was never started"));
+                    self.recvs.remove(at);
+                    self.orphans.remove(&id);
+                    match result {
+                        Ok(d) => self.inbox.push(d),
+                        Err(e) => self.errors.push((id, e)),
+                    }
+                }
+                Event::Orphaned { id } => {
+                    assert!(self.recvs.iter().any(|&(r, _)| r == id), "orphaned receive {id} is not outstanding");
+                    self.orphans.insert(id);
+                }
+                Event::Connected { .. } => {}
+            }
+        }
+    }
+
+    /// Asserts the invariants listed in the [module docs](self).
+    pub fn check(&self) {
+        let e = &self.engine;
+        for source in 0..SIZE {
+            assert!(
+                e.credit_in_use(source) <= self.config.eager_credit,
+                "rank {source} holds {} bytes of credit, above {}",
+                e.credit_in_use(source),
+                self.config.eager_credit
+            );
+            if e.is_failed(source) {
+                assert!(!e.anything_waits_on(source), "a receive waits on failed rank {source}");
+            }
+        }
+        let cap = u64::from(SIZE) * self.config.eager_credit;
+        let eager = e.unexpected_eager_bytes();
+        assert!(eager <= cap, "{eager} bytes of unexpected eager data queued, above {cap}");
+        if e.is_closed() {
+            assert!(self.sends.is_empty(), "sends {:?} still wait on a closed engine", self.sends.keys());
+            assert!(self.recvs.is_empty(), "receives {:?} still wait on a closed engine", self.recvs);
+        }
+    }
+
+    /// Requests still outstanding that do not wait on this rank alone: a
+    /// send to another rank, a receive naming another rank, an any-source
+    /// receive the engine has not reported orphaned (a runtime fails
+    /// those). Once every rank has said goodbye and all bytes have
+    /// arrived, none may be left.
+    pub fn waiting_on_others(&self) -> Vec<ReqId> {
+        let me = self.rank();
+        let sends = self.sends.iter().filter(|&(_, &dest)| dest != me).map(|(&id, _)| id);
+        let recvs = self.recvs.iter().filter(|&&(id, source)| match source {
+            Some(s) => s != me,
+            None => !(self.orphans.contains(&id) && self.engine.orphaned(id)),
+        });
+        let mut ids: Vec<ReqId> = sends.chain(recvs.map(|&(id, _)| id)).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Messages delivered and not yet taken, and probed messages held.
+    pub fn held(&self) -> (usize, usize) {
+        (self.inbox.len(), self.matched.len())
+    }
+
+    /// Time since the node started.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+}
+
+/// Decodes `input[1..]` as a frame stream twice, whole and cut in pieces
+/// whose sizes `input[0]` seeds, and asserts that both give the same
+/// frames and the same outcome, that every frame re-encodes to exactly the
+/// bytes it came from, and that the decoder never holds more than one
+/// frame at its cap. The frame decoder's fuzz target.
+pub fn check_decoder(input: &[u8]) {
+    let Some((&seed, stream)) = input.split_first() else { return };
+    let decoder = Decoder::new(4096);
+    let whole = decode_in_pieces(decoder, stream, &mut |_| stream.len());
+    let mut state = u64::from(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let split = decode_in_pieces(decoder, stream, &mut |_| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        1 + (state % 97) as usize
+    });
+    assert_eq!(whole, split, "cutting the stream changed what it decodes to");
+    let (frames, _) = whole;
+    let mut at = 0;
+    for frame in frames {
+        let bytes = frame.to_bytes();
+        assert_eq!(&stream[at..at + bytes.len()], &bytes[..], "a frame does not re-encode to its bytes");
+        at += bytes.len();
+    }
+}
+
+/// The frames of `stream` fed to `decoder` in pieces `piece` sizes, and
+/// whether it ended in an error (else the undecoded bytes left).
+fn decode_in_pieces(decoder: Decoder, stream: &[u8], piece: &mut dyn FnMut(usize) -> usize) -> (Vec<Frame>, Result<usize, ()>) {
+    let mut buf = BytesMut::new();
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < stream.len() {
+        let n = piece(at).min(stream.len() - at);
+        buf.extend_from_slice(&stream[at..at + n]);
+        at += n;
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    assert!(frame.payload.len() <= decoder.max_payload(), "a payload above the cap was accepted");
+                    frames.push(frame);
+                }
+                Ok(None) => break,
+                Err(_) => return (frames, Err(())),
+            }
+        }
+        assert!(buf.len() < HEADER_LEN + decoder.max_payload(), "{} undecoded bytes held", buf.len());
+    }
+    (frames, Ok(buf.len()))
+}
+
+fn pick(recvs: &[(ReqId, Option<u32>)], which: u8) -> Option<ReqId> {
+    (!recvs.is_empty()).then(|| recvs[usize::from(which) % recvs.len()].0)
+}
+
+#[cfg(test)]
+mod tests;

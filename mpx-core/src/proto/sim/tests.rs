@@ -1,0 +1,354 @@
+//! Property tests: worlds of honest engines driven at random must deliver
+//! every message intact and leave nothing waiting once all ranks are done;
+//! rank 0's view of each world is a script of valid frames, which replays
+//! identically and seeds the fuzzers; scripts cut and corrupted at random
+//! must keep every invariant.
+
+use std::path::PathBuf;
+
+use bytes::BytesMut;
+
+use super::*;
+
+/// xorshift64*: a small deterministic generator for test inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn byte(&mut self) -> u8 {
+        self.next() as u8
+    }
+}
+
+/// Three honest ranks whose links carry bytes between them; rank 0's steps
+/// are recorded.
+struct World {
+    nodes: Vec<Node>,
+    /// Bytes in flight, by (from, to).
+    links: Vec<Vec<BytesMut>>,
+}
+
+impl World {
+    fn new(repr: [Repr; SIZE as usize]) -> World {
+        let mut nodes: Vec<Node> = (0..SIZE).map(|r| Node::new(r, repr[r as usize])).collect();
+        nodes[0].recording = Some(Script { external32: repr[0] == Repr::External32, ops: Vec::new() });
+        let links = (0..SIZE).map(|_| (0..SIZE).map(|_| BytesMut::new()).collect()).collect();
+        let mut world = World { nodes, links };
+        world.pump();
+        world
+    }
+
+    /// The selector node `at` uses for peer `peer`.
+    fn selector(at: u32, peer: u32) -> u8 {
+        (if peer > at { peer - 1 } else { peer }) as u8
+    }
+
+    fn apply(&mut self, at: u32, op: &Op) {
+        for (dest, bytes) in self.nodes[at as usize].apply(op) {
+            self.links[at as usize][dest as usize].extend_from_slice(&bytes);
+        }
+        self.nodes[at as usize].check();
+    }
+
+    /// Moves up to `max` bytes (at least one) from `from` to `to`.
+    fn deliver(&mut self, from: u32, to: u32, max: usize) {
+        let link = &mut self.links[from as usize][to as usize];
+        let n = max.clamp(1, link.len().max(1)).min(link.len());
+        if n == 0 {
+            return;
+        }
+        let data = link.split_to(n).to_vec();
+        self.apply(to, &Op::Bytes { from: Self::selector(to, from), data });
+    }
+
+    /// Transmits and delivers everything, unblocking every link, until
+    /// nothing moves.
+    fn pump(&mut self) {
+        for at in 0..SIZE {
+            for peer in (0..SIZE).filter(|&p| p != at) {
+                self.apply(at, &Op::Writable { dest: Self::selector(at, peer) });
+            }
+        }
+        loop {
+            let mut moved = false;
+            for at in 0..SIZE {
+                self.apply(at, &Op::Transmit { frames: u8::MAX });
+            }
+            for from in 0..SIZE {
+                for to in 0..SIZE {
+                    if !self.links[from as usize][to as usize].is_empty() {
+                        let n = self.links[from as usize][to as usize].len();
+                        self.deliver(from, to, n);
+                        moved = true;
+                    }
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Time passes on every rank; the transports then move everything, so
+    /// honest ranks never go silent.
+    fn advance(&mut self, millis: u16) {
+        for at in 0..SIZE {
+            self.apply(at, &Op::Advance { millis });
+        }
+        self.pump();
+    }
+
+    /// One random step of a random rank.
+    fn random_step(&mut self, rng: &mut Rng) {
+        let at = rng.below(u64::from(SIZE)) as u32;
+        let sel = rng.byte();
+        let op = match rng.below(20) {
+            0..=4 => Op::Send { to: rng.byte(), mode: rng.byte(), context: rng.byte(), tag: rng.byte(), len: rng.below(3) as u16 * rng.below(250) as u16 },
+            5..=8 => Op::Recv {
+                source: if rng.below(3) == 0 { 255 } else { rng.byte() % 3 },
+                tag: if rng.below(3) == 0 { 255 } else { rng.byte() },
+                context: rng.byte(),
+                limit: if rng.below(4) == 0 { rng.below(400) as u16 } else { u16::MAX },
+            },
+            9 => Op::Cancel { which: sel },
+            10 => Op::Withdraw { which: sel },
+            11 => Op::Probe { source: if rng.below(2) == 0 { 255 } else { rng.byte() % 3 }, tag: 255, context: rng.byte() },
+            12 => Op::Mrecv { which: sel },
+            13 => Op::Unmatch { which: sel },
+            14 | 15 => Op::Consume { which: sel, requeue: rng.below(5) == 0 },
+            16 => Op::Block { dest: sel },
+            17 => Op::Transmit { frames: rng.byte() % 8 },
+            18 => {
+                let from = rng.below(u64::from(SIZE)) as u32;
+                self.deliver(from, at, 1 + rng.below(200) as usize);
+                return;
+            }
+            _ => {
+                self.advance(rng.below(200) as u16);
+                return;
+            }
+        };
+        self.apply(at, &op);
+    }
+
+    /// Every rank takes what it holds and says goodbye; time passes well
+    /// beyond the idle timeout with the transports moving everything.
+    fn finish(&mut self) {
+        for at in 0..SIZE {
+            while self.nodes[at as usize].held().1 > 0 {
+                self.apply(at, &Op::Unmatch { which: 0 });
+            }
+            self.apply(at, &Op::Farewell { failed: false });
+        }
+        for _ in 0..12 {
+            self.pump();
+            for at in 0..SIZE {
+                while self.nodes[at as usize].held().0 > 0 {
+                    self.apply(at, &Op::Consume { which: 0, requeue: false });
+                }
+            }
+            self.advance(300);
+        }
+    }
+
+    /// The properties of an honest world: no rank ever failed another,
+    /// every message taken is intact and came from the rank it names.
+    fn check_honest(&self) {
+        let failures: Vec<_> = (0..SIZE)
+            .flat_map(|at| (0..SIZE).filter_map(move |p| self.nodes[at as usize].engine().is_failed(p).then_some((at, p))))
+            .map(|(at, p)| (at, p, self.nodes[at as usize].engine().dead(p, false)))
+            .collect();
+        assert!(failures.is_empty(), "honest ranks failed each other: {failures:?}");
+        for (at, node) in self.nodes.iter().enumerate() {
+            for peer in 0..SIZE {
+                assert!(!node.engine().is_failed(peer), "rank {at} failed honest rank {peer}: {:?}", node.engine().dead(peer, false));
+            }
+            for r in &node.received {
+                let (hash, len) = r.envelope.signature.expect("scripted sends are typed");
+                let (rank, n) = ((hash >> 32) as u32, hash & 0xffff_ffff);
+                assert_eq!(r.envelope.source, rank, "a message claims the wrong sender");
+                assert_eq!(r.data, pattern(rank, n, len as usize), "message {n} of rank {rank} arrived corrupted");
+            }
+            for (id, e) in &node.errors {
+                assert!(
+                    matches!(
+                        e,
+                        crate::Error::NotReady | crate::Error::Truncate { .. } | crate::Error::ProcessFailed { .. } | crate::Error::Finalized
+                    ),
+                    "request {id} of rank {at} failed for no reason an honest run gives: {e}"
+                );
+            }
+        }
+    }
+}
+
+fn reprs(rng: &mut Rng) -> [Repr; SIZE as usize] {
+    std::array::from_fn(|_| if rng.below(4) == 0 { Repr::External32 } else { Repr::Native })
+}
+
+/// A random honest world of `steps` steps, finished.
+fn honest_world(seed: u64, steps: usize) -> World {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut world = World::new(reprs(&mut rng));
+    for _ in 0..steps {
+        world.random_step(&mut rng);
+    }
+    world.check_honest();
+    world.finish();
+    world
+}
+
+#[test]
+fn honest_worlds_deliver_everything_and_leave_nothing_waiting() {
+    let mut delivered = 0;
+    for seed in 0..300 {
+        let world = honest_world(seed, 150);
+        world.check_honest();
+        for (at, node) in world.nodes.iter().enumerate() {
+            assert_eq!(node.waiting_on_others(), Vec::<ReqId>::new(), "seed {seed}: rank {at} still waits on others");
+            delivered += node.received.len();
+        }
+    }
+    assert!(delivered > 3000, "the worlds exchanged only {delivered} messages: the generator is too weak");
+}
+
+#[test]
+fn a_recorded_script_replays_identically() {
+    for seed in 0..40 {
+        let world = honest_world(seed, 150);
+        let recorded = world.nodes[0].recording.clone().expect("rank 0 records");
+        let script = Script::parse(&recorded.to_bytes());
+        assert_eq!(script, recorded, "seed {seed}: the script does not survive its encoding");
+        let mut replay = Node::new(0, if script.external32 { Repr::External32 } else { Repr::Native });
+        for op in &script.ops {
+            replay.apply(op);
+            replay.check();
+        }
+        let original = &world.nodes[0];
+        let sigs = |n: &Node| n.received.iter().map(|r| (r.envelope.signature, r.data.clone())).collect::<Vec<_>>();
+        assert_eq!(sigs(&replay), sigs(original), "seed {seed}: the replay took other messages");
+        assert_eq!(replay.errors.len(), original.errors.len(), "seed {seed}");
+        assert_eq!(replay.waiting_on_others(), original.waiting_on_others(), "seed {seed}");
+    }
+}
+
+#[test]
+fn cut_and_corrupted_scripts_keep_every_invariant() {
+    let mut rng = Rng(0xfeed);
+    for seed in 0..60 {
+        let bytes = honest_world(seed, 120).nodes[0].recording.clone().expect("records").to_bytes();
+        for _ in 0..25 {
+            let mut b = bytes.clone();
+            match rng.below(4) {
+                0 => b.truncate(rng.below(b.len() as u64) as usize),
+                1 => {
+                    for _ in 0..1 + rng.below(8) {
+                        let i = rng.below(b.len() as u64) as usize;
+                        b[i] ^= 1 << rng.below(8);
+                    }
+                }
+                2 => {
+                    let i = rng.below(b.len() as u64) as usize;
+                    let j = rng.below(b.len() as u64) as usize;
+                    let (lo, hi) = (i.min(j), i.max(j));
+                    b.drain(lo..hi);
+                }
+                _ => {
+                    let i = rng.below(b.len() as u64) as usize;
+                    let junk: Vec<u8> = (0..rng.below(64)).map(|_| rng.byte()).collect();
+                    b.splice(i..i, junk);
+                }
+            }
+            Node::run(&b);
+        }
+    }
+}
+
+#[test]
+fn random_bytes_keep_every_invariant() {
+    let mut rng = Rng(7);
+    for _ in 0..2000 {
+        let len = rng.below(600) as usize;
+        let bytes: Vec<u8> = (0..len).map(|_| rng.byte()).collect();
+        Node::run(&bytes);
+        check_decoder(&bytes);
+    }
+}
+
+#[test]
+fn streams_decode_the_same_however_they_are_cut() {
+    for seed in 0..20 {
+        let world = honest_world(seed, 100);
+        for op in &world.nodes[0].recording.as_ref().expect("records").ops {
+            if let Op::Bytes { data, .. } = op {
+                let mut input = vec![seed as u8];
+                input.extend_from_slice(data);
+                check_decoder(&input);
+            }
+        }
+    }
+}
+
+/// The fuzzers' seed corpora, committed under `fuzz/corpus/`.
+fn corpus_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target)
+}
+
+/// Seeds for the engine target: rank 0's recorded view of honest worlds
+/// (valid frame streams from both peers, interleaved with its own steps);
+/// for the decoder target: the frame streams alone.
+fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let (mut engine, mut decoder) = (Vec::new(), Vec::new());
+    for seed in 0..24 {
+        let script = honest_world(1000 + seed, 40 + 10 * seed as usize).nodes[0].recording.clone().expect("records");
+        engine.push(script.to_bytes());
+        let mut streams = vec![Vec::new(); SIZE as usize];
+        for op in &script.ops {
+            if let Op::Bytes { from, data } = op {
+                let n = streams.len();
+                streams[usize::from(*from) % n].extend_from_slice(data);
+            }
+        }
+        decoder.extend(streams.into_iter().filter(|s| !s.is_empty()).map(|s| [vec![seed as u8], s].concat()));
+    }
+    (engine, decoder)
+}
+
+/// Replays the committed corpora (and any crash inputs kept beside them);
+/// with `MPX_WRITE_CORPUS=1` set, writes the generated seeds there first.
+#[test]
+fn fuzz_corpora_replay() {
+    let (engine, decoder) = seeds();
+    if std::env::var_os("MPX_WRITE_CORPUS").is_some() {
+        for (target, inputs) in [("engine_frames", &engine), ("frame_decoder", &decoder)] {
+            let dir = corpus_dir(target);
+            std::fs::create_dir_all(&dir).expect("corpus directory");
+            for (i, input) in inputs.iter().enumerate() {
+                std::fs::write(dir.join(format!("seed-{i:02}")), input).expect("corpus file");
+            }
+        }
+    }
+    for input in &engine {
+        Node::run(input);
+    }
+    for input in &decoder {
+        check_decoder(input);
+    }
+    for (target, run) in [("engine_frames", Node::run as fn(&[u8])), ("frame_decoder", check_decoder)] {
+        let Ok(entries) = std::fs::read_dir(corpus_dir(target)) else { continue };
+        for entry in entries {
+            let path = entry.expect("corpus entry").path();
+            run(&std::fs::read(&path).expect("corpus file"));
+        }
+    }
+}
