@@ -7,7 +7,7 @@
 //! ```
 
 use mpx::prelude::*;
-use mpx::{Combiner, MpiType};
+use mpx::{pack, unpack, Combiner};
 
 /// A particle as a C program would lay it out; the derive builds its datatype.
 #[derive(MpiType, Clone, Copy, Debug, Default, PartialEq)]
@@ -58,7 +58,7 @@ async fn ring() -> mpx::Result<()> {
         let matrix: Vec<f64> = (0..100 * 100).map(|i| (rank * 100_000 + i) as f64).collect();
         let column = Datatype::vector(100, 1, 100, &Datatype::double())?.commit();
         let mut row = vec![0f64; 100];
-        let send = world.send_buf(SendBuf::new(Region::of(&matrix[rank..]), 1, &column), right, 8);
+        let send = world.send(SendBuf::new(Region::of(&matrix[rank..]), 1, &column), right, 8);
         let (sent, got) = futures::join!(send, world.recv_into(&mut row, left, 8));
         sent?;
         got?;

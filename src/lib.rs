@@ -87,11 +87,40 @@ pub use mpx_net::loopback::{launch, launch_with, Options as LaunchOptions};
 /// ```
 pub use mpx_derive::MpiType;
 
-/// The names most programs need.
+/// The names most programs need: `use mpx::prelude::*;`.
+///
+/// The communicator and its arguments ([`Comm`](crate::Comm),
+/// [`Peer`](crate::Peer), [`Any`](crate::Any), [`PROC_NULL`](crate::PROC_NULL)),
+/// buffers and datatypes, requests and the completion functions,
+/// persistent requests, errors, [`launch`](crate::launch), and `MpiType`,
+/// both the trait and its derive:
+///
+/// ```
+/// use mpx::prelude::*;
+///
+/// #[derive(MpiType, Clone, Copy, Debug, PartialEq)]
+/// #[repr(C)]
+/// struct Point { x: f64, y: f64 }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx::Result<()> {
+/// launch(2, |comm| async move {
+///     let other = 1 - comm.rank();
+///     let sends = [comm.isend(&Point { x: 1.0, y: 2.0 }, other, 0)];
+///     let (p, _) = comm.recv::<Point>(other, 0).await?;
+///     wait_all(sends).await.into_iter().collect::<Result<Vec<Status>>>()?;
+///     assert_eq!(p, Point { x: 1.0, y: 2.0 });
+///     Ok(())
+/// })
+/// .await?;
+/// # Ok(()) }
+/// ```
 pub mod prelude {
+    pub use crate::MpiType;
     pub use mpx_core::{
-        pack, unpack, Any, Basic, Comm, Datatype, DistArg, Distribution, Error, MpiType, Order, RecvBuf, Region,
-        RegionMut, Result, SendBuf, Status, PROC_NULL,
+        start_all, test_all, test_any, test_some, wait_all, wait_any, wait_some, Any, Basic, Comm, Datatype, DistArg,
+        Distribution, Error, Order, Peer, Persistent, RecvBuf, RecvData, Region, RegionMut, Request, RequestSet, Result,
+        SendBuf, SendData, Source, Status, Tested, PROC_NULL,
     };
     pub use mpx_net::loopback::launch;
 }

@@ -32,9 +32,9 @@ fn thread_safety_of_public_types() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owned_and_blocking_futures_can_be_spawned() {
     launch(1, |comm| async move {
-        let send = comm.isend_vec(vec![1u8], 0, 0);
+        let send = comm.isend(vec![1u8], 0, 0);
         send_static(&send);
-        let recv = comm.recv::<u8>(0, 0);
+        let recv = comm.recv_vec::<u8>(0, 0);
         send_static(&recv);
         let bytes = comm.irecv_bytes(0, 1);
         send_static(&bytes);

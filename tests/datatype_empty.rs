@@ -199,10 +199,10 @@ fn sending_huge_counts_of_an_empty_type() {
         rt.block_on(mpx::launch(2, |world| async move {
             let empty = Datatype::resized(0, 8, &Datatype::contiguous(0, &Datatype::int()).unwrap()).unwrap();
             if world.rank() == 0 {
-                world.send_buf(mpx::SendBuf::new(Region::new(&[]), u64::MAX, &empty), 1, 3).await?;
+                world.send(mpx::SendBuf::new(Region::new(&[]), u64::MAX, &empty), 1, 3).await?;
             } else {
                 let mut mem = [9u8; 4];
-                let status = world.recv_buf(mpx::RecvBuf::new(RegionMut::new(&mut mem), u64::MAX, &empty), 0, 3).await?;
+                let status = world.recv_into(mpx::RecvBuf::new(RegionMut::new(&mut mem), u64::MAX, &empty), 0, 3).await?;
                 assert_eq!(status.get_count(&empty), Some(0));
                 assert_eq!(mem, [9; 4]);
             }

@@ -2,6 +2,7 @@
 //! truncation across the loopback backend.
 
 use mpx::prelude::*;
+use mpx::{pack, unpack};
 use mpx::MpiType;
 
 #[macro_use]
@@ -45,7 +46,7 @@ async fn a_column_sent_with_a_vector_type_received_as_a_row() {
         if comm.rank() == 0 {
             let matrix: Vec<f64> = (0..n * n).map(|i| i as f64).collect();
             let column = Datatype::vector(n as i64, 1, n as i64, &Datatype::double())?.commit();
-            comm.send_buf(SendBuf::new(Region::of(&matrix[3..]), 1, &column), 1, 8).await?;
+            comm.send(SendBuf::new(Region::of(&matrix[3..]), 1, &column), 1, 8).await?;
             Ok(vec![])
         } else {
             let mut row = vec![0f64; n];
@@ -70,11 +71,11 @@ async fn packed_messages_match_any_type_both_ways() {
             let mut pos = 0;
             pack(&[10u32, 20], &mut buf, &mut pos)?;
             pack(&[30u32], &mut buf, &mut pos)?;
-            comm.send_buf(SendBuf::packed(&buf[..pos]), 1, 1).await?;
+            comm.send(SendBuf::packed(&buf[..pos]), 1, 1).await?;
             Ok(vec![])
         } else {
             let mut raw = vec![0u8; 64];
-            let st = comm.recv_buf(RecvBuf::packed(&mut raw), 0, 0).await?;
+            let st = comm.recv_into(RecvBuf::packed(&mut raw), 0, 0).await?;
             assert_eq!(st.bytes, 16);
             let mut xs = [0f64; 2];
             unpack(&raw[..16], &mut 0, &mut xs)?;
@@ -130,11 +131,11 @@ async fn short_messages_and_partial_items() {
             mem[..8].copy_from_slice(&1.5f64.to_ne_bytes());
             mem[8..12].copy_from_slice(&7i32.to_ne_bytes());
             mem[16..24].copy_from_slice(&2.5f64.to_ne_bytes());
-            comm.send_buf(SendBuf::new(Region::new(&mem), 1, &t), 1, 0).await?;
+            comm.send(SendBuf::new(Region::new(&mem), 1, &t), 1, 0).await?;
             Ok(vec![])
         } else {
             let mut mem = vec![0xffu8; 48];
-            let st = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut mem), 3, &pair), 0, 0).await?;
+            let st = comm.recv_into(RecvBuf::new(RegionMut::new(&mut mem), 3, &pair), 0, 0).await?;
             assert_eq!(st.bytes, 20);
             assert_eq!(st.get_count(&pair), None);
             assert_eq!(st.get_elements(&pair), 3);
@@ -157,11 +158,11 @@ async fn invalid_values_are_rejected_on_receive() {
         if comm.rank() == 0 {
             // A c_bool of 7, sent as raw c_bool data.
             let t = Datatype::named("c_bool").unwrap();
-            comm.send_buf(SendBuf::new(Region::new(&[1, 7]), 2, &t), 1, 0).await?;
+            comm.send(SendBuf::new(Region::new(&[1, 7]), 2, &t), 1, 0).await?;
             Ok(None)
         } else {
             let mut flags = [false, false];
-            let r = comm.recv_into(&mut flags, 0, 0).await;
+            let r = comm.recv_into(&mut flags[..], 0, 0).await;
             assert_eq!(flags, [false, false]);
             Ok(Some(r))
         }
@@ -184,7 +185,7 @@ async fn derived_datatypes_over_typed_structs() {
         let every_other = Datatype::vector(3, 1, 2, &Sample::datatype())?;
         if comm.rank() == 0 {
             let samples: Vec<Sample> = (0..6).map(|i| Sample { t: i as f64, id: i }).collect();
-            comm.send_buf(SendBuf::typed_with(&samples, 1, &every_other)?, 1, 0).await?;
+            comm.send(SendBuf::typed_with(&samples, 1, &every_other)?, 1, 0).await?;
             // A datatype that would read padding is refused.
             let raw = Datatype::contiguous(16, &Datatype::byte())?;
             let err = SendBuf::typed_with(&samples, 1, &raw).unwrap_err();
@@ -192,7 +193,7 @@ async fn derived_datatypes_over_typed_structs() {
             Ok(vec![])
         } else {
             let mut got = vec![Sample::default(); 6];
-            comm.recv_buf(RecvBuf::typed_with(&mut got, 1, &every_other)?, 0, 0).await?;
+            comm.recv_into(RecvBuf::typed_with(&mut got, 1, &every_other)?, 0, 0).await?;
             // Types with invalid bit patterns only take their own datatype.
             let mut flags = [false; 4];
             let bools = Datatype::contiguous(4, &Datatype::named("c_bool").unwrap())?;
@@ -241,7 +242,7 @@ async fn generic_enum_and_packed_derives_cross_the_loopback() {
             comm.send(&[Packed { tag: 7, value: 0.25, phase: Phase::Gas }; 3], 1, 2).await?;
             // An i16 that is no Phase: sent as raw int16 data.
             let t = Datatype::named("int16_t").unwrap();
-            comm.send_buf(SendBuf::new(Region::of(&[3i16, 5]), 2, &t), 1, 3).await?;
+            comm.send(SendBuf::new(Region::of(&[3i16, 5]), 2, &t), 1, 3).await?;
             Ok(None)
         } else {
             let mut p1 = [Pair::<u8, f32>::default(); 2];
@@ -254,7 +255,7 @@ async fn generic_enum_and_packed_derives_cross_the_loopback() {
             comm.recv_into(&mut packed, 0, 2).await?;
             assert_eq!(packed[2], Packed { tag: 7, value: 0.25, phase: Phase::Gas });
             let mut phases = [Phase::Solid; 2];
-            let r = comm.recv_into(&mut phases, 0, 3).await;
+            let r = comm.recv_into(&mut phases[..], 0, 3).await;
             assert_eq!(phases, [Phase::Solid; 2], "nothing written");
             Ok(Some(r))
         }
@@ -276,9 +277,9 @@ async fn messages_in_external32_are_converted_by_the_receiver() {
             comm.send(&ps, 1, 0).await?;
             comm.send(&[-7i64, 1 << 40], 1, 1).await?;
             // `long` shrinks to 4 bytes in external32: in range it converts ...
-            comm.send_buf(SendBuf::new(Region::of(&[-3i64, 70_000]), 2, &long), 1, 2).await?;
+            comm.send(SendBuf::new(Region::of(&[-3i64, 70_000]), 2, &long), 1, 2).await?;
             // ... and out of range it is an error, not a silent truncation.
-            let err = comm.send_buf(SendBuf::new(Region::of(&[1i64 << 40]), 1, &long), 1, 3).await.unwrap_err();
+            let err = comm.send(SendBuf::new(Region::of(&[1i64 << 40]), 1, &long), 1, 3).await.unwrap_err();
             assert!(matches!(err, Error::Conversion { what: "long", .. }));
             Ok(vec![])
         } else {
@@ -286,10 +287,10 @@ async fn messages_in_external32_are_converted_by_the_receiver() {
             let st = comm.recv_into(&mut ps, 0, 0).await?;
             assert_eq!(st.count::<Particle>(), Some(50));
             assert_eq!(ps[49], Particle { id: 49, pos: [0.5, 1.5, 49.0], charge: 2.0, alive: true });
-            let (xs, _) = comm.recv::<i64>(0, 1).await?;
+            let (xs, _) = comm.recv_vec::<i64>(0, 1).await?;
             assert_eq!(xs, [-7, 1 << 40]);
             let mut longs = [0i64; 2];
-            let st = comm.recv_buf(RecvBuf::new(RegionMut::of(&mut longs), 2, &long), 0, 2).await?;
+            let st = comm.recv_into(RecvBuf::new(RegionMut::of(&mut longs), 2, &long), 0, 2).await?;
             assert_eq!((st.bytes, st.get_count(&long)), (16, Some(2)), "the status counts native bytes");
             Ok(longs.to_vec())
         }

@@ -41,7 +41,7 @@ async fn example_3_2_real_sent_byte_received_is_an_error() {
             Ok(None)
         } else {
             let mut b = [0u8; 40];
-            let r = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut b), 40, &Datatype::byte()), 0, 0).await;
+            let r = comm.recv_into(RecvBuf::new(RegionMut::new(&mut b), 40, &Datatype::byte()), 0, 0).await;
             assert_eq!(b, [0; 40], "nothing written");
             Ok(Some(r))
         }
@@ -58,11 +58,11 @@ async fn example_3_3_bytes_match_bytes() {
         let byte = Datatype::byte();
         if comm.rank() == 0 {
             let a: Vec<u8> = (0..40).collect();
-            comm.send_buf(SendBuf::new(Region::new(&a), 40, &byte), 1, 0).await?;
+            comm.send(SendBuf::new(Region::new(&a), 40, &byte), 1, 0).await?;
             Ok(vec![])
         } else {
             let mut b = vec![0u8; 60];
-            let st = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut b), 60, &byte), 0, 0).await?;
+            let st = comm.recv_into(RecvBuf::new(RegionMut::new(&mut b), 60, &byte), 0, 0).await?;
             assert_eq!(st.get_count(&byte), Some(40));
             Ok(b)
         }
@@ -79,11 +79,11 @@ async fn example_3_4_characters() {
     let out = launch(2, |comm| async move {
         let ch = Datatype::char();
         if comm.rank() == 0 {
-            comm.send_buf(SendBuf::new(Region::new(b"helloworld"), 5, &ch), 1, 0).await?;
+            comm.send(SendBuf::new(Region::new(b"helloworld"), 5, &ch), 1, 0).await?;
             Ok(vec![])
         } else {
             let mut b = b"..........".to_vec();
-            comm.recv_buf(RecvBuf::new(RegionMut::new(&mut b[5..]), 5, &ch), 0, 0).await?;
+            comm.recv_into(RecvBuf::new(RegionMut::new(&mut b[5..]), 5, &ch), 0, 0).await?;
             Ok(b)
         }
     })
@@ -219,9 +219,9 @@ async fn buffered_sends_exhaust_the_attached_buffer() {
             Ok(vec![])
         } else {
             let mut got = vec![];
-            comm.recv::<u8>(0, 9).await?;
+            comm.recv_vec::<u8>(0, 9).await?;
             for _ in 0..2 {
-                let (v, _) = comm.recv::<u64>(0, 0).await?;
+                let (v, _) = comm.recv_vec::<u64>(0, 0).await?;
                 got.push(v[0]);
             }
             assert!(comm.iprobe(0, 0)?.is_none(), "the refused send sent nothing");

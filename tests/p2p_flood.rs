@@ -38,7 +38,7 @@ async fn eight_rank_flood_of_over_100k_messages() {
         let receiver = async {
             let mut next = vec![0u64; n];
             for _ in 0..PER_PAIR * (n as u64 - 1) {
-                let (msg, st) = comm.recv::<u64>(Any, Any).await?;
+                let (msg, st) = comm.recv_vec::<u64>(Any, Any).await?;
                 let src = st.source.unwrap();
                 assert_eq!(msg[0] as usize, src, "payload names its sender");
                 assert_eq!(msg[2] as usize, me, "delivered to the right rank");
@@ -79,7 +79,7 @@ async fn a_fast_producer_is_throttled_by_the_consumers_credit() {
                 }
                 let (_, bytes) = comm.queued();
                 most = most.max(bytes);
-                let (v, _) = comm.recv::<u32>(0, 0).await?;
+                let (v, _) = comm.recv_vec::<u32>(0, 0).await?;
                 assert_eq!(v[255], i);
             }
             Ok(most)
@@ -98,7 +98,7 @@ async fn empty_messages_are_bounded_by_credit_too() {
     let out = launch_with(opts, |comm| async move {
         if comm.rank() == 0 {
             for _ in 0..5000 {
-                comm.send::<u8>(&[], 1, 0).await?;
+                comm.send(&[] as &[u8], 1, 0).await?;
             }
             Ok(0)
         } else {
@@ -108,7 +108,7 @@ async fn empty_messages_are_bounded_by_credit_too() {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 most = most.max(comm.queued().0);
-                comm.recv::<u8>(0, 0).await?;
+                comm.recv_vec::<u8>(0, 0).await?;
             }
             Ok(most)
         }

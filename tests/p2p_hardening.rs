@@ -29,13 +29,13 @@ each_transport! {
                 assert!(buf.iter().all(|&b| b == 7));
                 // Not posted: "not ready", and nothing arrives.
                 comm.send(&[2u8], 0, 1).await?;
-                comm.recv::<u8>(0, 3).await?;
+                comm.recv_vec::<u8>(0, 3).await?;
                 assert!(comm.iprobe(0, 2)?.is_none());
                 return Ok(());
             }
-            comm.recv::<u8>(1, 1).await?;
+            comm.recv_vec::<u8>(1, 1).await?;
             comm.rsend(&vec![7u8; 256 * 1024], 1, 0).await?;
-            comm.recv::<u8>(1, 1).await?;
+            comm.recv_vec::<u8>(1, 1).await?;
             assert_eq!(comm.rsend(&vec![7u8; 256 * 1024], 1, 2).await, Err(Error::NotReady));
             comm.send(&[3u8], 1, 3).await?;
             Ok(())
@@ -50,7 +50,7 @@ each_transport! {
         let run = launch(2, |comm| async move {
             if comm.rank() == 1 {
                 let r = comm.irecv_bytes(0, 0);
-                comm.recv::<u8>(0, 1).await?;
+                comm.recv_vec::<u8>(0, 1).await?;
                 drop(r);
                 return Ok(());
             }
@@ -72,7 +72,7 @@ each_transport! {
         let run = launch_with(opts, |comm| async move {
             let other = 1 - comm.rank();
             for _ in 0..3 {
-                comm.isend(&vec![1u8; 200_000], other, 0).free();
+                comm.isend(vec![1u8; 200_000], other, 0).free();
             }
             Ok(())
         });
@@ -88,15 +88,15 @@ each_transport! {
         let run = launch_with(opts, |comm| async move {
             if comm.rank() == 0 {
                 for _ in 0..3 {
-                    comm.isend(&vec![1u8; 200_000], 1, 0).free();
+                    comm.isend(vec![1u8; 200_000], 1, 0).free();
                 }
                 return Ok(());
             }
-            let r = comm.recv::<u8>(0, 5).await;
+            let r = comm.recv_vec::<u8>(0, 5).await;
             assert!(matches!(r, Err(Error::ProcessFailed { rank: 0, .. })), "{r:?}");
             // The messages it sent are still there to receive.
             for _ in 0..3 {
-                assert_eq!(comm.recv::<u8>(0, 0).await?.0.len(), 200_000);
+                assert_eq!(comm.recv_vec::<u8>(0, 0).await?.0.len(), 200_000);
             }
             Ok(())
         });
@@ -111,7 +111,7 @@ each_transport! {
             if comm.rank() == 1 {
                 return Ok(());
             }
-            assert!(comm.recv::<u8>(1, 9).await.is_err());
+            assert!(comm.recv_vec::<u8>(1, 9).await.is_err());
             let mut b = [0u32];
             let (st, sent) = futures::join!(comm.recv_into(&mut b, Any, 2), async { comm.send(&[22u32], 0, 2).await });
             st?;
@@ -135,7 +135,7 @@ each_transport! {
                 return Ok(vec![]);
             }
             // Wait until rank 1 has said goodbye.
-            let r = comm.recv::<u8>(1, 0).await;
+            let r = comm.recv_vec::<u8>(1, 0).await;
             assert!(matches!(r, Err(Error::ProcessFailed { rank: 1, .. })), "{r:?}");
             let big = vec![1u8; 10_000];
             let mut outcomes = vec![comm.send(&big, 1, 0).await];
@@ -166,7 +166,7 @@ each_transport! {
                 return Ok(());
             }
             // Wait until the others are gone.
-            assert!(comm.recv::<u8>(1, 9).await.is_err() && comm.recv::<u8>(2, 9).await.is_err());
+            assert!(comm.recv_vec::<u8>(1, 9).await.is_err() && comm.recv_vec::<u8>(2, 9).await.is_err());
             // irecv from any, then send to self.
             let mut a = [0u32];
             let recv = comm.irecv(&mut a, Any, 1);
@@ -196,7 +196,7 @@ each_transport! {
             recv.await?;
             assert_eq!(d, [44]);
             // With nothing to match it, the receive fails (on its second poll).
-            let lonely = comm.recv::<u32>(Any, 5).await;
+            let lonely = comm.recv_vec::<u32>(Any, 5).await;
             assert!(matches!(lonely, Err(Error::ProcessFailed { .. })), "{lonely:?}");
             let probe = comm.probe(Any, 5).await;
             assert!(matches!(probe, Err(Error::ProcessFailed { .. })), "{probe:?}");
@@ -231,9 +231,9 @@ each_transport! {
         let quick = Duration::from_secs(2);
         let sent = tokio::time::timeout(quick, comm.send(&[1u8], 0, 0)).await.expect("no hang");
         assert_eq!(sent, Err(Error::Finalized));
-        let got = tokio::time::timeout(quick, comm.recv::<u8>(0, 0)).await.expect("no hang");
+        let got = tokio::time::timeout(quick, comm.recv_vec::<u8>(0, 0)).await.expect("no hang");
         assert_eq!(got.unwrap_err(), Error::Finalized);
-        let got = tokio::time::timeout(quick, comm.recv::<u8>(Any, Any)).await.expect("no hang");
+        let got = tokio::time::timeout(quick, comm.recv_vec::<u8>(Any, Any)).await.expect("no hang");
         assert_eq!(got.unwrap_err(), Error::Finalized);
         assert_eq!(comm.iprobe(Any, Any).unwrap_err(), Error::Finalized);
         assert_eq!(tokio::time::timeout(quick, comm.probe(1, 0)).await.expect("no hang").unwrap_err(), Error::Finalized);
@@ -265,11 +265,11 @@ each_transport! {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let mut total = 0;
             for i in 0..50u64 {
-                let (v, _) = comm.recv::<u64>(0, 0).await?;
+                let (v, _) = comm.recv_vec::<u64>(0, 0).await?;
                 assert_eq!(v, vec![i; 100]);
                 total += 1;
             }
-            comm.recv::<u8>(0, 1).await?;
+            comm.recv_vec::<u8>(0, 1).await?;
             Ok(total)
         });
         let out = tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
@@ -293,7 +293,7 @@ async fn dropping_a_launch_ends_its_tasks() {
         async move {
             let _alive = alive;
             // Wait for a message that never comes.
-            comm.recv::<u8>(Any, 99).await?;
+            comm.recv_vec::<u8>(Any, 99).await?;
             Ok(())
         }
     });
@@ -329,7 +329,7 @@ async fn a_network_like_loopback_carries_large_and_small_messages() {
         let small = comm.isend(&mine, right, 1);
         comm.sendrecv(&big, right, 0, &mut got, left, 0).await?;
         assert!(got.iter().enumerate().all(|(i, &v)| v == i as f64 * 0.5 + left as f64));
-        let (v, _) = comm.recv::<i64>(left, 1).await?;
+        let (v, _) = comm.recv_vec::<i64>(left, 1).await?;
         assert_eq!(v, [left as i64 * -3]);
         small.await?;
         Ok(())
@@ -414,14 +414,14 @@ async fn typed_external32_messages_received_as_packed_unpack_to_the_values_sent(
             }
             let t = Sample::datatype();
             let mut packed = vec![0u8; t.pack_size(50)?];
-            let st = comm.recv_buf(RecvBuf::packed(&mut packed), 0, 0).await?;
+            let st = comm.recv_into(RecvBuf::packed(&mut packed), 0, 0).await?;
             assert_eq!(st.bytes as usize, t.pack_size(50)?, "the status counts native packed bytes");
             let mut got = vec![Sample::default(); 50];
             mpx::unpack(&packed, &mut 0, &mut got)?;
             assert_eq!(got, samples);
 
             let mut packed = vec![0u8; 4 * 5000];
-            comm.recv_buf(RecvBuf::packed(&mut packed), 0, 1).await?;
+            comm.recv_into(RecvBuf::packed(&mut packed), 0, 1).await?;
             let mut got = vec![0i32; 5000];
             mpx::unpack(&packed, &mut 0, &mut got)?;
             assert_eq!(got, ints);

@@ -53,10 +53,10 @@ async fn standard_send_of_a_large_message_waits_for_the_receiver() {
                 comm.probe(0, 0).await?;
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 received.store(true, Ordering::SeqCst);
-                let (v, st) = comm.recv::<u32>(0, 0).await?;
+                let (v, st) = comm.recv_vec::<u32>(0, 0).await?;
                 assert_eq!((v.len(), st.bytes), (10_000, 40_000));
                 assert!(v.iter().all(|&x| x == 7));
-                comm.recv::<u32>(0, 1).await?;
+                comm.recv_vec::<u32>(0, 1).await?;
             }
             Ok(())
         }
@@ -71,11 +71,11 @@ async fn ready_send_is_an_error_without_a_posted_receive() {
         if comm.rank() == 0 {
             let early = comm.rsend(&[1i32], 1, 0).await;
             comm.send(&[0u8], 1, 99).await?; // tell rank 1 to post its receive
-            comm.recv::<u8>(1, 98).await?; // it is posted
+            comm.recv_vec::<u8>(1, 98).await?; // it is posted
             let ready = comm.rsend(&[2i32], 1, 0).await;
             Ok(vec![format!("{early:?}"), format!("{ready:?}")])
         } else {
-            comm.recv::<u8>(0, 99).await?;
+            comm.recv_vec::<u8>(0, 99).await?;
             assert!(comm.iprobe(0, 0)?.is_none(), "the early ready message was not delivered");
             let mut got = [0i32];
             let recv = comm.recv_into(&mut got, 0, 0);
@@ -136,7 +136,7 @@ async fn matched_probe_reserves_the_message() {
             let m = comm.mprobe(0, 3).await?;
             assert_eq!(m.status().bytes, 16);
             // A concurrent receive cannot steal the probed message.
-            let (other, _) = comm.recv::<i64>(0, 3).await?;
+            let (other, _) = comm.recv_vec::<i64>(0, 3).await?;
             let mut first = [0i64; 2];
             m.recv_into(&mut first).await?;
             // improbe of nothing; dropping an unreceived message gives it back.
@@ -144,7 +144,7 @@ async fn matched_probe_reserves_the_message() {
             comm.send(&[8i64], 1, 4).await?;
             let dropped = comm.mprobe(1, 4).await?;
             drop(dropped);
-            let (again, _) = comm.recv::<i64>(1, 4).await?;
+            let (again, _) = comm.recv_vec::<i64>(1, 4).await?;
             Ok(vec![first[0], first[1], other[0], again[0]])
         }
     })
@@ -204,9 +204,9 @@ async fn dup_gives_a_separate_matching_context() {
             Ok(vec![])
         } else {
             // Receive in the opposite order: each communicator sees only its own.
-            let (c, _) = lib2.recv::<u8>(0, 0).await?;
-            let (b, _) = comm.recv::<u8>(0, Any).await?;
-            let (a, _) = lib.recv::<u8>(Any, Any).await?;
+            let (c, _) = lib2.recv_vec::<u8>(0, 0).await?;
+            let (b, _) = comm.recv_vec::<u8>(0, Any).await?;
+            let (a, _) = lib.recv_vec::<u8>(Any, Any).await?;
             Ok(vec![a[0], b[0], c[0]])
         }
     })
@@ -242,7 +242,7 @@ async fn barrier_holds_everyone_until_the_last_arrives() {
 async fn dropped_receive_is_withdrawn_and_loses_nothing() {
     let out = launch(2, |comm| async move {
         if comm.rank() == 0 {
-            comm.recv::<u8>(1, 1).await?; // wait until rank 1 timed out
+            comm.recv_vec::<u8>(1, 1).await?; // wait until rank 1 timed out
             comm.send(&[42u8], 1, 0).await?;
             Ok(0)
         } else {
@@ -271,10 +271,10 @@ async fn a_dropped_matched_probe_keeps_the_senders_order() {
         } else {
             comm.probe(0, 2).await?;
             drop(comm.mprobe(0, 2).await?); // taken, then given back
-            let (a, _) = comm.recv::<u8>(0, Any).await?;
-            let (b, _) = comm.recv::<u8>(0, Any).await?;
+            let (a, _) = comm.recv_vec::<u8>(0, Any).await?;
+            let (b, _) = comm.recv_vec::<u8>(0, Any).await?;
             drop(comm.mprobe(0, 3).await?);
-            let (c, _) = comm.recv::<u8>(0, 3).await?;
+            let (c, _) = comm.recv_vec::<u8>(0, 3).await?;
             Ok(vec![a[0], b[0], c[0]])
         }
     })

@@ -38,10 +38,10 @@ fn post_match_and_completion_are_traced() {
                 // answered the ready send, and its answer reaches rank 0
                 // before tag 6.
                 comm.send(&[0u8], 1, 7).await?;
-                comm.recv::<u8>(1, 6).await?;
+                comm.recv_vec::<u8>(1, 6).await?;
             } else {
-                comm.recv::<u8>(0, 4).await?;
-                comm.recv::<u8>(0, 7).await?;
+                comm.recv_vec::<u8>(0, 4).await?;
+                comm.recv_vec::<u8>(0, 7).await?;
                 comm.send(&[0u8], 0, 6).await?;
             }
             Ok(())

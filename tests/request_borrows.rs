@@ -1,5 +1,7 @@
-//! The borrow checker enforces MPI's buffer rules: a buffer given to a
-//! nonblocking operation cannot be touched while its request is alive.
+//! The borrow checker enforces MPI's buffer rules where they still apply: a
+//! receive buffer (and a started persistent request's buffer) cannot be
+//! touched while its request is alive. A send packs its data when it
+//! starts, so its buffer is free again at once (see tests/api.rs).
 
 #[test]
 fn buffers_are_borrowed_until_completion() {

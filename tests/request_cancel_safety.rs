@@ -113,7 +113,7 @@ async fn leaked_futures_are_sound() {
             // message, but never writes into `buf` (the data waits in the
             // engine for a poll that never comes).
             std::mem::forget(comm.irecv(&mut buf, 0, 0));
-            comm.recv::<u8>(0, 1).await?;
+            comm.recv_vec::<u8>(0, 1).await?;
             buf.fill(1);
             assert!(buf.iter().all(|&b| b == 1));
         }
@@ -144,7 +144,7 @@ async fn dropping_async_functions(sender_waits: bool) {
             }
             if sender_waits {
                 // Stay until the receiver has everything (tag 1).
-                comm.recv::<u8>(1, 1).await?;
+                comm.recv_vec::<u8>(1, 1).await?;
             }
             // Otherwise return at once: the receiver then takes the rest from
             // a rank that has finished.
@@ -158,7 +158,7 @@ async fn dropping_async_functions(sender_waits: bool) {
                 let polls = rng.next(3) as u32;
                 let first = match rng.next(3) {
                     0 => poll_then_drop(Box::pin(comm.recv_into(&mut buf, 0, Any)), polls).await.map(|r| r.map(|_| buf[0])),
-                    1 => poll_then_drop(Box::pin(comm.recv::<u64>(0, 0)), polls).await.map(|r| r.map(|(v, _)| v[0])),
+                    1 => poll_then_drop(Box::pin(comm.recv_vec::<u64>(0, 0)), polls).await.map(|r| r.map(|(v, _)| v[0])),
                     _ => {
                         let taken = poll_then_drop(Box::pin(comm.mprobe(0, Any)), polls).await;
                         match taken {

@@ -21,12 +21,12 @@ async fn operations_start_when_called() {
             let mut buf = [0u8; 2];
             let req = comm.irecv(&mut buf, 1, 0);
             comm.send(&[0u8], 1, 1).await?; // go
-            comm.recv::<u8>(1, 2).await?; // rank 1's ssend completed
+            comm.recv_vec::<u8>(1, 2).await?; // rank 1's ssend completed
             assert!(comm.iprobe(1, 0)?.is_none(), "the message matched the unpolled irecv");
             req.await?;
             assert_eq!(buf, [7, 8]);
         } else {
-            comm.recv::<u8>(0, 1).await?;
+            comm.recv_vec::<u8>(0, 1).await?;
             // Completes because the matching irecv is posted, though not awaited.
             comm.ssend(&[7u8, 8], 0, 0).await?;
             comm.send(&[0u8], 0, 2).await?;
@@ -92,7 +92,7 @@ async fn test_all_leaves_requests_until_all_complete_and_wait_some_returns_all()
     launch(2, |comm| async move {
         if comm.rank() == 0 {
             comm.send(&[1u8], 1, 0).await?;
-            comm.recv::<u8>(1, 9).await?;
+            comm.recv_vec::<u8>(1, 9).await?;
             comm.send(&[2u8], 1, 1).await?;
             comm.send(&[3u8], 1, 2).await?;
             Ok(())
@@ -163,12 +163,12 @@ async fn requests_compose_with_futures_combinators() {
         let [a, b, c, d] = &mut bufs[..] else { unreachable!() };
         // tokio::select! over two receives: the other is dropped (withdrawn).
         let winner = tokio::select! {
-            r = comm.irecv(a, 0, 0) => r.map(|_| 0),
-            r = comm.irecv(b, 0, 42) => r.map(|_| 42),
+            r = comm.irecv(&mut *a, 0, 0) => r.map(|_| 0),
+            r = comm.irecv(&mut *b, 0, 42) => r.map(|_| 42),
         }?;
         assert_eq!(winner, 0);
         // select_all and join_all.
-        let (r, _, rest) = futures::future::select_all(vec![comm.irecv(b, 0, 1), comm.irecv(c, 0, 99)]).await;
+        let (r, _, rest) = futures::future::select_all(vec![comm.irecv(&mut *b, 0, 1), comm.irecv(&mut *c, 0, 99)]).await;
         r?;
         drop(rest);
         let all = futures::future::join_all(vec![comm.irecv(c, 0, 2), comm.irecv(d, 0, 3)]).await;
@@ -210,7 +210,7 @@ async fn cancel_marks_a_pending_receive_and_spares_a_matched_one() {
         let mut send = comm.isend(&[1u8], 0, 7);
         assert!(!send.cancel(), "sends are not cancelled");
         send.await?;
-        comm.recv::<u8>(0, 7).await?;
+        comm.recv_vec::<u8>(0, 7).await?;
         Ok(())
     })
     .await
@@ -221,8 +221,8 @@ async fn cancel_marks_a_pending_receive_and_spares_a_matched_one() {
 async fn owned_buffers_give_static_spawnable_requests() {
     launch(2, |comm| async move {
         if comm.rank() == 0 {
-            let send = tokio::spawn(comm.isend_vec(vec![1.5f64; 1000], 1, 0));
-            let bytes = tokio::spawn(comm.isend_bytes(Bytes::from_static(b"raw"), 1, 1));
+            let send = tokio::spawn(comm.isend(vec![1.5f64; 1000], 1, 0));
+            let bytes = tokio::spawn(comm.isend(Bytes::from_static(b"raw"), 1, 1));
             send.await.unwrap()?;
             bytes.await.unwrap()?;
             Ok(())
@@ -255,7 +255,7 @@ async fn freed_sends_still_deliver() {
         } else {
             let mut got = vec![];
             for _ in 0..100 {
-                got.push(comm.recv::<u32>(0, 0).await?.0[0]);
+                got.push(comm.recv_vec::<u32>(0, 0).await?.0[0]);
             }
             Ok(got)
         }
@@ -272,21 +272,21 @@ async fn persistent_requests_restart_and_inactive_ones_are_null() {
         let data = [comm.rank() as u32; 3];
         let mut send = comm.send_init(&data, other, 0);
         let mut ssend = comm.ssend_init(&data, other, 1);
-        let mut recv = comm.recv_init_vec(vec![0u32; 3], other, 0);
+        let mut recv = comm.recv_init(vec![0u32; 3], other, 0);
         let mut srecv_buf = [0u32; 3];
         let mut srecv = comm.recv_init(&mut srecv_buf, other, 1);
         for _ in 0..20 {
             let mut reqs = start_all([&mut recv as &mut dyn Persistent, &mut srecv, &mut send, &mut ssend]);
             let results = wait_all(&mut reqs).await;
-            assert!(results.iter().all(|r| matches!(r, Some(Ok(_)))));
+            assert!(results.iter().all(|r| r.is_ok()));
         }
         assert_eq!(recv.buffer(), &[other as u32; 3]);
         assert_eq!(srecv.buffer(), &[other as u32; 3]);
         // Owned persistent sends are writable between starts.
-        let mut owned = comm.send_init_vec(vec![0u8; 2], other, 3);
+        let mut owned = comm.send_init(vec![0u8; 2], other, 3);
         owned.buffer_mut()[0] = 42;
         owned.start().await?;
-        let (got, _) = comm.recv::<u8>(other, 3).await?;
+        let (got, _) = comm.recv_vec::<u8>(other, 3).await?;
         assert_eq!(got, [42, 0]);
         // An inactive persistent request is a None entry: empty status at once.
         let mut inactive: Vec<Option<Request>> = vec![None];
@@ -308,10 +308,10 @@ async fn buffered_and_ready_nonblocking_sends() {
             assert!(req.is_complete());
             req.await?;
             comm.buffer_detach().await?;
-            comm.recv::<u8>(1, 9).await?; // rank 1 has posted its receive
+            comm.recv_vec::<u8>(1, 9).await?; // rank 1 has posted its receive
             comm.irsend(&[2u8], 1, 1).await?;
         } else {
-            let (v, _) = comm.recv::<u8>(0, 0).await?;
+            let (v, _) = comm.recv_vec::<u8>(0, 0).await?;
             assert_eq!(v, [1; 8]);
             let mut b = [0u8];
             let r = comm.irecv(&mut b, 0, 1);
@@ -365,8 +365,8 @@ async fn request_set_test_some_and_wait_any() {
 async fn inactive_persistent_requests_and_owned_modes() {
     launch(2, |comm| async move {
         let other = 1 - comm.rank();
-        let mut ssend = comm.ssend_init_vec(vec![comm.rank() as u16; 2], other, 0);
-        let mut recv = comm.recv_init_vec(vec![0u16; 2], other, 0);
+        let mut ssend = comm.ssend_init(vec![comm.rank() as u16; 2], other, 0);
+        let mut recv = comm.recv_init(vec![0u16; 2], other, 0);
         // Nothing started: both inactive; waiting returns empty statuses at once.
         let mut reqs = vec![Some(Request::inactive()), None];
         let results = wait_all(&mut reqs).await;
@@ -375,20 +375,20 @@ async fn inactive_persistent_requests_and_owned_modes() {
         for round in 0..5u16 {
             ssend.buffer_mut()[1] = round;
             let mut reqs = start_all([&mut recv as &mut dyn Persistent, &mut ssend]);
-            assert!(wait_all(&mut reqs).await.iter().all(|r| matches!(r, Some(Ok(_)))));
+            assert!(wait_all(&mut reqs).await.iter().all(|r| r.is_ok()));
             drop(reqs);
             assert_eq!(recv.buffer(), &[other as u16, round]);
         }
         if comm.rank() == 0 {
             comm.buffer_attach(vec![0; 1000])?;
-            let mut bsend = comm.bsend_init_vec(vec![5u8; 3], 1, 1);
+            let mut bsend = comm.bsend_init(vec![5u8; 3], 1, 1);
             bsend.start().await?;
             comm.buffer_detach().await?;
-            comm.recv::<u8>(1, 2).await?;
-            let mut rsend = comm.rsend_init_vec(vec![6u8; 3], 1, 3);
+            comm.recv_vec::<u8>(1, 2).await?;
+            let mut rsend = comm.rsend_init(vec![6u8; 3], 1, 3);
             rsend.start().await?;
         } else {
-            assert_eq!(comm.recv::<u8>(0, 1).await?.0, [5; 3]);
+            assert_eq!(comm.recv_vec::<u8>(0, 1).await?.0, [5; 3]);
             let mut b = [0u8; 3];
             let r = comm.irecv(&mut b, 0, 3);
             comm.send(&[0u8], 0, 2).await?;

@@ -80,7 +80,7 @@ async fn example_3_12_nonblocking_order() {
             comm.send(&[0u8], 1, 9).await?;
             Ok((0.0, 0.0))
         } else {
-            comm.recv::<u8>(0, 9).await?; // both messages have arrived
+            comm.recv_vec::<u8>(0, 9).await?; // both messages have arrived
             let (mut a, mut b) = ([0f32], [0f32]);
             let r1 = comm.irecv(&mut a, 0, Any);
             let r2 = comm.irecv(&mut b, 0, 0);
@@ -174,7 +174,7 @@ async fn example_3_15_client_server_with_wait_some() {
             return Ok(vec![]);
         }
         for _ in 1..size {
-            comm.recv::<u8>(Any, 1).await?;
+            comm.recv_vec::<u8>(Any, 1).await?;
         }
         let mut requests: Vec<_> = (1..size).map(|c| Some(comm.irecv_vec(vec![0u32], c, 0))).collect();
         let mut served = vec![0usize; size];

@@ -25,7 +25,7 @@ async fn wait_some_work_follows_completions() {
                 for &tag in batch {
                     comm.send(&[tag as u32], 1, tag as i32).await?;
                 }
-                comm.recv::<u8>(1, OUTSTANDING as i32).await?; // the batch was consumed
+                comm.recv_vec::<u8>(1, OUTSTANDING as i32).await?; // the batch was consumed
             }
             Ok(vec![])
         } else {

@@ -90,14 +90,14 @@ async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
     let payload = vec![7u8; 3000];
     let mut to_two = Vec::new();
     for i in 0..200u32 {
-        to_two.push(zero.isend_vec(vec![i as u8; if i % 3 == 0 { 3000 } else { 500 }], 2, 0));
+        to_two.push(zero.isend(vec![i as u8; if i % 3 == 0 { 3000 } else { 500 }], 2, 0));
     }
     drop(payload);
     // Meanwhile rank 0 and rank 1 exchange 200 messages each way, promptly.
     let started = std::time::Instant::now();
     let echo = tokio::spawn(async move {
         for i in 0..200u32 {
-            let (v, _) = one.recv::<u32>(0, 1).await?;
+            let (v, _) = one.recv_vec::<u32>(0, 1).await?;
             one.send(&[v[0] + 1], 0, 2).await?;
             assert_eq!(v[0], i);
         }
@@ -105,7 +105,7 @@ async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
     });
     for i in 0..200u32 {
         zero.send(&[i], 1, 1).await.unwrap();
-        let (v, _) = zero.recv::<u32>(1, 2).await.unwrap();
+        let (v, _) = zero.recv_vec::<u32>(1, 2).await.unwrap();
         assert_eq!(v, [i + 1]);
     }
     echo.await.unwrap().unwrap();
@@ -126,7 +126,7 @@ async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
     endpoints[0].writable(2);
     let reader = tokio::spawn(async move {
         for i in 0..200u32 {
-            let (v, _) = two.recv::<u8>(0, 0).await?;
+            let (v, _) = two.recv_vec::<u8>(0, 0).await?;
             assert_eq!((v.len(), v[0]), (if i % 3 == 0 { 3000 } else { 500 }, i as u8));
         }
         Ok::<_, Error>(())
@@ -217,7 +217,7 @@ async fn a_silent_peer_fails_after_the_idle_timeout() {
     // Rank 1 goes silent; a receive from it fails after the timeout.
     mute.store(true, Ordering::SeqCst);
     let started = tokio::time::Instant::now();
-    let r = zero.recv::<u8>(1, 0).await;
+    let r = zero.recv_vec::<u8>(1, 0).await;
     let waited = started.elapsed();
     assert!(matches!(r, Err(Error::ProcessFailed { rank: 1, .. })), "{r:?}");
     assert!(waited >= Duration::from_secs(2) && waited <= Duration::from_secs(5), "failed after {waited:?}");

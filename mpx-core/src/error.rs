@@ -140,8 +140,13 @@ pub enum Error {
         context: String,
         /// The underlying error (an I/O or TLS error, a closed connection).
         #[source]
-        source: TransportCause,
+        source: Cause,
     },
+    /// An error of the program's own: a rank's closure (see `launch`)
+    /// returned an error that is not an mpx one, or the program made one
+    /// with [`Error::user`].
+    #[error(transparent)]
+    User(Cause),
     /// The operation was started on an endpoint whose program has ended
     /// (its `launch` returned): nothing can be sent or received through it.
     #[error("the endpoint is finalized: its program has ended")]
@@ -157,40 +162,76 @@ pub enum Error {
     },
 }
 
-/// The underlying cause of an [`Error::Transport`], shareable so that the
-/// error stays `Clone`.
+/// An error from outside mpx (the cause of an [`Error::Transport`], or a
+/// program's own error in [`Error::User`]), shared so that [`Error`] stays
+/// `Clone`.
 #[derive(Debug, Clone)]
-pub struct TransportCause(pub std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>);
+pub struct Cause(pub std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>);
 
-impl TransportCause {
+impl Cause {
     /// Wraps any error.
-    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> TransportCause {
-        TransportCause(std::sync::Arc::new(error))
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Cause {
+        Cause(std::sync::Arc::new(error))
     }
 }
 
-impl std::fmt::Display for TransportCause {
+impl std::fmt::Display for Cause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)
     }
 }
 
-impl std::error::Error for TransportCause {
+impl std::error::Error for Cause {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0.source()
     }
 }
 
-impl PartialEq for TransportCause {
+impl PartialEq for Cause {
     /// Causes compare by identity (the same underlying error).
     fn eq(&self, other: &Self) -> bool {
         std::sync::Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
-impl Eq for TransportCause {}
+impl Eq for Cause {}
+
+impl From<Box<dyn std::error::Error + Send + Sync + 'static>> for Error {
+    /// As [`Error::user`].
+    fn from(e: Box<dyn std::error::Error + Send + Sync + 'static>) -> Error {
+        Error::user(e)
+    }
+}
 
 impl Error {
+    /// The program's own error `e` as an mpx error: [`Error::User`], or
+    /// `e` itself if it is already an mpx error. Any error type, a
+    /// `String` or a `&str` converts.
+    ///
+    /// ```
+    /// use mpx_core::Error;
+    /// #[derive(Debug)]
+    /// struct Overheated(f64);
+    /// impl std::fmt::Display for Overheated {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         write!(f, "{} degrees", self.0)
+    ///     }
+    /// }
+    /// impl std::error::Error for Overheated {}
+    ///
+    /// let e = Error::user(Overheated(451.0));
+    /// assert!(matches!(&e, Error::User(cause) if cause.0.downcast_ref::<Overheated>().is_some()));
+    /// assert_eq!(e.to_string(), "451 degrees");
+    /// assert_eq!(Error::user("no reply in time").to_string(), "no reply in time");
+    /// assert_eq!(Error::user(Error::TypeMismatch), Error::TypeMismatch);
+    /// ```
+    pub fn user(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Error {
+        match e.into().downcast::<Error>() {
+            Ok(mpx) => *mpx,
+            Err(other) => Error::User(Cause(std::sync::Arc::from(other))),
+        }
+    }
+
     /// A transport error with its cause.
     ///
     /// ```
@@ -200,6 +241,6 @@ impl Error {
     /// assert_eq!(e.source().unwrap().to_string(), "reset by peer");
     /// ```
     pub fn transport(context: impl Into<String>, cause: impl std::error::Error + Send + Sync + 'static) -> Error {
-        Error::Transport { context: context.into(), source: TransportCause::new(cause) }
+        Error::Transport { context: context.into(), source: Cause::new(cause) }
     }
 }

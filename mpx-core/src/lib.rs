@@ -49,13 +49,13 @@ pub use datatype::{
     Predefined, Signature,
 };
 pub use comm::{
-    start_all, Any, Comm, Message, OwnedRecv, Persistent, PersistentRecv, PersistentSend, RecvBuf, RecvError, SendBuf,
-    BSEND_OVERHEAD, PROC_NULL, TAG_UB,
+    start_all, Any, Comm, Message, OwnedRecv, Peer, Persistent, PersistentRecv, PersistentSend, RecvBuf, RecvData,
+    RecvError, SendBuf, SendData, Source, TagSel, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };
 pub use request::{
     test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Status, Tested,
 };
 pub use runtime::{Endpoint, Transport};
-pub use error::{Error, Result, TransportCause};
+pub use error::{Error, Result, Cause};
 pub use mpi_type::MpiType;
 pub use pack::{pack, unpack, Region, RegionMut, Repr};

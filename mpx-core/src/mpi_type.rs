@@ -24,7 +24,9 @@ use crate::datatype::{Basic, Datatype};
 ///   0, its extent is `size_of::<Self>()`, and every basic entry lies inside
 ///   `0..size_of::<Self>()` on bytes that are always initialised in a value
 ///   of `Self` (never padding), with a basic type of the same size and
-///   representation as the field there;
+///   representation as the field there; and the entries cover every byte
+///   of `Self` that is not padding (so values written whole through the
+///   datatype into uninitialised memory are initialised);
 /// * every bit pattern of those bytes that [`is_valid`](MpiType::is_valid)
 ///   accepts (all of them when [`NEEDS_VALIDATION`](MpiType::NEEDS_VALIDATION)
 ///   is false), with the other bytes of `Self` taken from a valid value, is

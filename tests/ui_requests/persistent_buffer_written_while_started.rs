@@ -2,7 +2,7 @@
 use mpx::Persistent;
 
 async fn run(comm: mpx::Comm) -> mpx::Result<()> {
-    let mut send = comm.send_init_vec(vec![0u32; 4], 1, 0);
+    let mut send = comm.send_init(vec![0u32; 4], 1, 0);
     let started = send.start();
     send.buffer_mut()[0] = 1;
     started.await?;

@@ -34,11 +34,24 @@ impl Comm {
     /// `MPI_Buffer_detach`: waits until every buffered message has been
     /// delivered to the transport, then returns the attached buffer.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// comm.buffer_attach(vec![0; 4096])?;
+    /// let buffer = comm.buffer_detach().await?;
+    /// assert_eq!(buffer.len(), 4096);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Cancel-safe: the buffer stays attached until the call completes.
-    pub async fn buffer_detach(&self) -> Result<Vec<u8>> {
-        // With no buffer attached nothing is in flight, so this returns at once.
-        let mut st = std::future::poll_fn(|cx| self.shared.poll_bsend_drained(cx)).await;
-        st.bsend.attached.take().ok_or(Error::BufferState("no buffer is attached"))
+    pub fn buffer_detach(&self) -> impl std::future::Future<Output = Result<Vec<u8>>> + Send + 'static {
+        let shared = self.shared.clone();
+        async move {
+            // With no buffer attached nothing is in flight, so this returns at once.
+            let mut st = std::future::poll_fn(|cx| shared.poll_bsend_drained(cx)).await;
+            st.bsend.attached.take().ok_or(Error::BufferState("no buffer is attached"))
+        }
     }
 }

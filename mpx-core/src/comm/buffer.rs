@@ -60,6 +60,27 @@ impl<'a> SendBuf<'a> {
         Ok(SendBuf { region: unsafe { Region::typed(values) }, count, datatype: datatype.clone() })
     }
 
+    /// Raw bytes as MPI's `byte` type: untyped data that matches a receive
+    /// of `byte`s ([`RecvBuf::bytes`]) or of `packed` bytes. (A `&[u8]`
+    /// sent directly travels as `uint8_t` and matches `u8` receives; owned
+    /// [`Bytes`] travel as `packed` and match any receive.)
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{RecvBuf, SendBuf};
+    /// let other = 1 - comm.rank();
+    /// comm.isend(SendBuf::bytes(b"hello"), other, 0);
+    /// let mut inbox = [0u8; 8];
+    /// let status = comm.recv_into(RecvBuf::bytes(&mut inbox), other, 0).await?;
+    /// assert_eq!(&inbox[..status.bytes as usize], b"hello");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    pub fn bytes(bytes: &'a [u8]) -> SendBuf<'a> {
+        SendBuf { region: Region::new(bytes), count: bytes.len() as u64, datatype: Datatype::byte() }
+    }
+
     /// Data made with the pack API, sent as `packed` (it carries no type
     /// signature and can be received with any type).
     pub fn packed(bytes: &'a [u8]) -> SendBuf<'a> {
@@ -101,8 +122,9 @@ pub(crate) fn capacity(datatype: &Datatype, count: u64) -> Option<u64> {
     Some(native.max(external) as u64)
 }
 
-/// Message data ready to send.
-pub(crate) struct Packed {
+/// Message data ready to send, made by [`SendData`](super::SendData)
+/// (opaque: only mpx's own types make it).
+pub struct Packed {
     /// The bytes, led by `desc_len` bytes of type description.
     pub(crate) data: Bytes,
     /// Their representation.
@@ -157,6 +179,13 @@ impl<'a> RecvBuf<'a> {
 
     pub(crate) fn check(&self) -> Result<()> {
         self.region.check(&self.datatype, self.count)
+    }
+
+    /// Room for `bytes.len()` raw bytes of MPI's `byte` type (see
+    /// [`SendBuf::bytes`]).
+    pub fn bytes(bytes: &'a mut [u8]) -> RecvBuf<'a> {
+        let count = bytes.len() as u64;
+        RecvBuf { region: RegionMut::new(bytes), count, datatype: Datatype::byte() }
     }
 
     /// Room for `bytes.len()` bytes of `packed` data: receives any message
@@ -285,6 +314,26 @@ pub(crate) fn unpack_typed_message<T: MpiType>(msg: &Delivered, buf: &mut [T]) -
         })?;
     }
     Ok(status.expect("set on success"))
+}
+
+/// Unpacks a delivered message into uninitialised values of `T`; returns
+/// the status and how many values it wrote whole (and validated).
+pub(crate) fn unpack_typed_message_uninit<T: MpiType>(msg: &Delivered, buf: &mut [std::mem::MaybeUninit<T>]) -> Result<(Status, usize)> {
+    let count = buf.len() as u64;
+    let size = T::datatype().size().max(1);
+    let mut status = None;
+    // SAFETY: the region is written through `T`'s own datatype, and the
+    // status counts the native bytes that landed, so its whole items are
+    // the values written whole.
+    let whole = unsafe {
+        crate::pack::unpack_typed_uninit(buf, |region| {
+            let s = deliver_into(msg, &T::datatype(), count, region)?;
+            let whole = s.bytes / size;
+            status = Some(s);
+            Ok(whole)
+        })?
+    };
+    Ok((status.expect("set on success"), whole))
 }
 
 /// A `Vec` whose element type is contiguous (no padding), viewed as the

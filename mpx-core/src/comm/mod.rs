@@ -6,13 +6,14 @@
 //!
 //! | file | what |
 //! |---|---|
+//! | [`data`] | what sends and receives take: [`SendData`], [`RecvData`] |
 //! | `send.rs` | the four send modes, blocking and nonblocking |
-//! | `recv.rs`, `recv_owned.rs` | receives into slices, described buffers, owned vectors and bytes |
+//! | `recv.rs`, `recv_owned.rs` | receives into any [`RecvData`], of one value, into vectors, as bytes |
 //! | `probe.rs` | probes and matched probes ([`Message`]) |
 //! | `sendrecv.rs` | `sendrecv`, `sendrecv_replace` |
 //! | `bsend.rs` | the buffer for buffered sends |
 //! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
-//! | `selectors.rs` | ranks, [`Any`], [`PROC_NULL`], tags |
+//! | `selectors.rs` | [`Peer`] (a rank or [`PROC_NULL`]), [`Source`], [`Any`], tags |
 //! | [`persistent`] | persistent requests |
 //!
 //! # Representation
@@ -61,6 +62,7 @@
 
 mod bsend;
 mod buffer;
+pub mod data;
 pub mod persistent;
 mod probe;
 mod recv;
@@ -78,11 +80,12 @@ use crate::runtime::{Endpoint, Shared};
 
 pub use bsend::BSEND_OVERHEAD;
 pub use buffer::{RecvBuf, SendBuf};
+pub use data::{RecvData, SendData};
 pub use crate::request::Status;
-pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend};
+pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend, RecvStorage, SendStorage};
 pub use probe::Message;
 pub use recv_owned::{OwnedRecv, RecvError};
-pub use selectors::{Any, Dest, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
+pub use selectors::{Any, Peer, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
 
 pub(crate) use buffer::Packed;
 pub(crate) use recv_owned::RawRecv;
@@ -103,8 +106,9 @@ impl Endpoint {
 /// (or a handle to it), so a library can [`dup`](Comm::dup) the world and
 /// never see the application's messages.
 ///
-/// Operations take destinations and sources as plain numbers, [`Any`] or
-/// [`PROC_NULL`], and tags as numbers or [`Any`].
+/// Operations take ranks as `usize` (or a [`Peer`], which may be
+/// [`PROC_NULL`]), sources also as [`Any`], and tags as `i32` (receives
+/// also [`Any`]).
 #[derive(Clone)]
 pub struct Comm {
     pub(crate) shared: Arc<Shared>,
@@ -147,32 +151,30 @@ impl Comm {
         Comm { shared: self.shared.clone(), context: derive_context(self.context, n), dups: Arc::new(AtomicU64::new(0)) }
     }
 
-    fn check_rank(&self, r: i64) -> Result<u32> {
-        if r < 0 || r >= self.size() as i64 {
-            return Err(Error::InvalidRank { rank: r, size: self.shared.size });
+    fn check_rank(&self, r: usize) -> Result<u32> {
+        if r >= self.size() {
+            return Err(Error::InvalidRank { rank: i64::try_from(r).unwrap_or(i64::MAX), size: self.shared.size });
         }
         Ok(r as u32)
     }
 
-    fn dest(&self, d: impl Into<Dest>) -> Result<Option<u32>> {
-        match d.into() {
-            Dest::Rank(r) => self.check_rank(r).map(Some),
-            Dest::Null => Ok(None),
-        }
+    /// The destination rank of a send, or `None` for the null process.
+    fn dest(&self, peer: Peer) -> Result<Option<u32>> {
+        peer.rank().map(|r| self.check_rank(r)).transpose()
     }
 
-    fn tag(t: impl Into<TagSel>) -> Result<Option<i32>> {
-        match t.into() {
-            TagSel::Tag(t) if (0..=TAG_UB as i64).contains(&t) => Ok(Some(t as i32)),
-            TagSel::Tag(t) => Err(Error::InvalidTag(t)),
+    fn tag(t: TagSel) -> Result<Option<i32>> {
+        match t {
+            TagSel::Tag(t) if t >= 0 => Ok(Some(t)),
+            TagSel::Tag(t) => Err(Error::InvalidTag(t.into())),
             TagSel::Any => Ok(None),
         }
     }
 
     /// Resolves a source and tag into a match spec, or `None` for PROC_NULL.
-    fn spec(&self, source: impl Into<Source>, tag: impl Into<TagSel>, context: u64) -> Result<Option<MatchSpec>> {
+    fn spec(&self, source: Source, tag: TagSel, context: u64) -> Result<Option<MatchSpec>> {
         let tag = Comm::tag(tag)?;
-        let source = match source.into() {
+        let source = match source {
             Source::Rank(r) => Some(self.check_rank(r)?),
             Source::Any => None,
             Source::Null => return Ok(None),

@@ -13,8 +13,8 @@
 //! # mpx_net::loopback::launch(2, |comm| async move {
 //! use mpx_core::comm::persistent::Persistent;
 //! let other = 1 - comm.rank();
-//! let mut send = comm.send_init_vec(vec![0u32; 4], other, 0);
-//! let mut recv = comm.recv_init_vec(vec![0u32; 4], other, 0);
+//! let mut send = comm.send_init(vec![0u32; 4], other, 0);
+//! let mut recv = comm.recv_init(vec![0u32; 4], other, 0);
 //! for step in 1..=3u32 {
 //!     send.buffer_mut().fill(step);
 //!     let r = recv.start();
@@ -32,7 +32,7 @@
 //! `wait_any`/`wait_some` over only inactive entries report that nothing is
 //! active, as MPI says.
 
-use super::{Comm, Dest, SendBuf, Source, TagSel};
+use super::{Comm, Peer, SendBuf, Source, TagSel};
 use crate::proto::engine::SendMode;
 use crate::mpi_type::MpiType;
 use crate::request::Request;
@@ -46,21 +46,78 @@ pub trait Persistent {
 
 /// `MPI_Startall`: starts every request, returning their requests in order,
 /// ready for [`wait_all`](crate::request::wait_all).
-pub fn start_all<'b>(requests: impl IntoIterator<Item = &'b mut dyn Persistent>) -> Vec<Option<Request<'b>>> {
-    requests.into_iter().map(|p| Some(p.start())).collect()
+pub fn start_all<'b>(requests: impl IntoIterator<Item = &'b mut dyn Persistent>) -> Vec<Request<'b>> {
+    requests.into_iter().map(|p| p.start()).collect()
 }
 
-enum Storage<'a, T> {
+/// The buffer of a persistent send: borrowed (`&[T]`, `&Vec<T>`) or owned
+/// (`Vec<T>`, writable between starts).
+#[derive(Debug)]
+pub enum SendStorage<'a, T> {
+    /// A borrowed slice.
     Borrowed(&'a [T]),
+    /// An owned vector.
     Owned(Vec<T>),
+}
+
+impl<'a, T> From<&'a [T]> for SendStorage<'a, T> {
+    fn from(b: &'a [T]) -> Self {
+        SendStorage::Borrowed(b)
+    }
+}
+
+impl<'a, T> From<&'a Vec<T>> for SendStorage<'a, T> {
+    fn from(b: &'a Vec<T>) -> Self {
+        SendStorage::Borrowed(b)
+    }
+}
+
+impl<'a, T, const N: usize> From<&'a [T; N]> for SendStorage<'a, T> {
+    fn from(b: &'a [T; N]) -> Self {
+        SendStorage::Borrowed(b)
+    }
+}
+
+impl<T> From<Vec<T>> for SendStorage<'static, T> {
+    fn from(v: Vec<T>) -> Self {
+        SendStorage::Owned(v)
+    }
+}
+
+/// The buffer of a persistent receive: borrowed (`&mut [T]`) or owned
+/// (`Vec<T>`).
+#[derive(Debug)]
+pub enum RecvStorage<'a, T> {
+    /// A borrowed slice.
+    Borrowed(&'a mut [T]),
+    /// An owned vector.
+    Owned(Vec<T>),
+}
+
+impl<'a, T> From<&'a mut [T]> for RecvStorage<'a, T> {
+    fn from(b: &'a mut [T]) -> Self {
+        RecvStorage::Borrowed(b)
+    }
+}
+
+impl<'a, T, const N: usize> From<&'a mut [T; N]> for RecvStorage<'a, T> {
+    fn from(b: &'a mut [T; N]) -> Self {
+        RecvStorage::Borrowed(b)
+    }
+}
+
+impl<T> From<Vec<T>> for RecvStorage<'static, T> {
+    fn from(v: Vec<T>) -> Self {
+        RecvStorage::Owned(v)
+    }
 }
 
 /// A persistent send (`MPI_Send_init`, `MPI_Bsend_init`, `MPI_Ssend_init`,
 /// `MPI_Rsend_init`). Each start packs the buffer's current contents.
 pub struct PersistentSend<'a, T> {
     comm: Comm,
-    buf: Storage<'a, T>,
-    dest: Dest,
+    buf: SendStorage<'a, T>,
+    dest: Peer,
     tag: i32,
     mode: SendMode,
 }
@@ -69,8 +126,8 @@ impl<T: MpiType> PersistentSend<'_, T> {
     /// The buffer.
     pub fn buffer(&self) -> &[T] {
         match &self.buf {
-            Storage::Borrowed(b) => b,
-            Storage::Owned(v) => v,
+            SendStorage::Borrowed(b) => b,
+            SendStorage::Owned(v) => v,
         }
     }
 }
@@ -79,20 +136,20 @@ impl<T: MpiType> PersistentSend<'static, T> {
     /// The owned buffer, to fill between starts (a `'static` borrowed
     /// buffer is copied into an owned one first).
     pub fn buffer_mut(&mut self) -> &mut Vec<T> {
-        if let Storage::Borrowed(b) = self.buf {
-            self.buf = Storage::Owned(b.to_vec());
+        if let SendStorage::Borrowed(b) = self.buf {
+            self.buf = SendStorage::Owned(b.to_vec());
         }
         match &mut self.buf {
-            Storage::Owned(v) => v,
-            Storage::Borrowed(_) => unreachable!("converted above"),
+            SendStorage::Owned(v) => v,
+            SendStorage::Borrowed(_) => unreachable!("converted above"),
         }
     }
 
     /// Gives the owned buffer back.
     pub fn into_buffer(self) -> Vec<T> {
         match self.buf {
-            Storage::Owned(v) => v,
-            Storage::Borrowed(b) => b.to_vec(),
+            SendStorage::Owned(v) => v,
+            SendStorage::Borrowed(b) => b.to_vec(),
         }
     }
 }
@@ -100,10 +157,10 @@ impl<T: MpiType> PersistentSend<'static, T> {
 impl<T: MpiType> Persistent for PersistentSend<'_, T> {
     fn start(&mut self) -> Request<'_> {
         let buf = match &self.buf {
-            Storage::Borrowed(b) => SendBuf::typed(b),
-            Storage::Owned(v) => SendBuf::typed(v),
+            SendStorage::Borrowed(b) => SendBuf::typed(b),
+            SendStorage::Owned(v) => SendBuf::typed(v),
         };
-        self.comm.start_send_buf(buf, self.dest, self.tag, self.mode)
+        self.comm.start_send(|repr| buf.pack(repr), self.dest, self.tag, self.mode, self.comm.context)
     }
 }
 
@@ -113,11 +170,6 @@ pub struct PersistentRecv<'a, T> {
     buf: RecvStorage<'a, T>,
     source: Source,
     tag: TagSel,
-}
-
-enum RecvStorage<'a, T> {
-    Borrowed(&'a mut [T]),
-    Owned(Vec<T>),
 }
 
 impl<T: MpiType> PersistentRecv<'_, T> {
@@ -149,57 +201,35 @@ impl<T: MpiType> Persistent for PersistentRecv<'_, T> {
 }
 
 impl Comm {
-    fn persistent_send<'a, T>(&self, buf: Storage<'a, T>, dest: impl Into<Dest>, tag: i32, mode: SendMode) -> PersistentSend<'a, T> {
-        PersistentSend { comm: self.clone(), buf, dest: dest.into(), tag, mode }
+    fn persistent_send<'a, T>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32, mode: SendMode) -> PersistentSend<'a, T> {
+        PersistentSend { comm: self.clone(), buf: buf.into(), dest: dest.into(), tag, mode }
     }
 
-    /// `MPI_Send_init`: a persistent standard send of a borrowed slice.
-    pub fn send_init<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> PersistentSend<'a, T> {
-        self.persistent_send(Storage::Borrowed(buf), dest, tag, SendMode::Standard)
+    /// `MPI_Send_init`: a persistent standard send of a borrowed slice or
+    /// an owned `Vec` (see [`SendStorage`]; an owned buffer is writable
+    /// between starts, see the [module docs](self)).
+    pub fn send_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
+        self.persistent_send(buf, dest, tag, SendMode::Standard)
     }
 
-    /// `MPI_Bsend_init`.
-    pub fn bsend_init<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> PersistentSend<'a, T> {
-        self.persistent_send(Storage::Borrowed(buf), dest, tag, SendMode::Buffered)
+    /// `MPI_Bsend_init`: as [`send_init`](Comm::send_init), buffered.
+    pub fn bsend_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
+        self.persistent_send(buf, dest, tag, SendMode::Buffered)
     }
 
-    /// `MPI_Ssend_init`.
-    pub fn ssend_init<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> PersistentSend<'a, T> {
-        self.persistent_send(Storage::Borrowed(buf), dest, tag, SendMode::Synchronous)
+    /// `MPI_Ssend_init`: as [`send_init`](Comm::send_init), synchronous.
+    pub fn ssend_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
+        self.persistent_send(buf, dest, tag, SendMode::Synchronous)
     }
 
-    /// `MPI_Rsend_init`.
-    pub fn rsend_init<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> PersistentSend<'a, T> {
-        self.persistent_send(Storage::Borrowed(buf), dest, tag, SendMode::Ready)
+    /// `MPI_Rsend_init`: as [`send_init`](Comm::send_init), ready mode.
+    pub fn rsend_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
+        self.persistent_send(buf, dest, tag, SendMode::Ready)
     }
 
-    /// `MPI_Send_init` with an owned buffer, writable between starts.
-    pub fn send_init_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> PersistentSend<'static, T> {
-        self.persistent_send(Storage::Owned(buf), dest, tag, SendMode::Standard)
-    }
-
-    /// `MPI_Bsend_init` with an owned buffer.
-    pub fn bsend_init_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> PersistentSend<'static, T> {
-        self.persistent_send(Storage::Owned(buf), dest, tag, SendMode::Buffered)
-    }
-
-    /// `MPI_Ssend_init` with an owned buffer.
-    pub fn ssend_init_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> PersistentSend<'static, T> {
-        self.persistent_send(Storage::Owned(buf), dest, tag, SendMode::Synchronous)
-    }
-
-    /// `MPI_Rsend_init` with an owned buffer.
-    pub fn rsend_init_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> PersistentSend<'static, T> {
-        self.persistent_send(Storage::Owned(buf), dest, tag, SendMode::Ready)
-    }
-
-    /// `MPI_Recv_init`: a persistent receive into a borrowed slice.
-    pub fn recv_init<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> PersistentRecv<'a, T> {
-        PersistentRecv { comm: self.clone(), buf: RecvStorage::Borrowed(buf), source: source.into(), tag: tag.into() }
-    }
-
-    /// `MPI_Recv_init` with an owned buffer.
-    pub fn recv_init_vec<T: MpiType>(&self, buf: Vec<T>, source: impl Into<Source>, tag: impl Into<TagSel>) -> PersistentRecv<'static, T> {
-        PersistentRecv { comm: self.clone(), buf: RecvStorage::Owned(buf), source: source.into(), tag: tag.into() }
+    /// `MPI_Recv_init`: a persistent receive into a borrowed slice or an
+    /// owned `Vec` (see [`RecvStorage`]).
+    pub fn recv_init<'a, T: MpiType>(&self, buf: impl Into<RecvStorage<'a, T>>, source: impl Into<Source>, tag: impl Into<TagSel>) -> PersistentRecv<'a, T> {
+        PersistentRecv { comm: self.clone(), buf: buf.into(), source: source.into(), tag: tag.into() }
     }
 }

@@ -1,15 +1,16 @@
 //! Probes and matched probes (`MPI_Probe`, `MPI_Iprobe`, `MPI_Mprobe`,
 //! `MPI_Improbe`, `MPI_Mrecv`).
 
+use std::future::Future;
 use std::task::Poll;
 
-use super::buffer::{deliver_into, unpack_typed_message, RecvBuf};
+use super::data::RecvData;
 use super::selectors::{Source, TagSel};
 use super::{Comm, Status};
 use crate::error::Result;
-use crate::mpi_type::MpiType;
 use crate::proto::engine::{Engine, MatchSpec};
 use crate::request::{Finish, Kind, Request};
+use crate::runtime::Shared;
 
 impl Comm {
     // ----- probes --------------------------------------------------------------------
@@ -17,7 +18,7 @@ impl Comm {
     /// `MPI_Iprobe`: the status of the first queued message matching
     /// `source` and `tag`, without receiving it.
     pub fn iprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Status>> {
-        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Status::empty())) };
+        let Some(spec) = self.spec(source.into(), tag.into(), self.context)? else { return Ok(Some(Status::empty())) };
         let st = self.shared.lock();
         if st.engine.is_closed() {
             return Err(crate::Error::Finalized);
@@ -27,56 +28,40 @@ impl Comm {
 
     /// `MPI_Probe`: waits until a matching message is queued and returns its
     /// status. With several tasks receiving, another may take the message
-    /// first: use [`mprobe`](Comm::mprobe) then.
+    /// first: use [`mprobe`](Comm::mprobe) then. The arguments are checked
+    /// when `probe` is called.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::Any;
+    /// if comm.rank() == 0 {
+    ///     comm.send(&[1u32, 2, 3], 1, 9).await?;
+    /// } else {
+    ///     let status = comm.probe(Any, Any).await?;
+    ///     assert_eq!((status.source, status.tag, status.count::<u32>()), (Some(0), Some(9), Some(3)));
+    ///     comm.recv_vec::<u32>(0, 9).await?;
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel-safe: a probe takes nothing.
-    pub async fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
-        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Status::empty()) };
-        self.wait_for_arrival(spec, |engine, spec| engine.iprobe(spec).map(|e| Status::of(e.source, e.tag, e.len)))
-            .await
-    }
-
-    /// Retries `attempt` on the engine whenever a message may have appeared,
-    /// until it finds something; fails if the messages `spec` names can no
-    /// longer come. The attempt, the check and the waker registration happen
-    /// under one lock, so a message that arrives just before its sender's
-    /// farewell is never missed. An any-source probe fails for "every
-    /// other rank is gone" only on the second poll in a row that finds
-    /// nothing, as a receive does (see the [module docs](super)).
-    async fn wait_for_arrival<T>(&self, spec: MatchSpec, mut attempt: impl FnMut(&mut Engine, &MatchSpec) -> Option<T>) -> Result<T> {
-        let mut orphan_polls = 0;
-        std::future::poll_fn(|cx| {
-            let mut st = self.shared.lock();
-            if let Some(found) = attempt(&mut st.engine, &spec) {
-                return Poll::Ready(Ok(found));
-            }
-            let dead = match spec.source {
-                Some(r) => st.engine.silent(r),
-                None => st.engine.others_gone(),
-            };
-            if let Some(e) = dead {
-                if spec.source.is_some() || matches!(e, crate::Error::Finalized) || orphan_polls > 0 {
-                    return Poll::Ready(Err(e));
-                }
-                orphan_polls += 1;
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            // One entry per waiting task, however often it polls.
-            if !st.arrival_wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                st.arrival_wakers.push(cx.waker().clone());
-            }
-            Poll::Pending
-        })
-        .await
+    pub fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<Status>> + Send + 'static {
+        let spec = self.spec(source.into(), tag.into(), self.context);
+        let shared = self.shared.clone();
+        async move {
+            let Some(spec) = spec? else { return Ok(Status::empty()) };
+            wait_for_arrival(&shared, spec, |engine, spec| engine.iprobe(spec).map(|e| Status::of(e.source, e.tag, e.len))).await
+        }
     }
 
     /// `MPI_Improbe`: takes the first queued matching message out of the
     /// queue, so no other receive can match it; receive it with
     /// [`Message::recv_into`].
     pub fn improbe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Message>> {
-        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Some(Message::null(self))) };
+        let Some(spec) = self.spec(source.into(), tag.into(), self.context)? else { return Ok(Some(Message::null(self))) };
         let mut st = self.shared.lock();
         if st.engine.is_closed() {
             return Err(crate::Error::Finalized);
@@ -84,15 +69,71 @@ impl Comm {
         Ok(st.engine.improbe(&spec).map(|m| Message { comm: self.clone(), matched: Some(m) }))
     }
 
-    /// `MPI_Mprobe`: waits for a matching message and takes it.
+    /// `MPI_Mprobe`: waits for a matching message and takes it. The
+    /// arguments are checked when `mprobe` is called.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::Any;
+    /// if comm.rank() == 0 {
+    ///     comm.send(&[5u16; 4], 1, 0).await?;
+    /// } else {
+    ///     let message = comm.mprobe(0, Any).await?;
+    ///     let mut buf = vec![0u16; message.status().count::<u16>().unwrap_or(0) as usize];
+    ///     message.recv_into(&mut buf).await?;
+    ///     assert_eq!(buf, [5; 4]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel-safe: nothing is taken until it resolves.
-    pub async fn mprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Message> {
-        let Some(spec) = self.spec(source, tag, self.context)? else { return Ok(Message::null(self)) };
-        let matched = self.wait_for_arrival(spec, |engine, spec| engine.improbe(spec)).await?;
-        Ok(Message { comm: self.clone(), matched: Some(matched) })
+    pub fn mprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<Message>> + Send + 'static {
+        let spec = self.spec(source.into(), tag.into(), self.context);
+        let comm = self.clone();
+        async move {
+            let Some(spec) = spec? else { return Ok(Message::null(&comm)) };
+            let matched = wait_for_arrival(&comm.shared, spec, |engine, spec| engine.improbe(spec)).await?;
+            Ok(Message { comm, matched: Some(matched) })
+        }
     }
+}
+
+/// Retries `attempt` on the engine whenever a message may have appeared,
+/// until it finds something; fails if the messages `spec` names can no
+/// longer come. The attempt, the check and the waker registration happen
+/// under one lock, so a message that arrives just before its sender's
+/// farewell is never missed. An any-source probe fails for "every other
+/// rank is gone" only on the second poll in a row that finds nothing, as a
+/// receive does (see the [module docs](super)).
+async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl FnMut(&mut Engine, &MatchSpec) -> Option<T>) -> Result<T> {
+    let mut orphan_polls = 0;
+    std::future::poll_fn(|cx| {
+        let mut st = shared.lock();
+        if let Some(found) = attempt(&mut st.engine, &spec) {
+            return Poll::Ready(Ok(found));
+        }
+        let dead = match spec.source {
+            Some(r) => st.engine.silent(r),
+            None => st.engine.others_gone(),
+        };
+        if let Some(e) = dead {
+            if spec.source.is_some() || matches!(e, crate::Error::Finalized) || orphan_polls > 0 {
+                return Poll::Ready(Err(e));
+            }
+            orphan_polls += 1;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        // One entry per waiting task, however often it polls.
+        if !st.arrival_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            st.arrival_wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// A message taken by [`Comm::improbe`] or [`Comm::mprobe`]; it can only
@@ -137,31 +178,26 @@ impl Message {
         Request::active(shared, id, Kind::Recv(finish))
     }
 
-    /// `MPI_Imrecv` into a typed slice.
+    /// `MPI_Imrecv` into any [`RecvData`]: starts receiving the message.
     ///
     /// # Cancel safety
     /// As [`Comm::irecv`]: if dropped, the message goes back to the head of
     /// the queue.
-    pub fn irecv<T: MpiType>(self, buf: &mut [T]) -> Request<'_> {
-        self.start(Box::new(move |msg| unpack_typed_message(&msg, buf)))
-    }
-
-    /// `MPI_Mrecv` into a typed slice.
-    ///
-    /// # Cancel safety
-    /// As [`Message::irecv`].
-    pub async fn recv_into<T: MpiType>(self, buf: &mut [T]) -> Result<Status> {
-        self.irecv(buf).await
-    }
-
-    /// `MPI_Mrecv` into any buffer.
-    ///
-    /// # Cancel safety
-    /// As [`Message::irecv`].
-    pub async fn recv_buf(self, buf: RecvBuf<'_>) -> Result<Status> {
+    pub fn irecv<'a>(self, buf: impl RecvData<'a>) -> Request<'a> {
         // On a bad buffer the message goes back to the queue (when `self` drops).
-        buf.check()?;
-        self.start(Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region))).await
+        match buf.into_target() {
+            Ok(target) => self.start(target.finish),
+            Err(e) => Request::completed(Err(e)),
+        }
+    }
+
+    /// `MPI_Mrecv` into any [`RecvData`]: the blocking spelling of
+    /// [`irecv`](Message::irecv) (see [`Comm::mprobe`] for an example).
+    ///
+    /// # Cancel safety
+    /// As [`Message::irecv`].
+    pub fn recv_into<'a>(self, buf: impl RecvData<'a>) -> Request<'a> {
+        self.irecv(buf)
     }
 }
 

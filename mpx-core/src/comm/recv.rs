@@ -1,18 +1,19 @@
-//! Receives: into typed slices, described buffers, owned vectors and
-//! owned bytes.
+//! Receives: into any [`RecvData`] (a value, a slice, a described
+//! buffer), of one value, into new or owned vectors, and as owned bytes.
 
 use std::future::Future;
 
 use bytes::Bytes;
 
-use super::buffer::{capacity, deliver_into, native_packed, status_of, unpack_typed_message, RecvBuf};
+use super::buffer::{capacity, native_packed, status_of, unpack_typed_message, unpack_typed_message_uninit};
+use super::data::{RecvData, RecvTarget};
 use super::recv_owned::{OwnedRecv, RawRecv};
 use super::selectors::{Source, TagSel};
 use super::{Comm, Status};
 use crate::error::Result;
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
-use crate::proto::engine::ReqId;
+use crate::proto::engine::{Delivered, ReqId};
 use crate::request::{Finish, Kind, Request};
 
 impl Comm {
@@ -28,7 +29,7 @@ impl Comm {
         context: u64,
         limit: Option<u64>,
     ) -> Result<Option<ReqId>> {
-        let Some(spec) = self.spec(source, tag, context)? else { return Ok(None) };
+        let Some(spec) = self.spec(source.into(), tag.into(), context)? else { return Ok(None) };
         let mut st = self.shared.lock();
         let id = st.engine.next_id();
         match limit {
@@ -47,41 +48,153 @@ impl Comm {
         }
     }
 
-    /// `MPI_Irecv` into a typed slice: posts the receive now (a message that
-    /// arrives before anyone polls the request still matches it) and
-    /// returns its request. The slice stays mutably borrowed until the
-    /// request completes; the data is written into it only when the request
-    /// is polled, never by a background task. A longer message is
-    /// [`Error::Truncate`](crate::Error::Truncate), a message of another type
-    /// [`Error::TypeMismatch`](crate::Error::TypeMismatch), and values invalid for `T` are
-    /// [`Error::InvalidValue`](crate::Error::InvalidValue); in each case the slice is left unchanged.
+    /// `MPI_Irecv`: posts a receive into `buf` (a value, a slice, a `Vec`
+    /// or a [`RecvBuf`](super::RecvBuf): see [`RecvData`]) now, so a
+    /// message that arrives before anyone polls the request still matches
+    /// it, and returns its request. `source` is a rank, a [`Peer`](super::Peer),
+    /// [`Any`](super::Any) or [`PROC_NULL`](super::PROC_NULL); `tag` an
+    /// `i32` or [`Any`](super::Any). The buffer stays mutably borrowed until
+    /// the request completes; the data is written into it only when the
+    /// request is polled, never by a background task. A longer message is
+    /// [`Error::Truncate`](crate::Error::Truncate), a message of another
+    /// type [`Error::TypeMismatch`](crate::Error::TypeMismatch), and values
+    /// invalid for the type [`Error::InvalidValue`](crate::Error::InvalidValue);
+    /// in each case the buffer is left unchanged.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::Any;
+    /// let other = 1 - comm.rank();
+    /// let mut inbox = [0i64; 2];
+    /// let recv = comm.irecv(&mut inbox, Any, 5);
+    /// comm.send(&[-1i64, -2], other, 5).await?;
+    /// let status = recv.await?;
+    /// assert_eq!((inbox, status.source, status.tag), ([-1, -2], Some(other), Some(5)));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the request withdraws the receive, or gives its
     /// message back to the head of the queue (see the [module docs](super)).
-    pub fn irecv<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
-        let limit = capacity(&T::datatype(), buf.len() as u64);
-        self.start_recv(source, tag, limit, Box::new(move |msg| unpack_typed_message(&msg, buf)))
+    pub fn irecv<'a>(&self, buf: impl RecvData<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        match buf.into_target() {
+            Ok(RecvTarget { limit, finish }) => self.start_recv(source, tag, limit, finish),
+            Err(e) => Request::completed(Err(e)),
+        }
     }
 
-    /// `MPI_Irecv` into any buffer (a derived datatype, or packed bytes with
-    /// [`RecvBuf::packed`]).
+    /// `MPI_Recv` into `buf`: the blocking spelling of
+    /// [`irecv`](Comm::irecv) (the receive is posted when called), with
+    /// the same arguments and errors.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// let other = 1 - comm.rank();
+    /// comm.isend(&(comm.rank() as u16), other, 0);
+    /// let mut got = 0u16;
+    /// comm.recv_into(&mut got, other, 0).await?;
+    /// assert_eq!(got, other as u16);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
-    /// As [`irecv`](Comm::irecv).
-    pub fn irecv_buf<'a>(&self, buf: RecvBuf<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
-        // A buffer that cannot hold `count` items fails before the receive
-        // is posted, so no message is consumed by it.
-        if let Err(e) = buf.check() {
-            return Request::completed(Err(e));
+    /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
+    /// its message, if one had matched, is given back (see the
+    /// [module docs](super)).
+    pub fn recv_into<'a>(&self, buf: impl RecvData<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+        self.irecv(buf, source, tag)
+    }
+
+    /// `MPI_Recv` of exactly one value of `T`, returned with the status. A
+    /// message of more values is [`Error::Truncate`](crate::Error::Truncate),
+    /// one of none [`Error::ShortInput`](crate::Error::ShortInput).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// if comm.rank() == 0 {
+    ///     comm.send(&[0.5f64, 1.5], 1, 0).await?;
+    /// } else {
+    ///     // A derived `#[repr(C)]` struct works the same way.
+    ///     let (reading, _) = comm.recv::<[f64; 2]>(0, 0).await?;
+    ///     assert_eq!(reading, [0.5, 1.5]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As [`recv_into`](Comm::recv_into).
+    pub fn recv<T: MpiType>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<(T, Status)>> + Send + 'static {
+        let limit = capacity(&T::datatype(), 1);
+        let posted = self.post_recv(source, tag, self.context, limit).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
+        async move {
+            let Some(raw) = posted? else { return Err(null_has_no_value()) };
+            let msg = raw.await?;
+            let mut value = std::mem::MaybeUninit::<T>::uninit();
+            let status = unpack_one(&msg, &mut value)?;
+            // SAFETY: `unpack_one` succeeded: the value was written whole
+            // and validated.
+            Ok((unsafe { value.assume_init() }, status))
         }
-        let limit = capacity(&buf.datatype, buf.count);
-        self.start_recv(source, tag, limit, Box::new(move |msg| deliver_into(&msg, &buf.datatype, buf.count, buf.region)))
+    }
+
+    /// `MPI_Recv` of a message of any length into a new `Vec`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// if comm.rank() == 0 {
+    ///     comm.send(&(1..=5).collect::<Vec<u32>>(), 1, 0).await?;
+    /// } else {
+    ///     let (v, status) = comm.recv_vec::<u32>(0, 0).await?;
+    ///     assert_eq!((v, status.count::<u32>()), (vec![1, 2, 3, 4, 5], Some(5)));
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As [`recv_into`](Comm::recv_into).
+    pub fn recv_vec<T: MpiType>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<(Vec<T>, Status)>> + Send + 'static {
+        let posted = self.post_recv(source, tag, self.context, None).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
+        async move {
+            let Some(raw) = posted? else { return Ok((Vec::new(), Status::empty())) };
+            let msg = raw.await?;
+            let size = match msg.envelope.repr {
+                Repr::Native => T::datatype().size(),
+                Repr::External32 => T::datatype().external32_size(),
+            }
+            .max(1) as usize;
+            let mut out = Vec::with_capacity(msg.data.len().div_ceil(size));
+            let room = msg.data.len().div_ceil(size);
+            let (status, whole) = unpack_typed_message_uninit(&msg, &mut out.spare_capacity_mut()[..room])?;
+            // SAFETY: the first `whole` values were written whole and validated.
+            unsafe { out.set_len(whole) };
+            Ok((out, status))
+        }
     }
 
     /// A receive into an owned `Vec` (room for `buf.len()` values), as a
     /// `'static` future that can be spawned. It resolves to the vector and
-    /// the status; on failure the vector comes back with the error.
+    /// the status; on failure the vector comes back with the error
+    /// ([`RecvError`](super::RecvError), which converts into [`Error`](crate::Error)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// let other = 1 - comm.rank();
+    /// let recv = tokio::spawn(comm.irecv_vec(vec![0u8; 3], other, 0));
+    /// comm.send(&[9u8, 8, 7], other, 0).await?;
+    /// let (buf, _) = recv.await.expect("not cancelled")?;
+    /// assert_eq!(buf, [9, 8, 7]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// As [`irecv`](Comm::irecv).
@@ -91,8 +204,20 @@ impl Comm {
     }
 
     /// A receive of a message of any length as owned bytes, taken from the
-    /// transport without a copy (`packed`: no type check), as a `'static`
+    /// transport without a copy (`packed`: no type check; typed external32
+    /// data is converted to this rank's native packed form), as a `'static`
     /// future.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// let other = 1 - comm.rank();
+    /// comm.isend(bytes::Bytes::from_static(b"raw"), other, 0);
+    /// let (bytes, _) = comm.irecv_bytes(other, 0).await?;
+    /// assert_eq!(&bytes[..], b"raw");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// As [`irecv`](Comm::irecv).
@@ -103,46 +228,19 @@ impl Comm {
             Ok(status)
         })
     }
+}
 
-    /// `MPI_Recv` into a typed slice: receives up to `buf.len()` values from
-    /// `source` (a rank, [`Any`](super::Any) or [`PROC_NULL`](super::PROC_NULL)) with `tag` (or [`Any`](super::Any)).
-    /// Errors as for [`irecv`](Comm::irecv), of which this is the blocking
-    /// spelling: the receive is posted when called.
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
-    /// its message, if one had matched, is given back (see the
-    /// [module docs](super)).
-    pub fn recv_into<'a, T: MpiType>(&self, buf: &'a mut [T], source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
-        self.irecv(buf, source, tag)
-    }
+/// The error of a single-value receive from the null process, which
+/// delivers nothing.
+fn null_has_no_value() -> crate::Error {
+    crate::Error::InvalidArgument("a receive of one value from PROC_NULL has no value to return".into())
+}
 
-    /// `MPI_Recv` of a message of any length into a new `Vec`.
-    ///
-    /// # Cancel safety
-    /// As [`recv_into`](Comm::recv_into).
-    pub fn recv<T: MpiType + Default>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<(Vec<T>, Status)>> + Send + 'static {
-        let posted = self.post_recv(source, tag, self.context, None).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
-        async move {
-            let Some(raw) = posted? else { return Ok((Vec::new(), Status::empty())) };
-            let msg = raw.await?;
-            let size = match msg.envelope.repr {
-                Repr::Native => T::datatype().size(),
-                Repr::External32 => T::datatype().external32_size(),
-            }
-            .max(1) as usize;
-            let mut out = vec![T::default(); msg.data.len().div_ceil(size)];
-            let status = unpack_typed_message(&msg, &mut out)?;
-            Ok((out, status))
-        }
+/// Unpacks a message that must hold exactly one `T` into `value`.
+fn unpack_one<T: MpiType>(msg: &Delivered, value: &mut std::mem::MaybeUninit<T>) -> Result<Status> {
+    let (status, whole) = unpack_typed_message_uninit(msg, std::slice::from_mut(value))?;
+    if whole == 0 && std::mem::size_of::<T>() > 0 {
+        return Err(crate::Error::ShortInput { requested: T::datatype().size(), available: status.bytes });
     }
-
-    /// `MPI_Recv` into any buffer (a derived datatype, or packed bytes with
-    /// [`RecvBuf::packed`]).
-    ///
-    /// # Cancel safety
-    /// As [`recv_into`](Comm::recv_into).
-    pub fn recv_buf<'a>(&self, buf: RecvBuf<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
-        self.irecv_buf(buf, source, tag)
-    }
+    Ok(status)
 }

@@ -34,6 +34,13 @@ impl<B: std::fmt::Debug> std::error::Error for RecvError<B> {
     }
 }
 
+impl<B> From<RecvError<B>> for Error {
+    /// The error, without the buffer.
+    fn from(e: RecvError<B>) -> Error {
+        e.error
+    }
+}
+
 /// A posted receive that resolves to the delivered message itself.
 pub(crate) struct RawRecv {
     shared: Arc<Shared>,
@@ -97,6 +104,9 @@ impl<B> std::fmt::Debug for OwnedRecv<B> {
     }
 }
 
+// The buffer is never pinned: it is moved out when the receive completes.
+impl<B> Unpin for OwnedRecv<B> {}
+
 impl<B> OwnedRecv<B> {
     pub(crate) fn start(
         comm: &Comm,
@@ -135,7 +145,7 @@ impl<B> OwnedRecv<B> {
     }
 }
 
-impl<B: Unpin> Operation for OwnedRecv<B> {
+impl<B> Operation for OwnedRecv<B> {
     type Output = std::result::Result<(B, Status), RecvError<B>>;
 
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
@@ -174,7 +184,7 @@ impl<B: Unpin> Operation for OwnedRecv<B> {
     }
 }
 
-impl<B: Unpin> Future for OwnedRecv<B> {
+impl<B> Future for OwnedRecv<B> {
     type Output = std::result::Result<(B, Status), RecvError<B>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -1,75 +1,157 @@
-//! How operations name peers and tags: ranks, [`Any`], [`PROC_NULL`].
+//! How operations name peers and tags.
+//!
+//! Ranks are `usize` and tags `i32` everywhere. A [`Peer`] is a rank or
+//! the null process ([`PROC_NULL`]): one value that serves as the
+//! destination of sends and the source of receives, as a neighbour that may
+//! not exist does in a halo exchange. Receives also take [`Any`] for the
+//! source or the tag.
 
 /// The largest user tag (`MPI_TAG_UB`). Tags are `0..=TAG_UB`.
 pub const TAG_UB: i32 = i32::MAX;
 
 /// Wildcard for a source rank or a tag (`MPI_ANY_SOURCE`, `MPI_ANY_TAG`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Any;
 
 /// The null process (`MPI_PROC_NULL`): sends to it and receives from it
 /// complete at once and move no data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProcNull;
 
 /// `MPI_PROC_NULL`.
 pub const PROC_NULL: ProcNull = ProcNull;
 
-/// A destination: a rank or [`PROC_NULL`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dest {
+/// A peer: a rank of the communicator, or the null process. Sends take it
+/// as their destination and receives as their source, so one neighbour
+/// value serves both directions; operations with the null peer complete at
+/// once and move no data.
+///
+/// ```
+/// use mpx_core::{Peer, PROC_NULL};
+/// // The left neighbour on a non-periodic line: none for rank 0.
+/// let left = |rank: usize| Peer::from(rank.checked_sub(1));
+/// assert_eq!(left(3), Peer::Rank(2));
+/// assert_eq!(left(0), Peer::Null);
+/// assert_eq!(Peer::from(PROC_NULL), Peer::Null);
+/// assert_eq!(Peer::Rank(2).rank(), Some(2));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Peer {
     /// A rank of the communicator.
-    Rank(i64),
+    Rank(usize),
     /// The null process.
     Null,
 }
 
-/// A source selector: a rank, [`Any`] or [`PROC_NULL`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl Peer {
+    /// The rank, or `None` for the null process.
+    pub fn rank(self) -> Option<usize> {
+        match self {
+            Peer::Rank(r) => Some(r),
+            Peer::Null => None,
+        }
+    }
+
+    /// Whether this is the null process.
+    pub fn is_null(self) -> bool {
+        self == Peer::Null
+    }
+}
+
+/// Where a receive or probe takes messages from: a rank, [`Any`] rank, or
+/// the null process. Built from a `usize` rank, a [`Peer`], [`Any`] or
+/// [`PROC_NULL`].
+///
+/// ```
+/// use mpx_core::{Any, Peer, Source};
+/// assert_eq!(Source::from(3), Source::Rank(3));
+/// assert_eq!(Source::from(Peer::Null), Source::Null);
+/// assert_eq!(Source::from(Any), Source::Any);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
     /// A rank of the communicator.
-    Rank(i64),
+    Rank(usize),
     /// Any source.
     Any,
     /// The null process.
     Null,
 }
 
-/// A tag selector: a tag or [`Any`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which tag a receive or probe accepts: an `i32` tag or [`Any`].
+///
+/// ```
+/// use mpx_core::{Any, TagSel};
+/// assert_eq!(TagSel::from(7), TagSel::Tag(7));
+/// assert_eq!(TagSel::from(Any), TagSel::Any);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TagSel {
     /// This tag.
-    Tag(i64),
+    Tag(i32),
     /// Any tag.
     Any,
 }
 
-macro_rules! rank_from {
-    ($($t:ty),*) => {$(
-        impl From<$t> for Dest { fn from(r: $t) -> Dest { Dest::Rank(r as i64) } }
-        impl From<$t> for Source { fn from(r: $t) -> Source { Source::Rank(r as i64) } }
-        impl From<$t> for TagSel { fn from(t: $t) -> TagSel { TagSel::Tag(t as i64) } }
-    )*};
-}
-rank_from!(usize, u32, i32, i64);
-impl From<ProcNull> for Dest {
-    fn from(_: ProcNull) -> Dest {
-        Dest::Null
+impl From<usize> for Peer {
+    fn from(r: usize) -> Peer {
+        Peer::Rank(r)
     }
 }
+
+impl From<Option<usize>> for Peer {
+    fn from(r: Option<usize>) -> Peer {
+        r.map_or(Peer::Null, Peer::Rank)
+    }
+}
+
+impl From<ProcNull> for Peer {
+    fn from(_: ProcNull) -> Peer {
+        Peer::Null
+    }
+}
+
+impl From<usize> for Source {
+    fn from(r: usize) -> Source {
+        Source::Rank(r)
+    }
+}
+
+impl From<Peer> for Source {
+    fn from(p: Peer) -> Source {
+        match p {
+            Peer::Rank(r) => Source::Rank(r),
+            Peer::Null => Source::Null,
+        }
+    }
+}
+
+impl From<Option<usize>> for Source {
+    fn from(r: Option<usize>) -> Source {
+        Peer::from(r).into()
+    }
+}
+
 impl From<ProcNull> for Source {
     fn from(_: ProcNull) -> Source {
         Source::Null
     }
 }
+
 impl From<Any> for Source {
     fn from(_: Any) -> Source {
         Source::Any
     }
 }
+
+impl From<i32> for TagSel {
+    fn from(t: i32) -> TagSel {
+        TagSel::Tag(t)
+    }
+}
+
 impl From<Any> for TagSel {
     fn from(_: Any) -> TagSel {
         TagSel::Any
     }
 }
-

@@ -1,15 +1,14 @@
 //! Sends in MPI's four modes: standard, buffered, synchronous and ready,
-//! each blocking (an async fn) and nonblocking (a [`Request`]).
+//! each blocking (a future) and nonblocking (a [`Request`]), of any
+//! [`SendData`].
 
 use std::future::Future;
 
-use bytes::Bytes;
-
-use super::buffer::{ContiguousVec, Packed, SendBuf};
-use super::selectors::Dest;
+use super::buffer::Packed;
+use super::data::SendData;
+use super::selectors::Peer;
 use super::{Comm, Status, BSEND_OVERHEAD};
 use crate::error::{Error, Result};
-use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::{Outgoing, SendMode};
 use crate::request::{Kind, Request};
@@ -22,13 +21,13 @@ impl Comm {
     pub(crate) fn start_send<'a>(
         &self,
         pack: impl FnOnce(Repr) -> Result<Packed>,
-        dest: Dest,
+        dest: Peer,
         tag: i32,
         mode: SendMode,
         context: u64,
     ) -> Request<'a> {
         let posted = (|| {
-            let tag = Comm::tag(tag)?.expect("a concrete tag");
+            let tag = Comm::tag(tag.into())?.expect("a concrete tag");
             let Some(dest) = self.dest(dest)? else { return Ok(None) };
             let Packed { data, repr, signature, desc_len } = pack(self.shared.repr_for(dest))?;
             let mut st = self.shared.lock();
@@ -58,13 +57,17 @@ impl Comm {
         }
     }
 
-    pub(crate) fn start_send_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32, mode: SendMode) -> Request<'a> {
-        self.start_send(|repr| buf.pack(repr), dest.into(), tag, mode, self.context)
+    fn start_send_data(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32, mode: SendMode) -> Request<'static> {
+        self.start_send(|repr| data.into_packed(repr), dest.into(), tag, mode, self.context)
     }
 
-    /// `MPI_Isend` of a typed slice: starts a standard-mode send now and
-    /// returns its request. The slice stays borrowed until the request
-    /// completes, as MPI requires, though mpx has already copied the data.
+    /// `MPI_Isend`: starts a standard-mode send of `data` (a value, a
+    /// slice, a `Vec`, a [`SendBuf`](super::SendBuf) or packed
+    /// [`Bytes`](bytes::Bytes): see [`SendData`]) to `dest` (a rank, or a
+    /// [`Peer`] that may be [`PROC_NULL`](super::PROC_NULL)) with `tag`, and
+    /// returns its request. The data is packed (copied; an owned `Vec` of a
+    /// type without padding is taken as it is) before `isend` returns, so a
+    /// borrowed buffer is free again at once and the request is `'static`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -82,179 +85,147 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Dropping the request lets the send complete in the background.
-    pub fn isend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
-        self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Standard)
+    pub fn isend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> Request<'static> {
+        self.start_send_data(data, dest, tag, SendMode::Standard)
     }
 
-    /// `MPI_Isend` of any buffer (a derived datatype, packed bytes).
+    /// `MPI_Ibsend`: copies the data into the attached buffer (see
+    /// [`buffer_attach`](Comm::buffer_attach)); the request is complete at
+    /// once, or failed with [`Error::BufferExhausted`].
     ///
-    /// # Cancel safety
-    /// As [`isend`](Comm::isend).
-    pub fn isend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
-        self.start_send_buf(buf, dest, tag, SendMode::Standard)
-    }
-
-    /// `MPI_Ibsend`: copies the data into the attached buffer; the request is
-    /// complete at once (or failed with [`Error::BufferExhausted`]).
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::BSEND_OVERHEAD;
+    /// if comm.rank() == 0 {
+    ///     comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
+    ///     comm.ibsend(&[1u64, 2], 1, 0).await?; // complete at once
+    ///     comm.buffer_detach().await?;
+    /// } else {
+    ///     assert_eq!(comm.recv::<[u64; 2]>(0, 0).await?.0, [1, 2]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// The request is complete when returned; dropping it changes nothing.
-    pub fn ibsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
-        self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Buffered)
-    }
-
-    /// `MPI_Ibsend` of any buffer.
-    ///
-    /// # Cancel safety
-    /// As [`ibsend`](Comm::ibsend).
-    pub fn ibsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
-        self.start_send_buf(buf, dest, tag, SendMode::Buffered)
+    pub fn ibsend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> Request<'static> {
+        self.start_send_data(data, dest, tag, SendMode::Buffered)
     }
 
     /// `MPI_Issend`: completes once a matching receive has started, even if
     /// its owner has not waited on it yet.
     ///
-    /// # Cancel safety
-    /// Dropping the request lets the send complete in the background.
-    pub fn issend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
-        self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Synchronous)
-    }
-
-    /// `MPI_Issend` of any buffer.
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// if comm.rank() == 0 {
+    ///     let mut sent = comm.issend(&7u8, 1, 0);
+    ///     assert!(sent.test().is_none(), "not matched yet");
+    ///     comm.send(&0u8, 1, 1).await?; // tell rank 1 to receive
+    ///     sent.await?;
+    /// } else {
+    ///     comm.recv::<u8>(0, 1).await?;
+    ///     assert_eq!(comm.recv::<u8>(0, 0).await?.0, 7);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
-    /// As [`issend`](Comm::issend).
-    pub fn issend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
-        self.start_send_buf(buf, dest, tag, SendMode::Synchronous)
+    /// Dropping the request lets the send complete in the background.
+    pub fn issend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> Request<'static> {
+        self.start_send_data(data, dest, tag, SendMode::Synchronous)
     }
 
-    /// `MPI_Irsend`: fails with [`Error::NotReady`] if no matching receive
-    /// was posted when the message arrived.
+    /// `MPI_Irsend`: valid only if the matching receive is already posted
+    /// when the message arrives; if it is not, the message is not delivered
+    /// and the request fails with [`Error::NotReady`] (MPI leaves this
+    /// undefined; mpx reports it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// if comm.rank() == 0 {
+    ///     comm.recv::<u8>(1, 1).await?; // rank 1's receive is posted
+    ///     comm.irsend(&3i16, 1, 0).await?;
+    /// } else {
+    ///     let recv = comm.recv::<i16>(0, 0);
+    ///     comm.send(&0u8, 0, 1).await?;
+    ///     assert_eq!(recv.await?.0, 3);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Dropping the request lets the send complete in the background; a
     /// failure is then reported through `tracing`.
-    pub fn irsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> Request<'a> {
-        self.start_send_buf(SendBuf::typed(buf), dest, tag, SendMode::Ready)
+    pub fn irsend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> Request<'static> {
+        self.start_send_data(data, dest, tag, SendMode::Ready)
     }
 
-    /// `MPI_Irsend` of any buffer.
+    /// `MPI_Send`: a standard-mode send of any [`SendData`]. It may
+    /// complete as soon as the data is buffered at the receiver, or wait for
+    /// a matching receive when the receiver's budget for unexpected data
+    /// from this rank is spent (which throttles a producer that outpaces its
+    /// consumer). The blocking spelling of [`isend`](Comm::isend): the send
+    /// starts when `send` is called.
     ///
-    /// # Cancel safety
-    /// As [`irsend`](Comm::irsend).
-    pub fn irsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> Request<'a> {
-        self.start_send_buf(buf, dest, tag, SendMode::Ready)
-    }
-
-    /// A standard send of an owned `Vec`, as a `'static` request that can be
-    /// spawned. When `T`'s datatype is contiguous (no padding) the vector
-    /// becomes the message without a copy.
-    ///
-    /// # Cancel safety
-    /// As [`isend`](Comm::isend).
-    pub fn isend_vec<T: MpiType>(&self, buf: Vec<T>, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
-        let pack = move |repr: Repr| {
-            let datatype = T::datatype();
-            if datatype.is_contiguous() && repr == Repr::Native {
-                let signature = datatype.signature().repeat(buf.len() as u64);
-                let data = Bytes::from_owner(ContiguousVec(buf));
-                Ok(Packed { data, repr, signature: Some((signature.hash(), signature.len())), desc_len: 0 })
-            } else {
-                SendBuf::typed(&buf).pack(repr)
-            }
-        };
-        self.start_send(pack, dest.into(), tag, SendMode::Standard, self.context)
-    }
-
-    /// A standard send of owned `packed` bytes, without a copy, as a
-    /// `'static` request. The message carries no type signature: receive it
-    /// with any type.
-    ///
-    /// # Cancel safety
-    /// As [`isend`](Comm::isend).
-    pub fn isend_bytes(&self, data: Bytes, dest: impl Into<Dest>, tag: i32) -> Request<'static> {
-        self.start_send(|_| Ok(Packed::untyped(data)), dest.into(), tag, SendMode::Standard, self.context)
-    }
-
-    /// `MPI_Send` of a typed slice: a standard-mode send. It may complete as
-    /// soon as the data is buffered at the receiver, or wait for a matching
-    /// receive when the receiver's budget for unexpected data from this rank
-    /// is spent (which throttles a producer that outpaces its consumer).
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// if comm.rank() == 0 {
+    ///     comm.send(&[1.5f32, 2.5], 1, 0).await?;
+    /// } else {
+    ///     let (v, status) = comm.recv_vec::<f32>(0, 0).await?;
+    ///     assert_eq!((v, status.source), (vec![1.5, 2.5], Some(0)));
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Like every operation, the send starts when `send` is called, before
     /// the future is first polled: dropping the future at any point lets the
     /// send complete in the background.
-    pub fn send<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
-        let request = self.isend(buf, dest, tag);
-        async move { request.await.map(drop) }
-    }
-
-    /// `MPI_Send` of any buffer (a derived datatype, packed bytes).
-    ///
-    /// # Cancel safety
-    /// As [`send`](Comm::send).
-    pub fn send_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
-        let request = self.isend_buf(buf, dest, tag);
-        async move { request.await.map(drop) }
+    pub fn send(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
+        Self::completion(self.isend(data, dest, tag))
     }
 
     /// `MPI_Bsend`: copies the data into the attached buffer and returns at
     /// once. A send that does not fit (or with no buffer attached) is
-    /// [`Error::BufferExhausted`] and sends nothing.
+    /// [`Error::BufferExhausted`] and sends nothing. See
+    /// [`ibsend`](Comm::ibsend).
     ///
     /// # Cancel safety
     /// Completes on its first poll.
-    pub fn bsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
-        let request = self.ibsend(buf, dest, tag);
-        async move { request.await.map(drop) }
+    pub fn bsend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
+        Self::completion(self.ibsend(data, dest, tag))
     }
 
-    /// `MPI_Bsend` of any buffer.
-    ///
-    /// # Cancel safety
-    /// Completes on its first poll.
-    pub fn bsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
-        let request = self.ibsend_buf(buf, dest, tag);
-        async move { request.await.map(drop) }
-    }
-
-    /// `MPI_Ssend`: completes only once a matching receive has started.
+    /// `MPI_Ssend`: completes only once a matching receive has started. See
+    /// [`issend`](Comm::issend).
     ///
     /// # Cancel safety
     /// As [`send`](Comm::send): a dropped synchronous send is still matched
     /// and delivered.
-    pub fn ssend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
-        let request = self.issend(buf, dest, tag);
-        async move { request.await.map(drop) }
-    }
-
-    /// `MPI_Ssend` of any buffer.
-    ///
-    /// # Cancel safety
-    /// As [`ssend`](Comm::ssend).
-    pub fn ssend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
-        let request = self.issend_buf(buf, dest, tag);
-        async move { request.await.map(drop) }
+    pub fn ssend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
+        Self::completion(self.issend(data, dest, tag))
     }
 
     /// `MPI_Rsend`: valid only if the matching receive is already posted.
-    /// If it is not, the message is not delivered and the result is
-    /// [`Error::NotReady`] (MPI leaves this undefined; mpx reports it).
+    /// See [`irsend`](Comm::irsend).
     ///
     /// # Cancel safety
     /// As [`send`](Comm::send).
-    pub fn rsend<'a, T: MpiType>(&self, buf: &'a [T], dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
-        let request = self.irsend(buf, dest, tag);
-        async move { request.await.map(drop) }
+    pub fn rsend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
+        Self::completion(self.irsend(data, dest, tag))
     }
 
-    /// `MPI_Rsend` of any buffer.
-    ///
-    /// # Cancel safety
-    /// As [`rsend`](Comm::rsend).
-    pub fn rsend_buf<'a>(&self, buf: SendBuf<'a>, dest: impl Into<Dest>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'a {
-        let request = self.irsend_buf(buf, dest, tag);
-        async move { request.await.map(drop) }
+    /// A send request as a future of `()`.
+    async fn completion(request: Request<'static>) -> Result<()> {
+        request.await.map(drop)
     }
 }

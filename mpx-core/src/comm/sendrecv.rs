@@ -1,67 +1,128 @@
 //! Combined send and receive (`MPI_Sendrecv`, `MPI_Sendrecv_replace`).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
 use super::buffer::SendBuf;
-use super::selectors::{Dest, Source, TagSel};
+use super::data::{RecvData, SendData};
+use super::selectors::{Peer, Source, TagSel};
 use super::{Comm, Status};
 use crate::error::Result;
 use crate::mpi_type::MpiType;
-use crate::proto::engine::SendMode;
+use crate::request::Request;
 
 impl Comm {
     // ----- combined -------------------------------------------------------------------
 
-    /// `MPI_Sendrecv`: sends `send` to `dest` and receives into `recv` from
-    /// `source` at the same time, so pairwise exchanges cannot deadlock.
+    /// `MPI_Sendrecv`: sends `send` (any [`SendData`]) to `dest` and
+    /// receives into `recv` (any [`RecvData`]: a typed buffer or a
+    /// [`RecvBuf`](super::RecvBuf) of a derived datatype) from `source`, at
+    /// the same time, so pairwise exchanges cannot deadlock. Both halves
+    /// start when `sendrecv` is called; argument errors of either half are
+    /// reported at once, before anything is sent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |world| async move {
+    /// // Pass the rank around a ring.
+    /// let right = (world.rank() + 1) % world.size();
+    /// let left = (world.rank() + world.size() - 1) % world.size();
+    /// let mut from_left = 0usize;
+    /// world.sendrecv(&world.rank(), right, 0, &mut from_left, left, 0).await?;
+    /// assert_eq!(from_left, left);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
-    /// As [`send`](Comm::send) and [`recv_into`](Comm::recv_into).
+    /// As [`send`](Comm::send) and [`recv_into`](Comm::recv_into): a
+    /// dropped sendrecv still sends, and its receive is withdrawn or its
+    /// message given back.
     #[allow(clippy::too_many_arguments)]
-    pub async fn sendrecv<S: MpiType, R: MpiType>(
+    pub fn sendrecv<'a>(
         &self,
-        send: &[S],
-        dest: impl Into<Dest>,
+        send: impl SendData,
+        dest: impl Into<Peer>,
         send_tag: i32,
-        recv: &mut [R],
+        recv: impl RecvData<'a>,
         source: impl Into<Source>,
         recv_tag: impl Into<TagSel>,
-    ) -> Result<Status> {
-        // Argument errors of either half are reported at once.
+    ) -> impl Future<Output = Result<Status>> + Send + 'a {
         let (dest, source, recv_tag) = (dest.into(), source.into(), recv_tag.into());
-        self.check_sendrecv(dest, send_tag, source, recv_tag)?;
-        let sent = self.isend(send, dest, send_tag);
-        let status = self.recv_into(recv, source, recv_tag).await?;
-        sent.await?;
-        Ok(status)
+        let started = self
+            .check_sendrecv(dest, send_tag, source, recv_tag)
+            .map(|()| (self.isend(send, dest, send_tag), self.irecv(recv, source, recv_tag)));
+        Self::both(started)
     }
 
     /// `MPI_Sendrecv_replace`: sends `buf` and receives into the same
-    /// buffer (the outgoing data is packed before the receive starts).
+    /// buffer (the outgoing data is packed before the receive starts). Both
+    /// halves start when it is called.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// let other = 1 - comm.rank();
+    /// let mut buf = [comm.rank() as u8; 4];
+    /// comm.sendrecv_replace(&mut buf, other, 0, other, 0).await?;
+    /// assert_eq!(buf, [other as u8; 4]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// As [`sendrecv`](Comm::sendrecv).
-    pub async fn sendrecv_replace<T: MpiType>(
+    pub fn sendrecv_replace<'a, T: MpiType>(
         &self,
-        buf: &mut [T],
-        dest: impl Into<Dest>,
+        buf: &'a mut [T],
+        dest: impl Into<Peer>,
         send_tag: i32,
         source: impl Into<Source>,
         recv_tag: impl Into<TagSel>,
-    ) -> Result<Status> {
+    ) -> impl Future<Output = Result<Status>> + Send + 'a {
         let (dest, source, recv_tag) = (dest.into(), source.into(), recv_tag.into());
-        self.check_sendrecv(dest, send_tag, source, recv_tag)?;
         // The outgoing data is packed when the send starts, so the buffer is
         // free for the receive at once.
-        let typed = SendBuf::typed(buf);
-        let sent = self.start_send(|repr| typed.pack(repr), dest, send_tag, SendMode::Standard, self.context);
-        let status = self.recv_into(buf, source, recv_tag).await?;
-        sent.await?;
-        Ok(status)
+        let started = self
+            .check_sendrecv(dest, send_tag, source, recv_tag)
+            .map(|()| (self.isend(SendBuf::typed(buf), dest, send_tag), self.irecv(buf, source, recv_tag)));
+        Self::both(started)
+    }
+
+    /// Completes a started send and receive: the receive's status, or the
+    /// first error of either half (a failed send is reported at once, not
+    /// after the receive, which may never complete).
+    async fn both(started: Result<(Request<'static>, Request<'_>)>) -> Result<Status> {
+        let (mut sent, mut received) = started?;
+        let (mut send_done, mut status) = (false, None);
+        std::future::poll_fn(|cx| {
+            if !send_done {
+                if let Poll::Ready(outcome) = Pin::new(&mut sent).poll(cx) {
+                    outcome?;
+                    send_done = true;
+                }
+            }
+            if status.is_none() {
+                if let Poll::Ready(outcome) = Pin::new(&mut received).poll(cx) {
+                    status = Some(outcome?);
+                }
+            }
+            match (send_done, status.take()) {
+                (true, Some(status)) => Poll::Ready(Ok(status)),
+                (_, pending) => {
+                    status = pending;
+                    Poll::Pending
+                }
+            }
+        })
+        .await
     }
 
     /// The argument checks of both halves of a sendrecv.
-    fn check_sendrecv(&self, dest: Dest, send_tag: i32, source: Source, recv_tag: TagSel) -> Result<()> {
+    fn check_sendrecv(&self, dest: Peer, send_tag: i32, source: Source, recv_tag: TagSel) -> Result<()> {
         self.dest(dest)?;
-        Comm::tag(send_tag)?;
+        Comm::tag(send_tag.into())?;
         self.spec(source, recv_tag, self.context)?;
         Ok(())
     }

@@ -610,6 +610,33 @@ pub(crate) unsafe fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(R
     Ok(())
 }
 
+/// Runs `fill` on uninitialised values of `T`, then validates the first
+/// `whole` of them, which `fill` must have written whole. On success those
+/// are valid values: `fill` wrote every typemap byte of each, and the
+/// typemap covers every byte of `T` that is not padding ([`MpiType`]'s
+/// contract).
+///
+/// # Safety
+/// `fill` may write the region only through `T`'s own datatype, and must
+/// have written items `0..whole(..)` whole when it succeeds.
+pub(crate) unsafe fn unpack_typed_uninit<T: MpiType>(
+    dst: &mut [MaybeUninit<T>],
+    fill: impl FnOnce(RegionMut<'_>) -> Result<u64>,
+) -> Result<usize> {
+    // SAFETY: our caller writes through `T`'s own datatype.
+    let whole = fill(unsafe { RegionMut::typed(dst) })? as usize;
+    if T::NEEDS_VALIDATION {
+        for (i, item) in dst[..whole].iter().enumerate() {
+            // SAFETY: the item was written whole by `fill` (our caller's
+            // promise), so its typemap bytes are initialised.
+            if !unsafe { T::is_valid(item.as_ptr().cast()) } {
+                return Err(Error::InvalidValue { type_name: std::any::type_name::<T>(), item: i });
+            }
+        }
+    }
+    Ok(whole)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

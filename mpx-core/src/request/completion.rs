@@ -1,5 +1,9 @@
-//! MPI's completion functions over slices of requests: `wait_any`,
-//! `test_any`, `wait_all`, `test_all`, `wait_some`, `test_some`.
+//! MPI's completion functions: [`wait_all`] over any collection of
+//! requests, and the slot functions `wait_any`, `test_any`, `test_all`,
+//! `wait_some`, `test_some` over `&mut [Option<R>]`, where `None` is MPI's
+//! null request and a completed request's slot becomes `None` (for many
+//! requests, [`RequestSet`](super::RequestSet) does the same at a cost
+//! that follows what completed).
 
 use std::task::{Context, Poll, Waker};
 
@@ -92,17 +96,40 @@ pub fn test_any<R: Operation>(requests: &mut [Option<R>]) -> Tested<(usize, R::O
     }
 }
 
-/// `MPI_Waitall`: waits for every request; returns each one's outcome in
-/// order (`None` for `None` entries: MPI's empty status) and sets every
-/// entry to `None`.
+/// `MPI_Waitall`: waits for every request of a vector, an array or any
+/// iterator, and returns each one's outcome in order. The requests are
+/// consumed, so the buffers they borrowed are free again when it returns.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(2, |comm| async move {
+/// use mpx_core::wait_all;
+/// let other = 1 - comm.rank();
+/// let mut inbox = [[0u8; 2]; 3];
+/// let recvs = inbox.iter_mut().enumerate().map(|(tag, b)| comm.irecv(b, other, tag as i32));
+/// let recvs: Vec<_> = recvs.collect();
+/// let sends = (0..3).map(|tag| comm.isend(&[tag as u8; 2], other, tag));
+/// for outcome in wait_all(sends).await {
+///     outcome?;
+/// }
+/// for outcome in wait_all(recvs).await {
+///     outcome?;
+/// }
+/// assert_eq!(inbox, [[0, 0], [1, 1], [2, 2]]); // the borrows have ended
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 ///
 /// # Cancel safety
-/// Cancel-safe: completed outcomes stay in their requests until all are done.
-pub async fn wait_all<R: Operation>(requests: &mut [Option<R>]) -> Vec<Option<R::Output>> {
+/// Dropping the future drops the requests (each as its own drop says:
+/// sends complete in the background, receives are withdrawn or give their
+/// message back).
+pub async fn wait_all<R: Operation>(requests: impl IntoIterator<Item = R>) -> Vec<R::Output> {
+    let mut requests: Vec<Option<R>> = requests.into_iter().map(Some).collect();
     std::future::poll_fn(|cx| {
-        let _ = poll_entries(requests, cx);
+        let _ = poll_entries(&mut requests, cx);
         if requests.iter().flatten().all(R::is_complete) {
-            Poll::Ready(take_all(requests))
+            Poll::Ready(take_all(&mut requests).into_iter().flatten().collect())
         } else {
             Poll::Pending
         }

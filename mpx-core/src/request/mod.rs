@@ -3,15 +3,16 @@
 //! Every nonblocking operation ([`Comm::isend`](crate::Comm::isend),
 //! [`Comm::irecv`](crate::Comm::irecv), ...) starts when it is called and
 //! returns a [`Request`]: a future resolving to the operation's
-//! [`Status`]. A request that borrows a send buffer keeps it immutably
-//! borrowed until it completes, and a receive keeps its buffer mutably
-//! borrowed, so MPI's rules on buffer access are checked by the compiler:
+//! [`Status`]. A receive keeps its buffer mutably borrowed until it
+//! completes, so MPI's rule that a pending receive's buffer is not touched
+//! is checked by the compiler (a send packs its data when it starts, so
+//! its buffer is free at once and its request is `'static`):
 //!
 //! ```compile_fail
 //! # async fn f(comm: mpx_core::Comm) {
-//! let mut data = vec![1u32; 4];
-//! let req = comm.isend(&data, 1, 0);
-//! data[0] = 2; // error: `data` is borrowed by the pending send
+//! let mut inbox = vec![0u32; 4];
+//! let req = comm.irecv(&mut inbox, 1, 0);
+//! println!("{}", inbox[0]); // error: `inbox` is borrowed by the pending receive
 //! req.await.unwrap();
 //! # }
 //! ```
@@ -19,7 +20,9 @@
 //! # Completion
 //!
 //! * `req.await` is `MPI_Wait`; [`Request::test`] is `MPI_Test`.
-//! * [`wait_any`], [`test_any`], [`wait_all`], [`test_all`], [`wait_some`]
+//! * [`wait_all`] takes any collection of requests (a vector, an array, an
+//!   iterator, or `&mut` of one) and returns each one's outcome.
+//! * [`wait_any`], [`test_any`], [`test_all`], [`wait_some`]
 //!   and [`test_some`] take a slice of `Option<Request>`: `None` entries are
 //!   MPI's null (or inactive persistent) requests, and completed entries are
 //!   set to `None`, as MPI sets them to `MPI_REQUEST_NULL`. Each request
@@ -273,6 +276,51 @@ pub trait Operation: Unpin {
     /// endpoint, returning an identity for that endpoint (so callers
     /// progress each endpoint once), or `None` for completed operations.
     fn progress(&self) -> Option<usize>;
+}
+
+/// A borrowed operation: the completion functions take `&mut` requests
+/// too (`wait_all(&mut requests)`), leaving the requests with their
+/// owner, complete.
+impl<R: Operation + ?Sized> Operation for &mut R {
+    type Output = R::Output;
+
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        (**self).poll_complete(cx)
+    }
+
+    fn is_complete(&self) -> bool {
+        (**self).is_complete()
+    }
+
+    fn take_output(&mut self) -> R::Output {
+        (**self).take_output()
+    }
+
+    fn progress(&self) -> Option<usize> {
+        (**self).progress()
+    }
+}
+
+/// A slot that may hold MPI's null request (`None`): complete at once with
+/// no outcome. Taking a held request's outcome empties the slot.
+impl<R: Operation> Operation for Option<R> {
+    type Output = Option<R::Output>;
+
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.as_mut().map_or(Poll::Ready(()), |r| r.poll_complete(cx))
+    }
+
+    fn is_complete(&self) -> bool {
+        self.as_ref().is_none_or(R::is_complete)
+    }
+
+    fn take_output(&mut self) -> Option<R::Output> {
+        self.take().map(|mut r| r.take_output())
+    }
+
+    fn progress(&self) -> Option<usize> {
+        self.as_ref().and_then(R::progress)
+    }
 }
 
 impl Operation for Request<'_> {

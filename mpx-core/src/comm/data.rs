@@ -1,0 +1,177 @@
+//! What sends and receives take: [`SendData`] and [`RecvData`].
+//!
+//! Every send (`send`, `bsend`, `ssend`, `rsend` and their nonblocking
+//! `i` forms) takes any [`SendData`]:
+//!
+//! | data | travels as | matches a receive of |
+//! |---|---|---|
+//! | `&T` (one value; arrays `&[T; N]` too) | `T`'s datatype, once (N times) | the same type signature |
+//! | `&[T]`, `&Vec<T>` | `T`'s datatype, `len` times | the same type signature (fewer elements fit a larger buffer) |
+//! | `Vec<T>` | as `&[T]`, without a copy when `T` has no padding | as `&[T]` |
+//! | [`SendBuf`] | its datatype, `count` times (a derived type over any memory; [`SendBuf::bytes`] for MPI's `byte`) | the same type signature |
+//! | [`Bytes`] | `packed`: no type signature | any receive (as MPI's `packed`) |
+//!
+//! and every receive into memory (`irecv`, `recv_into`) any [`RecvData`]:
+//! `&mut T` (one value), `&mut [T]` and `&mut Vec<T>` (up to `len`
+//! values), or a [`RecvBuf`].
+//!
+//! The data of a send is packed (copied) when the send starts, so a
+//! borrowed buffer is free again as soon as the call returns, and the
+//! request is `'static`.
+
+use bytes::Bytes;
+
+use super::buffer::{capacity, deliver_into, unpack_typed_message, ContiguousVec, RecvBuf, SendBuf};
+use crate::error::Result;
+use crate::mpi_type::MpiType;
+use crate::pack::Repr;
+use crate::request::Finish;
+
+pub use super::buffer::Packed;
+
+/// Data a send can take: a value, a slice, a `Vec`, a [`SendBuf`] or
+/// packed [`Bytes`] (see the [module docs](self) for what each matches).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(2, |comm| async move {
+/// use mpx_core::{comm::SendBuf, Datatype, MpiType, Region};
+/// if comm.rank() == 0 {
+///     comm.send(&42u64, 1, 0).await?;                 // one value
+///     comm.send(&[1.0f64, 2.0], 1, 1).await?;         // an array
+///     comm.send(vec![7i32; 3], 1, 2).await?;          // an owned Vec, not copied
+///     let m = [0u8, 1, 2, 3, 4, 5];
+///     let evens = Datatype::vector(3, 1, 2, &u8::datatype())?;
+///     comm.send(SendBuf::new(Region::of(&m), 1, &evens), 1, 3).await?; // a derived type
+/// } else {
+///     let (x, _) = comm.recv::<u64>(0, 0).await?;
+///     let (pair, _) = comm.recv::<[f64; 2]>(0, 1).await?;
+///     let (v, _) = comm.recv_vec::<i32>(0, 2).await?;
+///     let (evens, _) = comm.recv_vec::<u8>(0, 3).await?;
+///     assert_eq!((x, pair, v, evens), (42, [1.0, 2.0], vec![7; 3], vec![0, 2, 4]));
+/// }
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+pub trait SendData {
+    /// Packs the data in `repr` for a send (a detail of mpx: [`Packed`]
+    /// has no public constructor, so only mpx's own types implement this).
+    #[doc(hidden)]
+    fn into_packed(self, repr: Repr) -> Result<Packed>;
+}
+
+impl<T: MpiType> SendData for &T {
+    fn into_packed(self, repr: Repr) -> Result<Packed> {
+        SendBuf::typed(std::slice::from_ref(self)).pack(repr)
+    }
+}
+
+impl<T: MpiType> SendData for &[T] {
+    fn into_packed(self, repr: Repr) -> Result<Packed> {
+        SendBuf::typed(self).pack(repr)
+    }
+}
+
+impl<T: MpiType> SendData for &Vec<T> {
+    fn into_packed(self, repr: Repr) -> Result<Packed> {
+        self.as_slice().into_packed(repr)
+    }
+}
+
+impl<T: MpiType> SendData for Vec<T> {
+    /// Native data of a type without padding becomes the message as it is.
+    fn into_packed(self, repr: Repr) -> Result<Packed> {
+        let datatype = T::datatype();
+        if datatype.is_contiguous() && repr == Repr::Native {
+            let signature = datatype.signature().repeat(self.len() as u64);
+            let data = Bytes::from_owner(ContiguousVec(self));
+            Ok(Packed { data, repr, signature: Some((signature.hash(), signature.len())), desc_len: 0 })
+        } else {
+            self.as_slice().into_packed(repr)
+        }
+    }
+}
+
+impl SendData for SendBuf<'_> {
+    fn into_packed(self, repr: Repr) -> Result<Packed> {
+        self.pack(repr)
+    }
+}
+
+impl SendData for &SendBuf<'_> {
+    fn into_packed(self, repr: Repr) -> Result<Packed> {
+        self.pack(repr)
+    }
+}
+
+impl SendData for Bytes {
+    /// `packed` data, sent as it is.
+    fn into_packed(self, _: Repr) -> Result<Packed> {
+        Ok(Packed::untyped(self))
+    }
+}
+
+/// Memory a receive writes into: `&mut T` (one value; an array `&mut [T; N]`
+/// is one value of `N` elements, and like every buffer takes a message of
+/// fewer), `&mut [T]` or `&mut Vec<T>` (up to its length), or a
+/// [`RecvBuf`] (a derived type, `byte`s or `packed` bytes). To receive a
+/// value that must arrive whole, use [`Comm::recv`](super::Comm::recv).
+/// The memory stays borrowed by the request until it completes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(2, |comm| async move {
+/// let other = 1 - comm.rank();
+/// comm.isend(&[comm.rank() as u32; 4], other, 0);
+/// comm.isend(&(comm.rank() as f64), other, 1);
+/// let mut four = [0u32; 4];
+/// let mut one = 0.0f64;
+/// comm.recv_into(&mut four, other, 0).await?;
+/// comm.recv_into(&mut one, other, 1).await?;
+/// assert_eq!((four, one), ([other as u32; 4], other as f64));
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+pub trait RecvData<'a> {
+    /// The receive's capacity and how it writes a delivered message (a
+    /// detail of mpx: [`RecvTarget`] has no public constructor).
+    #[doc(hidden)]
+    fn into_target(self) -> Result<RecvTarget<'a>>;
+}
+
+/// How a receive writes what it gets: the most data bytes it holds
+/// (`None`: too many to count) and the unpacking step.
+#[doc(hidden)]
+pub struct RecvTarget<'a> {
+    pub(crate) limit: Option<u64>,
+    pub(crate) finish: Finish<'a>,
+}
+
+impl<'a, T: MpiType> RecvData<'a> for &'a mut [T] {
+    fn into_target(self) -> Result<RecvTarget<'a>> {
+        let limit = capacity(&T::datatype(), self.len() as u64);
+        Ok(RecvTarget { limit, finish: Box::new(move |msg| unpack_typed_message(&msg, self)) })
+    }
+}
+
+impl<'a, T: MpiType> RecvData<'a> for &'a mut T {
+    fn into_target(self) -> Result<RecvTarget<'a>> {
+        std::slice::from_mut(self).into_target()
+    }
+}
+
+impl<'a, T: MpiType> RecvData<'a> for &'a mut Vec<T> {
+    fn into_target(self) -> Result<RecvTarget<'a>> {
+        self.as_mut_slice().into_target()
+    }
+}
+
+impl<'a> RecvData<'a> for RecvBuf<'a> {
+    fn into_target(self) -> Result<RecvTarget<'a>> {
+        // A buffer that cannot hold `count` items fails before the receive
+        // is posted, so no message is consumed by it.
+        self.check()?;
+        let limit = capacity(&self.datatype, self.count);
+        Ok(RecvTarget { limit, finish: Box::new(move |msg| deliver_into(&msg, &self.datatype, self.count, self.region)) })
+    }
+}
