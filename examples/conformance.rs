@@ -6,7 +6,9 @@
 //!
 //! Each case gives a constructor tree, a count and the values a correct MPI
 //! datatype engine produces (see `shared/conformance/README.md` for the
-//! format). The runner builds every case through the public API of mpx,
+//! format). Its leaves are the names of predefined types as
+//! [`Datatype::named`] takes them, so every predefined type of mpx is a
+//! leaf the runner knows. The runner builds every case through the public API of mpx,
 //! compares every expected field (size, bounds, true bounds, element count,
 //! get_count, the pack and external32 byte maps, the decoded tree), prints
 //! one line per mismatch, and ends with `N passed, M failed`. It exits with

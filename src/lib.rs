@@ -34,6 +34,11 @@
 //! assert_eq!(packed.len(), 16 * 8);
 //! # Ok::<(), mpx::Error>(())
 //! ```
+//!
+//! # Cargo features
+//!
+//! * `num-complex`: [`MpiType`](trait@MpiType) for `num_complex::Complex<f32>`
+//!   and `Complex<f64>`, as `c_float_complex` and `c_double_complex`.
 
 pub use mpx_core::*;
 pub use mpx_net::loopback::{launch, launch_with, Options as LaunchOptions};

@@ -1,4 +1,4 @@
-//! Every case of the conformance file (checked against MPICH, Open MPI and
+//! Every case of the conformance files (checked against MPICH, Open MPI and
 //! the standard's typemap rules) through the same code as the
 //! `conformance` example.
 
@@ -6,18 +6,30 @@
 #[allow(dead_code)]
 mod runner;
 
-#[test]
-fn all_conformance_cases_pass() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/conformance_datatypes.json"))
-        .expect("vendored conformance file");
+/// Every case of a vendored conformance file, which must hold `cases` of them.
+fn all_cases_pass(file: &str, cases: usize) {
+    let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("vendored conformance file");
     let file: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    let cases = file["cases"].as_array().expect("cases");
-    assert_eq!(cases.len(), 219);
-    let failures: Vec<String> = cases
+    let all = file["cases"].as_array().expect("cases");
+    assert_eq!(all.len(), cases);
+    let failures: Vec<String> = all
         .iter()
         .flat_map(|c| runner::check_case(c).into_iter().map(move |m| format!("{}: {m}", c["id"])))
         .collect();
     assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn all_conformance_cases_pass() {
+    all_cases_pass("conformance_datatypes.json", 219);
+}
+
+/// The rest of the predefined types: wchar, long double, the complex and
+/// Fortran types and their pair types.
+#[test]
+fn all_predefined_type_cases_pass() {
+    all_cases_pass("conformance_datatypes_predefined.json", 92);
 }
 
 #[test]

@@ -17,6 +17,25 @@ use crate::datatype::{Basic, Datatype};
 /// `f32`/`f64` to `float`/`double`, `bool` to `c_bool`, `usize`/`isize` to
 /// `uint64_t`/`int64_t` (64-bit targets), `char` to `uint32_t`.
 ///
+/// With the `num-complex` cargo feature, `num_complex::Complex<f32>` and
+/// `Complex<f64>` map to `c_float_complex` and `c_double_complex` (one
+/// element each, real part first, as C's `float _Complex` and `double
+/// _Complex`), so slices, arrays and derived structs of them work as usual:
+///
+/// ```
+/// # #[cfg(feature = "num-complex")] {
+/// use mpx_core::{Basic, MpiType, Predefined};
+/// use num_complex::Complex;
+/// let t = Complex::<f64>::datatype();
+/// assert_eq!(t.as_predefined(), Some(Predefined::Basic(Basic::CDoubleComplex)));
+/// assert_eq!(<[Complex<f32>; 4]>::datatype().num_elements(), 4);
+/// let mut buf = [0u8; 16];
+/// mpx_core::pack(&[Complex::new(1.5f64, -2.0)], &mut buf, &mut 0)?;
+/// assert_eq!(buf[..8], 1.5f64.to_ne_bytes());
+/// # }
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+///
 /// # Safety
 ///
 /// Implementing this trait by hand is `unsafe`. An implementation promises:
@@ -59,8 +78,8 @@ pub unsafe trait MpiType: Copy + Send + Sync + 'static {
 
 macro_rules! primitive {
     ($($t:ty => $b:ident),* $(,)?) => {$(
-        // SAFETY: a primitive number is one basic entry of its own size, and
-        // every bit pattern is valid.
+        // SAFETY: a value of the type is one basic entry of its own size and
+        // representation, and every bit pattern is valid.
         unsafe impl MpiType for $t {
             fn datatype() -> Datatype {
                 Datatype::basic(Basic::$b)
@@ -77,6 +96,10 @@ primitive! {
 primitive! { usize => Uint64, isize => Int64 }
 #[cfg(target_pointer_width = "32")]
 primitive! { usize => Uint32, isize => Int32 }
+// `Complex<T>` is `#[repr(C)] { re: T, im: T }`: C's complex layout, with
+// no padding, alignment of `T`.
+#[cfg(feature = "num-complex")]
+primitive! { num_complex::Complex<f32> => CFloatComplex, num_complex::Complex<f64> => CDoubleComplex }
 
 macro_rules! validated {
     ($($t:ty => $b:ident, |$p:ident| $check:expr);* $(;)?) => {$(
@@ -158,6 +181,13 @@ mod tests {
         check_layout::<NonZeroU32>();
         check_layout::<[[f64; 3]; 2]>();
         check_layout::<[bool; 5]>();
+        #[cfg(feature = "num-complex")]
+        {
+            check_layout::<num_complex::Complex<f32>>();
+            check_layout::<num_complex::Complex<f64>>();
+            check_layout::<[num_complex::Complex<f64>; 3]>();
+            assert_eq!(<num_complex::Complex<f32>>::datatype().num_elements(), 1);
+        }
         assert_eq!(<[[f64; 3]; 2]>::datatype().num_elements(), 6);
         const { assert!(<[char; 2]>::NEEDS_VALIDATION) };
     }

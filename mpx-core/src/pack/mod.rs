@@ -293,7 +293,7 @@ impl Datatype {
         // SAFETY: as in pack_impl, with the roles of the buffers swapped.
         unsafe {
             let mem = dst.ptr.wrapping_add(dst.origin);
-            self.unpack_raw(repr, inbuf.as_ptr().add(*position), mem, count);
+            self.unpack_raw(repr, inbuf.as_ptr().add(*position), mem, count)?;
         }
         *position += needed;
         Ok(())
@@ -311,46 +311,57 @@ impl Datatype {
                 // still visit each one).
                 return Ok(());
             }
-            let programs = self.programs();
-            let ext = self.extent() as isize;
             match repr {
                 Repr::Native => {
-                    exec::repeat::<exec::Pack>(&programs.native, count, ext as i64, mem, stream);
+                    exec::repeat::<exec::Pack>(&self.programs().native, count, self.extent(), mem, stream);
+                    Ok(())
                 }
-                Repr::External32 => {
-                    let (mut m, mut s) = (mem, stream);
-                    for _ in 0..count {
-                        s = external32::run::<false>(&programs.typed, m, s)?;
-                        m = m.wrapping_offset(ext);
-                    }
-                }
+                Repr::External32 => self.external32_items::<external32::Encode>(mem, count, stream),
             }
-            Ok(())
         }
     }
 
-    unsafe fn unpack_raw(&self, repr: Repr, stream: *const u8, mem: *mut u8, count: u64) {
+    /// Unpacks `count` items from `stream` into memory, item `i` at `mem +
+    /// i * extent`. External32 can fail (a `long double` this machine
+    /// cannot hold exactly), and then writes nothing: types whose elements
+    /// can fail are checked whole before the first write.
+    unsafe fn unpack_raw(&self, repr: Repr, stream: *const u8, mem: *mut u8, count: u64) -> Result<()> {
         // SAFETY: as in `pack_raw`, reading the stream and writing memory.
         unsafe {
             if self.size() == 0 {
-                return; // as in pack_raw
+                return Ok(()); // as in pack_raw
             }
-            let programs = self.programs();
-            let ext = self.extent() as isize;
             let stream = stream as *mut u8; // only read in this direction
             match repr {
                 Repr::Native => {
-                    exec::repeat::<exec::Unpack>(&programs.native, count, ext as i64, mem, stream);
+                    exec::repeat::<exec::Unpack>(&self.programs().native, count, self.extent(), mem, stream);
+                    Ok(())
                 }
                 Repr::External32 => {
-                    let (mut m, mut s) = (mem, stream);
-                    for _ in 0..count {
-                        s = external32::run::<true>(&programs.typed, m, s).expect("decoding external32 cannot fail");
-                        m = m.wrapping_offset(ext);
+                    if self.programs().external32_checked {
+                        self.external32_items::<external32::CheckDecode>(mem, count, stream)?;
                     }
+                    self.external32_items::<external32::Decode>(mem, count, stream)
                 }
             }
         }
+    }
+
+    /// Runs an external32 conversion over `count` items, item `i` at `mem +
+    /// i * extent`, and their external32 bytes at `stream`.
+    ///
+    /// # Safety
+    /// As for [`external32::run`], for every item.
+    unsafe fn external32_items<C: external32::Convert>(&self, mem: *mut u8, count: u64, stream: *mut u8) -> Result<()> {
+        let (typed, ext) = (&self.programs().typed, self.extent() as isize);
+        let (mut m, mut s) = (mem, stream);
+        for _ in 0..count {
+            // SAFETY: the caller guarantees item `i`'s bytes at `mem + i *
+            // extent` and its external32 bytes where the stream has reached.
+            s = unsafe { external32::run::<C>(typed, m, s)? };
+            m = m.wrapping_offset(ext);
+        }
+        Ok(())
     }
 
     /// `MPI_Pack`: appends `count` items read from `src` to `out` at
@@ -444,8 +455,7 @@ impl Datatype {
             }
             // SAFETY: check_span covers all `count` items, and the stream's
             // `data.len()` bytes are whole items, at most `count` of them.
-            unsafe { self.unpack_raw(Repr::External32, data.as_ptr(), mem, data.len() as u64 / size) };
-            return Ok(());
+            return unsafe { self.unpack_raw(Repr::External32, data.as_ptr(), mem, data.len() as u64 / size) };
         }
         let size = self.size();
         let whole = (data.len() as u64).checked_div(size).unwrap_or(0);
@@ -453,7 +463,7 @@ impl Datatype {
         // items fit, and a partial one (`rest > 0`) is item `whole <
         // count`; the bounded walk copies only its `rest` bytes.
         unsafe {
-            self.unpack_raw(Repr::Native, data.as_ptr(), mem, whole);
+            self.unpack_raw(Repr::Native, data.as_ptr(), mem, whole)?;
             let mut rest = data.len() - (whole * size) as usize;
             if rest > 0 {
                 // (Modulo 2^64, like the pointer arithmetic: see `program`.)

@@ -85,6 +85,9 @@ pub(crate) struct Programs {
     pub typed: Op,
     /// Byte runs with copy plans; the hot path.
     pub native: Native,
+    /// Whether some element's external32 form may have no native form
+    /// (a `long double`), so unpacking external32 checks the data first.
+    pub external32_checked: bool,
 }
 
 impl Programs {
@@ -134,7 +137,8 @@ impl Programs {
     fn compile_one(dt: &Datatype) -> Programs {
         let typed = compile_typed(dt);
         let native = Native::lower(&typed.erase_kinds());
-        Programs { typed, native }
+        let external32_checked = typed.has_kind(super::external32::decode_can_fail);
+        Programs { typed, native, external32_checked }
     }
 }
 
@@ -513,6 +517,16 @@ impl Op {
                     op.collect_runs(base.wrapping_add(*d), out);
                 }
             }
+        }
+    }
+
+    /// Whether a leaf of the program is of a kind `f` accepts (a walk over
+    /// the program's nodes, not its elements).
+    pub fn has_kind(&self, f: fn(Basic) -> bool) -> bool {
+        match self {
+            Op::Leaf { kind, .. } => kind.is_some_and(f),
+            Op::Repeat { body, .. } => body.has_kind(f),
+            Op::Seq(items) => items.iter().any(|(_, op)| op.has_kind(f)),
         }
     }
 
