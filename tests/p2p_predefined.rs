@@ -73,11 +73,11 @@ async fn complex_numbers_match_only_the_same_complex_type() {
             // ...nor Fortran's DOUBLE COMPLEX, of the same layout.
             let mut raw = [0u8; 32];
             let dz = Datatype::named("double_complex").unwrap();
-            let e2 = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut raw), 2, &dz), 0, 1).await.unwrap_err();
+            let e2 = comm.recv_into(RecvBuf::new(RegionMut::new(&mut raw), 2, &dz), 0, 1).await.unwrap_err();
             // MPI_C_COMPLEX is MPI_C_FLOAT_COMPLEX.
             let mut one = [0u8; 8];
             let c = Datatype::named("c_complex").unwrap();
-            comm.recv_buf(RecvBuf::new(RegionMut::new(&mut one), 1, &c), 0, 2).await?;
+            comm.recv_into(RecvBuf::new(RegionMut::new(&mut one), 1, &c), 0, 2).await?;
             assert_eq!(one[..4], 1.0f32.to_ne_bytes());
             assert_eq!(one[4..], 2.0f32.to_ne_bytes());
             Ok(vec![e1, e2])
@@ -96,22 +96,22 @@ async fn fortran_types_match_by_name() {
         if comm.rank() == 0 {
             // Example 3.4: CHARACTER*10 a; five characters of it.
             let a = *b"ABCDEFGHIJ";
-            comm.send_buf(SendBuf::new(Region::new(&a), 5, &character), 1, 0).await?;
-            comm.send_buf(SendBuf::new(Region::new(&a), 5, &character), 1, 1).await?;
+            comm.send(SendBuf::new(Region::new(&a), 5, &character), 1, 0).await?;
+            comm.send(SendBuf::new(Region::new(&a), 5, &character), 1, 1).await?;
             let n = 42i32.to_ne_bytes();
-            comm.send_buf(SendBuf::new(Region::new(&n), 1, &integer), 1, 2).await?;
-            comm.send_buf(SendBuf::new(Region::new(&n), 1, &integer), 1, 3).await?;
+            comm.send(SendBuf::new(Region::new(&n), 1, &integer), 1, 2).await?;
+            comm.send(SendBuf::new(Region::new(&n), 1, &integer), 1, 3).await?;
             Ok((vec![], vec![]))
         } else {
             // ...replace the last five of b.
             let mut b = *b"abcdefghij";
-            let st = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut b[5..]), 5, &character), 0, 0).await?;
+            let st = comm.recv_into(RecvBuf::new(RegionMut::new(&mut b[5..]), 5, &character), 0, 0).await?;
             assert_eq!(st.get_count(&character), Some(5));
             // `char` is another type.
             let mut c = [0u8; 5];
-            let e1 = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut c), 5, &Datatype::char()), 0, 1).await.unwrap_err();
+            let e1 = comm.recv_into(RecvBuf::new(RegionMut::new(&mut c), 5, &Datatype::char()), 0, 1).await.unwrap_err();
             let mut n = [0u8; 4];
-            comm.recv_buf(RecvBuf::new(RegionMut::new(&mut n), 1, &integer), 0, 2).await?;
+            comm.recv_into(RecvBuf::new(RegionMut::new(&mut n), 1, &integer), 0, 2).await?;
             assert_eq!(i32::from_ne_bytes(n), 42);
             // An INTEGER is not an `int`, though both are 4 bytes.
             let e2 = comm.recv_into(&mut [0i32], 0, 3).await.unwrap_err();
@@ -149,17 +149,17 @@ async fn long_doubles_arrive_with_their_value() {
             let ld = Datatype::named("long_double").unwrap();
             let pair = Datatype::named("long_double_int").unwrap();
             if comm.rank() == 0 {
-                comm.send_buf(SendBuf::new(Region::new(&values), 4, &ld), 1, 0).await?;
+                comm.send(SendBuf::new(Region::new(&values), 4, &ld), 1, 0).await?;
                 let mut item = values[..32].to_vec();
                 item[16..20].copy_from_slice(&(-9i32).to_ne_bytes());
-                comm.send_buf(SendBuf::new(Region::new(&item), 1, &pair), 1, 1).await?;
+                comm.send(SendBuf::new(Region::new(&item), 1, &pair), 1, 1).await?;
                 Ok(vec![])
             } else {
                 let mut got = vec![0xffu8; 64];
-                let st = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut got), 4, &ld), 0, 0).await?;
+                let st = comm.recv_into(RecvBuf::new(RegionMut::new(&mut got), 4, &ld), 0, 0).await?;
                 assert_eq!(st.get_elements(&ld), 4);
                 let mut item = vec![0u8; 32];
-                let st = comm.recv_buf(RecvBuf::new(RegionMut::new(&mut item), 1, &pair), 0, 1).await?;
+                let st = comm.recv_into(RecvBuf::new(RegionMut::new(&mut item), 1, &pair), 0, 1).await?;
                 assert_eq!(st.get_elements(&pair), 2);
                 assert_eq!(item[..16], values[..16]);
                 assert_eq!(item[16..20], (-9i32).to_ne_bytes());
