@@ -10,6 +10,7 @@
 //! | `recv.rs`, `recv_owned.rs` | receives into slices, described buffers, owned vectors and bytes |
 //! | `probe.rs` | probes and matched probes ([`Message`]) |
 //! | `sendrecv.rs` | `sendrecv`, `sendrecv_replace` |
+//! | `exchange.rs` | [`Comm::exchange`]: many sends and receives over one buffer; [`ExchangeBuf::split`] |
 //! | `bsend.rs` | the buffer for buffered sends |
 //! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
 //! | `selectors.rs` | ranks, [`Any`], [`PROC_NULL`], tags |
@@ -61,6 +62,7 @@
 
 mod bsend;
 mod buffer;
+mod exchange;
 pub mod persistent;
 mod probe;
 mod recv;
@@ -78,6 +80,7 @@ use crate::runtime::{Endpoint, Shared};
 
 pub use bsend::BSEND_OVERHEAD;
 pub use buffer::{RecvBuf, SendBuf};
+pub use exchange::{Exchange, ExchangeBuf, Transfer};
 pub use crate::request::Status;
 pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend};
 pub use probe::Message;
