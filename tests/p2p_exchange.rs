@@ -1,5 +1,5 @@
 //! Many sends and receives over one buffer (`Comm::exchange`,
-//! `ExchangeBuf::split`): overlapping typemaps rejected
+//! `ExchangeBuf::split`) and `sendrecv_buf`: overlapping typemaps rejected
 //! before anything starts, touching ones accepted, null neighbours, halo
 //! exchanges checked cell by cell, dropped exchanges, typed buffers and
 //! large typemaps, on every transport.
@@ -333,6 +333,33 @@ async fn split_buffers_serve_any_operation() {
     .unwrap();
     assert_eq!(out[0], [14.0, 15.0, 14.0, 15.0, 4.0, 5.0]);
     assert_eq!(out[1], [4.0, 5.0, 4.0, 5.0, 14.0, 15.0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sendrecv_with_datatypes() {
+    let out = launch(2, |comm| async move {
+        let other = 1 - comm.rank();
+        // Column 1 of a 3x3 matrix goes; the other's arrives as row 2.
+        let matrix: Vec<f64> = (0..9).map(|i| (10 * comm.rank() + i) as f64).collect();
+        let column = Datatype::vector(3, 1, 3, &Datatype::double())?;
+        let mut target = [0f64; 9];
+        let row = doubles_at(6, 3)?;
+        let send = SendBuf::new(Region::of(&matrix[1..]), 1, &column);
+        let status = comm.sendrecv_buf(send.clone(), other, 0, RecvBuf::new(RegionMut::of(&mut target), 1, &row), other, 0).await?;
+        assert_eq!((status.source, status.bytes), (Some(other), 24));
+        // A receive buffer that cannot hold its items fails before the send starts.
+        let mut small = [0f64; 2];
+        let err = comm.sendrecv_buf(send, other, 1, RecvBuf::new(RegionMut::of(&mut small), 3, &Datatype::double()), other, 1).await;
+        assert!(matches!(err, Err(Error::OutOfBounds { .. })), "{err:?}");
+        comm.barrier().await?;
+        assert!(comm.iprobe(other, 1)?.is_none(), "the failed sendrecv sent its data");
+        Ok(target)
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[0][6..], [11.0, 14.0, 17.0]);
+    assert_eq!(out[1][6..], [1.0, 4.0, 7.0]);
+    assert_eq!(out[0][..6], [0.0; 6]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@
 //! | `send.rs` | the four send modes, blocking and nonblocking |
 //! | `recv.rs`, `recv_owned.rs` | receives into slices, described buffers, owned vectors and bytes |
 //! | `probe.rs` | probes and matched probes ([`Message`]) |
-//! | `sendrecv.rs` | `sendrecv`, `sendrecv_replace` |
+//! | `sendrecv.rs` | `sendrecv`, `sendrecv_buf`, `sendrecv_replace` |
 //! | `exchange.rs` | [`Comm::exchange`]: many sends and receives over one buffer; [`ExchangeBuf::split`] |
 //! | `bsend.rs` | the buffer for buffered sends |
 //! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
