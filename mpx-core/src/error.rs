@@ -68,6 +68,20 @@ pub enum Error {
         /// Length of the buffer.
         len: usize,
     },
+    /// Operations sharing one buffer overlap where MPI forbids it: a
+    /// receive's typemap shares a byte with another receive's (or with
+    /// itself), or with a send's. `first` and `second` are the two parts'
+    /// positions in the list given (equal when a receive overlaps itself);
+    /// nothing was started.
+    #[error("overlapping typemaps: parts {first} and {second} of one buffer both touch byte {byte}, and at least one writes it")]
+    Overlap {
+        /// Position of the first part.
+        first: usize,
+        /// Position of the second part (`first <= second`).
+        second: usize,
+        /// A byte both touch, relative to the buffer's first byte.
+        byte: usize,
+    },
     /// Received bytes hold a value that is not valid for the Rust type they
     /// are unpacked into (a `bool` that is not 0 or 1, a `char` that is not a
     /// Unicode scalar value, ...). The destination is left unchanged.

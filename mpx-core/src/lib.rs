@@ -49,8 +49,8 @@ pub use datatype::{
     Predefined, Signature,
 };
 pub use comm::{
-    start_all, Any, Comm, Message, OwnedRecv, Peer, Persistent, PersistentRecv, PersistentSend, RecvBuf, RecvData,
-    RecvError, SendBuf, SendData, Source, TagSel, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
+    start_all, Any, Comm, Exchange, ExchangeBuf, Message, OwnedRecv, Peer, Persistent, PersistentRecv, PersistentSend,
+    RecvBuf, RecvData, RecvError, SendBuf, SendData, Source, TagSel, Transfer, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };
 pub use request::{
     test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Status, Tested,

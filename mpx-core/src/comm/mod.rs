@@ -10,7 +10,8 @@
 //! | `send.rs` | the four send modes, blocking and nonblocking |
 //! | `recv.rs`, `recv_owned.rs` | receives into any [`RecvData`], of one value, into vectors, as bytes |
 //! | `probe.rs` | probes and matched probes ([`Message`]) |
-//! | `sendrecv.rs` | `sendrecv`, `sendrecv_replace` |
+//! | `sendrecv.rs` | `sendrecv`, `sendrecv_buf`, `sendrecv_replace` |
+//! | `exchange.rs` | [`Comm::exchange`]: many sends and receives over one buffer; [`ExchangeBuf::split`] |
 //! | `bsend.rs` | the buffer for buffered sends |
 //! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
 //! | `selectors.rs` | [`Peer`] (a rank or [`PROC_NULL`]), [`Source`], [`Any`], tags |
@@ -63,6 +64,7 @@
 mod bsend;
 mod buffer;
 pub mod data;
+mod exchange;
 pub mod persistent;
 mod probe;
 mod recv;
@@ -81,6 +83,7 @@ use crate::runtime::{Endpoint, Shared};
 pub use bsend::BSEND_OVERHEAD;
 pub use buffer::{RecvBuf, SendBuf};
 pub use data::{RecvData, SendData};
+pub use exchange::{Exchange, ExchangeBuf, Transfer};
 pub use crate::request::Status;
 pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend, RecvStorage, SendStorage};
 pub use probe::Message;

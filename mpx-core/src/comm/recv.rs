@@ -40,7 +40,7 @@ impl Comm {
         Ok(Some(id))
     }
 
-    fn start_recv<'a>(&self, source: impl Into<Source>, tag: impl Into<TagSel>, limit: Option<u64>, finish: Finish<'a>) -> Request<'a> {
+    pub(super) fn start_recv<'a>(&self, source: impl Into<Source>, tag: impl Into<TagSel>, limit: Option<u64>, finish: Finish<'a>) -> Request<'a> {
         match self.post_recv(source, tag, self.context, limit) {
             Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Recv(finish)),
             Ok(None) => Request::completed(Ok(Status::empty())),

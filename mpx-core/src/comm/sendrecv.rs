@@ -35,6 +35,29 @@ impl Comm {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     ///
+    /// With datatypes (a send and a receive in one buffer come from
+    /// [`ExchangeBuf::split`](super::ExchangeBuf::split), or use
+    /// [`exchange`](Comm::exchange)):
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{Datatype, RecvBuf, Region, RegionMut, SendBuf};
+    /// let other = 1 - comm.rank();
+    /// // Send column 0 of a 3x3 matrix, receive the other rank's as a row.
+    /// let matrix: Vec<f64> = (0..9).map(|i| (10 * comm.rank() + i) as f64).collect();
+    /// let column = Datatype::vector(3, 1, 3, &Datatype::double())?;
+    /// let mut row = [0f64; 3];
+    /// let send = SendBuf::new(Region::of(&matrix), 1, &column);
+    /// let recv = RecvBuf::new(RegionMut::of(&mut row), 3, &Datatype::double());
+    /// let status = comm.sendrecv(send, other, 0, recv, other, 0).await?;
+    /// assert_eq!(status.bytes, 24);
+    /// let base = (10 * other) as f64;
+    /// assert_eq!(row, [base, base + 3.0, base + 6.0]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// As [`send`](Comm::send) and [`recv_into`](Comm::recv_into): a
     /// dropped sendrecv still sends, and its receive is withdrawn or its
@@ -50,9 +73,10 @@ impl Comm {
         recv_tag: impl Into<TagSel>,
     ) -> impl Future<Output = Result<Status>> + Send + 'a {
         let (dest, source, recv_tag) = (dest.into(), source.into(), recv_tag.into());
-        let started = self
-            .check_sendrecv(dest, send_tag, source, recv_tag)
-            .map(|()| (self.isend(send, dest, send_tag), self.irecv(recv, source, recv_tag)));
+        // A receive buffer that cannot hold its items fails before the send leaves.
+        let started = self.check_sendrecv(dest, send_tag, source, recv_tag).and_then(|()| recv.into_target()).map(|target| {
+            (self.isend(send, dest, send_tag), self.start_recv(source, recv_tag, target.limit, target.finish))
+        });
         Self::both(started)
     }
 

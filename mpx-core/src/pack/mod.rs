@@ -69,6 +69,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub(crate) mod disjoint;
 pub(crate) mod exec;
 pub(crate) mod external32;
 pub(crate) mod program;

@@ -183,6 +183,16 @@ impl<'a> Request<'a> {
         Poll::Ready(())
     }
 
+    /// Ready once the operation has finished, leaving its outcome in the
+    /// engine: a receive's message is not unpacked yet, and dropping the
+    /// request still gives it back. Otherwise registers `cx`'s waker.
+    pub(crate) fn poll_settled(&self, cx: &mut Context<'_>) -> Poll<()> {
+        match &self.state {
+            State::Active { shared, id, .. } => shared.poll_settled(*id, cx),
+            State::Complete(_) => Poll::Ready(()),
+        }
+    }
+
     /// `MPI_Test`: the outcome if the operation has completed, without
     /// waiting. It first processes frames that have already arrived, so a
     /// loop of `test` calls makes progress even where no driver task runs.

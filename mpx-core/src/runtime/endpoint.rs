@@ -374,6 +374,28 @@ impl Shared {
     /// Takes request `id`'s completion, or registers `cx`'s waker for it.
     /// A receive's message counts as consumed once taken here: its eager
     /// credit goes back to the sender.
+    /// Whether [`poll_done`](Shared::poll_done) would complete request `id`
+    /// now, without taking its completion: a receive's message stays with
+    /// the request, so withdrawing it still gives the message back.
+    /// Otherwise registers `cx`'s waker. An orphaned any-source receive is
+    /// settled on the second poll that finds it so, as in `poll_done`, which
+    /// then fails it at once.
+    pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.lock();
+        if st.done.contains_key(&id) {
+            return Poll::Ready(());
+        }
+        if st.engine.orphaned(id) {
+            if st.orphan_polls.insert(id) {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            return Poll::Ready(());
+        }
+        st.wakers.insert(id, cx.waker().clone());
+        Poll::Pending
+    }
+
     pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
         let mut st = self.lock();
         match st.done.remove(&id) {
