@@ -40,6 +40,8 @@
 //! * `num-complex`: [`MpiType`](trait@MpiType) for `num_complex::Complex<f32>`
 //!   and `Complex<f64>`, as `c_float_complex` and `c_double_complex`.
 
+#![deny(missing_docs)]
+
 pub use mpx_core::*;
 pub use mpx_net::loopback::{launch, launch_with, Options as LaunchOptions};
 /// Derives [`MpiType`](trait@MpiType) for a `#[repr(C)]` struct (named or

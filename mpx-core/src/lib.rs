@@ -28,7 +28,7 @@
 //! # Ok::<(), mpx_core::Error>(())
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 

@@ -77,6 +77,8 @@
 //! generated code names mpx items (default `::mpx`), for crates that use
 //! `mpx_core` directly or rename the dependency.
 
+#![deny(missing_docs)]
+
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{format_ident, quote, quote_spanned, ToTokens};

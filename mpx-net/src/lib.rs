@@ -13,4 +13,6 @@
 //! | `src/bootstrap/` | how a process learns its rank and peers: `mpxrun`, PMI (hydra, Slurm), Open MPI |
 //! | `src/bin/mpxrun.rs` | the launcher |
 
+#![deny(missing_docs)]
+
 pub mod loopback;
