@@ -131,3 +131,8 @@ pub mod prelude {
     };
     pub use mpx_net::loopback::launch;
 }
+
+/// The README's Rust examples, run as doc tests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeExamples;
