@@ -121,6 +121,12 @@ pub const MAX_DESC_LEN: u32 = 16 << 20;
 /// chunks; a longer message's buffer grows as its data arrives.
 const GATHER_RESERVE_CAP: u64 = 64 << 20;
 
+/// Smallest frame payload every rank accepts: a hello announcing less fails
+/// its peer (frames that small would carry less data than header, and a
+/// large transfer would take millions of them). [`Config::max_payload`] is
+/// never below it.
+pub const MIN_PAYLOAD: usize = 64;
+
 /// Tunables of the protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -159,31 +165,99 @@ impl Default for Config {
 
 impl Config {
     /// The largest frame payload this configuration produces or accepts:
-    /// the cap for a stream decoder.
+    /// the cap for a stream decoder, and what its hello announces. At least
+    /// [`MIN_PAYLOAD`].
     pub fn max_payload(&self) -> usize {
-        self.eager_threshold.max(self.rndv_chunk)
+        self.eager_threshold.max(self.rndv_chunk).max(MIN_PAYLOAD)
     }
 }
 
-/// An identifier of this machine's native data representation: byte order
-/// and the sizes of the C types whose size varies between platforms. Peers
-/// with equal identifiers exchange native data.
-pub fn native_repr_id() -> u64 {
-    use std::ffi::{c_int, c_long, c_longlong, c_short};
-    let sizes = [
-        std::mem::size_of::<c_short>(),
-        std::mem::size_of::<c_int>(),
-        std::mem::size_of::<c_long>(),
-        std::mem::size_of::<c_longlong>(),
-        std::mem::size_of::<usize>(),
-        std::mem::align_of::<f64>(),
-        std::mem::align_of::<u64>(),
-    ];
-    let mut id = u64::from(cfg!(target_endian = "big")) + 1;
-    for s in sizes {
-        id = id.wrapping_mul(31).wrapping_add(s as u64);
+/// The layout of the C types whose representation varies between
+/// platforms, as [`native_repr_id`] identifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NativeLayout {
+    /// Whether integers are big-endian.
+    big_endian: bool,
+    /// Sizes of `short`, `int`, `long`, `long long` and `usize`.
+    int_sizes: [usize; 5],
+    /// Alignments of `f64` and `u64`.
+    aligns: [usize; 2],
+    /// Size and alignment of `wchar_t`.
+    wchar: (usize, usize),
+    /// Size and alignment of `long double`, and its format.
+    long_double: (usize, usize, LongDoubleFormat),
+}
+
+/// The format of C `long double` on a platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LongDoubleFormat {
+    /// A platform mpx does not know: only peers of the same architecture
+    /// are assumed to share it (see [`NativeLayout::native`]).
+    Unknown,
+    /// The same as `double` (IEEE binary64): MSVC, 32-bit ARM, Apple arm64.
+    Double,
+    /// x87 80-bit extended precision, padded (x86 and x86-64 outside MSVC).
+    X87,
+    /// IEEE binary128 (64-bit ARM, RISC-V, LoongArch and s390x Linux).
+    Binary128,
+    /// IBM double-double (64-bit PowerPC).
+    DoubleDouble,
+}
+
+impl NativeLayout {
+    /// This target's layout.
+    const fn native() -> NativeLayout {
+        use std::ffi::{c_int, c_long, c_longlong, c_short};
+        use std::mem::{align_of, size_of};
+        use LongDoubleFormat::*;
+        let long_double = if cfg!(target_env = "msvc") {
+            (8, 8, Double)
+        } else if cfg!(any(target_arch = "x86_64", all(target_arch = "x86", target_vendor = "apple"))) {
+            (16, 16, X87)
+        } else if cfg!(target_arch = "x86") {
+            (12, 4, X87)
+        } else if cfg!(all(target_arch = "aarch64", any(target_vendor = "apple", windows))) {
+            (8, 8, Double)
+        } else if cfg!(target_arch = "s390x") {
+            (16, 8, Binary128)
+        } else if cfg!(any(target_arch = "aarch64", target_arch = "riscv64", target_arch = "loongarch64")) {
+            (16, 16, Binary128)
+        } else if cfg!(target_arch = "powerpc64") {
+            (16, 16, DoubleDouble)
+        } else if cfg!(any(target_arch = "arm", target_arch = "wasm32")) {
+            (8, 8, Double)
+        } else {
+            (0, 0, Unknown)
+        };
+        NativeLayout {
+            big_endian: cfg!(target_endian = "big"),
+            int_sizes: [size_of::<c_short>(), size_of::<c_int>(), size_of::<c_long>(), size_of::<c_longlong>(), size_of::<usize>()],
+            aligns: [align_of::<f64>(), align_of::<u64>()],
+            wchar: if cfg!(windows) { (2, 2) } else { (4, 4) },
+            long_double,
+        }
     }
-    id
+
+    /// The identifier of this layout: equal layouts, equal identifiers.
+    fn id(&self) -> u64 {
+        let (ld_size, ld_align, format) = self.long_double;
+        let mut words = vec![u64::from(self.big_endian) + 1];
+        words.extend(self.int_sizes.iter().chain(&self.aligns).map(|&s| s as u64));
+        words.extend([self.wchar.0 as u64, self.wchar.1 as u64, ld_size as u64, ld_align as u64, format as u64]);
+        if format == LongDoubleFormat::Unknown {
+            // Only the same architecture is assumed to share an unknown format.
+            words.extend(std::env::consts::ARCH.bytes().map(u64::from));
+        }
+        words.into_iter().fold(0u64, |id, w| id.wrapping_mul(31).wrapping_add(w))
+    }
+}
+
+/// An identifier of this machine's native data representation: byte order,
+/// the sizes of the C integer types whose size varies between platforms,
+/// and the sizes, alignments and formats of `wchar_t` and `long double`.
+/// Peers with equal identifiers exchange native data.
+pub fn native_repr_id() -> u64 {
+    NativeLayout::native().id()
 }
 
 /// The four MPI send modes.
@@ -1454,8 +1528,17 @@ impl Engine {
         if h.data_len != size {
             return Err(Error::Protocol(format!("rank {from} is in a world of {} ranks, not {size}", h.data_len)));
         }
+        let accepts = u64::from(h.desc_len);
+        if accepts < MIN_PAYLOAD as u64 {
+            return Err(Error::Protocol(format!(
+                "rank {from} accepts frames of {accepts} payload bytes, below the {MIN_PAYLOAD} every rank must accept"
+            )));
+        }
         let native = h.sig_hash == native_repr_id();
-        peer.hello = Some(PeerHello { eager_limit: h.send_id, accepts: u64::from(h.desc_len), native });
+        // Its eager messages are refused above what this rank accepts in a
+        // frame, whatever limit it announces for itself.
+        let eager_limit = h.send_id.min(self.config.max_payload() as u64);
+        peer.hello = Some(PeerHello { eager_limit, accepts, native });
         peer.credit = h.sig_len;
         peer.slots = h.recv_id;
         let repr = self.repr_for(from);
@@ -1554,6 +1637,7 @@ impl Engine {
         let envelope = Envelope::from_header(&h, data.len() as u64)?;
         let taken = match self.posted.take_match(&envelope) {
             Some(id) => {
+                self.limits.remove(&id);
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(envelope, data, 0)) });
                 1
             }

@@ -12,13 +12,13 @@
 //! | 4..8 | tag (i32) |
 //! | 8..16 | communicator context id; the job id in a hello |
 //! | 16..20 | source rank |
-//! | 20..24 | bytes of type description leading the data (external32 typed messages) |
+//! | 20..24 | bytes of type description leading the data (external32 typed messages); largest payload accepted (hello) |
 //! | 24..32 | per-pair sequence number (data frames); byte offset (rendezvous data) |
 //! | 32..40 | type signature hash; native representation (hello) |
 //! | 40..48 | type signature length (basic elements); credit granted (hello) |
 //! | 48..56 | data length (RTS, rendezvous data), credit bytes, ready answer, world size (hello), failure (bye) |
 //! | 56..64 | sender's request id (RTS, CTS, ready, ready answer); eager limit (hello) |
-//! | 64..72 | receiver's request id (CTS, rendezvous data) |
+//! | 64..72 | receiver's request id (CTS, rendezvous data); rendezvous slots granted (hello) |
 //! | 72..80 | payload length |
 //!
 //! Encoding writes the header alone ([`Frame::encode_header`]); the payload
@@ -67,8 +67,11 @@ pub enum Kind {
     Bye = 8,
     /// The first frame on every connection: the job (`context`), the
     /// sender's rank and world size (`data_len`), its native representation
-    /// (`sig_hash`), the eager credit it grants the receiver (`sig_len`) and
-    /// the largest eager message it sends (`send_id`).
+    /// (`sig_hash`), the eager credit it grants the receiver (`sig_len`),
+    /// the largest eager message it sends (`send_id`), the rendezvous
+    /// requests it accepts unanswered (`recv_id`) and the largest frame
+    /// payload it accepts (`desc_len`, at least
+    /// [`MIN_PAYLOAD`](super::engine::MIN_PAYLOAD)).
     Hello = 9,
     /// Keeps an idle connection alive; carries nothing.
     Ping = 10,

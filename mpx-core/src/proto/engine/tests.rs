@@ -519,3 +519,81 @@ fn a_finished_rank_does_not_clear_a_message_its_sender_gives_up() {
     assert!(e[0].is_flushed() && e[1].is_flushed());
     assert!(!e[0].is_failed(1) && !e[1].is_failed(0), "neither is in breach of the protocol");
 }
+
+/// The hello rank 0 of a world of two sends under `config`, as `edit`
+/// changes it.
+fn hello_from_zero(config: Config, edit: impl FnOnce(&mut Header)) -> Frame {
+    let mut zero = Engine::new(0, 2, config);
+    let (_, mut hello) = next_frame(&mut zero).expect("a hello");
+    assert_eq!(hello.header.kind, Kind::Hello);
+    edit(&mut hello.header);
+    hello
+}
+
+#[test]
+fn a_hello_can_neither_lift_the_eager_limit_nor_shrink_frames() {
+    let config = Config { eager_threshold: 100, rndv_chunk: 100, ..Config::default() };
+    // A peer announcing an eager limit of u64::MAX still may not send eager
+    // frames above what this rank accepts.
+    let mut e = Engine::new(1, 2, config);
+    e.handle_frame(0, hello_from_zero(config, |h| h.send_id = u64::MAX)).unwrap();
+    let big = Frame { header: Header { seq: 0, ..Header::control(Kind::Eager, 0) }, payload: Bytes::from(vec![1u8; 5000]) };
+    assert!(matches!(e.handle_frame(0, big), Err(Error::Protocol(_))));
+    assert!(e.is_failed(0));
+    // A peer that accepts less than MIN_PAYLOAD per frame fails at its hello.
+    for accepts in [0, 1, MIN_PAYLOAD as u32 - 1] {
+        let mut e = Engine::new(1, 2, config);
+        assert!(e.handle_frame(0, hello_from_zero(config, |h| h.desc_len = accepts)).is_err(), "accepts {accepts}");
+        assert!(e.is_failed(0));
+    }
+    // At the minimum, rendezvous data moves in chunks of that size.
+    let (mut zero, mut one) = (Engine::new(0, 2, config), Engine::new(1, 2, config));
+    let (_, to_one) = next_frame(&mut zero).unwrap();
+    let (_, mut to_zero) = next_frame(&mut one).unwrap();
+    to_zero.header.desc_len = MIN_PAYLOAD as u32;
+    one.handle_frame(0, to_one).unwrap();
+    zero.handle_frame(1, to_zero).unwrap();
+    let mut e = [zero, one];
+    e[0].post_send(1, SendMode::Synchronous, Outgoing { data: Bytes::from(vec![5u8; 1000]), ..msg(1, 0, b"") });
+    e[1].post_recv(3, spec(Some(0), Some(0)));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    let (_, chunk) = next_frame(&mut e[0]).unwrap();
+    assert_eq!((chunk.header.kind, chunk.payload.len()), (Kind::RndvData, MIN_PAYLOAD));
+}
+
+#[test]
+fn a_bounded_receive_taken_by_a_ready_message_leaves_no_limit_behind() {
+    let mut e = pair(Config::default());
+    e[1].post_recv_limited(5, spec(Some(0), Some(0)), 10);
+    e[0].post_send(1, SendMode::Ready, msg(1, 0, b"ready"));
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Ok(d) }] if d.data == "ready"));
+    assert!(e[1].limits.is_empty(), "{:?}", e[1].limits);
+}
+
+#[test]
+fn the_native_representation_covers_wchar_and_long_double() {
+    let native = NativeLayout::native();
+    let ids = [
+        native.id(),
+        NativeLayout { wchar: (2, 2), ..native }.id(),
+        NativeLayout { long_double: (8, 8, LongDoubleFormat::Double), ..native }.id(),
+        NativeLayout { long_double: (16, 16, LongDoubleFormat::Binary128), ..native }.id(),
+        NativeLayout { long_double: (16, 16, LongDoubleFormat::DoubleDouble), ..native }.id(),
+        NativeLayout { long_double: (12, 4, LongDoubleFormat::X87), ..native }.id(),
+    ];
+    for (i, a) in ids.iter().enumerate() {
+        assert!(ids[i + 1..].iter().all(|b| a != b), "layout {i} shares its identifier");
+    }
+    assert_eq!(native_repr_id(), native.id());
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        // The layout the datatype engine's basic types describe.
+        use crate::datatype::Basic;
+        assert_eq!(native.wchar, (Basic::WChar.size(), Basic::WChar.align()));
+        assert_eq!(native.long_double, (Basic::LongDouble.size(), Basic::LongDouble.align(), LongDoubleFormat::X87));
+    }
+}
