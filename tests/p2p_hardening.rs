@@ -367,18 +367,18 @@ async fn a_forged_signature_length_is_refused_at_once() {
     let config = mpx::proto::engine::Config::default();
     let from_zero = Capture::default();
     // Rank 0's hello, as its endpoint sends it.
-    let _zero = mpx::Endpoint::new(0, 2, config, from_zero.clone());
-    let one = mpx::Endpoint::new(1, 2, config, Capture::default());
+    let _zero = mpx::Endpoint::new(0, 2, config, from_zero.clone()).unwrap();
+    let one = mpx::Endpoint::new(1, 2, config, Capture::default()).unwrap();
     let frames: Vec<_> = from_zero.0.lock().unwrap().drain(..).collect();
     let (_, hello) = frames.into_iter().find(|(d, _)| *d == 1).expect("a hello for rank 1");
-    one.handle_frame(0, hello);
+    one.handle_frame(0, hello).unwrap();
     let mut header = mpx::proto::wire::Header {
         sig_hash: 1,
         sig_len: 1 << 32,
         ..mpx::proto::wire::Header::control(mpx::proto::wire::Kind::Eager, 0)
     };
     header.data_len = 4;
-    one.handle_frame(0, mpx::proto::wire::Frame { header, payload: bytes::Bytes::from_static(&[0, 0, 0, 5]) });
+    one.handle_frame(0, mpx::proto::wire::Frame { header, payload: bytes::Bytes::from_static(&[0, 0, 0, 5]) }).unwrap();
     let mut got = [0u32; 1];
     let started = std::time::Instant::now();
     let r = one.world().recv_into(&mut got, 0, 0).await;
@@ -447,7 +447,7 @@ fn an_endpoint_owns_its_drivers_guard() {
         }
     }
     let dropped = Arc::new(AtomicBool::new(false));
-    let endpoint = mpx::Endpoint::new(0, 2, mpx::proto::engine::Config::default(), Capture::default());
+    let endpoint = mpx::Endpoint::new(0, 2, mpx::proto::engine::Config::default(), Capture::default()).unwrap();
     endpoint.own(Guard(dropped.clone()));
     let comm = endpoint.world();
     drop(endpoint);

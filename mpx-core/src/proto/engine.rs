@@ -664,8 +664,12 @@ pub struct Engine {
 
 impl Engine {
     /// An engine for `rank` of a world of `size` ranks. Its hellos are the
-    /// first frames queued for every peer.
-    pub fn new(rank: u32, size: u32, config: Config) -> Engine {
+    /// first frames queued for every peer. A rank outside the world is
+    /// [`Error::InvalidRank`].
+    pub fn new(rank: u32, size: u32, config: Config) -> Result<Engine> {
+        if rank >= size {
+            return Err(Error::InvalidRank { rank: i64::from(rank), size });
+        }
         let mut engine = Engine {
             rank,
             config,
@@ -697,7 +701,7 @@ impl Engine {
             engine.push_frame(dest, Frame::control(hello));
         }
         engine.handle_local();
-        engine
+        Ok(engine)
     }
 
     /// This engine's rank.
@@ -755,7 +759,7 @@ impl Engine {
     fn handle_local(&mut self) {
         while let Some(frame) = self.local.pop_front() {
             // Frames the engine made itself cannot break the protocol.
-            let _ = self.handle_frame(self.rank, frame);
+            let _ = self.handle_peer_frame(self.rank, frame);
         }
     }
 
@@ -1359,11 +1363,26 @@ impl Engine {
     /// Processes one frame from `from`. A frame that breaks the protocol
     /// fails that peer (every operation depending on it completes with an
     /// error) and is returned as the error; frames from a peer that has
-    /// already failed are dropped.
+    /// already failed are dropped. A frame said to come from outside the
+    /// world, or from this rank itself (whose frames never leave the
+    /// engine), is refused with an [`Error::Protocol`] and changes nothing.
     pub fn handle_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
         if from as usize >= self.peers.len() {
             return Err(Error::Protocol(format!("frame from rank {from}, outside a world of {}", self.peers.len())));
         }
+        if from == self.rank {
+            return Err(Error::Protocol(format!(
+                "a {:?} frame from rank {from} came in through the transport, but rank {from} is this rank: \
+                 frames to itself never leave the engine",
+                frame.header.kind
+            )));
+        }
+        self.handle_peer_frame(from, frame)
+    }
+
+    /// [`handle_frame`](Engine::handle_frame) for a rank inside the world,
+    /// this one included.
+    fn handle_peer_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
         if self.peers[from as usize].failed.is_some() || self.closed {
             // A failed peer's frames, and everything once closed, are dropped.
             return Ok(());

@@ -322,7 +322,7 @@ impl Node {
     pub fn new(rank: u32, repr: Repr) -> Node {
         let config = config(repr);
         let start = Instant::now();
-        let mut engine = Engine::new(rank, SIZE, config);
+        let mut engine = Engine::new(rank, SIZE, config).expect("scripted ranks are in the world");
         engine.handle_timeout(start);
         let mut node = Node {
             engine,

@@ -60,7 +60,7 @@ fn deliveries(e: &mut Engine) -> Vec<(ReqId, Bytes)> {
 
 /// Two engines that have exchanged hellos.
 fn pair(config: Config) -> Vec<Engine> {
-    let mut e = vec![Engine::new(0, 2, config), Engine::new(1, 2, config)];
+    let mut e = vec![Engine::new(0, 2, config).unwrap(), Engine::new(1, 2, config).unwrap()];
     pump(&mut e);
     events(&mut e[0]);
     events(&mut e[1]);
@@ -138,7 +138,7 @@ fn out_of_order_and_forged_frames_are_protocol_errors() {
 #[test]
 fn a_failed_peer_fails_what_depends_on_it() {
     let config = Config::default();
-    let mut e = [Engine::new(0, 3, config), Engine::new(1, 3, config)];
+    let mut e = [Engine::new(0, 3, config).unwrap(), Engine::new(1, 3, config).unwrap()];
     e[1].post_recv(1, spec(Some(0), None));
     e[1].post_recv(2, spec(None, None));
     e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));
@@ -372,11 +372,11 @@ fn rendezvous_requests_beyond_the_slots_fail_the_peer() {
 
 #[test]
 fn frames_before_the_hello_or_from_another_job_are_refused() {
-    let mut lone = Engine::new(1, 2, Config::default());
+    let mut lone = Engine::new(1, 2, Config::default()).unwrap();
     assert!(lone.handle_frame(0, forged(Kind::Eager, 0, b"x")).is_err());
-    let mut other = Engine::new(0, 2, Config { job: 7, ..Config::default() });
+    let mut other = Engine::new(0, 2, Config { job: 7, ..Config::default() }).unwrap();
     let (_, hello) = next_frame(&mut other).unwrap();
-    let mut e = Engine::new(1, 2, Config::default());
+    let mut e = Engine::new(1, 2, Config::default()).unwrap();
     assert!(e.handle_frame(0, hello).is_err());
     assert!(e.is_failed(0));
     // A frame that claims another source is refused too.
@@ -426,12 +426,12 @@ fn a_silent_peer_fails_after_the_idle_timeout_and_pings_keep_a_live_one() {
 
 #[test]
 fn hellos_choose_the_representation() {
-    let mut e = vec![Engine::new(0, 2, Config::default()), Engine::new(1, 2, Config::default())];
+    let mut e = vec![Engine::new(0, 2, Config::default()).unwrap(), Engine::new(1, 2, Config::default()).unwrap()];
     pump(&mut e);
     assert!(std::iter::from_fn(|| e[0].poll_event()).any(|ev| matches!(ev, Event::Connected { rank: 1, repr: Repr::Native })));
     assert_eq!(e[0].repr_for(1), Repr::Native);
     let ext = Config { repr: Repr::External32, ..Config::default() };
-    let mut e = vec![Engine::new(0, 2, ext), Engine::new(1, 2, ext)];
+    let mut e = vec![Engine::new(0, 2, ext).unwrap(), Engine::new(1, 2, ext).unwrap()];
     assert_eq!(e[0].repr_for(1), Repr::External32, "before the hello");
     pump(&mut e);
     assert_eq!(e[0].repr_for(1), Repr::External32);
@@ -440,7 +440,7 @@ fn hellos_choose_the_representation() {
 
 #[test]
 fn a_message_to_self_matches_before_the_call_returns() {
-    let mut e = Engine::new(0, 2, Config::default());
+    let mut e = Engine::new(0, 2, Config::default()).unwrap();
     e.post_recv(1, spec(None, None));
     e.post_send(2, SendMode::Ready, msg(0, 3, b"me"));
     let ev: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|ev| !matches!(ev, Event::Connected { .. })).collect();
@@ -452,7 +452,7 @@ fn a_message_to_self_matches_before_the_call_returns() {
 #[test]
 fn rendezvous_to_self_never_leaves_the_engine() {
     let config = Config { eager_threshold: 4, rndv_chunk: 3, ..Config::default() };
-    let mut e = Engine::new(0, 2, config);
+    let mut e = Engine::new(0, 2, config).unwrap();
     e.post_send(1, SendMode::Synchronous, msg(0, 3, b"to myself, in one piece"));
     e.post_recv(2, spec(Some(0), Some(3)));
     let ev: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|ev| !matches!(ev, Event::Connected { .. })).collect();
@@ -523,7 +523,7 @@ fn a_finished_rank_does_not_clear_a_message_its_sender_gives_up() {
 /// The hello rank 0 of a world of two sends under `config`, as `edit`
 /// changes it.
 fn hello_from_zero(config: Config, edit: impl FnOnce(&mut Header)) -> Frame {
-    let mut zero = Engine::new(0, 2, config);
+    let mut zero = Engine::new(0, 2, config).unwrap();
     let (_, mut hello) = next_frame(&mut zero).expect("a hello");
     assert_eq!(hello.header.kind, Kind::Hello);
     edit(&mut hello.header);
@@ -535,19 +535,19 @@ fn a_hello_can_neither_lift_the_eager_limit_nor_shrink_frames() {
     let config = Config { eager_threshold: 100, rndv_chunk: 100, ..Config::default() };
     // A peer announcing an eager limit of u64::MAX still may not send eager
     // frames above what this rank accepts.
-    let mut e = Engine::new(1, 2, config);
+    let mut e = Engine::new(1, 2, config).unwrap();
     e.handle_frame(0, hello_from_zero(config, |h| h.send_id = u64::MAX)).unwrap();
     let big = Frame { header: Header { seq: 0, ..Header::control(Kind::Eager, 0) }, payload: Bytes::from(vec![1u8; 5000]) };
     assert!(matches!(e.handle_frame(0, big), Err(Error::Protocol(_))));
     assert!(e.is_failed(0));
     // A peer that accepts less than MIN_PAYLOAD per frame fails at its hello.
     for accepts in [0, 1, MIN_PAYLOAD as u32 - 1] {
-        let mut e = Engine::new(1, 2, config);
+        let mut e = Engine::new(1, 2, config).unwrap();
         assert!(e.handle_frame(0, hello_from_zero(config, |h| h.desc_len = accepts)).is_err(), "accepts {accepts}");
         assert!(e.is_failed(0));
     }
     // At the minimum, rendezvous data moves in chunks of that size.
-    let (mut zero, mut one) = (Engine::new(0, 2, config), Engine::new(1, 2, config));
+    let (mut zero, mut one) = (Engine::new(0, 2, config).unwrap(), Engine::new(1, 2, config).unwrap());
     let (_, to_one) = next_frame(&mut zero).unwrap();
     let (_, mut to_zero) = next_frame(&mut one).unwrap();
     to_zero.header.desc_len = MIN_PAYLOAD as u32;
@@ -596,4 +596,21 @@ fn the_native_representation_covers_wchar_and_long_double() {
         assert_eq!(native.wchar, (Basic::WChar.size(), Basic::WChar.align()));
         assert_eq!(native.long_double, (Basic::LongDouble.size(), Basic::LongDouble.align(), LongDoubleFormat::X87));
     }
+}
+
+#[test]
+fn a_rank_outside_the_world_and_frames_from_itself_are_refused() {
+    assert!(matches!(Engine::new(2, 2, Config::default()), Err(Error::InvalidRank { rank: 2, size: 2 })));
+    assert!(Engine::new(0, 0, Config::default()).is_err());
+    let mut e = pair(Config::default());
+    e[1].post_recv(5, spec(None, None));
+    // A frame that claims to come from rank 1 itself, through a transport.
+    let own = Frame { header: Header { seq: 0, ..Header::control(Kind::Eager, 1) }, payload: Bytes::from_static(b"forged") };
+    assert!(matches!(e[1].handle_frame(1, own), Err(Error::Protocol(_))));
+    assert!(events(&mut e[1]).is_empty(), "the forged frame matched nothing");
+    assert_eq!(e[1].posted_len(), 1);
+    // Its own messages to itself still match.
+    e[1].post_send(6, SendMode::Standard, msg(1, 0, b"mine"));
+    let ev = events(&mut e[1]);
+    assert!(ev.iter().any(|ev| matches!(ev, Event::RecvDone { id: 5, result: Ok(d) } if d.data == "mine")), "{ev:?}");
 }
