@@ -56,7 +56,9 @@
 //! data is cut into chunks only as the transport asks for frames, so a large
 //! transfer holds back a small message or a control frame to the same peer
 //! for at most one chunk, and queued data never exceeds the credit granted
-//! plus the frames of operations this rank has started. A transport that
+//! plus the frames of operations this rank has started. The transfers to
+//! one peer take turns, a chunk each, so a small rendezvous message waits
+//! for at most one chunk of each transfer ahead of it, not for their ends. A transport that
 //! cannot take more for a peer gives the frame back
 //! ([`unsend`](Engine::unsend)); other peers are not held up. A peer that
 //! lets more than [`MAX_QUEUED_FRAMES`] frames pile up (it stopped reading)
@@ -778,8 +780,8 @@ impl Engine {
     }
 
     /// The next frame for `dest`: queued frames first, then the next chunk
-    /// of rendezvous data. A rendezvous send completes when its last chunk
-    /// is taken.
+    /// of rendezvous data, from each of the peer's transfers in turn. A
+    /// rendezvous send completes when its last chunk is taken.
     pub fn poll_transmit(&mut self, dest: u32) -> Option<Frame> {
         let p = self.peers.get_mut(dest as usize)?;
         if p.blocked {
@@ -809,6 +811,10 @@ impl Engine {
         if b.offset == b.data.len() {
             let done = p.bulk.pop_front().expect("the front was just used");
             self.events.push_back(Event::SendDone { id: done.send_id, result: Ok(()) });
+        } else {
+            // Transfers to one peer take turns, a chunk each: a small one
+            // waits for at most a chunk of each transfer ahead of it.
+            p.bulk.rotate_left(1);
         }
         Some(frame)
     }

@@ -614,3 +614,39 @@ fn a_rank_outside_the_world_and_frames_from_itself_are_refused() {
     let ev = events(&mut e[1]);
     assert!(ev.iter().any(|ev| matches!(ev, Event::RecvDone { id: 5, result: Ok(d) } if d.data == "mine")), "{ev:?}");
 }
+
+#[test]
+fn rendezvous_transfers_to_one_peer_take_turns() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 1000, ..Config::default() };
+    let mut e = pair(config);
+    let big = Bytes::from(vec![1u8; 100_000]);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: big.clone(), ..msg(1, 0, b"") });
+    e[1].post_recv(7, spec(Some(0), Some(0)));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    let (_, chunk) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, chunk).unwrap();
+    // A small synchronous send to the same peer, while 99 chunks remain.
+    e[0].post_send(2, SendMode::Synchronous, msg(1, 1, b"small"));
+    e[1].post_recv(8, spec(Some(0), Some(1)));
+    let mut big_chunks = 0;
+    let mut done = Vec::new();
+    while !done.iter().any(|ev| matches!(ev, Event::SendDone { id: 2, .. })) {
+        let (_, f) = next_frame(&mut e[0]).expect("frames keep coming");
+        if f.header.kind == Kind::RndvData && f.header.recv_id == 7 {
+            big_chunks += 1;
+        }
+        e[1].handle_frame(0, f).unwrap();
+        while let Some((_, f)) = next_frame(&mut e[1]) {
+            e[0].handle_frame(1, f).unwrap();
+        }
+        done.extend(events(&mut e[0]));
+    }
+    assert!(matches!(done[..], [Event::SendDone { id: 2, result: Ok(()) }]), "{done:?}");
+    assert!(big_chunks <= 2, "the small message waited for {big_chunks} chunks of the large one");
+    pump(&mut e);
+    let got = deliveries(&mut e[1]);
+    assert_eq!(got, [(8, Bytes::from_static(b"small")), (7, big)]);
+}
