@@ -483,21 +483,42 @@ struct Transfer {
     /// the unexpected queue (or in a matched probe's hands) as
     /// [`Body::InFlight`].
     owner: Option<ReqId>,
-    /// Chunks received so far.
+    /// Chunks received so far: kept, or (for a message longer than a
+    /// receive that matched it holds) counted and dropped.
     received: Received,
-    /// The receive that matched holds at most this many bytes and the
-    /// message is longer: its data is counted, not kept.
-    truncated_at: Option<u64>,
     /// Whether every byte has arrived.
     complete: bool,
+}
+
+impl Transfer {
+    /// A receive that holds at most `limit` bytes of data owns the
+    /// transfer: if the message is longer, its data is dropped from now on
+    /// (and what was kept so far too).
+    fn bound(&mut self, limit: Option<u64>) {
+        if let Some(limit) = limit.filter(|&limit| self.envelope.len > limit) {
+            self.received.discard(limit);
+        }
+    }
+
+    /// What the receive that owns the complete transfer gets: the message,
+    /// or [`Error::Truncate`] if its data was dropped (never a message
+    /// with part of its data missing).
+    fn into_result(self) -> Result<Delivered> {
+        match self.received.into_kept() {
+            Ok(data) => Ok(Delivered::new(self.envelope, data, 0)),
+            Err(available) => Err(Error::Truncate { needed: self.envelope.len, available }),
+        }
+    }
 }
 
 /// The data of a rendezvous transfer as its chunks arrive.
 enum Received {
     Nothing,
-    /// Bytes counted and dropped: the message is longer than its receive
-    /// can hold, which will fail with [`Error::Truncate`].
-    Discarded(u64),
+    /// `counted` bytes counted and dropped: the message is longer than
+    /// `limit`, the most a receive that matched it holds. It is never
+    /// delivered: whichever receive owns it when its last byte arrives
+    /// fails with [`Error::Truncate`].
+    Discarded { counted: u64, limit: u64 },
     /// One chunk, kept without a copy (the whole message, once complete).
     One(Bytes),
     /// Several chunks, gathered.
@@ -508,16 +529,34 @@ impl Received {
     fn len(&self) -> u64 {
         match self {
             Received::Nothing => 0,
-            Received::Discarded(n) => *n,
+            Received::Discarded { counted, .. } => *counted,
             Received::One(b) => b.len() as u64,
             Received::Gathered(b) => b.len() as u64,
         }
     }
 
+    /// Bytes kept in memory (counted bytes are not).
+    fn kept(&self) -> u64 {
+        match self {
+            Received::Discarded { .. } => 0,
+            other => other.len(),
+        }
+    }
+
+    /// Drops what was kept and counts the rest without keeping it, for a
+    /// receive that holds at most `limit` bytes.
+    fn discard(&mut self, limit: u64) {
+        let limit = match self {
+            Received::Discarded { limit: earlier, .. } => limit.min(*earlier),
+            _ => limit,
+        };
+        *self = Received::Discarded { counted: self.len(), limit };
+    }
+
     /// Adds the next chunk of a `total`-byte message.
     fn push(&mut self, chunk: Bytes, total: u64) {
         *self = match std::mem::replace(self, Received::Nothing) {
-            Received::Discarded(n) => Received::Discarded(n + chunk.len() as u64),
+            Received::Discarded { counted, limit } => Received::Discarded { counted: counted + chunk.len() as u64, limit },
             Received::Nothing => Received::One(chunk),
             Received::One(first) => {
                 // Room in proportion to what has really arrived (the length
@@ -538,11 +577,14 @@ impl Received {
         }
     }
 
-    fn take(&mut self) -> Bytes {
-        match std::mem::replace(self, Received::Nothing) {
-            Received::Nothing | Received::Discarded(_) => Bytes::new(),
-            Received::One(b) => b,
-            Received::Gathered(b) => b.freeze(),
+    /// The data kept, or the limit of the receive for which it was
+    /// discarded.
+    fn into_kept(self) -> std::result::Result<Bytes, u64> {
+        match self {
+            Received::Nothing => Ok(Bytes::new()),
+            Received::Discarded { limit, .. } => Err(limit),
+            Received::One(b) => Ok(b),
+            Received::Gathered(b) => Ok(b.freeze()),
         }
     }
 }
@@ -941,6 +983,26 @@ impl Engine {
             .sum()
     }
 
+    /// Bytes of `source`'s message data (type descriptions left out) this
+    /// engine holds outside its eager credit: data gathered for rendezvous
+    /// transfers, and queued messages that hold no credit (rendezvous data
+    /// whose receive was withdrawn, messages given back by abandoned
+    /// receives). Never above what the receives that matched those
+    /// messages hold (see [`post_recv_limited`](Engine::post_recv_limited)).
+    pub fn rendezvous_bytes(&self, source: u32) -> u64 {
+        let desc = |e: &Envelope| u64::from(e.desc_len);
+        let gathered = self
+            .transfers
+            .values()
+            .filter(|t| t.envelope.source == source)
+            .map(|t| t.received.kept().saturating_sub(desc(&t.envelope)));
+        let queued = self.unexpected.iter().filter(|u| u.envelope.source == source).map(|u| match &u.body {
+            Body::Data { data, credit: 0 } => (data.len() as u64).saturating_sub(desc(&u.envelope)),
+            _ => 0,
+        });
+        gathered.chain(queued).sum()
+    }
+
     /// Eager credit (bytes, headers included) `source` has spent here and
     /// not been given back: never above [`Config::eager_credit`].
     pub fn credit_in_use(&self, source: u32) -> u64 {
@@ -1190,7 +1252,9 @@ impl Engine {
     /// answered (its sender completes, as MPI says), but its data is
     /// counted rather than kept, and the receive fails with
     /// [`Error::Truncate`]. Memory for a matched message then follows what
-    /// the receive asked for, not what the sender claims.
+    /// the receive asked for, not what the sender claims, for the whole
+    /// transfer, even if the receive is withdrawn (see
+    /// [`withdraw_recv`](Engine::withdraw_recv)).
     pub fn post_recv_limited(&mut self, id: ReqId, spec: MatchSpec, limit: u64) {
         self.limits.insert(id, limit);
         self.post_recv(id, spec);
@@ -1217,6 +1281,18 @@ impl Engine {
     /// matches it). Returns `false` if the engine holds nothing for `id`
     /// (it completed: the caller gives back a delivered message with
     /// [`requeue`](Engine::requeue)).
+    ///
+    /// # Memory and truncation
+    ///
+    /// A rendezvous transfer's memory is bounded by the limit of the
+    /// receive that matched it (see [`post_recv_limited`](Engine::post_recv_limited))
+    /// for the whole transfer, whoever owns it later: a message whose data
+    /// is being (or was) dropped because that receive could not hold it
+    /// stays so after the receive is withdrawn, and can never be delivered
+    /// whole. Whichever receive owns it when its last byte arrives, or
+    /// takes it from the queue afterwards, fails with [`Error::Truncate`],
+    /// never succeeds. A receive that takes over a message in flight
+    /// bounds it by its own limit too.
     pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
         if self.cancel_recv(id) {
             return true;
@@ -1225,15 +1301,6 @@ impl Engine {
             return false;
         };
         t.owner = None;
-        if t.truncated_at.take().is_some() {
-            // The next receive to match may hold the whole message: keep
-            // the data from now on if none was dropped yet.
-            if t.received.len() == 0 {
-                t.received = Received::Nothing;
-            } else {
-                tracing::warn!(rank = self.rank, source = t.envelope.source, "part of a message too long for its withdrawn receive was dropped");
-            }
-        }
         let u = Unexpected { envelope: t.envelope, body: Body::InFlight { transfer } };
         self.restore(u);
         self.handle_local();
@@ -1297,9 +1364,8 @@ impl Engine {
 
     /// Delivers queued message `u` to receive `id`.
     fn take_unexpected(&mut self, id: ReqId, u: Unexpected) {
-        if !matches!(u.body, Body::Rts { .. }) {
-            self.limits.remove(&id);
-        }
+        // A rendezvous request keeps the limit for its clear-to-send.
+        let limit = if matches!(u.body, Body::Rts { .. }) { None } else { self.limits.remove(&id) };
         tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
         match u.body {
             Body::Data { data, credit } => {
@@ -1308,11 +1374,13 @@ impl Engine {
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
             Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
                 Some(t) if t.complete => {
-                    let mut t = self.transfers.remove(&transfer).expect("present");
-                    let delivered = Delivered::new(t.envelope, t.received.take(), 0);
-                    self.events.push_back(Event::RecvDone { id, result: Ok(delivered) });
+                    let t = self.transfers.remove(&transfer).expect("present");
+                    self.events.push_back(Event::RecvDone { id, result: t.into_result() });
                 }
-                Some(t) => t.owner = Some(id),
+                Some(t) => {
+                    t.owner = Some(id);
+                    t.bound(limit);
+                }
                 None => {
                     let rank = u.envelope.source;
                     let error = Error::ProcessFailed { rank, reason: "the message's data was lost with its sender".into() };
@@ -1339,9 +1407,9 @@ impl Engine {
             return;
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
-        let truncated_at = self.limits.remove(&recv_id).filter(|&limit| envelope.len > limit);
-        let received = if truncated_at.is_some() { Received::Discarded(0) } else { Received::Nothing };
-        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id), received, truncated_at, complete: false });
+        let mut transfer = Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false };
+        transfer.bound(self.limits.remove(&recv_id));
+        self.transfers.insert(recv_id, transfer);
         self.push_frame(source, Frame::control(header));
     }
 
@@ -1594,28 +1662,24 @@ impl Engine {
         let transfer = h.recv_id;
         match t.owner {
             Some(id) => {
-                let mut t = self.transfers.remove(&transfer).expect("present");
-                let result = match t.truncated_at {
-                    Some(available) => Err(Error::Truncate { needed: t.envelope.len, available }),
-                    None => Ok(Delivered::new(t.envelope, t.received.take(), 0)),
-                };
-                self.events.push_back(Event::RecvDone { id, result });
+                let t = self.transfers.remove(&transfer).expect("present");
+                self.events.push_back(Event::RecvDone { id, result: t.into_result() });
             }
             None => {
                 // Its receive was withdrawn: the data takes the message's
                 // place in the queue, or waits in the transfer while a
-                // matched probe holds the message.
-                if matches!(t.received, Received::Discarded(_)) {
-                    // Its data was partly dropped (see `withdraw_recv`): the
-                    // message cannot be delivered whole to anyone.
-                    self.transfers.remove(&transfer);
-                    self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
+                // matched probe holds the message. Data that was dropped
+                // (see `withdraw_recv`) stays so: the message stays in
+                // flight, and whoever receives it gets `Error::Truncate`.
+                if matches!(t.received, Received::Discarded { .. }) {
                     return Ok(());
                 }
                 let queued = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
                 if let Some(u) = queued {
-                    let mut t = self.transfers.remove(&transfer).expect("present");
-                    u.body = Body::Data { data: t.received.take(), credit: 0 };
+                    let t = self.transfers.remove(&transfer).expect("present");
+                    if let Ok(data) = t.received.into_kept() {
+                        u.body = Body::Data { data, credit: 0 };
+                    }
                 }
             }
         }

@@ -650,3 +650,95 @@ fn rendezvous_transfers_to_one_peer_take_turns() {
     let got = deliveries(&mut e[1]);
     assert_eq!(got, [(8, Bytes::from_static(b"small")), (7, big)]);
 }
+
+/// Rank 0 sends rank 1 `len` bytes by rendezvous (chunks of `chunk`),
+/// rank 1 posts receive 5 (bounded by `limit`, if any) and answers: the
+/// data is ready to stream, none has moved.
+fn rendezvous_answered(len: usize, chunk: usize, limit: Option<u64>) -> Vec<Engine> {
+    let config = Config { eager_threshold: 8, rndv_chunk: chunk, ..Config::default() };
+    let mut e = pair(config);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: Bytes::from(vec![9u8; len]), ..msg(1, 0, b"") });
+    match limit {
+        Some(limit) => e[1].post_recv_limited(5, spec(Some(0), Some(0)), limit),
+        None => e[1].post_recv(5, spec(Some(0), Some(0))),
+    }
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    e
+}
+
+/// Moves `n` frames (all, if `None`) from rank 0 to rank 1; returns the
+/// most rendezvous bytes rank 1 held meanwhile.
+fn stream(e: &mut [Engine], n: Option<usize>) -> u64 {
+    let mut most = 0;
+    for _ in 0..n.unwrap_or(usize::MAX) {
+        let Some((_, f)) = next_frame(&mut e[0]) else { break };
+        e[1].handle_frame(0, f).unwrap();
+        most = most.max(e[1].rendezvous_bytes(0));
+    }
+    most
+}
+
+#[test]
+fn a_withdrawn_bounded_receive_keeps_its_transfer_bounded() {
+    const LEN: usize = 8 << 20;
+    // A 10-byte receive matches an 8 MiB message and is withdrawn before
+    // any data arrives: the data is still only counted.
+    let mut e = rendezvous_answered(LEN, 64 << 10, Some(10));
+    assert!(e[1].withdraw_recv(5));
+    assert_eq!(stream(&mut e, None), 0, "the withdrawn receive's limit still bounds the transfer");
+    e[1].post_recv(6, spec(None, None));
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { needed, available: 10 }) }] if needed == LEN as u64), "{ev:?}");
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]), "the sender completes");
+    assert!(e[1].transfers.is_empty() && e[1].unexpected_len() == 0);
+
+    // A bounded receive that takes over a message in flight applies its
+    // own limit, dropping what was kept so far.
+    let mut e = rendezvous_answered(LEN, 64 << 10, None);
+    stream(&mut e, Some(3));
+    assert_eq!(e[1].rendezvous_bytes(0), 3 * (64 << 10));
+    assert!(e[1].withdraw_recv(5));
+    e[1].post_recv_limited(6, spec(Some(0), None), 100);
+    assert_eq!(e[1].rendezvous_bytes(0), 0);
+    assert_eq!(stream(&mut e, None), 0);
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { available: 100, .. }) }]));
+    assert!(e[1].limits.is_empty() && e[1].transfers.is_empty());
+}
+
+#[test]
+fn a_partly_discarded_message_is_never_delivered() {
+    const LEN: usize = 10_000;
+    // Each way the message can be owned when its last byte arrives, or
+    // taken once it has: a receive that took it over, a matched probe, the
+    // queue.
+    for way in 0..3 {
+        let mut e = rendezvous_answered(LEN, 1000, Some(10));
+        stream(&mut e, Some(2)); // two chunks counted and dropped
+        assert!(e[1].withdraw_recv(5));
+        let held = match way {
+            0 => {
+                e[1].post_recv(6, spec(None, None));
+                None
+            }
+            1 => Some(e[1].improbe(&spec(None, None)).expect("the message in flight")),
+            _ => None,
+        };
+        assert_eq!(stream(&mut e, None), 0, "way {way}");
+        if let Some(m) = held {
+            e[1].mrecv(6, m);
+        } else if way == 2 {
+            assert_eq!(e[1].unexpected_len(), 1, "the message keeps its place");
+            assert_eq!(e[1].iprobe(&spec(None, None)).map(|env| env.len), Some(LEN as u64));
+            e[1].post_recv(6, spec(None, None));
+        }
+        let ev = events(&mut e[1]);
+        assert!(
+            matches!(ev[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { needed, available: 10 }) }] if needed == LEN as u64),
+            "way {way}: {ev:?}"
+        );
+        assert!(e[1].transfers.is_empty() && e[1].unexpected_len() == 0, "way {way}");
+    }
+}
