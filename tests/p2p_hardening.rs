@@ -455,3 +455,32 @@ fn an_endpoint_owns_its_drivers_guard() {
     drop(comm);
     assert!(dropped.load(Ordering::SeqCst));
 }
+
+/// A rank that frees far more sends than its credit and slots let through
+/// and returns is not cut off: its sends follow its goodbye under the usual
+/// flow control, and the receiver gets every one, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_that_returns_with_many_held_sends_delivers_them_all() {
+    const SENDS: u32 = 70_000;
+    let mut opts = LaunchOptions::ranks(2);
+    opts.engine.eager_credit = 2000;
+    opts.engine.rndv_slots = 1;
+    let run = launch_with(opts, |comm| async move {
+        if comm.rank() == 0 {
+            for i in 0..SENDS {
+                comm.isend(&[i], 1, 0).free();
+            }
+            return Ok(0);
+        }
+        for i in 0..SENDS {
+            let (v, _) = comm.recv::<u32>(0, 0).await?;
+            assert_eq!(v, [i]);
+        }
+        // And then nothing more comes.
+        let r = comm.recv::<u32>(0, 0).await;
+        assert!(matches!(r, Err(Error::ProcessFailed { rank: 0, .. })), "{r:?}");
+        Ok(SENDS)
+    });
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("launch returns").unwrap();
+    assert_eq!(out[1], SENDS);
+}

@@ -58,11 +58,9 @@
 //! for at most one chunk, and queued data never exceeds the credit granted
 //! plus the frames of operations this rank has started. The transfers to
 //! one peer take turns, a chunk each, so a small rendezvous message waits
-//! for at most one chunk of each transfer ahead of it, not for their ends. A transport that
-//! cannot take more for a peer gives the frame back
-//! ([`unsend`](Engine::unsend)); other peers are not held up. A peer that
-//! lets more than [`MAX_QUEUED_FRAMES`] frames pile up (it stopped reading)
-//! fails.
+//! for at most one chunk of each transfer ahead of it, not for their ends.
+//! A transport that cannot take more for a peer gives the frame back
+//! ([`unsend`](Engine::unsend)); other peers are not held up.
 //!
 //! # Matching
 //!
@@ -80,10 +78,28 @@
 //! limit, answering nothing, rendezvous data of the wrong length) fails
 //! that peer: every operation that depends on it completes with
 //! [`Error::ProcessFailed`], and its later frames are dropped. A peer that
-//! says goodbye (its program returned) fails the operations that need it to
-//! match. With [`Config::idle_timeout`] set, a peer that sends nothing for
-//! that long fails too; idle connections carry pings often enough that a
-//! live peer never looks silent.
+//! lets more than [`MAX_QUEUED_FRAMES`] answers pile up (it stopped
+//! reading) fails too. With [`Config::idle_timeout`] set, a peer that
+//! sends nothing for that long fails too; idle connections carry pings
+//! often enough that a live peer never looks silent.
+//!
+//! # Goodbyes
+//!
+//! A rank whose program has ended ([`farewell`](Engine::farewell)) says
+//! goodbye to every peer at once, with the number of data frames it sends
+//! that peer in all: its sends still waiting for credit or slots follow
+//! under the usual flow control. The peer fails at once what needs the
+//! finished rank to match, and what waits for its messages once the last
+//! has arrived. While the finished rank's remaining sends wait for slots
+//! that its unmatched requests hold, the peer grants it more, up to
+//! [`MAX_AFTER_GOODBYE`] beyond the usual, so that all of them arrive
+//! whatever the peer's program receives first; past that bound, a receive
+//! naming the finished rank that finds no match fails until the peer's
+//! program has received some of what it holds. If the peer finishes too
+//! before those sends go, they fail, and a second goodbye lowers the count.
+//! A goodbye that says the rank failed means it serves nothing more: its
+//! unanswered rendezvous requests and its data in flight are dropped (a
+//! receive that owns one fails).
 //!
 //! An any-source receive is not failed when every other rank is gone: this
 //! rank may still send to itself. The engine reports it as
@@ -102,16 +118,20 @@ use crate::error::{Error, Result};
 /// Identifies a send or receive operation within one engine.
 pub type ReqId = u64;
 
-/// Most frames that may wait for one peer before it is failed for not
-/// reading. Data frames are bounded by credit far below this; the frames
-/// that could pile up are answers to a peer's own frames (ready answers,
-/// clear-to-sends) that it never reads.
+/// Most answers (clear-to-sends, ready answers, credit, pings) that may
+/// wait for one peer before it is failed for not reading them: they are
+/// what a peer's own frames make this rank queue. This rank's own messages
+/// are bounded by the credit and slots the peer grants, and by the
+/// operations this rank's program started, and do not count.
 pub const MAX_QUEUED_FRAMES: usize = 1 << 16;
 
-/// Most messages a peer may announce in its goodbye beyond those already
-/// received: its sends that were waiting for credit, which then arrive as
-/// rendezvous requests beyond the slots granted. This bounds what a
-/// finishing peer can make this rank hold.
+/// Most rendezvous slots this rank grants a finished peer beyond
+/// [`Config::rndv_slots`]. A peer's sends still waiting for credit or slots
+/// when it says goodbye follow under the usual flow control; while they
+/// wait for slots its unmatched requests hold here, this rank grants more,
+/// so that all it still sends arrives and a receive naming it can fail once
+/// none is left, whatever this rank's program receives first. This bounds
+/// the requests a finished peer makes this rank hold, whatever it announced.
 pub const MAX_AFTER_GOODBYE: u64 = 1 << 16;
 
 /// Largest type description a message may carry (see
@@ -280,6 +300,12 @@ pub enum SendMode {
 /// so even empty messages are bounded.
 fn eager_cost(len: usize) -> u64 {
     (len + HEADER_LEN) as u64
+}
+
+/// Whether a frame of `kind` answers the peer's own frames (rather than
+/// carrying this rank's messages or its hello and goodbye).
+fn is_answer(kind: Kind) -> bool {
+    matches!(kind, Kind::Cts | Kind::ReadyAck | Kind::Credit | Kind::Ping)
 }
 
 /// The envelope and data of an outgoing message.
@@ -647,9 +673,14 @@ struct Peer {
     queued_bytes: usize,
     /// Rendezvous data to stream, in chunks, after `queue`.
     bulk: VecDeque<Bulk>,
+    /// Answers to the peer in `queue` (see [`MAX_QUEUED_FRAMES`]).
+    answers: usize,
     /// A last frame for a peer this rank failed (telling it why), sent
     /// even though nothing else goes to it any more.
     parting: Option<Frame>,
+    /// Data frames this rank's last goodbye to the peer said it sends in
+    /// all.
+    announced: Option<u64>,
     /// In the engine's list of peers with output.
     scheduled: bool,
     /// The transport cannot take more for this peer for now.
@@ -667,6 +698,9 @@ struct Peer {
     owed: u64,
     /// The peer's rendezvous requests not yet answered with a CTS.
     slots_in_use: u64,
+    /// Rendezvous slots granted to the peer beyond [`Config::rndv_slots`]
+    /// after its goodbye (at most [`MAX_AFTER_GOODBYE`]).
+    extra_slots: u64,
     /// Something came from the peer since the last timeout check.
     heard: bool,
     last_heard: Option<Instant>,
@@ -700,6 +734,9 @@ pub struct Engine {
     next_id: ReqId,
     /// This rank has said goodbye: it posts no more receives.
     finished: bool,
+    /// This rank's goodbye said it failed: it serves no more rendezvous
+    /// transfers.
+    gave_up: bool,
     /// The endpoint is closed: every operation fails.
     closed: bool,
     /// When the engine next wants [`handle_timeout`](Engine::handle_timeout).
@@ -728,6 +765,7 @@ impl Engine {
             events: VecDeque::new(),
             next_id: 1,
             finished: false,
+            gave_up: false,
             closed: false,
             next_tick: None,
         };
@@ -783,11 +821,12 @@ impl Engine {
             return;
         }
         p.queued_bytes += frame.payload.len();
+        p.answers += usize::from(is_answer(frame.header.kind));
         p.queue.push_back(frame);
-        let too_many = p.queue.len() > MAX_QUEUED_FRAMES;
+        let too_many = p.answers > MAX_QUEUED_FRAMES;
         self.schedule(dest);
         if too_many {
-            self.fail_peer(dest, "it stopped reading: too many frames wait for it");
+            self.fail_peer(dest, "it stopped reading: too many answers wait for it");
         }
     }
 
@@ -834,6 +873,7 @@ impl Engine {
         }
         if let Some(frame) = p.queue.pop_front() {
             p.queued_bytes -= frame.payload.len();
+            p.answers -= usize::from(is_answer(frame.header.kind));
             p.sent = true;
             return Some(frame);
         }
@@ -866,6 +906,7 @@ impl Engine {
     pub fn unsend(&mut self, dest: u32, frame: Frame) {
         let Some(p) = self.peers.get_mut(dest as usize) else { return };
         p.queued_bytes += frame.payload.len();
+        p.answers += usize::from(is_answer(frame.header.kind));
         p.queue.push_front(frame);
         p.blocked = true;
     }
@@ -1061,11 +1102,34 @@ impl Engine {
         p.failed.is_some() || (p.finished && p.final_seq.is_some_and(|last| p.expected_seq >= last))
     }
 
+    /// Whether `rank` finished with more messages for this rank than this
+    /// rank takes in unmatched (see [`MAX_AFTER_GOODBYE`]): the rest can
+    /// arrive only as this rank receives those it holds.
+    fn stalled(&self, rank: u32) -> bool {
+        let p = &self.peers[rank as usize];
+        p.finished
+            && p.failed.is_none()
+            && !self.sends_no_more(rank)
+            && p.extra_slots >= MAX_AFTER_GOODBYE
+            && p.slots_in_use >= self.config.rndv_slots.saturating_add(p.extra_slots)
+    }
+
+    /// Why a receive naming a [stalled](Engine::stalled) peer fails.
+    fn stalled_reason() -> String {
+        format!(
+            "it finished with more messages for this rank than this rank takes in unmatched \
+             ({MAX_AFTER_GOODBYE} rendezvous requests beyond its slots): receive those first"
+        )
+    }
+
     /// Why a receive naming `rank` can never be matched: it failed, or it
-    /// finished and all it sent has arrived.
+    /// finished and all it sent has arrived (or what it still sends cannot
+    /// arrive before this rank receives what it holds of it).
     pub fn silent(&self, rank: u32) -> Option<Error> {
         self.peers.get(rank as usize)?;
-        self.gone(rank).or_else(|| self.sends_no_more(rank).then(|| Self::returned(rank)))
+        self.gone(rank)
+            .or_else(|| self.sends_no_more(rank).then(|| Self::returned(rank)))
+            .or_else(|| self.stalled(rank).then(|| Error::ProcessFailed { rank, reason: Self::stalled_reason() }))
     }
 
     /// When every other rank will send nothing more (and there is at least
@@ -1080,7 +1144,7 @@ impl Engine {
             if r as u32 == self.rank {
                 continue;
             }
-            if !self.sends_no_more(r as u32) {
+            if !self.sends_no_more(r as u32) && !self.stalled(r as u32) {
                 return None;
             }
             last = Some(r as u32);
@@ -1155,6 +1219,11 @@ impl Engine {
         if msg.dest >= self.size() {
             let error = Error::InvalidRank { rank: msg.dest as i64, size: self.size() };
             self.events.push_back(Event::SendDone { id, result: Err(error) });
+            return;
+        }
+        if self.finished && msg.dest != self.rank {
+            // The goodbye said how many messages follow it.
+            self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
             return;
         }
         // A send that cannot go eagerly needs the peer to match it.
@@ -1472,12 +1541,38 @@ impl Engine {
 
     fn process(&mut self, from: u32, frame: Frame) -> Result<()> {
         let owed = self.peers[from as usize].finished && !self.sends_no_more(from);
+        let stalled = self.stalled(from);
         let result = self.process_frame(from, frame);
-        if owed && self.sends_no_more(from) && self.peers[from as usize].failed.is_none() {
-            // Its last data frame is in: what still waits for its messages never gets one.
-            self.fail_recvs_from(from, "its program returned before sending a match");
+        if self.peers[from as usize].failed.is_none() {
+            if owed && self.sends_no_more(from) {
+                // Its last data frame is in: what still waits for its messages never gets one.
+                self.fail_recvs_from(from, "its program returned before sending a match");
+            }
+            self.grant_after_goodbye(from);
+            if !stalled && self.stalled(from) {
+                self.fail_recvs_from(from, &Self::stalled_reason());
+            }
         }
         result
+    }
+
+    /// Grants a finished peer more rendezvous slots when what it still
+    /// sends waits for them: its requests use every slot it has here (see
+    /// [`MAX_AFTER_GOODBYE`]).
+    fn grant_after_goodbye(&mut self, rank: u32) {
+        if self.finished || self.closed || rank == self.rank {
+            return;
+        }
+        let slots = self.config.rndv_slots;
+        let p = &mut self.peers[rank as usize];
+        let owed = p.final_seq.map_or(0, |last| last.saturating_sub(p.expected_seq));
+        if !p.finished || owed == 0 || p.slots_in_use < slots.saturating_add(p.extra_slots) || p.extra_slots >= MAX_AFTER_GOODBYE {
+            return;
+        }
+        let grant = owed.min(slots.max(1)).min(MAX_AFTER_GOODBYE - p.extra_slots);
+        p.extra_slots += grant;
+        let header = Header { recv_id: grant, ..Header::control(Kind::Credit, self.rank) };
+        self.push_frame(rank, Frame::control(header));
     }
 
     fn process_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
@@ -1491,7 +1586,10 @@ impl Engine {
         }
         let data_frame = matches!(h.kind, Kind::Eager | Kind::Rts | Kind::Ready);
         let still_owed = data_frame && peer.final_seq.is_some_and(|last| h.seq < last);
-        if peer.finished && !still_owed && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping) {
+        if peer.finished
+            && !still_owed
+            && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping | Kind::Bye)
+        {
             return Err(Error::Protocol(format!("{:?} frame from rank {from} after its goodbye", h.kind)));
         }
         if h.kind == Kind::Hello {
@@ -1533,11 +1631,10 @@ impl Engine {
                         if !frame.payload.is_empty() {
                             return Err(Error::Protocol(format!("RTS from rank {from} carries a payload")));
                         }
-                        let after_goodbye = peer.finished;
-                        if peer.slots_in_use >= self.config.rndv_slots && !after_goodbye {
+                        let granted = self.config.rndv_slots.saturating_add(peer.extra_slots);
+                        if peer.slots_in_use >= granted {
                             return Err(Error::Protocol(format!(
-                                "rank {from} sent more than the {} rendezvous requests granted",
-                                self.config.rndv_slots
+                                "rank {from} sent more than the {granted} rendezvous requests granted"
                             )));
                         }
                         let envelope = Envelope::from_header(&h, h.data_len)?;
@@ -1598,6 +1695,7 @@ impl Engine {
             }
             Kind::Credit => {
                 peer.credit = peer.credit.saturating_add(h.data_len);
+                peer.slots = peer.slots.saturating_add(h.recv_id);
                 self.start_held(from);
             }
             Kind::Bye => match h.data_len {
@@ -1689,7 +1787,8 @@ impl Engine {
     /// An answer for a send that is not pending: harmless if the send was
     /// failed because the peer finished meanwhile, a protocol error otherwise.
     fn unknown_send(&self, from: u32, send_id: u64) -> Result<()> {
-        if self.peers[from as usize].finished {
+        if self.peers[from as usize].finished || self.gave_up {
+            // Or this rank failed and dropped it (see `farewell`).
             return Ok(());
         }
         Err(Error::Protocol(format!("answer from rank {from} for unknown send {send_id}")))
@@ -1745,35 +1844,52 @@ impl Engine {
     /// Says goodbye to every peer, at once: this rank posts no more
     /// receives, so the peers fail their sends that need it to match. The
     /// goodbye says how many data frames this rank sends in all: its sends
-    /// still waiting for credit go out after it. `failed` says the program
-    /// failed rather than returned; its waiting sends are then dropped.
+    /// still waiting for credit or slots follow it under the usual flow
+    /// control (and if the peer finishes first, they fail and a second
+    /// goodbye lowers the count). `failed` says the program failed rather
+    /// than returned: this rank then serves nothing more, and its sends
+    /// still waiting, or waiting for a clear-to-send, or streaming
+    /// rendezvous data, fail with [`Error::Finalized`].
     pub fn farewell(&mut self, failed: bool) {
         if self.finished {
             return;
         }
         self.finished = true;
-        for dest in 0..self.size() {
-            if dest == self.rank {
-                continue;
-            }
-            if failed {
-                let held: Vec<ReqId> = self.peers[dest as usize].held.drain(..).map(|h| h.id).collect();
-                for id in held {
-                    self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+        self.gave_up = failed;
+        if failed {
+            let mut dropped: Vec<ReqId> = Vec::new();
+            for (r, p) in self.peers.iter_mut().enumerate() {
+                if r as u32 != self.rank {
+                    dropped.extend(p.held.drain(..).map(|h| h.id));
+                    dropped.extend(p.bulk.drain(..).map(|b| b.send_id));
                 }
             }
-            let p = &self.peers[dest as usize];
-            let last = p.next_seq + p.held.len() as u64;
-            let header = Header { data_len: u64::from(failed), seq: last, ..Header::control(Kind::Bye, self.rank) };
-            self.push_frame(dest, Frame::control(header));
-            // The sends still waiting for credit or slots go now, as
-            // rendezvous requests: a finished rank cannot wait for its peer
-            // to match something else first (that peer may be waiting for
-            // it to finish).
-            while let Some(Held { id, mode, msg }) = self.peers[dest as usize].held.pop_front() {
-                self.request_to_send(id, mode, msg);
+            let me = self.rank;
+            let waiting = |s: &PendingSend| matches!(s, PendingSend::Rendezvous { dest, .. } if *dest != me);
+            let rendezvous: Vec<ReqId> = self.sends.iter().filter(|(_, s)| waiting(s)).map(|(&id, _)| id).collect();
+            for id in &rendezvous {
+                self.sends.remove(id);
+            }
+            dropped.extend(rendezvous);
+            for id in dropped {
+                self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
             }
         }
+        for dest in 0..self.size() {
+            if dest != self.rank {
+                let p = &self.peers[dest as usize];
+                let last = p.next_seq + p.held.len() as u64;
+                self.say_goodbye(dest, last);
+            }
+        }
+    }
+
+    /// Queues this rank's goodbye to `dest`, saying it sends `last` data
+    /// frames in all.
+    fn say_goodbye(&mut self, dest: u32, last: u64) {
+        let header = Header { data_len: u64::from(self.gave_up), seq: last, ..Header::control(Kind::Bye, self.rank) };
+        self.peers[dest as usize].announced = Some(last);
+        self.push_frame(dest, Frame::control(header));
     }
 
     /// Closes the engine: every operation still waiting fails with
@@ -1796,6 +1912,7 @@ impl Engine {
             failed.extend(p.bulk.drain(..).map(|b| b.send_id));
             p.queue.clear();
             p.queued_bytes = 0;
+            p.answers = 0;
         }
         for id in failed {
             self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
@@ -1810,23 +1927,55 @@ impl Engine {
 
     /// `rank` has finished, after sending `last` data frames in all: fail
     /// what needs it to match now, and what waits for its messages once the
-    /// last has arrived.
+    /// last has arrived. A later goodbye may lower the count (some of its
+    /// sends failed), never raise it. If it `failed`, it serves nothing
+    /// more: its rendezvous requests are never answered and its data in
+    /// flight never completes.
     fn peer_finished(&mut self, rank: u32, failed: bool, last: u64) -> Result<()> {
         let p = &mut self.peers[rank as usize];
-        if last.saturating_sub(p.expected_seq) > MAX_AFTER_GOODBYE {
-            return Err(Error::Protocol(format!(
-                "rank {rank} announced {} more messages in its goodbye, above the {MAX_AFTER_GOODBYE} allowed",
-                last - p.expected_seq
-            )));
+        if let Some(announced) = p.final_seq.filter(|&announced| last > announced) {
+            return Err(Error::Protocol(format!("rank {rank} raised the count in its goodbye from {announced} to {last}")));
         }
+        let again = p.finished;
         p.finished = true;
         p.final_seq = Some(last.max(p.expected_seq));
         let reason = if failed { "it failed before matching" } else { "its program returned before matching" };
-        self.fail_sends_to(rank, reason);
-        if self.sends_no_more(rank) {
-            self.fail_recvs_from(rank, reason);
+        if failed {
+            self.drop_served_by(rank, reason);
+        }
+        if !again {
+            self.fail_sends_to(rank, reason);
+            // What this rank still held for it has failed: if this rank
+            // already counted it in its own goodbye, the count goes down.
+            let p = &self.peers[rank as usize];
+            if p.announced.is_some_and(|announced| announced > p.next_seq) {
+                let last = p.next_seq;
+                self.say_goodbye(rank, last);
+            }
+            if self.sends_no_more(rank) {
+                self.fail_recvs_from(rank, reason);
+            }
         }
         Ok(())
+    }
+
+    /// Drops what only `rank` could complete: its unanswered rendezvous
+    /// requests, and the transfers of its data still arriving (a receive
+    /// that owns one fails).
+    fn drop_served_by(&mut self, rank: u32, reason: &str) {
+        let failed: Vec<ReqId> =
+            self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
+        for transfer in failed {
+            let t = self.transfers.remove(&transfer).expect("listed above");
+            match t.owner {
+                Some(id) => {
+                    let error = Error::ProcessFailed { rank, reason: reason.to_string() };
+                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
+                }
+                None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
+            }
+        }
+        self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
     }
 
     /// `rank` has failed (its connection broke, it broke the protocol, or it
@@ -1842,6 +1991,7 @@ impl Engine {
         p.failed = Some(reason.to_string());
         p.queue.clear();
         p.queued_bytes = 0;
+        p.answers = 0;
         let bulk: Vec<ReqId> = p.bulk.drain(..).map(|b| b.send_id).collect();
         // Tell it, so that it does not wait for this rank (best effort: the
         // transport may already have lost it).
@@ -1853,17 +2003,7 @@ impl Engine {
         }
         self.fail_sends_to(rank, reason);
         self.fail_recvs_from(rank, reason);
-        let failed: Vec<ReqId> =
-            self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
-        for transfer in failed {
-            let t = self.transfers.remove(&transfer).expect("listed above");
-            match t.owner {
-                Some(id) => self.events.push_back(Event::RecvDone { id, result: Err(error()) }),
-                None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
-            }
-        }
-        // Its unexpected rendezvous requests can never be answered.
-        self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
+        self.drop_served_by(rank, reason);
     }
 
     /// Fails the sends that need `rank` to match or answer.

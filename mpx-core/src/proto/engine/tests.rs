@@ -742,3 +742,98 @@ fn a_partly_discarded_message_is_never_delivered() {
         assert!(e[1].transfers.is_empty() && e[1].unexpected_len() == 0, "way {way}");
     }
 }
+
+#[test]
+fn this_ranks_own_sends_never_count_as_a_peer_not_reading() {
+    // The peer grants more slots than MAX_QUEUED_FRAMES and no credit: every
+    // send becomes a rendezvous request, queued while its link is blocked.
+    let config = Config::default();
+    let mut e = Engine::new(0, 2, config).unwrap();
+    let hello = {
+        let mut one = Engine::new(1, 2, config).unwrap();
+        let (_, mut hello) = next_frame(&mut one).unwrap();
+        hello.header.recv_id = 2 * MAX_QUEUED_FRAMES as u64;
+        hello.header.sig_len = 0;
+        hello
+    };
+    e.handle_frame(1, hello).unwrap();
+    let sends = MAX_QUEUED_FRAMES as u64 + 100;
+    for id in 0..sends {
+        e.post_send(id, SendMode::Standard, msg(1, 0, b"x"));
+    }
+    assert!(!e.is_failed(1), "{:?}", e.dead(1, false));
+    assert_eq!(e.peers[1].queue.len() as u64, sends + 1, "every request (and the hello) waits");
+}
+
+/// A rendezvous request from rank 0, as a hostile or scripted peer forges it.
+fn forged_rts(seq: u64, tag: i32) -> Frame {
+    Frame::control(Header { seq, tag, data_len: 10, send_id: seq + 1, ..Header::control(Kind::Rts, 0) })
+}
+
+/// Slots rank `e` granted rank 0 in the credit frames it queued for it.
+fn slots_granted(e: &mut Engine) -> u64 {
+    std::iter::from_fn(|| next_frame(e)).filter(|(_, f)| f.header.kind == Kind::Credit).map(|(_, f)| f.header.recv_id).sum()
+}
+
+#[test]
+fn a_finished_peer_gets_slots_for_what_it_still_sends_up_to_a_bound() {
+    let config = Config { rndv_slots: 4, ..Config::default() };
+    let mut e = pair(config);
+    e[1].post_recv(9, spec(Some(0), Some(7))); // tag 7 never comes
+    // Rank 0 says goodbye announcing a billion more messages, and sends a
+    // rendezvous request whenever it holds a slot.
+    e[1].handle_frame(0, Frame::control(Header { seq: 1_000_000_000, ..Header::control(Kind::Bye, 0) })).unwrap();
+    let (mut seq, mut slots) = (0, config.rndv_slots);
+    while slots > 0 {
+        for _ in 0..slots {
+            e[1].handle_frame(0, forged_rts(seq, 0)).unwrap();
+            seq += 1;
+        }
+        slots = slots_granted(&mut e[1]);
+    }
+    // What it makes rank 1 hold is bounded, whatever it announced.
+    assert_eq!(seq, config.rndv_slots + MAX_AFTER_GOODBYE);
+    assert_eq!(e[1].unexpected_len() as u64, seq);
+    assert!(!e[1].is_failed(0));
+    // The receive that waits for a message that cannot arrive before rank 1
+    // receives those fails, as does a new one; the messages stay.
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 9, result: Err(Error::ProcessFailed { rank: 0, .. }) }]), "{ev:?}");
+    e[1].post_recv(10, spec(Some(0), Some(7)));
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 10, result: Err(Error::ProcessFailed { .. }) }]));
+    e[1].post_recv(11, spec(Some(0), Some(0)));
+    assert!(events(&mut e[1]).is_empty(), "it matched a request, whose data is awaited");
+    // One request beyond the slots granted breaks the protocol.
+    assert!(e[1].handle_frame(0, forged_rts(seq, 0)).is_ok(), "the clear-to-send gave a slot back");
+    assert!(e[1].handle_frame(0, forged_rts(seq + 1, 0)).is_err());
+}
+
+#[test]
+fn crossing_goodbyes_lower_the_count_of_sends_that_fail() {
+    let config = Config { eager_threshold: 100, eager_credit: 300, rndv_slots: 1, ..Config::default() };
+    let mut e = pair(config);
+    // Three eager sends spend the credit, the fourth takes the one slot,
+    // the fifth waits.
+    for id in 1..=5 {
+        e[0].post_send(id, SendMode::Standard, msg(1, 0, b"0123456789"));
+    }
+    e[1].post_recv(9, spec(Some(0), Some(5))); // never matched
+    // Both ranks finish before either goodbye arrives.
+    e[0].farewell(false);
+    e[1].farewell(false);
+    pump(&mut e);
+    let sent = events(&mut e[0]);
+    let mut failed: Vec<ReqId> = sent
+        .iter()
+        .filter_map(|ev| match ev {
+            Event::SendDone { id, result: Err(Error::ProcessFailed { rank: 1, .. }) } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    failed.sort_unstable();
+    assert_eq!(failed, [4, 5], "the request that needs rank 1 and the send still waiting: {sent:?}");
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+    assert!(!e[0].is_failed(1) && !e[1].is_failed(0), "neither broke the protocol");
+    assert!(e[0].is_flushed() && e[1].is_flushed());
+    assert!(e[1].silent(0).is_some());
+}
