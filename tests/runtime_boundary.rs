@@ -242,3 +242,27 @@ async fn an_endpoint_refuses_a_rank_outside_the_world_and_frames_from_itself() {
     assert!(matches!(ep.handle_frame(5, forged), Err(Error::Protocol(_))));
     assert!(ep.world().iprobe(Any, Any).unwrap().is_none(), "nothing was queued");
 }
+
+/// A rank that panics while its link to a peer is full still says goodbye
+/// once the link drains: the peer's receive fails, and `launch` returns the
+/// panic promptly instead of waiting forever (no idle timeout is set).
+#[tokio::test(flavor = "current_thread")]
+async fn a_rank_that_panics_with_a_full_link_still_says_goodbye() {
+    let mut opts = LaunchOptions::ranks(2);
+    opts.link_capacity = 1024;
+    let run = mpx::launch_with(opts, |comm| async move {
+        if comm.rank() == 0 {
+            for _ in 0..4 {
+                comm.isend(&vec![7u8; 4096], 1, 0).free();
+            }
+            panic!("rank 0 gives up with its link full");
+        }
+        let r = comm.recv::<u8>(0, 99).await;
+        assert!(matches!(r, Err(Error::ProcessFailed { rank: 0, .. })), "{r:?}");
+        Ok(())
+    });
+    let started = std::time::Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(20), run).await.expect("launch returns");
+    assert!(matches!(&out, Err(Error::RankPanicked { rank: 0, message }) if message.contains("link full")), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

@@ -675,8 +675,9 @@ struct Peer {
     bulk: VecDeque<Bulk>,
     /// Answers to the peer in `queue` (see [`MAX_QUEUED_FRAMES`]).
     answers: usize,
-    /// A last frame for a peer this rank failed (telling it why), sent
-    /// even though nothing else goes to it any more.
+    /// The last frame for the peer, sent once its link can take it even
+    /// though nothing else goes to it any more: why this rank failed it, or,
+    /// once this rank is closed, its last goodbye.
     parting: Option<Frame>,
     /// Data frames this rank's last goodbye to the peer said it sends in
     /// all.
@@ -864,11 +865,12 @@ impl Engine {
     /// of rendezvous data, from each of the peer's transfers in turn. A
     /// rendezvous send completes when its last chunk is taken.
     pub fn poll_transmit(&mut self, dest: u32) -> Option<Frame> {
+        let closed = self.closed;
         let p = self.peers.get_mut(dest as usize)?;
         if p.blocked {
             return None;
         }
-        if p.failed.is_some() {
+        if p.failed.is_some() || closed {
             return p.parting.take();
         }
         if let Some(frame) = p.queue.pop_front() {
@@ -904,7 +906,14 @@ impl Engine {
     /// Gives back a frame the transport could not take for `dest`: it goes
     /// out first once the transport calls [`writable`](Engine::writable).
     pub fn unsend(&mut self, dest: u32, frame: Frame) {
+        let closed = self.closed;
         let Some(p) = self.peers.get_mut(dest as usize) else { return };
+        if p.failed.is_some() || closed {
+            // The last frame for the peer: it waits for the link again.
+            p.parting = Some(frame);
+            p.blocked = true;
+            return;
+        }
         p.queued_bytes += frame.payload.len();
         p.answers += usize::from(is_answer(frame.header.kind));
         p.queue.push_front(frame);
@@ -1893,8 +1902,37 @@ impl Engine {
     }
 
     /// Closes the engine: every operation still waiting fails with
-    /// [`Error::Finalized`], and every later one too.
+    /// [`Error::Finalized`], and every later one too, and the frames still
+    /// queued are dropped. A live peer still gets this rank's last goodbye
+    /// once its link can take it, even if an earlier one was among the
+    /// frames dropped: it counts the data frames that did go to the peer,
+    /// and says this rank failed if anything the peer could wait for was
+    /// dropped (a message, rendezvous data, an answer to a request).
     pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        let me = self.rank;
+        for dest in 0..self.size() {
+            if dest == me || self.peers[dest as usize].failed.is_some() {
+                continue;
+            }
+            let waits = self.sends.values().any(|s| matches!(s, PendingSend::Rendezvous { dest: d, .. } if *d == dest));
+            let p = &mut self.peers[dest as usize];
+            let is_data = |f: &&Frame| matches!(f.header.kind, Kind::Eager | Kind::Rts | Kind::Ready);
+            // Data frames go in order: the first one still queued is the
+            // first the peer will not get.
+            let unsent = p.queue.iter().find(is_data).map(|f| f.header.seq);
+            let sent = unsent.unwrap_or(p.next_seq);
+            let dropped = unsent.is_some() || waits || !p.held.is_empty() || !p.bulk.is_empty();
+            let goodbye_queued = p.queue.iter().any(|f| f.header.kind == Kind::Bye);
+            if goodbye_queued || dropped || p.announced != Some(sent) {
+                let failed = self.gave_up || dropped;
+                let header = Header { data_len: u64::from(failed), seq: sent, ..Header::control(Kind::Bye, me) };
+                p.parting = Some(Frame::control(header));
+                p.announced = Some(sent);
+            }
+        }
         self.closed = true;
         self.next_tick = None;
         self.limits.clear();
@@ -1918,6 +1956,11 @@ impl Engine {
             self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
         }
         self.unexpected.clear();
+        for dest in 0..self.size() {
+            if self.peers[dest as usize].parting.is_some() {
+                self.schedule(dest);
+            }
+        }
     }
 
     /// Whether [`close`](Engine::close) was called.

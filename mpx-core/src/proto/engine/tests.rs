@@ -837,3 +837,88 @@ fn crossing_goodbyes_lower_the_count_of_sends_that_fail() {
     assert!(e[0].is_flushed() && e[1].is_flushed());
     assert!(e[1].silent(0).is_some());
 }
+
+#[test]
+fn a_closed_rank_still_says_goodbye_once_its_link_drains() {
+    let mut e = pair(Config::default());
+    e[1].post_recv(9, spec(Some(0), Some(99)));
+    for id in 1..=4 {
+        e[0].post_send(id, SendMode::Standard, msg(1, 0, b"data"));
+    }
+    let (_, first) = next_frame(&mut e[0]).unwrap();
+    assert_eq!(first.header.kind, Kind::Eager);
+    // The link is full after the first message.
+    let dest = e[0].poll_writable().unwrap();
+    let second = e[0].poll_transmit(dest).unwrap();
+    e[0].unsend(dest, second);
+    // The program panics: the endpoint says it failed, then closes.
+    e[0].farewell(true);
+    e[0].close();
+    assert!(next_frame(&mut e[0]).is_none(), "nothing goes while the link is full");
+    e[1].handle_frame(0, first).unwrap();
+    e[0].writable(1);
+    let rest: Vec<Frame> = std::iter::from_fn(|| next_frame(&mut e[0])).map(|(_, f)| f).collect();
+    assert!(matches!(&rest[..], [f] if f.header.kind == Kind::Bye && f.header.seq == 1 && f.header.data_len == 1), "{rest:?}");
+    e[1].handle_frame(0, rest[0].clone()).unwrap();
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+    assert_eq!(e[1].unexpected_len(), 1, "the message that went can still be received");
+    assert!(!e[1].is_failed(0));
+    // The goodbye waits for the link again if the transport gives it back.
+    let mut e = pair(Config::default());
+    e[0].close();
+    let dest = e[0].poll_writable().unwrap();
+    let bye = e[0].poll_transmit(dest).unwrap();
+    assert_eq!(bye.header.kind, Kind::Bye);
+    e[0].unsend(dest, bye.clone());
+    assert!(next_frame(&mut e[0]).is_none());
+    e[0].writable(1);
+    assert_eq!(next_frame(&mut e[0]).map(|(_, f)| f), Some(bye));
+}
+
+#[test]
+fn a_rank_closed_after_its_goodbye_went_sends_nothing_more() {
+    let mut e = pair(Config::default());
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"x"));
+    e[0].farewell(false);
+    pump(&mut e);
+    e[0].close();
+    assert!(next_frame(&mut e[0]).is_none());
+}
+
+#[test]
+fn a_failed_goodbye_drops_what_only_that_rank_could_complete() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 100, ..Config::default() };
+    let mut e = pair(config);
+    let data = Bytes::from(vec![3u8; 1000]);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: data.clone(), ..msg(1, 0, b"") });
+    e[0].post_send(2, SendMode::Standard, Outgoing { data, ..msg(1, 0, b"") });
+    e[1].post_recv(5, spec(Some(0), Some(0)));
+    // Both requests go, the first is answered, one chunk of its data arrives.
+    for _ in 0..2 {
+        let (_, rts) = next_frame(&mut e[0]).unwrap();
+        e[1].handle_frame(0, rts).unwrap();
+    }
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    let (_, chunk) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, chunk).unwrap();
+    e[0].farewell(true);
+    pump(&mut e);
+    let mut sent: Vec<(ReqId, bool)> = events(&mut e[0])
+        .into_iter()
+        .map(|ev| match ev {
+            Event::SendDone { id, result } => (id, matches!(result, Err(Error::Finalized))),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    sent.sort_unstable();
+    assert_eq!(sent, [(1, true), (2, true)]);
+    // The transfer in flight fails, the unanswered request is dropped, and
+    // nothing more can come from rank 0.
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+    assert_eq!(e[1].unexpected_len(), 0);
+    e[1].post_recv(6, spec(Some(0), None));
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+    assert!(!e[0].is_failed(1) && !e[1].is_failed(0));
+    assert!(e[0].is_flushed() && e[1].is_flushed());
+}
