@@ -1368,9 +1368,10 @@ impl Engine {
     /// is being (or was) dropped because that receive could not hold it
     /// stays so after the receive is withdrawn, and can never be delivered
     /// whole. Whichever receive owns it when its last byte arrives, or
-    /// takes it from the queue afterwards, fails with [`Error::Truncate`],
-    /// never succeeds. A receive that takes over a message in flight
-    /// bounds it by its own limit too.
+    /// takes it from the queue afterwards, fails with [`Error::Truncate`]
+    /// (its `available` is the limit for which the data was dropped), never
+    /// succeeds. A receive that takes over a message in flight bounds it by
+    /// its own limit too.
     pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
         if self.cancel_recv(id) {
             return true;
