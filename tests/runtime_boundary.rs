@@ -253,7 +253,7 @@ async fn a_rank_that_panics_with_a_full_link_still_says_goodbye() {
     let run = mpx::launch_with(opts, |comm| async move {
         if comm.rank() == 0 {
             for _ in 0..4 {
-                comm.isend(&vec![7u8; 4096], 1, 0).free();
+                comm.isend(&[7u8; 4096][..], 1, 0).free();
             }
             panic!("rank 0 gives up with its link full");
         }
