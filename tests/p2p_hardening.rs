@@ -367,18 +367,18 @@ async fn a_forged_signature_length_is_refused_at_once() {
     let config = mpx::proto::engine::Config::default();
     let from_zero = Capture::default();
     // Rank 0's hello, as its endpoint sends it.
-    let _zero = mpx::Endpoint::new(0, 2, config, from_zero.clone());
-    let one = mpx::Endpoint::new(1, 2, config, Capture::default());
+    let _zero = mpx::Endpoint::new(0, 2, config, from_zero.clone()).unwrap();
+    let one = mpx::Endpoint::new(1, 2, config, Capture::default()).unwrap();
     let frames: Vec<_> = from_zero.0.lock().unwrap().drain(..).collect();
     let (_, hello) = frames.into_iter().find(|(d, _)| *d == 1).expect("a hello for rank 1");
-    one.handle_frame(0, hello);
+    one.handle_frame(0, hello).unwrap();
     let mut header = mpx::proto::wire::Header {
         sig_hash: 1,
         sig_len: 1 << 32,
         ..mpx::proto::wire::Header::control(mpx::proto::wire::Kind::Eager, 0)
     };
     header.data_len = 4;
-    one.handle_frame(0, mpx::proto::wire::Frame { header, payload: bytes::Bytes::from_static(&[0, 0, 0, 5]) });
+    one.handle_frame(0, mpx::proto::wire::Frame { header, payload: bytes::Bytes::from_static(&[0, 0, 0, 5]) }).unwrap();
     let mut got = [0u32; 1];
     let started = std::time::Instant::now();
     let r = one.world().recv_into(&mut got, 0, 0).await;
@@ -447,11 +447,41 @@ fn an_endpoint_owns_its_drivers_guard() {
         }
     }
     let dropped = Arc::new(AtomicBool::new(false));
-    let endpoint = mpx::Endpoint::new(0, 2, mpx::proto::engine::Config::default(), Capture::default());
+    let endpoint = mpx::Endpoint::new(0, 2, mpx::proto::engine::Config::default(), Capture::default()).unwrap();
     endpoint.own(Guard(dropped.clone()));
     let comm = endpoint.world();
     drop(endpoint);
     assert!(!dropped.load(Ordering::SeqCst), "a communicator still holds the endpoint");
     drop(comm);
     assert!(dropped.load(Ordering::SeqCst));
+}
+
+/// A rank that frees far more sends than its credit and slots let through
+/// and returns is not cut off: its sends follow its goodbye under the usual
+/// flow control, and the receiver gets every one, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_that_returns_with_many_held_sends_delivers_them_all() {
+    const SENDS: u32 = 70_000;
+    let mut opts = LaunchOptions::ranks(2);
+    opts.engine.eager_credit = 2000;
+    opts.engine.rndv_slots = 1;
+    let run = launch_with(opts, |comm| async move {
+        if comm.rank() == 0 {
+            for i in 0..SENDS {
+                comm.isend(std::slice::from_ref(&i), 1, 0).free();
+            }
+            return Ok(0);
+        }
+        let mut got = [0u32];
+        for i in 0..SENDS {
+            comm.recv_into(&mut got[..], 0, 0).await?;
+            assert_eq!(got, [i]);
+        }
+        // And then nothing more comes.
+        let r = comm.recv::<u32>(0, 0).await;
+        assert!(matches!(r, Err(Error::ProcessFailed { rank: 0, .. })), "{r:?}");
+        Ok(SENDS)
+    });
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("launch returns").unwrap();
+    assert_eq!(out[1], SENDS);
 }

@@ -56,8 +56,8 @@ fn poll_until_done(reqs: &mut [&mut Request<'_>]) -> usize {
 fn a_test_loop_progresses_without_a_driver() {
     let queues = Arc::new(vec![Mutex::new(VecDeque::new()), Mutex::new(VecDeque::new())]);
     let config = Config { eager_threshold: 8, ..Config::default() };
-    let a = Endpoint::new(0, 2, config, Queues { me: 0, queues: queues.clone() }).world();
-    let b = Endpoint::new(1, 2, config, Queues { me: 1, queues }).world();
+    let a = Endpoint::new(0, 2, config, Queues { me: 0, queues: queues.clone() }).unwrap().world();
+    let b = Endpoint::new(1, 2, config, Queues { me: 1, queues }).unwrap().world();
     let data: Vec<u64> = (0..100).collect();
     let mut inbox = vec![0u64; 100];
     // A synchronous (rendezvous) send needs RTS, CTS and data to travel:

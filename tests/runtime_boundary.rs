@@ -60,7 +60,7 @@ async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
         receivers.push(rx);
     }
     let endpoints: Vec<Endpoint> = (0..3)
-        .map(|r| Endpoint::new(r, 3, config, Net { me: r, inboxes: senders.clone(), stall: stall.clone() }))
+        .map(|r| Endpoint::new(r, 3, config, Net { me: r, inboxes: senders.clone(), stall: stall.clone() }).unwrap())
         .collect();
     let _ = stall.sender.set(endpoints[0].downgrade());
     for (r, mut rx) in receivers.into_iter().enumerate() {
@@ -68,7 +68,7 @@ async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
         tokio::spawn(async move {
             while let Some((from, frame)) = rx.recv().await {
                 let Some(ep) = ep.upgrade() else { return };
-                ep.handle_frame(from, frame);
+                ep.handle_frame(from, frame).unwrap();
             }
         });
     }
@@ -184,7 +184,7 @@ async fn a_silent_peer_fails_after_the_idle_timeout() {
     let mute = Arc::new(AtomicBool::new(false));
     let (inboxes, receivers): (Vec<_>, Vec<_>) = (0..2).map(|_| unbounded_channel()).unzip();
     let eps: Vec<Endpoint> =
-        (0..2).map(|r| Endpoint::new(r, 2, config, Lossy { me: r, inboxes: inboxes.clone(), mute: mute.clone() })).collect();
+        (0..2).map(|r| Endpoint::new(r, 2, config, Lossy { me: r, inboxes: inboxes.clone(), mute: mute.clone() }).unwrap()).collect();
     // Each endpoint's driver: its inbox and its timers.
     for (ep, mut rx) in eps.iter().zip(receivers) {
         let weak = ep.downgrade();
@@ -197,7 +197,7 @@ async fn a_silent_peer_fails_after_the_idle_timeout() {
                 let Some(at) = weak.upgrade().and_then(|ep| ep.poll_timeout()) else { return };
                 tokio::select! {
                     got = rx.recv() => match (got, weak.upgrade()) {
-                        (Some((from, frame)), Some(ep)) => ep.handle_frame(from, frame),
+                        (Some((from, frame)), Some(ep)) => ep.handle_frame(from, frame).unwrap(),
                         _ => return,
                     },
                     _ = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
@@ -221,4 +221,48 @@ async fn a_silent_peer_fails_after_the_idle_timeout() {
     let waited = started.elapsed();
     assert!(matches!(r, Err(Error::ProcessFailed { rank: 1, .. })), "{r:?}");
     assert!(waited >= Duration::from_secs(2) && waited <= Duration::from_secs(5), "failed after {waited:?}");
+}
+
+/// An endpoint is not made for a rank outside its world, and refuses
+/// frames that claim to come from itself (its messages to itself never
+/// reach a transport).
+#[tokio::test(flavor = "current_thread")]
+async fn an_endpoint_refuses_a_rank_outside_the_world_and_frames_from_itself() {
+    let (tx, _rx) = unbounded_channel();
+    let net = |me| Lossy { me, inboxes: vec![tx.clone(), tx.clone()], mute: Arc::new(AtomicBool::new(false)) };
+    let r = Endpoint::new(2, 2, Config::default(), net(2));
+    assert!(matches!(r, Err(Error::InvalidRank { rank: 2, size: 2 })), "{r:?}");
+    assert!(Endpoint::new(0, 0, Config::default(), net(0)).is_err());
+    let ep = Endpoint::new(0, 2, Config::default(), net(0)).unwrap();
+    let forged = Frame {
+        header: mpx::proto::wire::Header { seq: 0, ..mpx::proto::wire::Header::control(mpx::proto::wire::Kind::Eager, 0) },
+        payload: bytes::Bytes::from_static(b"forged"),
+    };
+    assert!(matches!(ep.handle_frame(0, forged.clone()), Err(Error::Protocol(_))));
+    assert!(matches!(ep.handle_frame(5, forged), Err(Error::Protocol(_))));
+    assert!(ep.world().iprobe(Any, Any).unwrap().is_none(), "nothing was queued");
+}
+
+/// A rank that panics while its link to a peer is full still says goodbye
+/// once the link drains: the peer's receive fails, and `launch` returns the
+/// panic promptly instead of waiting forever (no idle timeout is set).
+#[tokio::test(flavor = "current_thread")]
+async fn a_rank_that_panics_with_a_full_link_still_says_goodbye() {
+    let mut opts = LaunchOptions::ranks(2);
+    opts.link_capacity = 1024;
+    let run = mpx::launch_with(opts, |comm| async move {
+        if comm.rank() == 0 {
+            for _ in 0..4 {
+                comm.isend(&[7u8; 4096][..], 1, 0).free();
+            }
+            panic!("rank 0 gives up with its link full");
+        }
+        let r = comm.recv::<u8>(0, 99).await;
+        assert!(matches!(r, Err(Error::ProcessFailed { rank: 0, .. })), "{r:?}");
+        Ok(())
+    });
+    let started = std::time::Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(20), run).await.expect("launch returns");
+    assert!(matches!(&out, Err(Error::RankPanicked { rank: 0, message }) if message.contains("link full")), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
 }

@@ -147,8 +147,13 @@ impl World {
     /// Hands one delivery to `me`'s endpoint, then frees its room on the
     /// link and wakes the sender if it was refused.
     fn deliver(&self, me: u32, inbox: &mut Inbox, (from, packet, size): Delivery, endpoint: &Endpoint) {
+        // A frame the endpoint refuses has failed its sender there (or
+        // names no peer); the endpoint traces it, and drops that sender's
+        // later frames.
         match packet {
-            Packet::Frame(frame) => endpoint.handle_frame(from, frame),
+            Packet::Frame(frame) => {
+                let _ = endpoint.handle_frame(from, frame);
+            }
             Packet::Bytes(chunks) => {
                 let stream = &mut inbox.streams[from as usize];
                 for chunk in chunks {
@@ -156,7 +161,9 @@ impl World {
                 }
                 loop {
                     match self.decoder.decode(stream) {
-                        Ok(Some(frame)) => endpoint.handle_frame(from, frame),
+                        Ok(Some(frame)) => {
+                            let _ = endpoint.handle_frame(from, frame);
+                        }
                         Ok(None) => break,
                         Err(e) => {
                             stream.clear();
@@ -383,7 +390,7 @@ where
             let transport = Loopback { world: world.clone(), me: rank as u32 };
             Endpoint::new(rank as u32, n as u32, options.engine, transport)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let _ = world.endpoints.set(endpoints.iter().map(Endpoint::downgrade).collect());
     let mut tasks = Tasks(Vec::with_capacity(2 * n));
     for (rank, endpoint) in endpoints.iter().enumerate() {

@@ -56,11 +56,11 @@
 //! data is cut into chunks only as the transport asks for frames, so a large
 //! transfer holds back a small message or a control frame to the same peer
 //! for at most one chunk, and queued data never exceeds the credit granted
-//! plus the frames of operations this rank has started. A transport that
-//! cannot take more for a peer gives the frame back
-//! ([`unsend`](Engine::unsend)); other peers are not held up. A peer that
-//! lets more than [`MAX_QUEUED_FRAMES`] frames pile up (it stopped reading)
-//! fails.
+//! plus the frames of operations this rank has started. The transfers to
+//! one peer take turns, a chunk each, so a small rendezvous message waits
+//! for at most one chunk of each transfer ahead of it, not for their ends.
+//! A transport that cannot take more for a peer gives the frame back
+//! ([`unsend`](Engine::unsend)); other peers are not held up.
 //!
 //! # Matching
 //!
@@ -78,10 +78,28 @@
 //! limit, answering nothing, rendezvous data of the wrong length) fails
 //! that peer: every operation that depends on it completes with
 //! [`Error::ProcessFailed`], and its later frames are dropped. A peer that
-//! says goodbye (its program returned) fails the operations that need it to
-//! match. With [`Config::idle_timeout`] set, a peer that sends nothing for
-//! that long fails too; idle connections carry pings often enough that a
-//! live peer never looks silent.
+//! lets more than [`MAX_QUEUED_FRAMES`] answers pile up (it stopped
+//! reading) fails too. With [`Config::idle_timeout`] set, a peer that
+//! sends nothing for that long fails too; idle connections carry pings
+//! often enough that a live peer never looks silent.
+//!
+//! # Goodbyes
+//!
+//! A rank whose program has ended ([`farewell`](Engine::farewell)) says
+//! goodbye to every peer at once, with the number of data frames it sends
+//! that peer in all: its sends still waiting for credit or slots follow
+//! under the usual flow control. The peer fails at once what needs the
+//! finished rank to match, and what waits for its messages once the last
+//! has arrived. While the finished rank's remaining sends wait for slots
+//! that its unmatched requests hold, the peer grants it more, up to
+//! [`MAX_AFTER_GOODBYE`] beyond the usual, so that all of them arrive
+//! whatever the peer's program receives first; past that bound, a receive
+//! naming the finished rank that finds no match fails until the peer's
+//! program has received some of what it holds. If the peer finishes too
+//! before those sends go, they fail, and a second goodbye lowers the count.
+//! A goodbye that says the rank failed means it serves nothing more: its
+//! unanswered rendezvous requests and its data in flight are dropped (a
+//! receive that owns one fails).
 //!
 //! An any-source receive is not failed when every other rank is gone: this
 //! rank may still send to itself. The engine reports it as
@@ -100,16 +118,20 @@ use crate::error::{Error, Result};
 /// Identifies a send or receive operation within one engine.
 pub type ReqId = u64;
 
-/// Most frames that may wait for one peer before it is failed for not
-/// reading. Data frames are bounded by credit far below this; the frames
-/// that could pile up are answers to a peer's own frames (ready answers,
-/// clear-to-sends) that it never reads.
+/// Most answers (clear-to-sends, ready answers, credit, pings) that may
+/// wait for one peer before it is failed for not reading them: they are
+/// what a peer's own frames make this rank queue. This rank's own messages
+/// are bounded by the credit and slots the peer grants, and by the
+/// operations this rank's program started, and do not count.
 pub const MAX_QUEUED_FRAMES: usize = 1 << 16;
 
-/// Most messages a peer may announce in its goodbye beyond those already
-/// received: its sends that were waiting for credit, which then arrive as
-/// rendezvous requests beyond the slots granted. This bounds what a
-/// finishing peer can make this rank hold.
+/// Most rendezvous slots this rank grants a finished peer beyond
+/// [`Config::rndv_slots`]. A peer's sends still waiting for credit or slots
+/// when it says goodbye follow under the usual flow control; while they
+/// wait for slots its unmatched requests hold here, this rank grants more,
+/// so that all it still sends arrives and a receive naming it can fail once
+/// none is left, whatever this rank's program receives first. This bounds
+/// the requests a finished peer makes this rank hold, whatever it announced.
 pub const MAX_AFTER_GOODBYE: u64 = 1 << 16;
 
 /// Largest type description a message may carry (see
@@ -120,6 +142,12 @@ pub const MAX_DESC_LEN: u32 = 16 << 20;
 /// Most bytes reserved up front for gathering a rendezvous message's
 /// chunks; a longer message's buffer grows as its data arrives.
 const GATHER_RESERVE_CAP: u64 = 64 << 20;
+
+/// Smallest frame payload every rank accepts: a hello announcing less fails
+/// its peer (frames that small would carry less data than header, and a
+/// large transfer would take millions of them). [`Config::max_payload`] is
+/// never below it.
+pub const MIN_PAYLOAD: usize = 64;
 
 /// Tunables of the protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,31 +187,99 @@ impl Default for Config {
 
 impl Config {
     /// The largest frame payload this configuration produces or accepts:
-    /// the cap for a stream decoder.
+    /// the cap for a stream decoder, and what its hello announces. At least
+    /// [`MIN_PAYLOAD`].
     pub fn max_payload(&self) -> usize {
-        self.eager_threshold.max(self.rndv_chunk)
+        self.eager_threshold.max(self.rndv_chunk).max(MIN_PAYLOAD)
     }
 }
 
-/// An identifier of this machine's native data representation: byte order
-/// and the sizes of the C types whose size varies between platforms. Peers
-/// with equal identifiers exchange native data.
-pub fn native_repr_id() -> u64 {
-    use std::ffi::{c_int, c_long, c_longlong, c_short};
-    let sizes = [
-        std::mem::size_of::<c_short>(),
-        std::mem::size_of::<c_int>(),
-        std::mem::size_of::<c_long>(),
-        std::mem::size_of::<c_longlong>(),
-        std::mem::size_of::<usize>(),
-        std::mem::align_of::<f64>(),
-        std::mem::align_of::<u64>(),
-    ];
-    let mut id = u64::from(cfg!(target_endian = "big")) + 1;
-    for s in sizes {
-        id = id.wrapping_mul(31).wrapping_add(s as u64);
+/// The layout of the C types whose representation varies between
+/// platforms, as [`native_repr_id`] identifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NativeLayout {
+    /// Whether integers are big-endian.
+    big_endian: bool,
+    /// Sizes of `short`, `int`, `long`, `long long` and `usize`.
+    int_sizes: [usize; 5],
+    /// Alignments of `f64` and `u64`.
+    aligns: [usize; 2],
+    /// Size and alignment of `wchar_t`.
+    wchar: (usize, usize),
+    /// Size and alignment of `long double`, and its format.
+    long_double: (usize, usize, LongDoubleFormat),
+}
+
+/// The format of C `long double` on a platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LongDoubleFormat {
+    /// A platform mpx does not know: only peers of the same architecture
+    /// are assumed to share it (see [`NativeLayout::native`]).
+    Unknown,
+    /// The same as `double` (IEEE binary64): MSVC, 32-bit ARM, Apple arm64.
+    Double,
+    /// x87 80-bit extended precision, padded (x86 and x86-64 outside MSVC).
+    X87,
+    /// IEEE binary128 (64-bit ARM, RISC-V, LoongArch and s390x Linux).
+    Binary128,
+    /// IBM double-double (64-bit PowerPC).
+    DoubleDouble,
+}
+
+impl NativeLayout {
+    /// This target's layout.
+    const fn native() -> NativeLayout {
+        use std::ffi::{c_int, c_long, c_longlong, c_short};
+        use std::mem::{align_of, size_of};
+        use LongDoubleFormat::*;
+        let long_double = if cfg!(target_env = "msvc") {
+            (8, 8, Double)
+        } else if cfg!(any(target_arch = "x86_64", all(target_arch = "x86", target_vendor = "apple"))) {
+            (16, 16, X87)
+        } else if cfg!(target_arch = "x86") {
+            (12, 4, X87)
+        } else if cfg!(all(target_arch = "aarch64", any(target_vendor = "apple", windows))) {
+            (8, 8, Double)
+        } else if cfg!(target_arch = "s390x") {
+            (16, 8, Binary128)
+        } else if cfg!(any(target_arch = "aarch64", target_arch = "riscv64", target_arch = "loongarch64")) {
+            (16, 16, Binary128)
+        } else if cfg!(target_arch = "powerpc64") {
+            (16, 16, DoubleDouble)
+        } else if cfg!(any(target_arch = "arm", target_arch = "wasm32")) {
+            (8, 8, Double)
+        } else {
+            (0, 0, Unknown)
+        };
+        NativeLayout {
+            big_endian: cfg!(target_endian = "big"),
+            int_sizes: [size_of::<c_short>(), size_of::<c_int>(), size_of::<c_long>(), size_of::<c_longlong>(), size_of::<usize>()],
+            aligns: [align_of::<f64>(), align_of::<u64>()],
+            wchar: if cfg!(windows) { (2, 2) } else { (4, 4) },
+            long_double,
+        }
     }
-    id
+
+    /// The identifier of this layout: equal layouts, equal identifiers.
+    fn id(&self) -> u64 {
+        let (ld_size, ld_align, format) = self.long_double;
+        let mut words = vec![u64::from(self.big_endian) + 1];
+        words.extend(self.int_sizes.iter().chain(&self.aligns).map(|&s| s as u64));
+        words.extend([self.wchar.0 as u64, self.wchar.1 as u64, ld_size as u64, ld_align as u64, format as u64]);
+        if format == LongDoubleFormat::Unknown {
+            // Only the same architecture is assumed to share an unknown format.
+            words.extend(std::env::consts::ARCH.bytes().map(u64::from));
+        }
+        words.into_iter().fold(0u64, |id, w| id.wrapping_mul(31).wrapping_add(w))
+    }
+}
+
+/// An identifier of this machine's native data representation: byte order,
+/// the sizes of the C integer types whose size varies between platforms,
+/// and the sizes, alignments and formats of `wchar_t` and `long double`.
+/// Peers with equal identifiers exchange native data.
+pub fn native_repr_id() -> u64 {
+    NativeLayout::native().id()
 }
 
 /// The four MPI send modes.
@@ -204,6 +300,12 @@ pub enum SendMode {
 /// so even empty messages are bounded.
 fn eager_cost(len: usize) -> u64 {
     (len + HEADER_LEN) as u64
+}
+
+/// Whether a frame of `kind` answers the peer's own frames (rather than
+/// carrying this rank's messages or its hello and goodbye).
+fn is_answer(kind: Kind) -> bool {
+    matches!(kind, Kind::Cts | Kind::ReadyAck | Kind::Credit | Kind::Ping)
 }
 
 /// The envelope and data of an outgoing message.
@@ -407,21 +509,42 @@ struct Transfer {
     /// the unexpected queue (or in a matched probe's hands) as
     /// [`Body::InFlight`].
     owner: Option<ReqId>,
-    /// Chunks received so far.
+    /// Chunks received so far: kept, or (for a message longer than a
+    /// receive that matched it holds) counted and dropped.
     received: Received,
-    /// The receive that matched holds at most this many bytes and the
-    /// message is longer: its data is counted, not kept.
-    truncated_at: Option<u64>,
     /// Whether every byte has arrived.
     complete: bool,
+}
+
+impl Transfer {
+    /// A receive that holds at most `limit` bytes of data owns the
+    /// transfer: if the message is longer, its data is dropped from now on
+    /// (and what was kept so far too).
+    fn bound(&mut self, limit: Option<u64>) {
+        if let Some(limit) = limit.filter(|&limit| self.envelope.len > limit) {
+            self.received.discard(limit);
+        }
+    }
+
+    /// What the receive that owns the complete transfer gets: the message,
+    /// or [`Error::Truncate`] if its data was dropped (never a message
+    /// with part of its data missing).
+    fn into_result(self) -> Result<Delivered> {
+        match self.received.into_kept() {
+            Ok(data) => Ok(Delivered::new(self.envelope, data, 0)),
+            Err(available) => Err(Error::Truncate { needed: self.envelope.len, available }),
+        }
+    }
 }
 
 /// The data of a rendezvous transfer as its chunks arrive.
 enum Received {
     Nothing,
-    /// Bytes counted and dropped: the message is longer than its receive
-    /// can hold, which will fail with [`Error::Truncate`].
-    Discarded(u64),
+    /// `counted` bytes counted and dropped: the message is longer than
+    /// `limit`, the most a receive that matched it holds. It is never
+    /// delivered: whichever receive owns it when its last byte arrives
+    /// fails with [`Error::Truncate`].
+    Discarded { counted: u64, limit: u64 },
     /// One chunk, kept without a copy (the whole message, once complete).
     One(Bytes),
     /// Several chunks, gathered.
@@ -432,16 +555,34 @@ impl Received {
     fn len(&self) -> u64 {
         match self {
             Received::Nothing => 0,
-            Received::Discarded(n) => *n,
+            Received::Discarded { counted, .. } => *counted,
             Received::One(b) => b.len() as u64,
             Received::Gathered(b) => b.len() as u64,
         }
     }
 
+    /// Bytes kept in memory (counted bytes are not).
+    fn kept(&self) -> u64 {
+        match self {
+            Received::Discarded { .. } => 0,
+            other => other.len(),
+        }
+    }
+
+    /// Drops what was kept and counts the rest without keeping it, for a
+    /// receive that holds at most `limit` bytes.
+    fn discard(&mut self, limit: u64) {
+        let limit = match self {
+            Received::Discarded { limit: earlier, .. } => limit.min(*earlier),
+            _ => limit,
+        };
+        *self = Received::Discarded { counted: self.len(), limit };
+    }
+
     /// Adds the next chunk of a `total`-byte message.
     fn push(&mut self, chunk: Bytes, total: u64) {
         *self = match std::mem::replace(self, Received::Nothing) {
-            Received::Discarded(n) => Received::Discarded(n + chunk.len() as u64),
+            Received::Discarded { counted, limit } => Received::Discarded { counted: counted + chunk.len() as u64, limit },
             Received::Nothing => Received::One(chunk),
             Received::One(first) => {
                 // Room in proportion to what has really arrived (the length
@@ -462,11 +603,14 @@ impl Received {
         }
     }
 
-    fn take(&mut self) -> Bytes {
-        match std::mem::replace(self, Received::Nothing) {
-            Received::Nothing | Received::Discarded(_) => Bytes::new(),
-            Received::One(b) => b,
-            Received::Gathered(b) => b.freeze(),
+    /// The data kept, or the limit of the receive for which it was
+    /// discarded.
+    fn into_kept(self) -> std::result::Result<Bytes, u64> {
+        match self {
+            Received::Nothing => Ok(Bytes::new()),
+            Received::Discarded { limit, .. } => Err(limit),
+            Received::One(b) => Ok(b),
+            Received::Gathered(b) => Ok(b.freeze()),
         }
     }
 }
@@ -529,9 +673,15 @@ struct Peer {
     queued_bytes: usize,
     /// Rendezvous data to stream, in chunks, after `queue`.
     bulk: VecDeque<Bulk>,
-    /// A last frame for a peer this rank failed (telling it why), sent
-    /// even though nothing else goes to it any more.
+    /// Answers to the peer in `queue` (see [`MAX_QUEUED_FRAMES`]).
+    answers: usize,
+    /// The last frame for the peer, sent once its link can take it even
+    /// though nothing else goes to it any more: why this rank failed it, or,
+    /// once this rank is closed, its last goodbye.
     parting: Option<Frame>,
+    /// Data frames this rank's last goodbye to the peer said it sends in
+    /// all.
+    announced: Option<u64>,
     /// In the engine's list of peers with output.
     scheduled: bool,
     /// The transport cannot take more for this peer for now.
@@ -549,6 +699,9 @@ struct Peer {
     owed: u64,
     /// The peer's rendezvous requests not yet answered with a CTS.
     slots_in_use: u64,
+    /// Rendezvous slots granted to the peer beyond [`Config::rndv_slots`]
+    /// after its goodbye (at most [`MAX_AFTER_GOODBYE`]).
+    extra_slots: u64,
     /// Something came from the peer since the last timeout check.
     heard: bool,
     last_heard: Option<Instant>,
@@ -582,6 +735,9 @@ pub struct Engine {
     next_id: ReqId,
     /// This rank has said goodbye: it posts no more receives.
     finished: bool,
+    /// This rank's goodbye said it failed: it serves no more rendezvous
+    /// transfers.
+    gave_up: bool,
     /// The endpoint is closed: every operation fails.
     closed: bool,
     /// When the engine next wants [`handle_timeout`](Engine::handle_timeout).
@@ -590,8 +746,12 @@ pub struct Engine {
 
 impl Engine {
     /// An engine for `rank` of a world of `size` ranks. Its hellos are the
-    /// first frames queued for every peer.
-    pub fn new(rank: u32, size: u32, config: Config) -> Engine {
+    /// first frames queued for every peer. A rank outside the world is
+    /// [`Error::InvalidRank`].
+    pub fn new(rank: u32, size: u32, config: Config) -> Result<Engine> {
+        if rank >= size {
+            return Err(Error::InvalidRank { rank: i64::from(rank), size });
+        }
         let mut engine = Engine {
             rank,
             config,
@@ -606,6 +766,7 @@ impl Engine {
             events: VecDeque::new(),
             next_id: 1,
             finished: false,
+            gave_up: false,
             closed: false,
             next_tick: None,
         };
@@ -623,7 +784,7 @@ impl Engine {
             engine.push_frame(dest, Frame::control(hello));
         }
         engine.handle_local();
-        engine
+        Ok(engine)
     }
 
     /// This engine's rank.
@@ -661,11 +822,12 @@ impl Engine {
             return;
         }
         p.queued_bytes += frame.payload.len();
+        p.answers += usize::from(is_answer(frame.header.kind));
         p.queue.push_back(frame);
-        let too_many = p.queue.len() > MAX_QUEUED_FRAMES;
+        let too_many = p.answers > MAX_QUEUED_FRAMES;
         self.schedule(dest);
         if too_many {
-            self.fail_peer(dest, "it stopped reading: too many frames wait for it");
+            self.fail_peer(dest, "it stopped reading: too many answers wait for it");
         }
     }
 
@@ -681,7 +843,7 @@ impl Engine {
     fn handle_local(&mut self) {
         while let Some(frame) = self.local.pop_front() {
             // Frames the engine made itself cannot break the protocol.
-            let _ = self.handle_frame(self.rank, frame);
+            let _ = self.handle_peer_frame(self.rank, frame);
         }
     }
 
@@ -700,18 +862,20 @@ impl Engine {
     }
 
     /// The next frame for `dest`: queued frames first, then the next chunk
-    /// of rendezvous data. A rendezvous send completes when its last chunk
-    /// is taken.
+    /// of rendezvous data, from each of the peer's transfers in turn. A
+    /// rendezvous send completes when its last chunk is taken.
     pub fn poll_transmit(&mut self, dest: u32) -> Option<Frame> {
+        let closed = self.closed;
         let p = self.peers.get_mut(dest as usize)?;
         if p.blocked {
             return None;
         }
-        if p.failed.is_some() {
+        if p.failed.is_some() || closed {
             return p.parting.take();
         }
         if let Some(frame) = p.queue.pop_front() {
             p.queued_bytes -= frame.payload.len();
+            p.answers -= usize::from(is_answer(frame.header.kind));
             p.sent = true;
             return Some(frame);
         }
@@ -731,6 +895,10 @@ impl Engine {
         if b.offset == b.data.len() {
             let done = p.bulk.pop_front().expect("the front was just used");
             self.events.push_back(Event::SendDone { id: done.send_id, result: Ok(()) });
+        } else {
+            // Transfers to one peer take turns, a chunk each: a small one
+            // waits for at most a chunk of each transfer ahead of it.
+            p.bulk.rotate_left(1);
         }
         Some(frame)
     }
@@ -738,8 +906,16 @@ impl Engine {
     /// Gives back a frame the transport could not take for `dest`: it goes
     /// out first once the transport calls [`writable`](Engine::writable).
     pub fn unsend(&mut self, dest: u32, frame: Frame) {
+        let closed = self.closed;
         let Some(p) = self.peers.get_mut(dest as usize) else { return };
+        if p.failed.is_some() || closed {
+            // The last frame for the peer: it waits for the link again.
+            p.parting = Some(frame);
+            p.blocked = true;
+            return;
+        }
         p.queued_bytes += frame.payload.len();
+        p.answers += usize::from(is_answer(frame.header.kind));
         p.queue.push_front(frame);
         p.blocked = true;
     }
@@ -857,6 +1033,26 @@ impl Engine {
             .sum()
     }
 
+    /// Bytes of `source`'s message data (type descriptions left out) this
+    /// engine holds outside its eager credit: data gathered for rendezvous
+    /// transfers, and queued messages that hold no credit (rendezvous data
+    /// whose receive was withdrawn, messages given back by abandoned
+    /// receives). Never above what the receives that matched those
+    /// messages hold (see [`post_recv_limited`](Engine::post_recv_limited)).
+    pub fn rendezvous_bytes(&self, source: u32) -> u64 {
+        let desc = |e: &Envelope| u64::from(e.desc_len);
+        let gathered = self
+            .transfers
+            .values()
+            .filter(|t| t.envelope.source == source)
+            .map(|t| t.received.kept().saturating_sub(desc(&t.envelope)));
+        let queued = self.unexpected.iter().filter(|u| u.envelope.source == source).map(|u| match &u.body {
+            Body::Data { data, credit: 0 } => (data.len() as u64).saturating_sub(desc(&u.envelope)),
+            _ => 0,
+        });
+        gathered.chain(queued).sum()
+    }
+
     /// Eager credit (bytes, headers included) `source` has spent here and
     /// not been given back: never above [`Config::eager_credit`].
     pub fn credit_in_use(&self, source: u32) -> u64 {
@@ -915,11 +1111,34 @@ impl Engine {
         p.failed.is_some() || (p.finished && p.final_seq.is_some_and(|last| p.expected_seq >= last))
     }
 
+    /// Whether `rank` finished with more messages for this rank than this
+    /// rank takes in unmatched (see [`MAX_AFTER_GOODBYE`]): the rest can
+    /// arrive only as this rank receives those it holds.
+    fn stalled(&self, rank: u32) -> bool {
+        let p = &self.peers[rank as usize];
+        p.finished
+            && p.failed.is_none()
+            && !self.sends_no_more(rank)
+            && p.extra_slots >= MAX_AFTER_GOODBYE
+            && p.slots_in_use >= self.config.rndv_slots.saturating_add(p.extra_slots)
+    }
+
+    /// Why a receive naming a [stalled](Engine::stalled) peer fails.
+    fn stalled_reason() -> String {
+        format!(
+            "it finished with more messages for this rank than this rank takes in unmatched \
+             ({MAX_AFTER_GOODBYE} rendezvous requests beyond its slots): receive those first"
+        )
+    }
+
     /// Why a receive naming `rank` can never be matched: it failed, or it
-    /// finished and all it sent has arrived.
+    /// finished and all it sent has arrived (or what it still sends cannot
+    /// arrive before this rank receives what it holds of it).
     pub fn silent(&self, rank: u32) -> Option<Error> {
         self.peers.get(rank as usize)?;
-        self.gone(rank).or_else(|| self.sends_no_more(rank).then(|| Self::returned(rank)))
+        self.gone(rank)
+            .or_else(|| self.sends_no_more(rank).then(|| Self::returned(rank)))
+            .or_else(|| self.stalled(rank).then(|| Error::ProcessFailed { rank, reason: Self::stalled_reason() }))
     }
 
     /// When every other rank will send nothing more (and there is at least
@@ -934,7 +1153,7 @@ impl Engine {
             if r as u32 == self.rank {
                 continue;
             }
-            if !self.sends_no_more(r as u32) {
+            if !self.sends_no_more(r as u32) && !self.stalled(r as u32) {
                 return None;
             }
             last = Some(r as u32);
@@ -1009,6 +1228,11 @@ impl Engine {
         if msg.dest >= self.size() {
             let error = Error::InvalidRank { rank: msg.dest as i64, size: self.size() };
             self.events.push_back(Event::SendDone { id, result: Err(error) });
+            return;
+        }
+        if self.finished && msg.dest != self.rank {
+            // The goodbye said how many messages follow it.
+            self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
             return;
         }
         // A send that cannot go eagerly needs the peer to match it.
@@ -1106,7 +1330,9 @@ impl Engine {
     /// answered (its sender completes, as MPI says), but its data is
     /// counted rather than kept, and the receive fails with
     /// [`Error::Truncate`]. Memory for a matched message then follows what
-    /// the receive asked for, not what the sender claims.
+    /// the receive asked for, not what the sender claims, for the whole
+    /// transfer, even if the receive is withdrawn (see
+    /// [`withdraw_recv`](Engine::withdraw_recv)).
     pub fn post_recv_limited(&mut self, id: ReqId, spec: MatchSpec, limit: u64) {
         self.limits.insert(id, limit);
         self.post_recv(id, spec);
@@ -1133,6 +1359,19 @@ impl Engine {
     /// matches it). Returns `false` if the engine holds nothing for `id`
     /// (it completed: the caller gives back a delivered message with
     /// [`requeue`](Engine::requeue)).
+    ///
+    /// # Memory and truncation
+    ///
+    /// A rendezvous transfer's memory is bounded by the limit of the
+    /// receive that matched it (see [`post_recv_limited`](Engine::post_recv_limited))
+    /// for the whole transfer, whoever owns it later: a message whose data
+    /// is being (or was) dropped because that receive could not hold it
+    /// stays so after the receive is withdrawn, and can never be delivered
+    /// whole. Whichever receive owns it when its last byte arrives, or
+    /// takes it from the queue afterwards, fails with [`Error::Truncate`]
+    /// (its `available` is the limit for which the data was dropped), never
+    /// succeeds. A receive that takes over a message in flight bounds it by
+    /// its own limit too.
     pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
         if self.cancel_recv(id) {
             return true;
@@ -1141,15 +1380,6 @@ impl Engine {
             return false;
         };
         t.owner = None;
-        if t.truncated_at.take().is_some() {
-            // The next receive to match may hold the whole message: keep
-            // the data from now on if none was dropped yet.
-            if t.received.len() == 0 {
-                t.received = Received::Nothing;
-            } else {
-                tracing::warn!(rank = self.rank, source = t.envelope.source, "part of a message too long for its withdrawn receive was dropped");
-            }
-        }
         let u = Unexpected { envelope: t.envelope, body: Body::InFlight { transfer } };
         self.restore(u);
         self.handle_local();
@@ -1213,9 +1443,8 @@ impl Engine {
 
     /// Delivers queued message `u` to receive `id`.
     fn take_unexpected(&mut self, id: ReqId, u: Unexpected) {
-        if !matches!(u.body, Body::Rts { .. }) {
-            self.limits.remove(&id);
-        }
+        // A rendezvous request keeps the limit for its clear-to-send.
+        let limit = if matches!(u.body, Body::Rts { .. }) { None } else { self.limits.remove(&id) };
         tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
         match u.body {
             Body::Data { data, credit } => {
@@ -1224,11 +1453,13 @@ impl Engine {
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
             Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
                 Some(t) if t.complete => {
-                    let mut t = self.transfers.remove(&transfer).expect("present");
-                    let delivered = Delivered::new(t.envelope, t.received.take(), 0);
-                    self.events.push_back(Event::RecvDone { id, result: Ok(delivered) });
+                    let t = self.transfers.remove(&transfer).expect("present");
+                    self.events.push_back(Event::RecvDone { id, result: t.into_result() });
                 }
-                Some(t) => t.owner = Some(id),
+                Some(t) => {
+                    t.owner = Some(id);
+                    t.bound(limit);
+                }
                 None => {
                     let rank = u.envelope.source;
                     let error = Error::ProcessFailed { rank, reason: "the message's data was lost with its sender".into() };
@@ -1255,9 +1486,9 @@ impl Engine {
             return;
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
-        let truncated_at = self.limits.remove(&recv_id).filter(|&limit| envelope.len > limit);
-        let received = if truncated_at.is_some() { Received::Discarded(0) } else { Received::Nothing };
-        self.transfers.insert(recv_id, Transfer { envelope, owner: Some(recv_id), received, truncated_at, complete: false });
+        let mut transfer = Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false };
+        transfer.bound(self.limits.remove(&recv_id));
+        self.transfers.insert(recv_id, transfer);
         self.push_frame(source, Frame::control(header));
     }
 
@@ -1285,11 +1516,26 @@ impl Engine {
     /// Processes one frame from `from`. A frame that breaks the protocol
     /// fails that peer (every operation depending on it completes with an
     /// error) and is returned as the error; frames from a peer that has
-    /// already failed are dropped.
+    /// already failed are dropped. A frame said to come from outside the
+    /// world, or from this rank itself (whose frames never leave the
+    /// engine), is refused with an [`Error::Protocol`] and changes nothing.
     pub fn handle_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
         if from as usize >= self.peers.len() {
             return Err(Error::Protocol(format!("frame from rank {from}, outside a world of {}", self.peers.len())));
         }
+        if from == self.rank {
+            return Err(Error::Protocol(format!(
+                "a {:?} frame from rank {from} came in through the transport, but rank {from} is this rank: \
+                 frames to itself never leave the engine",
+                frame.header.kind
+            )));
+        }
+        self.handle_peer_frame(from, frame)
+    }
+
+    /// [`handle_frame`](Engine::handle_frame) for a rank inside the world,
+    /// this one included.
+    fn handle_peer_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
         if self.peers[from as usize].failed.is_some() || self.closed {
             // A failed peer's frames, and everything once closed, are dropped.
             return Ok(());
@@ -1305,12 +1551,38 @@ impl Engine {
 
     fn process(&mut self, from: u32, frame: Frame) -> Result<()> {
         let owed = self.peers[from as usize].finished && !self.sends_no_more(from);
+        let stalled = self.stalled(from);
         let result = self.process_frame(from, frame);
-        if owed && self.sends_no_more(from) && self.peers[from as usize].failed.is_none() {
-            // Its last data frame is in: what still waits for its messages never gets one.
-            self.fail_recvs_from(from, "its program returned before sending a match");
+        if self.peers[from as usize].failed.is_none() {
+            if owed && self.sends_no_more(from) {
+                // Its last data frame is in: what still waits for its messages never gets one.
+                self.fail_recvs_from(from, "its program returned before sending a match");
+            }
+            self.grant_after_goodbye(from);
+            if !stalled && self.stalled(from) {
+                self.fail_recvs_from(from, &Self::stalled_reason());
+            }
         }
         result
+    }
+
+    /// Grants a finished peer more rendezvous slots when what it still
+    /// sends waits for them: its requests use every slot it has here (see
+    /// [`MAX_AFTER_GOODBYE`]).
+    fn grant_after_goodbye(&mut self, rank: u32) {
+        if self.finished || self.closed || rank == self.rank {
+            return;
+        }
+        let slots = self.config.rndv_slots;
+        let p = &mut self.peers[rank as usize];
+        let owed = p.final_seq.map_or(0, |last| last.saturating_sub(p.expected_seq));
+        if !p.finished || owed == 0 || p.slots_in_use < slots.saturating_add(p.extra_slots) || p.extra_slots >= MAX_AFTER_GOODBYE {
+            return;
+        }
+        let grant = owed.min(slots.max(1)).min(MAX_AFTER_GOODBYE - p.extra_slots);
+        p.extra_slots += grant;
+        let header = Header { recv_id: grant, ..Header::control(Kind::Credit, self.rank) };
+        self.push_frame(rank, Frame::control(header));
     }
 
     fn process_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
@@ -1324,7 +1596,10 @@ impl Engine {
         }
         let data_frame = matches!(h.kind, Kind::Eager | Kind::Rts | Kind::Ready);
         let still_owed = data_frame && peer.final_seq.is_some_and(|last| h.seq < last);
-        if peer.finished && !still_owed && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping) {
+        if peer.finished
+            && !still_owed
+            && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping | Kind::Bye)
+        {
             return Err(Error::Protocol(format!("{:?} frame from rank {from} after its goodbye", h.kind)));
         }
         if h.kind == Kind::Hello {
@@ -1366,11 +1641,10 @@ impl Engine {
                         if !frame.payload.is_empty() {
                             return Err(Error::Protocol(format!("RTS from rank {from} carries a payload")));
                         }
-                        let after_goodbye = peer.finished;
-                        if peer.slots_in_use >= self.config.rndv_slots && !after_goodbye {
+                        let granted = self.config.rndv_slots.saturating_add(peer.extra_slots);
+                        if peer.slots_in_use >= granted {
                             return Err(Error::Protocol(format!(
-                                "rank {from} sent more than the {} rendezvous requests granted",
-                                self.config.rndv_slots
+                                "rank {from} sent more than the {granted} rendezvous requests granted"
                             )));
                         }
                         let envelope = Envelope::from_header(&h, h.data_len)?;
@@ -1431,6 +1705,7 @@ impl Engine {
             }
             Kind::Credit => {
                 peer.credit = peer.credit.saturating_add(h.data_len);
+                peer.slots = peer.slots.saturating_add(h.recv_id);
                 self.start_held(from);
             }
             Kind::Bye => match h.data_len {
@@ -1454,8 +1729,17 @@ impl Engine {
         if h.data_len != size {
             return Err(Error::Protocol(format!("rank {from} is in a world of {} ranks, not {size}", h.data_len)));
         }
+        let accepts = u64::from(h.desc_len);
+        if accepts < MIN_PAYLOAD as u64 {
+            return Err(Error::Protocol(format!(
+                "rank {from} accepts frames of {accepts} payload bytes, below the {MIN_PAYLOAD} every rank must accept"
+            )));
+        }
         let native = h.sig_hash == native_repr_id();
-        peer.hello = Some(PeerHello { eager_limit: h.send_id, accepts: u64::from(h.desc_len), native });
+        // Its eager messages are refused above what this rank accepts in a
+        // frame, whatever limit it announces for itself.
+        let eager_limit = h.send_id.min(self.config.max_payload() as u64);
+        peer.hello = Some(PeerHello { eager_limit, accepts, native });
         peer.credit = h.sig_len;
         peer.slots = h.recv_id;
         let repr = self.repr_for(from);
@@ -1486,28 +1770,24 @@ impl Engine {
         let transfer = h.recv_id;
         match t.owner {
             Some(id) => {
-                let mut t = self.transfers.remove(&transfer).expect("present");
-                let result = match t.truncated_at {
-                    Some(available) => Err(Error::Truncate { needed: t.envelope.len, available }),
-                    None => Ok(Delivered::new(t.envelope, t.received.take(), 0)),
-                };
-                self.events.push_back(Event::RecvDone { id, result });
+                let t = self.transfers.remove(&transfer).expect("present");
+                self.events.push_back(Event::RecvDone { id, result: t.into_result() });
             }
             None => {
                 // Its receive was withdrawn: the data takes the message's
                 // place in the queue, or waits in the transfer while a
-                // matched probe holds the message.
-                if matches!(t.received, Received::Discarded(_)) {
-                    // Its data was partly dropped (see `withdraw_recv`): the
-                    // message cannot be delivered whole to anyone.
-                    self.transfers.remove(&transfer);
-                    self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
+                // matched probe holds the message. Data that was dropped
+                // (see `withdraw_recv`) stays so: the message stays in
+                // flight, and whoever receives it gets `Error::Truncate`.
+                if matches!(t.received, Received::Discarded { .. }) {
                     return Ok(());
                 }
                 let queued = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
                 if let Some(u) = queued {
-                    let mut t = self.transfers.remove(&transfer).expect("present");
-                    u.body = Body::Data { data: t.received.take(), credit: 0 };
+                    let t = self.transfers.remove(&transfer).expect("present");
+                    if let Ok(data) = t.received.into_kept() {
+                        u.body = Body::Data { data, credit: 0 };
+                    }
                 }
             }
         }
@@ -1517,7 +1797,8 @@ impl Engine {
     /// An answer for a send that is not pending: harmless if the send was
     /// failed because the peer finished meanwhile, a protocol error otherwise.
     fn unknown_send(&self, from: u32, send_id: u64) -> Result<()> {
-        if self.peers[from as usize].finished {
+        if self.peers[from as usize].finished || self.gave_up {
+            // Or this rank failed and dropped it (see `farewell`).
             return Ok(());
         }
         Err(Error::Protocol(format!("answer from rank {from} for unknown send {send_id}")))
@@ -1554,6 +1835,7 @@ impl Engine {
         let envelope = Envelope::from_header(&h, data.len() as u64)?;
         let taken = match self.posted.take_match(&envelope) {
             Some(id) => {
+                self.limits.remove(&id);
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(envelope, data, 0)) });
                 1
             }
@@ -1572,40 +1854,86 @@ impl Engine {
     /// Says goodbye to every peer, at once: this rank posts no more
     /// receives, so the peers fail their sends that need it to match. The
     /// goodbye says how many data frames this rank sends in all: its sends
-    /// still waiting for credit go out after it. `failed` says the program
-    /// failed rather than returned; its waiting sends are then dropped.
+    /// still waiting for credit or slots follow it under the usual flow
+    /// control (and if the peer finishes first, they fail and a second
+    /// goodbye lowers the count). `failed` says the program failed rather
+    /// than returned: this rank then serves nothing more, and its sends
+    /// still waiting, or waiting for a clear-to-send, or streaming
+    /// rendezvous data, fail with [`Error::Finalized`].
     pub fn farewell(&mut self, failed: bool) {
         if self.finished {
             return;
         }
         self.finished = true;
-        for dest in 0..self.size() {
-            if dest == self.rank {
-                continue;
-            }
-            if failed {
-                let held: Vec<ReqId> = self.peers[dest as usize].held.drain(..).map(|h| h.id).collect();
-                for id in held {
-                    self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+        self.gave_up = failed;
+        if failed {
+            let mut dropped: Vec<ReqId> = Vec::new();
+            for (r, p) in self.peers.iter_mut().enumerate() {
+                if r as u32 != self.rank {
+                    dropped.extend(p.held.drain(..).map(|h| h.id));
+                    dropped.extend(p.bulk.drain(..).map(|b| b.send_id));
                 }
             }
-            let p = &self.peers[dest as usize];
-            let last = p.next_seq + p.held.len() as u64;
-            let header = Header { data_len: u64::from(failed), seq: last, ..Header::control(Kind::Bye, self.rank) };
-            self.push_frame(dest, Frame::control(header));
-            // The sends still waiting for credit or slots go now, as
-            // rendezvous requests: a finished rank cannot wait for its peer
-            // to match something else first (that peer may be waiting for
-            // it to finish).
-            while let Some(Held { id, mode, msg }) = self.peers[dest as usize].held.pop_front() {
-                self.request_to_send(id, mode, msg);
+            let me = self.rank;
+            let waiting = |s: &PendingSend| matches!(s, PendingSend::Rendezvous { dest, .. } if *dest != me);
+            let rendezvous: Vec<ReqId> = self.sends.iter().filter(|(_, s)| waiting(s)).map(|(&id, _)| id).collect();
+            for id in &rendezvous {
+                self.sends.remove(id);
+            }
+            dropped.extend(rendezvous);
+            for id in dropped {
+                self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+            }
+        }
+        for dest in 0..self.size() {
+            if dest != self.rank {
+                let p = &self.peers[dest as usize];
+                let last = p.next_seq + p.held.len() as u64;
+                self.say_goodbye(dest, last);
             }
         }
     }
 
+    /// Queues this rank's goodbye to `dest`, saying it sends `last` data
+    /// frames in all.
+    fn say_goodbye(&mut self, dest: u32, last: u64) {
+        let header = Header { data_len: u64::from(self.gave_up), seq: last, ..Header::control(Kind::Bye, self.rank) };
+        self.peers[dest as usize].announced = Some(last);
+        self.push_frame(dest, Frame::control(header));
+    }
+
     /// Closes the engine: every operation still waiting fails with
-    /// [`Error::Finalized`], and every later one too.
+    /// [`Error::Finalized`], and every later one too, and the frames still
+    /// queued are dropped. A live peer still gets this rank's last goodbye
+    /// once its link can take it, even if an earlier one was among the
+    /// frames dropped: it counts the data frames that did go to the peer,
+    /// and says this rank failed if anything the peer could wait for was
+    /// dropped (a message, rendezvous data, an answer to a request).
     pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        let me = self.rank;
+        for dest in 0..self.size() {
+            if dest == me || self.peers[dest as usize].failed.is_some() {
+                continue;
+            }
+            let waits = self.sends.values().any(|s| matches!(s, PendingSend::Rendezvous { dest: d, .. } if *d == dest));
+            let p = &mut self.peers[dest as usize];
+            let is_data = |f: &&Frame| matches!(f.header.kind, Kind::Eager | Kind::Rts | Kind::Ready);
+            // Data frames go in order: the first one still queued is the
+            // first the peer will not get.
+            let unsent = p.queue.iter().find(is_data).map(|f| f.header.seq);
+            let sent = unsent.unwrap_or(p.next_seq);
+            let dropped = unsent.is_some() || waits || !p.held.is_empty() || !p.bulk.is_empty();
+            let goodbye_queued = p.queue.iter().any(|f| f.header.kind == Kind::Bye);
+            if goodbye_queued || dropped || p.announced != Some(sent) {
+                let failed = self.gave_up || dropped;
+                let header = Header { data_len: u64::from(failed), seq: sent, ..Header::control(Kind::Bye, me) };
+                p.parting = Some(Frame::control(header));
+                p.announced = Some(sent);
+            }
+        }
         self.closed = true;
         self.next_tick = None;
         self.limits.clear();
@@ -1623,11 +1951,17 @@ impl Engine {
             failed.extend(p.bulk.drain(..).map(|b| b.send_id));
             p.queue.clear();
             p.queued_bytes = 0;
+            p.answers = 0;
         }
         for id in failed {
             self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
         }
         self.unexpected.clear();
+        for dest in 0..self.size() {
+            if self.peers[dest as usize].parting.is_some() {
+                self.schedule(dest);
+            }
+        }
     }
 
     /// Whether [`close`](Engine::close) was called.
@@ -1637,23 +1971,55 @@ impl Engine {
 
     /// `rank` has finished, after sending `last` data frames in all: fail
     /// what needs it to match now, and what waits for its messages once the
-    /// last has arrived.
+    /// last has arrived. A later goodbye may lower the count (some of its
+    /// sends failed), never raise it. If it `failed`, it serves nothing
+    /// more: its rendezvous requests are never answered and its data in
+    /// flight never completes.
     fn peer_finished(&mut self, rank: u32, failed: bool, last: u64) -> Result<()> {
         let p = &mut self.peers[rank as usize];
-        if last.saturating_sub(p.expected_seq) > MAX_AFTER_GOODBYE {
-            return Err(Error::Protocol(format!(
-                "rank {rank} announced {} more messages in its goodbye, above the {MAX_AFTER_GOODBYE} allowed",
-                last - p.expected_seq
-            )));
+        if let Some(announced) = p.final_seq.filter(|&announced| last > announced) {
+            return Err(Error::Protocol(format!("rank {rank} raised the count in its goodbye from {announced} to {last}")));
         }
+        let again = p.finished;
         p.finished = true;
         p.final_seq = Some(last.max(p.expected_seq));
         let reason = if failed { "it failed before matching" } else { "its program returned before matching" };
-        self.fail_sends_to(rank, reason);
-        if self.sends_no_more(rank) {
-            self.fail_recvs_from(rank, reason);
+        if failed {
+            self.drop_served_by(rank, reason);
+        }
+        if !again {
+            self.fail_sends_to(rank, reason);
+            // What this rank still held for it has failed: if this rank
+            // already counted it in its own goodbye, the count goes down.
+            let p = &self.peers[rank as usize];
+            if p.announced.is_some_and(|announced| announced > p.next_seq) {
+                let last = p.next_seq;
+                self.say_goodbye(rank, last);
+            }
+            if self.sends_no_more(rank) {
+                self.fail_recvs_from(rank, reason);
+            }
         }
         Ok(())
+    }
+
+    /// Drops what only `rank` could complete: its unanswered rendezvous
+    /// requests, and the transfers of its data still arriving (a receive
+    /// that owns one fails).
+    fn drop_served_by(&mut self, rank: u32, reason: &str) {
+        let failed: Vec<ReqId> =
+            self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
+        for transfer in failed {
+            let t = self.transfers.remove(&transfer).expect("listed above");
+            match t.owner {
+                Some(id) => {
+                    let error = Error::ProcessFailed { rank, reason: reason.to_string() };
+                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
+                }
+                None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
+            }
+        }
+        self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
     }
 
     /// `rank` has failed (its connection broke, it broke the protocol, or it
@@ -1669,6 +2035,7 @@ impl Engine {
         p.failed = Some(reason.to_string());
         p.queue.clear();
         p.queued_bytes = 0;
+        p.answers = 0;
         let bulk: Vec<ReqId> = p.bulk.drain(..).map(|b| b.send_id).collect();
         // Tell it, so that it does not wait for this rank (best effort: the
         // transport may already have lost it).
@@ -1680,17 +2047,7 @@ impl Engine {
         }
         self.fail_sends_to(rank, reason);
         self.fail_recvs_from(rank, reason);
-        let failed: Vec<ReqId> =
-            self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
-        for transfer in failed {
-            let t = self.transfers.remove(&transfer).expect("listed above");
-            match t.owner {
-                Some(id) => self.events.push_back(Event::RecvDone { id, result: Err(error()) }),
-                None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
-            }
-        }
-        // Its unexpected rendezvous requests can never be answered.
-        self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
+        self.drop_served_by(rank, reason);
     }
 
     /// Fails the sends that need `rank` to match or answer.

@@ -17,6 +17,20 @@
 //! * no sender holds more eager credit here than [`Config::eager_credit`],
 //!   and the unexpected queue holds no more eager data than the credit of
 //!   all ranks together;
+//! * the rest of the message data the engine holds from a sender
+//!   ([`Engine::rendezvous_bytes`]: rendezvous data gathered or queued) is
+//!   bounded independently of what the sender claims: by the sum of the
+//!   limits of the bounded receives that could have matched its messages
+//!   (outstanding ones, and every one withdrawn, whose transfer may still
+//!   run), the lengths of the messages the program gave back, and, for a
+//!   matched probe's receive, the length the probe reported (type
+//!   descriptions are left out: each is capped by
+//!   [`MAX_DESC_LEN`](super::engine::MAX_DESC_LEN)); while an unbounded
+//!   receive could match it, that sender is not checked;
+//! * a message delivered successfully is whole: its data and description
+//!   have the lengths its envelope gives;
+//! * a request fails with [`ProcessFailed`](crate::Error::ProcessFailed)
+//!   only once the rank it names has failed or finished;
 //! * no receive waits on a failed peer;
 //! * every request completes at most once, and only requests that were
 //!   started complete;
@@ -304,6 +318,14 @@ pub struct Node {
     /// Outstanding receives, in the order they started, with the source
     /// they name.
     recvs: Vec<(ReqId, Option<u32>)>,
+    /// The most data bytes each outstanding receive holds (`None`:
+    /// unbounded).
+    limits: HashMap<ReqId, Option<u64>>,
+    /// Every receive withdrawn, with the source it named and its limit: a
+    /// transfer it matched may still run, bounded by that limit.
+    withdrawn: Vec<(Option<u32>, Option<u64>)>,
+    /// Data bytes of every message the program gave back, by sender.
+    requeued: Vec<u64>,
     /// Outstanding any-source receives the engine reported orphaned.
     orphans: HashSet<ReqId>,
     matched: Vec<Matched>,
@@ -322,7 +344,7 @@ impl Node {
     pub fn new(rank: u32, repr: Repr) -> Node {
         let config = config(repr);
         let start = Instant::now();
-        let mut engine = Engine::new(rank, SIZE, config);
+        let mut engine = Engine::new(rank, SIZE, config).expect("scripted ranks are in the world");
         engine.handle_timeout(start);
         let mut node = Node {
             engine,
@@ -334,6 +356,9 @@ impl Node {
             now: start,
             sends: HashMap::new(),
             recvs: Vec::new(),
+            limits: HashMap::new(),
+            withdrawn: Vec::new(),
+            requeued: vec![0; SIZE as usize],
             orphans: HashSet::new(),
             matched: Vec::new(),
             inbox: Vec::new(),
@@ -418,22 +443,27 @@ impl Node {
                 let id = self.engine.next_id();
                 let spec = Self::spec(source, tag, context);
                 self.recvs.push((id, spec.source));
+                let limit = (limit != u16::MAX).then_some(u64::from(limit));
+                self.limits.insert(id, limit);
                 match limit {
-                    u16::MAX => self.engine.post_recv(id, spec),
-                    limit => self.engine.post_recv_limited(id, spec, u64::from(limit)),
+                    None => self.engine.post_recv(id, spec),
+                    Some(limit) => self.engine.post_recv_limited(id, spec, limit),
                 }
             }
             Op::Cancel { which } => {
                 if let Some(id) = pick(&self.recvs, which) {
                     if self.engine.cancel_recv(id) {
                         self.recvs.retain(|&(r, _)| r != id);
+                        self.limits.remove(&id);
                     }
                 }
             }
             Op::Withdraw { which } => {
                 if let Some(id) = pick(&self.recvs, which) {
                     if self.engine.withdraw_recv(id) {
-                        self.recvs.retain(|&(r, _)| r != id);
+                        let at = self.recvs.iter().position(|&(r, _)| r == id).expect("picked from the list");
+                        let (_, source) = self.recvs.remove(at);
+                        self.withdrawn.push((source, self.limits.remove(&id).flatten()));
                     }
                 }
             }
@@ -447,6 +477,8 @@ impl Node {
                     let m = self.matched.remove(usize::from(which) % self.matched.len());
                     let id = self.engine.next_id();
                     self.recvs.push((id, Some(m.envelope().source)));
+                    // The program sized it by the length the probe reported.
+                    self.limits.insert(id, Some(m.envelope().len));
                     self.engine.mrecv(id, m);
                 }
             }
@@ -460,6 +492,7 @@ impl Node {
                 if !self.inbox.is_empty() {
                     let d = self.inbox.remove(usize::from(which) % self.inbox.len());
                     if requeue {
+                        self.requeued[d.envelope.source as usize] += d.data.len() as u64;
                         self.engine.requeue(d);
                     } else {
                         self.engine.release_credit(d.envelope.source, d.credit);
@@ -553,6 +586,7 @@ impl Node {
                 Event::SendDone { id, result } => {
                     assert!(self.sends.remove(&id).is_some(), "send {id} completed twice, or was never started");
                     if let Err(e) = result {
+                        self.check_blame(id, &e);
                         self.errors.push((id, e));
                     }
                 }
@@ -560,10 +594,18 @@ impl Node {
                     let at = self.recvs.iter().position(|&(r, _)| r == id);
                     let at = at.unwrap_or_else(|| panic!("receive {id} completed twice, or was never started"));
                     self.recvs.remove(at);
+                    self.limits.remove(&id);
                     self.orphans.remove(&id);
                     match result {
-                        Ok(d) => self.inbox.push(d),
-                        Err(e) => self.errors.push((id, e)),
+                        Ok(d) => {
+                            assert_eq!(d.data.len() as u64, d.envelope.len, "receive {id} got a message with part of its data missing");
+                            assert_eq!(d.desc.len(), d.envelope.desc_len as usize, "receive {id} got a message with part of its description missing");
+                            self.inbox.push(d);
+                        }
+                        Err(e) => {
+                            self.check_blame(id, &e);
+                            self.errors.push((id, e));
+                        }
                     }
                 }
                 Event::Orphaned { id } => {
@@ -572,6 +614,14 @@ impl Node {
                 }
                 Event::Connected { .. } => {}
             }
+        }
+    }
+
+    /// A request fails because of rank `r` only once `r` has failed or
+    /// finished (or the engine closed).
+    fn check_blame(&self, id: ReqId, e: &crate::Error) {
+        if let crate::Error::ProcessFailed { rank, reason } = e {
+            assert!(self.engine.dead(*rank, true).is_some(), "request {id} failed for rank {rank}, which is alive: {reason}");
         }
     }
 
@@ -588,6 +638,10 @@ impl Node {
             if e.is_failed(source) {
                 assert!(!e.anything_waits_on(source), "a receive waits on failed rank {source}");
             }
+            if let Some(budget) = self.rendezvous_budget(source) {
+                let held = e.rendezvous_bytes(source);
+                assert!(held <= budget, "{held} bytes of rank {source}'s rendezvous data held, above the {budget} its receives hold");
+            }
         }
         let cap = u64::from(SIZE) * self.config.eager_credit;
         let eager = e.unexpected_eager_bytes();
@@ -596,6 +650,17 @@ impl Node {
             assert!(self.sends.is_empty(), "sends {:?} still wait on a closed engine", self.sends.keys());
             assert!(self.recvs.is_empty(), "receives {:?} still wait on a closed engine", self.recvs);
         }
+    }
+
+    /// The most rendezvous data (type descriptions left out) the engine
+    /// may hold from `source`, from what the program asked for alone (see
+    /// the [module docs](self)); `None` while an unbounded receive could
+    /// match its messages.
+    fn rendezvous_budget(&self, source: u32) -> Option<u64> {
+        let names = |named: Option<u32>| named.is_none_or(|s| s == source);
+        let outstanding = self.recvs.iter().filter(|&&(_, named)| names(named)).map(|(id, _)| self.limits.get(id).copied().flatten());
+        let withdrawn = self.withdrawn.iter().filter(|&&(named, _)| names(named)).map(|&(_, limit)| limit);
+        outstanding.chain(withdrawn).try_fold(self.requeued[source as usize], |total, limit| total.checked_add(limit?))
     }
 
     /// Requests still outstanding that do not wait on this rank alone: a

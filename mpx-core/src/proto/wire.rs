@@ -12,13 +12,13 @@
 //! | 4..8 | tag (i32) |
 //! | 8..16 | communicator context id; the job id in a hello |
 //! | 16..20 | source rank |
-//! | 20..24 | bytes of type description leading the data (external32 typed messages) |
-//! | 24..32 | per-pair sequence number (data frames); byte offset (rendezvous data) |
+//! | 20..24 | bytes of type description leading the data (external32 typed messages); largest payload accepted (hello) |
+//! | 24..32 | per-pair sequence number (data frames); byte offset (rendezvous data); data frames sent in all (bye) |
 //! | 32..40 | type signature hash; native representation (hello) |
 //! | 40..48 | type signature length (basic elements); credit granted (hello) |
 //! | 48..56 | data length (RTS, rendezvous data), credit bytes, ready answer, world size (hello), failure (bye) |
 //! | 56..64 | sender's request id (RTS, CTS, ready, ready answer); eager limit (hello) |
-//! | 64..72 | receiver's request id (CTS, rendezvous data) |
+//! | 64..72 | receiver's request id (CTS, rendezvous data); rendezvous slots granted (hello, credit) |
 //! | 72..80 | payload length |
 //!
 //! Encoding writes the header alone ([`Frame::encode_header`]); the payload
@@ -59,16 +59,27 @@ pub enum Kind {
     /// Answer to ready message `send_id`: `data_len` is 1 if a posted
     /// receive took it, 0 if none was posted.
     ReadyAck = 6,
-    /// Returns `data_len` bytes of eager credit to the sender.
+    /// Returns `data_len` bytes of eager credit to the sender, and grants
+    /// it `recv_id` more rendezvous slots (a finished sender whose last
+    /// sends wait for slots gets them this way).
     Credit = 7,
     /// The sender has finished (its program returned, or failed if
     /// `data_len` is 1): it will post no more receives, so operations that
-    /// wait for it to match fail.
+    /// wait for it to match fail. `seq` is the number of data frames it
+    /// sends in all: its sends still waiting for credit or slots follow
+    /// under the usual flow control. A later goodbye may lower the count
+    /// (some of those sends failed), never raise it. One that says it failed
+    /// means it serves nothing more: its rendezvous requests will not be
+    /// answered and its data in flight will not arrive. `data_len` 2: the
+    /// sender found the receiver in breach of the protocol and cut it off.
     Bye = 8,
     /// The first frame on every connection: the job (`context`), the
     /// sender's rank and world size (`data_len`), its native representation
-    /// (`sig_hash`), the eager credit it grants the receiver (`sig_len`) and
-    /// the largest eager message it sends (`send_id`).
+    /// (`sig_hash`), the eager credit it grants the receiver (`sig_len`),
+    /// the largest eager message it sends (`send_id`), the rendezvous
+    /// requests it accepts unanswered (`recv_id`) and the largest frame
+    /// payload it accepts (`desc_len`, at least
+    /// [`MIN_PAYLOAD`](super::engine::MIN_PAYLOAD)).
     Hello = 9,
     /// Keeps an idle connection alive; carries nothing.
     Ping = 10,

@@ -111,10 +111,11 @@ impl WeakEndpoint {
 
 impl Endpoint {
     /// An endpoint for `rank` of `size` ranks over `transport`. Its engine
-    /// queues a hello to every peer at once.
-    pub fn new(rank: u32, size: u32, config: Config, transport: impl Transport) -> Endpoint {
+    /// queues a hello to every peer at once. A rank outside the world
+    /// (`rank >= size`) is [`Error::InvalidRank`](crate::Error::InvalidRank).
+    pub fn new(rank: u32, size: u32, config: Config, transport: impl Transport) -> Result<Endpoint> {
         let state = State {
-            engine: Engine::new(rank, size, config),
+            engine: Engine::new(rank, size, config)?,
             done: HashMap::new(),
             wakers: HashMap::new(),
             abandoned: HashSet::new(),
@@ -135,7 +136,7 @@ impl Endpoint {
         let mut st = shared.lock();
         shared.flush(&mut st);
         drop(st);
-        Endpoint { shared }
+        Ok(Endpoint { shared })
     }
 
     /// Keeps `guard` for as long as the endpoint lives: a transport hands
@@ -157,9 +158,13 @@ impl Endpoint {
     }
 
     /// Gives a frame from rank `from` to the engine. A frame that breaks
-    /// the protocol fails that peer.
-    pub fn handle_frame(&self, from: u32, frame: Frame) {
-        self.shared.deliver(from, frame);
+    /// the protocol fails that peer, and comes back as the error (the
+    /// transport may drop that peer's connection). A frame said to come
+    /// from outside the world or from this rank itself (whose messages to
+    /// itself never reach a transport) is refused with an
+    /// [`Error::Protocol`](crate::Error::Protocol) and changes nothing.
+    pub fn handle_frame(&self, from: u32, frame: Frame) -> Result<()> {
+        self.shared.deliver(from, frame)
     }
 
     /// The transport can take frames for `dest` again (after it answered
@@ -430,16 +435,26 @@ impl Shared {
 
     /// Processes frames that have already arrived (see [`Transport::progress`]).
     pub(crate) fn progress(&self) {
-        self.transport.progress(&mut |from, frame| self.deliver(from, frame));
+        self.transport.progress(&mut |from, frame| {
+            // Refused frames are traced in `deliver`.
+            let _ = self.deliver(from, frame);
+        });
     }
 
-    pub(crate) fn deliver(&self, from: u32, frame: Frame) {
+    /// Hands a frame from `from` to the engine; see [`Endpoint::handle_frame`].
+    pub(crate) fn deliver(&self, from: u32, frame: Frame) -> Result<()> {
         let mut st = self.lock();
-        if let Err(e) = st.engine.handle_frame(from, frame) {
-            tracing::warn!(rank = self.rank, peer = from, error = %e, "protocol violation: peer failed");
+        let result = st.engine.handle_frame(from, frame);
+        if let Err(e) = &result {
+            if st.engine.is_failed(from) {
+                tracing::warn!(rank = self.rank, peer = from, error = %e, "protocol violation: peer failed");
+            } else {
+                tracing::warn!(rank = self.rank, peer = from, error = %e, "frame refused");
+            }
         }
         st.wake_probes();
         self.flush(&mut st);
+        result
     }
 
     /// The request `id` was dropped before completing: a receive is

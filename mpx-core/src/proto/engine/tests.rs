@@ -60,7 +60,7 @@ fn deliveries(e: &mut Engine) -> Vec<(ReqId, Bytes)> {
 
 /// Two engines that have exchanged hellos.
 fn pair(config: Config) -> Vec<Engine> {
-    let mut e = vec![Engine::new(0, 2, config), Engine::new(1, 2, config)];
+    let mut e = vec![Engine::new(0, 2, config).unwrap(), Engine::new(1, 2, config).unwrap()];
     pump(&mut e);
     events(&mut e[0]);
     events(&mut e[1]);
@@ -138,7 +138,7 @@ fn out_of_order_and_forged_frames_are_protocol_errors() {
 #[test]
 fn a_failed_peer_fails_what_depends_on_it() {
     let config = Config::default();
-    let mut e = [Engine::new(0, 3, config), Engine::new(1, 3, config)];
+    let mut e = [Engine::new(0, 3, config).unwrap(), Engine::new(1, 3, config).unwrap()];
     e[1].post_recv(1, spec(Some(0), None));
     e[1].post_recv(2, spec(None, None));
     e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));
@@ -372,11 +372,11 @@ fn rendezvous_requests_beyond_the_slots_fail_the_peer() {
 
 #[test]
 fn frames_before_the_hello_or_from_another_job_are_refused() {
-    let mut lone = Engine::new(1, 2, Config::default());
+    let mut lone = Engine::new(1, 2, Config::default()).unwrap();
     assert!(lone.handle_frame(0, forged(Kind::Eager, 0, b"x")).is_err());
-    let mut other = Engine::new(0, 2, Config { job: 7, ..Config::default() });
+    let mut other = Engine::new(0, 2, Config { job: 7, ..Config::default() }).unwrap();
     let (_, hello) = next_frame(&mut other).unwrap();
-    let mut e = Engine::new(1, 2, Config::default());
+    let mut e = Engine::new(1, 2, Config::default()).unwrap();
     assert!(e.handle_frame(0, hello).is_err());
     assert!(e.is_failed(0));
     // A frame that claims another source is refused too.
@@ -426,12 +426,12 @@ fn a_silent_peer_fails_after_the_idle_timeout_and_pings_keep_a_live_one() {
 
 #[test]
 fn hellos_choose_the_representation() {
-    let mut e = vec![Engine::new(0, 2, Config::default()), Engine::new(1, 2, Config::default())];
+    let mut e = vec![Engine::new(0, 2, Config::default()).unwrap(), Engine::new(1, 2, Config::default()).unwrap()];
     pump(&mut e);
     assert!(std::iter::from_fn(|| e[0].poll_event()).any(|ev| matches!(ev, Event::Connected { rank: 1, repr: Repr::Native })));
     assert_eq!(e[0].repr_for(1), Repr::Native);
     let ext = Config { repr: Repr::External32, ..Config::default() };
-    let mut e = vec![Engine::new(0, 2, ext), Engine::new(1, 2, ext)];
+    let mut e = vec![Engine::new(0, 2, ext).unwrap(), Engine::new(1, 2, ext).unwrap()];
     assert_eq!(e[0].repr_for(1), Repr::External32, "before the hello");
     pump(&mut e);
     assert_eq!(e[0].repr_for(1), Repr::External32);
@@ -440,7 +440,7 @@ fn hellos_choose_the_representation() {
 
 #[test]
 fn a_message_to_self_matches_before_the_call_returns() {
-    let mut e = Engine::new(0, 2, Config::default());
+    let mut e = Engine::new(0, 2, Config::default()).unwrap();
     e.post_recv(1, spec(None, None));
     e.post_send(2, SendMode::Ready, msg(0, 3, b"me"));
     let ev: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|ev| !matches!(ev, Event::Connected { .. })).collect();
@@ -452,7 +452,7 @@ fn a_message_to_self_matches_before_the_call_returns() {
 #[test]
 fn rendezvous_to_self_never_leaves_the_engine() {
     let config = Config { eager_threshold: 4, rndv_chunk: 3, ..Config::default() };
-    let mut e = Engine::new(0, 2, config);
+    let mut e = Engine::new(0, 2, config).unwrap();
     e.post_send(1, SendMode::Synchronous, msg(0, 3, b"to myself, in one piece"));
     e.post_recv(2, spec(Some(0), Some(3)));
     let ev: Vec<Event> = std::iter::from_fn(|| e.poll_event()).filter(|ev| !matches!(ev, Event::Connected { .. })).collect();
@@ -518,4 +518,407 @@ fn a_finished_rank_does_not_clear_a_message_its_sender_gives_up() {
     assert!(matches!(&events(&mut e[0])[..], [Event::SendDone { id: 1, result: Err(Error::ProcessFailed { rank: 1, .. }) }]));
     assert!(e[0].is_flushed() && e[1].is_flushed());
     assert!(!e[0].is_failed(1) && !e[1].is_failed(0), "neither is in breach of the protocol");
+}
+
+/// The hello rank 0 of a world of two sends under `config`, as `edit`
+/// changes it.
+fn hello_from_zero(config: Config, edit: impl FnOnce(&mut Header)) -> Frame {
+    let mut zero = Engine::new(0, 2, config).unwrap();
+    let (_, mut hello) = next_frame(&mut zero).expect("a hello");
+    assert_eq!(hello.header.kind, Kind::Hello);
+    edit(&mut hello.header);
+    hello
+}
+
+#[test]
+fn a_hello_can_neither_lift_the_eager_limit_nor_shrink_frames() {
+    let config = Config { eager_threshold: 100, rndv_chunk: 100, ..Config::default() };
+    // A peer announcing an eager limit of u64::MAX still may not send eager
+    // frames above what this rank accepts.
+    let mut e = Engine::new(1, 2, config).unwrap();
+    e.handle_frame(0, hello_from_zero(config, |h| h.send_id = u64::MAX)).unwrap();
+    let big = Frame { header: Header { seq: 0, ..Header::control(Kind::Eager, 0) }, payload: Bytes::from(vec![1u8; 5000]) };
+    assert!(matches!(e.handle_frame(0, big), Err(Error::Protocol(_))));
+    assert!(e.is_failed(0));
+    // A peer that accepts less than MIN_PAYLOAD per frame fails at its hello.
+    for accepts in [0, 1, MIN_PAYLOAD as u32 - 1] {
+        let mut e = Engine::new(1, 2, config).unwrap();
+        assert!(e.handle_frame(0, hello_from_zero(config, |h| h.desc_len = accepts)).is_err(), "accepts {accepts}");
+        assert!(e.is_failed(0));
+    }
+    // At the minimum, rendezvous data moves in chunks of that size.
+    let (mut zero, mut one) = (Engine::new(0, 2, config).unwrap(), Engine::new(1, 2, config).unwrap());
+    let (_, to_one) = next_frame(&mut zero).unwrap();
+    let (_, mut to_zero) = next_frame(&mut one).unwrap();
+    to_zero.header.desc_len = MIN_PAYLOAD as u32;
+    one.handle_frame(0, to_one).unwrap();
+    zero.handle_frame(1, to_zero).unwrap();
+    let mut e = [zero, one];
+    e[0].post_send(1, SendMode::Synchronous, Outgoing { data: Bytes::from(vec![5u8; 1000]), ..msg(1, 0, b"") });
+    e[1].post_recv(3, spec(Some(0), Some(0)));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    let (_, chunk) = next_frame(&mut e[0]).unwrap();
+    assert_eq!((chunk.header.kind, chunk.payload.len()), (Kind::RndvData, MIN_PAYLOAD));
+}
+
+#[test]
+fn a_bounded_receive_taken_by_a_ready_message_leaves_no_limit_behind() {
+    let mut e = pair(Config::default());
+    e[1].post_recv_limited(5, spec(Some(0), Some(0)), 10);
+    e[0].post_send(1, SendMode::Ready, msg(1, 0, b"ready"));
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Ok(d) }] if d.data == "ready"));
+    assert!(e[1].limits.is_empty(), "{:?}", e[1].limits);
+}
+
+#[test]
+fn the_native_representation_covers_wchar_and_long_double() {
+    let native = NativeLayout::native();
+    let ids = [
+        native.id(),
+        NativeLayout { wchar: (2, 2), ..native }.id(),
+        NativeLayout { long_double: (8, 8, LongDoubleFormat::Double), ..native }.id(),
+        NativeLayout { long_double: (16, 16, LongDoubleFormat::Binary128), ..native }.id(),
+        NativeLayout { long_double: (16, 16, LongDoubleFormat::DoubleDouble), ..native }.id(),
+        NativeLayout { long_double: (12, 4, LongDoubleFormat::X87), ..native }.id(),
+    ];
+    for (i, a) in ids.iter().enumerate() {
+        assert!(ids[i + 1..].iter().all(|b| a != b), "layout {i} shares its identifier");
+    }
+    assert_eq!(native_repr_id(), native.id());
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        // The layout the datatype engine's basic types describe.
+        use crate::datatype::Basic;
+        assert_eq!(native.wchar, (Basic::WChar.size(), Basic::WChar.align()));
+        assert_eq!(native.long_double, (Basic::LongDouble.size(), Basic::LongDouble.align(), LongDoubleFormat::X87));
+    }
+}
+
+#[test]
+fn a_rank_outside_the_world_and_frames_from_itself_are_refused() {
+    assert!(matches!(Engine::new(2, 2, Config::default()), Err(Error::InvalidRank { rank: 2, size: 2 })));
+    assert!(Engine::new(0, 0, Config::default()).is_err());
+    let mut e = pair(Config::default());
+    e[1].post_recv(5, spec(None, None));
+    // A frame that claims to come from rank 1 itself, through a transport.
+    let own = Frame { header: Header { seq: 0, ..Header::control(Kind::Eager, 1) }, payload: Bytes::from_static(b"forged") };
+    assert!(matches!(e[1].handle_frame(1, own), Err(Error::Protocol(_))));
+    assert!(events(&mut e[1]).is_empty(), "the forged frame matched nothing");
+    assert_eq!(e[1].posted_len(), 1);
+    // Its own messages to itself still match.
+    e[1].post_send(6, SendMode::Standard, msg(1, 0, b"mine"));
+    let ev = events(&mut e[1]);
+    assert!(ev.iter().any(|ev| matches!(ev, Event::RecvDone { id: 5, result: Ok(d) } if d.data == "mine")), "{ev:?}");
+}
+
+#[test]
+fn rendezvous_transfers_to_one_peer_take_turns() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 1000, ..Config::default() };
+    let mut e = pair(config);
+    let big = Bytes::from(vec![1u8; 100_000]);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: big.clone(), ..msg(1, 0, b"") });
+    e[1].post_recv(7, spec(Some(0), Some(0)));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    let (_, chunk) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, chunk).unwrap();
+    // A small synchronous send to the same peer, while 99 chunks remain.
+    e[0].post_send(2, SendMode::Synchronous, msg(1, 1, b"small"));
+    e[1].post_recv(8, spec(Some(0), Some(1)));
+    let mut big_chunks = 0;
+    let mut done = Vec::new();
+    while !done.iter().any(|ev| matches!(ev, Event::SendDone { id: 2, .. })) {
+        let (_, f) = next_frame(&mut e[0]).expect("frames keep coming");
+        if f.header.kind == Kind::RndvData && f.header.recv_id == 7 {
+            big_chunks += 1;
+        }
+        e[1].handle_frame(0, f).unwrap();
+        while let Some((_, f)) = next_frame(&mut e[1]) {
+            e[0].handle_frame(1, f).unwrap();
+        }
+        done.extend(events(&mut e[0]));
+    }
+    assert!(matches!(done[..], [Event::SendDone { id: 2, result: Ok(()) }]), "{done:?}");
+    assert!(big_chunks <= 2, "the small message waited for {big_chunks} chunks of the large one");
+    pump(&mut e);
+    let got = deliveries(&mut e[1]);
+    assert_eq!(got, [(8, Bytes::from_static(b"small")), (7, big)]);
+}
+
+/// Rank 0 sends rank 1 `len` bytes by rendezvous (chunks of `chunk`),
+/// rank 1 posts receive 5 (bounded by `limit`, if any) and answers: the
+/// data is ready to stream, none has moved.
+fn rendezvous_answered(len: usize, chunk: usize, limit: Option<u64>) -> Vec<Engine> {
+    let config = Config { eager_threshold: 8, rndv_chunk: chunk, ..Config::default() };
+    let mut e = pair(config);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: Bytes::from(vec![9u8; len]), ..msg(1, 0, b"") });
+    match limit {
+        Some(limit) => e[1].post_recv_limited(5, spec(Some(0), Some(0)), limit),
+        None => e[1].post_recv(5, spec(Some(0), Some(0))),
+    }
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    e
+}
+
+/// Moves `n` frames (all, if `None`) from rank 0 to rank 1; returns the
+/// most rendezvous bytes rank 1 held meanwhile.
+fn stream(e: &mut [Engine], n: Option<usize>) -> u64 {
+    let mut most = 0;
+    for _ in 0..n.unwrap_or(usize::MAX) {
+        let Some((_, f)) = next_frame(&mut e[0]) else { break };
+        e[1].handle_frame(0, f).unwrap();
+        most = most.max(e[1].rendezvous_bytes(0));
+    }
+    most
+}
+
+#[test]
+fn a_withdrawn_bounded_receive_keeps_its_transfer_bounded() {
+    const LEN: usize = 8 << 20;
+    // A 10-byte receive matches an 8 MiB message and is withdrawn before
+    // any data arrives: the data is still only counted.
+    let mut e = rendezvous_answered(LEN, 64 << 10, Some(10));
+    assert!(e[1].withdraw_recv(5));
+    assert_eq!(stream(&mut e, None), 0, "the withdrawn receive's limit still bounds the transfer");
+    e[1].post_recv(6, spec(None, None));
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { needed, available: 10 }) }] if needed == LEN as u64), "{ev:?}");
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]), "the sender completes");
+    assert!(e[1].transfers.is_empty() && e[1].unexpected_len() == 0);
+
+    // A bounded receive that takes over a message in flight applies its
+    // own limit, dropping what was kept so far.
+    let mut e = rendezvous_answered(LEN, 64 << 10, None);
+    stream(&mut e, Some(3));
+    assert_eq!(e[1].rendezvous_bytes(0), 3 * (64 << 10));
+    assert!(e[1].withdraw_recv(5));
+    e[1].post_recv_limited(6, spec(Some(0), None), 100);
+    assert_eq!(e[1].rendezvous_bytes(0), 0);
+    assert_eq!(stream(&mut e, None), 0);
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { available: 100, .. }) }]));
+    assert!(e[1].limits.is_empty() && e[1].transfers.is_empty());
+}
+
+#[test]
+fn a_partly_discarded_message_is_never_delivered() {
+    const LEN: usize = 10_000;
+    // Each way the message can be owned when its last byte arrives, or
+    // taken once it has: a receive that took it over, a matched probe, the
+    // queue.
+    for way in 0..3 {
+        let mut e = rendezvous_answered(LEN, 1000, Some(10));
+        stream(&mut e, Some(2)); // two chunks counted and dropped
+        assert!(e[1].withdraw_recv(5));
+        let held = match way {
+            0 => {
+                e[1].post_recv(6, spec(None, None));
+                None
+            }
+            1 => Some(e[1].improbe(&spec(None, None)).expect("the message in flight")),
+            _ => None,
+        };
+        assert_eq!(stream(&mut e, None), 0, "way {way}");
+        if let Some(m) = held {
+            e[1].mrecv(6, m);
+        } else if way == 2 {
+            assert_eq!(e[1].unexpected_len(), 1, "the message keeps its place");
+            assert_eq!(e[1].iprobe(&spec(None, None)).map(|env| env.len), Some(LEN as u64));
+            e[1].post_recv(6, spec(None, None));
+        }
+        let ev = events(&mut e[1]);
+        assert!(
+            matches!(ev[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { needed, available: 10 }) }] if needed == LEN as u64),
+            "way {way}: {ev:?}"
+        );
+        assert!(e[1].transfers.is_empty() && e[1].unexpected_len() == 0, "way {way}");
+    }
+}
+
+#[test]
+fn this_ranks_own_sends_never_count_as_a_peer_not_reading() {
+    // The peer grants more slots than MAX_QUEUED_FRAMES and no credit: every
+    // send becomes a rendezvous request, queued while its link is blocked.
+    let config = Config::default();
+    let mut e = Engine::new(0, 2, config).unwrap();
+    let hello = {
+        let mut one = Engine::new(1, 2, config).unwrap();
+        let (_, mut hello) = next_frame(&mut one).unwrap();
+        hello.header.recv_id = 2 * MAX_QUEUED_FRAMES as u64;
+        hello.header.sig_len = 0;
+        hello
+    };
+    e.handle_frame(1, hello).unwrap();
+    let sends = MAX_QUEUED_FRAMES as u64 + 100;
+    for id in 0..sends {
+        e.post_send(id, SendMode::Standard, msg(1, 0, b"x"));
+    }
+    assert!(!e.is_failed(1), "{:?}", e.dead(1, false));
+    assert_eq!(e.peers[1].queue.len() as u64, sends + 1, "every request (and the hello) waits");
+}
+
+/// A rendezvous request from rank 0, as a hostile or scripted peer forges it.
+fn forged_rts(seq: u64, tag: i32) -> Frame {
+    Frame::control(Header { seq, tag, data_len: 10, send_id: seq + 1, ..Header::control(Kind::Rts, 0) })
+}
+
+/// Slots rank `e` granted rank 0 in the credit frames it queued for it.
+fn slots_granted(e: &mut Engine) -> u64 {
+    std::iter::from_fn(|| next_frame(e)).filter(|(_, f)| f.header.kind == Kind::Credit).map(|(_, f)| f.header.recv_id).sum()
+}
+
+#[test]
+fn a_finished_peer_gets_slots_for_what_it_still_sends_up_to_a_bound() {
+    let config = Config { rndv_slots: 4, ..Config::default() };
+    let mut e = pair(config);
+    e[1].post_recv(9, spec(Some(0), Some(7))); // tag 7 never comes
+    // Rank 0 says goodbye announcing a billion more messages, and sends a
+    // rendezvous request whenever it holds a slot.
+    e[1].handle_frame(0, Frame::control(Header { seq: 1_000_000_000, ..Header::control(Kind::Bye, 0) })).unwrap();
+    let (mut seq, mut slots) = (0, config.rndv_slots);
+    while slots > 0 {
+        for _ in 0..slots {
+            e[1].handle_frame(0, forged_rts(seq, 0)).unwrap();
+            seq += 1;
+        }
+        slots = slots_granted(&mut e[1]);
+    }
+    // What it makes rank 1 hold is bounded, whatever it announced.
+    assert_eq!(seq, config.rndv_slots + MAX_AFTER_GOODBYE);
+    assert_eq!(e[1].unexpected_len() as u64, seq);
+    assert!(!e[1].is_failed(0));
+    // The receive that waits for a message that cannot arrive before rank 1
+    // receives those fails, as does a new one; the messages stay.
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 9, result: Err(Error::ProcessFailed { rank: 0, .. }) }]), "{ev:?}");
+    e[1].post_recv(10, spec(Some(0), Some(7)));
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 10, result: Err(Error::ProcessFailed { .. }) }]));
+    e[1].post_recv(11, spec(Some(0), Some(0)));
+    assert!(events(&mut e[1]).is_empty(), "it matched a request, whose data is awaited");
+    // One request beyond the slots granted breaks the protocol.
+    assert!(e[1].handle_frame(0, forged_rts(seq, 0)).is_ok(), "the clear-to-send gave a slot back");
+    assert!(e[1].handle_frame(0, forged_rts(seq + 1, 0)).is_err());
+}
+
+#[test]
+fn crossing_goodbyes_lower_the_count_of_sends_that_fail() {
+    let config = Config { eager_threshold: 100, eager_credit: 300, rndv_slots: 1, ..Config::default() };
+    let mut e = pair(config);
+    // Three eager sends spend the credit, the fourth takes the one slot,
+    // the fifth waits.
+    for id in 1..=5 {
+        e[0].post_send(id, SendMode::Standard, msg(1, 0, b"0123456789"));
+    }
+    e[1].post_recv(9, spec(Some(0), Some(5))); // never matched
+    // Both ranks finish before either goodbye arrives.
+    e[0].farewell(false);
+    e[1].farewell(false);
+    pump(&mut e);
+    let sent = events(&mut e[0]);
+    let mut failed: Vec<ReqId> = sent
+        .iter()
+        .filter_map(|ev| match ev {
+            Event::SendDone { id, result: Err(Error::ProcessFailed { rank: 1, .. }) } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    failed.sort_unstable();
+    assert_eq!(failed, [4, 5], "the request that needs rank 1 and the send still waiting: {sent:?}");
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+    assert!(!e[0].is_failed(1) && !e[1].is_failed(0), "neither broke the protocol");
+    assert!(e[0].is_flushed() && e[1].is_flushed());
+    assert!(e[1].silent(0).is_some());
+}
+
+#[test]
+fn a_closed_rank_still_says_goodbye_once_its_link_drains() {
+    let mut e = pair(Config::default());
+    e[1].post_recv(9, spec(Some(0), Some(99)));
+    for id in 1..=4 {
+        e[0].post_send(id, SendMode::Standard, msg(1, 0, b"data"));
+    }
+    let (_, first) = next_frame(&mut e[0]).unwrap();
+    assert_eq!(first.header.kind, Kind::Eager);
+    // The link is full after the first message.
+    let dest = e[0].poll_writable().unwrap();
+    let second = e[0].poll_transmit(dest).unwrap();
+    e[0].unsend(dest, second);
+    // The program panics: the endpoint says it failed, then closes.
+    e[0].farewell(true);
+    e[0].close();
+    assert!(next_frame(&mut e[0]).is_none(), "nothing goes while the link is full");
+    e[1].handle_frame(0, first).unwrap();
+    e[0].writable(1);
+    let rest: Vec<Frame> = std::iter::from_fn(|| next_frame(&mut e[0])).map(|(_, f)| f).collect();
+    assert!(matches!(&rest[..], [f] if f.header.kind == Kind::Bye && f.header.seq == 1 && f.header.data_len == 1), "{rest:?}");
+    e[1].handle_frame(0, rest[0].clone()).unwrap();
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+    assert_eq!(e[1].unexpected_len(), 1, "the message that went can still be received");
+    assert!(!e[1].is_failed(0));
+    // The goodbye waits for the link again if the transport gives it back.
+    let mut e = pair(Config::default());
+    e[0].close();
+    let dest = e[0].poll_writable().unwrap();
+    let bye = e[0].poll_transmit(dest).unwrap();
+    assert_eq!(bye.header.kind, Kind::Bye);
+    e[0].unsend(dest, bye.clone());
+    assert!(next_frame(&mut e[0]).is_none());
+    e[0].writable(1);
+    assert_eq!(next_frame(&mut e[0]).map(|(_, f)| f), Some(bye));
+}
+
+#[test]
+fn a_rank_closed_after_its_goodbye_went_sends_nothing_more() {
+    let mut e = pair(Config::default());
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"x"));
+    e[0].farewell(false);
+    pump(&mut e);
+    e[0].close();
+    assert!(next_frame(&mut e[0]).is_none());
+}
+
+#[test]
+fn a_failed_goodbye_drops_what_only_that_rank_could_complete() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 100, ..Config::default() };
+    let mut e = pair(config);
+    let data = Bytes::from(vec![3u8; 1000]);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: data.clone(), ..msg(1, 0, b"") });
+    e[0].post_send(2, SendMode::Standard, Outgoing { data, ..msg(1, 0, b"") });
+    e[1].post_recv(5, spec(Some(0), Some(0)));
+    // Both requests go, the first is answered, one chunk of its data arrives.
+    for _ in 0..2 {
+        let (_, rts) = next_frame(&mut e[0]).unwrap();
+        e[1].handle_frame(0, rts).unwrap();
+    }
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    let (_, chunk) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, chunk).unwrap();
+    e[0].farewell(true);
+    pump(&mut e);
+    let mut sent: Vec<(ReqId, bool)> = events(&mut e[0])
+        .into_iter()
+        .map(|ev| match ev {
+            Event::SendDone { id, result } => (id, matches!(result, Err(Error::Finalized))),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    sent.sort_unstable();
+    assert_eq!(sent, [(1, true), (2, true)]);
+    // The transfer in flight fails, the unanswered request is dropped, and
+    // nothing more can come from rank 0.
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+    assert_eq!(e[1].unexpected_len(), 0);
+    e[1].post_recv(6, spec(Some(0), None));
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
+    assert!(!e[0].is_failed(1) && !e[1].is_failed(0));
+    assert!(e[0].is_flushed() && e[1].is_flushed());
 }

@@ -299,6 +299,79 @@ fn streams_decode_the_same_however_they_are_cut() {
     }
 }
 
+/// Rank 0's recorded view of a world in which its bounded receive (10
+/// bytes) matches a 500-byte rendezvous message from rank 1 and is
+/// withdrawn after `chunks` chunks of the data have arrived; then `then`
+/// runs on the world and the rest of the data arrives.
+fn withdrawn_bounded_receive(chunks: u8, then: &[Op], last: &[Op]) -> (World, Script) {
+    let mut world = World::new([Repr::Native; SIZE as usize]);
+    world.apply(0, &Op::Recv { source: 1, tag: 0, context: 0, limit: 10 });
+    world.apply(1, &Op::Send { to: 0, mode: 0, context: 0, tag: 0, len: 500 });
+    // The request to send, its answer, then `chunks` chunks.
+    world.apply(1, &Op::Transmit { frames: u8::MAX });
+    world.deliver(1, 0, usize::MAX);
+    world.apply(0, &Op::Transmit { frames: u8::MAX });
+    world.deliver(0, 1, usize::MAX);
+    if chunks > 0 {
+        world.apply(1, &Op::Transmit { frames: chunks });
+        world.deliver(1, 0, usize::MAX);
+    }
+    world.apply(0, &Op::Withdraw { which: 0 });
+    for op in then {
+        world.apply(0, op);
+    }
+    world.pump();
+    for op in last {
+        world.apply(0, op);
+    }
+    let script = world.nodes[0].recording.clone().expect("rank 0 records");
+    (world, script)
+}
+
+/// Regression scripts for bounded receives withdrawn from a rendezvous
+/// message (see `Engine::withdraw_recv`): `(name, script)`. Each ends with
+/// rank 0's receive failing with `Truncate`.
+fn regression_seeds() -> Vec<(&'static str, Script)> {
+    let any = Op::Recv { source: 255, tag: 255, context: 0, limit: u16::MAX };
+    let cases: [(&str, u8, &[Op], &[Op]); 3] = [
+        // Withdrawn before any data arrived: the data must not be kept.
+        ("seed-regress-withdrawn-bounded-receive", 0, &[], std::slice::from_ref(&any)),
+        // Two chunks dropped, then an unbounded receive takes the message
+        // over: it must not succeed with the data missing.
+        ("seed-regress-partly-discarded-taken-over", 2, std::slice::from_ref(&any), &[]),
+        // Two chunks dropped, a matched probe holds the message while the
+        // rest arrives, then receives it.
+        ("seed-regress-partly-discarded-probed", 2, &[Op::Probe { source: 1, tag: 255, context: 0 }], &[Op::Mrecv { which: 0 }]),
+    ];
+    cases
+        .into_iter()
+        .map(|(name, chunks, then, last)| {
+            let (world, script) = withdrawn_bounded_receive(chunks, then, last);
+            let errors = &world.nodes[0].errors;
+            assert!(
+                matches!(errors[..], [(_, crate::Error::Truncate { needed: 500, available: 10 })]),
+                "{name}: {errors:?}"
+            );
+            assert_eq!(world.nodes[0].held(), (0, 0), "{name}: nothing was delivered");
+            (name, script)
+        })
+        .collect()
+}
+
+/// The regression scripts replay under every invariant; with
+/// `MPX_WRITE_CORPUS=1` set, they are written to the engine target's
+/// corpus too.
+#[test]
+fn regression_scripts_keep_every_invariant() {
+    for (name, script) in regression_seeds() {
+        let bytes = script.to_bytes();
+        if std::env::var_os("MPX_WRITE_CORPUS").is_some() {
+            std::fs::write(corpus_dir("engine_frames").join(name), &bytes).expect("corpus file");
+        }
+        Node::run(&bytes);
+    }
+}
+
 /// The fuzzers' seed corpora, committed under `fuzz/corpus/`.
 fn corpus_dir(target: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target)
