@@ -376,9 +376,6 @@ impl Shared {
         }
     }
 
-    /// Takes request `id`'s completion, or registers `cx`'s waker for it.
-    /// A receive's message counts as consumed once taken here: its eager
-    /// credit goes back to the sender.
     /// Whether [`poll_done`](Shared::poll_done) would complete request `id`
     /// now, without taking its completion: a receive's message stays with
     /// the request, so withdrawing it still gives the message back.
@@ -401,6 +398,9 @@ impl Shared {
         Poll::Pending
     }
 
+    /// Takes request `id`'s completion, or registers `cx`'s waker for it.
+    /// A receive's message counts as consumed once taken here: its eager
+    /// credit goes back to the sender.
     pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
         let mut st = self.lock();
         match st.done.remove(&id) {
