@@ -52,6 +52,7 @@ pub use comm::{
     start_all, Any, Comm, Message, OwnedRecv, Persistent, PersistentRecv, PersistentSend, RecvBuf, RecvError, SendBuf,
     BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };
+pub use comm::{Incoming, Receivable};
 pub use request::{
     test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Status, Tested,
 };

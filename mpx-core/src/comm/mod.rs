@@ -9,6 +9,7 @@
 //! | `send.rs` | the four send modes, blocking and nonblocking |
 //! | `recv.rs`, `recv_owned.rs` | receives into slices, described buffers, owned vectors and bytes |
 //! | `probe.rs` | probes and matched probes ([`Message`]) |
+//! | `incoming.rs` | incoming messages as a `Stream` ([`Comm::incoming`], [`Receivable`]) |
 //! | `sendrecv.rs` | `sendrecv`, `sendrecv_replace` |
 //! | `bsend.rs` | the buffer for buffered sends |
 //! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
@@ -61,6 +62,7 @@
 
 mod bsend;
 mod buffer;
+mod incoming;
 pub mod persistent;
 mod probe;
 mod recv;
@@ -77,6 +79,7 @@ use crate::proto::engine::MatchSpec;
 use crate::runtime::{Endpoint, Shared};
 
 pub use bsend::BSEND_OVERHEAD;
+pub use incoming::{Incoming, Receivable};
 pub use buffer::{RecvBuf, SendBuf};
 pub use crate::request::Status;
 pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend};
