@@ -53,6 +53,8 @@ pub use comm::{
     BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };
 pub use comm::{Incoming, Receivable};
+#[cfg(feature = "serde")]
+pub use comm::Serde;
 pub use request::{
     test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Status, Tested,
 };

@@ -22,11 +22,14 @@ pub(super) mod sealed {
 }
 
 /// What one received message becomes: a single value of an [`MpiType`]
-/// (`T` itself). The type parameter of [`Comm::incoming`].
+/// (`T` itself), or a serde value ([`Serde<T>`](crate::comm::Serde), with
+/// the `serde` feature). The type parameter of [`Comm::incoming`].
 ///
-/// `T: MpiType + Default` yields a `T`. The message must hold exactly one
-/// `T`: a longer one is [`Error::Truncate`], one with less is
-/// [`Error::ShortInput`], one of another type [`Error::TypeMismatch`].
+/// * `T: MpiType + Default` yields a `T`. The message must hold exactly one
+///   `T`: a longer one is [`Error::Truncate`], one with less is
+///   [`Error::ShortInput`], one of another type [`Error::TypeMismatch`];
+/// * `Serde<T>` yields a `T: DeserializeOwned` from a serde message of any
+///   length (see the [module docs](super)).
 ///
 /// ```
 /// use mpx_core::comm::Receivable;
@@ -80,7 +83,7 @@ impl Comm {
     /// statuses, for servers: `while let Some(msg) = stream.next().await`.
     ///
     /// `T` says what each message becomes ([`Receivable`]): a single value of
-    /// an [`MpiType`].
+    /// an [`MpiType`], or a serde value with [`Serde<T>`](crate::comm::Serde).
     /// The stream keeps exactly one receive posted, from this call until it
     /// ends or is dropped; like an [`irecv`](Comm::irecv) it matches the
     /// next message even while nobody polls the stream, and holds it until

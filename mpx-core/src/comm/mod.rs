@@ -10,6 +10,7 @@
 //! | `recv.rs`, `recv_owned.rs` | receives into slices, described buffers, owned vectors and bytes |
 //! | `probe.rs` | probes and matched probes ([`Message`]) |
 //! | `incoming.rs` | incoming messages as a `Stream` ([`Comm::incoming`], [`Receivable`]) |
+//! | `serde.rs` | serde messages ([`Serde`], the `serde` feature) |
 //! | `sendrecv.rs` | `sendrecv`, `sendrecv_replace` |
 //! | `bsend.rs` | the buffer for buffered sends |
 //! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
@@ -24,6 +25,17 @@
 //! A receive converts: into a typed buffer through its datatype, and into
 //! `packed` bytes by converting to this rank's native packed form, so the
 //! bytes unpack to the values sent.
+//!
+//! # Serde messages
+//!
+//! With the `serde` feature (on by default in the `mpx` facade, off in
+//! `mpx-core`), any `Serialize` value travels as a serde message in
+//! postcard's format ([`Comm::send_serde`] in the four modes), and arrives as
+//! any `DeserializeOwned` type ([`Comm::recv_serde`], or a stream of them,
+//! [`Comm::incoming`]`::<`[`Serde<T>`]`>`). Such messages are marked on the
+//! wire, so they never pass for typed data nor typed data for them; see
+//! [`Serde`] for the rules, the limits on hostile bytes, and the measurements
+//! behind the format.
 //!
 //! # Any-source receives when every other rank is gone
 //!
@@ -70,6 +82,8 @@ mod recv_owned;
 mod selectors;
 mod send;
 mod sendrecv;
+#[cfg(feature = "serde")]
+mod serde;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -86,6 +100,8 @@ pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend};
 pub use probe::Message;
 pub use recv_owned::{OwnedRecv, RecvError};
 pub use selectors::{Any, Dest, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
+#[cfg(feature = "serde")]
+pub use self::serde::Serde;
 
 pub(crate) use buffer::Packed;
 pub(crate) use recv_owned::RawRecv;
