@@ -50,6 +50,10 @@ fn journal() -> Journal {
     }
 }
 
+/// A recursive type: each level is a length, then that many children.
+#[derive(Debug, Deserialize)]
+struct Tree(#[allow(dead_code)] Vec<Tree>);
+
 /// A value whose serialization always fails.
 struct Unserializable;
 
@@ -139,7 +143,8 @@ each_transport! {
 
     /// Bytes that are not the value asked for are an error, never a panic:
     /// arbitrary bytes (a byte array travels as its bytes), a length far
-    /// beyond the message, bytes left over. The stream of messages goes on.
+    /// beyond the message, bytes left over, nesting deeper than the stack
+    /// allows. Later messages arrive as usual.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bad_bytes_are_an_error() {
         let run = launch(2, |comm| async move {
@@ -150,6 +155,7 @@ each_transport! {
                 comm.send_serde(&(5u8, 6u8), 1, 0).await?; // one byte left over
                 comm.send_serde(&7u8, 1, 0).await?; // not a variant of `Event`
                 comm.send_serde(&(2u8, [0xc0u8, 0x80]), 1, 0).await?; // a string of overlong UTF-8
+                comm.send_serde(&vec![1u8; 1 << 20], 1, 0).await?; // a tree a million levels deep
                 comm.send_serde("fine", 1, 0).await?;
                 return Ok(());
             }
@@ -160,6 +166,7 @@ each_transport! {
             bad(comm.recv_serde::<u8>(0, 0).await.unwrap_err());
             bad(comm.recv_serde::<Event>(0, 0).await.unwrap_err());
             bad(comm.recv_serde::<String>(0, 0).await.unwrap_err());
+            bad(comm.recv_serde::<Tree>(0, 0).await.unwrap_err());
             assert_eq!(comm.recv_serde::<String>(0, 0).await?.0, "fine");
             Ok(())
         });

@@ -79,7 +79,12 @@ use crate::request::Request;
 /// strings and byte strings out of the message only after checking they are
 /// there, and reserves room for a sequence only when the message has at
 /// least as many bytes left as it claims elements (and serde caps any
-/// reservation at 1 MiB).
+/// reservation, of a sequence or a map, at 1 MiB). Nor can they nest a
+/// recursive type (a tree of itself) deep enough to overflow the stack: a
+/// decode stops with [`Error::Serialization`] once it has used 256 KiB of
+/// stack, which is some thousands of levels in release builds (5 000 of an
+/// `Option<Box<Self>>`, 2 000 of an enum holding a `Vec<Self>`) and some
+/// hundreds in debug builds.
 ///
 /// # Why postcard
 ///
@@ -135,10 +140,85 @@ fn serialize<T: Serialize + ?Sized>(value: &T) -> Result<Packed> {
 /// The one `T` that `bytes` hold in postcard's format.
 fn deserialize<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let fail = |what: String| Error::Serialization(format!("{}: {what}", std::any::type_name::<T>()));
-    match postcard::take_from_bytes(bytes) {
-        Ok((value, [])) => Ok(value),
-        Ok((_, rest)) => Err(fail(format!("{} bytes left over after the value", rest.len()))),
+    let mut deserializer = postcard::Deserializer::from_flavor(StackBounded::new(bytes));
+    let value = T::deserialize(&mut deserializer);
+    let (rest, too_deep) = deserializer.finalize().map_err(|e| fail(e.to_string()))?;
+    match value {
+        Err(_) if too_deep => Err(fail(format!("nested deeper than {} KiB of stack allow", DECODE_STACK >> 10))),
         Err(e) => Err(fail(e.to_string())),
+        Ok(value) if rest.is_empty() => Ok(value),
+        Ok(_) => Err(fail(format!("{} bytes left over after the value", rest.len()))),
+    }
+}
+
+/// The most stack a decode may use. Every level of a recursive type reads
+/// at least one byte (its `Option`, variant or length), so without a bound
+/// hostile bytes could nest deep enough to overflow the stack.
+const DECODE_STACK: usize = 256 << 10;
+
+/// postcard's slice flavor that stops reading once decoding has used more
+/// than [`DECODE_STACK`] of stack since it started.
+struct StackBounded<'de> {
+    bytes: postcard::de_flavors::Slice<'de>,
+    /// The stack address where decoding started.
+    base: usize,
+    /// Reads so far.
+    reads: u32,
+    /// Whether reading stopped for the bound.
+    too_deep: bool,
+}
+
+impl<'de> StackBounded<'de> {
+    fn new(bytes: &'de [u8]) -> StackBounded<'de> {
+        StackBounded { bytes: postcard::de_flavors::Slice::new(bytes), base: stack_address(), reads: 0, too_deep: false }
+    }
+
+    /// Fails once decoding has used more than [`DECODE_STACK`] of stack.
+    /// It looks at the stack on every 16th read only: each level of nesting
+    /// reads at least one byte, so it overshoots by 16 levels at most.
+    #[inline]
+    fn check_depth(&mut self) -> postcard::Result<()> {
+        self.reads = self.reads.wrapping_add(1);
+        if self.reads.is_multiple_of(16) && stack_address().abs_diff(self.base) > DECODE_STACK {
+            self.too_deep = true;
+        }
+        if self.too_deep {
+            return Err(postcard::Error::DeserializeBadEncoding);
+        }
+        Ok(())
+    }
+}
+
+/// An address in the caller's stack frame.
+#[inline(always)]
+fn stack_address() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
+
+impl<'de> postcard::de_flavors::Flavor<'de> for StackBounded<'de> {
+    /// The bytes left, and whether reading stopped for the bound.
+    type Remainder = (&'de [u8], bool);
+    type Source = &'de [u8];
+
+    #[inline]
+    fn pop(&mut self) -> postcard::Result<u8> {
+        self.check_depth()?;
+        self.bytes.pop()
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.bytes.size_hint()
+    }
+
+    #[inline]
+    fn try_take_n(&mut self, ct: usize) -> postcard::Result<&'de [u8]> {
+        self.check_depth()?;
+        self.bytes.try_take_n(ct)
+    }
+
+    fn finalize(self) -> postcard::Result<(&'de [u8], bool)> {
+        Ok((self.bytes.finalize()?, self.too_deep))
     }
 }
 
@@ -437,6 +517,27 @@ mod tests {
             let _ = deserialize::<BTreeMap<String, Option<u16>>>(&bytes);
             let _ = deserialize::<(char, bool, f32, String)>(&bytes);
         }
+    }
+
+    /// A recursive type nested deeper than the stack bound is an error, not
+    /// a stack overflow; nesting within it decodes.
+    #[test]
+    fn hostile_nesting_is_an_error() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Node {
+            parent: Option<Box<Node>>,
+        }
+        // Each level is one byte: `Some`; the last `None`.
+        let nested = |depth: usize| [vec![1u8; depth], vec![0]].concat();
+        let node = deserialize::<Node>(&nested(200)).unwrap();
+        let mut depth = 0;
+        let mut at = &node;
+        while let Some(parent) = &at.parent {
+            (depth, at) = (depth + 1, parent);
+        }
+        assert_eq!(depth, 200);
+        let err = deserialize::<Node>(&nested(10_000_000)).unwrap_err();
+        assert!(matches!(&err, Error::Serialization(m) if m.contains("nested deeper")), "{err:?}");
     }
 
     #[test]
