@@ -39,6 +39,9 @@
 //!
 //! * `num-complex`: [`MpiType`](trait@MpiType) for `num_complex::Complex<f32>`
 //!   and `Complex<f64>`, as `c_float_complex` and `c_double_complex`.
+//! * `serde` (on by default): serde messages, any `Serialize`/`Deserialize`
+//!   value sent and received in postcard's format (see [`Serde`]);
+//!   `default-features = false` leaves serde and postcard out.
 
 #![deny(missing_docs)]
 

@@ -116,6 +116,11 @@ pub enum Error {
     /// (MPI_ERR_TYPE): for example `float` data received as `byte`.
     #[error("type mismatch: the message's type signature does not match the receive's datatype")]
     TypeMismatch,
+    /// A value could not be serialized for a serde message, or a serde
+    /// message's bytes do not deserialize into the type asked for (corrupt
+    /// bytes, or a value of another type).
+    #[error("serialization: {0}")]
+    Serialization(String),
     /// A buffered send does not fit in the attached buffer, or no buffer is
     /// attached (MPI_ERR_BUFFER).
     #[error("buffered send of {needed} bytes does not fit: {available} of the attached buffer are free")]

@@ -52,6 +52,9 @@ pub use comm::{
     start_all, Any, Comm, Exchange, ExchangeBuf, Message, OwnedRecv, Peer, Persistent, PersistentRecv, PersistentSend,
     RecvBuf, RecvData, RecvError, SendBuf, SendData, Source, TagSel, Transfer, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };
+pub use comm::{Incoming, Receivable};
+#[cfg(feature = "serde")]
+pub use comm::Serde;
 pub use request::{
     test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Status, Tested,
 };

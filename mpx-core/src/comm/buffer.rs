@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::{Region, RegionMut, Repr, TypeSequence};
 use crate::proto::engine::Delivered;
+use crate::proto::wire::SERIALIZED_SIGNATURE;
 use crate::request::Status;
 
 /// A send buffer: memory, a count and a datatype.
@@ -239,6 +240,10 @@ pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: 
 /// `datatype` (truncation, type signature) and unpacks it into `region`.
 pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, region: RegionMut<'_>) -> Result<Status> {
     let env = &msg.envelope;
+    if env.signature == Some(SERIALIZED_SIGNATURE) && !datatype.is_packed() {
+        // Serde bytes have no datatype: a type mismatch whatever their length.
+        return Err(Error::TypeMismatch);
+    }
     let capacity = if env.repr == Repr::External32 {
         datatype.pack_external_size(count)?
     } else {

@@ -10,8 +10,10 @@
 //! | `send.rs` | the four send modes, blocking and nonblocking |
 //! | `recv.rs`, `recv_owned.rs` | receives into any [`RecvData`], of one value, into vectors, as bytes |
 //! | `probe.rs` | probes and matched probes ([`Message`]) |
-//! | `sendrecv.rs` | `sendrecv`, `sendrecv_buf`, `sendrecv_replace` |
+//! | `sendrecv.rs` | `sendrecv`, `sendrecv_replace` |
 //! | `exchange.rs` | [`Comm::exchange`]: many sends and receives over one buffer; [`ExchangeBuf::split`] |
+//! | `incoming.rs` | incoming messages as a `Stream` ([`Comm::incoming`], [`Receivable`]) |
+//! | `serde.rs` | serde messages ([`Serde`], the `serde` feature) |
 //! | `bsend.rs` | the buffer for buffered sends |
 //! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
 //! | `selectors.rs` | [`Peer`] (a rank or [`PROC_NULL`]), [`Source`], [`Any`], tags |
@@ -25,6 +27,17 @@
 //! A receive converts: into a typed buffer through its datatype, and into
 //! `packed` bytes by converting to this rank's native packed form, so the
 //! bytes unpack to the values sent.
+//!
+//! # Serde messages
+//!
+//! With the `serde` feature (on by default in the `mpx` facade, off in
+//! `mpx-core`), any `Serialize` value travels as a serde message in
+//! postcard's format ([`Comm::send_serde`] in the four modes), and arrives as
+//! any `DeserializeOwned` type ([`Comm::recv_serde`], or a stream of them,
+//! [`Comm::incoming`]`::<`[`Serde<T>`]`>`). Such messages are marked on the
+//! wire, so they never pass for typed data nor typed data for them; see
+//! [`Serde`] for the rules, the limits on hostile bytes, and the measurements
+//! behind the format.
 //!
 //! # Any-source receives when every other rank is gone
 //!
@@ -65,6 +78,7 @@ mod bsend;
 mod buffer;
 pub mod data;
 mod exchange;
+mod incoming;
 pub mod persistent;
 mod probe;
 mod recv;
@@ -72,6 +86,8 @@ mod recv_owned;
 mod selectors;
 mod send;
 mod sendrecv;
+#[cfg(feature = "serde")]
+mod serde;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -81,6 +97,7 @@ use crate::proto::engine::MatchSpec;
 use crate::runtime::{Endpoint, Shared};
 
 pub use bsend::BSEND_OVERHEAD;
+pub use incoming::{Incoming, Receivable};
 pub use buffer::{RecvBuf, SendBuf};
 pub use data::{RecvData, SendData};
 pub use exchange::{Exchange, ExchangeBuf, Transfer};
@@ -89,6 +106,8 @@ pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend, Recv
 pub use probe::Message;
 pub use recv_owned::{OwnedRecv, RecvError};
 pub use selectors::{Any, Peer, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
+#[cfg(feature = "serde")]
+pub use self::serde::Serde;
 
 pub(crate) use buffer::Packed;
 pub(crate) use recv_owned::RawRecv;

@@ -14,7 +14,7 @@
 //! | 16..20 | source rank |
 //! | 20..24 | bytes of type description leading the data (external32 typed messages); largest payload accepted (hello) |
 //! | 24..32 | per-pair sequence number (data frames); byte offset (rendezvous data); data frames sent in all (bye) |
-//! | 32..40 | type signature hash; native representation (hello) |
+//! | 32..40 | type signature hash ([`SERIALIZED_SIGNATURE`] marks a serde message); native representation (hello) |
 //! | 40..48 | type signature length (basic elements); credit granted (hello) |
 //! | 48..56 | data length (RTS, rendezvous data), credit bytes, ready answer, world size (hello), failure (bye) |
 //! | 56..64 | sender's request id (RTS, CTS, ready, ready answer); eager limit (hello) |
@@ -38,6 +38,13 @@ use crate::error::{Error, Result};
 pub const VERSION: u8 = 2;
 /// Bytes in an encoded header.
 pub const HEADER_LEN: usize = 80;
+
+/// The type signature `(hash, elements)` of a serde message (a value
+/// serialized with postcard, see [`crate::comm`]): a hash no datatype's
+/// signature has (theirs are below 2^61) and no basic elements. A typed
+/// receive of such a message is a type mismatch, and a serde receive of any
+/// other message too.
+pub const SERIALIZED_SIGNATURE: (u64, u64) = (u64::MAX, 0);
 
 /// What a frame says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
