@@ -102,14 +102,14 @@ mod tests {
         let b = v.to_bits();
         let exp = ((b >> 52) & 0x7ff) as u16;
         assert!(exp != 0 && exp != 0x7ff, "normal values only");
-        quad(v.is_sign_negative(), exp - 1023 + BIAS, u128::from(b & ((1 << 52) - 1)) << 60)
+        quad(v.is_sign_negative(), exp + BIAS - 1023, u128::from(b & ((1 << 52) - 1)) << 60)
     }
 
     /// The x87 encoding of a normal f64, exactly.
     fn x87_of(v: f64) -> [u8; X87_BYTES] {
         let b = v.to_bits();
         let exp = ((b >> 52) & 0x7ff) as u16;
-        x87(v.is_sign_negative(), exp - 1023 + BIAS, 1 << 63 | (b & ((1 << 52) - 1)) << 11)
+        x87(v.is_sign_negative(), exp + BIAS - 1023, 1 << 63 | (b & ((1 << 52) - 1)) << 11)
     }
 
     #[test]

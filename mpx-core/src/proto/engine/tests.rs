@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::native::{LongDoubleFormat, NativeLayout};
 use super::*;
 
 fn msg(dest: u32, tag: i32, data: &'static [u8]) -> Outgoing {

@@ -1,0 +1,234 @@
+//! The end of a rank or a peer: goodbyes, closing, and failing what
+//! depended on a peer that failed or finished.
+
+use super::*;
+
+impl Engine {
+    /// Says goodbye to every peer, at once: this rank posts no more
+    /// receives, so the peers fail their sends that need it to match. The
+    /// goodbye says how many data frames this rank sends in all: its sends
+    /// still waiting for credit or slots follow it under the usual flow
+    /// control (and if the peer finishes first, they fail and a second
+    /// goodbye lowers the count). `failed` says the program failed rather
+    /// than returned: this rank then serves nothing more, and its sends
+    /// still waiting, or waiting for a clear-to-send, or streaming
+    /// rendezvous data, fail with [`Error::Finalized`].
+    pub fn farewell(&mut self, failed: bool) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.gave_up = failed;
+        if failed {
+            let mut dropped: Vec<ReqId> = Vec::new();
+            for (r, p) in self.peers.iter_mut().enumerate() {
+                if r as u32 != self.rank {
+                    dropped.extend(p.held.drain(..).map(|h| h.id));
+                    dropped.extend(p.bulk.drain(..).map(|b| b.send_id));
+                }
+            }
+            let me = self.rank;
+            let waiting = |s: &PendingSend| matches!(s, PendingSend::Rendezvous { dest, .. } if *dest != me);
+            let rendezvous: Vec<ReqId> = self.sends.iter().filter(|(_, s)| waiting(s)).map(|(&id, _)| id).collect();
+            for id in &rendezvous {
+                self.sends.remove(id);
+            }
+            dropped.extend(rendezvous);
+            for id in dropped {
+                self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+            }
+        }
+        for dest in 0..self.size() {
+            if dest != self.rank {
+                let p = &self.peers[dest as usize];
+                let last = p.next_seq + p.held.len() as u64;
+                self.say_goodbye(dest, last);
+            }
+        }
+    }
+
+    /// Queues this rank's goodbye to `dest`, saying it sends `last` data
+    /// frames in all.
+    pub(super) fn say_goodbye(&mut self, dest: u32, last: u64) {
+        let header = Header { data_len: u64::from(self.gave_up), seq: last, ..Header::control(Kind::Bye, self.rank) };
+        self.peers[dest as usize].announced = Some(last);
+        self.push_frame(dest, Frame::control(header));
+    }
+
+    /// Closes the engine: every operation still waiting fails with
+    /// [`Error::Finalized`], and every later one too, and the frames still
+    /// queued are dropped. A live peer still gets this rank's last goodbye
+    /// once its link can take it, even if an earlier one was among the
+    /// frames dropped: it counts the data frames that did go to the peer,
+    /// and says this rank failed if anything the peer could wait for was
+    /// dropped (a message, rendezvous data, an answer to a request).
+    pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        let me = self.rank;
+        for dest in 0..self.size() {
+            if dest == me || self.peers[dest as usize].failed.is_some() {
+                continue;
+            }
+            let waits = self.sends.values().any(|s| matches!(s, PendingSend::Rendezvous { dest: d, .. } if *d == dest));
+            let p = &mut self.peers[dest as usize];
+            let is_data = |f: &&Frame| matches!(f.header.kind, Kind::Eager | Kind::Rts | Kind::Ready);
+            // Data frames go in order: the first one still queued is the
+            // first the peer will not get.
+            let unsent = p.queue.iter().find(is_data).map(|f| f.header.seq);
+            let sent = unsent.unwrap_or(p.next_seq);
+            let dropped = unsent.is_some() || waits || !p.held.is_empty() || !p.bulk.is_empty();
+            let goodbye_queued = p.queue.iter().any(|f| f.header.kind == Kind::Bye);
+            if goodbye_queued || dropped || p.announced != Some(sent) {
+                let failed = self.gave_up || dropped;
+                let header = Header { data_len: u64::from(failed), seq: sent, ..Header::control(Kind::Bye, me) };
+                p.parting = Some(Frame::control(header));
+                p.announced = Some(sent);
+            }
+        }
+        self.closed = true;
+        self.next_tick = None;
+        self.limits.clear();
+        for id in self.posted.remove_where(|_| true) {
+            self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+        }
+        for (_, t) in self.transfers.drain() {
+            if let Some(id) = t.owner {
+                self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+            }
+        }
+        let mut failed: Vec<ReqId> = self.sends.drain().map(|(id, _)| id).collect();
+        for p in &mut self.peers {
+            failed.extend(p.held.drain(..).map(|h| h.id));
+            failed.extend(p.bulk.drain(..).map(|b| b.send_id));
+            p.queue.clear();
+            p.queued_bytes = 0;
+            p.answers = 0;
+        }
+        for id in failed {
+            self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+        }
+        self.unexpected.clear();
+        for dest in 0..self.size() {
+            if self.peers[dest as usize].parting.is_some() {
+                self.schedule(dest);
+            }
+        }
+    }
+
+    /// Whether [`close`](Engine::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// `rank` has finished, after sending `last` data frames in all: fail
+    /// what needs it to match now, and what waits for its messages once the
+    /// last has arrived. A later goodbye may lower the count (some of its
+    /// sends failed), never raise it. If it `failed`, it serves nothing
+    /// more: its rendezvous requests are never answered and its data in
+    /// flight never completes.
+    pub(super) fn peer_finished(&mut self, rank: u32, failed: bool, last: u64) -> Result<()> {
+        let p = &mut self.peers[rank as usize];
+        if let Some(announced) = p.final_seq.filter(|&announced| last > announced) {
+            return Err(Error::Protocol(format!("rank {rank} raised the count in its goodbye from {announced} to {last}")));
+        }
+        let again = p.finished;
+        p.finished = true;
+        p.final_seq = Some(last.max(p.expected_seq));
+        let reason = if failed { "it failed before matching" } else { "its program returned before matching" };
+        if failed {
+            self.drop_served_by(rank, reason);
+        }
+        if !again {
+            self.fail_sends_to(rank, reason);
+            // What this rank still held for it has failed: if this rank
+            // already counted it in its own goodbye, the count goes down.
+            let p = &self.peers[rank as usize];
+            if p.announced.is_some_and(|announced| announced > p.next_seq) {
+                let last = p.next_seq;
+                self.say_goodbye(rank, last);
+            }
+            if self.sends_no_more(rank) {
+                self.fail_recvs_from(rank, reason);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops what only `rank` could complete: its unanswered rendezvous
+    /// requests, and the transfers of its data still arriving (a receive
+    /// that owns one fails).
+    pub(super) fn drop_served_by(&mut self, rank: u32, reason: &str) {
+        let failed: Vec<ReqId> =
+            self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
+        for transfer in failed {
+            let t = self.transfers.remove(&transfer).expect("listed above");
+            match t.owner {
+                Some(id) => {
+                    let error = Error::ProcessFailed { rank, reason: reason.to_string() };
+                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
+                }
+                None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
+            }
+        }
+        self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
+    }
+
+    /// `rank` has failed (its connection broke, it broke the protocol, or it
+    /// went silent): every operation that depends on it fails, and its later
+    /// frames are dropped.
+    pub fn fail_peer(&mut self, rank: u32, reason: &str) {
+        if rank == self.rank || rank as usize >= self.peers.len() || self.peers[rank as usize].failed.is_some() {
+            return;
+        }
+        tracing::warn!(rank = self.rank, peer = rank, reason, "peer failed");
+        let me = self.rank;
+        let p = &mut self.peers[rank as usize];
+        p.failed = Some(reason.to_string());
+        p.queue.clear();
+        p.queued_bytes = 0;
+        p.answers = 0;
+        let bulk: Vec<ReqId> = p.bulk.drain(..).map(|b| b.send_id).collect();
+        // Tell it, so that it does not wait for this rank (best effort: the
+        // transport may already have lost it).
+        p.parting = Some(Frame::control(Header { data_len: 2, ..Header::control(Kind::Bye, me) }));
+        self.schedule(rank);
+        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
+        for id in bulk {
+            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+        }
+        self.fail_sends_to(rank, reason);
+        self.fail_recvs_from(rank, reason);
+        self.drop_served_by(rank, reason);
+    }
+
+    /// Fails the sends that need `rank` to match or answer.
+    pub(super) fn fail_sends_to(&mut self, rank: u32, reason: &str) {
+        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
+        let failed_sends: Vec<ReqId> = self.sends.iter().filter(|(_, s)| s.dest() == rank).map(|(id, _)| *id).collect();
+        for id in failed_sends {
+            self.sends.remove(&id);
+            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+        }
+        let held: Vec<ReqId> = self.peers[rank as usize].held.drain(..).map(|h| h.id).collect();
+        for id in held {
+            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+        }
+    }
+
+    /// Fails the receives that name `rank`, and reports the any-source
+    /// receives that only this rank can now match.
+    pub(super) fn fail_recvs_from(&mut self, rank: u32, reason: &str) {
+        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
+        for id in self.posted.remove_where(|spec| spec.source == Some(rank)) {
+            self.limits.remove(&id);
+            self.events.push_back(Event::RecvDone { id, result: Err(error()) });
+        }
+        if self.others_gone().is_some() {
+            for id in self.posted.ids_where(|spec| spec.source.is_none()) {
+                self.events.push_back(Event::Orphaned { id });
+            }
+        }
+    }
+}

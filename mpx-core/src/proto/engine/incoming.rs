@@ -1,0 +1,341 @@
+//! Frames from peers: checking them against the protocol and acting on them.
+
+use super::*;
+
+impl Engine {
+    /// Processes one frame from `from`. A frame that breaks the protocol
+    /// fails that peer (every operation depending on it completes with an
+    /// error) and is returned as the error; frames from a peer that has
+    /// already failed are dropped. A frame said to come from outside the
+    /// world, or from this rank itself (whose frames never leave the
+    /// engine), is refused with an [`Error::Protocol`] and changes nothing.
+    pub fn handle_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
+        if from as usize >= self.peers.len() {
+            return Err(Error::Protocol(format!("frame from rank {from}, outside a world of {}", self.peers.len())));
+        }
+        if from == self.rank {
+            return Err(Error::Protocol(format!(
+                "a {:?} frame from rank {from} came in through the transport, but rank {from} is this rank: \
+                 frames to itself never leave the engine",
+                frame.header.kind
+            )));
+        }
+        self.handle_peer_frame(from, frame)
+    }
+
+    /// [`handle_frame`](Engine::handle_frame) for a rank inside the world,
+    /// this one included.
+    pub(super) fn handle_peer_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
+        if self.peers[from as usize].failed.is_some() || self.closed {
+            // A failed peer's frames, and everything once closed, are dropped.
+            return Ok(());
+        }
+        self.peers[from as usize].heard = true;
+        let result = self.process(from, frame);
+        if let Err(e) = &result {
+            self.fail_peer(from, &e.to_string());
+        }
+        self.handle_local();
+        result
+    }
+
+    pub(super) fn process(&mut self, from: u32, frame: Frame) -> Result<()> {
+        let owed = self.peers[from as usize].finished && !self.sends_no_more(from);
+        let stalled = self.stalled(from);
+        let result = self.process_frame(from, frame);
+        if self.peers[from as usize].failed.is_none() {
+            if owed && self.sends_no_more(from) {
+                // Its last data frame is in: what still waits for its messages never gets one.
+                self.fail_recvs_from(from, "its program returned before sending a match");
+            }
+            self.grant_after_goodbye(from);
+            if !stalled && self.stalled(from) {
+                self.fail_recvs_from(from, &Self::stalled_reason());
+            }
+        }
+        result
+    }
+
+    /// Grants a finished peer more rendezvous slots when what it still
+    /// sends waits for them: its requests use every slot it has here (see
+    /// [`MAX_AFTER_GOODBYE`]).
+    pub(super) fn grant_after_goodbye(&mut self, rank: u32) {
+        if self.finished || self.closed || rank == self.rank {
+            return;
+        }
+        let slots = self.config.rndv_slots;
+        let p = &mut self.peers[rank as usize];
+        let owed = p.final_seq.map_or(0, |last| last.saturating_sub(p.expected_seq));
+        if !p.finished || owed == 0 || p.slots_in_use < slots.saturating_add(p.extra_slots) || p.extra_slots >= MAX_AFTER_GOODBYE {
+            return;
+        }
+        let grant = owed.min(slots.max(1)).min(MAX_AFTER_GOODBYE - p.extra_slots);
+        p.extra_slots += grant;
+        let header = Header { recv_id: grant, ..Header::control(Kind::Credit, self.rank) };
+        self.push_frame(rank, Frame::control(header));
+    }
+
+    pub(super) fn process_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
+        let h = frame.header;
+        if h.source != from {
+            return Err(Error::Protocol(format!("frame from rank {from} claims source {}", h.source)));
+        }
+        let peer = &self.peers[from as usize];
+        if peer.hello.is_none() && h.kind != Kind::Hello {
+            return Err(Error::Protocol(format!("{:?} frame from rank {from} before its hello", h.kind)));
+        }
+        let data_frame = matches!(h.kind, Kind::Eager | Kind::Rts | Kind::Ready);
+        let still_owed = data_frame && peer.final_seq.is_some_and(|last| h.seq < last);
+        if peer.finished
+            && !still_owed
+            && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping | Kind::Bye)
+        {
+            return Err(Error::Protocol(format!("{:?} frame from rank {from} after its goodbye", h.kind)));
+        }
+        if h.kind == Kind::Hello {
+            return self.hello(from, h);
+        }
+        let peer = &mut self.peers[from as usize];
+        match h.kind {
+            Kind::Hello => unreachable!("handled above"),
+            Kind::Eager | Kind::Rts | Kind::Ready => {
+                if h.seq != peer.expected_seq {
+                    return Err(Error::Protocol(format!(
+                        "frame {} from rank {from} arrived when {} was due",
+                        h.seq, peer.expected_seq
+                    )));
+                }
+                peer.expected_seq += 1;
+                match h.kind {
+                    Kind::Eager => {
+                        let limit = peer.hello.map_or(0, |p| p.eager_limit);
+                        let cost = eager_cost(frame.payload.len());
+                        if frame.payload.len() as u64 > limit {
+                            return Err(Error::Protocol(format!(
+                                "eager message of {} bytes from rank {from}, above its {limit}-byte limit",
+                                frame.payload.len()
+                            )));
+                        }
+                        if peer.credit_in_use + cost > self.config.eager_credit {
+                            return Err(Error::Protocol(format!(
+                                "rank {from} sent {} bytes of eager data beyond the {} granted",
+                                peer.credit_in_use + cost - self.config.eager_credit,
+                                self.config.eager_credit
+                            )));
+                        }
+                        peer.credit_in_use += cost;
+                        let envelope = Envelope::from_header(&h, frame.payload.len() as u64)?;
+                        self.arrive(Unexpected { envelope, body: Body::Data { credit: cost, data: frame.payload } })
+                    }
+                    Kind::Rts => {
+                        if !frame.payload.is_empty() {
+                            return Err(Error::Protocol(format!("RTS from rank {from} carries a payload")));
+                        }
+                        let granted = self.config.rndv_slots.saturating_add(peer.extra_slots);
+                        if peer.slots_in_use >= granted {
+                            return Err(Error::Protocol(format!(
+                                "rank {from} sent more than the {granted} rendezvous requests granted"
+                            )));
+                        }
+                        let envelope = Envelope::from_header(&h, h.data_len)?;
+                        self.peers[from as usize].slots_in_use += 1;
+                        let u = Unexpected { envelope, body: Body::Rts { send_id: h.send_id } };
+                        match h.recv_id {
+                            0 => self.arrive(u),
+                            1 => self.arrive_ready_request(u, h.send_id),
+                            other => return Err(Error::Protocol(format!("RTS from rank {from} with mode {other}"))),
+                        }
+                    }
+                    _ => self.arrive_ready(h, frame.payload)?,
+                }
+            }
+            Kind::Cts => {
+                match self.sends.get(&h.send_id) {
+                    Some(PendingSend::Rendezvous { dest, .. }) if *dest == from => {}
+                    Some(_) => return Err(Error::Protocol(format!("CTS from rank {from} for send {} it does not hold", h.send_id))),
+                    None => return self.unknown_send(from, h.send_id),
+                }
+                let Some(PendingSend::Rendezvous { data, .. }) = self.sends.remove(&h.send_id) else {
+                    unreachable!("checked above")
+                };
+                self.peers[from as usize].slots += 1;
+                if from == self.rank {
+                    // To itself: the whole data at once, never through a transport.
+                    let header = Header {
+                        recv_id: h.recv_id,
+                        data_len: data.len() as u64,
+                        ..Header::control(Kind::RndvData, self.rank)
+                    };
+                    self.local.push_back(Frame { header, payload: data });
+                    self.events.push_back(Event::SendDone { id: h.send_id, result: Ok(()) });
+                } else {
+                    let p = &mut self.peers[from as usize];
+                    p.bulk.push_back(Bulk { send_id: h.send_id, recv_id: h.recv_id, data, offset: 0 });
+                    self.schedule(from);
+                }
+                self.start_held(from);
+            }
+            Kind::RndvData => self.rendezvous_data(from, h, frame.payload)?,
+            Kind::ReadyAck => {
+                match self.sends.get(&h.send_id) {
+                    Some(PendingSend::Ready { dest }) if *dest == from => {}
+                    Some(PendingSend::Rendezvous { dest, ready: true, .. }) if *dest == from && h.data_len == 0 => {
+                        self.peers[from as usize].slots += 1;
+                        self.sends.remove(&h.send_id);
+                        self.events.push_back(Event::SendDone { id: h.send_id, result: Err(Error::NotReady) });
+                        self.start_held(from);
+                        return Ok(());
+                    }
+                    Some(_) => return Err(Error::Protocol(format!("ready answer from rank {from} for send {} it does not hold", h.send_id))),
+                    None => return self.unknown_send(from, h.send_id),
+                }
+                self.sends.remove(&h.send_id);
+                let result = if h.data_len == 1 { Ok(()) } else { Err(Error::NotReady) };
+                self.events.push_back(Event::SendDone { id: h.send_id, result });
+            }
+            Kind::Credit => {
+                peer.credit = peer.credit.saturating_add(h.data_len);
+                peer.slots = peer.slots.saturating_add(h.recv_id);
+                self.start_held(from);
+            }
+            Kind::Bye => match h.data_len {
+                0 | 1 => self.peer_finished(from, h.data_len == 1, h.seq)?,
+                _ => self.fail_peer(from, "it found this rank in breach of the protocol and cut it off"),
+            },
+            Kind::Ping => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn hello(&mut self, from: u32, h: Header) -> Result<()> {
+        let size = self.peers.len() as u64;
+        let peer = &mut self.peers[from as usize];
+        if peer.hello.is_some() {
+            return Err(Error::Protocol(format!("a second hello from rank {from}")));
+        }
+        if h.context != self.config.job {
+            return Err(Error::Protocol(format!("rank {from} belongs to job {:#x}, not {:#x}", h.context, self.config.job)));
+        }
+        if h.data_len != size {
+            return Err(Error::Protocol(format!("rank {from} is in a world of {} ranks, not {size}", h.data_len)));
+        }
+        let accepts = u64::from(h.desc_len);
+        if accepts < MIN_PAYLOAD as u64 {
+            return Err(Error::Protocol(format!(
+                "rank {from} accepts frames of {accepts} payload bytes, below the {MIN_PAYLOAD} every rank must accept"
+            )));
+        }
+        let native = h.sig_hash == native_repr_id();
+        // Its eager messages are refused above what this rank accepts in a
+        // frame, whatever limit it announces for itself.
+        let eager_limit = h.send_id.min(self.config.max_payload() as u64);
+        peer.hello = Some(PeerHello { eager_limit, accepts, native });
+        peer.credit = h.sig_len;
+        peer.slots = h.recv_id;
+        let repr = self.repr_for(from);
+        self.events.push_back(Event::Connected { rank: from, repr });
+        self.start_held(from);
+        Ok(())
+    }
+
+    pub(super) fn rendezvous_data(&mut self, from: u32, h: Header, payload: Bytes) -> Result<()> {
+        let Some(t) = self.transfers.get_mut(&h.recv_id).filter(|t| t.envelope.source == from && !t.complete) else {
+            return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id)));
+        };
+        let total = t.envelope.wire_len();
+        if h.data_len != total || h.seq != t.received.len() || t.received.len() + payload.len() as u64 > total {
+            return Err(Error::Protocol(format!(
+                "rendezvous data from rank {from}: {} bytes at offset {} of {}, for a {total}-byte message with {} bytes in",
+                payload.len(),
+                h.seq,
+                h.data_len,
+                t.received.len()
+            )));
+        }
+        t.received.push(payload, total);
+        if t.received.len() < total {
+            return Ok(());
+        }
+        t.complete = true;
+        let transfer = h.recv_id;
+        match t.owner {
+            Some(id) => {
+                let t = self.transfers.remove(&transfer).expect("present");
+                self.events.push_back(Event::RecvDone { id, result: t.into_result() });
+            }
+            None => {
+                // Its receive was withdrawn: the data takes the message's
+                // place in the queue, or waits in the transfer while a
+                // matched probe holds the message. Data that was dropped
+                // (see `withdraw_recv`) stays so: the message stays in
+                // flight, and whoever receives it gets `Error::Truncate`.
+                if matches!(t.received, Received::Discarded { .. }) {
+                    return Ok(());
+                }
+                let queued = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
+                if let Some(u) = queued {
+                    let t = self.transfers.remove(&transfer).expect("present");
+                    if let Ok(data) = t.received.into_kept() {
+                        u.body = Body::Data { data, credit: 0 };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An answer for a send that is not pending: harmless if the send was
+    /// failed because the peer finished meanwhile, a protocol error otherwise.
+    pub(super) fn unknown_send(&self, from: u32, send_id: u64) -> Result<()> {
+        if self.peers[from as usize].finished || self.gave_up {
+            // Or this rank failed and dropped it (see `farewell`).
+            return Ok(());
+        }
+        Err(Error::Protocol(format!("answer from rank {from} for unknown send {send_id}")))
+    }
+
+    /// A data message arrived: match it to the first posted receive that
+    /// accepts it, or queue it.
+    pub(super) fn arrive(&mut self, u: Unexpected) {
+        match self.posted.take_match(&u.envelope) {
+            Some(id) => self.take_unexpected(id, u),
+            None => {
+                tracing::trace!(rank = self.rank, source = u.envelope.source, tag = u.envelope.tag, "queued unexpected");
+                self.unexpected.push_back(u);
+            }
+        }
+    }
+
+    /// A ready-mode rendezvous request: answered at once, by a CTS if a
+    /// receive is posted, "not ready" otherwise.
+    pub(super) fn arrive_ready_request(&mut self, u: Unexpected, send_id: u64) {
+        match self.posted.take_match(&u.envelope) {
+            Some(id) => self.take_unexpected(id, u),
+            None => {
+                let source = u.envelope.source;
+                let p = &mut self.peers[source as usize];
+                p.slots_in_use = p.slots_in_use.saturating_sub(1);
+                let header = Header { send_id, data_len: 0, ..Header::control(Kind::ReadyAck, self.rank) };
+                self.push_frame(source, Frame::control(header));
+            }
+        }
+    }
+
+    pub(super) fn arrive_ready(&mut self, h: Header, data: Bytes) -> Result<()> {
+        let envelope = Envelope::from_header(&h, data.len() as u64)?;
+        let taken = match self.posted.take_match(&envelope) {
+            Some(id) => {
+                self.limits.remove(&id);
+                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(envelope, data, 0)) });
+                1
+            }
+            None => {
+                tracing::debug!(rank = self.rank, source = h.source, tag = h.tag, "ready send found no posted receive");
+                0
+            }
+        };
+        let header = Header { send_id: h.send_id, data_len: taken, ..Header::control(Kind::ReadyAck, self.rank) };
+        self.push_frame(h.source, Frame::control(header));
+        Ok(())
+    }
+}

@@ -1,0 +1,521 @@
+//! The point-to-point matching engine: a deterministic state machine with no
+//! I/O, no tasks and no clock (the quinn-proto model).
+//!
+//! One [`Engine`] serves one rank. Callers feed it operations
+//! ([`post_send`](Engine::post_send), [`post_recv`](Engine::post_recv), ...),
+//! incoming frames ([`handle_frame`](Engine::handle_frame)) and the time
+//! ([`handle_timeout`](Engine::handle_timeout)); it answers with frames to
+//! transmit, per peer ([`poll_transmit`](Engine::poll_transmit)), completions
+//! ([`poll_event`](Engine::poll_event)) and when it next wants the time
+//! ([`poll_timeout`](Engine::poll_timeout)). The [runtime](crate::runtime)
+//! drives it; tests and fuzzers drive it by hand.
+//!
+//! # Connections
+//!
+//! The first frame to every peer is a hello: the job id, this rank and the
+//! world size, this rank's native data representation, and the eager credit
+//! and rendezvous slots it grants the peer. Nothing but a hello is accepted
+//! from a peer before its hello, and a hello from another job is a protocol
+//! error. A sender uses its native representation towards peers whose hello
+//! says they share it and external32 otherwise (or always, when
+//! [`Config::repr`] asks for it); the receiver converts.
+//!
+//! Frames to a rank's own self never leave the engine: they are handled as
+//! they are produced, so a message to self is matched (or queued) before the
+//! call that sent it returns.
+//!
+//! # Protocols
+//!
+//! * **Eager** (standard and buffered sends up to the eager threshold, when
+//!   the sender holds enough *credit* for the destination): the data travels
+//!   at once and the send completes locally. The receiver keeps it in its
+//!   unexpected queue until a receive matches and consumes it, then returns
+//!   the credit. Each message costs its length plus its header in credit,
+//!   and each receiver grants each sender [`Config::eager_credit`] bytes of
+//!   it, which bounds the receiver's memory for unexpected messages from
+//!   each peer, empty ones included.
+//! * **Rendezvous** (larger messages, standard sends without credit, every
+//!   synchronous send): an RTS carries only the envelope; when a receive
+//!   matches it the receiver answers CTS, and the data follows in chunks of
+//!   at most [`Config::rndv_chunk`] bytes. The send completes when its last
+//!   chunk has been handed to the transport, so a synchronous send completes
+//!   only after the matching receive has started. Each receiver grants each
+//!   sender [`Config::rndv_slots`] unanswered RTSs; a CTS gives one back.
+//! * **Ready**: the data travels with a request for an answer; the receiver
+//!   delivers it only if a matching receive is already posted and answers
+//!   either way, so the sender learns whether it was erroneous
+//!   ([`Error::NotReady`]) instead of the message going astray. Unmatched
+//!   ready data is dropped at once, so it needs no credit.
+//!
+//! A send that finds no credit or slot waits in its peer's order (later
+//! sends to that peer wait behind it) until credit comes back.
+//!
+//! # Output, per peer
+//!
+//! Frames queue per peer. Control frames and messages go first; rendezvous
+//! data is cut into chunks only as the transport asks for frames, so a large
+//! transfer holds back a small message or a control frame to the same peer
+//! for at most one chunk, and queued data never exceeds the credit granted
+//! plus the frames of operations this rank has started. The transfers to
+//! one peer take turns, a chunk each, so a small rendezvous message waits
+//! for at most one chunk of each transfer ahead of it, not for their ends.
+//! A transport that cannot take more for a peer gives the frame back
+//! ([`unsend`](Engine::unsend)); other peers are not held up.
+//!
+//! # Matching
+//!
+//! Posted receives are matched in the order they were posted (indexed by
+//! what they accept, so matching does not scan them), unexpected
+//! messages in the order they arrived, so messages from one sender on one
+//! communicator never overtake each other (MPI's non-overtaking rule).
+//! Every data frame carries a per-pair sequence number and frames must
+//! arrive in order; a gap is a protocol error.
+//!
+//! # Failures
+//!
+//! Everything a peer sends is untrusted. A frame that breaks the protocol
+//! (out of order, beyond the credit granted, above the announced eager
+//! limit, answering nothing, rendezvous data of the wrong length) fails
+//! that peer: every operation that depends on it completes with
+//! [`Error::ProcessFailed`], and its later frames are dropped. A peer that
+//! lets more than [`MAX_QUEUED_FRAMES`] answers pile up (it stopped
+//! reading) fails too. With [`Config::idle_timeout`] set, a peer that
+//! sends nothing for that long fails too; idle connections carry pings
+//! often enough that a live peer never looks silent.
+//!
+//! # Goodbyes
+//!
+//! A rank whose program has ended ([`farewell`](Engine::farewell)) says
+//! goodbye to every peer at once, with the number of data frames it sends
+//! that peer in all: its sends still waiting for credit or slots follow
+//! under the usual flow control. The peer fails at once what needs the
+//! finished rank to match, and what waits for its messages once the last
+//! has arrived. While the finished rank's remaining sends wait for slots
+//! that its unmatched requests hold, the peer grants it more, up to
+//! [`MAX_AFTER_GOODBYE`] beyond the usual, so that all of them arrive
+//! whatever the peer's program receives first; past that bound, a receive
+//! naming the finished rank that finds no match fails until the peer's
+//! program has received some of what it holds. If the peer finishes too
+//! before those sends go, they fail, and a second goodbye lowers the count.
+//! A goodbye that says the rank failed means it serves nothing more: its
+//! unanswered rendezvous requests and its data in flight are dropped (a
+//! receive that owns one fails).
+//!
+//! An any-source receive is not failed when every other rank is gone: this
+//! rank may still send to itself. The engine reports it as
+//! [`Event::Orphaned`], and the runtime fails it only once it is still
+//! unmatched on a second poll in a row (see [`crate::comm`]).
+//!
+//! # Layout
+//!
+//! This file holds the engine's public types and its state; its methods
+//! live by concern: `send` and `recv` (what the program starts),
+//! `incoming` (frames from peers), `output` (frames to peers, per peer),
+//! `time` (idle timeouts and pings), `end` (goodbyes and failures) and
+//! `queries`; `peer` and `transfer` hold the per-peer and per-message
+//! state, `native` the native data representation.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use super::matching::PostedQueue;
+use super::wire::{Frame, Header, Kind, Repr, HEADER_LEN};
+use crate::error::{Error, Result};
+
+/// Identifies a send or receive operation within one engine.
+pub type ReqId = u64;
+
+/// Most answers (clear-to-sends, ready answers, credit, pings) that may
+/// wait for one peer before it is failed for not reading them: they are
+/// what a peer's own frames make this rank queue. This rank's own messages
+/// are bounded by the credit and slots the peer grants, and by the
+/// operations this rank's program started, and do not count.
+pub const MAX_QUEUED_FRAMES: usize = 1 << 16;
+
+/// Most rendezvous slots this rank grants a finished peer beyond
+/// [`Config::rndv_slots`]. A peer's sends still waiting for credit or slots
+/// when it says goodbye follow under the usual flow control; while they
+/// wait for slots its unmatched requests hold here, this rank grants more,
+/// so that all it still sends arrives and a receive naming it can fail once
+/// none is left, whatever this rank's program receives first. This bounds
+/// the requests a finished peer makes this rank hold, whatever it announced.
+pub const MAX_AFTER_GOODBYE: u64 = 1 << 16;
+
+/// Largest type description a message may carry (see
+/// [`TypeSequence`](crate::pack::TypeSequence)): over a million runs of
+/// basic types in one item.
+pub const MAX_DESC_LEN: u32 = 16 << 20;
+
+/// Most bytes reserved up front for gathering a rendezvous message's
+/// chunks; a longer message's buffer grows as its data arrives.
+const GATHER_RESERVE_CAP: u64 = 64 << 20;
+
+/// Smallest frame payload every rank accepts: a hello announcing less fails
+/// its peer (frames that small would carry less data than header, and a
+/// large transfer would take millions of them). [`Config::max_payload`] is
+/// never below it.
+pub const MIN_PAYLOAD: usize = 64;
+
+/// Tunables of the protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Largest message (bytes) sent eagerly; larger ones use rendezvous.
+    pub eager_threshold: usize,
+    /// Bytes of unexpected eager data (headers included) this rank accepts
+    /// from each sender before that sender falls back to rendezvous.
+    pub eager_credit: u64,
+    /// Unanswered rendezvous requests this rank accepts from each sender.
+    pub rndv_slots: u64,
+    /// Largest chunk of rendezvous data in one frame.
+    pub rndv_chunk: usize,
+    /// `Native`: send typed data in this rank's native representation to
+    /// peers that share it, external32 to the others. `External32`: always
+    /// external32 (as heterogeneous peers would).
+    pub repr: Repr,
+    /// Fail a peer that sends nothing for this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// The job this rank belongs to: peers of another job are refused.
+    pub job: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            eager_threshold: 64 * 1024,
+            eager_credit: 1024 * 1024,
+            rndv_slots: 1024,
+            rndv_chunk: 1024 * 1024,
+            repr: Repr::Native,
+            idle_timeout: None,
+            job: 0,
+        }
+    }
+}
+
+impl Config {
+    /// The largest frame payload this configuration produces or accepts:
+    /// the cap for a stream decoder, and what its hello announces. At least
+    /// [`MIN_PAYLOAD`].
+    pub fn max_payload(&self) -> usize {
+        self.eager_threshold.max(self.rndv_chunk).max(MIN_PAYLOAD)
+    }
+}
+
+mod end;
+mod incoming;
+mod native;
+mod output;
+mod peer;
+mod queries;
+mod recv;
+mod send;
+mod time;
+mod transfer;
+
+pub use native::native_repr_id;
+use peer::*;
+use transfer::*;
+
+/// The four MPI send modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SendMode {
+    /// `MPI_Send`: may buffer; waits for a match when the receiver's budget is spent.
+    Standard,
+    /// `MPI_Bsend`: the caller has already buffered the data (the engine
+    /// treats it as a standard send that nobody waits for).
+    Buffered,
+    /// `MPI_Ssend`: completes only once a matching receive has started.
+    Synchronous,
+    /// `MPI_Rsend`: only valid if a matching receive is already posted.
+    Ready,
+}
+
+/// Credit an eager message of `len` bytes costs: its data plus its header,
+/// so even empty messages are bounded.
+fn eager_cost(len: usize) -> u64 {
+    (len + HEADER_LEN) as u64
+}
+
+/// Whether a frame of `kind` answers the peer's own frames (rather than
+/// carrying this rank's messages or its hello and goodbye).
+fn is_answer(kind: Kind) -> bool {
+    matches!(kind, Kind::Cts | Kind::ReadyAck | Kind::Credit | Kind::Ping)
+}
+
+/// The envelope and data of an outgoing message.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// Destination rank.
+    pub dest: u32,
+    /// Communicator context.
+    pub context: u64,
+    /// Tag.
+    pub tag: i32,
+    /// Type signature `(hash, elements)`, or `None` for `packed` data.
+    pub signature: Option<(u64, u64)>,
+    /// Representation of `data`.
+    pub repr: Repr,
+    /// Bytes at the start of `data` that describe the type sequence (for
+    /// external32 typed data), 0 otherwise.
+    pub desc_len: u32,
+    /// The packed data, led by its type description if any.
+    pub data: Bytes,
+}
+
+/// Which messages a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MatchSpec {
+    /// Communicator context.
+    pub context: u64,
+    /// Source rank, or `None` for any source.
+    pub source: Option<u32>,
+    /// Tag, or `None` for any tag.
+    pub tag: Option<i32>,
+}
+
+impl MatchSpec {
+    pub(crate) fn accepts(&self, env: &Envelope) -> bool {
+        self.context == env.context
+            && self.source.is_none_or(|s| s == env.source)
+            && self.tag.is_none_or(|t| t == env.tag)
+    }
+}
+
+/// The envelope of a message: what matching looks at, and what the receiver
+/// needs to check and convert the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope {
+    /// Communicator context.
+    pub context: u64,
+    /// Sender's rank.
+    pub source: u32,
+    /// Tag.
+    pub tag: i32,
+    /// Type signature `(hash, elements)`, or `None` for `packed` data.
+    pub signature: Option<(u64, u64)>,
+    /// Representation of the data.
+    pub repr: Repr,
+    /// Data length in bytes (not counting a type description).
+    pub len: u64,
+    /// Bytes of type description that lead the data on the wire.
+    pub desc_len: u32,
+    /// The sender's per-pair sequence number: messages from one sender are
+    /// matched in this order.
+    pub seq: u64,
+}
+
+impl Envelope {
+    /// The envelope of a data frame whose message (description included)
+    /// is `total` bytes; checks that a type description comes only with
+    /// external32 typed data and fits in the message.
+    fn from_header(h: &Header, total: u64) -> Result<Envelope> {
+        if h.desc_len > 0 && (h.untyped || h.repr != Repr::External32) {
+            return Err(Error::Protocol(format!("rank {} sent a type description with untyped or native data", h.source)));
+        }
+        if h.desc_len > MAX_DESC_LEN {
+            return Err(Error::Protocol(format!("rank {} sent a {}-byte type description", h.source, h.desc_len)));
+        }
+        if u64::from(h.desc_len) > total {
+            return Err(Error::Protocol(format!(
+                "rank {} sent a {}-byte type description in a {total}-byte message",
+                h.source, h.desc_len
+            )));
+        }
+        Ok(Envelope {
+            context: h.context,
+            source: h.source,
+            tag: h.tag,
+            signature: (!h.untyped).then_some((h.sig_hash, h.sig_len)),
+            repr: h.repr,
+            len: total - u64::from(h.desc_len),
+            desc_len: h.desc_len,
+            seq: h.seq,
+        })
+    }
+
+    /// Bytes of the whole message on the wire: description and data.
+    fn wire_len(&self) -> u64 {
+        self.len + u64::from(self.desc_len)
+    }
+}
+
+/// A message delivered to a receive: its envelope and data.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    /// The envelope.
+    pub envelope: Envelope,
+    /// The data.
+    pub data: Bytes,
+    /// The description of the data's type sequence, for external32 typed
+    /// data (empty otherwise).
+    pub desc: Bytes,
+    /// Eager credit the message holds; give it back with
+    /// [`Engine::release_credit`] once the receive has consumed the data.
+    pub credit: u64,
+}
+
+impl Delivered {
+    /// Splits a message as it travelled (`payload`: description, then data).
+    fn new(envelope: Envelope, payload: Bytes, credit: u64) -> Delivered {
+        let at = (envelope.desc_len as usize).min(payload.len());
+        Delivered { envelope, desc: payload.slice(..at), data: payload.slice(at..), credit }
+    }
+
+    /// The message as it travelled: description, then data.
+    fn payload(&self) -> Bytes {
+        if self.desc.is_empty() {
+            return self.data.clone();
+        }
+        let mut all = BytesMut::with_capacity(self.desc.len() + self.data.len());
+        all.extend_from_slice(&self.desc);
+        all.extend_from_slice(&self.data);
+        all.freeze()
+    }
+}
+
+/// A message taken out of the unexpected queue by a matched probe
+/// (`MPI_Mprobe`); receive it with [`Engine::mrecv`].
+#[derive(Debug)]
+pub struct Matched(Unexpected);
+
+impl Matched {
+    /// The message's envelope.
+    pub fn envelope(&self) -> &Envelope {
+        &self.0.envelope
+    }
+}
+
+/// A completion, or something the runtime must act on.
+#[derive(Debug)]
+pub enum Event {
+    /// A send finished: its data is with the transport, or it failed.
+    SendDone {
+        /// The send.
+        id: ReqId,
+        /// Its outcome.
+        result: Result<()>,
+    },
+    /// A receive finished.
+    RecvDone {
+        /// The receive.
+        id: ReqId,
+        /// The message, or why there is none.
+        result: Result<Delivered>,
+    },
+    /// Posted any-source receive `id` can now be matched only by this
+    /// rank's own messages (every other rank is gone); see
+    /// [`Engine::orphaned`].
+    Orphaned {
+        /// The receive.
+        id: ReqId,
+    },
+    /// Rank `rank`'s hello arrived: send it typed data in `repr`.
+    Connected {
+        /// The peer.
+        rank: u32,
+        /// The representation to send it typed data in.
+        repr: Repr,
+    },
+}
+
+
+
+/// The matching engine of one rank. See the [module docs](self).
+pub struct Engine {
+    rank: u32,
+    config: Config,
+    peers: Vec<Peer>,
+    posted: PostedQueue,
+    unexpected: VecDeque<Unexpected>,
+    sends: HashMap<ReqId, PendingSend>,
+    /// Rendezvous transfers waiting for their data, by the id in their CTS.
+    transfers: HashMap<ReqId, Transfer>,
+    /// Posted receives that hold at most this many bytes of data.
+    limits: HashMap<ReqId, u64>,
+    /// Peers with queued output, in the order they got it.
+    writable: VecDeque<u32>,
+    /// Frames this rank sent itself, handled before any call returns.
+    local: VecDeque<Frame>,
+    events: VecDeque<Event>,
+    next_id: ReqId,
+    /// This rank has said goodbye: it posts no more receives.
+    finished: bool,
+    /// This rank's goodbye said it failed: it serves no more rendezvous
+    /// transfers.
+    gave_up: bool,
+    /// The endpoint is closed: every operation fails.
+    closed: bool,
+    /// When the engine next wants [`handle_timeout`](Engine::handle_timeout).
+    next_tick: Option<Instant>,
+}
+
+impl Engine {
+    /// An engine for `rank` of a world of `size` ranks. Its hellos are the
+    /// first frames queued for every peer. A rank outside the world is
+    /// [`Error::InvalidRank`].
+    pub fn new(rank: u32, size: u32, config: Config) -> Result<Engine> {
+        if rank >= size {
+            return Err(Error::InvalidRank { rank: i64::from(rank), size });
+        }
+        let mut engine = Engine {
+            rank,
+            config,
+            peers: (0..size).map(|_| Peer::default()).collect(),
+            posted: PostedQueue::default(),
+            unexpected: VecDeque::new(),
+            sends: HashMap::new(),
+            transfers: HashMap::new(),
+            limits: HashMap::new(),
+            writable: VecDeque::new(),
+            local: VecDeque::new(),
+            events: VecDeque::new(),
+            next_id: 1,
+            finished: false,
+            gave_up: false,
+            closed: false,
+            next_tick: None,
+        };
+        let hello = Header {
+            context: config.job,
+            data_len: u64::from(size),
+            sig_hash: native_repr_id(),
+            sig_len: config.eager_credit,
+            send_id: config.eager_threshold as u64,
+            recv_id: config.rndv_slots,
+            desc_len: u32::try_from(config.max_payload()).unwrap_or(u32::MAX),
+            ..Header::control(Kind::Hello, rank)
+        };
+        for dest in 0..size {
+            engine.push_frame(dest, Frame::control(hello));
+        }
+        engine.handle_local();
+        Ok(engine)
+    }
+
+    /// This engine's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.peers.len() as u32
+    }
+
+    /// The protocol configuration.
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// A fresh request id.
+    pub fn next_id(&mut self) -> ReqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,104 @@
+//! What the engine keeps per peer: its output queues, credit and slots
+//! both ways, what its hello said, and how it ended.
+
+use super::*;
+
+pub(super) enum PendingSend {
+    /// Waiting for CTS, holding the data (`ready`: a ready-mode send,
+    /// which may be answered "not ready" instead).
+    Rendezvous { dest: u32, data: Bytes, ready: bool },
+    /// Waiting for the answer to a ready send.
+    Ready { dest: u32 },
+}
+
+impl PendingSend {
+    pub(super) fn dest(&self) -> u32 {
+        match self {
+            PendingSend::Rendezvous { dest, .. } | PendingSend::Ready { dest } => *dest,
+        }
+    }
+}
+
+/// A send waiting for credit (or for the peer's hello).
+pub(super) struct Held {
+    pub(super) id: ReqId,
+    pub(super) mode: SendMode,
+    pub(super) msg: Outgoing,
+}
+
+/// Rendezvous data being streamed to a peer in chunks.
+pub(super) struct Bulk {
+    pub(super) send_id: ReqId,
+    pub(super) recv_id: u64,
+    pub(super) data: Bytes,
+    pub(super) offset: usize,
+}
+
+/// What a peer said in its hello.
+#[derive(Clone, Copy)]
+pub(super) struct PeerHello {
+    /// Largest eager message it sends.
+    pub(super) eager_limit: u64,
+    /// Largest frame payload it accepts.
+    pub(super) accepts: u64,
+    /// It shares this rank's native representation.
+    pub(super) native: bool,
+}
+
+#[derive(Default)]
+pub(super) struct Peer {
+    // Sending to the peer.
+    pub(super) next_seq: u64,
+    /// Eager bytes this rank may still send to the peer.
+    pub(super) credit: u64,
+    /// Rendezvous requests this rank may still send unanswered.
+    pub(super) slots: u64,
+    /// Sends waiting for credit, a slot or the hello, in order.
+    pub(super) held: VecDeque<Held>,
+    /// Frames ready to go, in order.
+    pub(super) queue: VecDeque<Frame>,
+    /// Payload bytes in `queue`.
+    pub(super) queued_bytes: usize,
+    /// Rendezvous data to stream, in chunks, after `queue`.
+    pub(super) bulk: VecDeque<Bulk>,
+    /// Answers to the peer in `queue` (see [`MAX_QUEUED_FRAMES`]).
+    pub(super) answers: usize,
+    /// The last frame for the peer, sent once its link can take it even
+    /// though nothing else goes to it any more: why this rank failed it, or,
+    /// once this rank is closed, its last goodbye.
+    pub(super) parting: Option<Frame>,
+    /// Data frames this rank's last goodbye to the peer said it sends in
+    /// all.
+    pub(super) announced: Option<u64>,
+    /// In the engine's list of peers with output.
+    pub(super) scheduled: bool,
+    /// The transport cannot take more for this peer for now.
+    pub(super) blocked: bool,
+    /// Something went to the peer since the last timeout check.
+    pub(super) sent: bool,
+    pub(super) last_sent: Option<Instant>,
+
+    // Receiving from the peer.
+    pub(super) hello: Option<PeerHello>,
+    pub(super) expected_seq: u64,
+    /// Eager credit the peer has spent here and not been given back.
+    pub(super) credit_in_use: u64,
+    /// Eager bytes consumed here that the peer has not been given back.
+    pub(super) owed: u64,
+    /// The peer's rendezvous requests not yet answered with a CTS.
+    pub(super) slots_in_use: u64,
+    /// Rendezvous slots granted to the peer beyond [`Config::rndv_slots`]
+    /// after its goodbye (at most [`MAX_AFTER_GOODBYE`]).
+    pub(super) extra_slots: u64,
+    /// Something came from the peer since the last timeout check.
+    pub(super) heard: bool,
+    pub(super) last_heard: Option<Instant>,
+
+    /// The peer's program has returned; it posts no more receives.
+    pub(super) finished: bool,
+    /// Data frames the peer sends in all, from its goodbye: after its
+    /// goodbye, its sends that were waiting for credit still arrive.
+    pub(super) final_seq: Option<u64>,
+    /// The peer failed, and why.
+    pub(super) failed: Option<String>,
+}

@@ -1,0 +1,185 @@
+//! What the engine holds and knows about its peers: the queries the
+//! runtime, tests and fuzzers ask.
+
+use super::*;
+
+impl Engine {
+    /// Number of messages waiting in the unexpected queue.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Bytes of data waiting in the unexpected queue.
+    pub fn unexpected_bytes(&self) -> u64 {
+        self.unexpected
+            .iter()
+            .map(|u| match &u.body {
+                Body::Data { data, .. } => data.len() as u64,
+                Body::Rts { .. } | Body::InFlight { .. } => 0,
+            })
+            .sum()
+    }
+
+    /// Bytes of eager data, sent under credit, waiting in the unexpected
+    /// queue: never above the credit this rank grants all ranks together.
+    /// (The rest of [`unexpected_bytes`](Engine::unexpected_bytes) is
+    /// rendezvous data given back by abandoned receives, which asked for
+    /// it.)
+    pub fn unexpected_eager_bytes(&self) -> u64 {
+        self.unexpected
+            .iter()
+            .map(|u| match &u.body {
+                Body::Data { data, credit } if *credit > 0 => data.len() as u64,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Bytes of `source`'s message data (type descriptions left out) this
+    /// engine holds outside its eager credit: data gathered for rendezvous
+    /// transfers, and queued messages that hold no credit (rendezvous data
+    /// whose receive was withdrawn, messages given back by abandoned
+    /// receives). Never above what the receives that matched those
+    /// messages hold (see [`post_recv_limited`](Engine::post_recv_limited)).
+    pub fn rendezvous_bytes(&self, source: u32) -> u64 {
+        let desc = |e: &Envelope| u64::from(e.desc_len);
+        let gathered = self
+            .transfers
+            .values()
+            .filter(|t| t.envelope.source == source)
+            .map(|t| t.received.kept().saturating_sub(desc(&t.envelope)));
+        let queued = self.unexpected.iter().filter(|u| u.envelope.source == source).map(|u| match &u.body {
+            Body::Data { data, credit: 0 } => (data.len() as u64).saturating_sub(desc(&u.envelope)),
+            _ => 0,
+        });
+        gathered.chain(queued).sum()
+    }
+
+    /// Eager credit (bytes, headers included) `source` has spent here and
+    /// not been given back: never above [`Config::eager_credit`].
+    pub fn credit_in_use(&self, source: u32) -> u64 {
+        self.peers.get(source as usize).map_or(0, |p| p.credit_in_use)
+    }
+
+    /// Number of receives posted and not yet matched.
+    pub fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+
+    /// Whether receive `id` is posted and waits on `source` (for tests and
+    /// fuzzing: no receive may wait on a failed peer).
+    pub fn waits_on(&self, id: ReqId, source: u32) -> bool {
+        self.posted.spec(id).is_some_and(|s| s.source == Some(source))
+            || self.transfers.values().any(|t| t.owner == Some(id) && t.envelope.source == source)
+    }
+
+    /// Whether any receive waits on `source`: a posted receive naming it,
+    /// or a rendezvous transfer from it with an owner.
+    pub fn anything_waits_on(&self, source: u32) -> bool {
+        !self.posted.ids_where(|s| s.source == Some(source)).is_empty()
+            || self.transfers.values().any(|t| t.owner.is_some() && t.envelope.source == source && !t.complete)
+    }
+
+    /// Whether `rank` has failed.
+    pub fn is_failed(&self, rank: u32) -> bool {
+        self.peers.get(rank as usize).is_some_and(|p| p.failed.is_some())
+    }
+
+    /// Why `rank` can no longer take part: it failed, or (when the operation
+    /// needs it to match) it finished.
+    pub fn dead(&self, rank: u32, need_match: bool) -> Option<Error> {
+        let p = self.peers.get(rank as usize)?;
+        self.gone(rank).or_else(|| (need_match && p.finished).then(|| Self::returned(rank)))
+    }
+
+    /// The error of every operation once the engine is closed, or of one
+    /// that depends on `rank` once it has failed.
+    pub(super) fn gone(&self, rank: u32) -> Option<Error> {
+        if self.closed {
+            return Some(Error::Finalized);
+        }
+        let reason = self.peers.get(rank as usize)?.failed.as_ref()?;
+        Some(Error::ProcessFailed { rank, reason: reason.clone() })
+    }
+
+    pub(super) fn returned(rank: u32) -> Error {
+        Error::ProcessFailed { rank, reason: "its program returned".into() }
+    }
+
+    /// Whether `rank` will send nothing more: it failed, or it finished and
+    /// every data frame it announced in its goodbye has arrived.
+    pub(super) fn sends_no_more(&self, rank: u32) -> bool {
+        let p = &self.peers[rank as usize];
+        p.failed.is_some() || (p.finished && p.final_seq.is_some_and(|last| p.expected_seq >= last))
+    }
+
+    /// Whether `rank` finished with more messages for this rank than this
+    /// rank takes in unmatched (see [`MAX_AFTER_GOODBYE`]): the rest can
+    /// arrive only as this rank receives those it holds.
+    pub(super) fn stalled(&self, rank: u32) -> bool {
+        let p = &self.peers[rank as usize];
+        p.finished
+            && p.failed.is_none()
+            && !self.sends_no_more(rank)
+            && p.extra_slots >= MAX_AFTER_GOODBYE
+            && p.slots_in_use >= self.config.rndv_slots.saturating_add(p.extra_slots)
+    }
+
+    /// Why a receive naming a [stalled](Engine::stalled) peer fails.
+    pub(super) fn stalled_reason() -> String {
+        format!(
+            "it finished with more messages for this rank than this rank takes in unmatched \
+             ({MAX_AFTER_GOODBYE} rendezvous requests beyond its slots): receive those first"
+        )
+    }
+
+    /// Why a receive naming `rank` can never be matched: it failed, or it
+    /// finished and all it sent has arrived (or what it still sends cannot
+    /// arrive before this rank receives what it holds of it).
+    pub fn silent(&self, rank: u32) -> Option<Error> {
+        self.peers.get(rank as usize)?;
+        self.gone(rank)
+            .or_else(|| self.sends_no_more(rank).then(|| Self::returned(rank)))
+            .or_else(|| self.stalled(rank).then(|| Error::ProcessFailed { rank, reason: Self::stalled_reason() }))
+    }
+
+    /// When every other rank will send nothing more (and there is at least
+    /// one), the error an any-source receive that stays unmatched gets: only
+    /// this rank's own messages could still match it.
+    pub fn others_gone(&self) -> Option<Error> {
+        if self.closed {
+            return Some(Error::Finalized);
+        }
+        let mut last = None;
+        for r in 0..self.size() as usize {
+            if r as u32 == self.rank {
+                continue;
+            }
+            if !self.sends_no_more(r as u32) && !self.stalled(r as u32) {
+                return None;
+            }
+            last = Some(r as u32);
+        }
+        last.map(|rank| Error::ProcessFailed { rank, reason: "every other rank has finished or failed".into() })
+    }
+
+    /// Whether posted receive `id` accepts any source while every other
+    /// rank is gone: only this rank can still match it.
+    pub fn orphaned(&self, id: ReqId) -> bool {
+        self.posted.spec(id).is_some_and(|s| s.source.is_none()) && self.others_gone().is_some()
+    }
+
+    /// The representation to send typed data to `dest` in: native only to
+    /// a peer whose hello said it shares this rank's representation.
+    pub fn repr_for(&self, dest: u32) -> Repr {
+        match self.peers.get(dest as usize).and_then(|p| p.hello) {
+            Some(hello) if hello.native && self.config.repr == Repr::Native => Repr::Native,
+            _ => Repr::External32,
+        }
+    }
+
+    /// Whether every peer's hello has arrived (or the peer failed).
+    pub fn is_connected(&self) -> bool {
+        self.peers.iter().all(|p| p.hello.is_some() || p.failed.is_some())
+    }
+}

@@ -1,0 +1,223 @@
+//! Receives and probes: posting, matching the unexpected queue, cancelling,
+//! and giving credit back.
+
+use super::*;
+
+impl Engine {
+    /// Posts receive `id`. If a queued message matches, it completes (or,
+    /// for a rendezvous message, starts its data transfer) at once. An
+    /// any-source receive stays posted when every other rank is gone (see
+    /// [`Event::Orphaned`]).
+    pub fn post_recv(&mut self, id: ReqId, spec: MatchSpec) {
+        tracing::trace!(rank = self.rank, id, ?spec, "receive posted");
+        if self.closed {
+            self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+            return;
+        }
+        if let Some(source) = spec.source.filter(|&s| s >= self.size()) {
+            let error = Error::InvalidRank { rank: source as i64, size: self.size() };
+            self.events.push_back(Event::RecvDone { id, result: Err(error) });
+            return;
+        }
+        if let Some(pos) = self.unexpected.iter().position(|u| spec.accepts(&u.envelope)) {
+            let u = self.unexpected.remove(pos).expect("position is in range");
+            self.take_unexpected(id, u);
+            self.handle_local();
+            return;
+        }
+        if let Some(e) = spec.source.and_then(|s| self.silent(s)) {
+            self.events.push_back(Event::RecvDone { id, result: Err(e) });
+            return;
+        }
+        self.posted.push(id, spec);
+        if spec.source.is_none() && self.others_gone().is_some() {
+            self.events.push_back(Event::Orphaned { id });
+        }
+    }
+
+    /// [`post_recv`](Engine::post_recv) for a receive that holds at most
+    /// `limit` bytes of data: a longer rendezvous message is still
+    /// answered (its sender completes, as MPI says), but its data is
+    /// counted rather than kept, and the receive fails with
+    /// [`Error::Truncate`]. Memory for a matched message then follows what
+    /// the receive asked for, not what the sender claims, for the whole
+    /// transfer, even if the receive is withdrawn (see
+    /// [`withdraw_recv`](Engine::withdraw_recv)).
+    pub fn post_recv_limited(&mut self, id: ReqId, spec: MatchSpec, limit: u64) {
+        self.limits.insert(id, limit);
+        self.post_recv(id, spec);
+        if !self.posted.contains(id) && !self.transfers.contains_key(&id) {
+            self.limits.remove(&id);
+        }
+    }
+
+    /// Withdraws a posted receive that has not matched. Returns `false` if
+    /// it is not posted (already matched or unknown).
+    pub fn cancel_recv(&mut self, id: ReqId) -> bool {
+        let withdrawn = self.posted.remove(id);
+        self.limits.remove(&id);
+        if withdrawn {
+            tracing::trace!(rank = self.rank, id, "receive withdrawn");
+        }
+        withdrawn
+    }
+
+    /// Withdraws receive `id` whatever its state, for a receive whose owner
+    /// is gone: unposts it if it has not matched, or, if it matched a
+    /// rendezvous message whose data is still coming, puts that message back
+    /// at the head of the queue (the data will go to the next receive that
+    /// matches it). Returns `false` if the engine holds nothing for `id`
+    /// (it completed: the caller gives back a delivered message with
+    /// [`requeue`](Engine::requeue)).
+    ///
+    /// # Memory and truncation
+    ///
+    /// A rendezvous transfer's memory is bounded by the limit of the
+    /// receive that matched it (see [`post_recv_limited`](Engine::post_recv_limited))
+    /// for the whole transfer, whoever owns it later: a message whose data
+    /// is being (or was) dropped because that receive could not hold it
+    /// stays so after the receive is withdrawn, and can never be delivered
+    /// whole. Whichever receive owns it when its last byte arrives, or
+    /// takes it from the queue afterwards, fails with [`Error::Truncate`]
+    /// (its `available` is the limit for which the data was dropped), never
+    /// succeeds. A receive that takes over a message in flight bounds it by
+    /// its own limit too.
+    pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
+        if self.cancel_recv(id) {
+            return true;
+        }
+        let Some((&transfer, t)) = self.transfers.iter_mut().find(|(_, t)| t.owner == Some(id)) else {
+            return false;
+        };
+        t.owner = None;
+        let u = Unexpected { envelope: t.envelope, body: Body::InFlight { transfer } };
+        self.restore(u);
+        self.handle_local();
+        true
+    }
+
+    /// Offers a message returned to the queue to the posted receives, in
+    /// order; if none takes it, it goes back in its sender's order: after
+    /// the sender's earlier messages, ahead of its later ones and of
+    /// everything else.
+    pub(super) fn restore(&mut self, u: Unexpected) {
+        if let Some(id) = self.posted.take_match(&u.envelope) {
+            self.take_unexpected(id, u);
+            return;
+        }
+        let same = |q: &Unexpected| q.envelope.source == u.envelope.source;
+        let pos = self
+            .unexpected
+            .iter()
+            .position(|q| same(q) && q.envelope.seq > u.envelope.seq)
+            .or_else(|| self.unexpected.iter().rposition(|q| same(q) && q.envelope.seq < u.envelope.seq).map(|i| i + 1))
+            .unwrap_or(0);
+        self.unexpected.insert(pos, u);
+    }
+
+    /// Puts a message taken by [`improbe`](Engine::improbe) back in the
+    /// queue, unreceived (a rendezvous message stays unanswered).
+    pub fn unmatch(&mut self, m: Matched) {
+        self.restore(m.0);
+        self.handle_local();
+    }
+
+    /// Puts a delivered message back in the unexpected queue as if it had
+    /// not been matched (for a receive abandoned after matching): it is
+    /// offered to posted receives first, then queued ahead of its sender's
+    /// later messages.
+    pub fn requeue(&mut self, msg: Delivered) {
+        self.restore(Unexpected { envelope: msg.envelope, body: Body::Data { data: msg.payload(), credit: msg.credit } });
+        self.handle_local();
+    }
+
+    /// The envelope of the first queued message `spec` matches
+    /// (`MPI_Iprobe`), leaving it queued.
+    pub fn iprobe(&self, spec: &MatchSpec) -> Option<Envelope> {
+        self.unexpected.iter().find(|u| spec.accepts(&u.envelope)).map(|u| u.envelope)
+    }
+
+    /// Removes the first queued message `spec` matches (`MPI_Improbe`), so
+    /// no other receive can take it.
+    pub fn improbe(&mut self, spec: &MatchSpec) -> Option<Matched> {
+        let pos = self.unexpected.iter().position(|u| spec.accepts(&u.envelope))?;
+        self.unexpected.remove(pos).map(Matched)
+    }
+
+    /// Receives a message taken by [`improbe`](Engine::improbe) as receive
+    /// `id` (`MPI_Mrecv`).
+    pub fn mrecv(&mut self, id: ReqId, m: Matched) {
+        self.take_unexpected(id, m.0);
+        self.handle_local();
+    }
+
+    /// Delivers queued message `u` to receive `id`.
+    pub(super) fn take_unexpected(&mut self, id: ReqId, u: Unexpected) {
+        // A rendezvous request keeps the limit for its clear-to-send.
+        let limit = if matches!(u.body, Body::Rts { .. }) { None } else { self.limits.remove(&id) };
+        tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
+        match u.body {
+            Body::Data { data, credit } => {
+                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, credit)) });
+            }
+            Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
+            Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
+                Some(t) if t.complete => {
+                    let t = self.transfers.remove(&transfer).expect("present");
+                    self.events.push_back(Event::RecvDone { id, result: t.into_result() });
+                }
+                Some(t) => {
+                    t.owner = Some(id);
+                    t.bound(limit);
+                }
+                None => {
+                    let rank = u.envelope.source;
+                    let error = Error::ProcessFailed { rank, reason: "the message's data was lost with its sender".into() };
+                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
+                }
+            },
+        }
+    }
+
+    pub(super) fn clear_to_send(&mut self, recv_id: ReqId, envelope: Envelope, send_id: u64) {
+        let source = envelope.source;
+        if let Some(p) = self.peers.get_mut(source as usize) {
+            p.slots_in_use = p.slots_in_use.saturating_sub(1);
+        }
+        if let Some(e) = self.dead(source, false) {
+            self.events.push_back(Event::RecvDone { id: recv_id, result: Err(e) });
+            return;
+        }
+        if self.finished && source != self.rank {
+            // This rank's program has ended: the sender gives up on the
+            // message when the goodbye reaches it, before any clear-to-send
+            // sent now would.
+            self.events.push_back(Event::RecvDone { id: recv_id, result: Err(Error::Finalized) });
+            return;
+        }
+        let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
+        let mut transfer = Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false };
+        transfer.bound(self.limits.remove(&recv_id));
+        self.transfers.insert(recv_id, transfer);
+        self.push_frame(source, Frame::control(header));
+    }
+
+    /// A receive has consumed a delivered message holding `bytes` of
+    /// `source`'s credit: the credit goes back to the sender (in batches).
+    pub fn release_credit(&mut self, source: u32, bytes: u64) {
+        let quarter = self.config.eager_credit / 4;
+        let Some(peer) = self.peers.get_mut(source as usize) else { return };
+        if bytes == 0 || peer.failed.is_some() {
+            return;
+        }
+        peer.owed += bytes;
+        // Return credit in batches of a quarter of the budget.
+        if peer.owed >= quarter {
+            let header = Header { data_len: peer.owed, ..Header::control(Kind::Credit, self.rank) };
+            peer.credit_in_use = peer.credit_in_use.saturating_sub(peer.owed);
+            peer.owed = 0;
+            self.push_frame(source, Frame::control(header));
+            self.handle_local();
+        }
+    }
+}
