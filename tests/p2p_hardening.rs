@@ -117,6 +117,16 @@ each_transport! {
             st?;
             sent?;
             assert_eq!(b, [22]);
+            // The same through a request set, which polls each request at
+            // most once per call.
+            let mut c = [0u32];
+            let mut set = RequestSet::new();
+            set.push(comm.irecv(&mut c, Any, 3));
+            let (got, sent) = futures::join!(set.wait_any(), async { comm.send(&[33u32], 0, 3).await });
+            got.expect("one request").1?;
+            sent?;
+            drop(set);
+            assert_eq!(c, [33]);
             Ok(())
         });
         tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();

@@ -266,3 +266,68 @@ async fn a_rank_that_panics_with_a_full_link_still_says_goodbye() {
     assert!(matches!(&out, Err(Error::RankPanicked { rank: 0, message }) if message.contains("link full")), "{out:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+/// Two endpoints whose link from rank 0 to rank 1 breaks with an I/O
+/// error once `broken` is set.
+struct Breakable {
+    me: u32,
+    inboxes: Vec<UnboundedSender<(u32, Frame)>>,
+    broken: Arc<AtomicBool>,
+}
+
+impl Transport for Breakable {
+    fn send(&self, dest: u32, frame: Frame) -> Result<(), SendError> {
+        if self.me == 0 && self.broken.load(Ordering::SeqCst) {
+            let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
+            return Err(SendError::Failed(Error::transport(format!("writing to rank {dest}"), io)));
+        }
+        self.inboxes[dest as usize].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
+    }
+}
+
+/// The source chain of `e`, outermost first.
+fn chain(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    std::iter::successors(Some(e), |e| e.source()).map(|e| e.to_string()).collect()
+}
+
+/// A link that breaks fails what depends on the peer with `ProcessFailed`
+/// naming it, whose source is the transport's error with the I/O error
+/// inside; a failure the transport reports itself keeps its cause too.
+#[tokio::test(flavor = "current_thread")]
+async fn a_broken_link_fails_the_peer_with_its_cause() {
+    let broken = Arc::new(AtomicBool::new(false));
+    let (inboxes, receivers): (Vec<_>, Vec<_>) = (0..3).map(|_| unbounded_channel()).unzip();
+    let eps: Vec<Endpoint> = (0..3)
+        .map(|r| Endpoint::new(r, 3, Config::default(), Breakable { me: r, inboxes: inboxes.clone(), broken: broken.clone() }).unwrap())
+        .collect();
+    for (ep, mut rx) in eps.iter().zip(receivers) {
+        let weak = ep.downgrade();
+        tokio::spawn(async move {
+            while let Some((from, frame)) = rx.recv().await {
+                let Some(ep) = weak.upgrade() else { return };
+                let _ = ep.handle_frame(from, frame);
+            }
+        });
+    }
+    for ep in &eps {
+        ep.connected().await;
+    }
+    let zero = eps[0].world();
+    broken.store(true, Ordering::SeqCst);
+    let e = zero.ssend(&[7u8; 16][..], 1, 0).await.expect_err("the link is broken");
+    assert!(matches!(e, Error::ProcessFailed { rank: 1, .. }), "{e:?}");
+    let causes = chain(&e);
+    assert_eq!(causes.len(), 3, "{causes:?}");
+    assert_eq!(causes[1], "transport error: writing to rank 1");
+    assert_eq!(causes[2], "connection reset by peer");
+    // Later operations on rank 1 fail with the same cause.
+    let later = zero.recv_vec::<u8>(1, 0).await.expect_err("rank 1 has failed");
+    assert_eq!(chain(&later), causes);
+
+    // A transport that sees a connection break tells the endpoint so.
+    let io = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "stream closed mid-frame");
+    eps[1].peer_failed(2, Error::transport("reading from rank 2", io));
+    let e = eps[1].world().recv_vec::<u8>(2, 0).await.expect_err("rank 2 is lost");
+    assert!(matches!(e, Error::ProcessFailed { rank: 2, .. }), "{e:?}");
+    assert_eq!(chain(&e)[1..], ["transport error: reading from rank 2", "stream closed mid-frame"]);
+}

@@ -147,6 +147,12 @@ pub enum Error {
         rank: u32,
         /// What happened.
         reason: String,
+        /// The error that made this rank fail the peer, if one did (its
+        /// connection broke: an [`Error::Transport`] with the I/O or TLS
+        /// error inside; it broke the protocol: an [`Error::Protocol`]),
+        /// kept as the error's [`source`](std::error::Error::source).
+        #[source]
+        cause: Option<Cause>,
     },
     /// A peer sent a frame that violates the protocol; its connection is closed.
     #[error("protocol error: {0}")]
@@ -248,6 +254,34 @@ impl Error {
         match e.into().downcast::<Error>() {
             Ok(mpx) => *mpx,
             Err(other) => Error::User(Cause(std::sync::Arc::from(other))),
+        }
+    }
+
+    /// Rank `rank` failed or finished, for `reason`, with no underlying
+    /// error.
+    pub(crate) fn process_failed(rank: u32, reason: impl Into<String>) -> Error {
+        Error::ProcessFailed { rank, reason: reason.into(), cause: None }
+    }
+
+    /// What an operation that depends on rank `rank` gets once `cause`
+    /// made this rank fail it: [`Error::ProcessFailed`] naming the rank,
+    /// with `cause` as its source (or `cause` itself if it already says
+    /// that rank failed).
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// use mpx_core::Error;
+    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+    /// let e = Error::peer_failure(3, Error::transport("reading from rank 3", io));
+    /// assert!(matches!(e, Error::ProcessFailed { rank: 3, .. }));
+    /// let cause = e.source().unwrap();
+    /// assert_eq!(cause.to_string(), "transport error: reading from rank 3");
+    /// assert_eq!(cause.source().unwrap().to_string(), "reset by peer");
+    /// ```
+    pub fn peer_failure(rank: u32, cause: Error) -> Error {
+        match cause {
+            same @ Error::ProcessFailed { rank: r, .. } if r == rank => same,
+            other => Error::ProcessFailed { rank, reason: other.to_string(), cause: Some(Cause::new(other)) },
         }
     }
 

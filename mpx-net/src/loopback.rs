@@ -167,7 +167,7 @@ impl World {
                         Ok(None) => break,
                         Err(e) => {
                             stream.clear();
-                            endpoint.peer_failed(from, &e.to_string());
+                            endpoint.peer_failed(from, e);
                             break;
                         }
                     }

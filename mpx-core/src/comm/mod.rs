@@ -49,7 +49,11 @@
 //! else it (or the runtime) had ready to run, a send to self among it, runs
 //! in between. Probes follow the same rule. A send to self started only
 //! after a further wait (a sleep, a `yield_now`, another message) comes too
-//! late: the receive has failed by then.
+//! late: the receive has failed by then. `join!`, `select!` and
+//! [`RequestSet`](crate::request::RequestSet) poll each request at most once
+//! per poll of the task; a combinator that re-polls a future that woke
+//! itself within one poll (`FuturesUnordered` may, when it holds three or
+//! more) counts as two polls in a row.
 //!
 //! # Buffers never escape to the background
 //!

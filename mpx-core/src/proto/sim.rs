@@ -522,7 +522,7 @@ impl Node {
             }
             Op::Farewell { failed } => self.engine.farewell(failed),
             Op::Close => self.engine.close(),
-            Op::FailPeer { peer } => self.engine.fail_peer(self.peer(peer), "its connection broke"),
+            Op::FailPeer { peer } => self.engine.fail_peer(self.peer(peer), crate::Error::process_failed(self.peer(peer), "its connection broke")),
         }
         self.drain_events();
         out
@@ -542,7 +542,7 @@ impl Node {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    self.engine.fail_peer(from, &e.to_string());
+                    self.engine.fail_peer(from, e);
                     stream.clear();
                     break;
                 }
@@ -620,7 +620,7 @@ impl Node {
     /// A request fails because of rank `r` only once `r` has failed or
     /// finished (or the engine closed).
     fn check_blame(&self, id: ReqId, e: &crate::Error) {
-        if let crate::Error::ProcessFailed { rank, reason } = e {
+        if let crate::Error::ProcessFailed { rank, reason, .. } = e {
             assert!(self.engine.dead(*rank, true).is_some(), "request {id} failed for rank {rank}, which is alive: {reason}");
         }
     }

@@ -37,11 +37,14 @@ impl ReadyQueue {
         }
     }
 
-    fn pop(&self) -> Option<usize> {
+    /// Takes every slot woken so far; slots woken from now on queue anew.
+    fn take_all(&self) -> VecDeque<usize> {
         let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let i = q.ready.pop_front()?;
-        q.queued[i] = false;
-        Some(i)
+        let ready = std::mem::take(&mut q.ready);
+        for &i in &ready {
+            q.queued[i] = false;
+        }
+        ready
     }
 }
 
@@ -150,30 +153,38 @@ impl<R: Operation> RequestSet<R> {
 
     /// Polls the woken slots; returns the completed ones, or `None` if no
     /// slot is active.
+    ///
+    /// Each slot is polled at most once per call: a request that wakes
+    /// itself while polled (an any-source receive that only this rank's
+    /// own messages can still match, whose second poll in a row fails it)
+    /// is polled again only after the calling task has yielded, so that
+    /// whatever else it had ready to run (a send to itself) runs first.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> SetPoll<R> {
-        loop {
-            let mut done: Vec<_> = self.finished.drain(..).collect();
-            while let Some(i) = self.queue.pop() {
-                let Some(r) = &mut self.slots[i] else { continue };
-                self.polls += 1;
-                if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_ready() {
-                    let outcome = r.take_output();
-                    self.slots[i] = None;
-                    done.push((i, outcome));
-                }
-            }
-            if !done.is_empty() {
-                return Poll::Ready(Some(done));
-            }
-            if self.slots.iter().all(Option::is_none) {
-                return Poll::Ready(None);
-            }
-            let mut q = self.queue.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if q.ready.is_empty() {
-                q.waiter = Some(cx.waker().clone());
-                return Poll::Pending;
+        let mut done: Vec<_> = self.finished.drain(..).collect();
+        for i in self.queue.take_all() {
+            let Some(r) = &mut self.slots[i] else { continue };
+            self.polls += 1;
+            if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_ready() {
+                let outcome = r.take_output();
+                self.slots[i] = None;
+                done.push((i, outcome));
             }
         }
+        if !done.is_empty() {
+            return Poll::Ready(Some(done));
+        }
+        if self.slots.iter().all(Option::is_none) {
+            return Poll::Ready(None);
+        }
+        let mut q = self.queue.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if q.ready.is_empty() {
+            q.waiter = Some(cx.waker().clone());
+        } else {
+            // Slots woke while polled: come back after yielding.
+            drop(q);
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
     }
 
     /// `MPI_Waitsome` over the set: waits until at least one request

@@ -175,10 +175,13 @@ impl Endpoint {
         self.shared.flush(&mut st);
     }
 
-    /// The transport lost rank `rank`: everything that depends on it fails.
-    pub fn peer_failed(&self, rank: u32, reason: &str) {
+    /// The transport lost rank `rank` because of `cause` (typically an
+    /// [`Error::Transport`] carrying the I/O or TLS error): everything
+    /// that depends on it fails with [`Error::ProcessFailed`] naming the
+    /// rank, whose [`source`](std::error::Error::source) is `cause`.
+    pub fn peer_failed(&self, rank: u32, cause: Error) {
         let mut st = self.shared.lock();
-        st.engine.fail_peer(rank, reason);
+        st.engine.fail_peer(rank, cause);
         st.wake_probes();
         self.shared.flush(&mut st);
     }
@@ -332,7 +335,7 @@ impl Shared {
                             break;
                         }
                         Err(SendError::Failed(e)) => {
-                            st.engine.fail_peer(dest, &e.to_string());
+                            st.engine.fail_peer(dest, e);
                             st.wake_probes();
                             break;
                         }

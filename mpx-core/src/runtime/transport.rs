@@ -13,7 +13,9 @@ pub enum SendError {
     /// the transport calls [`Endpoint::writable`](crate::Endpoint::writable)
     /// for that peer once it can. Frames to other peers still go.
     Full(Frame),
-    /// The peer is unreachable; the endpoint fails it.
+    /// The peer is unreachable; the endpoint fails it, and what depends on
+    /// it gets [`Error::ProcessFailed`] with this error as its source
+    /// (see [`Error::peer_failure`]).
     Failed(Error),
 }
 

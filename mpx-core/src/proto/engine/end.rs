@@ -137,11 +137,12 @@ impl Engine {
         p.finished = true;
         p.final_seq = Some(last.max(p.expected_seq));
         let reason = if failed { "it failed before matching" } else { "its program returned before matching" };
+        let error = Error::process_failed(rank, reason);
         if failed {
-            self.drop_served_by(rank, reason);
+            self.drop_served_by(rank, &error);
         }
         if !again {
-            self.fail_sends_to(rank, reason);
+            self.fail_sends_to(rank, &error);
             // What this rank still held for it has failed: if this rank
             // already counted it in its own goodbye, the count goes down.
             let p = &self.peers[rank as usize];
@@ -150,7 +151,7 @@ impl Engine {
                 self.say_goodbye(rank, last);
             }
             if self.sends_no_more(rank) {
-                self.fail_recvs_from(rank, reason);
+                self.fail_recvs_from(rank, &error);
             }
         }
         Ok(())
@@ -159,15 +160,14 @@ impl Engine {
     /// Drops what only `rank` could complete: its unanswered rendezvous
     /// requests, and the transfers of its data still arriving (a receive
     /// that owns one fails).
-    pub(super) fn drop_served_by(&mut self, rank: u32, reason: &str) {
+    pub(super) fn drop_served_by(&mut self, rank: u32, error: &Error) {
         let failed: Vec<ReqId> =
             self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
         for transfer in failed {
             let t = self.transfers.remove(&transfer).expect("listed above");
             match t.owner {
                 Some(id) => {
-                    let error = Error::ProcessFailed { rank, reason: reason.to_string() };
-                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
+                    self.events.push_back(Event::RecvDone { id, result: Err(error.clone()) });
                 }
                 None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
             }
@@ -176,16 +176,17 @@ impl Engine {
     }
 
     /// `rank` has failed (its connection broke, it broke the protocol, or it
-    /// went silent): every operation that depends on it fails, and its later
-    /// frames are dropped.
-    pub fn fail_peer(&mut self, rank: u32, reason: &str) {
+    /// went silent): every operation that depends on it fails with
+    /// [`Error::peer_failure`] of `cause`, and its later frames are dropped.
+    pub fn fail_peer(&mut self, rank: u32, cause: Error) {
         if rank == self.rank || rank as usize >= self.peers.len() || self.peers[rank as usize].failed.is_some() {
             return;
         }
-        tracing::warn!(rank = self.rank, peer = rank, reason, "peer failed");
+        tracing::warn!(rank = self.rank, peer = rank, cause = %cause, "peer failed");
+        let error = Error::peer_failure(rank, cause);
         let me = self.rank;
         let p = &mut self.peers[rank as usize];
-        p.failed = Some(reason.to_string());
+        p.failed = Some(error.clone());
         p.queue.clear();
         p.queued_bytes = 0;
         p.answers = 0;
@@ -194,18 +195,17 @@ impl Engine {
         // transport may already have lost it).
         p.parting = Some(Frame::control(Header { data_len: 2, ..Header::control(Kind::Bye, me) }));
         self.schedule(rank);
-        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
         for id in bulk {
-            self.events.push_back(Event::SendDone { id, result: Err(error()) });
+            self.events.push_back(Event::SendDone { id, result: Err(error.clone()) });
         }
-        self.fail_sends_to(rank, reason);
-        self.fail_recvs_from(rank, reason);
-        self.drop_served_by(rank, reason);
+        self.fail_sends_to(rank, &error);
+        self.fail_recvs_from(rank, &error);
+        self.drop_served_by(rank, &error);
     }
 
     /// Fails the sends that need `rank` to match or answer.
-    pub(super) fn fail_sends_to(&mut self, rank: u32, reason: &str) {
-        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
+    pub(super) fn fail_sends_to(&mut self, rank: u32, error: &Error) {
+        let error = || error.clone();
         let failed_sends: Vec<ReqId> = self.sends.iter().filter(|(_, s)| s.dest() == rank).map(|(id, _)| *id).collect();
         for id in failed_sends {
             self.sends.remove(&id);
@@ -219,8 +219,8 @@ impl Engine {
 
     /// Fails the receives that name `rank`, and reports the any-source
     /// receives that only this rank can now match.
-    pub(super) fn fail_recvs_from(&mut self, rank: u32, reason: &str) {
-        let error = || Error::ProcessFailed { rank, reason: reason.to_string() };
+    pub(super) fn fail_recvs_from(&mut self, rank: u32, error: &Error) {
+        let error = || error.clone();
         for id in self.posted.remove_where(|spec| spec.source == Some(rank)) {
             self.limits.remove(&id);
             self.events.push_back(Event::RecvDone { id, result: Err(error()) });

@@ -33,7 +33,7 @@ impl Engine {
         self.peers[from as usize].heard = true;
         let result = self.process(from, frame);
         if let Err(e) = &result {
-            self.fail_peer(from, &e.to_string());
+            self.fail_peer(from, e.clone());
         }
         self.handle_local();
         result
@@ -46,11 +46,11 @@ impl Engine {
         if self.peers[from as usize].failed.is_none() {
             if owed && self.sends_no_more(from) {
                 // Its last data frame is in: what still waits for its messages never gets one.
-                self.fail_recvs_from(from, "its program returned before sending a match");
+                self.fail_recvs_from(from, &Error::process_failed(from, "its program returned before sending a match"));
             }
             self.grant_after_goodbye(from);
             if !stalled && self.stalled(from) {
-                self.fail_recvs_from(from, &Self::stalled_reason());
+                self.fail_recvs_from(from, &Error::process_failed(from, Self::stalled_reason()));
             }
         }
         result
@@ -200,7 +200,10 @@ impl Engine {
             }
             Kind::Bye => match h.data_len {
                 0 | 1 => self.peer_finished(from, h.data_len == 1, h.seq)?,
-                _ => self.fail_peer(from, "it found this rank in breach of the protocol and cut it off"),
+                _ => self.fail_peer(
+                    from,
+                    Error::process_failed(from, "it found this rank in breach of the protocol and cut it off"),
+                ),
             },
             Kind::Ping => {}
         }

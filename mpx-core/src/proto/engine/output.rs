@@ -20,7 +20,7 @@ impl Engine {
         let too_many = p.answers > MAX_QUEUED_FRAMES;
         self.schedule(dest);
         if too_many {
-            self.fail_peer(dest, "it stopped reading: too many answers wait for it");
+            self.fail_peer(dest, Error::process_failed(dest, "it stopped reading: too many answers wait for it"));
         }
     }
 

@@ -99,6 +99,6 @@ pub(super) struct Peer {
     /// Data frames the peer sends in all, from its goodbye: after its
     /// goodbye, its sends that were waiting for credit still arrive.
     pub(super) final_seq: Option<u64>,
-    /// The peer failed, and why.
-    pub(super) failed: Option<String>,
+    /// The peer failed: the error of every operation that depends on it.
+    pub(super) failed: Option<Error>,
 }

@@ -98,12 +98,11 @@ impl Engine {
         if self.closed {
             return Some(Error::Finalized);
         }
-        let reason = self.peers.get(rank as usize)?.failed.as_ref()?;
-        Some(Error::ProcessFailed { rank, reason: reason.clone() })
+        self.peers.get(rank as usize)?.failed.clone()
     }
 
     pub(super) fn returned(rank: u32) -> Error {
-        Error::ProcessFailed { rank, reason: "its program returned".into() }
+        Error::process_failed(rank, "its program returned")
     }
 
     /// Whether `rank` will send nothing more: it failed, or it finished and
@@ -140,7 +139,7 @@ impl Engine {
         self.peers.get(rank as usize)?;
         self.gone(rank)
             .or_else(|| self.sends_no_more(rank).then(|| Self::returned(rank)))
-            .or_else(|| self.stalled(rank).then(|| Error::ProcessFailed { rank, reason: Self::stalled_reason() }))
+            .or_else(|| self.stalled(rank).then(|| Error::process_failed(rank, Self::stalled_reason())))
     }
 
     /// When every other rank will send nothing more (and there is at least
@@ -160,7 +159,7 @@ impl Engine {
             }
             last = Some(r as u32);
         }
-        last.map(|rank| Error::ProcessFailed { rank, reason: "every other rank has finished or failed".into() })
+        last.map(|rank| Error::process_failed(rank, "every other rank has finished or failed"))
     }
 
     /// Whether posted receive `id` accepts any source while every other

@@ -172,7 +172,7 @@ impl Engine {
                 }
                 None => {
                     let rank = u.envelope.source;
-                    let error = Error::ProcessFailed { rank, reason: "the message's data was lost with its sender".into() };
+                    let error = Error::process_failed(rank, "the message's data was lost with its sender");
                     self.events.push_back(Event::RecvDone { id, result: Err(error) });
                 }
             },

@@ -143,14 +143,14 @@ fn a_failed_peer_fails_what_depends_on_it() {
     e[1].post_recv(1, spec(Some(0), None));
     e[1].post_recv(2, spec(None, None));
     e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));
-    e[1].fail_peer(0, "connection lost");
+    e[1].fail_peer(0, Error::process_failed(0, "connection lost"));
     let ev = events(&mut e[1]);
     assert_eq!(ev.len(), 2, "{ev:?}");
     assert_eq!(e[1].posted_len(), 1, "the any-source receive stays posted: rank 2 may still send");
     e[1].post_recv(4, spec(Some(0), None));
     assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 4, result: Err(Error::ProcessFailed { .. }) }]));
     // Once every other rank is gone, any-source receives fail too.
-    e[1].fail_peer(2, "connection lost");
+    e[1].fail_peer(2, Error::process_failed(2, "connection lost"));
     // Not failed yet: rank 1 may still send to itself.
     assert!(matches!(events(&mut e[1])[..], [Event::Orphaned { id: 2 }]));
     assert!(e[1].orphaned(2));

@@ -48,7 +48,7 @@ impl Engine {
             }
         }
         for r in silent {
-            self.fail_peer(r, &format!("it sent nothing for {idle:?}"));
+            self.fail_peer(r, Error::process_failed(r, format!("it sent nothing for {idle:?}")));
         }
         for r in ping {
             self.push_frame(r, Frame::control(Header::control(Kind::Ping, self.rank)));
