@@ -8,10 +8,10 @@ use std::time::Duration;
 use mpx::prelude::*;
 use mpx::{launch_with, LaunchOptions};
 
-const LIMIT: Duration = Duration::from_secs(20);
 
 #[macro_use]
 mod support;
+use support::{returns, LIMIT};
 
 // On every transport.
 each_transport! {
@@ -40,7 +40,7 @@ each_transport! {
             comm.send(&[3u8], 1, 3).await?;
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A receive that matched a large message and was dropped, on a rank that
@@ -60,7 +60,7 @@ each_transport! {
             req.await?;
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// Ranks that free more rendezvous sends than their slots and return
@@ -76,7 +76,7 @@ each_transport! {
             }
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A rank that returned with sends waiting for slots is seen as finished
@@ -100,7 +100,7 @@ each_transport! {
             }
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A send to self started after the receive was first polled, in the
@@ -129,7 +129,7 @@ each_transport! {
             assert_eq!(c, [33]);
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// Every kind of send that needs the peer's cooperation fails once the
@@ -159,12 +159,34 @@ each_transport! {
             tokio::time::timeout(LIMIT, comm.buffer_detach()).await.expect("detach returns")?;
             Ok(outcomes.into_iter().map(|o| o.is_ok()).collect())
         });
-        let out = tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        let out = returns(run).await;
         let sent = &out[0];
         assert!(!sent[0], "a rendezvous send to a finished rank fails");
         assert!(sent[1..11].contains(&false), "short sends fail once the credit is spent");
         assert!(sent[1], "the first short send went eagerly");
         assert!(sent[11], "the buffered send is accepted into the buffer");
+    }
+
+    /// A buffered send whose data goes by rendezvous, still waiting for its
+    /// match when its receiver returns without receiving it, fails in the
+    /// background: the sender's detach and its own end do not wait for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rendezvous_bsend_pending_when_its_receiver_returns_ends() {
+        let run = launch(2, |comm| async move {
+            if comm.rank() == 1 {
+                // Returns once the buffered send has been announced, without receiving it.
+                comm.recv_vec::<u8>(0, 1).await?;
+                return Ok(());
+            }
+            let big = vec![5u8; 1 << 20];
+            comm.buffer_attach(vec![0u8; big.len() + mpx::BSEND_OVERHEAD])?;
+            comm.bsend(&big, 1, 0).await?;
+            comm.send(&[1u8], 1, 1).await?;
+            let detached = tokio::time::timeout(LIMIT, comm.buffer_detach()).await.expect("detach returns")?;
+            assert_eq!(detached.len(), big.len() + mpx::BSEND_OVERHEAD);
+            Ok(())
+        });
+        returns(run).await;
     }
 
     /// An any-source receive posted when every other rank is gone still gets
@@ -212,7 +234,7 @@ each_transport! {
             assert!(matches!(probe, Err(Error::ProcessFailed { .. })), "{probe:?}");
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// Argument errors of either half of a sendrecv come at once, without
@@ -230,7 +252,7 @@ each_transport! {
             assert!(matches!(e, Err(Error::InvalidRank { rank: 9, .. })), "{e:?}");
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A communicator kept past its launch fails every operation.
@@ -282,7 +304,7 @@ each_transport! {
             comm.recv_vec::<u8>(0, 1).await?;
             Ok(total)
         });
-        let out = tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        let out = returns(run).await;
         assert_eq!(out[1], 50);
     }
 }
@@ -344,7 +366,7 @@ async fn a_network_like_loopback_carries_large_and_small_messages() {
         small.await?;
         Ok(())
     });
-    tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    returns(run).await;
 }
 
 /// Empty datatypes at huge counts touch nothing and return at once.
@@ -443,7 +465,7 @@ async fn typed_external32_messages_received_as_packed_unpack_to_the_values_sent(
             Ok(())
         }
     });
-    tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+    returns(run).await;
 }
 
 /// An endpoint owns what its transport hands it (its driver's guard): the

@@ -4,15 +4,14 @@
 #![cfg(feature = "serde")]
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use mpx::prelude::*;
 use serde::{Deserialize, Serialize};
 
-const LIMIT: Duration = Duration::from_secs(20);
 
 #[macro_use]
 mod support;
+use support::returns;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum Event {
@@ -103,7 +102,7 @@ each_transport! {
             assert_eq!(ready_big.await?.0, big);
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A typed receive of a serde message is a type mismatch, whatever the
@@ -138,7 +137,7 @@ each_transport! {
             assert_eq!(comm.recv_serde::<String>(0, 7).await?.0, "still fine");
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// Bytes that are not the value asked for are an error, never a panic:
@@ -170,7 +169,7 @@ each_transport! {
             assert_eq!(comm.recv_serde::<String>(0, 0).await?.0, "fine");
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A value that cannot be serialized fails the send, which sends
@@ -191,7 +190,7 @@ each_transport! {
             assert_eq!(comm.recv_serde::<String>(0, 0).await?.0, "after");
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A serde receive dropped before or after its message matched loses
@@ -217,6 +216,6 @@ each_transport! {
             }
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 }

@@ -10,10 +10,10 @@ use futures::StreamExt;
 use mpx::prelude::*;
 use mpx::{MpiType, Serde};
 
-const LIMIT: Duration = Duration::from_secs(20);
 
 #[macro_use]
 mod support;
+use support::{returns, LIMIT};
 
 /// A typed value with a field that needs validation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, MpiType)]
@@ -64,7 +64,7 @@ each_transport! {
             }
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A message that does not become a value is yielded as its error and
@@ -108,7 +108,7 @@ each_transport! {
             assert_eq!(readings.next().await.unwrap()?.0, Reading { sensor: 3, valid: false, value: 4.0 });
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// Dropping a stream whose receive is posted but unmatched, or whose
@@ -152,7 +152,7 @@ each_transport! {
             }
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A deadline from `tokio::time::timeout`: a `next()` that times out
@@ -177,7 +177,7 @@ each_transport! {
             }
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A stream from a sender that finishes yields its messages, then the
@@ -207,7 +207,7 @@ each_transport! {
             assert!(bad.next().await.is_none());
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 
     /// A stream is `'static`, `Send` and `Unpin`: a spawned task can serve it.
@@ -228,6 +228,6 @@ each_transport! {
             assert_eq!(texts, (0..10).map(|i| i.to_string()).collect::<Vec<_>>());
             Ok(())
         });
-        tokio::time::timeout(LIMIT, run).await.expect("launch returns").unwrap();
+        returns(run).await;
     }
 }

@@ -72,8 +72,9 @@ impl Options {
 
     /// `ranks` ranks behaving as a network would: frames encoded to bytes
     /// and decoded on arrival, small credit, rendezvous data in small chunks,
-    /// links of 256 KiB, and typed data in external32 as between
-    /// heterogeneous peers.
+    /// links of 256 KiB, typed data in external32 as between heterogeneous
+    /// peers, and a 30-second idle timeout, so idle links carry pings and
+    /// the driver runs the engine's timers.
     pub fn network_like(ranks: usize) -> Options {
         let engine = Config {
             eager_threshold: 4096,
@@ -81,6 +82,7 @@ impl Options {
             rndv_chunk: 16 * 1024,
             rndv_slots: 64,
             repr: mpx_core::Repr::External32,
+            idle_timeout: Some(Duration::from_secs(30)),
             ..Config::default()
         };
         Options { ranks, engine, link_capacity: 256 * 1024, wire: true }

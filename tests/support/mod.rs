@@ -10,6 +10,27 @@
 //! * `loopback`: the in-memory transport, frames as values;
 //! * `network_like`: frames encoded to bytes and decoded, small credit,
 //!   rendezvous data in small chunks, external32 between the ranks.
+//!
+//! [`returns`] runs a launch that must end, within [`LIMIT`], without error.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+/// How long a launch (or one awaited step) may take before a test counts
+/// it as hung.
+pub const LIMIT: Duration = Duration::from_secs(20);
+
+/// The outcome of `run` (a `launch`), which must return within [`LIMIT`]
+/// and without error: a hang or an error fails the test, naming which.
+pub async fn returns<T>(run: impl Future<Output = mpx::Result<T>>) -> T {
+    match tokio::time::timeout(LIMIT, run).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => panic!("launch failed: {e} ({e:?})"),
+        Err(_) => panic!("launch did not return within {LIMIT:?}"),
+    }
+}
 
 #[macro_export]
 macro_rules! each_transport {
