@@ -52,7 +52,7 @@ fn coords(rank: usize) -> [usize; 3] {
 /// is the face it leaves through: `2 * axis + side`.
 fn halo(rank: usize) -> mpx::Result<Vec<Transfer>> {
     let c = coords(rank);
-    let sizes = LOCAL.map(|n| n as i64 + 2);
+    let sizes = LOCAL.map(|n| n + 2);
     let mut transfers = Vec::new();
     for axis in 0..3 {
         for side in 0..2 {
@@ -60,11 +60,11 @@ fn halo(rank: usize) -> mpx::Result<Vec<Transfer>> {
             neighbour[axis] = (c[axis] + if side == 0 { DIMS[axis] - 1 } else { 1 }) % DIMS[axis];
             let neighbour = rank_at(neighbour);
             // The whole interior along the other axes, one layer along this one.
-            let mut subsizes = LOCAL.map(|n| n as i64);
+            let mut subsizes = LOCAL;
             subsizes[axis] = 1;
             let layer = |at: usize| {
-                let mut starts = [1i64; 3];
-                starts[axis] = at as i64;
+                let mut starts = [1; 3];
+                starts[axis] = at;
                 Datatype::subarray(&sizes, &subsizes, &starts, Order::C, &Datatype::double())
             };
             let (face, ghost) =

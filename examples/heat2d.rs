@@ -64,8 +64,7 @@ fn sweep(u: &[f64], next: &mut [f64], rows: usize, cols: usize) {
 
 /// `rows × cols` cells at `(row, col)` of a `size × size` array of doubles.
 fn block(size: usize, rows: usize, cols: usize, row: usize, col: usize) -> mpx::Result<Datatype> {
-    let i = |v: usize| v as i64;
-    Datatype::subarray(&[i(size), i(size)], &[i(rows), i(cols)], &[i(row), i(col)], Order::C, &Datatype::double())
+    Datatype::subarray(&[size, size], &[rows, cols], &[row, col], Order::C, &Datatype::double())
 }
 
 /// The halo exchange of the rank at `(row, col)` of the process grid, over

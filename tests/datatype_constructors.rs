@@ -166,7 +166,7 @@ fn signatures_compare_sequences_of_basic_types() {
     assert_eq!(a.signature(), b.signature());
     let c = Datatype::structure(&[1, 1], &[0, 8], &[i.clone(), d.clone()]).unwrap();
     assert_ne!(a.signature(), c.signature());
-    assert_eq!(Datatype::contiguous(1 << 40, &a).unwrap().signature().len(), 2 << 40);
+    assert_eq!(Datatype::contiguous(1i64 << 40, &a).unwrap().signature().len(), 2 << 40);
     // byte and char are different basic types.
     assert_ne!(Datatype::byte().signature(), Datatype::char().signature());
 }
@@ -174,14 +174,56 @@ fn signatures_compare_sequences_of_basic_types() {
 #[test]
 fn huge_types_cost_what_their_constructor_tree_costs() {
     let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
-    let huge = Datatype::contiguous(1 << 40, &s).unwrap();
+    let huge = Datatype::contiguous(1i64 << 40, &s).unwrap();
     let vec = Datatype::hvector(1 << 16, 3, 1 << 10, &huge).unwrap().commit();
     assert_eq!(vec.size(), 9u64 * 3 * (1 << 56));
     assert_eq!(vec.get_elements(vec.size()), 6 * (1 << 56));
     assert_eq!(vec.get_elements(vec.size() - 1), 6 * (1 << 56) - 1);
     assert!(matches!(Datatype::hvector(1 << 20, 3, 1 << 10, &huge), Err(Error::Overflow(_))));
-    assert!(matches!(Datatype::contiguous(1 << 20, &vec), Err(Error::Overflow(_))));
+    assert!(matches!(Datatype::contiguous(1i64 << 20, &vec), Err(Error::Overflow(_))));
     // An indexed type with a negative count is an error, not a panic.
     assert!(matches!(Datatype::indexed_block(-2, &[0], &s), Err(Error::InvalidCount { .. })));
     assert!(Datatype::hindexed(&[i64::MAX], &[0], &s).is_err());
+}
+
+/// Constructors take the integer types programs have: the same arguments
+/// in `usize`, `u32`, `i32` or `i64` build equal typemaps, and a value
+/// beyond `i64` is an error naming it, never a wrapped number.
+#[test]
+fn constructors_take_any_integer_type_and_refuse_values_beyond_i64() {
+    let int = Datatype::int();
+    let lens: (usize, u32, i32, i64) = (2, 2, 2, 2);
+    let a = Datatype::vector(lens.0, 3usize, 4usize, &int).unwrap();
+    let b = Datatype::vector(lens.1, 3u32, 4u32, &int).unwrap();
+    let c = Datatype::vector(lens.2, 3, 4, &int).unwrap();
+    let d = Datatype::vector(lens.3, 3i64, 4i64, &int).unwrap();
+    for t in [&b, &c, &d] {
+        assert_eq!((t.size(), t.extent(), t.signature()), (a.size(), a.extent(), a.signature()));
+    }
+    let offsets: Vec<usize> = vec![0, 8, 16];
+    let blocks: [u16; 3] = [1, 2, 1];
+    let x = Datatype::indexed(&blocks, &offsets, &int).unwrap();
+    let y = Datatype::indexed(&[1i64, 2, 1], &[0i64, 8, 16], &int).unwrap();
+    assert_eq!((x.size(), x.extent()), (y.size(), y.extent()));
+    let sub = Datatype::subarray(&[4usize, 6], &[2u8, 3], &[1i16, 2], Order::C, &Datatype::double()).unwrap();
+    assert_eq!((sub.size(), sub.true_lb()), (48, 64));
+
+    let too_big = u64::MAX;
+    let refused = [
+        Datatype::contiguous(too_big, &int),
+        Datatype::vector(1, too_big, 1, &int),
+        Datatype::hvector(1, 1, usize::MAX, &int),
+        Datatype::indexed(&[too_big], &[0], &int),
+        Datatype::hindexed(&[1], &[too_big], &int),
+        Datatype::indexed_block(1, &[u128::MAX], &int),
+        Datatype::structure(&[1], &[too_big], &[int.clone()]),
+        Datatype::resized(0, too_big, &int),
+        Datatype::subarray(&[too_big], &[1], &[0], Order::C, &int),
+    ];
+    for (i, r) in refused.into_iter().enumerate() {
+        match r {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("does not fit"), "{i}: {why}"),
+            other => panic!("{i}: {other:?}"),
+        }
+    }
 }

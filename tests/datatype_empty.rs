@@ -39,8 +39,8 @@ fn empty_types() -> Vec<Datatype> {
         Datatype::structure(&[1, 1], &[-4, 12], &[Datatype::lb_marker(), Datatype::ub_marker()]).unwrap(),
         Datatype::resized(0, 8, &none).unwrap(),
         Datatype::resized(0, -8, &none).unwrap(),
-        Datatype::contiguous(1 << 40, &Datatype::resized(0, 16, &none).unwrap()).unwrap(),
-        Datatype::indexed(&[], &[], &int).unwrap(),
+        Datatype::contiguous(1i64 << 40, &Datatype::resized(0, 16, &none).unwrap()).unwrap(),
+        Datatype::indexed::<i64, i64>(&[], &[], &int).unwrap(),
     ]
 }
 
@@ -120,7 +120,7 @@ fn absolute_addresses_with_huge_counts_of_empty_types() {
     promptly("absolute addresses of a struct with an empty member", || {
         let x = 5i32;
         let none = Datatype::contiguous(0, &Datatype::double()).unwrap();
-        let t = Datatype::structure(&[1, 1 << 40], &[address_of(&x), 0], &[Datatype::int(), none]).unwrap();
+        let t = Datatype::structure(&[1, 1i64 << 40], &[address_of(&x), 0], &[Datatype::int(), none]).unwrap();
         let mut out = [0u8; 4];
         // SAFETY: the only basic entry is `x`.
         unsafe { t.pack_from_bottom(1, &mut out, &mut 0).unwrap() };

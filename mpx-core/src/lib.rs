@@ -45,7 +45,7 @@ pub mod request;
 pub mod runtime;
 
 pub use datatype::{
-    address_of, consts, Basic, Combiner, Contents, Datatype, DistArg, Distribution, Envelope, Order,
+    address_of, consts, Basic, Combiner, Contents, Datatype, DistArg, Distribution, Envelope, Integer, Order,
     Predefined, Signature,
 };
 pub use comm::{

@@ -10,7 +10,7 @@
 //! gets markers at 0 and at the extent of the whole array.
 
 use super::layout::LayoutBuilder;
-use super::{check_count, Ctor, Datatype};
+use super::{check_count, int, ints, Ctor, Datatype, Integer};
 use crate::error::{Error, Result};
 
 /// Storage order of a multidimensional array.
@@ -163,7 +163,14 @@ impl Datatype {
     /// assert_eq!((t.size(), t.extent(), t.true_lb(), t.true_extent()), (48, 192, 64, 72));
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
-    pub fn subarray(sizes: &[i64], subsizes: &[i64], starts: &[i64], order: Order, old: &Datatype) -> Result<Datatype> {
+    pub fn subarray<A: Integer, B: Integer, C: Integer>(
+        sizes: &[A],
+        subsizes: &[B],
+        starts: &[C],
+        order: Order,
+        old: &Datatype,
+    ) -> Result<Datatype> {
+        let (sizes, subsizes, starts) = (&ints("size", sizes)?, &ints("subsize", subsizes)?, &ints("start", starts)?);
         check_dims("subarray", sizes.len(), &[("subsizes", subsizes.len()), ("starts", starts.len())])?;
         let mut sets = Vec::with_capacity(sizes.len());
         for d in 0..sizes.len() {
@@ -204,16 +211,18 @@ impl Datatype {
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
     #[allow(clippy::too_many_arguments)]
-    pub fn darray(
-        size: i64,
-        rank: i64,
-        gsizes: &[i64],
+    pub fn darray<G: Integer, P: Integer>(
+        size: impl Integer,
+        rank: impl Integer,
+        gsizes: &[G],
         distribs: &[Distribution],
         dargs: &[DistArg],
-        psizes: &[i64],
+        psizes: &[P],
         order: Order,
         old: &Datatype,
     ) -> Result<Datatype> {
+        let (size, rank) = (int("size", size)?, int("rank", rank)?);
+        let (gsizes, psizes) = (&ints("gsize", gsizes)?, &ints("psize", psizes)?);
         let n = gsizes.len();
         check_dims(
             "darray",
@@ -322,7 +331,7 @@ mod tests {
         assert!(Datatype::subarray(&[4], &[2], &[3], Order::C, &d).is_err());
         assert!(Datatype::subarray(&[4], &[0], &[0], Order::C, &d).is_err());
         assert!(Datatype::subarray(&[4, 4], &[2], &[0], Order::C, &d).is_err());
-        assert!(Datatype::subarray(&[], &[], &[], Order::C, &d).is_err());
+        assert!(Datatype::subarray::<i64, i64, i64>(&[], &[], &[], Order::C, &d).is_err());
     }
 
     #[test]

@@ -36,6 +36,7 @@
 mod basic;
 mod darray;
 mod decode;
+mod integer;
 pub(crate) mod layout;
 mod signature;
 
@@ -43,6 +44,8 @@ pub use basic::{Basic, Predefined};
 pub(crate) use basic::NumClass;
 pub use darray::{DistArg, Distribution, Order};
 pub use decode::{consts, Combiner, Contents, Envelope};
+pub use integer::Integer;
+use integer::{int, ints};
 pub use signature::Signature;
 
 use std::any::Any;
@@ -349,7 +352,8 @@ impl Datatype {
     /// assert!(Datatype::contiguous(-1, &Datatype::int()).is_err());
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
-    pub fn contiguous(count: i64, old: &Datatype) -> Result<Datatype> {
+    pub fn contiguous(count: impl Integer, old: &Datatype) -> Result<Datatype> {
+        let count = int("count", count)?;
         check_count("count", count)?;
         let child = old.layout();
         let mut b = LayoutBuilder::new();
@@ -366,7 +370,8 @@ impl Datatype {
     /// assert_eq!((t.size(), t.extent()), (48, 56));
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
-    pub fn vector(count: i64, blocklength: i64, stride: i64, old: &Datatype) -> Result<Datatype> {
+    pub fn vector(count: impl Integer, blocklength: impl Integer, stride: impl Integer, old: &Datatype) -> Result<Datatype> {
+        let (count, blocklength, stride) = (int("count", count)?, int("blocklength", blocklength)?, int("stride", stride)?);
         let stride_bytes = mul(stride, old.extent(), "stride")?;
         Datatype::strided(count, blocklength, stride_bytes, old, |old| Ctor::Vector {
             count,
@@ -385,7 +390,14 @@ impl Datatype {
     /// assert_eq!((t.size(), t.extent()), (32, 104));
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
-    pub fn hvector(count: i64, blocklength: i64, stride_bytes: i64, old: &Datatype) -> Result<Datatype> {
+    pub fn hvector(
+        count: impl Integer,
+        blocklength: impl Integer,
+        stride_bytes: impl Integer,
+        old: &Datatype,
+    ) -> Result<Datatype> {
+        let (count, blocklength) = (int("count", count)?, int("blocklength", blocklength)?);
+        let stride_bytes = int("stride", stride_bytes)?;
         Datatype::strided(count, blocklength, stride_bytes, old, |old| Ctor::Hvector {
             count,
             blocklength,
@@ -418,7 +430,8 @@ impl Datatype {
     /// assert_eq!((t.size(), t.lb(), t.extent()), (16, 0, 28));
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
-    pub fn indexed(blocklengths: &[i64], displacements: &[i64], old: &Datatype) -> Result<Datatype> {
+    pub fn indexed<B: Integer, D: Integer>(blocklengths: &[B], displacements: &[D], old: &Datatype) -> Result<Datatype> {
+        let (blocklengths, displacements) = (&ints("blocklength", blocklengths)?, &ints("displacement", displacements)?);
         check_lengths("indexed", blocklengths.len(), displacements.len())?;
         let ext = old.extent();
         let bytes = displacements.iter().map(|&d| mul(d, ext, "displacement")).collect::<Result<Vec<_>>>()?;
@@ -431,7 +444,9 @@ impl Datatype {
 
     /// `MPI_Type_create_hindexed`: like [`indexed`](Datatype::indexed) with
     /// displacements in bytes.
-    pub fn hindexed(blocklengths: &[i64], displacements_bytes: &[i64], old: &Datatype) -> Result<Datatype> {
+    pub fn hindexed<B: Integer, D: Integer>(blocklengths: &[B], displacements_bytes: &[D], old: &Datatype) -> Result<Datatype> {
+        let blocklengths = &ints("blocklength", blocklengths)?;
+        let displacements_bytes = &ints("displacement", displacements_bytes)?;
         check_lengths("hindexed", blocklengths.len(), displacements_bytes.len())?;
         Datatype::blocks(blocklengths, displacements_bytes, old, || Ctor::Hindexed {
             blocklengths: blocklengths.to_vec(),
@@ -442,7 +457,8 @@ impl Datatype {
 
     /// `MPI_Type_create_indexed_block`: blocks of the same length at
     /// displacements in extents of `old`.
-    pub fn indexed_block(blocklength: i64, displacements: &[i64], old: &Datatype) -> Result<Datatype> {
+    pub fn indexed_block<D: Integer>(blocklength: impl Integer, displacements: &[D], old: &Datatype) -> Result<Datatype> {
+        let (blocklength, displacements) = (int("blocklength", blocklength)?, &ints("displacement", displacements)?);
         check_count("blocklength", blocklength)?;
         let ext = old.extent();
         let bytes = displacements.iter().map(|&d| mul(d, ext, "displacement")).collect::<Result<Vec<_>>>()?;
@@ -456,7 +472,13 @@ impl Datatype {
 
     /// `MPI_Type_create_hindexed_block`: blocks of the same length at
     /// displacements in bytes.
-    pub fn hindexed_block(blocklength: i64, displacements_bytes: &[i64], old: &Datatype) -> Result<Datatype> {
+    pub fn hindexed_block<D: Integer>(
+        blocklength: impl Integer,
+        displacements_bytes: &[D],
+        old: &Datatype,
+    ) -> Result<Datatype> {
+        let blocklength = int("blocklength", blocklength)?;
+        let displacements_bytes = &ints("displacement", displacements_bytes)?;
         check_count("blocklength", blocklength)?;
         let lens = vec![blocklength; displacements_bytes.len()];
         Datatype::blocks(&lens, displacements_bytes, old, || Ctor::HindexedBlock {
@@ -507,7 +529,13 @@ impl Datatype {
     /// assert_eq!((two.lb(), two.ub(), two.size()), (-3, 15, 8));
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
-    pub fn structure(blocklengths: &[i64], displacements_bytes: &[i64], types: &[Datatype]) -> Result<Datatype> {
+    pub fn structure<B: Integer, D: Integer>(
+        blocklengths: &[B],
+        displacements_bytes: &[D],
+        types: &[Datatype],
+    ) -> Result<Datatype> {
+        let blocklengths = &ints("blocklength", blocklengths)?;
+        let displacements_bytes = &ints("displacement", displacements_bytes)?;
         check_lengths("struct", blocklengths.len(), displacements_bytes.len())?;
         if types.len() != blocklengths.len() {
             return Err(Error::InvalidArgument(format!(
@@ -537,7 +565,8 @@ impl Datatype {
     /// assert_eq!((t.lb(), t.ub(), t.true_lb(), t.true_extent()), (-8, 16, 0, 8));
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
-    pub fn resized(lb: i64, extent: i64, old: &Datatype) -> Result<Datatype> {
+    pub fn resized(lb: impl Integer, extent: impl Integer, old: &Datatype) -> Result<Datatype> {
+        let (lb, extent) = (int("lb", lb)?, int("extent", extent)?);
         let ub = lb.checked_add(extent).ok_or(Error::Overflow("upper bound"))?;
         let mut b = LayoutBuilder::new();
         b.copy(old.layout(), 0)?;
@@ -702,11 +731,11 @@ mod tests {
     #[test]
     fn huge_contiguous_is_cheap() {
         let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
-        let big = Datatype::contiguous(1 << 40, &s).unwrap();
+        let big = Datatype::contiguous(1i64 << 40, &s).unwrap();
         assert_eq!(big.size(), 9 << 40);
         assert_eq!(big.extent(), 16 << 40);
         assert_eq!(big.num_elements(), 2 << 40);
-        assert!(Datatype::contiguous(1 << 40, &big).is_err());
+        assert!(Datatype::contiguous(1i64 << 40, &big).is_err());
     }
 
     #[test]

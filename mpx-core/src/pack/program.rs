@@ -648,7 +648,7 @@ mod tests {
 
     #[test]
     fn contiguous_types_compile_to_one_leaf() {
-        let t = Datatype::contiguous(1 << 20, &Datatype::double()).unwrap();
+        let t = Datatype::contiguous(1i64 << 20, &Datatype::double()).unwrap();
         assert_eq!(t.programs().typed, Op::Leaf { kind: Some(Basic::Double), len: 8 << 20 });
         assert_eq!(t.programs().native, gather(&[(0, 8 << 20)]));
         assert!(t.programs().native.is_single_run(8 << 20));
@@ -661,7 +661,7 @@ mod tests {
     #[test]
     fn huge_contiguous_of_a_struct_is_one_loop() {
         let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
-        let big = Datatype::contiguous(1 << 40, &s).unwrap().commit();
+        let big = Datatype::contiguous(1i64 << 40, &s).unwrap().commit();
         assert_eq!(big.programs().native, Native::Repeat { count: 1 << 40, stride: 16, body: Box::new(gather(&[(0, 9)])) });
         assert_eq!(big.programs().typed.size(), 9 << 40);
     }
