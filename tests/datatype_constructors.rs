@@ -216,7 +216,7 @@ fn constructors_take_any_integer_type_and_refuse_values_beyond_i64() {
         Datatype::indexed(&[too_big], &[0], &int),
         Datatype::hindexed(&[1], &[too_big], &int),
         Datatype::indexed_block(1, &[u128::MAX], &int),
-        Datatype::structure(&[1], &[too_big], &[int.clone()]),
+        Datatype::structure(&[1], &[too_big], std::slice::from_ref(&int)),
         Datatype::resized(0, too_big, &int),
         Datatype::subarray(&[too_big], &[1], &[0], Order::C, &int),
     ];
