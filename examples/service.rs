@@ -47,7 +47,7 @@ struct Request {
     operand: f64,
 }
 
-/// A reply: a serde value, sent with `send_serde`.
+/// A reply: a serde value, sent as `Serde(&reply)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct Reply {
     id: u32,
@@ -99,7 +99,7 @@ async fn serve(world: Comm) -> mpx::Result<Served> {
         let (request, status) = item?;
         let client = status.source.expect("a request comes from a rank");
         let count = served.per_client.entry(client).or_default();
-        world.send_serde(&answer(&request, client, *count), client, REPLY).await?;
+        world.send(Serde(&answer(&request, client, *count)), client, REPLY).await?;
         if request.op == Op::Goodbye {
             clients_left -= 1;
         } else {
@@ -125,12 +125,12 @@ async fn ask(world: Comm) -> mpx::Result<Vec<String>> {
         let sign = if me == 2 && id == 2 { -1.0 } else { 1.0 };
         let request = Request { id, op, operand: sign * f64::from(me as u32 * 10 + id) };
         world.send(&[request], SERVER, REQUEST).await?;
-        let (reply, _) = world.recv_serde::<Reply>(SERVER, REPLY).await?;
+        let (reply, _) = world.recv::<Serde<Reply>>(SERVER, REPLY).await?;
         check(&request, reply, id);
     }
     let goodbye = Request { id: REQUESTS_PER_CLIENT, op: Op::Goodbye, operand: 0.0 };
     world.send(&[goodbye], SERVER, REQUEST).await?;
-    let (reply, _) = world.recv_serde::<Reply>(SERVER, REPLY).await?;
+    let (reply, _) = world.recv::<Serde<Reply>>(SERVER, REPLY).await?;
     check(&goodbye, reply, REQUESTS_PER_CLIENT);
     Ok(mismatches)
 }

@@ -130,8 +130,10 @@ pub mod prelude {
     pub use mpx_core::{
         start_all, test_all, test_any, test_some, wait_all, wait_any, wait_some, Any, Basic, Comm, Datatype, DistArg,
         Distribution, Error, Order, Peer, Persistent, RecvBuf, RecvData, Region, RegionMut, Request, RequestSet, Result,
-        SendBuf, SendData, Source, Status, Tested, Transfer, ExchangeBuf, PROC_NULL,
+        SendBuf, SendData, Source, Status, Tested, Transfer, ExchangeBuf, Incoming, Receivable, PROC_NULL,
     };
+    #[cfg(feature = "serde")]
+    pub use mpx_core::Serde;
     pub use mpx_net::loopback::launch;
 }
 

@@ -70,33 +70,33 @@ each_transport! {
         let run = launch(2, |comm| async move {
             let big: Vec<String> = (0..20_000).map(|i| format!("item {i}")).collect();
             if comm.rank() == 0 {
-                comm.send_serde("plain text", 1, 0).await?;
-                comm.send_serde(&Event::Started { at: 1, by: "me".into() }, 1, 1).await?;
-                comm.ssend_serde(&BTreeMap::from([(3u8, 'c'), (1, 'a')]), 1, 2).await?;
-                comm.isend_serde(&journal(), 1, 3).await?;
-                comm.issend_serde(&big, 1, 4).await?;
+                comm.send(Serde("plain text"), 1, 0).await?;
+                comm.send(Serde(&Event::Started { at: 1, by: "me".into() }), 1, 1).await?;
+                comm.ssend(Serde(&BTreeMap::from([(3u8, 'c'), (1, 'a')])), 1, 2).await?;
+                comm.isend(Serde(&journal()), 1, 3).await?;
+                comm.issend(Serde(&big), 1, 4).await?;
                 comm.buffer_attach(vec![0; 1024])?;
-                comm.bsend_serde(&vec![Event::Moved(1, 2)], 1, 5).await?;
-                comm.ibsend_serde(&(), 1, 6).await?;
+                comm.bsend(Serde(&vec![Event::Moved(1, 2)]), 1, 5).await?;
+                comm.ibsend(Serde(&()), 1, 6).await?;
                 comm.buffer_detach().await?;
                 comm.recv::<u8>(1, 99).await?; // rank 1's ready receives are posted
-                comm.rsend_serde(&Some(-1i64), 1, 7).await?;
-                comm.irsend_serde(&big, 1, 8).await?;
+                comm.rsend(Serde(&Some(-1i64)), 1, 7).await?;
+                comm.irsend(Serde(&big), 1, 8).await?;
                 return Ok(());
             }
-            let ready = comm.recv_serde::<Option<i64>>(0, 7);
-            let ready_big = comm.recv_serde::<Vec<String>>(0, 8);
-            assert_eq!(comm.recv_serde::<String>(0, 0).await?.0, "plain text");
-            assert_eq!(comm.recv_serde::<Event>(0, 1).await?.0, Event::Started { at: 1, by: "me".into() });
-            let (map, status) = comm.recv_serde::<BTreeMap<u8, char>>(Any, Any).await?;
+            let ready = comm.recv::<Serde<Option<i64>>>(0, 7);
+            let ready_big = comm.recv::<Serde<Vec<String>>>(0, 8);
+            assert_eq!(comm.recv::<Serde<String>>(0, 0).await?.0, "plain text");
+            assert_eq!(comm.recv::<Serde<Event>>(0, 1).await?.0, Event::Started { at: 1, by: "me".into() });
+            let (map, status) = comm.recv::<Serde<BTreeMap<u8, char>>>(Any, Any).await?;
             assert_eq!(map.into_iter().collect::<Vec<_>>(), [(1, 'a'), (3, 'c')]);
             assert_eq!((status.source, status.tag), (Some(0), Some(2)));
-            assert_eq!(comm.recv_serde::<Journal>(0, 3).await?.0, journal());
-            let (got, status) = comm.recv_serde::<Vec<String>>(0, 4).await?;
+            assert_eq!(comm.recv::<Serde<Journal>>(0, 3).await?.0, journal());
+            let (got, status) = comm.recv::<Serde<Vec<String>>>(0, 4).await?;
             assert_eq!(got, big);
             assert!(status.bytes > 100_000, "a rendezvous-sized message: {} bytes", status.bytes);
-            assert_eq!(comm.recv_serde::<Vec<Event>>(0, 5).await?.0, [Event::Moved(1, 2)]);
-            comm.recv_serde::<()>(0, 6).await?;
+            assert_eq!(comm.recv::<Serde<Vec<Event>>>(0, 5).await?.0, [Event::Moved(1, 2)]);
+            comm.recv::<Serde<()>>(0, 6).await?;
             comm.send(&[0u8], 0, 99).await?;
             assert_eq!(ready.await?.0, Some(-1));
             assert_eq!(ready_big.await?.0, big);
@@ -113,13 +113,13 @@ each_transport! {
         let run = launch(2, |comm| async move {
             if comm.rank() == 0 {
                 for tag in 0..3 {
-                    comm.send_serde(&[7u8; 8], 1, tag).await?;
+                    comm.send(Serde(&[7u8; 8]), 1, tag).await?;
                 }
                 comm.send(&[1u32, 2], 1, 3).await?;
                 comm.send(&[0u8; 0], 1, 4).await?;
                 comm.send(SendBuf::packed(&[1, 2, 3]), 1, 5).await?;
-                comm.send_serde("raw", 1, 6).await?;
-                comm.send_serde("still fine", 1, 7).await?;
+                comm.send(Serde("raw"), 1, 6).await?;
+                comm.send(Serde("still fine"), 1, 7).await?;
                 return Ok(());
             }
             assert_eq!(comm.recv::<u8>(0, 0).await.unwrap_err(), Error::TypeMismatch);
@@ -130,11 +130,11 @@ each_transport! {
             assert_eq!(message.recv_into(&mut exact).await.unwrap_err(), Error::TypeMismatch);
             assert_eq!(exact, [0; 8], "the buffer is untouched");
             for tag in 3..6 {
-                assert_eq!(comm.recv_serde::<Vec<u8>>(0, tag).await.unwrap_err(), Error::TypeMismatch, "tag {tag}");
+                assert_eq!(comm.recv::<Serde<Vec<u8>>>(0, tag).await.unwrap_err(), Error::TypeMismatch, "tag {tag}");
             }
             let (bytes, _) = comm.irecv_bytes(0, 6).await.map_err(|e| e.error)?;
             assert_eq!(postcard::from_bytes::<String>(&bytes).unwrap(), "raw");
-            assert_eq!(comm.recv_serde::<String>(0, 7).await?.0, "still fine");
+            assert_eq!(comm.recv::<Serde<String>>(0, 7).await?.0, "still fine");
             Ok(())
         });
         returns(run).await;
@@ -148,25 +148,25 @@ each_transport! {
     async fn bad_bytes_are_an_error() {
         let run = launch(2, |comm| async move {
             if comm.rank() == 0 {
-                comm.send_serde(&[0xffu8; 12], 1, 0).await?; // not a length, not UTF-8
-                comm.send_serde(&u64::MAX, 1, 0).await?; // a length of 2^64 - 1
-                comm.send_serde(&(u32::MAX, 1u8), 1, 0).await?; // 4 billion elements claimed
-                comm.send_serde(&(5u8, 6u8), 1, 0).await?; // one byte left over
-                comm.send_serde(&7u8, 1, 0).await?; // not a variant of `Event`
-                comm.send_serde(&(2u8, [0xc0u8, 0x80]), 1, 0).await?; // a string of overlong UTF-8
-                comm.send_serde(&vec![1u8; 1 << 20], 1, 0).await?; // a tree a million levels deep
-                comm.send_serde("fine", 1, 0).await?;
+                comm.send(Serde(&[0xffu8; 12]), 1, 0).await?; // not a length, not UTF-8
+                comm.send(Serde(&u64::MAX), 1, 0).await?; // a length of 2^64 - 1
+                comm.send(Serde(&(u32::MAX, 1u8)), 1, 0).await?; // 4 billion elements claimed
+                comm.send(Serde(&(5u8, 6u8)), 1, 0).await?; // one byte left over
+                comm.send(Serde(&7u8), 1, 0).await?; // not a variant of `Event`
+                comm.send(Serde(&(2u8, [0xc0u8, 0x80])), 1, 0).await?; // a string of overlong UTF-8
+                comm.send(Serde(&vec![1u8; 1 << 20]), 1, 0).await?; // a tree a million levels deep
+                comm.send(Serde("fine"), 1, 0).await?;
                 return Ok(());
             }
             let bad = |e: Error| assert!(matches!(e, Error::Serialization(_)), "{e:?}");
-            bad(comm.recv_serde::<String>(0, 0).await.unwrap_err());
-            bad(comm.recv_serde::<Vec<u8>>(0, 0).await.unwrap_err());
-            bad(comm.recv_serde::<Vec<u64>>(0, 0).await.unwrap_err());
-            bad(comm.recv_serde::<u8>(0, 0).await.unwrap_err());
-            bad(comm.recv_serde::<Event>(0, 0).await.unwrap_err());
-            bad(comm.recv_serde::<String>(0, 0).await.unwrap_err());
-            bad(comm.recv_serde::<Tree>(0, 0).await.unwrap_err());
-            assert_eq!(comm.recv_serde::<String>(0, 0).await?.0, "fine");
+            bad(comm.recv::<Serde<String>>(0, 0).await.unwrap_err());
+            bad(comm.recv::<Serde<Vec<u8>>>(0, 0).await.unwrap_err());
+            bad(comm.recv::<Serde<Vec<u64>>>(0, 0).await.unwrap_err());
+            bad(comm.recv::<Serde<u8>>(0, 0).await.unwrap_err());
+            bad(comm.recv::<Serde<Event>>(0, 0).await.unwrap_err());
+            bad(comm.recv::<Serde<String>>(0, 0).await.unwrap_err());
+            bad(comm.recv::<Serde<Tree>>(0, 0).await.unwrap_err());
+            assert_eq!(comm.recv::<Serde<String>>(0, 0).await?.0, "fine");
             Ok(())
         });
         returns(run).await;
@@ -178,16 +178,16 @@ each_transport! {
     async fn failed_serialization_and_the_null_process() {
         let run = launch(2, |comm| async move {
             if comm.rank() == 0 {
-                let err = comm.send_serde(&Unserializable, 1, 0).await.unwrap_err();
+                let err = comm.send(Serde(&Unserializable), 1, 0).await.unwrap_err();
                 assert!(matches!(&err, Error::Serialization(m) if m.contains("Unserializable")), "{err:?}");
-                comm.send_serde("after", 1, 0).await?;
-                comm.send_serde("nobody", PROC_NULL, 0).await?;
-                let err = comm.recv_serde::<String>(PROC_NULL, 0).await.unwrap_err();
+                comm.send(Serde("after"), 1, 0).await?;
+                comm.send(Serde("nobody"), PROC_NULL, 0).await?;
+                let err = comm.recv::<Serde<String>>(PROC_NULL, 0).await.unwrap_err();
                 assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
-                assert!(matches!(comm.send_serde("x", 5, 0).await, Err(Error::InvalidRank { .. })));
+                assert!(matches!(comm.send(Serde("x"), 5, 0).await, Err(Error::InvalidRank { .. })));
                 return Ok(());
             }
-            assert_eq!(comm.recv_serde::<String>(0, 0).await?.0, "after");
+            assert_eq!(comm.recv::<Serde<String>>(0, 0).await?.0, "after");
             Ok(())
         });
         returns(run).await;
@@ -201,18 +201,18 @@ each_transport! {
             if comm.rank() == 0 {
                 comm.recv::<u8>(1, 9).await?;
                 for i in 0..3u32 {
-                    comm.send_serde(&format!("message {i}"), 1, 0).await?;
+                    comm.send(Serde(&format!("message {i}")), 1, 0).await?;
                 }
                 comm.send(&[0u8], 1, 10).await?;
                 return Ok(());
             }
-            drop(comm.recv_serde::<String>(0, 0)); // posted, withdrawn unmatched
-            let matched = comm.recv_serde::<String>(0, 0);
+            drop(comm.recv::<Serde<String>>(0, 0)); // posted, withdrawn unmatched
+            let matched = comm.recv::<Serde<String>>(0, 0);
             comm.send(&[0u8], 0, 9).await?;
             comm.recv::<u8>(0, 10).await?; // all three have arrived; `matched` took the first
             drop(matched);
             for i in 0..3u32 {
-                assert_eq!(comm.recv_serde::<String>(0, 0).await?.0, format!("message {i}"));
+                assert_eq!(comm.recv::<Serde<String>>(0, 0).await?.0, format!("message {i}"));
             }
             Ok(())
         });

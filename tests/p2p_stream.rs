@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::stream::FusedStream;
 use futures::StreamExt;
 use mpx::prelude::*;
-use mpx::{MpiType, Serde};
+use mpx::MpiType;
 
 
 #[macro_use]
@@ -39,7 +39,7 @@ each_transport! {
                 for i in 0..N {
                     // Every tenth text is long enough for the rendezvous path.
                     let text = "x".repeat(if i % 10 == 0 { 100_000 } else { i });
-                    comm.send_serde(&(i, text), 0, 2).await?;
+                    comm.send(Serde(&(i, text)), 0, 2).await?;
                 }
                 return Ok(());
             }
@@ -75,14 +75,14 @@ each_transport! {
     async fn bad_messages_are_errors_and_the_stream_goes_on() {
         let run = launch(2, |comm| async move {
             if comm.rank() == 0 {
-                comm.send_serde(&5u32, 1, 0).await?;
+                comm.send(Serde(&5u32), 1, 0).await?;
                 comm.send(&[0u8; 0], 1, 0).await?;
                 comm.send(&[1u32, 2], 1, 0).await?;
                 comm.send(&vec![9u32; 100_000], 1, 0).await?; // rendezvous, far too long
                 comm.send(&[6u32], 1, 0).await?;
                 comm.send(&[1u32], 1, 1).await?;
-                comm.send_serde(&[0xffu8; 3], 1, 1).await?;
-                comm.send_serde("ok", 1, 1).await?;
+                comm.send(Serde(&[0xffu8; 3]), 1, 1).await?;
+                comm.send(Serde("ok"), 1, 1).await?;
                 let mut raw = vec![0u8; Reading::datatype().pack_size(1)?];
                 mpx::pack(&[Reading { sensor: 1, valid: true, value: 2.0 }], &mut raw, &mut 0)?;
                 raw[2] = 5; // `valid` is neither 0 nor 1
@@ -122,7 +122,7 @@ each_transport! {
                 comm.recv::<u8>(1, 9).await?;
                 for i in 0..N {
                     comm.send(&[i], 1, 0).await?;
-                    comm.send_serde(&format!("text {i}"), 1, 1).await?;
+                    comm.send(Serde(&format!("text {i}")), 1, 1).await?;
                 }
                 comm.send(&[0u8], 1, 10).await?;
                 return Ok(());
@@ -145,7 +145,7 @@ each_transport! {
             }
             drop(texts);
             for i in 2..N {
-                assert_eq!(comm.recv_serde::<String>(0, 1).await?.0, format!("text {i}"));
+                assert_eq!(comm.recv::<Serde<String>>(0, 1).await?.0, format!("text {i}"));
             }
             for i in 1..N {
                 assert_eq!(comm.recv::<u32>(0, 0).await?.0, i);
@@ -163,7 +163,7 @@ each_transport! {
             if comm.rank() == 0 {
                 for i in 0..3u64 {
                     comm.recv::<u8>(1, 9).await?;
-                    comm.send_serde(&vec![i; i as usize], 1, 0).await?;
+                    comm.send(Serde(&vec![i; i as usize]), 1, 0).await?;
                 }
                 return Ok(());
             }
@@ -216,7 +216,7 @@ each_transport! {
         let run = launch(2, |comm| async move {
             if comm.rank() == 0 {
                 for i in 0..10u32 {
-                    comm.send_serde(&i.to_string(), 1, 0).await?;
+                    comm.send(Serde(&i.to_string()), 1, 0).await?;
                 }
                 return Ok(());
             }

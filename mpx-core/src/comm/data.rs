@@ -10,6 +10,7 @@
 //! | `Vec<T>` | as `&[T]`, without a copy when `T` has no padding | as `&[T]` |
 //! | [`SendBuf`] | its datatype, `count` times (a derived type over any memory; [`SendBuf::bytes`] for MPI's `byte`) | the same type signature |
 //! | [`Bytes`] | `packed`: no type signature | any receive (as MPI's `packed`) |
+//! | `Serde(value)` (the `serde` feature) | the value's postcard bytes, marked as serde | a serde receive (`recv::<Serde<T>>`, `incoming::<Serde<T>>`) |
 //!
 //! and every receive into memory (`irecv`, `recv_into`) any [`RecvData`]:
 //! `&mut T` (one value), `&mut [T]` and `&mut Vec<T>` (up to `len`

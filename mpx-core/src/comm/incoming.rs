@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use futures_core::{FusedStream, Stream};
 
-use super::buffer::{capacity, unpack_typed_message};
+use super::buffer::{capacity, unpack_typed_message_uninit};
 use super::recv_owned::RawRecv;
 use super::selectors::{Source, TagSel};
 use super::{Comm, Status};
@@ -23,9 +23,10 @@ pub(super) mod sealed {
 
 /// What one received message becomes: a single value of an [`MpiType`]
 /// (`T` itself), or a serde value ([`Serde<T>`](crate::comm::Serde), with
-/// the `serde` feature). The type parameter of [`Comm::incoming`].
+/// the `serde` feature). The type parameter of [`Comm::recv`] and
+/// [`Comm::incoming`].
 ///
-/// * `T: MpiType + Default` yields a `T`. The message must hold exactly one
+/// * `T: MpiType` yields a `T`. The message must hold exactly one
 ///   `T`: a longer one is [`Error::Truncate`], one with less is
 ///   [`Error::ShortInput`], one of another type [`Error::TypeMismatch`];
 /// * `Serde<T>` yields a `T: DeserializeOwned` from a serde message of any
@@ -50,9 +51,9 @@ pub trait Receivable: sealed::Sealed + 'static {
     fn decode(msg: &Delivered) -> Result<(Self::Value, Status)>;
 }
 
-impl<T: MpiType + Default> sealed::Sealed for T {}
+impl<T: MpiType> sealed::Sealed for T {}
 
-impl<T: MpiType + Default> Receivable for T {
+impl<T: MpiType> Receivable for T {
     type Value = T;
 
     fn limit() -> Option<u64> {
@@ -60,14 +61,14 @@ impl<T: MpiType + Default> Receivable for T {
     }
 
     fn decode(msg: &Delivered) -> Result<(T, Status)> {
-        let mut value = [T::default()];
-        let status = unpack_typed_message(msg, &mut value)?;
-        let size = T::datatype().size();
-        if status.bytes < size {
-            return Err(Error::ShortInput { requested: size, available: status.bytes });
+        let mut value = std::mem::MaybeUninit::<T>::uninit();
+        let (status, whole) = unpack_typed_message_uninit(msg, std::slice::from_mut(&mut value))?;
+        if whole == 0 && std::mem::size_of::<T>() > 0 {
+            return Err(Error::ShortInput { requested: T::datatype().size(), available: status.bytes });
         }
-        let [value] = value;
-        Ok((value, status))
+        // SAFETY: the unpack succeeded and wrote one whole value, which it
+        // validated (or `T` has no bytes to write).
+        Ok((unsafe { value.assume_init() }, status))
     }
 }
 

@@ -32,9 +32,9 @@
 //!
 //! With the `serde` feature (on by default in the `mpx` facade, off in
 //! `mpx-core`), any `Serialize` value travels as a serde message in
-//! postcard's format ([`Comm::send_serde`] in the four modes), and arrives as
-//! any `DeserializeOwned` type ([`Comm::recv_serde`], or a stream of them,
-//! [`Comm::incoming`]`::<`[`Serde<T>`]`>`). Such messages are marked on the
+//! postcard's format (`send(Serde(&value), ..)`, in every mode), and arrives
+//! as any `DeserializeOwned` type ([`Comm::recv`]`::<`[`Serde<T>`]`>`, or a
+//! stream of them, [`Comm::incoming`]`::<`[`Serde<T>`]`>`). Such messages are marked on the
 //! wire, so they never pass for typed data nor typed data for them; see
 //! [`Serde`] for the rules, the limits on hostile bytes, and the measurements
 //! behind the format.

@@ -9,11 +9,12 @@ use super::buffer::{capacity, native_packed, status_of, unpack_typed_message, un
 use super::data::{RecvData, RecvTarget};
 use super::recv_owned::{OwnedRecv, RawRecv};
 use super::selectors::{Source, TagSel};
+use super::incoming::Receivable;
 use super::{Comm, Status};
 use crate::error::Result;
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
-use crate::proto::engine::{Delivered, ReqId};
+use crate::proto::engine::ReqId;
 use crate::request::{Finish, Kind, Request};
 
 impl Comm {
@@ -109,37 +110,45 @@ impl Comm {
         self.irecv(buf, source, tag)
     }
 
-    /// `MPI_Recv` of exactly one value of `T`, returned with the status. A
-    /// message of more values is [`Error::Truncate`](crate::Error::Truncate),
-    /// one of none [`Error::ShortInput`](crate::Error::ShortInput).
+    /// `MPI_Recv` of exactly one value, returned with the status: a value
+    /// of an [`MpiType`] `T` with `recv::<T>`, or (with the `serde`
+    /// feature) any `DeserializeOwned` value `T` of a serde message with
+    /// `recv::<Serde<T>>` (see [`Receivable`]). A message of more values
+    /// is [`Error::Truncate`](crate::Error::Truncate), one of none
+    /// [`Error::ShortInput`](crate::Error::ShortInput), one of another
+    /// type [`Error::TypeMismatch`](crate::Error::TypeMismatch). From
+    /// [`PROC_NULL`](super::PROC_NULL) there is no value:
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx_core::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::comm::Serde;
     /// if comm.rank() == 0 {
     ///     comm.send(&[0.5f64, 1.5], 1, 0).await?;
+    ///     comm.send(Serde(&vec!["a", "bc"]), 1, 1).await?;
     /// } else {
     ///     // A derived `#[repr(C)]` struct works the same way.
     ///     let (reading, _) = comm.recv::<[f64; 2]>(0, 0).await?;
     ///     assert_eq!(reading, [0.5, 1.5]);
+    ///     let (words, _) = comm.recv::<Serde<Vec<String>>>(0, 1).await?;
+    ///     assert_eq!(words, ["a", "bc"]);
     /// }
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     ///
     /// # Cancel safety
     /// As [`recv_into`](Comm::recv_into).
-    pub fn recv<T: MpiType>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<(T, Status)>> + Send + 'static {
-        let limit = capacity(&T::datatype(), 1);
-        let posted = self.post_recv(source, tag, self.context, limit).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
+    pub fn recv<R: Receivable>(
+        &self,
+        source: impl Into<Source>,
+        tag: impl Into<TagSel>,
+    ) -> impl Future<Output = Result<(R::Value, Status)>> + Send + 'static {
+        let posted = self.post_one::<R>(source.into(), tag.into());
         async move {
             let Some(raw) = posted? else { return Err(null_has_no_value()) };
-            let msg = raw.await?;
-            let mut value = std::mem::MaybeUninit::<T>::uninit();
-            let status = unpack_one(&msg, &mut value)?;
-            // SAFETY: `unpack_one` succeeded: the value was written whole
-            // and validated.
-            Ok((unsafe { value.assume_init() }, status))
+            R::decode(&raw.await?)
         }
     }
 
@@ -234,13 +243,4 @@ impl Comm {
 /// delivers nothing.
 fn null_has_no_value() -> crate::Error {
     crate::Error::InvalidArgument("a receive of one value from PROC_NULL has no value to return".into())
-}
-
-/// Unpacks a message that must hold exactly one `T` into `value`.
-fn unpack_one<T: MpiType>(msg: &Delivered, value: &mut std::mem::MaybeUninit<T>) -> Result<Status> {
-    let (status, whole) = unpack_typed_message_uninit(msg, std::slice::from_mut(value))?;
-    if whole == 0 && std::mem::size_of::<T>() > 0 {
-        return Err(crate::Error::ShortInput { requested: T::datatype().size(), available: status.bytes });
-    }
-    Ok(status)
 }

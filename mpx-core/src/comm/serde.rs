@@ -1,33 +1,31 @@
 //! Serde messages: any `Serialize` value sent, any `DeserializeOwned` value
 //! received, encoded with postcard (the `serde` feature).
 
-use std::future::Future;
-use std::marker::PhantomData;
-
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::buffer::{status_of, Packed};
+use super::data::SendData;
 use super::incoming::{sealed, Receivable};
-use super::selectors::{Peer, Source, TagSel};
-use super::{Comm, Status};
+use super::Status;
 use crate::error::{Error, Result};
 use crate::pack::Repr;
-use crate::proto::engine::{Delivered, SendMode};
+use crate::proto::engine::Delivered;
 use crate::proto::wire::SERIALIZED_SIGNATURE;
-use crate::request::Request;
 
-/// Serde messages, named as the type parameter of [`Comm::incoming`]:
-/// `comm.incoming::<Serde<T>>(source, tag)` yields values of `T`. (A name
-/// only: no value of this type is ever made.)
+/// A serde message: any [`Serialize`] value, sent with any send of the
+/// four modes as `comm.send(Serde(&value), dest, tag)`, and received as any
+/// [`DeserializeOwned`] type with `comm.recv::<Serde<T>>(source, tag)` or
+/// as a stream with `comm.incoming::<Serde<T>>(source, tag)` (see
+/// [`Receivable`]).
 ///
-/// A serde message carries any [`Serialize`] value (`String`s, `Vec`s,
-/// maps, enums with data, nested structs) in the compact binary format of
-/// [postcard], and is received as any [`DeserializeOwned`] type, in a
-/// message of any length: mpx's form of mpi4py's lowercase, any-object API.
-/// Send with [`Comm::send_serde`] and its siblings in the four modes,
-/// receive with [`Comm::recv_serde`] or [`Comm::incoming`].
+/// A serde message carries its value (`String`s, `Vec`s, maps, enums with
+/// data, nested structs) in the compact binary format of [postcard], in a
+/// message of any length: mpx's form of mpi4py's lowercase, any-object
+/// API. The value is serialized when the send starts, so the request
+/// borrows nothing; a value that cannot be serialized fails the send with
+/// [`Error::Serialization`].
 ///
 /// ```
 /// use std::collections::BTreeMap;
@@ -38,8 +36,8 @@ use crate::request::Request;
 /// # mpx_net::loopback::launch(2, |comm| async move {
 /// if comm.rank() == 0 {
 ///     let stock = BTreeMap::from([("apples".to_string(), 3u32), ("pears".to_string(), 0)]);
-///     comm.send_serde(&stock, 1, 0).await?;
-///     comm.send_serde(&BTreeMap::<String, u32>::new(), 1, 0).await?;
+///     comm.send(Serde(&stock), 1, 0).await?;
+///     comm.isend(Serde(BTreeMap::<String, u32>::new()), 1, 0).await?;
 /// } else {
 ///     let mut inventories = comm.incoming::<Serde<BTreeMap<String, u32>>>(0, 0);
 ///     let (stock, status) = inventories.next().await.expect("a message")?;
@@ -111,7 +109,13 @@ use crate::request::Request;
 /// string's or byte vector's claimed length before reading it unless every
 /// decode is given a fixed limit; postcard's format is specified and stable
 /// since 1.0; and bincode is no longer maintained.
-pub struct Serde<T>(PhantomData<fn() -> T>);
+pub struct Serde<T>(pub T);
+
+impl<T: Serialize> SendData for Serde<T> {
+    fn into_packed(self, _: Repr) -> Result<Packed> {
+        serialize(&self.0)
+    }
+}
 
 impl<T> sealed::Sealed for Serde<T> {}
 
@@ -220,246 +224,6 @@ impl<'de> postcard::de_flavors::Flavor<'de> for StackBounded<'de> {
     fn finalize(self) -> postcard::Result<(&'de [u8], bool)> {
         Ok((self.bytes.finalize()?, self.too_deep))
     }
-}
-
-impl Comm {
-    fn start_send_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32, mode: SendMode) -> Request<'static> {
-        self.start_send(|_| serialize(value), dest.into(), tag, mode, self.context)
-    }
-
-    /// A standard-mode send of any [`Serialize`] value as a serde message
-    /// (see [`Serde`]), started now. The value is serialized before this
-    /// returns, so the request borrows nothing. A value that cannot be
-    /// serialized fails the request with [`Error::Serialization`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     let sent = comm.isend_serde(&vec!["a".to_string(), "bc".to_string()], 1, 0);
-    ///     sent.await?;
-    /// } else {
-    ///     let (words, _) = comm.recv_serde::<Vec<String>>(0, 0).await?;
-    ///     assert_eq!(words, ["a", "bc"]);
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// Dropping the request lets the send complete in the background.
-    pub fn isend_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32) -> Request<'static> {
-        self.start_send_serde(value, dest, tag, SendMode::Standard)
-    }
-
-    /// A buffered-mode send of a serde message: its bytes are accounted
-    /// against the buffer of [`buffer_attach`](Comm::buffer_attach), and the
-    /// request is complete at once (or failed with
-    /// [`Error::BufferExhausted`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     comm.buffer_attach(vec![0; 256 + mpx_core::BSEND_OVERHEAD])?;
-    ///     comm.ibsend_serde("queued", 1, 0).await?;
-    ///     comm.buffer_detach().await?;
-    /// } else {
-    ///     assert_eq!(comm.recv_serde::<String>(0, 0).await?.0, "queued");
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// The request is complete when returned; dropping it changes nothing.
-    pub fn ibsend_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32) -> Request<'static> {
-        self.start_send_serde(value, dest, tag, SendMode::Buffered)
-    }
-
-    /// A synchronous-mode send of a serde message: completes once a
-    /// matching receive has started.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     comm.issend_serde(&Some(7u8), 1, 0).await?;
-    /// } else {
-    ///     assert_eq!(comm.recv_serde::<Option<u8>>(0, 0).await?.0, Some(7));
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// Dropping the request lets the send complete in the background.
-    pub fn issend_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32) -> Request<'static> {
-        self.start_send_serde(value, dest, tag, SendMode::Synchronous)
-    }
-
-    /// A ready-mode send of a serde message: fails with
-    /// [`Error::NotReady`] if no matching receive was posted when it arrived.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     comm.recv::<u8>(1, 1).await?; // rank 1's receive is posted
-    ///     comm.irsend_serde(&(1u32, "one"), 1, 0).await?;
-    /// } else {
-    ///     let receive = comm.recv_serde::<(u32, String)>(0, 0); // posted now
-    ///     comm.send(&[0u8], 0, 1).await?;
-    ///     assert_eq!(receive.await?.0, (1, "one".to_string()));
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// Dropping the request lets the send complete in the background; a
-    /// failure is then reported through `tracing`.
-    pub fn irsend_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32) -> Request<'static> {
-        self.start_send_serde(value, dest, tag, SendMode::Ready)
-    }
-
-    /// Sends any [`Serialize`] value as a serde message in standard mode
-    /// (see [`Serde`]): [`isend_serde`](Comm::isend_serde), awaited. The send
-    /// starts when called; the future borrows nothing.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     comm.send_serde("hello", 1, 0).await?;
-    /// } else {
-    ///     let (greeting, status) = comm.recv_serde::<String>(0, 0).await?;
-    ///     assert_eq!((greeting.as_str(), status.tag), ("hello", Some(0)));
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// As [`isend_serde`](Comm::isend_serde): a dropped send is still
-    /// delivered.
-    pub fn send_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
-        completion(self.isend_serde(value, dest, tag))
-    }
-
-    /// [`ibsend_serde`](Comm::ibsend_serde), awaited.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     // No buffer attached: nothing is sent.
-    ///     let err = comm.bsend_serde(&1u8, 1, 0).await.unwrap_err();
-    ///     assert!(matches!(err, mpx_core::Error::BufferExhausted { .. }));
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// Completes on its first poll.
-    pub fn bsend_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
-        completion(self.ibsend_serde(value, dest, tag))
-    }
-
-    /// [`issend_serde`](Comm::issend_serde), awaited: returns once a
-    /// matching receive has started.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     comm.ssend_serde(&[1.5f64, 2.5], 1, 0).await?;
-    /// } else {
-    ///     assert_eq!(comm.recv_serde::<[f64; 2]>(0, 0).await?.0, [1.5, 2.5]);
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// As [`send_serde`](Comm::send_serde): a dropped synchronous send is
-    /// still matched and delivered.
-    pub fn ssend_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
-        completion(self.issend_serde(value, dest, tag))
-    }
-
-    /// [`irsend_serde`](Comm::irsend_serde), awaited.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     comm.recv::<u8>(1, 1).await?;
-    ///     comm.rsend_serde("ready", 1, 0).await?;
-    /// } else {
-    ///     let receive = comm.recv_serde::<String>(0, 0);
-    ///     comm.send(&[0u8], 0, 1).await?;
-    ///     assert_eq!(receive.await?.0, "ready");
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// As [`send_serde`](Comm::send_serde).
-    pub fn rsend_serde<T: Serialize + ?Sized>(&self, value: &T, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
-        completion(self.irsend_serde(value, dest, tag))
-    }
-
-    /// Receives a serde message of any length from `source` (a rank or
-    /// [`Any`](super::Any)) with `tag` (or [`Any`](super::Any)) and
-    /// deserializes it as a `T`. The receive is posted when called (a
-    /// message that arrives before the first poll matches it), and the
-    /// future is `'static`, so it can be spawned or kept while doing other
-    /// work. A message that is not a serde message is
-    /// [`Error::TypeMismatch`], bytes that are not a `T`
-    /// [`Error::Serialization`]; either way the message is consumed.
-    /// From [`PROC_NULL`](super::PROC_NULL) there is no value:
-    /// [`Error::InvalidArgument`].
-    ///
-    /// ```
-    /// use std::collections::HashMap;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// if comm.rank() == 0 {
-    ///     comm.send_serde(&HashMap::from([(1u8, "one")]), 1, 0).await?;
-    /// } else {
-    ///     let (names, status) = comm.recv_serde::<HashMap<u8, String>>(mpx_core::Any, 0).await?;
-    ///     assert_eq!(names[&1], "one");
-    ///     assert_eq!(status.source, Some(0));
-    /// }
-    /// # Ok(()) }).await?; Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
-    /// its message, if one had matched, is given back to the head of the
-    /// queue (see the [module docs](super)).
-    pub fn recv_serde<T: DeserializeOwned + Send + 'static>(
-        &self,
-        source: impl Into<Source>,
-        tag: impl Into<TagSel>,
-    ) -> impl Future<Output = Result<(T, Status)>> + Send + 'static {
-        let posted = self.post_one::<Serde<T>>(source.into(), tag.into());
-        async move {
-            let Some(raw) = posted? else {
-                return Err(Error::InvalidArgument("a receive from PROC_NULL has no value to return".into()));
-            };
-            Serde::<T>::decode(&raw.await?)
-        }
-    }
-}
-
-/// A send's request as a future of `()`.
-async fn completion(request: Request<'static>) -> Result<()> {
-    request.await.map(drop)
 }
 
 #[cfg(test)]
