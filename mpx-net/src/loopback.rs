@@ -335,6 +335,40 @@ async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32, timers: bool)
 /// lowest rank's, among equals). Peers of a failed rank are told at once,
 /// so operations that wait for it fail instead of hanging.
 ///
+/// A rank's program returns [`mpx_core::Result`], so `?` works on every
+/// mpx call without annotations. Its own errors of any type go in with
+/// [`Error::user`] (or `?` on a `Box<dyn Error + Send + Sync>`), and come
+/// out of `launch` as [`Error::User`], from which the original error can
+/// be downcast:
+///
+/// ```
+/// use mpx_core::Error;
+/// #[derive(Debug)]
+/// struct NoReply;
+/// impl std::fmt::Display for NoReply {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("no reply in time")
+///     }
+/// }
+/// impl std::error::Error for NoReply {}
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let run = mpx_net::loopback::launch(2, |comm| async move {
+///     if comm.rank() == 1 {
+///         // A message from itself that never comes.
+///         let late = tokio::time::timeout(std::time::Duration::from_millis(10), comm.recv::<u8>(1, 0));
+///         late.await.map_err(|_| Error::user(NoReply))??;
+///     }
+///     Ok(())
+/// });
+/// match run.await {
+///     Err(Error::User(cause)) => assert!(cause.0.downcast_ref::<NoReply>().is_some()),
+///     other => panic!("{other:?}"),
+/// }
+/// # }
+/// ```
+///
 /// # Cancel safety
 /// Dropping the returned future aborts every task it started (the rank
 /// programs and the drivers).

@@ -119,6 +119,9 @@ impl SendData for Bytes {
 /// value that must arrive whole, use [`Comm::recv`](super::Comm::recv).
 /// The memory stays borrowed by the request until it completes.
 ///
+/// A `&mut` held in a variable moves into a receive, as into any generic
+/// function: reborrow it (`&mut *buf`) to use it again afterwards.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mpx_core::Result<()> {
@@ -131,6 +134,12 @@ impl SendData for Bytes {
 /// comm.recv_into(&mut four, other, 0).await?;
 /// comm.recv_into(&mut one, other, 1).await?;
 /// assert_eq!((four, one), ([other as u32; 4], other as f64));
+///
+/// comm.isend(&[7u8; 2], other, 2);
+/// let mut storage = [0u8; 2];
+/// let buf: &mut [u8] = &mut storage;
+/// comm.recv_into(&mut *buf, other, 2).await?; // reborrowed: `buf` is still usable
+/// assert_eq!(buf, [7, 7]);
 /// # Ok(()) }).await?; Ok(()) }
 /// ```
 pub trait RecvData<'a> {
