@@ -16,3 +16,4 @@
 #![deny(missing_docs)]
 
 pub mod loopback;
+mod run;

@@ -44,7 +44,6 @@ use mpx_core::proto::wire::{Decoder, Frame};
 use mpx_core::runtime::{SendError, WeakEndpoint};
 use mpx_core::{Comm, Endpoint, Error, Result, Transport};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use tokio::task::AbortHandle;
 
 /// Options for [`launch_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -381,17 +380,6 @@ where
     launch_with(Options::ranks(ranks), f).await
 }
 
-/// Aborts the tasks of a launch when dropped.
-struct Tasks(Vec<AbortHandle>);
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
-    }
-}
-
 /// [`launch`] with explicit [`Options`].
 ///
 /// # Cancel safety
@@ -428,86 +416,13 @@ where
         })
         .collect::<Result<_>>()?;
     let _ = world.endpoints.set(endpoints.iter().map(Endpoint::downgrade).collect());
-    let mut tasks = Tasks(Vec::with_capacity(2 * n));
+    let mut tasks = crate::run::Tasks(Vec::with_capacity(2 * n));
     for (rank, endpoint) in endpoints.iter().enumerate() {
         let timers = options.engine.idle_timeout.is_some();
         let driver = tokio::spawn(drive(endpoint.downgrade(), world.clone(), rank as u32, timers));
         tasks.0.push(driver.abort_handle());
         // The endpoint owns its driver: it ends with the endpoint's last handle.
-        endpoint.own(Tasks(vec![driver.abort_handle()]));
+        endpoint.own(crate::run::Tasks(vec![driver.abort_handle()]));
     }
-    let hellos = async {
-        for e in &endpoints {
-            e.connected().await;
-        }
-    };
-    if tokio::time::timeout(Duration::from_secs(30), hellos).await.is_err() {
-        return Err(Error::transport("connecting the ranks", std::io::Error::from(std::io::ErrorKind::TimedOut)));
-    }
-    let mut programs = Vec::with_capacity(n);
-    // Every endpoint (and so its driver) lives until every rank is done: a
-    // rank that has finished still reads, and drops, what peers send it.
-    let _alive = endpoints.clone();
-    for endpoint in endpoints {
-        let program = f(endpoint.world());
-        let task = tokio::spawn(async move {
-            // Finalizes even if the program panics or is aborted.
-            let farewell = Farewell(Some(endpoint));
-            let result = program.await;
-            farewell.finish().await;
-            result
-        });
-        tasks.0.push(task.abort_handle());
-        programs.push(task);
-    }
-    let mut results = Vec::with_capacity(n);
-    let mut errors = Vec::new();
-    for (rank, task) in programs.into_iter().enumerate() {
-        match task.await {
-            Ok(Ok(r)) => results.push(r),
-            Ok(Err(e)) => errors.push(e),
-            Err(join) if join.is_panic() => {
-                let payload = join.into_panic();
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-string panic payload".into());
-                errors.push(Error::RankPanicked { rank: rank as u32, message });
-            }
-            Err(join) => errors.push(Error::transport(format!("rank {rank}'s task"), join)),
-        }
-    }
-    drop(tasks);
-    let rank_of = |e: &Error| match e {
-        Error::RankPanicked { .. } => 0,
-        Error::ProcessFailed { .. } => 2,
-        _ => 1,
-    };
-    match errors.into_iter().min_by_key(rank_of) {
-        Some(e) => Err(e),
-        None => Ok(results),
-    }
-}
-
-/// Finalizes a rank's endpoint when its program ends, however it ends.
-struct Farewell(Option<Endpoint>);
-
-impl Farewell {
-    async fn finish(mut self) {
-        if let Some(ep) = self.0.take() {
-            if let Err(e) = ep.finalize().await {
-                tracing::warn!(rank = ep.rank(), error = %e, "finalize failed");
-            }
-        }
-    }
-}
-
-impl Drop for Farewell {
-    fn drop(&mut self) {
-        if let Some(ep) = self.0.take() {
-            // The program panicked or was aborted: peers learn it failed.
-            ep.abort();
-        }
-    }
+    crate::run::run_ranks(endpoints, tasks, f).await
 }

@@ -234,9 +234,11 @@ impl Endpoint {
     /// receives (so their sends to it that need a match fail instead of
     /// waiting), then waits until every send this rank started, including
     /// dropped and freed ones and buffered sends, has been delivered to the
-    /// transport or failed, and the transport has flushed. Then the
-    /// endpoint closes: receives still posted fail, and every later
-    /// operation on it fails with [`Error::Finalized`](crate::Error::Finalized).
+    /// transport or failed. Then the endpoint closes (receives still posted
+    /// fail, and every later operation on it fails with
+    /// [`Error::Finalized`](crate::Error::Finalized)), its last goodbyes go
+    /// to the transport, and it waits for the transport to flush
+    /// everything it took.
     ///
     /// # Cancel safety
     /// Dropping it after the farewell leaves the endpoint open; sends keep
@@ -248,9 +250,8 @@ impl Endpoint {
             self.shared.flush(&mut st);
         }
         self.engine_state(Awaited::Flushed).await;
-        let flushed = std::future::poll_fn(|cx| self.shared.transport.poll_flush(cx)).await;
         self.close();
-        flushed
+        std::future::poll_fn(|cx| self.shared.transport.poll_flush(cx)).await
     }
 
     /// Ends this rank's part at once, without waiting for its sends: for a

@@ -49,7 +49,9 @@ pub trait Transport: Send + Sync + 'static {
     }
 
     /// Ready once every frame taken by [`send`](Transport::send) has left
-    /// this process (or its peer has failed); `finalize` waits for it.
+    /// this process (or its peer has failed); `finalize` waits for it,
+    /// after the endpoint has closed, so no frame but a last goodbye
+    /// follows the first call.
     fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let _ = cx;
         Poll::Ready(Ok(()))

@@ -190,6 +190,7 @@ impl Engine {
         p.queue.clear();
         p.queued_bytes = 0;
         p.answers = 0;
+        p.bulk_back = None;
         let bulk: Vec<ReqId> = p.bulk.drain(..).map(|b| b.send_id).collect();
         // Tell it, so that it does not wait for this rank (best effort: the
         // transport may already have lost it).

@@ -26,7 +26,7 @@ impl Engine {
 
     pub(super) fn schedule(&mut self, dest: u32) {
         let p = &mut self.peers[dest as usize];
-        if !p.scheduled && !p.blocked {
+        if !p.scheduled && !(p.blocked && p.bulk_blocked) {
             p.scheduled = true;
             self.writable.push_back(dest);
         }
@@ -41,13 +41,16 @@ impl Engine {
     }
 
     /// The next peer with frames to transmit (skipping peers whose transport
-    /// is blocked); call [`poll_transmit`](Engine::poll_transmit) for it
-    /// until it returns `None`.
+    /// is blocked for what they have); call
+    /// [`poll_transmit`](Engine::poll_transmit) for it until it returns
+    /// `None`.
     pub fn poll_writable(&mut self) -> Option<u32> {
         while let Some(dest) = self.writable.pop_front() {
             let p = &mut self.peers[dest as usize];
             p.scheduled = false;
-            if !p.blocked && (!p.queue.is_empty() || !p.bulk.is_empty() || p.parting.is_some()) {
+            let control = !p.blocked && (!p.queue.is_empty() || p.parting.is_some());
+            let bulk = !p.bulk_blocked && (p.bulk_back.is_some() || !p.bulk.is_empty());
+            if control || bulk {
                 return Some(dest);
             }
         }
@@ -56,19 +59,27 @@ impl Engine {
 
     /// The next frame for `dest`: queued frames first, then the next chunk
     /// of rendezvous data, from each of the peer's transfers in turn. A
-    /// rendezvous send completes when its last chunk is taken.
+    /// rendezvous send completes when its last chunk is taken. While the
+    /// transport refuses rendezvous data only, control frames and messages
+    /// still go.
     pub fn poll_transmit(&mut self, dest: u32) -> Option<Frame> {
         let closed = self.closed;
         let p = self.peers.get_mut(dest as usize)?;
-        if p.blocked {
+        if p.failed.is_some() || closed {
+            return if p.blocked { None } else { p.parting.take() };
+        }
+        if !p.blocked {
+            if let Some(frame) = p.queue.pop_front() {
+                p.queued_bytes -= frame.payload.len();
+                p.answers -= usize::from(is_answer(frame.header.kind));
+                p.sent = true;
+                return Some(frame);
+            }
+        }
+        if p.bulk_blocked {
             return None;
         }
-        if p.failed.is_some() || closed {
-            return p.parting.take();
-        }
-        if let Some(frame) = p.queue.pop_front() {
-            p.queued_bytes -= frame.payload.len();
-            p.answers -= usize::from(is_answer(frame.header.kind));
+        if let Some(frame) = p.bulk_back.take() {
             p.sent = true;
             return Some(frame);
         }
@@ -98,6 +109,9 @@ impl Engine {
 
     /// Gives back a frame the transport could not take for `dest`: it goes
     /// out first once the transport calls [`writable`](Engine::writable).
+    /// A refused chunk of rendezvous data holds back only rendezvous data
+    /// (the transport may carry it on a stream of its own); any other
+    /// refused frame holds back everything but rendezvous data.
     pub fn unsend(&mut self, dest: u32, frame: Frame) {
         let closed = self.closed;
         let Some(p) = self.peers.get_mut(dest as usize) else { return };
@@ -107,16 +121,24 @@ impl Engine {
             p.blocked = true;
             return;
         }
-        p.queued_bytes += frame.payload.len();
-        p.answers += usize::from(is_answer(frame.header.kind));
-        p.queue.push_front(frame);
-        p.blocked = true;
+        if frame.header.kind == Kind::RndvData {
+            p.bulk_back = Some(frame);
+            p.bulk_blocked = true;
+        } else {
+            p.queued_bytes += frame.payload.len();
+            p.answers += usize::from(is_answer(frame.header.kind));
+            p.queue.push_front(frame);
+            p.blocked = true;
+        }
+        // What is not held back may still go.
+        self.schedule(dest);
     }
 
     /// The transport can take frames for `dest` again.
     pub fn writable(&mut self, dest: u32) {
         let Some(p) = self.peers.get_mut(dest as usize) else { return };
         p.blocked = false;
+        p.bulk_blocked = false;
         self.schedule(dest);
     }
 
@@ -131,7 +153,9 @@ impl Engine {
     /// a live peer.
     pub fn is_flushed(&self) -> bool {
         self.sends.is_empty()
-            && self.peers.iter().all(|p| p.failed.is_some() || (p.held.is_empty() && p.queue.is_empty() && p.bulk.is_empty()))
+            && self.peers.iter().all(|p| {
+                p.failed.is_some() || (p.held.is_empty() && p.queue.is_empty() && p.bulk.is_empty() && p.bulk_back.is_none())
+            })
     }
 
     /// The next completion.

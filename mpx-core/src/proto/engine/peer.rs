@@ -74,6 +74,13 @@ pub(super) struct Peer {
     pub(super) scheduled: bool,
     /// The transport cannot take more for this peer for now.
     pub(super) blocked: bool,
+    /// The transport cannot take more rendezvous data for this peer for
+    /// now (its control frames may still go: a transport with a separate
+    /// stream for bulk data refuses only that).
+    pub(super) bulk_blocked: bool,
+    /// A chunk of rendezvous data the transport refused: the first to go
+    /// once it can take more.
+    pub(super) bulk_back: Option<Frame>,
     /// Something went to the peer since the last timeout check.
     pub(super) sent: bool,
     pub(super) last_sent: Option<Instant>,

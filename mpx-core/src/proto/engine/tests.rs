@@ -923,3 +923,38 @@ fn a_failed_goodbye_drops_what_only_that_rank_could_complete() {
     assert!(!e[0].is_failed(1) && !e[1].is_failed(0));
     assert!(e[0].is_flushed() && e[1].is_flushed());
 }
+
+/// A transport that refuses rendezvous data for a peer (its bulk stream is
+/// full) holds back only that: messages and control frames to the peer
+/// still go, and the refused chunk goes first once the peer is writable.
+#[test]
+fn refused_rendezvous_data_holds_back_only_rendezvous_data() {
+    let mut e = pair(Config { eager_threshold: 16, rndv_chunk: 8, ..Config::default() });
+    e[1].post_recv(9, spec(Some(0), Some(1)));
+    e[0].post_send(1, SendMode::Standard, msg(1, 1, b"a long message in chunks"));
+    // RTS out, CTS back: the data is ready to stream.
+    let (_, rts) = next_frame(&mut e[0]).expect("the RTS");
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).expect("the CTS");
+    e[0].handle_frame(1, cts).unwrap();
+    let (dest, chunk) = next_frame(&mut e[0]).expect("a chunk");
+    assert_eq!((dest, chunk.header.kind), (1, Kind::RndvData));
+    e[0].unsend(1, chunk.clone());
+    // The bulk stream is full; a short message still goes.
+    e[0].post_send(2, SendMode::Standard, msg(1, 2, b"short"));
+    let dest = e[0].poll_writable().expect("the peer has a message to go");
+    let frame = e[0].poll_transmit(dest).expect("the message");
+    assert_eq!(frame.header.kind, Kind::Eager);
+    assert!(e[0].poll_transmit(dest).is_none(), "no rendezvous data while refused");
+    e[1].handle_frame(0, frame).unwrap();
+    e[1].post_recv(10, spec(Some(0), Some(2)));
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 10, result: Ok(d) }] if d.data == "short"));
+    // Writable again: the refused chunk first, then the rest.
+    e[0].writable(1);
+    let (_, again) = next_frame(&mut e[0]).expect("the refused chunk");
+    assert_eq!((again.header.seq, again.payload.clone()), (chunk.header.seq, chunk.payload.clone()));
+    e[1].handle_frame(0, again).unwrap();
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Ok(d) }] if d.data == "a long message in chunks"));
+    assert!(e[0].is_flushed());
+}

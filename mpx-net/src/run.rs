@@ -1,0 +1,107 @@
+//! Running one program per rank over endpoints a transport has made: what
+//! every in-process launch shares (loopback, QUIC on one host).
+
+use std::future::Future;
+use std::time::Duration;
+
+use mpx_core::{Comm, Endpoint, Error, Result};
+use tokio::task::AbortHandle;
+
+/// Aborts the tasks of a launch when dropped.
+pub(crate) struct Tasks(pub(crate) Vec<AbortHandle>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Waits until every endpoint has its peers' hellos, then runs `f` once
+/// per rank as a task, finalizes each rank's endpoint after its program,
+/// and returns the results in rank order, or the root cause of a failure
+/// (see [`loopback::launch`](crate::loopback::launch)). `tasks` (the
+/// transport's tasks) are aborted when this returns or is dropped.
+pub(crate) async fn run_ranks<F, Fut, R>(endpoints: Vec<Endpoint>, mut tasks: Tasks, f: F) -> Result<Vec<R>>
+where
+    F: Fn(Comm) -> Fut,
+    Fut: Future<Output = Result<R>> + Send + 'static,
+    R: Send + 'static,
+{
+    let n = endpoints.len();
+    let hellos = async {
+        for e in &endpoints {
+            e.connected().await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), hellos).await.is_err() {
+        return Err(Error::transport("connecting the ranks", std::io::Error::from(std::io::ErrorKind::TimedOut)));
+    }
+    let mut programs = Vec::with_capacity(n);
+    // Every endpoint (and so its driver) lives until every rank is done: a
+    // rank that has finished still reads, and drops, what peers send it.
+    let _alive = endpoints.clone();
+    for endpoint in endpoints {
+        let program = f(endpoint.world());
+        let task = tokio::spawn(async move {
+            // Finalizes even if the program panics or is aborted.
+            let farewell = Farewell(Some(endpoint));
+            let result = program.await;
+            farewell.finish().await;
+            result
+        });
+        tasks.0.push(task.abort_handle());
+        programs.push(task);
+    }
+    let mut results = Vec::with_capacity(n);
+    let mut errors = Vec::new();
+    for (rank, task) in programs.into_iter().enumerate() {
+        match task.await {
+            Ok(Ok(r)) => results.push(r),
+            Ok(Err(e)) => errors.push(e),
+            Err(join) if join.is_panic() => {
+                let payload = join.into_panic();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string panic payload".into());
+                errors.push(Error::RankPanicked { rank: rank as u32, message });
+            }
+            Err(join) => errors.push(Error::transport(format!("rank {rank}'s task"), join)),
+        }
+    }
+    drop(tasks);
+    let rank_of = |e: &Error| match e {
+        Error::RankPanicked { .. } => 0,
+        Error::ProcessFailed { .. } => 2,
+        _ => 1,
+    };
+    match errors.into_iter().min_by_key(rank_of) {
+        Some(e) => Err(e),
+        None => Ok(results),
+    }
+}
+
+/// Finalizes a rank's endpoint when its program ends, however it ends.
+struct Farewell(Option<Endpoint>);
+
+impl Farewell {
+    async fn finish(mut self) {
+        if let Some(ep) = self.0.take() {
+            if let Err(e) = ep.finalize().await {
+                tracing::warn!(rank = ep.rank(), error = %e, "finalize failed");
+            }
+        }
+    }
+}
+
+impl Drop for Farewell {
+    fn drop(&mut self) {
+        if let Some(ep) = self.0.take() {
+            // The program panicked or was aborted: peers learn it failed.
+            ep.abort();
+        }
+    }
+}
