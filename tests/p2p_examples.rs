@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use mpx::prelude::*;
-use mpx::launch_with;
 
 #[macro_use]
 mod support;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mpx::prelude::*;
-use mpx::launch_with;
 
 #[macro_use]
 mod support;

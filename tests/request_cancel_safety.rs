@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use mpx::prelude::*;
-use mpx::{launch_with, LaunchOptions};
+use mpx::LaunchOptions;
 
 #[macro_use]
 mod support;

@@ -16,4 +16,5 @@
 #![deny(missing_docs)]
 
 pub mod loopback;
+pub mod quic;
 mod run;

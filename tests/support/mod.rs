@@ -9,7 +9,9 @@
 //!
 //! * `loopback`: the in-memory transport, frames as values;
 //! * `network_like`: frames encoded to bytes and decoded, small credit,
-//!   rendezvous data in small chunks, external32 between the ranks.
+//!   rendezvous data in small chunks, external32 between the ranks;
+//! * `quic`: every rank its own QUIC endpoint on 127.0.0.1, mutual TLS
+//!   under a job credential, frames on QUIC streams.
 //!
 //! [`returns`] runs a launch that must end, within [`LIMIT`], without error.
 
@@ -34,7 +36,7 @@ pub async fn returns<T>(run: impl Future<Output = mpx::Result<T>>) -> T {
 
 #[macro_export]
 macro_rules! each_transport {
-    (@on $name:ident, $options:path; $($item:item)*) => {
+    (@on $name:ident, $options:path, $launcher:path; $($item:item)*) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
@@ -45,6 +47,17 @@ macro_rules! each_transport {
                 $options(ranks)
             }
 
+            /// `mpx::launch_with` on this transport.
+            #[allow(dead_code)]
+            async fn launch_with<F, Fut, R>(options: mpx::LaunchOptions, f: F) -> mpx::Result<Vec<R>>
+            where
+                F: Fn(mpx::Comm) -> Fut,
+                Fut: std::future::Future<Output = mpx::Result<R>> + Send + 'static,
+                R: Send + 'static,
+            {
+                $launcher(options, f).await
+            }
+
             /// `mpx::launch` on this transport.
             #[allow(dead_code)]
             async fn launch<F, Fut, R>(ranks: usize, f: F) -> mpx::Result<Vec<R>>
@@ -53,14 +66,33 @@ macro_rules! each_transport {
                 Fut: std::future::Future<Output = mpx::Result<R>> + Send + 'static,
                 R: Send + 'static,
             {
-                mpx::launch_with(options(ranks), f).await
+                launch_with(options(ranks), f).await
             }
 
             $($item)*
         }
     };
     ($($item:item)*) => {
-        $crate::each_transport!(@on loopback, mpx::LaunchOptions::ranks; $($item)*);
-        $crate::each_transport!(@on network_like, mpx::LaunchOptions::network_like; $($item)*);
+        $crate::each_transport!(@on loopback, mpx::LaunchOptions::ranks, mpx::launch_with; $($item)*);
+        $crate::each_transport!(@on network_like, mpx::LaunchOptions::network_like, mpx::launch_with; $($item)*);
+        $crate::each_transport!(@on quic, $crate::support::quic_options, $crate::support::quic_launch_with; $($item)*);
     };
+}
+
+/// Launch options for `ranks` ranks over QUIC: the engine's defaults (the
+/// link settings of the loopback do not apply).
+pub fn quic_options(ranks: usize) -> mpx::LaunchOptions {
+    mpx::LaunchOptions { engine: mpx_net::quic::Options::local().engine, ..mpx::LaunchOptions::ranks(ranks) }
+}
+
+/// `launch_with` over QUIC on 127.0.0.1, with `options`' ranks and engine
+/// configuration.
+pub async fn quic_launch_with<F, Fut, R>(options: mpx::LaunchOptions, f: F) -> mpx::Result<Vec<R>>
+where
+    F: Fn(mpx::Comm) -> Fut,
+    Fut: Future<Output = mpx::Result<R>> + Send + 'static,
+    R: Send + 'static,
+{
+    let quic = mpx_net::quic::Options { engine: options.engine, ..mpx_net::quic::Options::local() };
+    mpx_net::quic::launch_with(options.ranks, quic, f).await
 }

@@ -26,7 +26,8 @@ impl Engine {
 
     pub(super) fn schedule(&mut self, dest: u32) {
         let p = &mut self.peers[dest as usize];
-        if !p.scheduled && !(p.blocked && p.bulk_blocked) {
+        let held_back = p.blocked && p.bulk_blocked;
+        if !p.scheduled && !held_back {
             p.scheduled = true;
             self.writable.push_back(dest);
         }

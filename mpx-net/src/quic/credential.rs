@@ -1,0 +1,223 @@
+//! The job's credential: a certificate authority made for one job, and a
+//! certificate per rank that names the rank, for mutual TLS.
+//!
+//! A rank's certificate carries one DNS name, `rank-<r>.job-<id>.mpx`
+//! (the job id in 16 hex digits), signed by the job's CA. A rank dialling
+//! rank `r` asks for that name, so TLS itself refuses a server holding
+//! another rank's certificate; a rank accepting a connection checks that
+//! the client's certificate names the rank its hello claims
+//! ([`RankCredential::check_names`]). A certificate of another job's CA
+//! fails the handshake both ways.
+
+use std::sync::Arc;
+
+use mpx_core::{Error, Result};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+
+/// The protocol name both sides announce in TLS (ALPN).
+pub(crate) const ALPN: &[u8] = b"mpx/1";
+
+fn tls_error(context: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::transport(context.to_string(), e)
+}
+
+/// The DNS name a rank's certificate carries.
+pub fn rank_name(job: u64, rank: u32) -> String {
+    format!("rank-{rank}.job-{job:016x}.mpx")
+}
+
+/// A job's certificate authority: it issues one [`RankCredential`] per
+/// rank. Whoever starts the job makes one ([`JobCredential::generate`]) and
+/// hands each rank its own credential (as PEM text, see
+/// [`RankCredential::to_pem`]); the CA's key never needs to leave the
+/// launcher.
+///
+/// ```
+/// use mpx_net::quic::JobCredential;
+/// let job = JobCredential::generate(42)?;
+/// let two = job.issue(2)?;
+/// assert_eq!((two.job(), two.rank()), (42, 2));
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+pub struct JobCredential {
+    job: u64,
+    params: CertificateParams,
+    key: KeyPair,
+    cert: CertificateDer<'static>,
+    cert_pem: String,
+}
+
+impl JobCredential {
+    /// A new CA for job `job`, with a fresh key.
+    pub fn generate(job: u64) -> Result<JobCredential> {
+        let key = KeyPair::generate().map_err(|e| tls_error("generating the job's key", e))?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| tls_error("the job's certificate", e))?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        params.distinguished_name.push(DnType::CommonName, format!("mpx job {job:016x}"));
+        let cert = params.self_signed(&key).map_err(|e| tls_error("signing the job's certificate", e))?;
+        Ok(JobCredential { job, params, key, cert: cert.der().clone(), cert_pem: cert.pem() })
+    }
+
+    /// The job's id.
+    pub fn job(&self) -> u64 {
+        self.job
+    }
+
+    /// The credential of rank `rank`: a fresh key and a certificate naming
+    /// the rank, signed by this CA.
+    pub fn issue(&self, rank: u32) -> Result<RankCredential> {
+        let key = KeyPair::generate().map_err(|e| tls_error("generating a rank's key", e))?;
+        let mut params =
+            CertificateParams::new(vec![rank_name(self.job, rank)]).map_err(|e| tls_error("a rank's certificate", e))?;
+        params.distinguished_name.push(DnType::CommonName, rank_name(self.job, rank));
+        let issuer = Issuer::from_params(&self.params, &self.key);
+        let cert = params.signed_by(&key, &issuer).map_err(|e| tls_error("signing a rank's certificate", e))?;
+        let pem = format!("{PEM_LABEL} job={:016x} rank={rank}\n{}{}{}", self.job, cert.pem(), key.serialize_pem(), self.cert_pem);
+        Ok(RankCredential {
+            job: self.job,
+            rank,
+            cert: cert.der().clone(),
+            key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+            ca: self.cert.clone(),
+            pem,
+        })
+    }
+}
+
+/// What one rank holds of its job's credential: its certificate and key,
+/// and the job's CA certificate to check its peers with.
+pub struct RankCredential {
+    job: u64,
+    rank: u32,
+    cert: CertificateDer<'static>,
+    key: PrivatePkcs8KeyDer<'static>,
+    ca: CertificateDer<'static>,
+    /// The same as PEM text (see [`to_pem`](RankCredential::to_pem)).
+    pem: String,
+}
+
+impl Clone for RankCredential {
+    fn clone(&self) -> Self {
+        RankCredential {
+            job: self.job,
+            rank: self.rank,
+            cert: self.cert.clone(),
+            key: self.key.clone_key(),
+            ca: self.ca.clone(),
+            pem: self.pem.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RankCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RankCredential(rank {} of job {:016x})", self.rank, self.job)
+    }
+}
+
+/// The header line of the PEM text of a [`RankCredential`], which says
+/// its job and rank.
+const PEM_LABEL: &str = "# mpx rank credential";
+
+impl RankCredential {
+    /// The job's id.
+    pub fn job(&self) -> u64 {
+        self.job
+    }
+
+    /// The rank the certificate names.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The credential as PEM text, to hand to the rank's process (in a
+    /// file or an environment variable): a line naming job and rank, the
+    /// rank's certificate, its private key, and the job's CA certificate.
+    /// Whoever reads it can act as this rank: keep it private.
+    ///
+    /// ```
+    /// use mpx_net::quic::{JobCredential, RankCredential};
+    /// let one = JobCredential::generate(7)?.issue(1)?;
+    /// let back = RankCredential::from_pem(&one.to_pem())?;
+    /// assert_eq!((back.job(), back.rank()), (7, 1));
+    /// assert!(RankCredential::from_pem("not a credential").is_err());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn to_pem(&self) -> String {
+        self.pem.clone()
+    }
+
+    /// Reads what [`to_pem`](RankCredential::to_pem) wrote.
+    pub fn from_pem(text: &str) -> Result<RankCredential> {
+        let bad = |why: &str| Error::InvalidArgument(format!("not an mpx rank credential: {why}"));
+        let first = text.lines().next().unwrap_or_default();
+        let fields = first.strip_prefix(PEM_LABEL).ok_or_else(|| bad("no header line"))?;
+        let mut job = None;
+        let mut rank = None;
+        for field in fields.split_whitespace() {
+            match field.split_once('=') {
+                Some(("job", v)) => job = u64::from_str_radix(v, 16).ok(),
+                Some(("rank", v)) => rank = v.parse::<u32>().ok(),
+                _ => {}
+            }
+        }
+        let (job, rank) = (job.ok_or_else(|| bad("no job"))?, rank.ok_or_else(|| bad("no rank"))?);
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(text.as_bytes())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| bad(&e.to_string()))?;
+        let [cert, ca] = <[CertificateDer<'static>; 2]>::try_from(certs).map_err(|_| bad("it needs two certificates"))?;
+        let key = PrivatePkcs8KeyDer::from_pem_slice(text.as_bytes()).map_err(|e| bad(&e.to_string()))?;
+        Ok(RankCredential { job, rank, cert, key, ca, pem: text.to_string() })
+    }
+
+    /// Fails unless `cert` (a peer's end-entity certificate, already
+    /// verified against the job's CA by TLS) names rank `rank` of this job.
+    pub(crate) fn check_names(&self, cert: &CertificateDer<'_>, rank: u32) -> Result<()> {
+        let name = ServerName::try_from(rank_name(self.job, rank)).map_err(|e| tls_error("a rank's name", e))?;
+        let end = webpki::EndEntityCert::try_from(cert).map_err(|e| tls_error("reading a peer's certificate", e))?;
+        end.verify_is_valid_for_subject_name(&name)
+            .map_err(|_| Error::Protocol(format!("the peer's certificate does not name rank {rank} of this job")))
+    }
+
+    fn roots(&self) -> Result<Arc<rustls::RootCertStore>> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.clone()).map_err(|e| tls_error("the job's CA certificate", e))?;
+        Ok(Arc::new(roots))
+    }
+
+    /// quinn's server configuration: TLS 1.3, a client certificate of the
+    /// job required.
+    pub(crate) fn server_config(&self) -> Result<quinn::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
+            .build()
+            .map_err(|e| tls_error("the client verifier", e))?;
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| tls_error("TLS versions", e))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![self.cert.clone()], PrivateKeyDer::Pkcs8(self.key.clone_key()))
+            .map_err(|e| tls_error("this rank's certificate", e))?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| tls_error("QUIC over TLS", e))?;
+        Ok(quinn::ServerConfig::with_crypto(Arc::new(quic)))
+    }
+
+    /// quinn's client configuration: TLS 1.3, the server checked against
+    /// the job's CA, this rank's certificate presented.
+    pub(crate) fn client_config(&self) -> Result<quinn::ClientConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| tls_error("TLS versions", e))?
+            .with_root_certificates(self.roots()?)
+            .with_client_auth_cert(vec![self.cert.clone()], PrivateKeyDer::Pkcs8(self.key.clone_key()))
+            .map_err(|e| tls_error("this rank's certificate", e))?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| tls_error("QUIC over TLS", e))?;
+        Ok(quinn::ClientConfig::new(Arc::new(quic)))
+    }
+}

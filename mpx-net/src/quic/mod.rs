@@ -1,0 +1,242 @@
+//! The QUIC transport: ranks in different processes or on different hosts,
+//! with the same semantics as the loopback.
+//!
+//! # Connections
+//!
+//! Every pair of ranks gets one QUIC connection, set up when the endpoint
+//! starts (the higher rank dials the lower), authenticated both ways with
+//! the job's credential ([`JobCredential`], [`RankCredential`]): mutual
+//! TLS 1.3 under a CA made for the job, each rank's certificate naming
+//! its rank. A process without a certificate of the job's CA cannot
+//! connect; a rank cannot claim another's number (a dialler asks for the
+//! rank's name, an acceptor checks the name against the rank the hello
+//! claims); a certificate of another job is refused by TLS.
+//!
+//! Each direction of a connection carries two unidirectional streams: the
+//! control stream (hellos, messages, rendezvous requests and answers,
+//! goodbyes) and the bulk stream (rendezvous data). QUIC's streams are
+//! independent, so a large transfer never holds back a small message to
+//! the same peer (see [`link`](self) for the queues behind them). Frames are
+//! written header and payload as separate chunks, and decoded from each
+//! stream with a capped decoder; a malformed frame or a protocol violation
+//! closes the connection and fails the peer.
+//!
+//! # Progress and shutdown
+//!
+//! Four tasks per connection (a writer and a reader per stream) and one
+//! accepting connections make the endpoint's driver; the endpoint owns
+//! them, and they end with it. `finalize` closes the endpoint, then each
+//! writer drains its queue, finishes its stream and waits until the peer
+//! has acknowledged all of it. A connection that breaks (an I/O error,
+//! QUIC's idle timeout: [`Options::idle_timeout`]) fails the peer with
+//! [`Error::ProcessFailed`](mpx_core::Error::ProcessFailed), whose source
+//! is the transport error.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mpx_core::Result<()> {
+//! let got = mpx_net::quic::launch(3, |world| async move {
+//!     let right = (world.rank() + 1) % world.size();
+//!     let left = (world.rank() + world.size() - 1) % world.size();
+//!     let mut from_left = 0usize;
+//!     world.sendrecv(&world.rank(), right, 0, &mut from_left, left, 0).await?;
+//!     Ok(from_left)
+//! })
+//! .await?;
+//! assert_eq!(got, [2, 0, 1]);
+//! # Ok(()) }
+//! ```
+
+mod connection;
+mod credential;
+mod link;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mpx_core::proto::engine::Config;
+use mpx_core::proto::wire::Decoder;
+use mpx_core::{Comm, Endpoint, Error, Result};
+
+pub use credential::{rank_name, JobCredential, RankCredential};
+
+use connection::{spawn_in, Registry, Shared};
+use link::{Outbox, QuicTransport};
+
+/// How a rank's QUIC endpoint is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Protocol tunables (eager threshold, credit, chunk size, ...).
+    pub engine: Config,
+    /// The UDP payload size of every packet (QUIC's MTU), fixed: at least
+    /// 1200; 1472 fits any Ethernet path. Above 6550 a batch of packets
+    /// exceeds what the kernel sends at once with segmentation offload.
+    pub mtu: u16,
+    /// A connection that hears nothing for this long fails its peer
+    /// (keep-alives go four times as often, so a live peer never does).
+    pub idle_timeout: Duration,
+    /// How long connecting to every peer may take, retries included.
+    pub connect_timeout: Duration,
+}
+
+impl Options {
+    /// For ranks on one host (127.0.0.1): large packets.
+    pub fn local() -> Options {
+        Options { mtu: 6550, ..Options::network() }
+    }
+
+    /// For ranks on different hosts: packets that fit any Ethernet path.
+    pub fn network() -> Options {
+        Options {
+            engine: Config::default(),
+            mtu: 1472,
+            idle_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// quinn's transport settings: large flow-control windows, the fixed
+    /// MTU, and a congestion window that starts at ten packets.
+    fn transport(&self) -> Result<quinn::TransportConfig> {
+        let mut t = quinn::TransportConfig::default();
+        t.stream_receive_window(quinn::VarInt::from_u32(16 << 20));
+        t.receive_window(quinn::VarInt::from_u32(64 << 20));
+        t.send_window(64 << 20);
+        let idle = quinn::IdleTimeout::try_from(self.idle_timeout)
+            .map_err(|e| Error::InvalidArgument(format!("idle timeout {:?}: {e}", self.idle_timeout)))?;
+        t.max_idle_timeout(Some(idle));
+        t.keep_alive_interval(Some(self.idle_timeout / 4));
+        let mtu = self.mtu.max(1200);
+        t.initial_mtu(mtu);
+        t.min_mtu(mtu);
+        t.mtu_discovery_config(None);
+        let mut cubic = quinn::congestion::CubicConfig::default();
+        cubic.initial_window(10 * u64::from(mtu));
+        t.congestion_controller_factory(Arc::new(cubic));
+        t.max_concurrent_uni_streams(quinn::VarInt::from_u32(4));
+        t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(0));
+        Ok(t)
+    }
+}
+
+/// Binds a UDP socket for a rank at `addr` (port 0: any free port), with
+/// large socket buffers.
+///
+/// ```
+/// let socket = mpx_net::quic::bind("127.0.0.1:0".parse().unwrap())?;
+/// assert_ne!(socket.local_addr()?.port(), 0);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let socket = UdpSocket::bind(addr)?;
+    let sock = socket2::SockRef::from(&socket);
+    // The kernel caps these at its own maximum; a smaller buffer loses
+    // packets under bulk transfer.
+    let _ = sock.set_recv_buffer_size(4 << 20);
+    let _ = sock.set_send_buffer_size(4 << 20);
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+/// Starts rank `credential.rank()` of a world whose ranks listen at
+/// `addrs` (this rank on `socket`, bound to its own entry), and returns its
+/// endpoint at once: connections to the peers are set up in the
+/// background (sends wait for them; see
+/// [`Endpoint::connected`](mpx_core::Endpoint::connected)). A peer that
+/// cannot be reached within [`Options::connect_timeout`] fails.
+///
+/// Must be called within a tokio runtime.
+pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential, options: &Options) -> Result<Endpoint> {
+    let me = credential.rank();
+    let size = u32::try_from(addrs.len()).map_err(|_| Error::InvalidArgument("too many ranks".into()))?;
+    if me >= size {
+        return Err(Error::InvalidRank { rank: i64::from(me), size });
+    }
+    let transport = Arc::new(options.transport()?);
+    let mut server = credential.server_config()?;
+    server.transport_config(transport.clone());
+    let mut client = credential.client_config()?;
+    client.transport_config(transport);
+    let mut endpoint_config = quinn::EndpointConfig::default();
+    endpoint_config
+        .max_udp_payload_size(options.mtu.max(1200))
+        .map_err(|e| Error::InvalidArgument(format!("mtu {}: {e}", options.mtu)))?;
+    let runtime = quinn::default_runtime().ok_or_else(|| Error::InvalidArgument("no tokio runtime".into()))?;
+    let quic = quinn::Endpoint::new(endpoint_config, Some(server), socket, runtime)
+        .map_err(|e| Error::transport("opening the QUIC endpoint", e))?;
+    let outboxes: Arc<Vec<Arc<Outbox>>> = Arc::new((0..size).map(|_| Arc::new(Outbox::default())).collect());
+    let endpoint = Endpoint::new(me, size, options.engine, QuicTransport { me, outboxes: outboxes.clone() })?;
+    let registry = Arc::new(Registry::default());
+    let shared = Arc::new(Shared {
+        me,
+        size,
+        endpoint: endpoint.downgrade(),
+        outboxes,
+        credential,
+        client,
+        decoder: Decoder::new(options.engine.max_payload()),
+        registry: Arc::downgrade(&registry),
+        connect_timeout: options.connect_timeout,
+        connected: Mutex::new(vec![false; size as usize]),
+    });
+    if me + 1 < size {
+        spawn_in(&shared.registry, connection::accept_loop(quic.clone(), shared.clone()));
+    }
+    for (peer, &addr) in addrs.iter().enumerate().take(me as usize) {
+        spawn_in(&shared.registry, connection::dial(shared.clone(), quic.clone(), peer as u32, addr));
+    }
+    // The endpoint owns its driver: the tasks and the QUIC endpoint end
+    // with it.
+    endpoint.own(registry);
+    endpoint.own(quic);
+    Ok(endpoint)
+}
+
+/// Runs `f` once per rank, `ranks` ranks in this process, each over its own
+/// QUIC endpoint on 127.0.0.1 with a credential of a new job: the same
+/// contract as [`loopback::launch`](crate::loopback::launch), with every
+/// frame through QUIC, TLS and UDP.
+///
+/// # Cancel safety
+/// Dropping the returned future aborts every task it started.
+pub async fn launch<F, Fut, R>(ranks: usize, f: F) -> Result<Vec<R>>
+where
+    F: Fn(Comm) -> Fut,
+    Fut: std::future::Future<Output = Result<R>> + Send + 'static,
+    R: Send + 'static,
+{
+    launch_with(ranks, Options::local(), f).await
+}
+
+/// [`launch`] with explicit [`Options`].
+///
+/// # Cancel safety
+/// As [`launch`].
+pub async fn launch_with<F, Fut, R>(ranks: usize, options: Options, f: F) -> Result<Vec<R>>
+where
+    F: Fn(Comm) -> Fut,
+    Fut: std::future::Future<Output = Result<R>> + Send + 'static,
+    R: Send + 'static,
+{
+    if ranks == 0 || ranks > u32::MAX as usize {
+        return Err(Error::InvalidArgument(format!("cannot launch {ranks} ranks")));
+    }
+    let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let sockets: Vec<UdpSocket> = (0..ranks)
+        .map(|_| bind(localhost))
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| Error::transport("binding a UDP socket", e))?;
+    let addrs: Vec<SocketAddr> = sockets
+        .iter()
+        .map(UdpSocket::local_addr)
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| Error::transport("binding a UDP socket", e))?;
+    let job = JobCredential::generate(options.engine.job)?;
+    let endpoints: Vec<Endpoint> = sockets
+        .into_iter()
+        .enumerate()
+        .map(|(rank, socket)| start(socket, &addrs, job.issue(rank as u32)?, &options))
+        .collect::<Result<_>>()?;
+    crate::run::run_ranks(endpoints, crate::run::Tasks(Vec::new()), f).await
+}
