@@ -50,6 +50,8 @@
 mod connection;
 mod credential;
 mod link;
+#[cfg(test)]
+mod tests;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
