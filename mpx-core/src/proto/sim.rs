@@ -63,6 +63,7 @@ pub fn config(repr: Repr) -> Config {
         repr,
         idle_timeout: Some(Duration::from_secs(1)),
         job: 0x5eed,
+        repr_id: None,
     }
 }
 

@@ -143,3 +143,49 @@ async fn a_peer_sending_garbage_is_cut_off_and_nobody_else_is_affected() {
     assert!(closed.to_string().contains("malformed frame"), "{closed}");
     ping_pong(&zero, &one).await;
 }
+
+/// A peer that announces another representation in its hello (big-endian,
+/// 4-byte `long`) is sent external32 and sends external32: values arrive
+/// intact both ways, and a `long` that does not fit in 4 bytes is an error
+/// at the sender, never a truncated value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_of_another_representation_gets_its_values_intact_both_ways() {
+    use mpx_core::comm::{RecvBuf, SendBuf};
+    use mpx_core::proto::engine::repr_id_with;
+    use mpx_core::{Datatype, Region, RegionMut};
+    use std::ffi::c_long;
+
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(5).unwrap();
+    let foreign = Options { engine: Config { repr_id: Some(repr_id_with(!cfg!(target_endian = "big"), 4)), ..Config::default() }, ..options() };
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &foreign).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    let (a, b) = (zero.world(), one.world());
+    let values = [1.5f64, -2.25, f64::MAX];
+    let ints = [i64::MIN, -1, 1 << 40];
+    let longs: [c_long; 3] = [-7, 1 << 20, c_long::from(i32::MAX)];
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        let (src, dst) = (from.rank(), to.rank());
+        let (s1, s2, s3) = (
+            from.isend(&values, dst, 1),
+            from.isend(&ints, dst, 2),
+            from.isend(SendBuf::new(Region::of(&longs), 3, &Datatype::basic(mpx_core::Basic::Long)), dst, 3),
+        );
+        let (got, st) = to.recv::<[f64; 3]>(src, 1).await.unwrap();
+        assert_eq!(got, values);
+        assert_eq!(st.source, Some(src));
+        assert_eq!(to.recv::<[i64; 3]>(src, 2).await.unwrap().0, ints);
+        let mut back: [c_long; 3] = [0; 3];
+        to.recv_into(RecvBuf::new(RegionMut::of(&mut back), 3, &Datatype::basic(mpx_core::Basic::Long)), src, 3).await.unwrap();
+        assert_eq!(back, longs);
+        for s in [s1, s2, s3] {
+            s.await.unwrap();
+        }
+    }
+    // A `long` beyond 4 bytes cannot travel in external32.
+    let too_long: [c_long; 1] = [1 << 40];
+    let e = a.send(SendBuf::new(Region::of(&too_long), 1, &Datatype::basic(mpx_core::Basic::Long)), 1, 4).await.expect_err("it does not fit");
+    assert!(matches!(e, Error::Conversion { .. }), "{e:?}");
+    let e = b.send(SendBuf::new(Region::of(&too_long), 1, &Datatype::basic(mpx_core::Basic::Long)), 0, 4).await.expect_err("it does not fit");
+    assert!(matches!(e, Error::Conversion { .. }), "{e:?}");
+}

@@ -228,7 +228,7 @@ impl Engine {
                 "rank {from} accepts frames of {accepts} payload bytes, below the {MIN_PAYLOAD} every rank must accept"
             )));
         }
-        let native = h.sig_hash == native_repr_id();
+        let native = h.sig_hash == self.config.repr_id.unwrap_or_else(native_repr_id);
         // Its eager messages are refused above what this rank accepts in a
         // frame, whatever limit it announces for itself.
         let eager_limit = h.send_id.min(self.config.max_payload() as u64);

@@ -178,6 +178,13 @@ pub struct Config {
     pub idle_timeout: Option<Duration>,
     /// The job this rank belongs to: peers of another job are refused.
     pub job: u64,
+    /// The data representation this rank announces in its hello (see
+    /// [`native_repr_id`]); `None`: this machine's. A rank announcing
+    /// another representation behaves towards its peers as a machine of
+    /// that representation would: they send it typed data in external32,
+    /// and it sends them external32 (for tests of heterogeneous peers; see
+    /// [`repr_id_with`]).
+    pub repr_id: Option<u64>,
 }
 
 impl Default for Config {
@@ -190,6 +197,7 @@ impl Default for Config {
             repr: Repr::Native,
             idle_timeout: None,
             job: 0,
+            repr_id: None,
         }
     }
 }
@@ -214,7 +222,7 @@ mod send;
 mod time;
 mod transfer;
 
-pub use native::native_repr_id;
+pub use native::{native_repr_id, repr_id_with};
 use peer::*;
 use transfer::*;
 
@@ -480,7 +488,7 @@ impl Engine {
         let hello = Header {
             context: config.job,
             data_len: u64::from(size),
-            sig_hash: native_repr_id(),
+            sig_hash: config.repr_id.unwrap_or_else(native_repr_id),
             sig_len: config.eager_credit,
             send_id: config.eager_threshold as u64,
             recv_id: config.rndv_slots,

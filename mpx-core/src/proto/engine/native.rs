@@ -88,3 +88,21 @@ impl NativeLayout {
 pub fn native_repr_id() -> u64 {
     NativeLayout::native().id()
 }
+
+/// The identifier of this machine's representation with its byte order
+/// and the size of C `long` changed: `repr_id_with(true, 4)` is a
+/// big-endian machine with 4-byte `long`s, as a peer would announce it.
+///
+/// ```
+/// use mpx_core::proto::engine::{native_repr_id, repr_id_with};
+/// let big_endian = cfg!(target_endian = "big");
+/// let long = std::mem::size_of::<std::ffi::c_long>();
+/// assert_eq!(repr_id_with(big_endian, long), native_repr_id());
+/// assert_ne!(repr_id_with(!big_endian, 4), native_repr_id());
+/// ```
+pub fn repr_id_with(big_endian: bool, long_size: usize) -> u64 {
+    let mut layout = NativeLayout::native();
+    layout.big_endian = big_endian;
+    layout.int_sizes[2] = long_size;
+    layout.id()
+}
