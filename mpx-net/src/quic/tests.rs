@@ -189,3 +189,93 @@ async fn a_peer_of_another_representation_gets_its_values_intact_both_ways() {
     let e = b.send(SendBuf::new(Region::of(&too_long), 1, &Datatype::basic(mpx_core::Basic::Long)), 0, 4).await.expect_err("it does not fit");
     assert!(matches!(e, Error::Conversion { .. }), "{e:?}");
 }
+
+/// The environment variable that makes this test binary a child rank for
+/// [`a_killed_peer_process_fails_its_operations_within_the_bound`]:
+/// `rank;addr0,addr1,...;credential file`.
+const CHILD: &str = "MPX_QUIC_TEST_CHILD";
+
+fn peer_death_options() -> Options {
+    Options { idle_timeout: Duration::from_secs(2), connect_timeout: Duration::from_secs(20), ..Options::local() }
+}
+
+/// A child rank (a no-op unless this process was started as one): answers
+/// each number rank 0 sends with the next, until it gets `u32::MAX`.
+#[test]
+fn child_rank() {
+    let Ok(spec) = std::env::var(CHILD) else { return };
+    let mut parts = spec.split(';');
+    let rank: u32 = parts.next().unwrap().parse().unwrap();
+    let addrs: Vec<SocketAddr> = parts.next().unwrap().split(',').map(|a| a.parse().unwrap()).collect();
+    let credential = RankCredential::from_pem(&std::fs::read_to_string(parts.next().unwrap()).unwrap()).unwrap();
+    assert_eq!(credential.rank(), rank);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let endpoint = start(bind(addrs[rank as usize]).unwrap(), &addrs, credential, &peer_death_options()).unwrap();
+        let world = endpoint.world();
+        loop {
+            let (n, _) = world.recv::<u32>(0, 0).await.unwrap();
+            if n == u32::MAX {
+                break;
+            }
+            world.send(&(n + 1), 0, 1).await.unwrap();
+        }
+        endpoint.finalize().await.unwrap();
+    });
+}
+
+/// Ranks 1 and 2 run in child processes. Rank 2's process is killed in the
+/// middle of an exchange: rank 0's operations on it fail within the idle
+/// bound, with the transport's error as their cause, and rank 0 and rank 1
+/// carry on and end cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_peer_process_fails_its_operations_within_the_bound() {
+    let (mut sockets, addrs) = sockets(3);
+    let job = JobCredential::generate(6).unwrap();
+    let dir = std::env::temp_dir().join(format!("mpx-quic-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+    // The children bind their own ports: free them.
+    sockets.truncate(1);
+    let mut children = Vec::new();
+    for rank in 1..3u32 {
+        let file = dir.join(format!("rank-{rank}.pem"));
+        std::fs::write(&file, job.issue(rank).unwrap().to_pem()).unwrap();
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "quic::tests::child_rank", "--nocapture", "--test-threads=1"])
+            .env(CHILD, format!("{rank};{list};{}", file.display()))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        children.push(child);
+    }
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &peer_death_options()).unwrap();
+    let world = zero.world();
+    tokio::time::timeout(Duration::from_secs(30), zero.connected()).await.expect("the children connect");
+    for round in 0..5u32 {
+        for peer in 1..3 {
+            world.send(&round, peer, 0).await.unwrap();
+            assert_eq!(world.recv::<u32>(peer, 1).await.unwrap().0, round + 1);
+        }
+    }
+    // Kill rank 2 in the middle of an exchange: the number is sent, the answer never comes.
+    world.send(&100u32, 2, 0).await.unwrap();
+    children[1].kill().unwrap();
+    let killed_at = std::time::Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(15), world.recv::<u32>(2, 1))
+        .await
+        .expect("the receive fails instead of hanging")
+        .expect_err("rank 2 is dead");
+    let waited = killed_at.elapsed();
+    assert!(matches!(e, Error::ProcessFailed { rank: 2, .. }), "{e:?}");
+    assert!(waited < Duration::from_secs(10), "failed only after {waited:?}");
+    assert!(chain(&e).contains("transport error"), "{}", chain(&e));
+    // Rank 1 is not affected.
+    world.send(&7u32, 1, 0).await.unwrap();
+    assert_eq!(world.recv::<u32>(1, 1).await.unwrap().0, 8);
+    world.send(&u32::MAX, 1, 0).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), zero.finalize()).await.expect("finalize returns").unwrap();
+    let status = tokio::task::spawn_blocking(move || children[0].wait().unwrap()).await.unwrap();
+    assert!(status.success(), "rank 1's process ended with {status}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
