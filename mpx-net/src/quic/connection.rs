@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use mpx_core::proto::wire::{Decoder, Kind};
+use mpx_core::proto::wire::Decoder;
 use mpx_core::runtime::WeakEndpoint;
 use mpx_core::{Error, Result};
 use quinn::VarInt;
@@ -20,6 +20,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::task::AbortHandle;
 
 use super::credential::{rank_name, RankCredential};
+use super::greeting::{lane_of, Greeting};
 use super::link::{Lane, Next, Outbox};
 
 /// Close codes mpx uses on its connections.
@@ -64,6 +65,8 @@ pub(crate) struct Shared {
     pub(crate) credential: RankCredential,
     pub(crate) client: quinn::ClientConfig,
     pub(crate) decoder: Decoder,
+    /// The largest frame payload accepted (the decoder's cap).
+    pub(crate) max_payload: usize,
     pub(crate) registry: Weak<Registry>,
     pub(crate) connect_timeout: Duration,
     /// The peers connected so far (a second connection is refused).
@@ -109,28 +112,29 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
         .peer_identity()
         .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
         .ok_or_else(|| Error::Protocol("a connecting peer showed no certificate".into()))?;
-    let (mut streams, mut buf) = accept_lanes(&conn).await?;
+    let (mut streams, first) = accept_lanes(&conn).await?;
     // This side's streams carry nothing until the peer is known; opening
     // them lets the dialler's setup finish, and its hello come.
     let (control, bulk) = open_lanes(&conn).await?;
-    let hello = loop {
-        if let Some(frame) = shared.decoder.decode(&mut buf)? {
-            break frame;
-        }
-        let more = streams[0].read_chunk(64 << 10, true).await.map_err(|e| io_error("reading a hello".into(), e))?;
-        match more {
-            Some(chunk) => buf.extend_from_slice(&chunk.bytes),
-            None => return Err(Error::Protocol("a connecting peer closed its stream before its hello".into())),
-        }
-    };
-    let claimed = hello.header.source;
     let refuse = |code: u32, why: String| {
         conn.close(VarInt::from_u32(code), why.as_bytes());
         Err(Error::Protocol(why))
     };
-    if hello.header.kind != Kind::Hello || claimed <= shared.me || claimed >= shared.size {
-        return refuse(code::PROTOCOL, format!("a connecting peer's first frame is a {:?} from rank {claimed}", hello.header.kind));
-    }
+    let mut greeting = Greeting::new(shared.me, shared.size, shared.max_payload);
+    let mut more = first;
+    let hello = loop {
+        match greeting.push(&more) {
+            Ok(Some(hello)) => break hello,
+            Ok(None) => {}
+            Err(e) => return refuse(code::PROTOCOL, e.to_string()),
+        }
+        match streams[0].read_chunk(64 << 10, true).await.map_err(|e| io_error("reading a hello".into(), e))? {
+            Some(chunk) => more = chunk.bytes.into(),
+            None => return Err(Error::Protocol("a connecting peer closed its stream before its hello".into())),
+        }
+    };
+    let claimed = hello.header.source;
+    let buf = greeting.into_rest();
     if let Err(e) = certs.first().map_or(Err(Error::Protocol("no certificate".into())), |c| shared.credential.check_names(c, claimed)) {
         return refuse(code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
     }
@@ -210,12 +214,12 @@ async fn accept_lanes(conn: &quinn::Connection) -> Result<([quinn::RecvStream; 2
                 None => return Err(Error::Protocol("a stream ended before its lane byte".into())),
             }
         };
-        let lane = first[0];
+        let lane = lane_of(first[0])?;
         first = first.slice(1..);
         match lane {
-            0 if lanes[0].is_none() => rest.extend_from_slice(&first),
-            1 if lanes[1].is_none() && first.is_empty() => {}
-            _ => return Err(Error::Protocol(format!("a stream of unknown or repeated lane {lane}"))),
+            Lane::Control if lanes[0].is_none() => rest.extend_from_slice(&first),
+            Lane::Bulk if lanes[1].is_none() && first.is_empty() => {}
+            _ => return Err(Error::Protocol(format!("a second {lane:?} stream, or data before a frame could start"))),
         }
         lanes[lane as usize] = Some(s);
     }

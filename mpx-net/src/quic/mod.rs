@@ -49,6 +49,7 @@
 
 mod connection;
 mod credential;
+mod greeting;
 mod link;
 #[cfg(test)]
 mod tests;
@@ -62,6 +63,7 @@ use mpx_core::proto::wire::Decoder;
 use mpx_core::{Comm, Endpoint, Error, Result};
 
 pub use credential::{rank_name, JobCredential, RankCredential};
+pub use greeting::Greeting;
 
 use connection::{spawn_in, Registry, Shared};
 use link::{Outbox, QuicTransport};
@@ -178,6 +180,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         credential,
         client,
         decoder: Decoder::new(options.engine.max_payload()),
+        max_payload: options.engine.max_payload(),
         registry: Arc::downgrade(&registry),
         connect_timeout: options.connect_timeout,
         connected: Mutex::new(vec![false; size as usize]),
