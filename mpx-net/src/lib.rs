@@ -3,13 +3,14 @@
 //!
 //! * [`loopback`]: N ranks in one process, frames moved through in-memory
 //!   links with flow control, as values or (network-like) as encoded bytes,
-//!   so `cargo test` needs nothing else.
+//!   so `cargo test` needs nothing else;
+//! * [`quic`]: ranks in separate processes or hosts over QUIC, with mutual
+//!   TLS under a per-job credential.
 //!
 //! Where the rest goes, one folder each, as it is built:
 //!
 //! | path | what |
 //! |---|---|
-//! | `src/quic/` | QUIC connections (quinn, rustls), their drivers, frames on streams, the job's credential |
 //! | `src/bootstrap/` | how a process learns its rank and peers: `mpxrun`, PMI (hydra, Slurm), Open MPI |
 //! | `src/bin/mpxrun.rs` | the launcher |
 

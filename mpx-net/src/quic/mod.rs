@@ -245,3 +245,60 @@ where
         .collect::<Result<_>>()?;
     crate::run::run_ranks(endpoints, crate::run::Tasks(Vec::new()), f).await
 }
+
+/// The environment variables [`start_from_env`] reads.
+pub mod env {
+    /// This process's rank.
+    pub const RANK: &str = "MPX_RANK";
+    /// Every rank's address (`host:port`), comma-separated, in rank order.
+    pub const ADDRS: &str = "MPX_ADDRS";
+    /// This rank's credential: a file holding it, or the PEM text itself
+    /// (see [`RankCredential::to_pem`](super::RankCredential::to_pem)).
+    pub const CREDENTIAL: &str = "MPX_CREDENTIAL";
+}
+
+/// Starts this process's rank from the environment ([`env`]): its rank,
+/// every rank's address, and its credential; `Ok(None)` when `MPX_RANK`
+/// is not set (the process was not started as a rank). The rank listens on
+/// its own address's port on every interface of its family.
+///
+/// Must be called within a tokio runtime.
+///
+/// ```no_run
+/// # #[tokio::main]
+/// # async fn main() -> mpx_core::Result<()> {
+/// let options = mpx_net::quic::Options::network();
+/// if let Some(endpoint) = mpx_net::quic::start_from_env(&options)? {
+///     let world = endpoint.world();
+///     println!("rank {} of {}", world.rank(), world.size());
+///     endpoint.finalize().await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
+    let bad = |what: &str, why: String| Error::InvalidArgument(format!("{what}: {why}"));
+    let Ok(rank) = std::env::var(env::RANK) else { return Ok(None) };
+    let rank: u32 = rank.trim().parse().map_err(|e| bad(env::RANK, format!("{rank:?}: {e}")))?;
+    let addrs = std::env::var(env::ADDRS).map_err(|e| bad(env::ADDRS, e.to_string()))?;
+    let addrs: Vec<SocketAddr> = addrs
+        .split(',')
+        .map(|a| {
+            use std::net::ToSocketAddrs;
+            a.trim().to_socket_addrs().ok().and_then(|mut all| all.next()).ok_or_else(|| bad(env::ADDRS, format!("{a:?} is no address")))
+        })
+        .collect::<Result<_>>()?;
+    let own = *addrs.get(rank as usize).ok_or(Error::InvalidRank { rank: i64::from(rank), size: addrs.len() as u32 })?;
+    let credential = std::env::var(env::CREDENTIAL).map_err(|e| bad(env::CREDENTIAL, e.to_string()))?;
+    let pem = if credential.trim_start().starts_with('#') {
+        credential
+    } else {
+        std::fs::read_to_string(&credential).map_err(|e| bad(env::CREDENTIAL, format!("{credential}: {e}")))?
+    };
+    let credential = RankCredential::from_pem(&pem)?;
+    if credential.rank() != rank {
+        return Err(bad(env::CREDENTIAL, format!("it is rank {}'s, not rank {rank}'s", credential.rank())));
+    }
+    let any: std::net::IpAddr = if own.is_ipv4() { [0, 0, 0, 0].into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
+    let socket = bind((any, own.port()).into()).map_err(|e| Error::transport(format!("binding port {}", own.port()), e))?;
+    start(socket, &addrs, credential, options).map(Some)
+}
