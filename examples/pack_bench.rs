@@ -267,15 +267,15 @@ mod paired {
             let mut second = if two_buffers { vec![3u8; case.span] } else { Vec::new() };
             let mut packed = vec![0u8; bytes];
             let mut reference_packed = vec![0u8; bytes];
-            // SAFETY (here and below): `mem` spans the type's typemap and
-            // both packed buffers hold `bytes` bytes, as the reference's own
-            // program allocates them.
-            let ref_pack = |mem: &[u8], packed: &mut [u8]| unsafe {
-                (reference.pack)(black_box(mem).as_ptr(), packed.as_mut_ptr(), bytes);
+            let ref_pack = |mem: &[u8], packed: &mut [u8]| {
+                // SAFETY: `mem` spans the type's typemap and `packed` holds
+                // `bytes` bytes, as the reference's own program allocates them.
+                unsafe { (reference.pack)(black_box(mem).as_ptr(), packed.as_mut_ptr(), bytes) };
                 black_box(packed);
             };
-            let ref_unpack = |packed: &[u8], mem: &mut [u8]| unsafe {
-                (reference.unpack)(black_box(packed).as_ptr(), bytes, mem.as_mut_ptr());
+            let ref_unpack = |packed: &[u8], mem: &mut [u8]| {
+                // SAFETY: as for `ref_pack`, the other way.
+                unsafe { (reference.unpack)(black_box(packed).as_ptr(), bytes, mem.as_mut_ptr()) };
                 black_box(mem);
             };
             mpx_pack(case, &mem, &mut packed);

@@ -131,6 +131,8 @@ fn external32_round_trips_and_is_big_endian() {
         pad: [u8; 5],
     }
     let v = [S { l: -3, d: 0.5, s: 0x0102, b: 1, pad: [0; 5] }];
+    // SAFETY: `S` is 24 bytes with no padding (its `pad` field fills the
+    // tail), so all 24 bytes of `v` are initialised.
     let bytes: &[u8] = unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), 24) };
     let mut ext = vec![0u8; t.pack_external_size(1).unwrap()];
     t.pack_external(Region::new(bytes), 1, &mut ext, &mut 0).unwrap();
@@ -159,6 +161,7 @@ fn absolute_addresses_pack_from_bottom() {
     .unwrap();
     let mut out = vec![0u8; 18];
     let mut pos = 0;
+    // SAFETY: the type's addresses are those of `a` and `b`, alive here.
     unsafe { t.pack_from_bottom(1, &mut out, &mut pos).unwrap() };
     assert_eq!(ne_f64(&out[..16]), [1.0, 2.0]);
     assert_eq!(&out[16..], &9u16.to_ne_bytes());
@@ -170,6 +173,8 @@ fn absolute_addresses_pack_from_bottom() {
         Datatype::named("uint16_t").unwrap(),
     ])
     .unwrap();
+    // SAFETY: the type's addresses are those of `c` and `d`, alive and
+    // not borrowed here.
     unsafe { back.unpack_to_bottom(&out, &mut 0, 1).unwrap() };
     // Read through the variables so the writes above are observed.
     c = std::hint::black_box(c);

@@ -167,6 +167,60 @@ each_transport! {
         assert!(sent[11], "the buffered send is accepted into the buffer");
     }
 
+    /// A rank that returns with sends to itself nobody received (dropped
+    /// requests: a rendezvous one, and eager ones beyond its credit to
+    /// itself) ends: the sends fail in the background, and `launch` returns.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_returns_with_unreceived_sends_to_itself_ends() {
+        let run = launch(2, |comm| async move {
+            drop(comm.isend(vec![0u8; 100_000], comm.rank(), 0));
+            for _ in 0..100 {
+                drop(comm.isend(vec![1u8; 20_000], comm.rank(), 1));
+            }
+            Ok(())
+        });
+        returns(run).await;
+    }
+
+    /// Dropping a launch future ends every task it started.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropping_a_launch_ends_its_tasks() {
+        struct Alive(Arc<AtomicBool>);
+        impl Drop for Alive {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::SeqCst);
+            }
+        }
+        let flags: Vec<Arc<AtomicBool>> = (0..3).map(|_| Arc::new(AtomicBool::new(true))).collect();
+        let f2 = flags.clone();
+        let run = launch(3, move |comm| {
+            let alive = Alive(f2[comm.rank()].clone());
+            async move {
+                let _alive = alive;
+                // Wait for a message that never comes.
+                comm.recv_vec::<u8>(Any, 99).await?;
+                Ok(())
+            }
+        });
+        let endpoint_probe = tokio::time::timeout(Duration::from_millis(200), run).await;
+        assert!(endpoint_probe.is_err(), "the launch was still running");
+        for _ in 0..100 {
+            if flags.iter().all(|f| !f.load(Ordering::SeqCst)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(flags.iter().all(|f| !f.load(Ordering::SeqCst)), "every rank's task was dropped");
+        let metrics = tokio::runtime::Handle::current().metrics();
+        for _ in 0..100 {
+            if metrics.num_alive_tasks() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(metrics.num_alive_tasks(), 0, "no driver or rank task is left");
+    }
+
     /// A buffered send whose data goes by rendezvous, still waiting for its
     /// match when its receiver returns without receiving it, fails in the
     /// background: the sender's detach and its own end do not wait for it.
@@ -309,45 +363,6 @@ each_transport! {
     }
 }
 
-/// Dropping a launch future ends every task it started.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_a_launch_ends_its_tasks() {
-    struct Alive(Arc<AtomicBool>);
-    impl Drop for Alive {
-        fn drop(&mut self) {
-            self.0.store(false, Ordering::SeqCst);
-        }
-    }
-    let flags: Vec<Arc<AtomicBool>> = (0..3).map(|_| Arc::new(AtomicBool::new(true))).collect();
-    let f2 = flags.clone();
-    let run = launch(3, move |comm| {
-        let alive = Alive(f2[comm.rank()].clone());
-        async move {
-            let _alive = alive;
-            // Wait for a message that never comes.
-            comm.recv_vec::<u8>(Any, 99).await?;
-            Ok(())
-        }
-    });
-    let endpoint_probe = tokio::time::timeout(Duration::from_millis(200), run).await;
-    assert!(endpoint_probe.is_err(), "the launch was still running");
-    for _ in 0..100 {
-        if flags.iter().all(|f| !f.load(Ordering::SeqCst)) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(flags.iter().all(|f| !f.load(Ordering::SeqCst)), "every rank's task was dropped");
-    let metrics = tokio::runtime::Handle::current().metrics();
-    for _ in 0..100 {
-        if metrics.num_alive_tasks() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(metrics.num_alive_tasks(), 0, "no driver or rank task is left");
-}
-
 /// The network-like loopback (frames encoded and decoded, small credit,
 /// chunked rendezvous, external32) carries the same exchanges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,6 +393,31 @@ fn empty_datatypes_at_huge_counts_are_checked_at_once() {
     assert!(SendBuf::typed_with(&values, u64::MAX, &empty).is_ok());
     let mut out = [0u32; 4];
     assert!(RecvBuf::typed_with(&mut out, u64::MAX, &empty).is_ok());
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// A type of zero extent that is not empty repeats the same bytes for
+/// every item: checking it against a padded `T` at a huge count looks at
+/// one period of item offsets, not at every item.
+#[test]
+fn zero_extent_types_at_huge_counts_are_checked_at_once() {
+    #[derive(MpiType, Clone, Copy, Default)]
+    #[repr(C)]
+    struct Padded {
+        flag: u8,
+        value: u32,
+    }
+    let values = [Padded::default(); 4];
+    let started = std::time::Instant::now();
+    // The first byte, again and again: a data byte.
+    let first = Datatype::resized(0, 0, &Datatype::basic(mpx::Basic::UnsignedChar)).unwrap();
+    assert!(SendBuf::typed_with(&values, u64::MAX, &first).is_ok());
+    // The second byte, padding of `Padded`: refused.
+    let second = Datatype::resized(0, 0, &Datatype::hindexed(&[1], &[1], &Datatype::basic(mpx::Basic::UnsignedChar)).unwrap()).unwrap();
+    assert!(matches!(SendBuf::typed_with(&values, u64::MAX, &second), Err(Error::InvalidDatatype(_))));
+    // A stride of 3 bytes reaches every offset within a `Padded` within 8 items.
+    let strided = Datatype::resized(0, 3, &Datatype::basic(mpx::Basic::UnsignedChar)).unwrap();
+    assert!(matches!(SendBuf::typed_with(&values, 5, &strided), Err(Error::InvalidDatatype(_))));
     assert!(started.elapsed() < Duration::from_secs(1));
 }
 
@@ -516,4 +556,20 @@ async fn a_rank_that_returns_with_many_held_sends_delivers_them_all() {
     });
     let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("launch returns").unwrap();
     assert_eq!(out[1], SENDS);
+}
+
+/// In a world of one rank, an any-source receive that nothing matches
+/// fails (only the rank's own messages could match it), instead of
+/// waiting forever; one its own send matches still completes.
+#[tokio::test(flavor = "current_thread")]
+async fn an_any_source_receive_alone_in_its_world_fails_instead_of_hanging() {
+    let run = mpx::launch(1, |comm| async move {
+        let lonely = comm.recv::<u32>(Any, 0).await;
+        assert!(matches!(lonely, Err(Error::ProcessFailed { rank: 0, .. })), "{lonely:?}");
+        let (got, sent) = futures::join!(comm.recv::<u32>(Any, 1), comm.send(&5u32, 0, 1));
+        sent?;
+        assert_eq!(got?.0, 5);
+        Ok(())
+    });
+    returns(run).await;
 }

@@ -109,7 +109,7 @@ async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
         assert_eq!(v, [i + 1]);
     }
     echo.await.unwrap().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5), "the stalled peer delayed the others");
+    assert!(started.elapsed() < Duration::from_secs(15), "the stalled peer delayed the others");
 
     // What waits for rank 2 is bounded: the link, and in the engine at most
     // the credit plus one header per rendezvous slot.
@@ -264,7 +264,7 @@ async fn a_rank_that_panics_with_a_full_link_still_says_goodbye() {
     let started = std::time::Instant::now();
     let out = tokio::time::timeout(Duration::from_secs(20), run).await.expect("launch returns");
     assert!(matches!(&out, Err(Error::RankPanicked { rank: 0, message }) if message.contains("link full")), "{out:?}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(started.elapsed() < Duration::from_secs(15));
 }
 
 /// Two endpoints whose link from rank 0 to rank 1 breaks with an I/O

@@ -29,8 +29,6 @@
 //! ```
 
 #![deny(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod coll;
 pub mod comm;

@@ -199,7 +199,8 @@ impl<'a> RecvBuf<'a> {
 
 /// Checks that `count` items of `datatype` over `len` values of `T` touch
 /// only bytes that belong to `T`'s own typemap (never padding), and stay in
-/// the slice. Walks every element: its cost follows the data size.
+/// the slice. Walks the entries of at most `size_of::<T>()` items: after
+/// that, where items start within a `T` repeats.
 pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: &Datatype) -> Result<()> {
     let size = std::mem::size_of::<T>();
     crate::pack::check_span(datatype, count, 0, len * size)?;
@@ -218,10 +219,14 @@ pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: 
         return Ok(());
     }
     let extent = datatype.extent() as i128;
-    for i in 0..count as i128 {
+    // Only where an item starts within a `T` matters, and that repeats
+    // every `size / gcd(extent, size)` items: walk one period, not `count`.
+    let step = extent.rem_euclid(size as i128) as u64;
+    let period = if step == 0 { 1 } else { size as u64 / gcd(step, size as u64) };
+    for i in 0..count.min(period) as i128 {
         let bad = datatype.for_each_entry(|b, disp| {
             let start = disp as i128 + i * extent;
-            match (0..b.size() as i128).find(|k| !data_bytes[((start + k) % size as i128) as usize]) {
+            match (0..b.size() as i128).find(|k| !data_bytes[(start + k).rem_euclid(size as i128) as usize]) {
                 Some(k) => std::ops::ControlFlow::Break(start + k),
                 None => std::ops::ControlFlow::Continue(()),
             }
@@ -343,12 +348,31 @@ pub(crate) fn unpack_typed_message_uninit<T: MpiType>(msg: &Delivered, buf: &mut
 
 /// A `Vec` whose element type is contiguous (no padding), viewed as the
 /// bytes of a message.
-pub(crate) struct ContiguousVec<T>(pub(crate) Vec<T>);
+pub(crate) struct ContiguousVec<T>(Vec<T>);
+
+impl<T: MpiType> ContiguousVec<T> {
+    /// `values`, if `T`'s datatype covers every byte of a `T` (no padding);
+    /// otherwise `values` back.
+    pub(crate) fn new(values: Vec<T>) -> std::result::Result<ContiguousVec<T>, Vec<T>> {
+        let datatype = T::datatype();
+        if datatype.is_contiguous() && datatype.size() == std::mem::size_of::<T>() as u64 {
+            Ok(ContiguousVec(values))
+        } else {
+            Err(values)
+        }
+    }
+
+    /// Number of values.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
 
 impl<T: MpiType> AsRef<[u8]> for ContiguousVec<T> {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: only built for types whose datatype is contiguous: every
-        // byte of every value is a typemap byte, hence initialised.
+        // SAFETY: `new` admits only types whose datatype covers every byte
+        // of a value: every byte of every value is a typemap byte, hence
+        // initialised.
         unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), std::mem::size_of_val(&self.0[..])) }
     }
 }
@@ -356,4 +380,12 @@ impl<T: MpiType> AsRef<[u8]> for ContiguousVec<T> {
 /// The status of a delivered message, as it travelled.
 pub(super) fn status_of(msg: &Delivered) -> Status {
     Status::of(msg.envelope.source, msg.envelope.tag, msg.data.len() as u64)
+}
+
+/// The greatest common divisor of `a` and `b`.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }

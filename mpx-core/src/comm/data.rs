@@ -82,13 +82,16 @@ impl<T: MpiType> SendData for &Vec<T> {
 impl<T: MpiType> SendData for Vec<T> {
     /// Native data of a type without padding becomes the message as it is.
     fn into_packed(self, repr: Repr) -> Result<Packed> {
-        let datatype = T::datatype();
-        if datatype.is_contiguous() && repr == Repr::Native {
-            let signature = datatype.signature().repeat(self.len() as u64);
-            let data = Bytes::from_owner(ContiguousVec(self));
-            Ok(Packed { data, repr, signature: Some((signature.hash(), signature.len())), desc_len: 0 })
-        } else {
-            self.as_slice().into_packed(repr)
+        if repr != Repr::Native {
+            return self.as_slice().into_packed(repr);
+        }
+        match ContiguousVec::new(self) {
+            Ok(values) => {
+                let signature = T::datatype().signature().repeat(values.len() as u64);
+                let data = Bytes::from_owner(values);
+                Ok(Packed { data, repr, signature: Some((signature.hash(), signature.len())), desc_len: 0 })
+            }
+            Err(values) => values.as_slice().into_packed(repr),
         }
     }
 }

@@ -53,7 +53,10 @@
 //! [`RequestSet`](crate::request::RequestSet) poll each request at most once
 //! per poll of the task; a combinator that re-polls a future that woke
 //! itself within one poll (`FuturesUnordered` may, when it holds three or
-//! more) counts as two polls in a row.
+//! more) counts as two polls in a row. A send to self from another task of
+//! the same rank, spawned separately, is not "ready to run" in this sense
+//! on a multi-thread runtime: it may come after the second poll. A rank
+//! alone in its world is in this state from the start.
 //!
 //! # Buffers never escape to the background
 //!

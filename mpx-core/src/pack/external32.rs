@@ -93,6 +93,12 @@ unsafe fn encode(kind: Basic, src: *const u8, dst: *mut u8) -> Result<()> {
     Ok(())
 }
 
+/// Whether this target's C `long double` is x87 extended precision in 16
+/// bytes, the one native format the conversions know. Elsewhere a `long
+/// double` converts to or from external32 as an [`Error::Conversion`],
+/// never as wrong values.
+const NATIVE_LONG_DOUBLE_IS_X87: bool = cfg!(all(target_arch = "x86_64", not(target_env = "msvc")));
+
 /// Converts one native scalar; `false` if external32 cannot hold it.
 unsafe fn encode_scalar(kind: Basic, src: *const u8, dst: *mut u8) -> bool {
     // SAFETY: the caller guarantees `kind.size()` readable bytes at `src` and
@@ -102,6 +108,9 @@ unsafe fn encode_scalar(kind: Basic, src: *const u8, dst: *mut u8) -> bool {
     unsafe {
         let (size, ext) = (kind.size(), kind.external32_size());
         if kind.num_class() == NumClass::LongDouble {
+            if !NATIVE_LONG_DOUBLE_IS_X87 {
+                return false;
+            }
             let Some(q) = long_double::x87_to_binary128(*(src as *const [u8; X87_BYTES])) else { return false };
             *(dst as *mut [u8; 16]) = q.to_be_bytes();
             return true;
@@ -155,6 +164,9 @@ unsafe fn decode_scalar<const WRITE: bool>(kind: Basic, src: *const u8, dst: *mu
     unsafe {
         let (size, ext) = (kind.size(), kind.external32_size());
         if kind.num_class() == NumClass::LongDouble {
+            if !NATIVE_LONG_DOUBLE_IS_X87 {
+                return false;
+            }
             let Some(x) = long_double::binary128_to_x87(u128::from_be_bytes(*(src as *const [u8; 16]))) else {
                 return false;
             };

@@ -619,10 +619,12 @@ impl Node {
     }
 
     /// A request fails because of rank `r` only once `r` has failed or
-    /// finished (or the engine closed).
+    /// finished (or the engine closed); this rank itself, once it has said
+    /// farewell.
     fn check_blame(&self, id: ReqId, e: &crate::Error) {
         if let crate::Error::ProcessFailed { rank, reason, .. } = e {
-            assert!(self.engine.dead(*rank, true).is_some(), "request {id} failed for rank {rank}, which is alive: {reason}");
+            let gone = if *rank == self.rank() { self.engine.is_finished() } else { self.engine.dead(*rank, true).is_some() };
+            assert!(gone, "request {id} failed for rank {rank}, which is alive: {reason}");
         }
     }
 

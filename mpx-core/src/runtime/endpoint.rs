@@ -224,7 +224,10 @@ impl Endpoint {
             if awaited.reached(&st.engine) {
                 return Poll::Ready(());
             }
-            st.state_wakers.push((cx.waker().clone(), awaited));
+            // Polled again (in a select! loop): one entry per task.
+            if !st.state_wakers.iter().any(|(w, a)| *a == awaited && w.will_wake(cx.waker())) {
+                st.state_wakers.push((cx.waker().clone(), awaited));
+            }
             Poll::Pending
         })
         .await

@@ -31,6 +31,14 @@ pub enum SendError {
 /// memory for them is bounded by credit. Frames to this rank itself never
 /// reach the transport.
 ///
+/// This is quinn's pull model with the queue kept in the engine: the
+/// engine holds each peer's frames, and hands them over only while the
+/// transport says that peer's link can take more, so a transport's own
+/// queue stays small and bounded while the engine's is bounded by credit.
+/// Offering under the lock spares the common path a hop: a transport whose
+/// link has room (the loopback always, QUIC while its per-peer queues are
+/// below their caps) takes the frame at once, with no task switch.
+///
 /// Frames that arrive go to [`Endpoint::handle_frame`](crate::Endpoint::handle_frame)
 /// from the transport's own driver, in the order the peer sent them; a
 /// connection that breaks goes to

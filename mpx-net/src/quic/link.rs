@@ -40,11 +40,16 @@ impl Lane {
 /// Bytes (headers included) the control queue to one peer takes before it
 /// refuses frames. The engine bounds what it produces by the credit and
 /// slots the peer grants, so this is rarely reached.
-const CONTROL_CAP: usize = 8 << 20;
+///
+/// With [`BULK_CAP`], this bounds what waits here for one peer at 4 MiB
+/// (plus one frame per lane); beyond it, frames wait in the engine, bounded
+/// by credit, and what quinn holds unacknowledged is bounded by its send
+/// window (64 MiB per connection with [`Options::local`](super::Options::local)).
+pub(crate) const CONTROL_CAP: usize = 2 << 20;
 
 /// Bytes of rendezvous data queued for one peer before the bulk queue
 /// refuses more: enough to keep the stream busy.
-const BULK_CAP: usize = 2 << 20;
+pub(crate) const BULK_CAP: usize = 2 << 20;
 
 #[derive(Default)]
 struct Queue {
@@ -209,5 +214,53 @@ impl Transport for QuicTransport {
         } else {
             Poll::Pending
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use mpx_core::proto::wire::{Frame, Header, Kind};
+
+    use super::*;
+
+    fn frame(kind: Kind, len: usize) -> Frame {
+        Frame { header: Header::control(kind, 0), payload: Bytes::from(vec![0u8; len]) }
+    }
+
+    /// Each lane takes frames up to its cap, then refuses them, the other
+    /// lane still taking its own; what waits stays within the caps; and the
+    /// engine is told once a refused lane has drained to half.
+    #[test]
+    fn an_outbox_holds_at_most_its_caps_and_refuses_one_lane_alone() {
+        let outbox = Outbox::default();
+        let mut bulk = 0;
+        while outbox.push(frame(Kind::RndvData, 64 << 10)).is_ok() {
+            bulk += 1;
+            assert!(bulk < 1000, "the bulk lane never refused");
+        }
+        assert!(matches!(outbox.push(frame(Kind::RndvData, 64 << 10)), Err(SendError::Full(_))));
+        // Control frames still go while bulk data is refused.
+        for _ in 0..10 {
+            assert!(outbox.push(frame(Kind::Eager, 1000)).is_ok());
+        }
+        let mut control = 10;
+        while outbox.push(frame(Kind::Eager, 64 << 10)).is_ok() {
+            control += 1;
+            assert!(control < 1000, "the control lane never refused");
+        }
+        let held: usize = outbox.lock().lanes.iter().map(|q| q.bytes).sum();
+        assert!(held <= CONTROL_CAP + BULK_CAP, "{held} bytes held");
+        // Draining the bulk lane to half its cap says the engine may send again.
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut told = false;
+        for _ in 0..bulk {
+            match outbox.poll_next(Lane::Bulk, &mut cx) {
+                Poll::Ready(Next::Frame(_, wake)) => told |= wake,
+                _ => panic!("a queued frame"),
+            }
+        }
+        assert!(told, "the engine was told the outbox has room");
     }
 }

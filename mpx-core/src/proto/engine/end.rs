@@ -38,6 +38,9 @@ impl Engine {
                 self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
             }
         }
+        // Sends to itself that still need a match never get one now.
+        let me = self.rank;
+        self.fail_sends_to(me, &Self::own_match_lost(me));
         for dest in 0..self.size() {
             if dest != self.rank {
                 let p = &self.peers[dest as usize];
@@ -45,6 +48,12 @@ impl Engine {
                 self.say_goodbye(dest, last);
             }
         }
+    }
+
+    /// The error of a send to itself that needs a match once this rank's
+    /// program has returned.
+    pub(super) fn own_match_lost(me: u32) -> Error {
+        Error::process_failed(me, "this rank's program returned before matching its send to itself")
     }
 
     /// Queues this rank's goodbye to `dest`, saying it sends `last` data
@@ -115,6 +124,12 @@ impl Engine {
                 self.schedule(dest);
             }
         }
+    }
+
+    /// Whether this rank has said [`farewell`](Engine::farewell): it posts
+    /// no more receives.
+    pub fn is_finished(&self) -> bool {
+        self.finished
     }
 
     /// Whether [`close`](Engine::close) was called.

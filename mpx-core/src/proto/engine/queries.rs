@@ -142,9 +142,9 @@ impl Engine {
             .or_else(|| self.stalled(rank).then(|| Error::process_failed(rank, Self::stalled_reason())))
     }
 
-    /// When every other rank will send nothing more (and there is at least
-    /// one), the error an any-source receive that stays unmatched gets: only
-    /// this rank's own messages could still match it.
+    /// When every other rank will send nothing more (or there is none), the
+    /// error an any-source receive that stays unmatched gets: only this
+    /// rank's own messages could still match it.
     pub fn others_gone(&self) -> Option<Error> {
         if self.closed {
             return Some(Error::Finalized);
@@ -159,7 +159,10 @@ impl Engine {
             }
             last = Some(r as u32);
         }
-        last.map(|rank| Error::process_failed(rank, "every other rank has finished or failed"))
+        Some(match last {
+            Some(rank) => Error::process_failed(rank, "every other rank has finished or failed"),
+            None => Error::process_failed(self.rank, "this rank is alone in its world: only its own messages could match"),
+        })
     }
 
     /// Whether posted receive `id` accepts any source while every other

@@ -57,6 +57,11 @@ impl Engine {
         }
         // A send that cannot go eagerly needs the peer to match it.
         let needs_peer = !self.goes_eagerly(mode, msg.dest, msg.data.len()) || !self.peers[msg.dest as usize].held.is_empty();
+        if self.finished && needs_peer {
+            // To itself, once its program has returned: no receive will come.
+            self.events.push_back(Event::SendDone { id, result: Err(Self::own_match_lost(self.rank)) });
+            return;
+        }
         if let Some(e) = self.dead(msg.dest, needs_peer) {
             self.events.push_back(Event::SendDone { id, result: Err(e) });
             return;
