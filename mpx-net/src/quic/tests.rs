@@ -324,3 +324,40 @@ fn hello_exchange_corpus() {
         }
     }
 }
+
+/// No head-of-line blocking: while a 256 MiB message to a peer is in
+/// flight, small messages to and from the same peer go back and forth;
+/// all of them complete before the large one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_messages_overtake_a_large_transfer_to_the_same_peer() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(7).unwrap();
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    let (a, b) = (zero.world(), one.world());
+    const BIG: usize = 256 << 20;
+    let receiver = tokio::spawn(async move {
+        let big = b.irecv_bytes(0, 1);
+        // Echo small messages while the large one arrives.
+        for _ in 0..20 {
+            let (n, _) = b.recv::<u64>(0, 2).await?;
+            b.send(&(n + 1), 0, 3).await?;
+        }
+        let (data, status) = big.await.map_err(|e| e.error)?;
+        assert_eq!((data.len(), status.bytes), (BIG, BIG as u64));
+        Ok::<_, Error>(())
+    });
+    let started = std::time::Instant::now();
+    let big = tokio::spawn(a.isend(vec![9u8; BIG], 1, 1));
+    // Let the transfer get going first.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for n in 0..20u64 {
+        a.send(&n, 1, 2).await.unwrap();
+        assert_eq!(a.recv::<u64>(1, 3).await.unwrap().0, n + 1);
+    }
+    let small_done = started.elapsed();
+    big.await.unwrap().unwrap();
+    let big_done = started.elapsed();
+    receiver.await.unwrap().unwrap();
+    assert!(small_done < big_done, "20 round trips took {small_done:?}, the 256 MiB transfer {big_done:?}");
+}
