@@ -6,6 +6,16 @@
 
 
 /// Shorthand for `Result<T, mpx::Error>`.
+///
+/// ```
+/// use mpx_core::{Datatype, Result};
+/// fn rows(n: usize, len: usize) -> Result<Datatype> {
+///     Datatype::contiguous(n, &Datatype::contiguous(len, &Datatype::double())?)
+/// }
+/// assert_eq!(rows(3, 4)?.size(), 96);
+/// assert!(rows(3, usize::MAX).is_err());
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in mpx.
@@ -195,6 +205,15 @@ pub struct Cause(pub std::sync::Arc<dyn std::error::Error + Send + Sync + 'stati
 
 impl Cause {
     /// Wraps any error.
+    ///
+    /// ```
+    /// use mpx_core::{Cause, Error};
+    /// let cause = Cause::new(std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply"));
+    /// assert!(cause.0.downcast_ref::<std::io::Error>().is_some());
+    /// let e = Error::User(cause.clone());
+    /// assert_eq!(e.to_string(), "no reply");
+    /// assert_eq!(e, Error::User(cause)); // causes compare by identity
+    /// ```
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Cause {
         Cause(std::sync::Arc::new(error))
     }

@@ -138,6 +138,19 @@ impl Endpoint {
 /// Operations take ranks as `usize` (or a [`Peer`], which may be
 /// [`PROC_NULL`]), sources also as [`Any`], and tags as `i32` (receives
 /// also [`Any`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(3, |comm| async move {
+/// // Each rank passes its number to its right neighbour on a ring.
+/// let (rank, size) = (comm.rank(), comm.size());
+/// let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
+/// let mut from_left = 0usize;
+/// comm.sendrecv(&rank, right, 0, &mut from_left, left, 0).await?;
+/// assert_eq!(from_left, left);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Comm {
     pub(crate) shared: Arc<Shared>,
@@ -162,11 +175,27 @@ fn derive_context(parent: u64, n: u64) -> u64 {
 
 impl Comm {
     /// This rank's number in the communicator.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// let ranks = mpx_net::loopback::launch(3, |comm| async move { Ok(comm.rank()) }).await?;
+    /// assert_eq!(ranks, [0, 1, 2]);
+    /// # Ok(()) }
+    /// ```
     pub fn rank(&self) -> usize {
         self.shared.rank as usize
     }
 
     /// Number of ranks.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// let sizes = mpx_net::loopback::launch(3, |comm| async move { Ok(comm.size()) }).await?;
+    /// assert_eq!(sizes, [3, 3, 3]);
+    /// # Ok(()) }
+    /// ```
     pub fn size(&self) -> usize {
         self.shared.size as usize
     }

@@ -10,6 +10,27 @@
 pub const TAG_UB: i32 = i32::MAX;
 
 /// Wildcard for a source rank or a tag (`MPI_ANY_SOURCE`, `MPI_ANY_TAG`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(3, |comm| async move {
+/// use mpx_core::Any;
+/// if comm.rank() == 0 {
+///     // One message from each other rank, whichever comes first, any tag.
+///     let mut from = vec![];
+///     for _ in 1..comm.size() {
+///         let (value, status) = comm.recv::<u32>(Any, Any).await?;
+///         assert_eq!(status.tag, Some(value as i32 * 10));
+///         from.push(status.source.unwrap());
+///     }
+///     from.sort();
+///     assert_eq!(from, [1, 2]);
+/// } else {
+///     comm.send(&(comm.rank() as u32), 0, comm.rank() as i32 * 10).await?;
+/// }
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Any;
 
@@ -53,6 +74,14 @@ impl Peer {
     }
 
     /// Whether this is the null process.
+    ///
+    /// ```
+    /// use mpx_core::Peer;
+    /// // The right neighbour on a non-periodic line of 4 ranks.
+    /// let right = |rank: usize| Peer::from((rank + 1 < 4).then_some(rank + 1));
+    /// assert!(!right(2).is_null());
+    /// assert!(right(3).is_null());
+    /// ```
     pub fn is_null(self) -> bool {
         self == Peer::Null
     }

@@ -267,6 +267,12 @@ impl Basic {
 
     /// The name mpx uses for the type (MPI's name without the `MPI_` prefix,
     /// in lower case: `double`, `unsigned_long`, `int8_t`, `c_bool`, ...).
+    ///
+    /// ```
+    /// use mpx_core::Basic;
+    /// assert_eq!(Basic::UnsignedLong.name(), "unsigned_long");
+    /// assert_eq!(Basic::from_name(Basic::Int8.name()), Some(Basic::Int8));
+    /// ```
     pub const fn name(self) -> &'static str {
         use Basic::*;
         match self {
@@ -366,6 +372,14 @@ pub enum Predefined {
 
 impl Predefined {
     /// Every predefined type.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, Predefined};
+    /// // Every one can be looked up by its name; nine are pair types.
+    /// assert!(Predefined::all().all(|p| Datatype::named(p.name()).unwrap().as_predefined() == Some(p)));
+    /// let pairs = Predefined::all().filter(|&p| Datatype::predefined(p).num_elements() == 2);
+    /// assert_eq!(pairs.count(), 9);
+    /// ```
     pub fn all() -> impl Iterator<Item = Predefined> {
         Basic::ALL.into_iter().map(Predefined::Basic).chain([
             Predefined::FloatInt,
@@ -383,6 +397,13 @@ impl Predefined {
     }
 
     /// The name of the type (`double`, `double_int`, `2int`, `lb`, ...).
+    ///
+    /// ```
+    /// use mpx_core::{Basic, Predefined};
+    /// assert_eq!(Predefined::TwoInt.name(), "2int");
+    /// assert_eq!(Predefined::Basic(Basic::Double).name(), "double");
+    /// assert_eq!(Predefined::from_name(Predefined::ShortInt.name()), Some(Predefined::ShortInt));
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             Predefined::Basic(b) => b.name(),

@@ -14,6 +14,16 @@ use super::{check_count, int, ints, Ctor, Datatype, Integer};
 use crate::error::{Error, Result};
 
 /// Storage order of a multidimensional array.
+///
+/// ```
+/// use mpx_core::{Datatype, Order};
+/// // Row 1 of a 2x3 array of doubles: contiguous in C order, strided in Fortran order.
+/// let c = Datatype::subarray(&[2, 3], &[1, 3], &[1, 0], Order::C, &Datatype::double())?;
+/// let f = Datatype::subarray(&[2, 3], &[1, 3], &[1, 0], Order::Fortran, &Datatype::double())?;
+/// assert_eq!((c.true_lb(), c.true_extent()), (24, 24));
+/// assert_eq!((f.true_lb(), f.true_extent()), (8, 40));
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Order {
     /// Row-major (`MPI_ORDER_C`): the last dimension varies fastest.
@@ -23,6 +33,21 @@ pub enum Order {
 }
 
 /// How one dimension of a darray is distributed over the process grid.
+///
+/// ```
+/// use mpx_core::{unpack, Datatype, DistArg, Distribution, Order, Region};
+/// let v: Vec<f64> = (0..8).map(f64::from).collect();
+/// // What rank 1 of 2 owns of 8 elements.
+/// let mine = |dist: Distribution| -> mpx_core::Result<[f64; 4]> {
+///     let t = Datatype::darray(2, 1, &[8], &[dist], &[DistArg::Default], &[2], Order::C, &Datatype::double())?;
+///     let mut out = [0.0; 4];
+///     unpack(&t.pack_to_vec(Region::of(&v), 1)?, &mut 0, &mut out)?;
+///     Ok(out)
+/// };
+/// assert_eq!(mine(Distribution::Block)?, [4.0, 5.0, 6.0, 7.0]);
+/// assert_eq!(mine(Distribution::Cyclic)?, [1.0, 3.0, 5.0, 7.0]);
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Distribution {
     /// `MPI_DISTRIBUTE_BLOCK`: one contiguous block per process.
@@ -34,6 +59,21 @@ pub enum Distribution {
 }
 
 /// A darray distribution argument (block size).
+///
+/// ```
+/// use mpx_core::{unpack, Datatype, DistArg, Distribution, Order, Region};
+/// // Rank 1 of 2 in a cyclic distribution of 8 ints in blocks of 2.
+/// let darray = |darg: DistArg| {
+///     Datatype::darray(2, 1, &[8], &[Distribution::Cyclic], &[darg], &[2], Order::C, &Datatype::int())
+/// };
+/// let t = darray(DistArg::Size(2))?;
+/// let v: Vec<i32> = (0..8).collect();
+/// let mut mine = [0i32; 4];
+/// unpack(&t.pack_to_vec(Region::of(&v), 1)?, &mut 0, &mut mine)?;
+/// assert_eq!(mine, [2, 3, 6, 7]);
+/// assert!(darray(DistArg::Size(0)).is_err());
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DistArg {
     /// `MPI_DISTRIBUTE_DFLT_DARG`: `ceil(gsize / psize)` for block, 1 for cyclic.

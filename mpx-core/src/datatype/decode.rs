@@ -26,6 +26,14 @@ pub mod consts {
 }
 
 /// Which constructor made a datatype (`MPI_COMBINER_*`).
+///
+/// ```
+/// use mpx_core::{Combiner, Datatype};
+/// let t = Datatype::vector(2, 1, 4, &Datatype::int())?;
+/// assert_eq!(t.envelope().combiner, Combiner::Vector);
+/// assert_eq!(Datatype::int().envelope().combiner, Combiner::Named);
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Combiner {
     /// A predefined type.
@@ -58,6 +66,14 @@ pub enum Combiner {
 
 impl Combiner {
     /// The lower-case name (`"named"`, `"hindexed_block"`, ...).
+    ///
+    /// ```
+    /// use mpx_core::{Combiner, Datatype};
+    /// let t = Datatype::hindexed_block(1, &[0, 8], &Datatype::int())?;
+    /// assert_eq!(t.envelope().combiner.name(), "hindexed_block");
+    /// assert_eq!(Combiner::Named.name(), "named");
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Combiner::Named => "named",

@@ -294,6 +294,13 @@ impl Datatype {
     }
 
     /// The predefined datatype of basic type `b`.
+    ///
+    /// ```
+    /// use mpx_core::{Basic, Datatype};
+    /// let t = Datatype::basic(Basic::UnsignedShort);
+    /// assert_eq!((t.size(), t.extent()), (2, 2));
+    /// assert!(Datatype::ptr_eq(&Datatype::basic(Basic::Double), &Datatype::double()));
+    /// ```
     pub fn basic(b: Basic) -> Datatype {
         PREDEFINED[b as usize].clone()
     }
@@ -308,34 +315,95 @@ impl Datatype {
     }
 
     /// `MPI_BYTE`.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::byte();
+    /// assert_eq!((t.size(), t.extent()), (1, 1));
+    /// // Untyped bytes match only `byte`, not `char` of the same size.
+    /// assert_ne!(t.signature(), Datatype::char().signature());
+    /// ```
     pub fn byte() -> Datatype {
         Datatype::basic(Basic::Byte)
     }
     /// `MPI_PACKED`.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::packed();
+    /// assert_eq!(t.size(), 1);
+    /// assert!(t.is_packed() && !Datatype::byte().is_packed());
+    /// ```
     pub fn packed() -> Datatype {
         Datatype::basic(Basic::Packed)
     }
     /// `MPI_CHAR`.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let name = Datatype::contiguous(16, &Datatype::char())?;
+    /// assert_eq!((Datatype::char().size(), name.size()), (1, 16));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn char() -> Datatype {
         Datatype::basic(Basic::Char)
     }
     /// `MPI_INT`.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::int();
+    /// assert_eq!((t.size(), t.extent(), t.num_elements()), (4, 4, 1));
+    /// assert_eq!(t.as_predefined().unwrap().name(), "int");
+    /// ```
     pub fn int() -> Datatype {
         Datatype::basic(Basic::Int)
     }
     /// `MPI_FLOAT`.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::float();
+    /// assert_eq!((t.size(), t.extent(), t.external32_size()), (4, 4, 4));
+    /// ```
     pub fn float() -> Datatype {
         Datatype::basic(Basic::Float)
     }
     /// `MPI_DOUBLE`.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::double();
+    /// assert_eq!((t.size(), t.extent()), (8, 8));
+    /// assert_eq!(Datatype::vector(3, 1, 2, &t)?.size(), 24);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn double() -> Datatype {
         Datatype::basic(Basic::Double)
     }
     /// `MPI_LB`, the MPI-1 lower-bound marker, for use in [`Datatype::structure`].
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// // An int whose items start 4 bytes before it.
+    /// let t = Datatype::structure(&[1, 1], &[-4, 0], &[Datatype::lb_marker(), Datatype::int()])?;
+    /// assert_eq!((t.lb(), t.ub(), t.size()), (-4, 4, 4));
+    /// assert_eq!(Datatype::lb_marker().size(), 0);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn lb_marker() -> Datatype {
         Datatype::predefined(Predefined::Lb)
     }
     /// `MPI_UB`, the MPI-1 upper-bound marker, for use in [`Datatype::structure`].
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// // A double padded to 16 bytes: consecutive items are 16 bytes apart.
+    /// let t = Datatype::structure(&[1, 1], &[0, 16], &[Datatype::double(), Datatype::ub_marker()])?;
+    /// assert_eq!((t.size(), t.extent()), (8, 16));
+    /// assert_eq!(Datatype::contiguous(3, &t)?.true_extent(), 40);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn ub_marker() -> Datatype {
         Datatype::predefined(Predefined::Ub)
     }
@@ -444,6 +512,18 @@ impl Datatype {
 
     /// `MPI_Type_create_hindexed`: like [`indexed`](Datatype::indexed) with
     /// displacements in bytes.
+    ///
+    /// ```
+    /// use mpx_core::{unpack, Datatype, Region};
+    /// // Two ints at byte 0 and one at byte 20.
+    /// let t = Datatype::hindexed(&[2, 1], &[0, 20], &Datatype::int())?;
+    /// assert_eq!((t.size(), t.extent()), (12, 24));
+    /// let v: Vec<i32> = (0..6).collect();
+    /// let mut picked = [0i32; 3];
+    /// unpack(&t.pack_to_vec(Region::of(&v), 1)?, &mut 0, &mut picked)?;
+    /// assert_eq!(picked, [0, 1, 5]);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn hindexed<B: Integer, D: Integer>(blocklengths: &[B], displacements_bytes: &[D], old: &Datatype) -> Result<Datatype> {
         let blocklengths = &ints("blocklength", blocklengths)?;
         let displacements_bytes = &ints("displacement", displacements_bytes)?;
@@ -457,6 +537,18 @@ impl Datatype {
 
     /// `MPI_Type_create_indexed_block`: blocks of the same length at
     /// displacements in extents of `old`.
+    ///
+    /// ```
+    /// use mpx_core::{unpack, Datatype, Region};
+    /// // Pairs of ints starting at elements 0 and 5.
+    /// let t = Datatype::indexed_block(2, &[0, 5], &Datatype::int())?;
+    /// assert_eq!((t.size(), t.extent()), (16, 28));
+    /// let v: Vec<i32> = (0..8).collect();
+    /// let mut picked = [0i32; 4];
+    /// unpack(&t.pack_to_vec(Region::of(&v), 1)?, &mut 0, &mut picked)?;
+    /// assert_eq!(picked, [0, 1, 5, 6]);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn indexed_block<D: Integer>(blocklength: impl Integer, displacements: &[D], old: &Datatype) -> Result<Datatype> {
         let (blocklength, displacements) = (int("blocklength", blocklength)?, &ints("displacement", displacements)?);
         check_count("blocklength", blocklength)?;
@@ -472,6 +564,15 @@ impl Datatype {
 
     /// `MPI_Type_create_hindexed_block`: blocks of the same length at
     /// displacements in bytes.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// // Pairs of floats at bytes 0 and 16.
+    /// let t = Datatype::hindexed_block(2, &[0, 16], &Datatype::float())?;
+    /// assert_eq!((t.size(), t.true_extent(), t.extent()), (16, 24, 24));
+    /// assert!(Datatype::hindexed_block(-1, &[0], &Datatype::float()).is_err());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn hindexed_block<D: Integer>(
         blocklength: impl Integer,
         displacements_bytes: &[D],
@@ -601,6 +702,14 @@ impl Datatype {
 
     /// `MPI_Type_size`: bytes of data in one item (the sum of the sizes of
     /// its basic entries).
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// // Three doubles spread over 40 bytes: the gaps are not data.
+    /// let t = Datatype::vector(3, 1, 2, &Datatype::double())?;
+    /// assert_eq!((t.size(), t.extent()), (24, 40));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn size(&self) -> u64 {
         self.0.layout.size
     }
@@ -611,34 +720,83 @@ impl Datatype {
     }
 
     /// The lower bound (`MPI_Type_get_extent`).
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// // One int at element 2: the type starts 8 bytes after its origin.
+    /// let t = Datatype::indexed(&[1], &[2], &Datatype::int())?;
+    /// assert_eq!((t.lb(), t.ub()), (8, 12));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn lb(&self) -> i64 {
         self.0.layout.lb
     }
 
     /// The upper bound.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// // Ints at bytes 0 and 12: the last one ends at byte 16.
+    /// let t = Datatype::vector(2, 1, 3, &Datatype::int())?;
+    /// assert_eq!((t.lb(), t.ub()), (0, 16));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn ub(&self) -> i64 {
         self.0.layout.ub
     }
 
     /// `ub - lb`: the distance between consecutive items.
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::vector(3, 1, 2, &Datatype::double())?;
+    /// assert_eq!(t.extent(), 40);
+    /// // The second of two items starts one extent after the first.
+    /// assert_eq!(Datatype::contiguous(2, &t)?.extent(), 80);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn extent(&self) -> i64 {
         self.0.layout.extent()
     }
 
     /// `MPI_Type_get_true_extent`'s lower bound: the lowest displacement of
     /// a basic entry, ignoring markers (0 if there is none).
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// // An int at byte 16 of a type resized to start at 0.
+    /// let t = Datatype::resized(0, 32, &Datatype::hindexed(&[1], &[16], &Datatype::int())?)?;
+    /// assert_eq!((t.lb(), t.true_lb()), (0, 16));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn true_lb(&self) -> i64 {
         self.0.layout.data.map_or(0, |(lo, _)| lo)
     }
 
     /// The span of the basic entries, ignoring markers and padding (0 if
     /// there is none).
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let t = Datatype::resized(0, 16, &Datatype::int())?;
+    /// assert_eq!((t.extent(), t.true_extent()), (16, 4));
+    /// assert_eq!(Datatype::contiguous(0, &t)?.true_extent(), 0);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn true_extent(&self) -> i64 {
         // Fits: checked when the layout was built.
         self.0.layout.data.map_or(0, |(lo, hi)| hi - lo)
     }
 
     /// Number of basic elements in one item (a pair type counts two).
+    ///
+    /// ```
+    /// use mpx_core::Datatype;
+    /// let pairs = Datatype::contiguous(3, &Datatype::named("double_int").unwrap())?;
+    /// assert_eq!(pairs.num_elements(), 6);
+    /// assert_eq!(Datatype::lb_marker().num_elements(), 0);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn num_elements(&self) -> u64 {
         self.0.layout.elements
     }
@@ -649,6 +807,14 @@ impl Datatype {
     }
 
     /// The predefined type this is, if it is one (not a duplicate of one).
+    ///
+    /// ```
+    /// use mpx_core::{Basic, Datatype, Predefined};
+    /// let d = Datatype::double();
+    /// assert_eq!(d.as_predefined(), Some(Predefined::Basic(Basic::Double)));
+    /// assert_eq!(d.dup()?.as_predefined(), None);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn as_predefined(&self) -> Option<Predefined> {
         match self.0.ctor {
             Ctor::Named(p) => Some(p),

@@ -113,6 +113,16 @@ unsafe impl Sync for Region<'_> {}
 
 /// Memory a datatype is written to: bytes plus the offset of the datatype's
 /// origin within them. See [`Region`].
+///
+/// ```
+/// use mpx_core::{Datatype, RegionMut};
+/// let every_other = Datatype::vector(3, 1, 2, &Datatype::double())?;
+/// let packed: Vec<u8> = [1.0f64, 2.0, 3.0].iter().flat_map(|x| x.to_ne_bytes()).collect();
+/// let mut v = [-1.0f64; 5];
+/// every_other.unpack_from(&packed, &mut 0, RegionMut::of(&mut v), 1)?;
+/// assert_eq!(v, [1.0, -1.0, 2.0, -1.0, 3.0]); // the gaps are not written
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct RegionMut<'a> {
     ptr: *mut u8,
@@ -141,6 +151,16 @@ impl<'a> Region<'a> {
     }
 
     /// `bytes` with the origin at `bytes[origin]` (`origin <= bytes.len()`).
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, Region};
+    /// // One int, one element before the origin.
+    /// let t = Datatype::indexed(&[1], &[-1], &Datatype::int())?;
+    /// let mem: Vec<u8> = [7i32, 8].iter().flat_map(|x| x.to_ne_bytes()).collect();
+    /// assert_eq!(t.pack_to_vec(Region::with_origin(&mem, 4)?, 1)?, 7i32.to_ne_bytes());
+    /// assert!(Region::with_origin(&mem, 9).is_err()); // past the end
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn with_origin(bytes: &'a [u8], origin: usize) -> Result<Region<'a>> {
         check_origin(origin, bytes.len())?;
         Ok(Region { origin, ..Region::new(bytes) })
@@ -169,6 +189,17 @@ impl<'a> RegionMut<'a> {
     }
 
     /// `bytes` with the origin at `bytes[origin]` (`origin <= bytes.len()`).
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, RegionMut};
+    /// // One int, one element before the origin.
+    /// let t = Datatype::indexed(&[1], &[-1], &Datatype::int())?;
+    /// let mut mem = [0u8; 8];
+    /// t.unpack_from(&5i32.to_ne_bytes(), &mut 0, RegionMut::with_origin(&mut mem, 4)?, 1)?;
+    /// assert_eq!(mem[..4], 5i32.to_ne_bytes());
+    /// assert!(t.unpack_from(&5i32.to_ne_bytes(), &mut 0, RegionMut::new(&mut mem), 1).is_err());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn with_origin(bytes: &'a mut [u8], origin: usize) -> Result<RegionMut<'a>> {
         check_origin(origin, bytes.len())?;
         Ok(RegionMut { origin, ..RegionMut::new(bytes) })
@@ -269,6 +300,13 @@ impl Datatype {
     }
 
     /// `MPI_Pack_external_size` for `"external32"`.
+    ///
+    /// ```
+    /// // A `long` is 8 bytes here and 4 in external32.
+    /// let t = mpx_core::Datatype::named("long").unwrap();
+    /// assert_eq!((t.pack_size(3)?, t.pack_external_size(3)?), (24, 12));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn pack_external_size(&self, count: u64) -> Result<usize> {
         total(self.external32_size(), count)
     }
@@ -410,6 +448,19 @@ impl Datatype {
     /// `MPI_Unpack`: reads `count` items from `inbuf` at `*position` into
     /// `dst`, and advances `*position`. Only the typemap's bytes of `dst` are
     /// written.
+    ///
+    /// ```
+    /// use mpx_core::{pack, Datatype, RegionMut};
+    /// let mut buf = [0u8; 12];
+    /// let mut pos = 0;
+    /// pack(&[7i32], &mut buf, &mut pos)?;
+    /// pack(&[0.5f64], &mut buf, &mut pos)?;
+    /// let (mut n, mut x, mut pos) = ([0i32], [0f64], 0);
+    /// Datatype::int().unpack_from(&buf, &mut pos, RegionMut::of(&mut n), 1)?;
+    /// Datatype::double().unpack_from(&buf, &mut pos, RegionMut::of(&mut x), 1)?;
+    /// assert_eq!((n, x, pos), ([7], [0.5], 12));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn unpack_from(&self, inbuf: &[u8], position: &mut usize, dst: RegionMut<'_>, count: u64) -> Result<()> {
         self.unpack_impl(Repr::Native, inbuf, position, dst, count)
     }

@@ -12,6 +12,17 @@ impl Datatype {
     /// Forces compilation of the pack program now (MPI_Type_commit). Types
     /// are also compiled on first use, so calling this is optional; it moves
     /// the cost out of the first pack or send.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, Region};
+    /// // Compiled here, not in the first pack.
+    /// let column = Datatype::vector(4, 1, 4, &Datatype::int())?.commit();
+    /// let m: Vec<i32> = (0..16).collect();
+    /// let packed = column.pack_to_vec(Region::of(&m[2..]), 1)?;
+    /// assert_eq!(packed.len(), 16);
+    /// assert_eq!(packed[4..8], 6i32.to_ne_bytes());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn commit(self) -> Datatype {
         self.programs();
         self

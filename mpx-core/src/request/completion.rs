@@ -153,6 +153,21 @@ pub fn test_all<R: Operation>(requests: &mut [Option<R>]) -> Option<Vec<Option<R
 /// returns *every* completed one (index and outcome), setting their entries
 /// to `None`; `None` if no entry is active.
 ///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |world| async move {
+/// use mpx_core::wait_some;
+/// let (mut a, mut b) = (0u8, 0u8);
+/// let mut reqs = [Some(world.irecv(&mut a, 0, 0)), None, Some(world.irecv(&mut b, 0, 1))];
+/// world.send(&5u8, 0, 1).await?;
+/// let done = wait_some(&mut reqs).await.unwrap();
+/// assert_eq!(done.len(), 1);
+/// assert_eq!(done[0].0, 2);
+/// assert!(reqs[2].is_none() && reqs[0].is_some());
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+///
 /// # Cancel safety
 /// Cancel-safe: dropping the future leaves every request in the slice.
 pub async fn wait_some<R: Operation>(requests: &mut [Option<R>]) -> Option<Vec<(usize, R::Output)>> {

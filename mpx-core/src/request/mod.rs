@@ -119,6 +119,20 @@ enum State<'a> {
 
 /// A nonblocking operation in flight (`MPI_Request`): a future resolving to
 /// its [`Status`]. See the [module docs](self).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(2, |comm| async move {
+/// let other = 1 - comm.rank();
+/// let mut got = 0u32;
+/// let recv = comm.irecv(&mut got, other, 0); // posted now
+/// let send = comm.isend(&(comm.rank() as u32 + 10), other, 0);
+/// send.await?;
+/// let status = recv.await?;
+/// assert_eq!((got, status.source), (other as u32 + 10, Some(other)));
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[must_use = "a request does nothing useful unless awaited or tested; dropping it withdraws a receive"]
 pub struct Request<'a> {
     state: State<'a>,

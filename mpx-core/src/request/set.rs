@@ -112,6 +112,21 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Adds a request in a new slot and returns the slot's index.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx_core::request::RequestSet;
+    /// let (mut a, mut b) = (0u8, 0u8);
+    /// let mut set = RequestSet::new();
+    /// assert_eq!(set.push(world.irecv(&mut a, 0, 0)), 0);
+    /// assert_eq!(set.push(world.irecv(&mut b, 0, 1)), 1);
+    /// world.send(&7u8, 0, 1).await?;
+    /// let (slot, outcome) = set.wait_any().await.unwrap();
+    /// assert_eq!((slot, outcome?.tag), (1, Some(1)));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn push(&mut self, request: R) -> usize {
         let index = self.slots.len();
         self.slots.push(None);
@@ -131,11 +146,33 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Number of slots (active or not).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx_core::request::RequestSet;
+    /// let mut x = 0u8;
+    /// let mut set = RequestSet::new();
+    /// set.push(world.irecv(&mut x, 0, 0));
+    /// world.send(&1u8, 0, 0).await?;
+    /// set.wait_some().await;
+    /// assert_eq!((set.len(), set.active()), (1, 0)); // the slot stays, empty
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.slots.len()
     }
 
     /// Whether the set has no slots.
+    ///
+    /// ```
+    /// use mpx_core::{request::RequestSet, Request};
+    /// let mut set = RequestSet::new();
+    /// assert!(set.is_empty());
+    /// set.push(Request::inactive());
+    /// assert!(!set.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
@@ -147,6 +184,24 @@ impl<R: Operation> RequestSet<R> {
 
     /// Total number of request polls the set has made (a measure of the
     /// work its completion functions did).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx_core::request::RequestSet;
+    /// let mut bufs = [0u8; 10];
+    /// let mut set = RequestSet::new();
+    /// for (tag, b) in bufs.iter_mut().enumerate() {
+    ///     set.push(world.irecv(b, 0, tag as i32));
+    /// }
+    /// let _ = set.test_some(); // polls each new request once
+    /// assert_eq!(set.polls(), 10);
+    /// world.send(&1u8, 0, 7).await?;
+    /// set.wait_some().await;
+    /// assert_eq!(set.polls(), 11); // only the woken request was polled again
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn polls(&self) -> u64 {
         self.polls
     }
@@ -192,6 +247,24 @@ impl<R: Operation> RequestSet<R> {
     /// in completion order; the slots become empty. `None` if no slot is
     /// active.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx_core::request::RequestSet;
+    /// let mut bufs = [0u8; 3];
+    /// let mut set = RequestSet::new();
+    /// for (tag, b) in bufs.iter_mut().enumerate() {
+    ///     set.push(world.irecv(b, 0, tag as i32));
+    /// }
+    /// world.send(&10u8, 0, 0).await?;
+    /// world.send(&12u8, 0, 2).await?;
+    /// let done = set.wait_some().await.unwrap();
+    /// assert_eq!(done.iter().map(|(slot, _)| *slot).collect::<Vec<_>>(), [0, 2]);
+    /// assert_eq!(set.active(), 1);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Cancel-safe: requests stay in their slots until returned.
     pub async fn wait_some(&mut self) -> Option<Vec<(usize, R::Output)>> {
@@ -223,6 +296,23 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Takes the request out of slot `index`, leaving it empty.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx_core::request::RequestSet;
+    /// let mut x = 0u8;
+    /// let mut set = RequestSet::new();
+    /// let slot = set.push(world.irecv(&mut x, 0, 0));
+    /// let recv = set.take(slot).unwrap();
+    /// assert!(set.take(slot).is_none()); // the slot is empty now
+    /// world.send(&3u8, 0, 0).await?;
+    /// recv.await?;
+    /// drop(set);
+    /// assert_eq!(x, 3);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn take(&mut self, index: usize) -> Option<R> {
         self.slots.get_mut(index).and_then(Option::take)
     }

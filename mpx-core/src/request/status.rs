@@ -60,6 +60,21 @@ impl Status {
     }
 
     /// `MPI_Get_count` for the datatype of `T`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// if comm.rank() == 0 {
+    ///     comm.send(&[1u32, 2, 3], 1, 0).await?;
+    /// } else {
+    ///     let mut buf = [0u32; 8];
+    ///     let status = comm.recv_into(&mut buf, 0, 0).await?;
+    ///     assert_eq!(status.count::<u32>(), Some(3)); // of the 8 there was room for
+    ///     assert_eq!(status.count::<[u32; 2]>(), None); // not whole pairs
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn count<T: MpiType>(&self) -> Option<u64> {
         self.get_count(&T::datatype())
     }
