@@ -46,6 +46,23 @@ use mpx_core::{Comm, Endpoint, Error, Result, Transport};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// Options for [`launch_with`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// use mpx_net::loopback::{launch_with, Options};
+/// // Frames encoded to bytes, small credit, external32: as over a network.
+/// let options = Options { ranks: 2, ..Options::network_like(2) };
+/// let got = launch_with(options, |comm| async move {
+///     let other = 1 - comm.rank();
+///     let (sent, got) = tokio::join!(comm.send(&vec![comm.rank() as u64; 10_000], other, 0), comm.recv_vec::<u64>(other, 0));
+///     sent?;
+///     Ok(got?.0[0])
+/// })
+/// .await?;
+/// assert_eq!(got, [1, 0]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// Number of ranks.

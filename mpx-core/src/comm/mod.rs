@@ -124,6 +124,24 @@ const WORLD_CONTEXT: u64 = 0;
 
 impl Endpoint {
     /// The world communicator over this endpoint.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+    /// # let job = mpx_net::quic::JobCredential::generate(1)?;
+    /// # let [s0, s1] = sockets;
+    /// # let options = mpx_net::quic::Options::local();
+    /// let zero = mpx_net::quic::start(s0, &addrs, job.issue(0)?, &options)?;
+    /// let one = mpx_net::quic::start(s1, &addrs, job.issue(1)?, &options)?;
+    /// let (a, b) = (zero.world(), one.world());
+    /// assert_eq!((a.rank(), b.rank(), a.size()), (0, 1, 2));
+    /// let (sent, got) = tokio::join!(a.send(&3u8, 1, 0), b.recv::<u8>(0, 0));
+    /// sent?;
+    /// assert_eq!(got?.0, 3);
+    /// # Ok(()) }
+    /// ```
     pub fn world(&self) -> Comm {
         Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: Arc::new(AtomicU64::new(0)) }
     }

@@ -139,6 +139,20 @@ async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl
 /// A message taken by [`Comm::improbe`] or [`Comm::mprobe`]; it can only
 /// be received through this handle (`MPI_Mrecv`). Dropping the handle
 /// without receiving gives the message back to the queue.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |comm| async move {
+/// comm.send(&[1u16, 2, 3], 0, 5).await?;
+/// let message = comm.mprobe(mpx_core::Any, mpx_core::Any).await?;
+/// // Size the buffer from the probe, then receive exactly that message.
+/// let n = message.status().count::<u16>().unwrap() as usize;
+/// let mut values = vec![0u16; n];
+/// message.irecv(&mut values).await?;
+/// assert_eq!(values, [1, 2, 3]);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub struct Message {
     comm: Comm,
     matched: Option<crate::proto::engine::Matched>,

@@ -210,6 +210,25 @@ impl<'a> Request<'a> {
     /// `MPI_Test`: the outcome if the operation has completed, without
     /// waiting. It first processes frames that have already arrived, so a
     /// loop of `test` calls makes progress even where no driver task runs.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// let mut got = [0u32];
+    /// let mut recv = comm.irecv(&mut got, 0, 0);
+    /// assert!(recv.test().is_none(), "nothing sent yet");
+    /// comm.send(&[7u32], 0, 0).await?;
+    /// let status = loop {
+    ///     if let Some(outcome) = recv.test() {
+    ///         break outcome?;
+    ///     }
+    /// };
+    /// assert_eq!(status.bytes, 4);
+    /// drop(recv);
+    /// assert_eq!(got, [7]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn test(&mut self) -> Option<Result<Status>> {
         if let Some(shared) = self.shared() {
             shared.progress();

@@ -210,6 +210,21 @@ impl Endpoint {
     /// Waits until every peer's hello has arrived (or the peer failed), so
     /// that sends know each peer's representation.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+    /// # let job = mpx_net::quic::JobCredential::generate(1)?;
+    /// # let [s0, s1] = sockets;
+    /// # let options = mpx_net::quic::Options::local();
+    /// let zero = mpx_net::quic::start(s0, &addrs, job.issue(0)?, &options)?;
+    /// let one = mpx_net::quic::start(s1, &addrs, job.issue(1)?, &options)?;
+    /// // Both have their peer's hello: sends know its representation.
+    /// tokio::join!(zero.connected(), one.connected());
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Cancel-safe: it only waits.
     pub async fn connected(&self) {
@@ -242,6 +257,25 @@ impl Endpoint {
     /// [`Error::Finalized`](crate::Error::Finalized)), its last goodbyes go
     /// to the transport, and it waits for the transport to flush
     /// everything it took.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+    /// # let job = mpx_net::quic::JobCredential::generate(1)?;
+    /// # let [s0, s1] = sockets;
+    /// # let options = mpx_net::quic::Options::local();
+    /// let zero = mpx_net::quic::start(s0, &addrs, job.issue(0)?, &options)?;
+    /// let one = mpx_net::quic::start(s1, &addrs, job.issue(1)?, &options)?;
+    /// // A send whose request is dropped still arrives: finalize waits for it.
+    /// drop(zero.world().isend(vec![1u8; 100_000], 1, 0));
+    /// let (done, got) = tokio::join!(zero.finalize(), one.world().recv_vec::<u8>(0, 0));
+    /// done?;
+    /// assert_eq!(got?.0.len(), 100_000);
+    /// assert_eq!(zero.world().send(&1u8, 1, 1).await, Err(mpx_core::Error::Finalized));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Dropping it after the farewell leaves the endpoint open; sends keep

@@ -50,7 +50,7 @@ pub struct JobCredential {
 }
 
 impl JobCredential {
-    /// A new CA for job `job`, with a fresh key.
+    /// A new CA for job `job`, with a fresh key (see the type's example).
     pub fn generate(job: u64) -> Result<JobCredential> {
         let key = KeyPair::generate().map_err(|e| tls_error("generating the job's key", e))?;
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| tls_error("the job's certificate", e))?;
@@ -68,6 +68,14 @@ impl JobCredential {
 
     /// The credential of rank `rank`: a fresh key and a certificate naming
     /// the rank, signed by this CA.
+    ///
+    /// ```
+    /// let job = mpx_net::quic::JobCredential::generate(9)?;
+    /// let ranks: Vec<_> = (0..3).map(|r| job.issue(r)).collect::<mpx_core::Result<_>>()?;
+    /// assert_eq!(ranks[2].rank(), 2);
+    /// assert!(ranks[1].to_pem().contains("rank=1"));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn issue(&self, rank: u32) -> Result<RankCredential> {
         let key = KeyPair::generate().map_err(|e| tls_error("generating a rank's key", e))?;
         let mut params =

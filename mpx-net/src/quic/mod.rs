@@ -86,6 +86,14 @@ pub struct Options {
 
 impl Options {
     /// For ranks on one host (127.0.0.1): large packets.
+    ///
+    /// ```
+    /// use mpx_net::quic::Options;
+    /// assert_eq!(Options::local().mtu, 6550);
+    /// assert!(Options::network().mtu <= 1472);
+    /// let patient = Options { idle_timeout: std::time::Duration::from_secs(60), ..Options::local() };
+    /// assert_eq!(patient.engine, Options::local().engine);
+    /// ```
     pub fn local() -> Options {
         Options { mtu: 6550, ..Options::network() }
     }
@@ -151,6 +159,23 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 /// cannot be reached within [`Options::connect_timeout`] fails.
 ///
 /// Must be called within a tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// use mpx_net::quic::{bind, start, JobCredential, Options};
+/// // Two ranks of one job, both in this process for the example.
+/// let sockets = [bind("127.0.0.1:0".parse().unwrap()).unwrap(), bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+/// let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+/// let job = JobCredential::generate(1)?;
+/// let [s0, s1] = sockets;
+/// let zero = start(s0, &addrs, job.issue(0)?, &Options::local())?;
+/// let one = start(s1, &addrs, job.issue(1)?, &Options::local())?;
+/// let (sent, got) = tokio::join!(zero.world().send(&[1.5f64, 2.5], 1, 0), one.world().recv::<[f64; 2]>(0, 0));
+/// sent?;
+/// assert_eq!(got?.0, [1.5, 2.5]);
+/// # Ok(()) }
+/// ```
 pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential, options: &Options) -> Result<Endpoint> {
     let me = credential.rank();
     let size = u32::try_from(addrs.len()).map_err(|_| Error::InvalidArgument("too many ranks".into()))?;
