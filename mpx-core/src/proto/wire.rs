@@ -313,13 +313,7 @@ impl Decoder {
         if buf.len() < HEADER_LEN {
             return Ok(None);
         }
-        let (header, payload_len) = Header::decode(&buf[..HEADER_LEN])?;
-        if payload_len > self.max_payload {
-            return Err(Error::Protocol(format!(
-                "frame payload of {payload_len} bytes is above the {}-byte cap",
-                self.max_payload
-            )));
-        }
+        let (header, payload_len) = self.header(&buf[..HEADER_LEN])?;
         let total = HEADER_LEN + payload_len as usize;
         if buf.len() < total {
             buf.reserve(total - buf.len());
@@ -328,6 +322,126 @@ impl Decoder {
         let mut frame = buf.split_to(total);
         let payload = frame.split_off(HEADER_LEN).freeze();
         Ok(Some(Frame { header, payload }))
+    }
+
+    /// Decodes a header and checks its payload length against the cap.
+    fn header(&self, bytes: &[u8]) -> Result<(Header, u64)> {
+        let (header, payload_len) = Header::decode(bytes)?;
+        if payload_len > self.max_payload {
+            return Err(Error::Protocol(format!(
+                "frame payload of {payload_len} bytes is above the {}-byte cap",
+                self.max_payload
+            )));
+        }
+        Ok((header, payload_len))
+    }
+}
+
+/// Takes frames off a byte stream that arrives in chunks (as a QUIC
+/// stream's do), copying as little as it can: a frame whole inside one
+/// chunk is a slice of it, and rendezvous data is passed on as it arrives,
+/// one frame per piece of a chunk, never gathered here. Each piece has its
+/// frame's header with `seq` (the data's offset in its message) advanced by
+/// the bytes before it, so the engine takes the pieces as it takes frames
+/// of any size, and checks them the same way. Other frames are gathered
+/// when they span chunks, their length capped as by [`Decoder`].
+///
+/// ```
+/// use bytes::Bytes;
+/// use mpx_core::proto::wire::{ChunkDecoder, Frame, Header, Kind};
+/// let data = Frame { header: Header { seq: 100, data_len: 110, ..Header::control(Kind::RndvData, 1) }, payload: Bytes::from(vec![7u8; 10]) };
+/// let stream = data.to_bytes();
+/// let mut decoder = ChunkDecoder::new(1024);
+/// let mut frames = Vec::new();
+/// decoder.push(stream.slice(..84), &mut |f| Ok(frames.push(f)))?;
+/// decoder.push(stream.slice(84..), &mut |f| Ok(frames.push(f)))?;
+/// assert_eq!(frames.len(), 2, "one piece per chunk");
+/// assert_eq!((frames[0].header.seq, frames[0].payload.len()), (100, 4));
+/// assert_eq!((frames[1].header.seq, frames[1].payload.len()), (104, 6));
+/// assert!(decoder.is_idle());
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct ChunkDecoder {
+    decoder: Decoder,
+    /// The start of a frame that spans chunks: its header, or its header
+    /// and part of its payload (never rendezvous data).
+    partial: BytesMut,
+    /// The rendezvous data frame being passed on: its header (`seq` at the
+    /// next piece) and the payload bytes still due.
+    data: Option<(Header, u64)>,
+}
+
+impl ChunkDecoder {
+    /// A decoder that refuses payloads above `max_payload` bytes.
+    pub fn new(max_payload: usize) -> ChunkDecoder {
+        ChunkDecoder { decoder: Decoder::new(max_payload), partial: BytesMut::new(), data: None }
+    }
+
+    /// Whether the stream is between frames (so it may end here).
+    pub fn is_idle(&self) -> bool {
+        self.partial.is_empty() && self.data.is_none()
+    }
+
+    /// Takes the next chunk of the stream and hands each frame (or piece
+    /// of rendezvous data) it completes to `each`, in order. A malformed
+    /// header or a payload above the cap is an error, as is any error of
+    /// `each`; the decoder is not to be used after an error.
+    pub fn push(&mut self, mut chunk: Bytes, each: &mut dyn FnMut(Frame) -> Result<()>) -> Result<()> {
+        loop {
+            if let Some((header, due)) = &mut self.data {
+                if chunk.is_empty() {
+                    return Ok(());
+                }
+                let n = (*due).min(chunk.len() as u64);
+                let piece = Frame { header: *header, payload: chunk.split_to(n as usize) };
+                header.seq += n;
+                *due -= n;
+                if *due == 0 {
+                    self.data = None;
+                }
+                each(piece)?;
+                continue;
+            }
+            // The header: read in place when whole in the chunk, else gathered.
+            let in_place = self.partial.is_empty() && chunk.len() >= HEADER_LEN;
+            if !in_place && self.partial.len() < HEADER_LEN {
+                let n = (HEADER_LEN - self.partial.len()).min(chunk.len());
+                self.partial.extend_from_slice(&chunk.split_to(n));
+                if self.partial.len() < HEADER_LEN {
+                    return Ok(());
+                }
+            }
+            let head = if in_place { &chunk[..HEADER_LEN] } else { &self.partial[..HEADER_LEN] };
+            let (header, payload_len) = self.decoder.header(head)?;
+            if header.kind == Kind::RndvData && payload_len > 0 {
+                if in_place {
+                    chunk.advance(HEADER_LEN);
+                } else {
+                    self.partial.clear();
+                }
+                self.data = Some((header, payload_len));
+                continue;
+            }
+            let total = HEADER_LEN + payload_len as usize;
+            if in_place && chunk.len() >= total {
+                let whole = chunk.split_to(total);
+                each(Frame { header, payload: whole.slice(HEADER_LEN..) })?;
+                continue;
+            }
+            if in_place {
+                self.partial.reserve(total);
+                self.partial.extend_from_slice(&chunk.split_to(HEADER_LEN));
+            }
+            let n = (total - self.partial.len()).min(chunk.len());
+            self.partial.extend_from_slice(&chunk.split_to(n));
+            if self.partial.len() < total {
+                return Ok(());
+            }
+            let mut whole = self.partial.split_to(total);
+            let payload = whole.split_off(HEADER_LEN).freeze();
+            each(Frame { header, payload })?;
+        }
     }
 }
 
@@ -417,5 +531,90 @@ mod tests {
         let mut h = f.encode_header();
         h[72..80].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(Decoder::new(1 << 20).decode(&mut BytesMut::from(&h[..])).is_err());
+    }
+
+    /// A stream of frames of every shape, cut into chunks at every size
+    /// from 1 byte up, gives the same frames back, rendezvous data as
+    /// pieces that join up to the original at the right offsets.
+    #[test]
+    fn a_chunk_decoder_gives_back_every_frame_however_the_stream_is_cut() {
+        let data = |seq: u64, len: usize| Frame {
+            header: Header { seq, data_len: 10_000, recv_id: 4, ..Header::control(Kind::RndvData, 2) },
+            payload: Bytes::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<_>>()),
+        };
+        let frames = vec![
+            sample(),
+            Frame::control(Header::control(Kind::Credit, 2)),
+            data(0, 300),
+            Frame { header: Header::control(Kind::Eager, 2), payload: Bytes::from(vec![9u8; 200]) },
+            data(300, 1),
+            Frame::control(Header::control(Kind::RndvData, 2)),
+            data(301, 97),
+            sample(),
+        ];
+        let stream: Vec<u8> = frames.iter().flat_map(|f| f.to_bytes().to_vec()).collect();
+        let stream = Bytes::from(stream);
+        for size in [1, 2, 7, 79, 80, 81, 100, 333, 4096] {
+            let mut decoder = ChunkDecoder::new(1024);
+            let mut got: Vec<Frame> = Vec::new();
+            let mut at = 0;
+            while at < stream.len() {
+                let end = (at + size).min(stream.len());
+                decoder.push(stream.slice(at..end), &mut |f| Ok(got.push(f))).unwrap();
+                at = end;
+            }
+            assert!(decoder.is_idle(), "chunks of {size}");
+            // Join consecutive pieces of rendezvous data back together.
+            let mut joined: Vec<Frame> = Vec::new();
+            for f in got {
+                match joined.last_mut() {
+                    Some(last)
+                        if f.header.kind == Kind::RndvData
+                            && last.header.kind == Kind::RndvData
+                            && !f.payload.is_empty()
+                            && last.header.seq + last.payload.len() as u64 == f.header.seq =>
+                    {
+                        let mut both = last.payload.to_vec();
+                        both.extend_from_slice(&f.payload);
+                        last.payload = both.into();
+                    }
+                    _ => joined.push(f),
+                }
+            }
+            // The original frames, with adjacent data frames joined the same way.
+            let mut want: Vec<Frame> = Vec::new();
+            for f in frames.iter().cloned() {
+                match want.last_mut() {
+                    Some(last)
+                        if f.header.kind == Kind::RndvData
+                            && last.header.kind == Kind::RndvData
+                            && !f.payload.is_empty()
+                            && last.header.seq + last.payload.len() as u64 == f.header.seq =>
+                    {
+                        let mut both = last.payload.to_vec();
+                        both.extend_from_slice(&f.payload);
+                        last.payload = both.into();
+                    }
+                    _ => want.push(f),
+                }
+            }
+            assert_eq!(joined, want, "chunks of {size}");
+        }
+    }
+
+    /// A payload above the cap is refused as soon as its header is in,
+    /// whatever its kind, and nothing of it is gathered.
+    #[test]
+    fn a_chunk_decoder_refuses_payloads_above_its_cap() {
+        for kind in [Kind::Eager, Kind::RndvData] {
+            let header = Header::control(kind, 1).encode(1 << 40);
+            let mut decoder = ChunkDecoder::new(1024);
+            let err = decoder.push(Bytes::copy_from_slice(&header), &mut |_| Ok(())).unwrap_err();
+            assert!(matches!(err, Error::Protocol(_)), "{err}");
+        }
+        let mut decoder = ChunkDecoder::new(1024);
+        let mut bad = Header::control(Kind::Eager, 1).encode(0);
+        bad[0] = 0xEE;
+        assert!(decoder.push(Bytes::copy_from_slice(&bad), &mut |_| Ok(())).is_err(), "a bad version");
     }
 }

@@ -11,8 +11,8 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use mpx_core::proto::wire::Decoder;
+use bytes::BytesMut;
+use mpx_core::proto::wire::ChunkDecoder;
 use mpx_core::runtime::WeakEndpoint;
 use mpx_core::{Error, Result};
 use quinn::VarInt;
@@ -21,7 +21,7 @@ use tokio::task::AbortHandle;
 
 use super::credential::{rank_name, RankCredential};
 use super::greeting::{lane_of, Greeting};
-use super::link::{Lane, Next, Outbox};
+use super::link::{Drained, Lane, Outbox};
 
 /// Close codes mpx uses on its connections.
 pub(crate) mod code {
@@ -64,7 +64,6 @@ pub(crate) struct Shared {
     pub(crate) outboxes: Arc<Vec<Arc<Outbox>>>,
     pub(crate) credential: RankCredential,
     pub(crate) client: quinn::ClientConfig,
-    pub(crate) decoder: Decoder,
     /// The largest frame payload accepted (the decoder's cap).
     pub(crate) max_payload: usize,
     pub(crate) registry: Weak<Registry>,
@@ -192,6 +191,8 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
 async fn open_lanes(conn: &quinn::Connection) -> Result<(quinn::SendStream, quinn::SendStream)> {
     let open = async |lane: Lane| {
         let mut s = conn.open_uni().await.map_err(|e| io_error("opening a stream".into(), e))?;
+        // quinn sends the control stream's data before the bulk stream's.
+        let _ = s.set_priority(if lane == Lane::Control { 1 } else { 0 });
         s.write_all(&[lane as u8]).await.map_err(|e| io_error("opening a stream".into(), e))?;
         Ok::<_, Error>(s)
     };
@@ -236,34 +237,33 @@ fn run(
     readers: [(quinn::RecvStream, BytesMut); 2],
 ) {
     for (lane, stream) in [Lane::Control, Lane::Bulk].into_iter().zip(writers) {
-        spawn_in(&shared.registry, write(shared.clone(), peer, lane, stream));
+        shared.outboxes[peer as usize].attach(lane, stream);
+        spawn_in(&shared.registry, write(shared.clone(), peer, lane));
     }
     for (stream, buf) in readers {
         spawn_in(&shared.registry, read(shared.clone(), peer, conn.clone(), stream, buf));
     }
 }
 
-/// Writes the outbox's frames of `lane` to `stream`, header and payload as
-/// separate chunks (never copying the payload); once the endpoint is
-/// flushing and the lane is drained, finishes the stream and waits for the
-/// peer to acknowledge it.
-async fn write(shared: Arc<Shared>, peer: u32, lane: Lane, mut stream: quinn::SendStream) {
+/// Moves the frames queued in the outbox for `lane` into its stream
+/// whenever the stream has room (frames that find the queue empty go
+/// straight in, without this task); once the endpoint is flushing and the
+/// lane is drained, finishes the stream and waits for the peer to
+/// acknowledge it.
+async fn write(shared: Arc<Shared>, peer: u32, lane: Lane) {
     let outbox = shared.outboxes[peer as usize].clone();
     loop {
-        match std::future::poll_fn(|cx| outbox.poll_next(lane, cx)).await {
-            Next::Frame(frame, wake_engine) => {
-                if wake_engine {
-                    if let Some(ep) = shared.endpoint.upgrade() {
-                        ep.writable(peer);
-                    }
-                }
-                let head = Bytes::copy_from_slice(&frame.encode_header());
-                if let Err(e) = stream.write_all_chunks(&mut [head, frame.payload]).await {
-                    shared.fail(peer, io_error(format!("writing to rank {peer}"), e));
-                    return;
+        match std::future::poll_fn(|cx| outbox.poll_drain(lane, cx)).await {
+            Drained::Room => {
+                if let Some(ep) = shared.endpoint.upgrade() {
+                    ep.writable(peer);
                 }
             }
-            Next::Finish => {
+            Drained::Failed(e) => {
+                shared.fail(peer, io_error(format!("writing to rank {peer}"), e));
+                return;
+            }
+            Drained::Finish(mut stream) => {
                 let _ = stream.finish();
                 // Acknowledged, stopped, or lost with the connection: done either way.
                 let _ = stream.stopped().await;
@@ -274,31 +274,37 @@ async fn write(shared: Arc<Shared>, peer: u32, lane: Lane, mut stream: quinn::Se
     }
 }
 
-/// Decodes the frames arriving on `stream` and hands them to the endpoint.
-async fn read(shared: Arc<Shared>, peer: u32, conn: quinn::Connection, mut stream: quinn::RecvStream, mut buf: BytesMut) {
+/// Decodes the frames arriving on `stream` (after `start`, what was read
+/// with the hello) and hands them to the endpoint, rendezvous data a piece
+/// per chunk as quinn hands it over (see [`ChunkDecoder`]).
+async fn read(shared: Arc<Shared>, peer: u32, conn: quinn::Connection, mut stream: quinn::RecvStream, start: BytesMut) {
+    let mut decoder = ChunkDecoder::new(shared.max_payload);
+    // Set when the engine refused a frame (rather than the decoder).
+    let mut refused = None;
+    let mut chunk = start.freeze();
     loop {
-        loop {
-            match shared.decoder.decode(&mut buf) {
-                Ok(Some(frame)) => {
-                    let Some(ep) = shared.endpoint.upgrade() else { return };
-                    if let Err(e) = ep.handle_frame(peer, frame) {
-                        // The engine has failed the peer: cut it off.
-                        shared.outboxes[peer as usize].fail(e.clone());
-                        conn.close(VarInt::from_u32(code::PROTOCOL), b"protocol violation");
-                        return;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    conn.close(VarInt::from_u32(code::PROTOCOL), b"malformed frame");
-                    shared.fail(peer, e);
-                    return;
-                }
+        let pushed = decoder.push(chunk, &mut |frame| {
+            let Some(ep) = shared.endpoint.upgrade() else { return Err(Error::Finalized) };
+            ep.handle_frame(peer, frame).inspect_err(|e| refused = Some(e.clone()))
+        });
+        match (pushed, refused.take()) {
+            (Ok(()), _) => {}
+            (Err(Error::Finalized), None) => return,
+            (Err(e), Some(_)) => {
+                // The engine has failed the peer: cut it off.
+                shared.outboxes[peer as usize].fail(e);
+                conn.close(VarInt::from_u32(code::PROTOCOL), b"protocol violation");
+                return;
+            }
+            (Err(e), None) => {
+                conn.close(VarInt::from_u32(code::PROTOCOL), b"malformed frame");
+                shared.fail(peer, e);
+                return;
             }
         }
-        match stream.read_chunk(1 << 20, true).await {
-            Ok(Some(chunk)) => buf.extend_from_slice(&chunk.bytes),
-            Ok(None) if buf.is_empty() => return,
+        chunk = match stream.read_chunk(1 << 20, true).await {
+            Ok(Some(c)) => c.bytes,
+            Ok(None) if decoder.is_idle() => return,
             Ok(None) => {
                 shared.fail(peer, Error::Protocol(format!("rank {peer}'s stream ended inside a frame")));
                 return;
@@ -307,6 +313,6 @@ async fn read(shared: Arc<Shared>, peer: u32, conn: quinn::Connection, mut strea
                 shared.fail(peer, io_error(format!("reading from rank {peer}"), e));
                 return;
             }
-        }
+        };
     }
 }

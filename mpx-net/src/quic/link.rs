@@ -11,8 +11,10 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
+use bytes::Bytes;
 use mpx_core::proto::wire::{Frame, Kind};
 use mpx_core::runtime::{SendError, Transport};
 use mpx_core::{Error, Result};
@@ -51,14 +53,64 @@ pub(crate) const CONTROL_CAP: usize = 2 << 20;
 /// refuses more: enough to keep the stream busy.
 pub(crate) const BULK_CAP: usize = 2 << 20;
 
+/// A frame waiting for its stream: header and payload as separate chunks
+/// (the payload is never copied), emptied from the front as the stream
+/// takes them.
+struct Queued {
+    chunks: [Bytes; 2],
+}
+
+impl Queued {
+    fn new(frame: Frame) -> Queued {
+        Queued { chunks: [Bytes::copy_from_slice(&frame.encode_header()), frame.payload] }
+    }
+}
+
 #[derive(Default)]
 struct Queue {
-    frames: VecDeque<Frame>,
+    /// The stream, once the connection is up and until it is finished.
+    stream: Option<quinn::SendStream>,
+    frames: VecDeque<Queued>,
     bytes: usize,
     writer: Option<Waker>,
     /// The writer has finished the stream and the peer has acknowledged it
     /// (or the peer failed).
     finished: bool,
+}
+
+/// What writing the front of a queue to its stream gave.
+enum Wrote {
+    /// All of it: the stream takes more.
+    All,
+    /// Part or none of it: the stream is blocked (flow control) and wakes
+    /// the task that polled once it takes more.
+    Blocked,
+    /// The stream or its connection failed.
+    Failed(quinn::WriteError),
+}
+
+impl Queue {
+    /// Writes queued frames to the stream, in order, until the queue is
+    /// empty or the stream blocks. quinn takes the chunks without copying
+    /// them and wakes the connection's driver to send them.
+    fn write(&mut self, cx: &mut Context<'_>) -> Wrote {
+        let Some(stream) = self.stream.as_mut() else { return Wrote::Blocked };
+        while let Some(front) = self.frames.front_mut() {
+            let polled = std::pin::pin!(stream.write_chunks(&mut front.chunks)).poll(cx);
+            match polled {
+                Poll::Ready(Ok(written)) => {
+                    self.bytes -= written.bytes;
+                    if written.chunks < 2 {
+                        return Wrote::Blocked;
+                    }
+                    self.frames.pop_front();
+                }
+                Poll::Ready(Err(e)) => return Wrote::Failed(e),
+                Poll::Pending => return Wrote::Blocked,
+            }
+        }
+        Wrote::All
+    }
 }
 
 #[derive(Default)]
@@ -73,19 +125,46 @@ struct OutState {
     flush_waiter: Option<Waker>,
 }
 
-/// What the endpoint has queued for one peer.
+impl OutState {
+    /// Whether the engine, refused a frame, is to be told there is room:
+    /// once every lane has drained to half its cap.
+    fn take_room(&mut self) -> bool {
+        let room = self.refused && self.lanes.iter().enumerate().all(|(i, q)| q.bytes <= cap(i) / 2);
+        if room {
+            self.refused = false;
+        }
+        room
+    }
+}
+
+/// What the endpoint has queued for one peer, and the streams to it.
+///
+/// A frame goes straight into its stream when nothing waits before it
+/// (from [`QuicTransport::send`], with no task in between); otherwise it
+/// waits here, and the lane's writer task moves it into the stream as
+/// flow control allows.
 #[derive(Default)]
 pub(crate) struct Outbox {
     state: Mutex<OutState>,
 }
 
-/// What a writer gets from [`Outbox::poll_next`].
-pub(crate) enum Next {
-    /// A frame to write, and whether the engine waits to be told the
-    /// outbox has room again.
-    Frame(Frame, bool),
+/// What a writer gets from [`Outbox::poll_drain`].
+pub(crate) enum Drained {
+    /// The outbox has room again for an engine that was refused a frame:
+    /// tell it ([`Endpoint::writable`](mpx_core::Endpoint::writable)).
+    Room,
     /// Nothing more will come: finish the stream.
-    Finish,
+    Finish(quinn::SendStream),
+    /// The stream failed.
+    Failed(quinn::WriteError),
+}
+
+fn cap(lane: usize) -> usize {
+    if lane == Lane::Bulk as usize {
+        BULK_CAP
+    } else {
+        CONTROL_CAP
+    }
 }
 
 impl Outbox {
@@ -93,50 +172,76 @@ impl Outbox {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `frame`, or gives it back if its lane is full.
+    /// Gives `lane`'s stream to the outbox, once the connection is up;
+    /// frames queued before go first.
+    pub(crate) fn attach(&self, lane: Lane, stream: quinn::SendStream) {
+        let mut st = self.lock();
+        let q = &mut st.lanes[lane as usize];
+        q.stream = Some(stream);
+        if let Some(w) = q.writer.take() {
+            w.wake();
+        }
+    }
+
+    /// Writes `frame` to its stream, or queues it, or gives it back if its
+    /// lane is full.
     fn push(&self, frame: Frame) -> std::result::Result<(), SendError> {
         let mut guard = self.lock();
         let st = &mut *guard;
         if let Some(e) = &st.failed {
             return Err(SendError::Failed(e.clone()));
         }
-        let lane = Lane::of(&frame);
-        let cap = if lane == Lane::Bulk { BULK_CAP } else { CONTROL_CAP };
+        let lane = Lane::of(&frame) as usize;
         let size = frame.wire_len();
-        let q = &mut st.lanes[lane as usize];
+        let q = &mut st.lanes[lane];
         if q.finished {
             // The stream is finished: only a last goodbye can come this late.
             return Ok(());
         }
-        if q.bytes > 0 && q.bytes + size > cap {
+        if q.bytes > 0 && q.bytes + size > cap(lane) {
             st.refused = true;
             return Err(SendError::Full(frame));
         }
+        let was_empty = q.frames.is_empty();
         q.bytes += size;
-        q.frames.push_back(frame);
+        q.frames.push_back(Queued::new(frame));
+        if was_empty {
+            // Straight into the stream. The writer, if the stream blocks or
+            // fails, polls again with its own waker and handles it.
+            if let Wrote::All = q.write(&mut Context::from_waker(Waker::noop())) {
+                return Ok(());
+            }
+        }
         if let Some(w) = q.writer.take() {
             w.wake();
         }
         Ok(())
     }
 
-    /// The next frame of `lane` for its writer.
-    pub(crate) fn poll_next(&self, lane: Lane, cx: &mut Context<'_>) -> Poll<Next> {
+    /// Moves `lane`'s queued frames into its stream for the lane's writer
+    /// task: pending while the queue is empty or the stream blocked.
+    pub(crate) fn poll_drain(&self, lane: Lane, cx: &mut Context<'_>) -> Poll<Drained> {
         let mut guard = self.lock();
         let st = &mut *guard;
         let q = &mut st.lanes[lane as usize];
-        if let Some(frame) = q.frames.pop_front() {
-            q.bytes -= frame.wire_len();
-            let cap = if lane == Lane::Bulk { BULK_CAP } else { CONTROL_CAP };
-            let room = q.bytes <= cap / 2;
-            let wake_engine = room && std::mem::take(&mut st.refused);
-            return Poll::Ready(Next::Frame(frame, wake_engine));
+        let wrote = q.write(cx);
+        if st.take_room() {
+            return Poll::Ready(Drained::Room);
         }
-        if st.closing || st.failed.is_some() {
-            return Poll::Ready(Next::Finish);
+        let q = &mut st.lanes[lane as usize];
+        match wrote {
+            Wrote::Failed(e) => Poll::Ready(Drained::Failed(e)),
+            Wrote::Blocked if q.stream.is_some() && st.failed.is_none() => Poll::Pending,
+            Wrote::All | Wrote::Blocked => {
+                if st.closing || st.failed.is_some() {
+                    if let Some(stream) = q.stream.take() {
+                        return Poll::Ready(Drained::Finish(stream));
+                    }
+                }
+                q.writer = Some(cx.waker().clone());
+                Poll::Pending
+            }
         }
-        q.writer = Some(cx.waker().clone());
-        Poll::Pending
     }
 
     /// `lane`'s stream is finished and acknowledged (or lost with its peer).
@@ -251,16 +356,19 @@ mod tests {
         }
         let held: usize = outbox.lock().lanes.iter().map(|q| q.bytes).sum();
         assert!(held <= CONTROL_CAP + BULK_CAP, "{held} bytes held");
-        // Draining the bulk lane to half its cap says the engine may send again.
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        let mut told = false;
-        for _ in 0..bulk {
-            match outbox.poll_next(Lane::Bulk, &mut cx) {
-                Poll::Ready(Next::Frame(_, wake)) => told |= wake,
-                _ => panic!("a queued frame"),
+        // The engine is told there is room once both lanes have drained
+        // to half their caps, and only then.
+        let mut st = outbox.lock();
+        let drain = |q: &mut Queue, to: usize| {
+            while q.bytes > to {
+                let f = q.frames.pop_front().expect("a queued frame");
+                q.bytes -= f.chunks.iter().map(Bytes::len).sum::<usize>();
             }
-        }
-        assert!(told, "the engine was told the outbox has room");
+        };
+        drain(&mut st.lanes[Lane::Bulk as usize], 0);
+        assert!(!st.take_room(), "told while the control lane is full");
+        drain(&mut st.lanes[Lane::Control as usize], CONTROL_CAP / 2);
+        assert!(st.take_room(), "the engine was told the outbox has room");
+        assert!(!st.take_room(), "told twice");
     }
 }

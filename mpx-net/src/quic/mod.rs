@@ -59,7 +59,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mpx_core::proto::engine::Config;
-use mpx_core::proto::wire::Decoder;
 use mpx_core::{Comm, Endpoint, Error, Result};
 
 pub use credential::{rank_name, JobCredential, RankCredential};
@@ -204,7 +203,6 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         outboxes,
         credential,
         client,
-        decoder: Decoder::new(options.engine.max_payload()),
         max_payload: options.engine.max_payload(),
         registry: Arc::downgrade(&registry),
         connect_timeout: options.connect_timeout,

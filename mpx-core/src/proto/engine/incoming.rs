@@ -255,7 +255,7 @@ impl Engine {
                 t.received.len()
             )));
         }
-        t.received.push(payload, total);
+        t.push(payload);
         if t.received.len() < total {
             return Ok(());
         }

@@ -196,7 +196,7 @@ impl Engine {
             return;
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
-        let mut transfer = Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false };
+        let mut transfer = Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false, reserve: 0 };
         transfer.bound(self.limits.remove(&recv_id));
         self.transfers.insert(recv_id, transfer);
         self.push_frame(source, Frame::control(header));

@@ -33,6 +33,11 @@ pub(super) struct Transfer {
     pub(super) received: Received,
     /// Whether every byte has arrived.
     pub(super) complete: bool,
+    /// Bytes the data's buffer may take at once, before they arrive: the
+    /// size of the receive that owns the transfer, which holds that much
+    /// anyway (0 for a receive of any length: the buffer then grows with
+    /// what arrives).
+    pub(super) reserve: u64,
 }
 
 impl Transfer {
@@ -40,9 +45,17 @@ impl Transfer {
     /// transfer: if the message is longer, its data is dropped from now on
     /// (and what was kept so far too).
     pub(super) fn bound(&mut self, limit: Option<u64>) {
-        if let Some(limit) = limit.filter(|&limit| self.envelope.len > limit) {
-            self.received.discard(limit);
+        match limit {
+            Some(limit) if self.envelope.len > limit => self.received.discard(limit),
+            Some(limit) => self.reserve = limit,
+            None => {}
         }
+    }
+
+    /// Adds the next chunk of the data.
+    pub(super) fn push(&mut self, chunk: Bytes) {
+        let total = self.envelope.wire_len();
+        self.received.push(chunk, total, self.reserve);
     }
 
     /// What the receive that owns the complete transfer gets: the message,
@@ -98,8 +111,9 @@ impl Received {
         *self = Received::Discarded { counted: self.len(), limit };
     }
 
-    /// Adds the next chunk of a `total`-byte message.
-    pub(super) fn push(&mut self, chunk: Bytes, total: u64) {
+    /// Adds the next chunk of a `total`-byte message, reserving up to
+    /// `reserve` bytes at once (see [`Transfer::reserve`]).
+    fn push(&mut self, chunk: Bytes, total: u64, reserve: u64) {
         *self = match std::mem::replace(self, Received::Nothing) {
             Received::Discarded { counted, limit } => Received::Discarded { counted: counted + chunk.len() as u64, limit },
             Received::Nothing => Received::One(chunk),
@@ -109,7 +123,8 @@ impl Received {
                 // to the whole message and a cap; the buffer then doubles
                 // as more arrives.
                 let arrived = (first.len() + chunk.len()) as u64;
-                let room = total.min(GATHER_RESERVE_CAP).min(arrived.saturating_mul(8)).max(arrived) as usize;
+                let guess = total.min(GATHER_RESERVE_CAP).min(arrived.saturating_mul(8));
+                let room = total.min(reserve).max(guess).max(arrived) as usize;
                 let mut all = BytesMut::with_capacity(room);
                 all.extend_from_slice(&first);
                 all.extend_from_slice(&chunk);
