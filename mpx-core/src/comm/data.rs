@@ -163,7 +163,7 @@ pub struct RecvTarget<'a> {
 impl<'a, T: MpiType> RecvData<'a> for &'a mut [T] {
     fn into_target(self) -> Result<RecvTarget<'a>> {
         let limit = capacity(&T::datatype(), self.len() as u64);
-        Ok(RecvTarget { limit, finish: Box::new(move |msg| unpack_typed_message(&msg, self)) })
+        Ok(RecvTarget { limit, finish: Box::new(move |msg| unpack_typed_message(msg, self)) })
     }
 }
 
@@ -185,6 +185,6 @@ impl<'a> RecvData<'a> for RecvBuf<'a> {
         // is posted, so no message is consumed by it.
         self.check()?;
         let limit = capacity(&self.datatype, self.count);
-        Ok(RecvTarget { limit, finish: Box::new(move |msg| deliver_into(&msg, &self.datatype, self.count, self.region)) })
+        Ok(RecvTarget { limit, finish: Box::new(move |msg| deliver_into(msg, &self.datatype, self.count, self.region)) })
     }
 }

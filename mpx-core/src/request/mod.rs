@@ -103,7 +103,7 @@ pub use status::Status;
 
 /// Turns a delivered message into the receive's status, unpacking it into
 /// the receive's buffer.
-pub(crate) type Finish<'a> = Box<dyn FnOnce(Delivered) -> Result<Status> + Send + 'a>;
+pub(crate) type Finish<'a> = Box<dyn FnOnce(&Delivered) -> Result<Status> + Send + 'a>;
 
 /// What a request does with its completion.
 pub(crate) enum Kind<'a> {
@@ -184,12 +184,16 @@ impl<'a> Request<'a> {
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let State::Active { shared, id, .. } = &self.state else { return Poll::Ready(()) };
         let completion = std::task::ready!(shared.poll_done(*id, cx));
-        let State::Active { kind, .. } = std::mem::replace(&mut self.state, State::Complete(None)) else {
+        let State::Active { kind, shared, .. } = std::mem::replace(&mut self.state, State::Complete(None)) else {
             unreachable!("checked above")
         };
         let outcome = match (kind, completion) {
             (Kind::Send, Completion::Send(r)) => r.map(|()| Status::empty()),
-            (Kind::Recv(finish), Completion::Recv(r)) => r.and_then(finish),
+            (Kind::Recv(finish), Completion::Recv(r)) => r.and_then(|msg| {
+                let status = finish(&msg);
+                shared.recycle(msg);
+                status
+            }),
             (Kind::Recv(_), Completion::Cancelled) => Ok(Status { cancelled: true, ..Status::empty() }),
             _ => unreachable!("a request completes as its own kind"),
         };

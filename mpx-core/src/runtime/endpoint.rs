@@ -358,6 +358,14 @@ impl Shared {
         Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())) }
     }
 
+    /// A receive is done with `msg` (see [`Engine::recycle`]); small
+    /// messages are simply dropped, without taking the lock.
+    pub(crate) fn recycle(&self, msg: Delivered) {
+        if msg.data.len() >= Engine::RECYCLE_MIN {
+            self.lock().engine.recycle(msg);
+        }
+    }
+
     /// Hands queued frames to the transport, peer by peer, and dispatches
     /// the engine's events.
     pub(crate) fn flush(&self, st: &mut State) {

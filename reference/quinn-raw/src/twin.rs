@@ -4,7 +4,7 @@
 //! Two endpoints on 127.0.0.1 with mpx's `Options::local()` transport
 //! settings (MTU 6550 fixed, discovery off, stream window 16 MiB,
 //! connection window 64 MiB, send window 64 MiB, Cubic starting at 10 ×
-//! MTU, idle timeout 10 s with keep-alives every 2.5 s, 4 MiB socket
+//! MTU, idle timeout 10 s with keep-alives every 2.5 s, 1 MiB socket
 //! buffers on both sides). Rank 0 (the server) opens two streams to rank 1
 //! (the client): a bidirectional one for 8-byte messages both ways, and a
 //! unidirectional one for bulk data, like mpx's control and bulk streams.
@@ -70,12 +70,12 @@ fn transport() -> TransportConfig {
     t
 }
 
-/// A UDP socket on 127.0.0.1 with 4 MiB buffers (mpx's `quic::bind`).
+/// A UDP socket on 127.0.0.1 with 1 MiB buffers (mpx's `quic::bind`).
 fn bind(port: u16) -> R<UdpSocket> {
     let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, port))?;
     let s = socket2::SockRef::from(&sock);
-    s.set_recv_buffer_size(4 * MIB)?;
-    s.set_send_buffer_size(4 * MIB)?;
+    s.set_recv_buffer_size(MIB)?;
+    s.set_send_buffer_size(MIB)?;
     Ok(sock)
 }
 

@@ -255,7 +255,7 @@ impl Engine {
                 t.received.len()
             )));
         }
-        t.push(payload);
+        t.push(payload, &mut self.pool);
         if t.received.len() < total {
             return Ok(());
         }

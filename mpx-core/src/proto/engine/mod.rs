@@ -440,6 +440,8 @@ pub struct Engine {
     sends: HashMap<ReqId, PendingSend>,
     /// Rendezvous transfers waiting for their data, by the id in their CTS.
     transfers: HashMap<ReqId, Transfer>,
+    /// Buffers of large messages already consumed, for the next transfer.
+    pool: BufferPool,
     /// Posted receives that hold at most this many bytes of data.
     limits: HashMap<ReqId, u64>,
     /// Peers with queued output, in the order they got it.
@@ -475,6 +477,7 @@ impl Engine {
             unexpected: VecDeque::new(),
             sends: HashMap::new(),
             transfers: HashMap::new(),
+            pool: BufferPool::default(),
             limits: HashMap::new(),
             writable: VecDeque::new(),
             local: VecDeque::new(),

@@ -202,6 +202,18 @@ impl Engine {
         self.push_frame(source, Frame::control(header));
     }
 
+    /// Messages shorter than this are not worth [`recycle`](Engine::recycle)-ing.
+    pub const RECYCLE_MIN: usize = 1 << 20;
+
+    /// A receive has unpacked `msg` and is done with it: its buffer, if
+    /// large and held by nothing else, is kept for a later transfer's data
+    /// (at most two such buffers are kept).
+    pub fn recycle(&mut self, msg: Delivered) {
+        let Delivered { data, desc, .. } = msg;
+        drop(desc);
+        self.pool.give(data);
+    }
+
     /// A receive has consumed a delivered message holding `bytes` of
     /// `source`'s credit: the credit goes back to the sender (in batches).
     pub fn release_credit(&mut self, source: u32, bytes: u64) {
