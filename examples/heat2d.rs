@@ -150,6 +150,12 @@ async fn main() -> mpx::Result<()> {
     let started = std::time::Instant::now();
     let ranks = RANKS_PER_SIDE * RANKS_PER_SIDE;
     let gathered = mpx::launch(ranks, solve).await?;
+    // Rank 0 gathers the grid. Under a launcher this process runs one rank:
+    // any other has checked its own part of the exchange, and is done.
+    let ran_rank_0 = gathered.len() == ranks || gathered.first().is_some_and(Option::is_some);
+    if !ran_rank_0 {
+        return Ok(());
+    }
     let Some(parallel) = gathered.into_iter().next().flatten() else {
         println!("MISMATCH: rank 0 gathered no grid");
         std::process::exit(1);

@@ -1,9 +1,9 @@
-//! One rank of a ring over QUIC, started by hand (see the README's "Two
-//! processes by hand"): each rank reads its rank, every rank's address and
-//! its credential from `MPX_RANK`, `MPX_ADDRS` and `MPX_CREDENTIAL`, passes
-//! a token around the ring and sends a 16 MiB buffer to its right
-//! neighbour. Without `MPX_RANK` it runs four ranks in this process over
-//! QUIC on 127.0.0.1.
+//! A ring over QUIC: each rank passes a token around the ring and sends a
+//! 16 MiB buffer to its right neighbour. Started by a launcher (`mpxrun`,
+//! `mpiexec.hydra`, Open MPI's `mpirun`) or by hand (`MPX_RANK`,
+//! `MPX_ADDRS`, `MPX_CREDENTIAL`: the README's "Two processes by hand"),
+//! this process is one rank of any number; started alone, it runs four
+//! ranks in this process over QUIC on 127.0.0.1.
 
 use mpx::prelude::*;
 use mpx_net::quic;
@@ -31,7 +31,7 @@ async fn ring(world: Comm) -> mpx::Result<()> {
 
 #[tokio::main]
 async fn main() -> mpx::Result<()> {
-    match quic::start_from_env(&quic::Options::network())? {
+    match mpx_net::bootstrap::start(&quic::Options::network()).await? {
         Some(endpoint) => {
             let result = ring(endpoint.world()).await;
             endpoint.finalize().await?;

@@ -40,7 +40,10 @@ async fn main() -> mpx::Result<()> {
 /// Four ranks: each sends particles and a matrix column to its right
 /// neighbour, receives from its left, then all meet at a barrier.
 async fn ring() -> mpx::Result<()> {
-    println!("\n-- four ranks on the loopback backend --");
+    // Alone, the four ranks run in this process on the in-memory backend;
+    // under a launcher (`mpxrun -n 4`, `mpiexec.hydra -n 4`, ...) this
+    // process runs one of them, over QUIC.
+    println!("\n-- four ranks --");
     let reports = mpx::launch(4, |world| async move {
         let (rank, size) = (world.rank(), world.size());
         let right = (rank + 1) % size;

@@ -137,33 +137,39 @@ async fn ask(world: Comm) -> mpx::Result<Vec<String>> {
 
 #[derive(Debug)]
 enum Role {
-    Server(Served),
-    Client(Vec<String>),
+    /// What the server served, and the world's size.
+    Server(Served, usize),
+    /// A client's rank and its mismatches.
+    Client(usize, Vec<String>),
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> mpx::Result<()> {
     let roles = mpx::launch(4, |world| async move {
         if world.rank() == SERVER {
-            serve(world).await.map(Role::Server)
+            let size = world.size();
+            serve(world).await.map(|served| Role::Server(served, size))
         } else {
-            ask(world).await.map(Role::Client)
+            let rank = world.rank();
+            ask(world).await.map(|m| Role::Client(rank, m))
         }
     })
     .await?;
 
     let mut failed = false;
-    for (rank, role) in roles.iter().enumerate() {
+    // One role per rank of this process: all four when alone, one under a
+    // launcher.
+    for role in &roles {
         match role {
-            Role::Server(served) => {
+            Role::Server(served, size) => {
                 println!("server: answered {:?} requests per client", served.per_client);
-                let all = (1..roles.len()).all(|c| served.per_client.get(&c) == Some(&REQUESTS_PER_CLIENT));
+                let all = (1..*size).all(|c| served.per_client.get(&c) == Some(&REQUESTS_PER_CLIENT));
                 if served.deadline_passed || !all {
                     eprintln!("server: deadline passed or requests missing: {served:?}");
                     failed = true;
                 }
             }
-            Role::Client(mismatches) => {
+            Role::Client(rank, mismatches) => {
                 println!("client {rank}: {} replies checked, {} mismatches", REQUESTS_PER_CLIENT + 1, mismatches.len());
                 for m in mismatches {
                     eprintln!("{m}");

@@ -46,7 +46,8 @@
 #![deny(missing_docs)]
 
 pub use mpx_core::*;
-pub use mpx_net::loopback::{launch, launch_with, Options as LaunchOptions};
+pub use mpx_net::bootstrap::launch;
+pub use mpx_net::loopback::{launch_with, Options as LaunchOptions};
 /// Derives [`MpiType`](trait@MpiType) for a `#[repr(C)]` struct (named or
 /// tuple fields; `packed`, `align(N)` and `#[repr(transparent)]` newtypes
 /// too) or a fieldless enum with an integer repr.

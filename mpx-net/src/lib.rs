@@ -16,6 +16,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bootstrap;
 pub mod loopback;
 pub mod quic;
 mod run;

@@ -353,8 +353,12 @@ impl Decoder {
 /// let stream = data.to_bytes();
 /// let mut decoder = ChunkDecoder::new(1024);
 /// let mut frames = Vec::new();
-/// decoder.push(stream.slice(..84), &mut |f| Ok(frames.push(f)))?;
-/// decoder.push(stream.slice(84..), &mut |f| Ok(frames.push(f)))?;
+/// let mut take = |f| {
+///     frames.push(f);
+///     Ok(())
+/// };
+/// decoder.push(stream.slice(..84), &mut take)?;
+/// decoder.push(stream.slice(84..), &mut take)?;
 /// assert_eq!(frames.len(), 2, "one piece per chunk");
 /// assert_eq!((frames[0].header.seq, frames[0].payload.len()), (100, 4));
 /// assert_eq!((frames[1].header.seq, frames[1].payload.len()), (104, 6));
@@ -542,7 +546,7 @@ mod tests {
             header: Header { seq, data_len: 10_000, recv_id: 4, ..Header::control(Kind::RndvData, 2) },
             payload: Bytes::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<_>>()),
         };
-        let frames = vec![
+        let frames = [
             sample(),
             Frame::control(Header::control(Kind::Credit, 2)),
             data(0, 300),
@@ -560,7 +564,12 @@ mod tests {
             let mut at = 0;
             while at < stream.len() {
                 let end = (at + size).min(stream.len());
-                decoder.push(stream.slice(at..end), &mut |f| Ok(got.push(f))).unwrap();
+                decoder
+                    .push(stream.slice(at..end), &mut |f| {
+                        got.push(f);
+                        Ok(())
+                    })
+                    .unwrap();
                 at = end;
             }
             assert!(decoder.is_idle(), "chunks of {size}");

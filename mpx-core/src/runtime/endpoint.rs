@@ -256,7 +256,9 @@ impl Endpoint {
     /// fail, and every later operation on it fails with
     /// [`Error::Finalized`](crate::Error::Finalized)), its last goodbyes go
     /// to the transport, and it waits for the transport to flush
-    /// everything it took.
+    /// everything it took. Over QUIC that includes waiting until every peer
+    /// has finalized too (MPI's finalize is collective): a finished rank
+    /// keeps reading what its peers still send it until they end.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -270,7 +272,11 @@ impl Endpoint {
     /// let one = mpx_net::quic::start(s1, &addrs, job.issue(1)?, &options)?;
     /// // A send whose request is dropped still arrives: finalize waits for it.
     /// drop(zero.world().isend(vec![1u8; 100_000], 1, 0));
-    /// let (done, got) = tokio::join!(zero.finalize(), one.world().recv_vec::<u8>(0, 0));
+    /// let (done, got) = tokio::join!(zero.finalize(), async {
+    ///     let got = one.world().recv_vec::<u8>(0, 0).await;
+    ///     one.finalize().await?;
+    ///     got
+    /// });
     /// done?;
     /// assert_eq!(got?.0.len(), 100_000);
     /// assert_eq!(zero.world().send(&1u8, 1, 1).await, Err(mpx_core::Error::Finalized));
@@ -294,11 +300,17 @@ impl Endpoint {
     /// Ends this rank's part at once, without waiting for its sends: for a
     /// program that failed or panicked. Peers learn it failed.
     pub fn abort(&self) {
-        let mut st = self.shared.lock();
-        st.engine.farewell(true);
-        self.shared.flush(&mut st);
-        st.engine.close();
-        self.shared.flush(&mut st);
+        {
+            let mut st = self.shared.lock();
+            st.engine.farewell(true);
+            self.shared.flush(&mut st);
+            st.engine.close();
+            self.shared.flush(&mut st);
+        }
+        // Starts the transport's flush without waiting for it, so that the
+        // goodbye goes out and peers waiting for this rank to end (a QUIC
+        // rank's finalize) see it end.
+        let _ = self.shared.transport.poll_flush(&mut Context::from_waker(Waker::noop()));
     }
 
     /// Closes the endpoint: every operation still waiting, and every later

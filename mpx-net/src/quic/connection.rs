@@ -240,8 +240,8 @@ fn run(
         shared.outboxes[peer as usize].attach(lane, stream);
         spawn_in(&shared.registry, write(shared.clone(), peer, lane));
     }
-    for (stream, buf) in readers {
-        spawn_in(&shared.registry, read(shared.clone(), peer, conn.clone(), stream, buf));
+    for ((stream, buf), lane) in readers.into_iter().zip([Lane::Control, Lane::Bulk]) {
+        spawn_in(&shared.registry, read(shared.clone(), peer, lane, conn.clone(), stream, buf));
     }
 }
 
@@ -277,7 +277,7 @@ async fn write(shared: Arc<Shared>, peer: u32, lane: Lane) {
 /// Decodes the frames arriving on `stream` (after `start`, what was read
 /// with the hello) and hands them to the endpoint, rendezvous data a piece
 /// per chunk as quinn hands it over (see [`ChunkDecoder`]).
-async fn read(shared: Arc<Shared>, peer: u32, conn: quinn::Connection, mut stream: quinn::RecvStream, start: BytesMut) {
+async fn read(shared: Arc<Shared>, peer: u32, lane: Lane, conn: quinn::Connection, mut stream: quinn::RecvStream, start: BytesMut) {
     let mut decoder = ChunkDecoder::new(shared.max_payload);
     // Set when the engine refused a frame (rather than the decoder).
     let mut refused = None;
@@ -304,7 +304,10 @@ async fn read(shared: Arc<Shared>, peer: u32, conn: quinn::Connection, mut strea
         }
         chunk = match stream.read_chunk(1 << 20, true).await {
             Ok(Some(c)) => c.bytes,
-            Ok(None) if decoder.is_idle() => return,
+            Ok(None) if decoder.is_idle() => {
+                shared.outboxes[peer as usize].ended(lane);
+                return;
+            }
             Ok(None) => {
                 shared.fail(peer, Error::Protocol(format!("rank {peer}'s stream ended inside a frame")));
                 return;

@@ -89,7 +89,7 @@ impl JobCredential {
             rank,
             cert: cert.der().clone(),
             key: PrivatePkcs8KeyDer::from(key.serialize_der()),
-            ca: self.cert.clone(),
+            trust: Trust::Ca(self.cert.clone()),
             pem,
         })
     }
@@ -102,9 +102,36 @@ pub struct RankCredential {
     rank: u32,
     cert: CertificateDer<'static>,
     key: PrivatePkcs8KeyDer<'static>,
-    ca: CertificateDer<'static>,
+    trust: Trust,
     /// The same as PEM text (see [`to_pem`](RankCredential::to_pem)).
     pem: String,
+}
+
+/// Whom a rank trusts.
+#[derive(Clone)]
+enum Trust {
+    /// Certificates the job's CA signed.
+    Ca(CertificateDer<'static>),
+    /// Each rank's own certificate, by its SHA-256 fingerprint, in rank
+    /// order: learned through a launcher's private channel (see
+    /// [`RankCredential::pin`]).
+    Pinned(Arc<Vec<Fingerprint>>),
+}
+
+/// The SHA-256 digest of a certificate's DER encoding.
+pub type Fingerprint = [u8; 32];
+
+/// The fingerprint of `cert` (a certificate's DER encoding).
+///
+/// ```
+/// let f = mpx_net::quic::fingerprint(b"not really a certificate");
+/// assert_eq!(f.len(), 32);
+/// ```
+pub fn fingerprint(cert: &[u8]) -> Fingerprint {
+    let digest = ring::digest::digest(&ring::digest::SHA256, cert);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
 }
 
 impl Clone for RankCredential {
@@ -114,7 +141,7 @@ impl Clone for RankCredential {
             rank: self.rank,
             cert: self.cert.clone(),
             key: self.key.clone_key(),
-            ca: self.ca.clone(),
+            trust: self.trust.clone(),
             pem: self.pem.clone(),
         }
     }
@@ -131,6 +158,56 @@ impl std::fmt::Debug for RankCredential {
 const PEM_LABEL: &str = "# mpx rank credential";
 
 impl RankCredential {
+    /// A credential of its own for rank `rank` of job `job`, with no CA: a
+    /// new key and a certificate naming the rank, signed by that key. It
+    /// trusts no peer until [`pin`](RankCredential::pin) gives it every
+    /// rank's [`fingerprint`](RankCredential::fingerprint), exchanged over
+    /// a channel private to the job (a launcher's key-value space).
+    ///
+    /// ```
+    /// use mpx_net::quic::RankCredential;
+    /// let mut zero = RankCredential::self_signed(9, 0)?;
+    /// let one = RankCredential::self_signed(9, 1)?;
+    /// zero.pin(vec![zero.fingerprint(), one.fingerprint()])?;
+    /// assert_ne!(zero.fingerprint(), one.fingerprint());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn self_signed(job: u64, rank: u32) -> Result<RankCredential> {
+        let key = KeyPair::generate().map_err(|e| tls_error("generating a rank's key", e))?;
+        let mut params =
+            CertificateParams::new(vec![rank_name(job, rank)]).map_err(|e| tls_error("a rank's certificate", e))?;
+        params.distinguished_name.push(DnType::CommonName, rank_name(job, rank));
+        let cert = params.self_signed(&key).map_err(|e| tls_error("signing a rank's certificate", e))?;
+        let pem = format!("{PEM_LABEL} job={job:016x} rank={rank} (pinned)\n{}{}", cert.pem(), key.serialize_pem());
+        Ok(RankCredential {
+            job,
+            rank,
+            cert: cert.der().clone(),
+            key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+            trust: Trust::Pinned(Arc::new(Vec::new())),
+            pem,
+        })
+    }
+
+    /// The fingerprint of this rank's certificate, for its peers to pin.
+    pub fn fingerprint(&self) -> Fingerprint {
+        fingerprint(&self.cert)
+    }
+
+    /// Trusts exactly the ranks whose certificates have these fingerprints,
+    /// in rank order (this rank's own among them): for a credential made
+    /// by [`self_signed`](RankCredential::self_signed).
+    pub fn pin(&mut self, fingerprints: Vec<Fingerprint>) -> Result<()> {
+        if fingerprints.get(self.rank as usize) != Some(&self.fingerprint()) {
+            return Err(Error::InvalidArgument(format!("the fingerprints pinned do not give rank {} its own", self.rank)));
+        }
+        match &mut self.trust {
+            Trust::Pinned(pins) => *pins = Arc::new(fingerprints),
+            Trust::Ca(_) => return Err(Error::InvalidArgument("a credential of a job CA trusts its CA, not pins".into())),
+        }
+        Ok(())
+    }
+
     /// The job's id.
     pub fn job(&self) -> u64 {
         self.job
@@ -178,12 +255,18 @@ impl RankCredential {
             .map_err(|e| bad(&e.to_string()))?;
         let [cert, ca] = <[CertificateDer<'static>; 2]>::try_from(certs).map_err(|_| bad("it needs two certificates"))?;
         let key = PrivatePkcs8KeyDer::from_pem_slice(text.as_bytes()).map_err(|e| bad(&e.to_string()))?;
-        Ok(RankCredential { job, rank, cert, key, ca, pem: text.to_string() })
+        Ok(RankCredential { job, rank, cert, key, trust: Trust::Ca(ca), pem: text.to_string() })
     }
 
     /// Fails unless `cert` (a peer's end-entity certificate, already
     /// verified against the job's CA by TLS) names rank `rank` of this job.
     pub(crate) fn check_names(&self, cert: &CertificateDer<'_>, rank: u32) -> Result<()> {
+        if let Trust::Pinned(pins) = &self.trust {
+            return match pins.get(rank as usize) {
+                Some(pin) if *pin == fingerprint(cert) => Ok(()),
+                _ => Err(Error::Protocol(format!("the peer's certificate is not rank {rank}'s"))),
+            };
+        }
         let name = ServerName::try_from(rank_name(self.job, rank)).map_err(|e| tls_error("a rank's name", e))?;
         let end = webpki::EndEntityCert::try_from(cert).map_err(|e| tls_error("reading a peer's certificate", e))?;
         end.verify_is_valid_for_subject_name(&name)
@@ -192,7 +275,10 @@ impl RankCredential {
 
     fn roots(&self) -> Result<Arc<rustls::RootCertStore>> {
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.clone()).map_err(|e| tls_error("the job's CA certificate", e))?;
+        let Trust::Ca(ca) = &self.trust else {
+            return Err(Error::InvalidArgument("a pinned credential has no CA".into()));
+        };
+        roots.add(ca.clone()).map_err(|e| tls_error("the job's CA certificate", e))?;
         Ok(Arc::new(roots))
     }
 
@@ -200,9 +286,12 @@ impl RankCredential {
     /// job required.
     pub(crate) fn server_config(&self) -> Result<quinn::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
-            .build()
-            .map_err(|e| tls_error("the client verifier", e))?;
+        let verifier: Arc<dyn rustls::server::danger::ClientCertVerifier> = match &self.trust {
+            Trust::Ca(_) => rustls::server::WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
+                .build()
+                .map_err(|e| tls_error("the client verifier", e))?,
+            Trust::Pinned(pins) => Arc::new(pinned::Verifier { pins: pins.clone(), provider: provider.clone() }),
+        };
         let mut tls = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| tls_error("TLS versions", e))?
@@ -218,14 +307,126 @@ impl RankCredential {
     /// the job's CA, this rank's certificate presented.
     pub(crate) fn client_config(&self) -> Result<quinn::ClientConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| tls_error("TLS versions", e))?
-            .with_root_certificates(self.roots()?)
+            .map_err(|e| tls_error("TLS versions", e))?;
+        let builder = match &self.trust {
+            Trust::Ca(_) => builder.with_root_certificates(self.roots()?),
+            Trust::Pinned(pins) => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(pinned::Verifier { pins: pins.clone(), provider })),
+        };
+        let mut tls = builder
             .with_client_auth_cert(vec![self.cert.clone()], PrivateKeyDer::Pkcs8(self.key.clone_key()))
             .map_err(|e| tls_error("this rank's certificate", e))?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
         let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| tls_error("QUIC over TLS", e))?;
         Ok(quinn::ClientConfig::new(Arc::new(quic)))
+    }
+}
+
+/// Trust by pinned fingerprints: a peer's certificate is accepted when its
+/// fingerprint is the one its rank published, and its handshake signature
+/// checks out against it. A dialled rank is known by the name dialled
+/// ([`rank_name`]); an accepting rank takes any of the job's certificates
+/// in the handshake and checks the hello's rank against it afterwards
+/// ([`RankCredential::check_names`]).
+mod pinned {
+    use std::sync::Arc;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::crypto::CryptoProvider;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+    use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
+
+    use super::{fingerprint, Fingerprint};
+
+    #[derive(Debug)]
+    pub(super) struct Verifier {
+        pub(super) pins: Arc<Vec<Fingerprint>>,
+        pub(super) provider: Arc<CryptoProvider>,
+    }
+
+    fn refused() -> rustls::Error {
+        rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure)
+    }
+
+    type Signature = Result<HandshakeSignatureValid, rustls::Error>;
+
+    impl Verifier {
+        fn tls12(&self, m: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Signature {
+            rustls::crypto::verify_tls12_signature(m, cert, dss, &self.provider.signature_verification_algorithms)
+        }
+
+        fn tls13(&self, m: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Signature {
+            rustls::crypto::verify_tls13_signature(m, cert, dss, &self.provider.signature_verification_algorithms)
+        }
+
+        fn schemes(&self) -> Vec<SignatureScheme> {
+            self.provider.signature_verification_algorithms.supported_schemes()
+        }
+    }
+
+    impl ServerCertVerifier for Verifier {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            _intermediates: &[CertificateDer<'_>],
+            server_name: &ServerName<'_>,
+            _ocsp: &[u8],
+            _now: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            let ServerName::DnsName(name) = server_name else { return Err(refused()) };
+            let rank: Option<usize> =
+                name.as_ref().strip_prefix("rank-").and_then(|r| r.split('.').next()).and_then(|r| r.parse().ok());
+            match rank.and_then(|r| self.pins.get(r)) {
+                Some(pin) if *pin == fingerprint(end_entity) => Ok(ServerCertVerified::assertion()),
+                _ => Err(refused()),
+            }
+        }
+
+        fn verify_tls12_signature(&self, m: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Signature {
+            self.tls12(m, cert, dss)
+        }
+
+        fn verify_tls13_signature(&self, m: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Signature {
+            self.tls13(m, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.schemes()
+        }
+    }
+
+    impl ClientCertVerifier for Verifier {
+        fn root_hint_subjects(&self) -> &[DistinguishedName] {
+            &[]
+        }
+
+        fn verify_client_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            _intermediates: &[CertificateDer<'_>],
+            _now: UnixTime,
+        ) -> Result<ClientCertVerified, rustls::Error> {
+            if self.pins.contains(&fingerprint(end_entity)) {
+                Ok(ClientCertVerified::assertion())
+            } else {
+                Err(refused())
+            }
+        }
+
+        fn verify_tls12_signature(&self, m: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Signature {
+            self.tls12(m, cert, dss)
+        }
+
+        fn verify_tls13_signature(&self, m: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Signature {
+            self.tls13(m, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.schemes()
+        }
     }
 }

@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::future::Future;
+use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
@@ -76,6 +77,9 @@ struct Queue {
     /// The writer has finished the stream and the peer has acknowledged it
     /// (or the peer failed).
     finished: bool,
+    /// The peer's stream of this lane has ended: read to its end (the
+    /// peer finalized), or lost with the peer.
+    ended: bool,
 }
 
 /// What writing the front of a queue to its stream gave.
@@ -253,6 +257,15 @@ impl Outbox {
         }
     }
 
+    /// The peer's stream of `lane` has been read to its end.
+    pub(crate) fn ended(&self, lane: Lane) {
+        let mut st = self.lock();
+        st.lanes[lane as usize].ended = true;
+        if let Some(w) = st.flush_waiter.take() {
+            w.wake();
+        }
+    }
+
     /// The peer failed: frames for it are refused from now on, and its
     /// writers stop.
     pub(crate) fn fail(&self, error: Error) {
@@ -262,6 +275,7 @@ impl Outbox {
             q.frames.clear();
             q.bytes = 0;
             q.finished = true;
+            q.ended = true;
             if let Some(w) = q.writer.take() {
                 w.wake();
             }
@@ -272,7 +286,9 @@ impl Outbox {
     }
 
     /// Starts the flush: writers finish their streams once drained. Ready
-    /// when both streams are finished and acknowledged, or the peer failed.
+    /// when both streams are finished and acknowledged and the peer's two
+    /// have been read to their ends (it has finalized too), or the peer
+    /// failed.
     fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut st = self.lock();
         if !st.closing {
@@ -283,7 +299,7 @@ impl Outbox {
                 }
             }
         }
-        if st.failed.is_some() || st.lanes.iter().all(|q| q.finished) {
+        if st.failed.is_some() || st.lanes.iter().all(|q| q.finished && q.ended) {
             return Poll::Ready(());
         }
         st.flush_waiter = Some(cx.waker().clone());
@@ -295,7 +311,15 @@ impl Outbox {
 pub(crate) struct QuicTransport {
     pub(crate) me: u32,
     pub(crate) outboxes: Arc<Vec<Arc<Outbox>>>,
+    /// The QUIC endpoint, closed once the flush is done.
+    pub(crate) quic: quinn::Endpoint,
+    /// Closing the connections and waiting for the close to go out.
+    pub(crate) closing: Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
 }
+
+/// How long a finished rank waits for its connections' close to reach
+/// its peers.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Transport for QuicTransport {
     fn send(&self, dest: u32, frame: Frame) -> std::result::Result<(), SendError> {
@@ -305,8 +329,12 @@ impl Transport for QuicTransport {
         }
     }
 
-    /// Ready once every peer's streams are finished and acknowledged (or
-    /// the peer has failed).
+    /// Ready once, with every peer, both ways' streams are finished (this
+    /// rank's acknowledged, the peer's read to their ends: it has
+    /// finalized too) or the peer has failed, and the connections are
+    /// closed. A rank that ends thus lingers until its peers have finalized
+    /// (as MPI's finalize is collective), keeps reading what they still
+    /// send it, and leaves no peer waiting for an idle timeout.
     fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let mut ready = true;
         for (rank, outbox) in self.outboxes.iter().enumerate() {
@@ -314,11 +342,18 @@ impl Transport for QuicTransport {
                 ready = false;
             }
         }
-        if ready {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
+        if !ready {
+            return Poll::Pending;
         }
+        let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+        let close = closing.get_or_insert_with(|| {
+            let quic = self.quic.clone();
+            quic.close(quinn::VarInt::from_u32(0), b"finalized");
+            Box::pin(async move {
+                let _ = tokio::time::timeout(CLOSE_WAIT, quic.wait_idle()).await;
+            })
+        });
+        close.as_mut().poll(cx).map(Ok)
     }
 }
 

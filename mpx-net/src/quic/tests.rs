@@ -107,6 +107,46 @@ async fn a_server_cannot_pose_as_another_rank() {
     assert!(chain(&e).to_lowercase().contains("certificate"), "{}", chain(&e));
 }
 
+/// Ranks with self-signed certificates pinned by fingerprint (the trust a
+/// launcher's key-value space carries) talk to each other; a process whose
+/// certificate is not pinned connects to nobody, and a pinned rank cannot
+/// claim another rank's number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_ranks_talk_and_nobody_else_gets_in() {
+    let (mut sockets, addrs) = sockets(4);
+    let mut creds: Vec<RankCredential> = (0..3).map(|r| RankCredential::self_signed(5, r).unwrap()).collect();
+    let pins: Vec<Fingerprint> = creds.iter().map(RankCredential::fingerprint).collect();
+    for c in &mut creds {
+        c.pin(pins.clone()).unwrap();
+    }
+    // Rank 3 of the world is unknown to the job: its pins include itself,
+    // but nobody pinned it.
+    let mut stranger = RankCredential::self_signed(5, 3).unwrap();
+    let mut with_stranger = pins.clone();
+    with_stranger.push(stranger.fingerprint());
+    stranger.pin(with_stranger).unwrap();
+    let stranger = start(sockets.pop().unwrap(), &addrs, stranger, &options()).unwrap();
+    // Rank 2's certificate, relabelled as rank 2 but used by a process
+    // claiming rank 2 at rank 2's address is the honest case; an impostor
+    // claiming rank 2 with rank 1's certificate is refused.
+    let mut impostor = RankCredential::self_signed(5, 2).unwrap();
+    impostor.pin(pins.iter().enumerate().map(|(r, p)| if r == 2 { impostor.fingerprint() } else { *p }).collect()).unwrap();
+    let impostor = start(sockets.pop().unwrap(), &addrs, impostor, &options()).unwrap();
+    let [c0, c1, _c2] = <[RankCredential; 3]>::try_from(creds).unwrap();
+    let one = start(sockets.pop().unwrap(), &addrs, c1, &options()).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, c0, &options()).unwrap();
+    ping_pong(&zero, &one).await;
+    for (who, ep) in [("stranger", &stranger), ("impostor", &impostor)] {
+        let e = ep.world().recv::<u32>(0, 0).await.expect_err("rank 0 refuses it");
+        assert!(matches!(e, Error::ProcessFailed { rank: 0, .. }), "{who}: {e:?}");
+    }
+    assert!(zero.world().iprobe(mpx_core::Any, mpx_core::Any).unwrap().is_none(), "nothing of theirs arrived");
+    assert!(one.world().iprobe(mpx_core::Any, mpx_core::Any).unwrap().is_none());
+    let mut wrong = RankCredential::self_signed(5, 0).unwrap();
+    assert!(wrong.pin(pins.clone()).is_err(), "pins that miss this rank's own certificate");
+    assert!(JobCredential::generate(5).unwrap().issue(0).unwrap().pin(pins).is_err(), "a CA credential takes no pins");
+}
+
 /// A peer of the job that sends bytes that are not frames after its hello
 /// is failed and cut off; the ranks' other connections are not affected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,422 @@
+//! How a process learns whether it is one rank of a job started by a
+//! launcher, and finds its peers: [`Start::detect`] reads the environment,
+//! [`start`] turns it into this rank's QUIC endpoint, and [`launch`] runs a
+//! program either way.
+//!
+//! | started by | the environment | peers and trust come from |
+//! |---|---|---|
+//! | nothing (`cargo run`) | none of the below | no peers: ranks run in this process |
+//! | `mpxrun` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE`, `MPX_CREDENTIAL` | mpxrun's PMI key-value space (addresses); the job CA mpxrun made (trust) |
+//! | MPICH's `mpiexec.hydra` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` | hydra's PMI key-value space: addresses and certificate fingerprints, pinned |
+//! | Open MPI's `mpirun` | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `PMIX_NAMESPACE`, and `MPX_RENDEZVOUS` passed with `-x` | files in the rendezvous directory: addresses and fingerprints, pinned |
+//! | by hand | `MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL` | the variables ([`quic::start_from_env`](crate::quic::start_from_env)) |
+//!
+//! Under PMI (hydra, mpxrun) each rank binds a UDP port, publishes
+//! `mpx-<rank>` = `<address>,<fingerprint>` in the job's key-value space,
+//! meets the others at the barrier, and reads theirs. Without a job CA
+//! (hydra, Open MPI) each rank makes a certificate of its own
+//! ([`RankCredential::self_signed`]) and trusts exactly the fingerprints
+//! published there ([`RankCredential::pin`]): the launcher's channel,
+//! private to the job's processes, carries the trust. A rank advertises
+//! `MPX_HOST` if set, else the address its host name resolves to, else
+//! 127.0.0.1.
+
+pub mod mpxrun;
+pub mod pmi;
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mpx_core::{Comm, Endpoint, Error, Result};
+
+use crate::quic::{self, Fingerprint, RankCredential};
+
+/// The environment variables mpx reads at start-up, beyond the launchers'
+/// own.
+pub mod env {
+    /// The address this rank advertises to its peers (an IP address).
+    pub const HOST: &str = "MPX_HOST";
+    /// Under Open MPI's `mpirun`: a directory private to the user (mode
+    /// 0700), on a file system every host of the job sees, where ranks
+    /// find each other (`mpirun -x MPX_RENDEZVOUS=$dir ...`).
+    pub const RENDEZVOUS: &str = "MPX_RENDEZVOUS";
+    /// Seconds a rank waits, at start-up, for its launcher and its peers
+    /// (default 30).
+    pub const START_TIMEOUT: &str = "MPX_START_TIMEOUT";
+    pub use crate::quic::env::{ADDRS, CREDENTIAL, RANK};
+}
+
+/// How this process was started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// By itself: a program's ranks run in this process.
+    Alone,
+    /// By hand: `MPX_RANK`, `MPX_ADDRS` and `MPX_CREDENTIAL`.
+    Env {
+        /// This process's rank.
+        rank: u32,
+        /// Ranks in the job.
+        size: u32,
+    },
+    /// By a PMI-1 launcher (MPICH's hydra, or `mpxrun`): `PMI_FD`,
+    /// `PMI_RANK`, `PMI_SIZE`.
+    Pmi {
+        /// This process's rank.
+        rank: u32,
+        /// Ranks in the job.
+        size: u32,
+        /// The socket to the launcher.
+        fd: i32,
+    },
+    /// By Open MPI's `mpirun`, peers met in a rendezvous directory.
+    OpenMpi {
+        /// This process's rank.
+        rank: u32,
+        /// Ranks in the job.
+        size: u32,
+        /// The job's own directory inside `MPX_RENDEZVOUS`.
+        dir: PathBuf,
+        /// The job's id (Open MPI's namespace).
+        job: u64,
+    },
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn number<T: std::str::FromStr>(name: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let v = var(name).ok_or_else(|| Error::InvalidArgument(format!("{name} is not set")))?;
+    v.trim().parse().map_err(|e| Error::InvalidArgument(format!("{name}={v:?}: {e}")))
+}
+
+impl Start {
+    /// Reads how this process was started from its environment (see the
+    /// [module docs](self)). A launcher's variables that are present but
+    /// wrong are an error naming the variable.
+    ///
+    /// ```
+    /// use mpx_net::bootstrap::Start;
+    /// // `cargo test` starts this alone.
+    /// assert_eq!(Start::detect()?, Start::Alone);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn detect() -> Result<Start> {
+        if var(env::RANK).is_some() {
+            let size = var(env::ADDRS).map(|a| a.split(',').count()).unwrap_or(0);
+            return Ok(Start::Env { rank: number(env::RANK)?, size: size as u32 });
+        }
+        if var("PMI_FD").is_some() {
+            return Ok(Start::Pmi { rank: number("PMI_RANK")?, size: number("PMI_SIZE")?, fd: number("PMI_FD")? });
+        }
+        if var("OMPI_COMM_WORLD_RANK").is_some() {
+            let rank = number("OMPI_COMM_WORLD_RANK")?;
+            let size = number("OMPI_COMM_WORLD_SIZE")?;
+            let base = var(env::RENDEZVOUS).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "started by Open MPI's mpirun without {}: pass a private directory, `mpirun -x {}=$(mktemp -d) ...`",
+                    env::RENDEZVOUS,
+                    env::RENDEZVOUS
+                ))
+            })?;
+            let job = var("PMIX_NAMESPACE")
+                .or_else(|| var("OMPI_MCA_ess_base_jobid"))
+                .ok_or_else(|| Error::InvalidArgument("Open MPI gave no job id (PMIX_NAMESPACE)".into()))?;
+            return Ok(Start::OpenMpi { rank, size, dir: Path::new(&base).join(format!("job-{job}")), job: job_id(&job) });
+        }
+        Ok(Start::Alone)
+    }
+
+    /// Ranks in the job, or `None` when alone.
+    pub fn size(&self) -> Option<u32> {
+        match self {
+            Start::Alone => None,
+            Start::Env { size, .. } | Start::Pmi { size, .. } | Start::OpenMpi { size, .. } => Some(*size),
+        }
+    }
+}
+
+/// A job id for certificate names, from a launcher's name for the job.
+fn job_id(name: &str) -> u64 {
+    let f = quic::fingerprint(name.as_bytes());
+    u64::from_le_bytes(f[..8].try_into().expect("8 bytes"))
+}
+
+/// How long start-up may wait for the launcher and the peers.
+fn start_timeout() -> Result<Duration> {
+    Ok(match var(env::START_TIMEOUT) {
+        Some(_) => Duration::from_secs_f64(number::<f64>(env::START_TIMEOUT)?.max(0.001)),
+        None => Duration::from_secs(30),
+    })
+}
+
+/// The address this rank gives its peers: `MPX_HOST`, else its host
+/// name's, else 127.0.0.1.
+fn advertised_ip() -> Result<IpAddr> {
+    if let Some(host) = var(env::HOST) {
+        return host.trim().parse().map_err(|e| Error::InvalidArgument(format!("{}={host:?}: {e}", env::HOST)));
+    }
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().or_else(|| var("HOSTNAME"));
+    let resolved = name.and_then(|n| (n.trim(), 0).to_socket_addrs().ok()).and_then(|mut a| a.find(|a| a.is_ipv4()));
+    Ok(resolved.map(|a| a.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1])))
+}
+
+/// What a rank publishes: its address and its certificate's fingerprint.
+fn card(addr: SocketAddr, fp: &Fingerprint) -> String {
+    let hex: String = fp.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{addr},{hex}")
+}
+
+fn read_card(rank: u32, text: &str) -> Result<(SocketAddr, Fingerprint)> {
+    let bad = || Error::Protocol(format!("rank {rank} published {text:?}, not an address and a fingerprint"));
+    let (addr, hex) = text.trim().rsplit_once(',').ok_or_else(bad)?;
+    let addr: SocketAddr = addr.parse().map_err(|_| bad())?;
+    if hex.len() != 64 {
+        return Err(bad());
+    }
+    let mut fp = [0u8; 32];
+    for (i, b) in fp.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok((addr, fp))
+}
+
+/// This rank's socket and credential before the exchange: a CA credential
+/// from `MPX_CREDENTIAL` if the launcher made one (mpxrun), else one of
+/// its own to be pinned.
+fn prepare(rank: u32, job: u64) -> Result<(UdpSocket, SocketAddr, RankCredential)> {
+    let credential = match var(env::CREDENTIAL) {
+        Some(pem) => {
+            let c = RankCredential::from_pem(&pem)?;
+            if c.rank() != rank {
+                return Err(Error::InvalidArgument(format!("{} is rank {}'s, not rank {rank}'s", env::CREDENTIAL, c.rank())));
+            }
+            c
+        }
+        None => RankCredential::self_signed(job, rank)?,
+    };
+    let socket = quic::bind(([0, 0, 0, 0], 0).into()).map_err(|e| Error::transport("binding a UDP socket", e))?;
+    let port = socket.local_addr().map_err(|e| Error::transport("binding a UDP socket", e))?.port();
+    Ok((socket, SocketAddr::new(advertised_ip()?, port), credential))
+}
+
+/// Pins the published fingerprints if the credential is this rank's own.
+fn trust(credential: &mut RankCredential, fingerprints: Vec<Fingerprint>) -> Result<()> {
+    if var(env::CREDENTIAL).is_none() {
+        credential.pin(fingerprints)?;
+    }
+    Ok(())
+}
+
+/// Ends this process's PMI session when the endpoint that owns it goes.
+struct PmiSession(Mutex<pmi::Client<UnixStream>>);
+
+impl Drop for PmiSession {
+    fn drop(&mut self) {
+        let client = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = client.finalize() {
+            tracing::warn!(error = %e, "PMI finalize");
+        }
+    }
+}
+
+/// The exchange through a PMI-1 launcher: on a blocking thread.
+fn through_pmi(rank: u32, size: u32, fd: i32, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential, PmiSession)> {
+    use std::os::fd::FromRawFd;
+    if fd < 0 {
+        return Err(Error::InvalidArgument(format!("PMI_FD={fd}")));
+    }
+    // SAFETY: the launcher hands this process the descriptor in PMI_FD for
+    // PMI alone; nothing else in the process uses it, and it is taken
+    // once: `start` runs once per process, and a second `Start::Pmi` start
+    // is refused below before reaching here.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    pmi::set_timeout(&stream, timeout)?;
+    let mut client = pmi::Client::init(stream)?;
+    let (socket, addr, mut credential) = prepare(rank, job_id(client.kvsname()))?;
+    client.put(&format!("mpx-{rank}"), &card(addr, &credential.fingerprint()))?;
+    client.barrier()?;
+    let mut addrs = Vec::with_capacity(size as usize);
+    let mut pins = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        let (a, f) = read_card(r, &client.get(&format!("mpx-{r}"))?)?;
+        addrs.push(a);
+        pins.push(f);
+    }
+    trust(&mut credential, pins)?;
+    Ok((socket, addrs, credential, PmiSession(Mutex::new(client))))
+}
+
+/// The exchange through Open MPI's rendezvous directory: on a blocking
+/// thread.
+fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential)> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let io = |what: String| move |e: std::io::Error| Error::transport(what, e);
+    let base = dir.parent().unwrap_or(dir);
+    let meta = std::fs::metadata(base).map_err(io(format!("the rendezvous directory {}", base.display())))?;
+    // The process's own directory in /proc belongs to its effective user.
+    let me = std::fs::metadata("/proc/self").map_err(io("/proc/self".into()))?.uid();
+    if meta.uid() != me || meta.permissions().mode() & 0o077 != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "the rendezvous directory {} must belong to this user and be private (mode 0700): it carries the job's trust",
+            base.display()
+        )));
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let (socket, addr, mut credential) = prepare(rank, job)?;
+    let file = |r: u32| dir.join(format!("rank-{r}"));
+    let partial = dir.join(format!(".rank-{rank}.{}", std::process::id()));
+    std::fs::write(&partial, card(addr, &credential.fingerprint())).map_err(io(format!("writing {}", partial.display())))?;
+    std::fs::rename(&partial, file(rank)).map_err(io(format!("publishing {}", file(rank).display())))?;
+    let deadline = Instant::now() + timeout;
+    let mut addrs = Vec::with_capacity(size as usize);
+    let mut pins = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        let text = loop {
+            match std::fs::read_to_string(file(r)) {
+                Ok(t) => break t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    return Err(Error::transport(format!("waiting for rank {r}'s card {} in the rendezvous directory", file(r).display()), e))
+                }
+            }
+        };
+        let (a, f) = read_card(r, &text)?;
+        addrs.push(a);
+        pins.push(f);
+    }
+    trust(&mut credential, pins)?;
+    Ok((socket, addrs, credential))
+}
+
+/// Starts this process's rank as its launcher says ([`Start::detect`]),
+/// or returns `Ok(None)` if it was started alone. Waits for the launcher
+/// and the peers' addresses at most `MPX_START_TIMEOUT` seconds (30 by
+/// default), then connects as [`quic::start`] does.
+///
+/// Must be called within a tokio runtime, once per process.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// // Started alone (as by `cargo test`): no endpoint.
+/// assert!(mpx_net::bootstrap::start(&mpx_net::quic::Options::network()).await?.is_none());
+/// # Ok(()) }
+/// ```
+///
+/// # Cancel safety
+/// Not cancel-safe: dropping the future while it waits for the launcher
+/// leaves the exchange to finish on its thread, and this process's PMI
+/// session spent.
+pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
+    static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let start = Start::detect()?;
+    if start == Start::Alone {
+        return Ok(None);
+    }
+    if STARTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(Error::InvalidArgument("this process has started its rank already".into()));
+    }
+    let timeout = start_timeout()?;
+    let options = quic::Options { connect_timeout: timeout, ..*options };
+    let blocking = |f: Box<dyn FnOnce() -> Result<Endpoint> + Send>| async move {
+        tokio::task::spawn_blocking(f).await.map_err(|e| Error::transport("the start-up exchange", e))?
+    };
+    let runtime = tokio::runtime::Handle::current();
+    let endpoint = match start {
+        Start::Alone => unreachable!("returned above"),
+        Start::Env { .. } => quic::start_from_env(&options)?.ok_or_else(|| Error::InvalidArgument("MPX_RANK vanished".into()))?,
+        Start::Pmi { rank, size, fd } => {
+            blocking(Box::new(move || {
+                let (socket, addrs, credential, session) = through_pmi(rank, size, fd, timeout)?;
+                let _inside = runtime.enter();
+                let endpoint = quic::start(socket, &addrs, credential, &options)?;
+                endpoint.own(session);
+                Ok(endpoint)
+            }))
+            .await?
+        }
+        Start::OpenMpi { rank, size, dir, job } => {
+            blocking(Box::new(move || {
+                let (socket, addrs, credential) = through_directory(rank, size, &dir, job, timeout)?;
+                let _inside = runtime.enter();
+                quic::start(socket, &addrs, credential, &options)
+            }))
+            .await?
+        }
+    };
+    Ok(Some(endpoint))
+}
+
+/// Runs `f` as `ranks` ranks, wherever this process was started: started
+/// alone, all `ranks` run in this process on the in-memory loopback (as
+/// [`loopback::launch`](crate::loopback::launch)); started by a launcher
+/// (`mpxrun`, `mpiexec.hydra`, Open MPI's `mpirun`, or by hand, see
+/// [`Start`]), this process runs its own rank over QUIC and the launcher's
+/// other processes run the others.
+///
+/// Returns the results of the ranks that ran in this process, in rank
+/// order: all `ranks` of them when alone, one (this process's rank's)
+/// under a launcher. A launcher that started another number of processes
+/// than `ranks` is an error naming both, before anything runs.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// let got = mpx_net::bootstrap::launch(3, |world| async move { Ok(world.rank() * 10) }).await?;
+/// // Run alone here: every rank's result. Under `mpxrun -n 3`, each
+/// // process would get its own rank's only.
+/// assert_eq!(got, [0, 10, 20]);
+/// # Ok(()) }
+/// ```
+///
+/// # Cancel safety
+/// Dropping the returned future aborts every task it started.
+pub async fn launch<F, Fut, R>(ranks: usize, f: F) -> Result<Vec<R>>
+where
+    F: Fn(Comm) -> Fut,
+    Fut: Future<Output = Result<R>> + Send + 'static,
+    R: Send + 'static,
+{
+    let start = Start::detect()?;
+    let Some(size) = start.size() else { return crate::loopback::launch(ranks, f).await };
+    if size as usize != ranks {
+        return Err(Error::InvalidArgument(format!(
+            "the program runs {ranks} ranks, but its launcher started {size} processes: start it with {ranks}"
+        )));
+    }
+    let endpoint = start_launched().await?;
+    crate::run::run_ranks(vec![endpoint], crate::run::Tasks(Vec::new()), f).await
+}
+
+async fn start_launched() -> Result<Endpoint> {
+    let options = if var(env::HOST).is_some() { quic::Options::network() } else { quic::Options::local() };
+    start(&options).await?.ok_or_else(|| Error::InvalidArgument("the launcher's environment vanished".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cards_round_trip_and_bad_ones_are_errors() {
+        let fp = [0xabu8; 32];
+        let addr: SocketAddr = "10.1.2.3:4567".parse().unwrap();
+        assert_eq!(read_card(1, &card(addr, &fp)).unwrap(), (addr, fp));
+        let v6: SocketAddr = "[::1]:9".parse().unwrap();
+        assert_eq!(read_card(1, &card(v6, &fp)).unwrap(), (v6, fp));
+        for bad in ["", "10.1.2.3:4567", "10.1.2.3:4567,abcd", "nohost,".to_string().as_str(), &format!("x:1,{}", "ab".repeat(32))] {
+            assert!(read_card(3, bad).is_err(), "{bad:?}");
+        }
+        assert!(read_card(3, &format!("10.1.2.3:4567,{}", "zz".repeat(32))).is_err());
+    }
+}

@@ -1,0 +1,223 @@
+//! The same programs started as one process per rank: by `mpxrun`, by
+//! MPICH's `mpiexec.hydra`, and by Open MPI's `mpirun`.
+//!
+//! The external launchers are tests of this machine's MPICH and Open MPI:
+//! where one is not installed, its test says so and passes, unless
+//! `MPX_REQUIRE_LAUNCHERS` is set (`.ci/run` sets it, and installs both),
+//! where it fails.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// An example built by `cargo test` beside this test.
+fn example(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().expect("the test's path");
+    let path = deps.parent().and_then(|d| d.parent()).expect("target/<profile>").join("examples").join(name);
+    assert!(path.exists(), "{} is not built (cargo test builds the examples)", path.display());
+    path
+}
+
+fn mpxrun() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mpxrun"))
+}
+
+/// Runs `cmd` to its end, at most `limit`.
+fn run(cmd: &mut Command, limit: Duration) -> Output {
+    let started = Instant::now();
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting the launcher");
+    loop {
+        if child.try_wait().expect("waiting").is_some() {
+            return child.wait_with_output().expect("its output");
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("its output");
+            panic!(
+                "{cmd:?} did not finish in {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The quickstart's ring: each rank's report names its left neighbour.
+fn check_quickstart(out: &Output) {
+    assert!(out.status.success(), "{}", text(out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for rank in 0..4 {
+        let left = (rank + 3) % 4;
+        let want = format!("rank {rank}: 1000 particles from rank {left} (first id {})", left * 1000);
+        assert!(stdout.contains(&want), "missing {want:?} in:\n{}", text(out));
+    }
+}
+
+fn check_ring(out: &Output, ranks: usize) {
+    assert!(out.status.success(), "{}", text(out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("rank 0 of {ranks}: token {ranks},")), "{}", text(out));
+    for rank in 0..ranks {
+        assert!(stdout.contains(&format!("rank {rank} of {ranks}:")), "rank {rank} missing:\n{}", text(out));
+    }
+}
+
+/// Whether `launcher` can be run here; if not, fails under
+/// `MPX_REQUIRE_LAUNCHERS`, else says so.
+fn have(launcher: &str) -> bool {
+    let found = Command::new(launcher).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !found {
+        assert!(std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(), "{launcher} is required (MPX_REQUIRE_LAUNCHERS) but not installed");
+        eprintln!("{launcher} is not installed: not tested here (install MPICH and Open MPI, or see .ci/run)");
+    }
+    found
+}
+
+#[test]
+fn mpxrun_runs_the_quickstart_and_a_ring_one_process_per_rank() {
+    let out = run(mpxrun().args(["-n", "4"]).arg(example("quickstart")), Duration::from_secs(60));
+    check_quickstart(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.lines().filter(|l| l.starts_with("[2] ")).count() > 5, "rank 2's lines are prefixed:\n{stdout}");
+    let out = run(mpxrun().args(["-n", "3", "--no-prefix"]).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 3);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("[0] "), "--no-prefix");
+}
+
+/// A program that asks for another number of ranks than the launcher
+/// started fails in every process, naming both numbers.
+#[test]
+fn a_launcher_of_another_size_is_an_error_naming_both() {
+    let out = run(mpxrun().args(["-n", "3"]).arg(example("quickstart")), Duration::from_secs(60));
+    assert!(!out.status.success());
+    assert!(text(&out).contains("the program runs 4 ranks, but its launcher started 3 processes"), "{}", text(&out));
+}
+
+/// A rank that fails makes mpxrun kill the others at once and exit with
+/// its status, naming it; `--keep-going` lets the others finish.
+#[test]
+fn a_failing_rank_fails_mpxrun_naming_it() {
+    let script = "if [ \"$PMI_RANK\" = 2 ]; then exit 3; fi; sleep 30";
+    let started = Instant::now();
+    let out = run(mpxrun().args(["-n", "3", "sh", "-c", script]), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("rank 2 of 3 failed"), "{}", text(&out));
+    assert!(started.elapsed() < Duration::from_secs(10), "the other ranks were killed, not waited for");
+    let script = "if [ \"$PMI_RANK\" = 2 ]; then exit 3; fi; sleep 0.3; echo finished";
+    let out = run(mpxrun().args(["-n", "3", "--keep-going", "sh", "-c", script]), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(3));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("[0] finished") && stdout.contains("[1] finished"), "{}", text(&out));
+    let out = run(mpxrun().args(["-n", "0", "true"]), Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(2), "a bad command line");
+}
+
+/// `kill -9` of one rank in the middle of a flood: the others' operations
+/// that depend on it fail (they do not hang), and mpxrun exits non-zero
+/// naming the rank.
+#[test]
+fn a_rank_killed_mid_flood_fails_the_others_and_mpxrun() {
+    let mut child = mpxrun()
+        .args(["-n", "3", "--keep-going"])
+        .arg(example("flood"))
+        .arg("100000000")
+        .env("MPX_START_TIMEOUT", "20")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Rank 1's process id, then its first progress line.
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut pid = None;
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
+        if let Some(p) = line.strip_prefix("[1] rank 1 pid ") {
+            pid = p.trim().parse::<i32>().ok();
+        }
+        let flowing = line.contains("messages received");
+        lines.push(line);
+        if pid.is_some() && flowing {
+            break;
+        }
+    }
+    let pid = pid.unwrap_or_else(|| panic!("rank 1 never started flooding:\n{}", lines.join("\n")));
+    let killed = Instant::now();
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    // The others fail within the idle bound (10 s with Options::local) and
+    // mpxrun ends.
+    let limit = Duration::from_secs(25);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(killed.elapsed() < limit, "mpxrun still running {limit:?} after the kill");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains("rank 1 failed"), "{stderr}");
+    // The other ranks failed too, with errors, rather than finishing.
+    assert!(stderr.contains("[0] Error") && stderr.contains("[2] Error"), "{stderr}");
+    assert!(stderr.contains("ProcessFailed"), "{stderr}");
+}
+
+#[test]
+fn mpich_hydra_runs_the_quickstart_and_a_ring() {
+    if !have("mpiexec.hydra") {
+        return;
+    }
+    let out = run(Command::new("mpiexec.hydra").args(["-n", "4"]).arg(example("quickstart")), Duration::from_secs(60));
+    check_quickstart(&out);
+    let out = run(Command::new("mpiexec.hydra").args(["-n", "3"]).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 3);
+}
+
+#[test]
+fn open_mpi_runs_the_quickstart_and_a_ring() {
+    if !have("mpirun.openmpi") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mpx-rendezvous-{}", std::process::id()));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    }
+    let mpirun = |n: &str, program: PathBuf| {
+        let mut c = Command::new("mpirun.openmpi");
+        c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .args(["--oversubscribe", "-n", n, "-x"])
+            .arg(format!("MPX_RENDEZVOUS={}", dir.display()))
+            .arg(program);
+        c
+    };
+    let out = run(&mut mpirun("4", example("quickstart")), Duration::from_secs(90));
+    check_quickstart(&out);
+    let out = run(&mut mpirun("3", example("quic_ring")), Duration::from_secs(90));
+    check_ring(&out, 3);
+    // Without the rendezvous directory: an error that says what to type.
+    let mut c = Command::new("mpirun.openmpi");
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").args(["--oversubscribe", "-n", "2"]).arg(example("quic_ring"));
+    let out = run(&mut c, Duration::from_secs(60));
+    assert!(!out.status.success());
+    assert!(text(&out).contains("mpirun -x MPX_RENDEZVOUS="), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
