@@ -8,8 +8,8 @@
 //! ```
 //!
 //! Each rank prints its process id first, then a line every 10,000
-//! messages received, then its total; any loss, duplicate or reordering
-//! is an error.
+//! messages received with its resident memory, then its total and its
+//! peak resident memory; any loss, duplicate or reordering is an error.
 
 use mpx::prelude::*;
 
@@ -43,12 +43,19 @@ async fn flood(world: Comm, per_pair: u64) -> mpx::Result<u64> {
         wait_all(sends).await.into_iter().collect::<mpx::Result<Vec<_>>>()?;
         sent += round;
         if received >= next_report {
-            println!("rank {me}: {received} messages received");
+            println!("rank {me}: {received} messages received, resident {} kB", resident_kb("VmRSS"));
             next_report += 10_000;
         }
     }
-    println!("rank {me}: flood of {received} messages checked");
+    println!("rank {me}: flood of {received} messages checked, peak resident {} kB", resident_kb("VmHWM"));
     Ok(received)
+}
+
+/// A line of /proc/self/status, in kB (0 where there is none).
+fn resident_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_default();
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 #[tokio::main]

@@ -221,3 +221,38 @@ fn open_mpi_runs_the_quickstart_and_a_ring() {
     assert!(text(&out).contains("mpirun -x MPX_RENDEZVOUS="), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Eight processes exchange 1,000,048 messages (17,858 each way between
+/// every pair), each checking that every peer's arrive complete and in
+/// order; each process's peak resident memory stays under 64 MiB, and its
+/// resident memory does not grow between a tenth of the flood and its end
+/// (within 2 MiB of allocator noise).
+#[test]
+fn eight_processes_flood_a_million_messages_in_bounded_memory() {
+    let out = run(mpxrun().args(["-n", "8"]).arg(example("flood")).arg("17858"), Duration::from_secs(300));
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let number_after = |line: &str, word: &str| -> u64 {
+        let at = line.find(word).unwrap_or_else(|| panic!("{word:?} in {line:?}")) + word.len();
+        line[at..].split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("a number after {word:?} in {line:?}"))
+    };
+    let mut total = 0;
+    for rank in 0..8 {
+        let mine: Vec<&str> = stdout.lines().filter(|l| l.starts_with(&format!("[{rank}] rank {rank}:"))).collect();
+        let done = mine.iter().find(|l| l.contains("checked")).unwrap_or_else(|| panic!("rank {rank} did not finish:\n{stdout}"));
+        let received = number_after(done, "flood of ");
+        assert_eq!(received, 7 * 17858, "rank {rank}");
+        total += received;
+        let peak = number_after(done, "peak resident ");
+        assert!(peak < 64 << 10, "rank {rank}: peak resident {peak} kB");
+        let reports: Vec<(u64, u64)> = mine
+            .iter()
+            .filter(|l| l.contains("messages received"))
+            .map(|l| (number_after(l, &format!("rank {rank}: ")), number_after(l, "resident ")))
+            .collect();
+        let tenth = reports.iter().find(|(n, _)| *n >= received / 10).expect("a report at a tenth");
+        let last = reports.last().expect("reports");
+        assert!(last.1 <= tenth.1 + 2048, "rank {rank}: resident {} kB at {} messages, {} kB at {}", tenth.1, tenth.0, last.1, last.0);
+    }
+    assert_eq!(total, 1_000_048);
+}
