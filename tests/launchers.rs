@@ -1,10 +1,11 @@
-//! The same programs started as one process per rank: by `mpxrun`, by
-//! MPICH's `mpiexec.hydra`, and by Open MPI's `mpirun`.
+//! The same programs started as one process per rank: by `mpxrun` (on
+//! this host, and on three "hosts" made of network namespaces), by MPICH's
+//! `mpiexec.hydra`, and by Open MPI's `mpirun`.
 //!
-//! The external launchers are tests of this machine's MPICH and Open MPI:
-//! where one is not installed, its test says so and passes, unless
-//! `MPX_REQUIRE_LAUNCHERS` is set (`.ci/run` sets it, and installs both),
-//! where it fails.
+//! The external launchers and the namespaces need this machine's MPICH,
+//! Open MPI and root: where one is missing, its test says so and passes,
+//! unless `MPX_REQUIRE_LAUNCHERS` is set (`.ci/run` sets it, and installs
+//! them), where it fails.
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -255,4 +256,140 @@ fn eight_processes_flood_a_million_messages_in_bounded_memory() {
         assert!(last.1 <= tenth.1 + 2048, "rank {rank}: resident {} kB at {} messages, {} kB at {}", tenth.1, tenth.0, last.1, last.0);
     }
     assert_eq!(total, 1_000_048);
+}
+
+/// Three "hosts" on this machine: network namespaces, each with its own
+/// address on a bridge, removed on every exit path (dropping this).
+struct Hosts {
+    names: Vec<String>,
+    /// Each host's link, on the bridge's side.
+    links: Vec<String>,
+    bridge: String,
+    /// The bridge's address: where `mpxrun` listens.
+    gateway: String,
+}
+
+fn ip(args: &str) -> Result<(), String> {
+    let out = Command::new("ip").args(args.split_whitespace()).output().map_err(|e| format!("ip {args}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {args}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+impl Hosts {
+    fn new(n: usize) -> Result<Hosts, String> {
+        let id = std::process::id() % 100_000;
+        let net = format!("10.77.{}", id % 250);
+        let mut hosts = Hosts { names: Vec::new(), links: Vec::new(), bridge: format!("mx{id}b"), gateway: format!("{net}.254") };
+        ip(&format!("link add {} type bridge", hosts.bridge))?;
+        ip(&format!("addr add {}/24 dev {}", hosts.gateway, hosts.bridge))?;
+        ip(&format!("link set {} up", hosts.bridge))?;
+        for i in 0..n {
+            let (ns, outer, inner) = (format!("mpx-{id}-h{i}"), format!("mx{id}h{i}"), format!("mx{id}n{i}"));
+            ip(&format!("netns add {ns}"))?;
+            hosts.names.push(ns.clone());
+            ip(&format!("link add {outer} type veth peer name {inner}"))?;
+            hosts.links.push(outer.clone());
+            ip(&format!("link set {inner} netns {ns}"))?;
+            ip(&format!("link set {outer} master {} up", hosts.bridge))?;
+            ip(&format!("netns exec {ns} ip addr add {net}.{}/24 dev {inner}", i + 1))?;
+            ip(&format!("netns exec {ns} ip link set {inner} up"))?;
+            ip(&format!("netns exec {ns} ip link set lo up"))?;
+        }
+        Ok(hosts)
+    }
+
+    /// `mpxrun` starting rank `r` on host `r % 3`.
+    fn mpxrun(&self, ranks: usize) -> Command {
+        let mut c = mpxrun();
+        c.args(["-n", &ranks.to_string(), "--hosts", &self.names.join(","), "--launch", "ip netns exec {host}", "--pmi-host", &self.gateway]);
+        c
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = ip(&format!("netns del {ns}"));
+        }
+        for link in &self.links {
+            let _ = ip(&format!("link del {link}"));
+        }
+        let _ = ip(&format!("link del {}", self.bridge));
+    }
+}
+
+/// Ranks on three hosts (network namespaces) run a ring and an all-to-all
+/// flood; then one host's link is cut in the middle of a flood, and the
+/// ranks on the others fail with `ProcessFailed` within the idle bound
+/// instead of hanging.
+#[test]
+fn ranks_on_three_hosts_run_and_a_host_cut_off_fails_the_others() {
+    let hosts = match Hosts::new(3) {
+        Ok(h) => h,
+        Err(e) => {
+            assert!(std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(), "network namespaces are required here: {e}");
+            eprintln!("cannot make network namespaces here ({e}): not tested");
+            return;
+        }
+    };
+    let out = run(hosts.mpxrun(3).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 3);
+    let out = run(hosts.mpxrun(6).arg(example("flood")).arg("2000"), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).matches("flood of 10000 messages checked").count(), 6, "{}", text(&out));
+
+    // Cut host 1 (ranks 1 and 4) off in the middle of a flood.
+    let mut child = hosts
+        .mpxrun(6)
+        .arg("--keep-going")
+        .arg(example("flood"))
+        .arg("100000000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        assert!(Instant::now() < deadline, "the flood never started:\n{}", seen.join("\n"));
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            let flowing = line.contains("messages received");
+            seen.push(line);
+            if flowing {
+                break;
+            }
+        }
+    }
+    ip(&format!("link set {} down", hosts.links[1])).unwrap();
+    let cut = Instant::now();
+    let limit = Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if cut.elapsed() > limit {
+            let _ = child.kill();
+            panic!("mpxrun still running {limit:?} after the cut");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    for rank in [0, 2, 3, 5] {
+        assert!(stderr.contains(&format!("[{rank}] Error: ProcessFailed")), "rank {rank} did not fail:\n{stderr}");
+    }
+    assert!(stderr.contains("rank: 1") || stderr.contains("rank: 4"), "the failures name a rank of the cut host:\n{stderr}");
 }

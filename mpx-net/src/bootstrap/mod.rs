@@ -6,7 +6,7 @@
 //! | started by | the environment | peers and trust come from |
 //! |---|---|---|
 //! | nothing (`cargo run`) | none of the below | no peers: ranks run in this process |
-//! | `mpxrun` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE`, `MPX_CREDENTIAL` | mpxrun's PMI key-value space (addresses); the job CA mpxrun made (trust) |
+//! | `mpxrun` | `PMI_FD` (or, on other hosts, `PMI_PORT`, `PMI_ID`, `MPX_PMI_TOKEN`), `PMI_RANK`, `PMI_SIZE`, `MPX_CREDENTIAL` | mpxrun's PMI key-value space (addresses); the job CA mpxrun made (trust) |
 //! | MPICH's `mpiexec.hydra` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` | hydra's PMI key-value space: addresses and certificate fingerprints, pinned |
 //! | Open MPI's `mpirun` | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `PMIX_NAMESPACE`, and `MPX_RENDEZVOUS` passed with `-x` | files in the rendezvous directory: addresses and fingerprints, pinned |
 //! | by hand | `MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL` | the variables ([`quic::start_from_env`](crate::quic::start_from_env)) |
@@ -18,15 +18,16 @@
 //! ([`RankCredential::self_signed`]) and trusts exactly the fingerprints
 //! published there ([`RankCredential::pin`]): the launcher's channel,
 //! private to the job's processes, carries the trust. A rank advertises
-//! `MPX_HOST` if set, else the address its host name resolves to, else
-//! 127.0.0.1.
+//! `MPX_HOST` if set; else, when it reaches its launcher over TCP, its
+//! address on the route to the launcher; else the address its host name
+//! resolves to, else 127.0.0.1. Unless every rank is on loopback, packets
+//! are sized for any Ethernet path ([`quic::Options::network`]'s MTU).
 
 pub mod mpxrun;
 pub mod pmi;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -47,6 +48,9 @@ pub mod env {
     /// Seconds a rank waits, at start-up, for its launcher and its peers
     /// (default 30).
     pub const START_TIMEOUT: &str = "MPX_START_TIMEOUT";
+    /// The secret `mpxrun` gives the ranks it starts on other hosts, which
+    /// they show when they connect to its PMI port.
+    pub const PMI_TOKEN: &str = "MPX_PMI_TOKEN";
     pub use crate::quic::env::{ADDRS, CREDENTIAL, RANK};
 }
 
@@ -69,8 +73,8 @@ pub enum Start {
         rank: u32,
         /// Ranks in the job.
         size: u32,
-        /// The socket to the launcher.
-        fd: i32,
+        /// How to reach the launcher.
+        channel: pmi::Channel,
     },
     /// By Open MPI's `mpirun`, peers met in a rendezvous directory.
     OpenMpi {
@@ -114,7 +118,12 @@ impl Start {
             return Ok(Start::Env { rank: number(env::RANK)?, size: size as u32 });
         }
         if var("PMI_FD").is_some() {
-            return Ok(Start::Pmi { rank: number("PMI_RANK")?, size: number("PMI_SIZE")?, fd: number("PMI_FD")? });
+            let channel = pmi::Channel::Fd(number("PMI_FD")?);
+            return Ok(Start::Pmi { rank: number("PMI_RANK")?, size: number("PMI_SIZE")?, channel });
+        }
+        if let Some(addr) = var("PMI_PORT") {
+            let channel = pmi::Channel::Port { addr, id: number("PMI_ID")?, token: var(env::PMI_TOKEN) };
+            return Ok(Start::Pmi { rank: number("PMI_RANK")?, size: number("PMI_SIZE")?, channel });
         }
         if var("OMPI_COMM_WORLD_RANK").is_some() {
             let rank = number("OMPI_COMM_WORLD_RANK")?;
@@ -157,9 +166,18 @@ fn start_timeout() -> Result<Duration> {
     })
 }
 
+/// The local address of the route to `addr` (`host:port`): the address a
+/// peer on the launcher's network reaches this host at.
+fn local_route(addr: &str) -> Option<IpAddr> {
+    let target = addr.to_socket_addrs().ok()?.next()?;
+    let probe = UdpSocket::bind(if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
+    probe.connect(target).ok()?;
+    Some(probe.local_addr().ok()?.ip())
+}
+
 /// The address this rank gives its peers: `MPX_HOST`, else its host
 /// name's, else 127.0.0.1.
-fn advertised_ip() -> Result<IpAddr> {
+pub(crate) fn advertised_ip() -> Result<IpAddr> {
     if let Some(host) = var(env::HOST) {
         return host.trim().parse().map_err(|e| Error::InvalidArgument(format!("{}={host:?}: {e}", env::HOST)));
     }
@@ -191,7 +209,7 @@ fn read_card(rank: u32, text: &str) -> Result<(SocketAddr, Fingerprint)> {
 /// This rank's socket and credential before the exchange: a CA credential
 /// from `MPX_CREDENTIAL` if the launcher made one (mpxrun), else one of
 /// its own to be pinned.
-fn prepare(rank: u32, job: u64) -> Result<(UdpSocket, SocketAddr, RankCredential)> {
+fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, SocketAddr, RankCredential)> {
     let credential = match var(env::CREDENTIAL) {
         Some(pem) => {
             let c = RankCredential::from_pem(&pem)?;
@@ -204,7 +222,11 @@ fn prepare(rank: u32, job: u64) -> Result<(UdpSocket, SocketAddr, RankCredential
     };
     let socket = quic::bind(([0, 0, 0, 0], 0).into()).map_err(|e| Error::transport("binding a UDP socket", e))?;
     let port = socket.local_addr().map_err(|e| Error::transport("binding a UDP socket", e))?.port();
-    Ok((socket, SocketAddr::new(advertised_ip()?, port), credential))
+    let ip = match (var(env::HOST), route) {
+        (None, Some(ip)) => ip,
+        _ => advertised_ip()?,
+    };
+    Ok((socket, SocketAddr::new(ip, port), credential))
 }
 
 /// Pins the published fingerprints if the credential is this rank's own.
@@ -216,11 +238,14 @@ fn trust(credential: &mut RankCredential, fingerprints: Vec<Fingerprint>) -> Res
 }
 
 /// Ends this process's PMI session when the endpoint that owns it goes.
-struct PmiSession(Mutex<pmi::Client<UnixStream>>);
+struct PmiSession(Mutex<pmi::Client<Box<dyn pmi::Duplex>>>);
 
 impl Drop for PmiSession {
     fn drop(&mut self) {
         let client = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        // The launcher answers at once, or is out of reach (a cut link, a
+        // launcher gone): never hold the process's exit for long.
+        let _ = client.get_ref().set_read_timeout(Duration::from_secs(1));
         if let Err(e) = client.finalize() {
             tracing::warn!(error = %e, "PMI finalize");
         }
@@ -228,19 +253,16 @@ impl Drop for PmiSession {
 }
 
 /// The exchange through a PMI-1 launcher: on a blocking thread.
-fn through_pmi(rank: u32, size: u32, fd: i32, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential, PmiSession)> {
-    use std::os::fd::FromRawFd;
-    if fd < 0 {
-        return Err(Error::InvalidArgument(format!("PMI_FD={fd}")));
-    }
-    // SAFETY: the launcher hands this process the descriptor in PMI_FD for
-    // PMI alone; nothing else in the process uses it, and it is taken
-    // once: `start` runs once per process, and a second `Start::Pmi` start
-    // is refused below before reaching here.
-    let stream = unsafe { UnixStream::from_raw_fd(fd) };
-    pmi::set_timeout(&stream, timeout)?;
+fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential, PmiSession)> {
+    // Over TCP, the address this host reaches the launcher from is the
+    // one to advertise (unless MPX_HOST says otherwise).
+    let route = match channel {
+        pmi::Channel::Port { addr, .. } => local_route(addr),
+        pmi::Channel::Fd(_) => None,
+    };
+    let stream = pmi::connect(channel, timeout)?;
     let mut client = pmi::Client::init(stream)?;
-    let (socket, addr, mut credential) = prepare(rank, job_id(client.kvsname()))?;
+    let (socket, addr, mut credential) = prepare(rank, job_id(client.kvsname()), route)?;
     client.put(&format!("mpx-{rank}"), &card(addr, &credential.fingerprint()))?;
     client.barrier()?;
     let mut addrs = Vec::with_capacity(size as usize);
@@ -270,7 +292,7 @@ fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Durati
         )));
     }
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(format!("creating {}", dir.display())))?;
-    let (socket, addr, mut credential) = prepare(rank, job)?;
+    let (socket, addr, mut credential) = prepare(rank, job, None)?;
     let file = |r: u32| dir.join(format!("rank-{r}"));
     let partial = dir.join(format!(".rank-{rank}.{}", std::process::id()));
     std::fs::write(&partial, card(addr, &credential.fingerprint())).map_err(io(format!("writing {}", partial.display())))?;
@@ -335,11 +357,11 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
     let endpoint = match start {
         Start::Alone => unreachable!("returned above"),
         Start::Env { .. } => quic::start_from_env(&options)?.ok_or_else(|| Error::InvalidArgument("MPX_RANK vanished".into()))?,
-        Start::Pmi { rank, size, fd } => {
+        Start::Pmi { rank, size, channel } => {
             blocking(Box::new(move || {
-                let (socket, addrs, credential, session) = through_pmi(rank, size, fd, timeout)?;
+                let (socket, addrs, credential, session) = through_pmi(rank, size, &channel, timeout)?;
                 let _inside = runtime.enter();
-                let endpoint = quic::start(socket, &addrs, credential, &options)?;
+                let endpoint = quic::start(socket, &addrs, credential, &for_path(options, &addrs))?;
                 endpoint.own(session);
                 Ok(endpoint)
             }))
@@ -349,12 +371,23 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
             blocking(Box::new(move || {
                 let (socket, addrs, credential) = through_directory(rank, size, &dir, job, timeout)?;
                 let _inside = runtime.enter();
-                quic::start(socket, &addrs, credential, &options)
+                quic::start(socket, &addrs, credential, &for_path(options, &addrs))
             }))
             .await?
         }
     };
     Ok(Some(endpoint))
+}
+
+/// `options` with packets that fit any Ethernet path
+/// ([`Options::network`](quic::Options::network)'s MTU) unless every peer
+/// is on this host's loopback.
+fn for_path(options: quic::Options, addrs: &[SocketAddr]) -> quic::Options {
+    if addrs.iter().all(|a| a.ip().is_loopback()) {
+        options
+    } else {
+        quic::Options { mtu: options.mtu.min(quic::Options::network().mtu), ..options }
+    }
 }
 
 /// Runs `f` as `ranks` ranks, wherever this process was started: started

@@ -1,12 +1,21 @@
-//! `mpxrun`: starts the processes of a job on this host and serves them
-//! PMI-1 (see [`pmi`](super::pmi)), with a credential made for the job.
+//! `mpxrun`: starts the processes of a job, on this host or on several,
+//! and serves them PMI-1 (see [`pmi`](super::pmi)), with a credential made
+//! for the job.
 //!
 //! ```text
 //! mpxrun -n N [--no-prefix] [--keep-going] program [args...]
+//! mpxrun -n N --hosts h1,h2,... [--launch 'ssh {host}'] [--pmi-host IP] program [args...]
 //! ```
 //!
-//! Each process gets `PMI_FD` (its end of a socket pair to `mpxrun`),
-//! `PMI_RANK`, `PMI_SIZE`, and `MPX_CREDENTIAL`: its rank's credential
+//! On this host each process gets `PMI_FD` (its end of a socket pair to
+//! `mpxrun`). With `--hosts`, rank `r` starts on host `r % hosts` through
+//! the `--launch` command (`{host}` replaced; default `ssh {host}`; tests
+//! use `ip netns exec {host}`), and reaches PMI over TCP instead:
+//! `PMI_PORT` (at `--pmi-host`, default this host's address), `PMI_ID`,
+//! and `MPX_PMI_TOKEN`, a secret of the job without which `mpxrun` drops
+//! the connection. The launch command must pass the environment on (`ssh`
+//! needs `SendEnv`/`AcceptEnv` for `PMI_*` and `MPX_*`). Every process
+//! also gets `PMI_RANK`, `PMI_SIZE`, and `MPX_CREDENTIAL`: its rank's credential
 //! under a CA made for this job ([`JobCredential`]), as PEM text, so peers
 //! authenticate each other with mutual TLS; ranks publish their addresses
 //! in the job's key-value space. Standard output and error are forwarded
@@ -18,7 +27,9 @@
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::net::{IpAddr, SocketAddr};
 use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 use std::sync::{Arc, Mutex};
 
 use mpx_core::{Error, Result};
@@ -39,9 +50,18 @@ pub struct Job {
     pub prefix: bool,
     /// Keep the other processes running when one fails.
     pub keep_going: bool,
+    /// Hosts to start ranks on, rank `r` on host `r % hosts.len()`; `None`:
+    /// this host, with no remote-start command.
+    pub hosts: Option<Vec<String>>,
+    /// The command that starts a program on a host, `{host}` standing for
+    /// the host (default `ssh {host}`).
+    pub launch: String,
+    /// The address ranks on other hosts reach `mpxrun`'s PMI port at
+    /// (default: this host's, as ranks advertise theirs).
+    pub pmi_host: Option<IpAddr>,
 }
 
-const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] program [args...]";
+const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] [--hosts h1,h2,... [--launch 'ssh {host}'] [--pmi-host IP]] program [args...]";
 
 impl Job {
     /// Reads the command line (without the program name).
@@ -57,6 +77,7 @@ impl Job {
         let bad = |why: String| Error::InvalidArgument(format!("{why}\n{USAGE}"));
         let mut args = args.into_iter();
         let (mut ranks, mut prefix, mut keep_going) = (None, true, false);
+        let (mut hosts, mut launch, mut pmi_host) = (None, "ssh {host}".to_string(), None);
         let command = loop {
             let Some(arg) = args.next() else { return Err(bad("no program given".into())) };
             match arg.as_str() {
@@ -65,13 +86,26 @@ impl Job {
                     ranks = Some(n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| bad(format!("-n {n}: not a number of processes")))?);
                 }
                 "--no-prefix" => prefix = false,
+                "--hosts" => {
+                    let list = args.next().ok_or_else(|| bad("--hosts needs a list".into()))?;
+                    let list: Vec<String> = list.split(',').map(str::trim).filter(|h| !h.is_empty()).map(String::from).collect();
+                    if list.is_empty() {
+                        return Err(bad("--hosts needs at least one host".into()));
+                    }
+                    hosts = Some(list);
+                }
+                "--launch" => launch = args.next().ok_or_else(|| bad("--launch needs a command".into()))?,
+                "--pmi-host" => {
+                    let ip = args.next().ok_or_else(|| bad("--pmi-host needs an address".into()))?;
+                    pmi_host = Some(ip.parse().map_err(|e| bad(format!("--pmi-host {ip}: {e}")))?);
+                }
                 "--keep-going" => keep_going = true,
                 "-h" | "--help" => return Err(bad("".into())),
                 flag if flag.starts_with('-') => return Err(bad(format!("unknown option {flag}"))),
                 _ => break std::iter::once(arg).chain(args).collect::<Vec<_>>(),
             }
         };
-        Ok(Job { ranks: ranks.ok_or_else(|| bad("-n is needed".into()))?, command, prefix, keep_going })
+        Ok(Job { ranks: ranks.ok_or_else(|| bad("-n is needed".into()))?, command, prefix, keep_going, hosts, launch, pmi_host })
     }
 }
 
@@ -118,52 +152,89 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
     }
 }
 
-/// Serves PMI to every rank: reads each rank's lines and answers through
-/// the job's [`KvSpace`]. A rank that breaks the protocol fails the job.
-async fn serve(sockets: Vec<tokio::net::UnixStream>, kvs: Arc<Mutex<KvSpace>>, failed: tokio::sync::mpsc::UnboundedSender<(u32, String)>) {
-    let mut writers = Vec::new();
-    let mut readers = Vec::new();
-    for s in sockets {
-        let (r, w) = s.into_split();
-        readers.push(r);
-        writers.push(Arc::new(tokio::sync::Mutex::new(w)));
-    }
-    let writers = Arc::new(writers);
-    let mut tasks = tokio::task::JoinSet::new();
-    for (rank, r) in readers.into_iter().enumerate() {
-        let (kvs, writers, failed) = (kvs.clone(), writers.clone(), failed.clone());
-        tasks.spawn(async move {
-            let mut lines = BufReader::new(r);
-            loop {
-                let mut line = Vec::new();
-                let n = match (&mut lines).take(pmi::MAX_LINE as u64 + 1).read_until(b'\n', &mut line).await {
-                    Ok(n) => n,
-                    Err(_) => return,
-                };
-                if n == 0 {
-                    return; // the rank closed PMI (finished, or died: its exit status tells)
-                }
-                let answer = std::str::from_utf8(&line)
-                    .map_err(|_| Error::Protocol("a PMI line that is not UTF-8".into()))
-                    .and_then(|l| if l.ends_with('\n') { Ok(l) } else { Err(Error::Protocol("a PMI line over the limit".into())) })
-                    .and_then(Message::parse)
-                    .and_then(|m| kvs.lock().unwrap_or_else(|e| e.into_inner()).handle(rank, m));
-                match answer {
-                    Ok(replies) => {
-                        for (to, m) in replies {
-                            let mut w = writers[to].lock().await;
-                            let _ = w.write_all(m.encode().as_bytes()).await;
-                        }
-                    }
-                    Err(e) => {
-                        let _ = failed.send((rank as u32, format!("broke the PMI protocol: {e}")));
-                        return;
+type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+type Writers = Arc<Vec<tokio::sync::Mutex<Option<Writer>>>>;
+
+/// Serves PMI to one rank: reads its lines and answers through the job's
+/// [`KvSpace`], writing each answer to the rank it is for. A rank that
+/// breaks the protocol fails the job.
+async fn serve_rank(
+    rank: usize,
+    reader: impl tokio::io::AsyncRead + Unpin,
+    kvs: Arc<Mutex<KvSpace>>,
+    writers: Writers,
+    failed: tokio::sync::mpsc::UnboundedSender<(u32, String)>,
+) {
+    let mut lines = BufReader::new(reader);
+    loop {
+        let mut line = Vec::new();
+        let n = match (&mut lines).take(pmi::MAX_LINE as u64 + 1).read_until(b'\n', &mut line).await {
+            Ok(n) => n,
+            Err(_) => return,
+        };
+        if n == 0 {
+            return; // the rank closed PMI (finished, or died: its exit status tells)
+        }
+        let answer = std::str::from_utf8(&line)
+            .map_err(|_| Error::Protocol("a PMI line that is not UTF-8".into()))
+            .and_then(|l| if l.ends_with('\n') { Ok(l) } else { Err(Error::Protocol("a PMI line over the limit".into())) })
+            .and_then(Message::parse)
+            .and_then(|m| kvs.lock().unwrap_or_else(|e| e.into_inner()).handle(rank, m));
+        match answer {
+            Ok(replies) => {
+                for (to, m) in replies {
+                    if let Some(w) = writers[to].lock().await.as_mut() {
+                        let _ = w.write_all(m.encode().as_bytes()).await;
                     }
                 }
             }
+            Err(e) => {
+                let _ = failed.send((rank as u32, format!("broke the PMI protocol: {e}")));
+                return;
+            }
+        }
+    }
+}
+
+/// Takes the PMI connections of ranks started on other hosts: each must
+/// name its rank and show the job's token first (`cmd=initack pmiid=<rank>
+/// token=<token>`); it is welcomed (`cmd=initack`, then its size, rank and
+/// debug level) and served. Anything else is dropped.
+async fn accept_ranks(
+    listener: tokio::net::TcpListener,
+    token: String,
+    kvs: Arc<Mutex<KvSpace>>,
+    writers: Writers,
+    failed: tokio::sync::mpsc::UnboundedSender<(u32, String)>,
+) {
+    let size = writers.len();
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let (kvs, writers, failed, token) = (kvs.clone(), writers.clone(), failed.clone(), token.clone());
+        tasks.spawn(async move {
+            let _ = stream.set_nodelay(true);
+            let (r, mut w) = stream.into_split();
+            let mut lines = BufReader::new(r);
+            let mut line = Vec::new();
+            let hello = tokio::time::timeout(Duration::from_secs(10), (&mut lines).take(1024).read_until(b'\n', &mut line)).await;
+            let Ok(Ok(_)) = hello else { return };
+            let Ok(m) = std::str::from_utf8(&line).map_err(|_| ()).and_then(|l| Message::parse(l).map_err(drop)) else { return };
+            let rank = m.get("pmiid").and_then(|r| r.parse::<usize>().ok()).filter(|&r| r < size);
+            let (Some(rank), true) = (rank, m.cmd == "initack" && m.get("token") == Some(token.as_str())) else { return };
+            let mut slot = writers[rank].lock().await;
+            if slot.is_some() {
+                return; // rank already connected
+            }
+            let welcome = format!("cmd=initack rc=0\ncmd=set size={size}\ncmd=set rank={rank}\ncmd=set debug=0\n");
+            if w.write_all(welcome.as_bytes()).await.is_err() {
+                return;
+            }
+            *slot = Some(Box::new(w));
+            drop(slot);
+            serve_rank(rank, lines, kvs, writers, failed).await;
         });
     }
-    while tasks.join_next().await.is_some() {}
 }
 
 /// Kills the process group a rank leads (the rank and whatever it
@@ -189,16 +260,33 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let kvs = Arc::new(Mutex::new(KvSpace::new(&format!("mpx-{job_id:016x}"), job.ranks as usize)));
     let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
     let mut children: Vec<Child> = Vec::new();
-    let mut servers = Vec::new();
+    let writers: Writers = Arc::new((0..job.ranks).map(|_| tokio::sync::Mutex::new(None)).collect());
+    let mut serving = tokio::task::JoinSet::new();
     let mut outputs = tokio::task::JoinSet::new();
+    // Ranks on other hosts reach PMI over TCP, with a token of the job's.
+    let remote = match &job.hosts {
+        Some(hosts) => {
+            let ip = job.pmi_host.unwrap_or(super::advertised_ip()?);
+            let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await.map_err(|e| Error::transport(format!("listening on {ip}"), e))?;
+            let port = listener.local_addr().map_err(|e| Error::transport("the PMI port", e))?.port();
+            let token: String = crate::quic::fingerprint(&seed.to_le_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+            serving.spawn(accept_ranks(listener, token.clone(), kvs.clone(), writers.clone(), failed_tx.clone()));
+            Some((hosts.clone(), SocketAddr::new(ip, port), token))
+        }
+        None => None,
+    };
     for rank in 0..job.ranks {
-        let (ours, theirs) = UnixStream::pair().map_err(|e| Error::transport("a PMI socket pair", e))?;
-        ours.set_nonblocking(true).map_err(|e| Error::transport("a PMI socket", e))?;
-        servers.push(tokio::net::UnixStream::from_std(ours).map_err(|e| Error::transport("a PMI socket", e))?);
-        let fd = theirs.as_raw_fd();
-        let mut cmd = Command::new(&job.command[0]);
+        let mut cmd = match &remote {
+            None => Command::new(&job.command[0]),
+            Some((hosts, _, _)) => {
+                let host = &hosts[rank as usize % hosts.len()];
+                let mut words = job.launch.split_whitespace().map(|w| w.replace("{host}", host));
+                let mut c = Command::new(words.next().ok_or_else(|| Error::InvalidArgument("an empty --launch".into()))?);
+                c.args(words).arg(&job.command[0]);
+                c
+            }
+        };
         cmd.args(&job.command[1..])
-            .env("PMI_FD", fd.to_string())
             .env("PMI_RANK", rank.to_string())
             .env("PMI_SIZE", job.ranks.to_string())
             .env(crate::quic::env::CREDENTIAL, credential.issue(rank)?.to_pem())
@@ -211,19 +299,36 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         if job.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        // SAFETY: the closure runs in the child between fork and exec, and
-        // calls only fcntl, which is async-signal-safe; `fd` is open there
-        // (the child inherits every descriptor) and stays open in the
-        // parent until the spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                // Let the child keep its end of the PMI socket across exec.
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
+        // This host: the rank's end of a socket pair. Others: the TCP port.
+        let theirs = match &remote {
+            Some((_, addr, token)) => {
+                cmd.env("PMI_PORT", addr.to_string()).env("PMI_ID", rank.to_string()).env(super::env::PMI_TOKEN, token).env_remove("PMI_FD");
+                None
+            }
+            None => {
+                let (ours, theirs) = UnixStream::pair().map_err(|e| Error::transport("a PMI socket pair", e))?;
+                ours.set_nonblocking(true).map_err(|e| Error::transport("a PMI socket", e))?;
+                let (r, w) = tokio::net::UnixStream::from_std(ours).map_err(|e| Error::transport("a PMI socket", e))?.into_split();
+                *writers[rank as usize].lock().await = Some(Box::new(w));
+                serving.spawn(serve_rank(rank as usize, r, kvs.clone(), writers.clone(), failed_tx.clone()));
+                let fd = theirs.as_raw_fd();
+                cmd.env("PMI_FD", fd.to_string()).env_remove("PMI_PORT");
+                // SAFETY: the closure runs in the child between fork and
+                // exec, and calls only fcntl, which is async-signal-safe;
+                // `fd` is open there (the child inherits every descriptor)
+                // and stays open in the parent until the spawn returns.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        // Let the child keep its end of the PMI socket across exec.
+                        if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
                 }
-                Ok(())
-            });
-        }
+                Some(theirs)
+            }
+        };
         let mut child = cmd.spawn().map_err(|e| Error::transport(format!("starting {} (rank {rank})", job.command[0]), e))?;
         drop(theirs);
         if let Some(out) = child.stdout.take() {
@@ -234,7 +339,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         }
         children.push(child);
     }
-    let server = tokio::spawn(serve(servers, kvs, failed_tx));
+    drop(failed_tx);
 
     // Wait for every rank; the first failure kills the rest.
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
@@ -310,7 +415,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             }
         }
     }
-    server.abort();
+    serving.abort_all();
     while outputs.join_next().await.is_some() {}
     let statuses: Vec<ExitStatus> = statuses.into_iter().map(|s| s.expect("every rank was waited for")).collect();
     if failed.is_none() {

@@ -179,6 +179,11 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
         Ok(client)
     }
 
+    /// The socket to the launcher.
+    pub fn get_ref(&self) -> &S {
+        self.reader.get_ref()
+    }
+
     /// The job's key-value space: the same for every rank of the job.
     pub fn kvsname(&self) -> &str {
         &self.kvsname
@@ -230,10 +235,101 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
     }
 }
 
-/// A read timeout for a client's socket, the longest any one answer may
-/// take.
-pub fn set_timeout(stream: &std::os::unix::net::UnixStream, timeout: Duration) -> Result<()> {
-    stream.set_read_timeout(Some(timeout)).map_err(|e| Error::transport("PMI socket", e))
+/// A socket to the launcher: either kind a launcher hands out.
+pub trait Duplex: std::io::Read + std::io::Write + Send {
+    /// The longest a read may wait.
+    fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()>;
+}
+
+impl Duplex for std::os::unix::net::UnixStream {
+    fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, Some(timeout))?;
+        self.set_write_timeout(Some(timeout))
+    }
+}
+
+impl Duplex for std::net::TcpStream {
+    fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        std::net::TcpStream::set_read_timeout(self, Some(timeout))?;
+        self.set_write_timeout(Some(timeout))
+    }
+}
+
+/// Opens the launcher's socket as `PMI_FD` or `PMI_PORT` names it, with
+/// `timeout` as the longest any one answer may take. Over `PMI_PORT` (a
+/// TCP `host:port`, for ranks on other hosts) the client first names
+/// itself (`cmd=initack pmiid=<id>`, with `token=<token>` when the
+/// launcher gave one: `mpxrun` refuses a connection without its job's),
+/// and the launcher answers `cmd=initack`, then `cmd=set` lines.
+pub fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Duplex>> {
+    match channel {
+        Channel::Fd(fd) => {
+            use std::os::fd::FromRawFd;
+            if *fd < 0 {
+                return Err(Error::InvalidArgument(format!("PMI_FD={fd}")));
+            }
+            // SAFETY: the launcher hands this process the descriptor in
+            // PMI_FD for PMI alone; nothing else in the process uses it,
+            // and it is taken once (`bootstrap::start` runs once per
+            // process).
+            let stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(*fd) };
+            Duplex::set_read_timeout(&stream, timeout).map_err(|e| Error::transport("PMI socket", e))?;
+            Ok(Box::new(stream))
+        }
+        Channel::Port { addr, id, token } => {
+            use std::net::ToSocketAddrs;
+            let what = format!("PMI: connecting to the launcher at {addr}");
+            let target = addr
+                .to_socket_addrs()
+                .map_err(|e| Error::transport(what.clone(), e))?
+                .next()
+                .ok_or_else(|| Error::InvalidArgument(format!("PMI_PORT={addr:?} names no address")))?;
+            let stream = std::net::TcpStream::connect_timeout(&target, timeout).map_err(|e| Error::transport(what, e))?;
+            Duplex::set_read_timeout(&stream, timeout).map_err(|e| Error::transport("PMI socket", e))?;
+            let _ = stream.set_nodelay(true);
+            let mut reader = BufReader::new(stream);
+            let mut hello = Message::new("initack").with("pmiid", id);
+            if let Some(token) = token {
+                hello = hello.with("token", token);
+            }
+            std::io::Write::write_all(reader.get_mut(), hello.encode().as_bytes()).map_err(|e| waiting("the launcher's welcome", e))?;
+            // The welcome: initack, then the launcher's settings (size,
+            // rank, debug: the last).
+            loop {
+                let line = read_line(&mut reader)
+                    .map_err(|e| waiting("the launcher's welcome", e))?
+                    .ok_or_else(|| Error::Protocol("the launcher refused this rank's PMI connection".into()))?;
+                let m = Message::parse(&line)?;
+                match m.cmd.as_str() {
+                    "initack" => m.ok("this rank's PMI connection").map(drop)?,
+                    "set" if m.get("size").is_some() || m.get("rank").is_some() => {}
+                    "set" if m.get("debug").is_some() => break,
+                    other => return Err(Error::Protocol(format!("the launcher's welcome held {other:?}"))),
+                }
+            }
+            if !reader.buffer().is_empty() {
+                return Err(Error::Protocol("the launcher spoke before it was asked".into()));
+            }
+            Ok(Box::new(reader.into_inner()))
+        }
+    }
+}
+
+/// How a rank reaches its launcher's PMI server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Channel {
+    /// An inherited socket (`PMI_FD`).
+    Fd(i32),
+    /// A TCP address (`PMI_PORT`), with the rank's id (`PMI_ID`) and the
+    /// job's token (`MPX_PMI_TOKEN`), if any.
+    Port {
+        /// `host:port`.
+        addr: String,
+        /// The id the rank names itself with.
+        id: u32,
+        /// The job's secret, proving the rank was started by the launcher.
+        token: Option<String>,
+    },
 }
 
 /// The launcher's side of PMI-1 for one job: the key-value space and the
