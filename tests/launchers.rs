@@ -393,3 +393,21 @@ fn ranks_on_three_hosts_run_and_a_host_cut_off_fails_the_others() {
     }
     assert!(stderr.contains("rank: 1") || stderr.contains("rank: 4"), "the failures name a rank of the cut host:\n{stderr}");
 }
+
+/// Under mpxrun, a process of the job that lacks the job's credential (it
+/// makes a certificate of its own) is refused by the rank it dials, and no
+/// message of its arrives; the rank waiting for it fails within the
+/// start-up bound, naming what it waited for.
+#[test]
+fn a_rank_without_the_jobs_credential_is_refused_under_mpxrun() {
+    let flood = example("flood");
+    let script = format!("if [ \"$PMI_RANK\" = 1 ]; then unset MPX_CREDENTIAL; fi; exec {} 100", flood.display());
+    let started = Instant::now();
+    let out = run(mpxrun().args(["-n", "2", "--keep-going", "sh", "-c", &script]).env("MPX_START_TIMEOUT", "5"), Duration::from_secs(30));
+    assert!(!out.status.success());
+    let all = text(&out);
+    assert!(all.contains("[1] Error: ProcessFailed { rank: 0") && all.contains("UnknownIssuer"), "TLS refused rank 1:\n{all}");
+    assert!(all.contains("[0] Error") && all.contains("for every peer's hello"), "rank 0 failed naming its wait:\n{all}");
+    assert!(!all.contains("messages received"), "nothing flowed:\n{all}");
+    assert!(started.elapsed() < Duration::from_secs(20), "within the start-up bound");
+}

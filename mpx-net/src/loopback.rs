@@ -441,5 +441,5 @@ where
         // The endpoint owns its driver: it ends with the endpoint's last handle.
         endpoint.own(crate::run::Tasks(vec![driver.abort_handle()]));
     }
-    crate::run::run_ranks(endpoints, tasks, f).await
+    crate::run::run_ranks(endpoints, tasks, crate::run::HELLO_TIMEOUT, f).await
 }

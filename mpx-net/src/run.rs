@@ -18,12 +18,16 @@ impl Drop for Tasks {
     }
 }
 
-/// Waits until every endpoint has its peers' hellos, then runs `f` once
+/// How long an in-process launch waits for every rank's hello.
+pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits (at most `hello_timeout`) until every endpoint has its peers'
+/// hellos, then runs `f` once
 /// per rank as a task, finalizes each rank's endpoint after its program,
 /// and returns the results in rank order, or the root cause of a failure
 /// (see [`loopback::launch`](crate::loopback::launch)). `tasks` (the
 /// transport's tasks) are aborted when this returns or is dropped.
-pub(crate) async fn run_ranks<F, Fut, R>(endpoints: Vec<Endpoint>, mut tasks: Tasks, f: F) -> Result<Vec<R>>
+pub(crate) async fn run_ranks<F, Fut, R>(endpoints: Vec<Endpoint>, mut tasks: Tasks, hello_timeout: Duration, f: F) -> Result<Vec<R>>
 where
     F: Fn(Comm) -> Fut,
     Fut: Future<Output = Result<R>> + Send + 'static,
@@ -35,8 +39,11 @@ where
             e.connected().await;
         }
     };
-    if tokio::time::timeout(Duration::from_secs(30), hellos).await.is_err() {
-        return Err(Error::transport("connecting the ranks", std::io::Error::from(std::io::ErrorKind::TimedOut)));
+    if tokio::time::timeout(hello_timeout, hellos).await.is_err() {
+        return Err(Error::transport(
+            format!("waiting {hello_timeout:?} for every peer's hello"),
+            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        ));
     }
     let mut programs = Vec::with_capacity(n);
     // Every endpoint (and so its driver) lives until every rank is done: a

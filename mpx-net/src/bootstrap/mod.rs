@@ -428,7 +428,7 @@ where
         )));
     }
     let endpoint = start_launched().await?;
-    crate::run::run_ranks(vec![endpoint], crate::run::Tasks(Vec::new()), f).await
+    crate::run::run_ranks(vec![endpoint], crate::run::Tasks(Vec::new()), start_timeout()?, f).await
 }
 
 async fn start_launched() -> Result<Endpoint> {

@@ -268,7 +268,7 @@ where
         .enumerate()
         .map(|(rank, socket)| start(socket, &addrs, job.issue(rank as u32)?, &options))
         .collect::<Result<_>>()?;
-    crate::run::run_ranks(endpoints, crate::run::Tasks(Vec::new()), f).await
+    crate::run::run_ranks(endpoints, crate::run::Tasks(Vec::new()), crate::run::HELLO_TIMEOUT.max(options.connect_timeout), f).await
 }
 
 /// The environment variables [`start_from_env`] reads.
