@@ -44,6 +44,20 @@ fn run(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// The lines of a child's output as they come, read on a thread of their own.
+fn lines_of(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
@@ -134,16 +148,7 @@ fn a_rank_killed_mid_flood_fails_the_others_and_mpxrun() {
         .spawn()
         .unwrap();
     // Rank 1's process id, then its first progress line.
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines_of(child.stdout.take().unwrap());
     let mut pid = None;
     let mut lines = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -352,14 +357,7 @@ fn ranks_on_three_hosts_run_and_a_host_cut_off_fails_the_others() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = lines_of(child.stdout.take().unwrap());
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = Vec::new();
     loop {

@@ -537,6 +537,28 @@ mod tests {
         assert!(Decoder::new(1 << 20).decode(&mut BytesMut::from(&h[..])).is_err());
     }
 
+    /// `frames` with consecutive pieces of one message's rendezvous data
+    /// (each starting where the last ended) joined into one frame.
+    fn join_data(frames: Vec<Frame>) -> Vec<Frame> {
+        let mut joined: Vec<Frame> = Vec::new();
+        for f in frames {
+            match joined.last_mut() {
+                Some(last)
+                    if f.header.kind == Kind::RndvData
+                        && last.header.kind == Kind::RndvData
+                        && !f.payload.is_empty()
+                        && last.header.seq + last.payload.len() as u64 == f.header.seq =>
+                {
+                    let mut both = last.payload.to_vec();
+                    both.extend_from_slice(&f.payload);
+                    last.payload = both.into();
+                }
+                _ => joined.push(f),
+            }
+        }
+        joined
+    }
+
     /// A stream of frames of every shape, cut into chunks at every size
     /// from 1 byte up, gives the same frames back, rendezvous data as
     /// pieces that join up to the original at the right offsets.
@@ -573,41 +595,9 @@ mod tests {
                 at = end;
             }
             assert!(decoder.is_idle(), "chunks of {size}");
-            // Join consecutive pieces of rendezvous data back together.
-            let mut joined: Vec<Frame> = Vec::new();
-            for f in got {
-                match joined.last_mut() {
-                    Some(last)
-                        if f.header.kind == Kind::RndvData
-                            && last.header.kind == Kind::RndvData
-                            && !f.payload.is_empty()
-                            && last.header.seq + last.payload.len() as u64 == f.header.seq =>
-                    {
-                        let mut both = last.payload.to_vec();
-                        both.extend_from_slice(&f.payload);
-                        last.payload = both.into();
-                    }
-                    _ => joined.push(f),
-                }
-            }
-            // The original frames, with adjacent data frames joined the same way.
-            let mut want: Vec<Frame> = Vec::new();
-            for f in frames.iter().cloned() {
-                match want.last_mut() {
-                    Some(last)
-                        if f.header.kind == Kind::RndvData
-                            && last.header.kind == Kind::RndvData
-                            && !f.payload.is_empty()
-                            && last.header.seq + last.payload.len() as u64 == f.header.seq =>
-                    {
-                        let mut both = last.payload.to_vec();
-                        both.extend_from_slice(&f.payload);
-                        last.payload = both.into();
-                    }
-                    _ => want.push(f),
-                }
-            }
-            assert_eq!(joined, want, "chunks of {size}");
+            // Pieces of rendezvous data joined back together, on both sides
+            // (adjacent data frames of the original join the same way).
+            assert_eq!(join_data(got), join_data(frames.to_vec()), "chunks of {size}");
         }
     }
 
