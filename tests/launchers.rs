@@ -1,11 +1,12 @@
 //! The same programs started as one process per rank: by `mpxrun` (on
 //! this host, and on three "hosts" made of network namespaces), by MPICH's
-//! `mpiexec.hydra`, and by Open MPI's `mpirun`.
+//! `mpiexec.hydra`, by Slurm's `srun`, and by Open MPI's `mpirun`.
 //!
 //! The external launchers and the namespaces need this machine's MPICH,
-//! Open MPI and root: where one is missing, its test says so and passes,
-//! unless `MPX_REQUIRE_LAUNCHERS` is set (`.ci/run` sets it, and installs
-//! them), where it fails.
+//! Open MPI, a running Slurm (`scripts/slurm-up.sh`) and root: where one
+//! is missing, its test says so and passes, unless
+//! `MPX_REQUIRE_LAUNCHERS` is set (`.ci/run` sets it, and installs and
+//! starts them), where it fails.
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -194,6 +195,71 @@ fn mpich_hydra_runs_the_quickstart_and_a_ring() {
     check_quickstart(&out);
     let out = run(Command::new("mpiexec.hydra").args(["-n", "3"]).arg(example("quic_ring")), Duration::from_secs(60));
     check_ring(&out, 3);
+}
+
+/// PMI-1, which mpx falls back to with a launcher that declines PMI-2
+/// (and speaks when `MPX_PMI_VERSION=1`), against hydra and mpxrun.
+#[test]
+fn pmi_1_still_starts_a_ring_under_hydra_and_mpxrun() {
+    let out = run(mpxrun().env("MPX_PMI_VERSION", "1").args(["-n", "3"]).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 3);
+    if !have("mpiexec.hydra") {
+        return;
+    }
+    let out = run(Command::new("mpiexec.hydra").env("MPX_PMI_VERSION", "1").args(["-n", "3"]).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 3);
+}
+
+/// Whether a Slurm cluster answers here (`scripts/slurm-up.sh` starts one
+/// on this host); if not, fails under `MPX_REQUIRE_LAUNCHERS`, else says
+/// so.
+fn have_slurm() -> bool {
+    let up = Command::new("sinfo")
+        .args(["-h", "-o", "%t"])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success() && ["idle", "mix", "alloc"].iter().any(|s| String::from_utf8_lossy(&o.stdout).contains(s)));
+    if !up {
+        assert!(
+            std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(),
+            "a Slurm cluster is required (MPX_REQUIRE_LAUNCHERS) but none answers: export SLURM_CONF=$(scripts/slurm-up.sh)"
+        );
+        eprintln!("no Slurm cluster answers: not tested here (export SLURM_CONF=$(scripts/slurm-up.sh))");
+    }
+    up
+}
+
+/// Slurm's `srun --mpi=pmi2`: ranks meet through Slurm's PMI-2 server,
+/// with no variable set; PMI-1 through the same plugin; and a plain
+/// `srun` (no PMI) through a rendezvous directory, or an error saying
+/// what to type.
+#[test]
+fn slurm_srun_runs_the_quickstart_and_a_ring() {
+    if !have_slurm() {
+        return;
+    }
+    let srun = |args: &[&str], program: PathBuf| {
+        let mut c = Command::new("srun");
+        c.args(args).arg(program);
+        c
+    };
+    let out = run(&mut srun(&["--mpi=pmi2", "-n", "4"], example("quickstart")), Duration::from_secs(90));
+    check_quickstart(&out);
+    let out = run(&mut srun(&["--mpi=pmi2", "-n", "3"], example("quic_ring")), Duration::from_secs(90));
+    check_ring(&out, 3);
+    let out = run(srun(&["--mpi=pmi2", "-n", "3"], example("quic_ring")).env("MPX_PMI_VERSION", "1"), Duration::from_secs(90));
+    check_ring(&out, 3);
+    let dir = std::env::temp_dir().join(format!("mpx-slurm-rendezvous-{}", std::process::id()));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    }
+    let out = run(srun(&["-n", "3"], example("quic_ring")).env("MPX_RENDEZVOUS", &dir), Duration::from_secs(90));
+    check_ring(&out, 3);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = run(srun(&["-n", "2"], example("quic_ring")).env_remove("MPX_RENDEZVOUS"), Duration::from_secs(90));
+    assert!(!out.status.success());
+    assert!(text(&out).contains("srun --mpi=pmi2"), "{}", text(&out));
 }
 
 #[test]

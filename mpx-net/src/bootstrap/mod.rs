@@ -7,14 +7,17 @@
 //! |---|---|---|
 //! | nothing (`cargo run`) | none of the below | no peers: ranks run in this process |
 //! | `mpxrun` | `PMI_FD` (or, on other hosts, `PMI_PORT`, `PMI_ID`, `MPX_PMI_TOKEN`), `PMI_RANK`, `PMI_SIZE`, `MPX_CREDENTIAL` | mpxrun's PMI key-value space (addresses); the job CA mpxrun made (trust) |
-//! | MPICH's `mpiexec.hydra` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` | hydra's PMI key-value space: addresses and certificate fingerprints, pinned |
+//! | MPICH's `mpiexec.hydra` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` (PMI-2, or PMI-1) | hydra's PMI key-value space: addresses and certificate fingerprints, pinned |
+//! | Slurm's `srun --mpi=pmi2` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` (PMI-2) | Slurm's PMI key-value space: addresses and certificate fingerprints, pinned |
 //! | Open MPI's `mpirun` | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `PMIX_NAMESPACE`, and `MPX_RENDEZVOUS` passed with `-x` | files in the rendezvous directory: addresses and fingerprints, pinned |
+//! | Slurm's `srun` without `--mpi=pmi2` | `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_JOB_ID`, `SLURM_STEP_ID`, and `MPX_RENDEZVOUS` | files in the rendezvous directory, as under Open MPI |
 //! | by hand | `MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL` | the variables ([`quic::start_from_env`](crate::quic::start_from_env)) |
 //!
-//! Under PMI (hydra, mpxrun) each rank binds a UDP port, publishes
-//! `mpx-<rank>` = `<address>,<fingerprint>` in the job's key-value space,
-//! meets the others at the barrier, and reads theirs. Without a job CA
-//! (hydra, Open MPI) each rank makes a certificate of its own
+//! Under PMI (hydra, Slurm, mpxrun; [`pmi`] speaks PMI-2 and PMI-1) each
+//! rank binds a UDP port, publishes `mpx-<rank>` =
+//! `<address>,<fingerprint>` in the job's key-value space, meets the
+//! others at the barrier, and reads theirs. Without a job CA (hydra,
+//! Slurm, Open MPI) each rank makes a certificate of its own
 //! ([`RankCredential::self_signed`]) and trusts exactly the fingerprints
 //! published there ([`RankCredential::pin`]): the launcher's channel,
 //! private to the job's processes, carries the trust. A rank advertises
@@ -41,7 +44,7 @@ use crate::quic::{self, Fingerprint, RankCredential};
 pub mod env {
     /// The address this rank advertises to its peers (an IP address).
     pub const HOST: &str = "MPX_HOST";
-    /// Under Open MPI's `mpirun`: a directory private to the user (mode
+    /// Under Open MPI's `mpirun` or a plain `srun`: a directory private to the user (mode
     /// 0700), on a file system every host of the job sees, where ranks
     /// find each other (`mpirun -x MPX_RENDEZVOUS=$dir ...`).
     pub const RENDEZVOUS: &str = "MPX_RENDEZVOUS";
@@ -51,6 +54,9 @@ pub mod env {
     /// The secret `mpxrun` gives the ranks it starts on other hosts, which
     /// they show when they connect to its PMI port.
     pub const PMI_TOKEN: &str = "MPX_PMI_TOKEN";
+    /// The form of PMI to ask the launcher for: `2` (the default; a
+    /// launcher that declines it is spoken to in PMI-1) or `1`.
+    pub const PMI_VERSION: &str = "MPX_PMI_VERSION";
     pub use crate::quic::env::{ADDRS, CREDENTIAL, RANK};
 }
 
@@ -66,8 +72,8 @@ pub enum Start {
         /// Ranks in the job.
         size: u32,
     },
-    /// By a PMI-1 launcher (MPICH's hydra, or `mpxrun`): `PMI_FD`,
-    /// `PMI_RANK`, `PMI_SIZE`.
+    /// By a PMI launcher (MPICH's hydra, Slurm's `srun --mpi=pmi2`, or
+    /// `mpxrun`): `PMI_FD` (or `PMI_PORT`), `PMI_RANK`, `PMI_SIZE`.
     Pmi {
         /// This process's rank.
         rank: u32,
@@ -76,15 +82,20 @@ pub enum Start {
         /// How to reach the launcher.
         channel: pmi::Channel,
     },
-    /// By Open MPI's `mpirun`, peers met in a rendezvous directory.
-    OpenMpi {
+    /// By a launcher that gives rank and size but no key-value space
+    /// mpx can reach (Open MPI's `mpirun`; Slurm's `srun` without
+    /// `--mpi=pmi2`): peers meet in the rendezvous directory
+    /// `MPX_RENDEZVOUS`.
+    Rendezvous {
+        /// The launcher, for messages: `mpirun` or `srun`.
+        launcher: &'static str,
         /// This process's rank.
         rank: u32,
         /// Ranks in the job.
         size: u32,
         /// The job's own directory inside `MPX_RENDEZVOUS`.
         dir: PathBuf,
-        /// The job's id (Open MPI's namespace).
+        /// The job's id (from the launcher's name for the job).
         job: u64,
     },
 }
@@ -126,28 +137,41 @@ impl Start {
             return Ok(Start::Pmi { rank: number("PMI_RANK")?, size: number("PMI_SIZE")?, channel });
         }
         if var("OMPI_COMM_WORLD_RANK").is_some() {
-            let rank = number("OMPI_COMM_WORLD_RANK")?;
-            let size = number("OMPI_COMM_WORLD_SIZE")?;
-            let base = var(env::RENDEZVOUS).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "started by Open MPI's mpirun without {}: pass a private directory, `mpirun -x {}=$(mktemp -d) ...`",
-                    env::RENDEZVOUS,
-                    env::RENDEZVOUS
-                ))
-            })?;
             let job = var("PMIX_NAMESPACE")
                 .or_else(|| var("OMPI_MCA_ess_base_jobid"))
                 .ok_or_else(|| Error::InvalidArgument("Open MPI gave no job id (PMIX_NAMESPACE)".into()))?;
-            return Ok(Start::OpenMpi { rank, size, dir: Path::new(&base).join(format!("job-{job}")), job: job_id(&job) });
+            return Start::rendezvous("mpirun", number("OMPI_COMM_WORLD_RANK")?, number("OMPI_COMM_WORLD_SIZE")?, &job);
+        }
+        if var("SLURM_PROCID").is_some() && var("SLURM_NTASKS").is_some() {
+            // A job step: the job and step ids name it.
+            let job = format!("{}.{}", var("SLURM_JOB_ID").unwrap_or_default(), var("SLURM_STEP_ID").unwrap_or_default());
+            return Start::rendezvous("srun", number("SLURM_PROCID")?, number("SLURM_NTASKS")?, &job);
         }
         Ok(Start::Alone)
+    }
+
+    /// A start through the rendezvous directory, whose absence is an
+    /// error saying what to type.
+    fn rendezvous(launcher: &'static str, rank: u32, size: u32, job: &str) -> Result<Start> {
+        let base = var(env::RENDEZVOUS).ok_or_else(|| {
+            let how = match launcher {
+                "srun" => format!(
+                    "start it with `srun --mpi=pmi2 ...`, or pass a private directory every host sees, `{}=$(mktemp -d) srun ...`",
+                    env::RENDEZVOUS
+                ),
+                _ => format!("pass a private directory, `mpirun -x {}=$(mktemp -d) ...`", env::RENDEZVOUS),
+            };
+            Error::InvalidArgument(format!("started by {launcher} without {}: {how}", env::RENDEZVOUS))
+        })?;
+        let dir = Path::new(&base).join(format!("job-{}", job.replace(['/', '\\'], "_")));
+        Ok(Start::Rendezvous { launcher, rank, size, dir, job: job_id(job) })
     }
 
     /// Ranks in the job, or `None` when alone.
     pub fn size(&self) -> Option<u32> {
         match self {
             Start::Alone => None,
-            Start::Env { size, .. } | Start::Pmi { size, .. } | Start::OpenMpi { size, .. } => Some(*size),
+            Start::Env { size, .. } | Start::Pmi { size, .. } | Start::Rendezvous { size, .. } => Some(*size),
         }
     }
 }
@@ -252,7 +276,7 @@ impl Drop for PmiSession {
     }
 }
 
-/// The exchange through a PMI-1 launcher: on a blocking thread.
+/// The exchange through a PMI launcher: on a blocking thread.
 fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential, PmiSession)> {
     // Over TCP, the address this host reaches the launcher from is the
     // one to advertise (unless MPX_HOST says otherwise).
@@ -260,9 +284,16 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
         pmi::Channel::Port { addr, .. } => local_route(addr),
         pmi::Channel::Fd(_) => None,
     };
+    let version = match var(env::PMI_VERSION) {
+        Some(v) => pmi::Version::parse(&v)?,
+        None => pmi::Version::V2,
+    };
     let stream = pmi::connect(channel, timeout)?;
-    let mut client = pmi::Client::init(stream)?;
-    let (socket, addr, mut credential) = prepare(rank, job_id(client.kvsname()), route)?;
+    let mut client = pmi::Client::init(stream, rank, version)?;
+    if let Some(told) = client.size().filter(|&n| n != size) {
+        return Err(Error::Protocol(format!("PMI_SIZE says {size} ranks, but the launcher's PMI says {told}")));
+    }
+    let (socket, addr, mut credential) = prepare(rank, job_id(client.job_name()), route)?;
     client.put(&format!("mpx-{rank}"), &card(addr, &credential.fingerprint()))?;
     client.barrier()?;
     let mut addrs = Vec::with_capacity(size as usize);
@@ -276,7 +307,7 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
     Ok((socket, addrs, credential, PmiSession(Mutex::new(client))))
 }
 
-/// The exchange through Open MPI's rendezvous directory: on a blocking
+/// The exchange through the rendezvous directory: on a blocking
 /// thread.
 fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential)> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -367,7 +398,7 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
             }))
             .await?
         }
-        Start::OpenMpi { rank, size, dir, job } => {
+        Start::Rendezvous { rank, size, dir, job, .. } => {
             blocking(Box::new(move || {
                 let (socket, addrs, credential) = through_directory(rank, size, &dir, job, timeout)?;
                 let _inside = runtime.enter();
@@ -393,7 +424,7 @@ fn for_path(options: quic::Options, addrs: &[SocketAddr]) -> quic::Options {
 /// Runs `f` as `ranks` ranks, wherever this process was started: started
 /// alone, all `ranks` run in this process on the in-memory loopback (as
 /// [`loopback::launch`](crate::loopback::launch)); started by a launcher
-/// (`mpxrun`, `mpiexec.hydra`, Open MPI's `mpirun`, or by hand, see
+/// (`mpxrun`, `mpiexec.hydra`, Slurm's `srun`, Open MPI's `mpirun`, or by hand, see
 /// [`Start`]), this process runs its own rank over QUIC and the launcher's
 /// other processes run the others.
 ///

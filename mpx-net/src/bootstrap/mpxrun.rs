@@ -1,5 +1,5 @@
 //! `mpxrun`: starts the processes of a job, on this host or on several,
-//! and serves them PMI-1 (see [`pmi`](super::pmi)), with a credential made
+//! and serves them PMI-1 and PMI-2 (see [`pmi`](super::pmi)), with a credential made
 //! for the job.
 //!
 //! ```text
@@ -36,7 +36,7 @@ use mpx_core::{Error, Result};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::pmi::{self, KvSpace, Message};
+use super::pmi::{KvSpace, Message};
 use crate::quic::JobCredential;
 
 /// What `mpxrun` was asked to do.
@@ -155,36 +155,29 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
 type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 type Writers = Arc<Vec<tokio::sync::Mutex<Option<Writer>>>>;
 
-/// Serves PMI to one rank: reads its lines and answers through the job's
-/// [`KvSpace`], writing each answer to the rank it is for. A rank that
+/// Serves PMI to one rank: passes the bytes it sends to the job's
+/// [`KvSpace`] and writes each answer to the rank it is for. A rank that
 /// breaks the protocol fails the job.
 async fn serve_rank(
     rank: usize,
-    reader: impl tokio::io::AsyncRead + Unpin,
+    mut reader: impl tokio::io::AsyncRead + Unpin,
     kvs: Arc<Mutex<KvSpace>>,
     writers: Writers,
     failed: tokio::sync::mpsc::UnboundedSender<(u32, String)>,
 ) {
-    let mut lines = BufReader::new(reader);
+    let mut chunk = vec![0u8; 4096];
     loop {
-        let mut line = Vec::new();
-        let n = match (&mut lines).take(pmi::MAX_LINE as u64 + 1).read_until(b'\n', &mut line).await {
+        let n = match reader.read(&mut chunk).await {
+            // The rank closed PMI (finished, or died: its exit status tells).
+            Ok(0) | Err(_) => return,
             Ok(n) => n,
-            Err(_) => return,
         };
-        if n == 0 {
-            return; // the rank closed PMI (finished, or died: its exit status tells)
-        }
-        let answer = std::str::from_utf8(&line)
-            .map_err(|_| Error::Protocol("a PMI line that is not UTF-8".into()))
-            .and_then(|l| if l.ends_with('\n') { Ok(l) } else { Err(Error::Protocol("a PMI line over the limit".into())) })
-            .and_then(Message::parse)
-            .and_then(|m| kvs.lock().unwrap_or_else(|e| e.into_inner()).handle(rank, m));
+        let answer = kvs.lock().unwrap_or_else(|e| e.into_inner()).receive(rank, &chunk[..n]);
         match answer {
             Ok(replies) => {
-                for (to, m) in replies {
+                for (to, bytes) in replies {
                     if let Some(w) = writers[to].lock().await.as_mut() {
-                        let _ = w.write_all(m.encode().as_bytes()).await;
+                        let _ = w.write_all(&bytes).await;
                     }
                 }
             }

@@ -1,16 +1,21 @@
-//! PMI-1, the process-management interface MPICH's hydra (`mpiexec`)
-//! offers its processes, and `mpxrun` offers too: a line protocol on a
-//! socket the launcher hands each process (`PMI_FD`), with a key-value
-//! space shared by the job, a barrier, and the process's rank and size in
-//! `PMI_RANK` and `PMI_SIZE`.
+//! PMI, the process-management interface launchers offer their processes:
+//! MPICH's hydra (`mpiexec`), Slurm's `srun --mpi=pmi2`, and `mpxrun`. A
+//! process gets a socket to its launcher (`PMI_FD`, or `PMI_PORT` for a
+//! TCP address) and its rank and size (`PMI_RANK`, `PMI_SIZE`); through
+//! the socket it stores values in a key-value space shared by the job,
+//! meets the other processes at a barrier, and reads their values.
 //!
-//! Each message is one line of space-separated `key=value` fields, the
-//! first `cmd=<name>`; values carry no spaces. The exchanges a rank makes
-//! (client's line, then the launcher's answer):
+//! Two wire forms exist, and mpx speaks both ([`Version`]). Every
+//! connection opens with one PMI-1 line, `cmd=init pmi_version=V
+//! pmi_subversion=S`, answered by `cmd=response_to_init pmi_version=V
+//! pmi_subversion=S rc=0`; mpx asks for version 2 and falls back to 1 if
+//! the launcher declines.
+//!
+//! **PMI-1** (MPICH's `simple_pmi`; Flux's RFC 13): each message is a line
+//! of space-separated `key=value` fields, the first `cmd=<name>`:
 //!
 //! | client | launcher |
 //! |---|---|
-//! | `cmd=init pmi_version=1 pmi_subversion=1` | `cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0` |
 //! | `cmd=get_maxes` | `cmd=maxes rc=0 kvsname_max=K keylen_max=L vallen_max=V` |
 //! | `cmd=get_my_kvsname` | `cmd=my_kvsname rc=0 kvsname=NAME` |
 //! | `cmd=put kvsname=NAME key=K value=V` | `cmd=put_result rc=0` |
@@ -18,30 +23,84 @@
 //! | `cmd=get kvsname=NAME key=K` | `cmd=get_result rc=0 value=V` (`rc` not 0: no such key) |
 //! | `cmd=finalize` | `cmd=finalize_ack` |
 //!
-//! This is the wire format of MPICH's `simple_pmi` and hydra, as Flux's
-//! RFC 13 ("Simple Process Manager Interface v1") describes it.
-//! [`Message`] is the sans-IO part (parsing and encoding a line);
-//! [`Client`] speaks it over a blocking socket, and [`KvSpace`] is the
-//! launcher's side, used by `mpxrun`.
+//! **PMI-2** (MPICH's "PMI-2 Wire Protocol"; Slurm's `mpi/pmi2` plugin):
+//! each message is its length in six ASCII characters (a decimal number,
+//! padded with blanks), then that many bytes of `key=value;` fields, the
+//! first `cmd=<name>;`, a `;` inside a value doubled:
+//!
+//! | client | launcher |
+//! |---|---|
+//! | `cmd=fullinit;pmijobid=J;pmirank=R;threaded=FALSE;` | `cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank=R;size=N;...` |
+//! | `cmd=job-getid;` | `cmd=job-getid-response;rc=0;jobid=J;` |
+//! | `cmd=kvs-put;key=K;value=V;` | `cmd=kvs-put-response;rc=0;` |
+//! | `cmd=kvs-fence;` | `cmd=kvs-fence-response;rc=0;` (once every rank has entered) |
+//! | `cmd=kvs-get;jobid=J;srcid=-1;key=K;` | `cmd=kvs-get-response;rc=0;found=TRUE;value=V;` (`found=FALSE`: no such key) |
+//! | `cmd=finalize;` | `cmd=finalize-response;rc=0;` |
+//!
+//! (The published protocol names the found flag `flag`; Slurm and hydra
+//! send `found`; mpx reads either.)
+//!
+//! The parts: [`Message`] and [`Decoder`] are the sans-IO layer (parsing,
+//! encoding and framing messages of either form); [`Client`] is a rank's
+//! side over a blocking socket; [`KvSpace`] is the launcher's side, bytes
+//! in and bytes out, used by `mpxrun`.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use mpx_core::{Error, Result};
 
-/// Longest line either side accepts: a launcher's answer, or a client's
-/// request to `mpxrun`.
+/// Longest message either side accepts: a launcher's answer, or a
+/// client's request to `mpxrun`.
 pub const MAX_LINE: usize = 64 << 10;
 
-/// One line of the protocol: its command and fields.
+/// A wire form of PMI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Version {
+    /// Lines of space-separated fields (PMI 1.1).
+    #[default]
+    V1,
+    /// Length-prefixed messages of `;`-terminated fields (PMI 2.0).
+    V2,
+}
+
+impl Version {
+    /// Reads a version as `MPX_PMI_VERSION` spells it: `1` or `2`.
+    ///
+    /// ```
+    /// use mpx_net::bootstrap::pmi::Version;
+    /// assert_eq!(Version::parse("2")?, Version::V2);
+    /// assert!(Version::parse("3").is_err());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn parse(text: &str) -> Result<Version> {
+        match text.trim() {
+            "1" => Ok(Version::V1),
+            "2" => Ok(Version::V2),
+            other => Err(Error::InvalidArgument(format!("PMI version {other:?}: mpx speaks 1 and 2"))),
+        }
+    }
+
+    /// The `pmi_version` and `pmi_subversion` of the opening line.
+    fn numbers(self) -> (u32, u32) {
+        match self {
+            Version::V1 => (1, 1),
+            Version::V2 => (2, 0),
+        }
+    }
+}
+
+/// One message of either form: its command and fields.
 ///
 /// ```
-/// use mpx_net::bootstrap::pmi::Message;
+/// use mpx_net::bootstrap::pmi::{Message, Version};
 /// let m = Message::parse("cmd=get_result rc=0 value=10.0.0.1:7000,ab12\n")?;
 /// assert_eq!(m.cmd, "get_result");
 /// assert_eq!(m.get("value"), Some("10.0.0.1:7000,ab12"));
-/// assert_eq!(Message::new("barrier_in").encode(), "cmd=barrier_in\n");
+/// assert_eq!(Message::new("barrier_in").encode(Version::V1), b"cmd=barrier_in\n");
+/// let put = Message::new("kvs-put").with("key", "a").with("value", "x;y");
+/// assert_eq!(put.encode(Version::V2), b"    29cmd=kvs-put;key=a;value=x;;y;");
+/// assert_eq!(Message::parse_v2("cmd=kvs-put;key=a;value=x;;y;")?, put);
 /// # Ok::<(), mpx_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +117,7 @@ impl Message {
         Message { cmd: cmd.to_string(), fields: Vec::new() }
     }
 
-    /// Adds a field (a value must hold no space or newline: see
+    /// Adds a field (over PMI-1 a value must hold no space or newline: see
     /// [`check_value`]).
     pub fn with(mut self, key: &str, value: impl ToString) -> Message {
         self.fields.push((key.to_string(), value.to_string()));
@@ -70,21 +129,36 @@ impl Message {
         self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
-    /// The line, newline included.
-    pub fn encode(&self) -> String {
-        let mut line = format!("cmd={}", self.cmd);
-        for (k, v) in &self.fields {
-            line.push(' ');
-            line.push_str(k);
-            line.push('=');
-            line.push_str(v);
+    /// The message on the wire: a line (PMI-1), or the length and the
+    /// fields (PMI-2).
+    pub fn encode(&self, version: Version) -> Vec<u8> {
+        match version {
+            Version::V1 => {
+                let mut line = format!("cmd={}", self.cmd);
+                for (k, v) in &self.fields {
+                    line.push(' ');
+                    line.push_str(k);
+                    line.push('=');
+                    line.push_str(v);
+                }
+                line.push('\n');
+                line.into_bytes()
+            }
+            Version::V2 => {
+                let mut body = format!("cmd={};", self.cmd);
+                for (k, v) in &self.fields {
+                    body.push_str(k);
+                    body.push('=');
+                    body.push_str(&v.replace(';', ";;"));
+                    body.push(';');
+                }
+                format!("{:>6}{body}", body.len()).into_bytes()
+            }
         }
-        line.push('\n');
-        line
     }
 
-    /// Parses one line (its newline optional). A line that does not start
-    /// with `cmd=`, or has a field without `=`, is an error.
+    /// Parses one PMI-1 line (its newline optional). A line that does not
+    /// start with `cmd=`, or has a field without `=`, is an error.
     pub fn parse(line: &str) -> Result<Message> {
         let bad = || Error::Protocol(format!("a malformed PMI line: {:?}", truncated(line)));
         let mut words = line.trim_end_matches(['\n', '\r']).split(' ').filter(|w| !w.is_empty());
@@ -95,15 +169,50 @@ impl Message {
         Ok(Message { cmd: cmd.to_string(), fields })
     }
 
+    /// Parses the body of one PMI-2 message (after its length): fields
+    /// ended by `;`, `;;` standing for a `;` inside one. The first field
+    /// must be `cmd=`, and every field must hold a `=`.
+    pub fn parse_v2(body: &str) -> Result<Message> {
+        let bad = || Error::Protocol(format!("a malformed PMI-2 message: {:?}", truncated(body)));
+        let mut fields = Vec::new();
+        let mut field = String::new();
+        let mut chars = body.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                ';' if chars.peek() == Some(&';') => {
+                    chars.next();
+                    field.push(';');
+                }
+                ';' => fields.push(std::mem::take(&mut field)),
+                c => field.push(c),
+            }
+        }
+        if !field.is_empty() {
+            fields.push(field); // a last field without its ';'
+        }
+        let mut pairs = fields.into_iter().map(|f| f.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(bad));
+        let (key, cmd) = pairs.next().ok_or_else(bad)??;
+        if key != "cmd" {
+            return Err(bad());
+        }
+        Ok(Message { cmd, fields: pairs.collect::<Result<_>>()? })
+    }
+
     /// The `rc` field is 0 (or absent).
     fn ok(self, context: &str) -> Result<Message> {
         match self.get("rc") {
             None | Some("0") => Ok(self),
             Some(rc) => Err(Error::Protocol(format!(
                 "the launcher refused {context} (rc={rc}{})",
-                self.get("msg").map(|m| format!(": {m}")).unwrap_or_default()
+                self.get("msg").or(self.get("errmsg")).map(|m| format!(": {m}")).unwrap_or_default()
             ))),
         }
+    }
+
+    /// The integer in field `key`.
+    fn number(&self, key: &str) -> Result<u32> {
+        let v = self.get(key).ok_or_else(|| Error::Protocol(format!("the launcher's {:?} gave no {key}", self.cmd)))?;
+        v.trim().parse().map_err(|_| Error::Protocol(format!("the launcher's {:?} gave {key}={v:?}", self.cmd)))
     }
 }
 
@@ -114,8 +223,8 @@ fn truncated(s: &str) -> &str {
     }
 }
 
-/// Checks that `value` can travel as a PMI value: non-empty, no spaces or
-/// newlines, and at most `max` bytes.
+/// Checks that `value` can travel as a PMI value in either form:
+/// non-empty, no spaces, newlines or `=`, and at most `max` bytes.
 pub fn check_value(value: &str, max: usize) -> Result<()> {
     if value.is_empty() || value.len() > max || value.contains([' ', '\n', '\r', '=']) {
         return Err(Error::InvalidArgument(format!("{:?} cannot be a PMI value (at most {max} bytes, no spaces)", truncated(value))));
@@ -123,34 +232,106 @@ pub fn check_value(value: &str, max: usize) -> Result<()> {
     Ok(())
 }
 
-/// Reads one line of at most [`MAX_LINE`] bytes; `None` at the end of the
-/// stream.
-pub(crate) fn read_line<R: BufRead>(reader: &mut R) -> std::io::Result<Option<String>> {
-    let mut line = Vec::new();
-    let n = std::io::Read::take(reader, MAX_LINE as u64 + 1).read_until(b'\n', &mut line)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if line.last() != Some(&b'\n') {
-        let why = if n > MAX_LINE { "a PMI line over the length limit" } else { "a PMI line cut short" };
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
-    }
-    String::from_utf8(line).map(Some).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "a PMI line that is not UTF-8"))
+/// Cuts a byte stream into messages of either form, holding at most one
+/// message of [`MAX_LINE`] bytes: the sans-IO framing both sides use.
+///
+/// ```
+/// use mpx_net::bootstrap::pmi::{Decoder, Version};
+/// let mut d = Decoder::default();
+/// d.feed(b"cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n    23cmd=kvs-fence-resp");
+/// assert_eq!(d.next(Version::V1)?.unwrap().get("pmi_version"), Some("2"));
+/// assert!(d.next(Version::V2)?.is_none(), "the rest has not come");
+/// d.feed(b"onse;");
+/// assert_eq!(d.next(Version::V2)?.unwrap().cmd, "kvs-fence-response");
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
 }
 
-/// A rank's side of PMI-1, over the socket its launcher handed it, with
+impl Decoder {
+    /// Adds bytes read from the socket.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes fed but not yet taken as messages.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next whole message in `version`'s form, `None` if more bytes
+    /// are needed, or an error: a message that is malformed, not UTF-8, or
+    /// over [`MAX_LINE`] bytes.
+    pub fn next(&mut self, version: Version) -> Result<Option<Message>> {
+        let (start, end) = match version {
+            Version::V1 => match self.buf.iter().position(|&b| b == b'\n') {
+                Some(i) if i < MAX_LINE => (0, i + 1),
+                None if self.buf.len() <= MAX_LINE => return Ok(None),
+                _ => return Err(Error::Protocol("a PMI line over the length limit".into())),
+            },
+            Version::V2 => {
+                let Some(header) = self.buf.get(..6) else { return Ok(None) };
+                let len = std::str::from_utf8(header)
+                    .ok()
+                    .map(|h| h.trim_matches(' '))
+                    .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|h| h.parse::<usize>().ok())
+                    .ok_or_else(|| Error::Protocol(format!("a PMI-2 message whose length reads {:?}", String::from_utf8_lossy(header))))?;
+                if len > MAX_LINE {
+                    return Err(Error::Protocol(format!("a PMI-2 message of {len} bytes, over the limit of {MAX_LINE}")));
+                }
+                if self.buf.len() < 6 + len {
+                    return Ok(None);
+                }
+                (6, 6 + len)
+            }
+        };
+        let text = std::str::from_utf8(&self.buf[start..end]).map_err(|_| Error::Protocol("a PMI message that is not UTF-8".into()))?;
+        let message = match version {
+            Version::V1 => Message::parse(text),
+            Version::V2 => Message::parse_v2(text),
+        };
+        self.buf.drain(..end);
+        message.map(Some)
+    }
+}
+
+/// Reads from `stream` until `decoder` holds a whole message.
+fn receive<S: std::io::Read>(stream: &mut S, decoder: &mut Decoder, version: Version) -> std::io::Result<Option<Message>> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match decoder.next(version) {
+            Ok(Some(m)) => return Ok(Some(m)),
+            Ok(None) => {}
+            Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        decoder.feed(&chunk[..n]);
+    }
+}
+
+/// A rank's side of PMI, over the socket its launcher handed it, with
 /// blocking I/O (it runs at start-up, on a thread of its own).
 pub struct Client<S: std::io::Read + std::io::Write> {
-    reader: BufReader<S>,
-    /// The job's key-value space.
-    kvsname: String,
+    stream: S,
+    decoder: Decoder,
+    version: Version,
+    /// The job's name: its key-value space (PMI-1) or job id (PMI-2).
+    job: String,
     /// The longest value the launcher stores.
     vallen_max: usize,
+    /// Ranks in the job, as the launcher tells at init (PMI-2 only).
+    size: Option<u32>,
 }
 
 impl<S: std::io::Read + std::io::Write> std::fmt::Debug for Client<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("pmi::Client").field("kvsname", &self.kvsname).finish()
+        f.debug_struct("pmi::Client").field("version", &self.version).field("job", &self.job).finish()
     }
 }
 
@@ -164,29 +345,73 @@ fn waiting(what: &str, e: std::io::Error) -> Error {
 }
 
 impl<S: std::io::Read + std::io::Write> Client<S> {
-    /// Greets the launcher on `stream` and learns the job's key-value
-    /// space.
-    pub fn init(stream: S) -> Result<Client<S>> {
-        let mut client = Client { reader: BufReader::new(stream), kvsname: String::new(), vallen_max: 0 };
-        let answer = client.call(Message::new("init").with("pmi_version", 1).with("pmi_subversion", 1), "response_to_init", "init")?;
-        if answer.get("pmi_version") != Some("1") {
-            return Err(Error::Protocol(format!("the launcher speaks PMI version {:?}, not 1", answer.get("pmi_version"))));
+    /// Greets the launcher on `stream` as rank `rank`, in the `prefer`red
+    /// form if the launcher speaks it and in PMI-1 otherwise, and learns
+    /// the job's name (and, over PMI-2, its size). Over PMI-2, a launcher
+    /// that gives this process another rank than `rank` is an error.
+    pub fn init(stream: S, rank: u32, prefer: Version) -> Result<Client<S>> {
+        let mut client = Client { stream, decoder: Decoder::default(), version: Version::V1, job: String::new(), vallen_max: 256, size: None };
+        let greet = |client: &mut Client<S>, version: Version| {
+            let (v, sub) = version.numbers();
+            let answer = client.call(Message::new("init").with("pmi_version", v).with("pmi_subversion", sub), "response_to_init", "init")?;
+            Ok::<_, Error>((answer.get("pmi_version").map(str::to_string), answer.get("rc").map(str::to_string)))
+        };
+        let (spoken, rc) = greet(&mut client, prefer)?;
+        client.version = match (prefer, spoken.as_deref(), rc.as_deref()) {
+            (Version::V2, Some("2"), None | Some("0")) => Version::V2,
+            (_, Some("1"), None | Some("0")) => Version::V1,
+            (Version::V2, _, _) => {
+                // Declined: ask again for PMI-1.
+                match greet(&mut client, Version::V1)? {
+                    (Some(v), rc) if v == "1" && matches!(rc.as_deref(), None | Some("0")) => Version::V1,
+                    (v, _) => return Err(Error::Protocol(format!("the launcher speaks PMI version {v:?}, neither 2 nor 1"))),
+                }
+            }
+            (Version::V1, v, _) => return Err(Error::Protocol(format!("the launcher speaks PMI version {v:?}, not 1"))),
+        };
+        match client.version {
+            Version::V1 => {
+                let maxes = client.call(Message::new("get_maxes"), "maxes", "the key-value limits")?;
+                client.vallen_max = maxes.get("vallen_max").and_then(|v| v.parse().ok()).unwrap_or(256);
+                let name = client.call(Message::new("get_my_kvsname"), "my_kvsname", "the job's key-value space")?;
+                client.job = name.get("kvsname").ok_or_else(|| Error::Protocol("the launcher named no key-value space".into()))?.to_string();
+            }
+            Version::V2 => {
+                let jobid = std::env::var("PMI_JOBID").unwrap_or_else(|_| "0".into());
+                let init = Message::new("fullinit").with("pmijobid", &jobid).with("pmirank", rank).with("threaded", "FALSE");
+                let answer = client.call(init, "fullinit-response", "the launcher's welcome")?;
+                let given = answer.number("rank")?;
+                if given != rank {
+                    return Err(Error::Protocol(format!("the launcher calls this process rank {given}, its environment rank {rank}")));
+                }
+                client.size = Some(answer.number("size")?);
+                client.vallen_max = 1024; // PMI2_MAX_VALLEN
+                let id = client.call(Message::new("job-getid"), "job-getid-response", "the job's id")?;
+                client.job = id.get("jobid").ok_or_else(|| Error::Protocol("the launcher named no job id".into()))?.to_string();
+            }
         }
-        let maxes = client.call(Message::new("get_maxes"), "maxes", "the key-value limits")?;
-        client.vallen_max = maxes.get("vallen_max").and_then(|v| v.parse().ok()).unwrap_or(256);
-        let name = client.call(Message::new("get_my_kvsname"), "my_kvsname", "the job's key-value space")?;
-        client.kvsname = name.get("kvsname").ok_or_else(|| Error::Protocol("the launcher named no key-value space".into()))?.to_string();
         Ok(client)
     }
 
     /// The socket to the launcher.
     pub fn get_ref(&self) -> &S {
-        self.reader.get_ref()
+        &self.stream
     }
 
-    /// The job's key-value space: the same for every rank of the job.
-    pub fn kvsname(&self) -> &str {
-        &self.kvsname
+    /// The form this connection speaks.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The job's name in its launcher (its key-value space, or over PMI-2
+    /// its job id): the same for every rank of the job.
+    pub fn job_name(&self) -> &str {
+        &self.job
+    }
+
+    /// Ranks in the job, if the launcher said (PMI-2 does, at init).
+    pub fn size(&self) -> Option<u32> {
+        self.size
     }
 
     /// The longest value the launcher keeps.
@@ -198,38 +423,72 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
     /// the next [`barrier`](Client::barrier)).
     pub fn put(&mut self, key: &str, value: &str) -> Result<()> {
         check_value(value, self.vallen_max)?;
-        let m = Message::new("put").with("kvsname", &self.kvsname).with("key", key).with("value", value);
-        self.call(m, "put_result", &format!("storing {key}")).map(drop)
+        let what = format!("storing {key}");
+        let _ = match self.version {
+            Version::V1 => {
+                let m = Message::new("put").with("kvsname", &self.job).with("key", key).with("value", value);
+                self.call(m, "put_result", &what)?
+            }
+            Version::V2 => self.call(Message::new("kvs-put").with("key", key).with("value", value), "kvs-put-response", &what)?,
+        };
+        Ok(())
     }
 
-    /// Waits until every rank of the job has entered the barrier.
+    /// Waits until every rank of the job has entered the barrier (PMI-2's
+    /// fence), after which each sees the values all stored before it.
     pub fn barrier(&mut self) -> Result<()> {
-        self.call(Message::new("barrier_in"), "barrier_out", "the other ranks at the start-up barrier").map(drop)
+        let what = "the other ranks at the start-up barrier";
+        let _ = match self.version {
+            Version::V1 => self.call(Message::new("barrier_in"), "barrier_out", what)?,
+            Version::V2 => self.call(Message::new("kvs-fence"), "kvs-fence-response", what)?,
+        };
+        Ok(())
     }
 
-    /// The value of `key` in the job's space.
+    /// The value of `key` in the job's space; a key no rank stored is an
+    /// error.
     pub fn get(&mut self, key: &str) -> Result<String> {
-        let m = Message::new("get").with("kvsname", &self.kvsname).with("key", key);
-        let answer = self.call(m, "get_result", &format!("the value of {key}"))?;
-        answer.get("value").map(str::to_string).ok_or_else(|| Error::Protocol(format!("the launcher gave no value for {key}")))
+        let what = format!("the value of {key}");
+        let missing = || Error::Protocol(format!("the launcher has no value for {key}"));
+        match self.version {
+            Version::V1 => {
+                let m = Message::new("get").with("kvsname", &self.job).with("key", key);
+                let answer = self.call(m, "get_result", &what)?;
+                answer.get("value").map(str::to_string).ok_or_else(missing)
+            }
+            Version::V2 => {
+                let m = Message::new("kvs-get").with("jobid", &self.job).with("srcid", -1).with("key", key);
+                let answer = self.call(m, "kvs-get-response", &what)?;
+                let found = answer.get("found").or(answer.get("flag")).is_some_and(|f| f.eq_ignore_ascii_case("true"));
+                answer.get("value").filter(|_| found).map(str::to_string).ok_or_else(missing)
+            }
+        }
     }
 
     /// Tells the launcher this process is done with PMI.
     pub fn finalize(&mut self) -> Result<()> {
-        self.call(Message::new("finalize"), "finalize_ack", "the launcher's goodbye").map(drop)
+        let expect = match self.version {
+            Version::V1 => "finalize_ack",
+            Version::V2 => "finalize-response",
+        };
+        self.call(Message::new("finalize"), expect, "the launcher's goodbye").map(drop)
     }
 
-    /// Sends `request` and reads the answer, which must be `expect`.
+    /// Sends `request` and reads the answer, which must be `expect` with
+    /// `rc` 0 (the opening `init` is answered whatever its `rc`).
     fn call(&mut self, request: Message, expect: &str, what: &str) -> Result<Message> {
-        let stream = self.reader.get_mut();
-        stream.write_all(request.encode().as_bytes()).map_err(|e| waiting(what, e))?;
-        stream.flush().map_err(|e| waiting(what, e))?;
-        let line = read_line(&mut self.reader)
+        // The opening line is PMI-1 in either form.
+        let version = if request.cmd == "init" { Version::V1 } else { self.version };
+        self.stream.write_all(&request.encode(version)).map_err(|e| waiting(what, e))?;
+        self.stream.flush().map_err(|e| waiting(what, e))?;
+        let answer = receive(&mut self.stream, &mut self.decoder, version)
             .map_err(|e| waiting(what, e))?
             .ok_or_else(|| Error::Protocol(format!("the launcher closed PMI while this rank waited for {what}")))?;
-        let answer = Message::parse(&line)?;
         if answer.cmd != expect {
             return Err(Error::Protocol(format!("the launcher answered {:?} to {:?} (waiting for {what})", answer.cmd, request.cmd)));
+        }
+        if request.cmd == "init" {
+            return Ok(answer);
         }
         answer.ok(what)
     }
@@ -287,19 +546,20 @@ pub fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Duplex>> 
             let stream = std::net::TcpStream::connect_timeout(&target, timeout).map_err(|e| Error::transport(what, e))?;
             Duplex::set_read_timeout(&stream, timeout).map_err(|e| Error::transport("PMI socket", e))?;
             let _ = stream.set_nodelay(true);
-            let mut reader = BufReader::new(stream);
+            let mut stream = stream;
             let mut hello = Message::new("initack").with("pmiid", id);
             if let Some(token) = token {
                 hello = hello.with("token", token);
             }
-            std::io::Write::write_all(reader.get_mut(), hello.encode().as_bytes()).map_err(|e| waiting("the launcher's welcome", e))?;
+            let what = "the launcher's welcome";
+            std::io::Write::write_all(&mut stream, &hello.encode(Version::V1)).map_err(|e| waiting(what, e))?;
             // The welcome: initack, then the launcher's settings (size,
             // rank, debug: the last).
+            let mut decoder = Decoder::default();
             loop {
-                let line = read_line(&mut reader)
-                    .map_err(|e| waiting("the launcher's welcome", e))?
+                let m = receive(&mut stream, &mut decoder, Version::V1)
+                    .map_err(|e| waiting(what, e))?
                     .ok_or_else(|| Error::Protocol("the launcher refused this rank's PMI connection".into()))?;
-                let m = Message::parse(&line)?;
                 match m.cmd.as_str() {
                     "initack" => m.ok("this rank's PMI connection").map(drop)?,
                     "set" if m.get("size").is_some() || m.get("rank").is_some() => {}
@@ -307,10 +567,10 @@ pub fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Duplex>> 
                     other => return Err(Error::Protocol(format!("the launcher's welcome held {other:?}"))),
                 }
             }
-            if !reader.buffer().is_empty() {
+            if decoder.pending() > 0 {
                 return Err(Error::Protocol("the launcher spoke before it was asked".into()));
             }
-            Ok(Box::new(reader.into_inner()))
+            Ok(Box::new(stream))
         }
     }
 }
@@ -332,19 +592,25 @@ pub enum Channel {
     },
 }
 
-/// The launcher's side of PMI-1 for one job: the key-value space and the
-/// barrier, as a state machine that the launcher's I/O feeds one line at a
-/// time ([`KvSpace::handle`]) and that says what to send to whom.
+/// The launcher's side of PMI for one job, in either form: the key-value
+/// space and the barrier, as a state machine that the launcher's I/O feeds
+/// with the bytes each rank sends ([`KvSpace::receive`]) and that says
+/// what bytes to send to whom. Each rank picks its form with its opening
+/// line; ranks of one job may differ.
 ///
 /// ```
-/// use mpx_net::bootstrap::pmi::{KvSpace, Message};
+/// use mpx_net::bootstrap::pmi::KvSpace;
 /// let mut kvs = KvSpace::new("job-1", 2);
-/// let line = |s: &str| Message::parse(s).unwrap();
-/// assert_eq!(kvs.handle(0, line("cmd=put kvsname=job-1 key=a value=1"))?, vec![(0, line("cmd=put_result rc=0"))]);
-/// assert_eq!(kvs.handle(0, line("cmd=barrier_in"))?, vec![], "rank 1 has not entered");
-/// assert_eq!(kvs.handle(1, line("cmd=barrier_in"))?.len(), 2, "both leave");
-/// let got = kvs.handle(1, line("cmd=get kvsname=job-1 key=a"))?;
-/// assert_eq!(got[0].1.get("value"), Some("1"));
+/// // Rank 0 speaks PMI-1, rank 1 PMI-2.
+/// kvs.receive(0, b"cmd=init pmi_version=1 pmi_subversion=1\n")?;
+/// let opened = kvs.receive(1, b"cmd=init pmi_version=2 pmi_subversion=0\n")?;
+/// assert_eq!(opened, [(1, b"cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n".to_vec())]);
+/// assert_eq!(kvs.receive(0, b"cmd=put kvsname=job-1 key=a value=1\n")?, [(0, b"cmd=put_result rc=0\n".to_vec())]);
+/// assert!(kvs.receive(0, b"cmd=barrier_in\n")?.is_empty(), "rank 1 has not entered");
+/// let out = kvs.receive(1, b"    14cmd=kvs-fence;")?;
+/// assert_eq!(out, [(0, b"cmd=barrier_out\n".to_vec()), (1, b"    28cmd=kvs-fence-response;rc=0;".to_vec())]);
+/// let got = kvs.receive(1, b"    39cmd=kvs-get;jobid=job-1;srcid=-1;key=a;")?;
+/// assert_eq!(got, [(1, b"    45cmd=kvs-get-response;rc=0;found=TRUE;value=1;".to_vec())]);
 /// # Ok::<(), mpx_core::Error>(())
 /// ```
 #[derive(Debug)]
@@ -356,6 +622,8 @@ pub struct KvSpace {
     /// [`KvSpace::PER_RANK`].
     stored: usize,
     in_barrier: Vec<bool>,
+    /// Each rank's connection: its framing and the form it chose.
+    ranks: Vec<(Decoder, Version)>,
 }
 
 impl KvSpace {
@@ -366,79 +634,177 @@ impl KvSpace {
     /// Bytes of keys and values each rank may store, on average.
     pub const PER_RANK: usize = 64 << 10;
 
-    /// The space of a job of `size` ranks, named `name`.
+    /// The space of a job of `size` ranks, named `name` (its PMI-1
+    /// key-value space and PMI-2 job id).
     pub fn new(name: &str, size: usize) -> KvSpace {
-        KvSpace { name: name.to_string(), size, values: HashMap::new(), stored: 0, in_barrier: vec![false; size] }
+        KvSpace {
+            name: name.to_string(),
+            size,
+            values: HashMap::new(),
+            stored: 0,
+            in_barrier: vec![false; size],
+            ranks: (0..size).map(|_| (Decoder::default(), Version::V1)).collect(),
+        }
     }
 
-    /// Answers `rank`'s message: the lines to send, each to its rank. A
-    /// message this launcher does not serve is an error (the launcher then
-    /// fails the job).
-    pub fn handle(&mut self, rank: usize, m: Message) -> Result<Vec<(usize, Message)>> {
-        let reply = |m: Message| Ok(vec![(rank, m)]);
-        match m.cmd.as_str() {
-            "init" => reply(
-                Message::new("response_to_init").with("pmi_version", 1).with("pmi_subversion", 1).with("rc", 0),
-            ),
-            "get_maxes" => reply(
+    /// Takes bytes `rank` sent and answers every whole message among them:
+    /// the bytes to send, each to its rank. A malformed message, or one
+    /// this launcher does not serve, is an error (the launcher then fails
+    /// the job).
+    pub fn receive(&mut self, rank: usize, bytes: &[u8]) -> Result<Vec<(usize, Vec<u8>)>> {
+        let (decoder, _) = self.ranks.get_mut(rank).ok_or_else(|| Error::InvalidArgument(format!("rank {rank} of {}", self.size)))?;
+        decoder.feed(bytes);
+        let mut out = Vec::new();
+        loop {
+            let (decoder, version) = &mut self.ranks[rank];
+            let Some(m) = decoder.next(*version).map_err(|e| Error::Protocol(format!("rank {rank}: {e}")))? else { return Ok(out) };
+            out.extend(self.handle(rank, m)?);
+        }
+    }
+
+    /// `m` to `to`, in the form `to` speaks.
+    fn to(&self, to: usize, m: Message) -> (usize, Vec<u8>) {
+        (to, m.encode(self.ranks[to].1))
+    }
+
+    /// Stores a value; `false` if refused (too long, a full space, a key
+    /// stored already).
+    fn put(&mut self, key: &str, value: &str) -> bool {
+        let fits = key.len() <= Self::KEYLEN_MAX
+            && value.len() <= Self::VALLEN_MAX
+            && self.stored + key.len() + value.len() <= self.size * Self::PER_RANK;
+        if !fits || self.values.contains_key(key) {
+            return false;
+        }
+        self.stored += key.len() + value.len();
+        self.values.insert(key.to_string(), value.to_string());
+        true
+    }
+
+    /// Enters `rank` into the barrier: every rank's release once all are
+    /// in.
+    fn barrier(&mut self, rank: usize) -> Vec<(usize, Vec<u8>)> {
+        self.in_barrier[rank] = true;
+        if !self.in_barrier.iter().all(|&b| b) {
+            return Vec::new();
+        }
+        self.in_barrier.fill(false);
+        (0..self.size)
+            .map(|r| match self.ranks[r].1 {
+                Version::V1 => self.to(r, Message::new("barrier_out")),
+                Version::V2 => self.to(r, Message::new("kvs-fence-response").with("rc", 0)),
+            })
+            .collect()
+    }
+
+    fn handle(&mut self, rank: usize, m: Message) -> Result<Vec<(usize, Vec<u8>)>> {
+        let version = self.ranks[rank].1;
+        let reply = |kvs: &KvSpace, m: Message| Ok(vec![kvs.to(rank, m)]);
+        match (version, m.cmd.as_str()) {
+            (Version::V1, "init") => {
+                let (v, sub) = (m.get("pmi_version").unwrap_or(""), m.get("pmi_subversion").unwrap_or(""));
+                let (version, rc) = match (v, sub) {
+                    ("1", "0" | "1") => (Version::V1, 0),
+                    ("2", "0") => (Version::V2, 0),
+                    _ => (Version::V2, -1),
+                };
+                let (v, sub) = version.numbers();
+                // The answer to the opening line is a PMI-1 line either way.
+                let answer = Message::new("response_to_init").with("pmi_version", v).with("pmi_subversion", sub).with("rc", rc);
+                let out = vec![(rank, answer.encode(Version::V1))];
+                if rc == 0 {
+                    self.ranks[rank].1 = version;
+                }
+                Ok(out)
+            }
+            (Version::V1, "get_maxes") => reply(
+                self,
                 Message::new("maxes")
                     .with("rc", 0)
                     .with("kvsname_max", 256)
                     .with("keylen_max", Self::KEYLEN_MAX)
                     .with("vallen_max", Self::VALLEN_MAX),
             ),
-            "get_appnum" => reply(Message::new("appnum").with("rc", 0).with("appnum", 0)),
-            "get_universe_size" => reply(Message::new("universe_size").with("rc", 0).with("size", self.size)),
-            "get_my_kvsname" => reply(Message::new("my_kvsname").with("rc", 0).with("kvsname", &self.name)),
-            "put" => {
+            (Version::V1, "get_appnum") => reply(self, Message::new("appnum").with("rc", 0).with("appnum", 0)),
+            (Version::V1, "get_universe_size") => reply(self, Message::new("universe_size").with("rc", 0).with("size", self.size)),
+            (Version::V1, "get_my_kvsname") => reply(self, Message::new("my_kvsname").with("rc", 0).with("kvsname", &self.name)),
+            (Version::V1, "put") => {
                 let (Some(key), Some(value)) = (m.get("key"), m.get("value")) else {
-                    return reply(Message::new("put_result").with("rc", -1).with("msg", "key_or_value_missing"));
+                    return reply(self, Message::new("put_result").with("rc", -1).with("msg", "key_or_value_missing"));
                 };
-                let fits = key.len() <= Self::KEYLEN_MAX
-                    && value.len() <= Self::VALLEN_MAX
-                    && self.stored + key.len() + value.len() <= self.size * Self::PER_RANK;
-                if m.get("kvsname") != Some(&self.name) || !fits || self.values.contains_key(key) {
-                    return reply(Message::new("put_result").with("rc", -1).with("msg", "refused"));
-                }
-                self.stored += key.len() + value.len();
-                self.values.insert(key.to_string(), value.to_string());
-                reply(Message::new("put_result").with("rc", 0))
+                let rc = if m.get("kvsname") == Some(&self.name) && self.put(key, value) { 0 } else { -1 };
+                reply(self, Message::new("put_result").with("rc", rc))
             }
-            "get" => {
+            (Version::V1, "get") => {
                 let found = m.get("key").filter(|_| m.get("kvsname") == Some(&self.name)).and_then(|k| self.values.get(k));
                 match found {
-                    Some(v) => reply(Message::new("get_result").with("rc", 0).with("value", v)),
-                    None => reply(Message::new("get_result").with("rc", -1).with("msg", "key_not_found")),
+                    Some(v) => reply(self, Message::new("get_result").with("rc", 0).with("value", v)),
+                    None => reply(self, Message::new("get_result").with("rc", -1).with("msg", "key_not_found")),
                 }
             }
-            "barrier_in" => {
-                self.in_barrier[rank] = true;
-                if self.in_barrier.iter().all(|&b| b) {
-                    self.in_barrier.fill(false);
-                    Ok((0..self.size).map(|r| (r, Message::new("barrier_out"))).collect())
-                } else {
-                    Ok(Vec::new())
+            (Version::V1, "barrier_in") | (Version::V2, "kvs-fence") => Ok(self.barrier(rank)),
+            (Version::V1, "finalize") => reply(self, Message::new("finalize_ack")),
+            (Version::V2, "fullinit") => {
+                // The rank the process believes it is must be the one its
+                // connection was made for.
+                let claimed = m.get("pmirank").and_then(|r| r.trim().parse::<usize>().ok());
+                let answer = Message::new("fullinit-response");
+                let answer = match claimed {
+                    Some(r) if r == rank => answer
+                        .with("rc", 0)
+                        .with("pmi-version", 2)
+                        .with("pmi-subversion", 0)
+                        .with("rank", rank)
+                        .with("size", self.size)
+                        .with("appnum", 0)
+                        .with("debugged", "FALSE")
+                        .with("pmiverbose", "FALSE"),
+                    _ => answer.with("rc", 3).with("errmsg", format!("this connection is rank {rank}'s")),
+                };
+                reply(self, answer)
+            }
+            (Version::V2, "job-getid") => reply(self, Message::new("job-getid-response").with("rc", 0).with("jobid", &self.name)),
+            (Version::V2, "kvs-put") => {
+                let stored = match (m.get("key"), m.get("value")) {
+                    (Some(key), Some(value)) => self.put(key, value),
+                    _ => false,
+                };
+                reply(self, Message::new("kvs-put-response").with("rc", if stored { 0 } else { 6 }))
+            }
+            (Version::V2, "kvs-get") => {
+                let found = m.get("key").filter(|_| m.get("jobid").is_none_or(|j| j == self.name)).and_then(|k| self.values.get(k));
+                let answer = Message::new("kvs-get-response").with("rc", 0);
+                match found {
+                    Some(v) => reply(self, answer.with("found", "TRUE").with("value", v)),
+                    None => reply(self, answer.with("found", "FALSE")),
                 }
             }
-            "finalize" => reply(Message::new("finalize_ack")),
-            other => Err(Error::Protocol(format!("rank {rank} sent the PMI command {other:?}, which mpxrun does not serve"))),
+            (Version::V2, "finalize") => reply(self, Message::new("finalize-response").with("rc", 0)),
+            (_, other) => Err(Error::Protocol(format!("rank {rank} sent the PMI command {other:?}, which mpxrun does not serve over {version:?}"))),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::sync::{Arc, Mutex};
 
     use super::*;
 
     #[test]
-    fn malformed_lines_are_errors() {
+    fn malformed_messages_are_errors() {
         for bad in ["", "put key=a", "cmd=put keya", "cmd"] {
             assert!(Message::parse(bad).is_err(), "{bad:?}");
         }
         let m = Message::parse("cmd=put  kvsname=x key=a value=b=c\r\n").unwrap();
         assert_eq!(m.get("value"), Some("b=c"), "a value may hold '=' after the first");
+        for bad in ["", ";", "key=a;cmd=put;", "cmd=put;keya;", "cmd"] {
+            assert!(Message::parse_v2(bad).is_err(), "{bad:?}");
+        }
+        let m = Message::parse_v2("cmd=kvs-put;key=a;value=b=c;;d").unwrap();
+        assert_eq!((m.get("key"), m.get("value")), (Some("a"), Some("b=c;d")));
     }
 
     #[test]
@@ -450,52 +816,64 @@ mod tests {
     }
 
     #[test]
-    fn a_line_over_the_limit_is_an_error_not_memory() {
-        let long = vec![b'x'; MAX_LINE + 10];
-        let mut reader = BufReader::new(&long[..]);
-        assert!(read_line(&mut reader).is_err());
+    fn messages_over_the_limit_or_badly_framed_are_errors_not_memory() {
+        let mut d = Decoder::default();
+        d.feed(&vec![b'x'; MAX_LINE + 10]);
+        assert!(d.next(Version::V1).is_err(), "a line with no end in sight");
+        for header in [b"999999".as_slice(), b"  12x4", b"      ", b"-00001"] {
+            let mut d = Decoder::default();
+            d.feed(header);
+            assert!(d.next(Version::V2).is_err(), "{:?}", String::from_utf8_lossy(header));
+        }
+        let mut d = Decoder::default();
+        d.feed(b"     4\xff\xfe;;");
+        assert!(d.next(Version::V2).is_err(), "not UTF-8");
     }
 
-    /// The client against the launcher's side, over a socket pair: the
-    /// whole start-up exchange of two ranks.
-    #[test]
-    fn two_clients_exchange_values_through_the_space() {
-        use std::os::unix::net::UnixStream;
-        let mut kvs = KvSpace::new("kvs_7", 2);
-        let (a, a_server) = UnixStream::pair().unwrap();
-        let (b, b_server) = UnixStream::pair().unwrap();
-        let serve = std::thread::spawn(move || {
-            let mut readers = [BufReader::new(a_server.try_clone().unwrap()), BufReader::new(b_server.try_clone().unwrap())];
-            let mut writers = [a_server, b_server];
-            let mut open = [true, true];
-            // Alternate between the two clients one line at a time; a
-            // client blocked in the barrier has nothing to read, so serve
-            // whichever has a line (non-blocking peeks would be overkill
-            // here: each client's next line comes after its answer).
-            let mut turn = 0;
-            while open.iter().any(|&o| o) {
-                let r = turn % 2;
-                turn += 1;
-                if !open[r] {
-                    continue;
-                }
-                writers[r].set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-                readers[r].get_ref().set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-                match read_line(&mut readers[r]) {
-                    Ok(Some(line)) => {
-                        for (to, m) in kvs.handle(r, Message::parse(&line).unwrap()).unwrap() {
-                            writers[to].write_all(m.encode().as_bytes()).unwrap();
+    /// Serves `kvs` to each rank's stream on a thread of its own, as
+    /// mpxrun's I/O does; the returned thread ends when every rank has
+    /// closed its stream.
+    fn serve(kvs: KvSpace, streams: Vec<UnixStream>) -> std::thread::JoinHandle<()> {
+        let kvs = Arc::new(Mutex::new(kvs));
+        let writers: Arc<Vec<Mutex<UnixStream>>> = Arc::new(streams.iter().map(|s| Mutex::new(s.try_clone().unwrap())).collect());
+        let threads: Vec<_> = streams
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut stream)| {
+                let (kvs, writers) = (kvs.clone(), writers.clone());
+                std::thread::spawn(move || {
+                    let mut chunk = [0u8; 7]; // small, so messages arrive in pieces
+                    loop {
+                        let n = match stream.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        let out = kvs.lock().unwrap().receive(rank, &chunk[..n]).unwrap();
+                        for (to, bytes) in out {
+                            writers[to].lock().unwrap().write_all(&bytes).unwrap();
                         }
                     }
-                    Ok(None) => open[r] = false,
-                    Err(_) => {}
-                }
-            }
-        });
-        let rank = |stream: UnixStream, me: usize| {
+                })
+            })
+            .collect();
+        std::thread::spawn(move || threads.into_iter().for_each(|t| t.join().unwrap()))
+    }
+
+    /// Two clients, each in its own form, through the launcher's side over
+    /// socket pairs: the whole start-up exchange.
+    fn exchange(forms: [Version; 2]) {
+        let (a, a_server) = UnixStream::pair().unwrap();
+        let (b, b_server) = UnixStream::pair().unwrap();
+        let server = serve(KvSpace::new("kvs_7", 2), vec![a_server, b_server]);
+        let rank = |stream: UnixStream, me: u32| {
+            let prefer = forms[me as usize];
             std::thread::spawn(move || {
-                let mut c = Client::init(stream).unwrap();
+                let mut c = Client::init(stream, me, prefer).unwrap();
+                assert_eq!(c.version(), prefer);
+                assert_eq!(c.job_name(), "kvs_7");
+                assert_eq!(c.size(), (prefer == Version::V2).then_some(2));
                 c.put(&format!("addr-{me}"), &format!("10.0.0.{me}:7000")).unwrap();
+                assert!(c.put(&format!("addr-{me}"), "again").is_err(), "a key is stored once");
                 c.barrier().unwrap();
                 let other = c.get(&format!("addr-{}", 1 - me)).unwrap();
                 assert!(c.get("nothing").is_err(), "a missing key is an error");
@@ -506,6 +884,66 @@ mod tests {
         let (x, y) = (rank(a, 0), rank(b, 1));
         assert_eq!(x.join().unwrap(), "10.0.0.1:7000");
         assert_eq!(y.join().unwrap(), "10.0.0.0:7000");
-        serve.join().unwrap();
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn clients_exchange_values_in_either_form_and_mixed() {
+        exchange([Version::V1, Version::V1]);
+        exchange([Version::V2, Version::V2]);
+        exchange([Version::V1, Version::V2]);
+    }
+
+    #[test]
+    fn a_launcher_that_declines_pmi_2_is_spoken_to_in_pmi_1() {
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let launcher = std::thread::spawn(move || {
+            let mut kvs = KvSpace::new("old", 1);
+            let mut d = Decoder::default();
+            let first = receive(&mut server, &mut d, Version::V1).unwrap().unwrap();
+            assert_eq!(first.get("pmi_version"), Some("2"));
+            server.write_all(b"cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=-1\n").unwrap();
+            // From here on, an ordinary PMI-1 launcher.
+            let mut chunk = [0u8; 256];
+            loop {
+                let n = server.read(&mut chunk).unwrap();
+                if n == 0 {
+                    return;
+                }
+                for (_, bytes) in kvs.receive(0, &chunk[..n]).unwrap() {
+                    server.write_all(&bytes).unwrap();
+                }
+            }
+        });
+        let mut c = Client::init(client, 0, Version::V2).unwrap();
+        assert_eq!(c.version(), Version::V1);
+        c.put("k", "v").unwrap();
+        c.barrier().unwrap();
+        assert_eq!(c.get("k").unwrap(), "v");
+        c.finalize().unwrap();
+        drop(c);
+        launcher.join().unwrap();
+    }
+
+    #[test]
+    fn a_rank_the_launcher_does_not_know_is_refused() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let (other, other_server) = UnixStream::pair().unwrap();
+        let serving = serve(KvSpace::new("job", 2), vec![server, other_server]);
+        // This connection is rank 0's, but the process claims rank 1.
+        let err = Client::init(client, 1, Version::V2).unwrap_err();
+        assert!(err.to_string().contains("rank 0"), "{err}");
+        drop(other);
+        serving.join().unwrap();
+    }
+
+    #[test]
+    fn a_command_the_launcher_does_not_serve_fails_the_rank() {
+        let mut kvs = KvSpace::new("job", 1);
+        kvs.receive(0, b"cmd=init pmi_version=2 pmi_subversion=0\n").unwrap();
+        assert!(kvs.receive(0, b"    18cmd=spawn;ncmds=1;").is_err());
+        let mut kvs = KvSpace::new("job", 1);
+        assert!(kvs.receive(0, b"cmd=kvs-fence\n").is_err(), "a PMI-2 command on a PMI-1 connection");
+        assert!(KvSpace::new("job", 1).receive(3, b"cmd=init\n").is_err(), "no such rank");
     }
 }
