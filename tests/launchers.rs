@@ -475,3 +475,85 @@ fn a_rank_without_the_jobs_credential_is_refused_under_mpxrun() {
     assert!(!all.contains("messages received"), "nothing flowed:\n{all}");
     assert!(started.elapsed() < Duration::from_secs(20), "within the start-up bound");
 }
+
+/// Rank 1 of the hydra refusal test below (a no-op unless started as
+/// that): a process that takes part in the job's PMI exchange, but
+/// publishes one certificate's fingerprint and connects with another, as
+/// a process that learned rank 0's address without holding the job's
+/// trust would. Prints whether rank 0 let it in.
+#[test]
+fn intruder_child() {
+    use mpx_net::bootstrap::pmi;
+    use mpx_net::quic::{bind, start, Options, RankCredential};
+    if std::env::var_os("MPX_TEST_INTRUDER").is_none() {
+        return;
+    }
+    let number = |name: &str| std::env::var(name).unwrap().parse::<u32>().unwrap();
+    let (rank, size) = (number("PMI_RANK"), number("PMI_SIZE"));
+    let stream = pmi::connect(&pmi::Channel::Fd(number("PMI_FD") as i32), Duration::from_secs(10)).unwrap();
+    let mut client = pmi::Client::init(stream, rank, pmi::Version::V2).unwrap();
+    let hex = |fp: &[u8; 32]| fp.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let published = RankCredential::self_signed(0, rank).unwrap();
+    let mut used = RankCredential::self_signed(0, rank).unwrap();
+    let socket = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let me = socket.local_addr().unwrap();
+    client.put(&format!("mpx-{rank}"), &format!("{me},{}", hex(&published.fingerprint()))).unwrap();
+    client.barrier().unwrap();
+    let mut addrs = Vec::new();
+    let mut pins = Vec::new();
+    for r in 0..size {
+        let card = client.get(&format!("mpx-{r}")).unwrap();
+        let (addr, fp) = card.rsplit_once(',').unwrap();
+        addrs.push(addr.parse().unwrap());
+        let mut pin = [0u8; 32];
+        for (i, b) in pin.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&fp[2 * i..2 * i + 2], 16).unwrap();
+        }
+        pins.push(if r == rank { used.fingerprint() } else { pin });
+    }
+    used.pin(pins).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let got_in = runtime.block_on(async {
+        let options = Options { connect_timeout: Duration::from_secs(5), ..Options::local() };
+        let endpoint = start(socket, &addrs, used, &options).unwrap();
+        let sent = tokio::time::timeout(Duration::from_secs(10), endpoint.world().send(&7u32, 0, 0)).await;
+        match sent {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                println!("intruder: refused: {e}");
+                false
+            }
+            Err(_) => {
+                println!("intruder: refused: no connection in 10 s");
+                false
+            }
+        }
+    });
+    let _ = client.finalize();
+    assert!(!got_in, "rank 0 let a process without the job's trust in");
+}
+
+/// Under MPICH's hydra, where the job's trust is the fingerprints its
+/// ranks publish through hydra's PMI: a process that connects to rank 0
+/// with a certificate other than the one published for its rank is
+/// refused, and rank 0 fails naming its wait, within the start-up bound.
+#[test]
+fn a_process_without_the_jobs_credential_is_refused_under_hydra() {
+    if !have("mpiexec.hydra") {
+        return;
+    }
+    let me = std::env::current_exe().unwrap();
+    let script = format!(
+        "if [ \"$PMI_RANK\" = 1 ]; then MPX_TEST_INTRUDER=1 exec {} --exact intruder_child --nocapture; else exec {} 100; fi",
+        me.display(),
+        example("flood").display()
+    );
+    let started = Instant::now();
+    let out = run(Command::new("mpiexec.hydra").args(["-n", "2", "sh", "-c", &script]).env("MPX_START_TIMEOUT", "5"), Duration::from_secs(60));
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("intruder: refused"), "the intruder was refused:\n{all}");
+    assert!(all.contains("for every peer's hello"), "rank 0 failed naming its wait:\n{all}");
+    assert!(!all.contains("messages received"), "nothing flowed:\n{all}");
+    assert!(started.elapsed() < Duration::from_secs(30), "within the start-up bound");
+}
