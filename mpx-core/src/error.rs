@@ -150,6 +150,16 @@ pub enum Error {
     /// The operation was cancelled.
     #[error("operation cancelled")]
     Cancelled,
+    /// A collective's ranks disagree: what this rank received from `rank`
+    /// (or was told by it) does not match this rank's own part: another
+    /// count or type, or the peer gave up on the collective.
+    #[error("collective mismatch with rank {rank}: {detail}")]
+    CollectiveMismatch {
+        /// The rank, in the communicator, whose part disagrees.
+        rank: u32,
+        /// What disagrees.
+        detail: String,
+    },
     /// The peer the operation depends on has failed or finished.
     #[error("process {rank} failed or finished: {reason}")]
     ProcessFailed {

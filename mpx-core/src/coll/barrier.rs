@@ -1,12 +1,8 @@
 //! `MPI_Barrier`.
 
-use bytes::Bytes;
-
-use std::future::Future;
-
-use crate::comm::{Comm, Packed, Peer, RawRecv};
+use super::{sent, Call, Collective};
+use crate::comm::Comm;
 use crate::error::Result;
-use crate::proto::engine::SendMode;
 
 impl Comm {
     // ----- barrier --------------------------------------------------------------------------
@@ -29,37 +25,31 @@ impl Comm {
     /// # Cancel safety
     /// Not cancel-safe: a barrier dropped half-way leaves its messages in
     /// flight, and the next barrier on this communicator will be confused.
-    pub fn barrier(&self) -> impl Future<Output = Result<()>> + Send + 'static {
-        let comm = self.clone();
-        let n = comm.size();
-        let me = comm.rank();
-        let context = comm.context | 1;
-        let round = move |step: usize, round: i32| {
-            let to = (me + step) % n;
-            let from = (me + n - step) % n;
-            let empty = |_| Ok(Packed::untyped(Bytes::new()));
-            let sent = comm.start_send(empty, Peer::Rank(to), round, SendMode::Standard, context);
-            let received = comm.post_recv(from, round, context, Some(0)).map(|id| id.map(|id| RawRecv::new(comm.shared.clone(), id)));
-            async move {
-                if let Some(raw) = received? {
-                    raw.await?;
-                }
-                sent.await.map(drop)
-            }
-        };
-        // The first round starts now; each later one once the previous is done.
-        let first = (n > 1).then(|| round(1, 0));
-        async move {
-            let Some(first) = first else { return Ok(()) };
-            first.await?;
-            let (mut step, mut r) = (2, 1);
-            while step < n {
-                round(step, r).await?;
-                step *= 2;
-                r += 1;
-            }
-            Ok(())
+    pub fn barrier(&self) -> Collective<'static> {
+        let call = Call::start(self);
+        let (n, me) = (call.size(), call.rank());
+        // Round r: a signal to the rank 2^r ahead, one from the rank 2^r
+        // behind. Every round's receive is posted now (messages between a
+        // pair arrive in the order sent, so one tag serves every round);
+        // each round's signal goes once the previous round is done.
+        let mut steps = Vec::new();
+        let mut step = 1;
+        while step < n {
+            steps.push(step);
+            step *= 2;
         }
+        let posted = steps.iter().map(|&s| call.post::<u8>((me + n - s) % n, 0)).collect::<Result<Vec<_>>>();
+        let first = steps.first().map(|&s| call.signal((me + s) % n));
+        Collective::new(async move {
+            let posted = posted?;
+            let mut sends: Vec<_> = first.into_iter().collect();
+            for (i, from) in posted.into_iter().enumerate() {
+                from.signal().await?;
+                if let Some(&s) = steps.get(i + 1) {
+                    sends.push(call.signal((me + s) % n));
+                }
+            }
+            sent(sends).await
+        })
     }
 }
-

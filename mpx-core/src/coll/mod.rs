@@ -1,3 +1,264 @@
-//! Collective operations over communicators. Today: the barrier.
+//! Collective operations over communicators, as futures.
+//!
+//! Every collective is a method of [`Comm`] that starts when called (its
+//! first messages go out, and its receives are posted, before the future
+//! is first polled) and finishes when its future is awaited; the blocking
+//! form is the same call awaited at once. Like every request, a
+//! collective's future moves data into the caller's memory only when it is
+//! polled: dropping it is sound, but leaves the collective unfinished on
+//! this rank, and the other ranks' parts of it may then wait in vain.
+//!
+//! Values go in and out as typed slices (or a single value, or a `Vec`:
+//! [`CollRef`] and [`CollMut`]) of any [`MpiType`], derived ones (`#[derive(MpiType)]`)
+//! included. As in point-to-point, an array passed by reference is one
+//! value (of `N` elements): where the other buffer is a slice or a `Vec`,
+//! or where the count matters (`gather`, `alltoall`, ...), pass the
+//! array's elements as a slice, `&mut a[..]`. Reductions take an [`Op`]: one of MPI's built-ins ([`SUM`],
+//! [`MAX`], ...) on the types that implement [`Reducible`], or an
+//! operation of the user's own ([`Op::user`]) on any type.
+//!
+//! Collectives match only collectives: their messages travel on the
+//! communicator's collective context, never seen by point-to-point
+//! receives (whatever their tags), and each call's messages carry the
+//! call's number on that communicator, so two collectives in flight on
+//! one communicator never take each other's messages. As in MPI, every
+//! rank must call the same collectives on a communicator in the same
+//! order, with matching arguments; a rank whose part does not match what
+//! it receives (another count or type) fails with
+//! [`Error::CollectiveMismatch`](crate::Error::CollectiveMismatch).
+//!
+//! | collective | algorithm |
+//! |---|---|
+//! | [`barrier`](Comm::barrier) | dissemination: ⌈log₂ n⌉ rounds |
+//! | [`bcast`](Comm::bcast) | binomial tree from the root |
+//! | [`reduce`](Comm::reduce) | binomial tree to rank 0 in rank order (then to the root) |
+//! | [`allreduce`](Comm::allreduce) | `reduce` to rank 0, then `bcast`: every rank gets rank 0's bits |
+//! | [`scan`](Comm::scan), [`exscan`](Comm::exscan) | a chain in rank order |
+//! | [`gather`](Comm::gather), [`scatter`](Comm::scatter) and their `v` forms | direct to and from the root |
+//! | [`allgather`](Comm::allgather), [`allgatherv`](Comm::allgatherv) | a ring: n − 1 steps, each rank passing on what it got |
+//! | [`alltoall`](Comm::alltoall), [`alltoallv`](Comm::alltoallv) | every pair exchanges directly |
+//! | [`reduce_scatter_block`](Comm::reduce_scatter_block), [`reduce_scatter`](Comm::reduce_scatter) | `reduce` to rank 0, then `scatter` |
+//!
+//! Reductions combine contributions in rank order (rank 0's first), for
+//! commutative operations too, and always along the same tree: a
+//! floating-point sum gives the same bits on every rank, and the same bits
+//! from one run to the next.
 
 mod barrier;
+mod movement;
+mod op;
+mod reduce;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+pub use op::{Builtin, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MIN, PROD, SUM};
+
+use crate::comm::{capacity, unpack_typed_message, Comm, Peer, RawRecv, SendData};
+use crate::error::{Error, Result};
+use crate::mpi_type::MpiType;
+use crate::proto::engine::SendMode;
+use crate::request::Request;
+use crate::runtime::Shared;
+
+/// Values a collective reads: `&T` (one value; an array `&[T; N]` is one
+/// value of `N` elements), `&[T]` or `&Vec<T>`.
+pub trait CollRef<'a, T> {
+    /// The values, as a slice.
+    fn values(self) -> &'a [T];
+}
+
+impl<'a, T: MpiType> CollRef<'a, T> for &'a T {
+    fn values(self) -> &'a [T] {
+        std::slice::from_ref(self)
+    }
+}
+
+impl<'a, T: MpiType> CollRef<'a, T> for &'a [T] {
+    fn values(self) -> &'a [T] {
+        self
+    }
+}
+
+impl<'a, T: MpiType> CollRef<'a, T> for &'a Vec<T> {
+    fn values(self) -> &'a [T] {
+        self
+    }
+}
+
+/// Memory a collective writes: `&mut T` (one value), `&mut [T]` or
+/// `&mut Vec<T>` (its length is the count; a collective never resizes it).
+pub trait CollMut<'a, T> {
+    /// The memory, as a slice.
+    fn values(self) -> &'a mut [T];
+}
+
+impl<'a, T: MpiType> CollMut<'a, T> for &'a mut T {
+    fn values(self) -> &'a mut [T] {
+        std::slice::from_mut(self)
+    }
+}
+
+impl<'a, T: MpiType> CollMut<'a, T> for &'a mut [T] {
+    fn values(self) -> &'a mut [T] {
+        self
+    }
+}
+
+impl<'a, T: MpiType> CollMut<'a, T> for &'a mut Vec<T> {
+    fn values(self) -> &'a mut [T] {
+        self
+    }
+}
+
+/// A collective under way on this rank: a future that finishes this rank's
+/// part. It borrows only the memory the collective writes (values it
+/// reads are copied or sent when the call starts).
+#[must_use = "a collective finishes only when awaited"]
+pub struct Collective<'a> {
+    run: Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>,
+}
+
+impl<'a> Collective<'a> {
+    pub(crate) fn new(run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
+        Collective { run: Box::pin(run) }
+    }
+}
+
+impl Future for Collective<'_> {
+    type Output = Result<()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.run.as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for Collective<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Collective")
+    }
+}
+
+/// One collective call on a communicator: its messages go on the
+/// collective context with a tag of the call's number.
+#[derive(Clone)]
+pub(crate) struct Call {
+    comm: Comm,
+    tag: i32,
+}
+
+impl Call {
+    /// Numbers a new collective on `comm`.
+    pub(crate) fn start(comm: &Comm) -> Call {
+        let context = comm.context | 1;
+        let mut st = comm.shared.lock();
+        let next = st.collectives.entry(context).or_insert(0);
+        let number = *next;
+        *next = next.wrapping_add(1);
+        drop(st);
+        Call { comm: comm.clone(), tag: (number & 0x7fff_ffff) as i32 }
+    }
+
+    pub(crate) fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.comm.shared
+    }
+
+    /// Sends `values` to `to` (packed now: the request holds no borrow).
+    pub(crate) fn send<T: MpiType>(&self, values: &[T], to: usize) -> Request<'static> {
+        self.comm.start_send(|repr| values.into_packed(repr), Peer::Rank(to), self.tag, SendMode::Standard, self.comm.context | 1)
+    }
+
+    /// An empty message to `to`, carrying no data.
+    pub(crate) fn signal(&self, to: usize) -> Request<'static> {
+        self.send::<u8>(&[], to)
+    }
+
+    /// Posts the receive of `count` values of `T` from `from`.
+    pub(crate) fn post<T: MpiType>(&self, from: usize, count: usize) -> Result<Posted> {
+        let limit = capacity(&T::datatype(), count as u64);
+        let id = self.comm.post_recv(from, self.tag, self.comm.context | 1, limit)?.expect("a rank, never the null process");
+        Ok(Posted { raw: RawRecv::new(self.shared().clone(), id), from, count })
+    }
+
+    /// Checks a root argument.
+    pub(crate) fn check_root(&self, root: usize) -> Result<()> {
+        if root >= self.size() {
+            return Err(Error::InvalidRank { rank: i64::try_from(root).unwrap_or(i64::MAX), size: self.size() as u32 });
+        }
+        Ok(())
+    }
+}
+
+/// A collective's posted receive: it holds no borrow of the caller's
+/// memory; the data is unpacked when the collective's future takes it.
+pub(crate) struct Posted {
+    raw: RawRecv,
+    from: usize,
+    count: usize,
+}
+
+impl Posted {
+    /// Waits for the message and unpacks it into `into`, which must be
+    /// exactly the count posted: a message of another count or type is
+    /// [`Error::CollectiveMismatch`].
+    pub(crate) async fn into<T: MpiType>(self, into: &mut [T]) -> Result<()> {
+        let Posted { raw, from, count } = self;
+        debug_assert_eq!(into.len(), count);
+        let shared = raw.shared().clone();
+        let msg = raw.await?;
+        let mismatch = |detail: String| Error::CollectiveMismatch { rank: from as u32, detail };
+        let status = match unpack_typed_message(&msg, into) {
+            Ok(status) => status,
+            Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {}", std::any::type_name::<T>()))),
+            Err(Error::Truncate { needed, .. }) => {
+                return Err(mismatch(format!("it sent {needed} bytes where {count} of {} were expected", std::any::type_name::<T>())))
+            }
+            Err(e) => return Err(e),
+        };
+        let expected = T::datatype().size() * count as u64;
+        if status.bytes != expected {
+            return Err(mismatch(format!(
+                "it sent {} bytes where {count} of {} ({expected} bytes) were expected",
+                status.bytes,
+                std::any::type_name::<T>()
+            )));
+        }
+        shared.recycle(msg);
+        Ok(())
+    }
+
+    /// Waits for an empty message.
+    pub(crate) async fn signal(self) -> Result<()> {
+        self.into::<u8>(&mut []).await
+    }
+}
+
+/// Awaits every request in `sends`, reporting the first error.
+pub(crate) async fn sent(sends: Vec<Request<'static>>) -> Result<()> {
+    let mut first = Ok(());
+    for s in sends {
+        if let Err(e) = s.await {
+            if first.is_ok() {
+                first = Err(e);
+            }
+        }
+    }
+    first
+}
+
+/// Checks that a buffer holds `want` values.
+pub(crate) fn check_len(what: &str, have: usize, want: usize) -> Result<()> {
+    if have != want {
+        return Err(Error::InvalidArgument(format!("{what} holds {have} values, where the collective needs {want}")));
+    }
+    Ok(())
+}

@@ -116,7 +116,7 @@ pub use selectors::{Any, Peer, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
 #[cfg(feature = "serde")]
 pub use self::serde::Serde;
 
-pub(crate) use buffer::Packed;
+pub(crate) use buffer::{capacity, unpack_typed_message};
 pub(crate) use recv_owned::RawRecv;
 
 /// The context id of the world communicator.

@@ -53,6 +53,11 @@ impl RawRecv {
         RawRecv { shared, id, finished: false }
     }
 
+    /// The endpoint the receive is posted on.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Unposts the receive if it has not matched; then it is finished.
     pub(crate) fn cancel(&mut self) -> bool {
         let cancelled = self.shared.lock().engine.cancel_recv(self.id);

@@ -41,6 +41,9 @@ pub(crate) struct State {
     /// Orphaned any-source receives (see [`Event::Orphaned`]) already polled
     /// once without a match.
     pub(crate) orphan_polls: HashSet<ReqId>,
+    /// Collectives started on each communicator context: the next one's
+    /// number, which its messages' tags carry.
+    pub(crate) collectives: HashMap<u64, u32>,
     /// Woken whenever a data frame arrives (probe).
     pub(crate) arrival_wakers: Vec<Waker>,
     /// Woken when the engine has flushed (finalize) or connected.
@@ -120,6 +123,7 @@ impl Endpoint {
             wakers: HashMap::new(),
             abandoned: HashSet::new(),
             orphan_polls: HashSet::new(),
+            collectives: HashMap::new(),
             arrival_wakers: Vec::new(),
             state_wakers: Vec::new(),
             to_wake: Vec::new(),

@@ -1,0 +1,340 @@
+//! Collectives that combine data with an [`Op`]: `reduce`, `allreduce`,
+//! `reduce_scatter_block`, `reduce_scatter`, `scan` and `exscan`.
+
+
+use super::movement::Bcast;
+use super::{check_len, sent, Call, CollMut, CollRef, Collective, Op, Posted};
+use crate::comm::Comm;
+use crate::error::Result;
+use crate::mpi_type::MpiType;
+use crate::request::Request;
+
+/// A reduction to rank 0 under way, along the binomial tree of rank 0 in
+/// rank order: each rank combines its children's partial results (each
+/// covering the ranks just above its own) after its own, lower ranks
+/// first, so every order of arrival gives the same bits.
+struct ToZero<T> {
+    /// This rank's own values.
+    own: Vec<T>,
+    /// The children's partial results, smallest subtree first (ranks
+    /// `me + 1`, `me + 2..me + 4`, ...).
+    children: Vec<Posted>,
+    /// The parent, `None` at rank 0.
+    parent: Option<usize>,
+    /// A leaf's contribution, sent at once.
+    sends: Vec<Request<'static>>,
+}
+
+impl<T: MpiType> ToZero<T> {
+    fn start(call: &Call, send: &[T]) -> Result<ToZero<T>> {
+        let (n, me) = (call.size(), call.rank());
+        let mut children = Vec::new();
+        let mut parent = None;
+        let mut mask = 1;
+        while mask < n {
+            if me & mask != 0 {
+                parent = Some(me - mask);
+                break;
+            }
+            if me + mask < n {
+                children.push(call.post::<T>(me + mask, send.len())?);
+            }
+            mask <<= 1;
+        }
+        let sends = match parent {
+            Some(p) if children.is_empty() => vec![call.send(send, p)],
+            _ => Vec::new(),
+        };
+        Ok(ToZero { own: send.to_vec(), children, parent, sends })
+    }
+
+    /// Combines the children's results with this rank's `send`: the
+    /// result, on rank 0; elsewhere the partial result goes to the parent
+    /// and `None` comes back.
+    async fn finish(self, call: &Call, op: &Op<T>) -> Result<Option<Vec<T>>> {
+        let ToZero { own, children, parent, mut sends } = self;
+        let mut theirs = own.clone();
+        let mut acc = own;
+        for child in children {
+            child.into(&mut theirs).await?;
+            // Lower ranks' values first: acc ∘ theirs, into theirs.
+            op.apply(&acc, &mut theirs)?;
+            std::mem::swap(&mut acc, &mut theirs);
+        }
+        match parent {
+            None => {
+                sent(sends).await?;
+                Ok(Some(acc))
+            }
+            Some(p) => {
+                if sends.is_empty() {
+                    sends.push(call.send(&acc, p));
+                }
+                sent(sends).await?;
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl Comm {
+    /// `MPI_Reduce`: combines every rank's `send` with `op`, element by
+    /// element, in rank order, into the root's `recv` (as many values as
+    /// `send`; ignored, and may be empty, on other ranks).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx_core::coll::{MAX, SUM};
+    /// let mine = [comm.rank() as i64, 10];
+    /// let mut total = [0i64; 2];
+    /// comm.reduce(&mine, &mut total, SUM, 3).await?;
+    /// if comm.rank() == 3 {
+    ///     assert_eq!(total, [6, 40]);
+    /// }
+    /// let mut top = 0.0f64;
+    /// comm.reduce(&(comm.rank() as f64), &mut top, MAX, 0).await?;
+    /// if comm.rank() == 0 {
+    ///     assert_eq!(top, 3.0);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: dropped before it finishes, this rank leaves the
+    /// reduction unfinished, and the ranks that wait for its part wait in
+    /// vain.
+    pub fn reduce<'a, 's, T: MpiType>(
+        &self,
+        send: impl CollRef<'s, T>,
+        recv: impl CollMut<'a, T>,
+        op: impl Into<Op<T>>,
+        root: usize,
+    ) -> Collective<'a> {
+        let (send, recv, op) = (send.values(), recv.values(), op.into());
+        let call = Call::start(self);
+        let me = call.rank();
+        let started = (|| -> Result<_> {
+            op.check()?;
+            call.check_root(root)?;
+            if me == root {
+                check_len("reduce: the root's receive buffer", recv.len(), send.len())?;
+            }
+            let tree = ToZero::start(&call, send)?;
+            // The result travels from rank 0 to the root.
+            let from_zero = (me == root && root != 0).then(|| call.post::<T>(0, send.len())).transpose()?;
+            Ok((tree, from_zero))
+        })();
+        Collective::new(async move {
+            let (tree, from_zero) = started?;
+            let result = tree.finish(&call, &op).await?;
+            match (result, from_zero) {
+                (Some(result), _) if root == 0 => recv.copy_from_slice(&result),
+                (Some(result), _) => call.send(&result, root).await.map(drop)?,
+                (None, Some(posted)) => posted.into(recv).await?,
+                (None, None) => {}
+            }
+            Ok(())
+        })
+    }
+
+    /// `MPI_Allreduce`: [`reduce`](Comm::reduce) into every rank's `recv`
+    /// (as many values as `send`).
+    ///
+    /// Every rank gets the same bits: the values are combined once, in
+    /// rank order along one tree, at rank 0, and its result is broadcast;
+    /// a floating-point sum whose value depends on the order of its terms
+    /// is still identical on every rank.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// use mpx_core::coll::SUM;
+    /// let mut residual = 0.0;
+    /// comm.allreduce(&(0.5 * comm.rank() as f64), &mut residual, SUM).await?;
+    /// assert_eq!(residual, 1.5);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn allreduce<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
+        let (send, recv, op) = (send.values(), recv.values(), op.into());
+        let call = Call::start(self);
+        let started = (|| -> Result<_> {
+            op.check()?;
+            check_len("allreduce: the receive buffer", recv.len(), send.len())?;
+            Ok((ToZero::start(&call, send)?, Bcast::start::<T>(&call, 0, send.len(), None)?))
+        })();
+        Collective::new(async move {
+            let (tree, bcast) = started?;
+            if let Some(result) = tree.finish(&call, &op).await? {
+                recv.copy_from_slice(&result);
+            }
+            bcast.finish(&call, recv).await
+        })
+    }
+
+    /// `MPI_Reduce_scatter_block`: combines every rank's `send` (size ×
+    /// `recv.len()` values) as [`reduce`](Comm::reduce) does, and block `r`
+    /// of the result lands in rank `r`'s `recv`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::coll::SUM;
+    /// let mut mine = [0u32; 2];
+    /// comm.reduce_scatter_block(&[1u32, 2, 3, 4][..], &mut mine[..], SUM).await?;
+    /// assert_eq!(mine, if comm.rank() == 0 { [2, 4] } else { [6, 8] });
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn reduce_scatter_block<'a, 's, T: MpiType>(
+        &self,
+        send: impl CollRef<'s, T>,
+        recv: impl CollMut<'a, T>,
+        op: impl Into<Op<T>>,
+    ) -> Collective<'a> {
+        let recv = recv.values();
+        let counts = vec![recv.len(); self.size()];
+        self.reduce_scatter_counts(send.values(), recv, counts, op.into(), "reduce_scatter_block")
+    }
+
+    /// `MPI_Reduce_scatter`: as
+    /// [`reduce_scatter_block`](Comm::reduce_scatter_block) with blocks of
+    /// `counts[r]` values, one after the other (`send` holds their sum;
+    /// every rank passes the same `counts`).
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn reduce_scatter<'a, 's, T: MpiType>(
+        &self,
+        send: impl CollRef<'s, T>,
+        recv: impl CollMut<'a, T>,
+        counts: &[usize],
+        op: impl Into<Op<T>>,
+    ) -> Collective<'a> {
+        self.reduce_scatter_counts(send.values(), recv.values(), counts.to_vec(), op.into(), "reduce_scatter")
+    }
+
+    fn reduce_scatter_counts<'a, T: MpiType>(
+        &self,
+        send: &[T],
+        recv: &'a mut [T],
+        counts: Vec<usize>,
+        op: Op<T>,
+        what: &'static str,
+    ) -> Collective<'a> {
+        let call = Call::start(self);
+        let (n, me) = (call.size(), call.rank());
+        let started = (|| -> Result<_> {
+            op.check()?;
+            check_len(&format!("{what}: the counts"), counts.len(), n)?;
+            check_len(&format!("{what}: the send buffer"), send.len(), counts.iter().sum())?;
+            check_len(&format!("{what}: the receive buffer"), recv.len(), counts[me])?;
+            let tree = ToZero::start(&call, send)?;
+            let from_zero = (me != 0).then(|| call.post::<T>(0, counts[me])).transpose()?;
+            Ok((tree, from_zero))
+        })();
+        Collective::new(async move {
+            let (tree, from_zero) = started?;
+            if let Some(result) = tree.finish(&call, &op).await? {
+                let mut at = 0;
+                let mut sends = Vec::with_capacity(n);
+                for (r, &c) in counts.iter().enumerate() {
+                    let block = &result[at..at + c];
+                    if r == me {
+                        recv.copy_from_slice(block);
+                    } else {
+                        sends.push(call.send(block, r));
+                    }
+                    at += c;
+                }
+                sent(sends).await?;
+            }
+            if let Some(posted) = from_zero {
+                posted.into(recv).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `MPI_Scan`: rank `r`'s `recv` gets the combination of ranks `0..=r`'s
+    /// `send`, in rank order (a chain: rank `r` waits for rank `r - 1`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx_core::coll::SUM;
+    /// let mut upto = 0u32;
+    /// comm.scan(&1u32, &mut upto, SUM).await?;
+    /// assert_eq!(upto, comm.rank() as u32 + 1);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn scan<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
+        self.prefix(send.values(), recv.values(), op.into(), true)
+    }
+
+    /// `MPI_Exscan`: rank `r`'s `recv` gets the combination of ranks
+    /// `0..r`'s `send`, in rank order; rank 0's `recv` is left as it is.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx_core::coll::SUM;
+    /// // Where each rank's 10 values start in a global numbering.
+    /// let mut offset = 0u64;
+    /// comm.exscan(&10u64, &mut offset, SUM).await?;
+    /// assert_eq!(offset, 10 * comm.rank() as u64);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn exscan<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
+        self.prefix(send.values(), recv.values(), op.into(), false)
+    }
+
+    /// The chain of `scan` (`inclusive`) and `exscan`.
+    fn prefix<'a, T: MpiType>(&self, send: &[T], recv: &'a mut [T], op: Op<T>, inclusive: bool) -> Collective<'a> {
+        let call = Call::start(self);
+        let (n, me) = (call.size(), call.rank());
+        let what = if inclusive { "scan" } else { "exscan" };
+        let started = (|| -> Result<_> {
+            op.check()?;
+            check_len(&format!("{what}: the receive buffer"), recv.len(), send.len())?;
+            let from_left = (me > 0).then(|| call.post::<T>(me - 1, send.len())).transpose()?;
+            let first = (me == 0 && n > 1).then(|| call.send(send, 1));
+            if me == 0 && inclusive {
+                recv.copy_from_slice(send);
+            }
+            Ok((from_left, first, send.to_vec()))
+        })();
+        Collective::new(async move {
+            let (from_left, first, own) = started?;
+            let Some(posted) = from_left else {
+                return sent(first.into_iter().collect()).await;
+            };
+            // The combination of the ranks before this one.
+            let mut before = own.clone();
+            posted.into(&mut before).await?;
+            let mut upto = own;
+            op.apply(&before, &mut upto)?;
+            recv.copy_from_slice(if inclusive { &upto } else { &before });
+            if me + 1 < n {
+                call.send(&upto, me + 1).await?;
+            }
+            Ok(())
+        })
+    }
+}

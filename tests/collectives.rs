@@ -1,0 +1,314 @@
+//! Collectives against a serial computation of what they must give, on 1,
+//! 2, 3, 4, 7 and 8 ranks, with roots other than 0, counts of zero, a
+//! derived type, and non-commutative operations; bit-identical allreduce;
+//! collectives beside point-to-point traffic on the same tags, and two in
+//! flight at once; arguments that disagree. Every test runs on every
+//! transport of the harness.
+
+use mpx::coll::{Op, BXOR, MAX, MIN, SUM};
+use mpx::MpiType;
+
+#[macro_use]
+mod support;
+use support::returns;
+
+/// The rank counts every collective is checked on.
+const SIZES: [usize; 6] = [1, 2, 3, 4, 7, 8];
+
+/// A derived type: a struct with padding after `id`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, MpiType)]
+#[repr(C)]
+struct Particle {
+    id: u16,
+    mass: f64,
+    charge: i32,
+}
+
+fn particle(rank: usize, i: usize) -> Particle {
+    Particle { id: (rank * 100 + i) as u16, mass: rank as f64 + i as f64 / 8.0, charge: i as i32 - rank as i32 }
+}
+
+/// A 2x2 integer matrix, row-major: products do not commute.
+type Matrix = [i64; 4];
+
+fn matmul(a: &Matrix, b: &Matrix) -> Matrix {
+    [a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3], a[2] * b[0] + a[3] * b[2], a[2] * b[1] + a[3] * b[3]]
+}
+
+/// Rank `r`'s matrix, element `i`: small entries, so products stay exact.
+fn matrix(r: usize, i: usize) -> Matrix {
+    [1, (r + i) as i64 % 3, (r * 2 + i) as i64 % 2, 1]
+}
+
+/// Matrix products in MPI's convention, `b = a ∘ b`.
+fn matrix_product() -> Op<Matrix> {
+    Op::user(
+        |a: &[Matrix], b: &mut [Matrix]| {
+            for (x, y) in a.iter().zip(b.iter_mut()) {
+                *y = matmul(x, y);
+            }
+        },
+        false,
+    )
+}
+
+/// The product of ranks `range`'s matrices, element `i`, in rank order.
+fn serial_product(range: std::ops::Range<usize>, i: usize) -> Matrix {
+    range.map(|r| matrix(r, i)).fold([1, 0, 0, 1], |acc, m| matmul(&acc, &m))
+}
+
+each_transport! {
+    /// bcast, gather, scatter, allgather and alltoall, even and `v` forms,
+    /// of plain values and of a derived type, with every root tried.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn data_movement_matches_a_serial_computation() {
+        for n in SIZES {
+            returns(launch(n, move |comm| async move {
+                let (me, n) = (comm.rank(), comm.size());
+                for root in [0, n - 1, n / 2] {
+                    for count in [0, 3] {
+                        // bcast
+                        let mut buf: Vec<u64> = if me == root { (0..count as u64).map(|i| i * 7 + root as u64).collect() } else { vec![0; count] };
+                        comm.bcast(&mut buf, root).await?;
+                        assert_eq!(buf, (0..count as u64).map(|i| i * 7 + root as u64).collect::<Vec<_>>());
+                        // gather of a derived type
+                        let mine: Vec<Particle> = (0..count).map(|i| particle(me, i)).collect();
+                        let mut all = vec![Particle::default(); if me == root { n * count } else { 0 }];
+                        comm.gather(&mine, &mut all, root).await?;
+                        if me == root {
+                            let want: Vec<Particle> = (0..n).flat_map(|r| (0..count).map(move |i| particle(r, i))).collect();
+                            assert_eq!(all, want);
+                        }
+                        // scatter
+                        let work: Vec<i32> = if me == root { (0..(n * count) as i32).collect() } else { Vec::new() };
+                        let mut part = vec![-1i32; count];
+                        comm.scatter(&work, &mut part, root).await?;
+                        assert_eq!(part, ((me * count) as i32..((me + 1) * count) as i32).collect::<Vec<_>>());
+                    }
+                    // gatherv and scatterv: rank r has r % 3 values, laid
+                    // out backwards with a gap of one.
+                    let counts: Vec<usize> = (0..n).map(|r| r % 3).collect();
+                    let mut displs = vec![0; n];
+                    let mut at = 0;
+                    for r in (0..n).rev() {
+                        displs[r] = at;
+                        at += counts[r] + 1;
+                    }
+                    let mine: Vec<f64> = (0..counts[me]).map(|i| me as f64 + i as f64 / 4.0).collect();
+                    let mut all = vec![f64::NAN; if me == root { at } else { 0 }];
+                    comm.gatherv(&mine, &mut all, &counts, &displs, root).await?;
+                    if me == root {
+                        for r in 0..n {
+                            for i in 0..counts[r] {
+                                assert_eq!(all[displs[r] + i], r as f64 + i as f64 / 4.0);
+                            }
+                            assert!(all[displs[r] + counts[r]].is_nan(), "the gap stays untouched");
+                        }
+                    }
+                    let source: Vec<f64> = if me == root { all.clone() } else { Vec::new() };
+                    let mut back = vec![0.0; counts[me]];
+                    comm.scatterv(&source, &counts, &displs, &mut back, root).await?;
+                    assert_eq!(back, mine);
+                }
+                // allgather of single values, of a derived type
+                let mut everyone = vec![Particle::default(); n];
+                comm.allgather(&particle(me, 1), &mut everyone).await?;
+                assert_eq!(everyone, (0..n).map(|r| particle(r, 1)).collect::<Vec<_>>());
+                let mut nothing: Vec<u8> = Vec::new();
+                comm.allgather(&[] as &[u8], &mut nothing).await?;
+                // allgatherv: rank r gives r + 1 values
+                let counts: Vec<usize> = (1..=n).collect();
+                let displs: Vec<usize> = (0..n).map(|r| r * (r + 1) / 2).collect();
+                let mine = vec![me as u32; me + 1];
+                let mut all = vec![0u32; n * (n + 1) / 2];
+                comm.allgatherv(&mine, &mut all, &counts, &displs).await?;
+                assert_eq!(all, (0..n).flat_map(|r| std::iter::repeat_n(r as u32, r + 1)).collect::<Vec<_>>());
+                // alltoall: block r of rank s's send is 100 s + r
+                let send: Vec<u64> = (0..n).flat_map(|r| [100 * me as u64 + r as u64; 2]).collect();
+                let mut recv = vec![0u64; 2 * n];
+                comm.alltoall(&send, &mut recv).await?;
+                assert_eq!(recv, (0..n).flat_map(|s| [100 * s as u64 + me as u64; 2]).collect::<Vec<_>>());
+                // alltoallv: rank s sends (s + r) % 3 values to rank r
+                let scounts: Vec<usize> = (0..n).map(|r| (me + r) % 3).collect();
+                let sdispls: Vec<usize> = (0..n).map(|r| scounts[..r].iter().sum()).collect();
+                let send: Vec<i64> = (0..n).flat_map(|r| std::iter::repeat_n(-(me as i64) * 10 - r as i64, scounts[r])).collect();
+                let rcounts = scounts.clone(); // (s + me) % 3, symmetric
+                let rdispls: Vec<usize> = (0..n).map(|s| rcounts[..s].iter().sum()).collect();
+                let mut recv = vec![0i64; rcounts.iter().sum()];
+                comm.alltoallv(&send, &scounts, &sdispls, &mut recv, &rcounts, &rdispls).await?;
+                assert_eq!(recv, (0..n).flat_map(|s| std::iter::repeat_n(-(s as i64) * 10 - me as i64, rcounts[s])).collect::<Vec<_>>());
+                comm.barrier().await?;
+                Ok(())
+            }))
+            .await;
+        }
+    }
+
+    /// reduce, allreduce, reduce_scatter(_block), scan and exscan with
+    /// built-in operations and with a non-commutative one, against the
+    /// serial result in rank order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reductions_match_a_serial_computation() {
+        for n in SIZES {
+            returns(launch(n, move |comm| async move {
+                let (me, n) = (comm.rank(), comm.size());
+                let values = |r: usize| [r as i64 * 3 - 5, (r as i64 * 7) % 5, 1 << (r % 8)];
+                let serial = |op: fn(i64, i64) -> i64, upto: usize| {
+                    let mut acc = values(0);
+                    for r in 1..upto {
+                        for (a, b) in acc.iter_mut().zip(values(r)) {
+                            *a = op(*a, b);
+                        }
+                    }
+                    acc
+                };
+                for root in [0, n - 1, n / 2] {
+                    let mut got = [0i64; 3];
+                    comm.reduce(&values(me), &mut got, SUM, root).await?;
+                    if me == root {
+                        assert_eq!(got, serial(|a, b| a + b, n));
+                    }
+                    let mut got = [Matrix::default(); 2];
+                    let mine = [matrix(me, 0), matrix(me, 1)];
+                    comm.reduce(&mine[..], &mut got[..], matrix_product(), root).await?;
+                    if me == root {
+                        assert_eq!(got, [serial_product(0..n, 0), serial_product(0..n, 1)]);
+                    }
+                }
+                let mut got = [0i64; 3];
+                comm.allreduce(&values(me), &mut got, MAX).await?;
+                assert_eq!(got, serial(i64::max, n));
+                comm.allreduce(&values(me), &mut got, MIN).await?;
+                assert_eq!(got, serial(i64::min, n));
+                comm.allreduce(&values(me), &mut got, BXOR).await?;
+                assert_eq!(got, serial(|a, b| a ^ b, n));
+                let mut product = [Matrix::default(); 1];
+                comm.allreduce(&[matrix(me, 2)][..], &mut product[..], matrix_product()).await?;
+                assert_eq!(product[0], serial_product(0..n, 2));
+                let mut empty: Vec<f64> = Vec::new();
+                comm.allreduce(&Vec::new(), &mut empty, SUM).await?;
+                // scan and exscan
+                let mut upto = [0i64; 3];
+                comm.scan(&values(me), &mut upto, SUM).await?;
+                assert_eq!(upto, serial(|a, b| a + b, me + 1));
+                let mut before = [i64::MIN; 3];
+                comm.exscan(&values(me), &mut before, SUM).await?;
+                if me == 0 {
+                    assert_eq!(before, [i64::MIN; 3], "rank 0's is left alone");
+                } else {
+                    assert_eq!(before, serial(|a, b| a + b, me));
+                }
+                let mut prefix = Matrix::default();
+                comm.scan(&matrix(me, 3), &mut prefix, matrix_product()).await?;
+                assert_eq!(prefix, serial_product(0..me + 1, 3));
+                let mut prefix = [9; 4];
+                comm.exscan(&matrix(me, 3), &mut prefix, matrix_product()).await?;
+                if me > 0 {
+                    assert_eq!(prefix, serial_product(0..me, 3));
+                }
+                // reduce_scatter_block: element j of rank r's send is r * j
+                let send: Vec<u64> = (0..2 * n).map(|j| (me * j) as u64).collect();
+                let mut mine = [0u64; 2];
+                comm.reduce_scatter_block(&send, &mut mine[..], SUM).await?;
+                let total = |j: usize| (0..n).map(|r| (r * j) as u64).sum::<u64>();
+                assert_eq!(mine, [total(2 * me), total(2 * me + 1)]);
+                // reduce_scatter: rank r gets r % 3 values
+                let counts: Vec<usize> = (0..n).map(|r| r % 3).collect();
+                let len: usize = counts.iter().sum();
+                let send: Vec<u64> = (0..len).map(|j| (me * j) as u64).collect();
+                let mut mine = vec![0u64; counts[me]];
+                comm.reduce_scatter(&send, &mut mine, &counts, SUM).await?;
+                let start: usize = counts[..me].iter().sum();
+                assert_eq!(mine, (start..start + counts[me]).map(total).collect::<Vec<_>>());
+                Ok(())
+            }))
+            .await;
+        }
+    }
+
+    /// A sum whose value depends on the order of its terms gives the same
+    /// bits on every rank, every time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn allreduce_is_bit_identical_on_every_rank() {
+        for n in SIZES {
+            let bits = returns(launch(n, move |comm| async move {
+                let terms = [1e16, 1.0, -1e16, 3.5, 1e-3, -7.25e15, 2.0, 1e16];
+                let mine = [terms[comm.rank() % 8], terms[(comm.rank() + 3) % 8] * 1.5];
+                let mut sum = [0.0f64; 2];
+                comm.allreduce(&mine, &mut sum, SUM).await?;
+                let mut again = [0.0f64; 2];
+                comm.allreduce(&mine, &mut again, SUM).await?;
+                assert_eq!(sum.map(f64::to_bits), again.map(f64::to_bits));
+                Ok(sum.map(f64::to_bits))
+            }))
+            .await;
+            assert!(bits.iter().all(|b| *b == bits[0]), "{n} ranks: {bits:?}");
+        }
+    }
+
+    /// Point-to-point messages on the tags collectives number their calls
+    /// with never meet a collective; two collectives in flight on one
+    /// communicator each get their own messages, whichever is awaited
+    /// first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn collectives_keep_apart_from_point_to_point_and_each_other() {
+        returns(launch(4, |comm| async move {
+            let (me, n) = (comm.rank(), comm.size());
+            let right = (me + 1) % n;
+            let left = (me + n - 1) % n;
+            let early: Vec<_> = (0..3).map(|tag| comm.isend(&(1000 + tag), right, tag)).collect();
+            let mut a = [me as u32; 2];
+            let mut b = [0u32; 8];
+            let mut total = 0u32;
+            {
+                let first = comm.bcast(&mut a, 1);
+                let second = comm.allreduce(&(me as u32), &mut total, SUM);
+                let third = comm.allgather(&[me as u32, 7][..], &mut b[..]);
+                // Awaited in reverse: each still takes its own messages.
+                third.await?;
+                second.await?;
+                first.await?;
+            }
+            assert_eq!((a, total, b), ([1, 1], 6, [0, 7, 1, 7, 2, 7, 3, 7]));
+            for tag in 0..3 {
+                let (got, _) = comm.recv::<i32>(left, tag).await?;
+                assert_eq!(got, 1000 + tag);
+            }
+            for request in early {
+                request.await?;
+            }
+            Ok(())
+        }))
+        .await;
+    }
+
+    /// Arguments every rank gets wrong alike are errors on every rank, and
+    /// a count that disagrees with the root's is reported by the rank that
+    /// sees it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn arguments_that_disagree_are_errors() {
+        returns(launch(3, |comm| async move {
+            let mut x = [0.0f64; 2];
+            assert!(matches!(comm.bcast(&mut x, 3).await, Err(mpx::Error::InvalidRank { rank: 3, size: 3 })));
+            let err = comm.allreduce(&[1.0f64, 2.0], &mut x, mpx::coll::BOR).await.unwrap_err();
+            assert!(matches!(err, mpx::Error::InvalidArgument(_)), "{err}");
+            // Rank 2 sends 3 values where the root expects 2.
+            let mine = vec![comm.rank() as u8; if comm.rank() == 2 { 3 } else { 2 }];
+            let mut all = vec![0u8; if comm.rank() == 0 { 6 } else { 0 }];
+            let got = comm.gather(&mine, &mut all, 0).await;
+            if comm.rank() == 0 {
+                assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { rank: 2, .. })), "{got:?}");
+            } else {
+                got?;
+            }
+            // Blocks that overlap at the root.
+            let mut all = vec![0u8; 4];
+            let got = comm.gatherv(&1u8, &mut all, &[1, 1, 1], &[0, 1, 1], 0).await;
+            if comm.rank() == 0 {
+                assert!(matches!(got, Err(mpx::Error::InvalidArgument(_))), "{got:?}");
+            }
+            Ok(())
+        }))
+        .await;
+    }
+}
