@@ -311,4 +311,52 @@ each_transport! {
         }))
         .await;
     }
+
+    /// A rank whose part disagrees fails, and tells the others: every rank
+    /// of the collective fails rather than waits, those that depended on it
+    /// naming the rank that gave up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_fails_its_part_fails_every_rank() {
+        let failed = returns(launch(8, |comm| async move {
+            let me = comm.rank();
+            // Rank 4 broadcasts a buffer of another length than the root's.
+            let mut buf = vec![0u32; if me == 4 { 3 } else { 4 }];
+            let bcast = comm.bcast(&mut buf, 0).await;
+            // Rank 1 sends 3 values around the allgather ring, the others 2.
+            let mine = vec![me as u8; if me == 1 { 3 } else { 2 }];
+            let mut all = vec![0u8; 2 * comm.size()];
+            let allgather = comm.allgather(&mine, &mut all).await;
+            comm.barrier().await?;
+            Ok((bcast.err(), allgather.err()))
+        }))
+        .await;
+        for (rank, (bcast, allgather)) in failed.iter().enumerate() {
+            // Rank 4 and the ranks below it in the tree (5, 6, and 7 below 6)
+            // fail the broadcast.
+            assert_eq!(bcast.is_some(), rank >= 4, "rank {rank}: {bcast:?}");
+            assert!(allgather.is_some(), "rank {rank} must fail the allgather, not finish it");
+        }
+        assert!(matches!(failed[5].0, Some(mpx::Error::CollectiveMismatch { rank: 4, .. })), "{:?}", failed[5].0);
+        assert!(matches!(failed[7].0, Some(mpx::Error::CollectiveMismatch { rank: 6, .. })), "{:?}", failed[7].0);
+        assert!(matches!(failed[2].1, Some(mpx::Error::CollectiveMismatch { rank: 1, .. })), "{:?}", failed[2].1);
+    }
+
+    /// A rank that finishes without taking part: every other rank's
+    /// allreduce fails within the harness's bound, none hangs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_gone_mid_collective_fails_the_others() {
+        let outcomes = returns(launch(4, |comm| async move {
+            if comm.rank() == 2 {
+                return Ok(None);
+            }
+            let mut sum = 0u64;
+            Ok(Some(comm.allreduce(&1u64, &mut sum, SUM).await))
+        }))
+        .await;
+        for (rank, outcome) in outcomes.iter().enumerate() {
+            if rank != 2 {
+                assert!(matches!(outcome, Some(Err(_))), "rank {rank}: {outcome:?}");
+            }
+        }
+    }
 }

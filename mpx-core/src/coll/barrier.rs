@@ -40,7 +40,7 @@ impl Comm {
         }
         let posted = steps.iter().map(|&s| call.post::<u8>((me + n - s) % n, 0)).collect::<Result<Vec<_>>>();
         let first = steps.first().map(|&s| call.signal((me + s) % n));
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let posted = posted?;
             let mut sends: Vec<_> = first.into_iter().collect();
             for (i, from) in posted.into_iter().enumerate() {

@@ -56,6 +56,7 @@ use std::task::{Context, Poll};
 
 pub use op::{Builtin, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MIN, PROD, SUM};
 
+use crate::comm::data::Packed;
 use crate::comm::{capacity, unpack_typed_message, Comm, Peer, RawRecv, SendData};
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -122,8 +123,21 @@ pub struct Collective<'a> {
 }
 
 impl<'a> Collective<'a> {
-    pub(crate) fn new(run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        Collective { run: Box::pin(run) }
+    /// The collective `call` runs as `run`. If this rank's part fails, it
+    /// tells every other rank, so that none waits in vain for what this
+    /// rank would have sent: each gets
+    /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
+    /// in turn.
+    pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
+        Collective {
+            run: Box::pin(async move {
+                let outcome = run.await;
+                if outcome.is_err() {
+                    call.give_up();
+                }
+                outcome
+            }),
+        }
     }
 }
 
@@ -177,6 +191,17 @@ impl Call {
         self.comm.start_send(|repr| values.into_packed(repr), Peer::Rank(to), self.tag, SendMode::Standard, self.comm.context | 1)
     }
 
+    /// Tells every other rank that this rank gave up on the call: an
+    /// empty message without a type signature (every message of a
+    /// collective has one), sent in the background. A rank that has
+    /// finished its part by then never takes it.
+    fn give_up(&self) {
+        for r in (0..self.size()).filter(|&r| r != self.rank()) {
+            let quit = |_| Ok(Packed::untyped(bytes::Bytes::new()));
+            drop(self.comm.start_send(quit, Peer::Rank(r), self.tag, SendMode::Standard, self.comm.context | 1));
+        }
+    }
+
     /// An empty message to `to`, carrying no data.
     pub(crate) fn signal(&self, to: usize) -> Request<'static> {
         self.send::<u8>(&[], to)
@@ -216,6 +241,9 @@ impl Posted {
         let shared = raw.shared().clone();
         let msg = raw.await?;
         let mismatch = |detail: String| Error::CollectiveMismatch { rank: from as u32, detail };
+        if msg.envelope.signature.is_none() {
+            return Err(mismatch("it gave up on the collective (its own error says why)".into()));
+        }
         let status = match unpack_typed_message(&msg, into) {
             Ok(status) => status,
             Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {}", std::any::type_name::<T>()))),

@@ -123,7 +123,7 @@ impl Comm {
         let buf = buf.values();
         let call = Call::start(self);
         let started = call.check_root(root).and_then(|()| Bcast::start(&call, root, buf.len(), Some(&*buf)));
-        Collective::new(async move { started?.finish(&call, buf).await })
+        Collective::new(call.clone(), async move { started?.finish(&call, buf).await })
     }
 
     /// `MPI_Gather`: each rank's `send` goes to the root, which receives
@@ -192,7 +192,7 @@ impl Comm {
             piece(recv, &ranges, me).copy_from_slice(send);
             Ok((posted, Vec::new(), ranges))
         })();
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let (posted, sends, ranges) = started?;
             for (r, p) in posted {
                 p.into(piece(recv, &ranges, r)).await?;
@@ -265,7 +265,7 @@ impl Comm {
             let sends = (0..n).filter(|&r| r != me).map(|r| call.send(&send[ranges[r].clone()], r)).collect();
             Ok((None, sends))
         })();
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let (posted, sends) = started?;
             if let Some(p) = posted {
                 p.into(recv).await?;
@@ -331,7 +331,7 @@ impl Comm {
             piece(recv, &ranges, me).copy_from_slice(send);
             Ok((ranges, posted, first))
         })();
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let (ranges, posted, first) = started?;
             let mut sends: Vec<Request<'static>> = first.into_iter().collect();
             for (k, p) in posted.into_iter().enumerate() {
@@ -370,11 +370,7 @@ impl Comm {
         let (counts, displs) = even(n, count);
         let checked = check_len("alltoall: the send buffer", send.len(), n * count)
             .and_then(|()| check_len("alltoall: the receive buffer", recv.len(), n * count));
-        let run = self.alltoall_blocks(send, counts.clone(), displs.clone(), recv, counts, displs, "alltoall");
-        Collective::new(async move {
-            checked?;
-            run.await
-        })
+        self.alltoall_blocks(checked, send, counts.clone(), displs.clone(), recv, counts, displs, "alltoall")
     }
 
     /// `MPI_Alltoallv`: `scounts[r]` values at `sdispls[r]` of each rank's
@@ -393,12 +389,13 @@ impl Comm {
         rcounts: &[usize],
         rdispls: &[usize],
     ) -> Collective<'a> {
-        self.alltoall_blocks(send.values(), scounts.to_vec(), sdispls.to_vec(), recv.values(), rcounts.to_vec(), rdispls.to_vec(), "alltoallv")
+        self.alltoall_blocks(Ok(()), send.values(), scounts.to_vec(), sdispls.to_vec(), recv.values(), rcounts.to_vec(), rdispls.to_vec(), "alltoallv")
     }
 
     #[allow(clippy::too_many_arguments)]
     fn alltoall_blocks<'a, T: MpiType>(
         &self,
+        checked: Result<()>,
         send: &[T],
         scounts: Vec<usize>,
         sdispls: Vec<usize>,
@@ -410,6 +407,7 @@ impl Comm {
         let call = Call::start(self);
         let (n, me) = (call.size(), call.rank());
         let started = (|| -> Result<_> {
+            checked?;
             let out = blocks(what, n, &scounts, &sdispls, send.len(), false)?;
             let into = blocks(what, n, &rcounts, &rdispls, recv.len(), true)?;
             check_len(&format!("{what}: this rank's block to itself"), rcounts[me], scounts[me])?;
@@ -421,7 +419,7 @@ impl Comm {
             piece(recv, &into, me).copy_from_slice(&send[out[me].clone()]);
             Ok((into, posted, sends))
         })();
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let (into, posted, sends) = started?;
             for (r, p) in posted {
                 p.into(piece(recv, &into, r)).await?;

@@ -126,7 +126,7 @@ impl Comm {
             let from_zero = (me == root && root != 0).then(|| call.post::<T>(0, send.len())).transpose()?;
             Ok((tree, from_zero))
         })();
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let (tree, from_zero) = started?;
             let result = tree.finish(&call, &op).await?;
             match (result, from_zero) {
@@ -168,7 +168,7 @@ impl Comm {
             check_len("allreduce: the receive buffer", recv.len(), send.len())?;
             Ok((ToZero::start(&call, send)?, Bcast::start::<T>(&call, 0, send.len(), None)?))
         })();
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let (tree, bcast) = started?;
             if let Some(result) = tree.finish(&call, &op).await? {
                 recv.copy_from_slice(&result);
@@ -241,7 +241,7 @@ impl Comm {
             let from_zero = (me != 0).then(|| call.post::<T>(0, counts[me])).transpose()?;
             Ok((tree, from_zero))
         })();
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let (tree, from_zero) = started?;
             if let Some(result) = tree.finish(&call, &op).await? {
                 let mut at = 0;
@@ -320,7 +320,7 @@ impl Comm {
             }
             Ok((from_left, first, send.to_vec()))
         })();
-        Collective::new(async move {
+        Collective::new(call.clone(), async move {
             let (from_left, first, own) = started?;
             let Some(posted) = from_left else {
                 return sent(first.into_iter().collect()).await;
