@@ -32,7 +32,7 @@
 //! | [`barrier`](Comm::barrier) | dissemination: ⌈log₂ n⌉ rounds |
 //! | [`bcast`](Comm::bcast) | binomial tree from the root |
 //! | [`reduce`](Comm::reduce) | binomial tree to rank 0 in rank order (then to the root) |
-//! | [`allreduce`](Comm::allreduce) | `reduce` to rank 0, then `bcast`: every rank gets rank 0's bits |
+//! | [`allreduce`](Comm::allreduce) | power-of-two rank counts: recursive doubling (log₂ n exchanges); others: `reduce` to rank 0, then `bcast` |
 //! | [`scan`](Comm::scan), [`exscan`](Comm::exscan) | a chain in rank order |
 //! | [`gather`](Comm::gather), [`scatter`](Comm::scatter) and their `v` forms | direct to and from the root |
 //! | [`allgather`](Comm::allgather), [`allgatherv`](Comm::allgatherv) | a ring: n − 1 steps, each rank passing on what it got |
@@ -40,9 +40,9 @@
 //! | [`reduce_scatter_block`](Comm::reduce_scatter_block), [`reduce_scatter`](Comm::reduce_scatter) | `reduce` to rank 0, then `scatter` |
 //!
 //! Reductions combine contributions in rank order (rank 0's first), for
-//! commutative operations too, and always along the same tree: a
-//! floating-point sum gives the same bits on every rank, and the same bits
-//! from one run to the next.
+//! commutative operations too, and always in the same pattern for a given
+//! rank count: a floating-point sum gives the same bits on every rank, and
+//! the same bits from one run to the next.
 
 mod barrier;
 mod movement;

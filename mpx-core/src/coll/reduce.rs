@@ -77,6 +77,42 @@ impl<T: MpiType> ToZero<T> {
     }
 }
 
+/// Allreduce by recursive doubling, on a power-of-two number of ranks: in
+/// step `k` each rank exchanges its partial result with the rank whose
+/// number differs in bit `k`, and both compute `lower ∘ higher` from the
+/// same two operands, so both get the same bits, and each partial result
+/// covers a run of consecutive ranks in order.
+fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
+    let (n, me) = (call.size(), call.rank());
+    let started = (|| -> Result<_> {
+        op.check()?;
+        check_len("allreduce: the receive buffer", recv.len(), send.len())?;
+        let partners: Vec<usize> = std::iter::successors(Some(1usize), |m| Some(m << 1)).take_while(|&m| m < n).map(|m| me ^ m).collect();
+        let posted = partners.iter().map(|&p| Ok((p, call.post::<T>(p, send.len())?))).collect::<Result<Vec<_>>>()?;
+        let first = partners.first().map(|&p| call.send(send, p));
+        Ok((posted, first, send.to_vec()))
+    })();
+    Collective::new(call.clone(), async move {
+        let (posted, first, mut acc) = started?;
+        let mut sends: Vec<Request<'static>> = first.into_iter().collect();
+        let mut theirs = acc.clone();
+        for (step, (partner, p)) in posted.into_iter().enumerate() {
+            if step > 0 {
+                sends.push(call.send(&acc, partner));
+            }
+            p.into(&mut theirs).await?;
+            if partner < me {
+                op.apply(&theirs, &mut acc)?;
+            } else {
+                op.apply(&acc, &mut theirs)?;
+                std::mem::swap(&mut acc, &mut theirs);
+            }
+        }
+        recv.copy_from_slice(&acc);
+        sent(sends).await
+    })
+}
+
 impl Comm {
     /// `MPI_Reduce`: combines every rank's `send` with `op`, element by
     /// element, in rank order, into the root's `recv` (as many values as
@@ -142,10 +178,12 @@ impl Comm {
     /// `MPI_Allreduce`: [`reduce`](Comm::reduce) into every rank's `recv`
     /// (as many values as `send`).
     ///
-    /// Every rank gets the same bits: the values are combined once, in
-    /// rank order along one tree, at rank 0, and its result is broadcast;
-    /// a floating-point sum whose value depends on the order of its terms
-    /// is still identical on every rank.
+    /// Every rank gets the same bits, and the values are combined in rank
+    /// order: on a power-of-two number of ranks by recursive doubling
+    /// (where the two ranks of each exchange compute the same `lower ∘
+    /// higher` from the same operands), otherwise by `reduce` to rank 0
+    /// and a broadcast of its result. A floating-point sum whose value
+    /// depends on the order of its terms is identical on every rank.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -163,6 +201,9 @@ impl Comm {
     pub fn allreduce<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
         let (send, recv, op) = (send.values(), recv.values(), op.into());
         let call = Call::start(self);
+        if call.size().is_power_of_two() {
+            return doubling(call, send, recv, op);
+        }
         let started = (|| -> Result<_> {
             op.check()?;
             check_len("allreduce: the receive buffer", recv.len(), send.len())?;

@@ -1,0 +1,84 @@
+//! Collectives between ranks in one process, on the in-memory loopback:
+//! time per call of barrier, bcast, allreduce (sum of doubles), allgather
+//! and alltoall at 8 B, 64 KiB and 1 MiB per rank, on 2 and 4 ranks.
+//!
+//! ```text
+//! cargo run --release --example coll_bench
+//! ```
+//!
+//! Prints one JSON line per figure, as `../shared/reference-bench/run.sh
+//! coll` does for MPICH and Open MPI over shared memory: the median of 15
+//! trials, each the mean of a run of calls between barriers.
+
+use std::time::Instant;
+
+use mpx::coll::SUM;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Op {
+    Barrier,
+    Bcast,
+    Allreduce,
+    Allgather,
+    Alltoall,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Barrier => "barrier",
+            Op::Bcast => "bcast",
+            Op::Allreduce => "allreduce",
+            Op::Allgather => "allgather",
+            Op::Alltoall => "alltoall",
+        }
+    }
+}
+
+/// Median microseconds per call of `op` with `bytes` per rank on `ranks`
+/// ranks, `iters` calls per trial.
+async fn measure(op: Op, ranks: usize, bytes: usize, iters: usize) -> mpx::Result<f64> {
+    let per_rank = mpx::launch_with(mpx::LaunchOptions::ranks(ranks), move |comm| async move {
+        let n = bytes / 8;
+        let size = comm.size();
+        let input: Vec<f64> = (0..n * size).map(|i| comm.rank() as f64 + i as f64 * 0.5).collect();
+        let mut output = vec![0.0f64; n * size];
+        let mut samples = Vec::with_capacity(15);
+        for _ in 0..15 {
+            comm.barrier().await?;
+            let start = Instant::now();
+            for _ in 0..iters {
+                match op {
+                    Op::Barrier => comm.barrier().await?,
+                    Op::Bcast => {
+                        let buf = &mut output[..n];
+                        comm.bcast(buf, 0).await?
+                    }
+                    Op::Allreduce => comm.allreduce(&input[..n], &mut output[..n], SUM).await?,
+                    Op::Allgather => comm.allgather(&input[..n], &mut output[..]).await?,
+                    Op::Alltoall => comm.alltoall(&input[..], &mut output[..]).await?,
+                }
+            }
+            samples.push(start.elapsed().as_secs_f64() / iters as f64);
+        }
+        samples.sort_by(f64::total_cmp);
+        Ok(samples[7])
+    })
+    .await?;
+    Ok(per_rank[0] * 1e6)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> mpx::Result<()> {
+    for ranks in [2, 4] {
+        let us = measure(Op::Barrier, ranks, 8, 2000).await?;
+        println!(r#"{{"lib":"mpx-loopback","bench":"coll","op":"barrier","ranks":{ranks},"bytes":0,"us":{us:.3}}}"#);
+        for op in [Op::Bcast, Op::Allreduce, Op::Allgather, Op::Alltoall] {
+            for (bytes, iters) in [(8, 2000), (64 << 10, 200), (1 << 20, 20)] {
+                let us = measure(op, ranks, bytes, iters).await?;
+                println!(r#"{{"lib":"mpx-loopback","bench":"coll","op":"{}","ranks":{ranks},"bytes":{bytes},"us":{us:.3}}}"#, op.name());
+            }
+        }
+    }
+    Ok(())
+}
