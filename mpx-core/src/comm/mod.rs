@@ -17,6 +17,7 @@
 //! | `bsend.rs` | the buffer for buffered sends |
 //! | `buffer.rs` | [`SendBuf`], [`RecvBuf`]: packing sends, checking and unpacking deliveries |
 //! | `selectors.rs` | [`Peer`] (a rank or [`PROC_NULL`]), [`Source`], [`Any`], tags |
+//! | `group.rs` | [`Group`] and communicators over subgroups ([`Comm::split`], [`Comm::create`]) |
 //! | [`persistent`] | persistent requests |
 //!
 //! # Representation
@@ -85,6 +86,7 @@ mod bsend;
 mod buffer;
 pub mod data;
 mod exchange;
+mod group;
 mod incoming;
 pub mod persistent;
 mod probe;
@@ -108,6 +110,8 @@ pub use incoming::{Incoming, Receivable};
 pub use buffer::{RecvBuf, SendBuf};
 pub use data::{RecvData, SendData};
 pub use exchange::{Exchange, ExchangeBuf, Transfer};
+pub use group::{Group, GroupRelation};
+pub(crate) use group::Members;
 pub use crate::request::Status;
 pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend, RecvStorage, SendStorage};
 pub use probe::Message;
@@ -143,7 +147,7 @@ impl Endpoint {
     /// # Ok(()) }
     /// ```
     pub fn world(&self) -> Comm {
-        Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: Arc::new(AtomicU64::new(0)) }
+        Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: Arc::new(AtomicU64::new(0)), members: None }
     }
 }
 
@@ -174,6 +178,9 @@ pub struct Comm {
     pub(crate) shared: Arc<Shared>,
     pub(crate) context: u64,
     dups: Arc<AtomicU64>,
+    /// The members, for a communicator over a subgroup of the world (or the
+    /// world in another order); `None`: the world's ranks as they are.
+    members: Option<Arc<Members>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -202,7 +209,10 @@ impl Comm {
     /// # Ok(()) }
     /// ```
     pub fn rank(&self) -> usize {
-        self.shared.rank as usize
+        match &self.members {
+            Some(m) => m.rank as usize,
+            None => self.shared.rank as usize,
+        }
     }
 
     /// Number of ranks.
@@ -215,7 +225,10 @@ impl Comm {
     /// # Ok(()) }
     /// ```
     pub fn size(&self) -> usize {
-        self.shared.size as usize
+        match &self.members {
+            Some(m) => m.group.size(),
+            None => self.shared.size as usize,
+        }
     }
 
     /// `MPI_Comm_dup`: the same ranks with a new matching context. Every
@@ -224,14 +237,33 @@ impl Comm {
     /// new context agree everywhere without messages.
     pub fn dup(&self) -> Comm {
         let n = self.dups.fetch_add(1, Ordering::Relaxed);
-        Comm { shared: self.shared.clone(), context: derive_context(self.context, n), dups: Arc::new(AtomicU64::new(0)) }
+        let context = derive_context(self.context, n);
+        if let Some(m) = &self.members {
+            let mut st = self.shared.lock();
+            st.groups.insert(context, m.clone());
+            st.groups.insert(context | 1, m.clone());
+        }
+        Comm { shared: self.shared.clone(), context, dups: Arc::new(AtomicU64::new(0)), members: self.members.clone() }
     }
 
+    /// The world rank of communicator rank `r`.
     fn check_rank(&self, r: usize) -> Result<u32> {
         if r >= self.size() {
-            return Err(Error::InvalidRank { rank: i64::try_from(r).unwrap_or(i64::MAX), size: self.shared.size });
+            return Err(Error::InvalidRank { rank: i64::try_from(r).unwrap_or(i64::MAX), size: self.size() as u32 });
         }
-        Ok(r as u32)
+        Ok(match &self.members {
+            Some(m) => m.group.ranks()[r],
+            None => r as u32,
+        })
+    }
+
+    /// The communicator rank of the sender a matching engine names (by its
+    /// world rank).
+    pub(crate) fn rank_of_sender(&self, world: u32) -> u32 {
+        match &self.members {
+            Some(m) => m.rank_of_sender(world),
+            None => world,
+        }
     }
 
     /// The destination rank of a send, or `None` for the null process.

@@ -23,7 +23,7 @@ impl Comm {
         if st.engine.is_closed() {
             return Err(crate::Error::Finalized);
         }
-        Ok(st.engine.iprobe(&spec).map(|e| Status::of(e.source, e.tag, e.len)))
+        Ok(st.engine.iprobe(&spec).map(|e| Status::of(self.rank_of_sender(e.source), e.tag, e.len)))
     }
 
     /// `MPI_Probe`: waits until a matching message is queued and returns its
@@ -51,9 +51,11 @@ impl Comm {
     pub fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<Status>> + Send + 'static {
         let spec = self.spec(source.into(), tag.into(), self.context);
         let shared = self.shared.clone();
+        let comm = self.clone();
         async move {
             let Some(spec) = spec? else { return Ok(Status::empty()) };
-            wait_for_arrival(&shared, spec, |engine, spec| engine.iprobe(spec).map(|e| Status::of(e.source, e.tag, e.len))).await
+            let status = wait_for_arrival(&shared, spec, |engine, spec| engine.iprobe(spec).map(|e| Status::of(e.source, e.tag, e.len))).await;
+            status.map(|s| Status { source: s.source.map(|w| comm.rank_of_sender(w as u32) as usize), ..s })
         }
     }
 
@@ -175,7 +177,7 @@ impl Message {
             None => Status::empty(),
             Some(m) => {
                 let e = m.envelope();
-                Status::of(e.source, e.tag, e.len)
+                Status::of(self.comm.rank_of_sender(e.source), e.tag, e.len)
             }
         }
     }

@@ -44,6 +44,10 @@ pub(crate) struct State {
     /// Collectives started on each communicator context: the next one's
     /// number, which its messages' tags carry.
     pub(crate) collectives: HashMap<u64, u32>,
+    /// The members of each communicator context over a subgroup of the
+    /// world: a delivered message's sender is renumbered into its
+    /// communicator's numbering as its receive takes it.
+    pub(crate) groups: HashMap<u64, Arc<crate::comm::Members>>,
     /// Woken whenever a data frame arrives (probe).
     pub(crate) arrival_wakers: Vec<Waker>,
     /// Woken when the engine has flushed (finalize) or connected.
@@ -124,6 +128,7 @@ impl Endpoint {
             abandoned: HashSet::new(),
             orphan_polls: HashSet::new(),
             collectives: HashMap::new(),
+            groups: HashMap::new(),
             arrival_wakers: Vec::new(),
             state_wakers: Vec::new(),
             to_wake: Vec::new(),
@@ -469,11 +474,16 @@ impl Shared {
     pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
         let mut st = self.lock();
         match st.done.remove(&id) {
-            Some(c) => {
-                if let Completion::Recv(Ok(msg)) = &c {
+            Some(mut c) => {
+                if let Completion::Recv(Ok(msg)) = &mut c {
                     if msg.credit > 0 {
                         st.engine.release_credit(msg.envelope.source, msg.credit);
                         self.flush(&mut st);
+                    }
+                    // From here on the sender is named as its communicator
+                    // numbers it (statuses are made from the envelope).
+                    if let Some(members) = st.groups.get(&msg.envelope.context) {
+                        msg.envelope.source = members.rank_of_sender(msg.envelope.source);
                     }
                 }
                 Poll::Ready(c)

@@ -1,0 +1,273 @@
+//! Groups of ranks ([`Group`], MPI's `MPI_Group` and its set operations)
+//! and the communicators made from them: [`Comm::split`] and
+//! [`Comm::create`].
+//!
+//! A communicator other than the world (or a `dup` of it) holds its
+//! members' world ranks; its operations take and report ranks in its own
+//! numbering, and it has a matching context of its own, so its messages
+//! never meet its parent's.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{derive_context, Comm};
+use crate::coll::{Collective, BAND};
+use crate::error::{Error, Result};
+
+/// An ordered set of ranks, each named by its rank in the world: what a
+/// communicator is over. Made from a communicator ([`Comm::group`]) and
+/// from other groups by MPI's operations; [`Comm::create`] turns one into
+/// a communicator.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(4, |comm| async move {
+/// let world = comm.group();
+/// let evens = world.incl(&[0, 2])?;
+/// let low = world.incl(&[0, 1])?;
+/// assert_eq!(evens.union(&low).ranks(), [0, 2, 1]);
+/// assert_eq!(evens.intersection(&low).ranks(), [0]);
+/// assert_eq!(world.difference(&evens).ranks(), [1, 3]);
+/// assert_eq!(world.translate_ranks(&[2, 3], &evens)?, [Some(1), None]);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Group {
+    /// The members' world ranks, in group order.
+    world: Arc<[u32]>,
+}
+
+/// How two groups compare (`MPI_Group_compare`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupRelation {
+    /// The same members in the same order (`MPI_IDENT`).
+    Identical,
+    /// The same members in another order (`MPI_SIMILAR`).
+    Similar,
+    /// Other members (`MPI_UNEQUAL`).
+    Unequal,
+}
+
+impl Group {
+    fn of(world: Vec<u32>) -> Group {
+        Group { world: world.into() }
+    }
+
+    /// Number of members.
+    pub fn size(&self) -> usize {
+        self.world.len()
+    }
+
+    /// The members' world ranks, in group order.
+    pub fn ranks(&self) -> &[u32] {
+        &self.world
+    }
+
+    /// The group rank of world rank `world`, if it is a member.
+    pub fn rank_of_world(&self, world: u32) -> Option<usize> {
+        self.world.iter().position(|&w| w == world)
+    }
+
+    fn member(&self, r: usize) -> Result<u32> {
+        self.world.get(r).copied().ok_or(Error::InvalidRank { rank: i64::try_from(r).unwrap_or(i64::MAX), size: self.size() as u32 })
+    }
+
+    /// `MPI_Group_incl`: the members at `ranks` (this group's ranks), in
+    /// that order; a rank out of range or named twice is an error.
+    pub fn incl(&self, ranks: &[usize]) -> Result<Group> {
+        let mut seen = vec![false; self.size()];
+        let mut world = Vec::with_capacity(ranks.len());
+        for &r in ranks {
+            let w = self.member(r)?;
+            if std::mem::replace(&mut seen[r], true) {
+                return Err(Error::InvalidArgument(format!("rank {r} is named twice")));
+            }
+            world.push(w);
+        }
+        Ok(Group::of(world))
+    }
+
+    /// `MPI_Group_excl`: the members not at `ranks`, in this group's order.
+    pub fn excl(&self, ranks: &[usize]) -> Result<Group> {
+        let mut out = vec![false; self.size()];
+        for &r in ranks {
+            self.member(r)?;
+            if std::mem::replace(&mut out[r], true) {
+                return Err(Error::InvalidArgument(format!("rank {r} is named twice")));
+            }
+        }
+        Ok(Group::of(self.world.iter().zip(&out).filter(|(_, &o)| !o).map(|(&w, _)| w).collect()))
+    }
+
+    /// `MPI_Group_union`: this group's members, then `other`'s that are
+    /// not among them.
+    pub fn union(&self, other: &Group) -> Group {
+        let mut world = self.world.to_vec();
+        world.extend(other.world.iter().filter(|w| !self.world.contains(w)));
+        Group::of(world)
+    }
+
+    /// `MPI_Group_intersection`: this group's members that are in `other`,
+    /// in this group's order.
+    pub fn intersection(&self, other: &Group) -> Group {
+        Group::of(self.world.iter().copied().filter(|w| other.world.contains(w)).collect())
+    }
+
+    /// `MPI_Group_difference`: this group's members that are not in
+    /// `other`, in this group's order.
+    pub fn difference(&self, other: &Group) -> Group {
+        Group::of(self.world.iter().copied().filter(|w| !other.world.contains(w)).collect())
+    }
+
+    /// `MPI_Group_translate_ranks`: the rank in `other` of each of this
+    /// group's `ranks` (`None` where it is not a member: `MPI_UNDEFINED`).
+    pub fn translate_ranks(&self, ranks: &[usize], other: &Group) -> Result<Vec<Option<usize>>> {
+        ranks.iter().map(|&r| Ok(other.rank_of_world(self.member(r)?))).collect()
+    }
+
+    /// `MPI_Group_compare`.
+    pub fn compare(&self, other: &Group) -> GroupRelation {
+        if self.world == other.world {
+            return GroupRelation::Identical;
+        }
+        let (mut a, mut b) = (self.world.to_vec(), other.world.to_vec());
+        a.sort_unstable();
+        b.sort_unstable();
+        if a == b {
+            GroupRelation::Similar
+        } else {
+            GroupRelation::Unequal
+        }
+    }
+}
+
+/// A communicator's members, as its operations need them: world ranks by
+/// communicator rank and back, and this process's own rank.
+#[derive(Debug)]
+pub(crate) struct Members {
+    pub(crate) group: Group,
+    pub(crate) rank: u32,
+    by_world: HashMap<u32, u32>,
+}
+
+impl Members {
+    fn new(group: Group, me_world: u32) -> Option<Members> {
+        let rank = group.rank_of_world(me_world)? as u32;
+        let by_world = group.world.iter().enumerate().map(|(r, &w)| (w, r as u32)).collect();
+        Some(Members { group, rank, by_world })
+    }
+
+    /// The communicator rank of world rank `world` (a sender not in the
+    /// communicator cannot have sent on its context; it keeps its number).
+    pub(crate) fn rank_of_sender(&self, world: u32) -> u32 {
+        self.by_world.get(&world).copied().unwrap_or(world)
+    }
+}
+
+impl Comm {
+    /// `MPI_Comm_group`: the communicator's members.
+    pub fn group(&self) -> Group {
+        match &self.members {
+            Some(m) => m.group.clone(),
+            None => Group::of((0..self.shared.size).collect()),
+        }
+    }
+
+    /// A communicator over `group` (which holds this rank) with a context
+    /// derived from this one's next `dup` number and `salt`, registered so
+    /// that the statuses of its receives name senders in its numbering.
+    fn derive(&self, group: Group, salt: u64) -> Option<Comm> {
+        let n = self.dups.fetch_add(1, Ordering::Relaxed);
+        let context = derive_context(derive_context(self.context, n), salt);
+        let members = Arc::new(Members::new(group, self.shared.rank)?);
+        let mut st = self.shared.lock();
+        st.groups.insert(context, members.clone());
+        st.groups.insert(context | 1, members.clone());
+        drop(st);
+        Some(Comm { shared: self.shared.clone(), context, dups: Arc::new(AtomicU64::new(0)), members: Some(members) })
+    }
+
+    /// `MPI_Comm_split`: collective over this communicator. Ranks that give
+    /// the same `color` form a new communicator, ordered by `key` (ties by
+    /// their rank here); each gets its own (`None` for a rank that gives no
+    /// color: `MPI_UNDEFINED`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// // Rows of a 2x2 grid, numbered right to left.
+    /// let row = comm.split(Some((comm.rank() / 2) as u32), -(comm.rank() as i32)).await?.expect("a color");
+    /// assert_eq!((row.size(), row.rank()), (2, 1 - comm.rank() % 2));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: it is a collective (an allgather of the colors and
+    /// keys), with its rules (see [`crate::coll`]).
+    pub fn split(&self, color: Option<u32>, key: i32) -> impl Future<Output = Result<Option<Comm>>> + Send + 'static {
+        let comm = self.clone();
+        let mine = [color.map_or(-1, i64::from), i64::from(key)];
+        async move {
+            let mut all = vec![[0i64; 2]; comm.size()];
+            comm.allgather(&mine, &mut all[..]).await?;
+            let Some(color) = color else {
+                // Keep the dup numbering in step with the others.
+                comm.dups.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            };
+            let parent = comm.group();
+            let mut chosen: Vec<(i64, usize)> = all.iter().enumerate().filter(|(_, ck)| ck[0] == i64::from(color)).map(|(r, ck)| (ck[1], r)).collect();
+            chosen.sort_unstable();
+            let world = chosen.iter().map(|&(_, r)| parent.world[r]).collect();
+            Ok(comm.derive(Group::of(world), u64::from(color) + 1))
+        }
+    }
+
+    /// `MPI_Comm_create`: collective over this communicator, every rank
+    /// passing the same `group` (a subgroup of this communicator's): its
+    /// members get a communicator over it, the other ranks `None`. A rank
+    /// whose `group` differs from the others' fails, and so do they.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let outer = comm.group().incl(&[2, 0])?;
+    /// match comm.create(&outer).await? {
+    ///     Some(sub) => assert_eq!(sub.rank(), if comm.rank() == 2 { 0 } else { 1 }),
+    ///     None => assert_eq!(comm.rank(), 1),
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`split`](Comm::split)).
+    pub fn create(&self, group: &Group) -> impl Future<Output = Result<Option<Comm>>> + Send + 'static {
+        let comm = self.clone();
+        let group = group.clone();
+        let parent = self.group();
+        let outside = group.world.iter().find(|w| !parent.world.contains(w)).copied();
+        async move {
+            // Every rank must pass the same group: compare a digest of it.
+            let digest = group.world.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ u64::from(w)).wrapping_mul(0x100_0000_01b3));
+            let mut agreed = [0u64; 2];
+            let check: Collective<'_> = comm.allreduce(&[digest, !digest][..], &mut agreed[..], BAND);
+            check.await?;
+            if agreed != [digest, !digest] {
+                return Err(Error::InvalidArgument("the ranks passed different groups to create".into()));
+            }
+            if let Some(w) = outside {
+                return Err(Error::InvalidArgument(format!("world rank {w} of the group is not in the communicator")));
+            }
+            if group.rank_of_world(comm.shared.rank).is_none() {
+                comm.dups.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Ok(comm.derive(group, 0))
+        }
+    }
+}
