@@ -38,6 +38,9 @@
 //! | [`allgather`](Comm::allgather), [`allgatherv`](Comm::allgatherv) | a ring: n − 1 steps, each rank passing on what it got |
 //! | [`alltoall`](Comm::alltoall), [`alltoallv`](Comm::alltoallv) | every pair exchanges directly |
 //! | [`reduce_scatter_block`](Comm::reduce_scatter_block), [`reduce_scatter`](Comm::reduce_scatter) | `reduce` to rank 0, then `scatter` |
+//! | [`Cart::neighbor_allgather`], [`Cart::neighbor_alltoall`] | one message to and from each neighbour, tagged with its direction |
+//!
+//! Topologies: [`dims_create`], [`Comm::cart_create`] and [`Cart`].
 //!
 //! Reductions combine contributions in rank order (rank 0's first), for
 //! commutative operations too, and always in the same pattern for a given
@@ -45,6 +48,7 @@
 //! the same bits from one run to the next.
 
 mod barrier;
+mod cart;
 mod movement;
 mod op;
 mod reduce;
@@ -54,6 +58,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+pub use cart::{dims_create, Cart};
 pub use op::{Builtin, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MIN, PROD, SUM};
 
 use crate::comm::data::Packed;
@@ -160,6 +165,8 @@ impl std::fmt::Debug for Collective<'_> {
 pub(crate) struct Call {
     comm: Comm,
     tag: i32,
+    /// Sub-tags the call's receives use (1 but for neighbour collectives).
+    pub(crate) subtags: usize,
 }
 
 impl Call {
@@ -171,8 +178,13 @@ impl Call {
         let number = *next;
         *next = next.wrapping_add(1);
         drop(st);
-        Call { comm: comm.clone(), tag: (number & 0x7fff_ffff) as i32 }
+        // Each call has 64 tags to itself: its messages' sub-tags (a
+        // neighbour collective's directions) never meet another call's.
+        Call { comm: comm.clone(), tag: ((u64::from(number) * Self::SUBTAGS) & 0x7fff_ffff) as i32, subtags: 1 }
     }
+
+    /// Tags each call has for its messages.
+    pub(crate) const SUBTAGS: u64 = 64;
 
     pub(crate) fn rank(&self) -> usize {
         self.comm.rank()
@@ -188,7 +200,14 @@ impl Call {
 
     /// Sends `values` to `to` (packed now: the request holds no borrow).
     pub(crate) fn send<T: MpiType>(&self, values: &[T], to: usize) -> Request<'static> {
-        self.comm.start_send(|repr| values.into_packed(repr), Peer::Rank(to), self.tag, SendMode::Standard, self.comm.context | 1)
+        self.send_direction(values, to, 0)
+    }
+
+    /// Sends `values` to `to` under the call's sub-tag `sub` (below
+    /// [`Call::SUBTAGS`]).
+    pub(crate) fn send_direction<T: MpiType>(&self, values: &[T], to: usize, sub: usize) -> Request<'static> {
+        debug_assert!((sub as u64) < Self::SUBTAGS);
+        self.comm.start_send(|repr| values.into_packed(repr), Peer::Rank(to), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1)
     }
 
     /// Tells every other rank that this rank gave up on the call: an
@@ -197,8 +216,10 @@ impl Call {
     /// finished its part by then never takes it.
     fn give_up(&self) {
         for r in (0..self.size()).filter(|&r| r != self.rank()) {
-            let quit = |_| Ok(Packed::untyped(bytes::Bytes::new()));
-            drop(self.comm.start_send(quit, Peer::Rank(r), self.tag, SendMode::Standard, self.comm.context | 1));
+            for sub in 0..self.subtags {
+                let quit = |_| Ok(Packed::untyped(bytes::Bytes::new()));
+                drop(self.comm.start_send(quit, Peer::Rank(r), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1));
+            }
         }
     }
 
@@ -209,8 +230,14 @@ impl Call {
 
     /// Posts the receive of `count` values of `T` from `from`.
     pub(crate) fn post<T: MpiType>(&self, from: usize, count: usize) -> Result<Posted> {
+        self.post_direction::<T>(from, count, 0)
+    }
+
+    /// Posts the receive of `count` values of `T` from `from` under the
+    /// call's sub-tag `sub`.
+    pub(crate) fn post_direction<T: MpiType>(&self, from: usize, count: usize, sub: usize) -> Result<Posted> {
         let limit = capacity(&T::datatype(), count as u64);
-        let id = self.comm.post_recv(from, self.tag, self.comm.context | 1, limit)?.expect("a rank, never the null process");
+        let id = self.comm.post_recv(from, self.tag + sub as i32, self.comm.context | 1, limit)?.expect("a rank, never the null process");
         Ok(Posted { raw: RawRecv::new(self.shared().clone(), id), from, count })
     }
 

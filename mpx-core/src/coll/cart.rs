@@ -1,0 +1,330 @@
+//! Cartesian topologies (MPI-4.1 §8.5): [`dims_create`], [`Cart`]
+//! communicators with coordinates, shifts and sub-grids, and the neighbour
+//! collectives over them.
+
+use std::future::Future;
+use std::ops::Deref;
+
+use super::{sent, Call, CollMut, CollRef, Collective, Posted};
+use crate::comm::{Comm, Peer};
+use crate::error::{Error, Result};
+use crate::mpi_type::MpiType;
+
+/// `MPI_Dims_create`: a grid of `nodes` ranks in `dims.len()` dimensions,
+/// as close to cubic as it can be, with the dimensions that are not 0 in
+/// `dims` kept as given; the others are filled in, in non-increasing order.
+///
+/// ```
+/// use mpx_core::coll::dims_create;
+/// assert_eq!(dims_create(12, &[0, 0])?, [4, 3]);
+/// assert_eq!(dims_create(12, &[0, 2, 0])?, [3, 2, 2]);
+/// assert!(dims_create(7, &[2, 0]).is_err(), "7 ranks in rows of 2");
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+pub fn dims_create(nodes: usize, dims: &[usize]) -> Result<Vec<usize>> {
+    let fixed: usize = dims.iter().filter(|&&d| d > 0).product();
+    let free = dims.iter().filter(|&&d| d == 0).count();
+    if fixed == 0 || !nodes.is_multiple_of(fixed) || (free == 0 && fixed != nodes) {
+        return Err(Error::InvalidArgument(format!("{nodes} ranks do not fill a grid of {dims:?}")));
+    }
+    // Spread the prime factors of what is left over the free dimensions,
+    // largest factor first onto the smallest dimension so far.
+    let mut left = nodes / fixed;
+    let mut factors = Vec::new();
+    let mut p = 2;
+    while p * p <= left {
+        while left.is_multiple_of(p) {
+            factors.push(p);
+            left /= p;
+        }
+        p += 1;
+    }
+    if left > 1 {
+        factors.push(left);
+    }
+    let mut filled = vec![1usize; free];
+    for f in factors.into_iter().rev() {
+        if let Some(smallest) = filled.iter_mut().min() {
+            *smallest *= f;
+        }
+    }
+    filled.sort_unstable_by(|a, b| b.cmp(a));
+    let mut filled = filled.into_iter();
+    Ok(dims.iter().map(|&d| if d > 0 { d } else { filled.next().unwrap_or(1) }).collect())
+}
+
+/// A communicator whose ranks form a grid (`MPI_Cart_create`): rank `r`
+/// sits at the coordinates of `r` in row-major order. It dereferences to
+/// its [`Comm`], so every operation of a communicator works on it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(6, |world| async move {
+/// use mpx_core::Peer;
+/// // 3 rows of 2, the rows wrapping around, the columns not.
+/// let grid = world.cart_create(&[3, 2], &[true, false], false).await?.expect("6 ranks fill it");
+/// let [row, col] = grid.coords(grid.rank())?[..] else { unreachable!() };
+/// let (up, down) = grid.shift(0, 1)?;
+/// assert_eq!(down, grid.rank_of(&[(row as i64 + 1), col as i64])?.into());
+/// let (_, right) = grid.shift(1, 1)?;
+/// assert_eq!(right == Peer::Null, col == 1, "no wrap along the rows");
+/// # let _ = up;
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Cart {
+    comm: Comm,
+    dims: Vec<usize>,
+    periods: Vec<bool>,
+}
+
+impl Deref for Cart {
+    type Target = Comm;
+    fn deref(&self) -> &Comm {
+        &self.comm
+    }
+}
+
+impl Comm {
+    /// `MPI_Cart_create`: collective over this communicator. Its first
+    /// `dims.iter().product()` ranks form a grid of `dims`, wrapping around
+    /// along the dimensions whose `periods` entry is `true`; the others
+    /// get `None`. `reorder` lets an implementation renumber ranks for a
+    /// better fit to the machine; mpx keeps their order. A grid larger than
+    /// the communicator is an error.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: it is a collective (a [`split`](Comm::split)).
+    pub fn cart_create(&self, dims: &[usize], periods: &[bool], reorder: bool) -> impl Future<Output = Result<Option<Cart>>> + Send + 'static {
+        let _ = reorder;
+        let (dims, periods) = (dims.to_vec(), periods.to_vec());
+        let nodes: usize = dims.iter().product();
+        let comm = self.clone();
+        let checked = if 2 * dims.len() > Call::SUBTAGS as usize {
+            Err(Error::InvalidArgument(format!("a grid of {} dimensions (mpx takes up to {})", dims.len(), Call::SUBTAGS / 2)))
+        } else if dims.len() != periods.len() {
+            Err(Error::InvalidArgument(format!("{} dimensions, {} periodicity flags", dims.len(), periods.len())))
+        } else if nodes > self.size() {
+            Err(Error::InvalidArgument(format!("a grid of {dims:?} needs {nodes} ranks, the communicator has {}", self.size())))
+        } else {
+            Ok(())
+        };
+        async move {
+            checked?;
+            let color = (comm.rank() < nodes).then_some(0);
+            let grid = comm.split(color, comm.rank() as i32).await?;
+            Ok(grid.map(|comm| Cart { comm, dims, periods }))
+        }
+    }
+}
+
+impl Cart {
+    /// The communicator.
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    /// The grid's extent along each dimension.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// Which dimensions wrap around.
+    pub fn periods(&self) -> &[bool] {
+        &self.periods
+    }
+
+    /// `MPI_Cart_coords`: the coordinates of `rank`.
+    pub fn coords(&self, rank: usize) -> Result<Vec<usize>> {
+        if rank >= self.size() {
+            return Err(Error::InvalidRank { rank: rank as i64, size: self.size() as u32 });
+        }
+        let mut left = rank;
+        let mut coords = vec![0; self.dims.len()];
+        for (c, &d) in coords.iter_mut().zip(&self.dims).rev() {
+            *c = left % d;
+            left /= d;
+        }
+        Ok(coords)
+    }
+
+    /// `MPI_Cart_rank`: the rank at `coords`, which wrap around along
+    /// periodic dimensions; off the grid along another is an error.
+    pub fn rank_of(&self, coords: &[i64]) -> Result<usize> {
+        self.try_rank_of(coords)?.ok_or_else(|| Error::InvalidArgument(format!("{coords:?} is off the grid {:?}", self.dims)))
+    }
+
+    fn try_rank_of(&self, coords: &[i64]) -> Result<Option<usize>> {
+        if coords.len() != self.dims.len() {
+            return Err(Error::InvalidArgument(format!("{} coordinates for a grid of {} dimensions", coords.len(), self.dims.len())));
+        }
+        let mut rank = 0usize;
+        for ((&c, &d), &periodic) in coords.iter().zip(&self.dims).zip(&self.periods) {
+            let d = d as i64;
+            let c = if periodic { c.rem_euclid(d) } else { c };
+            if !(0..d).contains(&c) {
+                return Ok(None);
+            }
+            rank = rank * d as usize + c as usize;
+        }
+        Ok(Some(rank))
+    }
+
+    /// `MPI_Cart_shift`: the ranks `disp` steps behind and ahead of this
+    /// one along dimension `dim`, as `(source, dest)`: a send to `dest`
+    /// and a receive from `source` shift data by `disp`. Off the edge of a
+    /// dimension that does not wrap, the neighbour is
+    /// [`PROC_NULL`](crate::PROC_NULL).
+    pub fn shift(&self, dim: usize, disp: i64) -> Result<(Peer, Peer)> {
+        if dim >= self.dims.len() {
+            return Err(Error::InvalidArgument(format!("dimension {dim} of a grid of {}", self.dims.len())));
+        }
+        let here: Vec<i64> = self.coords(self.rank())?.into_iter().map(|c| c as i64).collect();
+        let at = |delta: i64| -> Result<Peer> {
+            let mut c = here.clone();
+            c[dim] += delta;
+            Ok(self.try_rank_of(&c)?.map_or(Peer::Null, Peer::Rank))
+        };
+        Ok((at(-disp)?, at(disp)?))
+    }
+
+    /// `MPI_Cart_sub`: collective over the grid. Keeps the dimensions
+    /// whose `remain` entry is `true`: each rank gets the sub-grid of the
+    /// ranks that share its coordinates along the others.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: it is a collective (a [`split`](Comm::split)).
+    pub fn sub(&self, remain: &[bool]) -> impl Future<Output = Result<Cart>> + Send + 'static {
+        let cart = self.clone();
+        let remain = remain.to_vec();
+        async move {
+            if remain.len() != cart.dims.len() {
+                return Err(Error::InvalidArgument(format!("{} flags for a grid of {} dimensions", remain.len(), cart.dims.len())));
+            }
+            let coords = cart.coords(cart.rank())?;
+            // Ranks that agree on every dropped coordinate share a sub-grid.
+            let color = coords.iter().zip(&cart.dims).zip(&remain).filter(|(_, &keep)| !keep).fold(0usize, |acc, ((&c, &d), _)| acc * d + c);
+            let comm = cart.comm.split(Some(color as u32), cart.rank() as i32).await?.expect("a color was given");
+            fn keep<X: Copy>(v: &[X], remain: &[bool]) -> Vec<X> {
+                v.iter().zip(remain).filter(|(_, &k)| k).map(|(x, _)| *x).collect()
+            }
+            Ok(Cart { comm, dims: keep(&cart.dims, &remain), periods: keep(&cart.periods, &remain) })
+        }
+    }
+
+    /// The neighbours of the neighbour collectives, in MPI's order: along
+    /// each dimension, the one behind, then the one ahead.
+    pub fn neighbors(&self) -> Result<Vec<Peer>> {
+        (0..self.dims.len()).try_fold(Vec::new(), |mut all, d| {
+            let (behind, ahead) = self.shift(d, 1)?;
+            all.extend([behind, ahead]);
+            Ok(all)
+        })
+    }
+
+    /// `MPI_Neighbor_allgather`: this rank's `send` goes to each neighbour
+    /// (see [`neighbors`](Cart::neighbors)), and the `k`-th block of `recv`
+    /// (2 × dimensions × `send.len()` values) gets the `k`-th neighbour's;
+    /// the blocks of [`PROC_NULL`](crate::PROC_NULL) neighbours are left as
+    /// they are.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |world| async move {
+    /// let line = world.cart_create(&[3], &[false], false).await?.expect("a line");
+    /// let mut around = [usize::MAX; 2];
+    /// line.neighbor_allgather(&line.rank(), &mut around[..]).await?;
+    /// let behind = line.rank().checked_sub(1).unwrap_or(usize::MAX);
+    /// let ahead = if line.rank() == 2 { usize::MAX } else { line.rank() + 1 };
+    /// assert_eq!(around, [behind, ahead]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`Comm::bcast`]).
+    pub fn neighbor_allgather<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>) -> Collective<'a> {
+        let send = send.values();
+        let blocks = 2 * self.dims.len();
+        let out: Vec<&[T]> = vec![send; blocks];
+        self.neighbor_exchange(&out, recv.values(), send.len())
+    }
+
+    /// `MPI_Neighbor_alltoall`: block `k` of `send` (2 × dimensions × c
+    /// values) goes to the `k`-th neighbour, and block `k` of `recv` gets
+    /// what the `k`-th neighbour sent this rank.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`Comm::bcast`]).
+    pub fn neighbor_alltoall<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>) -> Collective<'a> {
+        let send = send.values();
+        let blocks = 2 * self.dims.len();
+        let count = send.len() / blocks.max(1);
+        let out: Vec<&[T]> = if send.len() == count * blocks { send.chunks(count.max(1)).take(blocks).collect() } else { Vec::new() };
+        self.neighbor_exchange(&out, recv.values(), count)
+    }
+
+    /// Sends `out[k]` to neighbour `k` and receives `count` values from
+    /// each into block `k` of `recv`. Each message carries the direction it
+    /// travels in, so two neighbours that are the same rank (a periodic
+    /// dimension of 1 or 2) still fill the right blocks.
+    fn neighbor_exchange<'a, T: MpiType>(&self, out: &[&[T]], recv: &'a mut [T], count: usize) -> Collective<'a> {
+        let mut call = Call::start(&self.comm);
+        let dims = self.dims.len();
+        call.subtags = 2 * dims;
+        let started = (|| -> Result<_> {
+            let neighbors = self.neighbors()?;
+            if out.len() != 2 * dims || out.iter().any(|b| b.len() != count) {
+                return Err(Error::InvalidArgument(format!("the send buffer holds no {} blocks of {count}", 2 * dims)));
+            }
+            super::check_len("the neighbour collective's receive buffer", recv.len(), 2 * dims * count)?;
+            // Block k = 2d (behind) receives what that neighbour sent ahead
+            // (direction 2d + 1), and block 2d + 1 what was sent behind.
+            let mut posted: Vec<(usize, Posted)> = Vec::new();
+            for (k, peer) in neighbors.iter().enumerate() {
+                if let Peer::Rank(r) = *peer {
+                    posted.push((k, call.post_direction::<T>(r, count, k ^ 1)?));
+                }
+            }
+            let sends = neighbors
+                .iter()
+                .enumerate()
+                .filter_map(|(k, peer)| match *peer {
+                    Peer::Rank(r) => Some(call.send_direction(out[k], r, k)),
+                    _ => None,
+                })
+                .collect();
+            Ok((posted, sends))
+        })();
+        Collective::new(call.clone(), async move {
+            let (posted, sends) = started?;
+            for (k, p) in posted {
+                p.into(&mut recv[k * count..(k + 1) * count]).await?;
+            }
+            sent(sends).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dims_create;
+
+    #[test]
+    fn dims_fill_the_grid_as_evenly_as_they_can() {
+        for (nodes, dims, want) in [
+            (6, vec![0, 0], vec![3, 2]),
+            (7, vec![0, 0], vec![7, 1]),
+            (6, vec![0, 3, 0], vec![2, 3, 1]),
+            (24, vec![0, 0, 0], vec![4, 3, 2]),
+            (1, vec![0], vec![1]),
+            (16, vec![0, 0], vec![4, 4]),
+            (8, vec![2, 4], vec![2, 4]),
+        ] {
+            assert_eq!(dims_create(nodes, &dims).unwrap(), want, "{nodes} over {dims:?}");
+        }
+        assert!(dims_create(8, &[3, 0]).is_err());
+        assert!(dims_create(8, &[2, 2]).is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! Cartesian topologies: `dims_create`, `cart_create` (ranks left out,
+//! grids too large), coordinates and ranks, `shift` at edges and around
+//! periodic dimensions, `sub`, and the neighbour collectives, degenerate
+//! grids (a periodic dimension of 1 or 2) included, against a serial
+//! computation. Every test runs on every transport of the harness.
+
+use mpx::coll::{dims_create, Cart};
+use mpx::Peer;
+
+#[macro_use]
+mod support;
+use support::returns;
+
+/// The value rank `r` sends towards its `k`-th neighbour.
+fn value(r: usize, k: usize) -> u64 {
+    (r * 100 + k) as u64
+}
+
+/// Neighbour `k` of the rank at `coords` in a grid, by arithmetic alone.
+fn neighbour(dims: &[usize], periods: &[bool], coords: &[usize], k: usize) -> Option<usize> {
+    let (d, step) = (k / 2, if k.is_multiple_of(2) { -1i64 } else { 1 });
+    let mut c: Vec<i64> = coords.iter().map(|&x| x as i64).collect();
+    c[d] += step;
+    if periods[d] {
+        c[d] = c[d].rem_euclid(dims[d] as i64);
+    } else if !(0..dims[d] as i64).contains(&c[d]) {
+        return None;
+    }
+    Some(c.iter().zip(dims).fold(0usize, |acc, (&x, &n)| acc * n + x as usize))
+}
+
+/// Checks every neighbour function of `grid` against the arithmetic.
+async fn check_grid(grid: &Cart) -> mpx::Result<()> {
+    let (dims, periods) = (grid.dims().to_vec(), grid.periods().to_vec());
+    let me = grid.rank();
+    let coords = grid.coords(me)?;
+    assert_eq!(grid.rank_of(&coords.iter().map(|&c| c as i64).collect::<Vec<_>>())?, me);
+    let expected: Vec<Option<usize>> = (0..2 * dims.len()).map(|k| neighbour(&dims, &periods, &coords, k)).collect();
+    let peers: Vec<Option<usize>> = grid.neighbors()?.iter().map(|p| p.rank()).collect();
+    assert_eq!(peers, expected);
+    for d in 0..dims.len() {
+        let (source, dest) = grid.shift(d, 1)?;
+        assert_eq!((source.rank(), dest.rank()), (expected[2 * d], expected[2 * d + 1]));
+    }
+    // allgather: block k holds neighbour k's rank, or stays untouched.
+    let blocks = 2 * dims.len();
+    let mut around = vec![u64::MAX; blocks];
+    grid.neighbor_allgather(&(me as u64), &mut around[..]).await?;
+    assert_eq!(around, expected.iter().map(|n| n.map_or(u64::MAX, |r| r as u64)).collect::<Vec<_>>());
+    // alltoall: block k holds what neighbour k sent in the opposite direction.
+    let send: Vec<u64> = (0..blocks).flat_map(|k| [value(me, k); 2]).collect();
+    let mut recv = vec![u64::MAX; 2 * blocks];
+    grid.neighbor_alltoall(&send, &mut recv).await?;
+    let want: Vec<u64> = (0..blocks).flat_map(|k| [expected[k].map_or(u64::MAX, |r| value(r, k ^ 1)); 2]).collect();
+    assert_eq!(recv, want, "rank {me} at {coords:?} of {dims:?} {periods:?}");
+    Ok(())
+}
+
+each_transport! {
+    /// Grids of several shapes, periodic and not, degenerate ones too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cartesian_grids_find_their_neighbours() {
+        for (ranks, dims, periods) in [
+            (7, vec![3, 2], vec![true, false]),
+            (6, vec![3, 2], vec![false, true]),
+            (8, vec![2, 2, 2], vec![true, false, true]),
+            (2, vec![2, 1], vec![true, true]),
+            (1, vec![1], vec![true]),
+            (5, vec![5], vec![false]),
+        ] {
+            returns(launch(ranks, move |world| {
+                let (dims, periods) = (dims.clone(), periods.clone());
+                async move {
+                    let grid = world.cart_create(&dims, &periods, true).await?;
+                    let nodes: usize = dims.iter().product();
+                    match grid {
+                        Some(grid) => {
+                            assert!(world.rank() < nodes);
+                            assert_eq!(grid.size(), nodes);
+                            check_grid(&grid).await?;
+                        }
+                        None => assert!(world.rank() >= nodes, "rank {} left out", world.rank()),
+                    }
+                    world.barrier().await?;
+                    Ok(())
+                }
+            }))
+            .await;
+        }
+    }
+
+    /// `sub` keeps the chosen dimensions: the rows and columns of a grid;
+    /// a grid larger than the communicator is an error on every rank.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sub_grids_and_grids_too_large() {
+        returns(launch(6, |world| async move {
+            let grid = world.cart_create(&dims_create(6, &[0, 0])?, &[false, true], false).await?.expect("6 ranks");
+            assert_eq!(grid.dims(), [3, 2]);
+            let coords = grid.coords(grid.rank())?;
+            let row = grid.sub(&[false, true]).await?;
+            assert_eq!((row.dims(), row.periods(), row.rank()), (&[2usize][..], &[true][..], coords[1]));
+            let mut members = vec![0usize; 2];
+            row.allgather(&grid.rank(), &mut members[..]).await?;
+            assert_eq!(members, [coords[0] * 2, coords[0] * 2 + 1]);
+            let column = grid.sub(&[true, false]).await?;
+            assert_eq!((column.size(), column.rank()), (3, coords[0]));
+            check_grid(&column).await?;
+            assert!(world.cart_create(&[4, 2], &[false, false], false).await.is_err());
+            assert_eq!(grid.shift(0, 5)?.1, Peer::Null, "5 steps off a 3-rank column");
+            Ok(())
+        }))
+        .await;
+    }
+}
