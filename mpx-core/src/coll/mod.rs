@@ -25,7 +25,7 @@
 //! rank must call the same collectives on a communicator in the same
 //! order, with matching arguments; a rank whose part does not match what
 //! it receives (another count or type) fails with
-//! [`Error::CollectiveMismatch`](crate::Error::CollectiveMismatch).
+//! [`Error::CollectiveMismatch`].
 //!
 //! | collective | algorithm |
 //! |---|---|
