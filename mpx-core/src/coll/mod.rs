@@ -52,6 +52,8 @@ mod cart;
 mod movement;
 mod op;
 mod reduce;
+#[cfg(feature = "serde")]
+mod serde;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -163,7 +165,7 @@ impl std::fmt::Debug for Collective<'_> {
 /// collective context with a tag of the call's number.
 #[derive(Clone)]
 pub(crate) struct Call {
-    comm: Comm,
+    pub(crate) comm: Comm,
     tag: i32,
     /// Sub-tags the call's receives use (1 but for neighbour collectives).
     pub(crate) subtags: usize,
@@ -214,7 +216,7 @@ impl Call {
     /// empty message without a type signature (every message of a
     /// collective has one), sent in the background. A rank that has
     /// finished its part by then never takes it.
-    fn give_up(&self) {
+    pub(crate) fn give_up(&self) {
         for r in (0..self.size()).filter(|&r| r != self.rank()) {
             for sub in 0..self.subtags {
                 let quit = |_| Ok(Packed::untyped(bytes::Bytes::new()));
@@ -253,9 +255,9 @@ impl Call {
 /// A collective's posted receive: it holds no borrow of the caller's
 /// memory; the data is unpacked when the collective's future takes it.
 pub(crate) struct Posted {
-    raw: RawRecv,
-    from: usize,
-    count: usize,
+    pub(crate) raw: RawRecv,
+    pub(crate) from: usize,
+    pub(crate) count: usize,
 }
 
 impl Posted {

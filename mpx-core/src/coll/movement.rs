@@ -292,7 +292,7 @@ impl Comm {
     pub fn allgather<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>) -> Collective<'a> {
         let send = send.values();
         let (counts, displs) = even(self.size(), send.len());
-        self.allgather_blocks(send, recv.values(), counts, displs, "allgather")
+        self.allgather_blocks(Ok(()), send, recv.values(), counts, displs, "allgather")
     }
 
     /// `MPI_Allgatherv`: as [`allgather`](Comm::allgather), rank `r`'s
@@ -308,11 +308,12 @@ impl Comm {
         counts: &[usize],
         displs: &[usize],
     ) -> Collective<'a> {
-        self.allgather_blocks(send.values(), recv.values(), counts.to_vec(), displs.to_vec(), "allgatherv")
+        self.allgather_blocks(Ok(()), send.values(), recv.values(), counts.to_vec(), displs.to_vec(), "allgatherv")
     }
 
     fn allgather_blocks<'a, T: MpiType>(
         &self,
+        checked: Result<()>,
         send: &[T],
         recv: &'a mut [T],
         counts: Vec<usize>,
@@ -323,6 +324,7 @@ impl Comm {
         let (n, me) = (call.size(), call.rank());
         let (left, right) = ((me + n - 1) % n, (me + 1) % n);
         let started = (|| -> Result<_> {
+            checked?;
             let ranges = blocks(what, n, &counts, &displs, recv.len(), true)?;
             check_len(&format!("{what}: this rank's send"), send.len(), counts[me])?;
             // Step k brings the block of rank me - k - 1 from the left.
@@ -426,6 +428,46 @@ impl Comm {
             }
             sent(sends).await
         })
+    }
+}
+
+/// The in-place forms (`MPI_IN_PLACE`) of the data-moving collectives.
+impl Comm {
+    /// [`allgather`](Comm::allgather) where this rank's values already sit
+    /// in its block of `buf` (size × c values).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let mut table = [0u8; 3];
+    /// table[comm.rank()] = 10 + comm.rank() as u8;
+    /// comm.allgather_in_place(&mut table[..]).await?;
+    /// assert_eq!(table, [10, 11, 12]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn allgather_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>) -> Collective<'a> {
+        let buf = buf.values();
+        let (n, me) = (self.size(), self.rank());
+        let count = buf.len() / n;
+        let mine = buf.get(me * count..(me + 1) * count).map(<[T]>::to_vec).unwrap_or_default();
+        let (counts, displs) = even(n, count);
+        let checked = check_len("allgather_in_place: the buffer", buf.len(), n * count);
+        self.allgather_blocks(checked, &mine, buf, counts, displs, "allgather_in_place")
+    }
+
+    /// [`alltoall`](Comm::alltoall) where `buf` (size × c values) holds the
+    /// blocks to send and receives the blocks that come.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn alltoall_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>) -> Collective<'a> {
+        let buf = buf.values();
+        let mine = buf.to_vec();
+        self.alltoall(&mine[..], buf)
     }
 }
 

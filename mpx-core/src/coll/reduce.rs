@@ -379,3 +379,61 @@ impl Comm {
         })
     }
 }
+
+/// The in-place forms (`MPI_IN_PLACE`): one buffer is both this rank's
+/// contribution and where its result lands.
+impl Comm {
+    /// [`allreduce`](Comm::allreduce) with `buf` as both contribution and
+    /// result.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// use mpx_core::coll::MAX;
+    /// let mut best = [comm.rank() as i32, -(comm.rank() as i32)];
+    /// comm.allreduce_in_place(&mut best[..], MAX).await?;
+    /// assert_eq!(best, [2, 0]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn allreduce_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
+        let buf = buf.values();
+        let mine = buf.to_vec();
+        self.allreduce(&mine[..], buf, op)
+    }
+
+    /// [`reduce`](Comm::reduce) with `buf` as every rank's contribution
+    /// and, at the root, the result.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn reduce_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, op: impl Into<Op<T>>, root: usize) -> Collective<'a> {
+        let buf = buf.values();
+        let mine = buf.to_vec();
+        self.reduce(&mine[..], buf, op, root)
+    }
+
+    /// [`scan`](Comm::scan) with `buf` as both contribution and result.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn scan_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
+        let buf = buf.values();
+        let mine = buf.to_vec();
+        self.scan(&mine[..], buf, op)
+    }
+
+    /// [`exscan`](Comm::exscan) with `buf` as both contribution and result
+    /// (rank 0's is left as it is).
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn exscan_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
+        let buf = buf.values();
+        let mine = buf.to_vec();
+        self.exscan(&mine[..], buf, op)
+    }
+}

@@ -119,6 +119,8 @@ pub use recv_owned::{OwnedRecv, RecvError};
 pub use selectors::{Any, Peer, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
 #[cfg(feature = "serde")]
 pub use self::serde::Serde;
+#[cfg(feature = "serde")]
+pub(crate) use self::serde::{deserialize, serialize, serialized};
 
 pub(crate) use buffer::{capacity, unpack_typed_message};
 pub(crate) use recv_owned::RawRecv;

@@ -135,14 +135,19 @@ impl<T: DeserializeOwned + Send + 'static> Receivable for Serde<T> {
 }
 
 /// `value` in postcard's format, ready to send as a serde message.
-fn serialize<T: Serialize + ?Sized>(value: &T) -> Result<Packed> {
+pub(crate) fn serialize<T: Serialize + ?Sized>(value: &T) -> Result<Packed> {
     let data = postcard::to_allocvec(value)
         .map_err(|e| Error::Serialization(format!("{}: {e}", std::any::type_name::<T>())))?;
-    Ok(Packed { data: Bytes::from(data), repr: Repr::Native, signature: Some(SERIALIZED_SIGNATURE), desc_len: 0 })
+    Ok(serialized(Bytes::from(data)))
+}
+
+/// Bytes a value was serialized into, ready to send as a serde message.
+pub(crate) fn serialized(data: Bytes) -> Packed {
+    Packed { data, repr: Repr::Native, signature: Some(SERIALIZED_SIGNATURE), desc_len: 0 }
 }
 
 /// The one `T` that `bytes` hold in postcard's format.
-fn deserialize<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+pub(crate) fn deserialize<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let fail = |what: String| Error::Serialization(format!("{}: {what}", std::any::type_name::<T>()));
     let mut deserializer = postcard::Deserializer::from_flavor(StackBounded::new(bytes));
     let value = T::deserialize(&mut deserializer);

@@ -1,0 +1,247 @@
+//! Collectives of serde values (the `serde` feature): `bcast_serde`,
+//! `gather_serde`, `scatter_serde` and `allgather_serde`. Each value
+//! travels as a serde message ([`Serde`](crate::Serde)), serialized once
+//! by its owner and passed on as the same bytes by the ranks that forward
+//! it; a receive takes whatever length the message has, as point-to-point
+//! serde receives do.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::movement::binomial;
+use super::{sent, Call, Collective, Posted};
+use crate::comm::{deserialize, serialize, serialized, Comm, Peer, RawRecv};
+use crate::error::{Error, Result};
+use crate::proto::engine::SendMode;
+use crate::proto::wire::SERIALIZED_SIGNATURE;
+use crate::request::Request;
+
+impl Call {
+    /// Sends serialized `bytes` to `to`, as a serde message.
+    fn send_serialized(&self, bytes: &Bytes, to: usize) -> Request<'static> {
+        let packed = |_| Ok(serialized(bytes.clone()));
+        self.comm.start_send(packed, Peer::Rank(to), self.tag, SendMode::Standard, self.comm.context | 1)
+    }
+
+    /// Posts the receive of a serde message from `from`, of any length.
+    fn post_serialized(&self, from: usize) -> Result<Posted> {
+        let id = self.comm.post_recv(from, self.tag, self.comm.context | 1, None)?.expect("a rank, never the null process");
+        Ok(Posted { raw: RawRecv::new(self.comm.shared.clone(), id), from, count: 0 })
+    }
+}
+
+impl Posted {
+    /// Waits for a serde message and returns its bytes.
+    async fn serialized(self) -> Result<Bytes> {
+        let Posted { raw, from, .. } = self;
+        let msg = raw.await?;
+        match msg.envelope.signature {
+            Some(SERIALIZED_SIGNATURE) => Ok(msg.data),
+            None => Err(Error::CollectiveMismatch { rank: from as u32, detail: "it gave up on the collective (its own error says why)".into() }),
+            Some(_) => Err(Error::CollectiveMismatch { rank: from as u32, detail: "it sent typed data where a serde value was expected".into() }),
+        }
+    }
+}
+
+/// `value` serialized.
+fn bytes_of<T: Serialize + ?Sized>(value: &T) -> Result<Bytes> {
+    serialize(value).map(|p| p.data)
+}
+
+impl Comm {
+    /// `MPI_Bcast` of a serde value: the root's `value` replaces every
+    /// other rank's (a binomial tree; the root serializes once, and each
+    /// rank passes the bytes on as they came).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let mut config = if comm.rank() == 0 { vec![String::from("fast"), String::from("safe")] } else { Vec::new() };
+    /// comm.bcast_serde(&mut config, 0).await?;
+    /// assert_eq!(config, ["fast", "safe"]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn bcast_serde<'a, T: Serialize + DeserializeOwned + Send>(&self, value: &'a mut T, root: usize) -> Collective<'a> {
+        let call = Call::start(self);
+        let started = (|| -> Result<_> {
+            call.check_root(root)?;
+            let (parent, children) = binomial(call.size(), root, call.rank());
+            let from_parent = parent.map(|p| call.post_serialized(p)).transpose()?;
+            let (bytes, sends) = match from_parent {
+                Some(_) => (None, Vec::new()),
+                None => {
+                    let bytes = bytes_of(&*value)?;
+                    let sends = children.iter().map(|&c| call.send_serialized(&bytes, c)).collect();
+                    (Some(bytes), sends)
+                }
+            };
+            Ok((from_parent, children, bytes, sends))
+        })();
+        Collective::new(call.clone(), async move {
+            let (from_parent, children, _, mut sends) = started?;
+            if let Some(posted) = from_parent {
+                let bytes = posted.serialized().await?;
+                sends = children.iter().map(|&c| call.send_serialized(&bytes, c)).collect();
+                *value = deserialize(&bytes)?;
+            }
+            sent(sends).await
+        })
+    }
+
+    /// `MPI_Gather` of serde values: the root gets every rank's `value`, in
+    /// rank order (`Some`); the other ranks `None`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let report = format!("rank {} ok", comm.rank());
+    /// if let Some(all) = comm.gather_serde(&report, 2).await? {
+    ///     assert_eq!(all, ["rank 0 ok", "rank 1 ok", "rank 2 ok"]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn gather_serde<T: Serialize + DeserializeOwned + Send + 'static>(&self, value: &T, root: usize) -> impl Future<Output = Result<Option<Vec<T>>>> + Send + 'static {
+        let call = Call::start(self);
+        let (n, me) = (call.size(), call.rank());
+        let started = (|| -> Result<_> {
+            call.check_root(root)?;
+            let bytes = bytes_of(value)?;
+            if me != root {
+                return Ok((Vec::new(), vec![call.send_serialized(&bytes, root)], bytes));
+            }
+            let posted = (0..n).filter(|&r| r != me).map(|r| Ok((r, call.post_serialized(r)?))).collect::<Result<Vec<_>>>()?;
+            Ok((posted, Vec::new(), bytes))
+        })();
+        let quit = call.clone();
+        async move {
+            let run = async {
+                let (posted, sends, own) = started?;
+                sent(sends).await?;
+                if me != root {
+                    return Ok(None);
+                }
+                let mut all: Vec<Option<T>> = (0..n).map(|_| None).collect();
+                all[me] = Some(deserialize(&own)?);
+                for (r, p) in posted {
+                    all[r] = Some(deserialize(&p.serialized().await?)?);
+                }
+                Ok(Some(all.into_iter().map(|v| v.expect("every rank's value")).collect()))
+            };
+            let outcome = run.await;
+            if outcome.is_err() {
+                quit.give_up();
+            }
+            outcome
+        }
+    }
+
+    /// `MPI_Scatter` of serde values: the root's `values` (one per rank;
+    /// ignored, and may be empty, elsewhere) go out, rank `r` getting
+    /// `values[r]`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let jobs: Vec<String> = if comm.rank() == 0 { (0..3).map(|r| "x".repeat(r)).collect() } else { Vec::new() };
+    /// let mine: String = comm.scatter_serde(&jobs, 0).await?;
+    /// assert_eq!(mine.len(), comm.rank());
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn scatter_serde<T: Serialize + DeserializeOwned + Send + 'static>(&self, values: &[T], root: usize) -> impl Future<Output = Result<T>> + Send + 'static {
+        let call = Call::start(self);
+        let (n, me) = (call.size(), call.rank());
+        let started = (|| -> Result<_> {
+            call.check_root(root)?;
+            if me != root {
+                return Ok((Some(call.post_serialized(root)?), Vec::new(), None));
+            }
+            super::check_len("scatter_serde: the root's values", values.len(), n)?;
+            let sends = (0..n).filter(|&r| r != me).map(|r| Ok(call.send_serialized(&bytes_of(&values[r])?, r))).collect::<Result<Vec<_>>>()?;
+            Ok((None, sends, Some(bytes_of(&values[me])?)))
+        })();
+        let quit = call.clone();
+        async move {
+            let run = async {
+                let (posted, sends, own) = started?;
+                let bytes = match (posted, own) {
+                    (Some(p), _) => p.serialized().await?,
+                    (None, Some(own)) => own,
+                    (None, None) => unreachable!("the root keeps its own"),
+                };
+                sent(sends).await?;
+                deserialize(&bytes)
+            };
+            let outcome = run.await;
+            if outcome.is_err() {
+                quit.give_up();
+            }
+            outcome
+        }
+    }
+
+    /// `MPI_Allgather` of serde values: every rank gets every rank's
+    /// `value`, in rank order (a ring; each value is serialized once and
+    /// passed on as the same bytes).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let names: Vec<String> = comm.allgather_serde(&format!("node-{}", comm.rank())).await?;
+    /// assert_eq!(names, ["node-0", "node-1", "node-2"]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn allgather_serde<T: Serialize + DeserializeOwned + Send + 'static>(&self, value: &T) -> impl Future<Output = Result<Vec<T>>> + Send + 'static {
+        let call = Call::start(self);
+        let (n, me) = (call.size(), call.rank());
+        let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+        let started = (|| -> Result<_> {
+            let own = bytes_of(value)?;
+            let posted = (0..n - 1).map(|_| call.post_serialized(left)).collect::<Result<Vec<_>>>()?;
+            let first = (n > 1).then(|| call.send_serialized(&own, right));
+            Ok((own, posted, first))
+        })();
+        let quit = call.clone();
+        async move {
+            let run = async {
+                let (own, posted, first) = started?;
+                let mut bytes: Vec<Option<Bytes>> = vec![None; n];
+                bytes[me] = Some(own);
+                let mut sends: Vec<Request<'static>> = first.into_iter().collect();
+                for (k, p) in posted.into_iter().enumerate() {
+                    let owner = (me + 2 * n - k - 1) % n;
+                    let got = p.serialized().await?;
+                    if k + 2 < n {
+                        sends.push(call.send_serialized(&got, right));
+                    }
+                    bytes[owner] = Some(got);
+                }
+                sent(sends).await?;
+                bytes.into_iter().map(|b| deserialize(&b.expect("every rank's value"))).collect::<Result<Vec<T>>>()
+            };
+            let outcome = run.await;
+            if outcome.is_err() {
+                quit.give_up();
+            }
+            outcome
+        }
+    }
+}
