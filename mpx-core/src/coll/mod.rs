@@ -136,15 +136,7 @@ impl<'a> Collective<'a> {
     /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        Collective {
-            run: Box::pin(async move {
-                let outcome = run.await;
-                if outcome.is_err() {
-                    call.give_up();
-                }
-                outcome
-            }),
-        }
+        Collective { run: Box::pin(guarded(call, run)) }
     }
 }
 
@@ -159,6 +151,16 @@ impl std::fmt::Debug for Collective<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Collective")
     }
+}
+
+/// Runs this rank's part of `call`; if it fails, tells every other rank
+/// (see [`Collective::new`]).
+pub(crate) async fn guarded<T>(call: Call, run: impl Future<Output = Result<T>>) -> Result<T> {
+    let outcome = run.await;
+    if outcome.is_err() {
+        call.give_up();
+    }
+    outcome
 }
 
 /// One collective call on a communicator: its messages go on the

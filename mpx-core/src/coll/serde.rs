@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::movement::binomial;
-use super::{sent, Call, Collective, Posted};
+use super::{guarded, sent, Call, Collective, Posted};
 use crate::comm::{deserialize, serialize, serialized, Comm, Peer, RawRecv};
 use crate::error::{Error, Result};
 use crate::proto::engine::SendMode;
@@ -123,27 +123,19 @@ impl Comm {
             let posted = (0..n).filter(|&r| r != me).map(|r| Ok((r, call.post_serialized(r)?))).collect::<Result<Vec<_>>>()?;
             Ok((posted, Vec::new(), bytes))
         })();
-        let quit = call.clone();
-        async move {
-            let run = async {
-                let (posted, sends, own) = started?;
-                sent(sends).await?;
-                if me != root {
-                    return Ok(None);
-                }
-                let mut all: Vec<Option<T>> = (0..n).map(|_| None).collect();
-                all[me] = Some(deserialize(&own)?);
-                for (r, p) in posted {
-                    all[r] = Some(deserialize(&p.serialized().await?)?);
-                }
-                Ok(Some(all.into_iter().map(|v| v.expect("every rank's value")).collect()))
-            };
-            let outcome = run.await;
-            if outcome.is_err() {
-                quit.give_up();
+        guarded(call.clone(), async move {
+            let (posted, sends, own) = started?;
+            sent(sends).await?;
+            if me != root {
+                return Ok(None);
             }
-            outcome
-        }
+            let mut all: Vec<Option<T>> = (0..n).map(|_| None).collect();
+            all[me] = Some(deserialize(&own)?);
+            for (r, p) in posted {
+                all[r] = Some(deserialize(&p.serialized().await?)?);
+            }
+            Ok(Some(all.into_iter().map(|v| v.expect("every rank's value")).collect()))
+        })
     }
 
     /// `MPI_Scatter` of serde values: the root's `values` (one per rank;
@@ -174,24 +166,16 @@ impl Comm {
             let sends = (0..n).filter(|&r| r != me).map(|r| Ok(call.send_serialized(&bytes_of(&values[r])?, r))).collect::<Result<Vec<_>>>()?;
             Ok((None, sends, Some(bytes_of(&values[me])?)))
         })();
-        let quit = call.clone();
-        async move {
-            let run = async {
-                let (posted, sends, own) = started?;
-                let bytes = match (posted, own) {
-                    (Some(p), _) => p.serialized().await?,
-                    (None, Some(own)) => own,
-                    (None, None) => unreachable!("the root keeps its own"),
-                };
-                sent(sends).await?;
-                deserialize(&bytes)
+        guarded(call.clone(), async move {
+            let (posted, sends, own) = started?;
+            let bytes = match (posted, own) {
+                (Some(p), _) => p.serialized().await?,
+                (None, Some(own)) => own,
+                (None, None) => unreachable!("the root keeps its own"),
             };
-            let outcome = run.await;
-            if outcome.is_err() {
-                quit.give_up();
-            }
-            outcome
-        }
+            sent(sends).await?;
+            deserialize(&bytes)
+        })
     }
 
     /// `MPI_Allgather` of serde values: every rank gets every rank's
@@ -219,29 +203,21 @@ impl Comm {
             let first = (n > 1).then(|| call.send_serialized(&own, right));
             Ok((own, posted, first))
         })();
-        let quit = call.clone();
-        async move {
-            let run = async {
-                let (own, posted, first) = started?;
-                let mut bytes: Vec<Option<Bytes>> = vec![None; n];
-                bytes[me] = Some(own);
-                let mut sends: Vec<Request<'static>> = first.into_iter().collect();
-                for (k, p) in posted.into_iter().enumerate() {
-                    let owner = (me + 2 * n - k - 1) % n;
-                    let got = p.serialized().await?;
-                    if k + 2 < n {
-                        sends.push(call.send_serialized(&got, right));
-                    }
-                    bytes[owner] = Some(got);
+        guarded(call.clone(), async move {
+            let (own, posted, first) = started?;
+            let mut bytes: Vec<Option<Bytes>> = vec![None; n];
+            bytes[me] = Some(own);
+            let mut sends: Vec<Request<'static>> = first.into_iter().collect();
+            for (k, p) in posted.into_iter().enumerate() {
+                let owner = (me + 2 * n - k - 1) % n;
+                let got = p.serialized().await?;
+                if k + 2 < n {
+                    sends.push(call.send_serialized(&got, right));
                 }
-                sent(sends).await?;
-                bytes.into_iter().map(|b| deserialize(&b.expect("every rank's value"))).collect::<Result<Vec<T>>>()
-            };
-            let outcome = run.await;
-            if outcome.is_err() {
-                quit.give_up();
+                bytes[owner] = Some(got);
             }
-            outcome
-        }
+            sent(sends).await?;
+            bytes.into_iter().map(|b| deserialize(&b.expect("every rank's value"))).collect::<Result<Vec<T>>>()
+        })
     }
 }
