@@ -429,8 +429,18 @@ impl Datatype {
         let size = self.pack_size(count)?;
         let mut out = Vec::new();
         out.try_reserve_exact(size).map_err(|_| Error::Overflow("packed buffer allocation"))?;
-        out.resize(size, 0);
-        self.pack_into(src, count, &mut out, &mut 0)?;
+        // Packed straight into the new buffer's spare capacity: zero-filling
+        // it first would write every byte twice.
+        // SAFETY: check_span proved every byte read lies in `src`; the
+        // buffer has room for `size` bytes; native packing cannot fail, and
+        // writes every one of the `size` bytes (a native packed stream is
+        // the items' typemap bytes back to back, with no gaps), so they are
+        // initialised when the length is set.
+        unsafe {
+            let mem = src.ptr.wrapping_add(src.origin) as *mut u8;
+            self.pack_raw(Repr::Native, mem, count, out.as_mut_ptr())?;
+            out.set_len(size);
+        }
         Ok(out)
     }
 
