@@ -182,6 +182,15 @@ each_transport! {
                 assert_eq!(got, serial(i64::min, n));
                 comm.allreduce(&values(me), &mut got, BXOR).await?;
                 assert_eq!(got, serial(|a, b| a ^ b, n));
+                // MINLOC and MAXLOC on a pair type: values repeat every 3
+                // ranks, so several ranks hold the extremes.
+                let load = (me % 3) as f64 * 1.5;
+                let mut least = mpx::coll::Loc { value: 0.0, index: 0 };
+                comm.allreduce(&mpx::coll::Loc { value: load, index: me as i32 }, &mut least, mpx::coll::MINLOC).await?;
+                assert_eq!((least.value, least.index), (0.0, 0));
+                let mut most = mpx::coll::Loc { value: 0i32, index: 0 };
+                comm.allreduce(&mpx::coll::Loc { value: (me % 3) as i32, index: me as i32 }, &mut most, mpx::coll::MAXLOC).await?;
+                assert_eq!((most.value, most.index), ((n.min(3) - 1) as i32, (n.min(3) - 1) as i32));
                 let mut product = [Matrix::default(); 1];
                 comm.allreduce(&[matrix(me, 2)][..], &mut product[..], matrix_product()).await?;
                 assert_eq!(product[0], serial_product(0..n, 2));

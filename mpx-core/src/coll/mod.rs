@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 pub use cart::{dims_create, Cart};
-pub use op::{Builtin, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MIN, PROD, SUM};
+pub use op::{Builtin, Loc, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, PROD, SUM};
 
 use crate::comm::data::Packed;
 use crate::comm::{capacity, unpack_typed_message, Comm, Peer, RawRecv, SendData};

@@ -32,6 +32,12 @@ pub enum Builtin {
     Bor,
     /// `MPI_BXOR`: integers.
     Bxor,
+    /// `MPI_MINLOC`: the pair types ([`Loc`]): the smallest value, and the
+    /// smallest index among the pairs that hold it.
+    MinLoc,
+    /// `MPI_MAXLOC`: the pair types ([`Loc`]): the largest value, and the
+    /// smallest index among the pairs that hold it.
+    MaxLoc,
 }
 
 /// `MPI_SUM`.
@@ -54,6 +60,10 @@ pub const BAND: Builtin = Builtin::Band;
 pub const BOR: Builtin = Builtin::Bor;
 /// `MPI_BXOR`.
 pub const BXOR: Builtin = Builtin::Bxor;
+/// `MPI_MINLOC`.
+pub const MINLOC: Builtin = Builtin::MinLoc;
+/// `MPI_MAXLOC`.
+pub const MAXLOC: Builtin = Builtin::MaxLoc;
 
 /// A type MPI's built-in operations apply to: `combine` computes
 /// `inout[i] = input[i] op inout[i]` for each `i`, or refuses an operation
@@ -101,6 +111,7 @@ macro_rules! integers {
                     Builtin::Band => each(input, inout, |a, b| a & b),
                     Builtin::Bor => each(input, inout, |a, b| a | b),
                     Builtin::Bxor => each(input, inout, |a, b| a ^ b),
+                    Builtin::MinLoc | Builtin::MaxLoc => return Err(refused::<$t>(op)),
                 }
                 Ok(())
             }
@@ -164,6 +175,63 @@ macro_rules! complex {
 }
 #[cfg(feature = "num-complex")]
 complex!(f32, f64);
+
+/// A value and its index: MPI's pair types (`MPI_DOUBLE_INT`,
+/// `MPI_FLOAT_INT`, `MPI_2INT`, `MPI_SHORT_INT`, `MPI_LONG_INT`), which
+/// [`MINLOC`] and [`MAXLOC`] reduce: where is the smallest (largest) value,
+/// the index telling (a rank, or a position).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(4, |comm| async move {
+/// use mpx_core::coll::{Loc, MAXLOC};
+/// let load = [3.0, 9.5, 9.5, 1.0][comm.rank()];
+/// let mut busiest = Loc { value: 0.0, index: 0 };
+/// comm.allreduce(&Loc { value: load, index: comm.rank() as i32 }, &mut busiest, MAXLOC).await?;
+/// assert_eq!(busiest, Loc { value: 9.5, index: 1 }, "the lowest rank among equals");
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[repr(C)]
+pub struct Loc<V> {
+    /// The value compared.
+    pub value: V,
+    /// Where it came from.
+    pub index: i32,
+}
+
+macro_rules! pairs {
+    ($($v:ty => $p:ident),*) => {$(
+        // SAFETY: `Loc<V>` is `#[repr(C)] { value: V, index: i32 }`, the C
+        // struct the pair type describes: `value` at 0, `index` at the next
+        // 4-aligned offset, extent rounded to the larger alignment (the
+        // layout is checked against the datatype in this module's tests).
+        // Every bit pattern of both fields is valid.
+        unsafe impl MpiType for Loc<$v> {
+            fn datatype() -> crate::Datatype {
+                crate::Datatype::predefined(crate::Predefined::$p)
+            }
+        }
+
+        impl Reducible for Loc<$v> {
+            fn combine(op: Builtin, input: &[Self], inout: &mut [Self]) -> Result<()> {
+                let better = match op {
+                    Builtin::MinLoc => |a: $v, b: $v| a < b,
+                    Builtin::MaxLoc => |a: $v, b: $v| a > b,
+                    _ => return Err(refused::<Self>(op)),
+                };
+                for (o, i) in inout.iter_mut().zip(input) {
+                    if better(i.value, o.value) || (i.value == o.value && i.index < o.index) {
+                        *o = *i;
+                    }
+                }
+                Ok(())
+            }
+        }
+    )*};
+}
+pairs!(f32 => FloatInt, f64 => DoubleInt, i32 => TwoInt, i16 => ShortInt, i64 => LongInt);
 
 /// A user operation's function, with MPI's convention: `f(a, b)` sets
 /// `b[i] = a[i] ∘ b[i]`.
@@ -264,5 +332,43 @@ impl<T> Op<T> {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each pair type's datatype lays its two entries where `Loc` has its
+    /// fields, with `Loc`'s size as extent.
+    #[test]
+    fn pair_types_describe_loc() {
+        fn check<V: Copy>(datatype: crate::Datatype) {
+            let mut entries = Vec::new();
+            datatype.for_each_entry(|b, disp| {
+                entries.push((disp, b.size()));
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+            assert_eq!(entries, [(0, std::mem::size_of::<V>()), (std::mem::offset_of!(Loc<V>, index) as i64, 4)]);
+            assert_eq!(datatype.extent(), std::mem::size_of::<Loc<V>>() as i64);
+        }
+        check::<f32>(Loc::<f32>::datatype());
+        check::<f64>(Loc::<f64>::datatype());
+        check::<i32>(Loc::<i32>::datatype());
+        check::<i16>(Loc::<i16>::datatype());
+        check::<i64>(Loc::<i64>::datatype());
+    }
+
+    #[test]
+    fn minloc_and_maxloc_keep_the_lowest_index_among_equals() {
+        let a = [Loc { value: 2.0, index: 5 }, Loc { value: 1.0, index: 0 }, Loc { value: 4.0, index: 3 }];
+        let mut b = [Loc { value: 2.0, index: 1 }, Loc { value: 7.0, index: 2 }, Loc { value: 4.0, index: 9 }];
+        Loc::<f64>::combine(Builtin::MinLoc, &a, &mut b).unwrap();
+        assert_eq!(b.map(|l| (l.value, l.index)), [(2.0, 1), (1.0, 0), (4.0, 3)]);
+        let mut c = [Loc { value: 3i32, index: 4 }];
+        Loc::<i32>::combine(Builtin::MaxLoc, &[Loc { value: 3, index: 2 }], &mut c).unwrap();
+        assert_eq!(c[0].index, 2);
+        assert!(Loc::<f32>::combine(Builtin::Sum, &[], &mut []).is_err());
+        assert!(i32::combine(Builtin::MinLoc, &[], &mut []).is_err());
     }
 }
