@@ -1,7 +1,7 @@
 //! # mpx: async-native message passing for Rust
 //!
-//! mpx brings MPI's point-to-point semantics and derived-datatype engine to
-//! async Rust. This crate is the facade: it re-exports the datatype engine
+//! mpx brings MPI's point-to-point semantics, collectives and
+//! derived-datatype engine to async Rust. This crate is the facade: it re-exports the datatype engine
 //! and communicators of [`mpx_core`], the transports of [`mpx_net`] and
 //! `#[derive(MpiType)]`.
 //!
@@ -20,6 +20,23 @@
 //! })
 //! .await?;
 //! assert_eq!(got, [3, 0, 1, 2]);
+//! # Ok(()) }
+//! ```
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mpx::Result<()> {
+//! // Collectives: every rank gets the global sum, and rows of a 2x2 grid.
+//! let sums = mpx::launch(4, |world| async move {
+//!     let mut total = 0.0;
+//!     world.allreduce(&(world.rank() as f64), &mut total, mpx::coll::SUM).await?;
+//!     let grid = world.cart_create(&[2, 2], &[false, false], false).await?.expect("4 ranks");
+//!     let row = grid.sub(&[false, true]).await?;
+//!     assert_eq!(row.size(), 2);
+//!     Ok(total)
+//! })
+//! .await?;
+//! assert_eq!(sums, [6.0; 4]);
 //! # Ok(()) }
 //! ```
 //!
@@ -135,7 +152,10 @@ pub mod prelude {
     };
     #[cfg(feature = "serde")]
     pub use mpx_core::Serde;
-    pub use mpx_net::loopback::launch;
+    /// Runs a program's ranks wherever the process was started: all of
+    /// them in this process when started alone, this process's own under a
+    /// launcher ([`crate::launch`]).
+    pub use crate::launch;
 }
 
 /// The README's Rust examples, run as doc tests so they stay true.

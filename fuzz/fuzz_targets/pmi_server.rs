@@ -1,9 +1,9 @@
 //! What `mpxrun`'s PMI server reads from its ranks (over a socket pair, or
 //! over TCP from other hosts once a rank has shown the job's token): any
 //! bytes, from any of three ranks, cut at any points, in either wire form.
-//! Asserts that nothing panics, that the space never answers a rank it
-//! was not asked by or released from a barrier, and that what it holds
-//! for a rank stays bounded by one message.
+//! Asserts that nothing panics, that every answer goes to one of the
+//! job's ranks and is no longer than one message, and that what the
+//! decoder holds stays bounded by its input.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
