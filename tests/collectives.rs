@@ -321,6 +321,127 @@ each_transport! {
         .await;
     }
 
+    /// Collectives over described buffers: columns of row-major matrices
+    /// (strided vectors, resized so that successive items are successive
+    /// columns) against contiguous rows, for bcast, gather(v), scatter(v),
+    /// allgather(v), alltoall(v) and alltoallw, on every rank count; and
+    /// the errors of signatures that disagree and of alltoallw receive
+    /// blocks that overlap.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn described_buffers_move_as_their_datatypes_say() {
+        use mpx::coll::Block;
+        use mpx::{Datatype, RecvBuf, Region, RegionMut, SendBuf};
+        for n in SIZES {
+            returns(launch(n, move |comm| async move {
+                let (me, n) = (comm.rank(), comm.size());
+                let double = Datatype::double();
+                // Column j of an n x n row-major matrix, as one item whose
+                // extent is one double: item j is column j.
+                let column = Datatype::resized(0, 8, &Datatype::vector(n, 1, n, &double)?)?;
+                let value = |rank: usize, i: usize, j: usize| (1000 * rank + 10 * i + j) as f64;
+                let matrix: Vec<f64> = (0..n * n).map(|k| value(me, k / n, k % n)).collect();
+                let root = n / 2;
+
+                // bcast of the root's column 1 (or 0) into every rank's same column.
+                let c = 1 % n;
+                let mut grid: Vec<f64> = if me == root { matrix.clone() } else { vec![-1.0; n * n] };
+                let at = c * 8;
+                comm.bcast(RecvBuf::new(RegionMut::with_origin(bytemuck::cast_slice_mut(&mut grid), at)?, 1, &column), root).await?;
+                for k in 0..n * n {
+                    let want = if k % n == c { value(root, k / n, c) } else if me == root { matrix[k] } else { -1.0 };
+                    assert_eq!(grid[k], want, "bcast, element {k}");
+                }
+
+                // gather: each rank's column `me` lands as row `me` of the root's
+                // transposed matrix (contiguous doubles).
+                let mine = SendBuf::new(Region::with_origin(bytemuck::cast_slice(&matrix), me * 8)?, 1, &column);
+                let mut rows = vec![0.0f64; if me == root { n * n } else { 0 }];
+                let rows_buf = RecvBuf::new(RegionMut::of(&mut rows), if me == root { (n * n) as u64 } else { 0 }, &double);
+                comm.gather(mine, rows_buf, root).await?;
+                if me == root {
+                    for r in 0..n {
+                        for i in 0..n {
+                            assert_eq!(rows[r * n + i], value(r, i, r), "gather: row {r}, element {i}");
+                        }
+                    }
+                }
+
+                // scatter: the root's column r goes to rank r as contiguous doubles.
+                let columns = SendBuf::new(Region::of(&matrix), if me == root { n as u64 } else { 0 }, &column);
+                let mut got = vec![0.0f64; n];
+                comm.scatter(columns, RecvBuf::new(RegionMut::of(&mut got), n as u64, &double), root).await?;
+                assert_eq!(got, (0..n).map(|i| value(root, i, me)).collect::<Vec<_>>());
+
+                // allgather: rank r's row r (contiguous) lands in column r of everyone's matrix.
+                let row: Vec<f64> = (0..n).map(|i| value(me, me, i)).collect();
+                let mut cols = vec![0.0f64; n * n];
+                comm.allgather(SendBuf::new(Region::of(&row), n as u64, &double), RecvBuf::new(RegionMut::of(&mut cols), n as u64, &column)).await?;
+                for (k, got) in cols.iter().enumerate() {
+                    let (i, r) = (k / n, k % n);
+                    assert_eq!(*got, value(r, r, i), "allgather, element {k}");
+                }
+
+                // alltoall: column r of this rank's matrix goes to rank r, landing
+                // as row `me`: a distributed transpose of blocks.
+                let mut recv = vec![0.0f64; n * n];
+                comm.alltoall(SendBuf::new(Region::of(&matrix), n as u64, &column), RecvBuf::new(RegionMut::of(&mut recv), (n * n) as u64, &double)).await?;
+                for s in 0..n {
+                    for i in 0..n {
+                        assert_eq!(recv[s * n + i], value(s, i, me), "alltoall: from {s}, element {i}");
+                    }
+                }
+
+                // allgatherv with columns: rank r sends its first r % 2 + 1
+                // columns (as many as there are), landing as contiguous rows.
+                let ncols = |r: usize| (r % 2 + 1).min(n);
+                let counts: Vec<usize> = (0..n).map(|r| ncols(r) * n).collect();
+                let displs: Vec<usize> = (0..n).map(|r| counts[..r].iter().sum()).collect();
+                let total: usize = counts.iter().sum();
+                let first = SendBuf::new(Region::of(&matrix), ncols(me) as u64, &column);
+                let mut all = vec![0.0f64; total];
+                comm.allgatherv(first, RecvBuf::new(RegionMut::of(&mut all), total as u64, &double), &counts, &displs).await?;
+                for r in 0..n {
+                    for (b, k) in (displs[r]..displs[r] + counts[r]).enumerate() {
+                        let (col, i) = (b / n, b % n);
+                        assert_eq!(all[k], value(r, i, col), "allgatherv: rank {r}'s element {b}");
+                    }
+                }
+
+                // alltoallw: rank r gets this rank's column r (a vector, no
+                // resize, at a byte displacement) and this rank gets rank s's
+                // column `me` as row s of contiguous doubles.
+                let plain_column = Datatype::vector(n, 1, n, &double)?;
+                let sends: Vec<Block> = (0..n).map(|r| Block::new(1, &plain_column, (r * 8) as isize)).collect();
+                let recvs: Vec<Block> = (0..n).map(|s| Block::new(n, &double, (s * n * 8) as isize)).collect();
+                let mut out = vec![0.0f64; n * n];
+                comm.alltoallw(Region::of(&matrix), &sends, RegionMut::of(&mut out), &recvs).await?;
+                assert_eq!(out, recv, "alltoallw gives what alltoall gave");
+
+                // Signatures that disagree: ints sent where doubles are expected.
+                if n > 1 {
+                    let ints = [me as i32; 2];
+                    let mut doubles = vec![0.0f64; 2 * n];
+                    let send = if me == 0 { SendBuf::new(Region::of(&ints), 2, &Datatype::int()) } else { SendBuf::new(Region::of(&matrix), 2, &double) };
+                    let got = comm.allgather(send, RecvBuf::new(RegionMut::of(&mut doubles), (2 * n) as u64, &double)).await;
+                    assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { .. }) | Err(mpx::Error::TypeMismatch)), "rank {me}: {got:?}");
+                    comm.barrier().await?;
+                    // alltoallw receive blocks that overlap (on the last rank):
+                    // that rank fails at the start, and every other rank hears of it.
+                    let overlapping: Vec<Block> = (0..n).map(|s| Block::new(n, &double, if me == n - 1 { 0 } else { (s * n * 8) as isize })).collect();
+                    let got = comm.alltoallw(Region::of(&matrix), &sends, RegionMut::of(&mut out), &overlapping).await;
+                    if me == n - 1 {
+                        assert!(matches!(got, Err(mpx::Error::Overlap { .. })), "{got:?}");
+                    } else {
+                        assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { .. })), "rank {me}: {got:?}");
+                    }
+                    comm.barrier().await?;
+                }
+                Ok(())
+            }))
+            .await;
+        }
+    }
+
     /// A rank whose part disagrees fails, and tells the others: every rank
     /// of the collective fails rather than waits, those that depended on it
     /// naming the rank that gave up.

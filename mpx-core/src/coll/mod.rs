@@ -10,7 +10,11 @@
 //!
 //! Values go in and out as typed slices (or a single value, or a `Vec`:
 //! [`CollRef`] and [`CollMut`]) of any [`MpiType`], derived ones (`#[derive(MpiType)]`)
-//! included. As in point-to-point, an array passed by reference is one
+//! included, or as buffers described by a datatype ([`SendBuf`] and
+//! [`RecvBuf`]: columns of a matrix, faces of an array; see [`Described`]),
+//! for every collective that moves data without combining it;
+//! [`alltoallw`](Comm::alltoallw) gives each rank's block its own
+//! datatype. Reductions take typed values. As in point-to-point, an array passed by reference is one
 //! value (of `N` elements): where the other buffer is a slice or a `Vec`,
 //! or where the count matters (`gather`, `alltoall`, ...), pass the
 //! array's elements as a slice, `&mut a[..]`. Reductions take an [`Op`]: one of MPI's built-ins ([`SUM`],
@@ -36,7 +40,7 @@
 //! | [`scan`](Comm::scan), [`exscan`](Comm::exscan) | a chain in rank order |
 //! | [`gather`](Comm::gather), [`scatter`](Comm::scatter) and their `v` forms | direct to and from the root |
 //! | [`allgather`](Comm::allgather), [`allgatherv`](Comm::allgatherv) | a ring: n − 1 steps, each rank passing on what it got |
-//! | [`alltoall`](Comm::alltoall), [`alltoallv`](Comm::alltoallv) | every pair exchanges directly |
+//! | [`alltoall`](Comm::alltoall), [`alltoallv`](Comm::alltoallv), [`alltoallw`](Comm::alltoallw) | every pair exchanges directly |
 //! | [`reduce_scatter_block`](Comm::reduce_scatter_block), [`reduce_scatter`](Comm::reduce_scatter) | `reduce` to rank 0, then `scatter` |
 //! | [`Cart::neighbor_allgather`], [`Cart::neighbor_alltoall`] | one message to and from each neighbour, tagged with its direction |
 //!
@@ -49,6 +53,7 @@
 
 mod barrier;
 mod cart;
+mod element;
 mod movement;
 mod op;
 mod reduce;
@@ -56,26 +61,32 @@ mod reduce;
 mod serde;
 
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 pub use cart::{dims_create, Cart};
+pub use element::{Described, Element};
+pub use movement::Block;
 pub use op::{Builtin, Loc, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, PROD, SUM};
 
 use crate::comm::data::Packed;
-use crate::comm::{capacity, unpack_typed_message, Comm, Peer, RawRecv, SendData};
+use crate::comm::{capacity, Comm, Peer, RawRecv, RecvBuf, SendBuf, SendData};
+use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
+use crate::pack::Repr;
 use crate::proto::engine::SendMode;
 use crate::request::Request;
 use crate::runtime::Shared;
 
 /// Values a collective reads: `&T` (one value; an array `&[T; N]` is one
-/// value of `N` elements), `&[T]` or `&Vec<T>`.
-pub trait CollRef<'a, T> {
-    /// The values, as a slice.
-    fn values(self) -> &'a [T];
+/// value of `N` elements), `&[T]` or `&Vec<T>` of an [`MpiType`], or a
+/// [`SendBuf`] (items of a datatype: the element is then [`Described`]).
+pub trait CollRef<'a, T: Element> {
+    /// The values, as the collective's algorithms read them.
+    fn values(self) -> T::Src<'a>;
 }
 
 impl<'a, T: MpiType> CollRef<'a, T> for &'a T {
@@ -96,11 +107,18 @@ impl<'a, T: MpiType> CollRef<'a, T> for &'a Vec<T> {
     }
 }
 
+impl<'a> CollRef<'a, Described> for SendBuf<'a> {
+    fn values(self) -> SendBuf<'a> {
+        self
+    }
+}
+
 /// Memory a collective writes: `&mut T` (one value), `&mut [T]` or
-/// `&mut Vec<T>` (its length is the count; a collective never resizes it).
-pub trait CollMut<'a, T> {
-    /// The memory, as a slice.
-    fn values(self) -> &'a mut [T];
+/// `&mut Vec<T>` (its length is the count; a collective never resizes it)
+/// of an [`MpiType`], or a [`RecvBuf`] (its count is the count).
+pub trait CollMut<'a, T: Element> {
+    /// The memory, as the collective's algorithms write it.
+    fn values(self) -> T::Dst<'a>;
 }
 
 impl<'a, T: MpiType> CollMut<'a, T> for &'a mut T {
@@ -117,6 +135,12 @@ impl<'a, T: MpiType> CollMut<'a, T> for &'a mut [T] {
 
 impl<'a, T: MpiType> CollMut<'a, T> for &'a mut Vec<T> {
     fn values(self) -> &'a mut [T] {
+        self
+    }
+}
+
+impl<'a> CollMut<'a, Described> for RecvBuf<'a> {
+    fn values(self) -> RecvBuf<'a> {
         self
     }
 }
@@ -210,8 +234,22 @@ impl Call {
     /// Sends `values` to `to` under the call's sub-tag `sub` (below
     /// [`Call::SUBTAGS`]).
     pub(crate) fn send_direction<T: MpiType>(&self, values: &[T], to: usize, sub: usize) -> Request<'static> {
+        self.send_packed(|repr| values.into_packed(repr), to, sub)
+    }
+
+    /// Sends items `items` of a source buffer to `to`.
+    pub(crate) fn send_items<E: Element>(&self, src: &E::Src<'_>, items: Range<usize>, to: usize) -> Request<'static> {
+        self.send_packed(|repr| E::pack(src, items, repr), to, 0)
+    }
+
+    /// Sends items `items` of a destination buffer (data it received) to `to`.
+    pub(crate) fn forward_items<E: Element>(&self, dst: &E::Dst<'_>, items: Range<usize>, to: usize) -> Request<'static> {
+        self.send_packed(|repr| E::pack_dst(dst, items, repr), to, 0)
+    }
+
+    fn send_packed(&self, pack: impl FnOnce(Repr) -> Result<Packed>, to: usize, sub: usize) -> Request<'static> {
         debug_assert!((sub as u64) < Self::SUBTAGS);
-        self.comm.start_send(|repr| values.into_packed(repr), Peer::Rank(to), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1)
+        self.comm.start_send(pack, Peer::Rank(to), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1)
     }
 
     /// Tells every other rank that this rank gave up on the call: an
@@ -240,9 +278,20 @@ impl Call {
     /// Posts the receive of `count` values of `T` from `from` under the
     /// call's sub-tag `sub`.
     pub(crate) fn post_direction<T: MpiType>(&self, from: usize, count: usize, sub: usize) -> Result<Posted> {
-        let limit = capacity(&T::datatype(), count as u64);
+        self.post_typed(from, count, &T::datatype(), sub)
+    }
+
+    /// Posts the receive of `count` items of `datatype` from `from`.
+    pub(crate) fn post_typed(&self, from: usize, count: usize, datatype: &Datatype, sub: usize) -> Result<Posted> {
+        let limit = capacity(datatype, count as u64);
         let id = self.comm.post_recv(from, self.tag + sub as i32, self.comm.context | 1, limit)?.expect("a rank, never the null process");
         Ok(Posted { raw: RawRecv::new(self.shared().clone(), id), from, count })
+    }
+
+    /// Posts the receive of `count` items of a destination buffer's
+    /// datatype from `from`.
+    pub(crate) fn post_items<E: Element>(&self, dst: &E::Dst<'_>, from: usize, count: usize) -> Result<Posted> {
+        self.post_typed(from, count, &E::item_type(dst), 0)
     }
 
     /// Checks a root argument.
@@ -266,30 +315,33 @@ impl Posted {
     /// Waits for the message and unpacks it into `into`, which must be
     /// exactly the count posted: a message of another count or type is
     /// [`Error::CollectiveMismatch`].
-    pub(crate) async fn into<T: MpiType>(self, into: &mut [T]) -> Result<()> {
+    pub(crate) async fn into<T: MpiType>(self, mut into: &mut [T]) -> Result<()> {
+        let items = 0..into.len();
+        self.into_items::<T>(&mut into, items).await
+    }
+
+    /// Waits for the message and unpacks it into items `items` of `dst`,
+    /// which must be exactly the count posted: a message of another count
+    /// or type is [`Error::CollectiveMismatch`].
+    pub(crate) async fn into_items<E: Element>(self, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<()> {
         let Posted { raw, from, count } = self;
-        debug_assert_eq!(into.len(), count);
+        debug_assert_eq!(items.len(), count);
         let shared = raw.shared().clone();
         let msg = raw.await?;
         let mismatch = |detail: String| Error::CollectiveMismatch { rank: from as u32, detail };
         if msg.envelope.signature.is_none() {
             return Err(mismatch("it gave up on the collective (its own error says why)".into()));
         }
-        let status = match unpack_typed_message(&msg, into) {
+        let name = E::name(dst);
+        let status = match E::deliver(dst, items, &msg) {
             Ok(status) => status,
-            Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {}", std::any::type_name::<T>()))),
-            Err(Error::Truncate { needed, .. }) => {
-                return Err(mismatch(format!("it sent {needed} bytes where {count} of {} were expected", std::any::type_name::<T>())))
-            }
+            Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {name}"))),
+            Err(Error::Truncate { needed, .. }) => return Err(mismatch(format!("it sent {needed} bytes where {count} of {name} were expected"))),
             Err(e) => return Err(e),
         };
-        let expected = T::datatype().size() * count as u64;
+        let expected = E::item_type(dst).size() * count as u64;
         if status.bytes != expected {
-            return Err(mismatch(format!(
-                "it sent {} bytes where {count} of {} ({expected} bytes) were expected",
-                status.bytes,
-                std::any::type_name::<T>()
-            )));
+            return Err(mismatch(format!("it sent {} bytes where {count} of {name} ({expected} bytes) were expected", status.bytes)));
         }
         shared.recycle(msg);
         Ok(())

@@ -3,7 +3,12 @@
 
 use std::ops::Range;
 
-use super::{check_len, sent, Call, CollMut, CollRef, Collective, Posted};
+use super::element::sealed::Blocks;
+use super::{check_len, sent, Call, CollMut, CollRef, Collective, Described, Element, Posted};
+use crate::comm::{RecvBuf, SendBuf};
+use crate::datatype::Datatype;
+use crate::pack::disjoint::{check_parts, Access, Part};
+use crate::pack::{Region, RegionMut};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -42,13 +47,13 @@ pub(super) struct Bcast {
 }
 
 impl Bcast {
-    /// Posts this rank's part of a broadcast of `count` values from
-    /// `root`; the root's `data`, when given, goes out now.
-    pub(super) fn start<T: MpiType>(call: &Call, root: usize, count: usize, data: Option<&[T]>) -> Result<Bcast> {
+    /// Posts this rank's part of a broadcast of `count` items of
+    /// `datatype` from `root`; the root's `data`, when given, goes out now.
+    pub(super) fn start<E: Element>(call: &Call, root: usize, count: usize, datatype: &Datatype, data: Option<&E::Dst<'_>>) -> Result<Bcast> {
         let (parent, children) = binomial(call.size(), root, call.rank());
-        let from_parent = parent.map(|p| call.post::<T>(p, count)).transpose()?;
+        let from_parent = parent.map(|p| call.post_typed(p, count, datatype, 0)).transpose()?;
         let sends = match data {
-            Some(values) if from_parent.is_none() => children.iter().map(|&c| call.send(values, c)).collect(),
+            Some(values) if from_parent.is_none() => children.iter().map(|&c| call.forward_items::<E>(values, 0..count, c)).collect(),
             _ => Vec::new(),
         };
         Ok(Bcast { from_parent, children, sends })
@@ -56,13 +61,14 @@ impl Bcast {
 
     /// Receives into `buf` (except at the root, whose `buf` holds the data)
     /// and passes it on.
-    pub(super) async fn finish<T: MpiType>(self, call: &Call, buf: &mut [T]) -> Result<()> {
+    pub(super) async fn finish<E: Element>(self, call: &Call, buf: &mut E::Dst<'_>) -> Result<()> {
         let Bcast { from_parent, children, mut sends } = self;
+        let count = E::dst_len(buf);
         if let Some(posted) = from_parent {
-            posted.into(buf).await?;
+            posted.into_items::<E>(buf, 0..count).await?;
         }
         if sends.is_empty() {
-            sends = children.iter().map(|&c| call.send(buf, c)).collect();
+            sends = children.iter().map(|&c| call.forward_items::<E>(buf, 0..count, c)).collect();
         }
         sent(sends).await
     }
@@ -92,14 +98,27 @@ fn blocks(what: &str, n: usize, counts: &[usize], displs: &[usize], len: usize, 
     Ok(ranges)
 }
 
+/// The count of each of `n` even blocks of a buffer of `len` items.
+fn per_rank(what: &str, len: usize, n: usize) -> Result<usize> {
+    if n == 0 || !len.is_multiple_of(n) {
+        return Err(Error::InvalidArgument(format!("{what} of {len} items cannot be cut in {n} even blocks")));
+    }
+    Ok(len / n)
+}
+
 /// Evenly sized blocks: `count` values for each of `n` ranks.
 fn even(n: usize, count: usize) -> (Vec<usize>, Vec<usize>) {
     (vec![count; n], (0..n).map(|r| r * count).collect())
 }
 
-/// `rank`'s block of `values`, by the layout `ranges`.
-fn piece<'v, T>(values: &'v mut [T], ranges: &[Range<usize>], rank: usize) -> &'v mut [T] {
-    &mut values[ranges[rank].clone()]
+/// Checks that every block of `ranges` lies in a destination's memory.
+fn check_dst_blocks<E: Element>(dst: &E::Dst<'_>, ranges: &[Range<usize>]) -> Result<()> {
+    ranges.iter().try_for_each(|r| E::check_dst(dst, r.clone()))
+}
+
+/// Checks that every block of `ranges` lies in a source's memory.
+fn check_src_blocks<E: Element>(src: &E::Src<'_>, ranges: &[Range<usize>]) -> Result<()> {
+    ranges.iter().try_for_each(|r| E::check_src(src, r.clone()))
 }
 
 impl Comm {
@@ -119,11 +138,15 @@ impl Comm {
     /// # Cancel safety
     /// Not cancel-safe: dropped before it finishes, this rank leaves the
     /// broadcast unfinished, and ranks below it in the tree wait in vain.
-    pub fn bcast<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
-        let buf = buf.values();
+    pub fn bcast<'a, T: Element>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
+        let mut buf = buf.values();
         let call = Call::start(self);
-        let started = call.check_root(root).and_then(|()| Bcast::start(&call, root, buf.len(), Some(&*buf)));
-        Collective::new(call.clone(), async move { started?.finish(&call, buf).await })
+        let count = T::dst_len(&buf);
+        let started = call
+            .check_root(root)
+            .and_then(|()| T::check_dst(&buf, 0..count))
+            .and_then(|()| Bcast::start::<T>(&call, root, count, &T::item_type(&buf), Some(&buf)));
+        Collective::new(call.clone(), async move { started?.finish::<T>(&call, &mut buf).await })
     }
 
     /// `MPI_Gather`: each rank's `send` goes to the root, which receives
@@ -145,10 +168,19 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
-    pub fn gather<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
-        let send = send.values();
-        let (counts, displs) = even(self.size(), send.len());
-        self.gather_blocks(send, recv.values(), counts, displs, root, "gather")
+    pub fn gather<'a, 's, T: Element>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
+        let (send, recv) = (send.values(), recv.values());
+        let n = self.size();
+        // The root's blocks: as many items as each rank sends, or (with
+        // datatypes of its own) its buffer's count cut in n.
+        let count = if T::ONE_TYPE || self.rank() != root { Ok(T::src_len(&send)) } else { per_rank("gather: the root's receive", T::dst_len(&recv), n) };
+        match count {
+            Ok(count) => {
+                let (counts, displs) = even(n, count);
+                self.gather_blocks::<T>(send, recv, counts, displs, root, "gather")
+            }
+            Err(e) => Collective::new(Call::start(self), async move { Err(e) }),
+        }
     }
 
     /// `MPI_Gatherv`: as [`gather`](Comm::gather), rank `r`'s values
@@ -159,7 +191,7 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
-    pub fn gatherv<'a, 's, T: MpiType>(
+    pub fn gatherv<'a, 's, T: Element>(
         &self,
         send: impl CollRef<'s, T>,
         recv: impl CollMut<'a, T>,
@@ -167,13 +199,13 @@ impl Comm {
         displs: &[usize],
         root: usize,
     ) -> Collective<'a> {
-        self.gather_blocks(send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "gatherv")
+        self.gather_blocks::<T>(send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "gatherv")
     }
 
-    fn gather_blocks<'a, T: MpiType>(
+    fn gather_blocks<'a, E: Element>(
         &self,
-        send: &[T],
-        recv: &'a mut [T],
+        send: E::Src<'_>,
+        mut recv: E::Dst<'a>,
         counts: Vec<usize>,
         displs: Vec<usize>,
         root: usize,
@@ -181,21 +213,26 @@ impl Comm {
     ) -> Collective<'a> {
         let call = Call::start(self);
         let (n, me) = (call.size(), call.rank());
+        let mine = 0..E::src_len(&send);
         let started = (|| -> Result<_> {
             call.check_root(root)?;
+            E::check_src(&send, mine.clone())?;
             if me != root {
-                return Ok((Vec::new(), vec![call.send(send, root)], Vec::new()));
+                return Ok((Vec::new(), vec![call.send_items::<E>(&send, mine, root)], Vec::new()));
             }
-            let ranges = blocks(what, n, &counts, &displs, recv.len(), true)?;
-            check_len(&format!("{what}: the root's own send"), send.len(), counts[me])?;
-            let posted = (0..n).filter(|&r| r != me).map(|r| Ok((r, call.post::<T>(r, counts[r])?))).collect::<Result<Vec<_>>>()?;
-            piece(recv, &ranges, me).copy_from_slice(send);
+            let ranges = blocks(what, n, &counts, &displs, E::dst_len(&recv), true)?;
+            check_dst_blocks::<E>(&recv, &ranges)?;
+            if E::ONE_TYPE {
+                check_len(&format!("{what}: the root's own send"), mine.len(), counts[me])?;
+            }
+            let posted = (0..n).filter(|&r| r != me).map(|r| Ok((r, call.post_items::<E>(&recv, r, counts[r])?))).collect::<Result<Vec<_>>>()?;
+            E::copy(&send, mine, &mut recv, ranges[me].clone())?;
             Ok((posted, Vec::new(), ranges))
         })();
         Collective::new(call.clone(), async move {
             let (posted, sends, ranges) = started?;
             for (r, p) in posted {
-                p.into(piece(recv, &ranges, r)).await?;
+                p.into_items::<E>(&mut recv, ranges[r].clone()).await?;
             }
             sent(sends).await
         })
@@ -218,10 +255,19 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
-    pub fn scatter<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
-        let recv = recv.values();
-        let (counts, displs) = even(self.size(), recv.len());
-        self.scatter_blocks(send.values(), recv, counts, displs, root, "scatter")
+    pub fn scatter<'a, 's, T: Element>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
+        let (send, recv) = (send.values(), recv.values());
+        let n = self.size();
+        // The root's blocks: as many items as each rank receives, or (with
+        // datatypes of its own) its buffer's count cut in n.
+        let count = if T::ONE_TYPE || self.rank() != root { Ok(T::dst_len(&recv)) } else { per_rank("scatter: the root's send", T::src_len(&send), n) };
+        match count {
+            Ok(count) => {
+                let (counts, displs) = even(n, count);
+                self.scatter_blocks::<T>(send, recv, counts, displs, root, "scatter")
+            }
+            Err(e) => Collective::new(Call::start(self), async move { Err(e) }),
+        }
     }
 
     /// `MPI_Scatterv`: as [`scatter`](Comm::scatter), rank `r` getting
@@ -231,7 +277,7 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
-    pub fn scatterv<'a, 's, T: MpiType>(
+    pub fn scatterv<'a, 's, T: Element>(
         &self,
         send: impl CollRef<'s, T>,
         counts: &[usize],
@@ -239,13 +285,13 @@ impl Comm {
         recv: impl CollMut<'a, T>,
         root: usize,
     ) -> Collective<'a> {
-        self.scatter_blocks(send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "scatterv")
+        self.scatter_blocks::<T>(send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "scatterv")
     }
 
-    fn scatter_blocks<'a, T: MpiType>(
+    fn scatter_blocks<'a, E: Element>(
         &self,
-        send: &[T],
-        recv: &'a mut [T],
+        send: E::Src<'_>,
+        mut recv: E::Dst<'a>,
         counts: Vec<usize>,
         displs: Vec<usize>,
         root: usize,
@@ -253,22 +299,27 @@ impl Comm {
     ) -> Collective<'a> {
         let call = Call::start(self);
         let (n, me) = (call.size(), call.rank());
+        let mine = 0..E::dst_len(&recv);
         let started = (|| -> Result<_> {
             call.check_root(root)?;
+            E::check_dst(&recv, mine.clone())?;
             if me != root {
-                return Ok((Some(call.post::<T>(root, recv.len())?), Vec::new()));
+                return Ok((Some(call.post_items::<E>(&recv, root, mine.len())?), Vec::new()));
             }
             // Blocks read by several sends may overlap.
-            let ranges = blocks(what, n, &counts, &displs, send.len(), false)?;
-            check_len(&format!("{what}: the root's own receive"), recv.len(), counts[me])?;
-            recv.copy_from_slice(&send[ranges[me].clone()]);
-            let sends = (0..n).filter(|&r| r != me).map(|r| call.send(&send[ranges[r].clone()], r)).collect();
+            let ranges = blocks(what, n, &counts, &displs, E::src_len(&send), false)?;
+            check_src_blocks::<E>(&send, &ranges)?;
+            if E::ONE_TYPE {
+                check_len(&format!("{what}: the root's own receive"), mine.len(), counts[me])?;
+            }
+            E::copy(&send, ranges[me].clone(), &mut recv, mine.clone())?;
+            let sends = (0..n).filter(|&r| r != me).map(|r| call.send_items::<E>(&send, ranges[r].clone(), r)).collect();
             Ok((None, sends))
         })();
         Collective::new(call.clone(), async move {
             let (posted, sends) = started?;
             if let Some(p) = posted {
-                p.into(recv).await?;
+                p.into_items::<E>(&mut recv, mine).await?;
             }
             sent(sends).await
         })
@@ -289,10 +340,12 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
-    pub fn allgather<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>) -> Collective<'a> {
-        let send = send.values();
-        let (counts, displs) = even(self.size(), send.len());
-        self.allgather_blocks(Ok(()), send, recv.values(), counts, displs, "allgather")
+    pub fn allgather<'a, 's, T: Element>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>) -> Collective<'a> {
+        let (send, recv) = (send.values(), recv.values());
+        let n = self.size();
+        let count = if T::ONE_TYPE { Ok(T::src_len(&send)) } else { per_rank("allgather: the receive", T::dst_len(&recv), n) };
+        let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
+        self.allgather_blocks::<T>(count.map(drop), send, recv, counts, displs, "allgather")
     }
 
     /// `MPI_Allgatherv`: as [`allgather`](Comm::allgather), rank `r`'s
@@ -301,21 +354,21 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
-    pub fn allgatherv<'a, 's, T: MpiType>(
+    pub fn allgatherv<'a, 's, T: Element>(
         &self,
         send: impl CollRef<'s, T>,
         recv: impl CollMut<'a, T>,
         counts: &[usize],
         displs: &[usize],
     ) -> Collective<'a> {
-        self.allgather_blocks(Ok(()), send.values(), recv.values(), counts.to_vec(), displs.to_vec(), "allgatherv")
+        self.allgather_blocks::<T>(Ok(()), send.values(), recv.values(), counts.to_vec(), displs.to_vec(), "allgatherv")
     }
 
-    fn allgather_blocks<'a, T: MpiType>(
+    fn allgather_blocks<'a, E: Element>(
         &self,
         checked: Result<()>,
-        send: &[T],
-        recv: &'a mut [T],
+        send: E::Src<'_>,
+        mut recv: E::Dst<'a>,
         counts: Vec<usize>,
         displs: Vec<usize>,
         what: &'static str,
@@ -323,14 +376,19 @@ impl Comm {
         let call = Call::start(self);
         let (n, me) = (call.size(), call.rank());
         let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+        let mine = 0..E::src_len(&send);
         let started = (|| -> Result<_> {
             checked?;
-            let ranges = blocks(what, n, &counts, &displs, recv.len(), true)?;
-            check_len(&format!("{what}: this rank's send"), send.len(), counts[me])?;
+            E::check_src(&send, mine.clone())?;
+            let ranges = blocks(what, n, &counts, &displs, E::dst_len(&recv), true)?;
+            check_dst_blocks::<E>(&recv, &ranges)?;
+            if E::ONE_TYPE {
+                check_len(&format!("{what}: this rank's send"), mine.len(), counts[me])?;
+            }
             // Step k brings the block of rank me - k - 1 from the left.
-            let posted = (0..n - 1).map(|k| call.post::<T>(left, counts[(me + 2 * n - k - 1) % n])).collect::<Result<Vec<_>>>()?;
-            let first = (n > 1).then(|| call.send(send, right));
-            piece(recv, &ranges, me).copy_from_slice(send);
+            let posted = (0..n - 1).map(|k| call.post_items::<E>(&recv, left, counts[(me + 2 * n - k - 1) % n])).collect::<Result<Vec<_>>>()?;
+            let first = (n > 1).then(|| call.send_items::<E>(&send, mine.clone(), right));
+            E::copy(&send, mine, &mut recv, ranges[me].clone())?;
             Ok((ranges, posted, first))
         })();
         Collective::new(call.clone(), async move {
@@ -338,9 +396,9 @@ impl Comm {
             let mut sends: Vec<Request<'static>> = first.into_iter().collect();
             for (k, p) in posted.into_iter().enumerate() {
                 let owner = (me + 2 * n - k - 1) % n;
-                p.into(piece(recv, &ranges, owner)).await?;
+                p.into_items::<E>(&mut recv, ranges[owner].clone()).await?;
                 if k + 2 < n {
-                    sends.push(call.send(piece(recv, &ranges, owner), right));
+                    sends.push(call.forward_items::<E>(&recv, ranges[owner].clone(), right));
                 }
             }
             sent(sends).await
@@ -365,14 +423,18 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
-    pub fn alltoall<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>) -> Collective<'a> {
+    pub fn alltoall<'a, 's, T: Element>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>) -> Collective<'a> {
         let (send, recv) = (send.values(), recv.values());
         let n = self.size();
-        let count = send.len() / n.max(1);
-        let (counts, displs) = even(n, count);
-        let checked = check_len("alltoall: the send buffer", send.len(), n * count)
-            .and_then(|()| check_len("alltoall: the receive buffer", recv.len(), n * count));
-        self.alltoall_blocks(checked, send, counts.clone(), displs.clone(), recv, counts, displs, "alltoall")
+        let (send_len, recv_len) = (T::src_len(&send), T::dst_len(&recv));
+        let scount = send_len / n.max(1);
+        // Described buffers: each side's blocks by its own count.
+        let rcount = if T::ONE_TYPE { scount } else { recv_len / n.max(1) };
+        let (scounts, sdispls) = even(n, scount);
+        let (rcounts, rdispls) = even(n, rcount);
+        let checked = check_len("alltoall: the send buffer", send_len, n * scount)
+            .and_then(|()| check_len("alltoall: the receive buffer", recv_len, n * rcount));
+        self.alltoall_blocks::<T>(checked, send, scounts, sdispls, recv, rcounts, rdispls, "alltoall")
     }
 
     /// `MPI_Alltoallv`: `scounts[r]` values at `sdispls[r]` of each rank's
@@ -382,7 +444,7 @@ impl Comm {
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     #[allow(clippy::too_many_arguments)]
-    pub fn alltoallv<'a, 's, T: MpiType>(
+    pub fn alltoallv<'a, 's, T: Element>(
         &self,
         send: impl CollRef<'s, T>,
         scounts: &[usize],
@@ -391,17 +453,17 @@ impl Comm {
         rcounts: &[usize],
         rdispls: &[usize],
     ) -> Collective<'a> {
-        self.alltoall_blocks(Ok(()), send.values(), scounts.to_vec(), sdispls.to_vec(), recv.values(), rcounts.to_vec(), rdispls.to_vec(), "alltoallv")
+        self.alltoall_blocks::<T>(Ok(()), send.values(), scounts.to_vec(), sdispls.to_vec(), recv.values(), rcounts.to_vec(), rdispls.to_vec(), "alltoallv")
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn alltoall_blocks<'a, T: MpiType>(
+    fn alltoall_blocks<'a, E: Element>(
         &self,
         checked: Result<()>,
-        send: &[T],
+        send: E::Src<'_>,
         scounts: Vec<usize>,
         sdispls: Vec<usize>,
-        recv: &'a mut [T],
+        mut recv: E::Dst<'a>,
         rcounts: Vec<usize>,
         rdispls: Vec<usize>,
         what: &'static str,
@@ -410,23 +472,127 @@ impl Comm {
         let (n, me) = (call.size(), call.rank());
         let started = (|| -> Result<_> {
             checked?;
-            let out = blocks(what, n, &scounts, &sdispls, send.len(), false)?;
-            let into = blocks(what, n, &rcounts, &rdispls, recv.len(), true)?;
-            check_len(&format!("{what}: this rank's block to itself"), rcounts[me], scounts[me])?;
+            let out = blocks(what, n, &scounts, &sdispls, E::src_len(&send), false)?;
+            let into = blocks(what, n, &rcounts, &rdispls, E::dst_len(&recv), true)?;
+            check_src_blocks::<E>(&send, &out)?;
+            check_dst_blocks::<E>(&recv, &into)?;
+            if E::ONE_TYPE {
+                check_len(&format!("{what}: this rank's block to itself"), rcounts[me], scounts[me])?;
+            }
             // Each rank starts with its right neighbour, so that the ranks
             // do not all send to rank 0 first.
             let order: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
-            let posted = order.iter().map(|&r| Ok((r, call.post::<T>(r, rcounts[r])?))).collect::<Result<Vec<_>>>()?;
-            let sends = order.iter().rev().map(|&r| call.send(&send[out[r].clone()], r)).collect();
-            piece(recv, &into, me).copy_from_slice(&send[out[me].clone()]);
+            let posted = order.iter().map(|&r| Ok((r, call.post_items::<E>(&recv, r, rcounts[r])?))).collect::<Result<Vec<_>>>()?;
+            let sends = order.iter().rev().map(|&r| call.send_items::<E>(&send, out[r].clone(), r)).collect();
+            E::copy(&send, out[me].clone(), &mut recv, into[me].clone())?;
             Ok((into, posted, sends))
         })();
         Collective::new(call.clone(), async move {
             let (into, posted, sends) = started?;
             for (r, p) in posted {
-                p.into(piece(recv, &into, r)).await?;
+                p.into_items::<E>(&mut recv, into[r].clone()).await?;
             }
             sent(sends).await
+        })
+    }
+}
+
+/// One rank's block in [`Comm::alltoallw`]: `count` items of a datatype
+/// whose origin lies `displacement` bytes from the buffer's origin.
+///
+/// ```
+/// use mpx_core::{coll::Block, Datatype};
+/// // Two doubles at the start of the buffer; one int 16 bytes in.
+/// let pair = Block::new(2, &Datatype::double(), 0);
+/// let tail = Block::new(1, &Datatype::int(), 16);
+/// # let _ = (pair, tail);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Block {
+    count: usize,
+    datatype: Datatype,
+    displacement: isize,
+}
+
+impl Block {
+    /// `count` items of `datatype`, their origin `displacement` bytes from
+    /// the buffer's origin.
+    pub fn new(count: usize, datatype: &Datatype, displacement: isize) -> Block {
+        Block { count, datatype: datatype.clone(), displacement }
+    }
+
+    fn offset(&self) -> i128 {
+        self.displacement as i128
+    }
+}
+
+impl Comm {
+    /// `MPI_Alltoallw`: the most general exchange. Rank `r` gets
+    /// `sends[r]` of this rank's `send` memory and this rank receives
+    /// `recvs[s]` of `recv` from rank `s`, each block with its own count,
+    /// byte displacement and datatype (derived ones included), as long as
+    /// the type signatures of each pair of blocks agree. Receive blocks
+    /// must not overlap (checked on the datatypes' byte runs, never by
+    /// expanding typemaps).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{coll::Block, Datatype, Region, RegionMut};
+    /// let me = comm.rank();
+    /// // A 2x2 matrix per rank: column 0 goes to rank 0, column 1 to rank 1,
+    /// // each landing as a contiguous row of the receiver's matrix.
+    /// let mine: [f64; 4] = std::array::from_fn(|i| (10 * me + i) as f64);
+    /// let column = Datatype::vector(2, 1, 2, &Datatype::double())?;
+    /// let sends = [Block::new(1, &column, 0), Block::new(1, &column, 8)];
+    /// let recvs = [Block::new(2, &Datatype::double(), 0), Block::new(2, &Datatype::double(), 16)];
+    /// let mut rows = [0.0f64; 4];
+    /// comm.alltoallw(Region::of(&mine), &sends, RegionMut::of(&mut rows), &recvs).await?;
+    /// // Row s holds column `me` of rank s's matrix.
+    /// assert_eq!(rows, [me as f64, (me + 2) as f64, (10 + me) as f64, (12 + me) as f64]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn alltoallw<'a>(&self, send: Region<'_>, sends: &[Block], mut recv: RegionMut<'a>, recvs: &[Block]) -> Collective<'a> {
+        let call = Call::start(self);
+        let (n, me) = (call.size(), call.rank());
+        let started = (|| -> Result<_> {
+            if sends.len() != n || recvs.len() != n {
+                return Err(Error::InvalidArgument(format!("alltoallw: {} send blocks and {} receive blocks for {n} ranks", sends.len(), recvs.len())));
+            }
+            let parts: Vec<Part<'_>> = recvs
+                .iter()
+                .map(|b| Part { datatype: &b.datatype, count: b.count as u64, access: Access::Write, offset: b.displacement as i64 })
+                .collect();
+            check_parts(&parts, recv.origin(), recv.len(), None)?;
+            let out = sends
+                .iter()
+                .map(|b| {
+                    let buf = SendBuf::new(send.shifted(b.offset())?, b.count as u64, &b.datatype);
+                    Described::check_src(&buf, 0..b.count).map(|()| buf)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            // Each rank starts with its right neighbour, as in alltoall.
+            let order: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
+            let posted = order.iter().map(|&r| Ok((r, call.post_typed(r, recvs[r].count, &recvs[r].datatype, 0)?))).collect::<Result<Vec<_>>>()?;
+            let requests = order.iter().rev().map(|&r| call.send_items::<Described>(&out[r], 0..sends[r].count, r)).collect();
+            let own = &recvs[me];
+            let mut block = RecvBuf::new(recv.shifted(own.offset())?, own.count as u64, &own.datatype);
+            Described::copy(&out[me], 0..sends[me].count, &mut block, 0..own.count)?;
+            Ok((posted, requests))
+        })();
+        let recvs = recvs.to_vec();
+        Collective::new(call.clone(), async move {
+            let (posted, requests) = started?;
+            for (r, p) in posted {
+                let b = &recvs[r];
+                let mut block = RecvBuf::new(recv.shifted(b.offset())?, b.count as u64, &b.datatype);
+                p.into_items::<Described>(&mut block, 0..b.count).await?;
+            }
+            sent(requests).await
         })
     }
 }
@@ -456,7 +622,7 @@ impl Comm {
         let mine = buf.get(me * count..(me + 1) * count).map(<[T]>::to_vec).unwrap_or_default();
         let (counts, displs) = even(n, count);
         let checked = check_len("allgather_in_place: the buffer", buf.len(), n * count);
-        self.allgather_blocks(checked, &mine, buf, counts, displs, "allgather_in_place")
+        self.allgather_blocks::<T>(checked, &mine, buf, counts, displs, "allgather_in_place")
     }
 
     /// [`alltoall`](Comm::alltoall) where `buf` (size × c values) holds the

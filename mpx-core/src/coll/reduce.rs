@@ -207,14 +207,15 @@ impl Comm {
         let started = (|| -> Result<_> {
             op.check()?;
             check_len("allreduce: the receive buffer", recv.len(), send.len())?;
-            Ok((ToZero::start(&call, send)?, Bcast::start::<T>(&call, 0, send.len(), None)?))
+            Ok((ToZero::start(&call, send)?, Bcast::start::<T>(&call, 0, send.len(), &T::datatype(), None)?))
         })();
         Collective::new(call.clone(), async move {
             let (tree, bcast) = started?;
             if let Some(result) = tree.finish(&call, &op).await? {
                 recv.copy_from_slice(&result);
             }
-            bcast.finish(&call, recv).await
+            let mut recv = recv;
+            bcast.finish::<T>(&call, &mut recv).await
         })
     }
 

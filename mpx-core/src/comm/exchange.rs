@@ -95,7 +95,7 @@ impl Transfer {
             Direction::Send { .. } => Access::Read,
             Direction::Recv { .. } => Access::Write,
         };
-        Part { datatype: &self.datatype, count: self.count, access }
+        Part { datatype: &self.datatype, count: self.count, access, offset: 0 }
     }
 }
 
@@ -202,8 +202,8 @@ impl<'a> ExchangeBuf<'a> {
     ) -> Result<(Vec<RecvBuf<'a>>, Vec<SendBuf<'a>>)> {
         let parts: Vec<Part<'_>> = recvs
             .iter()
-            .map(|&(count, datatype)| Part { datatype, count, access: Access::Write })
-            .chain(sends.iter().map(|&(count, datatype)| Part { datatype, count, access: Access::Read }))
+            .map(|&(count, datatype)| Part { datatype, count, access: Access::Write, offset: 0 })
+            .chain(sends.iter().map(|&(count, datatype)| Part { datatype, count, access: Access::Read, offset: 0 }))
             .collect();
         // SAFETY: each handle becomes the buffer of its own part's datatype,
         // count and access.

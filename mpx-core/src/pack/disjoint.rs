@@ -38,6 +38,17 @@ pub(crate) struct Part<'d> {
     pub datatype: &'d Datatype,
     pub count: u64,
     pub access: Access,
+    /// Where the part's own origin lies, in bytes from the buffer's origin
+    /// (0 for parts whose datatypes say where they lie).
+    pub offset: i64,
+}
+
+impl Part<'_> {
+    /// The part's origin in a buffer whose origin is `origin` bytes in
+    /// (checked by [`check_parts`] to lie in it).
+    fn origin(&self, origin: usize) -> usize {
+        (origin as i128 + self.offset as i128) as usize
+    }
 }
 
 /// Calls `f(start, len)` for each byte run of `count` items of `datatype`
@@ -135,7 +146,11 @@ fn overlap(a: usize, b: usize, byte: usize) -> Error {
 /// position in `parts`.
 pub(crate) fn check_parts(parts: &[Part<'_>], origin: usize, len: usize, values: Option<&Values>) -> Result<()> {
     for part in parts {
-        check_span(part.datatype, part.count, origin, len)?;
+        let at = origin as i128 + part.offset as i128;
+        if at < 0 || at > len as i128 {
+            return Err(Error::InvalidArgument(format!("a part whose origin lies {at} bytes into a {len}-byte buffer: past its ends")));
+        }
+        check_span(part.datatype, part.count, at as usize, len)?;
     }
     if let Some(values) = values {
         values.check(parts, origin)?;
@@ -151,7 +166,7 @@ fn check_disjoint(parts: &[Part<'_>], origin: usize, len: usize) -> Result<()> {
     }
     let reads = parts.iter().enumerate().filter(|(_, p)| p.access == Access::Read);
     for (i, part) in reads {
-        let clash = for_each_run(part.datatype, part.count, origin, |start, n| {
+        let clash = for_each_run(part.datatype, part.count, part.origin(origin), |start, n| {
             // The first written run ending after `start`: the only one that
             // can hold bytes of `[start, start + n)` before any later one.
             let k = written.partition_point(|w| w.end <= start);
@@ -174,7 +189,7 @@ fn written_runs(parts: &[Part<'_>], origin: usize, len: usize) -> Result<Vec<Wri
     let mut bytes = 0usize;
     let writes = parts.iter().enumerate().filter(|(_, p)| p.access == Access::Write);
     for (part, p) in writes {
-        let full = for_each_run(p.datatype, p.count, origin, |start, n| {
+        let full = for_each_run(p.datatype, p.count, p.origin(origin), |start, n| {
             runs.push(Written { start, end: start + n, part });
             bytes += n;
             // More bytes than the buffer holds: these runs overlap already.
@@ -216,7 +231,7 @@ fn check_value_data(parts: &[Part<'_>], origin: usize, data: &[bool], type_name:
         return Ok(());
     }
     for (i, part) in parts.iter().enumerate() {
-        let padding = for_each_run(part.datatype, part.count, origin, |start, n| {
+        let padding = for_each_run(part.datatype, part.count, part.origin(origin), |start, n| {
             // A run as long as a value covers every byte of one, padding too.
             match (start..start + n.min(size)).find(|b| !data[b % size]) {
                 Some(b) => ControlFlow::Break(b),
@@ -319,11 +334,11 @@ mod tests {
     }
 
     fn write(datatype: &Datatype, count: u64) -> Part<'_> {
-        Part { datatype, count, access: Access::Write }
+        Part { datatype, count, access: Access::Write, offset: 0 }
     }
 
     fn read(datatype: &Datatype, count: u64) -> Part<'_> {
-        Part { datatype, count, access: Access::Read }
+        Part { datatype, count, access: Access::Read, offset: 0 }
     }
 
     fn check(parts: &[Part<'_>], origin: usize, len: usize) -> Result<()> {

@@ -180,6 +180,22 @@ impl<'a> Region<'a> {
     pub(crate) unsafe fn typed<T: MpiType>(values: &'a [T]) -> Region<'a> {
         Region { ptr: values.as_ptr().cast(), len: std::mem::size_of_val(values), origin: 0, _borrow: PhantomData }
     }
+
+    /// The same bytes, the origin moved by `offset` bytes (it must stay
+    /// inside them): where block `i` of a buffer of items starts.
+    pub(crate) fn shifted(&self, offset: i128) -> Result<Region<'a>> {
+        Ok(Region { origin: shift_origin(self.origin, offset, self.len)?, ..*self })
+    }
+
+    /// Bytes before the origin.
+    pub(crate) fn origin(&self) -> usize {
+        self.origin
+    }
+
+    /// Bytes in the region.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
 }
 
 impl<'a> RegionMut<'a> {
@@ -216,6 +232,39 @@ impl<'a> RegionMut<'a> {
         check_span(datatype, count, self.origin, self.len)
     }
 
+    /// Bytes before the origin.
+    pub(crate) fn origin(&self) -> usize {
+        self.origin
+    }
+
+    /// Bytes in the region.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Checks that `count` items of `datatype` fit in the region with its
+    /// origin moved by `offset` bytes.
+    pub(crate) fn check_at(&self, offset: i128, datatype: &Datatype, count: u64) -> Result<()> {
+        check_span(datatype, count, shift_origin(self.origin, offset, self.len)?, self.len)
+    }
+
+    /// The same bytes, reborrowed, the origin moved by `offset` bytes (it
+    /// must stay inside them).
+    pub(crate) fn shifted(&mut self, offset: i128) -> Result<RegionMut<'_>> {
+        let origin = shift_origin(self.origin, offset, self.len)?;
+        Ok(RegionMut { ptr: self.ptr, len: self.len, origin, _borrow: PhantomData })
+    }
+
+    /// The same bytes, to read.
+    ///
+    /// # Safety
+    /// Whatever reads the region (a datatype's typemap) must read only
+    /// initialised bytes: a `RegionMut` may cover uninitialised memory that
+    /// a receive is about to fill.
+    pub(crate) unsafe fn as_region(&self) -> Region<'_> {
+        Region { ptr: self.ptr, len: self.len, origin: self.origin, _borrow: PhantomData }
+    }
+
     /// A slice of possibly invalid values of an [`MpiType`], as bytes.
     ///
     /// # Safety
@@ -231,6 +280,16 @@ impl<'a> RegionMut<'a> {
             _borrow: PhantomData,
         }
     }
+}
+
+/// `origin` moved by `offset` bytes, which must leave it inside `len`
+/// bytes.
+fn shift_origin(origin: usize, offset: i128, len: usize) -> Result<usize> {
+    let moved = origin as i128 + offset;
+    if moved < 0 || moved > len as i128 {
+        return Err(Error::InvalidArgument(format!("an origin {moved} bytes into a {len}-byte region: past its ends")));
+    }
+    Ok(moved as usize)
 }
 
 /// Checks that `count` items of `dt` at `origin` stay inside `len` bytes.

@@ -1,0 +1,260 @@
+//! What a collective moves, item by item: values of an [`MpiType`] in
+//! typed slices, or items of a [`Datatype`] laid over memory
+//! ([`Described`]: a [`SendBuf`] to read, a [`RecvBuf`] to write).
+//!
+//! The collectives' algorithms cut their buffers into blocks of items
+//! (rank `r`'s block of a gather, the pieces of an alltoall) and move each
+//! block as one message; [`Element`] is what they need of a buffer to do
+//! that, whatever describes it.
+
+use std::ops::Range;
+
+use crate::comm::data::Packed;
+use crate::comm::{unpack_typed_message, RecvBuf, SendBuf};
+use crate::datatype::Datatype;
+use crate::error::{Error, Result};
+use crate::mpi_type::MpiType;
+use crate::pack::Repr;
+use crate::proto::engine::{Delivered, Envelope};
+use crate::request::Status;
+
+/// The items of a collective's buffers: every [`MpiType`] (typed slices,
+/// single values and `Vec`s), and [`Described`] (buffers described by a
+/// datatype). Sealed: mpx implements it, and only for these.
+pub trait Element: sealed::Blocks + 'static {}
+
+impl<T: MpiType> Element for T {}
+
+impl Element for Described {}
+
+/// The element of collectives over described buffers: a [`SendBuf`] to
+/// read and a [`RecvBuf`] to write, each `count` items of a [`Datatype`]
+/// (derived ones included: a column of a matrix, a face of a 3-D array,
+/// a struct's fields). A collective's blocks are runs of items: block `r`
+/// of a gather's receive is its items `r·c .. (r+1)·c`, starting
+/// `r·c·extent` bytes after the buffer's origin, as in MPI (resize a
+/// datatype to choose where successive items start).
+///
+/// Senders and receivers may use different datatypes as long as the type
+/// signatures agree, as in MPI: a rank may gather columns sent as vectors
+/// into rows received as contiguous doubles. Each buffer's count says its
+/// own side's blocks: a gather's receive of `n·c` items has blocks of `c`
+/// items of its datatype, whatever the senders' datatypes; the `v` forms'
+/// counts and displacements are in items of the buffer they describe.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(3, |comm| async move {
+/// use mpx_core::{Datatype, Region, RegionMut, RecvBuf, SendBuf};
+/// // Each rank owns column `rank` of a 4x3 matrix of doubles (row-major).
+/// let me = comm.rank();
+/// let matrix: Vec<f64> = (0..12).map(|i| if i % 3 == me { i as f64 } else { -1.0 }).collect();
+/// let column = Datatype::vector(4, 1, 3, &Datatype::double())?;
+/// let mine = SendBuf::new(Region::with_origin(bytemuck::cast_slice(&matrix), me * 8)?, 1, &column);
+/// // Rank 0 gathers the columns as rows of its transposed copy.
+/// let mut transposed = [0.0f64; 12];
+/// let rows = RecvBuf::new(RegionMut::of(&mut transposed), 3 * 4, &Datatype::double());
+/// comm.gather(mine, rows, 0).await?;
+/// if me == 0 {
+///     assert_eq!(transposed[4..8], [1.0, 4.0, 7.0, 10.0]);
+/// }
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Described {}
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// What the algorithms do with a buffer of items (a detail of mpx).
+    pub trait Blocks: Sized {
+        /// Whether a collective's send and receive items are of one type
+        /// (typed buffers), so that a block's count on one side is its
+        /// count on the other; described buffers may use different
+        /// datatypes on each side, each buffer's count then giving its
+        /// own side's blocks.
+        const ONE_TYPE: bool;
+        /// Memory a collective reads.
+        type Src<'s>: Sync;
+        /// Memory a collective writes.
+        type Dst<'d>: Send;
+        /// Items the source holds.
+        fn src_len(src: &Self::Src<'_>) -> usize;
+        /// Items the destination holds.
+        fn dst_len(dst: &Self::Dst<'_>) -> usize;
+        /// The datatype of one item of the destination.
+        fn item_type(dst: &Self::Dst<'_>) -> Datatype;
+        /// Names the items, for error messages.
+        fn name(dst: &Self::Dst<'_>) -> String;
+        /// Checks that the source's items `items` lie in its memory.
+        fn check_src(src: &Self::Src<'_>, items: Range<usize>) -> Result<()>;
+        /// Checks that the destination's items `items` lie in its memory.
+        fn check_dst(dst: &Self::Dst<'_>, items: Range<usize>) -> Result<()>;
+        /// Packs the source's items `items` for a message.
+        fn pack(src: &Self::Src<'_>, items: Range<usize>, repr: Repr) -> Result<Packed>;
+        /// Packs the destination's items `items` (data it received, passed on).
+        fn pack_dst(dst: &Self::Dst<'_>, items: Range<usize>, repr: Repr) -> Result<Packed>;
+        /// Checks a delivered message against the destination's items
+        /// `items` and unpacks it there.
+        fn deliver(dst: &mut Self::Dst<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status>;
+        /// Copies the source's items `from` into the destination's items
+        /// `to` (a rank's block to itself); the type signatures must agree.
+        fn copy(src: &Self::Src<'_>, from: Range<usize>, dst: &mut Self::Dst<'_>, to: Range<usize>) -> Result<()>;
+    }
+}
+
+fn len_of(count: u64) -> usize {
+    usize::try_from(count).unwrap_or(usize::MAX)
+}
+
+/// Block `items` of a typed slice, checked.
+fn typed_block(len: usize, items: &Range<usize>) -> Result<()> {
+    if items.start > items.end || items.end > len {
+        return Err(Error::InvalidArgument(format!("items {items:?} of a buffer of {len}")));
+    }
+    Ok(())
+}
+
+impl<T: MpiType> sealed::Blocks for T {
+    const ONE_TYPE: bool = true;
+    type Src<'s> = &'s [T];
+    type Dst<'d> = &'d mut [T];
+
+    fn src_len(src: &&[T]) -> usize {
+        src.len()
+    }
+
+    fn dst_len(dst: &&mut [T]) -> usize {
+        dst.len()
+    }
+
+    fn item_type(_: &&mut [T]) -> Datatype {
+        T::datatype()
+    }
+
+    fn name(_: &&mut [T]) -> String {
+        std::any::type_name::<T>().to_string()
+    }
+
+    fn check_src(src: &&[T], items: Range<usize>) -> Result<()> {
+        typed_block(src.len(), &items)
+    }
+
+    fn check_dst(dst: &&mut [T], items: Range<usize>) -> Result<()> {
+        typed_block(dst.len(), &items)
+    }
+
+    fn pack(src: &&[T], items: Range<usize>, repr: Repr) -> Result<Packed> {
+        SendBuf::typed(&src[items]).pack(repr)
+    }
+
+    fn pack_dst(dst: &&mut [T], items: Range<usize>, repr: Repr) -> Result<Packed> {
+        SendBuf::typed(&dst[items]).pack(repr)
+    }
+
+    fn deliver(dst: &mut &mut [T], items: Range<usize>, msg: &Delivered) -> Result<Status> {
+        unpack_typed_message(msg, &mut dst[items])
+    }
+
+    fn copy(src: &&[T], from: Range<usize>, dst: &mut &mut [T], to: Range<usize>) -> Result<()> {
+        if from.len() != to.len() {
+            return Err(Error::InvalidArgument(format!("{} values copied into room for {}", from.len(), to.len())));
+        }
+        dst[to].copy_from_slice(&src[from]);
+        Ok(())
+    }
+}
+
+impl sealed::Blocks for Described {
+    const ONE_TYPE: bool = false;
+    type Src<'s> = SendBuf<'s>;
+    type Dst<'d> = RecvBuf<'d>;
+
+    fn src_len(src: &SendBuf<'_>) -> usize {
+        len_of(src.count)
+    }
+
+    fn dst_len(dst: &RecvBuf<'_>) -> usize {
+        len_of(dst.count)
+    }
+
+    fn item_type(dst: &RecvBuf<'_>) -> Datatype {
+        dst.datatype.clone()
+    }
+
+    fn name(dst: &RecvBuf<'_>) -> String {
+        format!("items of a {}-byte datatype", dst.datatype.size())
+    }
+
+    fn check_src(src: &SendBuf<'_>, items: Range<usize>) -> Result<()> {
+        src.block(items).map(drop)
+    }
+
+    fn check_dst(dst: &RecvBuf<'_>, items: Range<usize>) -> Result<()> {
+        let (offset, count) = block_of(&dst.datatype, items)?;
+        dst.region.check_at(offset, &dst.datatype, count)
+    }
+
+    fn pack(src: &SendBuf<'_>, items: Range<usize>, repr: Repr) -> Result<Packed> {
+        src.block(items)?.pack(repr)
+    }
+
+    fn pack_dst(dst: &RecvBuf<'_>, items: Range<usize>, repr: Repr) -> Result<Packed> {
+        let (offset, count) = block_of(&dst.datatype, items)?;
+        // SAFETY: every `RecvBuf` covers initialised memory (its
+        // constructors take `&mut [u8]`, or `&mut [T]` with a datatype
+        // checked to touch only `T`'s data), and the block is read through
+        // the buffer's own datatype.
+        let region = unsafe { dst.region.as_region() };
+        SendBuf::new(region.shifted(offset)?, count, &dst.datatype).pack(repr)
+    }
+
+    fn deliver(dst: &mut RecvBuf<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status> {
+        let (offset, count) = block_of(&dst.datatype, items)?;
+        let datatype = dst.datatype.clone();
+        let block = dst.region.shifted(offset)?;
+        block.check(&datatype, count)?;
+        crate::comm::deliver_into(msg, &datatype, count, block)
+    }
+
+    fn copy(src: &SendBuf<'_>, from: Range<usize>, dst: &mut RecvBuf<'_>, to: Range<usize>) -> Result<()> {
+        // Through a message to itself: the same checks of signature and
+        // room as a message from another rank.
+        let packed = Self::pack(src, from, Repr::Native)?;
+        let envelope = Envelope {
+            context: 0,
+            source: 0,
+            tag: 0,
+            signature: packed.signature,
+            repr: Repr::Native,
+            len: packed.data.len() as u64,
+            desc_len: 0,
+            seq: 0,
+        };
+        let msg = Delivered { envelope, data: packed.data, desc: bytes::Bytes::new(), credit: 0 };
+        let status = Self::deliver(dst, to.clone(), &msg)?;
+        let expected = dst.datatype.size().saturating_mul(to.len() as u64);
+        if status.bytes != expected {
+            return Err(Error::InvalidArgument(format!("{} bytes copied into room for {expected}", status.bytes)));
+        }
+        Ok(())
+    }
+}
+
+/// Where block `items` of a buffer of `datatype` starts (bytes from the
+/// buffer's origin) and how many items it holds.
+fn block_of(datatype: &Datatype, items: Range<usize>) -> Result<(i128, u64)> {
+    let offset = items.start as i128 * datatype.extent() as i128;
+    Ok((offset, items.len() as u64))
+}
+
+impl SendBuf<'_> {
+    /// Items `items` of the buffer, as a buffer of their own.
+    pub(crate) fn block(&self, items: Range<usize>) -> Result<SendBuf<'_>> {
+        let (offset, count) = block_of(&self.datatype, items)?;
+        let region = self.region.shifted(offset)?;
+        crate::pack::check_span(&self.datatype, count, region.origin(), region.len())?;
+        Ok(SendBuf::new(region, count, &self.datatype))
+    }
+}
