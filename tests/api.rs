@@ -197,6 +197,24 @@ async fn a_rank_can_fail_with_its_own_error() {
     let boxed: Box<dyn std::error::Error + Send + Sync> = "bad input".into();
     assert_eq!(Error::from(boxed).to_string(), "bad input");
     let _ = HashMap::<u8, u8>::new();
+    // A rank's closure uses `?` on the errors programs meet (I/O, parsing)
+    // and returns a message of its own, with no conversion written out.
+    let result = launch(3, |comm| async move {
+        match comm.rank() {
+            0 => {
+                std::fs::read("/no/such/mpx/input")?;
+                Ok(())
+            }
+            1 => {
+                let _: u32 = "seven".parse()?;
+                Ok(())
+            }
+            _ => Err("rank 2 gives up".into()),
+        }
+    })
+    .await;
+    let err = result.unwrap_err();
+    assert!(matches!(&err, Error::User(cause) if cause.0.is::<std::io::Error>() || cause.0.is::<std::num::ParseIntError>() || err.to_string() == "rank 2 gives up"), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,6 +107,46 @@ each_transport! {
         }))
         .await;
     }
+
+    /// Communicator constructors start when called, like every collective:
+    /// ranks that poll them in different orders against other collectives
+    /// and `dup`s still agree on every communicator.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn constructors_start_when_called_whatever_the_polling_order() {
+        returns(launch(2, |world| async move {
+            let me = world.rank();
+            let mut split = Box::pin(world.split(Some(0), -(me as i32)));
+            let mut grid = Box::pin(world.cart_create(&[2], &[true], false));
+            if me == 0 {
+                // Rank 0 polls the constructors before it starts the barrier.
+                let _ = futures::poll!(split.as_mut());
+                let _ = futures::poll!(grid.as_mut());
+            }
+            let barrier = world.barrier();
+            let dup = world.dup();
+            let (split, grid) = if me == 1 {
+                // Rank 1 finishes the barrier before it polls them.
+                barrier.await?;
+                (split.await?.expect("a color"), grid.await?.expect("2 ranks"))
+            } else {
+                let (split, grid, b) = tokio::join!(split, grid, barrier);
+                b?;
+                (split?.expect("a color"), grid?.expect("2 ranks"))
+            };
+            assert_eq!(split.rank(), 1 - me, "keys reverse the order");
+            // Each communicator carries its own traffic between the ranks.
+            let wait = std::time::Duration::from_secs(5);
+            for (name, comm) in [("split", &split), ("grid", grid.comm()), ("dup", &dup)] {
+                let other = 1 - comm.rank();
+                let sent = comm.isend(&(me as u32), other, 3);
+                let got = tokio::time::timeout(wait, comm.recv::<u32>(other, 3)).await.map_err(|_| format!("{name}: the ranks disagree on the communicator"))??;
+                assert_eq!(got.0 as usize, 1 - me, "{name}");
+                sent.await?;
+            }
+            Ok(())
+        }))
+        .await;
+    }
 }
 
 /// Group operations against their definitions, and bad arguments.

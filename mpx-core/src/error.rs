@@ -190,6 +190,26 @@ pub enum Error {
     /// An error of the program's own: a rank's closure (see `launch`)
     /// returned an error that is not an mpx one, or the program made one
     /// with [`Error::user`].
+    ///
+    /// The errors a rank's program most often meets besides mpx's own convert
+    /// with `?` into this variant (keeping the error as its cause): I/O,
+    /// parse and UTF-8 errors, and a message as a `String` or `&str` (a
+    /// timeout branch's `Err("no reply in time".into())`). Any other error
+    /// converts with [`Error::user`] or through a `Box<dyn Error + Send +
+    /// Sync>`.
+    ///
+    /// ```
+    /// fn rank_program(reply: Option<&str>) -> mpx_core::Result<u32> {
+    ///     let Some(text) = reply else { return Err("no reply in time".into()) };
+    ///     let n: u32 = text.parse()?; // ParseIntError
+    ///     std::fs::metadata("/no/such/file")?; // io::Error
+    ///     Ok(n)
+    /// }
+    /// let e = rank_program(Some("42")).unwrap_err();
+    /// assert!(matches!(&e, mpx_core::Error::User(cause) if cause.0.is::<std::io::Error>()));
+    /// assert_eq!(rank_program(Some("x")).unwrap_err().to_string(), "invalid digit found in string");
+    /// assert_eq!(rank_program(None).unwrap_err().to_string(), "no reply in time");
+    /// ```
     #[error(transparent)]
     User(Cause),
     /// The operation was started on an endpoint whose program has ended
@@ -256,6 +276,29 @@ impl From<Box<dyn std::error::Error + Send + Sync + 'static>> for Error {
         Error::user(e)
     }
 }
+
+// The errors a rank's program most often meets besides mpx's own: see
+// `Error::User`.
+macro_rules! user_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Error {
+                Error::user(e)
+            }
+        }
+    )*};
+}
+
+user_errors!(
+    std::io::Error,
+    std::num::ParseIntError,
+    std::num::ParseFloatError,
+    std::str::Utf8Error,
+    std::string::FromUtf8Error,
+    std::fmt::Error,
+    String,
+    &str
+);
 
 impl Error {
     /// The program's own error `e` as an mpx error: [`Error::User`], or

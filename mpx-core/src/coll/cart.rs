@@ -110,10 +110,11 @@ impl Comm {
         } else {
             Ok(())
         };
+        // The split starts now, like every collective.
+        let color = (comm.rank() < nodes).then_some(0);
+        let split = checked.map(|()| comm.split(color, comm.rank() as i32));
         async move {
-            checked?;
-            let color = (comm.rank() < nodes).then_some(0);
-            let grid = comm.split(color, comm.rank() as i32).await?;
+            let grid = split?.await?;
             Ok(grid.map(|comm| Cart { comm, dims, periods }))
         }
     }
@@ -198,14 +199,18 @@ impl Cart {
     pub fn sub(&self, remain: &[bool]) -> impl Future<Output = Result<Cart>> + Send + 'static {
         let cart = self.clone();
         let remain = remain.to_vec();
-        async move {
+        // The split starts now, like every collective.
+        let split = (|| {
             if remain.len() != cart.dims.len() {
                 return Err(Error::InvalidArgument(format!("{} flags for a grid of {} dimensions", remain.len(), cart.dims.len())));
             }
             let coords = cart.coords(cart.rank())?;
             // Ranks that agree on every dropped coordinate share a sub-grid.
             let color = coords.iter().zip(&cart.dims).zip(&remain).filter(|(_, &keep)| !keep).fold(0usize, |acc, ((&c, &d), _)| acc * d + c);
-            let comm = cart.comm.split(Some(color as u32), cart.rank() as i32).await?.expect("a color was given");
+            Ok(cart.comm.split(Some(color as u32), cart.rank() as i32))
+        })();
+        async move {
+            let comm = split?.await?.expect("a color was given");
             fn keep<X: Copy>(v: &[X], remain: &[bool]) -> Vec<X> {
                 v.iter().zip(remain).filter(|(_, &k)| k).map(|(x, _)| *x).collect()
             }

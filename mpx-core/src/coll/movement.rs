@@ -1,10 +1,11 @@
 //! Collectives that move data without combining it: `bcast`, `gather`,
 //! `scatter`, `allgather`, `alltoall` and their `v` forms.
 
+use std::future::Future;
 use std::ops::Range;
 
 use super::element::sealed::Blocks;
-use super::{check_len, sent, Call, CollMut, CollRef, Collective, Described, Element, Posted};
+use super::{check_len, guarded, sent, Call, CollMut, CollRef, Collective, Described, Element, Posted};
 use crate::comm::{RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::pack::disjoint::{check_parts, Access, Part};
@@ -69,6 +70,50 @@ impl Bcast {
         }
         if sends.is_empty() {
             sends = children.iter().map(|&c| call.forward_items::<E>(buf, 0..count, c)).collect();
+        }
+        sent(sends).await
+    }
+}
+
+/// An allgather around a ring under way: the receives posted from the
+/// left (step `k` brings the block of rank `me - k - 1`), and the first
+/// send to the right, of this rank's own block.
+struct Ring {
+    ranges: Vec<Range<usize>>,
+    posted: Vec<Posted>,
+    first: Option<Request<'static>>,
+}
+
+impl Ring {
+    /// Checks the layout, posts the receives, sends this rank's block and
+    /// copies it into its place in `recv`.
+    fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
+        let (n, me) = (call.size(), call.rank());
+        let left = (me + n - 1) % n;
+        let mine = 0..E::src_len(send);
+        E::check_src(send, mine.clone())?;
+        let ranges = blocks(what, n, counts, displs, E::dst_len(recv), true)?;
+        check_dst_blocks::<E>(recv, &ranges)?;
+        if E::ONE_TYPE {
+            check_len(&format!("{what}: this rank's send"), mine.len(), counts[me])?;
+        }
+        let posted = (0..n - 1).map(|k| call.post_items::<E>(recv, left, counts[(me + 2 * n - k - 1) % n])).collect::<Result<Vec<_>>>()?;
+        let first = (n > 1).then(|| call.send_items::<E>(send, mine.clone(), (me + 1) % n));
+        E::copy(send, mine, recv, ranges[me].clone())?;
+        Ok(Ring { ranges, posted, first })
+    }
+
+    /// Takes each block from the left and passes it on to the right.
+    async fn finish<E: Element>(self, call: &Call, recv: &mut E::Dst<'_>) -> Result<()> {
+        let Ring { ranges, posted, first } = self;
+        let (n, me) = (call.size(), call.rank());
+        let mut sends: Vec<Request<'static>> = first.into_iter().collect();
+        for (k, p) in posted.into_iter().enumerate() {
+            let owner = (me + 2 * n - k - 1) % n;
+            p.into_items::<E>(recv, ranges[owner].clone()).await?;
+            if k + 2 < n {
+                sends.push(call.forward_items::<E>(recv, ranges[owner].clone(), (me + 1) % n));
+            }
         }
         sent(sends).await
     }
@@ -374,34 +419,22 @@ impl Comm {
         what: &'static str,
     ) -> Collective<'a> {
         let call = Call::start(self);
-        let (n, me) = (call.size(), call.rank());
-        let (left, right) = ((me + n - 1) % n, (me + 1) % n);
-        let mine = 0..E::src_len(&send);
-        let started = (|| -> Result<_> {
-            checked?;
-            E::check_src(&send, mine.clone())?;
-            let ranges = blocks(what, n, &counts, &displs, E::dst_len(&recv), true)?;
-            check_dst_blocks::<E>(&recv, &ranges)?;
-            if E::ONE_TYPE {
-                check_len(&format!("{what}: this rank's send"), mine.len(), counts[me])?;
-            }
-            // Step k brings the block of rank me - k - 1 from the left.
-            let posted = (0..n - 1).map(|k| call.post_items::<E>(&recv, left, counts[(me + 2 * n - k - 1) % n])).collect::<Result<Vec<_>>>()?;
-            let first = (n > 1).then(|| call.send_items::<E>(&send, mine.clone(), right));
-            E::copy(&send, mine, &mut recv, ranges[me].clone())?;
-            Ok((ranges, posted, first))
-        })();
-        Collective::new(call.clone(), async move {
-            let (ranges, posted, first) = started?;
-            let mut sends: Vec<Request<'static>> = first.into_iter().collect();
-            for (k, p) in posted.into_iter().enumerate() {
-                let owner = (me + 2 * n - k - 1) % n;
-                p.into_items::<E>(&mut recv, ranges[owner].clone()).await?;
-                if k + 2 < n {
-                    sends.push(call.forward_items::<E>(&recv, ranges[owner].clone(), right));
-                }
-            }
-            sent(sends).await
+        let started = checked.and_then(|()| Ring::start::<E>(&call, &send, &mut recv, &counts, &displs, what));
+        Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await })
+    }
+
+    /// An allgather of one value per rank into a `Vec` the future owns:
+    /// started when called, like every collective (communicator
+    /// constructors build on it).
+    pub(crate) fn allgather_owned<T: MpiType + Default>(&self, mine: T) -> impl Future<Output = Result<Vec<T>>> + Send + 'static {
+        let call = Call::start(self);
+        let n = call.size();
+        let mut all = vec![T::default(); n];
+        let (counts, displs) = even(n, 1);
+        let started = Ring::start::<T>(&call, &std::slice::from_ref(&mine), &mut &mut all[..], &counts, &displs, "allgather");
+        guarded(call.clone(), async move {
+            started?.finish::<T>(&call, &mut &mut all[..]).await?;
+            Ok(all)
         })
     }
 

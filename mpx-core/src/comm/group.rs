@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{derive_context, Comm};
-use crate::coll::{Collective, BAND};
 use crate::error::{Error, Result};
 
 /// An ordered set of ranks, each named by its rank in the world: what a
@@ -179,8 +178,12 @@ impl Comm {
     /// A communicator over `group` (which holds this rank) with a context
     /// derived from this one's next `dup` number and `salt`, registered so
     /// that the statuses of its receives name senders in its numbering.
-    fn derive(&self, group: Group, salt: u64) -> Option<Comm> {
-        let n = self.dups.fetch_add(1, Ordering::Relaxed);
+    /// A communicator over `group` with a context of this one's, derived
+    /// from the `number` taken from its counter when the constructor was
+    /// called (so that every rank numbers its constructors in call order)
+    /// and `salt`.
+    fn derive(&self, number: u64, group: Group, salt: u64) -> Option<Comm> {
+        let n = number;
         let context = derive_context(derive_context(self.context, n), salt);
         let members = Arc::new(Members::new(group, self.shared.rank)?);
         let mut st = self.shared.lock();
@@ -211,19 +214,17 @@ impl Comm {
     pub fn split(&self, color: Option<u32>, key: i32) -> impl Future<Output = Result<Option<Comm>>> + Send + 'static {
         let comm = self.clone();
         let mine = [color.map_or(-1, i64::from), i64::from(key)];
+        // Started now, and numbered now, in the order of the calls.
+        let gathered = self.allgather_owned(mine);
+        let number = self.dups.fetch_add(1, Ordering::Relaxed);
         async move {
-            let mut all = vec![[0i64; 2]; comm.size()];
-            comm.allgather(&mine, &mut all[..]).await?;
-            let Some(color) = color else {
-                // Keep the dup numbering in step with the others.
-                comm.dups.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
-            };
+            let all = gathered.await?;
+            let Some(color) = color else { return Ok(None) };
             let parent = comm.group();
             let mut chosen: Vec<(i64, usize)> = all.iter().enumerate().filter(|(_, ck)| ck[0] == i64::from(color)).map(|(r, ck)| (ck[1], r)).collect();
             chosen.sort_unstable();
             let world = chosen.iter().map(|&(_, r)| parent.world[r]).collect();
-            Ok(comm.derive(Group::of(world), u64::from(color) + 1))
+            Ok(comm.derive(number, Group::of(world), u64::from(color) + 1))
         }
     }
 
@@ -251,23 +252,23 @@ impl Comm {
         let group = group.clone();
         let parent = self.group();
         let outside = group.world.iter().find(|w| !parent.world.contains(w)).copied();
+        // Every rank must pass the same group: compare digests of it,
+        // gathered from every rank (started now, and numbered now).
+        let digest = group.world.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ u64::from(w)).wrapping_mul(0x100_0000_01b3));
+        let gathered = self.allgather_owned(digest);
+        let number = self.dups.fetch_add(1, Ordering::Relaxed);
         async move {
-            // Every rank must pass the same group: compare a digest of it.
-            let digest = group.world.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ u64::from(w)).wrapping_mul(0x100_0000_01b3));
-            let mut agreed = [0u64; 2];
-            let check: Collective<'_> = comm.allreduce(&[digest, !digest][..], &mut agreed[..], BAND);
-            check.await?;
-            if agreed != [digest, !digest] {
+            let digests = gathered.await?;
+            if digests.iter().any(|&d| d != digest) {
                 return Err(Error::InvalidArgument("the ranks passed different groups to create".into()));
             }
             if let Some(w) = outside {
                 return Err(Error::InvalidArgument(format!("world rank {w} of the group is not in the communicator")));
             }
             if group.rank_of_world(comm.shared.rank).is_none() {
-                comm.dups.fetch_add(1, Ordering::Relaxed);
                 return Ok(None);
             }
-            Ok(comm.derive(group, 0))
+            Ok(comm.derive(number, group, 0))
         }
     }
 }
