@@ -25,7 +25,7 @@ each_transport! {
             let members: Vec<usize> = (0..7).rev().filter(|r| r % 3 == me % 3).collect();
             assert_eq!(sub.size(), members.len());
             assert_eq!(members[sub.rank()], me);
-            assert_eq!(sub.group().ranks(), members.iter().map(|&r| r as u32).collect::<Vec<_>>());
+            assert_eq!(sub.group().ranks(), members);
             // The parent, on the same tag, first: it must not meet the child's.
             let world_right = (me + 1) % 7;
             let parent_send = world.isend(&(1000 + me as u64), world_right, 5);

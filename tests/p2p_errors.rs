@@ -12,7 +12,7 @@ each_transport! {
 async fn invalid_ranks_tags_and_counts() {
     launch(2, |comm| async move {
         assert_eq!(comm.send(&[1u8], 2, 0).await, Err(Error::InvalidRank { rank: 2, size: 2 }));
-        assert_eq!(comm.send(&[1u8], usize::MAX, 0).await, Err(Error::InvalidRank { rank: i64::MAX, size: 2 }));
+        assert_eq!(comm.send(&[1u8], usize::MAX, 0).await, Err(Error::InvalidRank { rank: usize::MAX, size: 2 }));
         assert!(matches!(comm.recv_vec::<u8>(5, 0).await, Err(Error::InvalidRank { .. })));
         assert_eq!(comm.send(&[1u8], 0, -3).await, Err(Error::InvalidTag(-3)));
         assert!(matches!(comm.recv_vec::<u8>(0, -1).await, Err(Error::InvalidTag(-1))));

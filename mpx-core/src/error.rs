@@ -115,9 +115,9 @@ pub enum Error {
     #[error("invalid rank {rank}: the communicator has {size} ranks")]
     InvalidRank {
         /// The rank given.
-        rank: i64,
+        rank: usize,
         /// The communicator's size.
-        size: u32,
+        size: usize,
     },
     /// A tag is negative or above [`TAG_UB`](crate::TAG_UB) (MPI_ERR_TAG).
     #[error("invalid tag {0}: user tags are 0..=TAG_UB")]
@@ -156,7 +156,7 @@ pub enum Error {
     #[error("collective mismatch with rank {rank}: {detail}")]
     CollectiveMismatch {
         /// The rank, in the communicator, whose part disagrees.
-        rank: u32,
+        rank: usize,
         /// What disagrees.
         detail: String,
     },
@@ -164,7 +164,7 @@ pub enum Error {
     #[error("process {rank} failed or finished: {reason}")]
     ProcessFailed {
         /// The peer's rank in the world.
-        rank: u32,
+        rank: usize,
         /// What happened.
         reason: String,
         /// The error that made this rank fail the peer, if one did (its
@@ -221,7 +221,7 @@ pub enum Error {
     #[error("rank {rank} panicked: {message}")]
     RankPanicked {
         /// The rank that panicked.
-        rank: u32,
+        rank: usize,
         /// The panic's message.
         message: String,
     },
@@ -332,7 +332,7 @@ impl Error {
     /// Rank `rank` failed or finished, for `reason`, with no underlying
     /// error.
     pub(crate) fn process_failed(rank: u32, reason: impl Into<String>) -> Error {
-        Error::ProcessFailed { rank, reason: reason.into(), cause: None }
+        Error::ProcessFailed { rank: rank as usize, reason: reason.into(), cause: None }
     }
 
     /// What an operation that depends on rank `rank` gets once `cause`
@@ -350,7 +350,7 @@ impl Error {
     /// assert_eq!(cause.to_string(), "transport error: reading from rank 3");
     /// assert_eq!(cause.source().unwrap().to_string(), "reset by peer");
     /// ```
-    pub fn peer_failure(rank: u32, cause: Error) -> Error {
+    pub fn peer_failure(rank: usize, cause: Error) -> Error {
         match cause {
             same @ Error::ProcessFailed { rank: r, .. } if r == rank => same,
             other => Error::ProcessFailed { rank, reason: other.to_string(), cause: Some(Cause::new(other)) },

@@ -232,7 +232,7 @@ impl Transport for Loopback {
     fn send(&self, dest: u32, frame: Frame) -> std::result::Result<(), SendError> {
         let world = &*self.world;
         let Some(inbox) = world.senders.get(dest as usize) else {
-            return Err(SendError::Failed(Error::InvalidRank { rank: i64::from(dest), size: world.ranks as u32 }));
+            return Err(SendError::Failed(Error::InvalidRank { rank: dest as usize, size: world.ranks }));
         };
         let link = world.link(self.me, dest);
         let size = frame.wire_len();

@@ -74,7 +74,7 @@ where
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a non-string panic payload".into());
-                errors.push(Error::RankPanicked { rank: rank as u32, message });
+                errors.push(Error::RankPanicked { rank, message });
             }
             Err(join) => errors.push(Error::transport(format!("rank {rank}'s task"), join)),
         }

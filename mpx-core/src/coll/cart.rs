@@ -139,7 +139,7 @@ impl Cart {
     /// `MPI_Cart_coords`: the coordinates of `rank`.
     pub fn coords(&self, rank: usize) -> Result<Vec<usize>> {
         if rank >= self.size() {
-            return Err(Error::InvalidRank { rank: rank as i64, size: self.size() as u32 });
+            return Err(Error::InvalidRank { rank, size: self.size() });
         }
         let mut left = rank;
         let mut coords = vec![0; self.dims.len()];

@@ -297,7 +297,7 @@ impl Call {
     /// Checks a root argument.
     pub(crate) fn check_root(&self, root: usize) -> Result<()> {
         if root >= self.size() {
-            return Err(Error::InvalidRank { rank: i64::try_from(root).unwrap_or(i64::MAX), size: self.size() as u32 });
+            return Err(Error::InvalidRank { rank: root, size: self.size() });
         }
         Ok(())
     }
@@ -328,7 +328,7 @@ impl Posted {
         debug_assert_eq!(items.len(), count);
         let shared = raw.shared().clone();
         let msg = raw.await?;
-        let mismatch = |detail: String| Error::CollectiveMismatch { rank: from as u32, detail };
+        let mismatch = |detail: String| Error::CollectiveMismatch { rank: from, detail };
         if msg.envelope.signature.is_none() {
             return Err(mismatch("it gave up on the collective (its own error says why)".into()));
         }

@@ -40,8 +40,8 @@ impl Posted {
         let msg = raw.await?;
         match msg.envelope.signature {
             Some(SERIALIZED_SIGNATURE) => Ok(msg.data),
-            None => Err(Error::CollectiveMismatch { rank: from as u32, detail: "it gave up on the collective (its own error says why)".into() }),
-            Some(_) => Err(Error::CollectiveMismatch { rank: from as u32, detail: "it sent typed data where a serde value was expected".into() }),
+            None => Err(Error::CollectiveMismatch { rank: from, detail: "it gave up on the collective (its own error says why)".into() }),
+            Some(_) => Err(Error::CollectiveMismatch { rank: from, detail: "it sent typed data where a serde value was expected".into() }),
         }
     }
 }

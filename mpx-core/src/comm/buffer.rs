@@ -282,7 +282,7 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
             return Err(Error::Truncate { needed: native.len() as u64, available: capacity as u64 });
         }
         datatype.unpack_message(&native, Repr::Native, region, count)?;
-        return Ok(Status::of(env.source, env.tag, native.len() as u64));
+        return Ok(Status::of(env.source as usize, env.tag, native.len() as u64));
     }
     datatype.unpack_message(&msg.data, env.repr, region, count)?;
     let mut status = status_of(msg);
@@ -379,7 +379,7 @@ impl<T: MpiType> AsRef<[u8]> for ContiguousVec<T> {
 
 /// The status of a delivered message, as it travelled.
 pub(super) fn status_of(msg: &Delivered) -> Status {
-    Status::of(msg.envelope.source, msg.envelope.tag, msg.data.len() as u64)
+    Status::of(msg.envelope.source as usize, msg.envelope.tag, msg.data.len() as u64)
 }
 
 /// The greatest common divisor of `a` and `b`.

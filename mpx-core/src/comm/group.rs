@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Group {
     /// The members' world ranks, in group order.
-    world: Arc<[u32]>,
+    pub(super) world: Arc<[u32]>,
 }
 
 /// How two groups compare (`MPI_Group_compare`).
@@ -61,17 +61,17 @@ impl Group {
     }
 
     /// The members' world ranks, in group order.
-    pub fn ranks(&self) -> &[u32] {
-        &self.world
+    pub fn ranks(&self) -> Vec<usize> {
+        self.world.iter().map(|&w| w as usize).collect()
     }
 
     /// The group rank of world rank `world`, if it is a member.
-    pub fn rank_of_world(&self, world: u32) -> Option<usize> {
-        self.world.iter().position(|&w| w == world)
+    pub fn rank_of_world(&self, world: usize) -> Option<usize> {
+        self.world.iter().position(|&w| w as usize == world)
     }
 
     fn member(&self, r: usize) -> Result<u32> {
-        self.world.get(r).copied().ok_or(Error::InvalidRank { rank: i64::try_from(r).unwrap_or(i64::MAX), size: self.size() as u32 })
+        self.world.get(r).copied().ok_or(Error::InvalidRank { rank: r, size: self.size() })
     }
 
     /// `MPI_Group_incl`: the members at `ranks` (this group's ranks), in
@@ -124,7 +124,7 @@ impl Group {
     /// `MPI_Group_translate_ranks`: the rank in `other` of each of this
     /// group's `ranks` (`None` where it is not a member: `MPI_UNDEFINED`).
     pub fn translate_ranks(&self, ranks: &[usize], other: &Group) -> Result<Vec<Option<usize>>> {
-        ranks.iter().map(|&r| Ok(other.rank_of_world(self.member(r)?))).collect()
+        ranks.iter().map(|&r| Ok(other.rank_of_world(self.member(r)? as usize))).collect()
     }
 
     /// `MPI_Group_compare`.
@@ -154,7 +154,7 @@ pub(crate) struct Members {
 
 impl Members {
     fn new(group: Group, me_world: u32) -> Option<Members> {
-        let rank = group.rank_of_world(me_world)? as u32;
+        let rank = group.rank_of_world(me_world as usize)? as u32;
         let by_world = group.world.iter().enumerate().map(|(r, &w)| (w, r as u32)).collect();
         Some(Members { group, rank, by_world })
     }
@@ -265,7 +265,7 @@ impl Comm {
             if let Some(w) = outside {
                 return Err(Error::InvalidArgument(format!("world rank {w} of the group is not in the communicator")));
             }
-            if group.rank_of_world(comm.shared.rank).is_none() {
+            if group.rank_of_world(comm.shared.rank as usize).is_none() {
                 return Ok(None);
             }
             Ok(comm.derive(number, group, 0))

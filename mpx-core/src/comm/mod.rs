@@ -251,10 +251,10 @@ impl Comm {
     /// The world rank of communicator rank `r`.
     fn check_rank(&self, r: usize) -> Result<u32> {
         if r >= self.size() {
-            return Err(Error::InvalidRank { rank: i64::try_from(r).unwrap_or(i64::MAX), size: self.size() as u32 });
+            return Err(Error::InvalidRank { rank: r, size: self.size() });
         }
         Ok(match &self.members {
-            Some(m) => m.group.ranks()[r],
+            Some(m) => m.group.world[r],
             None => r as u32,
         })
     }

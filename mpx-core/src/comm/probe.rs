@@ -23,7 +23,7 @@ impl Comm {
         if st.engine.is_closed() {
             return Err(crate::Error::Finalized);
         }
-        Ok(st.engine.iprobe(&spec).map(|e| Status::of(self.rank_of_sender(e.source), e.tag, e.len)))
+        Ok(st.engine.iprobe(&spec).map(|e| Status::of(self.rank_of_sender(e.source) as usize, e.tag, e.len)))
     }
 
     /// `MPI_Probe`: waits until a matching message is queued and returns its
@@ -54,7 +54,7 @@ impl Comm {
         let comm = self.clone();
         async move {
             let Some(spec) = spec? else { return Ok(Status::empty()) };
-            let status = wait_for_arrival(&shared, spec, |engine, spec| engine.iprobe(spec).map(|e| Status::of(e.source, e.tag, e.len))).await;
+            let status = wait_for_arrival(&shared, spec, |engine, spec| engine.iprobe(spec).map(|e| Status::of(e.source as usize, e.tag, e.len))).await;
             status.map(|s| Status { source: s.source.map(|w| comm.rank_of_sender(w as u32) as usize), ..s })
         }
     }
@@ -177,7 +177,7 @@ impl Message {
             None => Status::empty(),
             Some(m) => {
                 let e = m.envelope();
-                Status::of(self.comm.rank_of_sender(e.source), e.tag, e.len)
+                Status::of(self.comm.rank_of_sender(e.source) as usize, e.tag, e.len)
             }
         }
     }

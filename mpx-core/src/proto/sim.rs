@@ -623,7 +623,7 @@ impl Node {
     /// farewell.
     fn check_blame(&self, id: ReqId, e: &crate::Error) {
         if let crate::Error::ProcessFailed { rank, reason, .. } = e {
-            let gone = if *rank == self.rank() { self.engine.is_finished() } else { self.engine.dead(*rank, true).is_some() };
+            let gone = if *rank == self.rank() as usize { self.engine.is_finished() } else { self.engine.dead(*rank as u32, true).is_some() };
             assert!(gone, "request {id} failed for rank {rank}, which is alive: {reason}");
         }
     }

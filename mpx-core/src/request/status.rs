@@ -31,8 +31,8 @@ impl Status {
     }
 
     /// The status of a message from `source` with `tag` and `bytes` of data.
-    pub fn of(source: u32, tag: i32, bytes: u64) -> Status {
-        Status { source: Some(source as usize), tag: Some(tag), bytes, ..Status::empty() }
+    pub fn of(source: usize, tag: i32, bytes: u64) -> Status {
+        Status { source: Some(source), tag: Some(tag), bytes, ..Status::empty() }
     }
 
     /// Folds an operation's outcome into one status, MPI style

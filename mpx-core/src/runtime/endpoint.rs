@@ -161,8 +161,8 @@ impl Endpoint {
     }
 
     /// This endpoint's rank.
-    pub fn rank(&self) -> u32 {
-        self.shared.rank
+    pub fn rank(&self) -> usize {
+        self.shared.rank as usize
     }
 
     /// A weak handle on this endpoint.

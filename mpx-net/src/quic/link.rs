@@ -325,7 +325,7 @@ impl Transport for QuicTransport {
     fn send(&self, dest: u32, frame: Frame) -> std::result::Result<(), SendError> {
         match self.outboxes.get(dest as usize) {
             Some(outbox) if dest != self.me => outbox.push(frame),
-            _ => Err(SendError::Failed(Error::InvalidRank { rank: i64::from(dest), size: self.outboxes.len() as u32 })),
+            _ => Err(SendError::Failed(Error::InvalidRank { rank: dest as usize, size: self.outboxes.len() })),
         }
     }
 

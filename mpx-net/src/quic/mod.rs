@@ -181,7 +181,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     let me = credential.rank();
     let size = u32::try_from(addrs.len()).map_err(|_| Error::InvalidArgument("too many ranks".into()))?;
     if me >= size {
-        return Err(Error::InvalidRank { rank: i64::from(me), size });
+        return Err(Error::InvalidRank { rank: me as usize, size: size as usize });
     }
     let transport = Arc::new(options.transport()?);
     let mut server = credential.server_config()?;
@@ -312,7 +312,7 @@ pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
             a.trim().to_socket_addrs().ok().and_then(|mut all| all.next()).ok_or_else(|| bad(env::ADDRS, format!("{a:?} is no address")))
         })
         .collect::<Result<_>>()?;
-    let own = *addrs.get(rank as usize).ok_or(Error::InvalidRank { rank: i64::from(rank), size: addrs.len() as u32 })?;
+    let own = *addrs.get(rank as usize).ok_or(Error::InvalidRank { rank: rank as usize, size: addrs.len() })?;
     let credential = std::env::var(env::CREDENTIAL).map_err(|e| bad(env::CREDENTIAL, e.to_string()))?;
     let pem = if credential.trim_start().starts_with('#') {
         credential

@@ -198,7 +198,7 @@ impl Engine {
             return;
         }
         tracing::warn!(rank = self.rank, peer = rank, cause = %cause, "peer failed");
-        let error = Error::peer_failure(rank, cause);
+        let error = Error::peer_failure(rank as usize, cause);
         let me = self.rank;
         let p = &mut self.peers[rank as usize];
         p.failed = Some(error.clone());

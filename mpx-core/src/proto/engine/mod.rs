@@ -473,7 +473,7 @@ impl Engine {
     /// [`Error::InvalidRank`].
     pub fn new(rank: u32, size: u32, config: Config) -> Result<Engine> {
         if rank >= size {
-            return Err(Error::InvalidRank { rank: i64::from(rank), size });
+            return Err(Error::InvalidRank { rank: rank as usize, size: size as usize });
         }
         let mut engine = Engine {
             rank,

@@ -15,7 +15,7 @@ impl Engine {
             return;
         }
         if let Some(source) = spec.source.filter(|&s| s >= self.size()) {
-            let error = Error::InvalidRank { rank: source as i64, size: self.size() };
+            let error = Error::InvalidRank { rank: source as usize, size: self.size() as usize };
             self.events.push_back(Event::RecvDone { id, result: Err(error) });
             return;
         }

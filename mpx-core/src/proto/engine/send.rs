@@ -46,7 +46,7 @@ impl Engine {
     pub fn post_send(&mut self, id: ReqId, mode: SendMode, msg: Outgoing) {
         tracing::trace!(rank = self.rank, id, dest = msg.dest, tag = msg.tag, len = msg.data.len(), ?mode, "send posted");
         if msg.dest >= self.size() {
-            let error = Error::InvalidRank { rank: msg.dest as i64, size: self.size() };
+            let error = Error::InvalidRank { rank: msg.dest as usize, size: self.size() as usize };
             self.events.push_back(Event::SendDone { id, result: Err(error) });
             return;
         }
