@@ -24,15 +24,55 @@ fn mpxrun() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mpxrun"))
 }
 
+/// A launcher started by a test: stopped (asked with SIGTERM, so that it
+/// takes its ranks down, then killed) if the test ends before it does,
+/// passing or failing.
+struct Launched(Option<std::process::Child>);
+
+impl Launched {
+    fn spawn(cmd: &mut Command) -> Launched {
+        Launched(Some(cmd.spawn().expect("starting the launcher")))
+    }
+
+    fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("not taken")
+    }
+
+    /// The launcher, no longer stopped on drop.
+    fn take(mut self) -> std::process::Child {
+        self.0.take().expect("not taken")
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        let Some(child) = self.0.as_mut() else { return };
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && child.try_wait().ok().flatten().is_none() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 /// Runs `cmd` to its end, at most `limit`.
 fn run(cmd: &mut Command, limit: Duration) -> Output {
     let started = Instant::now();
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting the launcher");
+    let mut launched = Launched::spawn(cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
     loop {
-        if child.try_wait().expect("waiting").is_some() {
-            return child.wait_with_output().expect("its output");
+        if launched.child().try_wait().expect("waiting").is_some() {
+            return launched.take().wait_with_output().expect("its output");
         }
         if started.elapsed() > limit {
+            drop(launched.child().stdin.take());
+            let mut child = launched.take();
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            std::thread::sleep(Duration::from_secs(2));
             let _ = child.kill();
             let out = child.wait_with_output().expect("its output");
             panic!(
@@ -138,16 +178,17 @@ fn a_failing_rank_fails_mpxrun_naming_it() {
 /// naming the rank.
 #[test]
 fn a_rank_killed_mid_flood_fails_the_others_and_mpxrun() {
-    let mut child = mpxrun()
-        .args(["-n", "3", "--keep-going"])
-        .arg(example("flood"))
-        .arg("100000000")
-        .env("MPX_START_TIMEOUT", "20")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut launched = Launched::spawn(
+        mpxrun()
+            .args(["-n", "3", "--keep-going"])
+            .arg(example("flood"))
+            .arg("100000000")
+            .env("MPX_START_TIMEOUT", "20")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let child = launched.child();
     // Rank 1's process id, then its first progress line.
     let rx = lines_of(child.stdout.take().unwrap());
     let mut pid = None;
@@ -375,7 +416,9 @@ impl Hosts {
     /// `mpxrun` starting rank `r` on host `r % 3`.
     fn mpxrun(&self, ranks: usize) -> Command {
         let mut c = mpxrun();
-        c.args(["-n", &ranks.to_string(), "--hosts", &self.names.join(","), "--launch", "ip netns exec {host}", "--pmi-host", &self.gateway]);
+        // `env -i`: the rank starts with no environment, as over ssh, so
+        // everything it needs must come on its command line and its input.
+        c.args(["-n", &ranks.to_string(), "--hosts", &self.names.join(","), "--launch", "ip netns exec {host} env -i", "--pmi-host", &self.gateway]);
         c
     }
 }
@@ -413,16 +456,17 @@ fn ranks_on_three_hosts_run_and_a_host_cut_off_fails_the_others() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).matches("flood of 10000 messages checked").count(), 6, "{}", text(&out));
 
     // Cut host 1 (ranks 1 and 4) off in the middle of a flood.
-    let mut child = hosts
-        .mpxrun(6)
-        .arg("--keep-going")
-        .arg(example("flood"))
-        .arg("100000000")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut launched = Launched::spawn(
+        hosts
+            .mpxrun(6)
+            .arg("--keep-going")
+            .arg(example("flood"))
+            .arg("100000000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let child = launched.child();
     let rx = lines_of(child.stdout.take().unwrap());
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = Vec::new();
@@ -490,7 +534,9 @@ fn intruder_child() {
     }
     let number = |name: &str| std::env::var(name).unwrap().parse::<u32>().unwrap();
     let (rank, size) = (number("PMI_RANK"), number("PMI_SIZE"));
-    let stream = pmi::connect(&pmi::Channel::Fd(number("PMI_FD") as i32), Duration::from_secs(10)).unwrap();
+    // SAFETY: mpxrun hands this process PMI_FD for PMI alone, and nothing
+    // else here takes it.
+    let stream = unsafe { pmi::connect(&pmi::Channel::Fd(number("PMI_FD") as i32), Duration::from_secs(10)) }.unwrap();
     let mut client = pmi::Client::init(stream, rank, pmi::Version::V2).unwrap();
     let hex = |fp: &[u8; 32]| fp.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let published = RankCredential::self_signed(0, rank).unwrap();

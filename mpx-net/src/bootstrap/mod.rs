@@ -57,6 +57,11 @@ pub mod env {
     /// The form of PMI to ask the launcher for: `2` (the default; a
     /// launcher that declines it is spoken to in PMI-1) or `1`.
     pub const PMI_VERSION: &str = "MPX_PMI_VERSION";
+    /// Seconds of silence after which a peer counts as failed, and every
+    /// operation that depends on it fails with `ProcessFailed` (default
+    /// 10; keep-alives go out at a quarter of it). Read by `launch` under
+    /// a launcher.
+    pub const IDLE_TIMEOUT: &str = "MPX_IDLE_TIMEOUT";
     pub use crate::quic::env::{ADDRS, CREDENTIAL, RANK};
 }
 
@@ -124,6 +129,22 @@ impl Start {
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
     pub fn detect() -> Result<Start> {
+        let start = Self::from_env()?;
+        if let Start::Env { rank, size } | Start::Pmi { rank, size, .. } | Start::Rendezvous { rank, size, .. } = &start {
+            if *size == 0 || *size > Self::MAX_RANKS || rank >= size {
+                return Err(Error::InvalidArgument(format!(
+                    "the launcher's environment says rank {rank} of {size} (mpx takes 1 to {} ranks)",
+                    Self::MAX_RANKS
+                )));
+            }
+        }
+        Ok(start)
+    }
+
+    /// The most ranks a job may have.
+    pub const MAX_RANKS: u32 = 1 << 20;
+
+    fn from_env() -> Result<Start> {
         if var(env::RANK).is_some() {
             let size = var(env::ADDRS).map(|a| a.split(',').count()).unwrap_or(0);
             return Ok(Start::Env { rank: number(env::RANK)?, size: size as u32 });
@@ -142,8 +163,9 @@ impl Start {
                 .ok_or_else(|| Error::InvalidArgument("Open MPI gave no job id (PMIX_NAMESPACE)".into()))?;
             return Start::rendezvous("mpirun", number("OMPI_COMM_WORLD_RANK")?, number("OMPI_COMM_WORLD_SIZE")?, &job);
         }
-        if var("SLURM_PROCID").is_some() && var("SLURM_NTASKS").is_some() {
-            // A job step: the job and step ids name it.
+        if var("SLURM_PROCID").is_some() && var("SLURM_NTASKS").is_some() && var("SLURM_STEP_ID").is_some() {
+            // A job step (a batch script itself has no step id, and runs
+            // alone): the job and step ids name it.
             let job = format!("{}.{}", var("SLURM_JOB_ID").unwrap_or_default(), var("SLURM_STEP_ID").unwrap_or_default());
             return Start::rendezvous("srun", number("SLURM_PROCID")?, number("SLURM_NTASKS")?, &job);
         }
@@ -184,10 +206,19 @@ fn job_id(name: &str) -> u64 {
 
 /// How long start-up may wait for the launcher and the peers.
 fn start_timeout() -> Result<Duration> {
-    Ok(match var(env::START_TIMEOUT) {
-        Some(_) => Duration::from_secs_f64(number::<f64>(env::START_TIMEOUT)?.max(0.001)),
-        None => Duration::from_secs(30),
-    })
+    seconds(env::START_TIMEOUT, Duration::from_secs(30))
+}
+
+/// A duration in seconds from the variable `name`, or `default`.
+fn seconds(name: &str, default: Duration) -> Result<Duration> {
+    if var(name).is_none() {
+        return Ok(default);
+    }
+    let s = number::<f64>(name)?;
+    if s.is_nan() || s < 0.0 {
+        return Err(Error::InvalidArgument(format!("{name}={s}: not a number of seconds")));
+    }
+    Duration::try_from_secs_f64(s.max(0.001)).map_err(|e| Error::InvalidArgument(format!("{name}={s}: {e}")))
 }
 
 /// The local address of the route to `addr` (`host:port`): the address a
@@ -220,7 +251,7 @@ fn read_card(rank: u32, text: &str) -> Result<(SocketAddr, Fingerprint)> {
     let bad = || Error::Protocol(format!("rank {rank} published {text:?}, not an address and a fingerprint"));
     let (addr, hex) = text.trim().rsplit_once(',').ok_or_else(bad)?;
     let addr: SocketAddr = addr.parse().map_err(|_| bad())?;
-    if hex.len() != 64 {
+    if hex.len() != 64 || !hex.is_ascii() {
         return Err(bad());
     }
     let mut fp = [0u8; 32];
@@ -234,7 +265,7 @@ fn read_card(rank: u32, text: &str) -> Result<(SocketAddr, Fingerprint)> {
 /// from `MPX_CREDENTIAL` if the launcher made one (mpxrun), else one of
 /// its own to be pinned.
 fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, SocketAddr, RankCredential)> {
-    let credential = match var(env::CREDENTIAL) {
+    let credential = match credential_pem()? {
         Some(pem) => {
             let c = RankCredential::from_pem(&pem)?;
             if c.rank() != rank {
@@ -251,6 +282,30 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
         _ => advertised_ip()?,
     };
     Ok((socket, SocketAddr::new(ip, port), credential))
+}
+
+/// The credential in `MPX_CREDENTIAL`; when that is `-`, read from
+/// standard input to its end (how `mpxrun` hands a rank on another host
+/// its key: never on a command line), within the start-up time.
+fn credential_pem() -> Result<Option<String>> {
+    const LONGEST: u64 = 64 << 10;
+    match var(env::CREDENTIAL) {
+        Some(v) if v.trim() == "-" => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut pem = String::new();
+                let read = std::io::stdin().lock().take(LONGEST).read_to_string(&mut pem).map(|_| pem);
+                let _ = tx.send(read);
+            });
+            match rx.recv_timeout(start_timeout()?) {
+                Ok(Ok(pem)) => Ok(Some(pem)),
+                Ok(Err(e)) => Err(Error::transport("reading the credential from standard input", e)),
+                Err(_) => Err(Error::InvalidArgument(format!("{}=- but no credential came on standard input in time", env::CREDENTIAL))),
+            }
+        }
+        other => Ok(other),
+    }
 }
 
 /// Pins the published fingerprints if the credential is this rank's own.
@@ -288,7 +343,10 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
         Some(v) => pmi::Version::parse(&v)?,
         None => pmi::Version::V2,
     };
-    let stream = pmi::connect(channel, timeout)?;
+    // SAFETY: the launcher hands this process the descriptor in PMI_FD
+    // for PMI alone; nothing else in the process uses it, and it is taken
+    // once (`start` runs once per process).
+    let stream = unsafe { pmi::connect(channel, timeout)? };
     let mut client = pmi::Client::init(stream, rank, version)?;
     if let Some(told) = client.size().filter(|&n| n != size) {
         return Err(Error::Protocol(format!("PMI_SIZE says {size} ranks, but the launcher's PMI says {told}")));
@@ -463,7 +521,8 @@ where
 }
 
 async fn start_launched() -> Result<Endpoint> {
-    let options = if var(env::HOST).is_some() { quic::Options::network() } else { quic::Options::local() };
+    let mut options = if var(env::HOST).is_some() { quic::Options::network() } else { quic::Options::local() };
+    options.idle_timeout = seconds(env::IDLE_TIMEOUT, options.idle_timeout)?;
     start(&options).await?.ok_or_else(|| Error::InvalidArgument("the launcher's environment vanished".into()))
 }
 
@@ -482,5 +541,21 @@ mod tests {
             assert!(read_card(3, bad).is_err(), "{bad:?}");
         }
         assert!(read_card(3, &format!("10.1.2.3:4567,{}", "zz".repeat(32))).is_err());
+        // 64 bytes, but not 64 characters: an error, not a slice inside one.
+        assert!(read_card(3, &format!("10.1.2.3:4567,{}", "é".repeat(32))).is_err());
+    }
+
+    #[test]
+    fn durations_from_the_environment_refuse_what_no_duration_holds() {
+        // A name of this test's own: no other test reads it.
+        let name = "MPX_TEST_SECONDS_ONLY_HERE";
+        let default = Duration::from_secs(7);
+        assert_eq!(seconds(name, default).unwrap(), default);
+        for (text, ok) in [("2.5", true), ("0", true), ("inf", false), ("1e20", false), ("NaN", false), ("soon", false)] {
+            std::env::set_var(name, text);
+            let got = seconds(name, default);
+            assert_eq!(got.is_ok(), ok, "{text}: {got:?}");
+        }
+        std::env::remove_var(name);
     }
 }

@@ -13,8 +13,10 @@
 //! use `ip netns exec {host}`), and reaches PMI over TCP instead:
 //! `PMI_PORT` (at `--pmi-host`, default this host's address), `PMI_ID`,
 //! and `MPX_PMI_TOKEN`, a secret of the job without which `mpxrun` drops
-//! the connection. The launch command must pass the environment on (`ssh`
-//! needs `SendEnv`/`AcceptEnv` for `PMI_*` and `MPX_*`). Every process
+//! the connection. Since `ssh` passes no environment, a remote rank's
+//! variables go on its command line after the launch command, through
+//! `env`, and its credential comes on its standard input
+//! (`MPX_CREDENTIAL=-`), never on a command line. Every process
 //! also gets `PMI_RANK`, `PMI_SIZE`, and `MPX_CREDENTIAL`: its rank's credential
 //! under a CA made for this job ([`JobCredential`]), as PEM text, so peers
 //! authenticate each other with mutual TLS; ranks publish their addresses
@@ -203,7 +205,19 @@ async fn accept_ranks(
     let size = writers.len();
     let mut tasks = tokio::task::JoinSet::new();
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // Out of descriptors, or a connection reset before it was
+                // taken: wait a little rather than spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        while tasks.try_join_next().is_some() {}
+        if tasks.len() >= 4 * size + 16 {
+            continue; // more connections waiting than ranks could make: drop this one
+        }
         let (kvs, writers, failed, token) = (kvs.clone(), writers.clone(), failed.clone(), token.clone());
         tasks.spawn(async move {
             let _ = stream.set_nodelay(true);
@@ -214,7 +228,8 @@ async fn accept_ranks(
             let Ok(Ok(_)) = hello else { return };
             let Ok(m) = std::str::from_utf8(&line).map_err(|_| ()).and_then(|l| Message::parse(l).map_err(drop)) else { return };
             let rank = m.get("pmiid").and_then(|r| r.parse::<usize>().ok()).filter(|&r| r < size);
-            let (Some(rank), true) = (rank, m.cmd == "initack" && m.get("token") == Some(token.as_str())) else { return };
+            let shown = m.get("token").is_some_and(|t| same_secret(t, &token));
+            let (Some(rank), true) = (rank, m.cmd == "initack" && shown) else { return };
             let mut slot = writers[rank].lock().await;
             if slot.is_some() {
                 return; // rank already connected
@@ -228,6 +243,12 @@ async fn accept_ranks(
             serve_rank(rank, lines, kvs, writers, failed).await;
         });
     }
+}
+
+/// Whether `shown` is the job's token, comparing every byte whatever the
+/// first difference (the time taken says nothing about the token).
+fn same_secret(shown: &str, token: &str) -> bool {
+    shown.len() == token.len() && shown.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 /// Kills the process group a rank leads (the rank and whatever it
@@ -247,8 +268,14 @@ fn kill_group(leader: Option<u32>) {
 /// # Cancel safety
 /// Dropping the future kills the processes started (`kill_on_drop`).
 pub async fn run(job: &Job) -> Result<Outcome> {
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let job_id = (seed as u64) ^ u64::from(std::process::id()).rotate_left(32);
+    let mut secret = [0u8; 40];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut secret)
+        .map_err(|_| Error::InvalidArgument("no random numbers from the system for the job's secrets".into()))?;
+    // The job id names the job in its certificates (which peers see);
+    // the token is the rest of the secret, never derived from the id.
+    let job_id = u64::from_le_bytes(secret[..8].try_into().expect("8 bytes"));
     let credential = JobCredential::generate(job_id)?;
     let kvs = Arc::new(Mutex::new(KvSpace::new(&format!("mpx-{job_id:016x}"), job.ranks as usize)));
     let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
@@ -262,7 +289,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             let ip = job.pmi_host.unwrap_or(super::advertised_ip()?);
             let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await.map_err(|e| Error::transport(format!("listening on {ip}"), e))?;
             let port = listener.local_addr().map_err(|e| Error::transport("the PMI port", e))?.port();
-            let token: String = crate::quic::fingerprint(&seed.to_le_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+            let token: String = secret[8..].iter().map(|b| format!("{b:02x}")).collect();
             serving.spawn(accept_ranks(listener, token.clone(), kvs.clone(), writers.clone(), failed_tx.clone()));
             Some((hosts.clone(), SocketAddr::new(ip, port), token))
         }
@@ -271,26 +298,58 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     for rank in 0..job.ranks {
         let mut cmd = match &remote {
             None => Command::new(&job.command[0]),
-            Some((hosts, _, _)) => {
+            Some((hosts, addr, token)) => {
                 let host = &hosts[rank as usize % hosts.len()];
                 let mut words = job.launch.split_whitespace().map(|w| w.replace("{host}", host));
                 let mut c = Command::new(words.next().ok_or_else(|| Error::InvalidArgument("an empty --launch".into()))?);
-                c.args(words).arg(&job.command[0]);
+                // A remote start (ssh) passes no environment: the rank's
+                // variables go on its command line through `env` (none of
+                // them secret but the token, which only opens this job's
+                // PMI port), and its credential comes on its standard input.
+                let mut vars = vec![
+                    format!("PMI_RANK={rank}"),
+                    format!("PMI_SIZE={}", job.ranks),
+                    format!("PMI_PORT={addr}"),
+                    format!("PMI_ID={rank}"),
+                    format!("{}={token}", super::env::PMI_TOKEN),
+                    format!("{}=-", crate::quic::env::CREDENTIAL),
+                ];
+                for name in [super::env::START_TIMEOUT, super::env::IDLE_TIMEOUT, super::env::PMI_VERSION] {
+                    if let Some(v) = super::var(name).filter(|v| v.chars().all(|c| c.is_ascii_alphanumeric() || c == '.')) {
+                        vars.push(format!("{name}={v}"));
+                    }
+                }
+                c.args(words).arg("env").args(vars).arg(&job.command[0]);
                 c
             }
         };
         cmd.args(&job.command[1..])
             .env("PMI_RANK", rank.to_string())
             .env("PMI_SIZE", job.ranks.to_string())
-            .env(crate::quic::env::CREDENTIAL, credential.issue(rank)?.to_pem())
             .env_remove(crate::quic::env::RANK)
-            .stdin(Stdio::null())
+            .stdin(if remote.is_some() { Stdio::piped() } else { Stdio::null() })
             // Its own process group, so that killing the rank kills what it
             // started too (and their hold on its output).
             .process_group(0)
             .kill_on_drop(true);
+        let pem = credential.issue(rank)?.to_pem();
+        match remote {
+            Some(_) => cmd.env(crate::quic::env::CREDENTIAL, "-"),
+            None => cmd.env(crate::quic::env::CREDENTIAL, &pem),
+        };
         if job.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only prctl, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                // The rank dies with mpxrun, however mpxrun ends.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
         }
         // This host: the rank's end of a socket pair. Others: the TCP port.
         let theirs = match &remote {
@@ -324,6 +383,11 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         };
         let mut child = cmd.spawn().map_err(|e| Error::transport(format!("starting {} (rank {rank})", job.command[0]), e))?;
         drop(theirs);
+        if let Some(mut stdin) = child.stdin.take() {
+            // The credential, then the end of the input.
+            let what = format!("handing rank {rank} its credential");
+            stdin.write_all(pem.as_bytes()).await.map_err(|e| Error::transport(what, e))?;
+        }
         if let Some(out) = child.stdout.take() {
             outputs.spawn(forward(rank, job.prefix, out, false));
         }
@@ -411,6 +475,15 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     serving.abort_all();
     while outputs.join_next().await.is_some() {}
     let statuses: Vec<ExitStatus> = statuses.into_iter().map(|s| s.expect("every rank was waited for")).collect();
+    if remote.is_some() {
+        // A rank on another host that never spoke PMI either is no mpx
+        // program or lost its variables on the way (a launch command that
+        // drops `env`'s arguments): say so, since it ran on its own.
+        let kvs = kvs.lock().unwrap_or_else(|e| e.into_inner());
+        for rank in (0..statuses.len()).filter(|&r| !kvs.joined(r)) {
+            eprintln!("mpxrun: rank {rank} never reached the job's PMI port: it ran outside the job (not an mpx program, or its launch command lost its variables)");
+        }
+    }
     if failed.is_none() {
         failed = statuses.iter().position(|s| !s.success()).map(|r| r as u32);
     }
@@ -445,5 +518,18 @@ pub fn main() -> ! {
             eprintln!("mpxrun: {e}");
             std::process::exit(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_secret;
+
+    #[test]
+    fn only_the_jobs_token_is_the_same_secret() {
+        assert!(same_secret("a1b2", "a1b2"));
+        assert!(!same_secret("a1b3", "a1b2"));
+        assert!(!same_secret("a1b", "a1b2"));
+        assert!(!same_secret("", "a1b2"));
     }
 }

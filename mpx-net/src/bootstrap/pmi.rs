@@ -520,17 +520,21 @@ impl Duplex for std::net::TcpStream {
 /// itself (`cmd=initack pmiid=<id>`, with `token=<token>` when the
 /// launcher gave one: `mpxrun` refuses a connection without its job's),
 /// and the launcher answers `cmd=initack`, then `cmd=set` lines.
-pub fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Duplex>> {
+///
+/// # Safety
+/// For [`Channel::Fd`], the descriptor must be open and owned by nothing
+/// else in the process, and the caller must not use or close it again:
+/// the connection takes it over, and closes it when dropped (the launcher
+/// hands it over for PMI alone; [`crate::bootstrap::start`] takes it once).
+pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Duplex>> {
     match channel {
         Channel::Fd(fd) => {
             use std::os::fd::FromRawFd;
             if *fd < 0 {
                 return Err(Error::InvalidArgument(format!("PMI_FD={fd}")));
             }
-            // SAFETY: the launcher hands this process the descriptor in
-            // PMI_FD for PMI alone; nothing else in the process uses it,
-            // and it is taken once (`bootstrap::start` runs once per
-            // process).
+            // SAFETY: the caller hands the descriptor over (this
+            // function's contract): nothing else owns or uses it.
             let stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(*fd) };
             Duplex::set_read_timeout(&stream, timeout).map_err(|e| Error::transport("PMI socket", e))?;
             Ok(Box::new(stream))
@@ -624,6 +628,8 @@ pub struct KvSpace {
     in_barrier: Vec<bool>,
     /// Each rank's connection: its framing and the form it chose.
     ranks: Vec<(Decoder, Version)>,
+    /// The ranks that have sent a whole message.
+    joined: Vec<bool>,
 }
 
 impl KvSpace {
@@ -644,7 +650,13 @@ impl KvSpace {
             stored: 0,
             in_barrier: vec![false; size],
             ranks: (0..size).map(|_| (Decoder::default(), Version::V1)).collect(),
+            joined: vec![false; size],
         }
+    }
+
+    /// Whether `rank` has spoken PMI to this space (sent a whole message).
+    pub fn joined(&self, rank: usize) -> bool {
+        self.joined.get(rank).copied().unwrap_or(false)
     }
 
     /// Takes bytes `rank` sent and answers every whole message among them:
@@ -658,6 +670,7 @@ impl KvSpace {
         loop {
             let (decoder, version) = &mut self.ranks[rank];
             let Some(m) = decoder.next(*version).map_err(|e| Error::Protocol(format!("rank {rank}: {e}")))? else { return Ok(out) };
+            self.joined[rank] = true;
             out.extend(self.handle(rank, m)?);
         }
     }

@@ -278,7 +278,9 @@ pub mod env {
     /// Every rank's address (`host:port`), comma-separated, in rank order.
     pub const ADDRS: &str = "MPX_ADDRS";
     /// This rank's credential: a file holding it, or the PEM text itself
-    /// (see [`RankCredential::to_pem`](super::RankCredential::to_pem)).
+    /// (see [`RankCredential::to_pem`](super::RankCredential::to_pem)); or,
+    /// under a PMI launcher, `-`: the PEM text on standard input (how
+    /// `mpxrun` hands one to a rank on another host).
     pub const CREDENTIAL: &str = "MPX_CREDENTIAL";
 }
 
