@@ -140,8 +140,8 @@ fn mpxrun_runs_the_quickstart_and_a_ring_one_process_per_rank() {
     check_quickstart(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.lines().filter(|l| l.starts_with("[2] ")).count() > 5, "rank 2's lines are prefixed:\n{stdout}");
-    let out = run(mpxrun().args(["-n", "3", "--no-prefix"]).arg(example("quic_ring")), Duration::from_secs(60));
-    check_ring(&out, 3);
+    let out = run(mpxrun().args(["-n", "4", "--no-prefix"]).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 4);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("[0] "), "--no-prefix");
 }
 
@@ -234,8 +234,8 @@ fn mpich_hydra_runs_the_quickstart_and_a_ring() {
     }
     let out = run(Command::new("mpiexec.hydra").args(["-n", "4"]).arg(example("quickstart")), Duration::from_secs(60));
     check_quickstart(&out);
-    let out = run(Command::new("mpiexec.hydra").args(["-n", "3"]).arg(example("quic_ring")), Duration::from_secs(60));
-    check_ring(&out, 3);
+    let out = run(Command::new("mpiexec.hydra").args(["-n", "4"]).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 4);
 }
 
 /// PMI-1, which mpx falls back to with a launcher that declines PMI-2
@@ -324,8 +324,8 @@ fn open_mpi_runs_the_quickstart_and_a_ring() {
     };
     let out = run(&mut mpirun("4", example("quickstart")), Duration::from_secs(90));
     check_quickstart(&out);
-    let out = run(&mut mpirun("3", example("quic_ring")), Duration::from_secs(90));
-    check_ring(&out, 3);
+    let out = run(&mut mpirun("4", example("quic_ring")), Duration::from_secs(90));
+    check_ring(&out, 4);
     // Without the rendezvous directory: an error that says what to type.
     let mut c = Command::new("mpirun.openmpi");
     c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").args(["--oversubscribe", "-n", "2"]).arg(example("quic_ring"));
@@ -602,4 +602,53 @@ fn a_process_without_the_jobs_credential_is_refused_under_hydra() {
     assert!(all.contains("for every peer's hello"), "rank 0 failed naming its wait:\n{all}");
     assert!(!all.contains("messages received"), "nothing flowed:\n{all}");
     assert!(started.elapsed() < Duration::from_secs(30), "within the start-up bound");
+}
+
+/// A rank whose launcher cannot be reached, or never answers, or whose
+/// peers never appear, fails within its start-up time naming what it
+/// waited for: never a hang.
+#[test]
+fn start_up_failures_are_errors_within_the_start_timeout() {
+    let quickstart = example("quickstart");
+    let expect_failure = |cmd: &mut Command, names: &str| {
+        let started = Instant::now();
+        let out = run(cmd.env("MPX_START_TIMEOUT", "2"), Duration::from_secs(30));
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+        assert!(text(&out).contains(names), "the error names {names:?}:\n{}", text(&out));
+    };
+    // A PMI port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap();
+    drop(closed);
+    let pmi = |c: &mut Command, addr: String| {
+        c.env("PMI_PORT", addr).env("PMI_ID", "0").env("PMI_RANK", "0").env("PMI_SIZE", "4").env_remove("PMI_FD");
+    };
+    let mut c = Command::new(&quickstart);
+    pmi(&mut c, port.to_string());
+    expect_failure(&mut c, "PMI");
+    // A PMI port that takes the connection and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let holder = std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(1).collect();
+        std::thread::sleep(Duration::from_secs(8));
+        drop(held);
+    });
+    let mut c = Command::new(&quickstart);
+    pmi(&mut c, addr.to_string());
+    expect_failure(&mut c, "PMI");
+    holder.join().unwrap();
+    // Open MPI's variables and a rendezvous directory where rank 1 never
+    // writes its card.
+    let dir = std::env::temp_dir().join(format!("mpx-lonely-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let mut c = Command::new(&quickstart);
+    c.env("OMPI_COMM_WORLD_RANK", "0")
+        .env("OMPI_COMM_WORLD_SIZE", "4")
+        .env("PMIX_NAMESPACE", format!("lonely-{}", std::process::id()))
+        .env("MPX_RENDEZVOUS", &dir);
+    expect_failure(&mut c, "rank 1");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -133,11 +133,13 @@ impl Outcome {
 
 /// Forwards one stream of a rank's output, line by line.
 async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool) {
+    // A line longer than this goes out in pieces of this length.
+    const LONGEST: u64 = 64 << 10;
     let mut lines = BufReader::new(from);
     let mut line = Vec::new();
     loop {
         line.clear();
-        match lines.read_until(b'\n', &mut line).await {
+        match (&mut lines).take(LONGEST).read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {
                 let mut out: Box<dyn Write> = if to_stderr { Box::new(std::io::stderr().lock()) } else { Box::new(std::io::stdout().lock()) };
