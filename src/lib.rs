@@ -65,6 +65,10 @@
 pub use mpx_core::*;
 pub use mpx_net::bootstrap::launch;
 pub use mpx_net::loopback::{launch_with, Options as LaunchOptions};
+/// Owned, cheaply cloned bytes (the `bytes` crate's): sent as they are,
+/// as `packed` data, without a copy (`comm.isend(Bytes::from(vec), ..)`),
+/// and what `irecv_bytes` gives back.
+pub use bytes::Bytes;
 /// Derives [`MpiType`](trait@MpiType) for a `#[repr(C)]` struct (named or
 /// tuple fields; `packed`, `align(N)` and `#[repr(transparent)]` newtypes
 /// too) or a fieldless enum with an integer repr.

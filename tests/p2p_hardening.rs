@@ -498,7 +498,7 @@ async fn typed_external32_messages_received_as_packed_unpack_to_the_values_sent(
             mpx::unpack(&packed, &mut 0, &mut got)?;
             assert_eq!(got, ints);
 
-            let (bytes, _) = comm.irecv_bytes(0, 2).await.map_err(|e| e.error)?;
+            let (bytes, _) = comm.irecv_bytes(0, 2).await?;
             let mut got = vec![Sample::default(); 3];
             mpx::unpack(&bytes, &mut 0, &mut got)?;
             assert_eq!(got, samples[..3]);

@@ -132,7 +132,7 @@ each_transport! {
             for tag in 3..6 {
                 assert_eq!(comm.recv::<Serde<Vec<u8>>>(0, tag).await.unwrap_err(), Error::TypeMismatch, "tag {tag}");
             }
-            let (bytes, _) = comm.irecv_bytes(0, 6).await.map_err(|e| e.error)?;
+            let (bytes, _) = comm.irecv_bytes(0, 6).await?;
             assert_eq!(postcard::from_bytes::<String>(&bytes).unwrap(), "raw");
             assert_eq!(comm.recv::<Serde<String>>(0, 7).await?.0, "still fine");
             Ok(())

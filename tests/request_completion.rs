@@ -181,7 +181,7 @@ async fn requests_compose_with_futures_combinators() {
         let mut pending: FuturesUnordered<_> = (0..3).map(|t| comm.irecv_vec(vec![0u16], 0, 10 + t)).collect();
         let mut got = vec![];
         while let Some(r) = pending.next().await {
-            got.push(r.map_err(|e| e.error)?.0[0]);
+            got.push(r?.0[0]);
         }
         got.sort();
         assert_eq!(got, [0, 1, 2]);
@@ -228,9 +228,9 @@ async fn owned_buffers_give_static_spawnable_requests() {
             Ok(())
         } else {
             let recv = tokio::spawn(comm.irecv_vec(vec![0f64; 1000], 0, 0));
-            let (v, st) = recv.await.unwrap().map_err(|e| e.error)?;
+            let (v, st) = recv.await.unwrap()?;
             assert_eq!((v[999], st.bytes), (1.5, 8000));
-            let (raw, _) = comm.irecv_bytes(0, 1).await.map_err(|e| e.error)?;
+            let (raw, _) = comm.irecv_bytes(0, 1).await?;
             assert_eq!(&raw[..], b"raw");
             // A failed owned receive hands its buffer back.
             comm.send(&[1u64, 2, 3], 1, 2).await?;
@@ -345,14 +345,14 @@ async fn request_set_test_some_and_wait_any() {
             }
         };
         assert_eq!(other.len(), 1);
-        let mut got = vec![(i, r.map_err(|e| e.error)?.0[0]), (other[0].0, other[0].1.as_ref().unwrap().0[0])];
+        let mut got = vec![(i, r?.0[0]), (other[0].0, other[0].1.as_ref().unwrap().0[0])];
         got.sort();
         assert_eq!(got, [(2, 2), (3, 3)]);
         assert_eq!(set.active(), 2);
         // An owned receive can be cancelled; it hands its buffer back.
         let mut pending = set.take(0).unwrap();
         assert!(pending.cancel());
-        let (buf, st) = pending.await.map_err(|e| e.error)?;
+        let (buf, st) = pending.await?;
         assert!(st.test_cancelled());
         assert_eq!(buf, [0]);
         Ok(())

@@ -141,7 +141,7 @@ async fn example_3_14_client_server_with_wait_any() {
         let mut served = vec![0usize; size];
         while served[1..].iter().sum::<usize>() < ROUNDS * (size - 1) {
             let (index, outcome) = wait_any(&mut requests).await.expect("active requests");
-            let (buf, status) = outcome.map_err(|e| e.error)?;
+            let (buf, status) = outcome?;
             let client = index + 1;
             assert_eq!(status.source, Some(client));
             assert_eq!(buf[0] as usize, served[client], "in order per client");
@@ -182,7 +182,7 @@ async fn example_3_15_client_server_with_wait_some() {
         while let Some(done) = wait_some(&mut requests).await {
             per_call.push(done.len());
             for (index, outcome) in done {
-                let (buf, _) = outcome.map_err(|e| e.error)?;
+                let (buf, _) = outcome?;
                 let client = index + 1;
                 assert_eq!(buf[0] as usize, served[client], "in order per client");
                 served[client] += 1;
@@ -216,7 +216,7 @@ async fn client_server_on_a_request_set() {
         let mut served = vec![0usize; size];
         while let Some(done) = set.wait_some().await {
             for (index, outcome) in done {
-                let (buf, _) = outcome.map_err(|e| e.error)?;
+                let (buf, _) = outcome?;
                 let client = index + 1;
                 assert_eq!(buf[0] as usize, served[client]);
                 served[client] += 1;

@@ -383,7 +383,7 @@ async fn small_messages_overtake_a_large_transfer_to_the_same_peer() {
             let (n, _) = b.recv::<u64>(0, 2).await?;
             b.send(&(n + 1), 0, 3).await?;
         }
-        let (data, status) = big.await.map_err(|e| e.error)?;
+        let (data, status) = big.await?;
         assert_eq!((data.len(), status.bytes), (BIG, BIG as u64));
         Ok::<_, Error>(())
     });
