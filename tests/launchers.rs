@@ -324,6 +324,9 @@ fn open_mpi_runs_the_quickstart_and_a_ring() {
     };
     let out = run(&mut mpirun("4", example("quickstart")), Duration::from_secs(90));
     check_quickstart(&out);
+    // Each rank removes its card as it ends, the last one the job's folder.
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "the job left {left:?} behind");
     let out = run(&mut mpirun("4", example("quic_ring")), Duration::from_secs(90));
     check_ring(&out, 4);
     // Without the rendezvous directory: an error that says what to type.

@@ -367,7 +367,23 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
 
 /// The exchange through the rendezvous directory: on a blocking
 /// thread.
-fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential)> {
+/// A rank's card in a rendezvous directory, removed (and the job's
+/// directory with the last card) when the rank's endpoint ends: a later
+/// job under the same name never reads it.
+struct PublishedCard {
+    file: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for PublishedCard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        // Fails while other ranks' cards remain: the last rank removes it.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential, PublishedCard)> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let io = |what: String| move |e: std::io::Error| Error::transport(what, e);
     let base = dir.parent().unwrap_or(dir);
@@ -386,6 +402,7 @@ fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Durati
     let partial = dir.join(format!(".rank-{rank}.{}", std::process::id()));
     std::fs::write(&partial, card(addr, &credential.fingerprint())).map_err(io(format!("writing {}", partial.display())))?;
     std::fs::rename(&partial, file(rank)).map_err(io(format!("publishing {}", file(rank).display())))?;
+    let published = PublishedCard { file: file(rank), dir: dir.to_path_buf() };
     let deadline = Instant::now() + timeout;
     let mut addrs = Vec::with_capacity(size as usize);
     let mut pins = Vec::with_capacity(size as usize);
@@ -406,7 +423,7 @@ fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Durati
         pins.push(f);
     }
     trust(&mut credential, pins)?;
-    Ok((socket, addrs, credential))
+    Ok((socket, addrs, credential, published))
 }
 
 /// Starts this process's rank as its launcher says ([`Start::detect`]),
@@ -458,9 +475,11 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
         }
         Start::Rendezvous { rank, size, dir, job, .. } => {
             blocking(Box::new(move || {
-                let (socket, addrs, credential) = through_directory(rank, size, &dir, job, timeout)?;
+                let (socket, addrs, credential, card) = through_directory(rank, size, &dir, job, timeout)?;
                 let _inside = runtime.enter();
-                quic::start(socket, &addrs, credential, &for_path(options, &addrs))
+                let endpoint = quic::start(socket, &addrs, credential, &for_path(options, &addrs))?;
+                endpoint.own(card);
+                Ok(endpoint)
             }))
             .await?
         }
