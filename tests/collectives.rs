@@ -255,6 +255,46 @@ each_transport! {
         }
     }
 
+    /// Allreduce on both sides of the size from which it reduce-scatters
+    /// and allgathers (64 KiB per rank): above it, every element is the
+    /// left fold of the ranks' values in rank order, bit for bit, for a
+    /// floating-point sum whose value depends on the order; below it the
+    /// bits agree on every rank; a non-commutative product matches the
+    /// serial one on both sides, blocks uneven.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_allreduces_combine_blocks_in_rank_order() {
+        const THRESHOLD: usize = 64 << 10;
+        let terms = [1e16, 1.0, -1e16, 3.5, 1e-3, -7.25e15, 2.0, 1e16];
+        let value = move |rank: usize, i: usize| terms[(rank + i) % 8] * (1.0 + (i % 5) as f64);
+        for n in SIZES {
+            for count in [THRESHOLD / 8 - 1, THRESHOLD / 8 + 5] {
+                let large = n > 1 && count * 8 >= THRESHOLD;
+                let bits = returns(launch(n, move |comm| async move {
+                    let me = comm.rank();
+                    let mine: Vec<f64> = (0..count).map(|i| value(me, i)).collect();
+                    let mut sum = vec![0.0f64; count];
+                    comm.allreduce(&mine, &mut sum, SUM).await?;
+                    if large {
+                        for (i, got) in sum.iter().enumerate() {
+                            let want = (1..n).fold(value(0, i), |acc, r| acc + value(r, i));
+                            assert_eq!(got.to_bits(), want.to_bits(), "{n} ranks, element {i}");
+                        }
+                    }
+                    let elements = count * 8 / std::mem::size_of::<Matrix>();
+                    let mats: Vec<Matrix> = (0..elements).map(|i| matrix(me, i)).collect();
+                    let mut product = vec![[0i64; 4]; elements];
+                    comm.allreduce(&mats, &mut product, matrix_product()).await?;
+                    for (i, got) in product.iter().enumerate() {
+                        assert_eq!(*got, serial_product(0..n, i), "{n} ranks, {elements} matrices, element {i}");
+                    }
+                    Ok(sum.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                }))
+                .await;
+                assert!(bits.iter().all(|b| *b == bits[0]), "{n} ranks, {count} values: the ranks disagree");
+            }
+        }
+    }
+
     /// Point-to-point messages on the tags collectives number their calls
     /// with never meet a collective; two collectives in flight on one
     /// communicator each get their own messages, whichever is awaited

@@ -36,7 +36,7 @@
 //! | [`barrier`](Comm::barrier) | dissemination: ⌈log₂ n⌉ rounds |
 //! | [`bcast`](Comm::bcast) | binomial tree from the root |
 //! | [`reduce`](Comm::reduce) | binomial tree to rank 0 in rank order (then to the root) |
-//! | [`allreduce`](Comm::allreduce) | power-of-two rank counts: recursive doubling (log₂ n exchanges); others: `reduce` to rank 0, then `bcast` |
+//! | [`allreduce`](Comm::allreduce) | 64 KiB and more per rank: reduce-scatter (block `r` to rank `r`, combined there in rank order), then a ring allgather; below that, power-of-two rank counts: recursive doubling (log₂ n exchanges); others: `reduce` to rank 0, then `bcast` |
 //! | [`scan`](Comm::scan), [`exscan`](Comm::exscan) | a chain in rank order |
 //! | [`gather`](Comm::gather), [`scatter`](Comm::scatter) and their `v` forms | direct to and from the root |
 //! | [`allgather`](Comm::allgather), [`allgatherv`](Comm::allgatherv) | a ring: n − 1 steps, each rank passing on what it got |
@@ -49,7 +49,8 @@
 //! Reductions combine contributions in rank order (rank 0's first), for
 //! commutative operations too, and always in the same pattern for a given
 //! rank count: a floating-point sum gives the same bits on every rank, and
-//! the same bits from one run to the next.
+//! the same bits from one run to the next (the pattern may change with
+//! the size, where a collective's algorithm does).
 
 mod barrier;
 mod cart;

@@ -78,7 +78,7 @@ impl Bcast {
 /// An allgather around a ring under way: the receives posted from the
 /// left (step `k` brings the block of rank `me - k - 1`), and the first
 /// send to the right, of this rank's own block.
-struct Ring {
+pub(super) struct Ring {
     ranges: Vec<Range<usize>>,
     posted: Vec<Posted>,
     first: Option<Request<'static>>,
@@ -87,7 +87,7 @@ struct Ring {
 impl Ring {
     /// Checks the layout, posts the receives, sends this rank's block and
     /// copies it into its place in `recv`.
-    fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
+    pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
         let (n, me) = (call.size(), call.rank());
         let left = (me + n - 1) % n;
         let mine = 0..E::src_len(send);
@@ -104,7 +104,7 @@ impl Ring {
     }
 
     /// Takes each block from the left and passes it on to the right.
-    async fn finish<E: Element>(self, call: &Call, recv: &mut E::Dst<'_>) -> Result<()> {
+    pub(super) async fn finish<E: Element>(self, call: &Call, recv: &mut E::Dst<'_>) -> Result<()> {
         let Ring { ranges, posted, first } = self;
         let (n, me) = (call.size(), call.rank());
         let mut sends: Vec<Request<'static>> = first.into_iter().collect();

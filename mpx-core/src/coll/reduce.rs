@@ -2,7 +2,7 @@
 //! `reduce_scatter_block`, `reduce_scatter`, `scan` and `exscan`.
 
 
-use super::movement::Bcast;
+use super::movement::{Bcast, Ring};
 use super::{check_len, sent, Call, CollMut, CollRef, Collective, Op, Posted};
 use crate::comm::Comm;
 use crate::error::Result;
@@ -113,6 +113,53 @@ fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>
     })
 }
 
+/// Bytes per rank from which [`Comm::allreduce`] cuts the values in
+/// blocks, one per rank, rather than moving them whole.
+pub(super) const LARGE_ALLREDUCE: u64 = 64 << 10;
+
+/// Allreduce of large data: a reduce-scatter, then an allgather. The
+/// values are cut in `n` blocks; each rank sends block `r` to rank `r`,
+/// combines the `n` contributions to its own block in rank order (a left
+/// fold, the same bits whatever order they arrive in), and the combined
+/// blocks go around a ring to every rank. Each rank moves `2(n-1)/n` of
+/// the data and combines `1/n` of it, against all of it `log₂ n` times
+/// for recursive doubling.
+fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
+    let (n, me) = (call.size(), call.rank());
+    let counts: Vec<usize> = (0..n).map(|r| send.len() / n + usize::from(r < send.len() % n)).collect();
+    let displs: Vec<usize> = (0..n).map(|r| counts[..r].iter().sum()).collect();
+    let block = |r: usize| displs[r]..displs[r] + counts[r];
+    let started = (|| -> Result<_> {
+        op.check()?;
+        check_len("allreduce: the receive buffer", recv.len(), send.len())?;
+        let posted = (0..n).filter(|&r| r != me).map(|r| Ok((r, call.post::<T>(r, counts[me])?))).collect::<Result<Vec<_>>>()?;
+        // Each rank starts with its right neighbour's block.
+        let sends: Vec<Request<'static>> = (1..n).map(|k| (me + k) % n).map(|r| call.send(&send[block(r)], r)).collect();
+        Ok((posted, sends, send[block(me)].to_vec()))
+    })();
+    Collective::new(call.clone(), async move {
+        let (posted, sends, own) = started?;
+        // Every rank's contribution to this rank's block, in rank order.
+        let mut parts: Vec<Option<Vec<T>>> = (0..n).map(|_| None).collect();
+        parts[me] = Some(own.clone());
+        for (r, p) in posted {
+            let mut theirs = own.clone();
+            p.into(&mut theirs).await?;
+            parts[r] = Some(theirs);
+        }
+        let mut parts = parts.into_iter().map(|p| p.expect("every rank's part"));
+        let mut acc = parts.next().expect("rank 0's part");
+        for mut next in parts {
+            // acc ∘ next, into next.
+            op.apply(&acc, &mut next)?;
+            acc = next;
+        }
+        sent(sends).await?;
+        let ring = Ring::start::<T>(&call, &&acc[..], &mut recv, &counts, &displs, "allreduce")?;
+        ring.finish::<T>(&call, &mut recv).await
+    })
+}
+
 impl Comm {
     /// `MPI_Reduce`: combines every rank's `send` with `op`, element by
     /// element, in rank order, into the root's `recv` (as many values as
@@ -179,11 +226,14 @@ impl Comm {
     /// (as many values as `send`).
     ///
     /// Every rank gets the same bits, and the values are combined in rank
-    /// order: on a power-of-two number of ranks by recursive doubling
-    /// (where the two ranks of each exchange compute the same `lower ∘
-    /// higher` from the same operands), otherwise by `reduce` to rank 0
-    /// and a broadcast of its result. A floating-point sum whose value
-    /// depends on the order of its terms is identical on every rank.
+    /// order: from 64 KiB per rank, by a reduce-scatter (each rank
+    /// combines one block of every rank's values, a left fold in rank
+    /// order) and a ring allgather of the blocks; below that, on a
+    /// power-of-two number of ranks by recursive doubling (where the two
+    /// ranks of each exchange compute the same `lower ∘ higher` from the
+    /// same operands), otherwise by `reduce` to rank 0 and a broadcast of
+    /// its result. A floating-point sum whose value depends on the order
+    /// of its terms is identical on every rank.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -201,7 +251,11 @@ impl Comm {
     pub fn allreduce<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
         let (send, recv, op) = (send.values(), recv.values(), op.into());
         let call = Call::start(self);
-        if call.size().is_power_of_two() {
+        let n = call.size();
+        if n > 1 && send.len() >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE {
+            return scattered(call, send, recv, op);
+        }
+        if n.is_power_of_two() {
             return doubling(call, send, recv, op);
         }
         let started = (|| -> Result<_> {
