@@ -94,6 +94,19 @@ impl Comm {
     /// better fit to the machine; mpx keeps their order. A grid larger than
     /// the communicator is an error.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// // A ring of 2 out of 3 ranks: rank 2 is left out.
+    /// match comm.cart_create(&[2], &[true], false).await? {
+    ///     Some(ring) => assert_eq!((ring.rank(), ring.dims()), (comm.rank(), &[2][..])),
+    ///     None => assert_eq!(comm.rank(), 2),
+    /// }
+    /// assert!(comm.cart_create(&[2, 2], &[false, false], false).await.is_err(), "4 ranks > 3");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Not cancel-safe: it is a collective (a [`split`](Comm::split)).
     pub fn cart_create(&self, dims: &[usize], periods: &[bool], reorder: bool) -> impl Future<Output = Result<Option<Cart>>> + Send + 'static {
@@ -137,6 +150,17 @@ impl Cart {
     }
 
     /// `MPI_Cart_coords`: the coordinates of `rank`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(6, |comm| async move {
+    /// let grid = comm.cart_create(&[2, 3], &[false, false], false).await?.expect("6 ranks fill it");
+    /// assert_eq!(grid.coords(4)?, [1, 1]); // row-major: 4 = 1 * 3 + 1
+    /// assert_eq!(grid.rank_of(&[1, 1])?, 4);
+    /// assert!(grid.coords(6).is_err(), "not a rank of the grid");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn coords(&self, rank: usize) -> Result<Vec<usize>> {
         if rank >= self.size() {
             return Err(Error::InvalidRank { rank, size: self.size() });
@@ -177,6 +201,19 @@ impl Cart {
     /// and a receive from `source` shift data by `disp`. Off the edge of a
     /// dimension that does not wrap, the neighbour is
     /// [`PROC_NULL`](crate::PROC_NULL).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// use mpx_core::Peer;
+    /// let line = comm.cart_create(&[3], &[false], false).await?.expect("3 ranks fill it");
+    /// let (source, dest) = line.shift(0, 1)?;
+    /// let r = line.rank();
+    /// assert_eq!(source, if r == 0 { Peer::Null } else { Peer::Rank(r - 1) });
+    /// assert_eq!(dest, if r == 2 { Peer::Null } else { Peer::Rank(r + 1) });
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn shift(&self, dim: usize, disp: i64) -> Result<(Peer, Peer)> {
         if dim >= self.dims.len() {
             return Err(Error::InvalidArgument(format!("dimension {dim} of a grid of {}", self.dims.len())));
@@ -193,6 +230,17 @@ impl Cart {
     /// `MPI_Cart_sub`: collective over the grid. Keeps the dimensions
     /// whose `remain` entry is `true`: each rank gets the sub-grid of the
     /// ranks that share its coordinates along the others.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(6, |comm| async move {
+    /// let grid = comm.cart_create(&[2, 3], &[false, true], false).await?.expect("6 ranks fill it");
+    /// let row = grid.sub(&[false, true]).await?; // keep dimension 1: this rank's row
+    /// assert_eq!((row.dims(), row.periods()), (&[3][..], &[true][..]));
+    /// assert_eq!(row.rank(), grid.coords(grid.rank())?[1]); // ranked by column
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Not cancel-safe: it is a collective (a [`split`](Comm::split)).

@@ -144,6 +144,20 @@ impl Packed {
 }
 
 /// A receive buffer: memory, a count and a datatype.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(2, |comm| async move {
+/// use mpx_core::{Datatype, MpiType, RecvBuf};
+/// let other = 1 - comm.rank();
+/// comm.isend(&[1u32, 3], other, 0);
+/// let mut pairs = [[0u32; 2]; 2];
+/// let firsts = Datatype::vector(2, 1, 2, &u32::datatype())?; // the first u32 of each pair
+/// comm.recv_into(RecvBuf::typed_with(&mut pairs, 1, &firsts)?, other, 0).await?;
+/// assert_eq!(pairs, [[1, 0], [3, 0]]);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct RecvBuf<'a> {
     pub(crate) region: RegionMut<'a>,
@@ -153,6 +167,20 @@ pub struct RecvBuf<'a> {
 
 impl<'a> RecvBuf<'a> {
     /// Room for `count` items of `datatype` in `region`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{Datatype, RecvBuf, RegionMut};
+    /// let other = 1 - comm.rank();
+    /// comm.isend(&[1.0f64, 2.0], other, 0);
+    /// let mut m = [0.0f64; 4]; // 2×2, row-major
+    /// let column = Datatype::vector(2, 1, 2, &Datatype::double())?;
+    /// comm.recv_into(RecvBuf::new(RegionMut::of(&mut m), 1, &column), other, 0).await?;
+    /// assert_eq!(m, [1.0, 0.0, 2.0, 0.0]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn new(region: RegionMut<'a>, count: u64, datatype: &Datatype) -> RecvBuf<'a> {
         RecvBuf { region, count, datatype: datatype.clone() }
     }

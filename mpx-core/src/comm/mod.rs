@@ -237,6 +237,20 @@ impl Comm {
     /// rank must call `dup` on the communicator the same number of times in
     /// the same order (as in MPI, it is collective), which is what makes the
     /// new context agree everywhere without messages.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// let other = 1 - comm.rank();
+    /// let private = comm.dup(); // e.g. a library's own channel
+    /// private.isend(&1u8, other, 0);
+    /// comm.isend(&2u8, other, 0);
+    /// assert_eq!(comm.recv::<u8>(other, 0).await?.0, 2); // same tag, but not `private`'s message
+    /// assert_eq!(private.recv::<u8>(other, 0).await?.0, 1);
+    /// assert_eq!((private.rank(), private.size()), (comm.rank(), comm.size()));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn dup(&self) -> Comm {
         let n = self.dups.fetch_add(1, Ordering::Relaxed);
         let context = derive_context(self.context, n);

@@ -38,6 +38,21 @@ use crate::mpi_type::MpiType;
 use crate::request::Request;
 
 /// An operation that can be started repeatedly.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |comm| async move {
+/// use mpx_core::Persistent;
+/// let mut inbox = [0u8; 2];
+/// let mut recv = comm.recv_init(&mut inbox, 0, 0);
+/// for round in 1..=2u8 {
+///     comm.send(&[round; 2], 0, 0).await?; // to itself
+///     recv.start().await?;
+///     assert_eq!(recv.buffer(), &[round; 2]);
+/// }
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub trait Persistent {
     /// `MPI_Start`: starts the operation; the returned request completes it
     /// and borrows `self` until then.
@@ -46,6 +61,21 @@ pub trait Persistent {
 
 /// `MPI_Startall`: starts every request, returning their requests in order,
 /// ready for [`wait_all`](crate::request::wait_all).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(2, |comm| async move {
+/// use mpx_core::{start_all, wait_all, Persistent};
+/// let other = 1 - comm.rank();
+/// let mut send = comm.send_init(vec![comm.rank() as u8; 2], other, 0);
+/// let mut recv = comm.recv_init(vec![0u8; 2], other, 0);
+/// for outcome in wait_all(start_all([&mut recv as &mut dyn Persistent, &mut send])).await {
+///     outcome?;
+/// }
+/// assert_eq!(recv.buffer(), &[other as u8; 2]);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub fn start_all<'b>(requests: impl IntoIterator<Item = &'b mut dyn Persistent>) -> Vec<Request<'b>> {
     requests.into_iter().map(|p| p.start()).collect()
 }
@@ -208,6 +238,20 @@ impl Comm {
     /// `MPI_Send_init`: a persistent standard send of a borrowed slice or
     /// an owned `Vec` (see [`SendStorage`]; an owned buffer is writable
     /// between starts, see the [module docs](self)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx_core::Persistent;
+    /// let mut send = comm.send_init(vec![0u32; 2], 0, 7); // to itself
+    /// for step in 1..=2u32 {
+    ///     send.buffer_mut().fill(step); // an owned buffer is writable between starts
+    ///     send.start().await?;
+    ///     assert_eq!(comm.recv::<[u32; 2]>(0, 7).await?.0, [step; 2]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn send_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
         self.persistent_send(buf, dest, tag, SendMode::Standard)
     }
@@ -229,6 +273,21 @@ impl Comm {
 
     /// `MPI_Recv_init`: a persistent receive into a borrowed slice or an
     /// owned `Vec` (see [`RecvStorage`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx_core::{Any, Persistent};
+    /// let mut recv = comm.recv_init(vec![0i64; 3], Any, 1);
+    /// for step in 0..2i64 {
+    ///     let pending = recv.start();
+    ///     comm.send(&[step; 3], 0, 1).await?; // to itself
+    ///     let status = pending.await?;
+    ///     assert_eq!((recv.buffer(), status.source), (&[step; 3][..], Some(0)));
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn recv_init<'a, T: MpiType>(&self, buf: impl Into<RecvStorage<'a, T>>, source: impl Into<Source>, tag: impl Into<TagSel>) -> PersistentRecv<'a, T> {
         PersistentRecv { comm: self.clone(), buf: buf.into(), source: source.into(), tag: tag.into() }
     }

@@ -17,6 +17,23 @@ impl Comm {
 
     /// `MPI_Iprobe`: the status of the first queued message matching
     /// `source` and `tag`, without receiving it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// assert_eq!(comm.iprobe(0, 3)?, None, "nothing sent yet");
+    /// comm.send(&[1u64, 2], 0, 3).await?; // to itself
+    /// let status = loop {
+    ///     match comm.iprobe(0, 3)? {
+    ///         Some(status) => break status,
+    ///         None => tokio::task::yield_now().await, // let it arrive
+    ///     }
+    /// };
+    /// assert_eq!((status.source, status.count::<u64>()), (Some(0), Some(2)));
+    /// assert_eq!(comm.recv::<[u64; 2]>(0, 3).await?.0, [1, 2]); // still queued
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn iprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Status>> {
         let Some(spec) = self.spec(source.into(), tag.into(), self.context)? else { return Ok(Some(Status::empty())) };
         let st = self.shared.lock();
@@ -62,6 +79,22 @@ impl Comm {
     /// `MPI_Improbe`: takes the first queued matching message out of the
     /// queue, so no other receive can match it; receive it with
     /// [`Message::recv_into`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// comm.send(&[4i32, 5], 0, 0).await?; // to itself
+    /// let message = loop {
+    ///     if let Some(message) = comm.improbe(0, 0)? { break message; }
+    ///     tokio::task::yield_now().await; // let it arrive
+    /// };
+    /// assert_eq!(comm.iprobe(0, 0)?, None, "taken: no other receive can match it");
+    /// let mut buf = [0i32; 2];
+    /// message.recv_into(&mut buf).await?;
+    /// assert_eq!(buf, [4, 5]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn improbe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Message>> {
         let Some(spec) = self.spec(source.into(), tag.into(), self.context)? else { return Ok(Some(Message::null(self))) };
         let mut st = self.shared.lock();

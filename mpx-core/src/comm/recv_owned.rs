@@ -14,6 +14,18 @@ use crate::request::Operation;
 use crate::runtime::{Completion, Shared};
 
 /// A failed receive into an owned buffer: the buffer comes back with the error.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |comm| async move {
+/// use mpx_core::Error;
+/// comm.send(&[1u8, 2, 3], 0, 0).await?; // to itself
+/// let failed = comm.irecv_vec(vec![0u8; 2], 0, 0).await.unwrap_err();
+/// assert!(matches!(failed.error, Error::Truncate { needed: 3, available: 2 }));
+/// assert_eq!(failed.buffer, [0, 0]); // the buffer comes back
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct RecvError<B> {
     /// The buffer the receive was given.
@@ -92,6 +104,19 @@ impl Drop for RawRecv {
 /// the status, or to the buffer and the error ([`RecvError`]). It is also an
 /// [`Operation`], so it works with the completion functions and
 /// [`RequestSet`](crate::RequestSet).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(2, |comm| async move {
+/// use mpx_core::OwnedRecv;
+/// let other = 1 - comm.rank();
+/// let recv: OwnedRecv<Vec<u32>> = comm.irecv_vec(vec![0; 3], other, 0); // posted now
+/// comm.send(&[comm.rank() as u32; 3], other, 0).await?;
+/// let (v, status) = recv.await?;
+/// assert_eq!((v, status.source), (vec![other as u32; 3], Some(other)));
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[must_use = "a receive does nothing unless awaited; dropping it withdraws it"]
 pub struct OwnedRecv<B> {
     state: OwnedState<B>,

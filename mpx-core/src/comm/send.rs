@@ -199,6 +199,22 @@ impl Comm {
     /// [`Error::BufferExhausted`] and sends nothing. See
     /// [`ibsend`](Comm::ibsend).
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{Error, BSEND_OVERHEAD};
+    /// if comm.rank() == 0 {
+    ///     assert!(matches!(comm.bsend(&7u64, 1, 0).await, Err(Error::BufferExhausted { .. })), "no buffer");
+    ///     comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
+    ///     comm.bsend(&7u64, 1, 0).await?; // copied: returns at once
+    ///     comm.buffer_detach().await?;
+    /// } else {
+    ///     assert_eq!(comm.recv::<u64>(0, 0).await?.0, 7);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Completes on its first poll.
     pub fn bsend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
@@ -207,6 +223,18 @@ impl Comm {
 
     /// `MPI_Ssend`: completes only once a matching receive has started. See
     /// [`issend`](Comm::issend).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// if comm.rank() == 0 {
+    ///     comm.ssend(&[1u8, 2], 1, 0).await?; // returns once rank 1's receive has matched it
+    /// } else {
+    ///     assert_eq!(comm.recv::<[u8; 2]>(0, 0).await?.0, [1, 2]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// As [`send`](Comm::send): a dropped synchronous send is still matched
@@ -217,6 +245,22 @@ impl Comm {
 
     /// `MPI_Rsend`: valid only if the matching receive is already posted.
     /// See [`irsend`](Comm::irsend).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::Error;
+    /// if comm.rank() == 0 {
+    ///     // Rank 1 posts no receive for tag 0: the send fails, nothing is delivered.
+    ///     assert!(matches!(comm.rsend(&1u8, 1, 0).await, Err(Error::NotReady)));
+    ///     comm.send(&2u8, 1, 1).await?;
+    /// } else {
+    ///     assert_eq!(comm.recv::<u8>(0, 1).await?.0, 2);
+    ///     assert_eq!(comm.iprobe(0, 0)?, None);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// As [`send`](Comm::send).

@@ -167,6 +167,15 @@ impl<'a> Region<'a> {
     }
 
     /// The bytes of a plain-old-data slice, origin at its start.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, Region};
+    /// let v = [1.0f64, 2.0, 3.0];
+    /// let ends = Datatype::vector(2, 1, 2, &Datatype::double())?; // elements 0 and 2
+    /// let packed = ends.pack_to_vec(Region::of(&v), 1)?;
+    /// assert_eq!(packed, [1.0f64, 3.0].iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn of<T: bytemuck::Pod>(values: &'a [T]) -> Region<'a> {
         Region::new(bytemuck::cast_slice(values))
     }
@@ -223,6 +232,15 @@ impl<'a> RegionMut<'a> {
 
     /// The bytes of a plain-old-data slice (every bit pattern valid), origin
     /// at its start.
+    ///
+    /// ```
+    /// use mpx_core::{MpiType, RegionMut};
+    /// let packed: Vec<u8> = [7u32, 8, 9].iter().flat_map(|x| x.to_ne_bytes()).collect();
+    /// let (mut v, mut position) = ([0u32; 3], 0);
+    /// u32::datatype().unpack_from(&packed, &mut position, RegionMut::of(&mut v), 3)?;
+    /// assert_eq!((v, position), ([7, 8, 9], 12));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn of<T: bytemuck::Pod>(values: &'a mut [T]) -> RegionMut<'a> {
         RegionMut::new(bytemuck::cast_slice_mut(values))
     }

@@ -63,6 +63,22 @@ fn take<R: Operation>(requests: &mut [Option<R>], i: usize) -> R::Output {
 /// active (MPI's `MPI_UNDEFINED`). The scan starts at a random index, so
 /// no request is favoured.
 ///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |world| async move {
+/// use mpx_core::wait_any;
+/// let (mut a, mut b) = (0u8, 0u8);
+/// let mut reqs = [Some(world.irecv(&mut a, 0, 0)), Some(world.irecv(&mut b, 0, 1))];
+/// world.send(&9u8, 0, 1).await?;
+/// let (index, status) = wait_any(&mut reqs).await.expect("two are active");
+/// assert_eq!((index, status?.tag), (1, Some(1)));
+/// assert!(reqs[1].is_none() && reqs[0].is_some());
+/// drop(reqs);
+/// assert_eq!(b, 9);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+///
 /// # Cancel safety
 /// Cancel-safe: dropping the future leaves every request in the slice.
 pub async fn wait_any<R: Operation>(requests: &mut [Option<R>]) -> Option<(usize, R::Output)> {
@@ -87,6 +103,23 @@ pub enum Tested<T> {
 
 /// `MPI_Testany`: like [`wait_any`] without waiting. Processes frames that
 /// have already arrived first.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |world| async move {
+/// use mpx_core::{test_any, Tested};
+/// let mut got = 0u8;
+/// let mut reqs = [None, Some(world.irecv(&mut got, 0, 0))];
+/// assert!(matches!(test_any(&mut reqs), Tested::Pending), "nothing sent yet");
+/// world.send(&3u8, 0, 0).await?;
+/// let (index, status) = loop {
+///     if let Tested::Done(done) = test_any(&mut reqs) { break done; }
+/// };
+/// assert_eq!((index, status?.bytes), (1, 1));
+/// assert!(matches!(test_any(&mut reqs), Tested::Inactive), "every entry is None now");
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub fn test_any<R: Operation>(requests: &mut [Option<R>]) -> Tested<(usize, R::Output)> {
     progress_endpoint(requests.iter());
     match poll_entries(requests, &mut Context::from_waker(Waker::noop())) {
@@ -143,6 +176,23 @@ fn take_all<R: Operation>(requests: &mut [Option<R>]) -> Vec<Option<R::Output>> 
 
 /// `MPI_Testall`: the outcomes of all requests if all have completed (then
 /// every entry is set to `None`), or `None`, leaving them all in place.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |world| async move {
+/// use mpx_core::test_all;
+/// let (mut a, mut b) = (0u8, 0u8);
+/// let mut reqs = [Some(world.irecv(&mut a, 0, 0)), Some(world.irecv(&mut b, 0, 1))];
+/// world.send(&1u8, 0, 0).await?;
+/// assert!(test_all(&mut reqs).is_none(), "tag 1 is not sent yet");
+/// world.send(&2u8, 0, 1).await?;
+/// let outcomes = loop {
+///     if let Some(outcomes) = test_all(&mut reqs) { break outcomes; }
+/// };
+/// assert!(outcomes.into_iter().all(|o| o.is_some_and(|r| r.is_ok())) && reqs.iter().all(Option::is_none));
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub fn test_all<R: Operation>(requests: &mut [Option<R>]) -> Option<Vec<Option<R::Output>>> {
     progress_endpoint(requests.iter());
     let _ = poll_entries(requests, &mut Context::from_waker(Waker::noop()));
@@ -184,6 +234,22 @@ pub async fn wait_some<R: Operation>(requests: &mut [Option<R>]) -> Option<Vec<(
 
 /// `MPI_Testsome`: like [`wait_some`] without waiting
 /// (`Tested::Done` always holds at least one completion).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |world| async move {
+/// use mpx_core::{test_some, Tested};
+/// let (mut a, mut b) = (0u8, 0u8);
+/// let mut reqs = [Some(world.irecv(&mut a, 0, 0)), Some(world.irecv(&mut b, 0, 1))];
+/// world.send(&1u8, 0, 1).await?;
+/// let done = loop {
+///     if let Tested::Done(done) = test_some(&mut reqs) { break done; }
+/// };
+/// assert_eq!((done.len(), done[0].0), (1, 1));
+/// assert!(matches!(test_some(&mut reqs), Tested::Pending), "tag 0 is not sent");
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub fn test_some<R: Operation>(requests: &mut [Option<R>]) -> Tested<Vec<(usize, R::Output)>> {
     progress_endpoint(requests.iter());
     match poll_entries(requests, &mut Context::from_waker(Waker::noop())) {

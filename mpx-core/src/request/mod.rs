@@ -255,6 +255,21 @@ impl<'a> Request<'a> {
     /// completes with a status whose [`Status::test_cancelled`] is true.
     /// A receive that has matched, and any send, are not affected (MPI
     /// allows a cancel to fail). Returns whether the request was cancelled.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// let mut buf = [0u8; 4];
+    /// let mut recv = comm.irecv(&mut buf, 0, 0);
+    /// assert!(recv.cancel(), "nothing has matched it");
+    /// assert!(recv.await?.test_cancelled());
+    /// let mut send = comm.isend(&1u8, 0, 1);
+    /// assert!(!send.cancel(), "a send is not cancelled");
+    /// send.await?;
+    /// # comm.recv::<u8>(0, 1).await?;
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn cancel(&mut self) -> bool {
         let State::Active { shared, id, kind: Kind::Recv(_) } = &self.state else { return false };
         let mut st = shared.lock();
@@ -271,6 +286,20 @@ impl<'a> Request<'a> {
     /// engine), and a failure is reported through `tracing`. A receive is
     /// withdrawn, as when it is dropped: mpx never writes into a buffer
     /// after its borrow has ended.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// comm.isend(&[1u8, 2], 0, 0).free(); // to itself: still delivered
+    /// assert_eq!(comm.recv::<[u8; 2]>(0, 0).await?.0, [1, 2]);
+    /// let mut buf = [0u8; 2];
+    /// comm.irecv(&mut buf, 0, 1).free(); // a receive is withdrawn
+    /// comm.send(&[3u8, 4], 0, 1).await?;
+    /// assert_eq!(comm.recv::<[u8; 2]>(0, 1).await?.0, [3, 4]); // not lost
+    /// assert_eq!(buf, [0, 0]); // and never written there
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn free(self) {
         drop(self)
     }

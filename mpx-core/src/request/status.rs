@@ -5,6 +5,19 @@ use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 
 /// What a completed receive reports (`MPI_Status`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |comm| async move {
+/// use mpx_core::Any;
+/// comm.send(&[1u16, 2, 3], 0, 4).await?; // to itself
+/// let mut buf = [0u16; 8];
+/// let status = comm.recv_into(&mut buf, Any, Any).await?;
+/// assert_eq!((status.source, status.tag, status.bytes), (Some(0), Some(4), 6));
+/// assert!(!status.test_cancelled() && status.error.is_none());
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     /// The sender's rank, or `None` for the null process.
