@@ -459,9 +459,12 @@ fn ranks_on_three_hosts_run_and_a_host_cut_off_fails_the_others() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).matches("flood of 10000 messages checked").count(), 6, "{}", text(&out));
 
     // Cut host 1 (ranks 1 and 4) off in the middle of a flood.
+    // A failure bound of 3 s, which reaches the remote ranks on their
+    // command lines.
     let mut launched = Launched::spawn(
         hosts
             .mpxrun(6)
+            .env("MPX_IDLE_TIMEOUT", "3")
             .arg("--keep-going")
             .arg(example("flood"))
             .arg("100000000")
@@ -485,7 +488,8 @@ fn ranks_on_three_hosts_run_and_a_host_cut_off_fails_the_others() {
     }
     ip(&format!("link set {} down", hosts.links[1])).unwrap();
     let cut = Instant::now();
-    let limit = Duration::from_secs(30);
+    // Well under the 10 s default: the 3 s bound was applied.
+    let limit = Duration::from_secs(9);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
@@ -654,4 +658,35 @@ fn start_up_failures_are_errors_within_the_start_timeout() {
         .env("MPX_RENDEZVOUS", &dir);
     expect_failure(&mut c, "rank 1");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ranks die with `mpxrun`, however it ends: killed with SIGKILL (no
+/// chance to clean up), it takes its ranks with it.
+#[test]
+fn ranks_die_with_a_killed_mpxrun() {
+    let mut launched = Launched::spawn(mpxrun().args(["-n", "2"]).arg(example("flood")).arg("100000000").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()));
+    let child = launched.child();
+    let rx = lines_of(child.stdout.take().unwrap());
+    let mut pids = [None, None];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pids.iter().any(Option::is_none) && Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
+        for (rank, pid) in pids.iter_mut().enumerate() {
+            if let Some(p) = line.strip_prefix(&format!("[{rank}] rank {rank} pid ")) {
+                *pid = p.trim().parse::<u32>().ok();
+            }
+        }
+    }
+    let pids = pids.map(|p| p.expect("every rank printed its pid"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Alive: there, and not a zombie waiting for a reaper.
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!pids.iter().any(|&p| alive(p)), "ranks {pids:?} outlived mpxrun");
 }

@@ -85,7 +85,8 @@ impl Job {
             match arg.as_str() {
                 "-n" | "-np" => {
                     let n = args.next().ok_or_else(|| bad("-n needs a number".into()))?;
-                    ranks = Some(n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| bad(format!("-n {n}: not a number of processes")))?);
+                    let max = super::Start::MAX_RANKS;
+                    ranks = Some(n.parse::<u32>().ok().filter(|&n| n > 0 && n <= max).ok_or_else(|| bad(format!("-n {n}: not a number of processes (1 to {max})")))?);
                 }
                 "--no-prefix" => prefix = false,
                 "--hosts" => {
@@ -449,6 +450,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     }
                 }
                 statuses[rank] = Some(status);
+                // What the rank left running (holding its output open) ends with it.
+                kill_group(groups[rank]);
             }
             _ = interrupt.recv() => {
                 eprintln!("mpxrun: interrupted; killing every rank");

@@ -530,12 +530,26 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
     match channel {
         Channel::Fd(fd) => {
             use std::os::fd::FromRawFd;
-            if *fd < 0 {
-                return Err(Error::InvalidArgument(format!("PMI_FD={fd}")));
+            // Standard input, output and error are never the launcher's
+            // socket, and what is not an open socket is not one either.
+            let not_socket = || Error::InvalidArgument(format!("PMI_FD={fd} is not a socket this process was given"));
+            if *fd <= 2 {
+                return Err(not_socket());
+            }
+            // SAFETY: fstat writes only into the zeroed `stat` it is given.
+            let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: as above; an unopened descriptor is an error (EBADF).
+            if unsafe { libc::fstat(*fd, &mut stat) } != 0 || stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+                return Err(not_socket());
             }
             // SAFETY: the caller hands the descriptor over (this
             // function's contract): nothing else owns or uses it.
             let stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(*fd) };
+            // Programs this rank starts do not inherit the launcher's socket.
+            // SAFETY: fcntl on a descriptor this function now owns.
+            if unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+                return Err(Error::transport("PMI socket", std::io::Error::last_os_error()));
+            }
             Duplex::set_read_timeout(&stream, timeout).map_err(|e| Error::transport("PMI socket", e))?;
             Ok(Box::new(stream))
         }
