@@ -1,12 +1,12 @@
 //! Checks the datatype engine against a file of conformance cases.
 //!
 //! ```text
-//! cargo run --release --example conformance -- shared/conformance/datatypes.json
+//! cargo run --release --example conformance -- tests/data/conformance_datatypes.json
 //! ```
 //!
 //! Each case gives a constructor tree, a count and the values a correct MPI
-//! datatype engine produces (see `shared/conformance/README.md` for the
-//! format). Its leaves are the names of predefined types as
+//! datatype engine produces (the files in `tests/data` are copies of the
+//! shared conformance sets, whose README describes the format). Its leaves are the names of predefined types as
 //! [`Datatype::named`] takes them, so every predefined type of mpx is a
 //! leaf the runner knows. The runner builds every case through the public API of mpx,
 //! compares every expected field (size, bounds, true bounds, element count,

@@ -465,6 +465,14 @@ each_transport! {
                     let got = comm.allgather(send, RecvBuf::new(RegionMut::of(&mut doubles), (2 * n) as u64, &double)).await;
                     assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { .. }) | Err(mpx::Error::TypeMismatch)), "rank {me}: {got:?}");
                     comm.barrier().await?;
+                        // Packed data has no signature to check: refused at once
+                    // (on every rank here, so none waits).
+                    let raw = [0u8; 16];
+                    let got = comm.bcast(RecvBuf::new(RegionMut::of(&mut [0u8; 16]), 16, &Datatype::packed()), 0).await;
+                    assert!(matches!(got, Err(mpx::Error::InvalidArgument(_))), "{got:?}");
+                    let got = comm.allgather(SendBuf::packed(&raw), RecvBuf::new(RegionMut::of(&mut vec![0u8; 16 * n]), (16 * n) as u64, &Datatype::byte())).await;
+                    assert!(got.is_err(), "{got:?}");
+                    comm.barrier().await?;
                     // alltoallw receive blocks that overlap (on the last rank):
                     // that rank fails at the start, and every other rank hears of it.
                     let overlapping: Vec<Block> = (0..n).map(|s| Block::new(n, &double, if me == n - 1 { 0 } else { (s * n * 8) as isize })).collect();

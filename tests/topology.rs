@@ -107,6 +107,18 @@ each_transport! {
             check_grid(&column).await?;
             assert!(world.cart_create(&[4, 2], &[false, false], false).await.is_err());
             assert_eq!(grid.shift(0, 5)?.1, Peer::Null, "5 steps off a 3-rank column");
+            // One rank's arguments are wrong: it fails, and so does every
+            // other rank, rather than wait for it; then the communicators
+            // carry on in step.
+            let dims: &[usize] = if world.rank() == 4 { &[7] } else { &[6] };
+            let got = world.cart_create(dims, &[false], false).await;
+            assert!(got.is_err(), "rank {}: {got:?}", world.rank());
+            let remain: &[bool] = if grid.rank() == 1 { &[true] } else { &[true, false] };
+            let got = grid.sub(remain).await;
+            assert!(got.is_err(), "rank {}: {got:?}", grid.rank());
+            world.barrier().await?;
+            let again = world.cart_create(&[6], &[true], false).await?.expect("6 ranks");
+            check_grid(&again).await?;
             Ok(())
         }))
         .await;

@@ -125,7 +125,9 @@ impl Comm {
         };
         // The split starts now, like every collective.
         let color = (comm.rank() < nodes).then_some(0);
-        let split = checked.map(|()| comm.split(color, comm.rank() as i32));
+        // A rank whose arguments are wrong refuses the split: the others
+        // fail it rather than wait for this rank.
+        let split = checked.map(|()| comm.split(color, comm.rank() as i32)).map_err(|e| comm.refuse_split(e));
         async move {
             let grid = split?.await?;
             Ok(grid.map(|comm| Cart { comm, dims, periods }))
@@ -256,7 +258,8 @@ impl Cart {
             // Ranks that agree on every dropped coordinate share a sub-grid.
             let color = coords.iter().zip(&cart.dims).zip(&remain).filter(|(_, &keep)| !keep).fold(0usize, |acc, ((&c, &d), _)| acc * d + c);
             Ok(cart.comm.split(Some(color as u32), cart.rank() as i32))
-        })();
+        })()
+        .map_err(|e| cart.comm.refuse_split(e));
         async move {
             let comm = split?.await?.expect("a color was given");
             fn keep<X: Copy>(v: &[X], remain: &[bool]) -> Vec<X> {

@@ -188,10 +188,12 @@ impl sealed::Blocks for Described {
     }
 
     fn check_src(src: &SendBuf<'_>, items: Range<usize>) -> Result<()> {
+        typed_only(&src.datatype)?;
         src.block(items).map(drop)
     }
 
     fn check_dst(dst: &RecvBuf<'_>, items: Range<usize>) -> Result<()> {
+        typed_only(&dst.datatype)?;
         let (offset, count) = block_of(&dst.datatype, items)?;
         dst.region.check_at(offset, &dst.datatype, count)
     }
@@ -240,6 +242,16 @@ impl sealed::Blocks for Described {
         }
         Ok(())
     }
+}
+
+/// Collectives check each message against the type the receiving rank
+/// expects, and a message without a type signature is a rank giving up:
+/// `packed` data (which has none) cannot take part.
+fn typed_only(datatype: &Datatype) -> Result<()> {
+    if datatype.is_packed() {
+        return Err(Error::InvalidArgument("collectives move typed data: a packed buffer has no type signature to check".into()));
+    }
+    Ok(())
 }
 
 /// Where block `items` of a buffer of `datatype` starts (bytes from the

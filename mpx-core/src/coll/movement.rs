@@ -423,6 +423,14 @@ impl Comm {
         Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await })
     }
 
+    /// Numbers a collective this rank cannot take part in (its arguments
+    /// are wrong) and gives up on it at once, so that the other ranks fail
+    /// it rather than wait; returns `e`.
+    pub(crate) fn refuse_collective(&self, e: Error) -> Error {
+        Call::start(self).give_up();
+        e
+    }
+
     /// An allgather of one value per rank into a `Vec` the future owns:
     /// started when called, like every collective (communicator
     /// constructors build on it).

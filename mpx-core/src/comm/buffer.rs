@@ -145,6 +145,11 @@ impl Packed {
 
 /// A receive buffer: memory, a count and a datatype.
 ///
+/// Every `RecvBuf` covers initialised memory wherever its datatype
+/// reaches (its constructors take `&mut [u8]`, or `&mut [T]` with a
+/// datatype checked to touch only `T`'s data): collectives rely on that to
+/// pass on data a `RecvBuf` received. An internal constructor must keep it.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mpx_core::Result<()> {

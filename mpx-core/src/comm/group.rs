@@ -228,6 +228,15 @@ impl Comm {
         }
     }
 
+    /// A `split` this rank cannot take part in (its arguments are wrong):
+    /// numbered and refused as the split's allgather would be, so that the
+    /// other ranks fail it rather than wait; returns `e`.
+    pub(crate) fn refuse_split(&self, e: Error) -> Error {
+        let e = self.refuse_collective(e);
+        self.dups.fetch_add(1, Ordering::Relaxed);
+        e
+    }
+
     /// `MPI_Comm_create`: collective over this communicator, every rank
     /// passing the same `group` (a subgroup of this communicator's): its
     /// members get a communicator over it, the other ranks `None`. A rank

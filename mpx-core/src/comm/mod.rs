@@ -61,8 +61,8 @@
 //!
 //! # Buffers never escape to the background
 //!
-//! A send packs its data into an owned buffer before it returns from its
-//! first poll, and a receive's data stays in engine-owned buffers until the
+//! A send packs its data into an owned buffer when it is called (before
+//! its future is first polled), and a receive's data stays in engine-owned buffers until the
 //! receive's own future unpacks it into the caller's memory. Nothing the
 //! driver holds ever points into a caller's buffer, so dropping (or leaking)
 //! a future is always sound.

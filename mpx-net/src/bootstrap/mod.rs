@@ -154,7 +154,11 @@ impl Start {
             return Ok(Start::Pmi { rank: number("PMI_RANK")?, size: number("PMI_SIZE")?, channel });
         }
         if let Some(addr) = var("PMI_PORT") {
-            let channel = pmi::Channel::Port { addr, id: number("PMI_ID")?, token: var(env::PMI_TOKEN) };
+            let token = match var(env::PMI_TOKEN) {
+                Some(token) => Some(token),
+                None => launcher_input()?.map(|input| input.token.clone()).unwrap_or_default(),
+            };
+            let channel = pmi::Channel::Port { addr, id: number("PMI_ID")?, token };
             return Ok(Start::Pmi { rank: number("PMI_RANK")?, size: number("PMI_SIZE")?, channel });
         }
         if var("OMPI_COMM_WORLD_RANK").is_some() {
@@ -290,24 +294,49 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
 /// standard input to its end (how `mpxrun` hands a rank on another host
 /// its key: never on a command line), within the start-up time.
 fn credential_pem() -> Result<Option<String>> {
-    const LONGEST: u64 = 64 << 10;
-    match var(env::CREDENTIAL) {
-        Some(v) if v.trim() == "-" => {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                use std::io::Read;
-                let mut pem = String::new();
-                let read = std::io::stdin().lock().take(LONGEST).read_to_string(&mut pem).map(|_| pem);
-                let _ = tx.send(read);
-            });
-            match rx.recv_timeout(start_timeout()?) {
-                Ok(Ok(pem)) => Ok(Some(pem)),
-                Ok(Err(e)) => Err(Error::transport("reading the credential from standard input", e)),
-                Err(_) => Err(Error::InvalidArgument(format!("{}=- but no credential came on standard input in time", env::CREDENTIAL))),
-            }
-        }
-        other => Ok(other),
+    match launcher_input()? {
+        Some(input) => Ok(Some(input.pem.clone())),
+        None => Ok(var(env::CREDENTIAL)),
     }
+}
+
+/// What `mpxrun` writes on a remote rank's standard input: a first line
+/// `MPX_PMI_TOKEN=<token>` (kept off command lines, which every user of a
+/// host can read), then the rank's credential as PEM text.
+struct LauncherInput {
+    token: Option<String>,
+    pem: String,
+}
+
+/// The launcher's input, read once, when `MPX_CREDENTIAL` is `-`;
+/// `None` otherwise.
+fn launcher_input() -> Result<Option<&'static LauncherInput>> {
+    const LONGEST: u64 = 64 << 10;
+    static INPUT: std::sync::OnceLock<std::result::Result<LauncherInput, String>> = std::sync::OnceLock::new();
+    if !var(env::CREDENTIAL).is_some_and(|v| v.trim() == "-") {
+        return Ok(None);
+    }
+    let timeout = start_timeout()?;
+    let input = INPUT.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut text = String::new();
+            let read = std::io::stdin().lock().take(LONGEST).read_to_string(&mut text).map(|_| text);
+            let _ = tx.send(read);
+        });
+        let text = match rx.recv_timeout(timeout) {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => return Err(format!("reading the credential from standard input: {e}")),
+            Err(_) => return Err(format!("{}=- but no credential came on standard input in time", env::CREDENTIAL)),
+        };
+        let prefix = format!("{}=", env::PMI_TOKEN);
+        Ok(match text.split_once('\n') {
+            Some((first, pem)) if first.starts_with(&prefix) => LauncherInput { token: Some(first[prefix.len()..].trim().to_string()), pem: pem.to_string() },
+            _ => LauncherInput { token: None, pem: text },
+        })
+    });
+    input.as_ref().map(Some).map_err(|e| Error::InvalidArgument(e.clone()))
 }
 
 /// Pins the published fingerprints if the credential is this rank's own.

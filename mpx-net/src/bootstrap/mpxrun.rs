@@ -301,20 +301,19 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     for rank in 0..job.ranks {
         let mut cmd = match &remote {
             None => Command::new(&job.command[0]),
-            Some((hosts, addr, token)) => {
+            Some((hosts, addr, _)) => {
                 let host = &hosts[rank as usize % hosts.len()];
                 let mut words = job.launch.split_whitespace().map(|w| w.replace("{host}", host));
                 let mut c = Command::new(words.next().ok_or_else(|| Error::InvalidArgument("an empty --launch".into()))?);
                 // A remote start (ssh) passes no environment: the rank's
                 // variables go on its command line through `env` (none of
-                // them secret but the token, which only opens this job's
-                // PMI port), and its credential comes on its standard input.
+                // them secret), and the job's token and the rank's
+                // credential come on its standard input.
                 let mut vars = vec![
                     format!("PMI_RANK={rank}"),
                     format!("PMI_SIZE={}", job.ranks),
                     format!("PMI_PORT={addr}"),
                     format!("PMI_ID={rank}"),
-                    format!("{}={token}", super::env::PMI_TOKEN),
                     format!("{}=-", crate::quic::env::CREDENTIAL),
                 ];
                 for name in [super::env::START_TIMEOUT, super::env::IDLE_TIMEOUT, super::env::PMI_VERSION] {
@@ -387,9 +386,11 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         let mut child = cmd.spawn().map_err(|e| Error::transport(format!("starting {} (rank {rank})", job.command[0]), e))?;
         drop(theirs);
         if let Some(mut stdin) = child.stdin.take() {
-            // The credential, then the end of the input.
+            // The token, the credential, then the end of the input.
+            let token = remote.as_ref().map(|(_, _, token)| token.as_str()).unwrap_or_default();
+            let input = format!("{}={token}\n{pem}", super::env::PMI_TOKEN);
             let what = format!("handing rank {rank} its credential");
-            stdin.write_all(pem.as_bytes()).await.map_err(|e| Error::transport(what, e))?;
+            stdin.write_all(input.as_bytes()).await.map_err(|e| Error::transport(what, e))?;
         }
         if let Some(out) = child.stdout.take() {
             outputs.spawn(forward(rank, job.prefix, out, false));
