@@ -313,7 +313,7 @@ struct LauncherInput {
 fn launcher_input() -> Result<Option<&'static LauncherInput>> {
     const LONGEST: u64 = 64 << 10;
     static INPUT: std::sync::OnceLock<std::result::Result<LauncherInput, String>> = std::sync::OnceLock::new();
-    if !var(env::CREDENTIAL).is_some_and(|v| v.trim() == "-") {
+    if var(env::CREDENTIAL).is_none_or(|v| v.trim() != "-") {
         return Ok(None);
     }
     let timeout = start_timeout()?;
