@@ -142,11 +142,34 @@ impl Cart {
     }
 
     /// The grid's extent along each dimension.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx_core::coll::dims_create;
+    /// let dims = dims_create(comm.size(), &[0, 0])?;
+    /// let grid = comm.cart_create(&dims, &[false, false], false).await?.expect("fills the communicator");
+    /// assert_eq!(grid.dims(), [2, 2]);
+    /// assert_eq!(grid.dims().iter().product::<usize>(), grid.size());
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn dims(&self) -> &[usize] {
         &self.dims
     }
 
     /// Which dimensions wrap around.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let grid = comm.cart_create(&[2, 2], &[true, false], false).await?.expect("4 ranks fill it");
+    /// assert_eq!(grid.periods(), [true, false]);
+    /// let row = grid.sub(&[false, true]).await?; // keep dimension 1
+    /// assert_eq!(row.periods(), [false]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn periods(&self) -> &[bool] {
         &self.periods
     }
@@ -178,6 +201,17 @@ impl Cart {
 
     /// `MPI_Cart_rank`: the rank at `coords`, which wrap around along
     /// periodic dimensions; off the grid along another is an error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let grid = comm.cart_create(&[2, 2], &[true, false], false).await?.expect("4 ranks fill it");
+    /// assert_eq!(grid.rank_of(&[1, 0])?, 2); // row-major: 2 = 1 * 2 + 0
+    /// assert_eq!(grid.rank_of(&[-1, 1])?, 3, "dimension 0 wraps around");
+    /// assert!(grid.rank_of(&[0, 2]).is_err(), "dimension 1 does not");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn rank_of(&self, coords: &[i64]) -> Result<usize> {
         self.try_rank_of(coords)?.ok_or_else(|| Error::InvalidArgument(format!("{coords:?} is off the grid {:?}", self.dims)))
     }
@@ -271,6 +305,19 @@ impl Cart {
 
     /// The neighbours of the neighbour collectives, in MPI's order: along
     /// each dimension, the one behind, then the one ahead.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx_core::Peer;
+    /// let grid = comm.cart_create(&[2, 2], &[true, false], false).await?.expect("4 ranks fill it");
+    /// assert_eq!(grid.neighbors()?.len(), 4); // 2 per dimension
+    /// if grid.rank() == 0 { // at [0, 0]
+    ///     assert_eq!(grid.neighbors()?, [Peer::Rank(2), Peer::Rank(2), Peer::Null, Peer::Rank(1)]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn neighbors(&self) -> Result<Vec<Peer>> {
         (0..self.dims.len()).try_fold(Vec::new(), |mut all, d| {
             let (behind, ahead) = self.shift(d, 1)?;
@@ -310,6 +357,19 @@ impl Cart {
     /// `MPI_Neighbor_alltoall`: block `k` of `send` (2 × dimensions × c
     /// values) goes to the `k`-th neighbour, and block `k` of `recv` gets
     /// what the `k`-th neighbour sent this rank.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |world| async move {
+    /// let ring = world.cart_create(&[4], &[true], false).await?.expect("4 ranks fill it");
+    /// let r = ring.rank();
+    /// let mut got = [0usize; 2];
+    /// ring.neighbor_alltoall(&[10 * r, 10 * r + 1][..], &mut got[..]).await?; // to behind, to ahead
+    /// // Behind sent its block 1 (ahead) here, ahead its block 0 (behind).
+    /// assert_eq!(got, [10 * ((r + 3) % 4) + 1, 10 * ((r + 1) % 4)]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`Comm::bcast`]).

@@ -30,6 +30,19 @@ pub struct SendBuf<'a> {
 
 impl<'a> SendBuf<'a> {
     /// `count` items of `datatype` in `region`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{Datatype, Region, SendBuf};
+    /// let other = 1 - comm.rank();
+    /// let m = [1.0f64, 2.0, 3.0, 4.0]; // 2×2, row-major
+    /// let column = Datatype::vector(2, 1, 2, &Datatype::double())?;
+    /// comm.isend(SendBuf::new(Region::of(&m), 1, &column), other, 0);
+    /// assert_eq!(comm.recv::<[f64; 2]>(other, 0).await?.0, [1.0, 3.0]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn new(region: Region<'a>, count: u64, datatype: &Datatype) -> SendBuf<'a> {
         SendBuf { region, count, datatype: datatype.clone() }
     }
@@ -84,6 +97,19 @@ impl<'a> SendBuf<'a> {
 
     /// Data made with the pack API, sent as `packed` (it carries no type
     /// signature and can be received with any type).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::SendBuf;
+    /// let other = 1 - comm.rank();
+    /// let mut packed = [0u8; 8];
+    /// mpx_core::pack(&[7u32, 9], &mut packed, &mut 0)?;
+    /// comm.isend(SendBuf::packed(&packed), other, 0);
+    /// assert_eq!(comm.recv::<[u32; 2]>(other, 0).await?.0, [7, 9]); // received as u32s
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn packed(bytes: &'a [u8]) -> SendBuf<'a> {
         SendBuf { region: Region::new(bytes), count: bytes.len() as u64, datatype: Datatype::packed() }
     }
@@ -195,6 +221,21 @@ impl<'a> RecvBuf<'a> {
     /// bytes of `T`'s data; and `T` must accept every bit pattern there
     /// (no `bool`, `char`, enums, ...), since values written through another
     /// datatype are not validated.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{Datatype, MpiType, RecvBuf};
+    /// let other = 1 - comm.rank();
+    /// comm.isend(&[1i32, 2, 3], other, 0);
+    /// let mut v = [0i32; 6];
+    /// let evens = Datatype::vector(3, 1, 2, &i32::datatype())?; // every other element
+    /// comm.recv_into(RecvBuf::typed_with(&mut v, 1, &evens)?, other, 0).await?;
+    /// assert_eq!(v, [1, 0, 2, 0, 3, 0]);
+    /// assert!(RecvBuf::typed_with(&mut [false; 2], 2, &bool::datatype()).is_err(), "bool is validated");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn typed_with<T: MpiType>(values: &'a mut [T], count: u64, datatype: &Datatype) -> Result<RecvBuf<'a>> {
         if T::NEEDS_VALIDATION {
             return Err(Error::InvalidDatatype(format!(
@@ -217,6 +258,19 @@ impl<'a> RecvBuf<'a> {
 
     /// Room for `bytes.len()` raw bytes of MPI's `byte` type (see
     /// [`SendBuf::bytes`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{RecvBuf, SendBuf};
+    /// let other = 1 - comm.rank();
+    /// comm.isend(SendBuf::bytes(&[1, 2, 3]), other, 0);
+    /// let mut inbox = [0u8; 4];
+    /// let status = comm.recv_into(RecvBuf::bytes(&mut inbox), other, 0).await?;
+    /// assert_eq!((status.bytes, inbox), (3, [1, 2, 3, 0]));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn bytes(bytes: &'a mut [u8]) -> RecvBuf<'a> {
         let count = bytes.len() as u64;
         RecvBuf { region: RegionMut::new(bytes), count, datatype: Datatype::byte() }
@@ -224,6 +278,21 @@ impl<'a> RecvBuf<'a> {
 
     /// Room for `bytes.len()` bytes of `packed` data: receives any message
     /// as packed bytes, to unpack later with the pack API.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::RecvBuf;
+    /// let other = 1 - comm.rank();
+    /// comm.isend(&[5u16, 6], other, 0);
+    /// let mut raw = [0u8; 16];
+    /// let status = comm.recv_into(RecvBuf::packed(&mut raw), other, 0).await?;
+    /// let mut values = [0u16; 2];
+    /// mpx_core::unpack(&raw[..status.bytes as usize], &mut 0, &mut values)?;
+    /// assert_eq!(values, [5, 6]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn packed(bytes: &'a mut [u8]) -> RecvBuf<'a> {
         let count = bytes.len() as u64;
         RecvBuf { region: RegionMut::new(bytes), count, datatype: Datatype::packed() }
