@@ -423,10 +423,10 @@ fn zero_extent_types_at_huge_counts_are_checked_at_once() {
 
 /// A transport that keeps what it is given, to forge frames from.
 #[derive(Clone, Default)]
-struct Capture(Arc<std::sync::Mutex<Vec<(u32, mpx::proto::wire::Frame)>>>);
+struct Capture(Arc<std::sync::Mutex<Vec<(usize, mpx::proto::wire::Frame)>>>);
 
 impl mpx::Transport for Capture {
-    fn send(&self, dest: u32, frame: mpx::proto::wire::Frame) -> std::result::Result<(), mpx::runtime::SendError> {
+    fn send(&self, dest: usize, frame: mpx::proto::wire::Frame) -> std::result::Result<(), mpx::runtime::SendError> {
         self.0.lock().unwrap().push((dest, frame));
         Ok(())
     }

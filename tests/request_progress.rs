@@ -12,22 +12,22 @@ use mpx::{Endpoint, Request, Transport};
 /// A transport with a queue per rank and no driver: frames wait until a
 /// `test` call processes them.
 /// Frames waiting for each rank, with their senders.
-type Mailboxes = Arc<Vec<Mutex<VecDeque<(u32, Frame)>>>>;
+type Mailboxes = Arc<Vec<Mutex<VecDeque<(usize, Frame)>>>>;
 
 #[derive(Clone)]
 struct Queues {
-    me: u32,
+    me: usize,
     queues: Mailboxes,
 }
 
 impl Transport for Queues {
-    fn send(&self, dest: u32, frame: Frame) -> Result<(), SendError> {
-        self.queues[dest as usize].lock().unwrap().push_back((self.me, frame));
+    fn send(&self, dest: usize, frame: Frame) -> Result<(), SendError> {
+        self.queues[dest].lock().unwrap().push_back((self.me, frame));
         Ok(())
     }
 
-    fn progress(&self, deliver: &mut dyn FnMut(u32, Frame)) {
-        let mut q = self.queues[self.me as usize].lock().unwrap();
+    fn progress(&self, deliver: &mut dyn FnMut(usize, Frame)) {
+        let mut q = self.queues[self.me].lock().unwrap();
         while let Some((from, frame)) = q.pop_front() {
             deliver(from, frame);
         }

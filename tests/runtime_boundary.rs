@@ -20,8 +20,8 @@ const LINK: usize = 32 * 1024;
 /// sends: the link then fills up and refuses frames, as a stream whose
 /// receiver stopped reading would.
 struct Net {
-    me: u32,
-    inboxes: Vec<UnboundedSender<(u32, Frame)>>,
+    me: usize,
+    inboxes: Vec<UnboundedSender<(usize, Frame)>>,
     stall: Arc<Stall>,
 }
 
@@ -34,7 +34,7 @@ struct Stall {
 }
 
 impl Transport for Net {
-    fn send(&self, dest: u32, frame: Frame) -> Result<(), SendError> {
+    fn send(&self, dest: usize, frame: Frame) -> Result<(), SendError> {
         if self.me == 0 && dest == 2 && self.stall.on.load(Ordering::SeqCst) {
             let mut held = self.stall.held.lock().unwrap();
             if held.1 > 0 && held.1 + frame.wire_len() > LINK {
@@ -44,7 +44,7 @@ impl Transport for Net {
             held.0.push(frame);
             return Ok(());
         }
-        self.inboxes[dest as usize].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
+        self.inboxes[dest].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
     }
 }
 
@@ -161,17 +161,17 @@ async fn pings_keep_quiet_peers_alive_on_the_drivers_clock() {
 
 /// Two endpoints whose rank 1 can go silent (its frames are lost).
 struct Lossy {
-    me: u32,
-    inboxes: Vec<UnboundedSender<(u32, Frame)>>,
+    me: usize,
+    inboxes: Vec<UnboundedSender<(usize, Frame)>>,
     mute: Arc<AtomicBool>,
 }
 
 impl Transport for Lossy {
-    fn send(&self, dest: u32, frame: Frame) -> Result<(), SendError> {
+    fn send(&self, dest: usize, frame: Frame) -> Result<(), SendError> {
         if self.me == 1 && self.mute.load(Ordering::SeqCst) {
             return Ok(());
         }
-        self.inboxes[dest as usize].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
+        self.inboxes[dest].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
     }
 }
 
@@ -270,18 +270,18 @@ async fn a_rank_that_panics_with_a_full_link_still_says_goodbye() {
 /// Two endpoints whose link from rank 0 to rank 1 breaks with an I/O
 /// error once `broken` is set.
 struct Breakable {
-    me: u32,
-    inboxes: Vec<UnboundedSender<(u32, Frame)>>,
+    me: usize,
+    inboxes: Vec<UnboundedSender<(usize, Frame)>>,
     broken: Arc<AtomicBool>,
 }
 
 impl Transport for Breakable {
-    fn send(&self, dest: u32, frame: Frame) -> Result<(), SendError> {
+    fn send(&self, dest: usize, frame: Frame) -> Result<(), SendError> {
         if self.me == 0 && self.broken.load(Ordering::SeqCst) {
             let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
             return Err(SendError::Failed(Error::transport(format!("writing to rank {dest}"), io)));
         }
-        self.inboxes[dest as usize].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
+        self.inboxes[dest].send((self.me, frame)).map_err(|_| SendError::Failed(Error::Finalized))
     }
 }
 

@@ -170,7 +170,7 @@ impl World {
         // later frames.
         match packet {
             Packet::Frame(frame) => {
-                let _ = endpoint.handle_frame(from, frame);
+                let _ = endpoint.handle_frame(from as usize, frame);
             }
             Packet::Bytes(chunks) => {
                 let stream = &mut inbox.streams[from as usize];
@@ -180,12 +180,12 @@ impl World {
                 loop {
                     match self.decoder.decode(stream) {
                         Ok(Some(frame)) => {
-                            let _ = endpoint.handle_frame(from, frame);
+                            let _ = endpoint.handle_frame(from as usize, frame);
                         }
                         Ok(None) => break,
                         Err(e) => {
                             stream.clear();
-                            endpoint.peer_failed(from, e);
+                            endpoint.peer_failed(from as usize, e);
                             break;
                         }
                     }
@@ -200,7 +200,7 @@ impl World {
         std::sync::atomic::fence(Ordering::SeqCst);
         if link.blocked.load(Ordering::Relaxed) && link.blocked.swap(false, Ordering::SeqCst) {
             if let Some(sender) = self.endpoint(from) {
-                sender.writable(me);
+                sender.writable(me as usize);
             }
         }
     }
@@ -229,10 +229,10 @@ fn drain(world: &World, rank: u32, endpoint: &Endpoint) {
 }
 
 impl Transport for Loopback {
-    fn send(&self, dest: u32, frame: Frame) -> std::result::Result<(), SendError> {
+    fn send(&self, dest: usize, frame: Frame) -> std::result::Result<(), SendError> {
         let world = &*self.world;
-        let Some(inbox) = world.senders.get(dest as usize) else {
-            return Err(SendError::Failed(Error::InvalidRank { rank: dest as usize, size: world.ranks }));
+        let (Some(inbox), Ok(dest)) = (world.senders.get(dest), u32::try_from(dest)) else {
+            return Err(SendError::Failed(Error::InvalidRank { rank: dest, size: world.ranks }));
         };
         let link = world.link(self.me, dest);
         let size = frame.wire_len();
@@ -261,7 +261,7 @@ impl Transport for Loopback {
     /// all ranks live in this process, and a peer's replies (a CTS, its
     /// data) must move too for a polling loop to finish where no driver
     /// task gets to run.
-    fn progress(&self, deliver: &mut dyn FnMut(u32, Frame)) {
+    fn progress(&self, deliver: &mut dyn FnMut(usize, Frame)) {
         let _ = deliver;
         let world = &*self.world;
         for round in 0..2 {
@@ -429,7 +429,7 @@ where
     let endpoints: Vec<Endpoint> = (0..n)
         .map(|rank| {
             let transport = Loopback { world: world.clone(), me: rank as u32 };
-            Endpoint::new(rank as u32, n as u32, options.engine, transport)
+            Endpoint::new(rank, n, options.engine, transport)
         })
         .collect::<Result<_>>()?;
     let _ = world.endpoints.set(endpoints.iter().map(Endpoint::downgrade).collect());

@@ -120,11 +120,19 @@ impl WeakEndpoint {
     }
 }
 
+/// A rank as the engine and the wire name it (32 bits); a rank beyond
+/// that is outside every world, as `u32::MAX` is.
+fn wire_rank(rank: usize) -> u32 {
+    u32::try_from(rank).unwrap_or(u32::MAX)
+}
+
 impl Endpoint {
     /// An endpoint for `rank` of `size` ranks over `transport`. Its engine
     /// queues a hello to every peer at once. A rank outside the world
     /// (`rank >= size`) is [`Error::InvalidRank`](crate::Error::InvalidRank).
-    pub fn new(rank: u32, size: u32, config: Config, transport: impl Transport) -> Result<Endpoint> {
+    pub fn new(rank: usize, size: usize, config: Config, transport: impl Transport) -> Result<Endpoint> {
+        let size = u32::try_from(size).map_err(|_| crate::Error::InvalidArgument(format!("a world of {size} ranks")))?;
+        let rank = u32::try_from(rank).map_err(|_| crate::Error::InvalidRank { rank, size: size as usize })?;
         let state = State {
             engine: Engine::new(rank, size, config)?,
             done: HashMap::default(),
@@ -176,15 +184,15 @@ impl Endpoint {
     /// from outside the world or from this rank itself (whose messages to
     /// itself never reach a transport) is refused with an
     /// [`Error::Protocol`](crate::Error::Protocol) and changes nothing.
-    pub fn handle_frame(&self, from: u32, frame: Frame) -> Result<()> {
-        self.shared.deliver(from, frame)
+    pub fn handle_frame(&self, from: usize, frame: Frame) -> Result<()> {
+        self.shared.deliver(wire_rank(from), frame)
     }
 
     /// The transport can take frames for `dest` again (after it answered
     /// [`SendError::Full`](super::SendError::Full)).
-    pub fn writable(&self, dest: u32) {
+    pub fn writable(&self, dest: usize) {
         let mut st = self.shared.lock();
-        st.engine.writable(dest);
+        st.engine.writable(wire_rank(dest));
         self.shared.flush(&mut st);
     }
 
@@ -192,9 +200,9 @@ impl Endpoint {
     /// [`Error::Transport`] carrying the I/O or TLS error): everything
     /// that depends on it fails with [`Error::ProcessFailed`] naming the
     /// rank, whose [`source`](std::error::Error::source) is `cause`.
-    pub fn peer_failed(&self, rank: u32, cause: Error) {
+    pub fn peer_failed(&self, rank: usize, cause: Error) {
         let mut st = self.shared.lock();
-        st.engine.fail_peer(rank, cause);
+        st.engine.fail_peer(wire_rank(rank), cause);
         st.wake_probes();
         self.shared.flush(&mut st);
     }
@@ -216,8 +224,8 @@ impl Endpoint {
     }
 
     /// Diagnostics: payload bytes waiting in the engine for `dest`.
-    pub fn queued_bytes(&self, dest: u32) -> usize {
-        self.shared.lock().engine.queued_bytes(dest)
+    pub fn queued_bytes(&self, dest: usize) -> usize {
+        self.shared.lock().engine.queued_bytes(wire_rank(dest))
     }
 
     /// Waits until every peer's hello has arrived (or the peer failed), so
@@ -399,7 +407,7 @@ impl Shared {
             while let Some(dest) = st.engine.poll_writable() {
                 while let Some(frame) = st.engine.poll_transmit(dest) {
                     progressed = true;
-                    match self.transport.send(dest, frame) {
+                    match self.transport.send(dest as usize, frame) {
                         Ok(()) => {}
                         Err(SendError::Full(frame)) => {
                             st.engine.unsend(dest, frame);
@@ -516,7 +524,7 @@ impl Shared {
     pub(crate) fn progress(&self) {
         self.transport.progress(&mut |from, frame| {
             // Refused frames are traced in `deliver`.
-            let _ = self.deliver(from, frame);
+            let _ = self.deliver(wire_rank(from), frame);
         });
     }
 

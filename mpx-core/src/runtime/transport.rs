@@ -45,14 +45,14 @@ pub enum SendError {
 /// [`Endpoint::peer_failed`](crate::Endpoint::peer_failed).
 pub trait Transport: Send + Sync + 'static {
     /// Offers `frame` for rank `dest` (never this rank).
-    fn send(&self, dest: u32, frame: Frame) -> std::result::Result<(), SendError>;
+    fn send(&self, dest: usize, frame: Frame) -> std::result::Result<(), SendError>;
 
     /// Hands every frame that has already arrived to `deliver`, in order,
     /// without waiting. `test` calls use it to progress where no driver
     /// task gets to run (a polling loop on a current-thread runtime).
     /// Implementations must not interleave this with their driver's
     /// deliveries (hold the inbox while delivering).
-    fn progress(&self, deliver: &mut dyn FnMut(u32, Frame)) {
+    fn progress(&self, deliver: &mut dyn FnMut(usize, Frame)) {
         let _ = deliver;
     }
 

@@ -78,7 +78,7 @@ impl Shared {
     fn fail(&self, peer: u32, cause: Error) {
         self.outboxes[peer as usize].fail(cause.clone());
         if let Some(ep) = self.endpoint.upgrade() {
-            ep.peer_failed(peer, cause);
+            ep.peer_failed(peer as usize, cause);
         }
     }
 }
@@ -143,7 +143,7 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     let [control_in, bulk_in] = streams;
     // The hello goes to the endpoint first, then whatever followed it.
     let Some(ep) = shared.endpoint.upgrade() else { return Ok(()) };
-    if let Err(e) = ep.handle_frame(claimed, hello) {
+    if let Err(e) = ep.handle_frame(claimed as usize, hello) {
         conn.close(VarInt::from_u32(code::PROTOCOL), b"bad hello");
         return Err(e);
     }
@@ -256,7 +256,7 @@ async fn write(shared: Arc<Shared>, peer: u32, lane: Lane) {
         match std::future::poll_fn(|cx| outbox.poll_drain(lane, cx)).await {
             Drained::Room => {
                 if let Some(ep) = shared.endpoint.upgrade() {
-                    ep.writable(peer);
+                    ep.writable(peer as usize);
                 }
             }
             Drained::Failed(e) => {
@@ -285,7 +285,7 @@ async fn read(shared: Arc<Shared>, peer: u32, lane: Lane, conn: quinn::Connectio
     loop {
         let pushed = decoder.push(chunk, &mut |frame| {
             let Some(ep) = shared.endpoint.upgrade() else { return Err(Error::Finalized) };
-            ep.handle_frame(peer, frame).inspect_err(|e| refused = Some(e.clone()))
+            ep.handle_frame(peer as usize, frame).inspect_err(|e| refused = Some(e.clone()))
         });
         match (pushed, refused.take()) {
             (Ok(()), _) => {}

@@ -322,10 +322,10 @@ pub(crate) struct QuicTransport {
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Transport for QuicTransport {
-    fn send(&self, dest: u32, frame: Frame) -> std::result::Result<(), SendError> {
-        match self.outboxes.get(dest as usize) {
-            Some(outbox) if dest != self.me => outbox.push(frame),
-            _ => Err(SendError::Failed(Error::InvalidRank { rank: dest as usize, size: self.outboxes.len() })),
+    fn send(&self, dest: usize, frame: Frame) -> std::result::Result<(), SendError> {
+        match self.outboxes.get(dest) {
+            Some(outbox) if dest != self.me as usize => outbox.push(frame),
+            _ => Err(SendError::Failed(Error::InvalidRank { rank: dest, size: self.outboxes.len() })),
         }
     }
 

@@ -196,7 +196,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     let quic = quinn::Endpoint::new(endpoint_config, Some(server), socket, runtime)
         .map_err(|e| Error::transport("opening the QUIC endpoint", e))?;
     let outboxes: Arc<Vec<Arc<Outbox>>> = Arc::new((0..size).map(|_| Arc::new(Outbox::default())).collect());
-    let endpoint = Endpoint::new(me, size, options.engine, QuicTransport { me, outboxes: outboxes.clone(), quic: quic.clone(), closing: Mutex::default() })?;
+    let endpoint = Endpoint::new(me as usize, size as usize, options.engine, QuicTransport { me, outboxes: outboxes.clone(), quic: quic.clone(), closing: Mutex::default() })?;
     let registry = Arc::new(Registry::default());
     let shared = Arc::new(Shared {
         me,
