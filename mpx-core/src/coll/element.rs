@@ -194,7 +194,7 @@ impl sealed::Blocks for Described {
 
     fn check_dst(dst: &RecvBuf<'_>, items: Range<usize>) -> Result<()> {
         typed_only(&dst.datatype)?;
-        let (offset, count) = block_of(&dst.datatype, items)?;
+        let (offset, count) = block_of(&dst.datatype, items);
         dst.region.check_at(offset, &dst.datatype, count)
     }
 
@@ -203,7 +203,7 @@ impl sealed::Blocks for Described {
     }
 
     fn pack_dst(dst: &RecvBuf<'_>, items: Range<usize>, repr: Repr) -> Result<Packed> {
-        let (offset, count) = block_of(&dst.datatype, items)?;
+        let (offset, count) = block_of(&dst.datatype, items);
         // SAFETY: every `RecvBuf` covers initialised memory (its
         // constructors take `&mut [u8]`, or `&mut [T]` with a datatype
         // checked to touch only `T`'s data), and the block is read through
@@ -213,7 +213,7 @@ impl sealed::Blocks for Described {
     }
 
     fn deliver(dst: &mut RecvBuf<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status> {
-        let (offset, count) = block_of(&dst.datatype, items)?;
+        let (offset, count) = block_of(&dst.datatype, items);
         let datatype = dst.datatype.clone();
         let block = dst.region.shifted(offset)?;
         block.check(&datatype, count)?;
@@ -256,15 +256,14 @@ fn typed_only(datatype: &Datatype) -> Result<()> {
 
 /// Where block `items` of a buffer of `datatype` starts (bytes from the
 /// buffer's origin) and how many items it holds.
-fn block_of(datatype: &Datatype, items: Range<usize>) -> Result<(i128, u64)> {
-    let offset = items.start as i128 * datatype.extent() as i128;
-    Ok((offset, items.len() as u64))
+fn block_of(datatype: &Datatype, items: Range<usize>) -> (i128, u64) {
+    (items.start as i128 * datatype.extent() as i128, items.len() as u64)
 }
 
 impl SendBuf<'_> {
     /// Items `items` of the buffer, as a buffer of their own.
     pub(crate) fn block(&self, items: Range<usize>) -> Result<SendBuf<'_>> {
-        let (offset, count) = block_of(&self.datatype, items)?;
+        let (offset, count) = block_of(&self.datatype, items);
         let region = self.region.shifted(offset)?;
         crate::pack::check_span(&self.datatype, count, region.origin(), region.len())?;
         Ok(SendBuf::new(region, count, &self.datatype))

@@ -219,13 +219,8 @@ impl Comm {
         // The root's blocks: as many items as each rank sends, or (with
         // datatypes of its own) its buffer's count cut in n.
         let count = if T::ONE_TYPE || self.rank() != root { Ok(T::src_len(&send)) } else { per_rank("gather: the root's receive", T::dst_len(&recv), n) };
-        match count {
-            Ok(count) => {
-                let (counts, displs) = even(n, count);
-                self.gather_blocks::<T>(send, recv, counts, displs, root, "gather")
-            }
-            Err(e) => Collective::new(Call::start(self), async move { Err(e) }),
-        }
+        let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
+        self.gather_blocks::<T>(count.map(drop), send, recv, counts, displs, root, "gather")
     }
 
     /// `MPI_Gatherv`: as [`gather`](Comm::gather), rank `r`'s values
@@ -244,11 +239,13 @@ impl Comm {
         displs: &[usize],
         root: usize,
     ) -> Collective<'a> {
-        self.gather_blocks::<T>(send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "gatherv")
+        self.gather_blocks::<T>(Ok(()), send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "gatherv")
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn gather_blocks<'a, E: Element>(
         &self,
+        checked: Result<()>,
         send: E::Src<'_>,
         mut recv: E::Dst<'a>,
         counts: Vec<usize>,
@@ -260,6 +257,7 @@ impl Comm {
         let (n, me) = (call.size(), call.rank());
         let mine = 0..E::src_len(&send);
         let started = (|| -> Result<_> {
+            checked?;
             call.check_root(root)?;
             E::check_src(&send, mine.clone())?;
             if me != root {
@@ -306,13 +304,8 @@ impl Comm {
         // The root's blocks: as many items as each rank receives, or (with
         // datatypes of its own) its buffer's count cut in n.
         let count = if T::ONE_TYPE || self.rank() != root { Ok(T::dst_len(&recv)) } else { per_rank("scatter: the root's send", T::src_len(&send), n) };
-        match count {
-            Ok(count) => {
-                let (counts, displs) = even(n, count);
-                self.scatter_blocks::<T>(send, recv, counts, displs, root, "scatter")
-            }
-            Err(e) => Collective::new(Call::start(self), async move { Err(e) }),
-        }
+        let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
+        self.scatter_blocks::<T>(count.map(drop), send, recv, counts, displs, root, "scatter")
     }
 
     /// `MPI_Scatterv`: as [`scatter`](Comm::scatter), rank `r` getting
@@ -330,11 +323,13 @@ impl Comm {
         recv: impl CollMut<'a, T>,
         root: usize,
     ) -> Collective<'a> {
-        self.scatter_blocks::<T>(send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "scatterv")
+        self.scatter_blocks::<T>(Ok(()), send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "scatterv")
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn scatter_blocks<'a, E: Element>(
         &self,
+        checked: Result<()>,
         send: E::Src<'_>,
         mut recv: E::Dst<'a>,
         counts: Vec<usize>,
@@ -346,6 +341,7 @@ impl Comm {
         let (n, me) = (call.size(), call.rank());
         let mine = 0..E::dst_len(&recv);
         let started = (|| -> Result<_> {
+            checked?;
             call.check_root(root)?;
             E::check_dst(&recv, mine.clone())?;
             if me != root {
