@@ -173,6 +173,35 @@ async fn sendrecv_and_sendrecv_replace_rotate_a_ring() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sendrecv_replace_takes_values_and_described_buffers() {
+    launch(2, |comm| async move {
+        let other = 1 - comm.rank();
+        let me = comm.rank() as f64;
+        // One value.
+        let mut x = me + 0.5;
+        comm.sendrecv_replace(&mut x, other, 0, other, 0).await?;
+        assert_eq!(x, other as f64 + 0.5);
+        // The diagonal of a 3x3 matrix, swapped with the other rank's; the rest stays.
+        let diagonal = Datatype::vector(3, 1, 4, &Datatype::double())?;
+        let mut m = [me; 9];
+        let status = comm.sendrecv_replace(RecvBuf::new(RegionMut::of(&mut m), 1, &diagonal), other, 1, other, 1).await?;
+        assert_eq!(status.bytes, 24);
+        for (i, v) in m.iter().enumerate() {
+            assert_eq!(*v, if i % 4 == 0 { other as f64 } else { me }, "element {i}");
+        }
+        // A buffer its datatype does not fit is refused before anything is sent.
+        let mut short = [0.0f64; 5];
+        let refused = comm.sendrecv_replace(RecvBuf::new(RegionMut::of(&mut short), 1, &diagonal), other, 2, other, 2).await;
+        assert!(matches!(refused, Err(Error::OutOfBounds { .. })), "{refused:?}");
+        comm.barrier().await?;
+        assert!(comm.iprobe(other, 2)?.is_none(), "the refused call sent nothing");
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proc_null_completes_at_once_with_an_empty_status() {
     launch(1, |comm| async move {
         comm.send(&[1u8], PROC_NULL, 0).await?;

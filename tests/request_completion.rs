@@ -266,6 +266,52 @@ async fn freed_sends_still_deliver() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_requests_take_described_buffers() {
+    launch(2, |comm| async move {
+        let other = 1 - comm.rank();
+        // A 4x4 matrix of doubles: send column 0 every start, receive it into column 3.
+        let column = Datatype::vector(4, 1, 4, &Datatype::double())?;
+        let mut send_matrix = [0.0f64; 16];
+        let mut recv_matrix = [-1.0f64; 16];
+        for round in 0..3 {
+            for row in 0..4 {
+                send_matrix[4 * row] = (100 * comm.rank() + 10 * round + row) as f64;
+            }
+            let mut send = comm.send_init(SendBuf::new(Region::of(&send_matrix), 1, &column), other, 5);
+            let mut recv = comm.recv_init(
+                RecvBuf::new(RegionMut::with_origin(bytemuck::cast_slice_mut(&mut recv_matrix), 3 * 8)?, 1, &column),
+                other,
+                5,
+            );
+            // Two starts of each: the second one sees the same buffers.
+            for _ in 0..2 {
+                let mut reqs = start_all([&mut recv as &mut dyn Persistent, &mut send]);
+                let [received, sent] = <[_; 2]>::try_from(wait_all(&mut reqs).await).unwrap();
+                assert_eq!(received?.bytes, 32);
+                sent?;
+            }
+            drop((send, recv));
+            for row in 0..4 {
+                assert_eq!(recv_matrix[4 * row + 3], (100 * other + 10 * round + row) as f64);
+                assert_eq!(recv_matrix[4 * row], -1.0, "only column 3 is written");
+            }
+        }
+        // A receive too small for the message fails its start, and the next start works.
+        let mut small = [0u8; 2];
+        let mut recv = comm.recv_init(RecvBuf::bytes(&mut small), other, 6);
+        comm.send(SendBuf::bytes(&[1, 2, 3]), other, 6).await?;
+        assert!(matches!(recv.start().await, Err(Error::Truncate { .. })));
+        comm.send(SendBuf::bytes(&[4, 5]), other, 6).await?;
+        assert_eq!(recv.start().await?.bytes, 2);
+        drop(recv);
+        assert_eq!(small, [4, 5]);
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persistent_requests_restart_and_inactive_ones_are_null() {
     launch(2, |comm| async move {
         let other = 1 - comm.rank();

@@ -18,10 +18,11 @@ use crate::pack::Repr;
 use crate::proto::engine::{Delivered, Envelope};
 use crate::request::Status;
 
-/// The items of a collective's buffers: every [`MpiType`] (typed slices,
-/// single values and `Vec`s), and [`Described`] (buffers described by a
-/// datatype). Sealed: mpx implements it, and only for these.
-pub trait Element: sealed::Blocks + 'static {}
+/// The items of a collective's or a persistent request's buffers: every
+/// [`MpiType`] (typed slices, single values and `Vec`s), and [`Described`]
+/// (buffers described by a datatype). Sealed: mpx implements it, and only
+/// for these.
+pub trait Element: sealed::Blocks + crate::comm::persistent::sealed::Stored + 'static {}
 
 impl<T: MpiType> Element for T {}
 

@@ -256,6 +256,24 @@ impl<'a> RecvBuf<'a> {
         self.region.check(&self.datatype, self.count)
     }
 
+    /// The same room, reborrowed (a persistent receive's buffer, lent to
+    /// one start).
+    pub(crate) fn reborrow(&mut self) -> RecvBuf<'_> {
+        RecvBuf { region: self.region.reborrow(), count: self.count, datatype: self.datatype.clone() }
+    }
+
+    /// Packs what the buffer holds now, read through its own datatype (the
+    /// outgoing half of a `sendrecv_replace`).
+    pub(crate) fn pack_contents(&self, repr: Repr) -> Result<Packed> {
+        self.check()?;
+        // SAFETY: every `RecvBuf` covers initialised memory (its public
+        // constructors take `&mut [u8]`, or `&mut [T]` with a datatype
+        // checked to touch only `T`'s data), and it is read through its
+        // own datatype.
+        let region = unsafe { self.region.as_region() };
+        SendBuf::new(region, self.count, &self.datatype).pack(repr)
+    }
+
     /// Room for `bytes.len()` raw bytes of MPI's `byte` type (see
     /// [`SendBuf::bytes`]).
     ///

@@ -150,6 +150,12 @@ pub trait RecvData<'a> {
     /// detail of mpx: [`RecvTarget`] has no public constructor).
     #[doc(hidden)]
     fn into_target(self) -> Result<RecvTarget<'a>>;
+
+    /// Packs what the memory holds now, as a send of it would (the
+    /// outgoing half of [`sendrecv_replace`](super::Comm::sendrecv_replace);
+    /// a detail of mpx).
+    #[doc(hidden)]
+    fn pack_contents(&self, repr: Repr) -> Result<Packed>;
 }
 
 /// How a receive writes what it gets: the most data bytes it holds
@@ -165,17 +171,29 @@ impl<'a, T: MpiType> RecvData<'a> for &'a mut [T] {
         let limit = capacity(&T::datatype(), self.len() as u64);
         Ok(RecvTarget { limit, finish: Box::new(move |msg| unpack_typed_message(msg, self)) })
     }
+
+    fn pack_contents(&self, repr: Repr) -> Result<Packed> {
+        SendBuf::typed(self).pack(repr)
+    }
 }
 
 impl<'a, T: MpiType> RecvData<'a> for &'a mut T {
     fn into_target(self) -> Result<RecvTarget<'a>> {
         std::slice::from_mut(self).into_target()
     }
+
+    fn pack_contents(&self, repr: Repr) -> Result<Packed> {
+        SendBuf::typed(std::slice::from_ref(&**self)).pack(repr)
+    }
 }
 
 impl<'a, T: MpiType> RecvData<'a> for &'a mut Vec<T> {
     fn into_target(self) -> Result<RecvTarget<'a>> {
         self.as_mut_slice().into_target()
+    }
+
+    fn pack_contents(&self, repr: Repr) -> Result<Packed> {
+        SendBuf::typed(self.as_slice()).pack(repr)
     }
 }
 
@@ -186,5 +204,9 @@ impl<'a> RecvData<'a> for RecvBuf<'a> {
         self.check()?;
         let limit = capacity(&self.datatype, self.count);
         Ok(RecvTarget { limit, finish: Box::new(move |msg| deliver_into(msg, &self.datatype, self.count, self.region)) })
+    }
+
+    fn pack_contents(&self, repr: Repr) -> Result<Packed> {
+        RecvBuf::pack_contents(self, repr)
     }
 }

@@ -32,9 +32,13 @@
 //! `wait_any`/`wait_some` over only inactive entries report that nothing is
 //! active, as MPI says.
 
-use super::{Comm, Peer, SendBuf, Source, TagSel};
-use crate::proto::engine::SendMode;
+use super::data::{Packed, RecvData, RecvTarget};
+use super::{Comm, Peer, RecvBuf, SendBuf, Source, TagSel};
+use crate::coll::{Described, Element};
+use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
+use crate::pack::Repr;
+use crate::proto::engine::SendMode;
 use crate::request::Request;
 
 /// An operation that can be started repeatedly.
@@ -80,14 +84,19 @@ pub fn start_all<'b>(requests: impl IntoIterator<Item = &'b mut dyn Persistent>)
     requests.into_iter().map(|p| p.start()).collect()
 }
 
-/// The buffer of a persistent send: borrowed (`&[T]`, `&Vec<T>`) or owned
-/// (`Vec<T>`, writable between starts).
+/// The buffer of a persistent send: borrowed (`&[T]`, `&Vec<T>`, `&[T; N]`),
+/// owned (`Vec<T>`, writable between starts), or a [`SendBuf`] of a
+/// derived datatype (the element is then [`Described`]).
 #[derive(Debug)]
 pub enum SendStorage<'a, T> {
     /// A borrowed slice.
     Borrowed(&'a [T]),
     /// An owned vector.
     Owned(Vec<T>),
+    /// Items of a datatype over memory (made by `From<SendBuf>`, for
+    /// `T` = [`Described`]).
+    #[non_exhaustive]
+    Described(SendBuf<'a>),
 }
 
 impl<'a, T> From<&'a [T]> for SendStorage<'a, T> {
@@ -114,14 +123,25 @@ impl<T> From<Vec<T>> for SendStorage<'static, T> {
     }
 }
 
-/// The buffer of a persistent receive: borrowed (`&mut [T]`) or owned
-/// (`Vec<T>`).
+impl<'a> From<SendBuf<'a>> for SendStorage<'a, Described> {
+    fn from(b: SendBuf<'a>) -> Self {
+        SendStorage::Described(b)
+    }
+}
+
+/// The buffer of a persistent receive: borrowed (`&mut [T]`, `&mut [T; N]`),
+/// owned (`Vec<T>`), or a [`RecvBuf`] of a derived datatype (the element
+/// is then [`Described`]).
 #[derive(Debug)]
 pub enum RecvStorage<'a, T> {
     /// A borrowed slice.
     Borrowed(&'a mut [T]),
     /// An owned vector.
     Owned(Vec<T>),
+    /// Room for items of a datatype (made by `From<RecvBuf>`, for `T` =
+    /// [`Described`]).
+    #[non_exhaustive]
+    Described(RecvBuf<'a>),
 }
 
 impl<'a, T> From<&'a mut [T]> for RecvStorage<'a, T> {
@@ -142,6 +162,65 @@ impl<T> From<Vec<T>> for RecvStorage<'static, T> {
     }
 }
 
+impl<'a> From<RecvBuf<'a>> for RecvStorage<'a, Described> {
+    fn from(b: RecvBuf<'a>) -> Self {
+        RecvStorage::Described(b)
+    }
+}
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// How a persistent request uses its storage, by element (a detail of
+    /// mpx). A storage whose variant does not fit its element cannot be
+    /// made outside mpx (the `Described` variants are non-exhaustive and
+    /// made only for [`Described`]); it is refused rather than trusted.
+    pub trait Stored: Sized {
+        /// Packs the send buffer's current contents.
+        fn pack_stored(buf: &SendStorage<'_, Self>, repr: Repr) -> Result<Packed>;
+        /// The receive buffer, lent to one start.
+        fn target_stored<'b>(buf: &'b mut RecvStorage<'_, Self>) -> Result<RecvTarget<'b>>;
+    }
+
+    fn mismatched() -> Error {
+        Error::InvalidArgument("a persistent buffer that does not hold its element type".into())
+    }
+
+    impl<T: MpiType> Stored for T {
+        fn pack_stored(buf: &SendStorage<'_, T>, repr: Repr) -> Result<Packed> {
+            match buf {
+                SendStorage::Borrowed(b) => SendBuf::typed(b).pack(repr),
+                SendStorage::Owned(v) => SendBuf::typed(v).pack(repr),
+                SendStorage::Described(_) => Err(mismatched()),
+            }
+        }
+
+        fn target_stored<'b>(buf: &'b mut RecvStorage<'_, T>) -> Result<RecvTarget<'b>> {
+            match buf {
+                RecvStorage::Borrowed(b) => (&mut **b).into_target(),
+                RecvStorage::Owned(v) => v.as_mut_slice().into_target(),
+                RecvStorage::Described(_) => Err(mismatched()),
+            }
+        }
+    }
+
+    impl Stored for Described {
+        fn pack_stored(buf: &SendStorage<'_, Described>, repr: Repr) -> Result<Packed> {
+            match buf {
+                SendStorage::Described(b) => b.pack(repr),
+                SendStorage::Borrowed(_) | SendStorage::Owned(_) => Err(mismatched()),
+            }
+        }
+
+        fn target_stored<'b>(buf: &'b mut RecvStorage<'_, Described>) -> Result<RecvTarget<'b>> {
+            match buf {
+                RecvStorage::Described(b) => b.reborrow().into_target(),
+                RecvStorage::Borrowed(_) | RecvStorage::Owned(_) => Err(mismatched()),
+            }
+        }
+    }
+}
+
 /// A persistent send (`MPI_Send_init`, `MPI_Bsend_init`, `MPI_Ssend_init`,
 /// `MPI_Rsend_init`). Each start packs the buffer's current contents.
 pub struct PersistentSend<'a, T> {
@@ -158,6 +237,7 @@ impl<T: MpiType> PersistentSend<'_, T> {
         match &self.buf {
             SendStorage::Borrowed(b) => b,
             SendStorage::Owned(v) => v,
+            SendStorage::Described(_) => &[],
         }
     }
 }
@@ -169,9 +249,12 @@ impl<T: MpiType> PersistentSend<'static, T> {
         if let SendStorage::Borrowed(b) = self.buf {
             self.buf = SendStorage::Owned(b.to_vec());
         }
+        if !matches!(self.buf, SendStorage::Owned(_)) {
+            self.buf = SendStorage::Owned(Vec::new());
+        }
         match &mut self.buf {
             SendStorage::Owned(v) => v,
-            SendStorage::Borrowed(_) => unreachable!("converted above"),
+            SendStorage::Borrowed(_) | SendStorage::Described(_) => unreachable!("made owned above"),
         }
     }
 
@@ -180,17 +263,15 @@ impl<T: MpiType> PersistentSend<'static, T> {
         match self.buf {
             SendStorage::Owned(v) => v,
             SendStorage::Borrowed(b) => b.to_vec(),
+            SendStorage::Described(_) => Vec::new(),
         }
     }
 }
 
-impl<T: MpiType> Persistent for PersistentSend<'_, T> {
+impl<T: Element> Persistent for PersistentSend<'_, T> {
     fn start(&mut self) -> Request<'_> {
-        let buf = match &self.buf {
-            SendStorage::Borrowed(b) => SendBuf::typed(b),
-            SendStorage::Owned(v) => SendBuf::typed(v),
-        };
-        self.comm.start_send(|repr| buf.pack(repr), self.dest, self.tag, self.mode, self.comm.context)
+        let buf = &self.buf;
+        self.comm.start_send(|repr| T::pack_stored(buf, repr), self.dest, self.tag, self.mode, self.comm.context)
     }
 }
 
@@ -208,6 +289,7 @@ impl<T: MpiType> PersistentRecv<'_, T> {
         match &self.buf {
             RecvStorage::Borrowed(b) => b,
             RecvStorage::Owned(v) => v,
+            RecvStorage::Described(_) => &[],
         }
     }
 
@@ -216,17 +298,17 @@ impl<T: MpiType> PersistentRecv<'_, T> {
         match &mut self.buf {
             RecvStorage::Borrowed(b) => b,
             RecvStorage::Owned(v) => v,
+            RecvStorage::Described(_) => &mut [],
         }
     }
 }
 
-impl<T: MpiType> Persistent for PersistentRecv<'_, T> {
+impl<T: Element> Persistent for PersistentRecv<'_, T> {
     fn start(&mut self) -> Request<'_> {
-        let buf: &mut [T] = match &mut self.buf {
-            RecvStorage::Borrowed(b) => b,
-            RecvStorage::Owned(v) => v,
-        };
-        self.comm.irecv(buf, self.source, self.tag)
+        match T::target_stored(&mut self.buf) {
+            Ok(RecvTarget { limit, finish }) => self.comm.start_recv(self.source, self.tag, limit, finish),
+            Err(e) => Request::completed(Err(e)),
+        }
     }
 }
 
@@ -235,9 +317,10 @@ impl Comm {
         PersistentSend { comm: self.clone(), buf: buf.into(), dest: dest.into(), tag, mode }
     }
 
-    /// `MPI_Send_init`: a persistent standard send of a borrowed slice or
-    /// an owned `Vec` (see [`SendStorage`]; an owned buffer is writable
-    /// between starts, see the [module docs](self)).
+    /// `MPI_Send_init`: a persistent standard send of a borrowed slice, an
+    /// owned `Vec` or a [`SendBuf`] of any datatype (see [`SendStorage`]; an
+    /// owned buffer is writable between starts, see the [module
+    /// docs](self)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -252,27 +335,27 @@ impl Comm {
     /// }
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
-    pub fn send_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
+    pub fn send_init<'a, T: Element>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
         self.persistent_send(buf, dest, tag, SendMode::Standard)
     }
 
     /// `MPI_Bsend_init`: as [`send_init`](Comm::send_init), buffered.
-    pub fn bsend_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
+    pub fn bsend_init<'a, T: Element>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
         self.persistent_send(buf, dest, tag, SendMode::Buffered)
     }
 
     /// `MPI_Ssend_init`: as [`send_init`](Comm::send_init), synchronous.
-    pub fn ssend_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
+    pub fn ssend_init<'a, T: Element>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
         self.persistent_send(buf, dest, tag, SendMode::Synchronous)
     }
 
     /// `MPI_Rsend_init`: as [`send_init`](Comm::send_init), ready mode.
-    pub fn rsend_init<'a, T: MpiType>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
+    pub fn rsend_init<'a, T: Element>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
         self.persistent_send(buf, dest, tag, SendMode::Ready)
     }
 
-    /// `MPI_Recv_init`: a persistent receive into a borrowed slice or an
-    /// owned `Vec` (see [`RecvStorage`]).
+    /// `MPI_Recv_init`: a persistent receive into a borrowed slice, an
+    /// owned `Vec` or a [`RecvBuf`] of any datatype (see [`RecvStorage`]).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -288,7 +371,7 @@ impl Comm {
     /// }
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
-    pub fn recv_init<'a, T: MpiType>(&self, buf: impl Into<RecvStorage<'a, T>>, source: impl Into<Source>, tag: impl Into<TagSel>) -> PersistentRecv<'a, T> {
+    pub fn recv_init<'a, T: Element>(&self, buf: impl Into<RecvStorage<'a, T>>, source: impl Into<Source>, tag: impl Into<TagSel>) -> PersistentRecv<'a, T> {
         PersistentRecv { comm: self.clone(), buf: buf.into(), source: source.into(), tag: tag.into() }
     }
 }

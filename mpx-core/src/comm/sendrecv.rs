@@ -4,12 +4,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use super::buffer::SendBuf;
 use super::data::{RecvData, SendData};
 use super::selectors::{Peer, Source, TagSel};
 use super::{Comm, Status};
 use crate::error::Result;
-use crate::mpi_type::MpiType;
+use crate::proto::engine::SendMode;
 use crate::request::Request;
 
 impl Comm {
@@ -80,37 +79,52 @@ impl Comm {
         Self::both(started)
     }
 
-    /// `MPI_Sendrecv_replace`: sends `buf` and receives into the same
-    /// buffer (the outgoing data is packed before the receive starts). Both
-    /// halves start when it is called.
+    /// `MPI_Sendrecv_replace`: sends what `buf` holds and receives into
+    /// the same memory. `buf` is any receive buffer ([`RecvData`]: a value,
+    /// a slice, a `Vec`, or a [`RecvBuf`](super::RecvBuf) of a derived
+    /// datatype), read for the send through the same type it is written
+    /// through. The outgoing data is packed before the receive starts, and
+    /// both halves start when it is called.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx_core::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{Datatype, RecvBuf, RegionMut};
     /// let other = 1 - comm.rank();
     /// let mut buf = [comm.rank() as u8; 4];
     /// comm.sendrecv_replace(&mut buf, other, 0, other, 0).await?;
     /// assert_eq!(buf, [other as u8; 4]);
+    ///
+    /// // Swap the first column of a 3×3 matrix with the other rank's.
+    /// let mut m = [comm.rank() as f64; 9];
+    /// let column = Datatype::vector(3, 1, 3, &Datatype::double())?;
+    /// comm.sendrecv_replace(RecvBuf::new(RegionMut::of(&mut m), 1, &column), other, 1, other, 1).await?;
+    /// let me = comm.rank() as f64;
+    /// assert_eq!(m, [other as f64, me, me, other as f64, me, me, other as f64, me, me]);
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     ///
     /// # Cancel safety
     /// As [`sendrecv`](Comm::sendrecv).
-    pub fn sendrecv_replace<'a, T: MpiType>(
+    pub fn sendrecv_replace<'a>(
         &self,
-        buf: &'a mut [T],
+        buf: impl RecvData<'a>,
         dest: impl Into<Peer>,
         send_tag: i32,
         source: impl Into<Source>,
         recv_tag: impl Into<TagSel>,
     ) -> impl Future<Output = Result<Status>> + Send + 'a {
         let (dest, source, recv_tag) = (dest.into(), source.into(), recv_tag.into());
-        // The outgoing data is packed when the send starts, so the buffer is
-        // free for the receive at once.
-        let started = self
-            .check_sendrecv(dest, send_tag, source, recv_tag)
-            .map(|()| (self.isend(SendBuf::typed(buf), dest, send_tag), self.irecv(buf, source, recv_tag)));
+        // The outgoing data is packed when the send starts, so the memory is
+        // free for the receive at once. A buffer that cannot hold its items
+        // fails before the send leaves.
+        let started = self.check_sendrecv(dest, send_tag, source, recv_tag).and_then(|()| {
+            let outgoing = &buf;
+            let sent = self.start_send(|repr| outgoing.pack_contents(repr), dest, send_tag, SendMode::Standard, self.context);
+            let target = buf.into_target()?;
+            Ok((sent, self.start_recv(source, recv_tag, target.limit, target.finish)))
+        });
         Self::both(started)
     }
 

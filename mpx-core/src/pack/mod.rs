@@ -266,6 +266,11 @@ impl<'a> RegionMut<'a> {
         check_span(datatype, count, shift_origin(self.origin, offset, self.len)?, self.len)
     }
 
+    /// The same bytes and origin, reborrowed.
+    pub(crate) fn reborrow(&mut self) -> RegionMut<'_> {
+        RegionMut { ptr: self.ptr, len: self.len, origin: self.origin, _borrow: PhantomData }
+    }
+
     /// The same bytes, reborrowed, the origin moved by `offset` bytes (it
     /// must stay inside them).
     pub(crate) fn shifted(&mut self, offset: i128) -> Result<RegionMut<'_>> {
