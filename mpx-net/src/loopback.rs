@@ -1,21 +1,32 @@
 //! The in-memory transport: every rank of the world runs in this process.
 //!
-//! Each rank has an inbox drained by a driver task that feeds its
-//! [`Endpoint`]; sending a frame is pushing it into the destination's
-//! inbox, so frames between two ranks stay in order. Each link (one sender,
-//! one receiver) carries at most [`Options::link_capacity`] bytes that the
-//! receiver has not handled yet; beyond that the link is full, the frame
-//! stays in the sender's engine, and the receiver's driver tells the sender
-//! when the link drains, as a network transport's flow control would. A
-//! receiver that stops reading holds back only the frames to itself.
+//! Sending a frame appends it to the destination's queue. The thread that
+//! finds the queue undelivered takes it on and, once its own endpoint's
+//! lock is released ([`Transport::deliver_offered`]), hands the queue's
+//! frames to the destination's endpoint itself: a message reaches its
+//! receiver with no task switch between, and the receiving task is woken
+//! once, by its completed receive. Whoever finds the queue taken only
+//! appends, and the taker delivers what was appended before it lets go,
+//! so frames between two ranks stay in order. Deliveries that make the
+//! receiver send (a CTS, credit) leave those frames to the loop already
+//! running on the thread, so delivery never recurses. Each rank's driver
+//! task delivers only what was sent while the world was being made, and
+//! runs the engine's timers.
+//!
+//! Each link (one sender, one receiver) carries at most
+//! [`Options::link_capacity`] bytes that the receiver has not handled yet;
+//! beyond that the link is full, the frame stays in the sender's engine,
+//! and the receiver's deliverer tells the sender when the link drains, as
+//! a network transport's flow control would. A receiver that stops reading
+//! holds back only the frames to itself.
 //!
 //! Frames travel as values, payloads without copies. With
 //! [`Options::wire`] they travel as bytes instead: each frame is encoded
 //! (header, then payload as its own chunk) and the receiver decodes the
 //! stream with a capped [`Decoder`], as a stream transport does.
 //!
-//! `test` calls drain the inbox too ([`Transport::progress`]), holding it
-//! while they deliver so frames are never handled out of order.
+//! `test` calls deliver waiting queues too ([`Transport::progress`]), by
+//! the same rule, so frames are never handled out of order.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -32,6 +43,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -43,7 +56,7 @@ use mpx_core::proto::engine::Config;
 use mpx_core::proto::wire::{Decoder, Frame};
 use mpx_core::runtime::{SendError, WeakEndpoint};
 use mpx_core::{Comm, Endpoint, Error, Result, Transport};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::Notify;
 
 /// Options for [`launch_with`].
 ///
@@ -115,15 +128,36 @@ enum Packet {
 /// (sender, what it sent, bytes it occupies on the link)
 type Delivery = (u32, Packet, usize);
 
+/// A rank's incoming frames, and who is delivering them.
+#[derive(Default)]
+struct Queue {
+    deliveries: VecDeque<Delivery>,
+    /// Someone has taken on delivering this queue (see [`World::claim`]):
+    /// whoever finds it set only appends, and the claimant delivers what
+    /// was appended before it lets go.
+    claimed: bool,
+}
+
+/// What the claimant of a rank's queue uses while delivering.
 struct Inbox {
-    rx: UnboundedReceiver<Delivery>,
     /// Per sender, bytes of a frame not yet whole (wire mode).
     streams: Vec<BytesMut>,
+    /// The emptied queue of the last batch, kept for its memory.
+    spare: VecDeque<Delivery>,
+}
+
+/// One rank's receiving side.
+struct Station {
+    queue: Mutex<Queue>,
+    inbox: Mutex<Inbox>,
+    /// Wakes the rank's driver: frames arrived before the endpoints were
+    /// all made, or a claimant found the endpoint not ready.
+    driver: Notify,
 }
 
 /// Flow control of one link. Each counter has one writer (the sender's
-/// endpoint, under its lock; the receiver's driver, holding its inbox), so
-/// the common path takes no read-modify-write on a shared cache line.
+/// endpoint, under its lock; the receiver's deliverer, holding its inbox),
+/// so the common path takes no read-modify-write on a shared cache line.
 #[derive(Default)]
 struct Link {
     /// Bytes the sender has put on the link (written by the sender only).
@@ -139,18 +173,30 @@ struct Link {
 #[repr(align(64))]
 struct Padded<T>(T);
 
-/// What every rank's transport shares: the inboxes, the links, and
-/// (weakly) the endpoints, so a `test` call can move any rank's frames
-/// along and a draining link can wake its sender.
+/// What every rank's transport shares: the stations, the links, and
+/// (weakly) the endpoints, so a sender can deliver into its receiver and a
+/// draining link can wake its sender.
 struct World {
     ranks: usize,
-    senders: Vec<UnboundedSender<Delivery>>,
-    inboxes: Vec<Arc<Mutex<Inbox>>>,
+    stations: Vec<Station>,
     links: Vec<Link>,
     endpoints: OnceLock<Vec<WeakEndpoint>>,
     capacity: usize,
     wire: bool,
     decoder: Decoder,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// Queues this thread has claimed and not delivered yet.
+    static CLAIMED: RefCell<Vec<(Arc<World>, u32)>> = const { RefCell::new(Vec::new()) };
+    /// This thread is delivering: a delivery that makes the receiver send
+    /// (a CTS, credit, a reply's data) leaves its claims for the loop
+    /// already running, so delivery never recurses.
+    static DELIVERING: Cell<bool> = const { Cell::new(false) };
 }
 
 impl World {
@@ -160,6 +206,50 @@ impl World {
 
     fn endpoint(&self, rank: u32) -> Option<Endpoint> {
         self.endpoints.get()?.get(rank as usize)?.upgrade()
+    }
+
+    /// Takes on delivering `rank`'s queue if nobody has: true if this
+    /// caller must now deliver it ([`World::deliver_claimed`]).
+    fn claim(queue: &mut Queue) -> bool {
+        !std::mem::replace(&mut queue.claimed, true)
+    }
+
+    /// Delivers `rank`'s queue, which the caller has claimed, until it is
+    /// empty, then lets go of it.
+    fn deliver_claimed(&self, rank: u32) {
+        let station = &self.stations[rank as usize];
+        let endpoint = match self.endpoints.get() {
+            None => {
+                // Frames sent while the world is being made (the hellos):
+                // the driver delivers them once it runs.
+                lock(&station.queue).claimed = false;
+                station.driver.notify_one();
+                return;
+            }
+            Some(_) => self.endpoint(rank),
+        };
+        let mut inbox = lock(&station.inbox);
+        loop {
+            let mut batch = {
+                let mut queue = lock(&station.queue);
+                if queue.deliveries.is_empty() {
+                    queue.claimed = false;
+                    return;
+                }
+                let spare = std::mem::take(&mut inbox.spare);
+                std::mem::replace(&mut queue.deliveries, spare)
+            };
+            match &endpoint {
+                Some(endpoint) => {
+                    for delivery in batch.drain(..) {
+                        self.deliver(rank, &mut inbox, delivery, endpoint);
+                    }
+                }
+                // The rank has ended: what is sent to it is dropped.
+                None => batch.clear(),
+            }
+            inbox.spare = batch;
+        }
     }
 
     /// Hands one delivery to `me`'s endpoint, then frees its room on the
@@ -206,32 +296,53 @@ impl World {
     }
 }
 
+/// Delivers every queue this thread has claimed, and those the deliveries
+/// make it claim, unless a loop doing so already runs on this thread
+/// (further up its stack), which then takes them.
+fn deliver_claims() {
+    if DELIVERING.with(|d| d.replace(true)) {
+        return;
+    }
+    // Cleared however the loop ends (a panic in a waker included).
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            DELIVERING.with(|d| d.set(false));
+        }
+    }
+    let _done = Done;
+    while let Some((world, rank)) = CLAIMED.with(|c| c.borrow_mut().pop()) {
+        world.deliver_claimed(rank);
+    }
+}
+
+/// Claims `rank`'s queue for this thread if it has frames and nobody
+/// delivers it, then delivers what this thread has claimed.
+fn deliver_waiting(world: &Arc<World>, rank: u32) {
+    let claimed = {
+        let mut queue = lock(&world.stations[rank as usize].queue);
+        !queue.deliveries.is_empty() && World::claim(&mut queue)
+    };
+    if claimed {
+        CLAIMED.with(|c| c.borrow_mut().push((world.clone(), rank)));
+    }
+    deliver_claims();
+}
+
 struct Loopback {
     world: Arc<World>,
     me: u32,
 }
 
-fn lock(inbox: &Mutex<Inbox>) -> MutexGuard<'_, Inbox> {
-    inbox.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Delivers the frames waiting in `rank`'s inbox unless another thread is
-/// already delivering them (whoever holds the inbox keeps frames in order).
-fn drain(world: &World, rank: u32, endpoint: &Endpoint) {
-    let mut inbox = match world.inboxes[rank as usize].try_lock() {
-        Ok(inbox) => inbox,
-        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return,
-    };
-    while let Ok(delivery) = inbox.rx.try_recv() {
-        world.deliver(rank, &mut inbox, delivery, endpoint);
-    }
-}
-
 impl Transport for Loopback {
+    /// Appends the frame to the receiver's queue. If nobody is delivering
+    /// that queue, this thread takes it on, and delivers it into the
+    /// receiving endpoint once the sending endpoint's lock is released
+    /// ([`Transport::deliver_offered`]): a message reaches its receiver
+    /// with no task switch between.
     fn send(&self, dest: usize, frame: Frame) -> std::result::Result<(), SendError> {
         let world = &*self.world;
-        let (Some(inbox), Ok(dest)) = (world.senders.get(dest), u32::try_from(dest)) else {
+        let (Some(station), Ok(dest)) = (world.stations.get(dest), u32::try_from(dest)) else {
             return Err(SendError::Failed(Error::InvalidRank { rank: dest, size: world.ranks }));
         };
         let link = world.link(self.me, dest);
@@ -252,86 +363,69 @@ impl Transport for Loopback {
         } else {
             Packet::Frame(frame)
         };
-        inbox.send((self.me, packet, size)).map_err(|_| {
-            SendError::Failed(Error::transport(format!("sending to rank {dest}"), std::io::Error::from(std::io::ErrorKind::BrokenPipe)))
-        })
+        let claimed = {
+            let mut queue = lock(&station.queue);
+            queue.deliveries.push_back((self.me, packet, size));
+            World::claim(&mut queue)
+        };
+        if claimed {
+            CLAIMED.with(|c| c.borrow_mut().push((self.world.clone(), dest)));
+        }
+        Ok(())
     }
 
-    /// Delivers what waits in this rank's inbox, then in every other rank's:
-    /// all ranks live in this process, and a peer's replies (a CTS, its
-    /// data) must move too for a polling loop to finish where no driver
-    /// task gets to run.
+    fn deliver_offered(&self) {
+        deliver_claims();
+    }
+
+    /// Delivers what waits in this rank's queue, then in every other
+    /// rank's: all ranks live in this process, and a peer's replies (a CTS,
+    /// its data) must move too for a polling loop to finish.
     fn progress(&self, deliver: &mut dyn FnMut(usize, Frame)) {
         let _ = deliver;
-        let world = &*self.world;
+        let world = &self.world;
         for round in 0..2 {
             for rank in 0..world.ranks as u32 {
-                if round == 1 && rank != self.me {
-                    continue;
-                }
-                if let Some(endpoint) = world.endpoint(rank) {
-                    drain(world, rank, &endpoint);
+                if round == 0 || rank == self.me {
+                    deliver_waiting(world, rank);
                 }
             }
         }
     }
 
     fn poll_flush(&self, _cx: &mut std::task::Context<'_>) -> Poll<Result<()>> {
-        // Frames are in the receivers' inboxes as soon as `send` returns.
+        // Frames are in the receivers' queues as soon as `send` returns.
         Poll::Ready(Ok(()))
     }
 }
 
-/// Feeds the inbox to the endpoint, and the time when the engine keeps
-/// timers, until the endpoint is gone or every sender is.
+/// Delivers the frames nobody else delivers (those sent while the world
+/// was being made), and the time when the engine keeps timers, until the
+/// endpoint is gone (the endpoint owns this task and aborts it).
 async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32, timers: bool) {
-    // Delivers what has arrived; `Ready(false)` once the endpoint or every
-    // sender is gone. With `until_quiet`, it returns after each batch (so
-    // the caller can look at its timers); otherwise it keeps going.
-    let receive = |cx: &mut std::task::Context<'_>, until_quiet: bool| -> Poll<bool> {
-        let mut inbox = lock(&world.inboxes[me as usize]);
-        loop {
-            match inbox.rx.poll_recv(cx) {
-                Poll::Ready(Some(delivery)) => {
-                    let Some(ep) = endpoint.upgrade() else { return Poll::Ready(false) };
-                    world.deliver(me, &mut inbox, delivery, &ep);
-                    // Whatever else has arrived goes in the same turn.
-                    while let Ok(delivery) = inbox.rx.try_recv() {
-                        world.deliver(me, &mut inbox, delivery, &ep);
-                    }
-                    if until_quiet {
-                        return Poll::Ready(true);
-                    }
-                }
-                Poll::Ready(None) => return Poll::Ready(false),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    };
-    if !timers {
-        std::future::poll_fn(|cx| receive(cx, false)).await;
-        return;
-    }
-    {
+    let station = &world.stations[me as usize];
+    if timers {
         let Some(ep) = endpoint.upgrade() else { return };
         // tokio's clock, so that a paused test clock drives the engine's timers.
         ep.handle_timeout(tokio::time::Instant::now().into_std());
     }
     loop {
-        let Some(deadline) = endpoint.upgrade().map(|ep| ep.poll_timeout()) else { return };
-        let received = std::future::poll_fn(|cx| receive(cx, true));
-        let Some(at) = deadline else {
-            if !received.await {
-                return;
-            }
-            continue;
+        deliver_waiting(&world, me);
+        let deadline = if timers {
+            let Some(ep) = endpoint.upgrade() else { return };
+            ep.poll_timeout()
+        } else {
+            None
         };
-        tokio::select! {
-            alive = received => if !alive { return },
-            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
-                let Some(ep) = endpoint.upgrade() else { return };
-                ep.handle_timeout(tokio::time::Instant::now().into_std());
-            }
+        match deadline {
+            None => station.driver.notified().await,
+            Some(at) => tokio::select! {
+                () = station.driver.notified() => {}
+                () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
+                    let Some(ep) = endpoint.upgrade() else { return };
+                    ep.handle_timeout(tokio::time::Instant::now().into_std());
+                }
+            },
         }
     }
 }
@@ -411,15 +505,16 @@ where
     if n == 0 || n > u32::MAX as usize {
         return Err(Error::InvalidArgument(format!("cannot launch {n} ranks")));
     }
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| unbounded_channel()).unzip();
-    let inboxes = receivers
-        .into_iter()
-        .map(|rx| Arc::new(Mutex::new(Inbox { rx, streams: (0..n).map(|_| BytesMut::new()).collect() })))
+    let stations = (0..n)
+        .map(|_| Station {
+            queue: Mutex::new(Queue::default()),
+            inbox: Mutex::new(Inbox { streams: (0..n).map(|_| BytesMut::new()).collect(), spare: VecDeque::new() }),
+            driver: Notify::new(),
+        })
         .collect();
     let world = Arc::new(World {
         ranks: n,
-        senders,
-        inboxes,
+        stations,
         links: (0..n * n).map(|_| Link::default()).collect(),
         endpoints: OnceLock::new(),
         capacity: options.link_capacity.max(1),

@@ -348,9 +348,12 @@ impl Endpoint {
 
 /// The endpoint's state, locked. Wakers queued in `to_wake` while it is
 /// held run after the lock is released, so a waker that calls back into
-/// mpx (a custom `Wake`, an executor that polls inline) cannot deadlock.
+/// mpx (a custom `Wake`, an executor that polls inline) cannot deadlock;
+/// then the transport may deliver the frames it was offered
+/// ([`Transport::deliver_offered`]).
 pub(crate) struct Locked<'a> {
     guard: Option<MutexGuard<'a, State>>,
+    transport: &'a dyn Transport,
 }
 
 impl Deref for Locked<'_> {
@@ -373,6 +376,7 @@ impl Drop for Locked<'_> {
         for w in wakers {
             w.wake();
         }
+        self.transport.deliver_offered();
     }
 }
 
@@ -388,7 +392,7 @@ impl Shared {
     pub(crate) fn lock(&self) -> Locked<'_> {
         // A panic while holding the lock cannot leave the engine half-updated
         // in a way that matters more than the panic itself.
-        Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())) }
+        Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())), transport: &*self.transport }
     }
 
     /// A receive is done with `msg` (see [`Engine::recycle`]); small

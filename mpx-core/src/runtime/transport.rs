@@ -47,6 +47,14 @@ pub trait Transport: Send + Sync + 'static {
     /// Offers `frame` for rank `dest` (never this rank).
     fn send(&self, dest: usize, frame: Frame) -> std::result::Result<(), SendError>;
 
+    /// Called after the endpoint's lock is released, on the thread that
+    /// offered frames with [`send`](Transport::send) while holding it (and
+    /// after any other release of the lock): a transport that can hand
+    /// frames to their receivers itself, with no task switch (the
+    /// loopback), does it here, where calling into endpoints is allowed.
+    /// The default does nothing.
+    fn deliver_offered(&self) {}
+
     /// Hands every frame that has already arrived to `deliver`, in order,
     /// without waiting. `test` calls use it to progress where no driver
     /// task gets to run (a polling loop on a current-thread runtime).
