@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::pack::Repr;
 use crate::proto::engine::{Outgoing, SendMode};
 use crate::request::{Kind, Request};
+use crate::runtime::Completion;
 
 impl Comm {
     // ----- sends ------------------------------------------------------------------
@@ -48,7 +49,19 @@ impl Comm {
             let msg = Outgoing { dest, context, tag, signature, repr, desc_len, data };
             st.engine.post_send(id, mode, msg);
             self.shared.flush(&mut st);
-            Ok((mode != SendMode::Buffered).then_some(id))
+            if mode == SendMode::Buffered {
+                return Ok(None);
+            }
+            // An eager send is usually complete already: its request needs
+            // no second look at the endpoint.
+            match st.done.remove(&id) {
+                Some(Completion::Send(result)) => result.map(|()| None),
+                Some(other) => {
+                    st.done.insert(id, other);
+                    Ok(Some(id))
+                }
+                None => Ok(Some(id)),
+            }
         })();
         match posted {
             Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Send),

@@ -1,5 +1,6 @@
-//! The posted-receive queue: receives matched in posting order, indexed by
-//! what they accept.
+//! The posted-receive and unexpected-message queues, each indexed by what
+//! matches: a message finds its receive, and a receive its message, in
+//! time that does not grow with what else is queued.
 
 use std::collections::VecDeque;
 
@@ -44,10 +45,9 @@ impl PostedQueue {
 
     /// Removes and returns the first receive posted that accepts `env`.
     pub(crate) fn take_match(&mut self, env: &Envelope) -> Option<ReqId> {
-        let (context, source, tag) = (env.context, Some(env.source), Some(env.tag));
-        let (_, id) = [(source, tag), (None, tag), (source, None), (None, None)]
+        let (_, id) = specs_accepting(env)
             .into_iter()
-            .filter_map(|(source, tag)| self.queues.get(&MatchSpec { context, source, tag })?.front().copied())
+            .filter_map(|spec| self.queues.get(&spec)?.front().copied())
             .min_by_key(|&(number, _)| number)?;
         self.remove(id);
         Some(id)
@@ -98,10 +98,321 @@ impl PostedQueue {
 }
 
 
+/// The four specs that accept a message with envelope `env`: its source
+/// and tag, any source with its tag, its source with any tag, any source
+/// and tag (in its context).
+fn specs_accepting(env: &Envelope) -> [MatchSpec; 4] {
+    let (context, source, tag) = (env.context, Some(env.source), Some(env.tag));
+    [(source, tag), (None, tag), (source, None), (None, None)].map(|(source, tag)| MatchSpec { context, source, tag })
+}
+
+/// What the unexpected queue holds: anything with an envelope.
+pub(crate) trait Queued {
+    fn envelope(&self) -> &Envelope;
+}
+
+/// Places are spaced this far apart, so that a message put back between
+/// two others usually finds a free place without renumbering.
+const STEP: u64 = 1 << 20;
+
+/// The messages of one spec, in queue order: (place, id). Entries of
+/// messages since taken by another spec stay until they reach the front or
+/// outnumber the live ones.
+#[derive(Default)]
+struct Lane {
+    entries: VecDeque<(u64, u64)>,
+    live: usize,
+}
+
+/// The unexpected messages, in queue order, indexed by the specs that
+/// accept them.
+///
+/// Each message is listed in the lanes of the four specs that accept it
+/// ([`specs_accepting`]); a receive or probe with spec `s` accepts exactly
+/// the messages of lane `s`, so the first message it accepts is that
+/// lane's first live entry: posting a receive costs the same with none
+/// or a hundred thousand messages of other tags or communicators queued.
+/// Each message has a place (its position in the queue, with gaps) and an
+/// id never reused, so a lane's entry of a message taken elsewhere is
+/// recognised as stale.
+pub(crate) struct UnexpectedQueue<T> {
+    messages: HashMap<u64, (u64, T)>,
+    lanes: HashMap<MatchSpec, Lane>,
+    next_id: u64,
+    /// The place of the next message queued at the back.
+    back: u64,
+}
+
+impl<T> Default for UnexpectedQueue<T> {
+    fn default() -> Self {
+        UnexpectedQueue { messages: HashMap::default(), lanes: HashMap::default(), next_id: 0, back: 1 << 62 }
+    }
+}
+
+impl<T: Queued> UnexpectedQueue<T> {
+    pub(crate) fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Queues `message` behind every other.
+    pub(crate) fn push_back(&mut self, message: T) {
+        let place = self.back;
+        self.back += STEP;
+        self.insert(place, message);
+    }
+
+    fn insert(&mut self, place: u64, message: T) {
+        let id = self.next_id;
+        self.next_id += 1;
+        for spec in specs_accepting(message.envelope()) {
+            let lane = self.lanes.entry(spec).or_default();
+            lane.live += 1;
+            if lane.entries.back().is_none_or(|&(last, _)| last < place) {
+                lane.entries.push_back((place, id));
+            } else {
+                let at = lane.entries.partition_point(|&(p, _)| p < place);
+                lane.entries.insert(at, (place, id));
+            }
+        }
+        self.messages.insert(id, (place, message));
+    }
+
+    /// The id of the first message `spec` accepts, dropping stale entries
+    /// met at the front of its lane.
+    fn first_id(&mut self, spec: &MatchSpec) -> Option<u64> {
+        let lane = self.lanes.get_mut(spec)?;
+        while let Some(&(_, id)) = lane.entries.front() {
+            if self.messages.contains_key(&id) {
+                return Some(id);
+            }
+            lane.entries.pop_front();
+        }
+        None
+    }
+
+    /// The first message `spec` accepts, left queued.
+    pub(crate) fn first(&self, spec: &MatchSpec) -> Option<&T> {
+        let lane = self.lanes.get(spec)?;
+        lane.entries.iter().find_map(|(_, id)| self.messages.get(id)).map(|(_, message)| message)
+    }
+
+    /// Removes and returns the first message `spec` accepts.
+    pub(crate) fn take_first(&mut self, spec: &MatchSpec) -> Option<T> {
+        let id = self.first_id(spec)?;
+        self.remove(id)
+    }
+
+    fn remove(&mut self, id: u64) -> Option<T> {
+        let (_, message) = self.messages.remove(&id)?;
+        let messages = &self.messages;
+        for spec in specs_accepting(message.envelope()) {
+            let Some(lane) = self.lanes.get_mut(&spec) else { continue };
+            lane.live -= 1;
+            if lane.live == 0 {
+                self.lanes.remove(&spec);
+            } else if lane.entries.len() > 2 * lane.live + 16 {
+                lane.entries.retain(|(_, id)| messages.contains_key(id));
+            }
+        }
+        Some(message)
+    }
+
+    /// Every message, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.messages.values().map(|(_, message)| message)
+    }
+
+    /// The first message (in no particular order) `pred` picks, to change.
+    pub(crate) fn find_mut(&mut self, mut pred: impl FnMut(&T) -> bool) -> Option<&mut T> {
+        self.messages.values_mut().map(|(_, message)| message).find(|message| pred(message))
+    }
+
+    /// Keeps only the messages `keep` accepts.
+    pub(crate) fn retain(&mut self, keep: impl Fn(&T) -> bool) {
+        let gone: Vec<u64> = self.messages.iter().filter(|(_, (_, message))| !keep(message)).map(|(&id, _)| id).collect();
+        for id in gone {
+            self.remove(id);
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.messages.clear();
+        self.lanes.clear();
+    }
+
+    /// Ids in queue order.
+    fn ordered(&self) -> Vec<(u64, u64)> {
+        let mut order: Vec<(u64, u64)> = self.messages.iter().map(|(&id, &(place, _))| (place, id)).collect();
+        order.sort_unstable();
+        order
+    }
+
+    /// Puts `message` back where `before` says: ahead of the first queued
+    /// message `before` picks, in queue order, or behind the last one
+    /// `after` picks, or else at the head. (A rare path: it walks the
+    /// queue.)
+    pub(crate) fn put_back(&mut self, message: T, before: impl Fn(&T) -> bool, after: impl Fn(&T) -> bool) {
+        let mut order = self.ordered();
+        let at = |order: &[(u64, u64)], messages: &HashMap<u64, (u64, T)>| {
+            let pick = |f: &dyn Fn(&T) -> bool, i: usize| f(&messages[&order[i].1].1);
+            (0..order.len())
+                .find(|&i| pick(&before, i))
+                .or_else(|| (0..order.len()).rev().find(|&i| pick(&after, i)).map(|i| i + 1))
+                .unwrap_or(0)
+        };
+        let mut i = at(&order, &self.messages);
+        let place = loop {
+            let prev = i.checked_sub(1).map(|j| order[j].0);
+            let next = order.get(i).map(|&(place, _)| place);
+            match (prev, next) {
+                (_, None) => {
+                    let place = self.back;
+                    self.back += STEP;
+                    break place;
+                }
+                (None, Some(next)) if next >= STEP => break next - STEP,
+                (Some(prev), Some(next)) if next - prev >= 2 => break prev + (next - prev) / 2,
+                _ => {
+                    self.renumber();
+                    order = self.ordered();
+                    i = at(&order, &self.messages);
+                }
+            }
+        };
+        self.insert(place, message);
+    }
+
+    /// Spaces the places out again ([`STEP`] apart, in queue order) and
+    /// rebuilds the lanes.
+    fn renumber(&mut self) {
+        let order = self.ordered();
+        self.lanes.clear();
+        self.back = 1 << 62;
+        for (_, id) in order {
+            let (place, message) = self.messages.get_mut(&id).expect("listed above");
+            *place = self.back;
+            self.back += STEP;
+            for spec in specs_accepting(message.envelope()) {
+                let lane = self.lanes.entry(spec).or_default();
+                lane.live += 1;
+                lane.entries.push_back((*place, id));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pack::Repr;
+
+    impl Queued for Envelope {
+        fn envelope(&self) -> &Envelope {
+            self
+        }
+    }
+
+    /// The unexpected-message index against a list scanned in queue
+    /// order, over random arrivals, receives and probes (with wildcards),
+    /// messages put back by sender order, and removals.
+    #[test]
+    fn unexpected_index_matches_like_a_scan_in_queue_order() {
+        let mut x = 0x2545_f491u32;
+        let mut next = move |n: u32| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x % n
+        };
+        for round in 0..200 {
+            let (mut index, mut list) = (UnexpectedQueue::<Envelope>::default(), Vec::<Envelope>::new());
+            let mut seq = 0u64;
+            let mut taken: Vec<Envelope> = Vec::new();
+            for _ in 0..400 {
+                let wild = |v: u32, n: u32| (v < n).then_some(v);
+                let spec = MatchSpec { context: next(2) as u64, source: wild(next(4), 3), tag: wild(next(4), 3).map(|t| t as i32) };
+                match next(12) {
+                    0..=4 => {
+                        seq += 1;
+                        let env = Envelope {
+                            context: next(2) as u64,
+                            source: next(3),
+                            tag: next(3) as i32,
+                            signature: None,
+                            repr: Repr::Native,
+                            len: 0,
+                            desc_len: 0,
+                            seq,
+                        };
+                        index.push_back(env);
+                        list.push(env);
+                    }
+                    5..=6 => {
+                        let want = list.iter().position(|env| spec.accepts(env)).map(|i| list.remove(i));
+                        let got = index.take_first(&spec);
+                        assert_eq!(got, want, "round {round}");
+                        taken.extend(got);
+                    }
+                    7 => {
+                        assert_eq!(index.first(&spec), list.iter().find(|env| spec.accepts(env)));
+                    }
+                    8..=9 if !taken.is_empty() => {
+                        // Put a taken message back in its sender's order.
+                        let u = taken.swap_remove(next(taken.len() as u32) as usize);
+                        let same = |q: &Envelope| q.source == u.source;
+                        let before = |q: &Envelope| same(q) && q.seq > u.seq;
+                        let after = |q: &Envelope| same(q) && q.seq < u.seq;
+                        let at = list
+                            .iter()
+                            .position(before)
+                            .or_else(|| list.iter().rposition(after).map(|i| i + 1))
+                            .unwrap_or(0);
+                        list.insert(at, u);
+                        index.put_back(u, before, after);
+                    }
+                    10 => {
+                        let source = next(3);
+                        list.retain(|env| env.source != source);
+                        index.retain(|env| env.source != source);
+                    }
+                    _ => {}
+                }
+                assert_eq!(index.len(), list.len());
+            }
+            // Everything left comes out in queue order.
+            let all = MatchSpec { context: 0, source: None, tag: None };
+            let want: Vec<Envelope> = list.iter().filter(|env| env.context == 0).copied().collect();
+            let got: Vec<Envelope> = std::iter::from_fn(|| index.take_first(&all)).collect();
+            assert_eq!(got, want);
+        }
+    }
+
+    /// Places run out between two neighbours: the queue renumbers and keeps
+    /// its order.
+    #[test]
+    fn putting_back_between_close_neighbours_renumbers() {
+        let env = |source: u32, seq: u64| Envelope {
+            context: 0,
+            source,
+            tag: 0,
+            signature: None,
+            repr: Repr::Native,
+            len: 0,
+            desc_len: 0,
+            seq,
+        };
+        let mut index = UnexpectedQueue::<Envelope>::default();
+        index.push_back(env(0, 1));
+        index.push_back(env(0, 1000));
+        let any = MatchSpec { context: 0, source: None, tag: None };
+        // Each message goes just after the previous one: halving the gap
+        // every time exhausts it after about twenty.
+        for seq in 2..100 {
+            index.put_back(env(0, seq), |q| q.seq > seq, |q| q.seq < seq);
+        }
+        let got: Vec<u64> = std::iter::from_fn(|| index.take_first(&any)).map(|e| e.seq).collect();
+        assert_eq!(got, [1].into_iter().chain(2..100).chain([1000]).collect::<Vec<_>>());
+    }
 
     /// The posted-receive index against a list scanned in posting order,
     /// over random posts (with wildcards), arrivals, withdrawals and peer

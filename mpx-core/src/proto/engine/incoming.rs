@@ -275,7 +275,7 @@ impl Engine {
                 if matches!(t.received, Received::Discarded { .. }) {
                     return Ok(());
                 }
-                let queued = self.unexpected.iter_mut().find(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
+                let queued = self.unexpected.find_mut(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
                 if let Some(u) = queued {
                     let t = self.transfers.remove(&transfer).expect("present");
                     if let Ok(data) = t.received.into_kept() {

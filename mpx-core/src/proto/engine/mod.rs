@@ -126,7 +126,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::matching::PostedQueue;
+use super::matching::{PostedQueue, Queued, UnexpectedQueue};
 use super::wire::{Frame, Header, Kind, Repr, HEADER_LEN};
 use crate::error::{Error, Result};
 
@@ -290,6 +290,7 @@ pub struct MatchSpec {
 }
 
 impl MatchSpec {
+    #[cfg(test)]
     pub(crate) fn accepts(&self, env: &Envelope) -> bool {
         self.context == env.context
             && self.source.is_none_or(|s| s == env.source)
@@ -442,7 +443,7 @@ pub struct Engine {
     config: Config,
     peers: Vec<Peer>,
     posted: PostedQueue,
-    unexpected: VecDeque<Unexpected>,
+    unexpected: UnexpectedQueue<Unexpected>,
     sends: HashMap<ReqId, PendingSend>,
     /// Rendezvous transfers waiting for their data, by the id in their CTS.
     transfers: HashMap<ReqId, Transfer>,
@@ -480,7 +481,7 @@ impl Engine {
             config,
             peers: (0..size).map(|_| Peer::default()).collect(),
             posted: PostedQueue::default(),
-            unexpected: VecDeque::new(),
+            unexpected: UnexpectedQueue::default(),
             sends: HashMap::default(),
             transfers: HashMap::default(),
             pool: BufferPool::default(),

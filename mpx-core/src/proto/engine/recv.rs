@@ -19,8 +19,7 @@ impl Engine {
             self.events.push_back(Event::RecvDone { id, result: Err(error) });
             return;
         }
-        if let Some(pos) = self.unexpected.iter().position(|u| spec.accepts(&u.envelope)) {
-            let u = self.unexpected.remove(pos).expect("position is in range");
+        if let Some(u) = self.unexpected.take_first(&spec) {
             self.take_unexpected(id, u);
             self.handle_local();
             return;
@@ -105,14 +104,12 @@ impl Engine {
             self.take_unexpected(id, u);
             return;
         }
-        let same = |q: &Unexpected| q.envelope.source == u.envelope.source;
-        let pos = self
-            .unexpected
-            .iter()
-            .position(|q| same(q) && q.envelope.seq > u.envelope.seq)
-            .or_else(|| self.unexpected.iter().rposition(|q| same(q) && q.envelope.seq < u.envelope.seq).map(|i| i + 1))
-            .unwrap_or(0);
-        self.unexpected.insert(pos, u);
+        let (source, seq) = (u.envelope.source, u.envelope.seq);
+        self.unexpected.put_back(
+            u,
+            |q| q.envelope.source == source && q.envelope.seq > seq,
+            |q| q.envelope.source == source && q.envelope.seq < seq,
+        );
     }
 
     /// Puts a message taken by [`improbe`](Engine::improbe) back in the
@@ -134,14 +131,13 @@ impl Engine {
     /// The envelope of the first queued message `spec` matches
     /// (`MPI_Iprobe`), leaving it queued.
     pub fn iprobe(&self, spec: &MatchSpec) -> Option<Envelope> {
-        self.unexpected.iter().find(|u| spec.accepts(&u.envelope)).map(|u| u.envelope)
+        self.unexpected.first(spec).map(|u| u.envelope)
     }
 
     /// Removes the first queued message `spec` matches (`MPI_Improbe`), so
     /// no other receive can take it.
     pub fn improbe(&mut self, spec: &MatchSpec) -> Option<Matched> {
-        let pos = self.unexpected.iter().position(|u| spec.accepts(&u.envelope))?;
-        self.unexpected.remove(pos).map(Matched)
+        self.unexpected.take_first(spec).map(Matched)
     }
 
     /// Receives a message taken by [`improbe`](Engine::improbe) as receive

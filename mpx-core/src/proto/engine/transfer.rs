@@ -194,3 +194,9 @@ impl BufferPool {
         }
     }
 }
+
+impl super::Queued for Unexpected {
+    fn envelope(&self) -> &Envelope {
+        &self.envelope
+    }
+}
