@@ -4,10 +4,10 @@
 //! does), measured in the same run.
 //!
 //! ```text
-//! cargo run --release --example loopback_bench [trials] [matching]
+//! cargo run --release --example loopback_bench [trials] [figure]
 //! ```
 //!
-//! (With `matching`, only the matching figures.)
+//! (With a figure's name, only that figure.)
 //!
 //! Prints one JSON line per figure, each the median of `trials` (default
 //! 7), mpx and the floor measured alternately:
@@ -185,8 +185,12 @@ async fn windowed(window: usize, iters: usize) -> mpx::Result<f64> {
 }
 
 /// The four receive shapes: (any source, any tag).
-const SHAPES: [(&str, bool, bool); 4] =
-    [("source_tag", false, false), ("any_source", true, false), ("any_tag", false, true), ("any_source_any_tag", true, true)];
+const SHAPES: [(&str, bool, bool); 4] = [
+    ("source_tag", false, false),
+    ("any_source", true, false),
+    ("any_tag", false, true),
+    ("any_source_any_tag", true, true),
+];
 
 /// Seconds to post and withdraw one receive of `shape` with `queued`
 /// unexpected messages of another communicator waiting, and seconds for
@@ -259,30 +263,45 @@ fn paired(
 
 fn main() -> mpx::Result<()> {
     let trials: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(7).max(1);
-    let only_matching = std::env::args().nth(2).is_some_and(|a| a == "matching");
+    let only = std::env::args().nth(2);
+    let wanted = |figure: &str| only.as_deref().is_none_or(|only| only == figure);
     let runtimes = [
-        ("current_thread", tokio::runtime::Builder::new_current_thread().enable_all().build()?),
-        ("multi_thread_2", tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?),
+        (
+            "current_thread",
+            tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        ),
+        (
+            "multi_thread_2",
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?,
+        ),
     ];
-    for (name, rt) in runtimes.iter().filter(|_| !only_matching) {
+    for (name, rt) in &runtimes {
         // Every figure runs inside a spawned task, as a program's ranks do.
         let block = |rt: &tokio::runtime::Runtime, f: std::pin::Pin<Box<dyn std::future::Future<Output = mpx::Result<f64>> + Send>>| {
             rt.block_on(async { tokio::spawn(f).await.expect("benchmark task") })
         };
-        let (ours, theirs) = paired(rt, trials, |rt| block(rt, Box::pin(pingpong(8, 20_000, Buffer::Borrowed))), |rt| {
-            rt.block_on(async { tokio::spawn(floor(8, 20_000)).await.expect("floor task") })
-        })?;
-        println!(
+        if wanted("latency") {
+            let (ours, theirs) = paired(
+                rt,
+                trials,
+                |rt| block(rt, Box::pin(pingpong(8, 20_000, Buffer::Borrowed))),
+                |rt| rt.block_on(async { tokio::spawn(floor(8, 20_000)).await.expect("floor task") }),
+            )?;
+            println!(
             "{{\"figure\":\"latency\",\"runtime\":\"{name}\",\"bytes\":8,\"mpx_us\":{:.3},\"floor_us\":{:.3},\"ratio\":{:.2},\"target\":\"<= 2\"}}",
             ours * 1e6,
             theirs * 1e6,
             ours / theirs
         );
-        for (len, iters) in [(1usize << 20, 300), (16 << 20, 20)] {
+        }
+        for (len, iters) in [(1usize << 20, 300), (16 << 20, 20)].into_iter().filter(|_| wanted("bandwidth")) {
             for (buffer, label, target) in [(Buffer::Owned, "owned", 0.8), (Buffer::Borrowed, "borrowed", 0.45)] {
-                let (ours, theirs) = paired(rt, trials, |rt| block(rt, Box::pin(pingpong(len, iters, buffer))), |rt| {
-                    rt.block_on(async { tokio::spawn(floor(len, iters)).await.expect("floor task") })
-                })?;
+                let (ours, theirs) = paired(
+                    rt,
+                    trials,
+                    |rt| block(rt, Box::pin(pingpong(len, iters, buffer))),
+                    |rt| rt.block_on(async { tokio::spawn(floor(len, iters)).await.expect("floor task") }),
+                )?;
                 println!(
                     "{{\"figure\":\"bandwidth\",\"runtime\":\"{name}\",\"buffer\":\"{label}\",\"bytes\":{len},\"mpx_gb_per_s\":{:.2},\"floor_gb_per_s\":{:.2},\"ratio\":{:.2},\"target\":\">= {target}\"}}",
                     len as f64 / ours / 1e9,
@@ -291,19 +310,20 @@ fn main() -> mpx::Result<()> {
                 );
             }
         }
-        let mut pack = Vec::new();
-        let (strided_message, contiguous) = paired(
-            rt,
-            trials,
-            |rt| {
-                let (message, packing) = rt.block_on(async { tokio::spawn(strided(200)).await.expect("benchmark task") })?;
-                pack.push(packing);
-                Ok(message)
-            },
-            |rt| block(rt, Box::pin(pingpong(1 << 20, 200, Buffer::Borrowed))).expect("contiguous ping-pong"),
-        )?;
-        let pack = median(pack);
-        println!(
+        if wanted("datatype") {
+            let mut pack = Vec::new();
+            let (strided_message, contiguous) = paired(
+                rt,
+                trials,
+                |rt| {
+                    let (message, packing) = rt.block_on(async { tokio::spawn(strided(200)).await.expect("benchmark task") })?;
+                    pack.push(packing);
+                    Ok(message)
+                },
+                |rt| block(rt, Box::pin(pingpong(1 << 20, 200, Buffer::Borrowed))).expect("contiguous ping-pong"),
+            )?;
+            let pack = median(pack);
+            println!(
             "{{\"figure\":\"datatype\",\"runtime\":\"{name}\",\"bytes\":{},\"vector_us\":{:.1},\"pack_us\":{:.1},\"contiguous_us\":{:.1},\"ratio\":{:.2},\"target\":\"<= 1\"}}",
             1 << 20,
             strided_message * 1e6,
@@ -311,15 +331,24 @@ fn main() -> mpx::Result<()> {
             contiguous * 1e6,
             strided_message / (pack + contiguous)
         );
-        let (window, single) = paired(rt, trials, |rt| block(rt, Box::pin(windowed(64, 500))), |rt| {
-            block(rt, Box::pin(pingpong(8, 20_000, Buffer::Borrowed))).expect("ping-pong")
-        })?;
-        println!(
+        }
+        if wanted("rate") {
+            let (window, single) = paired(
+                rt,
+                trials,
+                |rt| block(rt, Box::pin(windowed(64, 500))),
+                |rt| block(rt, Box::pin(pingpong(8, 20_000, Buffer::Borrowed))).expect("ping-pong"),
+            )?;
+            println!(
             "{{\"figure\":\"rate\",\"runtime\":\"{name}\",\"bytes\":8,\"window\":64,\"windowed_msgs_per_s\":{:.0},\"pingpong_msgs_per_s\":{:.0},\"ratio\":{:.2},\"target\":\">= 3\"}}",
             1.0 / window,
             1.0 / single,
             single / window
         );
+        }
+    }
+    if !wanted("matching") {
+        return Ok(());
     }
     let rt = &runtimes[0].1;
     let mut base: Option<Vec<f64>> = None;
@@ -329,7 +358,9 @@ fn main() -> mpx::Result<()> {
         for _ in 0..trials.min(5) {
             samples.push(rt.block_on(async { tokio::spawn(matching(n, n, iters)).await.expect("benchmark task") })?);
         }
-        let figures: Vec<f64> = (0..samples[0].len()).map(|k| median(samples.iter().map(|s| s[k]).collect())).collect();
+        let figures: Vec<f64> = (0..samples[0].len())
+            .map(|k| median(samples.iter().map(|s| s[k]).collect()))
+            .collect();
         let zero = base.get_or_insert_with(|| figures.clone()).clone();
         for (k, (shape, _, _)) in SHAPES.iter().enumerate() {
             println!(
