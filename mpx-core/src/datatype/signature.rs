@@ -33,6 +33,7 @@ fn add(a: u64, b: u64) -> u64 {
     }
 }
 
+#[cfg(test)]
 fn pow(mut b: u64, mut e: u64) -> u64 {
     let mut r = 1;
     while e > 0 {
@@ -60,17 +61,20 @@ fn pow(mut b: u64, mut e: u64) -> u64 {
 pub struct Signature {
     len: u64,
     hash: u64,
+    /// `B^len mod P`, kept so that appending this signature costs two
+    /// multiplications, not a power.
+    scale: u64,
 }
 
 impl Signature {
     /// The empty signature.
-    pub const EMPTY: Signature = Signature { len: 0, hash: 0 };
+    pub const EMPTY: Signature = Signature { len: 0, hash: 0, scale: 1 };
 
     /// The signature of one basic element.
     pub fn basic(b: Basic) -> Signature {
         // A well-mixed nonzero code per basic type.
         let x = (b as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        Signature { len: 1, hash: (x ^ (x >> 29)) % (P - 1) + 1 }
+        Signature { len: 1, hash: (x ^ (x >> 29)) % (P - 1) + 1, scale: BASE }
     }
 
     /// Number of basic elements.
@@ -92,7 +96,8 @@ impl Signature {
     pub fn concat(self, other: Signature) -> Signature {
         Signature {
             len: self.len.saturating_add(other.len),
-            hash: add(mul(self.hash, pow(BASE, other.len)), other.hash),
+            hash: add(mul(self.hash, other.scale), other.hash),
+            scale: mul(self.scale, other.scale),
         }
     }
 
@@ -126,6 +131,15 @@ mod tests {
         for n in 0..20u64 {
             assert_eq!(a.repeat(n), c, "n = {n}");
             c = c.concat(a);
+        }
+    }
+
+    #[test]
+    fn the_kept_power_is_the_length_s() {
+        let a = Signature::basic(Basic::Int).concat(Signature::basic(Basic::Double));
+        for n in [0u64, 1, 2, 7, 1000, 1 << 40] {
+            let s = a.repeat(n);
+            assert_eq!(s.scale, pow(BASE, s.len), "n = {n}");
         }
     }
 
