@@ -132,10 +132,18 @@ type Delivery = (u32, Packet, usize);
 #[derive(Default)]
 struct Queue {
     deliveries: VecDeque<Delivery>,
-    /// Someone has taken on delivering this queue (see [`World::claim`]):
+    /// Someone has taken on delivering this queue (see [`Queue::claim`]):
     /// whoever finds it set only appends, and the claimant delivers what
     /// was appended before it lets go.
     claimed: bool,
+}
+
+impl Queue {
+    /// Takes on delivering this queue if nobody has: true if the caller
+    /// must now deliver it ([`World::deliver_claimed`]).
+    fn claim(&mut self) -> bool {
+        !std::mem::replace(&mut self.claimed, true)
+    }
 }
 
 /// What the claimant of a rank's queue uses while delivering.
@@ -206,12 +214,6 @@ impl World {
 
     fn endpoint(&self, rank: u32) -> Option<Endpoint> {
         self.endpoints.get()?.get(rank as usize)?.upgrade()
-    }
-
-    /// Takes on delivering `rank`'s queue if nobody has: true if this
-    /// caller must now deliver it ([`World::deliver_claimed`]).
-    fn claim(queue: &mut Queue) -> bool {
-        !std::mem::replace(&mut queue.claimed, true)
     }
 
     /// Delivers `rank`'s queue, which the caller has claimed, until it is
@@ -321,7 +323,7 @@ fn deliver_claims() {
 fn deliver_waiting(world: &Arc<World>, rank: u32) {
     let claimed = {
         let mut queue = lock(&world.stations[rank as usize].queue);
-        !queue.deliveries.is_empty() && World::claim(&mut queue)
+        !queue.deliveries.is_empty() && queue.claim()
     };
     if claimed {
         CLAIMED.with(|c| c.borrow_mut().push((world.clone(), rank)));
@@ -366,7 +368,7 @@ impl Transport for Loopback {
         let claimed = {
             let mut queue = lock(&station.queue);
             queue.deliveries.push_back((self.me, packet, size));
-            World::claim(&mut queue)
+            queue.claim()
         };
         if claimed {
             CLAIMED.with(|c| c.borrow_mut().push((self.world.clone(), dest)));

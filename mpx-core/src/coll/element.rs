@@ -205,12 +205,7 @@ impl sealed::Blocks for Described {
 
     fn pack_dst(dst: &RecvBuf<'_>, items: Range<usize>, repr: Repr) -> Result<Packed> {
         let (offset, count) = block_of(&dst.datatype, items);
-        // SAFETY: every `RecvBuf` covers initialised memory (its
-        // constructors take `&mut [u8]`, or `&mut [T]` with a datatype
-        // checked to touch only `T`'s data), and the block is read through
-        // the buffer's own datatype.
-        let region = unsafe { dst.region.as_region() };
-        SendBuf::new(region.shifted(offset)?, count, &dst.datatype).pack(repr)
+        dst.pack_block(offset, count, repr)
     }
 
     fn deliver(dst: &mut RecvBuf<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status> {

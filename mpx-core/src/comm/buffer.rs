@@ -265,13 +265,19 @@ impl<'a> RecvBuf<'a> {
     /// Packs what the buffer holds now, read through its own datatype (the
     /// outgoing half of a `sendrecv_replace`).
     pub(crate) fn pack_contents(&self, repr: Repr) -> Result<Packed> {
-        self.check()?;
+        self.pack_block(0, self.count, repr)
+    }
+
+    /// Packs `count` items of what the buffer holds, from `offset` bytes
+    /// past its origin, read through its own datatype (packing checks that
+    /// they lie in the buffer).
+    pub(crate) fn pack_block(&self, offset: i128, count: u64, repr: Repr) -> Result<Packed> {
         // SAFETY: every `RecvBuf` covers initialised memory (its public
         // constructors take `&mut [u8]`, or `&mut [T]` with a datatype
         // checked to touch only `T`'s data), and it is read through its
         // own datatype.
         let region = unsafe { self.region.as_region() };
-        SendBuf::new(region, self.count, &self.datatype).pack(repr)
+        SendBuf::new(region.shifted(offset)?, count, &self.datatype).pack(repr)
     }
 
     /// Room for `bytes.len()` raw bytes of MPI's `byte` type (see

@@ -246,11 +246,12 @@ impl<T: MpiType> PersistentSend<'static, T> {
     /// The owned buffer, to fill between starts (a `'static` borrowed
     /// buffer is copied into an owned one first).
     pub fn buffer_mut(&mut self) -> &mut Vec<T> {
-        if let SendStorage::Borrowed(b) = self.buf {
-            self.buf = SendStorage::Owned(b.to_vec());
-        }
         if !matches!(self.buf, SendStorage::Owned(_)) {
-            self.buf = SendStorage::Owned(Vec::new());
+            let owned = match self.buf {
+                SendStorage::Borrowed(b) => b.to_vec(),
+                _ => Vec::new(),
+            };
+            self.buf = SendStorage::Owned(owned);
         }
         match &mut self.buf {
             SendStorage::Owned(v) => v,

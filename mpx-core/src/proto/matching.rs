@@ -312,18 +312,27 @@ mod tests {
         }
     }
 
+    /// A small deterministic generator: `next(n)` is in `0..n`.
+    fn xorshift(mut x: u32) -> impl FnMut(u32) -> u32 {
+        move |n| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x % n
+        }
+    }
+
+    /// The envelope of a message with no data.
+    fn envelope(context: u64, source: u32, tag: i32, seq: u64) -> Envelope {
+        Envelope { context, source, tag, signature: None, repr: Repr::Native, len: 0, desc_len: 0, seq }
+    }
+
     /// The unexpected-message index against a list scanned in queue
     /// order, over random arrivals, receives and probes (with wildcards),
     /// messages put back by sender order, and removals.
     #[test]
     fn unexpected_index_matches_like_a_scan_in_queue_order() {
-        let mut x = 0x2545_f491u32;
-        let mut next = move |n: u32| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x % n
-        };
+        let mut next = xorshift(0x2545_f491);
         for round in 0..200 {
             let (mut index, mut list) = (UnexpectedQueue::<Envelope>::default(), Vec::<Envelope>::new());
             let mut seq = 0u64;
@@ -334,16 +343,7 @@ mod tests {
                 match next(12) {
                     0..=4 => {
                         seq += 1;
-                        let env = Envelope {
-                            context: next(2) as u64,
-                            source: next(3),
-                            tag: next(3) as i32,
-                            signature: None,
-                            repr: Repr::Native,
-                            len: 0,
-                            desc_len: 0,
-                            seq,
-                        };
+                        let env = envelope(next(2) as u64, next(3), next(3) as i32, seq);
                         index.push_back(env);
                         list.push(env);
                     }
@@ -391,16 +391,7 @@ mod tests {
     /// its order.
     #[test]
     fn putting_back_between_close_neighbours_renumbers() {
-        let env = |source: u32, seq: u64| Envelope {
-            context: 0,
-            source,
-            tag: 0,
-            signature: None,
-            repr: Repr::Native,
-            len: 0,
-            desc_len: 0,
-            seq,
-        };
+        let env = |source: u32, seq: u64| envelope(0, source, 0, seq);
         let mut index = UnexpectedQueue::<Envelope>::default();
         index.push_back(env(0, 1));
         index.push_back(env(0, 1000));
@@ -419,13 +410,7 @@ mod tests {
     /// failures.
     #[test]
     fn posted_index_matches_like_a_scan_in_posting_order() {
-        let mut x = 0x9e37_79b9u32;
-        let mut next = move |n: u32| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x % n
-        };
+        let mut next = xorshift(0x9e37_79b9);
         for _ in 0..200 {
             // The reference: (receive, spec) in posting order.
             let (mut index, mut list) = (PostedQueue::default(), Vec::<(ReqId, MatchSpec)>::new());
@@ -444,16 +429,7 @@ mod tests {
                         id += 1;
                     }
                     5..=7 => {
-                        let env = Envelope {
-                            context: next(2) as u64,
-                            source: next(3),
-                            tag: next(3) as i32,
-                            signature: None,
-                            repr: Repr::Native,
-                            len: 0,
-                            desc_len: 0,
-                            seq: 0,
-                        };
+                        let env = envelope(next(2) as u64, next(3), next(3) as i32, 0);
                         let want = list.iter().position(|(_, spec)| spec.accepts(&env)).map(|i| list.remove(i).0);
                         assert_eq!(index.take_match(&env), want);
                     }
