@@ -469,6 +469,7 @@ impl Shared {
     /// settled on the second poll that finds it so, as in `poll_done`, which
     /// then fails it at once.
     pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<()> {
+        self.transport.poll_arrivals(cx);
         let mut st = self.lock();
         if st.done.contains_key(&id) {
             return Poll::Ready(());
@@ -488,6 +489,7 @@ impl Shared {
     /// A receive's message counts as consumed once taken here: its eager
     /// credit goes back to the sender.
     pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
+        self.transport.poll_arrivals(cx);
         let mut st = self.lock();
         match st.done.remove(&id) {
             Some(mut c) => {

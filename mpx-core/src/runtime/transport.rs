@@ -64,6 +64,20 @@ pub trait Transport: Send + Sync + 'static {
         let _ = deliver;
     }
 
+    /// Called from a program's task that is about to wait on the endpoint
+    /// (a request not complete yet), before it does, without the
+    /// endpoint's lock: a transport whose frames are read by a task of its
+    /// own (QUIC) may read what has arrived here instead, handing frames to
+    /// [`Endpoint::handle_frame`](crate::Endpoint::handle_frame), and have
+    /// `cx` woken when more arrives, so the task that waits for a message
+    /// is the one that runs when it comes, with no task in between. The
+    /// transport's own tasks must still make progress when no program
+    /// waits, or when the waker is a no-op (a `test` call). The default
+    /// does nothing.
+    fn poll_arrivals(&self, cx: &mut Context<'_>) {
+        let _ = cx;
+    }
+
     /// Ready once every frame taken by [`send`](Transport::send) has left
     /// this process (or its peer has failed); `finalize` waits for it,
     /// after the endpoint has closed, so no frame but a last goodbye

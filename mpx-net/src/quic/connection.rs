@@ -1,5 +1,7 @@
 //! Setting up the connection to each peer and the four tasks that carry
-//! it: a writer and a reader for each of the control and bulk streams.
+//! it: a writer and a reader for each of the control and bulk streams
+//! (the control stream's reader is shared with waiting program tasks: see
+//! [`inlet`](super::inlet)).
 //!
 //! The rank with the higher number dials; the other accepts. Each side
 //! opens two unidirectional streams, whose first byte says which lane
@@ -21,6 +23,7 @@ use tokio::task::AbortHandle;
 
 use super::credential::{rank_name, RankCredential};
 use super::greeting::{lane_of, Greeting};
+use super::inlet::{Inlet, Reader};
 use super::link::{Drained, Lane, Outbox};
 
 /// Close codes mpx uses on its connections.
@@ -68,6 +71,8 @@ pub(crate) struct Shared {
     pub(crate) max_payload: usize,
     pub(crate) registry: Weak<Registry>,
     pub(crate) connect_timeout: Duration,
+    /// The receiving side of each peer's control stream.
+    pub(crate) inlets: Arc<Vec<Arc<Inlet>>>,
     /// The peers connected so far (a second connection is refused).
     pub(crate) connected: Mutex<Vec<bool>>,
 }
@@ -75,7 +80,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// `peer` is lost because of `cause`: its outbox refuses frames and the
     /// endpoint fails what depends on it.
-    fn fail(&self, peer: u32, cause: Error) {
+    pub(crate) fn fail(&self, peer: u32, cause: Error) {
         self.outboxes[peer as usize].fail(cause.clone());
         if let Some(ep) = self.endpoint.upgrade() {
             ep.peer_failed(peer as usize, cause);
@@ -241,7 +246,23 @@ fn run(
         spawn_in(&shared.registry, write(shared.clone(), peer, lane));
     }
     for ((stream, buf), lane) in readers.into_iter().zip([Lane::Control, Lane::Bulk]) {
-        spawn_in(&shared.registry, read(shared.clone(), peer, lane, conn.clone(), stream, buf));
+        let mut reader = Reader {
+            shared: shared.clone(),
+            peer,
+            lane,
+            conn: conn.clone(),
+            stream,
+            decoder: ChunkDecoder::new(shared.max_payload),
+            start: Some(buf.freeze()),
+        };
+        match lane {
+            Lane::Control => {
+                let inlet = shared.inlets[peer as usize].clone();
+                inlet.attach(reader);
+                spawn_in(&shared.registry, inlet.run());
+            }
+            Lane::Bulk => spawn_in(&shared.registry, std::future::poll_fn(move |cx| reader.poll_read(cx))),
+        }
     }
 }
 
@@ -271,51 +292,5 @@ async fn write(shared: Arc<Shared>, peer: u32, lane: Lane) {
                 return;
             }
         }
-    }
-}
-
-/// Decodes the frames arriving on `stream` (after `start`, what was read
-/// with the hello) and hands them to the endpoint, rendezvous data a piece
-/// per chunk as quinn hands it over (see [`ChunkDecoder`]).
-async fn read(shared: Arc<Shared>, peer: u32, lane: Lane, conn: quinn::Connection, mut stream: quinn::RecvStream, start: BytesMut) {
-    let mut decoder = ChunkDecoder::new(shared.max_payload);
-    // Set when the engine refused a frame (rather than the decoder).
-    let mut refused = None;
-    let mut chunk = start.freeze();
-    loop {
-        let pushed = decoder.push(chunk, &mut |frame| {
-            let Some(ep) = shared.endpoint.upgrade() else { return Err(Error::Finalized) };
-            ep.handle_frame(peer as usize, frame).inspect_err(|e| refused = Some(e.clone()))
-        });
-        match (pushed, refused.take()) {
-            (Ok(()), _) => {}
-            (Err(Error::Finalized), None) => return,
-            (Err(e), Some(_)) => {
-                // The engine has failed the peer: cut it off.
-                shared.outboxes[peer as usize].fail(e);
-                conn.close(VarInt::from_u32(code::PROTOCOL), b"protocol violation");
-                return;
-            }
-            (Err(e), None) => {
-                conn.close(VarInt::from_u32(code::PROTOCOL), b"malformed frame");
-                shared.fail(peer, e);
-                return;
-            }
-        }
-        chunk = match stream.read_chunk(1 << 20, true).await {
-            Ok(Some(c)) => c.bytes,
-            Ok(None) if decoder.is_idle() => {
-                shared.outboxes[peer as usize].ended(lane);
-                return;
-            }
-            Ok(None) => {
-                shared.fail(peer, Error::Protocol(format!("rank {peer}'s stream ended inside a frame")));
-                return;
-            }
-            Err(e) => {
-                shared.fail(peer, io_error(format!("reading from rank {peer}"), e));
-                return;
-            }
-        };
     }
 }

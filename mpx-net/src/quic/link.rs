@@ -20,6 +20,8 @@ use mpx_core::proto::wire::{Frame, Kind};
 use mpx_core::runtime::{SendError, Transport};
 use mpx_core::{Error, Result};
 
+use super::inlet::Inlet;
+
 /// The two streams a connection carries each way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lane {
@@ -307,10 +309,12 @@ impl Outbox {
     }
 }
 
-/// The [`Transport`] of one rank over QUIC: one outbox per peer.
+/// The [`Transport`] of one rank over QUIC: one outbox and one control
+/// inlet per peer.
 pub(crate) struct QuicTransport {
     pub(crate) me: u32,
     pub(crate) outboxes: Arc<Vec<Arc<Outbox>>>,
+    pub(crate) inlets: Arc<Vec<Arc<Inlet>>>,
     /// The QUIC endpoint, closed once the flush is done.
     pub(crate) quic: quinn::Endpoint,
     /// Closing the connections and waiting for the close to go out.
@@ -326,6 +330,16 @@ impl Transport for QuicTransport {
         match self.outboxes.get(dest) {
             Some(outbox) if dest != self.me as usize => outbox.push(frame),
             _ => Err(SendError::Failed(Error::InvalidRank { rank: dest, size: self.outboxes.len() })),
+        }
+    }
+
+    /// Reads the control streams in the waiting program's task (see
+    /// [`inlet`](super::inlet)).
+    fn poll_arrivals(&self, cx: &mut Context<'_>) {
+        for (rank, inlet) in self.inlets.iter().enumerate() {
+            if rank != self.me as usize {
+                inlet.poll_for_program(cx);
+            }
         }
     }
 

@@ -25,7 +25,10 @@
 //!
 //! Four tasks per connection (a writer and a reader per stream) and one
 //! accepting connections make the endpoint's driver; the endpoint owns
-//! them, and they end with it. `finalize` closes the endpoint, then each
+//! them, and they end with it. A program task waiting on the endpoint
+//! reads the control streams too, so a message wakes it with no task in
+//! between; the reader tasks make progress whether or not one waits (see
+//! [`inlet`](self)). `finalize` closes the endpoint, then each
 //! writer drains its queue, finishes its stream and waits until the peer
 //! has acknowledged all of it. A connection that breaks (an I/O error,
 //! QUIC's idle timeout: [`Options::idle_timeout`]) fails the peer with
@@ -50,6 +53,7 @@
 mod connection;
 mod credential;
 mod greeting;
+mod inlet;
 mod link;
 #[cfg(test)]
 mod tests;
@@ -65,6 +69,7 @@ pub use credential::{fingerprint, rank_name, Fingerprint, JobCredential, RankCre
 pub use greeting::Greeting;
 
 use connection::{spawn_in, Registry, Shared};
+use inlet::Inlet;
 use link::{Outbox, QuicTransport};
 
 /// How a rank's QUIC endpoint is set up.
@@ -196,13 +201,16 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     let quic = quinn::Endpoint::new(endpoint_config, Some(server), socket, runtime)
         .map_err(|e| Error::transport("opening the QUIC endpoint", e))?;
     let outboxes: Arc<Vec<Arc<Outbox>>> = Arc::new((0..size).map(|_| Arc::new(Outbox::default())).collect());
-    let endpoint = Endpoint::new(me as usize, size as usize, options.engine, QuicTransport { me, outboxes: outboxes.clone(), quic: quic.clone(), closing: Mutex::default() })?;
+    let inlets: Arc<Vec<Arc<Inlet>>> = Arc::new((0..size).map(|_| Arc::new(Inlet::default())).collect());
+    let transport = QuicTransport { me, outboxes: outboxes.clone(), inlets: inlets.clone(), quic: quic.clone(), closing: Mutex::default() };
+    let endpoint = Endpoint::new(me as usize, size as usize, options.engine, transport)?;
     let registry = Arc::new(Registry::default());
     let shared = Arc::new(Shared {
         me,
         size,
         endpoint: endpoint.downgrade(),
         outboxes,
+        inlets,
         credential,
         client,
         max_payload: options.engine.max_payload(),

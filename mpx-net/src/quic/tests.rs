@@ -401,3 +401,43 @@ async fn small_messages_overtake_a_large_transfer_to_the_same_peer() {
     receiver.await.unwrap().unwrap();
     assert!(small_done < big_done, "20 round trips took {small_done:?}, the 256 MiB transfer {big_done:?}");
 }
+
+/// A program task that read the control stream while waiting on a receive
+/// (so quinn wakes it at the next arrival), then waits for something else
+/// entirely, does not hold up progress: the inlet's own task reads what
+/// arrives, here the message another task of the same rank waits for
+/// before it lets the first one go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_never_waits_for_a_program_task_that_moved_on() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(8).unwrap();
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.connected(), one.connected()) }).await.unwrap();
+    let (a, b) = (zero.world(), one.world());
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+    let b2 = b.clone();
+    let helper = tokio::spawn(async move {
+        let (n, _) = b2.recv::<u64>(0, 2).await?;
+        let _ = go_tx.send(n);
+        Ok::<_, Error>(())
+    });
+    let waiter = tokio::spawn(async move {
+        let mut first = b.irecv_bytes(0, 1);
+        // Wait on the receive once (reading the stream), then give up on it
+        // for now and wait for the helper instead.
+        tokio::select! {
+            _ = &mut first => panic!("nothing was sent with tag 1 yet"),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        let n = go_rx.await.expect("the helper got its message");
+        let (data, _) = first.await?;
+        Ok::<_, Error>((n, data))
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    a.send(&5u64, 1, 2).await.unwrap();
+    a.send(&[1u8, 2, 3][..], 1, 1).await.unwrap();
+    let (n, data) = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("no progress").unwrap().unwrap();
+    assert_eq!((n, &data[..]), (5, &[1u8, 2, 3][..]));
+    helper.await.unwrap().unwrap();
+}

@@ -1,0 +1,277 @@
+//! The receiving side of a connection: a [`Reader`] per stream decodes
+//! what arrives and hands the frames to the endpoint.
+//!
+//! The bulk stream's reader is a task of its own. The control stream's is
+//! an [`Inlet`], read by whichever task gets there first: its own task, or
+//! a program's task waiting on the endpoint (a receive, a send waiting for
+//! its answer), which reads it from
+//! [`Transport::poll_arrivals`](mpx_core::runtime::Transport::poll_arrivals).
+//! A message then wakes the task that waits for it straight from quinn's
+//! connection driver, with no task in between, as a program using quinn
+//! directly would be woken. The inlet's own task is woken for every
+//! arrival too, so progress never depends on a program waiting; when a
+//! program has read first, it finds nothing to do.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::Bytes;
+use mpx_core::proto::wire::ChunkDecoder;
+use mpx_core::Error;
+use quinn::VarInt;
+
+use super::connection::{code, Shared};
+use super::link::Lane;
+
+/// Chunks one call of [`Reader::poll_read`] takes before it lets other
+/// tasks run.
+const CHUNK_BUDGET: usize = 64;
+
+/// The largest chunk asked of quinn at once.
+const MAX_CHUNK: usize = 1 << 20;
+
+/// Why [`Reader::read_some`] stopped.
+enum Read {
+    /// quinn has nothing more; the context's waker is woken when it has.
+    Idle,
+    /// The chunk budget is spent; the context's waker has been woken.
+    Budget,
+    /// The stream has ended or failed.
+    Ended,
+}
+
+/// Decodes the frames arriving on one stream from `peer` and hands them to
+/// the endpoint, rendezvous data a piece per chunk as quinn hands it over
+/// (see [`ChunkDecoder`]). A malformed frame, or one the engine refuses,
+/// closes the connection and fails the peer.
+pub(crate) struct Reader {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) peer: u32,
+    pub(crate) lane: Lane,
+    pub(crate) conn: quinn::Connection,
+    pub(crate) stream: quinn::RecvStream,
+    pub(crate) decoder: ChunkDecoder,
+    /// What was read with the hello, decoded first.
+    pub(crate) start: Option<Bytes>,
+}
+
+impl Reader {
+    /// Reads and delivers what has arrived. Pending once the stream has
+    /// nothing more (`cx` is woken when it has) or after
+    /// [`CHUNK_BUDGET`] chunks (`cx` is woken at once); ready once the
+    /// stream has ended or failed, the peer told or failed accordingly.
+    pub(crate) fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.read_some(cx) {
+            Read::Idle | Read::Budget => Poll::Pending,
+            Read::Ended => Poll::Ready(()),
+        }
+    }
+
+    /// What [`poll_read`](Reader::poll_read) does, saying why it stopped.
+    fn read_some(&mut self, cx: &mut Context<'_>) -> Read {
+        for _ in 0..CHUNK_BUDGET {
+            let chunk = match self.start.take() {
+                Some(start) => start,
+                None => match std::pin::pin!(self.stream.read_chunk(MAX_CHUNK, true)).poll(cx) {
+                    Poll::Pending => return Read::Idle,
+                    Poll::Ready(Ok(Some(c))) => c.bytes,
+                    Poll::Ready(Ok(None)) if self.decoder.is_idle() => {
+                        self.shared.outboxes[self.peer as usize].ended(self.lane);
+                        return Read::Ended;
+                    }
+                    Poll::Ready(Ok(None)) => {
+                        let peer = self.peer;
+                        self.shared.fail(peer, Error::Protocol(format!("rank {peer}'s stream ended inside a frame")));
+                        return Read::Ended;
+                    }
+                    Poll::Ready(Err(e)) => {
+                        self.shared.fail(self.peer, Error::transport(format!("reading from rank {}", self.peer), e));
+                        return Read::Ended;
+                    }
+                },
+            };
+            if !self.deliver(chunk) {
+                return Read::Ended;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Read::Budget
+    }
+
+    /// Decodes `chunk` and hands its frames to the endpoint; false once the
+    /// peer is cut off (or the endpoint gone).
+    fn deliver(&mut self, chunk: Bytes) -> bool {
+        let Some(ep) = self.shared.endpoint.upgrade() else { return false };
+        let peer = self.peer;
+        // Set when the engine refused a frame (rather than the decoder).
+        let mut refused = None;
+        let pushed = self.decoder.push(chunk, &mut |frame| ep.handle_frame(peer as usize, frame).inspect_err(|e| refused = Some(e.clone())));
+        drop(ep);
+        match (pushed, refused) {
+            (Ok(()), _) => true,
+            (Err(Error::Finalized), None) => false,
+            (Err(e), Some(_)) => {
+                // The engine has failed the peer: cut it off.
+                self.shared.outboxes[peer as usize].fail(e);
+                self.conn.close(VarInt::from_u32(code::PROTOCOL), b"protocol violation");
+                false
+            }
+            (Err(e), None) => {
+                self.conn.close(VarInt::from_u32(code::PROTOCOL), b"malformed frame");
+                self.shared.fail(peer, e);
+                false
+            }
+        }
+    }
+}
+
+/// Whom an arrival on a control stream wakes: the inlet's own task and the
+/// program tasks that read it last. quinn keeps one waker per stream; this
+/// is the one it gets.
+#[derive(Default)]
+struct Hub {
+    /// Something arrived since the last read began.
+    notified: AtomicBool,
+    task: Mutex<Option<Waker>>,
+    waiters: Mutex<Vec<Waker>>,
+}
+
+/// Program tasks an inlet remembers to wake; beyond them, a waiting task
+/// is woken by its request's completion, after another task has read.
+const MAX_WAITERS: usize = 8;
+
+impl Wake for Hub {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.notified.store(true, Ordering::SeqCst);
+        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+        // The programs first, then the inlet's task, always: a program task
+        // may have moved on to wait for something else, and progress must
+        // not depend on it. (Woken the other way round, the inlet's task
+        // would run first on this thread, and a small message waits longer
+        // behind a bulk transfer.)
+        for w in waiters {
+            w.wake();
+        }
+        if let Some(task) = &*self.task.lock().unwrap_or_else(|e| e.into_inner()) {
+            task.wake_by_ref();
+        }
+    }
+}
+
+/// Keeps `waker` in `slot` unless it is there already.
+fn remember(slot: &mut Vec<Waker>, waker: &Waker) {
+    if !slot.iter().any(|w| w.will_wake(waker)) && slot.len() < MAX_WAITERS {
+        slot.push(waker.clone());
+    }
+}
+
+/// The receiving side of one peer's control stream, shared by its own task
+/// and the program tasks that wait on the endpoint (see the module
+/// documentation). Whoever holds the reader reads until quinn has nothing
+/// more, so after every read quinn holds the hub's waker.
+#[derive(Default)]
+pub(crate) struct Inlet {
+    /// The reader, once the connection is up and until its stream ends.
+    reader: Mutex<Option<Reader>>,
+    /// Set once the stream has ended or the inlet's task is gone.
+    closed: AtomicBool,
+    hub: Arc<Hub>,
+}
+
+impl Inlet {
+    /// Gives the inlet its reader, once the connection is up.
+    pub(crate) fn attach(&self, reader: Reader) {
+        *self.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(reader);
+    }
+
+    /// The inlet's own task, until the stream ends; dropping it (aborted
+    /// with the endpoint) drops the reader, and with it the stream and
+    /// the connection.
+    pub(crate) async fn run(self: Arc<Self>) {
+        struct Detach(Arc<Inlet>);
+        impl Drop for Detach {
+            fn drop(&mut self) {
+                *self.0.reader.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.0.closed.store(true, Ordering::Relaxed);
+            }
+        }
+        let inlet = Detach(self);
+        std::future::poll_fn(|cx| inlet.0.poll_task(cx)).await;
+    }
+
+    /// Whether a program task may read here: the connection is up and its
+    /// stream has not ended.
+    fn is_open(&self) -> bool {
+        !self.closed.load(Ordering::Relaxed)
+    }
+
+    /// A program task waiting on the endpoint: reads what has arrived,
+    /// and has `cx` woken at the next arrival.
+    pub(crate) fn poll_for_program(&self, cx: &mut Context<'_>) {
+        if !self.is_open() {
+            return;
+        }
+        if !cx.waker().will_wake(Waker::noop()) {
+            remember(&mut self.hub.waiters.lock().unwrap_or_else(|e| e.into_inner()), cx.waker());
+        }
+        self.read();
+    }
+
+    /// The inlet's own task: reads what has arrived; ready once the stream
+    /// has ended.
+    fn poll_task(&self, cx: &mut Context<'_>) -> Poll<()> {
+        {
+            let mut task = self.hub.task.lock().unwrap_or_else(|e| e.into_inner());
+            if !task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
+                *task = Some(cx.waker().clone());
+            }
+        }
+        self.read();
+        if self.is_open() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    /// Reads until quinn has nothing more, unless another task is reading
+    /// (it then reads what arrives before it lets go, or is told to).
+    fn read(&self) {
+        let waker = Waker::from(self.hub.clone());
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            let mut guard = match self.reader.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            let Some(reader) = guard.as_mut() else { return };
+            self.hub.notified.store(false, Ordering::SeqCst);
+            match reader.read_some(&mut cx) {
+                Read::Idle => {}
+                // The hub has been woken: its tasks read on.
+                Read::Budget => return,
+                Read::Ended => {
+                    *guard = None;
+                    self.closed.store(true, Ordering::Relaxed);
+                    drop(guard);
+                    // Let the inlet's task see the end and finish.
+                    waker.wake();
+                    return;
+                }
+            }
+            drop(guard);
+            // Something arrived after the read began and its wake may have
+            // found the reader taken: read again.
+            if !self.hub.notified.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+}
