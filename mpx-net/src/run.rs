@@ -40,8 +40,15 @@ where
         }
     };
     if tokio::time::timeout(hello_timeout, hellos).await.is_err() {
+        let silent: Vec<String> = endpoints
+            .iter()
+            .filter_map(|e| {
+                let awaiting = e.awaiting_hello();
+                (!awaiting.is_empty()).then(|| format!("rank {} has none from {awaiting:?}", e.rank()))
+            })
+            .collect();
         return Err(Error::transport(
-            format!("waiting {hello_timeout:?} for every peer's hello"),
+            format!("waiting {hello_timeout:?} for every peer's hello ({})", silent.join("; ")),
             std::io::Error::from(std::io::ErrorKind::TimedOut),
         ));
     }

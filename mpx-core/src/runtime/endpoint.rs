@@ -252,6 +252,27 @@ impl Endpoint {
         self.engine_state(Awaited::Connected).await
     }
 
+    /// The ranks whose hello this endpoint still waits for (empty once
+    /// [`connected`](Endpoint::connected) is ready): what to name when a
+    /// start times out.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+    /// # let job = mpx_net::quic::JobCredential::generate(1)?;
+    /// # let [s0, _s1] = sockets;
+    /// # let options = mpx_net::quic::Options::local();
+    /// // Rank 1 never starts: rank 0 waits for its hello.
+    /// let zero = mpx_net::quic::start(s0, &addrs, job.issue(0)?, &options)?;
+    /// assert_eq!(zero.awaiting_hello(), [1]);
+    /// # Ok(()) }
+    /// ```
+    pub fn awaiting_hello(&self) -> Vec<usize> {
+        self.shared.lock().engine.awaiting_hello()
+    }
+
     /// Waits until the engine reaches `awaited` (or is closed); the flush
     /// that reaches it wakes the waiter.
     async fn engine_state(&self, awaited: Awaited) {

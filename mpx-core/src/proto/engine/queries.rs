@@ -184,4 +184,10 @@ impl Engine {
     pub fn is_connected(&self) -> bool {
         self.peers.iter().all(|p| p.hello.is_some() || p.failed.is_some())
     }
+
+    /// The peers whose hello has not arrived (and that have not failed):
+    /// what [`is_connected`](Engine::is_connected) still waits for.
+    pub fn awaiting_hello(&self) -> Vec<usize> {
+        self.peers.iter().enumerate().filter(|(_, p)| p.hello.is_none() && p.failed.is_none()).map(|(rank, _)| rank).collect()
+    }
 }
