@@ -111,7 +111,6 @@ impl Reader {
         drop(ep);
         match (pushed, refused) {
             (Ok(()), _) => true,
-            (Err(Error::Finalized), None) => false,
             (Err(e), Some(_)) => {
                 // The engine has failed the peer: cut it off.
                 self.shared.outboxes[peer as usize].fail(e);
@@ -175,13 +174,21 @@ fn remember(slot: &mut Vec<Waker>, waker: &Waker) {
 /// and the program tasks that wait on the endpoint (see the module
 /// documentation). Whoever holds the reader reads until quinn has nothing
 /// more, so after every read quinn holds the hub's waker.
-#[derive(Default)]
 pub(crate) struct Inlet {
     /// The reader, once the connection is up and until its stream ends.
     reader: Mutex<Option<Reader>>,
     /// Set once the stream has ended or the inlet's task is gone.
     closed: AtomicBool,
     hub: Arc<Hub>,
+    /// `hub` as the waker every read gives quinn.
+    waker: Waker,
+}
+
+impl Default for Inlet {
+    fn default() -> Inlet {
+        let hub = Arc::new(Hub::default());
+        Inlet { reader: Mutex::default(), closed: AtomicBool::new(false), waker: Waker::from(hub.clone()), hub }
+    }
 }
 
 impl Inlet {
@@ -243,8 +250,7 @@ impl Inlet {
     /// Reads until quinn has nothing more, unless another task is reading
     /// (it then reads what arrives before it lets go, or is told to).
     fn read(&self) {
-        let waker = Waker::from(self.hub.clone());
-        let mut cx = Context::from_waker(&waker);
+        let mut cx = Context::from_waker(&self.waker);
         loop {
             let mut guard = match self.reader.try_lock() {
                 Ok(guard) => guard,
@@ -262,7 +268,7 @@ impl Inlet {
                     self.closed.store(true, Ordering::Relaxed);
                     drop(guard);
                     // Let the inlet's task see the end and finish.
-                    waker.wake();
+                    self.waker.wake_by_ref();
                     return;
                 }
             }

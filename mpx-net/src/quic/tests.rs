@@ -18,6 +18,15 @@ fn sockets(n: usize) -> (Vec<UdpSocket>, Vec<SocketAddr>) {
     (sockets, addrs)
 }
 
+/// Ranks 0 and 1 of a new job `job` on 127.0.0.1.
+fn pair(job: u64) -> (Endpoint, Endpoint) {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(job).unwrap();
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    (zero, one)
+}
+
 fn options() -> Options {
     Options { connect_timeout: Duration::from_secs(2), ..Options::local() }
 }
@@ -370,10 +379,7 @@ fn hello_exchange_corpus() {
 /// all of them complete before the large one does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_messages_overtake_a_large_transfer_to_the_same_peer() {
-    let (mut sockets, addrs) = sockets(2);
-    let job = JobCredential::generate(7).unwrap();
-    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
-    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    let (zero, one) = pair(7);
     let (a, b) = (zero.world(), one.world());
     const BIG: usize = 256 << 20;
     let receiver = tokio::spawn(async move {
@@ -409,10 +415,7 @@ async fn small_messages_overtake_a_large_transfer_to_the_same_peer() {
 /// before it lets the first one go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_never_waits_for_a_program_task_that_moved_on() {
-    let (mut sockets, addrs) = sockets(2);
-    let job = JobCredential::generate(8).unwrap();
-    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
-    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    let (zero, one) = pair(8);
     tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.connected(), one.connected()) }).await.unwrap();
     let (a, b) = (zero.world(), one.world());
     let (go_tx, go_rx) = tokio::sync::oneshot::channel();

@@ -182,12 +182,18 @@ impl Engine {
 
     /// Whether every peer's hello has arrived (or the peer failed).
     pub fn is_connected(&self) -> bool {
-        self.peers.iter().all(|p| p.hello.is_some() || p.failed.is_some())
+        !self.peers.iter().any(awaits_hello)
     }
 
     /// The peers whose hello has not arrived (and that have not failed):
     /// what [`is_connected`](Engine::is_connected) still waits for.
     pub fn awaiting_hello(&self) -> Vec<usize> {
-        self.peers.iter().enumerate().filter(|(_, p)| p.hello.is_none() && p.failed.is_none()).map(|(rank, _)| rank).collect()
+        self.peers.iter().enumerate().filter(|(_, p)| awaits_hello(p)).map(|(rank, _)| rank).collect()
     }
+}
+
+/// Whether `peer`'s hello is still awaited: not arrived, and the peer has
+/// not failed.
+fn awaits_hello(peer: &Peer) -> bool {
+    peer.hello.is_none() && peer.failed.is_none()
 }
