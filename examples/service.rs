@@ -124,12 +124,12 @@ async fn ask(world: Comm) -> mpx::Result<Vec<String>> {
         // Rank 2's third request asks for a square root it will be refused.
         let sign = if me == 2 && id == 2 { -1.0 } else { 1.0 };
         let request = Request { id, op, operand: sign * f64::from(me as u32 * 10 + id) };
-        world.send(&[request], SERVER, REQUEST).await?;
+        world.send(&request, SERVER, REQUEST).await?;
         let (reply, _) = world.recv::<Serde<Reply>>(SERVER, REPLY).await?;
         check(&request, reply, id);
     }
     let goodbye = Request { id: REQUESTS_PER_CLIENT, op: Op::Goodbye, operand: 0.0 };
-    world.send(&[goodbye], SERVER, REQUEST).await?;
+    world.send(&goodbye, SERVER, REQUEST).await?;
     let (reply, _) = world.recv::<Serde<Reply>>(SERVER, REPLY).await?;
     check(&goodbye, reply, REQUESTS_PER_CLIENT);
     Ok(mismatches)

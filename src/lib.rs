@@ -150,10 +150,12 @@ pub use mpx_derive::MpiType;
 pub mod prelude {
     pub use crate::MpiType;
     pub use mpx_core::{
-        start_all, test_all, test_any, test_some, wait_all, wait_any, wait_some, Any, Basic, Comm, Datatype, DistArg,
-        Distribution, Error, Order, Peer, Persistent, RecvBuf, RecvData, Region, RegionMut, Request, RequestSet, Result,
-        SendBuf, SendData, Source, Status, Tested, Transfer, ExchangeBuf, Incoming, Receivable, PROC_NULL,
+        start_all, wait_all, Any, Basic, Comm, Datatype, DistArg, Distribution, Error, ExchangeBuf, Incoming, Message,
+        Order, OwnedRecv, Peer, Persistent, Receivable, RecvBuf, RecvData, RecvError, Region, RegionMut, Request,
+        RequestSet, Result, SendBuf, SendData, Source, Status, Tested, Transfer, ValueRecv, PROC_NULL,
     };
+    pub use mpx_core::coll::{Cart, Op, MAX, MIN, PROD, SUM};
+    pub use bytes::Bytes;
     #[cfg(feature = "serde")]
     pub use mpx_core::Serde;
     /// Runs a program's ranks wherever the process was started: all of

@@ -3,7 +3,6 @@
 //! completion over any collection, the program's own errors, and the
 //! prelude.
 
-use std::collections::HashMap;
 
 use bytes::Bytes;
 use mpx::prelude::*;
@@ -58,6 +57,61 @@ async fn every_kind_of_data_goes_through_the_one_send() {
     .await
     .unwrap();
     assert_eq!(out[1], [1, 3, 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_and_u8_values_are_different_types() {
+    launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&[1u8, 2], 1, 0).await?; // uint8_t values
+            comm.send(SendBuf::bytes(&[3, 4]), 1, 1).await?; // MPI's byte
+            comm.send(&[5u8, 6], 1, 2).await?;
+            comm.send(SendBuf::bytes(&[7, 8]), 1, 3).await?;
+        } else {
+            // MPI's rule: byte matches only byte; uint8_t only uint8_t.
+            let mut raw = [0u8; 2];
+            let e = comm.recv_into(RecvBuf::bytes(&mut raw), 0, 0).await;
+            assert_eq!(e, Err(Error::TypeMismatch));
+            let e = comm.recv_into(&mut raw, 0, 1).await;
+            assert_eq!(e, Err(Error::TypeMismatch));
+            assert_eq!(raw, [0, 0], "a mismatch writes nothing");
+            // Each matches its own kind.
+            comm.recv_into(&mut raw, 0, 2).await?;
+            assert_eq!(raw, [5, 6]);
+            comm.recv_into(RecvBuf::bytes(&mut raw), 0, 3).await?;
+            assert_eq!(raw, [7, 8]);
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_all_takes_a_vec_of_requests_and_releases_their_borrows() {
+    launch(2, |comm| async move {
+        let other = 1 - comm.rank();
+        let mut inbox = [[0u32; 2]; 8];
+        let recvs: Vec<Request> = inbox.iter_mut().enumerate().map(|(tag, b)| comm.irecv(b, other, tag as i32)).collect();
+        let sends: Vec<Request> = (0..8).map(|tag| comm.isend(&[tag as u32, comm.rank() as u32], other, tag)).collect();
+        let sent = wait_all(sends).await;
+        assert_eq!(sent.len(), 8);
+        sent.into_iter().collect::<Result<Vec<_>>>()?;
+        let statuses = wait_all(recvs).await.into_iter().collect::<Result<Vec<_>>>()?;
+        assert!(statuses.iter().enumerate().all(|(tag, st)| st.tag == Some(tag as i32) && st.source == Some(other)));
+        inbox[0][0] += 100; // the receives' borrows have ended
+        assert_eq!(inbox[0], [100, other as u32]);
+        assert!(inbox[1..].iter().enumerate().all(|(i, m)| *m == [i as u32 + 1, other as u32]));
+        // An error in one request is that request's outcome, not the call's.
+        let mut small = [0u32; 1];
+        let mutual = [comm.isend(&[1u32, 2], other, 9), comm.irecv(&mut small, other, 9)];
+        let [sent, received] = <[_; 2]>::try_from(wait_all(mutual).await).unwrap();
+        sent?;
+        assert!(matches!(received, Err(Error::Truncate { .. })));
+        Ok(())
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +250,6 @@ async fn a_rank_can_fail_with_its_own_error() {
     // Boxed errors and strings convert with `?` and `into`.
     let boxed: Box<dyn std::error::Error + Send + Sync> = "bad input".into();
     assert_eq!(Error::from(boxed).to_string(), "bad input");
-    let _ = HashMap::<u8, u8>::new();
     // A rank's closure uses `?` on the errors programs meet (I/O, parsing)
     // and returns a message of its own, with no conversion written out.
     let result = launch(3, |comm| async move {
@@ -213,19 +266,36 @@ async fn a_rank_can_fail_with_its_own_error() {
         }
     })
     .await;
+    // Every rank failed with its own error: launch reports the lowest rank's.
     let err = result.unwrap_err();
-    assert!(matches!(&err, Error::User(cause) if cause.0.is::<std::io::Error>() || cause.0.is::<std::num::ParseIntError>() || err.to_string() == "rank 2 gives up"), "{err:?}");
+    assert!(matches!(&err, Error::User(cause) if cause.0.is::<std::io::Error>()), "{err:?}");
+    let parse = launch(1, |_| async move { Ok("seven".parse::<u32>()?) }).await.unwrap_err();
+    assert!(matches!(&parse, Error::User(cause) if cause.0.is::<std::num::ParseIntError>()), "{parse:?}");
+    let text = launch(1, |_| async move { Err::<(), _>("rank 0 gives up".into()) }).await.unwrap_err();
+    assert_eq!(text.to_string(), "rank 0 gives up");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operations_start_when_called() {
     launch(2, |comm| async move {
         let other = 1 - comm.rank();
-        // Never polled: a sendrecv and a barrier still send.
+        // Never polled: a sendrecv still sends.
         let mut got = 0u8;
         let exchange = comm.sendrecv(&(comm.rank() as u8), other, 0, &mut got, other, 0);
         drop(exchange);
         assert_eq!(comm.recv::<u8>(other, 0).await?.0, other as u8);
+        // A barrier not polled yet has already sent its part: rank 1 gets
+        // through its own barrier before rank 0 polls its barrier.
+        let barrier = comm.barrier();
+        let waited = std::time::Duration::from_secs(10);
+        if comm.rank() == 1 {
+            tokio::time::timeout(waited, barrier).await.map_err(|_| Error::user("rank 0's barrier never started"))??;
+            comm.send(&1u8, 0, 3).await?;
+        } else {
+            let through = tokio::time::timeout(waited, comm.recv::<u8>(1, 3)).await;
+            through.map_err(|_| Error::user("rank 0's unpolled barrier sent nothing"))??;
+            barrier.await?;
+        }
         // Argument errors come at once, whatever else is pending.
         let bad = comm.sendrecv(&0u8, 5, 0, &mut got, other, 0).await;
         assert!(matches!(bad, Err(Error::InvalidRank { rank: 5, .. })));

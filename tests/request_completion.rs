@@ -2,12 +2,10 @@
 //! errors, fairness, progress from test loops, composition with futures
 //! combinators, cancel, request_free, owned buffers, persistent requests.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use mpx::prelude::*;
-use mpx::{start_all, test_all, test_any, test_some, wait_all, wait_any, wait_some, Persistent, Request, Tested};
+use mpx::{start_all, wait_all, Persistent, Request, RequestSet, Tested};
 
 #[macro_use]
 mod support;
@@ -40,14 +38,24 @@ async fn operations_start_when_called() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn null_and_inactive_entries() {
     launch(1, |comm| async move {
-        let mut none: Vec<Option<Request>> = vec![None, None];
-        assert!(wait_any(&mut none).await.is_none());
-        assert!(matches!(test_any(&mut none), Tested::Inactive));
-        assert!(wait_some(&mut none).await.is_none());
-        assert!(matches!(test_some(&mut none), Tested::Inactive));
-        let all = wait_all(&mut none).await;
-        assert!(all.iter().all(Option::is_none));
-        assert!(test_all(&mut none).is_some());
+        // A set with no active slot: MPI_UNDEFINED from every call.
+        let mut none: RequestSet<Request> = RequestSet::new();
+        assert!(none.wait_any().await.is_none());
+        assert!(matches!(none.test_any(), Tested::Inactive));
+        assert!(none.wait_some().await.is_none());
+        assert!(matches!(none.test_some(), Tested::Inactive));
+        assert!(none.wait_all().await.is_empty());
+        assert_eq!(none.test_all().map(|all| all.len()), Some(0));
+        // A slot emptied by its completion is a null request from then on.
+        let mut set: RequestSet<_> = [comm.isend(&1u8, 0, 0), Request::inactive()].into_iter().collect();
+        let all = set.wait_all().await;
+        assert!(matches!(&all[..], [(0, Ok(_)), (1, Ok(st))] if *st == Status::empty()));
+        assert!(set.wait_any().await.is_none());
+        assert_eq!((set.len(), set.active()), (2, 0));
+        assert_eq!(comm.recv::<u8>(0, 0).await?.0, 1);
+        // wait_all over slots: None entries are null requests, with no outcome.
+        let mut slots: Vec<Option<Request>> = vec![None, None];
+        assert!(wait_all(&mut slots).await.iter().all(Option::is_none));
         // PROC_NULL requests complete at once with an empty status.
         let st = comm.irecv(&mut [0u8], PROC_NULL, Any).await?;
         assert_eq!(st, Status::empty());
@@ -88,36 +96,35 @@ async fn each_request_reports_its_own_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn test_all_leaves_requests_until_all_complete_and_wait_some_returns_all() {
+async fn test_all_waits_for_every_slot_and_wait_some_returns_all() {
     launch(2, |comm| async move {
         if comm.rank() == 0 {
-            comm.send(&[1u8], 1, 0).await?;
-            comm.recv_vec::<u8>(1, 9).await?;
-            comm.send(&[2u8], 1, 1).await?;
-            comm.send(&[3u8], 1, 2).await?;
+            comm.send(&1u8, 1, 0).await?;
+            comm.send(&0u8, 1, 8).await?; // after tag 0, which is delivered first
+            comm.recv::<u8>(1, 9).await?;
+            comm.send(&2u8, 1, 1).await?;
+            comm.send(&3u8, 1, 2).await?;
+            comm.send(&4u8, 1, 3).await?;
+            comm.send(&0u8, 1, 10).await?; // after tags 2 and 3
             Ok(())
         } else {
-            let (mut a, mut b, mut c) = ([0u8], [0u8], [0u8]);
-            let mut reqs = vec![Some(comm.irecv(&mut a, 0, 0)), Some(comm.irecv(&mut b, 0, 1))];
-            // Only the first can complete now.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while !reqs[0].as_ref().unwrap().is_complete() {
-                assert!(test_all(&mut reqs).is_none());
-                assert!(tokio::time::Instant::now() < deadline);
+            let mut set: RequestSet<_> = (0..2).map(|tag| comm.recv::<u8>(0, tag)).collect();
+            comm.recv::<u8>(0, 8).await?; // so tag 0 has completed
+            for _ in 0..10 {
+                assert!(set.test_all().is_none(), "tag 1 is still pending");
                 tokio::task::yield_now().await;
             }
-            assert!(test_all(&mut reqs).is_none(), "one is still pending");
-            assert!(reqs.iter().all(Option::is_some), "test_all takes nothing until all complete");
-            comm.send(&[0u8], 0, 9).await?;
-            let all = wait_all(&mut reqs).await;
-            assert!(all.iter().all(|r| matches!(r, Some(Ok(_)))));
-            drop(reqs);
+            assert_eq!(set.active(), 2, "test_all returns nothing until all complete");
+            comm.send(&0u8, 0, 9).await?;
+            let all = set.wait_all().await;
+            let got: Vec<(usize, u8)> = all.into_iter().map(|(slot, r)| r.map(|(v, _)| (slot, v))).collect::<Result<_>>()?;
+            assert_eq!(got, [(0, 1), (1, 2)]);
             // wait_some returns every completed request at once.
-            let mut reqs = vec![Some(comm.irecv(&mut c, 0, 2))];
-            let done = wait_some(&mut reqs).await.unwrap();
-            assert_eq!(done.len(), 1);
-            drop(reqs);
-            assert_eq!((a, b, c), ([1], [2], [3]));
+            comm.recv::<u8>(0, 10).await?; // tags 2 and 3 are queued now
+            let mut set: RequestSet<_> = (2..4).map(|tag| comm.recv::<u8>(0, tag)).collect();
+            let done = set.wait_some().await.unwrap();
+            assert_eq!(done.iter().map(|(slot, _)| *slot).collect::<Vec<_>>(), [0, 1]);
+            assert!(set.wait_some().await.is_none());
             Ok(())
         }
     })
@@ -126,31 +133,35 @@ async fn test_all_leaves_requests_until_all_complete_and_wait_some_returns_all()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wait_any_is_not_biased_toward_low_indices() {
+async fn a_request_set_serves_every_slot_in_turn() {
     const K: usize = 4;
     const ROUNDS: u32 = 400;
     let wins = launch(1, |comm| async move {
         let mut wins = vec![0usize; K];
-        let mut bufs = [[0u32]; K];
+        // One receive per "client" tag, each re-posted once served, with
+        // the next message of every client always waiting: a server that
+        // favoured low slots would starve the others.
+        let mut set: RequestSet<_> = (0..K as i32).map(|tag| comm.recv::<u32>(0, tag)).collect();
+        for tag in 0..K as i32 {
+            comm.send(&0u32, 0, tag).await?;
+        }
         for round in 0..ROUNDS {
-            for tag in 0..K as i32 {
-                comm.send(&[round], 0, tag).await?;
-            }
-            comm.probe(0, K as i32 - 1).await?; // every message of the round is queued
-            // Posted now, all K receives match at once: every one is ready.
-            let mut reqs: Vec<_> = bufs.iter_mut().enumerate().map(|(t, b)| Some(comm.irecv(b, 0, t as i32))).collect();
-            let (i, r) = wait_any(&mut reqs).await.unwrap();
-            r?;
-            wins[i] += 1;
-            wait_all(&mut reqs).await;
+            let (slot, outcome) = set.wait_any().await.expect("every slot is active");
+            outcome?;
+            wins[slot] += 1;
+            comm.send(&round, 0, slot as i32).await?;
+            set.set(slot, comm.recv::<u32>(0, slot as i32));
+        }
+        for (_, outcome) in set.wait_all().await {
+            outcome?;
         }
         Ok(wins)
     })
     .await
     .unwrap()
     .remove(0);
-    // Each index should win about ROUNDS / K = 100 times; 50 is over 5 standard deviations away.
-    assert!(wins.iter().all(|&w| w >= 50), "wait_any favoured some indices: {wins:?}");
+    // Each slot should be served about ROUNDS / K = 100 times.
+    assert!(wins.iter().all(|&w| w >= 50), "some slots were starved: {wins:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,10 +189,10 @@ async fn requests_compose_with_futures_combinators() {
         for tag in 0..3 {
             comm.send(&[tag as u16], 0, 10 + tag).await?;
         }
-        let mut pending: FuturesUnordered<_> = (0..3).map(|t| comm.irecv_vec(vec![0u16], 0, 10 + t)).collect();
+        let mut pending: FuturesUnordered<_> = (0..3).map(|t| comm.recv::<u16>(0, 10 + t)).collect();
         let mut got = vec![];
         while let Some(r) = pending.next().await {
-            got.push(r?.0[0]);
+            got.push(r?.0);
         }
         got.sort();
         assert_eq!(got, [0, 1, 2]);
@@ -374,13 +385,10 @@ async fn buffered_and_ready_nonblocking_sends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_set_test_some_and_wait_any() {
     launch(1, |comm| async move {
-        let mut set = mpx::RequestSet::new();
-        for tag in 0..4 {
-            set.push(comm.irecv_vec(vec![0u8], 0, tag));
-        }
+        let mut set: RequestSet<_> = (0..4).map(|tag| comm.recv::<u8>(0, tag)).collect();
         assert!(matches!(set.test_some(), Tested::Pending));
-        comm.send(&[2u8], 0, 2).await?;
-        comm.send(&[3u8], 0, 3).await?;
+        comm.send(&2u8, 0, 2).await?;
+        comm.send(&3u8, 0, 3).await?;
         // wait_any returns one; the other is returned by a later call.
         let (i, r) = set.wait_any().await.unwrap();
         let other = loop {
@@ -391,16 +399,20 @@ async fn request_set_test_some_and_wait_any() {
             }
         };
         assert_eq!(other.len(), 1);
-        let mut got = vec![(i, r?.0[0]), (other[0].0, other[0].1.as_ref().unwrap().0[0])];
+        let mut got = vec![(i, r?.0), (other[0].0, *other[0].1.as_ref().map(|(v, _)| v).unwrap())];
         got.sort();
         assert_eq!(got, [(2, 2), (3, 3)]);
         assert_eq!(set.active(), 2);
-        // An owned receive can be cancelled; it hands its buffer back.
+        // A receive of one value can be cancelled: it completes with Cancelled.
         let mut pending = set.take(0).unwrap();
         assert!(pending.cancel());
-        let (buf, st) = pending.await?;
+        assert!(matches!(pending.await, Err(Error::Cancelled)));
+        // An owned receive hands its buffer back when cancelled.
+        let mut owned = comm.irecv_vec(vec![0u8; 2], 0, 9);
+        assert!(owned.cancel());
+        let (buf, st) = owned.await?;
         assert!(st.test_cancelled());
-        assert_eq!(buf, [0]);
+        assert_eq!(buf, [0, 0]);
         Ok(())
     })
     .await
@@ -417,7 +429,9 @@ async fn inactive_persistent_requests_and_owned_modes() {
         let mut reqs = vec![Some(Request::inactive()), None];
         let results = wait_all(&mut reqs).await;
         assert!(matches!(&results[0], Some(Ok(st)) if *st == Status::empty()));
-        assert!(wait_any(&mut [None::<Request>, None]).await.is_none());
+        let mut set: RequestSet<_> = [Request::inactive()].into_iter().collect();
+        assert!(matches!(set.wait_any().await, Some((0, Ok(st))) if st == Status::empty()));
+        assert!(set.wait_any().await.is_none());
         for round in 0..5u16 {
             ssend.buffer_mut()[1] = round;
             let mut reqs = start_all([&mut recv as &mut dyn Persistent, &mut ssend]);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use mpx::prelude::*;
-use mpx::{wait_any, wait_some, RequestSet};
+use mpx::RequestSet;
 
 #[macro_use]
 mod support;
@@ -122,7 +122,7 @@ const ROUNDS: usize = 50;
 /// the server, rank 0.
 async fn client(comm: &Comm) -> mpx::Result<()> {
     for i in 0..ROUNDS {
-        comm.isend(&[i as u32], 0, 0).await?;
+        comm.isend(&(i as u32), 0, 0).await?;
     }
     Ok(())
 }
@@ -137,17 +137,16 @@ async fn example_3_14_client_server_with_wait_any() {
             client(&comm).await?;
             return Ok(vec![]);
         }
-        let mut requests: Vec<_> = (1..size).map(|c| Some(comm.irecv_vec(vec![0u32], c, 0))).collect();
+        let mut requests: RequestSet<_> = (1..size).map(|c| comm.recv::<u32>(c, 0)).collect();
         let mut served = vec![0usize; size];
-        while served[1..].iter().sum::<usize>() < ROUNDS * (size - 1) {
-            let (index, outcome) = wait_any(&mut requests).await.expect("active requests");
-            let (buf, status) = outcome?;
+        while let Some((index, outcome)) = requests.wait_any().await {
+            let (n, status) = outcome?;
             let client = index + 1;
             assert_eq!(status.source, Some(client));
-            assert_eq!(buf[0] as usize, served[client], "in order per client");
+            assert_eq!(n as usize, served[client], "in order per client");
             served[client] += 1;
             if served[client] < ROUNDS {
-                requests[index] = Some(comm.irecv_vec(buf, client, 0));
+                requests.set(index, comm.recv(client, 0));
             }
         }
         Ok(served)
@@ -168,7 +167,7 @@ async fn example_3_15_client_server_with_wait_some() {
         let size = comm.size();
         if comm.rank() > 0 {
             for i in 0..EACH {
-                comm.isend(&[i as u32], 0, 0).await?;
+                comm.isend(&(i as u32), 0, 0).await?;
             }
             comm.send(&[0u8], 0, 1).await?; // all sent (and buffered at the server)
             return Ok(vec![]);
@@ -176,18 +175,18 @@ async fn example_3_15_client_server_with_wait_some() {
         for _ in 1..size {
             comm.recv_vec::<u8>(Any, 1).await?;
         }
-        let mut requests: Vec<_> = (1..size).map(|c| Some(comm.irecv_vec(vec![0u32], c, 0))).collect();
+        let mut requests: RequestSet<_> = (1..size).map(|c| comm.recv::<u32>(c, 0)).collect();
         let mut served = vec![0usize; size];
         let mut per_call = vec![];
-        while let Some(done) = wait_some(&mut requests).await {
+        while let Some(done) = requests.wait_some().await {
             per_call.push(done.len());
             for (index, outcome) in done {
-                let (buf, _) = outcome?;
+                let (n, _) = outcome?;
                 let client = index + 1;
-                assert_eq!(buf[0] as usize, served[client], "in order per client");
+                assert_eq!(n as usize, served[client], "in order per client");
                 served[client] += 1;
                 if served[client] < EACH {
-                    requests[index] = Some(comm.irecv_vec(buf, client, 0));
+                    requests.set(index, comm.recv(client, 0));
                 }
             }
         }
@@ -198,37 +197,5 @@ async fn example_3_15_client_server_with_wait_some() {
     .unwrap();
     // Every client had a message waiting at every call: each call served them all.
     assert!(out[0].iter().all(|&n| n == CLIENTS), "{:?}", out[0]);
-}
-
-/// The same server on a RequestSet: work per call follows completions.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_server_on_a_request_set() {
-    let out = launch(4, |comm| async move {
-        let size = comm.size();
-        if comm.rank() > 0 {
-            client(&comm).await?;
-            return Ok(vec![]);
-        }
-        let mut set = RequestSet::new();
-        for c in 1..size {
-            set.push(comm.irecv_vec(vec![0u32], c, 0));
-        }
-        let mut served = vec![0usize; size];
-        while let Some(done) = set.wait_some().await {
-            for (index, outcome) in done {
-                let (buf, _) = outcome?;
-                let client = index + 1;
-                assert_eq!(buf[0] as usize, served[client]);
-                served[client] += 1;
-                if served[client] < ROUNDS {
-                    set.set(index, comm.irecv_vec(buf, client, 0));
-                }
-            }
-        }
-        Ok(served)
-    })
-    .await
-    .unwrap();
-    assert_eq!(&out[0][1..], &[ROUNDS; 3]);
 }
 }

@@ -48,13 +48,13 @@ pub use datatype::{
 };
 pub use comm::{
     start_all, Any, Comm, Exchange, ExchangeBuf, Group, GroupRelation, Message, OwnedRecv, Peer, Persistent, PersistentRecv, PersistentSend,
-    RecvBuf, RecvData, RecvError, SendBuf, SendData, Source, TagSel, Transfer, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
+    RecvBuf, RecvData, RecvError, SendBuf, ValueRecv, SendData, Source, TagSel, Transfer, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };
 pub use comm::{Incoming, Receivable};
 #[cfg(feature = "serde")]
 pub use comm::Serde;
 pub use request::{
-    test_all, test_any, test_some, wait_all, wait_any, wait_some, Operation, Request, RequestSet, Status, Tested,
+    wait_all, Operation, Request, RequestSet, Status, Tested, WaitAll,
 };
 pub use runtime::{Endpoint, Transport};
 pub use error::{Error, Result, Cause};

@@ -304,7 +304,7 @@ impl Comm {
             Direction::Send { dest, tag } => {
                 self.isend(SendBuf::new(region.into_region(), t.count, &t.datatype), dest, tag)
             }
-            Direction::Recv { source, tag } => self.recv_into(RecvBuf::new(region, t.count, &t.datatype), source, tag),
+            Direction::Recv { source, tag } => self.irecv(RecvBuf::new(region, t.count, &t.datatype), source, tag),
         });
         Ok(started.collect())
     }

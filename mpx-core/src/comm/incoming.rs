@@ -108,11 +108,11 @@ impl Comm {
     ///     while let Some(request) = requests.next().await {
     ///         let (n, status) = request?;
     ///         let client = status.source.expect("a message has a source");
-    ///         comm.send(&[n * n], client, REPLY).await?;
+    ///         comm.send(&(n * n), client, REPLY).await?;
     ///     }
     /// } else {
     ///     let n = comm.rank() as u64 + 10;
-    ///     comm.send(&[n], 0, REQUEST).await?;
+    ///     comm.send(&n, 0, REQUEST).await?;
     ///     let (square, _) = comm.recv::<u64>(0, REPLY).await?;
     ///     assert_eq!(square, n * n);
     /// }
@@ -134,12 +134,12 @@ impl Comm {
     ///     // Rank 1 sends only once it hears from us: nothing comes in time.
     ///     let early = tokio::time::timeout(Duration::from_millis(20), numbers.next()).await;
     ///     assert!(early.is_err());
-    ///     comm.send(&[0u8], 1, 9).await?;
+    ///     comm.send(&0u8, 1, 9).await?;
     ///     let (n, _) = numbers.next().await.expect("the stream goes on")?;
     ///     assert_eq!(n, 42);
     /// } else {
     ///     comm.recv::<u8>(0, 9).await?;
-    ///     comm.send(&[42i32], 0, 0).await?;
+    ///     comm.send(&42i32, 0, 0).await?;
     /// }
     /// # Ok(()) }).await?; Ok(()) }
     /// ```

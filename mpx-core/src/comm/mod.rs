@@ -115,7 +115,7 @@ pub(crate) use group::Members;
 pub use crate::request::Status;
 pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend, RecvStorage, SendStorage};
 pub use probe::Message;
-pub use recv_owned::{OwnedRecv, RecvError};
+pub use recv_owned::{OwnedRecv, RecvError, ValueRecv};
 pub use selectors::{Any, Peer, ProcNull, Source, TagSel, PROC_NULL, TAG_UB};
 #[cfg(feature = "serde")]
 pub use self::serde::Serde;

@@ -27,10 +27,11 @@
 //! ```
 //!
 //! An inactive persistent request (one not started, or whose start has
-//! completed) is, for the completion functions, a `None` entry or a
-//! [`Request::inactive`]: waiting on it returns an empty status at once, and
-//! `wait_any`/`wait_some` over only inactive entries report that nothing is
-//! active, as MPI says.
+//! completed) is, for the completion functions, a `None` entry of
+//! [`wait_all`](crate::wait_all), a [`Request::inactive`] (waiting on it
+//! returns an empty status at once) or an empty slot of a
+//! [`RequestSet`](crate::RequestSet), whose `wait_any`/`wait_some` over
+//! only empty slots report that nothing is active, as MPI says.
 
 use super::data::{Packed, RecvData, RecvTarget};
 use super::{Comm, Peer, RecvBuf, SendBuf, Source, TagSel};

@@ -241,11 +241,12 @@ impl Message {
     }
 
     /// `MPI_Mrecv` into any [`RecvData`]: the blocking spelling of
-    /// [`irecv`](Message::irecv) (see [`Comm::mprobe`] for an example).
+    /// [`irecv`](Message::irecv), a plain future rather than a
+    /// [`Request`] (see [`Comm::mprobe`] for an example).
     ///
     /// # Cancel safety
     /// As [`Message::irecv`].
-    pub fn recv_into<'a>(self, buf: impl RecvData<'a>) -> Request<'a> {
+    pub fn recv_into<'a>(self, buf: impl RecvData<'a>) -> impl Future<Output = Result<Status>> + Send + 'a {
         self.irecv(buf)
     }
 }

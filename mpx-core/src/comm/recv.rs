@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::buffer::{capacity, native_packed, status_of, unpack_typed_message, unpack_typed_message_uninit};
 use super::data::{RecvData, RecvTarget};
-use super::recv_owned::{OwnedRecv, RawRecv};
+use super::recv_owned::{OwnedRecv, RawRecv, ValueRecv};
 use super::selectors::{Source, TagSel};
 use super::incoming::Receivable;
 use super::{Comm, Status};
@@ -87,8 +87,10 @@ impl Comm {
     }
 
     /// `MPI_Recv` into `buf`: the blocking spelling of
-    /// [`irecv`](Comm::irecv) (the receive is posted when called), with
-    /// the same arguments and errors.
+    /// [`irecv`](Comm::irecv), with the same arguments and errors. Like
+    /// every operation it starts (the receive is posted) when called; what
+    /// it returns is a plain future, where `irecv`'s [`Request`] can also be
+    /// tested, cancelled and kept in a [`RequestSet`](crate::RequestSet).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -106,7 +108,12 @@ impl Comm {
     /// Cancel-safe: if the future is dropped, the receive is withdrawn, or
     /// its message, if one had matched, is given back (see the
     /// [module docs](super)).
-    pub fn recv_into<'a>(&self, buf: impl RecvData<'a>, source: impl Into<Source>, tag: impl Into<TagSel>) -> Request<'a> {
+    pub fn recv_into<'a>(
+        &self,
+        buf: impl RecvData<'a>,
+        source: impl Into<Source>,
+        tag: impl Into<TagSel>,
+    ) -> impl Future<Output = Result<Status>> + Send + 'a {
         self.irecv(buf, source, tag)
     }
 
@@ -140,16 +147,8 @@ impl Comm {
     ///
     /// # Cancel safety
     /// As [`recv_into`](Comm::recv_into).
-    pub fn recv<R: Receivable>(
-        &self,
-        source: impl Into<Source>,
-        tag: impl Into<TagSel>,
-    ) -> impl Future<Output = Result<(R::Value, Status)>> + Send + 'static {
-        let posted = self.post_one::<R>(source.into(), tag.into());
-        async move {
-            let Some(raw) = posted? else { return Err(null_has_no_value()) };
-            R::decode(&raw.await?)
-        }
+    pub fn recv<R: Receivable>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> ValueRecv<R> {
+        ValueRecv::start(self, source.into(), tag.into())
     }
 
     /// `MPI_Recv` of a message of any length into a new `Vec`.
@@ -237,10 +236,4 @@ impl Comm {
             Ok(status)
         })
     }
-}
-
-/// The error of a single-value receive from the null process, which
-/// delivers nothing.
-fn null_has_no_value() -> crate::Error {
-    crate::Error::InvalidArgument("a receive of one value from PROC_NULL has no value to return".into())
 }

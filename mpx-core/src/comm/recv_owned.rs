@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use super::incoming::Receivable;
 use super::selectors::{Source, TagSel};
 use super::{Comm, Status};
 use crate::error::{Error, Result};
@@ -216,6 +217,123 @@ impl<B> Operation for OwnedRecv<B> {
 
 impl<B> Future for OwnedRecv<B> {
     type Output = std::result::Result<(B, Status), RecvError<B>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        std::task::ready!(self.poll_complete(cx));
+        Poll::Ready(self.take_output())
+    }
+}
+
+/// A receive of one value ([`Comm::recv`]): a `'static` future resolving to
+/// the value and the status. It is posted when `recv` is called and is an
+/// [`Operation`], so many of them can wait in a
+/// [`RequestSet`](crate::RequestSet) or go to
+/// [`wait_all`](crate::wait_all).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(2, |comm| async move {
+/// use mpx_core::ValueRecv;
+/// let other = 1 - comm.rank();
+/// let recv: ValueRecv<f64> = comm.recv(other, 0); // posted now
+/// comm.send(&(comm.rank() as f64 + 0.5), other, 0).await?;
+/// let (x, status) = recv.await?;
+/// assert_eq!((x, status.source), (other as f64 + 0.5, Some(other)));
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+#[must_use = "a receive does nothing unless awaited; dropping it withdraws it"]
+pub struct ValueRecv<R: Receivable> {
+    state: ValueState<R::Value>,
+}
+
+enum ValueState<V> {
+    Active(RawRecv),
+    Complete(Option<Result<(V, Status)>>),
+}
+
+impl<R: Receivable> std::fmt::Debug for ValueRecv<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_complete() { "ValueRecv(complete)" } else { "ValueRecv(active)" })
+    }
+}
+
+// The value is never pinned: it is moved out when the receive completes.
+impl<R: Receivable> Unpin for ValueRecv<R> {}
+
+impl<R: Receivable> ValueRecv<R> {
+    pub(crate) fn start(comm: &Comm, source: Source, tag: TagSel) -> ValueRecv<R> {
+        let state = match comm.post_recv(source, tag, comm.context, R::limit()) {
+            Ok(Some(id)) => ValueState::Active(RawRecv::new(comm.shared.clone(), id)),
+            Ok(None) => ValueState::Complete(Some(Err(Error::InvalidArgument(
+                "a receive of one value from PROC_NULL has no value to return".into(),
+            )))),
+            Err(error) => ValueState::Complete(Some(Err(error))),
+        };
+        ValueRecv { state }
+    }
+
+    fn is_complete(&self) -> bool {
+        matches!(self.state, ValueState::Complete(_))
+    }
+
+    /// `MPI_Cancel`: withdraws the receive if it has not matched; it then
+    /// completes with [`Error::Cancelled`] (there is no value). Returns
+    /// whether it was cancelled.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// let mut recv = comm.recv::<u32>(0, 0);
+    /// assert!(recv.cancel());
+    /// assert!(matches!(recv.await, Err(mpx_core::Error::Cancelled)));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    pub fn cancel(&mut self) -> bool {
+        let ValueState::Active(raw) = &mut self.state else { return false };
+        if !raw.cancel() {
+            return false;
+        }
+        self.state = ValueState::Complete(Some(Err(Error::Cancelled)));
+        true
+    }
+}
+
+impl<R: Receivable> Operation for ValueRecv<R> {
+    type Output = Result<(R::Value, Status)>;
+
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let ValueState::Active(raw) = &mut self.state else { return Poll::Ready(()) };
+        let outcome = std::task::ready!(Pin::new(raw).poll(cx));
+        self.state = ValueState::Complete(Some(outcome.and_then(|msg| R::decode(&msg))));
+        Poll::Ready(())
+    }
+
+    fn is_complete(&self) -> bool {
+        ValueRecv::is_complete(self)
+    }
+
+    fn take_output(&mut self) -> Self::Output {
+        match &mut self.state {
+            ValueState::Complete(out) => out.take().expect("the outcome of a receive is taken once"),
+            ValueState::Active(..) => panic!("take_output on an active receive"),
+        }
+    }
+
+    fn progress(&self) -> Option<usize> {
+        match &self.state {
+            ValueState::Active(raw) => {
+                raw.shared.progress();
+                Some(Arc::as_ptr(&raw.shared) as usize)
+            }
+            ValueState::Complete(_) => None,
+        }
+    }
+}
+
+impl<R: Receivable> Future for ValueRecv<R> {
+    type Output = Result<(R::Value, Status)>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         std::task::ready!(self.poll_complete(cx));

@@ -21,15 +21,18 @@
 //!
 //! * `req.await` is `MPI_Wait`; [`Request::test`] is `MPI_Test`.
 //! * [`wait_all`] takes any collection of requests (a vector, an array, an
-//!   iterator, or `&mut` of one) and returns each one's outcome.
-//! * [`wait_any`], [`test_any`], [`test_all`], [`wait_some`]
-//!   and [`test_some`] take a slice of `Option<Request>`: `None` entries are
-//!   MPI's null (or inactive persistent) requests, and completed entries are
-//!   set to `None`, as MPI sets them to `MPI_REQUEST_NULL`. Each request
+//!   iterator, or `&mut` of one; `None` entries are MPI's null requests)
+//!   and returns each one's outcome, the borrows released. Each request
 //!   reports its own result (MPI's error-in-status), never one error for
-//!   the whole call. These look at every entry on each call; for many
-//!   outstanding requests use a [`RequestSet`], whose work per call follows
-//!   the number of requests that completed, not the number outstanding.
+//!   the whole call.
+//! * A [`RequestSet`] holds requests in slots, as MPI's arrays of requests
+//!   do, for `wait_any`, `test_any`, `wait_some`, `test_some`, `wait_all`
+//!   and `test_all`: a completed request's slot becomes empty (MPI's
+//!   `MPI_REQUEST_NULL`), a server re-posts into it, and the work per call
+//!   follows the number of requests that completed, not the number
+//!   outstanding. Anything that is an [`Operation`] goes in: [`Request`]s,
+//!   receives of one value ([`ValueRecv`](crate::ValueRecv)) and owned
+//!   receives ([`OwnedRecv`](crate::OwnedRecv)).
 //! * Requests are ordinary `Unpin` futures, so they also compose with
 //!   `tokio::select!`, `futures::future::select_all`, `join_all` and
 //!   `FuturesUnordered`:
@@ -97,7 +100,7 @@ use crate::error::Result;
 use crate::proto::engine::{Delivered, ReqId};
 use crate::runtime::{Completion, Shared};
 
-pub use completion::{test_all, test_any, test_some, wait_all, wait_any, wait_some, Tested};
+pub use completion::{wait_all, Tested, WaitAll};
 pub use set::RequestSet;
 pub use status::Status;
 
@@ -328,9 +331,9 @@ impl Drop for Request<'_> {
 
 /// What the completion functions work on: a nonblocking operation that can
 /// be polled to completion and whose outcome can then be taken. Implemented
-/// by [`Request`] and by owned receives ([`OwnedRecv`](crate::OwnedRecv)),
-/// so a server can keep one owned receive per client in a slice or a
-/// [`RequestSet`] and re-post into a slot.
+/// by [`Request`], by receives of one value ([`ValueRecv`](crate::ValueRecv))
+/// and by owned receives ([`OwnedRecv`](crate::OwnedRecv)), so a server can
+/// keep one receive per client in a [`RequestSet`] and re-post into a slot.
 pub trait Operation: Unpin {
     /// The outcome.
     type Output;
@@ -354,9 +357,9 @@ pub trait Operation: Unpin {
     fn progress(&self) -> Option<usize>;
 }
 
-/// A borrowed operation: the completion functions take `&mut` requests
-/// too (`wait_all(&mut requests)`), leaving the requests with their
-/// owner, complete.
+/// A borrowed operation: [`wait_all`] takes `&mut` requests too
+/// (`wait_all(&mut requests)`), leaving the requests with their owner,
+/// complete.
 impl<R: Operation + ?Sized> Operation for &mut R {
     type Output = R::Output;
 

@@ -206,16 +206,16 @@ impl<R: Operation> RequestSet<R> {
         self.polls
     }
 
-    /// Polls the woken slots; returns the completed ones, or `None` if no
-    /// slot is active.
+    /// Polls the woken slots (each with its slot's waker) and returns the
+    /// ones that completed, their slots emptied.
     ///
     /// Each slot is polled at most once per call: a request that wakes
     /// itself while polled (an any-source receive that only this rank's
     /// own messages can still match, whose second poll in a row fails it)
     /// is polled again only after the calling task has yielded, so that
     /// whatever else it had ready to run (a send to itself) runs first.
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> SetPoll<R> {
-        let mut done: Vec<_> = self.finished.drain(..).collect();
+    fn poll_woken(&mut self) -> Vec<(usize, R::Output)> {
+        let mut done = Vec::new();
         for i in self.queue.take_all() {
             let Some(r) = &mut self.slots[i] else { continue };
             self.polls += 1;
@@ -225,21 +225,53 @@ impl<R: Operation> RequestSet<R> {
                 done.push((i, outcome));
             }
         }
-        if !done.is_empty() {
-            return Poll::Ready(Some(done));
-        }
-        if self.slots.iter().all(Option::is_none) {
-            return Poll::Ready(None);
-        }
+        done
+    }
+
+    /// Whether a slot still holds a request that has not completed.
+    fn any_pending(&self) -> bool {
+        self.slots.iter().any(Option::is_some)
+    }
+
+    /// Arranges for `cx` to be woken when a slot is: at once if slots woke
+    /// while they were polled (come back after yielding).
+    fn park(&self, cx: &mut Context<'_>) {
         let mut q = self.queue.inner.lock().unwrap_or_else(|e| e.into_inner());
         if q.ready.is_empty() {
             q.waiter = Some(cx.waker().clone());
         } else {
-            // Slots woke while polled: come back after yielding.
             drop(q);
             cx.waker().wake_by_ref();
         }
+    }
+
+    /// The completed slots (outcomes returned by nobody yet first), or
+    /// `None` if no slot is active.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> SetPoll<R> {
+        let mut done: Vec<_> = self.finished.drain(..).collect();
+        done.extend(self.poll_woken());
+        if !done.is_empty() {
+            return Poll::Ready(Some(done));
+        }
+        if !self.any_pending() {
+            return Poll::Ready(None);
+        }
+        self.park(cx);
         Poll::Pending
+    }
+
+    /// Every outcome once no slot holds an incomplete request, in slot
+    /// order; completions seen before then wait in `finished`.
+    fn poll_all(&mut self, cx: &mut Context<'_>) -> Poll<Vec<(usize, R::Output)>> {
+        let done = self.poll_woken();
+        self.finished.extend(done);
+        if self.any_pending() {
+            self.park(cx);
+            return Poll::Pending;
+        }
+        let mut all: Vec<_> = self.finished.drain(..).collect();
+        all.sort_by_key(|(slot, _)| *slot);
+        Poll::Ready(all)
     }
 
     /// `MPI_Waitsome` over the set: waits until at least one request
@@ -295,6 +327,93 @@ impl<R: Operation> RequestSet<R> {
         }
     }
 
+    /// `MPI_Testany` over the set: the first completed request, without
+    /// waiting (others that completed stay ready for the next call).
+    /// Processes arrived frames first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx_core::{RequestSet, Tested};
+    /// let mut set: RequestSet<_> = (0..2).map(|tag| world.recv::<u16>(0, tag)).collect();
+    /// assert!(matches!(set.test_any(), Tested::Pending), "nothing sent yet");
+    /// world.send(&500u16, 0, 1).await?;
+    /// let (slot, outcome) = loop {
+    ///     if let Tested::Done(done) = set.test_any() { break done; }
+    /// };
+    /// assert_eq!((slot, outcome?.0), (1, 500));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    pub fn test_any(&mut self) -> Tested<(usize, R::Output)> {
+        match self.test_some() {
+            Tested::Done(mut done) => {
+                let first = done.remove(0);
+                self.finished.extend(done);
+                Tested::Done(first)
+            }
+            Tested::Pending => Tested::Pending,
+            Tested::Inactive => Tested::Inactive,
+        }
+    }
+
+    /// `MPI_Waitall` over the set: waits until no slot holds an incomplete
+    /// request and returns every outcome not returned yet, in slot order;
+    /// every slot is empty afterwards (an empty vector if none was
+    /// active). For requests that need no slots, the free function
+    /// [`wait_all`](crate::wait_all) does the same over any collection.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx_core::RequestSet;
+    /// let mut set: RequestSet<_> = (0..3).map(|tag| world.recv::<u8>(0, tag)).collect();
+    /// for tag in [2, 0, 1] {
+    ///     world.send(&(tag as u8 * 10), 0, tag).await?;
+    /// }
+    /// let all = set.wait_all().await;
+    /// let got: Vec<(usize, u8)> = all.into_iter().map(|(slot, r)| (slot, r.unwrap().0)).collect();
+    /// assert_eq!(got, [(0, 0), (1, 10), (2, 20)]);
+    /// assert_eq!(set.active(), 0);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: outcomes that arrived stay in the set for the next call.
+    pub async fn wait_all(&mut self) -> Vec<(usize, R::Output)> {
+        std::future::poll_fn(|cx| self.poll_all(cx)).await
+    }
+
+    /// `MPI_Testall` over the set: every outcome, in slot order, if no slot
+    /// holds an incomplete request (then every slot is empty); otherwise
+    /// `None`, and the requests stay in the set (those that completed are
+    /// kept for the next call). Processes arrived frames first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx_core::RequestSet;
+    /// let mut set: RequestSet<_> = (0..2).map(|tag| world.recv::<u8>(0, tag)).collect();
+    /// world.send(&1u8, 0, 0).await?;
+    /// assert!(set.test_all().is_none(), "tag 1 is not sent yet");
+    /// world.send(&2u8, 0, 1).await?;
+    /// let all = loop {
+    ///     if let Some(all) = set.test_all() { break all; }
+    /// };
+    /// assert_eq!(all.len(), 2);
+    /// assert_eq!(set.active(), 0);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    pub fn test_all(&mut self) -> Option<Vec<(usize, R::Output)>> {
+        progress_endpoint(&self.slots);
+        match self.poll_all(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(all) => Some(all),
+            Poll::Pending => None,
+        }
+    }
+
     /// Takes the request out of slot `index`, leaving it empty.
     ///
     /// ```
@@ -318,3 +437,34 @@ impl<R: Operation> RequestSet<R> {
     }
 }
 
+/// A set of the requests of an iterator, one slot each, in order.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |world| async move {
+/// use mpx_core::RequestSet;
+/// let mut set: RequestSet<_> = (0..2).map(|tag| world.isend(&(tag as u8), 0, tag)).collect();
+/// set.extend([world.isend(&2u8, 0, 2)]); // a third slot
+/// assert_eq!(set.wait_all().await.len(), 3);
+/// for tag in 0..3 {
+///     assert_eq!(world.recv::<u8>(0, tag).await?.0, tag as u8);
+/// }
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+impl<R: Operation> FromIterator<R> for RequestSet<R> {
+    fn from_iter<I: IntoIterator<Item = R>>(requests: I) -> RequestSet<R> {
+        let mut set = RequestSet::new();
+        set.extend(requests);
+        set
+    }
+}
+
+/// Adds the requests of an iterator, each in a new slot.
+impl<R: Operation> Extend<R> for RequestSet<R> {
+    fn extend<I: IntoIterator<Item = R>>(&mut self, requests: I) {
+        for request in requests {
+            self.push(request);
+        }
+    }
+}
