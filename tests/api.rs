@@ -205,7 +205,7 @@ async fn wait_all_takes_vectors_arrays_iterators_and_borrowed_slots() {
 async fn owned_receives_convert_their_errors_and_need_no_unpin() {
     // Generic code over any MpiType, no Unpin bound.
     async fn first<T: MpiType + Default>(comm: &Comm, from: usize) -> Result<T> {
-        let (buf, _) = comm.irecv_vec(vec![T::default(); 1], from, 0).await?;
+        let (buf, _) = comm.irecv_owned(vec![T::default(); 1], from, 0).await?;
         Ok(buf[0])
     }
     let out = launch(2, |comm| async move {

@@ -238,14 +238,14 @@ async fn owned_buffers_give_static_spawnable_requests() {
             bytes.await.unwrap()?;
             Ok(())
         } else {
-            let recv = tokio::spawn(comm.irecv_vec(vec![0f64; 1000], 0, 0));
+            let recv = tokio::spawn(comm.irecv_owned(vec![0f64; 1000], 0, 0));
             let (v, st) = recv.await.unwrap()?;
             assert_eq!((v[999], st.bytes), (1.5, 8000));
             let (raw, _) = comm.irecv_bytes(0, 1).await?;
             assert_eq!(&raw[..], b"raw");
             // A failed owned receive hands its buffer back.
             comm.send(&[1u64, 2, 3], 1, 2).await?;
-            let err = comm.irecv_vec(vec![7u64; 2], 1, 2).await.unwrap_err();
+            let err = comm.irecv_owned(vec![7u64; 2], 1, 2).await.unwrap_err();
             assert_eq!(err.error, Error::Truncate { needed: 24, available: 16 });
             assert_eq!(err.buffer, [7, 7]);
             Ok(())
@@ -408,7 +408,7 @@ async fn request_set_test_some_and_wait_any() {
         assert!(pending.cancel());
         assert!(matches!(pending.await, Err(Error::Cancelled)));
         // An owned receive hands its buffer back when cancelled.
-        let mut owned = comm.irecv_vec(vec![0u8; 2], 0, 9);
+        let mut owned = comm.irecv_owned(vec![0u8; 2], 0, 9);
         assert!(owned.cancel());
         let (buf, st) = owned.await?;
         assert!(st.test_cancelled());

@@ -59,4 +59,8 @@ pub use request::{
 pub use runtime::{Endpoint, Transport};
 pub use error::{Error, Result, Cause};
 pub use mpi_type::MpiType;
+/// The `bytemuck` crate, whose `Pod` bound [`Region::of`] and
+/// [`RegionMut::of`] take and whose casts (`bytemuck::cast_slice`) give a
+/// region's bytes an origin inside a typed array.
+pub use bytemuck;
 pub use pack::{pack, unpack, Region, RegionMut, Repr};

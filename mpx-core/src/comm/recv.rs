@@ -187,8 +187,11 @@ impl Comm {
         }
     }
 
-    /// A receive into an owned `Vec` (room for `buf.len()` values), as a
-    /// `'static` future that can be spawned. It resolves to the vector and
+    /// A receive into an owned `Vec` (room for `buf.len()` values, as with
+    /// a `&mut` slice; [`recv_vec`](Comm::recv_vec) instead makes a new
+    /// vector as long as the message), as a `'static` future that can be
+    /// spawned or kept in a [`RequestSet`](crate::RequestSet) and handed
+    /// back for the next receive. It resolves to the vector and
     /// the status; on failure the vector comes back with the error
     /// ([`RecvError`](super::RecvError), which converts into [`Error`](crate::Error)).
     ///
@@ -197,7 +200,7 @@ impl Comm {
     /// # async fn main() -> mpx_core::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// let other = 1 - comm.rank();
-    /// let recv = tokio::spawn(comm.irecv_vec(vec![0u8; 3], other, 0));
+    /// let recv = tokio::spawn(comm.irecv_owned(vec![0u8; 3], other, 0));
     /// comm.send(&[9u8, 8, 7], other, 0).await?;
     /// let (buf, _) = recv.await.expect("not cancelled")?;
     /// assert_eq!(buf, [9, 8, 7]);
@@ -206,7 +209,7 @@ impl Comm {
     ///
     /// # Cancel safety
     /// As [`irecv`](Comm::irecv).
-    pub fn irecv_vec<T: MpiType>(&self, buf: Vec<T>, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Vec<T>> {
+    pub fn irecv_owned<T: MpiType>(&self, buf: Vec<T>, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Vec<T>> {
         let limit = capacity(&T::datatype(), buf.len() as u64);
         OwnedRecv::start(self, buf, source.into(), tag.into(), limit, |buf, msg| unpack_typed_message(&msg, buf))
     }

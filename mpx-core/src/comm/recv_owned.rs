@@ -22,7 +22,7 @@ use crate::runtime::{Completion, Shared};
 /// # mpx_net::loopback::launch(1, |comm| async move {
 /// use mpx_core::Error;
 /// comm.send(&[1u8, 2, 3], 0, 0).await?; // to itself
-/// let failed = comm.irecv_vec(vec![0u8; 2], 0, 0).await.unwrap_err();
+/// let failed = comm.irecv_owned(vec![0u8; 2], 0, 0).await.unwrap_err();
 /// assert!(matches!(failed.error, Error::Truncate { needed: 3, available: 2 }));
 /// assert_eq!(failed.buffer, [0, 0]); // the buffer comes back
 /// # Ok(()) }).await?; Ok(()) }
@@ -100,7 +100,7 @@ impl Drop for RawRecv {
     }
 }
 
-/// A receive into an owned buffer ([`Comm::irecv_vec`],
+/// A receive into an owned buffer ([`Comm::irecv_owned`],
 /// [`Comm::irecv_bytes`]): a `'static` future resolving to the buffer and
 /// the status, or to the buffer and the error ([`RecvError`]). It is also an
 /// [`Operation`], so it works with the completion functions and
@@ -112,7 +112,7 @@ impl Drop for RawRecv {
 /// # mpx_net::loopback::launch(2, |comm| async move {
 /// use mpx_core::OwnedRecv;
 /// let other = 1 - comm.rank();
-/// let recv: OwnedRecv<Vec<u32>> = comm.irecv_vec(vec![0; 3], other, 0); // posted now
+/// let recv: OwnedRecv<Vec<u32>> = comm.irecv_owned(vec![0; 3], other, 0); // posted now
 /// comm.send(&[comm.rank() as u32; 3], other, 0).await?;
 /// let (v, status) = recv.await?;
 /// assert_eq!((v, status.source), (vec![other as u32; 3], Some(other)));

@@ -551,6 +551,52 @@ fn for_path(options: quic::Options, addrs: &[SocketAddr]) -> quic::Options {
 /// # Ok(()) }
 /// ```
 ///
+/// # Errors of the program's own
+///
+/// A rank's program returns [`mpx_core::Result`], so `?` works on every mpx
+/// call without annotations (with a generic error type every `?` would
+/// need one). The program's own errors go in too: with `?` for I/O,
+/// parse and UTF-8 errors and for strings (`Err("no reply".into())`),
+/// with [`Error::user`] for any error, and with `?` for an error type of
+/// the program's own once it converts (`impl From<MyError> for Error`,
+/// calling [`Error::user`]). They come out of `launch` as
+/// [`Error::User`], from which the original error can be downcast. If
+/// several ranks fail, `launch` reports the root cause (see
+/// [`loopback::launch`](crate::loopback::launch)).
+///
+/// ```
+/// use mpx_core::Error;
+/// #[derive(Debug)]
+/// struct Overheated(f64);
+/// impl std::fmt::Display for Overheated {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         write!(f, "{} degrees", self.0)
+///     }
+/// }
+/// impl std::error::Error for Overheated {}
+/// impl From<Overheated> for Error {
+///     fn from(e: Overheated) -> Error {
+///         Error::user(e)
+///     }
+/// }
+/// fn check(t: f64) -> Result<f64, Overheated> {
+///     if t < 100.0 { Ok(t) } else { Err(Overheated(t)) }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let run = mpx_net::bootstrap::launch(2, |world| async move {
+///     let t = check(20.0 + 90.0 * world.rank() as f64)?; // rank 1 overheats
+///     world.barrier().await?;
+///     Ok(t)
+/// });
+/// match run.await {
+///     Err(Error::User(cause)) => assert_eq!(cause.0.downcast_ref::<Overheated>().map(|o| o.0), Some(110.0)),
+///     other => panic!("{other:?}"),
+/// }
+/// # }
+/// ```
+///
 /// # Cancel safety
 /// Dropping the returned future aborts every task it started.
 pub async fn launch<F, Fut, R>(ranks: usize, f: F) -> Result<Vec<R>>
