@@ -137,6 +137,18 @@ impl Comm {
 
 impl Cart {
     /// The communicator.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx_core::Comm;
+    /// let grid = comm.cart_create(&[2, 2], &[false, false], false).await?.expect("4 ranks fill it");
+    /// // A plain communicator over the grid's ranks, to keep without the topology.
+    /// let plain: Comm = grid.comm().clone();
+    /// assert_eq!((plain.rank(), plain.size()), (grid.rank(), 4));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn comm(&self) -> &Comm {
         &self.comm
     }

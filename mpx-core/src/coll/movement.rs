@@ -229,6 +229,20 @@ impl Comm {
     /// root only; every other rank sends its `send`, whose length must be
     /// the root's `counts[r]`.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// // Rank r sends r + 1 copies of r.
+    /// let mine = vec![comm.rank() as u32; comm.rank() + 1];
+    /// let mut all = vec![0u32; if comm.rank() == 0 { 6 } else { 0 }];
+    /// comm.gatherv(&mine, &mut all, &[1, 2, 3], &[0, 1, 3], 0).await?;
+    /// if comm.rank() == 0 {
+    ///     assert_eq!(all, [0, 1, 1, 2, 2, 2]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     pub fn gatherv<'a, 's, T: Element>(
@@ -313,6 +327,19 @@ impl Comm {
     /// and `displs` matter at the root only; each rank's `recv` must hold
     /// its count).
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let data: Vec<u32> = if comm.rank() == 0 { (0..6).collect() } else { Vec::new() };
+    /// // Rank r gets r + 1 values.
+    /// let mut mine = vec![0u32; comm.rank() + 1];
+    /// comm.scatterv(&data, &[1, 2, 3], &[0, 1, 3], &mut mine, 0).await?;
+    /// let expected: [&[u32]; 3] = [&[0], &[1, 2], &[3, 4, 5]];
+    /// assert_eq!(mine, expected[comm.rank()]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     pub fn scatterv<'a, 's, T: Element>(
@@ -392,6 +419,18 @@ impl Comm {
     /// `MPI_Allgatherv`: as [`allgather`](Comm::allgather), rank `r`'s
     /// `counts[r]` values landing at `displs[r]` of every `recv` (blocks
     /// that must not overlap; the same `counts` and `displs` on every rank).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// // Rank r contributes r + 1 copies of r.
+    /// let mine = vec![comm.rank() as u8; comm.rank() + 1];
+    /// let mut all = [0u8; 6];
+    /// comm.allgatherv(&mine, &mut all[..], &[1, 2, 3], &[0, 1, 3]).await?;
+    /// assert_eq!(all, [0, 1, 1, 2, 2, 2]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
@@ -478,6 +517,20 @@ impl Comm {
     /// `send` go to rank `r`, landing at `rdispls[s]` of its `recv`, where
     /// `rcounts[s]` must equal the sender's `scounts[r]`.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// let me = comm.rank() as u32;
+    /// // One value for rank 0, two for rank 1: rank k gets k + 1 from each rank.
+    /// let send = [10 * me, 10 * me + 1, 10 * me + 2];
+    /// let k = comm.rank() + 1;
+    /// let mut recv = vec![0u32; 2 * k];
+    /// comm.alltoallv(&send[..], &[1, 2], &[0, 1], &mut recv, &[k, k], &[0, k]).await?;
+    /// assert_eq!(recv, if me == 0 { vec![0, 10] } else { vec![1, 2, 11, 12] });
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     #[allow(clippy::too_many_arguments)]
@@ -554,6 +607,21 @@ pub struct Block {
 impl Block {
     /// `count` items of `datatype`, their origin `displacement` bytes from
     /// the buffer's origin.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::{coll::Block, Datatype, Region, RegionMut};
+    /// let me = comm.rank() as i32;
+    /// // One int to and from each rank r, at byte 4 * r of each buffer.
+    /// let blocks: Vec<Block> = (0..2).map(|r| Block::new(1, &Datatype::int(), 4 * r)).collect();
+    /// let send = [10 * me, 10 * me + 1];
+    /// let mut recv = [0i32; 2];
+    /// comm.alltoallw(Region::of(&send), &blocks, RegionMut::of(&mut recv), &blocks).await?;
+    /// assert_eq!(recv, [me, 10 + me]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn new(count: usize, datatype: &Datatype, displacement: isize) -> Block {
         Block { count, datatype: datatype.clone(), displacement }
     }
@@ -664,6 +732,17 @@ impl Comm {
 
     /// [`alltoall`](Comm::alltoall) where `buf` (size × c values) holds the
     /// blocks to send and receives the blocks that come.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let me = comm.rank() as u32;
+    /// let mut blocks = [10 * me, 10 * me + 1, 10 * me + 2]; // block r for rank r
+    /// comm.alltoall_in_place(&mut blocks[..]).await?;
+    /// assert_eq!(blocks, [me, 10 + me, 20 + me]); // block s from rank s
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).

@@ -306,6 +306,19 @@ impl Comm {
     /// `counts[r]` values, one after the other (`send` holds their sum;
     /// every rank passes the same `counts`).
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::coll::SUM;
+    /// // Rank 0 gets the first sum, rank 1 the other two.
+    /// let counts = [1, 2];
+    /// let mut mine = vec![0i64; counts[comm.rank()]];
+    /// comm.reduce_scatter(&[1i64, 2, 3][..], &mut mine, &counts, SUM).await?;
+    /// assert_eq!(mine, if comm.rank() == 0 { vec![2] } else { vec![4, 6] });
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Not cancel-safe (see [`reduce`](Comm::reduce)).
     pub fn reduce_scatter<'a, 's, T: MpiType>(
@@ -463,6 +476,19 @@ impl Comm {
     /// [`reduce`](Comm::reduce) with `buf` as every rank's contribution
     /// and, at the root, the result.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// use mpx_core::coll::SUM;
+    /// let mut totals = [comm.rank() as u32, 1];
+    /// comm.reduce_in_place(&mut totals[..], SUM, 0).await?;
+    /// if comm.rank() == 0 {
+    ///     assert_eq!(totals, [3, 3]); // 0 + 1 + 2, and one per rank
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Not cancel-safe (see [`reduce`](Comm::reduce)).
     pub fn reduce_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, op: impl Into<Op<T>>, root: usize) -> Collective<'a> {
@@ -472,6 +498,17 @@ impl Comm {
     }
 
     /// [`scan`](Comm::scan) with `buf` as both contribution and result.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx_core::coll::PROD;
+    /// let mut factorial = comm.rank() as u64 + 1;
+    /// comm.scan_in_place(&mut factorial, PROD).await?;
+    /// assert_eq!(factorial, [1, 2, 6, 24][comm.rank()]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`reduce`](Comm::reduce)).
@@ -483,6 +520,21 @@ impl Comm {
 
     /// [`exscan`](Comm::exscan) with `buf` as both contribution and result
     /// (rank 0's is left as it is).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx_core::coll::SUM;
+    /// // Rank r holds r + 1 items: where do they start in a global numbering?
+    /// let mut start = comm.rank() as u64 + 1;
+    /// comm.exscan_in_place(&mut start, SUM).await?;
+    /// if comm.rank() == 0 {
+    ///     start = 0; // rank 0's is left as it was
+    /// }
+    /// assert_eq!(start, [0, 1, 3, 6][comm.rank()]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Not cancel-safe (see [`reduce`](Comm::reduce)).

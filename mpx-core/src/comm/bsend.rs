@@ -7,6 +7,24 @@ use crate::error::{Error, Result};
 /// Bytes of bookkeeping each buffered send takes from the attached buffer
 /// besides its packed data (`MPI_BSEND_OVERHEAD`): size buffers as
 /// `Σ (pack_size + BSEND_OVERHEAD)`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |comm| async move {
+/// use mpx_core::{Error, MpiType, BSEND_OVERHEAD};
+/// let data = [1.0f64; 10];
+/// let packed = f64::datatype().pack_size(data.len() as u64)?;
+/// comm.buffer_attach(vec![0; packed])?; // room for the data, not its bookkeeping
+/// let err = comm.bsend(&data[..], 0, 0).await.unwrap_err();
+/// assert!(matches!(err, Error::BufferExhausted { needed, .. } if needed as usize == packed + BSEND_OVERHEAD));
+/// comm.buffer_detach().await?;
+/// comm.buffer_attach(vec![0; packed + BSEND_OVERHEAD])?;
+/// comm.bsend(&data[..], 0, 0).await?; // to itself
+/// assert_eq!(comm.recv_vec::<f64>(0, 0).await?.0, data);
+/// comm.buffer_detach().await?;
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub const BSEND_OVERHEAD: usize = 96;
 
 impl Comm {
@@ -19,6 +37,21 @@ impl Comm {
     /// packed size plus [`BSEND_OVERHEAD`]) and keeps their data in owned
     /// buffers of its own; the attached memory is returned untouched by
     /// [`buffer_detach`](Comm::buffer_detach).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx_core::BSEND_OVERHEAD;
+    /// let other = 1 - comm.rank();
+    /// comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
+    /// assert!(comm.buffer_attach(vec![0; 64]).is_err(), "one buffer at a time");
+    /// comm.bsend(&[comm.rank() as u32; 4][..], other, 0).await?; // copied: returns at once
+    /// let (got, _) = comm.recv_vec::<u32>(other, 0).await?;
+    /// assert_eq!(got, [other as u32; 4]);
+    /// assert_eq!(comm.buffer_detach().await?.len(), 64 + BSEND_OVERHEAD);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn buffer_attach(&self, buffer: Vec<u8>) -> Result<()> {
         let mut st = self.shared.lock();
         if st.engine.is_closed() {

@@ -40,6 +40,18 @@ pub struct Group {
 }
 
 /// How two groups compare (`MPI_Group_compare`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(3, |comm| async move {
+/// use mpx_core::GroupRelation;
+/// // The same ranks, numbered backwards.
+/// let reversed = comm.split(Some(0), -(comm.rank() as i32)).await?.expect("a color");
+/// assert_eq!(reversed.group().compare(&comm.group()), GroupRelation::Similar);
+/// assert_eq!(comm.dup().group().compare(&comm.group()), GroupRelation::Identical);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupRelation {
     /// The same members in the same order (`MPI_IDENT`).
@@ -56,16 +68,48 @@ impl Group {
     }
 
     /// Number of members.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let world = comm.group();
+    /// assert_eq!(world.size(), comm.size());
+    /// assert_eq!(world.excl(&[0])?.size(), 2);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn size(&self) -> usize {
         self.world.len()
     }
 
     /// The members' world ranks, in group order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let world = comm.group();
+    /// assert_eq!(world.ranks(), [0, 1, 2, 3]);
+    /// // World ranks, whatever a member's rank in the group.
+    /// assert_eq!(world.excl(&[1])?.incl(&[2, 0])?.ranks(), [3, 0]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn ranks(&self) -> Vec<usize> {
         self.world.iter().map(|&w| w as usize).collect()
     }
 
     /// The group rank of world rank `world`, if it is a member.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let backwards = comm.group().incl(&[3, 2, 1])?;
+    /// assert_eq!(backwards.rank_of_world(3), Some(0));
+    /// assert_eq!(backwards.rank_of_world(1), Some(2));
+    /// assert_eq!(backwards.rank_of_world(0), None); // not a member
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn rank_of_world(&self, world: usize) -> Option<usize> {
         self.world.iter().position(|&w| w as usize == world)
     }
@@ -76,6 +120,19 @@ impl Group {
 
     /// `MPI_Group_incl`: the members at `ranks` (this group's ranks), in
     /// that order; a rank out of range or named twice is an error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let world = comm.group();
+    /// let picked = world.incl(&[3, 0])?;
+    /// assert_eq!(picked.ranks(), [3, 0]); // in the order named
+    /// assert_eq!(picked.incl(&[0])?.ranks(), [3]); // `picked`'s rank 0
+    /// assert!(world.incl(&[1, 1]).is_err(), "named twice");
+    /// assert!(world.incl(&[4]).is_err(), "no rank 4");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn incl(&self, ranks: &[usize]) -> Result<Group> {
         let mut seen = vec![false; self.size()];
         let mut world = Vec::with_capacity(ranks.len());
@@ -90,6 +147,17 @@ impl Group {
     }
 
     /// `MPI_Group_excl`: the members not at `ranks`, in this group's order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let workers = comm.group().excl(&[0])?;
+    /// assert_eq!(workers.ranks(), [1, 2, 3]);
+    /// // `workers`' ranks 0 and 2 are world ranks 1 and 3.
+    /// assert_eq!(workers.excl(&[0, 2])?.ranks(), [2]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn excl(&self, ranks: &[usize]) -> Result<Group> {
         let mut out = vec![false; self.size()];
         for &r in ranks {
@@ -103,6 +171,17 @@ impl Group {
 
     /// `MPI_Group_union`: this group's members, then `other`'s that are
     /// not among them.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let world = comm.group();
+    /// let (a, b) = (world.incl(&[2, 0])?, world.incl(&[1, 2])?);
+    /// assert_eq!(a.union(&b).ranks(), [2, 0, 1]);
+    /// assert_eq!(b.union(&a).ranks(), [1, 2, 0]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn union(&self, other: &Group) -> Group {
         let mut world = self.world.to_vec();
         world.extend(other.world.iter().filter(|w| !self.world.contains(w)));
@@ -111,23 +190,70 @@ impl Group {
 
     /// `MPI_Group_intersection`: this group's members that are in `other`,
     /// in this group's order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let world = comm.group();
+    /// let (a, b) = (world.incl(&[3, 2, 1])?, world.incl(&[1, 2])?);
+    /// assert_eq!(a.intersection(&b).ranks(), [2, 1]);
+    /// assert_eq!(b.intersection(&a).ranks(), [1, 2]);
+    /// assert_eq!(a.intersection(&world.incl(&[0])?).size(), 0);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn intersection(&self, other: &Group) -> Group {
         Group::of(self.world.iter().copied().filter(|w| other.world.contains(w)).collect())
     }
 
     /// `MPI_Group_difference`: this group's members that are not in
     /// `other`, in this group's order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let world = comm.group();
+    /// let odd = world.incl(&[3, 1])?;
+    /// assert_eq!(world.difference(&odd).ranks(), [0, 2]);
+    /// assert_eq!(odd.difference(&world).size(), 0);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn difference(&self, other: &Group) -> Group {
         Group::of(self.world.iter().copied().filter(|w| !other.world.contains(w)).collect())
     }
 
     /// `MPI_Group_translate_ranks`: the rank in `other` of each of this
     /// group's `ranks` (`None` where it is not a member: `MPI_UNDEFINED`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let world = comm.group();
+    /// let backwards = world.incl(&[3, 2, 1, 0])?;
+    /// assert_eq!(world.translate_ranks(&[0, 1], &backwards)?, [Some(3), Some(2)]);
+    /// assert_eq!(backwards.translate_ranks(&[0], &world)?, [Some(3)]);
+    /// assert_eq!(world.translate_ranks(&[0], &world.excl(&[0])?)?, [None]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn translate_ranks(&self, ranks: &[usize], other: &Group) -> Result<Vec<Option<usize>>> {
         ranks.iter().map(|&r| Ok(other.rank_of_world(self.member(r)? as usize))).collect()
     }
 
     /// `MPI_Group_compare`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// use mpx_core::GroupRelation;
+    /// let world = comm.group();
+    /// assert_eq!(world.compare(&world.incl(&[0, 1, 2])?), GroupRelation::Identical);
+    /// assert_eq!(world.compare(&world.incl(&[2, 0, 1])?), GroupRelation::Similar);
+    /// assert_eq!(world.compare(&world.excl(&[1])?), GroupRelation::Unequal);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn compare(&self, other: &Group) -> GroupRelation {
         if self.world == other.world {
             return GroupRelation::Identical;
@@ -168,6 +294,18 @@ impl Members {
 
 impl Comm {
     /// `MPI_Comm_group`: the communicator's members.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// assert_eq!(comm.group().ranks(), [0, 1, 2]);
+    /// // Rank 0 alone, ranks 1 and 2 together: members named by world rank.
+    /// let sub = comm.split(Some((comm.rank() > 0) as u32), 0).await?.expect("a color");
+    /// let expected: &[usize] = if comm.rank() == 0 { &[0] } else { &[1, 2] };
+    /// assert_eq!(sub.group().ranks(), expected);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn group(&self) -> Group {
         match &self.members {
             Some(m) => m.group.clone(),

@@ -7,6 +7,17 @@
 //! source or the tag.
 
 /// The largest user tag (`MPI_TAG_UB`). Tags are `0..=TAG_UB`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |comm| async move {
+/// use mpx_core::{Error, TAG_UB};
+/// comm.send(&1u8, 0, TAG_UB).await?; // to itself
+/// assert_eq!(comm.recv::<u8>(0, TAG_UB).await?.1.tag, Some(TAG_UB));
+/// assert!(matches!(comm.send(&1u8, 0, -1).await, Err(Error::InvalidTag(-1))), "tags are 0..=TAG_UB");
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub const TAG_UB: i32 = i32::MAX;
 
 /// Wildcard for a source rank or a tag (`MPI_ANY_SOURCE`, `MPI_ANY_TAG`).
@@ -36,10 +47,29 @@ pub struct Any;
 
 /// The null process (`MPI_PROC_NULL`): sends to it and receives from it
 /// complete at once and move no data.
+///
+/// ```
+/// use mpx_core::{comm::ProcNull, Peer, Source};
+/// assert_eq!(Peer::from(ProcNull), Peer::Null);
+/// assert_eq!(Source::from(ProcNull), Source::Null);
+/// assert!(Peer::from(ProcNull).is_null());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProcNull;
 
 /// `MPI_PROC_NULL`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// # mpx_net::loopback::launch(1, |comm| async move {
+/// use mpx_core::PROC_NULL;
+/// comm.send(&[1u32, 2], PROC_NULL, 0).await?; // completes at once
+/// let mut buf = [9u32; 2];
+/// let status = comm.recv_into(&mut buf[..], PROC_NULL, 0).await?;
+/// assert_eq!((buf, status.source, status.bytes), ([9, 9], None, 0)); // nothing moved
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 pub const PROC_NULL: ProcNull = ProcNull;
 
 /// A peer: a rank of the communicator, or the null process. Sends take it
@@ -66,6 +96,15 @@ pub enum Peer {
 
 impl Peer {
     /// The rank, or `None` for the null process.
+    ///
+    /// ```
+    /// use mpx_core::Peer;
+    /// assert_eq!(Peer::Rank(3).rank(), Some(3));
+    /// assert_eq!(Peer::Null.rank(), None);
+    /// // The neighbours that exist.
+    /// let neighbours = [Peer::Null, Peer::Rank(1), Peer::Rank(4)];
+    /// assert_eq!(neighbours.iter().filter_map(|p| p.rank()).collect::<Vec<_>>(), [1, 4]);
+    /// ```
     pub fn rank(self) -> Option<usize> {
         match self {
             Peer::Rank(r) => Some(r),

@@ -146,6 +146,14 @@ fn check_origin(origin: usize, len: usize) -> Result<()> {
 
 impl<'a> Region<'a> {
     /// `bytes` with the origin at its first byte.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, MpiType, Region};
+    /// let bytes = [1u8, 2, 3, 4, 5];
+    /// let every_other = Datatype::vector(3, 1, 2, &u8::datatype())?;
+    /// assert_eq!(every_other.pack_to_vec(Region::new(&bytes), 1)?, [1, 3, 5]);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn new(bytes: &'a [u8]) -> Region<'a> {
         Region { ptr: bytes.as_ptr(), len: bytes.len(), origin: 0, _borrow: PhantomData }
     }
@@ -209,6 +217,15 @@ impl<'a> Region<'a> {
 
 impl<'a> RegionMut<'a> {
     /// `bytes` with the origin at its first byte.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, MpiType, RegionMut};
+    /// let mut bytes = [0u8; 5];
+    /// let every_other = Datatype::vector(3, 1, 2, &u8::datatype())?;
+    /// every_other.unpack_from(&[7, 8, 9], &mut 0, RegionMut::new(&mut bytes), 1)?;
+    /// assert_eq!(bytes, [7, 0, 8, 0, 9]); // the gaps are not written
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn new(bytes: &'a mut [u8]) -> RegionMut<'a> {
         RegionMut { ptr: bytes.as_mut_ptr(), len: bytes.len(), origin: 0, _borrow: PhantomData }
     }
@@ -358,6 +375,12 @@ fn room(buf_len: usize, position: usize, needed: usize, reading: bool) -> Result
 ///
 /// Every message says its representation (see [`crate::proto::wire`]), and
 /// the receiver converts.
+///
+/// ```
+/// use mpx_core::Repr;
+/// assert_eq!(Repr::default(), Repr::Native);
+/// assert_eq!(Repr::External32 as u8, 1); // its byte on the wire
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Repr {
@@ -504,6 +527,17 @@ impl Datatype {
     }
 
     /// Packs `count` items from `src` into a new buffer.
+    ///
+    /// ```
+    /// use mpx_core::{unpack, Datatype, Region};
+    /// let matrix: Vec<i32> = (0..6).collect(); // 2 rows of 3
+    /// let column = Datatype::vector(2, 1, 3, &Datatype::int())?;
+    /// let packed = column.pack_to_vec(Region::of(&matrix[1..]), 1)?; // column 1
+    /// let mut values = [0i32; 2];
+    /// unpack(&packed, &mut 0, &mut values)?;
+    /// assert_eq!(values, [1, 4]);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn pack_to_vec(&self, src: Region<'_>, count: u64) -> Result<Vec<u8>> {
         // Check the source first: a count the region cannot hold must not
         // allocate anything.
@@ -575,6 +609,16 @@ impl Datatype {
     }
 
     /// `MPI_Unpack_external("external32", ...)`.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, RegionMut};
+    /// let int = Datatype::named("int").unwrap();
+    /// let external = [0x00, 0x00, 0x01, 0x02, 0xff, 0xff, 0xff, 0xfe]; // big-endian
+    /// let (mut values, mut pos) = ([0i32; 2], 0);
+    /// int.unpack_external(&external, &mut pos, RegionMut::of(&mut values), 2)?;
+    /// assert_eq!((values, pos), ([0x0102, -2], 8));
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn unpack_external(&self, inbuf: &[u8], position: &mut usize, dst: RegionMut<'_>, count: u64) -> Result<()> {
         self.unpack_impl(Repr::External32, inbuf, position, dst, count)
     }

@@ -39,11 +39,30 @@ pub struct Status {
 impl Status {
     /// The status of an operation on the null process: no source, no tag,
     /// no data.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx_core::{Status, PROC_NULL};
+    /// let mut x = 5u32;
+    /// let status = comm.recv_into(&mut x, PROC_NULL, 0).await?;
+    /// assert_eq!(status, Status::empty());
+    /// assert_eq!((status.source, status.tag, status.bytes, x), (None, None, 0, 5));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn empty() -> Status {
         Status { source: None, tag: None, bytes: 0, cancelled: false, error: None }
     }
 
     /// The status of a message from `source` with `tag` and `bytes` of data.
+    ///
+    /// ```
+    /// use mpx_core::Status;
+    /// let status = Status::of(2, 7, 24);
+    /// assert_eq!((status.source, status.tag), (Some(2), Some(7)));
+    /// assert_eq!(status.count::<f64>(), Some(3));
+    /// ```
     pub fn of(source: usize, tag: i32, bytes: u64) -> Status {
         Status { source: Some(source), tag: Some(tag), bytes, ..Status::empty() }
     }
@@ -63,11 +82,34 @@ impl Status {
 
     /// `MPI_Get_count`: whole items of `datatype` received, or `None` if a
     /// partial item arrived.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx_core::Datatype;
+    /// comm.send(&[1.0f64, 2.0, 3.0][..], 0, 0).await?; // to itself
+    /// let mut buf = [0.0f64; 4];
+    /// let status = comm.recv_into(&mut buf[..], 0, 0).await?;
+    /// assert_eq!(status.get_count(&Datatype::double()), Some(3));
+    /// let pair = Datatype::contiguous(2, &Datatype::double())?;
+    /// assert_eq!(status.get_count(&pair), None); // one and a half pairs
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn get_count(&self, datatype: &Datatype) -> Option<u64> {
         datatype.get_count(self.bytes)
     }
 
     /// `MPI_Get_elements`: basic elements received.
+    ///
+    /// ```
+    /// use mpx_core::{Datatype, Status};
+    /// let pair = Datatype::contiguous(2, &Datatype::double())?;
+    /// let status = Status::of(0, 0, 40); // five doubles: two pairs and a half
+    /// assert_eq!(status.get_count(&pair), None);
+    /// assert_eq!(status.get_elements(&pair), 5);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn get_elements(&self, datatype: &Datatype) -> u64 {
         datatype.get_elements(self.bytes)
     }
@@ -93,6 +135,19 @@ impl Status {
     }
 
     /// `MPI_Test_cancelled`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// let mut buf = [0u8; 4];
+    /// let mut recv = comm.irecv(&mut buf, 0, 0);
+    /// recv.cancel();
+    /// let status = recv.await?;
+    /// assert!(status.test_cancelled());
+    /// assert_eq!(status.bytes, 0);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn test_cancelled(&self) -> bool {
         self.cancelled
     }
