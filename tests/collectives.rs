@@ -452,7 +452,7 @@ each_transport! {
                 // column `me` as row s of contiguous doubles.
                 let plain_column = Datatype::vector(n, 1, n, &double)?;
                 let sends: Vec<Block> = (0..n).map(|r| Block::new(1, &plain_column, (r * 8) as isize)).collect();
-                let recvs: Vec<Block> = (0..n).map(|s| Block::new(n, &double, (s * n * 8) as isize)).collect();
+                let recvs: Vec<Block> = (0..n).map(|s| Block::new(n as u64, &double, (s * n * 8) as isize)).collect();
                 let mut out = vec![0.0f64; n * n];
                 comm.alltoallw(Region::of(&matrix), &sends, RegionMut::of(&mut out), &recvs).await?;
                 assert_eq!(out, recv, "alltoallw gives what alltoall gave");
@@ -475,7 +475,7 @@ each_transport! {
                     comm.barrier().await?;
                     // alltoallw receive blocks that overlap (on the last rank):
                     // that rank fails at the start, and every other rank hears of it.
-                    let overlapping: Vec<Block> = (0..n).map(|s| Block::new(n, &double, if me == n - 1 { 0 } else { (s * n * 8) as isize })).collect();
+                    let overlapping: Vec<Block> = (0..n).map(|s| Block::new(n as u64, &double, if me == n - 1 { 0 } else { (s * n * 8) as isize })).collect();
                     let got = comm.alltoallw(Region::of(&matrix), &sends, RegionMut::of(&mut out), &overlapping).await;
                     if me == n - 1 {
                         assert!(matches!(got, Err(mpx::Error::Overlap { .. })), "{got:?}");

@@ -34,7 +34,7 @@ async fn check_grid(grid: &Cart) -> mpx::Result<()> {
     let (dims, periods) = (grid.dims().to_vec(), grid.periods().to_vec());
     let me = grid.rank();
     let coords = grid.coords(me)?;
-    assert_eq!(grid.rank_of(&coords.iter().map(|&c| c as i64).collect::<Vec<_>>())?, me);
+    assert_eq!(grid.rank_of(&coords)?, me);
     let expected: Vec<Option<usize>> = (0..2 * dims.len()).map(|k| neighbour(&dims, &periods, &coords, k)).collect();
     let peers: Vec<Option<usize>> = grid.neighbors()?.iter().map(|p| p.rank()).collect();
     assert_eq!(peers, expected);
@@ -107,6 +107,11 @@ each_transport! {
             check_grid(&column).await?;
             assert!(world.cart_create(&[4, 2], &[false, false], false).await.is_err());
             assert_eq!(grid.shift(0, 5)?.1, Peer::Null, "5 steps off a 3-rank column");
+            assert_eq!(grid.shift(0, -5i64)?.0, Peer::Null);
+            assert_eq!(grid.shift(0, i64::MIN)?, (Peer::Null, Peer::Null));
+            assert_eq!(row.shift(0, 2usize + 1)?, row.shift(0, 1)?, "a whole period more lands in the same place");
+            assert_eq!(row.shift(0, i64::MAX)?, row.shift(0, i64::MAX % 2)?);
+            assert!(grid.shift(0, u64::MAX).is_err(), "not a 64-bit signed displacement");
             // One rank's arguments are wrong: it fails, and so does every
             // other rank, rather than wait for it; then the communicators
             // carry on in step.

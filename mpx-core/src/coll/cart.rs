@@ -7,6 +7,7 @@ use std::ops::Deref;
 
 use super::{sent, Call, CollMut, CollRef, Collective, Posted};
 use crate::comm::{Comm, Peer};
+use crate::datatype::Integer;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 
@@ -211,8 +212,10 @@ impl Cart {
         Ok(coords)
     }
 
-    /// `MPI_Cart_rank`: the rank at `coords`, which wrap around along
-    /// periodic dimensions; off the grid along another is an error.
+    /// `MPI_Cart_rank`: the rank at `coords`, in any integer type (the
+    /// `usize` coordinates [`coords`](Cart::coords) gives, or signed ones
+    /// that step past an edge), which wrap around along periodic
+    /// dimensions; off the grid along another is an error.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -222,10 +225,15 @@ impl Cart {
     /// assert_eq!(grid.rank_of(&[1, 0])?, 2); // row-major: 2 = 1 * 2 + 0
     /// assert_eq!(grid.rank_of(&[-1, 1])?, 3, "dimension 0 wraps around");
     /// assert!(grid.rank_of(&[0, 2]).is_err(), "dimension 1 does not");
+    /// assert_eq!(grid.rank_of(&grid.coords(3)?)?, 3);
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
-    pub fn rank_of(&self, coords: &[i64]) -> Result<usize> {
-        self.try_rank_of(coords)?.ok_or_else(|| Error::InvalidArgument(format!("{coords:?} is off the grid {:?}", self.dims)))
+    pub fn rank_of<I: Integer>(&self, coords: &[I]) -> Result<usize> {
+        let coords = coords
+            .iter()
+            .map(|&c| c.to_i64().ok_or_else(|| Error::InvalidArgument(format!("coordinate {c} is off the grid {:?}", self.dims))))
+            .collect::<Result<Vec<i64>>>()?;
+        self.try_rank_of(&coords)?.ok_or_else(|| Error::InvalidArgument(format!("{coords:?} is off the grid {:?}", self.dims)))
     }
 
     fn try_rank_of(&self, coords: &[i64]) -> Result<Option<usize>> {
@@ -248,7 +256,7 @@ impl Cart {
     /// one along dimension `dim`, as `(source, dest)`: a send to `dest`
     /// and a receive from `source` shift data by `disp`. Off the edge of a
     /// dimension that does not wrap, the neighbour is
-    /// [`PROC_NULL`](crate::PROC_NULL).
+    /// [`PROC_NULL`](crate::PROC_NULL). `disp` is any integer type.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -262,10 +270,17 @@ impl Cart {
     /// assert_eq!(dest, if r == 2 { Peer::Null } else { Peer::Rank(r + 1) });
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
-    pub fn shift(&self, dim: usize, disp: i64) -> Result<(Peer, Peer)> {
+    pub fn shift(&self, dim: usize, disp: impl Integer) -> Result<(Peer, Peer)> {
         if dim >= self.dims.len() {
             return Err(Error::InvalidArgument(format!("dimension {dim} of a grid of {}", self.dims.len())));
         }
+        let Some(disp) = disp.to_i64() else {
+            return Err(Error::InvalidArgument(format!("a shift by {disp} does not fit in a 64-bit signed integer")));
+        };
+        // A step of a whole period or more lands where its remainder does
+        // (periodic) or off the grid (not): keep it small.
+        let period = self.dims[dim] as i64;
+        let disp = if self.periods[dim] { disp.rem_euclid(period) } else { disp.clamp(-period, period) };
         let here: Vec<i64> = self.coords(self.rank())?.into_iter().map(|c| c as i64).collect();
         let at = |delta: i64| -> Result<Peer> {
             let mut c = here.clone();

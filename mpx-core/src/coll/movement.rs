@@ -599,7 +599,7 @@ impl Comm {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Block {
-    count: usize,
+    count: u64,
     datatype: Datatype,
     displacement: isize,
 }
@@ -622,7 +622,7 @@ impl Block {
     /// assert_eq!(recv, [me, 10 + me]);
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
-    pub fn new(count: usize, datatype: &Datatype, displacement: isize) -> Block {
+    pub fn new(count: u64, datatype: &Datatype, displacement: isize) -> Block {
         Block { count, datatype: datatype.clone(), displacement }
     }
 
@@ -670,23 +670,23 @@ impl Comm {
             }
             let parts: Vec<Part<'_>> = recvs
                 .iter()
-                .map(|b| Part { datatype: &b.datatype, count: b.count as u64, access: Access::Write, offset: b.displacement as i64 })
+                .map(|b| Part { datatype: &b.datatype, count: b.count, access: Access::Write, offset: b.displacement as i64 })
                 .collect();
             check_parts(&parts, recv.origin(), recv.len(), None)?;
             let out = sends
                 .iter()
                 .map(|b| {
-                    let buf = SendBuf::new(send.shifted(b.offset())?, b.count as u64, &b.datatype);
-                    Described::check_src(&buf, 0..b.count).map(|()| buf)
+                    let buf = SendBuf::new(send.shifted(b.offset())?, b.count, &b.datatype);
+                    Described::check_src(&buf, 0..b.count as usize).map(|()| buf)
                 })
                 .collect::<Result<Vec<_>>>()?;
             // Each rank starts with its right neighbour, as in alltoall.
             let order: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
-            let posted = order.iter().map(|&r| Ok((r, call.post_typed(r, recvs[r].count, &recvs[r].datatype, 0)?))).collect::<Result<Vec<_>>>()?;
-            let requests = order.iter().rev().map(|&r| call.send_items::<Described>(&out[r], 0..sends[r].count, r)).collect();
+            let posted = order.iter().map(|&r| Ok((r, call.post_typed(r, recvs[r].count as usize, &recvs[r].datatype, 0)?))).collect::<Result<Vec<_>>>()?;
+            let requests = order.iter().rev().map(|&r| call.send_items::<Described>(&out[r], 0..sends[r].count as usize, r)).collect();
             let own = &recvs[me];
-            let mut block = RecvBuf::new(recv.shifted(own.offset())?, own.count as u64, &own.datatype);
-            Described::copy(&out[me], 0..sends[me].count, &mut block, 0..own.count)?;
+            let mut block = RecvBuf::new(recv.shifted(own.offset())?, own.count, &own.datatype);
+            Described::copy(&out[me], 0..sends[me].count as usize, &mut block, 0..own.count as usize)?;
             Ok((posted, requests))
         })();
         let recvs = recvs.to_vec();
@@ -694,8 +694,8 @@ impl Comm {
             let (posted, requests) = started?;
             for (r, p) in posted {
                 let b = &recvs[r];
-                let mut block = RecvBuf::new(recv.shifted(b.offset())?, b.count as u64, &b.datatype);
-                p.into_items::<Described>(&mut block, 0..b.count).await?;
+                let mut block = RecvBuf::new(recv.shifted(b.offset())?, b.count, &b.datatype);
+                p.into_items::<Described>(&mut block, 0..b.count as usize).await?;
             }
             sent(requests).await
         })
