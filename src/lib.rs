@@ -57,7 +57,8 @@
 //! * `num-complex`: [`MpiType`](trait@MpiType) for `num_complex::Complex<f32>`
 //!   and `Complex<f64>`, as `c_float_complex` and `c_double_complex`.
 //! * `serde` (on by default): serde messages, any `Serialize`/`Deserialize`
-//!   value sent and received in postcard's format (see [`Serde`]);
+//!   value sent and received in postcard's format (see `Serde` and the
+//!   [`comm`] module);
 //!   `default-features = false` leaves serde and postcard out.
 
 #![deny(missing_docs)]
@@ -121,11 +122,11 @@ pub use mpx_derive::MpiType;
 
 /// The names most programs need: `use mpx::prelude::*;`.
 ///
-/// The communicator and its arguments ([`Comm`](crate::Comm),
-/// [`Peer`](crate::Peer), [`Any`](crate::Any), [`PROC_NULL`](crate::PROC_NULL)),
-/// buffers and datatypes, requests and the completion functions,
-/// persistent requests, errors, [`launch`](crate::launch), and `MpiType`,
-/// both the trait and its derive:
+/// The communicator and its arguments ([`Comm`], [`Peer`], [`Any`],
+/// [`PROC_NULL`]), buffers and datatypes, requests, [`wait_all`] and
+/// [`RequestSet`], receives' futures, persistent requests, errors, the
+/// Cartesian grid and the common reduction operations, [`launch`], and
+/// `MpiType`, both the trait and its derive:
 ///
 /// ```
 /// use mpx::prelude::*;

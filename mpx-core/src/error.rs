@@ -8,13 +8,13 @@
 /// Shorthand for `Result<T, mpx::Error>`.
 ///
 /// ```
-/// use mpx_core::{Datatype, Result};
+/// use mpx::{Datatype, Result};
 /// fn rows(n: usize, len: usize) -> Result<Datatype> {
 ///     Datatype::contiguous(n, &Datatype::contiguous(len, &Datatype::double())?)
 /// }
 /// assert_eq!(rows(3, 4)?.size(), 96);
 /// assert!(rows(3, usize::MAX).is_err());
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -24,7 +24,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// implements [`std::error::Error`].
 ///
 /// ```
-/// use mpx_core::{Datatype, Error};
+/// use mpx::{Datatype, Error};
 /// let err = Datatype::contiguous(-1, &Datatype::double()).unwrap_err();
 /// assert!(matches!(err, Error::InvalidCount { .. }));
 /// ```
@@ -199,14 +199,14 @@ pub enum Error {
     /// Sync>`.
     ///
     /// ```
-    /// fn rank_program(reply: Option<&str>) -> mpx_core::Result<u32> {
+    /// fn rank_program(reply: Option<&str>) -> mpx::Result<u32> {
     ///     let Some(text) = reply else { return Err("no reply in time".into()) };
     ///     let n: u32 = text.parse()?; // ParseIntError
     ///     std::fs::metadata("/no/such/file")?; // io::Error
     ///     Ok(n)
     /// }
     /// let e = rank_program(Some("42")).unwrap_err();
-    /// assert!(matches!(&e, mpx_core::Error::User(cause) if cause.0.is::<std::io::Error>()));
+    /// assert!(matches!(&e, mpx::Error::User(cause) if cause.0.is::<std::io::Error>()));
     /// assert_eq!(rank_program(Some("x")).unwrap_err().to_string(), "invalid digit found in string");
     /// assert_eq!(rank_program(None).unwrap_err().to_string(), "no reply in time");
     /// ```
@@ -237,7 +237,7 @@ impl Cause {
     /// Wraps any error.
     ///
     /// ```
-    /// use mpx_core::{Cause, Error};
+    /// use mpx::{Cause, Error};
     /// let cause = Cause::new(std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply"));
     /// assert!(cause.0.downcast_ref::<std::io::Error>().is_some());
     /// let e = Error::User(cause.clone());
@@ -306,7 +306,7 @@ impl Error {
     /// `String` or a `&str` converts.
     ///
     /// ```
-    /// use mpx_core::Error;
+    /// use mpx::Error;
     /// #[derive(Debug)]
     /// struct Overheated(f64);
     /// impl std::fmt::Display for Overheated {
@@ -342,7 +342,7 @@ impl Error {
     ///
     /// ```
     /// use std::error::Error as _;
-    /// use mpx_core::Error;
+    /// use mpx::Error;
     /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
     /// let e = Error::peer_failure(3, Error::transport("reading from rank 3", io));
     /// assert!(matches!(e, Error::ProcessFailed { rank: 3, .. }));
@@ -362,7 +362,7 @@ impl Error {
     /// ```
     /// use std::error::Error as _;
     /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
-    /// let e = mpx_core::Error::transport("writing to rank 3", io);
+    /// let e = mpx::Error::transport("writing to rank 3", io);
     /// assert_eq!(e.source().unwrap().to_string(), "reset by peer");
     /// ```
     pub fn transport(context: impl Into<String>, cause: impl std::error::Error + Send + Sync + 'static) -> Error {

@@ -19,13 +19,13 @@
 //! * [`Error`]: the one error type of mpx.
 //!
 //! ```
-//! use mpx_core::{Datatype, Region};
+//! use mpx::{Datatype, Region};
 //! // Pack one column of a 4x4 row-major matrix.
 //! let m: Vec<f64> = (0..16).map(f64::from).collect();
 //! let col = Datatype::vector(4, 1, 4, &Datatype::double())?.commit();
 //! let packed = col.pack_to_vec(Region::of(&m[1..]), 1)?;
 //! assert_eq!(packed.len(), 32);
-//! # Ok::<(), mpx_core::Error>(())
+//! # Ok::<(), mpx::Error>(())
 //! ```
 
 #![deny(missing_docs)]

@@ -24,16 +24,16 @@ use crate::datatype::{Basic, Datatype};
 ///
 /// ```
 /// # #[cfg(feature = "num-complex")] {
-/// use mpx_core::{Basic, MpiType, Predefined};
+/// use mpx::{Basic, MpiType, Predefined};
 /// use num_complex::Complex;
 /// let t = Complex::<f64>::datatype();
 /// assert_eq!(t.as_predefined(), Some(Predefined::Basic(Basic::CDoubleComplex)));
 /// assert_eq!(<[Complex<f32>; 4]>::datatype().num_elements(), 4);
 /// let mut buf = [0u8; 16];
-/// mpx_core::pack(&[Complex::new(1.5f64, -2.0)], &mut buf, &mut 0)?;
+/// mpx::pack(&[Complex::new(1.5f64, -2.0)], &mut buf, &mut 0)?;
 /// assert_eq!(buf[..8], 1.5f64.to_ne_bytes());
 /// # }
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 ///
 /// # Safety
@@ -53,7 +53,7 @@ use crate::datatype::{Basic, Datatype};
 /// * `datatype` returns the same typemap every time.
 ///
 /// ```
-/// use mpx_core::MpiType;
+/// use mpx::MpiType;
 /// assert_eq!(f64::datatype().size(), 8);
 /// assert_eq!(<[u16; 3]>::datatype().extent(), 6);
 /// ```

@@ -16,7 +16,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// comm.barrier().await?; // every rank has arrived
     /// # Ok(()) }).await?; Ok(()) }

@@ -16,11 +16,11 @@ use crate::mpi_type::MpiType;
 /// `dims` kept as given; the others are filled in, in non-increasing order.
 ///
 /// ```
-/// use mpx_core::coll::dims_create;
+/// use mpx::coll::dims_create;
 /// assert_eq!(dims_create(12, &[0, 0])?, [4, 3]);
 /// assert_eq!(dims_create(12, &[0, 2, 0])?, [3, 2, 2]);
 /// assert!(dims_create(7, &[2, 0]).is_err(), "7 ranks in rows of 2");
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 pub fn dims_create(nodes: usize, dims: &[usize]) -> Result<Vec<usize>> {
     let fixed: usize = dims.iter().filter(|&&d| d > 0).product();
@@ -60,9 +60,9 @@ pub fn dims_create(nodes: usize, dims: &[usize]) -> Result<Vec<usize>> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(6, |world| async move {
-/// use mpx_core::Peer;
+/// use mpx::Peer;
 /// // 3 rows of 2, the rows wrapping around, the columns not.
 /// let grid = world.cart_create(&[3, 2], &[true, false], false).await?.expect("6 ranks fill it");
 /// let [row, col] = grid.coords(grid.rank())?[..] else { unreachable!() };
@@ -97,7 +97,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// // A ring of 2 out of 3 ranks: rank 2 is left out.
     /// match comm.cart_create(&[2], &[true], false).await? {
@@ -141,9 +141,9 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
-    /// use mpx_core::Comm;
+    /// use mpx::Comm;
     /// let grid = comm.cart_create(&[2, 2], &[false, false], false).await?.expect("4 ranks fill it");
     /// // A plain communicator over the grid's ranks, to keep without the topology.
     /// let plain: Comm = grid.comm().clone();
@@ -158,9 +158,9 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
-    /// use mpx_core::coll::dims_create;
+    /// use mpx::coll::dims_create;
     /// let dims = dims_create(comm.size(), &[0, 0])?;
     /// let grid = comm.cart_create(&dims, &[false, false], false).await?.expect("fills the communicator");
     /// assert_eq!(grid.dims(), [2, 2]);
@@ -175,7 +175,7 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let grid = comm.cart_create(&[2, 2], &[true, false], false).await?.expect("4 ranks fill it");
     /// assert_eq!(grid.periods(), [true, false]);
@@ -191,7 +191,7 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(6, |comm| async move {
     /// let grid = comm.cart_create(&[2, 3], &[false, false], false).await?.expect("6 ranks fill it");
     /// assert_eq!(grid.coords(4)?, [1, 1]); // row-major: 4 = 1 * 3 + 1
@@ -219,7 +219,7 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let grid = comm.cart_create(&[2, 2], &[true, false], false).await?.expect("4 ranks fill it");
     /// assert_eq!(grid.rank_of(&[1, 0])?, 2); // row-major: 2 = 1 * 2 + 0
@@ -260,9 +260,9 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
-    /// use mpx_core::Peer;
+    /// use mpx::Peer;
     /// let line = comm.cart_create(&[3], &[false], false).await?.expect("3 ranks fill it");
     /// let (source, dest) = line.shift(0, 1)?;
     /// let r = line.rank();
@@ -296,7 +296,7 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(6, |comm| async move {
     /// let grid = comm.cart_create(&[2, 3], &[false, true], false).await?.expect("6 ranks fill it");
     /// let row = grid.sub(&[false, true]).await?; // keep dimension 1: this rank's row
@@ -335,9 +335,9 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
-    /// use mpx_core::Peer;
+    /// use mpx::Peer;
     /// let grid = comm.cart_create(&[2, 2], &[true, false], false).await?.expect("4 ranks fill it");
     /// assert_eq!(grid.neighbors()?.len(), 4); // 2 per dimension
     /// if grid.rank() == 0 { // at [0, 0]
@@ -361,7 +361,7 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |world| async move {
     /// let line = world.cart_create(&[3], &[false], false).await?.expect("a line");
     /// let mut around = [usize::MAX; 2];
@@ -387,7 +387,7 @@ impl Cart {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |world| async move {
     /// let ring = world.cart_create(&[4], &[true], false).await?.expect("4 ranks fill it");
     /// let r = ring.rank();

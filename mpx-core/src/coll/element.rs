@@ -45,9 +45,9 @@ impl Element for Described {}
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(3, |comm| async move {
-/// use mpx_core::{Datatype, Region, RegionMut, RecvBuf, SendBuf};
+/// use mpx::{Datatype, Region, RegionMut, RecvBuf, SendBuf};
 /// // Each rank owns column `rank` of a 4x3 matrix of doubles (row-major).
 /// let me = comm.rank();
 /// let matrix: Vec<f64> = (0..12).map(|i| if i % 3 == me { i as f64 } else { -1.0 }).collect();

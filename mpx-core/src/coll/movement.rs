@@ -172,7 +172,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let mut settings = if comm.rank() == 2 { [1.5, 7.0] } else { [0.0; 2] };
     /// comm.bcast(&mut settings, 2).await?;
@@ -200,7 +200,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let mine = vec![comm.rank() as u32; 2];
     /// let mut all = vec![0u32; if comm.rank() == 0 { 6 } else { 0 }];
@@ -231,7 +231,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// // Rank r sends r + 1 copies of r.
     /// let mine = vec![comm.rank() as u32; comm.rank() + 1];
@@ -301,7 +301,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let work: Vec<u64> = if comm.rank() == 1 { (0..6).collect() } else { Vec::new() };
     /// let mut mine = [0u64; 2];
@@ -329,7 +329,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let data: Vec<u32> = if comm.rank() == 0 { (0..6).collect() } else { Vec::new() };
     /// // Rank r gets r + 1 values.
@@ -398,7 +398,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let mut all = [0usize; 3];
     /// comm.allgather(&comm.rank(), &mut all[..]).await?;
@@ -422,7 +422,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// // Rank r contributes r + 1 copies of r.
     /// let mine = vec![comm.rank() as u8; comm.rank() + 1];
@@ -487,7 +487,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let me = comm.rank() as u32;
     /// let send = [10 * me, 10 * me + 1, 10 * me + 2];
@@ -519,7 +519,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// let me = comm.rank() as u32;
     /// // One value for rank 0, two for rank 1: rank k gets k + 1 from each rank.
@@ -591,7 +591,7 @@ impl Comm {
 /// whose origin lies `displacement` bytes from the buffer's origin.
 ///
 /// ```
-/// use mpx_core::{coll::Block, Datatype};
+/// use mpx::{coll::Block, Datatype};
 /// // Two doubles at the start of the buffer; one int 16 bytes in.
 /// let pair = Block::new(2, &Datatype::double(), 0);
 /// let tail = Block::new(1, &Datatype::int(), 16);
@@ -610,9 +610,9 @@ impl Block {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{coll::Block, Datatype, Region, RegionMut};
+    /// use mpx::{coll::Block, Datatype, Region, RegionMut};
     /// let me = comm.rank() as i32;
     /// // One int to and from each rank r, at byte 4 * r of each buffer.
     /// let blocks: Vec<Block> = (0..2).map(|r| Block::new(1, &Datatype::int(), 4 * r)).collect();
@@ -642,9 +642,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{coll::Block, Datatype, Region, RegionMut};
+    /// use mpx::{coll::Block, Datatype, Region, RegionMut};
     /// let me = comm.rank();
     /// // A 2x2 matrix per rank: column 0 goes to rank 0, column 1 to rank 1,
     /// // each landing as a contiguous row of the receiver's matrix.
@@ -709,7 +709,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let mut table = [0u8; 3];
     /// table[comm.rank()] = 10 + comm.rank() as u8;
@@ -735,7 +735,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let me = comm.rank() as u32;
     /// let mut blocks = [10 * me, 10 * me + 1, 10 * me + 2]; // block r for rank r

@@ -71,12 +71,12 @@ pub const MAXLOC: Builtin = Builtin::MaxLoc;
 /// [`Error::InvalidArgument`].
 ///
 /// ```
-/// use mpx_core::coll::{Builtin, Reducible};
+/// use mpx::coll::{Builtin, Reducible};
 /// let mut acc = [1.5f64, 7.0];
 /// f64::combine(Builtin::Max, &[2.0, 3.0], &mut acc)?;
 /// assert_eq!(acc, [2.0, 7.0]);
 /// assert!(f64::combine(Builtin::Bor, &[1.0], &mut [2.0]).is_err());
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 pub trait Reducible: MpiType + Copy {
     /// `inout[i] = input[i] op inout[i]`; the slices have the same length.
@@ -183,9 +183,9 @@ complex!(f32, f64);
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(4, |comm| async move {
-/// use mpx_core::coll::{Loc, MAXLOC};
+/// use mpx::coll::{Loc, MAXLOC};
 /// let load = [3.0, 9.5, 9.5, 1.0][comm.rank()];
 /// let mut busiest = Loc { value: 0.0, index: 0 };
 /// comm.allreduce(&Loc { value: load, index: comm.rank() as i32 }, &mut busiest, MAXLOC).await?;
@@ -287,7 +287,7 @@ impl<T: MpiType> Op<T> {
     /// combines contributions in rank order, as the standard requires.
     ///
     /// ```
-    /// use mpx_core::coll::Op;
+    /// use mpx::coll::Op;
     /// // 2x2 matrix products, in rank order: not commutative.
     /// let matmul = Op::user(|a: &[[i64; 4]], b: &mut [[i64; 4]]| {
     ///     for (x, y) in a.iter().zip(b.iter_mut()) {

@@ -167,9 +167,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
-    /// use mpx_core::coll::{MAX, SUM};
+    /// use mpx::coll::{MAX, SUM};
     /// let mine = [comm.rank() as i64, 10];
     /// let mut total = [0i64; 2];
     /// comm.reduce(&mine, &mut total, SUM, 3).await?;
@@ -237,9 +237,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
-    /// use mpx_core::coll::SUM;
+    /// use mpx::coll::SUM;
     /// let mut residual = 0.0;
     /// comm.allreduce(&(0.5 * comm.rank() as f64), &mut residual, SUM).await?;
     /// assert_eq!(residual, 1.5);
@@ -279,9 +279,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::coll::SUM;
+    /// use mpx::coll::SUM;
     /// let mut mine = [0u32; 2];
     /// comm.reduce_scatter_block(&[1u32, 2, 3, 4][..], &mut mine[..], SUM).await?;
     /// assert_eq!(mine, if comm.rank() == 0 { [2, 4] } else { [6, 8] });
@@ -308,9 +308,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::coll::SUM;
+    /// use mpx::coll::SUM;
     /// // Rank 0 gets the first sum, rank 1 the other two.
     /// let counts = [1, 2];
     /// let mut mine = vec![0i64; counts[comm.rank()]];
@@ -378,9 +378,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
-    /// use mpx_core::coll::SUM;
+    /// use mpx::coll::SUM;
     /// let mut upto = 0u32;
     /// comm.scan(&1u32, &mut upto, SUM).await?;
     /// assert_eq!(upto, comm.rank() as u32 + 1);
@@ -398,9 +398,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
-    /// use mpx_core::coll::SUM;
+    /// use mpx::coll::SUM;
     /// // Where each rank's 10 values start in a global numbering.
     /// let mut offset = 0u64;
     /// comm.exscan(&10u64, &mut offset, SUM).await?;
@@ -456,9 +456,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
-    /// use mpx_core::coll::MAX;
+    /// use mpx::coll::MAX;
     /// let mut best = [comm.rank() as i32, -(comm.rank() as i32)];
     /// comm.allreduce_in_place(&mut best[..], MAX).await?;
     /// assert_eq!(best, [2, 0]);
@@ -478,9 +478,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
-    /// use mpx_core::coll::SUM;
+    /// use mpx::coll::SUM;
     /// let mut totals = [comm.rank() as u32, 1];
     /// comm.reduce_in_place(&mut totals[..], SUM, 0).await?;
     /// if comm.rank() == 0 {
@@ -501,9 +501,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
-    /// use mpx_core::coll::PROD;
+    /// use mpx::coll::PROD;
     /// let mut factorial = comm.rank() as u64 + 1;
     /// comm.scan_in_place(&mut factorial, PROD).await?;
     /// assert_eq!(factorial, [1, 2, 6, 24][comm.rank()]);
@@ -523,9 +523,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
-    /// use mpx_core::coll::SUM;
+    /// use mpx::coll::SUM;
     /// // Rank r holds r + 1 items: where do they start in a global numbering?
     /// let mut start = comm.rank() as u64 + 1;
     /// comm.exscan_in_place(&mut start, SUM).await?;

@@ -58,7 +58,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let mut config = if comm.rank() == 0 { vec![String::from("fast"), String::from("safe")] } else { Vec::new() };
     /// comm.bcast_serde(&mut config, 0).await?;
@@ -100,7 +100,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let report = format!("rank {} ok", comm.rank());
     /// if let Some(all) = comm.gather_serde(&report, 2).await? {
@@ -144,7 +144,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let jobs: Vec<String> = if comm.rank() == 0 { (0..3).map(|r| "x".repeat(r)).collect() } else { Vec::new() };
     /// let mine: String = comm.scatter_serde(&jobs, 0).await?;
@@ -184,7 +184,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let names: Vec<String> = comm.allgather_serde(&format!("node-{}", comm.rank())).await?;
     /// assert_eq!(names, ["node-0", "node-1", "node-2"]);

@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx_core::{Error, MpiType, BSEND_OVERHEAD};
+/// use mpx::{Error, MpiType, BSEND_OVERHEAD};
 /// let data = [1.0f64; 10];
 /// let packed = f64::datatype().pack_size(data.len() as u64)?;
 /// comm.buffer_attach(vec![0; packed])?; // room for the data, not its bookkeeping
@@ -40,9 +40,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::BSEND_OVERHEAD;
+    /// use mpx::BSEND_OVERHEAD;
     /// let other = 1 - comm.rank();
     /// comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
     /// assert!(comm.buffer_attach(vec![0; 64]).is_err(), "one buffer at a time");
@@ -69,7 +69,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// comm.buffer_attach(vec![0; 4096])?;
     /// let buffer = comm.buffer_detach().await?;

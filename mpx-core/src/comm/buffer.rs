@@ -14,12 +14,12 @@ use crate::request::Status;
 /// A send buffer: memory, a count and a datatype.
 ///
 /// ```
-/// use mpx_core::{comm::SendBuf, Datatype, Region};
+/// use mpx::{comm::SendBuf, Datatype, Region};
 /// let m = vec![0.0f64; 16];
 /// let column = Datatype::vector(4, 1, 4, &Datatype::double())?;
 /// let buf = SendBuf::new(Region::of(&m), 1, &column);
 /// let typed = SendBuf::typed(&[1u32, 2, 3]);
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct SendBuf<'a> {
@@ -33,9 +33,9 @@ impl<'a> SendBuf<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{Datatype, Region, SendBuf};
+    /// use mpx::{Datatype, Region, SendBuf};
     /// let other = 1 - comm.rank();
     /// let m = [1.0f64, 2.0, 3.0, 4.0]; // 2×2, row-major
     /// let column = Datatype::vector(2, 1, 2, &Datatype::double())?;
@@ -61,12 +61,12 @@ impl<'a> SendBuf<'a> {
     /// `SendBuf::new(Region::of(..), ..)` needs no check.
     ///
     /// ```
-    /// use mpx_core::{comm::SendBuf, Datatype, MpiType};
+    /// use mpx::{comm::SendBuf, Datatype, MpiType};
     /// let pairs = [[1u32, 2], [3, 4], [5, 6]];
     /// // The first u32 of each pair.
     /// let firsts = Datatype::vector(3, 1, 2, &u32::datatype())?;
     /// SendBuf::typed_with(&pairs, 1, &firsts)?;
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn typed_with<T: MpiType>(values: &'a [T], count: u64, datatype: &Datatype) -> Result<SendBuf<'a>> {
         check_typemap_bytes::<T>(values.len(), count, datatype)?;
@@ -81,9 +81,9 @@ impl<'a> SendBuf<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{RecvBuf, SendBuf};
+    /// use mpx::{RecvBuf, SendBuf};
     /// let other = 1 - comm.rank();
     /// comm.isend(SendBuf::bytes(b"hello"), other, 0);
     /// let mut inbox = [0u8; 8];
@@ -100,12 +100,12 @@ impl<'a> SendBuf<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::SendBuf;
+    /// use mpx::SendBuf;
     /// let other = 1 - comm.rank();
     /// let mut packed = [0u8; 8];
-    /// mpx_core::pack(&[7u32, 9], &mut packed, &mut 0)?;
+    /// mpx::pack(&[7u32, 9], &mut packed, &mut 0)?;
     /// comm.isend(SendBuf::packed(&packed), other, 0);
     /// assert_eq!(comm.recv::<[u32; 2]>(other, 0).await?.0, [7, 9]); // received as u32s
     /// # Ok(()) }).await?; Ok(()) }
@@ -178,9 +178,9 @@ impl Packed {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
-/// use mpx_core::{Datatype, MpiType, RecvBuf};
+/// use mpx::{Datatype, MpiType, RecvBuf};
 /// let other = 1 - comm.rank();
 /// comm.isend(&[1u32, 3], other, 0);
 /// let mut pairs = [[0u32; 2]; 2];
@@ -201,9 +201,9 @@ impl<'a> RecvBuf<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{Datatype, RecvBuf, RegionMut};
+    /// use mpx::{Datatype, RecvBuf, RegionMut};
     /// let other = 1 - comm.rank();
     /// comm.isend(&[1.0f64, 2.0], other, 0);
     /// let mut m = [0.0f64; 4]; // 2×2, row-major
@@ -224,9 +224,9 @@ impl<'a> RecvBuf<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{Datatype, MpiType, RecvBuf};
+    /// use mpx::{Datatype, MpiType, RecvBuf};
     /// let other = 1 - comm.rank();
     /// comm.isend(&[1i32, 2, 3], other, 0);
     /// let mut v = [0i32; 6];
@@ -285,9 +285,9 @@ impl<'a> RecvBuf<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{RecvBuf, SendBuf};
+    /// use mpx::{RecvBuf, SendBuf};
     /// let other = 1 - comm.rank();
     /// comm.isend(SendBuf::bytes(&[1, 2, 3]), other, 0);
     /// let mut inbox = [0u8; 4];
@@ -305,15 +305,15 @@ impl<'a> RecvBuf<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::RecvBuf;
+    /// use mpx::RecvBuf;
     /// let other = 1 - comm.rank();
     /// comm.isend(&[5u16, 6], other, 0);
     /// let mut raw = [0u8; 16];
     /// let status = comm.recv_into(RecvBuf::packed(&mut raw), other, 0).await?;
     /// let mut values = [0u16; 2];
-    /// mpx_core::unpack(&raw[..status.bytes as usize], &mut 0, &mut values)?;
+    /// mpx::unpack(&raw[..status.bytes as usize], &mut 0, &mut values)?;
     /// assert_eq!(values, [5, 6]);
     /// # Ok(()) }).await?; Ok(()) }
     /// ```

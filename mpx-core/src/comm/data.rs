@@ -35,9 +35,9 @@ pub use super::buffer::Packed;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
-/// use mpx_core::{comm::SendBuf, Datatype, MpiType, Region};
+/// use mpx::{comm::SendBuf, Datatype, MpiType, Region};
 /// if comm.rank() == 0 {
 ///     comm.send(&42u64, 1, 0).await?;                 // one value
 ///     comm.send(&[1.0f64, 2.0], 1, 1).await?;         // an array
@@ -127,7 +127,7 @@ impl SendData for Bytes {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
 /// let other = 1 - comm.rank();
 /// comm.isend(&[comm.rank() as u32; 4], other, 0);

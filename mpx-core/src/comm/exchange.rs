@@ -33,14 +33,14 @@ use crate::request::Request;
 /// of the same layout.
 ///
 /// ```
-/// use mpx_core::{comm::Transfer, Datatype, Order, PROC_NULL};
+/// use mpx::{comm::Transfer, Datatype, Order, PROC_NULL};
 /// // Row 1 of a 4x4 array of doubles goes up; row 0 is filled from above.
 /// let row = |r| Datatype::subarray(&[4, 4], &[1, 4], &[r, 0], Order::C, &Datatype::double());
 /// let up = 3; // the rank above, or PROC_NULL at the top edge
 /// let halo = [Transfer::send(1, &row(1)?, up, 0), Transfer::recv(1, &row(0)?, up, 1)];
 /// let edge = [Transfer::send(1, &row(1)?, PROC_NULL, 0), Transfer::recv(1, &row(0)?, PROC_NULL, 1)];
 /// # let _ = (halo, edge);
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Transfer {
@@ -61,11 +61,11 @@ impl Transfer {
     /// `tag`.
     ///
     /// ```
-    /// use mpx_core::{comm::Transfer, Datatype};
+    /// use mpx::{comm::Transfer, Datatype};
     /// let column = Datatype::vector(4, 1, 4, &Datatype::double())?;
     /// let east = Transfer::send(1, &column, 1, 7);
     /// # let _ = east;
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn send(count: u64, datatype: &Datatype, dest: impl Into<Peer>, tag: i32) -> Transfer {
         Transfer { datatype: datatype.clone(), count, direction: Direction::Send { dest: dest.into(), tag } }
@@ -76,11 +76,11 @@ impl Transfer {
     /// [`PROC_NULL`](super::PROC_NULL)) with `tag` (or [`Any`](super::Any)).
     ///
     /// ```
-    /// use mpx_core::{comm::Transfer, Datatype, PROC_NULL};
+    /// use mpx::{comm::Transfer, Datatype, PROC_NULL};
     /// let column = Datatype::vector(4, 1, 4, &Datatype::double())?;
     /// let west_ghost = Transfer::recv(1, &column, PROC_NULL, 7);
     /// # let _ = west_ghost;
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn recv(count: u64, datatype: &Datatype, source: impl Into<Source>, tag: impl Into<TagSel>) -> Transfer {
         Transfer {
@@ -109,14 +109,14 @@ impl Transfer {
 /// either is [`Error::InvalidDatatype`].
 ///
 /// ```
-/// use mpx_core::{comm::ExchangeBuf, RegionMut};
+/// use mpx::{comm::ExchangeBuf, RegionMut};
 /// let mut grid = vec![0.0f64; 16];
 /// let typed = ExchangeBuf::from(&mut grid);
 /// # drop(typed);
 /// let mut bytes = [0u8; 64];
 /// let raw = ExchangeBuf::from(RegionMut::with_origin(&mut bytes, 8)?);
 /// # drop(raw);
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct ExchangeBuf<'a> {
@@ -179,9 +179,9 @@ impl<'a> ExchangeBuf<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{comm::ExchangeBuf, Datatype};
+    /// use mpx::{comm::ExchangeBuf, Datatype};
     /// let other = 1 - comm.rank();
     /// // Send the first half of the array and receive into the second.
     /// let mut data = [comm.rank() as f64; 8];
@@ -249,9 +249,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
-    /// use mpx_core::{comm::Transfer, Datatype};
+    /// use mpx::{comm::Transfer, Datatype};
     /// let (rank, size) = (comm.rank(), comm.size());
     /// let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
     /// let half = Datatype::contiguous(4, &Datatype::double())?;
@@ -267,7 +267,7 @@ impl Comm {
     /// // Receiving into the half being sent is rejected before anything starts.
     /// let clash = [Transfer::send(1, &half, right, 1), Transfer::recv(1, &half, left, 1)];
     /// let err = comm.exchange(&mut data, &clash).await.unwrap_err();
-    /// assert_eq!(err, mpx_core::Error::Overlap { first: 0, second: 1, byte: 0 });
+    /// assert_eq!(err, mpx::Error::Overlap { first: 0, second: 1, byte: 0 });
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     ///
@@ -315,9 +315,9 @@ impl Comm {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx_core::{comm::{Exchange, Transfer}, Datatype};
+/// use mpx::{comm::{Exchange, Transfer}, Datatype};
 /// let int = Datatype::int();
 /// let second = Datatype::hindexed(&[1], &[4], &int)?;
 /// // Rank 0 sends its first int to itself, into its second.

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(4, |comm| async move {
 /// let world = comm.group();
 /// let evens = world.incl(&[0, 2])?;
@@ -43,9 +43,9 @@ pub struct Group {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(3, |comm| async move {
-/// use mpx_core::GroupRelation;
+/// use mpx::GroupRelation;
 /// // The same ranks, numbered backwards.
 /// let reversed = comm.split(Some(0), -(comm.rank() as i32)).await?.expect("a color");
 /// assert_eq!(reversed.group().compare(&comm.group()), GroupRelation::Similar);
@@ -71,7 +71,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let world = comm.group();
     /// assert_eq!(world.size(), comm.size());
@@ -86,7 +86,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let world = comm.group();
     /// assert_eq!(world.ranks(), [0, 1, 2, 3]);
@@ -102,7 +102,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let backwards = comm.group().incl(&[3, 2, 1])?;
     /// assert_eq!(backwards.rank_of_world(3), Some(0));
@@ -123,7 +123,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let world = comm.group();
     /// let picked = world.incl(&[3, 0])?;
@@ -150,7 +150,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let workers = comm.group().excl(&[0])?;
     /// assert_eq!(workers.ranks(), [1, 2, 3]);
@@ -174,7 +174,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let world = comm.group();
     /// let (a, b) = (world.incl(&[2, 0])?, world.incl(&[1, 2])?);
@@ -193,7 +193,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let world = comm.group();
     /// let (a, b) = (world.incl(&[3, 2, 1])?, world.incl(&[1, 2])?);
@@ -211,7 +211,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let world = comm.group();
     /// let odd = world.incl(&[3, 1])?;
@@ -228,7 +228,7 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// let world = comm.group();
     /// let backwards = world.incl(&[3, 2, 1, 0])?;
@@ -245,9 +245,9 @@ impl Group {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
-    /// use mpx_core::GroupRelation;
+    /// use mpx::GroupRelation;
     /// let world = comm.group();
     /// assert_eq!(world.compare(&world.incl(&[0, 1, 2])?), GroupRelation::Identical);
     /// assert_eq!(world.compare(&world.incl(&[2, 0, 1])?), GroupRelation::Similar);
@@ -297,7 +297,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// assert_eq!(comm.group().ranks(), [0, 1, 2]);
     /// // Rank 0 alone, ranks 1 and 2 together: members named by world rank.
@@ -338,7 +338,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |comm| async move {
     /// // Rows of a 2x2 grid, numbered right to left.
     /// let row = comm.split(Some((comm.rank() / 2) as u32), -(comm.rank() as i32)).await?.expect("a color");
@@ -382,7 +382,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// let outer = comm.group().incl(&[2, 0])?;
     /// match comm.create(&outer).await? {

@@ -33,7 +33,7 @@ pub(super) mod sealed {
 ///   length (see the [module docs](super)).
 ///
 /// ```
-/// use mpx_core::comm::Receivable;
+/// use mpx::comm::Receivable;
 /// fn yields<R: Receivable<Value = V>, V>() {}
 /// yields::<u64, u64>();
 /// yields::<[f32; 3], [f32; 3]>();
@@ -96,9 +96,9 @@ impl Comm {
     ///
     /// ```
     /// use futures::StreamExt;
-    /// use mpx_core::Any;
+    /// use mpx::Any;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(3, |comm| async move {
     /// const REQUEST: i32 = 1;
     /// const REPLY: i32 = 2;
@@ -127,7 +127,7 @@ impl Comm {
     /// use std::time::Duration;
     /// use futures::StreamExt;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// if comm.rank() == 0 {
     ///     let mut numbers = comm.incoming::<i32>(1, 0);
@@ -165,9 +165,9 @@ impl Comm {
 /// ```
 /// fn assert_spawnable<S: futures::Stream + Send + Unpin + 'static>(_: &S) {}
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// let requests = comm.incoming::<u32>(mpx_core::Any, 3);
+/// let requests = comm.incoming::<u32>(mpx::Any, 3);
 /// assert_spawnable(&requests);
 /// # Ok(()) }).await?; Ok(()) }
 /// ```

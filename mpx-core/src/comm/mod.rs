@@ -133,7 +133,7 @@ impl Endpoint {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
     /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
     /// # let job = mpx_net::quic::JobCredential::generate(1)?;
@@ -165,7 +165,7 @@ impl Endpoint {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(3, |comm| async move {
 /// // Each rank passes its number to its right neighbour on a ring.
 /// let (rank, size) = (comm.rank(), comm.size());
@@ -205,8 +205,8 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// let ranks = mpx_net::loopback::launch(3, |comm| async move { Ok(comm.rank()) }).await?;
+    /// # async fn main() -> mpx::Result<()> {
+    /// let ranks = mpx::launch(3, |comm| async move { Ok(comm.rank()) }).await?;
     /// assert_eq!(ranks, [0, 1, 2]);
     /// # Ok(()) }
     /// ```
@@ -221,8 +221,8 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
-    /// let sizes = mpx_net::loopback::launch(3, |comm| async move { Ok(comm.size()) }).await?;
+    /// # async fn main() -> mpx::Result<()> {
+    /// let sizes = mpx::launch(3, |comm| async move { Ok(comm.size()) }).await?;
     /// assert_eq!(sizes, [3, 3, 3]);
     /// # Ok(()) }
     /// ```
@@ -240,7 +240,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// let other = 1 - comm.rank();
     /// let private = comm.dup(); // e.g. a library's own channel

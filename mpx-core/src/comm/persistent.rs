@@ -9,9 +9,9 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> mpx_core::Result<()> {
+//! # async fn main() -> mpx::Result<()> {
 //! # mpx_net::loopback::launch(2, |comm| async move {
-//! use mpx_core::comm::persistent::Persistent;
+//! use mpx::comm::persistent::Persistent;
 //! let other = 1 - comm.rank();
 //! let mut send = comm.send_init(vec![0u32; 4], other, 0);
 //! let mut recv = comm.recv_init(vec![0u32; 4], other, 0);
@@ -46,9 +46,9 @@ use crate::request::Request;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx_core::Persistent;
+/// use mpx::Persistent;
 /// let mut inbox = [0u8; 2];
 /// let mut recv = comm.recv_init(&mut inbox, 0, 0);
 /// for round in 1..=2u8 {
@@ -69,9 +69,9 @@ pub trait Persistent {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
-/// use mpx_core::{start_all, wait_all, Persistent};
+/// use mpx::{start_all, wait_all, Persistent};
 /// let other = 1 - comm.rank();
 /// let mut send = comm.send_init(vec![comm.rank() as u8; 2], other, 0);
 /// let mut recv = comm.recv_init(vec![0u8; 2], other, 0);
@@ -326,9 +326,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
-    /// use mpx_core::Persistent;
+    /// use mpx::Persistent;
     /// let mut send = comm.send_init(vec![0u32; 2], 0, 7); // to itself
     /// for step in 1..=2u32 {
     ///     send.buffer_mut().fill(step); // an owned buffer is writable between starts
@@ -361,9 +361,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
-    /// use mpx_core::{Any, Persistent};
+    /// use mpx::{Any, Persistent};
     /// let mut recv = comm.recv_init(vec![0i64; 3], Any, 1);
     /// for step in 0..2i64 {
     ///     let pending = recv.start();

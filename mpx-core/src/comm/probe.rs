@@ -20,7 +20,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// assert_eq!(comm.iprobe(0, 3)?, None, "nothing sent yet");
     /// comm.send(&[1u64, 2], 0, 3).await?; // to itself
@@ -50,9 +50,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::Any;
+    /// use mpx::Any;
     /// if comm.rank() == 0 {
     ///     comm.send(&[1u32, 2, 3], 1, 9).await?;
     /// } else {
@@ -82,7 +82,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// comm.send(&[4i32, 5], 0, 0).await?; // to itself
     /// let message = loop {
@@ -109,9 +109,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::Any;
+    /// use mpx::Any;
     /// if comm.rank() == 0 {
     ///     comm.send(&[5u16; 4], 1, 0).await?;
     /// } else {
@@ -177,10 +177,10 @@ async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
 /// comm.send(&[1u16, 2, 3], 0, 5).await?;
-/// let message = comm.mprobe(mpx_core::Any, mpx_core::Any).await?;
+/// let message = comm.mprobe(mpx::Any, mpx::Any).await?;
 /// // Size the buffer from the probe, then receive exactly that message.
 /// let n = message.status().count::<u16>().unwrap() as usize;
 /// let mut values = vec![0u16; n];

@@ -64,9 +64,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::Any;
+    /// use mpx::Any;
     /// let other = 1 - comm.rank();
     /// let mut inbox = [0i64; 2];
     /// let recv = comm.irecv(&mut inbox, Any, 5);
@@ -94,7 +94,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// let other = 1 - comm.rank();
     /// comm.isend(&(comm.rank() as u16), other, 0);
@@ -129,9 +129,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::comm::Serde;
+    /// use mpx::comm::Serde;
     /// if comm.rank() == 0 {
     ///     comm.send(&[0.5f64, 1.5], 1, 0).await?;
     ///     comm.send(Serde(&vec!["a", "bc"]), 1, 1).await?;
@@ -155,7 +155,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// if comm.rank() == 0 {
     ///     comm.send(&(1..=5).collect::<Vec<u32>>(), 1, 0).await?;
@@ -197,7 +197,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// let other = 1 - comm.rank();
     /// let recv = tokio::spawn(comm.irecv_owned(vec![0u8; 3], other, 0));
@@ -221,7 +221,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// let other = 1 - comm.rank();
     /// comm.isend(bytes::Bytes::from_static(b"raw"), other, 0);

@@ -18,9 +18,9 @@ use crate::runtime::{Completion, Shared};
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx_core::Error;
+/// use mpx::Error;
 /// comm.send(&[1u8, 2, 3], 0, 0).await?; // to itself
 /// let failed = comm.irecv_owned(vec![0u8; 2], 0, 0).await.unwrap_err();
 /// assert!(matches!(failed.error, Error::Truncate { needed: 3, available: 2 }));
@@ -108,9 +108,9 @@ impl Drop for RawRecv {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
-/// use mpx_core::OwnedRecv;
+/// use mpx::OwnedRecv;
 /// let other = 1 - comm.rank();
 /// let recv: OwnedRecv<Vec<u32>> = comm.irecv_owned(vec![0; 3], other, 0); // posted now
 /// comm.send(&[comm.rank() as u32; 3], other, 0).await?;
@@ -232,9 +232,9 @@ impl<B> Future for OwnedRecv<B> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
-/// use mpx_core::ValueRecv;
+/// use mpx::ValueRecv;
 /// let other = 1 - comm.rank();
 /// let recv: ValueRecv<f64> = comm.recv(other, 0); // posted now
 /// comm.send(&(comm.rank() as f64 + 0.5), other, 0).await?;
@@ -283,11 +283,11 @@ impl<R: Receivable> ValueRecv<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// let mut recv = comm.recv::<u32>(0, 0);
     /// assert!(recv.cancel());
-    /// assert!(matches!(recv.await, Err(mpx_core::Error::Cancelled)));
+    /// assert!(matches!(recv.await, Err(mpx::Error::Cancelled)));
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn cancel(&mut self) -> bool {

@@ -10,9 +10,9 @@
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx_core::{Error, TAG_UB};
+/// use mpx::{Error, TAG_UB};
 /// comm.send(&1u8, 0, TAG_UB).await?; // to itself
 /// assert_eq!(comm.recv::<u8>(0, TAG_UB).await?.1.tag, Some(TAG_UB));
 /// assert!(matches!(comm.send(&1u8, 0, -1).await, Err(Error::InvalidTag(-1))), "tags are 0..=TAG_UB");
@@ -24,9 +24,9 @@ pub const TAG_UB: i32 = i32::MAX;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(3, |comm| async move {
-/// use mpx_core::Any;
+/// use mpx::Any;
 /// if comm.rank() == 0 {
 ///     // One message from each other rank, whichever comes first, any tag.
 ///     let mut from = vec![];
@@ -49,7 +49,7 @@ pub struct Any;
 /// complete at once and move no data.
 ///
 /// ```
-/// use mpx_core::{comm::ProcNull, Peer, Source};
+/// use mpx::{comm::ProcNull, Peer, Source};
 /// assert_eq!(Peer::from(ProcNull), Peer::Null);
 /// assert_eq!(Source::from(ProcNull), Source::Null);
 /// assert!(Peer::from(ProcNull).is_null());
@@ -61,9 +61,9 @@ pub struct ProcNull;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx_core::PROC_NULL;
+/// use mpx::PROC_NULL;
 /// comm.send(&[1u32, 2], PROC_NULL, 0).await?; // completes at once
 /// let mut buf = [9u32; 2];
 /// let status = comm.recv_into(&mut buf[..], PROC_NULL, 0).await?;
@@ -78,7 +78,7 @@ pub const PROC_NULL: ProcNull = ProcNull;
 /// once and move no data.
 ///
 /// ```
-/// use mpx_core::{Peer, PROC_NULL};
+/// use mpx::{Peer, PROC_NULL};
 /// // The left neighbour on a non-periodic line: none for rank 0.
 /// let left = |rank: usize| Peer::from(rank.checked_sub(1));
 /// assert_eq!(left(3), Peer::Rank(2));
@@ -98,7 +98,7 @@ impl Peer {
     /// The rank, or `None` for the null process.
     ///
     /// ```
-    /// use mpx_core::Peer;
+    /// use mpx::Peer;
     /// assert_eq!(Peer::Rank(3).rank(), Some(3));
     /// assert_eq!(Peer::Null.rank(), None);
     /// // The neighbours that exist.
@@ -115,7 +115,7 @@ impl Peer {
     /// Whether this is the null process.
     ///
     /// ```
-    /// use mpx_core::Peer;
+    /// use mpx::Peer;
     /// // The right neighbour on a non-periodic line of 4 ranks.
     /// let right = |rank: usize| Peer::from((rank + 1 < 4).then_some(rank + 1));
     /// assert!(!right(2).is_null());
@@ -131,7 +131,7 @@ impl Peer {
 /// [`PROC_NULL`].
 ///
 /// ```
-/// use mpx_core::{Any, Peer, Source};
+/// use mpx::{Any, Peer, Source};
 /// assert_eq!(Source::from(3), Source::Rank(3));
 /// assert_eq!(Source::from(Peer::Null), Source::Null);
 /// assert_eq!(Source::from(Any), Source::Any);
@@ -149,7 +149,7 @@ pub enum Source {
 /// Which tag a receive or probe accepts: an `i32` tag or [`Any`].
 ///
 /// ```
-/// use mpx_core::{Any, TagSel};
+/// use mpx::{Any, TagSel};
 /// assert_eq!(TagSel::from(7), TagSel::Tag(7));
 /// assert_eq!(TagSel::from(Any), TagSel::Any);
 /// ```

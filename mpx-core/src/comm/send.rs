@@ -84,7 +84,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// let other = 1 - comm.rank();
     /// let (outbox, mut inbox) = ([comm.rank() as u64; 3], [0u64; 3]);
@@ -108,9 +108,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::BSEND_OVERHEAD;
+    /// use mpx::BSEND_OVERHEAD;
     /// if comm.rank() == 0 {
     ///     comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
     ///     comm.ibsend(&[1u64, 2], 1, 0).await?; // complete at once
@@ -132,7 +132,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// if comm.rank() == 0 {
     ///     let mut sent = comm.issend(&7u8, 1, 0);
@@ -159,7 +159,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// if comm.rank() == 0 {
     ///     comm.recv::<u8>(1, 1).await?; // rank 1's receive is posted
@@ -188,7 +188,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// if comm.rank() == 0 {
     ///     comm.send(&[1.5f32, 2.5], 1, 0).await?;
@@ -214,9 +214,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{Error, BSEND_OVERHEAD};
+    /// use mpx::{Error, BSEND_OVERHEAD};
     /// if comm.rank() == 0 {
     ///     assert!(matches!(comm.bsend(&7u64, 1, 0).await, Err(Error::BufferExhausted { .. })), "no buffer");
     ///     comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
@@ -239,7 +239,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// if comm.rank() == 0 {
     ///     comm.ssend(&[1u8, 2], 1, 0).await?; // returns once rank 1's receive has matched it
@@ -261,9 +261,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::Error;
+    /// use mpx::Error;
     /// if comm.rank() == 0 {
     ///     // Rank 1 posts no receive for tag 0: the send fails, nothing is delivered.
     ///     assert!(matches!(comm.rsend(&1u8, 1, 0).await, Err(Error::NotReady)));

@@ -23,7 +23,7 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(4, |world| async move {
     /// // Pass the rank around a ring.
     /// let right = (world.rank() + 1) % world.size();
@@ -40,9 +40,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{Datatype, RecvBuf, Region, RegionMut, SendBuf};
+    /// use mpx::{Datatype, RecvBuf, Region, RegionMut, SendBuf};
     /// let other = 1 - comm.rank();
     /// // Send column 0 of a 3x3 matrix, receive the other rank's as a row.
     /// let matrix: Vec<f64> = (0..9).map(|i| (10 * comm.rank() + i) as f64).collect();
@@ -88,9 +88,9 @@ impl Comm {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx_core::{Datatype, RecvBuf, RegionMut};
+    /// use mpx::{Datatype, RecvBuf, RegionMut};
     /// let other = 1 - comm.rank();
     /// let mut buf = [comm.rank() as u8; 4];
     /// comm.sendrecv_replace(&mut buf, other, 0, other, 0).await?;

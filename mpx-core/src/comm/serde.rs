@@ -30,9 +30,9 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// ```
 /// use std::collections::BTreeMap;
 /// use futures::StreamExt;
-/// use mpx_core::comm::Serde;
+/// use mpx::comm::Serde;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
 /// if comm.rank() == 0 {
 ///     let stock = BTreeMap::from([("apples".to_string(), 3u32), ("pears".to_string(), 0)]);
@@ -57,7 +57,7 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// a large message's bytes may report [`Error::Truncate`] first), and a
 /// serde receive of a typed or `packed` message fails with
 /// [`Error::TypeMismatch`]. A receive as `packed` bytes
-/// ([`Comm::irecv_bytes`], [`RecvBuf::packed`](crate::comm::RecvBuf::packed))
+/// ([`Comm::irecv_bytes`](crate::Comm::irecv_bytes), [`RecvBuf::packed`](crate::RecvBuf::packed))
 /// takes any message, serde ones included, as its postcard bytes. The
 /// bytes travel as they are in every representation: postcard's format does
 /// not depend on the machine.

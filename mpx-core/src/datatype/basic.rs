@@ -28,7 +28,7 @@
 /// ([`Basic::external32_size`]).
 ///
 /// ```
-/// use mpx_core::Basic;
+/// use mpx::Basic;
 /// assert_eq!(Basic::Double.size(), 8);
 /// assert_eq!(Basic::Long.external32_size(), 4);
 /// assert_eq!(Basic::from_name("unsigned_long_long"), Some(Basic::UnsignedLongLong));
@@ -202,7 +202,7 @@ impl Basic {
     /// for complex types, which are aligned as their component.
     ///
     /// ```
-    /// use mpx_core::Basic;
+    /// use mpx::Basic;
     /// assert_eq!(Basic::Int.align(), 4);
     /// assert_eq!(Basic::Complex.align(), Basic::Real.align());
     /// ```
@@ -232,7 +232,7 @@ impl Basic {
     /// everything else keeps its size.
     ///
     /// ```
-    /// use mpx_core::Basic;
+    /// use mpx::Basic;
     /// assert_eq!(Basic::WChar.external32_size(), 2);
     /// assert_eq!(Basic::CLongDoubleComplex.external32_size(), 32);
     /// ```
@@ -269,7 +269,7 @@ impl Basic {
     /// in lower case: `double`, `unsigned_long`, `int8_t`, `c_bool`, ...).
     ///
     /// ```
-    /// use mpx_core::Basic;
+    /// use mpx::Basic;
     /// assert_eq!(Basic::UnsignedLong.name(), "unsigned_long");
     /// assert_eq!(Basic::from_name(Basic::Int8.name()), Some(Basic::Int8));
     /// ```
@@ -335,7 +335,7 @@ impl Basic {
 /// alignment among them; it counts as two elements.
 ///
 /// ```
-/// use mpx_core::{Datatype, Predefined};
+/// use mpx::{Datatype, Predefined};
 /// let t = Datatype::predefined(Predefined::LongDoubleInt);
 /// assert_eq!((t.size(), t.extent(), t.num_elements()), (20, 32, 2));
 /// assert_eq!(Predefined::from_name("2double_precision"), Some(Predefined::TwoDoublePrecision));
@@ -374,7 +374,7 @@ impl Predefined {
     /// Every predefined type.
     ///
     /// ```
-    /// use mpx_core::{Datatype, Predefined};
+    /// use mpx::{Datatype, Predefined};
     /// // Every one can be looked up by its name; nine are pair types.
     /// assert!(Predefined::all().all(|p| Datatype::named(p.name()).unwrap().as_predefined() == Some(p)));
     /// let pairs = Predefined::all().filter(|&p| Datatype::predefined(p).num_elements() == 2);
@@ -399,7 +399,7 @@ impl Predefined {
     /// The name of the type (`double`, `double_int`, `2int`, `lb`, ...).
     ///
     /// ```
-    /// use mpx_core::{Basic, Predefined};
+    /// use mpx::{Basic, Predefined};
     /// assert_eq!(Predefined::TwoInt.name(), "2int");
     /// assert_eq!(Predefined::Basic(Basic::Double).name(), "double");
     /// assert_eq!(Predefined::from_name(Predefined::ShortInt.name()), Some(Predefined::ShortInt));

@@ -16,13 +16,13 @@ use crate::error::{Error, Result};
 /// Storage order of a multidimensional array.
 ///
 /// ```
-/// use mpx_core::{Datatype, Order};
+/// use mpx::{Datatype, Order};
 /// // Row 1 of a 2x3 array of doubles: contiguous in C order, strided in Fortran order.
 /// let c = Datatype::subarray(&[2, 3], &[1, 3], &[1, 0], Order::C, &Datatype::double())?;
 /// let f = Datatype::subarray(&[2, 3], &[1, 3], &[1, 0], Order::Fortran, &Datatype::double())?;
 /// assert_eq!((c.true_lb(), c.true_extent()), (24, 24));
 /// assert_eq!((f.true_lb(), f.true_extent()), (8, 40));
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Order {
@@ -35,10 +35,10 @@ pub enum Order {
 /// How one dimension of a darray is distributed over the process grid.
 ///
 /// ```
-/// use mpx_core::{unpack, Datatype, DistArg, Distribution, Order, Region};
+/// use mpx::{unpack, Datatype, DistArg, Distribution, Order, Region};
 /// let v: Vec<f64> = (0..8).map(f64::from).collect();
 /// // What rank 1 of 2 owns of 8 elements.
-/// let mine = |dist: Distribution| -> mpx_core::Result<[f64; 4]> {
+/// let mine = |dist: Distribution| -> mpx::Result<[f64; 4]> {
 ///     let t = Datatype::darray(2, 1, &[8], &[dist], &[DistArg::Default], &[2], Order::C, &Datatype::double())?;
 ///     let mut out = [0.0; 4];
 ///     unpack(&t.pack_to_vec(Region::of(&v), 1)?, &mut 0, &mut out)?;
@@ -46,7 +46,7 @@ pub enum Order {
 /// };
 /// assert_eq!(mine(Distribution::Block)?, [4.0, 5.0, 6.0, 7.0]);
 /// assert_eq!(mine(Distribution::Cyclic)?, [1.0, 3.0, 5.0, 7.0]);
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Distribution {
@@ -61,7 +61,7 @@ pub enum Distribution {
 /// A darray distribution argument (block size).
 ///
 /// ```
-/// use mpx_core::{unpack, Datatype, DistArg, Distribution, Order, Region};
+/// use mpx::{unpack, Datatype, DistArg, Distribution, Order, Region};
 /// // Rank 1 of 2 in a cyclic distribution of 8 ints in blocks of 2.
 /// let darray = |darg: DistArg| {
 ///     Datatype::darray(2, 1, &[8], &[Distribution::Cyclic], &[darg], &[2], Order::C, &Datatype::int())
@@ -72,7 +72,7 @@ pub enum Distribution {
 /// unpack(&t.pack_to_vec(Region::of(&v), 1)?, &mut 0, &mut mine)?;
 /// assert_eq!(mine, [2, 3, 6, 7]);
 /// assert!(darray(DistArg::Size(0)).is_err());
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DistArg {
@@ -198,10 +198,10 @@ impl Datatype {
     /// extent is the whole array's.
     ///
     /// ```
-    /// use mpx_core::{Datatype, Order};
+    /// use mpx::{Datatype, Order};
     /// let t = Datatype::subarray(&[4, 6], &[2, 3], &[1, 2], Order::C, &Datatype::double())?;
     /// assert_eq!((t.size(), t.extent(), t.true_lb(), t.true_extent()), (48, 192, 64, 72));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn subarray<A: Integer, B: Integer, C: Integer>(
         sizes: &[A],
@@ -244,11 +244,11 @@ impl Datatype {
     /// the array's `order`, as the standard says.
     ///
     /// ```
-    /// use mpx_core::{Datatype, DistArg, Distribution, Order};
+    /// use mpx::{Datatype, DistArg, Distribution, Order};
     /// let t = Datatype::darray(4, 1, &[8, 6], &[Distribution::Block, Distribution::Cyclic],
     ///     &[DistArg::Default, DistArg::Size(2)], &[2, 2], Order::C, &Datatype::double())?;
     /// assert_eq!((t.size(), t.extent(), t.true_lb()), (64, 384, 16));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     #[allow(clippy::too_many_arguments)]
     pub fn darray<G: Integer, P: Integer>(

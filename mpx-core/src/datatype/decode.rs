@@ -28,11 +28,11 @@ pub mod consts {
 /// Which constructor made a datatype (`MPI_COMBINER_*`).
 ///
 /// ```
-/// use mpx_core::{Combiner, Datatype};
+/// use mpx::{Combiner, Datatype};
 /// let t = Datatype::vector(2, 1, 4, &Datatype::int())?;
 /// assert_eq!(t.envelope().combiner, Combiner::Vector);
 /// assert_eq!(Datatype::int().envelope().combiner, Combiner::Named);
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Combiner {
@@ -68,11 +68,11 @@ impl Combiner {
     /// The lower-case name (`"named"`, `"hindexed_block"`, ...).
     ///
     /// ```
-    /// use mpx_core::{Combiner, Datatype};
+    /// use mpx::{Combiner, Datatype};
     /// let t = Datatype::hindexed_block(1, &[0, 8], &Datatype::int())?;
     /// assert_eq!(t.envelope().combiner.name(), "hindexed_block");
     /// assert_eq!(Combiner::Named.name(), "named");
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn name(self) -> &'static str {
         match self {
@@ -150,12 +150,12 @@ impl Datatype {
     /// `MPI_Type_get_envelope`.
     ///
     /// ```
-    /// use mpx_core::{Combiner, Datatype};
+    /// use mpx::{Combiner, Datatype};
     /// let t = Datatype::hvector(4, 1, 32, &Datatype::double())?;
     /// let e = t.envelope();
     /// assert_eq!((e.combiner, e.num_integers, e.num_addresses, e.num_datatypes),
     ///            (Combiner::Hvector, 2, 1, 1));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn envelope(&self) -> Envelope {
         match self.contents_parts() {
@@ -173,13 +173,13 @@ impl Datatype {
     /// Decoding a predefined type is an error, as in MPI.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::indexed(&[3, 1], &[4, 0], &Datatype::int())?;
     /// let c = t.contents()?;
     /// assert_eq!(c.integers, [2, 3, 1, 4, 0]);
     /// assert_eq!(c.datatypes[0].as_predefined(), Datatype::int().as_predefined());
     /// assert!(Datatype::int().contents().is_err());
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn contents(&self) -> Result<Contents> {
         self.contents_parts().map(|(_, c)| c).ok_or_else(|| {

@@ -18,13 +18,13 @@ mod sealed {
 /// (`&[] as &[i64]`).
 ///
 /// ```
-/// use mpx_core::Datatype;
+/// use mpx::Datatype;
 /// let n: usize = 3;
 /// let a = Datatype::contiguous(n, &Datatype::int())?;
 /// let b = Datatype::indexed(&[2u32, 1], &[0i32, 5], &Datatype::int())?;
 /// assert_eq!((a.size(), b.size()), (12, 12));
 /// assert!(Datatype::contiguous(u64::MAX, &Datatype::int()).is_err());
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 pub trait Integer: Copy + std::fmt::Display + sealed::Sealed {
     /// The value as an `i64`, if it fits.

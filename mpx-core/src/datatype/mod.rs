@@ -64,12 +64,12 @@ use layout::{Layout, LayoutBuilder};
 /// querying `contiguous(2^40)` of a struct is as cheap as `contiguous(2)`.
 ///
 /// ```
-/// use mpx_core::Datatype;
+/// use mpx::Datatype;
 /// // A column of a 100x100 row-major matrix of doubles.
 /// let column = Datatype::vector(100, 1, 100, &Datatype::double())?;
 /// assert_eq!(column.size(), 800);
 /// assert_eq!(column.extent(), 99 * 800 + 8);
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 ///
 /// # Nesting depth
@@ -84,13 +84,13 @@ use layout::{Layout, LayoutBuilder};
 /// result would be deeper returns [`Error::InvalidDatatype`].
 ///
 /// ```
-/// use mpx_core::Datatype;
+/// use mpx::Datatype;
 /// let mut t = Datatype::int();
 /// for _ in 0..1000 {
 ///     t = Datatype::contiguous(1, &t)?;
 /// }
 /// assert_eq!((t.depth(), t.size()), (1000, 4));
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Datatype(Arc<Node>);
@@ -265,11 +265,11 @@ impl Datatype {
     /// At most [`Datatype::MAX_DEPTH`].
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let v = Datatype::vector(2, 1, 2, &Datatype::double())?;
     /// let s = Datatype::structure(&[1, 1], &[0, 32], &[v.clone(), Datatype::int()])?;
     /// assert_eq!((Datatype::double().depth(), v.depth(), s.depth()), (0, 1, 2));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn depth(&self) -> usize {
         self.0.depth as usize
@@ -284,7 +284,7 @@ impl Datatype {
     /// The predefined datatype `p`.
     ///
     /// ```
-    /// use mpx_core::{Datatype, Predefined};
+    /// use mpx::{Datatype, Predefined};
     /// let t = Datatype::predefined(Predefined::ShortInt);
     /// assert_eq!((t.size(), t.extent()), (6, 8));
     /// ```
@@ -296,7 +296,7 @@ impl Datatype {
     /// The predefined datatype of basic type `b`.
     ///
     /// ```
-    /// use mpx_core::{Basic, Datatype};
+    /// use mpx::{Basic, Datatype};
     /// let t = Datatype::basic(Basic::UnsignedShort);
     /// assert_eq!((t.size(), t.extent()), (2, 2));
     /// assert!(Datatype::ptr_eq(&Datatype::basic(Basic::Double), &Datatype::double()));
@@ -308,7 +308,7 @@ impl Datatype {
     /// Looks a predefined type up by name (`"double"`, `"2int"`, `"lb"`, ...).
     ///
     /// ```
-    /// assert_eq!(mpx_core::Datatype::named("long_int").unwrap().size(), 12);
+    /// assert_eq!(mpx::Datatype::named("long_int").unwrap().size(), 12);
     /// ```
     pub fn named(name: &str) -> Option<Datatype> {
         Predefined::from_name(name).map(Datatype::predefined)
@@ -317,7 +317,7 @@ impl Datatype {
     /// `MPI_BYTE`.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::byte();
     /// assert_eq!((t.size(), t.extent()), (1, 1));
     /// // Untyped bytes match only `byte`, not `char` of the same size.
@@ -329,7 +329,7 @@ impl Datatype {
     /// `MPI_PACKED`.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::packed();
     /// assert_eq!(t.size(), 1);
     /// assert!(t.is_packed() && !Datatype::byte().is_packed());
@@ -340,10 +340,10 @@ impl Datatype {
     /// `MPI_CHAR`.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let name = Datatype::contiguous(16, &Datatype::char())?;
     /// assert_eq!((Datatype::char().size(), name.size()), (1, 16));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn char() -> Datatype {
         Datatype::basic(Basic::Char)
@@ -351,7 +351,7 @@ impl Datatype {
     /// `MPI_INT`.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::int();
     /// assert_eq!((t.size(), t.extent(), t.num_elements()), (4, 4, 1));
     /// assert_eq!(t.as_predefined().unwrap().name(), "int");
@@ -362,7 +362,7 @@ impl Datatype {
     /// `MPI_FLOAT`.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::float();
     /// assert_eq!((t.size(), t.extent(), t.external32_size()), (4, 4, 4));
     /// ```
@@ -372,11 +372,11 @@ impl Datatype {
     /// `MPI_DOUBLE`.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::double();
     /// assert_eq!((t.size(), t.extent()), (8, 8));
     /// assert_eq!(Datatype::vector(3, 1, 2, &t)?.size(), 24);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn double() -> Datatype {
         Datatype::basic(Basic::Double)
@@ -384,12 +384,12 @@ impl Datatype {
     /// `MPI_LB`, the MPI-1 lower-bound marker, for use in [`Datatype::structure`].
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// // An int whose items start 4 bytes before it.
     /// let t = Datatype::structure(&[1, 1], &[-4, 0], &[Datatype::lb_marker(), Datatype::int()])?;
     /// assert_eq!((t.lb(), t.ub(), t.size()), (-4, 4, 4));
     /// assert_eq!(Datatype::lb_marker().size(), 0);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn lb_marker() -> Datatype {
         Datatype::predefined(Predefined::Lb)
@@ -397,12 +397,12 @@ impl Datatype {
     /// `MPI_UB`, the MPI-1 upper-bound marker, for use in [`Datatype::structure`].
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// // A double padded to 16 bytes: consecutive items are 16 bytes apart.
     /// let t = Datatype::structure(&[1, 1], &[0, 16], &[Datatype::double(), Datatype::ub_marker()])?;
     /// assert_eq!((t.size(), t.extent()), (8, 16));
     /// assert_eq!(Datatype::contiguous(3, &t)?.true_extent(), 40);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn ub_marker() -> Datatype {
         Datatype::predefined(Predefined::Ub)
@@ -414,11 +414,11 @@ impl Datatype {
     /// after the previous.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::contiguous(3, &Datatype::int())?;
     /// assert_eq!((t.size(), t.extent()), (12, 12));
     /// assert!(Datatype::contiguous(-1, &Datatype::int()).is_err());
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn contiguous(count: impl Integer, old: &Datatype) -> Result<Datatype> {
         let count = int("count", count)?;
@@ -433,10 +433,10 @@ impl Datatype {
     /// block starts `stride` extents of `old` apart (stride may be negative).
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::vector(2, 3, 4, &Datatype::double())?;
     /// assert_eq!((t.size(), t.extent()), (48, 56));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn vector(count: impl Integer, blocklength: impl Integer, stride: impl Integer, old: &Datatype) -> Result<Datatype> {
         let (count, blocklength, stride) = (int("count", count)?, int("blocklength", blocklength)?, int("stride", stride)?);
@@ -453,10 +453,10 @@ impl Datatype {
     /// stride in bytes.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::hvector(4, 1, 32, &Datatype::double())?;
     /// assert_eq!((t.size(), t.extent()), (32, 104));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn hvector(
         count: impl Integer,
@@ -493,10 +493,10 @@ impl Datatype {
     /// `displacements[i]` extents of `old`.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::indexed(&[3, 1], &[4, 0], &Datatype::int())?;
     /// assert_eq!((t.size(), t.lb(), t.extent()), (16, 0, 28));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn indexed<B: Integer, D: Integer>(blocklengths: &[B], displacements: &[D], old: &Datatype) -> Result<Datatype> {
         let (blocklengths, displacements) = (&ints("blocklength", blocklengths)?, &ints("displacement", displacements)?);
@@ -514,7 +514,7 @@ impl Datatype {
     /// displacements in bytes.
     ///
     /// ```
-    /// use mpx_core::{unpack, Datatype, Region};
+    /// use mpx::{unpack, Datatype, Region};
     /// // Two ints at byte 0 and one at byte 20.
     /// let t = Datatype::hindexed(&[2, 1], &[0, 20], &Datatype::int())?;
     /// assert_eq!((t.size(), t.extent()), (12, 24));
@@ -522,7 +522,7 @@ impl Datatype {
     /// let mut picked = [0i32; 3];
     /// unpack(&t.pack_to_vec(Region::of(&v), 1)?, &mut 0, &mut picked)?;
     /// assert_eq!(picked, [0, 1, 5]);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn hindexed<B: Integer, D: Integer>(blocklengths: &[B], displacements_bytes: &[D], old: &Datatype) -> Result<Datatype> {
         let blocklengths = &ints("blocklength", blocklengths)?;
@@ -539,7 +539,7 @@ impl Datatype {
     /// displacements in extents of `old`.
     ///
     /// ```
-    /// use mpx_core::{unpack, Datatype, Region};
+    /// use mpx::{unpack, Datatype, Region};
     /// // Pairs of ints starting at elements 0 and 5.
     /// let t = Datatype::indexed_block(2, &[0, 5], &Datatype::int())?;
     /// assert_eq!((t.size(), t.extent()), (16, 28));
@@ -547,7 +547,7 @@ impl Datatype {
     /// let mut picked = [0i32; 4];
     /// unpack(&t.pack_to_vec(Region::of(&v), 1)?, &mut 0, &mut picked)?;
     /// assert_eq!(picked, [0, 1, 5, 6]);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn indexed_block<D: Integer>(blocklength: impl Integer, displacements: &[D], old: &Datatype) -> Result<Datatype> {
         let (blocklength, displacements) = (int("blocklength", blocklength)?, &ints("displacement", displacements)?);
@@ -566,12 +566,12 @@ impl Datatype {
     /// displacements in bytes.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// // Pairs of floats at bytes 0 and 16.
     /// let t = Datatype::hindexed_block(2, &[0, 16], &Datatype::float())?;
     /// assert_eq!((t.size(), t.true_extent(), t.extent()), (16, 24, 24));
     /// assert!(Datatype::hindexed_block(-1, &[0], &Datatype::float()).is_err());
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn hindexed_block<D: Integer>(
         blocklength: impl Integer,
@@ -620,7 +620,7 @@ impl Datatype {
     /// [`Datatype::ub_marker`] entries set the MPI-1 bound markers.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// // The standard's example: {(lb,-3), (int,0), (ub,6)} has extent 9.
     /// let t = Datatype::structure(
     ///     &[1, 1, 1], &[-3, 0, 6],
@@ -628,7 +628,7 @@ impl Datatype {
     /// assert_eq!((t.lb(), t.extent()), (-3, 9));
     /// let two = Datatype::contiguous(2, &t)?;
     /// assert_eq!((two.lb(), two.ub(), two.size()), (-3, 15, 8));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn structure<B: Integer, D: Integer>(
         blocklengths: &[B],
@@ -661,10 +661,10 @@ impl Datatype {
     /// replaced by `lb` and `lb + extent`.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::resized(-8, 24, &Datatype::double())?;
     /// assert_eq!((t.lb(), t.ub(), t.true_lb(), t.true_extent()), (-8, 16, 0, 8));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn resized(lb: impl Integer, extent: impl Integer, old: &Datatype) -> Result<Datatype> {
         let (lb, extent) = (int("lb", lb)?, int("extent", extent)?);
@@ -680,10 +680,10 @@ impl Datatype {
     /// [`Datatype::MAX_DEPTH`] levels deep.
     ///
     /// ```
-    /// use mpx_core::{Combiner, Datatype};
+    /// use mpx::{Combiner, Datatype};
     /// let d = Datatype::double().dup()?;
     /// assert_eq!((d.size(), d.envelope().combiner), (8, Combiner::Dup));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn dup(&self) -> Result<Datatype> {
         Datatype::build(Ctor::Dup(self.clone()), self.0.layout, self.signature())
@@ -704,11 +704,11 @@ impl Datatype {
     /// its basic entries).
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// // Three doubles spread over 40 bytes: the gaps are not data.
     /// let t = Datatype::vector(3, 1, 2, &Datatype::double())?;
     /// assert_eq!((t.size(), t.extent()), (24, 40));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn size(&self) -> u64 {
         self.0.layout.size
@@ -722,11 +722,11 @@ impl Datatype {
     /// The lower bound (`MPI_Type_get_extent`).
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// // One int at element 2: the type starts 8 bytes after its origin.
     /// let t = Datatype::indexed(&[1], &[2], &Datatype::int())?;
     /// assert_eq!((t.lb(), t.ub()), (8, 12));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn lb(&self) -> i64 {
         self.0.layout.lb
@@ -735,11 +735,11 @@ impl Datatype {
     /// The upper bound.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// // Ints at bytes 0 and 12: the last one ends at byte 16.
     /// let t = Datatype::vector(2, 1, 3, &Datatype::int())?;
     /// assert_eq!((t.lb(), t.ub()), (0, 16));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn ub(&self) -> i64 {
         self.0.layout.ub
@@ -748,12 +748,12 @@ impl Datatype {
     /// `ub - lb`: the distance between consecutive items.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::vector(3, 1, 2, &Datatype::double())?;
     /// assert_eq!(t.extent(), 40);
     /// // The second of two items starts one extent after the first.
     /// assert_eq!(Datatype::contiguous(2, &t)?.extent(), 80);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn extent(&self) -> i64 {
         self.0.layout.extent()
@@ -763,11 +763,11 @@ impl Datatype {
     /// a basic entry, ignoring markers (0 if there is none).
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// // An int at byte 16 of a type resized to start at 0.
     /// let t = Datatype::resized(0, 32, &Datatype::hindexed(&[1], &[16], &Datatype::int())?)?;
     /// assert_eq!((t.lb(), t.true_lb()), (0, 16));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn true_lb(&self) -> i64 {
         self.0.layout.data.map_or(0, |(lo, _)| lo)
@@ -777,11 +777,11 @@ impl Datatype {
     /// there is none).
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::resized(0, 16, &Datatype::int())?;
     /// assert_eq!((t.extent(), t.true_extent()), (16, 4));
     /// assert_eq!(Datatype::contiguous(0, &t)?.true_extent(), 0);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn true_extent(&self) -> i64 {
         // Fits: checked when the layout was built.
@@ -791,11 +791,11 @@ impl Datatype {
     /// Number of basic elements in one item (a pair type counts two).
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let pairs = Datatype::contiguous(3, &Datatype::named("double_int").unwrap())?;
     /// assert_eq!(pairs.num_elements(), 6);
     /// assert_eq!(Datatype::lb_marker().num_elements(), 0);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn num_elements(&self) -> u64 {
         self.0.layout.elements
@@ -809,11 +809,11 @@ impl Datatype {
     /// The predefined type this is, if it is one (not a duplicate of one).
     ///
     /// ```
-    /// use mpx_core::{Basic, Datatype, Predefined};
+    /// use mpx::{Basic, Datatype, Predefined};
     /// let d = Datatype::double();
     /// assert_eq!(d.as_predefined(), Some(Predefined::Basic(Basic::Double)));
     /// assert_eq!(d.dup()?.as_predefined(), None);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn as_predefined(&self) -> Option<Predefined> {
         match self.0.ctor {
@@ -840,7 +840,7 @@ impl Datatype {
     /// arrived.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::named("double_int").unwrap(); // 12 bytes of data
     /// assert_eq!(t.get_count(24), Some(2));
     /// assert_eq!(t.get_count(20), None);
@@ -876,7 +876,7 @@ impl fmt::Debug for Datatype {
 ///
 /// ```
 /// let xs = [1.0f64, 2.0];
-/// assert_eq!(mpx_core::address_of(&xs[1]) - mpx_core::address_of(&xs[0]), 8);
+/// assert_eq!(mpx::address_of(&xs[1]) - mpx::address_of(&xs[0]), 8);
 /// ```
 pub fn address_of<T: ?Sized>(value: &T) -> i64 {
     (value as *const T as *const u8).expose_provenance() as i64

@@ -50,12 +50,12 @@ fn pow(mut b: u64, mut e: u64) -> u64 {
 /// of their sequence.
 ///
 /// ```
-/// use mpx_core::Datatype;
+/// use mpx::Datatype;
 /// let two = Datatype::contiguous(2, &Datatype::double())?;
 /// let other = Datatype::vector(2, 1, 5, &Datatype::double())?;
 /// assert_eq!(two.signature(), other.signature()); // same sequence of basic types
 /// assert_ne!(two.signature(), Datatype::contiguous(2, &Datatype::int())?.signature());
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Signature {

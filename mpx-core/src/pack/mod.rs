@@ -25,7 +25,7 @@
 //! packs append to one buffer, several unpacks consume it in order.
 //!
 //! ```
-//! use mpx_core::{pack, unpack, Datatype, Region};
+//! use mpx::{pack, unpack, Datatype, Region};
 //! let mut buf = vec![0u8; 64];
 //! let mut pos = 0;
 //! pack(&[1u32, 2], &mut buf, &mut pos)?;
@@ -37,7 +37,7 @@
 //! unpack(&buf, &mut pos, &mut ints)?;
 //! unpack(&buf, &mut pos, &mut x)?;
 //! assert_eq!((ints, x), ([1, 2], [3.5]));
-//! # Ok::<(), mpx_core::Error>(())
+//! # Ok::<(), mpx::Error>(())
 //! ```
 //!
 //! # The engine
@@ -89,14 +89,14 @@ use crate::mpi_type::MpiType;
 /// origin (displacement 0) within them.
 ///
 /// ```
-/// use mpx_core::{Datatype, Region};
+/// use mpx::{Datatype, Region};
 /// // A type whose only entry is 8 bytes *before* its origin.
 /// let t = Datatype::hindexed(&[1], &[-8], &Datatype::double())?;
 /// let mem = [0u8; 16];
 /// let region = Region::with_origin(&mem, 8)?;
 /// assert_eq!(t.pack_to_vec(region, 1)?.len(), 8);
 /// assert!(t.pack_to_vec(Region::new(&mem), 1).is_err()); // would read before the buffer
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Region<'a> {
@@ -115,13 +115,13 @@ unsafe impl Sync for Region<'_> {}
 /// origin within them. See [`Region`].
 ///
 /// ```
-/// use mpx_core::{Datatype, RegionMut};
+/// use mpx::{Datatype, RegionMut};
 /// let every_other = Datatype::vector(3, 1, 2, &Datatype::double())?;
 /// let packed: Vec<u8> = [1.0f64, 2.0, 3.0].iter().flat_map(|x| x.to_ne_bytes()).collect();
 /// let mut v = [-1.0f64; 5];
 /// every_other.unpack_from(&packed, &mut 0, RegionMut::of(&mut v), 1)?;
 /// assert_eq!(v, [1.0, -1.0, 2.0, -1.0, 3.0]); // the gaps are not written
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct RegionMut<'a> {
@@ -148,11 +148,11 @@ impl<'a> Region<'a> {
     /// `bytes` with the origin at its first byte.
     ///
     /// ```
-    /// use mpx_core::{Datatype, MpiType, Region};
+    /// use mpx::{Datatype, MpiType, Region};
     /// let bytes = [1u8, 2, 3, 4, 5];
     /// let every_other = Datatype::vector(3, 1, 2, &u8::datatype())?;
     /// assert_eq!(every_other.pack_to_vec(Region::new(&bytes), 1)?, [1, 3, 5]);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn new(bytes: &'a [u8]) -> Region<'a> {
         Region { ptr: bytes.as_ptr(), len: bytes.len(), origin: 0, _borrow: PhantomData }
@@ -161,13 +161,13 @@ impl<'a> Region<'a> {
     /// `bytes` with the origin at `bytes[origin]` (`origin <= bytes.len()`).
     ///
     /// ```
-    /// use mpx_core::{Datatype, Region};
+    /// use mpx::{Datatype, Region};
     /// // One int, one element before the origin.
     /// let t = Datatype::indexed(&[1], &[-1], &Datatype::int())?;
     /// let mem: Vec<u8> = [7i32, 8].iter().flat_map(|x| x.to_ne_bytes()).collect();
     /// assert_eq!(t.pack_to_vec(Region::with_origin(&mem, 4)?, 1)?, 7i32.to_ne_bytes());
     /// assert!(Region::with_origin(&mem, 9).is_err()); // past the end
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn with_origin(bytes: &'a [u8], origin: usize) -> Result<Region<'a>> {
         check_origin(origin, bytes.len())?;
@@ -177,12 +177,12 @@ impl<'a> Region<'a> {
     /// The bytes of a plain-old-data slice, origin at its start.
     ///
     /// ```
-    /// use mpx_core::{Datatype, Region};
+    /// use mpx::{Datatype, Region};
     /// let v = [1.0f64, 2.0, 3.0];
     /// let ends = Datatype::vector(2, 1, 2, &Datatype::double())?; // elements 0 and 2
     /// let packed = ends.pack_to_vec(Region::of(&v), 1)?;
     /// assert_eq!(packed, [1.0f64, 3.0].iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>());
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn of<T: bytemuck::Pod>(values: &'a [T]) -> Region<'a> {
         Region::new(bytemuck::cast_slice(values))
@@ -219,12 +219,12 @@ impl<'a> RegionMut<'a> {
     /// `bytes` with the origin at its first byte.
     ///
     /// ```
-    /// use mpx_core::{Datatype, MpiType, RegionMut};
+    /// use mpx::{Datatype, MpiType, RegionMut};
     /// let mut bytes = [0u8; 5];
     /// let every_other = Datatype::vector(3, 1, 2, &u8::datatype())?;
     /// every_other.unpack_from(&[7, 8, 9], &mut 0, RegionMut::new(&mut bytes), 1)?;
     /// assert_eq!(bytes, [7, 0, 8, 0, 9]); // the gaps are not written
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn new(bytes: &'a mut [u8]) -> RegionMut<'a> {
         RegionMut { ptr: bytes.as_mut_ptr(), len: bytes.len(), origin: 0, _borrow: PhantomData }
@@ -233,14 +233,14 @@ impl<'a> RegionMut<'a> {
     /// `bytes` with the origin at `bytes[origin]` (`origin <= bytes.len()`).
     ///
     /// ```
-    /// use mpx_core::{Datatype, RegionMut};
+    /// use mpx::{Datatype, RegionMut};
     /// // One int, one element before the origin.
     /// let t = Datatype::indexed(&[1], &[-1], &Datatype::int())?;
     /// let mut mem = [0u8; 8];
     /// t.unpack_from(&5i32.to_ne_bytes(), &mut 0, RegionMut::with_origin(&mut mem, 4)?, 1)?;
     /// assert_eq!(mem[..4], 5i32.to_ne_bytes());
     /// assert!(t.unpack_from(&5i32.to_ne_bytes(), &mut 0, RegionMut::new(&mut mem), 1).is_err());
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn with_origin(bytes: &'a mut [u8], origin: usize) -> Result<RegionMut<'a>> {
         check_origin(origin, bytes.len())?;
@@ -251,12 +251,12 @@ impl<'a> RegionMut<'a> {
     /// at its start.
     ///
     /// ```
-    /// use mpx_core::{MpiType, RegionMut};
+    /// use mpx::{MpiType, RegionMut};
     /// let packed: Vec<u8> = [7u32, 8, 9].iter().flat_map(|x| x.to_ne_bytes()).collect();
     /// let (mut v, mut position) = ([0u32; 3], 0);
     /// u32::datatype().unpack_from(&packed, &mut position, RegionMut::of(&mut v), 3)?;
     /// assert_eq!((v, position), ([7, 8, 9], 12));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn of<T: bytemuck::Pod>(values: &'a mut [T]) -> RegionMut<'a> {
         RegionMut::new(bytemuck::cast_slice_mut(values))
@@ -377,7 +377,7 @@ fn room(buf_len: usize, position: usize, needed: usize, reading: bool) -> Result
 /// the receiver converts.
 ///
 /// ```
-/// use mpx_core::Repr;
+/// use mpx::Repr;
 /// assert_eq!(Repr::default(), Repr::Native);
 /// assert_eq!(Repr::External32 as u8, 1); // its byte on the wire
 /// ```
@@ -396,9 +396,9 @@ impl Datatype {
     /// items occupy when packed.
     ///
     /// ```
-    /// let t = mpx_core::Datatype::named("short_int").unwrap();
+    /// let t = mpx::Datatype::named("short_int").unwrap();
     /// assert_eq!(t.pack_size(3)?, 18);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn pack_size(&self, count: u64) -> Result<usize> {
         total(self.size(), count)
@@ -408,9 +408,9 @@ impl Datatype {
     ///
     /// ```
     /// // A `long` is 8 bytes here and 4 in external32.
-    /// let t = mpx_core::Datatype::named("long").unwrap();
+    /// let t = mpx::Datatype::named("long").unwrap();
     /// assert_eq!((t.pack_size(3)?, t.pack_external_size(3)?), (24, 12));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn pack_external_size(&self, count: u64) -> Result<usize> {
         total(self.external32_size(), count)
@@ -512,7 +512,7 @@ impl Datatype {
     /// `*position`, and advances `*position`.
     ///
     /// ```
-    /// use mpx_core::{Datatype, Region};
+    /// use mpx::{Datatype, Region};
     /// let column = Datatype::vector(3, 1, 3, &Datatype::double())?;
     /// let matrix: Vec<f64> = (0..9).map(f64::from).collect();
     /// let mut out = vec![0u8; column.pack_size(1)?];
@@ -520,7 +520,7 @@ impl Datatype {
     /// column.pack_into(Region::of(&matrix), 1, &mut out, &mut pos)?;
     /// let col: Vec<f64> = out.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect();
     /// assert_eq!(col, [0.0, 3.0, 6.0]);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn pack_into(&self, src: Region<'_>, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
         self.pack_impl(Repr::Native, src, count, out, position)
@@ -529,14 +529,14 @@ impl Datatype {
     /// Packs `count` items from `src` into a new buffer.
     ///
     /// ```
-    /// use mpx_core::{unpack, Datatype, Region};
+    /// use mpx::{unpack, Datatype, Region};
     /// let matrix: Vec<i32> = (0..6).collect(); // 2 rows of 3
     /// let column = Datatype::vector(2, 1, 3, &Datatype::int())?;
     /// let packed = column.pack_to_vec(Region::of(&matrix[1..]), 1)?; // column 1
     /// let mut values = [0i32; 2];
     /// unpack(&packed, &mut 0, &mut values)?;
     /// assert_eq!(values, [1, 4]);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn pack_to_vec(&self, src: Region<'_>, count: u64) -> Result<Vec<u8>> {
         // Check the source first: a count the region cannot hold must not
@@ -576,7 +576,7 @@ impl Datatype {
     /// written.
     ///
     /// ```
-    /// use mpx_core::{pack, Datatype, RegionMut};
+    /// use mpx::{pack, Datatype, RegionMut};
     /// let mut buf = [0u8; 12];
     /// let mut pos = 0;
     /// pack(&[7i32], &mut buf, &mut pos)?;
@@ -585,7 +585,7 @@ impl Datatype {
     /// Datatype::int().unpack_from(&buf, &mut pos, RegionMut::of(&mut n), 1)?;
     /// Datatype::double().unpack_from(&buf, &mut pos, RegionMut::of(&mut x), 1)?;
     /// assert_eq!((n, x, pos), ([7], [0.5], 12));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn unpack_from(&self, inbuf: &[u8], position: &mut usize, dst: RegionMut<'_>, count: u64) -> Result<()> {
         self.unpack_impl(Repr::Native, inbuf, position, dst, count)
@@ -597,12 +597,12 @@ impl Datatype {
     /// 32 bits) is an [`Error::Conversion`].
     ///
     /// ```
-    /// use mpx_core::{Datatype, Region};
+    /// use mpx::{Datatype, Region};
     /// let t = Datatype::named("int").unwrap();
     /// let mut out = [0u8; 4];
     /// t.pack_external(Region::of(&[0x01020304i32]), 1, &mut out, &mut 0)?;
     /// assert_eq!(out, [1, 2, 3, 4]);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn pack_external(&self, src: Region<'_>, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
         self.pack_impl(Repr::External32, src, count, out, position)
@@ -611,13 +611,13 @@ impl Datatype {
     /// `MPI_Unpack_external("external32", ...)`.
     ///
     /// ```
-    /// use mpx_core::{Datatype, RegionMut};
+    /// use mpx::{Datatype, RegionMut};
     /// let int = Datatype::named("int").unwrap();
     /// let external = [0x00, 0x00, 0x01, 0x02, 0xff, 0xff, 0xff, 0xfe]; // big-endian
     /// let (mut values, mut pos) = ([0i32; 2], 0);
     /// int.unpack_external(&external, &mut pos, RegionMut::of(&mut values), 2)?;
     /// assert_eq!((values, pos), ([0x0102, -2], 8));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn unpack_external(&self, inbuf: &[u8], position: &mut usize, dst: RegionMut<'_>, count: u64) -> Result<()> {
         self.unpack_impl(Repr::External32, inbuf, position, dst, count)
@@ -672,14 +672,14 @@ impl Datatype {
     /// must not be written concurrently; the entries must be initialised.
     ///
     /// ```
-    /// use mpx_core::{address_of, Datatype};
+    /// use mpx::{address_of, Datatype};
     /// let (a, b) = (7i32, 2.5f64);
     /// let t = Datatype::structure(&[1, 1], &[address_of(&a), address_of(&b)],
     ///                             &[Datatype::int(), Datatype::double()])?;
     /// let mut out = vec![0u8; t.pack_size(1)?];
     /// unsafe { t.pack_from_bottom(1, &mut out, &mut 0)? };
     /// assert_eq!(&out[..4], &7i32.to_ne_bytes());
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub unsafe fn pack_from_bottom(&self, count: u64, out: &mut [u8], position: &mut usize) -> Result<()> {
         // SAFETY: `room` proved that `needed` bytes fit at `*position` in `out`,
@@ -746,8 +746,8 @@ impl Datatype {
 ///
 /// ```
 /// let mut out = [0u8; 8];
-/// mpx_core::pack(&[1u16, 2, 3, 4], &mut out, &mut 0)?;
-/// # Ok::<(), mpx_core::Error>(())
+/// mpx::pack(&[1u16, 2, 3, 4], &mut out, &mut 0)?;
+/// # Ok::<(), mpx::Error>(())
 /// ```
 pub fn pack<T: MpiType>(src: &[T], out: &mut [u8], position: &mut usize) -> Result<()> {
     // SAFETY: read through `T`'s own datatype.
@@ -762,8 +762,8 @@ pub fn pack<T: MpiType>(src: &[T], out: &mut [u8], position: &mut usize) -> Resu
 /// ```
 /// let bytes = [1u8, 0, 7];
 /// let mut flags = [false; 3];
-/// let err = mpx_core::unpack(&bytes, &mut 0, &mut flags).unwrap_err();
-/// assert!(matches!(err, mpx_core::Error::InvalidValue { item: 2, .. }));
+/// let err = mpx::unpack(&bytes, &mut 0, &mut flags).unwrap_err();
+/// assert!(matches!(err, mpx::Error::InvalidValue { item: 2, .. }));
 /// assert_eq!(flags, [false; 3]);
 /// ```
 pub fn unpack<T: MpiType>(inbuf: &[u8], position: &mut usize, dst: &mut [T]) -> Result<()> {

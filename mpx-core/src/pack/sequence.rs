@@ -35,12 +35,12 @@ impl TypeSequence {
     /// The sequence of `count` items of `datatype`.
     ///
     /// ```
-    /// use mpx_core::{pack::TypeSequence, Datatype};
+    /// use mpx::{pack::TypeSequence, Datatype};
     /// let pair = Datatype::structure(&[1, 2], &[0, 8], &[Datatype::int(), Datatype::double()])?.commit();
     /// let seq = TypeSequence::of(&pair, 10);
     /// assert_eq!(seq.elements(), Some(30));
     /// assert_eq!(seq.signature(), pair.signature().repeat(10));
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn of(datatype: &Datatype, count: u64) -> TypeSequence {
         let mut runs: Vec<(Basic, u64)> = Vec::new();

@@ -14,14 +14,14 @@ impl Datatype {
     /// the cost out of the first pack or send.
     ///
     /// ```
-    /// use mpx_core::{Datatype, Region};
+    /// use mpx::{Datatype, Region};
     /// // Compiled here, not in the first pack.
     /// let column = Datatype::vector(4, 1, 4, &Datatype::int())?.commit();
     /// let m: Vec<i32> = (0..16).collect();
     /// let packed = column.pack_to_vec(Region::of(&m[2..]), 1)?;
     /// assert_eq!(packed.len(), 16);
     /// assert_eq!(packed[4..8], 6i32.to_ne_bytes());
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn commit(self) -> Datatype {
         self.programs();
@@ -47,13 +47,13 @@ impl Datatype {
     /// of elements; stop early by returning [`ControlFlow::Break`].
     ///
     /// ```
-    /// use mpx_core::{Basic, Datatype};
+    /// use mpx::{Basic, Datatype};
     /// use std::ops::ControlFlow;
     /// let t = Datatype::vector(2, 1, 3, &Datatype::named("short_int").unwrap())?;
     /// let mut entries = vec![];
     /// t.for_each_entry(|b, d| { entries.push((b, d)); ControlFlow::<()>::Continue(()) });
     /// assert_eq!(entries, [(Basic::Short, 0), (Basic::Int, 4), (Basic::Short, 24), (Basic::Int, 28)]);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn for_each_entry<B>(&self, f: impl FnMut(Basic, i64) -> ControlFlow<B>) -> Option<B> {
         self.programs().typed.for_each_element(f)
@@ -91,7 +91,7 @@ impl Datatype {
     /// `bytes` bytes of this type, counting those of a partial last item.
     ///
     /// ```
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// let t = Datatype::named("double_int").unwrap();
     /// assert_eq!(t.get_elements(20), 3); // one pair and a double
     /// ```

@@ -250,10 +250,10 @@ impl Frame {
     /// the payload as two chunks).
     ///
     /// ```
-    /// use mpx_core::proto::wire::{Frame, Header, Kind};
+    /// use mpx::proto::wire::{Frame, Header, Kind};
     /// let f = Frame::control(Header { data_len: 4096, ..Header::control(Kind::Credit, 3) });
     /// assert_eq!(Frame::decode(f.to_bytes())?, f);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn to_bytes(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(self.wire_len());
@@ -279,7 +279,7 @@ impl Frame {
 ///
 /// ```
 /// use bytes::BytesMut;
-/// use mpx_core::proto::wire::{Decoder, Frame, Header, Kind};
+/// use mpx::proto::wire::{Decoder, Frame, Header, Kind};
 /// let f = Frame { header: Header::control(Kind::Eager, 1), payload: "hi".into() };
 /// let mut stream = BytesMut::new();
 /// stream.extend_from_slice(&f.encode_header());
@@ -288,7 +288,7 @@ impl Frame {
 /// stream.extend_from_slice(&f.payload);
 /// assert_eq!(decoder.decode(&mut stream)?, Some(f));
 /// assert!(stream.is_empty());
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Decoder {
@@ -348,7 +348,7 @@ impl Decoder {
 ///
 /// ```
 /// use bytes::Bytes;
-/// use mpx_core::proto::wire::{ChunkDecoder, Frame, Header, Kind};
+/// use mpx::proto::wire::{ChunkDecoder, Frame, Header, Kind};
 /// let data = Frame { header: Header { seq: 100, data_len: 110, ..Header::control(Kind::RndvData, 1) }, payload: Bytes::from(vec![7u8; 10]) };
 /// let stream = data.to_bytes();
 /// let mut decoder = ChunkDecoder::new(1024);
@@ -363,7 +363,7 @@ impl Decoder {
 /// assert_eq!((frames[0].header.seq, frames[0].payload.len()), (100, 4));
 /// assert_eq!((frames[1].header.seq, frames[1].payload.len()), (104, 6));
 /// assert!(decoder.is_idle());
-/// # Ok::<(), mpx_core::Error>(())
+/// # Ok::<(), mpx::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct ChunkDecoder {

@@ -18,9 +18,9 @@ pub(crate) fn progress_endpoint<'r, R: Operation + 'r>(requests: impl IntoIterat
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |world| async move {
-/// use mpx_core::{RequestSet, Tested};
+/// use mpx::{RequestSet, Tested};
 /// let mut set = RequestSet::new();
 /// assert!(matches!(set.test_some(), Tested::Inactive), "no request in the set");
 /// set.push(world.recv::<u8>(0, 0));
@@ -46,9 +46,9 @@ pub enum Tested<T> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
-/// use mpx_core::wait_all;
+/// use mpx::wait_all;
 /// let other = 1 - comm.rank();
 /// let mut inbox = [[0u8; 2]; 3];
 /// let recvs = wait_all(inbox.iter_mut().enumerate().map(|(tag, b)| comm.irecv(b, other, tag as i32)));
@@ -68,9 +68,9 @@ pub enum Tested<T> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |world| async move {
-/// use mpx_core::wait_all;
+/// use mpx::wait_all;
 /// let mut slots = [None, Some(world.isend(&1u8, 0, 0))];
 /// let outcomes = wait_all(&mut slots).await;
 /// assert!(outcomes[0].is_none() && outcomes[1].as_ref().is_some_and(|r| r.is_ok()));

@@ -9,7 +9,7 @@
 //! its buffer is free at once and its request is `'static`):
 //!
 //! ```compile_fail
-//! # async fn f(comm: mpx_core::Comm) {
+//! # async fn f(comm: mpx::Comm) {
 //! let mut inbox = vec![0u32; 4];
 //! let req = comm.irecv(&mut inbox, 1, 0);
 //! println!("{}", inbox[0]); // error: `inbox` is borrowed by the pending receive
@@ -39,7 +39,7 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> mpx_core::Result<()> {
+//! # async fn main() -> mpx::Result<()> {
 //! # mpx_net::loopback::launch(1, |world| async move {
 //! use futures::stream::{FuturesUnordered, StreamExt};
 //! let mut bufs = vec![[0u8; 1]; 3];
@@ -60,7 +60,7 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> mpx_core::Result<()> {
+//! # async fn main() -> mpx::Result<()> {
 //! # mpx_net::loopback::launch(1, |world| async move {
 //! use std::time::Duration;
 //! let (mut a, mut b) = ([0u8], [0u8]);
@@ -125,7 +125,7 @@ enum State<'a> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(2, |comm| async move {
 /// let other = 1 - comm.rank();
 /// let mut got = 0u32;
@@ -220,7 +220,7 @@ impl<'a> Request<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// let mut got = [0u32];
     /// let mut recv = comm.irecv(&mut got, 0, 0);
@@ -261,7 +261,7 @@ impl<'a> Request<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// let mut buf = [0u8; 4];
     /// let mut recv = comm.irecv(&mut buf, 0, 0);
@@ -292,7 +292,7 @@ impl<'a> Request<'a> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// comm.isend(&[1u8, 2], 0, 0).free(); // to itself: still delivered
     /// assert_eq!(comm.recv::<[u8; 2]>(0, 0).await?.0, [1, 2]);

@@ -75,9 +75,9 @@ type SetPoll<R> = Poll<Option<Vec<(usize, <R as Operation>::Output)>>>;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |world| async move {
-/// use mpx_core::request::RequestSet;
+/// use mpx::request::RequestSet;
 /// let (mut a, mut b) = ([0u32], [0u32]);
 /// let mut set = RequestSet::new();
 /// set.push(world.irecv(&mut a, 0, 1));
@@ -115,9 +115,9 @@ impl<R: Operation> RequestSet<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |world| async move {
-    /// use mpx_core::request::RequestSet;
+    /// use mpx::request::RequestSet;
     /// let (mut a, mut b) = (0u8, 0u8);
     /// let mut set = RequestSet::new();
     /// assert_eq!(set.push(world.irecv(&mut a, 0, 0)), 0);
@@ -149,9 +149,9 @@ impl<R: Operation> RequestSet<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |world| async move {
-    /// use mpx_core::request::RequestSet;
+    /// use mpx::request::RequestSet;
     /// let mut x = 0u8;
     /// let mut set = RequestSet::new();
     /// set.push(world.irecv(&mut x, 0, 0));
@@ -167,7 +167,7 @@ impl<R: Operation> RequestSet<R> {
     /// Whether the set has no slots.
     ///
     /// ```
-    /// use mpx_core::{request::RequestSet, Request};
+    /// use mpx::{request::RequestSet, Request};
     /// let mut set = RequestSet::new();
     /// assert!(set.is_empty());
     /// set.push(Request::inactive());
@@ -187,9 +187,9 @@ impl<R: Operation> RequestSet<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |world| async move {
-    /// use mpx_core::request::RequestSet;
+    /// use mpx::request::RequestSet;
     /// let mut bufs = [0u8; 10];
     /// let mut set = RequestSet::new();
     /// for (tag, b) in bufs.iter_mut().enumerate() {
@@ -281,9 +281,9 @@ impl<R: Operation> RequestSet<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |world| async move {
-    /// use mpx_core::request::RequestSet;
+    /// use mpx::request::RequestSet;
     /// let mut bufs = [0u8; 3];
     /// let mut set = RequestSet::new();
     /// for (tag, b) in bufs.iter_mut().enumerate() {
@@ -333,9 +333,9 @@ impl<R: Operation> RequestSet<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |world| async move {
-    /// use mpx_core::{RequestSet, Tested};
+    /// use mpx::{RequestSet, Tested};
     /// let mut set: RequestSet<_> = (0..2).map(|tag| world.recv::<u16>(0, tag)).collect();
     /// assert!(matches!(set.test_any(), Tested::Pending), "nothing sent yet");
     /// world.send(&500u16, 0, 1).await?;
@@ -365,9 +365,9 @@ impl<R: Operation> RequestSet<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |world| async move {
-    /// use mpx_core::RequestSet;
+    /// use mpx::RequestSet;
     /// let mut set: RequestSet<_> = (0..3).map(|tag| world.recv::<u8>(0, tag)).collect();
     /// for tag in [2, 0, 1] {
     ///     world.send(&(tag as u8 * 10), 0, tag).await?;
@@ -392,9 +392,9 @@ impl<R: Operation> RequestSet<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |world| async move {
-    /// use mpx_core::RequestSet;
+    /// use mpx::RequestSet;
     /// let mut set: RequestSet<_> = (0..2).map(|tag| world.recv::<u8>(0, tag)).collect();
     /// world.send(&1u8, 0, 0).await?;
     /// assert!(set.test_all().is_none(), "tag 1 is not sent yet");
@@ -418,9 +418,9 @@ impl<R: Operation> RequestSet<R> {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |world| async move {
-    /// use mpx_core::request::RequestSet;
+    /// use mpx::request::RequestSet;
     /// let mut x = 0u8;
     /// let mut set = RequestSet::new();
     /// let slot = set.push(world.irecv(&mut x, 0, 0));
@@ -441,9 +441,9 @@ impl<R: Operation> RequestSet<R> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |world| async move {
-/// use mpx_core::RequestSet;
+/// use mpx::RequestSet;
 /// let mut set: RequestSet<_> = (0..2).map(|tag| world.isend(&(tag as u8), 0, tag)).collect();
 /// set.extend([world.isend(&2u8, 0, 2)]); // a third slot
 /// assert_eq!(set.wait_all().await.len(), 3);

@@ -8,9 +8,9 @@ use crate::mpi_type::MpiType;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mpx_core::Result<()> {
+/// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx_core::Any;
+/// use mpx::Any;
 /// comm.send(&[1u16, 2, 3], 0, 4).await?; // to itself
 /// let mut buf = [0u16; 8];
 /// let status = comm.recv_into(&mut buf, Any, Any).await?;
@@ -42,9 +42,9 @@ impl Status {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
-    /// use mpx_core::{Status, PROC_NULL};
+    /// use mpx::{Status, PROC_NULL};
     /// let mut x = 5u32;
     /// let status = comm.recv_into(&mut x, PROC_NULL, 0).await?;
     /// assert_eq!(status, Status::empty());
@@ -58,7 +58,7 @@ impl Status {
     /// The status of a message from `source` with `tag` and `bytes` of data.
     ///
     /// ```
-    /// use mpx_core::Status;
+    /// use mpx::Status;
     /// let status = Status::of(2, 7, 24);
     /// assert_eq!((status.source, status.tag), (Some(2), Some(7)));
     /// assert_eq!(status.count::<f64>(), Some(3));
@@ -72,7 +72,7 @@ impl Status {
     /// `error` is set.
     ///
     /// ```
-    /// use mpx_core::{Error, Status};
+    /// use mpx::{Error, Status};
     /// let st = Status::from_outcome(Err(Error::TypeMismatch));
     /// assert_eq!(st.error, Some(Error::TypeMismatch));
     /// ```
@@ -85,9 +85,9 @@ impl Status {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
-    /// use mpx_core::Datatype;
+    /// use mpx::Datatype;
     /// comm.send(&[1.0f64, 2.0, 3.0][..], 0, 0).await?; // to itself
     /// let mut buf = [0.0f64; 4];
     /// let status = comm.recv_into(&mut buf[..], 0, 0).await?;
@@ -103,12 +103,12 @@ impl Status {
     /// `MPI_Get_elements`: basic elements received.
     ///
     /// ```
-    /// use mpx_core::{Datatype, Status};
+    /// use mpx::{Datatype, Status};
     /// let pair = Datatype::contiguous(2, &Datatype::double())?;
     /// let status = Status::of(0, 0, 40); // five doubles: two pairs and a half
     /// assert_eq!(status.get_count(&pair), None);
     /// assert_eq!(status.get_elements(&pair), 5);
-    /// # Ok::<(), mpx_core::Error>(())
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn get_elements(&self, datatype: &Datatype) -> u64 {
         datatype.get_elements(self.bytes)
@@ -118,7 +118,7 @@ impl Status {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
     /// if comm.rank() == 0 {
     ///     comm.send(&[1u32, 2, 3], 1, 0).await?;
@@ -138,7 +138,7 @@ impl Status {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// let mut buf = [0u8; 4];
     /// let mut recv = comm.irecv(&mut buf, 0, 0);

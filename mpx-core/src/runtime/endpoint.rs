@@ -233,7 +233,7 @@ impl Endpoint {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
     /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
     /// # let job = mpx_net::quic::JobCredential::generate(1)?;
@@ -258,7 +258,7 @@ impl Endpoint {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
     /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
     /// # let job = mpx_net::quic::JobCredential::generate(1)?;
@@ -304,7 +304,7 @@ impl Endpoint {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mpx_core::Result<()> {
+    /// # async fn main() -> mpx::Result<()> {
     /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
     /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
     /// # let job = mpx_net::quic::JobCredential::generate(1)?;
@@ -321,7 +321,7 @@ impl Endpoint {
     /// });
     /// done?;
     /// assert_eq!(got?.0.len(), 100_000);
-    /// assert_eq!(zero.world().send(&1u8, 1, 1).await, Err(mpx_core::Error::Finalized));
+    /// assert_eq!(zero.world().send(&1u8, 1, 1).await, Err(mpx::Error::Finalized));
     /// # Ok(()) }
     /// ```
     ///

@@ -32,7 +32,7 @@
 //! writer drains its queue, finishes its stream and waits until the peer
 //! has acknowledged all of it. A connection that breaks (an I/O error,
 //! QUIC's idle timeout: [`Options::idle_timeout`]) fails the peer with
-//! [`Error::ProcessFailed`](mpx_core::Error::ProcessFailed), whose source
+//! [`Error::ProcessFailed`], whose source
 //! is the transport error.
 //!
 //! ```
@@ -292,7 +292,7 @@ pub mod env {
     pub const CREDENTIAL: &str = "MPX_CREDENTIAL";
 }
 
-/// Starts this process's rank from the environment ([`env`]): its rank,
+/// Starts this process's rank from the environment ([`env`](mod@env)): its rank,
 /// every rank's address, and its credential; `Ok(None)` when `MPX_RANK`
 /// is not set (the process was not started as a rank). The rank listens on
 /// its own address's port on every interface of its family.

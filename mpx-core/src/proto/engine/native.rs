@@ -94,7 +94,7 @@ pub fn native_repr_id() -> u64 {
 /// big-endian machine with 4-byte `long`s, as a peer would announce it.
 ///
 /// ```
-/// use mpx_core::proto::engine::{native_repr_id, repr_id_with};
+/// use mpx::proto::engine::{native_repr_id, repr_id_with};
 /// let big_endian = cfg!(target_endian = "big");
 /// let long = std::mem::size_of::<std::ffi::c_long>();
 /// assert_eq!(repr_id_with(big_endian, long), native_repr_id());
