@@ -1,6 +1,11 @@
 //! 10,000 outstanding receives completed through a RequestSet: the work of
 //! each wait_some call follows what completed, not what is outstanding
 //! (counted in request polls, not in time).
+//!
+//! Over QUIC a waiting request's waker is also one of the (at most
+//! `ARRIVAL_WAKERS`) wakers the connection wakes on an arrival, so that the
+//! waiting task reads it itself: each arrival may cost that many extra
+//! polls, whatever the number outstanding.
 
 use mpx::RequestSet;
 
@@ -9,6 +14,9 @@ mod support;
 
 each_transport! {
 const OUTSTANDING: usize = 10_000;
+/// Slots an arrival may wake besides those it completes (QUIC's inlet
+/// remembers at most 8 waiting wakers).
+const ARRIVAL_WAKERS: usize = 8;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_some_work_follows_completions() {
@@ -43,7 +51,7 @@ async fn wait_some_work_follows_completions() {
                 let polls = set.polls() - before;
                 if first {
                     // The first call polls every new request once to register it.
-                    assert!(polls as usize <= OUTSTANDING + done.len());
+                    assert!(polls as usize <= OUTSTANDING + 2 * (done.len() + ARRIVAL_WAKERS), "{polls} polls");
                     first = false;
                 } else {
                     per_call.push((polls, done.len()));
@@ -67,7 +75,8 @@ async fn wait_some_work_follows_completions() {
     let polls: u64 = per_call.iter().map(|p| p.0).sum();
     let done: usize = per_call.iter().map(|p| p.1).sum();
     // Each call polls only the requests that were woken: about one per completion.
-    assert!(polls as usize <= 2 * done + per_call.len(), "{polls} polls for {done} completions in {} calls", per_call.len());
-    assert!(per_call.iter().all(|&(p, d)| p as usize <= 2 * d + 8), "a call polled far more than it completed");
+    let bound = 2 * done + (1 + ARRIVAL_WAKERS) * per_call.len();
+    assert!(polls as usize <= bound, "{polls} polls for {done} completions in {} calls", per_call.len());
+    assert!(per_call.iter().all(|&(p, d)| p as usize <= 2 * (d + ARRIVAL_WAKERS)), "a call polled far more than it completed");
 }
 }

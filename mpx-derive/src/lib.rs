@@ -426,6 +426,10 @@ fn expand_struct(input: &DeriveInput, data: &DataStruct, repr: &Repr, krate: &Pa
         .zip(&offsets)
         .map(|(t, off)| quote!((!#t::NEEDS_VALIDATION || #t::is_valid(ptr.add(#off)))))
         .collect();
+    // SAFETY (of the generated block): `is_valid`'s caller guarantees that
+    // `ptr` points at `size_of::<Self>()` readable bytes, and each field's
+    // offset lies inside them with room for the field, so each field's own
+    // `is_valid` gets a pointer that meets the same contract.
     let is_valid_body = if checks.is_empty() { quote!(true) } else { quote!(unsafe { #(#checks)&&* }) };
 
     // Layout facts the typemap relies on, checked at compile time: in a
@@ -542,6 +546,10 @@ fn expand_enum(input: &DeriveInput, data: &DataEnum, repr: &Repr, krate: &Path) 
     let is_valid_body = if consts.is_empty() {
         quote!(false)
     } else {
+        // SAFETY (of the generated read): `is_valid`'s caller guarantees
+        // that `ptr` points at `size_of::<Self>()` readable bytes, which for
+        // an enum with `#[repr(int)]` and no data is one `int`; the read is
+        // unaligned, so any address will do.
         quote! {
             #(const #consts: #int = #name::#variants as #int;)*
             match unsafe { ::core::ptr::read_unaligned(ptr.cast::<#int>()) } {
