@@ -94,6 +94,17 @@ impl Options {
     /// Frames travel as values, so a rendezvous chunk costs a pointer move
     /// however large: chunks are 64 MiB, and messages up to that size reach
     /// the receiver without a copy.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// use mpx_net::loopback::{launch_with, Options};
+    /// let options = Options::ranks(3);
+    /// assert!(!options.wire, "frames travel as values");
+    /// let ranks = launch_with(options, |comm| async move { Ok((comm.rank(), comm.size())) }).await?;
+    /// assert_eq!(ranks, [(0, 3), (1, 3), (2, 3)]);
+    /// # Ok(()) }
+    /// ```
     pub fn ranks(ranks: usize) -> Options {
         let engine = Config { rndv_chunk: 64 << 20, ..Config::default() };
         Options { ranks, engine, link_capacity: 16 << 20, wire: false }
@@ -104,6 +115,22 @@ impl Options {
     /// links of 256 KiB, typed data in external32 as between heterogeneous
     /// peers, and a 30-second idle timeout, so idle links carry pings and
     /// the driver runs the engine's timers.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx_core::Result<()> {
+    /// use mpx_net::loopback::{launch_with, Options};
+    /// let options = Options::network_like(2);
+    /// assert!(options.wire && options.engine.repr == mpx_core::Repr::External32);
+    /// let got = launch_with(options, |comm| async move {
+    ///     let other = 1 - comm.rank();
+    ///     comm.send(&[comm.rank() as i64; 3], other, 0).await?;
+    ///     Ok(comm.recv::<[i64; 3]>(other, 0).await?.0)
+    /// })
+    /// .await?;
+    /// assert_eq!(got, [[1; 3], [0; 3]]);
+    /// # Ok(()) }
+    /// ```
     pub fn network_like(ranks: usize) -> Options {
         let engine = Config {
             eager_threshold: 4096,
@@ -494,6 +521,25 @@ where
 }
 
 /// [`launch`] with explicit [`Options`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx_core::Result<()> {
+/// use mpx_net::loopback::{launch_with, Options};
+/// // Links of 4 KiB: a large message moves under flow control.
+/// let options = Options { link_capacity: 4096, ..Options::ranks(2) };
+/// let sums = launch_with(options, |comm| async move {
+///     if comm.rank() == 0 {
+///         comm.send(&vec![1u32; 100_000], 1, 0).await?;
+///         return Ok(0);
+///     }
+///     Ok(comm.recv_vec::<u32>(0, 0).await?.0.iter().sum::<u32>())
+/// })
+/// .await?;
+/// assert_eq!(sums, [0, 100_000]);
+/// assert!(launch_with(Options::ranks(0), |_| async { Ok(()) }).await.is_err(), "no ranks");
+/// # Ok(()) }
+/// ```
 ///
 /// # Cancel safety
 /// As [`launch`].

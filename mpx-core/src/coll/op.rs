@@ -303,6 +303,14 @@ impl<T: MpiType> Op<T> {
 
 impl<T> Op<T> {
     /// Whether contributions may be combined in any order.
+    ///
+    /// ```
+    /// use mpx::coll::{Op, SUM};
+    /// let sum: Op<i64> = SUM.into();
+    /// assert!(sum.is_commutative()); // every built-in is
+    /// let keep_first = Op::user(|a: &[i64], b: &mut [i64]| b.copy_from_slice(a), false);
+    /// assert!(!keep_first.is_commutative());
+    /// ```
     pub fn is_commutative(&self) -> bool {
         self.commutative
     }

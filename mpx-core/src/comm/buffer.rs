@@ -48,6 +48,19 @@ impl<'a> SendBuf<'a> {
     }
 
     /// A typed slice with its own datatype.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx::SendBuf;
+    /// let other = 1 - comm.rank();
+    /// let values = [comm.rank() as u32; 3];
+    /// // The same message as `&values`, as a SendBuf (for APIs that take one).
+    /// comm.send(SendBuf::typed(&values), other, 0).await?;
+    /// assert_eq!(comm.recv_vec::<u32>(other, 0).await?.0, [other as u32; 3]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn typed<T: MpiType>(values: &'a [T]) -> SendBuf<'a> {
         // SAFETY: the region is read through `T`'s own datatype.
         SendBuf { region: unsafe { Region::typed(values) }, count: values.len() as u64, datatype: T::datatype() }

@@ -309,6 +309,19 @@ impl Comm {
     /// Diagnostics: messages that have arrived at this rank and wait
     /// unmatched (over all communicators), and their data bytes. Eager data
     /// from each sender is bounded by the engine's credit.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// assert_eq!(comm.queued(), (0, 0));
+    /// comm.send(&[1u32, 2], 0, 0).await?; // to itself; nobody receives it yet
+    /// comm.probe(0, 0).await?; // it has arrived
+    /// assert_eq!(comm.queued(), (1, 8)); // one message of 8 data bytes
+    /// comm.recv::<[u32; 2]>(0, 0).await?;
+    /// assert_eq!(comm.queued(), (0, 0));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn queued(&self) -> (usize, u64) {
         let st = self.shared.lock();
         (st.engine.unexpected_len(), st.engine.unexpected_bytes())

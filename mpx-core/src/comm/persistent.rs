@@ -234,6 +234,19 @@ pub struct PersistentSend<'a, T> {
 
 impl<T: MpiType> PersistentSend<'_, T> {
     /// The buffer.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::Persistent;
+    /// let data = [1u16, 2, 3];
+    /// let mut send = comm.send_init(&data, 0, 0); // borrowed: read-only
+    /// assert_eq!(send.buffer(), &[1, 2, 3]);
+    /// send.start().await?; // to itself
+    /// assert_eq!(comm.recv::<[u16; 3]>(0, 0).await?.0, [1, 2, 3]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn buffer(&self) -> &[T] {
         match &self.buf {
             SendStorage::Borrowed(b) => b,
@@ -246,6 +259,21 @@ impl<T: MpiType> PersistentSend<'_, T> {
 impl<T: MpiType> PersistentSend<'static, T> {
     /// The owned buffer, to fill between starts (a `'static` borrowed
     /// buffer is copied into an owned one first).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::Persistent;
+    /// static ZEROS: [u32; 2] = [0; 2];
+    /// let mut send = comm.send_init(&ZEROS, 0, 0); // to itself
+    /// send.buffer_mut()[0] = 7; // copies ZEROS into an owned Vec first
+    /// send.buffer_mut().push(8); // a Vec: it can grow between starts
+    /// send.start().await?;
+    /// assert_eq!(comm.recv_vec::<u32>(0, 0).await?.0, [7, 0, 8]);
+    /// assert_eq!(ZEROS, [0, 0]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn buffer_mut(&mut self) -> &mut Vec<T> {
         if !matches!(self.buf, SendStorage::Owned(_)) {
             let owned = match self.buf {
@@ -261,6 +289,20 @@ impl<T: MpiType> PersistentSend<'static, T> {
     }
 
     /// Gives the owned buffer back.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::Persistent;
+    /// let mut send = comm.send_init(vec![0u8; 4], 0, 0); // to itself
+    /// send.buffer_mut().fill(9);
+    /// send.start().await?;
+    /// assert_eq!(comm.recv::<[u8; 4]>(0, 0).await?.0, [9; 4]);
+    /// let buffer: Vec<u8> = send.into_buffer(); // done: the Vec is free to reuse
+    /// assert_eq!(buffer, [9; 4]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn into_buffer(self) -> Vec<T> {
         match self.buf {
             SendStorage::Owned(v) => v,
@@ -287,6 +329,19 @@ pub struct PersistentRecv<'a, T> {
 
 impl<T: MpiType> PersistentRecv<'_, T> {
     /// The buffer, holding what the last completed start received.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::Persistent;
+    /// let mut recv = comm.recv_init(vec![0i32; 2], 0, 3);
+    /// assert_eq!(recv.buffer(), &[0, 0]); // nothing received yet
+    /// comm.send(&[-1i32, 1], 0, 3).await?; // to itself
+    /// recv.start().await?;
+    /// assert_eq!(recv.buffer(), &[-1, 1]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn buffer(&self) -> &[T] {
         match &self.buf {
             RecvStorage::Borrowed(b) => b,
@@ -296,6 +351,21 @@ impl<T: MpiType> PersistentRecv<'_, T> {
     }
 
     /// The buffer, writable between starts.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::Persistent;
+    /// let mut recv = comm.recv_init(vec![0u8; 3], 0, 0);
+    /// comm.send(&[1u8, 2, 3], 0, 0).await?; // to itself
+    /// recv.start().await?;
+    /// recv.buffer_mut().fill(0); // clear it between starts
+    /// comm.send(&[4u8], 0, 0).await?; // a shorter message
+    /// recv.start().await?;
+    /// assert_eq!(recv.buffer(), &[4, 0, 0]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn buffer_mut(&mut self) -> &mut [T] {
         match &mut self.buf {
             RecvStorage::Borrowed(b) => b,
@@ -342,16 +412,69 @@ impl Comm {
     }
 
     /// `MPI_Bsend_init`: as [`send_init`](Comm::send_init), buffered.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::{Error, Persistent, BSEND_OVERHEAD};
+    /// let mut send = comm.bsend_init(vec![0u64; 2], 0, 0); // to itself
+    /// assert!(matches!(send.start().await, Err(Error::BufferExhausted { .. })), "no buffer attached");
+    /// comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
+    /// for step in 1..=2u64 {
+    ///     send.buffer_mut().fill(step);
+    ///     send.start().await?; // copied into the attached buffer: complete at once
+    ///     assert_eq!(comm.recv::<[u64; 2]>(0, 0).await?.0, [step; 2]);
+    /// }
+    /// comm.buffer_detach().await?;
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn bsend_init<'a, T: Element>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
         self.persistent_send(buf, dest, tag, SendMode::Buffered)
     }
 
     /// `MPI_Ssend_init`: as [`send_init`](Comm::send_init), synchronous.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx::Persistent;
+    /// if comm.rank() == 0 {
+    ///     let mut send = comm.ssend_init(vec![0u8; 2], 1, 0);
+    ///     for step in 1..=2u8 {
+    ///         send.buffer_mut().fill(step);
+    ///         send.start().await?; // returns once rank 1's receive has matched it
+    ///     }
+    /// } else {
+    ///     for step in 1..=2u8 {
+    ///         assert_eq!(comm.recv::<[u8; 2]>(0, 0).await?.0, [step; 2]);
+    ///     }
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn ssend_init<'a, T: Element>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
         self.persistent_send(buf, dest, tag, SendMode::Synchronous)
     }
 
     /// `MPI_Rsend_init`: as [`send_init`](Comm::send_init), ready mode.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx::Persistent;
+    /// if comm.rank() == 0 {
+    ///     let mut send = comm.rsend_init(&[5i32, 6], 1, 0);
+    ///     comm.recv::<u8>(1, 1).await?; // rank 1's receive is posted
+    ///     send.start().await?;
+    /// } else {
+    ///     let recv = comm.recv::<[i32; 2]>(0, 0);
+    ///     comm.send(&0u8, 0, 1).await?; // tell rank 0 it is ready
+    ///     assert_eq!(recv.await?.0, [5, 6]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn rsend_init<'a, T: Element>(&self, buf: impl Into<SendStorage<'a, T>>, dest: impl Into<Peer>, tag: i32) -> PersistentSend<'a, T> {
         self.persistent_send(buf, dest, tag, SendMode::Ready)
     }

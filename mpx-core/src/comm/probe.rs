@@ -205,6 +205,20 @@ impl Message {
     }
 
     /// The message's status (source, tag, length); empty for PROC_NULL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::{Any, Status, PROC_NULL};
+    /// comm.send(&[1.5f32, 2.5, 3.5], 0, 4).await?; // to itself
+    /// let message = comm.mprobe(0, Any).await?;
+    /// let status = message.status();
+    /// assert_eq!((status.source, status.tag, status.count::<f32>()), (Some(0), Some(4), Some(3)));
+    /// message.recv_into(&mut [0.0f32; 3]).await?;
+    /// assert_eq!(comm.mprobe(PROC_NULL, Any).await?.status(), Status::empty());
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn status(&self) -> Status {
         match &self.matched {
             None => Status::empty(),
@@ -229,6 +243,20 @@ impl Message {
 
     /// `MPI_Imrecv` into any [`RecvData`]: starts receiving the message.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::Any;
+    /// comm.send(&[10u64, 20], 0, 1).await?; // to itself
+    /// let message = comm.mprobe(Any, 1).await?;
+    /// let mut buf = [0u64; 2];
+    /// let recv = message.irecv(&mut buf); // a Request: it can be tested, or kept in a RequestSet
+    /// let status = recv.await?;
+    /// assert_eq!((buf, status.bytes), ([10, 20], 16));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// As [`Comm::irecv`]: if dropped, the message goes back to the head of
     /// the queue.
@@ -243,6 +271,18 @@ impl Message {
     /// `MPI_Mrecv` into any [`RecvData`]: the blocking spelling of
     /// [`irecv`](Message::irecv), a plain future rather than a
     /// [`Request`] (see [`Comm::mprobe`] for an example).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// comm.send(&[3i16, 4, 5], 0, 0).await?; // to itself
+    /// let message = comm.mprobe(0, 0).await?;
+    /// let mut buf = vec![0i16; message.status().count::<i16>().unwrap() as usize];
+    /// let status = message.recv_into(&mut buf).await?;
+    /// assert_eq!((buf, status.source), (vec![3, 4, 5], Some(0)));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// As [`Message::irecv`].

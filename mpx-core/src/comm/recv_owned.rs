@@ -162,6 +162,18 @@ impl<B> OwnedRecv<B> {
     /// `MPI_Cancel`: withdraws the receive if it has not matched; it then
     /// completes with the buffer and a status whose
     /// [`Status::test_cancelled`] is true. Returns whether it was cancelled.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// let mut recv = comm.irecv_owned(vec![0u32; 4], 0, 0);
+    /// assert!(recv.cancel(), "nothing has matched it");
+    /// let (buffer, status) = recv.await?;
+    /// assert!(status.test_cancelled());
+    /// assert_eq!(buffer, [0; 4]); // the buffer comes back, untouched
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn cancel(&mut self) -> bool {
         let OwnedState::Active(raw, _) = &mut self.state else { return false };
         if !raw.cancel() {

@@ -715,6 +715,15 @@ impl Datatype {
     }
 
     /// Bytes of one item in the external32 representation.
+    ///
+    /// ```
+    /// use mpx::{Basic, Datatype};
+    /// // `long` is 8 bytes here, 4 in external32.
+    /// let t = Datatype::contiguous(3, &Datatype::basic(Basic::Long))?;
+    /// assert_eq!((t.size(), t.external32_size()), (24, 12));
+    /// assert_eq!(Datatype::double().external32_size(), 8);
+    /// # Ok::<(), mpx::Error>(())
+    /// ```
     pub fn external32_size(&self) -> u64 {
         self.0.layout.external32_size
     }
@@ -802,6 +811,15 @@ impl Datatype {
     }
 
     /// The type signature: the sequence of basic types, as a length and hash.
+    ///
+    /// ```
+    /// use mpx::{Basic, Datatype, Signature};
+    /// let t = Datatype::vector(3, 1, 2, &Datatype::double())?;
+    /// assert_eq!(t.signature().len(), 3);
+    /// assert_eq!(t.signature(), Signature::basic(Basic::Double).repeat(3)); // the gaps do not count
+    /// assert_eq!(t.signature(), Datatype::contiguous(3, &Datatype::double())?.signature());
+    /// # Ok::<(), mpx::Error>(())
+    /// ```
     pub fn signature(&self) -> Signature {
         self.0.signature
     }
@@ -823,12 +841,30 @@ impl Datatype {
     }
 
     /// Whether two handles refer to the same datatype object.
+    ///
+    /// ```
+    /// use mpx::Datatype;
+    /// let t = Datatype::contiguous(2, &Datatype::int())?;
+    /// assert!(Datatype::ptr_eq(&t, &t.clone())); // a clone is another handle on it
+    /// let d = t.dup()?;
+    /// assert!(!Datatype::ptr_eq(&t, &d)); // a duplicate is a new object
+    /// assert_eq!(t.signature(), d.signature());
+    /// # Ok::<(), mpx::Error>(())
+    /// ```
     pub fn ptr_eq(a: &Datatype, b: &Datatype) -> bool {
         Arc::ptr_eq(&a.0, &b.0)
     }
 
     /// Whether every basic element of the type is `packed` (data of such a
     /// type matches any message, and any receiver matches it).
+    ///
+    /// ```
+    /// use mpx::Datatype;
+    /// assert!(Datatype::contiguous(16, &Datatype::packed())?.is_packed());
+    /// assert!(!Datatype::byte().is_packed());
+    /// assert!(!Datatype::contiguous(0, &Datatype::packed())?.is_packed(), "no elements");
+    /// # Ok::<(), mpx::Error>(())
+    /// ```
     pub fn is_packed(&self) -> bool {
         self.num_elements() > 0 && self.signature() == Signature::basic(Basic::Packed).repeat(self.num_elements())
     }

@@ -160,17 +160,60 @@ impl<'a> Request<'a> {
 
     /// A request that is already complete with `outcome` (an operation on
     /// `PROC_NULL`, a buffered send, or one that failed as it started).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// use mpx::{Error, Request, Status};
+    /// let done: Request<'static> = Request::completed(Ok(Status::of(0, 3, 8)));
+    /// assert!(done.is_complete());
+    /// assert_eq!(done.await?.tag, Some(3));
+    /// let failed = Request::completed(Err(Error::InvalidArgument("no such peer".into())));
+    /// assert!(matches!(failed.await, Err(Error::InvalidArgument(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn completed(outcome: Result<Status>) -> Request<'a> {
         Request { state: State::Complete(Some(outcome)) }
     }
 
     /// An inactive request (MPI's null or inactive persistent request):
     /// awaiting it gives an empty status at once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// use mpx::{Request, Status};
+    /// let mut slot = Request::inactive(); // as MPI_REQUEST_NULL
+    /// assert!(slot.is_complete());
+    /// assert_eq!(slot.test().unwrap()?, Status::empty());
+    /// assert_eq!(Request::inactive().await?, Status::empty());
+    /// # Ok(()) }
+    /// ```
     pub fn inactive() -> Request<'a> {
         Request { state: State::Complete(None) }
     }
 
     /// Whether the operation has completed (its outcome may not be taken yet).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::{wait_all, PROC_NULL};
+    /// let null = comm.isend(&1u8, PROC_NULL, 0);
+    /// assert!(null.is_complete(), "nothing to send: complete at once");
+    /// let mut x = 0u8;
+    /// let mut recv = comm.irecv(&mut x, 0, 0);
+    /// assert!(!recv.is_complete(), "nothing sent yet");
+    /// comm.send(&2u8, 0, 0).await?; // to itself
+    /// for outcome in wait_all([&mut recv]).await {
+    ///     outcome?;
+    /// }
+    /// assert!(recv.is_complete()); // left with its owner, complete
+    /// drop((null, recv));
+    /// assert_eq!(x, 2);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn is_complete(&self) -> bool {
         matches!(self.state, State::Complete(_))
     }

@@ -107,6 +107,20 @@ impl<R: Operation> Default for RequestSet<R> {
 
 impl<R: Operation> RequestSet<R> {
     /// An empty set.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx::RequestSet;
+    /// let mut set = RequestSet::new();
+    /// assert!(set.is_empty());
+    /// set.push(world.recv::<u8>(0, 0)); // any Operation: here a receive of one value
+    /// world.send(&9u8, 0, 0).await?; // to itself
+    /// let (slot, outcome) = set.wait_any().await.unwrap();
+    /// assert_eq!((slot, outcome?.0), (0, 9));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn new() -> RequestSet<R> {
         RequestSet { slots: Vec::new(), finished: VecDeque::new(), wakers: Vec::new(), queue: Arc::default(), polls: 0 }
     }
@@ -137,6 +151,23 @@ impl<R: Operation> RequestSet<R> {
 
     /// Puts `request` in slot `index` (which must exist), replacing and
     /// dropping what was there.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx::RequestSet;
+    /// let mut set = RequestSet::new();
+    /// let slot = set.push(world.recv::<u32>(0, 0));
+    /// for n in 1..=3u32 {
+    ///     world.send(&n, 0, 0).await?; // to itself
+    ///     let (done, outcome) = set.wait_any().await.unwrap();
+    ///     assert_eq!((done, outcome?.0), (slot, n));
+    ///     set.set(slot, world.recv::<u32>(0, 0)); // re-post into the emptied slot
+    /// }
+    /// assert_eq!((set.len(), set.active()), (1, 1));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     ///
     /// # Panics
     /// If `index` is not a slot of the set.
@@ -178,6 +209,22 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Number of requests not yet returned.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx::RequestSet;
+    /// let mut set: RequestSet<_> = (0..3).map(|tag| world.recv::<u8>(0, tag)).collect();
+    /// assert_eq!(set.active(), 3);
+    /// world.send(&1u8, 0, 0).await?; // to itself
+    /// world.send(&2u8, 0, 1).await?;
+    /// set.wait_any().await.unwrap().1?;
+    /// assert_eq!(set.active(), 2); // tag 1's outcome is not returned yet
+    /// set.wait_any().await.unwrap().1?;
+    /// assert_eq!((set.active(), set.len()), (1, 3));
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn active(&self) -> usize {
         self.slots.iter().flatten().count() + self.finished.len()
     }
@@ -307,6 +354,22 @@ impl<R: Operation> RequestSet<R> {
     /// completion order; others that completed stay ready for the next
     /// call). `None` if no slot is active.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx::RequestSet;
+    /// let mut set: RequestSet<_> = (0..2).map(|tag| world.recv::<u16>(0, tag)).collect();
+    /// world.send(&7u16, 0, 1).await?; // to itself
+    /// let (slot, outcome) = set.wait_any().await.unwrap();
+    /// assert_eq!((slot, outcome?.0), (1, 7));
+    /// world.send(&5u16, 0, 0).await?;
+    /// let (slot, outcome) = set.wait_any().await.unwrap();
+    /// assert_eq!((slot, outcome?.0), (0, 5));
+    /// assert!(set.wait_any().await.is_none(), "no slot is active");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Cancel-safe.
     pub async fn wait_any(&mut self) -> Option<(usize, R::Output)> {
@@ -318,6 +381,28 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// `MPI_Testsome` over the set, processing arrived frames first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |world| async move {
+    /// use mpx::{RequestSet, Tested};
+    /// let mut set: RequestSet<_> = (0..3).map(|tag| world.recv::<u8>(0, tag)).collect();
+    /// assert!(matches!(set.test_some(), Tested::Pending), "nothing sent yet");
+    /// world.send(&10u8, 0, 0).await?; // to itself
+    /// world.send(&12u8, 0, 2).await?;
+    /// let mut got = Vec::new();
+    /// while got.len() < 2 {
+    ///     if let Tested::Done(done) = set.test_some() {
+    ///         for (slot, outcome) in done {
+    ///             got.push((slot, outcome?.0));
+    ///         }
+    ///     }
+    /// }
+    /// got.sort();
+    /// assert_eq!(got, [(0, 10), (2, 12)]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
     pub fn test_some(&mut self) -> Tested<Vec<(usize, R::Output)>> {
         progress_endpoint(&self.slots);
         match self.poll_ready(&mut Context::from_waker(Waker::noop())) {
