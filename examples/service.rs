@@ -30,7 +30,7 @@ const IDLE_DEADLINE: Duration = Duration::from_secs(5);
 /// What a client asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, MpiType)]
 #[repr(u32)]
-enum Op {
+enum Action {
     #[default]
     SquareRoot = 1,
     Square,
@@ -41,9 +41,9 @@ enum Op {
 /// A request: typed data, sent with `send`.
 #[derive(Clone, Copy, Debug, Default, MpiType)]
 #[repr(C)]
-struct Request {
+struct Query {
     id: u32,
-    op: Op,
+    op: Action,
     operand: f64,
 }
 
@@ -64,15 +64,15 @@ enum Outcome {
 
 /// The server's answer to `request` from `client`, who has had `served`
 /// requests answered before this one.
-fn answer(request: &Request, client: usize, served: u32) -> Reply {
-    let Request { id, op, operand: x } = *request;
+fn answer(request: &Query, client: usize, served: u32) -> Reply {
+    let Query { id, op, operand: x } = *request;
     let (text, outcome) = match op {
-        Op::SquareRoot if x < 0.0 => {
+        Action::SquareRoot if x < 0.0 => {
             (format!("sqrt({x}) for rank {client}: refused"), Outcome::Refused { reason: format!("{x} is negative") })
         }
-        Op::SquareRoot => (format!("sqrt({x}) for rank {client}"), Outcome::Number(x.sqrt())),
-        Op::Square => (format!("{x}² for rank {client}"), Outcome::Number(x * x)),
-        Op::Goodbye => (format!("goodbye, rank {client}"), Outcome::Farewell { served }),
+        Action::SquareRoot => (format!("sqrt({x}) for rank {client}"), Outcome::Number(x.sqrt())),
+        Action::Square => (format!("{x}² for rank {client}"), Outcome::Number(x * x)),
+        Action::Goodbye => (format!("goodbye, rank {client}"), Outcome::Farewell { served }),
     };
     Reply { id, text, outcome }
 }
@@ -87,7 +87,7 @@ struct Served {
 }
 
 async fn serve(world: Comm) -> mpx::Result<Served> {
-    let mut requests = world.incoming::<Request>(Any, REQUEST);
+    let mut requests = world.incoming::<Query>(Any, REQUEST);
     let mut served = Served::default();
     let mut clients_left = world.size() - 1;
     while clients_left > 0 {
@@ -100,7 +100,7 @@ async fn serve(world: Comm) -> mpx::Result<Served> {
         let client = status.source.expect("a request comes from a rank");
         let count = served.per_client.entry(client).or_default();
         world.send(Serde(&answer(&request, client, *count)), client, REPLY).await?;
-        if request.op == Op::Goodbye {
+        if request.op == Action::Goodbye {
             clients_left -= 1;
         } else {
             *count += 1;
@@ -113,22 +113,22 @@ async fn serve(world: Comm) -> mpx::Result<Served> {
 async fn ask(world: Comm) -> mpx::Result<Vec<String>> {
     let me = world.rank();
     let mut mismatches = Vec::new();
-    let mut check = |request: &Request, got: Reply, served: u32| {
+    let mut check = |request: &Query, got: Reply, served: u32| {
         let expected = answer(request, me, served);
         if got != expected {
             mismatches.push(format!("rank {me}, request {}: expected {expected:?}, got {got:?}", request.id));
         }
     };
     for id in 0..REQUESTS_PER_CLIENT {
-        let op = if id % 2 == 0 { Op::SquareRoot } else { Op::Square };
+        let op = if id % 2 == 0 { Action::SquareRoot } else { Action::Square };
         // Rank 2's third request asks for a square root it will be refused.
         let sign = if me == 2 && id == 2 { -1.0 } else { 1.0 };
-        let request = Request { id, op, operand: sign * f64::from(me as u32 * 10 + id) };
+        let request = Query { id, op, operand: sign * f64::from(me as u32 * 10 + id) };
         world.send(&request, SERVER, REQUEST).await?;
         let (reply, _) = world.recv::<Serde<Reply>>(SERVER, REPLY).await?;
         check(&request, reply, id);
     }
-    let goodbye = Request { id: REQUESTS_PER_CLIENT, op: Op::Goodbye, operand: 0.0 };
+    let goodbye = Query { id: REQUESTS_PER_CLIENT, op: Action::Goodbye, operand: 0.0 };
     world.send(&goodbye, SERVER, REQUEST).await?;
     let (reply, _) = world.recv::<Serde<Reply>>(SERVER, REPLY).await?;
     check(&goodbye, reply, REQUESTS_PER_CLIENT);

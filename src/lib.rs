@@ -66,6 +66,9 @@
 pub use mpx_core::*;
 pub use mpx_net::bootstrap::launch;
 pub use mpx_net::loopback::{launch_with, Options as LaunchOptions};
+/// The QUIC transport: ranks in separate processes and hosts, with per-job
+/// mutual TLS (see `mpx::launch` for the launchers that start them).
+pub use mpx_net::quic;
 /// Owned, cheaply cloned bytes (the `bytes` crate's): sent as they are,
 /// as `packed` data, without a copy (`comm.isend(Bytes::from(vec), ..)`),
 /// and what `irecv_bytes` gives back.

@@ -115,6 +115,63 @@ async fn wait_all_takes_a_vec_of_requests_and_releases_their_borrows() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_all_starts_an_iterators_requests_when_called() {
+    launch(2, |comm| async move {
+        if comm.rank() == 0 {
+            // Synchronous sends, made by the iterator: rank 1 receives them
+            // before this rank first polls the wait_all.
+            let sends = wait_all((0..3).map(|tag| comm.issend(&(tag as u8), 1, tag)));
+            comm.recv::<u8>(1, 9).await?;
+            for outcome in sends.await {
+                outcome?;
+            }
+        } else {
+            let waited = std::time::Duration::from_secs(10);
+            for tag in 0..3 {
+                let got = tokio::time::timeout(waited, comm.recv::<u8>(0, tag)).await;
+                let (x, _) = got.map_err(|_| Error::user("wait_all did not start its sends when called"))??;
+                assert_eq!(x, tag as u8);
+            }
+            comm.send(&1u8, 0, 9).await?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owned_receives_are_served_and_reposted_in_a_request_set() {
+    const CLIENTS: usize = 3;
+    const ROUNDS: u32 = 20;
+    let out = launch(CLIENTS + 1, |comm| async move {
+        if comm.rank() > 0 {
+            for round in 0..ROUNDS {
+                comm.send(&[comm.rank() as u32, round], 0, 0).await?;
+            }
+            return Ok(vec![]);
+        }
+        // One owned buffer per client, handed back by each receive and
+        // posted again into the same slot.
+        let mut set: RequestSet<_> = (1..=CLIENTS).map(|c| comm.irecv_owned(vec![0u32; 2], c, 0)).collect();
+        let mut next = vec![0u32; CLIENTS + 1];
+        while let Some((slot, outcome)) = set.wait_any().await {
+            let (buf, status) = outcome?;
+            let client = slot + 1;
+            assert_eq!((status.source, buf[0] as usize, buf[1]), (Some(client), client, next[client]));
+            next[client] += 1;
+            if next[client] < ROUNDS {
+                set.set(slot, comm.irecv_owned(buf, client, 0));
+            }
+        }
+        Ok(next)
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[0][1..], [ROUNDS; CLIENTS]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_buffer_is_free_as_soon_as_the_send_starts() {
     let out = launch(2, |comm| async move {
         if comm.rank() == 0 {
@@ -273,6 +330,14 @@ async fn a_rank_can_fail_with_its_own_error() {
     assert!(matches!(&parse, Error::User(cause) if cause.0.is::<std::num::ParseIntError>()), "{parse:?}");
     let text = launch(1, |_| async move { Err::<(), _>("rank 0 gives up".into()) }).await.unwrap_err();
     assert_eq!(text.to_string(), "rank 0 gives up");
+    // A timeout converts with `?` too.
+    let late = launch(1, |comm| async move {
+        tokio::time::timeout(std::time::Duration::from_millis(5), comm.recv::<u8>(0, 0)).await??;
+        Ok(())
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(&late, Error::User(cause) if cause.0.is::<tokio::time::error::Elapsed>()), "{late:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,11 +361,21 @@ async fn operations_start_when_called() {
             through.map_err(|_| Error::user("rank 0's unpolled barrier sent nothing"))??;
             barrier.await?;
         }
-        // Argument errors come at once, whatever else is pending.
-        let bad = comm.sendrecv(&0u8, 5, 0, &mut got, other, 0).await;
-        assert!(matches!(bad, Err(Error::InvalidRank { rank: 5, .. })));
-        let bad = comm.probe(other, -1).await;
-        assert!(matches!(bad, Err(Error::InvalidTag(-1))));
+        // Nothing of the rejected sendrecvs was sent: tag 7 has no message.
+        comm.barrier().await?;
+        assert!(comm.iprobe(other, 7)?.is_none(), "a rejected sendrecv sent its valid half");
+        // Argument errors come at the first poll, whatever else is pending,
+        // and the half that was valid was not sent.
+        {
+            let bad = std::pin::pin!(comm.sendrecv(&0u8, 5, 0, &mut got, other, 7));
+            assert!(matches!(futures::poll!(bad), std::task::Poll::Ready(Err(Error::InvalidRank { rank: 5, .. }))));
+        }
+        {
+            let bad = std::pin::pin!(comm.sendrecv(&0u8, other, 7, &mut got, other, -1));
+            assert!(matches!(futures::poll!(bad), std::task::Poll::Ready(Err(Error::InvalidTag(-1)))));
+        }
+        let bad = std::pin::pin!(comm.probe(other, -1));
+        assert!(matches!(futures::poll!(bad), std::task::Poll::Ready(Err(Error::InvalidTag(-1)))));
         comm.barrier().await
     })
     .await

@@ -20,6 +20,11 @@ fn thread_safety_of_public_types() {
     send::<Request<'static>>();
     send::<RequestSet<Request<'static>>>();
     send::<OwnedRecv<Vec<u8>>>();
+    send::<ValueRecv<u64>>();
+    send::<WaitAll<Request<'static>>>();
+    send::<Exchange<'static>>();
+    send::<Incoming<u32>>();
+    send::<mpx::coll::Collective<'static>>();
     send::<Message>();
     send::<Region<'static>>();
     send::<RegionMut<'static>>();

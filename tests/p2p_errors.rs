@@ -17,7 +17,7 @@ async fn invalid_ranks_tags_and_counts() {
         assert_eq!(comm.send(&[1u8], 0, -3).await, Err(Error::InvalidTag(-3)));
         assert!(matches!(comm.recv_vec::<u8>(0, -1).await, Err(Error::InvalidTag(-1))));
         assert!(matches!(comm.iprobe(0, -7), Err(Error::InvalidTag(-7))));
-        assert!(matches!(comm.recv_vec::<u8>(0, i32::MIN).await, Err(Error::InvalidTag(t)) if t == i64::from(i32::MIN)));
+        assert!(matches!(comm.recv_vec::<u8>(0, i32::MIN).await, Err(Error::InvalidTag(i32::MIN))));
         // A receive buffer that does not hold `count` items.
         let mut small = [0u8; 4];
         let t = Datatype::contiguous(8, &Datatype::byte())?;

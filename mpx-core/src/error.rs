@@ -121,7 +121,7 @@ pub enum Error {
     },
     /// A tag is negative or above [`TAG_UB`](crate::TAG_UB) (MPI_ERR_TAG).
     #[error("invalid tag {0}: user tags are 0..=TAG_UB")]
-    InvalidTag(i64),
+    InvalidTag(i32),
     /// The message's type signature does not match the receive's
     /// (MPI_ERR_TYPE): for example `float` data received as `byte`.
     #[error("type mismatch: the message's type signature does not match the receive's datatype")]
@@ -193,10 +193,13 @@ pub enum Error {
     ///
     /// The errors a rank's program most often meets besides mpx's own convert
     /// with `?` into this variant (keeping the error as its cause): I/O,
-    /// parse and UTF-8 errors, and a message as a `String` or `&str` (a
+    /// parse and UTF-8 errors, tokio's timeout (`Elapsed`, so
+    /// `timeout(d, comm.recv::<T>(..)).await??` works) and a joined task's
+    /// failure (`JoinError`), and a message as a `String` or `&str` (a
     /// timeout branch's `Err("no reply in time".into())`). Any other error
-    /// converts with [`Error::user`] or through a `Box<dyn Error + Send +
-    /// Sync>`.
+    /// converts with [`Error::user`], through a `Box<dyn Error + Send +
+    /// Sync>`, or with `?` once the program has an
+    /// `impl From<ItsError> for mpx::Error` that calls [`Error::user`].
     ///
     /// ```
     /// fn rank_program(reply: Option<&str>) -> mpx::Result<u32> {
@@ -297,7 +300,9 @@ user_errors!(
     std::string::FromUtf8Error,
     std::fmt::Error,
     String,
-    &str
+    &str,
+    tokio::time::error::Elapsed,
+    tokio::task::JoinError
 );
 
 impl Error {

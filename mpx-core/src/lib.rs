@@ -15,7 +15,8 @@
 //! * [`comm`]: communicators, with MPI's point-to-point operations as async
 //!   functions, and persistent requests;
 //! * [`request`]: requests as futures, and MPI's completion functions;
-//! * [`coll`]: collective operations (the barrier today);
+//! * [`coll`]: collective operations, communicator splitting and Cartesian
+//!   topologies;
 //! * [`Error`]: the one error type of mpx.
 //!
 //! ```

@@ -23,8 +23,11 @@ impl Comm {
     /// ```
     ///
     /// # Cancel safety
-    /// Not cancel-safe: a barrier dropped half-way leaves its messages in
-    /// flight, and the next barrier on this communicator will be confused.
+    /// Not cancel-safe: a barrier dropped half-way has sent only part of
+    /// its messages, so the other ranks' barrier (and so their program)
+    /// waits for this rank's rest, which never comes. Later collectives on
+    /// the communicator are not confused by it (each call has its own
+    /// number).
     pub fn barrier(&self) -> Collective<'static> {
         let call = Call::start(self);
         let (n, me) = (call.size(), call.rank());

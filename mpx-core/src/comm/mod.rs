@@ -59,6 +59,18 @@
 //! on a multi-thread runtime: it may come after the second poll. A rank
 //! alone in its world is in this state from the start.
 //!
+//! # When operations start
+//!
+//! Every operation starts when it is called, before its future is first
+//! polled: a send has packed and posted its data, a receive is posted (so
+//! it matches the next message even if nobody polls it), a `sendrecv`
+//! has done both, a collective has sent its first messages. The `i`
+//! forms return a [`Request`](crate::Request) (test, cancel, free, keep in
+//! a [`RequestSet`](crate::RequestSet)); the others a plain future. The
+//! exceptions are the probes, which take nothing: `probe` and `mprobe`
+//! check their arguments when called but look at the queue when polled, so
+//! a receive posted in between may take the message they would have seen.
+//!
 //! # Buffers never escape to the background
 //!
 //! A send packs its data into an owned buffer when it is called (before
@@ -69,8 +81,10 @@
 //!
 //! # Cancel safety
 //!
-//! Every operation here is cancel-safe in the sense that dropping its
-//! future loses no message and leaves the engine consistent:
+//! Every point-to-point operation here is cancel-safe in the sense that
+//! dropping its future loses no message and leaves the engine consistent
+//! (`split` and `create`, collective over the communicator, are not: see
+//! their docs):
 //! * a receive that has not matched is withdrawn;
 //! * a receive whose message matched but was not yet unpacked gives the
 //!   message back, at the head of the queue, ahead of every later message
@@ -290,7 +304,7 @@ impl Comm {
     fn tag(t: TagSel) -> Result<Option<i32>> {
         match t {
             TagSel::Tag(t) if t >= 0 => Ok(Some(t)),
-            TagSel::Tag(t) => Err(Error::InvalidTag(t.into())),
+            TagSel::Tag(t) => Err(Error::InvalidTag(t)),
             TagSel::Any => Ok(None),
         }
     }

@@ -81,7 +81,7 @@ pub trait Persistent {
 /// assert_eq!(recv.buffer(), &[other as u8; 2]);
 /// # Ok(()) }).await?; Ok(()) }
 /// ```
-pub fn start_all<'b>(requests: impl IntoIterator<Item = &'b mut dyn Persistent>) -> Vec<Request<'b>> {
+pub fn start_all<'b, P: Persistent + ?Sized + 'b>(requests: impl IntoIterator<Item = &'b mut P>) -> Vec<Request<'b>> {
     requests.into_iter().map(|p| p.start()).collect()
 }
 

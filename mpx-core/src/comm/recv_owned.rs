@@ -317,8 +317,13 @@ impl<R: Receivable> Operation for ValueRecv<R> {
 
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let ValueState::Active(raw) = &mut self.state else { return Poll::Ready(()) };
-        let outcome = std::task::ready!(Pin::new(raw).poll(cx));
-        self.state = ValueState::Complete(Some(outcome.and_then(|msg| R::decode(&msg))));
+        let outcome = std::task::ready!(Pin::new(&mut *raw).poll(cx));
+        let shared = raw.shared.clone();
+        self.state = ValueState::Complete(Some(outcome.and_then(|msg| {
+            let value = R::decode(&msg);
+            shared.recycle(msg);
+            value
+        })));
         Poll::Ready(())
     }
 

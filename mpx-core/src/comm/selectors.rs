@@ -57,7 +57,14 @@ pub struct Any;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProcNull;
 
-/// `MPI_PROC_NULL`.
+/// `MPI_PROC_NULL`: a send to it and a receive from it complete at once
+/// and move nothing, with an empty [`Status`](crate::Status) (every
+/// receive that fills a buffer, `recv_vec` (an empty vector), `irecv_owned`,
+/// `irecv_bytes`, a stream of [`Comm::incoming`](crate::Comm::incoming)
+/// (empty), probes). The one exception is [`Comm::recv`](crate::Comm::recv)
+/// of a single value, which has no value to return: it fails with
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument), so a
+/// neighbour that may be null receives into a buffer instead.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

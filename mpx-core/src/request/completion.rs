@@ -64,7 +64,10 @@ pub enum Tested<T> {
 /// ```
 ///
 /// `None` entries are MPI's null requests (no outcome), and `&mut`
-/// requests are waited for in place:
+/// requests are waited for in place (their outcomes are taken: awaiting a
+/// [`Request`](crate::Request) again gives an empty status, as MPI's null
+/// request does; an owned or single-value receive's outcome cannot be
+/// taken twice, and doing so panics):
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

@@ -398,6 +398,38 @@ pub trait Operation: Unpin {
     /// endpoint, returning an identity for that endpoint (so callers
     /// progress each endpoint once), or `None` for completed operations.
     fn progress(&self) -> Option<usize>;
+
+    /// `MPI_Test`: the outcome if the operation has completed, without
+    /// waiting (processing arrived frames first), for every kind of
+    /// request: [`Request::test`] does the same for a [`Request`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(1, |comm| async move {
+    /// use mpx::Operation;
+    /// let mut recv = comm.recv::<u16>(0, 0);
+    /// assert!(recv.test().is_none(), "nothing sent yet");
+    /// comm.send(&7u16, 0, 0).await?;
+    /// let (x, _) = loop {
+    ///     if let Some(outcome) = recv.test() { break outcome?; }
+    /// };
+    /// assert_eq!(x, 7);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Panics
+    /// If the outcome was taken already.
+    fn test(&mut self) -> Option<Self::Output>
+    where
+        Self: Sized,
+    {
+        let _ = self.progress();
+        match self.poll_complete(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(()) => Some(self.take_output()),
+            Poll::Pending => None,
+        }
+    }
 }
 
 /// A borrowed operation: [`wait_all`] takes `&mut` requests too

@@ -150,7 +150,10 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Puts `request` in slot `index` (which must exist), replacing and
-    /// dropping what was there.
+    /// dropping what was there. An outcome of the slot's earlier request
+    /// that completed but was not returned yet (kept back by `wait_any`,
+    /// `test_any` or `test_all`) is not dropped: it is still returned,
+    /// before the new request's.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -499,7 +502,9 @@ impl<R: Operation> RequestSet<R> {
         }
     }
 
-    /// Takes the request out of slot `index`, leaving it empty.
+    /// Takes the request out of slot `index`, leaving it empty; `None` if
+    /// the slot is empty, including when its request has completed and its
+    /// outcome waits to be returned by the next completion call.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
