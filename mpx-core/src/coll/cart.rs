@@ -7,7 +7,7 @@ use std::ops::Deref;
 
 use super::{sent, Call, CollMut, CollRef, Collective, Posted};
 use crate::comm::{Comm, Peer};
-use crate::datatype::Integer;
+use crate::datatype::{int, ints, Integer};
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 
@@ -229,10 +229,7 @@ impl Cart {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn rank_of<I: Integer>(&self, coords: &[I]) -> Result<usize> {
-        let coords = coords
-            .iter()
-            .map(|&c| c.to_i64().ok_or_else(|| Error::InvalidArgument(format!("coordinate {c} is off the grid {:?}", self.dims))))
-            .collect::<Result<Vec<i64>>>()?;
+        let coords = ints("coordinate", coords)?;
         self.try_rank_of(&coords)?.ok_or_else(|| Error::InvalidArgument(format!("{coords:?} is off the grid {:?}", self.dims)))
     }
 
@@ -274,9 +271,7 @@ impl Cart {
         if dim >= self.dims.len() {
             return Err(Error::InvalidArgument(format!("dimension {dim} of a grid of {}", self.dims.len())));
         }
-        let Some(disp) = disp.to_i64() else {
-            return Err(Error::InvalidArgument(format!("a shift by {disp} does not fit in a 64-bit signed integer")));
-        };
+        let disp = int("displacement", disp)?;
         // A step of a whole period or more lands where its remainder does
         // (periodic) or off the grid (not): keep it small.
         let period = self.dims[dim] as i64;

@@ -148,13 +148,13 @@ impl Endpoint {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
-    /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let sockets = [mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
     /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
-    /// # let job = mpx_net::quic::JobCredential::generate(1)?;
+    /// # let job = mpx::quic::JobCredential::generate(1)?;
     /// # let [s0, s1] = sockets;
-    /// # let options = mpx_net::quic::Options::local();
-    /// let zero = mpx_net::quic::start(s0, &addrs, job.issue(0)?, &options)?;
-    /// let one = mpx_net::quic::start(s1, &addrs, job.issue(1)?, &options)?;
+    /// # let options = mpx::quic::Options::local();
+    /// let zero = mpx::quic::start(s0, &addrs, job.issue(0)?, &options)?;
+    /// let one = mpx::quic::start(s1, &addrs, job.issue(1)?, &options)?;
     /// let (a, b) = (zero.world(), one.world());
     /// assert_eq!((a.rank(), b.rank(), a.size()), (0, 1, 2));
     /// let (sent, got) = tokio::join!(a.send(&3u8, 1, 0), b.recv::<u8>(0, 0));

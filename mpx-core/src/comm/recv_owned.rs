@@ -100,6 +100,69 @@ impl Drop for RawRecv {
     }
 }
 
+/// A posted receive and, once it completes, its outcome `O` until taken:
+/// the state machine of every receive future that is an [`Operation`]
+/// ([`OwnedRecv`], [`ValueRecv`]), each with its own way of turning the
+/// delivered message into `O`.
+enum Posted<O> {
+    Active(RawRecv),
+    Complete(Option<O>),
+}
+
+impl<O> Posted<O> {
+    /// Posts a receive of at most `limit` bytes now; the null process (no
+    /// receive posted) or an argument error completes it at once with
+    /// what `at_once` makes of that.
+    fn start(comm: &Comm, source: Source, tag: TagSel, limit: Option<u64>, at_once: impl FnOnce(Result<()>) -> O) -> Posted<O> {
+        match comm.post_recv(source, tag, comm.context, limit) {
+            Ok(Some(id)) => Posted::Active(RawRecv::new(comm.shared.clone(), id)),
+            Ok(None) => Posted::Complete(Some(at_once(Ok(())))),
+            Err(error) => Posted::Complete(Some(at_once(Err(error)))),
+        }
+    }
+
+    fn is_complete(&self) -> bool {
+        matches!(self, Posted::Complete(_))
+    }
+
+    /// Once the receive has completed, makes its outcome with `finish`.
+    fn poll_with(&mut self, cx: &mut Context<'_>, finish: impl FnOnce(&Arc<Shared>, Result<Delivered>) -> O) -> Poll<()> {
+        let Posted::Active(raw) = self else { return Poll::Ready(()) };
+        let delivered = std::task::ready!(Pin::new(&mut *raw).poll(cx));
+        let outcome = finish(&raw.shared, delivered);
+        *self = Posted::Complete(Some(outcome));
+        Poll::Ready(())
+    }
+
+    /// Unposts the receive if it has not matched, completing it with what
+    /// `cancelled` makes; whether it was cancelled.
+    fn cancel(&mut self, cancelled: impl FnOnce() -> O) -> bool {
+        let Posted::Active(raw) = self else { return false };
+        if !raw.cancel() {
+            return false;
+        }
+        *self = Posted::Complete(Some(cancelled()));
+        true
+    }
+
+    fn take(&mut self) -> O {
+        match self {
+            Posted::Complete(out) => out.take().expect("the outcome of a receive is taken once"),
+            Posted::Active(_) => panic!("take_output on an active receive"),
+        }
+    }
+
+    fn progress(&self) -> Option<usize> {
+        match self {
+            Posted::Active(raw) => {
+                raw.shared.progress();
+                Some(Arc::as_ptr(&raw.shared) as usize)
+            }
+            Posted::Complete(_) => None,
+        }
+    }
+}
+
 /// A receive into an owned buffer ([`Comm::irecv_owned`],
 /// [`Comm::irecv_bytes`]): a `'static` future resolving to the buffer and
 /// the status, or to the buffer and the error ([`RecvError`]). It is also an
@@ -120,18 +183,15 @@ impl Drop for RawRecv {
 /// ```
 #[must_use = "a receive does nothing unless awaited; dropping it withdraws it"]
 pub struct OwnedRecv<B> {
-    state: OwnedState<B>,
+    posted: Posted<std::result::Result<(B, Status), RecvError<B>>>,
+    /// The buffer, while the receive is active.
+    buffer: Option<B>,
     finish: fn(&mut B, Delivered) -> Result<Status>,
-}
-
-enum OwnedState<B> {
-    Active(RawRecv, B),
-    Complete(Option<std::result::Result<(B, Status), RecvError<B>>>),
 }
 
 impl<B> std::fmt::Debug for OwnedRecv<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.is_complete() { "OwnedRecv(complete)" } else { "OwnedRecv(active)" })
+        f.write_str(if self.posted.is_complete() { "OwnedRecv(complete)" } else { "OwnedRecv(active)" })
     }
 }
 
@@ -147,17 +207,17 @@ impl<B> OwnedRecv<B> {
         limit: Option<u64>,
         finish: fn(&mut B, Delivered) -> Result<Status>,
     ) -> OwnedRecv<B> {
-        let state = match comm.post_recv(source, tag, comm.context, limit) {
-            Ok(Some(id)) => OwnedState::Active(RawRecv::new(comm.shared.clone(), id), buffer),
-            Ok(None) => OwnedState::Complete(Some(Ok((buffer, Status::empty())))),
-            Err(error) => OwnedState::Complete(Some(Err(RecvError { buffer, error }))),
-        };
-        OwnedRecv { state, finish }
+        let mut buffer = Some(buffer);
+        let posted = Posted::start(comm, source, tag, limit, |now| {
+            let buffer = buffer.take().expect("the buffer is given once");
+            match now {
+                Ok(()) => Ok((buffer, Status::empty())),
+                Err(error) => Err(RecvError { buffer, error }),
+            }
+        });
+        OwnedRecv { posted, buffer, finish }
     }
 
-    fn is_complete(&self) -> bool {
-        matches!(self.state, OwnedState::Complete(_))
-    }
 
     /// `MPI_Cancel`: withdraws the receive if it has not matched; it then
     /// completes with the buffer and a status whose
@@ -175,16 +235,11 @@ impl<B> OwnedRecv<B> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn cancel(&mut self) -> bool {
-        let OwnedState::Active(raw, _) = &mut self.state else { return false };
-        if !raw.cancel() {
-            return false;
-        }
-        let OwnedState::Active(raw, buffer) = std::mem::replace(&mut self.state, OwnedState::Complete(None)) else {
-            unreachable!("checked above")
-        };
-        drop(raw);
-        self.state = OwnedState::Complete(Some(Ok((buffer, Status { cancelled: true, ..Status::empty() }))));
-        true
+        let buffer = &mut self.buffer;
+        self.posted.cancel(|| {
+            let buffer = buffer.take().expect("an active receive holds its buffer");
+            Ok((buffer, Status { cancelled: true, ..Status::empty() }))
+        })
     }
 }
 
@@ -192,38 +247,26 @@ impl<B> Operation for OwnedRecv<B> {
     type Output = std::result::Result<(B, Status), RecvError<B>>;
 
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let OwnedState::Active(raw, _) = &mut self.state else { return Poll::Ready(()) };
-        let outcome = std::task::ready!(Pin::new(raw).poll(cx));
-        let OwnedState::Active(_, mut buffer) = std::mem::replace(&mut self.state, OwnedState::Complete(None)) else {
-            unreachable!("checked above")
-        };
-        let result = outcome.and_then(|msg| (self.finish)(&mut buffer, msg));
-        self.state = OwnedState::Complete(Some(match result {
-            Ok(status) => Ok((buffer, status)),
-            Err(error) => Err(RecvError { buffer, error }),
-        }));
-        Poll::Ready(())
+        let (buffer, finish) = (&mut self.buffer, self.finish);
+        self.posted.poll_with(cx, |_, delivered| {
+            let mut buffer = buffer.take().expect("an active receive holds its buffer");
+            match delivered.and_then(|msg| finish(&mut buffer, msg)) {
+                Ok(status) => Ok((buffer, status)),
+                Err(error) => Err(RecvError { buffer, error }),
+            }
+        })
     }
 
     fn is_complete(&self) -> bool {
-        OwnedRecv::is_complete(self)
+        self.posted.is_complete()
     }
 
     fn take_output(&mut self) -> Self::Output {
-        match &mut self.state {
-            OwnedState::Complete(out) => out.take().expect("the outcome of an owned receive is taken once"),
-            OwnedState::Active(..) => panic!("take_output on an active receive"),
-        }
+        self.posted.take()
     }
 
     fn progress(&self) -> Option<usize> {
-        match &self.state {
-            OwnedState::Active(raw, _) => {
-                raw.shared.progress();
-                Some(Arc::as_ptr(&raw.shared) as usize)
-            }
-            OwnedState::Complete(_) => None,
-        }
+        self.posted.progress()
     }
 }
 
@@ -256,17 +299,12 @@ impl<B> Future for OwnedRecv<B> {
 /// ```
 #[must_use = "a receive does nothing unless awaited; dropping it withdraws it"]
 pub struct ValueRecv<R: Receivable> {
-    state: ValueState<R::Value>,
-}
-
-enum ValueState<V> {
-    Active(RawRecv),
-    Complete(Option<Result<(V, Status)>>),
+    posted: Posted<Result<(R::Value, Status)>>,
 }
 
 impl<R: Receivable> std::fmt::Debug for ValueRecv<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.is_complete() { "ValueRecv(complete)" } else { "ValueRecv(active)" })
+        f.write_str(if self.posted.is_complete() { "ValueRecv(complete)" } else { "ValueRecv(active)" })
     }
 }
 
@@ -275,18 +313,10 @@ impl<R: Receivable> Unpin for ValueRecv<R> {}
 
 impl<R: Receivable> ValueRecv<R> {
     pub(crate) fn start(comm: &Comm, source: Source, tag: TagSel) -> ValueRecv<R> {
-        let state = match comm.post_recv(source, tag, comm.context, R::limit()) {
-            Ok(Some(id)) => ValueState::Active(RawRecv::new(comm.shared.clone(), id)),
-            Ok(None) => ValueState::Complete(Some(Err(Error::InvalidArgument(
-                "a receive of one value from PROC_NULL has no value to return".into(),
-            )))),
-            Err(error) => ValueState::Complete(Some(Err(error))),
-        };
-        ValueRecv { state }
-    }
-
-    fn is_complete(&self) -> bool {
-        matches!(self.state, ValueState::Complete(_))
+        let posted = Posted::start(comm, source, tag, R::limit(), |now| {
+            now.and(Err(Error::InvalidArgument("a receive of one value from PROC_NULL has no value to return".into())))
+        });
+        ValueRecv { posted }
     }
 
     /// `MPI_Cancel`: withdraws the receive if it has not matched; it then
@@ -303,12 +333,7 @@ impl<R: Receivable> ValueRecv<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn cancel(&mut self) -> bool {
-        let ValueState::Active(raw) = &mut self.state else { return false };
-        if !raw.cancel() {
-            return false;
-        }
-        self.state = ValueState::Complete(Some(Err(Error::Cancelled)));
-        true
+        self.posted.cancel(|| Err(Error::Cancelled))
     }
 }
 
@@ -316,36 +341,25 @@ impl<R: Receivable> Operation for ValueRecv<R> {
     type Output = Result<(R::Value, Status)>;
 
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let ValueState::Active(raw) = &mut self.state else { return Poll::Ready(()) };
-        let outcome = std::task::ready!(Pin::new(&mut *raw).poll(cx));
-        let shared = raw.shared.clone();
-        self.state = ValueState::Complete(Some(outcome.and_then(|msg| {
-            let value = R::decode(&msg);
-            shared.recycle(msg);
-            value
-        })));
-        Poll::Ready(())
+        self.posted.poll_with(cx, |shared, delivered| {
+            delivered.and_then(|msg| {
+                let value = R::decode(&msg);
+                shared.recycle(msg);
+                value
+            })
+        })
     }
 
     fn is_complete(&self) -> bool {
-        ValueRecv::is_complete(self)
+        self.posted.is_complete()
     }
 
     fn take_output(&mut self) -> Self::Output {
-        match &mut self.state {
-            ValueState::Complete(out) => out.take().expect("the outcome of a receive is taken once"),
-            ValueState::Active(..) => panic!("take_output on an active receive"),
-        }
+        self.posted.take()
     }
 
     fn progress(&self) -> Option<usize> {
-        match &self.state {
-            ValueState::Active(raw) => {
-                raw.shared.progress();
-                Some(Arc::as_ptr(&raw.shared) as usize)
-            }
-            ValueState::Complete(_) => None,
-        }
+        self.posted.progress()
     }
 }
 

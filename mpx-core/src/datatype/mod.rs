@@ -45,7 +45,7 @@ pub(crate) use basic::NumClass;
 pub use darray::{DistArg, Distribution, Order};
 pub use decode::{consts, Combiner, Contents, Envelope};
 pub use integer::Integer;
-use integer::{int, ints};
+pub(crate) use integer::{int, ints};
 pub use signature::Signature;
 
 use std::any::Any;

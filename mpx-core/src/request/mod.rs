@@ -280,13 +280,7 @@ impl<'a> Request<'a> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn test(&mut self) -> Option<Result<Status>> {
-        if let Some(shared) = self.shared() {
-            shared.progress();
-        }
-        match self.poll_complete(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(()) => Some(self.take_outcome()),
-            Poll::Pending => None,
-        }
+        Operation::test(self)
     }
 
     fn take_outcome(&mut self) -> Result<Status> {

@@ -234,13 +234,13 @@ impl Endpoint {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
-    /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let sockets = [mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
     /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
-    /// # let job = mpx_net::quic::JobCredential::generate(1)?;
+    /// # let job = mpx::quic::JobCredential::generate(1)?;
     /// # let [s0, s1] = sockets;
-    /// # let options = mpx_net::quic::Options::local();
-    /// let zero = mpx_net::quic::start(s0, &addrs, job.issue(0)?, &options)?;
-    /// let one = mpx_net::quic::start(s1, &addrs, job.issue(1)?, &options)?;
+    /// # let options = mpx::quic::Options::local();
+    /// let zero = mpx::quic::start(s0, &addrs, job.issue(0)?, &options)?;
+    /// let one = mpx::quic::start(s1, &addrs, job.issue(1)?, &options)?;
     /// // Both have their peer's hello: sends know its representation.
     /// tokio::join!(zero.connected(), one.connected());
     /// # Ok(()) }
@@ -259,13 +259,13 @@ impl Endpoint {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
-    /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let sockets = [mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
     /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
-    /// # let job = mpx_net::quic::JobCredential::generate(1)?;
+    /// # let job = mpx::quic::JobCredential::generate(1)?;
     /// # let [s0, _s1] = sockets;
-    /// # let options = mpx_net::quic::Options::local();
+    /// # let options = mpx::quic::Options::local();
     /// // Rank 1 never starts: rank 0 waits for its hello.
-    /// let zero = mpx_net::quic::start(s0, &addrs, job.issue(0)?, &options)?;
+    /// let zero = mpx::quic::start(s0, &addrs, job.issue(0)?, &options)?;
     /// assert_eq!(zero.awaiting_hello(), [1]);
     /// # Ok(()) }
     /// ```
@@ -305,13 +305,13 @@ impl Endpoint {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
-    /// # let sockets = [mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx_net::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let sockets = [mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
     /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
-    /// # let job = mpx_net::quic::JobCredential::generate(1)?;
+    /// # let job = mpx::quic::JobCredential::generate(1)?;
     /// # let [s0, s1] = sockets;
-    /// # let options = mpx_net::quic::Options::local();
-    /// let zero = mpx_net::quic::start(s0, &addrs, job.issue(0)?, &options)?;
-    /// let one = mpx_net::quic::start(s1, &addrs, job.issue(1)?, &options)?;
+    /// # let options = mpx::quic::Options::local();
+    /// let zero = mpx::quic::start(s0, &addrs, job.issue(0)?, &options)?;
+    /// let one = mpx::quic::start(s1, &addrs, job.issue(1)?, &options)?;
     /// // A send whose request is dropped still arrives: finalize waits for it.
     /// drop(zero.world().isend(vec![1u8; 100_000], 1, 0));
     /// let (done, got) = tokio::join!(zero.finalize(), async {
