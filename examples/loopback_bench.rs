@@ -4,10 +4,11 @@
 //! does), measured in the same run.
 //!
 //! ```text
-//! cargo run --release --example loopback_bench [trials] [figure]
+//! cargo run --release --example loopback_bench [trials] [figure] [runtime]
 //! ```
 //!
-//! (With a figure's name, only that figure.)
+//! (With a figure's name, only that figure (`all` for every one); with a runtime's name,
+//! `current_thread` or `multi_thread_2`, only that runtime.)
 //!
 //! Prints one JSON line per figure, each the median of `trials` (default
 //! 7), mpx and the floor measured alternately:
@@ -264,7 +265,8 @@ fn paired(
 fn main() -> mpx::Result<()> {
     let trials: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(7).max(1);
     let only = std::env::args().nth(2);
-    let wanted = |figure: &str| only.as_deref().is_none_or(|only| only == figure);
+    let wanted = |figure: &str| only.as_deref().is_none_or(|only| only == "all" || only == figure);
+    let only_runtime = std::env::args().nth(3);
     let runtimes = [
         (
             "current_thread",
@@ -275,7 +277,7 @@ fn main() -> mpx::Result<()> {
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?,
         ),
     ];
-    for (name, rt) in &runtimes {
+    for (name, rt) in runtimes.iter().filter(|(name, _)| only_runtime.as_deref().is_none_or(|only| only == *name)) {
         // Every figure runs inside a spawned task, as a program's ranks do.
         let block = |rt: &tokio::runtime::Runtime, f: std::pin::Pin<Box<dyn std::future::Future<Output = mpx::Result<f64>> + Send>>| {
             rt.block_on(async { tokio::spawn(f).await.expect("benchmark task") })

@@ -5,6 +5,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::any::TypeId;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};
 
@@ -12,6 +13,14 @@ use crate::datatype::Datatype;
 use crate::error::Result;
 
 static CACHE: OnceLock<RwLock<HashMap<TypeId, Datatype>>> = OnceLock::new();
+
+thread_local! {
+    /// Each thread's copy of the entries it has used: every message of a
+    /// generic type (an array) asks for its datatype, and this answers
+    /// without touching the shared lock. (`TypeId`s are the compiler's own
+    /// hashes, so the fast unkeyed hash is safe.)
+    static LOCAL: RefCell<rustc_hash::FxHashMap<TypeId, Datatype>> = RefCell::default();
+}
 
 /// The datatype of `T`, built by `build` the first time it is asked for and
 /// cached per `TypeId` (Rust has no generic statics). Safe to call from any
@@ -30,8 +39,19 @@ static CACHE: OnceLock<RwLock<HashMap<TypeId, Datatype>>> = OnceLock::new();
 /// If `build` fails, which for a derived type would mean its layout does not
 /// fit in 64-bit arithmetic; the derive only generates builders that cannot.
 pub unsafe fn cached<T: 'static>(build: impl FnOnce() -> Result<Datatype>) -> Datatype {
-    let cache = CACHE.get_or_init(Default::default);
     let id = TypeId::of::<T>();
+    // (`try_with`: during a thread's teardown the local copy may be gone.)
+    if let Ok(Some(t)) = LOCAL.try_with(|local| local.borrow().get(&id).cloned()) {
+        return t;
+    }
+    let t = shared::<T>(id, build);
+    let _ = LOCAL.try_with(|local| local.borrow_mut().insert(id, t.clone()));
+    t
+}
+
+/// [`cached`]'s process-wide entry for `T` (`id`), built if missing.
+fn shared<T: 'static>(id: TypeId, build: impl FnOnce() -> Result<Datatype>) -> Datatype {
+    let cache = CACHE.get_or_init(Default::default);
     if let Some(t) = cache.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
         return t.clone();
     }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::pack::Repr;
 use crate::proto::engine::{Outgoing, SendMode};
 use crate::request::{Kind, Request};
-use crate::runtime::Completion;
+use crate::runtime::{Completion, Tracked};
 
 impl Comm {
     // ----- sends ------------------------------------------------------------------
@@ -44,20 +44,25 @@ impl Comm {
                     return Err(Error::BufferExhausted { needed: need as u64, available });
                 }
                 b.used += need;
-                b.in_flight.insert(id, need);
+                b.in_flight += 1;
+                st.requests.insert(id, Tracked::Buffered(need));
             }
             let msg = Outgoing { dest, context, tag, signature, repr, desc_len, data };
-            st.engine.post_send(id, mode, msg);
-            self.shared.flush(&mut st);
             if mode == SendMode::Buffered {
+                st.engine.post_send(id, mode, msg);
+                self.shared.flush(&mut st);
                 return Ok(None);
             }
             // An eager send is usually complete already: its request needs
             // no second look at the endpoint.
-            match st.done.remove(&id) {
+            st.starting = Some(id);
+            st.engine.post_send(id, mode, msg);
+            self.shared.flush(&mut st);
+            st.starting = None;
+            match st.started.take() {
                 Some(Completion::Send(result)) => result.map(|()| None),
                 Some(other) => {
-                    st.done.insert(id, other);
+                    st.requests.insert(id, Tracked::Done(other));
                     Ok(Some(id))
                 }
                 None => Ok(Some(id)),

@@ -99,6 +99,9 @@ pub(crate) struct Node {
     pub(crate) ctor: Ctor,
     pub(crate) layout: Layout,
     signature: Signature,
+    /// The signature is all `packed` elements (see [`Datatype::is_packed`]),
+    /// worked out once: every message asks.
+    packed: bool,
     /// Levels of constructors below and including this one (0 for a
     /// predefined type).
     depth: u32,
@@ -217,10 +220,16 @@ static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
                 _ => {}
             }
             let layout = b.finish().expect("predefined layouts are small");
-            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, depth: 0, compiled: OnceLock::new() }))
+            let packed = all_packed(sig, layout.elements);
+            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, packed, depth: 0, compiled: OnceLock::new() }))
         })
         .collect()
 });
+
+/// Whether `signature`, of `elements` elements, is all `packed` ones.
+fn all_packed(signature: Signature, elements: u64) -> bool {
+    elements > 0 && signature == Signature::basic(Basic::Packed).repeat(elements)
+}
 
 fn check_count(what: &'static str, value: i64) -> Result<()> {
     if value < 0 {
@@ -257,7 +266,8 @@ impl Datatype {
                 Datatype::MAX_DEPTH
             )));
         }
-        Ok(Datatype(Arc::new(Node { ctor, layout, signature, depth, compiled: OnceLock::new() })))
+        let packed = all_packed(signature, layout.elements);
+        Ok(Datatype(Arc::new(Node { ctor, layout, signature, packed, depth, compiled: OnceLock::new() })))
     }
 
     /// Levels of constructors in the type: 0 for a predefined type, one
@@ -866,7 +876,7 @@ impl Datatype {
     /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn is_packed(&self) -> bool {
-        self.num_elements() > 0 && self.signature() == Signature::basic(Basic::Packed).repeat(self.num_elements())
+        self.0.packed
     }
 
     // ----- status counting ---------------------------------------------------

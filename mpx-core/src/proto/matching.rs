@@ -28,8 +28,46 @@ pub(crate) struct PostedQueue {
     queues: HashMap<MatchSpec, VecDeque<(u64, ReqId)>>,
     /// The spec of every posted receive.
     specs: HashMap<ReqId, MatchSpec>,
+    /// Receives posted of each shape ([`shape`]): a message looks only at
+    /// the shapes some receive has (most programs name source and tag).
+    per_shape: [usize; 4],
+    /// Queues emptied, kept for their memory: a spec posted and matched
+    /// over and over allocates nothing.
+    spare: Spare<(u64, ReqId)>,
     /// The next posting number.
     next: u64,
+}
+
+/// Emptied queues kept for their memory (at most [`Spare::KEEP`]), so
+/// that a spec queued and emptied over and over allocates nothing.
+struct Spare<T>(Vec<VecDeque<T>>);
+
+impl<T> Default for Spare<T> {
+    fn default() -> Self {
+        Spare(Vec::new())
+    }
+}
+
+impl<T> Spare<T> {
+    const KEEP: usize = 16;
+
+    /// An empty queue, with memory if one was kept.
+    fn take(&mut self) -> VecDeque<T> {
+        self.0.pop().unwrap_or_default()
+    }
+
+    /// Keeps `queue`'s memory.
+    fn keep(&mut self, mut queue: VecDeque<T>) {
+        if self.0.len() < Self::KEEP {
+            queue.clear();
+            self.0.push(queue);
+        }
+    }
+}
+
+/// The index of `spec`'s shape, as [`specs_accepting`] orders them.
+fn shape(spec: &MatchSpec) -> usize {
+    usize::from(spec.source.is_none()) | usize::from(spec.tag.is_none()) << 1
 }
 
 impl PostedQueue {
@@ -38,31 +76,56 @@ impl PostedQueue {
     }
 
     pub(crate) fn push(&mut self, id: ReqId, spec: MatchSpec) {
-        self.queues.entry(spec).or_default().push_back((self.next, id));
+        let spare = &mut self.spare;
+        self.queues.entry(spec).or_insert_with(|| spare.take()).push_back((self.next, id));
         self.specs.insert(id, spec);
+        self.per_shape[shape(&spec)] += 1;
         self.next += 1;
     }
 
     /// Removes and returns the first receive posted that accepts `env`.
     pub(crate) fn take_match(&mut self, env: &Envelope) -> Option<ReqId> {
-        let (_, id) = specs_accepting(env)
-            .into_iter()
-            .filter_map(|spec| self.queues.get(&spec)?.front().copied())
-            .min_by_key(|&(number, _)| number)?;
-        self.remove(id);
+        let specs = specs_accepting(env);
+        let mut first: Option<(u64, usize)> = None;
+        for (shape, spec) in specs.iter().enumerate() {
+            if self.per_shape[shape] == 0 {
+                continue;
+            }
+            if let Some(&(number, _)) = self.queues.get(spec).and_then(VecDeque::front) {
+                if first.is_none_or(|(earliest, _)| number < earliest) {
+                    first = Some((number, shape));
+                }
+            }
+        }
+        let (_, shape) = first?;
+        let spec = &specs[shape];
+        let queue = self.queues.get_mut(spec).expect("found above");
+        let (_, id) = queue.pop_front().expect("found above");
+        if queue.is_empty() {
+            self.retire(spec);
+        }
+        self.specs.remove(&id);
+        self.per_shape[shape] -= 1;
         Some(id)
+    }
+
+    /// Drops `spec`'s emptied queue, keeping its memory.
+    fn retire(&mut self, spec: &MatchSpec) {
+        if let Some(queue) = self.queues.remove(spec) {
+            self.spare.keep(queue);
+        }
     }
 
     /// Removes receive `id`; `false` if it is not posted.
     pub(crate) fn remove(&mut self, id: ReqId) -> bool {
         let Some(spec) = self.specs.remove(&id) else { return false };
         let queue = self.queues.get_mut(&spec).expect("every posted receive is queued");
-        // The head, when matching: found at once.
         let at = queue.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
         queue.remove(at);
         if queue.is_empty() {
-            self.queues.remove(&spec);
+            self.retire(&spec);
         }
+        self.per_shape[shape(&spec)] -= 1;
         true
     }
 
@@ -89,6 +152,7 @@ impl PostedQueue {
         for spec in specs {
             for (number, id) in self.queues.remove(&spec).expect("a key just listed") {
                 self.specs.remove(&id);
+                self.per_shape[shape(&spec)] -= 1;
                 removed.push((number, id));
             }
         }
@@ -138,6 +202,8 @@ struct Lane {
 pub(crate) struct UnexpectedQueue<T> {
     messages: HashMap<u64, (u64, T)>,
     lanes: HashMap<MatchSpec, Lane>,
+    /// Emptied lanes' memory.
+    spare: Spare<(u64, u64)>,
     next_id: u64,
     /// The place of the next message queued at the back.
     back: u64,
@@ -145,7 +211,13 @@ pub(crate) struct UnexpectedQueue<T> {
 
 impl<T> Default for UnexpectedQueue<T> {
     fn default() -> Self {
-        UnexpectedQueue { messages: HashMap::default(), lanes: HashMap::default(), next_id: 0, back: 1 << 62 }
+        UnexpectedQueue {
+            messages: HashMap::default(),
+            lanes: HashMap::default(),
+            spare: Spare::default(),
+            next_id: 0,
+            back: 1 << 62,
+        }
     }
 }
 
@@ -165,7 +237,8 @@ impl<T: Queued> UnexpectedQueue<T> {
         let id = self.next_id;
         self.next_id += 1;
         for spec in specs_accepting(message.envelope()) {
-            let lane = self.lanes.entry(spec).or_default();
+            let spare = &mut self.spare;
+            let lane = self.lanes.entry(spec).or_insert_with(|| Lane { entries: spare.take(), live: 0 });
             lane.live += 1;
             if lane.entries.back().is_none_or(|&(last, _)| last < place) {
                 lane.entries.push_back((place, id));
@@ -209,7 +282,9 @@ impl<T: Queued> UnexpectedQueue<T> {
             let Some(lane) = self.lanes.get_mut(&spec) else { continue };
             lane.live -= 1;
             if lane.live == 0 {
-                self.lanes.remove(&spec);
+                if let Some(lane) = self.lanes.remove(&spec) {
+                    self.spare.keep(lane.entries);
+                }
             } else if lane.entries.len() > 2 * lane.live + 16 {
                 lane.entries.retain(|(_, id)| messages.contains_key(id));
             }
@@ -447,6 +522,12 @@ mod tests {
                     }
                 }
                 assert_eq!(index.len(), list.len());
+                let mut per_shape = [0; 4];
+                for (_, spec) in &list {
+                    per_shape[shape(spec)] += 1;
+                }
+                assert_eq!(index.per_shape, per_shape, "receives counted per shape");
+                assert!(index.spare.0.len() <= Spare::<(u64, ReqId)>::KEEP);
             }
         }
     }

@@ -98,7 +98,7 @@ use std::task::{Context, Poll, Waker};
 
 use crate::error::Result;
 use crate::proto::engine::{Delivered, ReqId};
-use crate::runtime::{Completion, Shared};
+use crate::runtime::{Completion, Shared, Tracked};
 
 pub use completion::{wait_all, Tested, WaitAll};
 pub use set::RequestSet;
@@ -314,7 +314,7 @@ impl<'a> Request<'a> {
         let State::Active { shared, id, kind: Kind::Recv(_) } = &self.state else { return false };
         let mut st = shared.lock();
         if st.engine.cancel_recv(*id) {
-            st.done.insert(*id, Completion::Cancelled);
+            st.requests.insert(*id, Tracked::Done(Completion::Cancelled));
             true
         } else {
             false

@@ -5,7 +5,9 @@
 // specs, never by values a peer chooses, so a fast unkeyed hash (Fx) is
 // safe from collision flooding; SipHash cost a quarter of a small
 // message's cycles.
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::hash_map::Entry;
+use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,26 +27,44 @@ pub(crate) enum Completion {
     Cancelled,
 }
 
+/// What the endpoint keeps for a request the engine has not finished, or
+/// whose completion waits to be taken: one map entry per request, so a
+/// message costs a few lookups of one map.
+pub(crate) enum Tracked {
+    /// Waiting: the task to wake when it completes, and whether an
+    /// orphaned any-source receive (see [`Event::Orphaned`]) was already
+    /// polled once without a match.
+    Waiting { waker: Option<Waker>, orphan_polled: bool },
+    /// Finished: the completion, until the request takes it.
+    Done(Completion),
+    /// A send whose request was dropped or freed before completing: its
+    /// completion is discarded (a failure is traced).
+    Abandoned,
+    /// A buffered send in flight, holding this many bytes of the attached
+    /// buffer.
+    Buffered(usize),
+}
+
 /// State of the attached buffer for buffered sends.
 #[derive(Default)]
 pub(crate) struct BsendBuffer {
     pub(crate) attached: Option<Vec<u8>>,
     pub(crate) used: usize,
-    /// Buffered sends in flight: request id -> bytes they hold.
-    pub(crate) in_flight: HashMap<ReqId, usize>,
+    /// Buffered sends in flight (each [`Tracked::Buffered`]).
+    pub(crate) in_flight: usize,
     pub(crate) detach_waiters: Vec<Waker>,
 }
 
 pub(crate) struct State {
     pub(crate) engine: Engine,
-    pub(crate) done: HashMap<ReqId, Completion>,
-    pub(crate) wakers: HashMap<ReqId, Waker>,
-    /// Sends whose requests were dropped or freed before completing: their
-    /// completions are discarded (failures are traced).
-    pub(crate) abandoned: HashSet<ReqId>,
-    /// Orphaned any-source receives (see [`Event::Orphaned`]) already polled
-    /// once without a match.
-    pub(crate) orphan_polls: HashSet<ReqId>,
+    /// The requests being waited for, finished but not taken, abandoned
+    /// or buffered; a request nobody has polled yet has no entry.
+    pub(crate) requests: HashMap<ReqId, Tracked>,
+    /// A send being started under this lock: a completion it gets before
+    /// the lock is released (an eager send's) goes to `started`, for the
+    /// starting call to take, rather than through `requests`.
+    pub(crate) starting: Option<ReqId>,
+    pub(crate) started: Option<Completion>,
     /// Collectives started on each communicator context: the next one's
     /// number, which its messages' tags carry.
     pub(crate) collectives: HashMap<u64, u32>,
@@ -135,10 +155,9 @@ impl Endpoint {
         let rank = u32::try_from(rank).map_err(|_| crate::Error::InvalidRank { rank, size: size as usize })?;
         let state = State {
             engine: Engine::new(rank, size, config)?,
-            done: HashMap::default(),
-            wakers: HashMap::default(),
-            abandoned: HashSet::default(),
-            orphan_polls: HashSet::default(),
+            requests: HashMap::default(),
+            starting: None,
+            started: None,
             collectives: HashMap::default(),
             groups: HashMap::default(),
             arrival_wakers: Vec::new(),
@@ -390,12 +409,28 @@ impl DerefMut for Locked<'_> {
     }
 }
 
+thread_local! {
+    /// The memory of the last list of wakers woken on this thread, handed
+    /// back to the next endpoint that wakes some: waking a task allocates
+    /// nothing.
+    static SPARE_WAKERS: Cell<Vec<Waker>> = const { Cell::new(Vec::new()) };
+}
+
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        let wakers = self.guard.as_mut().map(|g| std::mem::take(&mut g.to_wake)).unwrap_or_default();
+        let wakers = match self.guard.as_mut() {
+            Some(g) if !g.to_wake.is_empty() => {
+                let spare = SPARE_WAKERS.try_with(Cell::take).unwrap_or_default();
+                Some(std::mem::replace(&mut g.to_wake, spare))
+            }
+            _ => None,
+        };
         drop(self.guard.take());
-        for w in wakers {
-            w.wake();
+        if let Some(mut wakers) = wakers {
+            for w in wakers.drain(..) {
+                w.wake();
+            }
+            let _ = SPARE_WAKERS.try_with(|spare| spare.set(wakers));
         }
         self.transport.deliver_offered();
     }
@@ -452,8 +487,10 @@ impl Shared {
                     Event::SendDone { id, result } => self.complete(st, id, Completion::Send(result)),
                     Event::RecvDone { id, result } => self.complete(st, id, Completion::Recv(result)),
                     Event::Orphaned { id } => {
-                        if let Some(w) = st.wakers.remove(&id) {
-                            st.to_wake.push(w);
+                        if let Some(Tracked::Waiting { waker, .. }) = st.requests.get_mut(&id) {
+                            if let Some(w) = waker.take() {
+                                st.to_wake.push(w);
+                            }
                         }
                         st.wake_probes();
                     }
@@ -492,17 +529,17 @@ impl Shared {
     pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<()> {
         self.transport.poll_arrivals(cx);
         let mut st = self.lock();
-        if st.done.contains_key(&id) {
-            return Poll::Ready(());
-        }
-        if st.engine.orphaned(id) {
-            if st.orphan_polls.insert(id) {
+        let State { engine, requests, .. } = &mut *st;
+        let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false });
+        let Tracked::Waiting { waker, orphan_polled } = tracked else { return Poll::Ready(()) };
+        if engine.orphaned(id) {
+            if !std::mem::replace(orphan_polled, true) {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
             return Poll::Ready(());
         }
-        st.wakers.insert(id, cx.waker().clone());
+        register(waker, cx);
         Poll::Pending
     }
 
@@ -512,39 +549,47 @@ impl Shared {
     pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
         self.transport.poll_arrivals(cx);
         let mut st = self.lock();
-        match st.done.remove(&id) {
-            Some(mut c) => {
+        let st = &mut *st;
+        let entry = match st.requests.entry(id) {
+            Entry::Occupied(entry) if matches!(entry.get(), Tracked::Done(_)) => {
+                let Tracked::Done(mut c) = entry.remove() else { unreachable!("matched above") };
                 if let Completion::Recv(Ok(msg)) = &mut c {
                     if msg.credit > 0 {
                         st.engine.release_credit(msg.envelope.source, msg.credit);
-                        self.flush(&mut st);
+                        self.flush(st);
                     }
                     // From here on the sender is named as its communicator
                     // numbers it (statuses are made from the envelope).
-                    if let Some(members) = st.groups.get(&msg.envelope.context) {
-                        msg.envelope.source = members.rank_of_sender(msg.envelope.source);
+                    if !st.groups.is_empty() {
+                        if let Some(members) = st.groups.get(&msg.envelope.context) {
+                            msg.envelope.source = members.rank_of_sender(msg.envelope.source);
+                        }
                     }
                 }
-                Poll::Ready(c)
+                return Poll::Ready(c);
             }
-            None if st.engine.orphaned(id) => {
-                // Only this rank can still match it. The first poll that
-                // finds it so lets everything else this rank has ready run
-                // (a send to itself may be among it); the second fails it.
-                if st.orphan_polls.insert(id) {
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                st.orphan_polls.remove(&id);
-                st.engine.cancel_recv(id);
-                let error = st.engine.others_gone().unwrap_or(Error::Finalized);
-                Poll::Ready(Completion::Recv(Err(error)))
+            entry => entry,
+        };
+        let tracked = entry.or_insert(Tracked::Waiting { waker: None, orphan_polled: false });
+        let Tracked::Waiting { waker, orphan_polled } = tracked else {
+            // Abandoned and buffered sends have no request left to poll.
+            return Poll::Pending;
+        };
+        if st.engine.orphaned(id) {
+            // Only this rank can still match it. The first poll that finds
+            // it so lets everything else this rank has ready run (a send to
+            // itself may be among it); the second fails it.
+            if !std::mem::replace(orphan_polled, true) {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
-            None => {
-                st.wakers.insert(id, cx.waker().clone());
-                Poll::Pending
-            }
+            st.requests.remove(&id);
+            st.engine.cancel_recv(id);
+            let error = st.engine.others_gone().unwrap_or(Error::Finalized);
+            return Poll::Ready(Completion::Recv(Err(error)));
         }
+        register(waker, cx);
+        Poll::Pending
     }
 
     /// Processes frames that have already arrived (see [`Transport::progress`]).
@@ -576,52 +621,78 @@ impl Shared {
     /// the queue; a send completes in the background.
     pub(crate) fn withdraw(&self, id: ReqId) {
         let mut st = self.lock();
-        st.wakers.remove(&id);
-        st.orphan_polls.remove(&id);
-        match st.done.remove(&id) {
-            Some(Completion::Recv(Ok(msg))) => {
+        match st.requests.remove(&id) {
+            Some(Tracked::Done(Completion::Recv(Ok(msg)))) => {
                 st.engine.requeue(msg);
                 st.wake_probes();
                 self.flush(&mut st);
             }
-            Some(Completion::Send(Err(e))) => {
+            Some(Tracked::Done(Completion::Send(Err(e)))) => {
                 tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed");
             }
-            Some(_) => {}
-            None => {
+            Some(Tracked::Done(_)) => {}
+            Some(kept @ (Tracked::Abandoned | Tracked::Buffered(_))) => {
+                // Not a request's own entry: the background owns it.
+                st.requests.insert(id, kept);
+            }
+            Some(Tracked::Waiting { .. }) | None => {
                 if st.engine.withdraw_recv(id) {
                     st.wake_probes();
                     self.flush(&mut st);
                 } else {
                     // A send still in flight: it completes in the background.
-                    st.abandoned.insert(id);
+                    st.requests.insert(id, Tracked::Abandoned);
                 }
             }
         }
     }
 
     pub(crate) fn complete(&self, st: &mut State, id: ReqId, completion: Completion) {
-        if let Some(bytes) = st.bsend.in_flight.remove(&id) {
-            st.bsend.used -= bytes;
-            if let Completion::Send(Err(e)) = &completion {
-                tracing::error!(rank = self.rank, id, error = %e, "buffered send failed");
-            }
-            let waiters = std::mem::take(&mut st.bsend.detach_waiters);
-            st.to_wake.extend(waiters);
+        if st.starting == Some(id) {
+            st.started = Some(completion);
             return;
         }
-        if st.abandoned.remove(&id) {
-            if let Completion::Send(Err(e)) = completion {
-                tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed");
+        match st.requests.entry(id) {
+            Entry::Vacant(entry) => {
+                entry.insert(Tracked::Done(completion));
             }
-            return;
+            Entry::Occupied(mut entry) => match entry.get_mut() {
+                Tracked::Waiting { waker, .. } => {
+                    if let Some(w) = waker.take() {
+                        st.to_wake.push(w);
+                    }
+                    entry.insert(Tracked::Done(completion));
+                }
+                Tracked::Done(_) => {
+                    entry.insert(Tracked::Done(completion));
+                }
+                Tracked::Abandoned => {
+                    entry.remove();
+                    if let Completion::Send(Err(e)) = completion {
+                        tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed");
+                    }
+                }
+                &mut Tracked::Buffered(bytes) => {
+                    entry.remove();
+                    st.bsend.used -= bytes;
+                    st.bsend.in_flight -= 1;
+                    if let Completion::Send(Err(e)) = &completion {
+                        tracing::error!(rank = self.rank, id, error = %e, "buffered send failed");
+                    }
+                    let waiters = std::mem::take(&mut st.bsend.detach_waiters);
+                    st.to_wake.extend(waiters);
+                }
+            },
         }
         tracing::trace!(rank = self.rank, id, "completed");
-        st.orphan_polls.remove(&id);
-        st.done.insert(id, completion);
-        if let Some(w) = st.wakers.remove(&id) {
-            st.to_wake.push(w);
-        }
+    }
+}
+
+/// Keeps `cx`'s waker in `slot` (cloning it only if it changed).
+fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
     }
 }
 
@@ -631,7 +702,7 @@ impl Shared {
     /// same lock, so no buffered send can slip in between.
     pub(crate) fn poll_bsend_drained(&self, cx: &mut Context<'_>) -> Poll<Locked<'_>> {
         let mut st = self.lock();
-        if st.bsend.in_flight.is_empty() {
+        if st.bsend.in_flight == 0 {
             Poll::Ready(st)
         } else {
             st.bsend.detach_waiters.push(cx.waker().clone());

@@ -375,6 +375,12 @@ impl Delivered {
     /// Splits a message as it travelled (`payload`: description, then data).
     fn new(envelope: Envelope, payload: Bytes, credit: u64) -> Delivered {
         let at = (envelope.desc_len as usize).min(payload.len());
+        if at == 0 {
+            // No description (all but external32 typed data): the payload
+            // moves as it is. Slicing a `Bytes` made from a `Vec` would
+            // allocate its shared header.
+            return Delivered { envelope, desc: Bytes::new(), data: payload, credit };
+        }
         Delivered { envelope, desc: payload.slice(..at), data: payload.slice(at..), credit }
     }
 
