@@ -2,6 +2,7 @@
 //! matches: a message finds its receive, and a receive its message, in
 //! time that does not grow with what else is queued.
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
 // The maps here are keyed by this process's own request ids and receive
@@ -26,8 +27,9 @@ use super::engine::{Envelope, MatchSpec, ReqId};
 pub(crate) struct PostedQueue {
     /// Receives per spec: (posting number, receive), in posting order.
     queues: HashMap<MatchSpec, VecDeque<(u64, ReqId)>>,
-    /// The spec of every posted receive.
-    specs: HashMap<ReqId, MatchSpec>,
+    /// The spec of every posted receive, and the most data it holds (see
+    /// [`Engine::post_recv_limited`](super::engine::Engine::post_recv_limited)).
+    specs: HashMap<ReqId, (MatchSpec, Option<u64>)>,
     /// Receives posted of each shape ([`shape`]): a message looks only at
     /// the shapes some receive has (most programs name source and tag).
     per_shape: [usize; 4],
@@ -75,16 +77,17 @@ impl PostedQueue {
         self.specs.len()
     }
 
-    pub(crate) fn push(&mut self, id: ReqId, spec: MatchSpec) {
+    pub(crate) fn push(&mut self, id: ReqId, spec: MatchSpec, limit: Option<u64>) {
         let spare = &mut self.spare;
         self.queues.entry(spec).or_insert_with(|| spare.take()).push_back((self.next, id));
-        self.specs.insert(id, spec);
+        self.specs.insert(id, (spec, limit));
         self.per_shape[shape(&spec)] += 1;
         self.next += 1;
     }
 
-    /// Removes and returns the first receive posted that accepts `env`.
-    pub(crate) fn take_match(&mut self, env: &Envelope) -> Option<ReqId> {
+    /// Removes and returns the first receive posted that accepts `env`,
+    /// with its limit.
+    pub(crate) fn take_match(&mut self, env: &Envelope) -> Option<(ReqId, Option<u64>)> {
         let specs = specs_accepting(env);
         let mut first: Option<(u64, usize)> = None;
         for (shape, spec) in specs.iter().enumerate() {
@@ -104,9 +107,9 @@ impl PostedQueue {
         if queue.is_empty() {
             self.retire(spec);
         }
-        self.specs.remove(&id);
+        let (_, limit) = self.specs.remove(&id).expect("every posted receive has a spec");
         self.per_shape[shape] -= 1;
-        Some(id)
+        Some((id, limit))
     }
 
     /// Drops `spec`'s emptied queue, keeping its memory.
@@ -118,7 +121,7 @@ impl PostedQueue {
 
     /// Removes receive `id`; `false` if it is not posted.
     pub(crate) fn remove(&mut self, id: ReqId) -> bool {
-        let Some(spec) = self.specs.remove(&id) else { return false };
+        let Some((spec, _)) = self.specs.remove(&id) else { return false };
         let queue = self.queues.get_mut(&spec).expect("every posted receive is queued");
         let at = queue.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
         queue.remove(at);
@@ -129,19 +132,14 @@ impl PostedQueue {
         true
     }
 
-    /// Whether receive `id` is posted.
-    pub(crate) fn contains(&self, id: ReqId) -> bool {
-        self.specs.contains_key(&id)
-    }
-
     /// The spec of posted receive `id`.
     pub(crate) fn spec(&self, id: ReqId) -> Option<&MatchSpec> {
-        self.specs.get(&id)
+        self.specs.get(&id).map(|(spec, _)| spec)
     }
 
     /// The posted receives whose spec satisfies `pred`, in no particular order.
     pub(crate) fn ids_where(&self, pred: impl Fn(&MatchSpec) -> bool) -> Vec<ReqId> {
-        self.specs.iter().filter(|(_, spec)| pred(spec)).map(|(&id, _)| id).collect()
+        self.specs.iter().filter(|(_, (spec, _))| pred(spec)).map(|(&id, _)| id).collect()
     }
 
     /// Removes and returns, in posting order, the receives whose spec
@@ -279,12 +277,11 @@ impl<T: Queued> UnexpectedQueue<T> {
         let (_, message) = self.messages.remove(&id)?;
         let messages = &self.messages;
         for spec in specs_accepting(message.envelope()) {
-            let Some(lane) = self.lanes.get_mut(&spec) else { continue };
+            let Entry::Occupied(mut entry) = self.lanes.entry(spec) else { continue };
+            let lane = entry.get_mut();
             lane.live -= 1;
             if lane.live == 0 {
-                if let Some(lane) = self.lanes.remove(&spec) {
-                    self.spare.keep(lane.entries);
-                }
+                self.spare.keep(entry.remove().entries);
             } else if lane.entries.len() > 2 * lane.live + 16 {
                 lane.entries.retain(|(_, id)| messages.contains_key(id));
             }
@@ -499,14 +496,14 @@ mod tests {
                             source: wild(next(4), 3),
                             tag: wild(next(4), 3).map(|t| t as i32),
                         };
-                        index.push(id, spec);
+                        index.push(id, spec, None);
                         list.push((id, spec));
                         id += 1;
                     }
                     5..=7 => {
                         let env = envelope(next(2) as u64, next(3), next(3) as i32, 0);
                         let want = list.iter().position(|(_, spec)| spec.accepts(&env)).map(|i| list.remove(i).0);
-                        assert_eq!(index.take_match(&env), want);
+                        assert_eq!(index.take_match(&env).map(|(id, _)| id), want);
                     }
                     8 => {
                         let victim = next(id.max(1) as u32) as u64;

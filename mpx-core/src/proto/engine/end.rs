@@ -98,7 +98,6 @@ impl Engine {
         }
         self.closed = true;
         self.next_tick = None;
-        self.limits.clear();
         for id in self.posted.remove_where(|_| true) {
             self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
         }
@@ -238,7 +237,6 @@ impl Engine {
     pub(super) fn fail_recvs_from(&mut self, rank: u32, error: &Error) {
         let error = || error.clone();
         for id in self.posted.remove_where(|spec| spec.source == Some(rank)) {
-            self.limits.remove(&id);
             self.events.push_back(Event::RecvDone { id, result: Err(error()) });
         }
         if self.others_gone().is_some() {

@@ -301,7 +301,7 @@ impl Engine {
     /// accepts it, or queue it.
     pub(super) fn arrive(&mut self, u: Unexpected) {
         match self.posted.take_match(&u.envelope) {
-            Some(id) => self.take_unexpected(id, u),
+            Some((id, limit)) => self.take_unexpected(id, u, limit),
             None => {
                 tracing::trace!(rank = self.rank, source = u.envelope.source, tag = u.envelope.tag, "queued unexpected");
                 self.unexpected.push_back(u);
@@ -313,7 +313,7 @@ impl Engine {
     /// receive is posted, "not ready" otherwise.
     pub(super) fn arrive_ready_request(&mut self, u: Unexpected, send_id: u64) {
         match self.posted.take_match(&u.envelope) {
-            Some(id) => self.take_unexpected(id, u),
+            Some((id, limit)) => self.take_unexpected(id, u, limit),
             None => {
                 let source = u.envelope.source;
                 let p = &mut self.peers[source as usize];
@@ -327,8 +327,7 @@ impl Engine {
     pub(super) fn arrive_ready(&mut self, h: Header, data: Bytes) -> Result<()> {
         let envelope = Envelope::from_header(&h, data.len() as u64)?;
         let taken = match self.posted.take_match(&envelope) {
-            Some(id) => {
-                self.limits.remove(&id);
+            Some((id, _)) => {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(envelope, data, 0)) });
                 1
             }

@@ -279,7 +279,12 @@ pub struct Outgoing {
 }
 
 /// Which messages a receive or probe accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// (Laid out as declared, context first: built field by field right before
+/// each lookup, it is then read back whole by the hash, and with Rust's own
+/// layout that read waited on the writes.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub struct MatchSpec {
     /// Communicator context.
     pub context: u64,
@@ -287,6 +292,19 @@ pub struct MatchSpec {
     pub source: Option<u32>,
     /// Tag, or `None` for any tag.
     pub tag: Option<i32>,
+}
+
+/// Two words per spec, rather than a word per field and option: the
+/// matching queues look specs up several times per message.
+impl std::hash::Hash for MatchSpec {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // 33 bits each: the value, or bit 32 alone for "any".
+        let any = 1u64 << 32;
+        let source = self.source.map_or(any, u64::from);
+        let tag = self.tag.map_or(any, |t| u64::from(t as u32));
+        state.write_u64(self.context);
+        state.write_u64(source.rotate_left(31) ^ tag);
+    }
 }
 
 impl MatchSpec {
@@ -455,8 +473,6 @@ pub struct Engine {
     transfers: HashMap<ReqId, Transfer>,
     /// Buffers of large messages already consumed, for the next transfer.
     pool: BufferPool,
-    /// Posted receives that hold at most this many bytes of data.
-    limits: HashMap<ReqId, u64>,
     /// Peers with queued output, in the order they got it.
     writable: VecDeque<u32>,
     /// Frames this rank sent itself, handled before any call returns.
@@ -491,7 +507,6 @@ impl Engine {
             sends: HashMap::default(),
             transfers: HashMap::default(),
             pool: BufferPool::default(),
-            limits: HashMap::default(),
             writable: VecDeque::new(),
             local: VecDeque::new(),
             events: VecDeque::new(),

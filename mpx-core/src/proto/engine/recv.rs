@@ -9,6 +9,11 @@ impl Engine {
     /// any-source receive stays posted when every other rank is gone (see
     /// [`Event::Orphaned`]).
     pub fn post_recv(&mut self, id: ReqId, spec: MatchSpec) {
+        self.post(id, spec, None);
+    }
+
+    /// Posts receive `id`, holding at most `limit` bytes if given.
+    fn post(&mut self, id: ReqId, spec: MatchSpec, limit: Option<u64>) {
         tracing::trace!(rank = self.rank, id, ?spec, "receive posted");
         if self.closed {
             self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
@@ -20,7 +25,7 @@ impl Engine {
             return;
         }
         if let Some(u) = self.unexpected.take_first(&spec) {
-            self.take_unexpected(id, u);
+            self.take_unexpected(id, u, limit);
             self.handle_local();
             return;
         }
@@ -28,7 +33,7 @@ impl Engine {
             self.events.push_back(Event::RecvDone { id, result: Err(e) });
             return;
         }
-        self.posted.push(id, spec);
+        self.posted.push(id, spec, limit);
         if spec.source.is_none() && self.others_gone().is_some() {
             self.events.push_back(Event::Orphaned { id });
         }
@@ -43,18 +48,13 @@ impl Engine {
     /// transfer, even if the receive is withdrawn (see
     /// [`withdraw_recv`](Engine::withdraw_recv)).
     pub fn post_recv_limited(&mut self, id: ReqId, spec: MatchSpec, limit: u64) {
-        self.limits.insert(id, limit);
-        self.post_recv(id, spec);
-        if !self.posted.contains(id) && !self.transfers.contains_key(&id) {
-            self.limits.remove(&id);
-        }
+        self.post(id, spec, Some(limit));
     }
 
     /// Withdraws a posted receive that has not matched. Returns `false` if
     /// it is not posted (already matched or unknown).
     pub fn cancel_recv(&mut self, id: ReqId) -> bool {
         let withdrawn = self.posted.remove(id);
-        self.limits.remove(&id);
         if withdrawn {
             tracing::trace!(rank = self.rank, id, "receive withdrawn");
         }
@@ -100,8 +100,8 @@ impl Engine {
     /// the sender's earlier messages, ahead of its later ones and of
     /// everything else.
     pub(super) fn restore(&mut self, u: Unexpected) {
-        if let Some(id) = self.posted.take_match(&u.envelope) {
-            self.take_unexpected(id, u);
+        if let Some((id, limit)) = self.posted.take_match(&u.envelope) {
+            self.take_unexpected(id, u, limit);
             return;
         }
         let (source, seq) = (u.envelope.source, u.envelope.seq);
@@ -143,20 +143,20 @@ impl Engine {
     /// Receives a message taken by [`improbe`](Engine::improbe) as receive
     /// `id` (`MPI_Mrecv`).
     pub fn mrecv(&mut self, id: ReqId, m: Matched) {
-        self.take_unexpected(id, m.0);
+        self.take_unexpected(id, m.0, None);
         self.handle_local();
     }
 
     /// Delivers queued message `u` to receive `id`.
-    pub(super) fn take_unexpected(&mut self, id: ReqId, u: Unexpected) {
-        // A rendezvous request keeps the limit for its clear-to-send.
-        let limit = if matches!(u.body, Body::Rts { .. }) { None } else { self.limits.remove(&id) };
+    /// Delivers queued message `u` to receive `id`, which holds at most
+    /// `limit` bytes if given.
+    pub(super) fn take_unexpected(&mut self, id: ReqId, u: Unexpected, limit: Option<u64>) {
         tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
         match u.body {
             Body::Data { data, credit } => {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, credit)) });
             }
-            Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id),
+            Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id, limit),
             Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
                 Some(t) if t.complete => {
                     let t = self.transfers.remove(&transfer).expect("present");
@@ -175,7 +175,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn clear_to_send(&mut self, recv_id: ReqId, envelope: Envelope, send_id: u64) {
+    pub(super) fn clear_to_send(&mut self, recv_id: ReqId, envelope: Envelope, send_id: u64, limit: Option<u64>) {
         let source = envelope.source;
         if let Some(p) = self.peers.get_mut(source as usize) {
             p.slots_in_use = p.slots_in_use.saturating_sub(1);
@@ -193,7 +193,7 @@ impl Engine {
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
         let mut transfer = Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false, reserve: 0 };
-        transfer.bound(self.limits.remove(&recv_id));
+        transfer.bound(limit);
         self.transfers.insert(recv_id, transfer);
         self.push_frame(source, Frame::control(header));
     }
