@@ -331,6 +331,67 @@ each_transport! {
         .await;
     }
 
+    /// Collectives are operations like point-to-point requests: several
+    /// wait together (`wait_all`, a `RequestSet` completing them in any
+    /// order), `test` says whether one has finished without waiting, and a
+    /// finished one gives its outcome once, then a null request's `Ok(())`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn collectives_wait_together_and_test_like_requests() {
+        use mpx::{Operation, RequestSet};
+        returns(launch(3, |comm| async move {
+            let me = comm.rank() as u64;
+            let (mut sum, mut max, mut all) = (0u64, 0u64, [0u64; 3]);
+            let outcomes = mpx::wait_all([
+                comm.allreduce(&me, &mut sum, SUM),
+                comm.allreduce(&me, &mut max, MAX),
+                comm.allgather(&(me * 10), &mut all[..]),
+            ])
+            .await;
+            assert_eq!(outcomes.len(), 3);
+            assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+            assert_eq!((sum, max, all), (3, 2, [0, 10, 20]));
+
+            // Rank 0 enters the barrier only once the others have found
+            // theirs unfinished: test says so without waiting.
+            let mut barrier = if me == 0 {
+                for _ in 1..3 {
+                    comm.recv::<u8>(mpx::Any, 9).await?;
+                }
+                comm.barrier()
+            } else {
+                let mut barrier = comm.barrier();
+                assert!(barrier.test().is_none(), "finished before rank 0 entered");
+                assert!(!barrier.is_complete());
+                comm.send(&1u8, 0, 9).await?;
+                barrier
+            };
+            let outcome = loop {
+                if let Some(outcome) = barrier.test() {
+                    break outcome;
+                }
+                tokio::task::yield_now().await;
+            };
+            outcome?;
+            assert!(barrier.is_complete());
+            assert_eq!(barrier.take_output(), Ok(()), "taken twice: a null request's outcome");
+
+            // A set completes them in whatever order they finish.
+            let (mut a, mut b) = (0i64, 0i64);
+            let mut set: RequestSet<mpx::coll::Collective<'_>> = [comm.allreduce(&1i64, &mut a, SUM), comm.allreduce(&(me as i64), &mut b, MIN)].into_iter().collect();
+            let mut done = Vec::new();
+            while let Some((slot, outcome)) = set.wait_any().await {
+                outcome?;
+                done.push(slot);
+            }
+            done.sort_unstable();
+            assert_eq!(done, [0, 1]);
+            drop(set);
+            assert_eq!((a, b), (3, 0));
+            Ok(())
+        }))
+        .await;
+    }
+
     /// Arguments every rank gets wrong alike are errors on every rank, and
     /// a count that disagrees with the root's is reported by the rank that
     /// sees it.

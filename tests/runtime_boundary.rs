@@ -331,3 +331,72 @@ async fn a_broken_link_fails_the_peer_with_its_cause() {
     assert!(matches!(e, Error::ProcessFailed { rank: 2, .. }), "{e:?}");
     assert_eq!(chain(&e)[1..], ["transport error: reading from rank 2", "stream closed mid-frame"]);
 }
+
+/// The endpoint keeps state for a request only while it is under way:
+/// receives polled and then cancelled (a `Request`, an `OwnedRecv`), a
+/// matched receive dropped before its poll (its message goes back and is
+/// received again), and a rendezvous send dropped in flight all leave
+/// nothing behind once done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_kept_for_requests_done_with() {
+    let config = Config { eager_threshold: 1024, ..Config::default() };
+    let stall = Arc::new(Stall { on: AtomicBool::new(false), held: Mutex::new((Vec::new(), 0)), sender: OnceLock::new() });
+    let (mut senders, mut receivers) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let (tx, rx) = unbounded_channel();
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let endpoints: Vec<Endpoint> = (0..2)
+        .map(|r| Endpoint::new(r, 2, config, Net { me: r, inboxes: senders.clone(), stall: stall.clone() }).unwrap())
+        .collect();
+    for (r, mut rx) in receivers.into_iter().enumerate() {
+        let ep = endpoints[r].downgrade();
+        tokio::spawn(async move {
+            while let Some((from, frame)) = rx.recv().await {
+                let Some(ep) = ep.upgrade() else { return };
+                ep.handle_frame(from, frame).unwrap();
+            }
+        });
+    }
+    for e in &endpoints {
+        tokio::time::timeout(Duration::from_secs(10), e.connected()).await.expect("connected");
+    }
+    let (zero, one) = (endpoints[0].world(), endpoints[1].world());
+    let mut byte = 0u8;
+
+    // A receive request polled, then cancelled.
+    let mut recv = one.irecv(&mut byte, 0, 1);
+    assert!(futures::poll!(&mut recv).is_pending());
+    assert_eq!(endpoints[1].tracked_requests(), 1);
+    assert!(recv.cancel());
+    assert!(recv.await.unwrap().test_cancelled());
+
+    // An owned receive polled, then cancelled.
+    let mut owned = one.irecv_owned(vec![0u8; 4], 0, 2);
+    assert!(futures::poll!(&mut owned).is_pending());
+    assert!(owned.cancel());
+    drop(owned);
+
+    // A matched receive dropped unpolled: its message is received again.
+    let recv = one.irecv(&mut byte, 0, 3);
+    zero.send(&9u8, 1, 3).await.unwrap();
+    // (By then the delivery task has handed the message over and it has
+    // matched the receive; were it still on its way, the receive would be
+    // withdrawn instead, which must leave nothing behind either.)
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(recv);
+    let (again, _) = tokio::time::timeout(Duration::from_secs(10), one.recv::<u8>(0, 3)).await.expect("in time").unwrap();
+    assert_eq!(again, 9);
+
+    // A rendezvous send dropped in flight still arrives.
+    drop(zero.isend(vec![5u8; 100_000], 1, 4));
+    let (data, _) = tokio::time::timeout(Duration::from_secs(10), one.recv_vec::<u8>(0, 4)).await.expect("in time").unwrap();
+    assert_eq!(data, vec![5u8; 100_000]);
+    // The sender hears of the delivery a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while endpoints[0].tracked_requests() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!((endpoints[0].tracked_requests(), endpoints[1].tracked_requests()), (0, 0));
+}

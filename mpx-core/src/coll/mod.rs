@@ -79,7 +79,7 @@ use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::SendMode;
-use crate::request::Request;
+use crate::request::{Operation, Request};
 use crate::runtime::Shared;
 
 /// Values a collective reads: `&T` (one value; an array `&[T; N]` is one
@@ -149,9 +149,49 @@ impl<'a> CollMut<'a, Described> for RecvBuf<'a> {
 /// A collective under way on this rank: a future that finishes this rank's
 /// part. It borrows only the memory the collective writes (values it
 /// reads are copied or sent when the call starts).
+///
+/// It is an [`Operation`] too, so collectives wait together with
+/// [`wait_all`](crate::wait_all) or in a [`RequestSet`](crate::RequestSet),
+/// and [`test`](Operation::test) asks whether one has finished without
+/// waiting (MPI's `MPI_Test` on a nonblocking collective's request). Once
+/// it has finished, it touches its memory no more.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx::Result<()> {
+/// # mpx::launch(3, |comm| async move {
+/// use mpx::coll::{MAX, SUM};
+/// use mpx::Operation;
+/// let (mut sum, mut max) = (0u64, 0u64);
+/// let me = comm.rank() as u64;
+/// // Two collectives in flight on one communicator, waited for together.
+/// let outcomes = mpx::wait_all([comm.allreduce(&me, &mut sum, SUM), comm.allreduce(&me, &mut max, MAX)]).await;
+/// assert!(outcomes.iter().all(Result::is_ok));
+/// assert_eq!((sum, max), (3, 2));
+/// // Polled by hand: a barrier finishes once every rank has entered it.
+/// let mut barrier = comm.barrier();
+/// let outcome = loop {
+///     if let Some(outcome) = barrier.test() {
+///         break outcome;
+///     }
+///     tokio::task::yield_now().await;
+/// };
+/// outcome?;
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
 #[must_use = "a collective finishes only when awaited"]
 pub struct Collective<'a> {
-    run: Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>,
+    state: Running<'a>,
+    /// The endpoint the collective runs on (see [`Operation::progress`]).
+    shared: Arc<Shared>,
+}
+
+/// Where a [`Collective`] is.
+enum Running<'a> {
+    /// This rank's part, under way.
+    Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>),
+    /// Finished: the outcome, until it is taken.
+    Done(Option<Result<()>>),
 }
 
 impl<'a> Collective<'a> {
@@ -161,14 +201,51 @@ impl<'a> Collective<'a> {
     /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        Collective { run: Box::pin(guarded(call, run)) }
+        let shared = call.shared().clone();
+        Collective { state: Running::Part(Box::pin(guarded(call, run))), shared }
+    }
+}
+
+impl Operation for Collective<'_> {
+    type Output = Result<()>;
+
+    fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Running::Part(run) = &mut self.state {
+            let outcome = std::task::ready!(run.as_mut().poll(cx));
+            // Dropping the part releases the memory it borrowed.
+            self.state = Running::Done(Some(outcome));
+        }
+        Poll::Ready(())
+    }
+
+    fn is_complete(&self) -> bool {
+        matches!(self.state, Running::Done(_))
+    }
+
+    /// The outcome; taken already, `Ok(())` (as a null request's).
+    fn take_output(&mut self) -> Result<()> {
+        match &mut self.state {
+            Running::Done(outcome) => outcome.take().unwrap_or(Ok(())),
+            Running::Part(_) => panic!("the collective has not finished"),
+        }
+    }
+
+    fn progress(&self) -> Option<usize> {
+        match self.state {
+            Running::Part(_) => {
+                self.shared.progress();
+                Some(Arc::as_ptr(&self.shared) as usize)
+            }
+            Running::Done(_) => None,
+        }
     }
 }
 
 impl Future for Collective<'_> {
     type Output = Result<()>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.run.as_mut().poll(cx)
+        std::task::ready!(self.poll_complete(cx));
+        Poll::Ready(self.take_output())
     }
 }
 

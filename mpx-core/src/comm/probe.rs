@@ -229,13 +229,18 @@ impl Message {
         }
     }
 
-    /// Starts receiving the message as a request that runs `finish` on it.
-    fn start<'a>(mut self, finish: Finish<'a>) -> Request<'a> {
+    /// Starts receiving the message as a request that runs `finish` on it,
+    /// keeping at most `limit` bytes of its data if given (a longer
+    /// rendezvous message is counted, not kept: `finish` then fails it).
+    fn start<'a>(mut self, limit: Option<u64>, finish: Finish<'a>) -> Request<'a> {
         let Some(m) = self.matched.take() else { return Request::completed(Ok(Status::empty())) };
         let shared = self.comm.shared.clone();
         let mut st = shared.lock();
         let id = st.engine.next_id();
-        st.engine.mrecv(id, m);
+        match limit {
+            Some(limit) => st.engine.mrecv_limited(id, m, limit),
+            None => st.engine.mrecv(id, m),
+        }
         shared.flush(&mut st);
         drop(st);
         Request::active(shared, id, Kind::Recv(finish))
@@ -263,7 +268,7 @@ impl Message {
     pub fn irecv<'a>(self, buf: impl RecvData<'a>) -> Request<'a> {
         // On a bad buffer the message goes back to the queue (when `self` drops).
         match buf.into_target() {
-            Ok(target) => self.start(target.finish),
+            Ok(target) => self.start(target.limit, target.finish),
             Err(e) => Request::completed(Err(e)),
         }
     }

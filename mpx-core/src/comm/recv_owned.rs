@@ -73,7 +73,13 @@ impl RawRecv {
 
     /// Unposts the receive if it has not matched; then it is finished.
     pub(crate) fn cancel(&mut self) -> bool {
-        let cancelled = self.shared.lock().engine.cancel_recv(self.id);
+        let mut st = self.shared.lock();
+        let cancelled = st.engine.cancel_recv(self.id);
+        if cancelled {
+            // What the endpoint kept for it (the waker of a poll) goes too:
+            // it will not be polled through the endpoint again.
+            st.requests.remove(&self.id);
+        }
         self.finished |= cancelled;
         cancelled
     }

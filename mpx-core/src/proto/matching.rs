@@ -40,8 +40,10 @@ pub(crate) struct PostedQueue {
     next: u64,
 }
 
-/// Emptied queues kept for their memory (at most [`Spare::KEEP`]), so
-/// that a spec queued and emptied over and over allocates nothing.
+/// Emptied queues kept for their memory (at most [`Spare::KEEP`] of them,
+/// each of at most [`Spare::ROOM`] entries: a burst that grew a queue
+/// large gives its memory back), so that a spec queued and emptied over
+/// and over allocates nothing.
 struct Spare<T>(Vec<VecDeque<T>>);
 
 impl<T> Default for Spare<T> {
@@ -52,6 +54,7 @@ impl<T> Default for Spare<T> {
 
 impl<T> Spare<T> {
     const KEEP: usize = 16;
+    const ROOM: usize = 256;
 
     /// An empty queue, with memory if one was kept.
     fn take(&mut self) -> VecDeque<T> {
@@ -60,7 +63,7 @@ impl<T> Spare<T> {
 
     /// Keeps `queue`'s memory.
     fn keep(&mut self, mut queue: VecDeque<T>) {
-        if self.0.len() < Self::KEEP {
+        if self.0.len() < Self::KEEP && queue.capacity() <= Self::ROOM {
             queue.clear();
             self.0.push(queue);
         }
@@ -480,6 +483,30 @@ mod tests {
     /// The posted-receive index against a list scanned in posting order,
     /// over random posts (with wildcards), arrivals, withdrawals and peer
     /// failures.
+    #[test]
+    fn specs_hash_as_they_compare() {
+        use std::hash::BuildHasher;
+        let hash = |spec: &MatchSpec| rustc_hash::FxBuildHasher.hash_one(spec);
+        let specs: Vec<MatchSpec> = [0u64, 1, 1 << 40]
+            .into_iter()
+            .flat_map(|context| {
+                [None, Some(0u32), Some(1), Some(2), Some(3), Some(u32::MAX)].into_iter().flat_map(move |source| {
+                    [None, Some(0i32), Some(-1), Some(1), Some(i32::MIN), Some(i32::MAX)]
+                        .into_iter()
+                        .map(move |tag| MatchSpec { context, source, tag })
+                })
+            })
+            .collect();
+        let mut seen = std::collections::HashMap::new();
+        for spec in &specs {
+            let copy = *spec;
+            assert_eq!(hash(spec), hash(&copy), "{spec:?}");
+            if let Some(other) = seen.insert(hash(spec), *spec) {
+                panic!("{spec:?} and {other:?} hash alike");
+            }
+        }
+    }
+
     #[test]
     fn posted_index_matches_like_a_scan_in_posting_order() {
         let mut next = xorshift(0x9e37_79b9);

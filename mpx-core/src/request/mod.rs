@@ -368,9 +368,11 @@ impl Drop for Request<'_> {
 
 /// What the completion functions work on: a nonblocking operation that can
 /// be polled to completion and whose outcome can then be taken. Implemented
-/// by [`Request`], by receives of one value ([`ValueRecv`](crate::ValueRecv))
-/// and by owned receives ([`OwnedRecv`](crate::OwnedRecv)), so a server can
-/// keep one receive per client in a [`RequestSet`] and re-post into a slot.
+/// by [`Request`], by receives of one value ([`ValueRecv`](crate::ValueRecv)),
+/// by owned receives ([`OwnedRecv`](crate::OwnedRecv)) and by collectives
+/// ([`Collective`](crate::coll::Collective)), so a server can keep one
+/// receive per client in a [`RequestSet`] and re-post into a slot, and
+/// collectives in flight wait together.
 pub trait Operation: Unpin {
     /// The outcome.
     type Output;

@@ -61,10 +61,11 @@ pub(crate) struct State {
     /// or buffered; a request nobody has polled yet has no entry.
     pub(crate) requests: HashMap<ReqId, Tracked>,
     /// A send being started under this lock: a completion it gets before
-    /// the lock is released (an eager send's) goes to `started`, for the
-    /// starting call to take, rather than through `requests`.
+    /// the lock is released (an eager send's) goes to `started`, with its
+    /// id, for the starting call to take, rather than through `requests`
+    /// (see [`Shared::start_send`]).
     pub(crate) starting: Option<ReqId>,
-    pub(crate) started: Option<Completion>,
+    pub(crate) started: Option<(ReqId, Completion)>,
     /// Collectives started on each communicator context: the next one's
     /// number, which its messages' tags carry.
     pub(crate) collectives: HashMap<u64, u32>,
@@ -240,6 +241,32 @@ impl Endpoint {
         st.engine.handle_timeout(now);
         st.wake_probes();
         self.shared.flush(&mut st);
+    }
+
+    /// Diagnostics: the requests this endpoint keeps state for: those
+    /// polled and not finished, finished and not taken yet, and sends
+    /// dropped while still in flight. It falls back to 0 once nothing is
+    /// under way: a count that only grows is a leak.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # let sockets = [mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap(), mpx::quic::bind("127.0.0.1:0".parse().unwrap()).unwrap()];
+    /// # let addrs: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+    /// # let job = mpx::quic::JobCredential::generate(1)?;
+    /// # let [s0, _s1] = sockets;
+    /// let zero = mpx::quic::start(s0, &addrs, job.issue(0)?, &mpx::quic::Options::local())?;
+    /// let mut got = 0u8;
+    /// let mut recv = zero.world().irecv(&mut got, 0, 0);
+    /// assert!(futures::poll!(&mut recv).is_pending());
+    /// assert_eq!(zero.tracked_requests(), 1, "a polled receive waits with its waker");
+    /// assert!(recv.cancel());
+    /// assert!(recv.await?.test_cancelled());
+    /// assert_eq!(zero.tracked_requests(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn tracked_requests(&self) -> usize {
+        self.shared.lock().requests.len()
     }
 
     /// Diagnostics: payload bytes waiting in the engine for `dest`.
@@ -572,7 +599,9 @@ impl Shared {
         };
         let tracked = entry.or_insert(Tracked::Waiting { waker: None, orphan_polled: false });
         let Tracked::Waiting { waker, orphan_polled } = tracked else {
-            // Abandoned and buffered sends have no request left to poll.
+            // Abandoned and buffered sends have no request left to poll
+            // (request ids are never reused).
+            debug_assert!(false, "request {id} polled after its request was given up");
             return Poll::Pending;
         };
         if st.engine.orphaned(id) {
@@ -590,6 +619,38 @@ impl Shared {
         }
         register(waker, cx);
         Poll::Pending
+    }
+
+    /// Posts send `id` with `post` and flushes, the state locked; returns
+    /// its completion if it completed meanwhile (an eager send usually
+    /// does), so its request needs no second look at the endpoint.
+    /// Otherwise its completion comes through `requests` as any other's.
+    pub(crate) fn start_send(&self, st: &mut State, id: ReqId, post: impl FnOnce(&mut Engine)) -> Option<Completion> {
+        /// Clears `starting` however the start ends (a transport that
+        /// panics in `send` included), so no later completion is taken
+        /// for this send's.
+        struct Started<'s>(&'s mut State);
+        impl Drop for Started<'_> {
+            fn drop(&mut self) {
+                self.0.starting = None;
+            }
+        }
+        st.started = None;
+        st.starting = Some(id);
+        let guard = Started(st);
+        post(&mut guard.0.engine);
+        self.flush(guard.0);
+        let st = &mut *guard.0;
+        st.starting = None;
+        match st.started.take() {
+            Some((done, completion)) if done == id => Some(completion),
+            Some((other, completion)) => {
+                // Not this send's: stored as any completion is.
+                self.complete(st, other, completion);
+                None
+            }
+            None => None,
+        }
     }
 
     /// Processes frames that have already arrived (see [`Transport::progress`]).
@@ -649,7 +710,7 @@ impl Shared {
 
     pub(crate) fn complete(&self, st: &mut State, id: ReqId, completion: Completion) {
         if st.starting == Some(id) {
-            st.started = Some(completion);
+            st.started = Some((id, completion));
             return;
         }
         match st.requests.entry(id) {

@@ -298,12 +298,14 @@ pub struct MatchSpec {
 /// matching queues look specs up several times per message.
 impl std::hash::Hash for MatchSpec {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // 33 bits each: the value, or bit 32 alone for "any".
-        let any = 1u64 << 32;
-        let source = self.source.map_or(any, u64::from);
-        let tag = self.tag.map_or(any, |t| u64::from(t as u32));
-        state.write_u64(self.context);
-        state.write_u64(source.rotate_left(31) ^ tag);
+        // The "any" flags folded into the context's top bits, source and
+        // tag side by side in the second word. (Equal specs hash alike; a
+        // collision of unequal ones costs a probe, never a wrong match.)
+        let flags = u64::from(self.source.is_none()) << 63 | u64::from(self.tag.is_none()) << 62;
+        let source = u64::from(self.source.unwrap_or(0));
+        let tag = u64::from(self.tag.unwrap_or(0) as u32);
+        state.write_u64(self.context ^ flags);
+        state.write_u64(source << 32 | tag);
     }
 }
 

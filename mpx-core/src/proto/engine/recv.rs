@@ -147,6 +147,14 @@ impl Engine {
         self.handle_local();
     }
 
+    /// [`mrecv`](Engine::mrecv) for a receive that holds at most `limit`
+    /// bytes of data, as [`post_recv_limited`](Engine::post_recv_limited):
+    /// a longer rendezvous message is counted, not kept.
+    pub fn mrecv_limited(&mut self, id: ReqId, m: Matched, limit: u64) {
+        self.take_unexpected(id, m.0, Some(limit));
+        self.handle_local();
+    }
+
     /// Delivers queued message `u` to receive `id`.
     /// Delivers queued message `u` to receive `id`, which holds at most
     /// `limit` bytes if given.

@@ -682,6 +682,26 @@ fn stream(e: &mut [Engine], n: Option<usize>) -> u64 {
     most
 }
 
+/// A matched probe's message received into a small buffer
+/// (`mrecv_limited`): its rendezvous data is counted, never kept.
+#[test]
+fn a_bounded_mrecv_keeps_no_rendezvous_data() {
+    const LEN: usize = 1 << 20;
+    let config = Config { eager_threshold: 8, rndv_chunk: 64 << 10, ..Config::default() };
+    let mut e = pair(config);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: Bytes::from(vec![9u8; LEN]), ..msg(1, 0, b"") });
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let message = e[1].improbe(&spec(Some(0), None)).expect("the rendezvous request");
+    e[1].mrecv_limited(7, message, 16);
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    assert_eq!(stream(&mut e, None), 0, "nothing kept");
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 7, result: Err(Error::Truncate { needed, available: 16 }) }] if needed == LEN as u64), "{ev:?}");
+    assert!(e[1].transfers.is_empty());
+}
+
 #[test]
 fn a_withdrawn_bounded_receive_keeps_its_transfer_bounded() {
     const LEN: usize = 8 << 20;
