@@ -230,7 +230,7 @@ impl sealed::Blocks for Described {
             desc_len: 0,
             seq: 0,
         };
-        let msg = Delivered { envelope, data: packed.data, desc: bytes::Bytes::new(), credit: 0 };
+        let msg = Delivered { envelope, data: packed.data, desc: None, credit: 0 };
         let status = Self::deliver(dst, to.clone(), &msg)?;
         let expected = dst.datatype.size().saturating_mul(to.len() as u64);
         if status.bytes != expected {

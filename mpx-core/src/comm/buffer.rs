@@ -440,7 +440,7 @@ pub(crate) fn native_packed(msg: &Delivered) -> Result<Bytes> {
     let env = &msg.envelope;
     match env.signature {
         Some((hash, elements)) if env.repr == Repr::External32 => {
-            let sequence = TypeSequence::decode(&msg.desc)?;
+            let sequence = TypeSequence::decode(msg.type_desc())?;
             let s = sequence.signature();
             if s.hash() != hash || s.len() != elements {
                 return Err(Error::Protocol("a type sequence that does not match its message's signature".into()));

@@ -600,7 +600,7 @@ impl Node {
                     match result {
                         Ok(d) => {
                             assert_eq!(d.data.len() as u64, d.envelope.len, "receive {id} got a message with part of its data missing");
-                            assert_eq!(d.desc.len(), d.envelope.desc_len as usize, "receive {id} got a message with part of its description missing");
+                            assert_eq!(d.type_desc().len(), d.envelope.desc_len as usize, "receive {id} got a message with part of its description missing");
                             self.inbox.push(d);
                         }
                         Err(e) => {

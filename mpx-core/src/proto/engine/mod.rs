@@ -384,8 +384,10 @@ pub struct Delivered {
     /// The data.
     pub data: Bytes,
     /// The description of the data's type sequence, for external32 typed
-    /// data (empty otherwise).
-    pub desc: Bytes,
+    /// data (`None` otherwise; see [`type_desc`](Delivered::type_desc)).
+    /// Boxed, so that a delivered message stays small enough to move
+    /// without a call to `memmove`: it moves several times on its way.
+    pub desc: Option<Box<Bytes>>,
     /// Eager credit the message holds; give it back with
     /// [`Engine::release_credit`] once the receive has consumed the data.
     pub credit: u64,
@@ -399,18 +401,25 @@ impl Delivered {
             // No description (all but external32 typed data): the payload
             // moves as it is. Slicing a `Bytes` made from a `Vec` would
             // allocate its shared header.
-            return Delivered { envelope, desc: Bytes::new(), data: payload, credit };
+            return Delivered { envelope, desc: None, data: payload, credit };
         }
-        Delivered { envelope, desc: payload.slice(..at), data: payload.slice(at..), credit }
+        Delivered { envelope, desc: Some(Box::new(payload.slice(..at))), data: payload.slice(at..), credit }
+    }
+
+    /// The description of the data's type sequence (empty unless the data
+    /// is external32 typed data).
+    pub fn type_desc(&self) -> &[u8] {
+        self.desc.as_deref().map_or(&[], |desc| &desc[..])
     }
 
     /// The message as it travelled: description, then data.
     fn payload(&self) -> Bytes {
-        if self.desc.is_empty() {
+        let desc = self.type_desc();
+        if desc.is_empty() {
             return self.data.clone();
         }
-        let mut all = BytesMut::with_capacity(self.desc.len() + self.data.len());
-        all.extend_from_slice(&self.desc);
+        let mut all = BytesMut::with_capacity(desc.len() + self.data.len());
+        all.extend_from_slice(desc);
         all.extend_from_slice(&self.data);
         all.freeze()
     }

@@ -213,9 +213,7 @@ impl Engine {
     /// large and held by nothing else, is kept for a later transfer's data
     /// (at most two such buffers are kept).
     pub fn recycle(&mut self, msg: Delivered) {
-        let Delivered { data, desc, .. } = msg;
-        drop(desc);
-        self.pool.give(data);
+        self.pool.give(msg.data);
     }
 
     /// A receive has consumed a delivered message holding `bytes` of
