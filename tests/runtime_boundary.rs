@@ -48,23 +48,14 @@ impl Transport for Net {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
-    let config = Config { eager_threshold: 1024, eager_credit: 64 * 1024, rndv_chunk: 4096, rndv_slots: 64, ..Config::default() };
-    let stall = Arc::new(Stall { on: AtomicBool::new(true), held: Mutex::new((Vec::new(), 0)), sender: OnceLock::new() });
-    let mut senders = Vec::new();
-    let mut receivers = Vec::new();
-    for _ in 0..3 {
-        let (tx, rx) = unbounded_channel();
-        senders.push(tx);
-        receivers.push(rx);
-    }
-    let endpoints: Vec<Endpoint> = (0..3)
-        .map(|r| Endpoint::new(r, 3, config, Net { me: r, inboxes: senders.clone(), stall: stall.clone() }).unwrap())
+/// `n` endpoints over a [`Net`] sharing `stall`, each with a task that
+/// hands it the frames reaching it; and the senders into their inboxes.
+fn net(n: usize, config: Config, stall: &Arc<Stall>) -> (Vec<Endpoint>, Vec<UnboundedSender<(usize, Frame)>>) {
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| unbounded_channel()).unzip();
+    let endpoints: Vec<Endpoint> = (0..n)
+        .map(|r| Endpoint::new(r, n, config, Net { me: r, inboxes: senders.clone(), stall: stall.clone() }).unwrap())
         .collect();
-    let _ = stall.sender.set(endpoints[0].downgrade());
-    for (r, mut rx) in receivers.into_iter().enumerate() {
-        let ep = endpoints[r].downgrade();
+    for (ep, mut rx) in endpoints.iter().map(Endpoint::downgrade).zip(receivers) {
         tokio::spawn(async move {
             while let Some((from, frame)) = rx.recv().await {
                 let Some(ep) = ep.upgrade() else { return };
@@ -72,6 +63,15 @@ async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
             }
         });
     }
+    (endpoints, senders)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
+    let config = Config { eager_threshold: 1024, eager_credit: 64 * 1024, rndv_chunk: 4096, rndv_slots: 64, ..Config::default() };
+    let stall = Arc::new(Stall { on: AtomicBool::new(true), held: Mutex::new((Vec::new(), 0)), sender: OnceLock::new() });
+    let (endpoints, senders) = net(3, config, &stall);
+    let _ = stall.sender.set(endpoints[0].downgrade());
     // The hellos to rank 2 are held too: let them through first.
     let release = |stall: &Stall| {
         let (frames, _) = std::mem::take(&mut *stall.held.lock().unwrap());
@@ -341,24 +341,7 @@ async fn a_broken_link_fails_the_peer_with_its_cause() {
 async fn nothing_is_kept_for_requests_done_with() {
     let config = Config { eager_threshold: 1024, ..Config::default() };
     let stall = Arc::new(Stall { on: AtomicBool::new(false), held: Mutex::new((Vec::new(), 0)), sender: OnceLock::new() });
-    let (mut senders, mut receivers) = (Vec::new(), Vec::new());
-    for _ in 0..2 {
-        let (tx, rx) = unbounded_channel();
-        senders.push(tx);
-        receivers.push(rx);
-    }
-    let endpoints: Vec<Endpoint> = (0..2)
-        .map(|r| Endpoint::new(r, 2, config, Net { me: r, inboxes: senders.clone(), stall: stall.clone() }).unwrap())
-        .collect();
-    for (r, mut rx) in receivers.into_iter().enumerate() {
-        let ep = endpoints[r].downgrade();
-        tokio::spawn(async move {
-            while let Some((from, frame)) = rx.recv().await {
-                let Some(ep) = ep.upgrade() else { return };
-                ep.handle_frame(from, frame).unwrap();
-            }
-        });
-    }
+    let (endpoints, _) = net(2, config, &stall);
     for e in &endpoints {
         tokio::time::timeout(Duration::from_secs(10), e.connected()).await.expect("connected");
     }

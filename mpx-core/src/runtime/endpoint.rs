@@ -641,7 +641,6 @@ impl Shared {
         post(&mut guard.0.engine);
         self.flush(guard.0);
         let st = &mut *guard.0;
-        st.starting = None;
         match st.started.take() {
             Some((done, completion)) if done == id => Some(completion),
             Some((other, completion)) => {
