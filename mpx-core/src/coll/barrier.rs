@@ -1,6 +1,6 @@
 //! `MPI_Barrier`.
 
-use super::{sent, Call, Collective};
+use super::{sent_after, Call, Collective};
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -31,28 +31,25 @@ impl Comm {
     pub fn barrier(&self) -> Collective<'static> {
         let call = Call::start(self);
         let (n, me) = (call.size(), call.rank());
-        // Round r: a signal to the rank 2^r ahead, one from the rank 2^r
-        // behind. Every round's receive is posted now (messages between a
-        // pair arrive in the order sent, so one tag serves every round);
-        // each round's signal goes once the previous round is done.
-        let mut steps = Vec::new();
-        let mut step = 1;
-        while step < n {
-            steps.push(step);
-            step *= 2;
-        }
-        let posted = steps.iter().map(|&s| call.post::<u8>((me + n - s) % n, 0)).collect::<Result<Vec<_>>>();
-        let first = steps.first().map(|&s| call.signal((me + s) % n));
+        // Round k: a signal to the rank 2^k ahead, one from the rank 2^k
+        // behind, for ⌈log₂ n⌉ rounds. Every round's receive is posted
+        // now (messages between a pair arrive in the order sent, so one
+        // tag serves every round); each round's signal goes once the
+        // previous round is done.
+        let rounds = usize::BITS - (n - 1).leading_zeros();
+        let distance = |k: u32| 1usize << k;
+        let posted = (0..rounds).map(|k| call.post::<u8>((me + n - distance(k)) % n, 0)).collect::<Result<Vec<_>>>();
+        let first = (rounds > 0).then(|| call.signal((me + 1) % n));
         Collective::new(call.clone(), async move {
             let posted = posted?;
-            let mut sends: Vec<_> = first.into_iter().collect();
-            for (i, from) in posted.into_iter().enumerate() {
+            let mut later = Vec::new();
+            for (k, from) in (1..).zip(posted) {
                 from.signal().await?;
-                if let Some(&s) = steps.get(i + 1) {
-                    sends.push(call.signal((me + s) % n));
+                if k < rounds {
+                    later.push(call.signal((me + distance(k)) % n));
                 }
             }
-            sent(sends).await
+            sent_after(first, later).await
         })
     }
 }

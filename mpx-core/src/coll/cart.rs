@@ -425,7 +425,7 @@ impl Cart {
                     posted.push((k, call.post_direction::<T>(r, count, k ^ 1)?));
                 }
             }
-            let sends = neighbors
+            let sends: Vec<_> = neighbors
                 .iter()
                 .enumerate()
                 .filter_map(|(k, peer)| match *peer {

@@ -182,14 +182,12 @@ impl<'a> CollMut<'a, Described> for RecvBuf<'a> {
 #[must_use = "a collective finishes only when awaited"]
 pub struct Collective<'a> {
     state: Running<'a>,
-    /// The endpoint the collective runs on (see [`Operation::progress`]).
-    shared: Arc<Shared>,
 }
 
 /// Where a [`Collective`] is.
 enum Running<'a> {
-    /// This rank's part, under way.
-    Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>),
+    /// This rank's part of the call, under way.
+    Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>, Call),
     /// Finished: the outcome, until it is taken.
     Done(Option<Result<()>>),
 }
@@ -201,8 +199,7 @@ impl<'a> Collective<'a> {
     /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        let shared = call.shared().clone();
-        Collective { state: Running::Part(Box::pin(guarded(call, run))), shared }
+        Collective { state: Running::Part(Box::pin(run), call) }
     }
 }
 
@@ -210,8 +207,11 @@ impl Operation for Collective<'_> {
     type Output = Result<()>;
 
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let Running::Part(run) = &mut self.state {
+        if let Running::Part(run, call) = &mut self.state {
             let outcome = std::task::ready!(run.as_mut().poll(cx));
+            if outcome.is_err() {
+                call.give_up();
+            }
             // Dropping the part releases the memory it borrowed.
             self.state = Running::Done(Some(outcome));
         }
@@ -226,15 +226,15 @@ impl Operation for Collective<'_> {
     fn take_output(&mut self) -> Result<()> {
         match &mut self.state {
             Running::Done(outcome) => outcome.take().unwrap_or(Ok(())),
-            Running::Part(_) => panic!("the collective has not finished"),
+            Running::Part(..) => panic!("the collective has not finished"),
         }
     }
 
     fn progress(&self) -> Option<usize> {
-        match self.state {
-            Running::Part(_) => {
-                self.shared.progress();
-                Some(Arc::as_ptr(&self.shared) as usize)
+        match &self.state {
+            Running::Part(_, call) => {
+                call.shared().progress();
+                Some(Arc::as_ptr(call.shared()) as usize)
             }
             Running::Done(_) => None,
         }
@@ -410,16 +410,18 @@ impl Posted {
         if msg.envelope.signature.is_none() {
             return Err(mismatch("it gave up on the collective (its own error says why)".into()));
         }
-        let name = E::name(dst);
         let status = match E::deliver(dst, items, &msg) {
             Ok(status) => status,
-            Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {name}"))),
-            Err(Error::Truncate { needed, .. }) => return Err(mismatch(format!("it sent {needed} bytes where {count} of {name} were expected"))),
+            Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {}", E::name(dst)))),
+            Err(Error::Truncate { needed, .. }) => {
+                return Err(mismatch(format!("it sent {needed} bytes where {count} of {} were expected", E::name(dst))))
+            }
             Err(e) => return Err(e),
         };
         let expected = E::item_type(dst).size() * count as u64;
         if status.bytes != expected {
-            return Err(mismatch(format!("it sent {} bytes where {count} of {name} ({expected} bytes) were expected", status.bytes)));
+            let sent = status.bytes;
+            return Err(mismatch(format!("it sent {sent} bytes where {count} of {} ({expected} bytes) were expected", E::name(dst))));
         }
         shared.recycle(msg);
         Ok(())
@@ -432,7 +434,7 @@ impl Posted {
 }
 
 /// Awaits every request in `sends`, reporting the first error.
-pub(crate) async fn sent(sends: Vec<Request<'static>>) -> Result<()> {
+pub(crate) async fn sent(sends: impl IntoIterator<Item = Request<'static>>) -> Result<()> {
     let mut first = Ok(());
     for s in sends {
         if let Err(e) = s.await {
@@ -444,8 +446,19 @@ pub(crate) async fn sent(sends: Vec<Request<'static>>) -> Result<()> {
     first
 }
 
+/// Awaits `first`, then every request in `later`, reporting the first
+/// error: the sends of a collective whose first message goes out when it
+/// starts and the others as it runs (one with a single send keeps no list).
+pub(crate) async fn sent_after(first: Option<Request<'static>>, later: Vec<Request<'static>>) -> Result<()> {
+    let first = match first {
+        Some(request) => request.await.map(drop),
+        None => Ok(()),
+    };
+    first.and(sent(later).await)
+}
+
 /// Checks that a buffer holds `want` values.
-pub(crate) fn check_len(what: &str, have: usize, want: usize) -> Result<()> {
+pub(crate) fn check_len(what: impl std::fmt::Display, have: usize, want: usize) -> Result<()> {
     if have != want {
         return Err(Error::InvalidArgument(format!("{what} holds {have} values, where the collective needs {want}")));
     }

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::ops::Range;
 
 use super::element::sealed::Blocks;
-use super::{check_len, guarded, sent, Call, CollMut, CollRef, Collective, Described, Element, Posted};
+use super::{check_len, guarded, sent, sent_after, Call, CollMut, CollRef, Collective, Described, Element, Posted};
 use crate::comm::{RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::pack::disjoint::{check_parts, Access, Part};
@@ -95,7 +95,7 @@ impl Ring {
         let ranges = blocks(what, n, counts, displs, E::dst_len(recv), true)?;
         check_dst_blocks::<E>(recv, &ranges)?;
         if E::ONE_TYPE {
-            check_len(&format!("{what}: this rank's send"), mine.len(), counts[me])?;
+            check_len(format_args!("{what}: this rank's send"), mine.len(), counts[me])?;
         }
         let posted = (0..n - 1).map(|k| call.post_items::<E>(recv, left, counts[(me + 2 * n - k - 1) % n])).collect::<Result<Vec<_>>>()?;
         let first = (n > 1).then(|| call.send_items::<E>(send, mine.clone(), (me + 1) % n));
@@ -107,15 +107,15 @@ impl Ring {
     pub(super) async fn finish<E: Element>(self, call: &Call, recv: &mut E::Dst<'_>) -> Result<()> {
         let Ring { ranges, posted, first } = self;
         let (n, me) = (call.size(), call.rank());
-        let mut sends: Vec<Request<'static>> = first.into_iter().collect();
+        let mut later = Vec::new();
         for (k, p) in posted.into_iter().enumerate() {
             let owner = (me + 2 * n - k - 1) % n;
             p.into_items::<E>(recv, ranges[owner].clone()).await?;
             if k + 2 < n {
-                sends.push(call.forward_items::<E>(recv, ranges[owner].clone(), (me + 1) % n));
+                later.push(call.forward_items::<E>(recv, ranges[owner].clone(), (me + 1) % n));
             }
         }
-        sent(sends).await
+        sent_after(first, later).await
     }
 }
 
@@ -280,7 +280,7 @@ impl Comm {
             let ranges = blocks(what, n, &counts, &displs, E::dst_len(&recv), true)?;
             check_dst_blocks::<E>(&recv, &ranges)?;
             if E::ONE_TYPE {
-                check_len(&format!("{what}: the root's own send"), mine.len(), counts[me])?;
+                check_len(format_args!("{what}: the root's own send"), mine.len(), counts[me])?;
             }
             let posted = (0..n).filter(|&r| r != me).map(|r| Ok((r, call.post_items::<E>(&recv, r, counts[r])?))).collect::<Result<Vec<_>>>()?;
             E::copy(&send, mine, &mut recv, ranges[me].clone())?;
@@ -378,7 +378,7 @@ impl Comm {
             let ranges = blocks(what, n, &counts, &displs, E::src_len(&send), false)?;
             check_src_blocks::<E>(&send, &ranges)?;
             if E::ONE_TYPE {
-                check_len(&format!("{what}: the root's own receive"), mine.len(), counts[me])?;
+                check_len(format_args!("{what}: the root's own receive"), mine.len(), counts[me])?;
             }
             E::copy(&send, ranges[me].clone(), &mut recv, mine.clone())?;
             let sends = (0..n).filter(|&r| r != me).map(|r| call.send_items::<E>(&send, ranges[r].clone(), r)).collect();
@@ -567,13 +567,13 @@ impl Comm {
             check_src_blocks::<E>(&send, &out)?;
             check_dst_blocks::<E>(&recv, &into)?;
             if E::ONE_TYPE {
-                check_len(&format!("{what}: this rank's block to itself"), rcounts[me], scounts[me])?;
+                check_len(format_args!("{what}: this rank's block to itself"), rcounts[me], scounts[me])?;
             }
             // Each rank starts with its right neighbour, so that the ranks
             // do not all send to rank 0 first.
             let order: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
             let posted = order.iter().map(|&r| Ok((r, call.post_items::<E>(&recv, r, rcounts[r])?))).collect::<Result<Vec<_>>>()?;
-            let sends = order.iter().rev().map(|&r| call.send_items::<E>(&send, out[r].clone(), r)).collect();
+            let sends: Vec<_> = order.iter().rev().map(|&r| call.send_items::<E>(&send, out[r].clone(), r)).collect();
             E::copy(&send, out[me].clone(), &mut recv, into[me].clone())?;
             Ok((into, posted, sends))
         })();
@@ -683,7 +683,7 @@ impl Comm {
             // Each rank starts with its right neighbour, as in alltoall.
             let order: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
             let posted = order.iter().map(|&r| Ok((r, call.post_typed(r, recvs[r].count as usize, &recvs[r].datatype, 0)?))).collect::<Result<Vec<_>>>()?;
-            let requests = order.iter().rev().map(|&r| call.send_items::<Described>(&out[r], 0..sends[r].count as usize, r)).collect();
+            let requests: Vec<_> = order.iter().rev().map(|&r| call.send_items::<Described>(&out[r], 0..sends[r].count as usize, r)).collect();
             let own = &recvs[me];
             let mut block = RecvBuf::new(recv.shifted(own.offset())?, own.count, &own.datatype);
             Described::copy(&out[me], 0..sends[me].count as usize, &mut block, 0..own.count as usize)?;

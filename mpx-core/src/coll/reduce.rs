@@ -3,7 +3,7 @@
 
 
 use super::movement::{Bcast, Ring};
-use super::{check_len, sent, Call, CollMut, CollRef, Collective, Op, Posted};
+use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted};
 use crate::comm::Comm;
 use crate::error::Result;
 use crate::mpi_type::MpiType;
@@ -84,32 +84,37 @@ impl<T: MpiType> ToZero<T> {
 /// covers a run of consecutive ranks in order.
 fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
     let (n, me) = (call.size(), call.rank());
+    // Step `k`'s partner; the steps' receives are posted now, the first
+    // step's values sent now.
+    let partner = move |k: u32| me ^ (1 << k);
+    let steps = n.trailing_zeros();
     let started = (|| -> Result<_> {
         op.check()?;
         check_len("allreduce: the receive buffer", recv.len(), send.len())?;
-        let partners: Vec<usize> = std::iter::successors(Some(1usize), |m| Some(m << 1)).take_while(|&m| m < n).map(|m| me ^ m).collect();
-        let posted = partners.iter().map(|&p| Ok((p, call.post::<T>(p, send.len())?))).collect::<Result<Vec<_>>>()?;
-        let first = partners.first().map(|&p| call.send(send, p));
+        let posted = (0..steps).map(|k| call.post::<T>(partner(k), send.len())).collect::<Result<Vec<_>>>()?;
+        let first = (steps > 0).then(|| call.send(send, partner(0)));
         Ok((posted, first, send.to_vec()))
     })();
     Collective::new(call.clone(), async move {
-        let (posted, first, mut acc) = started?;
-        let mut sends: Vec<Request<'static>> = first.into_iter().collect();
-        let mut theirs = acc.clone();
-        for (step, (partner, p)) in posted.into_iter().enumerate() {
-            if step > 0 {
-                sends.push(call.send(&acc, partner));
+        // The partial result builds up in `recv`; `theirs` takes each
+        // partner's.
+        let (posted, first, mut theirs) = started?;
+        let acc = recv;
+        acc.copy_from_slice(&theirs);
+        let mut later = Vec::new();
+        for (k, p) in (0..).zip(posted) {
+            if k > 0 {
+                later.push(call.send(acc, partner(k)));
             }
             p.into(&mut theirs).await?;
-            if partner < me {
-                op.apply(&theirs, &mut acc)?;
+            if partner(k) < me {
+                op.apply(&theirs, acc)?;
             } else {
-                op.apply(&acc, &mut theirs)?;
-                std::mem::swap(&mut acc, &mut theirs);
+                op.apply(acc, &mut theirs)?;
+                acc.copy_from_slice(&theirs);
             }
         }
-        recv.copy_from_slice(&acc);
-        sent(sends).await
+        sent_after(first, later).await
     })
 }
 
@@ -343,9 +348,9 @@ impl Comm {
         let (n, me) = (call.size(), call.rank());
         let started = (|| -> Result<_> {
             op.check()?;
-            check_len(&format!("{what}: the counts"), counts.len(), n)?;
-            check_len(&format!("{what}: the send buffer"), send.len(), counts.iter().sum())?;
-            check_len(&format!("{what}: the receive buffer"), recv.len(), counts[me])?;
+            check_len(format_args!("{what}: the counts"), counts.len(), n)?;
+            check_len(format_args!("{what}: the send buffer"), send.len(), counts.iter().sum())?;
+            check_len(format_args!("{what}: the receive buffer"), recv.len(), counts[me])?;
             let tree = ToZero::start(&call, send)?;
             let from_zero = (me != 0).then(|| call.post::<T>(0, counts[me])).transpose()?;
             Ok((tree, from_zero))
@@ -421,7 +426,7 @@ impl Comm {
         let what = if inclusive { "scan" } else { "exscan" };
         let started = (|| -> Result<_> {
             op.check()?;
-            check_len(&format!("{what}: the receive buffer"), recv.len(), send.len())?;
+            check_len(format_args!("{what}: the receive buffer"), recv.len(), send.len())?;
             let from_left = (me > 0).then(|| call.post::<T>(me - 1, send.len())).transpose()?;
             let first = (me == 0 && n > 1).then(|| call.send(send, 1));
             if me == 0 && inclusive {
@@ -432,7 +437,7 @@ impl Comm {
         Collective::new(call.clone(), async move {
             let (from_left, first, own) = started?;
             let Some(posted) = from_left else {
-                return sent(first.into_iter().collect()).await;
+                return sent(first).await;
             };
             // The combination of the ranks before this one.
             let mut before = own.clone();
