@@ -3,8 +3,12 @@
 //! and alltoall at 8 B, 64 KiB and 1 MiB per rank, on 2 and 4 ranks.
 //!
 //! ```text
-//! cargo run --release --example coll_bench
+//! cargo run --release --example coll_bench [multi_thread_2|current_thread]
 //! ```
+//!
+//! The ranks run as tasks of one tokio runtime: two worker threads by
+//! default (ranks run in parallel, on both cores of a 2-core machine), or
+//! one thread (`current_thread`: every rank in turn, no thread ever woken).
 //!
 //! Prints one JSON line per figure, as `../shared/reference-bench/run.sh
 //! coll` does for MPICH and Open MPI over shared memory: the median of 15
@@ -68,17 +72,30 @@ async fn measure(op: Op, ranks: usize, bytes: usize, iters: usize) -> mpx::Resul
     Ok(per_rank[0] * 1e6)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> mpx::Result<()> {
-    for ranks in [2, 4] {
-        let us = measure(Op::Barrier, ranks, 8, 2000).await?;
-        println!(r#"{{"lib":"mpx-loopback","bench":"coll","op":"barrier","ranks":{ranks},"bytes":0,"us":{us:.3}}}"#);
-        for op in [Op::Bcast, Op::Allreduce, Op::Allgather, Op::Alltoall] {
-            for (bytes, iters) in [(8, 2000), (64 << 10, 200), (1 << 20, 20)] {
-                let us = measure(op, ranks, bytes, iters).await?;
-                println!(r#"{{"lib":"mpx-loopback","bench":"coll","op":"{}","ranks":{ranks},"bytes":{bytes},"us":{us:.3}}}"#, op.name());
+/// The runtime `name` names: `multi_thread_2` (two workers, the default)
+/// or `current_thread`.
+fn runtime(name: &str) -> mpx::Result<tokio::runtime::Runtime> {
+    let built = match name {
+        "multi_thread_2" => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build(),
+        "current_thread" => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        other => return Err(mpx::Error::InvalidArgument(format!("unknown runtime {other:?}: multi_thread_2 or current_thread"))),
+    };
+    built.map_err(|e| mpx::Error::transport("building the runtime", e))
+}
+
+fn main() -> mpx::Result<()> {
+    let name = std::env::args().nth(1).unwrap_or_else(|| "multi_thread_2".into());
+    runtime(&name)?.block_on(async {
+        for ranks in [2, 4] {
+            let us = measure(Op::Barrier, ranks, 8, 2000).await?;
+            println!(r#"{{"lib":"mpx-loopback","bench":"coll","runtime":"{name}","op":"barrier","ranks":{ranks},"bytes":0,"us":{us:.3}}}"#);
+            for op in [Op::Bcast, Op::Allreduce, Op::Allgather, Op::Alltoall] {
+                for (bytes, iters) in [(8, 2000), (64 << 10, 200), (1 << 20, 20)] {
+                    let us = measure(op, ranks, bytes, iters).await?;
+                    println!(r#"{{"lib":"mpx-loopback","bench":"coll","runtime":"{name}","op":"{}","ranks":{ranks},"bytes":{bytes},"us":{us:.3}}}"#, op.name());
+                }
             }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }

@@ -74,6 +74,7 @@ pub(crate) mod exec;
 pub(crate) mod external32;
 pub(crate) mod program;
 mod sequence;
+pub(crate) mod spare;
 mod typemap;
 
 pub use sequence::TypeSequence;
@@ -543,7 +544,7 @@ impl Datatype {
         // allocate anything.
         check_span(self, count, src.origin, src.len)?;
         let size = self.pack_size(count)?;
-        let mut out = Vec::new();
+        let mut out = spare::take(size).unwrap_or_default();
         out.try_reserve_exact(size).map_err(|_| Error::Overflow("packed buffer allocation"))?;
         // Packed straight into the new buffer's spare capacity: zero-filling
         // it first would write every byte twice.

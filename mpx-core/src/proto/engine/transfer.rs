@@ -2,6 +2,7 @@
 //! rendezvous transfers whose data is arriving.
 
 use super::*;
+use crate::pack::spare;
 
 #[derive(Debug)]
 pub(super) struct Unexpected {
@@ -155,9 +156,15 @@ impl Received {
 /// buffer costs a page fault for every 4 KiB it fills, a quarter of the
 /// time a transfer takes at a gigabyte a second. At most
 /// [`BufferPool::KEEP`] buffers are kept, the largest offered.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct BufferPool {
-    buffers: Vec<BytesMut>,
+    kept: spare::Kept<BytesMut>,
+}
+
+impl Default for BufferPool {
+    fn default() -> Self {
+        BufferPool { kept: spare::Kept::new(Self::KEEP) }
+    }
 }
 
 impl BufferPool {
@@ -169,28 +176,20 @@ impl BufferPool {
     /// An empty buffer with room for `room` bytes: a kept one if one is
     /// large enough.
     pub(super) fn take(&mut self, room: usize) -> BytesMut {
-        if room >= Self::MIN {
-            if let Some(i) = self.buffers.iter().position(|b| b.capacity() >= room) {
-                return self.buffers.swap_remove(i);
-            }
-        }
-        BytesMut::with_capacity(room)
+        let kept = if room >= Self::MIN { self.kept.take(room) } else { None };
+        kept.unwrap_or_else(|| BytesMut::with_capacity(room))
     }
 
     /// Keeps `data`'s buffer if it is large, nothing else holds it, and it
-    /// is larger than a kept one.
+    /// is larger than a kept one; a large buffer this pool does not keep
+    /// goes to the thread's spare buffers for packing ([`spare`]).
     pub(super) fn give(&mut self, data: Bytes) {
         if data.len() < Self::MIN {
             return;
         }
-        let Ok(mut buffer) = data.try_into_mut() else { return };
-        buffer.clear();
-        if self.buffers.len() < Self::KEEP {
-            self.buffers.push(buffer);
-        } else if let Some(smallest) = self.buffers.iter_mut().min_by_key(|b| b.capacity()) {
-            if smallest.capacity() < buffer.capacity() {
-                *smallest = buffer;
-            }
+        let Ok(buffer) = data.try_into_mut() else { return };
+        if let Some(not_kept) = self.kept.offer(buffer) {
+            spare::give(Vec::from(not_kept));
         }
     }
 }
