@@ -195,6 +195,8 @@ impl Inlet {
     /// Gives the inlet its reader, once the connection is up.
     pub(crate) fn attach(&self, reader: Reader) {
         *self.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(reader);
+        // The first read is due (it decodes what came with the hello).
+        self.hub.notified.store(true, Ordering::SeqCst);
     }
 
     /// The inlet's own task, until the stream ends; dropping it (aborted
@@ -227,7 +229,13 @@ impl Inlet {
         if !cx.waker().will_wake(Waker::noop()) {
             remember(&mut self.hub.waiters.lock().unwrap_or_else(|e| e.into_inner()), cx.waker());
         }
-        self.read();
+        // Nothing has arrived since the last read ended (quinn holds the
+        // hub's waker after every read): asking quinn again would only take
+        // the connection's lock, which its driver holds while it sends, and
+        // block this thread behind a bulk transfer.
+        if self.hub.notified.load(Ordering::SeqCst) {
+            self.read();
+        }
     }
 
     /// The inlet's own task: reads what has arrived; ready once the stream
