@@ -88,8 +88,8 @@ struct Queue {
 enum Wrote {
     /// All of it: the stream takes more.
     All,
-    /// Part or none of it: the stream is blocked (flow control) and wakes
-    /// the task that polled once it takes more.
+    /// Not all of it: the stream is blocked (flow control) and wakes the
+    /// task that polled once it takes more, or it is not attached yet.
     Blocked,
     /// The stream or its connection failed.
     Failed(quinn::WriteError),
@@ -106,10 +106,11 @@ impl Queue {
             match polled {
                 Poll::Ready(Ok(written)) => {
                     self.bytes -= written.bytes;
-                    if written.chunks < 2 {
-                        return Wrote::Blocked;
+                    // Taken in part, the frame is offered again: quinn
+                    // keeps the waker only of a write it refuses outright.
+                    if written.chunks == 2 {
+                        self.frames.pop_front();
                     }
-                    self.frames.pop_front();
                 }
                 Poll::Ready(Err(e)) => return Wrote::Failed(e),
                 Poll::Pending => return Wrote::Blocked,

@@ -86,6 +86,11 @@ pub struct Options {
     pub idle_timeout: Duration,
     /// How long connecting to every peer may take, retries included.
     pub connect_timeout: Duration,
+    /// Bytes a peer may send on one stream beyond what this rank has read
+    /// (QUIC flow control; the connection as a whole may carry four times
+    /// as much). A transfer runs at most this much per round trip: 16 MiB
+    /// covers a gigabyte a second over 16 ms.
+    pub stream_window: u32,
 }
 
 impl Options {
@@ -109,15 +114,17 @@ impl Options {
             mtu: 1472,
             idle_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(30),
+            stream_window: 16 << 20,
         }
     }
 
-    /// quinn's transport settings: large flow-control windows, the fixed
+    /// quinn's transport settings: the flow-control windows, the fixed
     /// MTU, and a congestion window that starts at ten packets.
     fn transport(&self) -> Result<quinn::TransportConfig> {
         let mut t = quinn::TransportConfig::default();
-        t.stream_receive_window(quinn::VarInt::from_u32(16 << 20));
-        t.receive_window(quinn::VarInt::from_u32(64 << 20));
+        let window = self.stream_window.max(1200);
+        t.stream_receive_window(quinn::VarInt::from_u32(window));
+        t.receive_window(quinn::VarInt::from_u64(4 * u64::from(window)).unwrap_or(quinn::VarInt::MAX));
         t.send_window(64 << 20);
         let idle = quinn::IdleTimeout::try_from(self.idle_timeout)
             .map_err(|e| Error::InvalidArgument(format!("idle timeout {:?}: {e}", self.idle_timeout)))?;

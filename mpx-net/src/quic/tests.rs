@@ -408,6 +408,39 @@ async fn small_messages_overtake_a_large_transfer_to_the_same_peer() {
     assert!(small_done < big_done, "20 round trips took {small_done:?}, the 256 MiB transfer {big_done:?}");
 }
 
+/// A transfer larger than the peer's stream window: quinn takes each
+/// chunk of rendezvous data in parts, as the receiver's reads open the
+/// window, and the writer offers the rest until quinn asks it to wait (a
+/// write it takes in part registers no waker, so stopping there would
+/// never resume).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_larger_than_the_stream_window_arrives_whole() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(9).unwrap();
+    let narrow = Options { stream_window: 64 << 10, ..options() };
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &narrow).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &narrow).unwrap();
+    let (a, b) = (zero.world(), one.world());
+    const BIG: usize = 4 << 20;
+    let data: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+    let exchange = async {
+        let (sent, got) = tokio::join!(a.send(&data[..], 1, 1), b.irecv_bytes(0, 1));
+        sent.unwrap();
+        let (got, status) = got.unwrap();
+        assert_eq!(status.bytes, BIG as u64);
+        assert!(got[..] == data[..], "the data arrived intact");
+        // And back, with small messages behind it.
+        let (sent, got, small) = tokio::join!(b.send(&data[..], 0, 2), a.irecv_bytes(1, 2), async {
+            b.send(&7u64, 0, 3).await.unwrap();
+            a.recv::<u64>(1, 3).await.unwrap().0
+        });
+        sent.unwrap();
+        assert!(got.unwrap().0[..] == data[..]);
+        assert_eq!(small, 7);
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange).await.expect("the transfers completed");
+}
+
 /// A program task that read the control stream while waiting on a receive
 /// (so quinn wakes it at the next arrival), then waits for something else
 /// entirely, does not hold up progress: the inlet's own task reads what
