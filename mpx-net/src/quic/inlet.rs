@@ -247,7 +247,10 @@ impl Inlet {
                 *task = Some(cx.waker().clone());
             }
         }
-        self.read();
+        // As for a program task: a program may have read it all already.
+        if self.hub.notified.load(Ordering::SeqCst) {
+            self.read();
+        }
         if self.is_open() {
             Poll::Pending
         } else {
