@@ -92,6 +92,20 @@ fn io_error(context: String, e: impl std::error::Error + Send + Sync + 'static) 
     Error::transport(context, e)
 }
 
+/// Fails every higher rank that has not connected once the connect
+/// timeout has passed (a lower rank is failed by its own dial).
+pub(crate) async fn fail_unconnected(shared: Arc<Shared>) {
+    tokio::time::sleep(shared.connect_timeout).await;
+    let missing: Vec<u32> = {
+        let connected = shared.connected.lock().unwrap_or_else(|e| e.into_inner());
+        (shared.me + 1..shared.size).filter(|&peer| !connected[peer as usize]).collect()
+    };
+    for peer in missing {
+        let waited = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no connection within {:?}", shared.connect_timeout));
+        shared.fail(peer, io_error(format!("waiting for rank {peer} to connect"), waited));
+    }
+}
+
 /// Accepts the connections of higher ranks for as long as the endpoint lives.
 pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>) {
     while let Some(incoming) = quic.accept().await {
@@ -241,6 +255,16 @@ fn run(
     writers: [quinn::SendStream; 2],
     readers: [(quinn::RecvStream, BytesMut); 2],
 ) {
+    // However the connection ends, the peer is gone: its streams may have
+    // ended cleanly (a peer dropped without finalizing) before the close,
+    // and nothing else would notice. After a finalize this changes nothing
+    // (both sides are done with each other before either closes).
+    let watched = conn.clone();
+    let watcher = shared.clone();
+    spawn_in(&shared.registry, async move {
+        let why = watched.closed().await;
+        watcher.fail(peer, io_error(format!("the connection to rank {peer} closed"), why));
+    });
     for (lane, stream) in [Lane::Control, Lane::Bulk].into_iter().zip(writers) {
         shared.outboxes[peer as usize].attach(lane, stream);
         spawn_in(&shared.registry, write(shared.clone(), peer, lane));

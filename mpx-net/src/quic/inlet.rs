@@ -29,6 +29,10 @@ use super::link::Lane;
 /// tasks run.
 const CHUNK_BUDGET: usize = 64;
 
+/// Rounds of reading one call of [`Inlet::read`] makes while more keeps
+/// arriving.
+const READ_ROUNDS: usize = 4;
+
 /// The largest chunk asked of quinn at once.
 const MAX_CHUNK: usize = 1 << 20;
 
@@ -36,7 +40,7 @@ const MAX_CHUNK: usize = 1 << 20;
 enum Read {
     /// quinn has nothing more; the context's waker is woken when it has.
     Idle,
-    /// The chunk budget is spent; the context's waker has been woken.
+    /// The chunk budget is spent: more may be waiting.
     Budget,
     /// The stream has ended or failed.
     Ended,
@@ -64,7 +68,11 @@ impl Reader {
     /// stream has ended or failed, the peer told or failed accordingly.
     pub(crate) fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         match self.read_some(cx) {
-            Read::Idle | Read::Budget => Poll::Pending,
+            Read::Idle => Poll::Pending,
+            Read::Budget => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
             Read::Ended => Poll::Ready(()),
         }
     }
@@ -96,7 +104,6 @@ impl Reader {
                 return Read::Ended;
             }
         }
-        cx.waker().wake_by_ref();
         Read::Budget
     }
 
@@ -259,10 +266,13 @@ impl Inlet {
     }
 
     /// Reads until quinn has nothing more, unless another task is reading
-    /// (it then reads what arrives before it lets go, or is told to).
+    /// (it then reads what arrives before it lets go, or is told to). After
+    /// [`READ_ROUNDS`] rounds of [`CHUNK_BUDGET`] chunks it hands on to the
+    /// hub's tasks, so a steady stream of arrivals never keeps one task
+    /// here.
     fn read(&self) {
         let mut cx = Context::from_waker(&self.waker);
-        loop {
+        for _ in 0..READ_ROUNDS {
             let mut guard = match self.reader.try_lock() {
                 Ok(guard) => guard,
                 Err(TryLockError::Poisoned(e)) => e.into_inner(),
@@ -272,8 +282,14 @@ impl Inlet {
             self.hub.notified.store(false, Ordering::SeqCst);
             match reader.read_some(&mut cx) {
                 Read::Idle => {}
-                // The hub has been woken: its tasks read on.
-                Read::Budget => return,
+                Read::Budget => {
+                    // quinn holds no waker (its last read gave data): the
+                    // hub's tasks read on, woken once the reader is free,
+                    // so the one that runs first finds it so.
+                    drop(guard);
+                    self.waker.wake_by_ref();
+                    return;
+                }
                 Read::Ended => {
                     *guard = None;
                     self.closed.store(true, Ordering::Relaxed);
@@ -290,5 +306,7 @@ impl Inlet {
                 return;
             }
         }
+        // Still arriving: the hub's tasks read on.
+        self.waker.wake_by_ref();
     }
 }

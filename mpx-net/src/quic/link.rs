@@ -129,10 +129,17 @@ struct OutState {
     failed: Option<Error>,
     /// `finalize` is flushing: once drained, writers finish their streams.
     closing: bool,
-    flush_waiter: Option<Waker>,
+    /// The tasks waiting for the flush to end.
+    flush_waiters: Vec<Waker>,
 }
 
 impl OutState {
+    fn wake_flush_waiters(&mut self) {
+        for w in self.flush_waiters.drain(..) {
+            w.wake();
+        }
+    }
+
     /// Whether the engine, refused a frame, is to be told there is room:
     /// once every lane has drained to half its cap.
     fn take_room(&mut self) -> bool {
@@ -240,7 +247,9 @@ impl Outbox {
             Wrote::Failed(e) => Poll::Ready(Drained::Failed(e)),
             Wrote::Blocked if q.stream.is_some() && st.failed.is_none() => Poll::Pending,
             Wrote::All | Wrote::Blocked => {
-                if st.closing || st.failed.is_some() {
+                // While the engine holds a refused frame (its goodbye, at
+                // an abort) the stream stays open for it.
+                if (st.closing && !st.refused) || st.failed.is_some() {
                     if let Some(stream) = q.stream.take() {
                         return Poll::Ready(Drained::Finish(stream));
                     }
@@ -255,18 +264,14 @@ impl Outbox {
     pub(crate) fn finished(&self, lane: Lane) {
         let mut st = self.lock();
         st.lanes[lane as usize].finished = true;
-        if let Some(w) = st.flush_waiter.take() {
-            w.wake();
-        }
+        st.wake_flush_waiters();
     }
 
     /// The peer's stream of `lane` has been read to its end.
     pub(crate) fn ended(&self, lane: Lane) {
         let mut st = self.lock();
         st.lanes[lane as usize].ended = true;
-        if let Some(w) = st.flush_waiter.take() {
-            w.wake();
-        }
+        st.wake_flush_waiters();
     }
 
     /// The peer failed: frames for it are refused from now on, and its
@@ -283,9 +288,7 @@ impl Outbox {
                 w.wake();
             }
         }
-        if let Some(w) = st.flush_waiter.take() {
-            w.wake();
-        }
+        st.wake_flush_waiters();
     }
 
     /// Starts the flush: writers finish their streams once drained. Ready
@@ -305,7 +308,9 @@ impl Outbox {
         if st.failed.is_some() || st.lanes.iter().all(|q| q.finished && q.ended) {
             return Poll::Ready(());
         }
-        st.flush_waiter = Some(cx.waker().clone());
+        if !st.flush_waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            st.flush_waiters.push(cx.waker().clone());
+        }
         Poll::Pending
     }
 }

@@ -23,15 +23,17 @@
 //!
 //! # Progress and shutdown
 //!
-//! Four tasks per connection (a writer and a reader per stream) and one
-//! accepting connections make the endpoint's driver; the endpoint owns
+//! Five tasks per connection (a writer and a reader per stream, and one
+//! that fails the peer when the connection closes) and one accepting
+//! connections make the endpoint's driver; the endpoint owns
 //! them, and they end with it. A program task waiting on the endpoint
 //! reads the control streams too, so a message wakes it with no task in
 //! between; the reader tasks make progress whether or not one waits (see
 //! [`inlet`](self)). `finalize` closes the endpoint, then each
 //! writer drains its queue, finishes its stream and waits until the peer
-//! has acknowledged all of it. A connection that breaks (an I/O error,
-//! QUIC's idle timeout: [`Options::idle_timeout`]) fails the peer with
+//! has acknowledged all of it. A connection that breaks or closes (an
+//! I/O error, QUIC's idle timeout: [`Options::idle_timeout`], a peer
+//! dropped without finalizing) fails the peer with
 //! [`Error::ProcessFailed`], whose source
 //! is the transport error.
 //!
@@ -169,7 +171,9 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 /// endpoint at once: connections to the peers are set up in the
 /// background (sends wait for them; see
 /// [`Endpoint::connected`](mpx_core::Endpoint::connected)). A peer that
-/// cannot be reached within [`Options::connect_timeout`] fails.
+/// cannot be reached within [`Options::connect_timeout`] fails (a lower
+/// rank this rank dials, or a higher rank that has not dialled it by
+/// then), and so does a peer whose connection closes, however it closes.
 ///
 /// Must be called within a tokio runtime.
 ///
@@ -227,6 +231,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     });
     if me + 1 < size {
         spawn_in(&shared.registry, connection::accept_loop(quic.clone(), shared.clone()));
+        spawn_in(&shared.registry, connection::fail_unconnected(shared.clone()));
     }
     for (peer, &addr) in addrs.iter().enumerate().take(me as usize) {
         spawn_in(&shared.registry, connection::dial(shared.clone(), quic.clone(), peer as u32, addr));

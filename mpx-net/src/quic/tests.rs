@@ -441,6 +441,40 @@ async fn a_message_larger_than_the_stream_window_arrives_whole() {
     tokio::time::timeout(Duration::from_secs(30), exchange).await.expect("the transfers completed");
 }
 
+/// A higher rank that never connects is failed once the connect timeout
+/// has passed: a receive from it ends with an error instead of waiting
+/// forever (the lower rank dials nobody, so only that timeout can tell).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_rank_that_never_connects_is_failed_after_the_connect_timeout() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(10).unwrap();
+    let quick = Options { connect_timeout: Duration::from_millis(500), idle_timeout: Duration::from_secs(60), ..options() };
+    drop(sockets.pop()); // rank 1 never starts
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &quick).unwrap();
+    let started = std::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
+    let e = got.expect_err("rank 1 never connected");
+    assert!(chain(&e).contains("rank 1"), "{}", chain(&e));
+    assert!(started.elapsed() >= Duration::from_millis(400), "failed only after the timeout: {:?}", started.elapsed());
+}
+
+/// A peer whose endpoint is dropped without finalizing (its runtime going
+/// on) ends its streams cleanly and then closes the connection: the other
+/// rank fails it at the close, long before any idle timeout, and a
+/// receive from it ends with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_dropped_without_finalizing_is_failed_when_its_connection_closes() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(11).unwrap();
+    let patient = Options { idle_timeout: Duration::from_secs(60), ..options() };
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &patient).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &patient).unwrap();
+    ping_pong(&zero, &one).await;
+    drop(one);
+    let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
+    got.expect_err("rank 1 is gone");
+}
+
 /// A program task that read the control stream while waiting on a receive
 /// (so quinn wakes it at the next arrival), then waits for something else
 /// entirely, does not hold up progress: the inlet's own task reads what
