@@ -32,7 +32,8 @@ pub(crate) mod code {
     pub const PROTOCOL: u32 = 1;
     /// The peer's certificate does not name the rank its hello claims.
     pub const IDENTITY: u32 = 2;
-    /// A second connection from a rank already connected.
+    /// A second connection from a rank already connected, or one from a
+    /// rank given up on (after the connect timeout).
     pub const DUPLICATE: u32 = 3;
 }
 
@@ -73,7 +74,8 @@ pub(crate) struct Shared {
     pub(crate) connect_timeout: Duration,
     /// The receiving side of each peer's control stream.
     pub(crate) inlets: Arc<Vec<Arc<Inlet>>>,
-    /// The peers connected so far (a second connection is refused).
+    /// The peers connected so far, or all of them once the connect
+    /// timeout has passed (a connection of a peer marked is refused).
     pub(crate) connected: Mutex<Vec<bool>>,
 }
 
@@ -97,8 +99,11 @@ fn io_error(context: String, e: impl std::error::Error + Send + Sync + 'static) 
 pub(crate) async fn fail_unconnected(shared: Arc<Shared>) {
     tokio::time::sleep(shared.connect_timeout).await;
     let missing: Vec<u32> = {
-        let connected = shared.connected.lock().unwrap_or_else(|e| e.into_inner());
-        (shared.me + 1..shared.size).filter(|&peer| !connected[peer as usize]).collect()
+        let mut connected = shared.connected.lock().unwrap_or_else(|e| e.into_inner());
+        let missing = (shared.me + 1..shared.size).filter(|&peer| !connected[peer as usize]).collect();
+        // Settled: a connection that comes later is refused.
+        connected.iter_mut().for_each(|c| *c = true);
+        missing
     };
     for peer in missing {
         let waited = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no connection within {:?}", shared.connect_timeout));
@@ -157,7 +162,7 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
         return refuse(code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
     }
     if std::mem::replace(&mut shared.connected.lock().unwrap_or_else(|e| e.into_inner())[claimed as usize], true) {
-        return refuse(code::DUPLICATE, format!("rank {claimed} is already connected"));
+        return refuse(code::DUPLICATE, format!("rank {claimed} is already connected, or was given up on"));
     }
     let [control_in, bulk_in] = streams;
     // The hello goes to the endpoint first, then whatever followed it.
