@@ -236,13 +236,7 @@ impl Inlet {
         if !cx.waker().will_wake(Waker::noop()) {
             remember(&mut self.hub.waiters.lock().unwrap_or_else(|e| e.into_inner()), cx.waker());
         }
-        // Nothing has arrived since the last read ended (quinn holds the
-        // hub's waker after every read): asking quinn again would only take
-        // the connection's lock, which its driver holds while it sends, and
-        // block this thread behind a bulk transfer.
-        if self.hub.notified.load(Ordering::SeqCst) {
-            self.read();
-        }
+        self.read();
     }
 
     /// The inlet's own task: reads what has arrived; ready once the stream
@@ -254,10 +248,7 @@ impl Inlet {
                 *task = Some(cx.waker().clone());
             }
         }
-        // As for a program task: a program may have read it all already.
-        if self.hub.notified.load(Ordering::SeqCst) {
-            self.read();
-        }
+        self.read();
         if self.is_open() {
             Poll::Pending
         } else {
@@ -266,11 +257,18 @@ impl Inlet {
     }
 
     /// Reads until quinn has nothing more, unless another task is reading
-    /// (it then reads what arrives before it lets go, or is told to). After
-    /// [`READ_ROUNDS`] rounds of [`CHUNK_BUDGET`] chunks it hands on to the
-    /// hub's tasks, so a steady stream of arrivals never keeps one task
-    /// here.
+    /// (it then reads what arrives before it lets go, or is told to), or
+    /// nothing has arrived since the last read. After [`READ_ROUNDS`]
+    /// rounds of [`CHUNK_BUDGET`] chunks it hands on to the hub's tasks, so
+    /// a steady stream of arrivals never keeps one task here.
     fn read(&self) {
+        // quinn holds the hub's waker after every read, so without a wake
+        // since, there is nothing to read: asking quinn again would only
+        // take the connection's lock, which its driver holds while it
+        // sends, and block this thread behind a bulk transfer.
+        if !self.hub.notified.load(Ordering::SeqCst) {
+            return;
+        }
         let mut cx = Context::from_waker(&self.waker);
         for _ in 0..READ_ROUNDS {
             let mut guard = match self.reader.try_lock() {

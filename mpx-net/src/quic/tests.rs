@@ -20,10 +20,15 @@ fn sockets(n: usize) -> (Vec<UdpSocket>, Vec<SocketAddr>) {
 
 /// Ranks 0 and 1 of a new job `job` on 127.0.0.1.
 fn pair(job: u64) -> (Endpoint, Endpoint) {
+    pair_with(job, &options())
+}
+
+/// [`pair`] with `options`.
+fn pair_with(job: u64, options: &Options) -> (Endpoint, Endpoint) {
     let (mut sockets, addrs) = sockets(2);
     let job = JobCredential::generate(job).unwrap();
-    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
-    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), options).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), options).unwrap();
     (zero, one)
 }
 
@@ -415,11 +420,7 @@ async fn small_messages_overtake_a_large_transfer_to_the_same_peer() {
 /// never resume).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_larger_than_the_stream_window_arrives_whole() {
-    let (mut sockets, addrs) = sockets(2);
-    let job = JobCredential::generate(9).unwrap();
-    let narrow = Options { stream_window: 64 << 10, ..options() };
-    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &narrow).unwrap();
-    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &narrow).unwrap();
+    let (zero, one) = pair_with(9, &Options { stream_window: 64 << 10, ..options() });
     let (a, b) = (zero.world(), one.world());
     const BIG: usize = 4 << 20;
     let data: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
@@ -464,11 +465,7 @@ async fn a_higher_rank_that_never_connects_is_failed_after_the_connect_timeout()
 /// receive from it ends with an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_dropped_without_finalizing_is_failed_when_its_connection_closes() {
-    let (mut sockets, addrs) = sockets(2);
-    let job = JobCredential::generate(11).unwrap();
-    let patient = Options { idle_timeout: Duration::from_secs(60), ..options() };
-    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &patient).unwrap();
-    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &patient).unwrap();
+    let (zero, one) = pair_with(11, &Options { idle_timeout: Duration::from_secs(60), ..options() });
     ping_pong(&zero, &one).await;
     drop(one);
     let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
