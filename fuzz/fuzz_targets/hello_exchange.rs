@@ -1,6 +1,7 @@
 //! What a rank accepting a QUIC connection reads from the connecting peer
-//! after the TLS handshake: the lane byte of its control stream, its hello
-//! (checked by `mpx_net::quic::Greeting`), then the frames that follow,
+//! after the TLS handshake: the head of its control stream
+//! (`mpx_net::quic::StreamHead`), its hello (checked by
+//! `mpx_net::quic::Greeting`), then the frames that follow,
 //! handed to an engine, all from arbitrary bytes cut at arbitrary points.
 //! Asserts that nothing panics, that only a hello from a rank that dials
 //! this one is accepted, and that the engine's invariants hold after.
@@ -10,16 +11,24 @@ use libfuzzer_sys::fuzz_target;
 use mpx_core::proto::engine::Engine;
 use mpx_core::proto::sim;
 use mpx_core::proto::wire::{Decoder, Kind, Repr};
-use mpx_net::quic::Greeting;
+use mpx_net::quic::{Greeting, StreamHead};
 
 fuzz_target!(|data: &[u8]| {
-    let [me, size, piece, lane, rest @ ..] = data else { return };
+    let [me, size, piece, first, ..] = data else { return };
     let size = u32::from(*size % 5) + 2;
     let me = u32::from(*me) % size;
     let piece = usize::from(*piece).max(1);
-    if *lane != 0 {
-        // Not the control lane's byte: the stream is refused before any frame.
-        return;
+    let Ok(len) = StreamHead::len(*first) else { return };
+    let Some(head) = data.get(3..3 + len) else { return };
+    let rest = &data[3 + len..];
+    match StreamHead::decode(head) {
+        Ok(StreamHead::Control { .. }) => {}
+        Ok(other) => {
+            // Not a control stream: the connection is refused before any frame.
+            assert_eq!(StreamHead::decode(&other.encode()).ok(), Some(other));
+            return;
+        }
+        Err(e) => panic!("a head of the length its first byte names was refused: {e}"),
     }
     let config = sim::config(Repr::Native);
     let mut greeting = Greeting::new(me, size, config.max_payload());

@@ -1,14 +1,19 @@
-//! Setting up the connection to each peer and the four tasks that carry
-//! it: a writer and a reader for each of the control and bulk streams
+//! Setting up the connections to each peer and the tasks that carry
+//! them: a writer and a reader for each of the control and bulk streams
 //! (the control stream's reader is shared with waiting program tasks: see
-//! [`inlet`](super::inlet)).
+//! [`inlet`](super::inlet)), and a watcher per connection.
 //!
 //! The rank with the higher number dials; the other accepts. Each side
-//! opens two unidirectional streams, whose first byte says which lane
-//! ([`Lane`]) it carries, and sends its hello first on the control stream.
-//! The accepting side learns who dialled from that hello and checks that
-//! the client's certificate names that rank before anything reaches the
-//! endpoint.
+//! opens a unidirectional control stream led by a [`StreamHead`] that
+//! says where its bulk socket listens, and sends its hello first on it.
+//! When both have a bulk socket, the dialler then dials the other's bulk
+//! socket from its own, and each side opens its bulk stream on that
+//! connection, led by its rank; otherwise each opens its bulk stream on
+//! the control stream's connection. A small message then never waits in
+//! a socket's queue behind rendezvous data. The accepting side learns who
+//! dialled from the hello (and from a bulk connection's head) and checks
+//! that the client's certificate names that rank before anything reaches
+//! the endpoint.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -19,10 +24,11 @@ use mpx_core::runtime::WeakEndpoint;
 use mpx_core::{Error, Result};
 use quinn::VarInt;
 use rustls::pki_types::CertificateDer;
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::credential::{rank_name, RankCredential};
-use super::greeting::{lane_of, Greeting};
+use super::greeting::{Greeting, StreamHead};
 use super::inlet::{Inlet, Reader};
 use super::link::{Drained, Lane, Outbox};
 
@@ -77,15 +83,90 @@ pub(crate) struct Shared {
     /// The peers connected so far, or all of them once the connect
     /// timeout has passed (a connection of a peer marked is refused).
     pub(crate) connected: Mutex<Vec<bool>>,
+    /// This rank's bulk socket's QUIC endpoint, if it has one
+    /// ([`Options::bulk_connection`](super::Options::bulk_connection)).
+    pub(crate) bulk: Option<quinn::Endpoint>,
+    /// The bulk connections higher ranks have made, on their way from the
+    /// bulk endpoint's accept loop to the setup of the control connection.
+    pub(crate) bulk_arrivals: BulkArrivals,
 }
 
 impl Shared {
+    /// The port of this rank's bulk socket, 0 if it has none.
+    fn bulk_port(&self) -> u16 {
+        self.bulk.as_ref().and_then(|q| q.local_addr().ok()).map_or(0, |a| a.port())
+    }
+
     /// `peer` is lost because of `cause`: its outbox refuses frames and the
     /// endpoint fails what depends on it.
     pub(crate) fn fail(&self, peer: u32, cause: Error) {
         self.outboxes[peer as usize].fail(cause.clone());
         if let Some(ep) = self.endpoint.upgrade() {
             ep.peer_failed(peer as usize, cause);
+        }
+    }
+}
+
+/// Where each higher rank's bulk connection is: not come yet, come and
+/// waiting for its control connection's setup, or taken by it.
+pub(crate) enum BulkSlot {
+    Open,
+    Arrived(Box<BulkLane>),
+    Taken,
+}
+
+/// Both directions' bulk streams on a connection of their own.
+pub(crate) struct BulkLane {
+    conn: quinn::Connection,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+}
+
+/// The bulk connections of higher ranks (see [`Shared::bulk_arrivals`]).
+pub(crate) struct BulkArrivals {
+    slots: Mutex<Vec<BulkSlot>>,
+    arrived: Notify,
+}
+
+impl BulkArrivals {
+    pub(crate) fn new(size: u32) -> BulkArrivals {
+        BulkArrivals { slots: Mutex::new((0..size).map(|_| BulkSlot::Open).collect()), arrived: Notify::new() }
+    }
+
+    /// Leaves `peer`'s bulk lane for its control connection; false if it
+    /// already has one.
+    fn put(&self, peer: u32, lane: BulkLane) -> bool {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &mut slots[peer as usize];
+        if !matches!(slot, BulkSlot::Open) {
+            return false;
+        }
+        *slot = BulkSlot::Arrived(Box::new(lane));
+        drop(slots);
+        self.arrived.notify_waiters();
+        true
+    }
+
+    /// `peer`'s bulk lane, once it has come.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a lane that comes after the future is dropped stays
+    /// for the next call.
+    async fn take(&self, peer: u32) -> Result<BulkLane> {
+        loop {
+            let notified = self.arrived.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+                let slot = &mut slots[peer as usize];
+                match std::mem::replace(slot, BulkSlot::Taken) {
+                    BulkSlot::Arrived(lane) => return Ok(*lane),
+                    BulkSlot::Open => *slot = BulkSlot::Open,
+                    BulkSlot::Taken => return Err(Error::Protocol(format!("rank {peer}'s bulk connection was taken already"))),
+                }
+            }
+            notified.await;
         }
     }
 }
@@ -111,13 +192,29 @@ pub(crate) async fn fail_unconnected(shared: Arc<Shared>) {
     }
 }
 
-/// Accepts the connections of higher ranks for as long as the endpoint lives.
-pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>) {
+/// Which of a rank's two QUIC endpoints accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Socket {
+    /// The rank's address: control connections.
+    Control,
+    /// The bulk socket: bulk connections.
+    Bulk,
+}
+
+/// Accepts the connections of higher ranks to `socket` for as long as the
+/// endpoint lives.
+pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, socket: Socket) {
     while let Some(incoming) = quic.accept().await {
         let shared2 = shared.clone();
         spawn_in(&shared.registry, async move {
             let deadline = shared2.connect_timeout;
-            match tokio::time::timeout(deadline, accept_one(incoming, &shared2)).await {
+            let accepted = async {
+                match socket {
+                    Socket::Control => accept_one(incoming, &shared2).await,
+                    Socket::Bulk => accept_bulk(incoming, &shared2).await,
+                }
+            };
+            match tokio::time::timeout(deadline, accepted).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(rank = shared2.me, error = %e, "refused a connection"),
                 Err(_) => tracing::warn!(rank = shared2.me, "a connecting peer did not finish its handshake in time"),
@@ -126,45 +223,83 @@ pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>) {
     }
 }
 
-/// One incoming connection: TLS (the client's certificate checked against
-/// the job's CA), then the client's streams and hello, then the check that
-/// its certificate names the rank the hello claims.
+/// The certificate chain a connection's client showed (TLS has checked it
+/// against the job's CA).
+fn client_certificates(conn: &quinn::Connection) -> Result<Vec<CertificateDer<'static>>> {
+    conn.peer_identity()
+        .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .map(|certs| *certs)
+        .ok_or_else(|| Error::Protocol("a connecting peer showed no certificate".into()))
+}
+
+/// Closes `conn` with `code` and says why.
+fn refuse<T>(conn: &quinn::Connection, code: u32, why: String) -> Result<T> {
+    conn.close(VarInt::from_u32(code), why.as_bytes());
+    Err(Error::Protocol(why))
+}
+
+/// One incoming control connection: TLS (the client's certificate checked
+/// against the job's CA), then the client's control stream and hello,
+/// the check that its certificate names the rank the hello claims, and
+/// its bulk lane (on this connection or its own).
 async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<()> {
     let conn = incoming.await.map_err(|e| io_error("accepting a connection".into(), e))?;
-    let certs = conn
-        .peer_identity()
-        .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
-        .ok_or_else(|| Error::Protocol("a connecting peer showed no certificate".into()))?;
-    let (mut streams, first) = accept_lanes(&conn).await?;
-    // This side's streams carry nothing until the peer is known; opening
-    // them lets the dialler's setup finish, and its hello come.
-    let (control, bulk) = open_lanes(&conn).await?;
-    let refuse = |code: u32, why: String| {
-        conn.close(VarInt::from_u32(code), why.as_bytes());
-        Err(Error::Protocol(why))
+    let certs = client_certificates(&conn)?;
+    let (mut control_in, head) = accept_stream(&conn).await?;
+    let StreamHead::Control { bulk_port: their_bulk } = head else {
+        return refuse(&conn, code::PROTOCOL, format!("a connection's first stream is a {head:?}, not its control stream"));
+    };
+    // This side's control stream carries nothing until the peer is known;
+    // opening it lets the dialler's setup go on, and its hello come.
+    let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port() }).await?;
+    let own_connection = shared.bulk.is_some() && their_bulk != 0;
+    let same_connection = if own_connection {
+        None
+    } else {
+        let bulk = open_stream(&conn, StreamHead::Bulk).await?;
+        let (bulk_in, head) = accept_stream(&conn).await?;
+        if head != StreamHead::Bulk {
+            return refuse(&conn, code::PROTOCOL, format!("a connection's second stream is a {head:?}, not its bulk stream"));
+        }
+        Some((bulk, bulk_in))
     };
     let mut greeting = Greeting::new(shared.me, shared.size, shared.max_payload);
-    let mut more = first;
     let hello = loop {
-        match greeting.push(&more) {
+        let chunk = match control_in.read_chunk(64 << 10, true).await.map_err(|e| io_error("reading a hello".into(), e))? {
+            Some(chunk) => chunk.bytes,
+            None => return Err(Error::Protocol("a connecting peer closed its stream before its hello".into())),
+        };
+        match greeting.push(&chunk) {
             Ok(Some(hello)) => break hello,
             Ok(None) => {}
-            Err(e) => return refuse(code::PROTOCOL, e.to_string()),
-        }
-        match streams[0].read_chunk(64 << 10, true).await.map_err(|e| io_error("reading a hello".into(), e))? {
-            Some(chunk) => more = chunk.bytes.into(),
-            None => return Err(Error::Protocol("a connecting peer closed its stream before its hello".into())),
+            Err(e) => return refuse(&conn, code::PROTOCOL, e.to_string()),
         }
     };
     let claimed = hello.header.source;
     let buf = greeting.into_rest();
     if let Err(e) = certs.first().map_or(Err(Error::Protocol("no certificate".into())), |c| shared.credential.check_names(c, claimed)) {
-        return refuse(code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
+        return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
     }
-    if std::mem::replace(&mut shared.connected.lock().unwrap_or_else(|e| e.into_inner())[claimed as usize], true) {
-        return refuse(code::DUPLICATE, format!("rank {claimed} is already connected, or was given up on"));
+    let duplicate = || format!("rank {claimed} is already connected, or was given up on");
+    let connected = || shared.connected.lock().unwrap_or_else(|e| e.into_inner());
+    if connected()[claimed as usize] {
+        return refuse(&conn, code::DUPLICATE, duplicate());
     }
-    let [control_in, bulk_in] = streams;
+    // The peer counts as connected only once its bulk lane is here too: a
+    // peer that never brings it is failed by the connect timeout.
+    let (bulk_conn, bulk, bulk_in) = match same_connection {
+        Some((bulk, bulk_in)) => (None, bulk, bulk_in),
+        None => match shared.bulk_arrivals.take(claimed).await {
+            Ok(lane) => (Some(lane.conn), lane.send, lane.recv),
+            Err(e) => return refuse(&conn, code::DUPLICATE, e.to_string()),
+        },
+    };
+    if std::mem::replace(&mut connected()[claimed as usize], true) {
+        if let Some(bulk) = &bulk_conn {
+            bulk.close(VarInt::from_u32(code::DUPLICATE), b"already connected");
+        }
+        return refuse(&conn, code::DUPLICATE, duplicate());
+    }
     // The hello goes to the endpoint first, then whatever followed it.
     let Some(ep) = shared.endpoint.upgrade() else { return Ok(()) };
     if let Err(e) = ep.handle_frame(claimed as usize, hello) {
@@ -172,117 +307,172 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
         return Err(e);
     }
     drop(ep);
-    run(shared, claimed, conn, [control, bulk], [(control_in, buf), (bulk_in, BytesMut::new())]);
+    let lanes = Lanes { control: conn, bulk: bulk_conn, writers: [control, bulk], readers: [(control_in, buf), (bulk_in, BytesMut::new())] };
+    run(shared, claimed, lanes);
+    Ok(())
+}
+
+/// One incoming bulk connection: TLS, then the client's bulk stream,
+/// whose head names its rank, checked against its certificate; this
+/// side's bulk stream is opened on it and both wait for the rank's
+/// control connection.
+async fn accept_bulk(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<()> {
+    let conn = incoming.await.map_err(|e| io_error("accepting a bulk connection".into(), e))?;
+    let certs = client_certificates(&conn)?;
+    let (recv, head) = accept_stream(&conn).await?;
+    let claimed = match head {
+        StreamHead::BulkConnection { rank } if rank > shared.me && rank < shared.size => rank,
+        _ => return refuse(&conn, code::PROTOCOL, format!("a bulk connection led by {head:?}: rank {} is dialled by higher ranks only", shared.me)),
+    };
+    if let Err(e) = certs.first().map_or(Err(Error::Protocol("no certificate".into())), |c| shared.credential.check_names(c, claimed)) {
+        return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
+    }
+    let send = open_stream(&conn, StreamHead::BulkConnection { rank: shared.me }).await?;
+    if !shared.bulk_arrivals.put(claimed, BulkLane { conn: conn.clone(), send, recv }) {
+        return refuse(&conn, code::DUPLICATE, format!("rank {claimed} has a bulk connection already"));
+    }
     Ok(())
 }
 
 /// Dials `peer` (a lower rank) at `addr` until it answers or the connect
-/// timeout passes, then sets up the connection.
+/// timeout passes, then sets up the connection (and the bulk connection,
+/// when both have a bulk socket).
 pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, addr: std::net::SocketAddr) {
     let deadline = Instant::now() + shared.connect_timeout;
-    let name = rank_name(shared.credential.job(), peer);
+    let timed_out = |what: String| io_error(what, std::io::Error::from(std::io::ErrorKind::TimedOut));
     let result = async {
-        let conn = loop {
-            let attempt = quic.connect_with(shared.client.clone(), addr, &name).map_err(|e| io_error(format!("connecting to rank {peer}"), e))?;
-            match tokio::time::timeout_at(deadline.into(), attempt).await {
-                Ok(Ok(conn)) => break conn,
-                Ok(Err(e)) if Instant::now() + Duration::from_millis(50) < deadline => {
-                    // Not listening yet (another process still starting): try again.
-                    tracing::debug!(rank = shared.me, peer, error = %e, "connect failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+        let conn = connect(&shared, &quic, peer, addr, deadline, "").await?;
+        let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port() }).await?;
+        let (control_in, head) = tokio::time::timeout_at(deadline.into(), accept_stream(&conn))
+            .await
+            .map_err(|_| timed_out(format!("rank {peer}'s streams")))??;
+        let StreamHead::Control { bulk_port: their_bulk } = head else {
+            return refuse(&conn, code::PROTOCOL, format!("rank {peer}'s first stream is a {head:?}, not its control stream"));
+        };
+        let (bulk_conn, bulk, bulk_in) = match &shared.bulk {
+            Some(own) if their_bulk != 0 => {
+                let bulk_conn = connect(&shared, own, peer, (addr.ip(), their_bulk).into(), deadline, "'s bulk socket").await?;
+                let bulk = open_stream(&bulk_conn, StreamHead::BulkConnection { rank: shared.me }).await?;
+                let (bulk_in, head) = tokio::time::timeout_at(deadline.into(), accept_stream(&bulk_conn))
+                    .await
+                    .map_err(|_| timed_out(format!("rank {peer}'s bulk stream")))??;
+                if head != (StreamHead::BulkConnection { rank: peer }) {
+                    return refuse(&bulk_conn, code::PROTOCOL, format!("rank {peer}'s bulk connection is led by {head:?}"));
                 }
-                Ok(Err(e)) => return Err(io_error(format!("connecting to rank {peer}"), e)),
-                Err(_) => return Err(io_error(format!("connecting to rank {peer}"), std::io::Error::from(std::io::ErrorKind::TimedOut))),
+                (Some(bulk_conn), bulk, bulk_in)
+            }
+            _ => {
+                let bulk = open_stream(&conn, StreamHead::Bulk).await?;
+                let (bulk_in, head) = tokio::time::timeout_at(deadline.into(), accept_stream(&conn))
+                    .await
+                    .map_err(|_| timed_out(format!("rank {peer}'s streams")))??;
+                if head != StreamHead::Bulk {
+                    return refuse(&conn, code::PROTOCOL, format!("rank {peer}'s second stream is a {head:?}, not its bulk stream"));
+                }
+                (None, bulk, bulk_in)
             }
         };
-        let (control, bulk) = open_lanes(&conn).await?;
-        let lanes = tokio::time::timeout_at(deadline.into(), accept_lanes(&conn))
-            .await
-            .map_err(|_| io_error(format!("rank {peer}'s streams"), std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
-        Ok::<_, Error>((conn, control, bulk, lanes))
+        Ok(Lanes { control: conn, bulk: bulk_conn, writers: [control, bulk], readers: [(control_in, BytesMut::new()), (bulk_in, BytesMut::new())] })
     }
     .await;
     match result {
-        Ok((conn, control, bulk, ([control_in, bulk_in], buf))) => {
+        Ok(lanes) => {
             shared.connected.lock().unwrap_or_else(|e| e.into_inner())[peer as usize] = true;
-            run(&shared, peer, conn, [control, bulk], [(control_in, buf), (bulk_in, BytesMut::new())]);
+            run(&shared, peer, lanes);
         }
         Err(e) => shared.fail(peer, e),
     }
 }
 
-/// Opens this side's two streams, each led by its lane's byte.
-async fn open_lanes(conn: &quinn::Connection) -> Result<(quinn::SendStream, quinn::SendStream)> {
-    let open = async |lane: Lane| {
-        let mut s = conn.open_uni().await.map_err(|e| io_error("opening a stream".into(), e))?;
-        // quinn sends the control stream's data before the bulk stream's.
-        let _ = s.set_priority(if lane == Lane::Control { 1 } else { 0 });
-        s.write_all(&[lane as u8]).await.map_err(|e| io_error("opening a stream".into(), e))?;
-        Ok::<_, Error>(s)
-    };
-    let control = open(Lane::Control).await?;
-    let bulk = open(Lane::Bulk).await?;
-    Ok((control, bulk))
-}
-
-/// Accepts the peer's two streams, ordered by the lane byte that leads
-/// each, with whatever followed that byte on the control stream.
-async fn accept_lanes(conn: &quinn::Connection) -> Result<([quinn::RecvStream; 2], BytesMut)> {
-    let mut lanes: [Option<quinn::RecvStream>; 2] = [None, None];
-    let mut rest = BytesMut::new();
-    for _ in 0..2 {
-        let mut s = conn.accept_uni().await.map_err(|e| io_error("accepting a stream".into(), e))?;
-        let mut first = loop {
-            match s.read_chunk(64 << 10, true).await.map_err(|e| io_error("reading a stream".into(), e))? {
-                Some(chunk) if !chunk.bytes.is_empty() => break chunk.bytes,
-                Some(_) => continue,
-                None => return Err(Error::Protocol("a stream ended before its lane byte".into())),
+/// Connects from `quic` to `peer` at `addr`, trying again while it does
+/// not answer (another process still starting) until `deadline`; `what`
+/// completes "rank N" in the error (the socket dialled).
+async fn connect(shared: &Shared, quic: &quinn::Endpoint, peer: u32, addr: std::net::SocketAddr, deadline: Instant, what: &str) -> Result<quinn::Connection> {
+    let name = rank_name(shared.credential.job(), peer);
+    let context = || format!("connecting to rank {peer}{what} at {addr}");
+    loop {
+        let attempt = quic.connect_with(shared.client.clone(), addr, &name).map_err(|e| io_error(context(), e))?;
+        match tokio::time::timeout_at(deadline.into(), attempt).await {
+            Ok(Ok(conn)) => return Ok(conn),
+            Ok(Err(e)) if Instant::now() + Duration::from_millis(50) < deadline => {
+                tracing::debug!(rank = shared.me, peer, error = %e, "connect failed; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        };
-        let lane = lane_of(first[0])?;
-        first = first.slice(1..);
-        match lane {
-            Lane::Control if lanes[0].is_none() => rest.extend_from_slice(&first),
-            Lane::Bulk if lanes[1].is_none() && first.is_empty() => {}
-            _ => return Err(Error::Protocol(format!("a second {lane:?} stream, or data before a frame could start"))),
+            Ok(Err(e)) => return Err(io_error(context(), e)),
+            Err(_) => return Err(io_error(context(), std::io::Error::from(std::io::ErrorKind::TimedOut))),
         }
-        lanes[lane as usize] = Some(s);
     }
-    let [Some(control), Some(bulk)] = lanes else { unreachable!("both lanes were filled above") };
-    Ok(([control, bulk], rest))
 }
 
-/// Starts the four tasks that carry the connection to `peer`.
-fn run(
-    shared: &Arc<Shared>,
-    peer: u32,
-    conn: quinn::Connection,
+/// Opens a stream led by `head`.
+async fn open_stream(conn: &quinn::Connection, head: StreamHead) -> Result<quinn::SendStream> {
+    let mut s = conn.open_uni().await.map_err(|e| io_error("opening a stream".into(), e))?;
+    // quinn sends the control stream's data before the bulk stream's.
+    let _ = s.set_priority(if matches!(head, StreamHead::Control { .. }) { 1 } else { 0 });
+    s.write_all(&head.encode()).await.map_err(|e| io_error("opening a stream".into(), e))?;
+    Ok(s)
+}
+
+/// Accepts the peer's next stream and reads its head (leaving the frames
+/// after it in the stream).
+async fn accept_stream(conn: &quinn::Connection) -> Result<(quinn::RecvStream, StreamHead)> {
+    let mut s = conn.accept_uni().await.map_err(|e| io_error("accepting a stream".into(), e))?;
+    let mut head = [0u8; StreamHead::MAX_LEN];
+    let read_err = |e| io_error("reading a stream's head".into(), e);
+    s.read_exact(&mut head[..1]).await.map_err(read_err)?;
+    let len = StreamHead::len(head[0])?;
+    s.read_exact(&mut head[1..len]).await.map_err(read_err)?;
+    Ok((s, StreamHead::decode(&head[..len])?))
+}
+
+/// What carries one peer: the control connection, the bulk connection if
+/// the bulk streams have their own, and both lanes' streams.
+struct Lanes {
+    control: quinn::Connection,
+    bulk: Option<quinn::Connection>,
     writers: [quinn::SendStream; 2],
+    /// Each lane's stream, with what was read of it already.
     readers: [(quinn::RecvStream, BytesMut); 2],
-) {
-    // However the connection ends, the peer is gone: its streams may have
-    // ended cleanly (a peer dropped without finalizing) before the close,
-    // and nothing else would notice. After a finalize this changes nothing
-    // (both sides are done with each other before either closes).
-    let watched = conn.clone();
-    let watcher = shared.clone();
-    spawn_in(&shared.registry, async move {
-        let why = watched.closed().await;
-        watcher.fail(peer, io_error(format!("the connection to rank {peer} closed"), why));
-    });
+}
+
+/// Starts the tasks that carry the connections to `peer`.
+fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
+    let Lanes { control, bulk, writers, readers } = lanes;
+    let conns: Vec<quinn::Connection> = std::iter::once(control.clone()).chain(bulk.clone()).collect();
+    // However a connection ends, the peer is gone (and its other
+    // connection with it): its streams may have ended cleanly (a peer
+    // dropped without finalizing) before the close, and nothing else
+    // would notice. After a finalize this changes nothing (both sides are
+    // done with each other before either closes).
+    for watched in &conns {
+        let watched = watched.clone();
+        let others = conns.clone();
+        let watcher = shared.clone();
+        spawn_in(&shared.registry, async move {
+            let why = watched.closed().await;
+            for other in &others {
+                other.close(VarInt::from_u32(0), b"its other connection closed");
+            }
+            watcher.fail(peer, io_error(format!("the connection to rank {peer} closed"), why));
+        });
+    }
     for (lane, stream) in [Lane::Control, Lane::Bulk].into_iter().zip(writers) {
         shared.outboxes[peer as usize].attach(lane, stream);
         spawn_in(&shared.registry, write(shared.clone(), peer, lane));
     }
     for ((stream, buf), lane) in readers.into_iter().zip([Lane::Control, Lane::Bulk]) {
+        let conn = match (lane, &bulk) {
+            (Lane::Bulk, Some(bulk)) => bulk.clone(),
+            _ => control.clone(),
+        };
         let mut reader = Reader {
             shared: shared.clone(),
             peer,
             lane,
-            conn: conn.clone(),
+            conn,
             stream,
             decoder: ChunkDecoder::new(shared.max_payload),
-            start: Some(buf.freeze()),
+            start: (!buf.is_empty()).then(|| buf.freeze()),
         };
         match lane {
             Lane::Control => {

@@ -1,25 +1,92 @@
-//! What the accepting side reads from a connecting peer before anything
-//! reaches its endpoint, without I/O: the lane byte that leads each of the
-//! peer's streams, then its hello. Everything in it is untrusted: the
-//! connection is authenticated, but which rank it is comes from the hello,
+//! What a rank reads from a peer's streams before anything reaches its
+//! endpoint, without I/O: the head that leads each stream
+//! ([`StreamHead`]), then, on an accepted connection, the peer's hello.
+//! Everything in it is untrusted: the connection is authenticated, but
+//! which rank it is comes from the hello (or a bulk connection's head),
 //! and is checked against the certificate only after.
 
 use bytes::BytesMut;
 use mpx_core::proto::wire::{Decoder, Frame, Kind};
 use mpx_core::{Error, Result};
 
-use super::link::Lane;
+/// What leads each stream, before its first frame: which lane the stream
+/// carries, and what the peer must know to set up the rest.
+///
+/// A connection's control stream says where the sender's bulk socket
+/// listens; when both ranks of a pair have one, the bulk streams travel
+/// on a connection of their own between those sockets
+/// ([`Options::bulk_connection`](super::Options::bulk_connection)),
+/// each led by its sender's rank; otherwise they follow the control
+/// streams on the same connection.
+///
+/// ```
+/// use mpx_net::quic::StreamHead;
+/// let head = StreamHead::Control { bulk_port: 40_000 };
+/// let bytes = head.encode();
+/// assert_eq!(StreamHead::len(bytes[0])?, bytes.len());
+/// assert_eq!(StreamHead::decode(&bytes)?, head);
+/// assert!(StreamHead::len(7).is_err(), "an unknown kind of stream");
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamHead {
+    /// A connection's control stream, from a rank whose bulk socket has
+    /// port `bulk_port` on the address of its control socket (0: it has
+    /// none, and sends its bulk stream on this connection).
+    Control {
+        /// The port of the sender's bulk socket, or 0.
+        bulk_port: u16,
+    },
+    /// A bulk stream on the same connection as its control stream.
+    Bulk,
+    /// The bulk stream of a connection between bulk sockets, from `rank`.
+    BulkConnection {
+        /// The rank that opened the stream (checked against its
+        /// certificate).
+        rank: u32,
+    },
+}
 
-/// The lane a stream's first byte names.
-pub(crate) fn lane_of(byte: u8) -> Result<Lane> {
-    match byte {
-        0 => Ok(Lane::Control),
-        1 => Ok(Lane::Bulk),
-        other => Err(Error::Protocol(format!("a stream of unknown lane {other}"))),
+impl StreamHead {
+    /// The longest head, in bytes.
+    pub const MAX_LEN: usize = 5;
+
+    /// The length of a head whose first byte is `first`, or why no stream
+    /// starts so.
+    pub fn len(first: u8) -> Result<usize> {
+        match first {
+            0 => Ok(3),
+            1 => Ok(1),
+            2 => Ok(5),
+            other => Err(Error::Protocol(format!("a stream of unknown kind {other}"))),
+        }
+    }
+
+    /// The head's bytes.
+    pub fn encode(self) -> Vec<u8> {
+        match self {
+            StreamHead::Control { bulk_port } => [&[0u8][..], &bulk_port.to_le_bytes()].concat(),
+            StreamHead::Bulk => vec![1],
+            StreamHead::BulkConnection { rank } => [&[2u8][..], &rank.to_le_bytes()].concat(),
+        }
+    }
+
+    /// The head in `bytes`, which must be exactly as long as
+    /// [`len`](StreamHead::len) of its first byte says.
+    pub fn decode(bytes: &[u8]) -> Result<StreamHead> {
+        let first = *bytes.first().ok_or_else(|| Error::Protocol("a stream ended before its head".into()))?;
+        if bytes.len() != StreamHead::len(first)? {
+            return Err(Error::Protocol(format!("a stream head of {} bytes", bytes.len())));
+        }
+        Ok(match first {
+            0 => StreamHead::Control { bulk_port: u16::from_le_bytes([bytes[1], bytes[2]]) },
+            1 => StreamHead::Bulk,
+            _ => StreamHead::BulkConnection { rank: u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) },
+        })
     }
 }
 
-/// Reads a connecting peer's control stream (after its lane byte) up to
+/// Reads a connecting peer's control stream (after its head) up to
 /// its hello: the first frame must be a hello from a rank that dials this
 /// one (a higher rank of the world).
 ///

@@ -321,8 +321,9 @@ pub(crate) struct QuicTransport {
     pub(crate) me: u32,
     pub(crate) outboxes: Arc<Vec<Arc<Outbox>>>,
     pub(crate) inlets: Arc<Vec<Arc<Inlet>>>,
-    /// The QUIC endpoint, closed once the flush is done.
-    pub(crate) quic: quinn::Endpoint,
+    /// The QUIC endpoints (the rank's own socket's, and its bulk socket's
+    /// if it has one), closed once the flush is done.
+    pub(crate) quic: Vec<quinn::Endpoint>,
     /// Closing the connections and waiting for the close to go out.
     pub(crate) closing: Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
 }
@@ -368,9 +369,18 @@ impl Transport for QuicTransport {
         let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
         let close = closing.get_or_insert_with(|| {
             let quic = self.quic.clone();
-            quic.close(quinn::VarInt::from_u32(0), b"finalized");
+            for endpoint in &quic {
+                endpoint.close(quinn::VarInt::from_u32(0), b"finalized");
+            }
             Box::pin(async move {
-                let _ = tokio::time::timeout(CLOSE_WAIT, quic.wait_idle()).await;
+                // Both close at once; waiting for one then the other
+                // takes as long as the slower.
+                let idle = async {
+                    for endpoint in &quic {
+                        endpoint.wait_idle().await;
+                    }
+                };
+                let _ = tokio::time::timeout(CLOSE_WAIT, idle).await;
             })
         });
         close.as_mut().poll(cx).map(Ok)

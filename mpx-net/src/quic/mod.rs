@@ -3,7 +3,7 @@
 //!
 //! # Connections
 //!
-//! Every pair of ranks gets one QUIC connection, set up when the endpoint
+//! Every pair of ranks gets a QUIC connection, set up when the endpoint
 //! starts (the higher rank dials the lower), authenticated both ways with
 //! the job's credential ([`JobCredential`], [`RankCredential`]): mutual
 //! TLS 1.3 under a CA made for the job, each rank's certificate naming
@@ -12,20 +12,23 @@
 //! rank's name, an acceptor checks the name against the rank the hello
 //! claims); a certificate of another job is refused by TLS.
 //!
-//! Each direction of a connection carries two unidirectional streams: the
-//! control stream (hellos, messages, rendezvous requests and answers,
-//! goodbyes) and the bulk stream (rendezvous data). QUIC's streams are
-//! independent, so a large transfer never holds back a small message to
-//! the same peer (see [`link`](self) for the queues behind them). Frames are
+//! Each direction carries two unidirectional streams: the control stream
+//! (hellos, messages, rendezvous requests and answers, goodbyes) and the
+//! bulk stream (rendezvous data). QUIC's streams are independent, so a
+//! large transfer never holds back a small message to the same peer in
+//! quinn (see [`link`](self) for the queues behind them); and the bulk
+//! streams travel on a second connection, between a second UDP socket of
+//! each rank ([`Options::bulk_connection`]), so neither does it in the
+//! receiving socket's queue, which a connection's packets share. Frames are
 //! written header and payload as separate chunks, and decoded from each
 //! stream with a capped decoder; a malformed frame or a protocol violation
 //! closes the connection and fails the peer.
 //!
 //! # Progress and shutdown
 //!
-//! Five tasks per connection (a writer and a reader per stream, and one
-//! that fails the peer when the connection closes) and one accepting
-//! connections make the endpoint's driver; the endpoint owns
+//! A writer and a reader per stream, a task per connection that fails the
+//! peer when it closes, and one accepting connections per socket make the
+//! endpoint's driver; the endpoint owns
 //! them, and they end with it. A program task waiting on the endpoint
 //! reads the control streams too, so a message wakes it with no task in
 //! between; the reader tasks make progress whether or not one waits (see
@@ -33,7 +36,8 @@
 //! writer drains its queue, finishes its stream and waits until the peer
 //! has acknowledged all of it. A connection that breaks or closes (an
 //! I/O error, QUIC's idle timeout: [`Options::idle_timeout`], a peer
-//! dropped without finalizing) fails the peer with
+//! dropped without finalizing) closes the peer's other connection and
+//! fails the peer with
 //! [`Error::ProcessFailed`], whose source
 //! is the transport error.
 //!
@@ -68,9 +72,9 @@ use mpx_core::proto::engine::Config;
 use mpx_core::{Comm, Endpoint, Error, Result};
 
 pub use credential::{fingerprint, rank_name, Fingerprint, JobCredential, RankCredential};
-pub use greeting::Greeting;
+pub use greeting::{Greeting, StreamHead};
 
-use connection::{spawn_in, Registry, Shared};
+use connection::{spawn_in, BulkArrivals, Registry, Shared, Socket};
 use inlet::Inlet;
 use link::{Outbox, QuicTransport};
 
@@ -93,6 +97,15 @@ pub struct Options {
     /// as much). A transfer runs at most this much per round trip: 16 MiB
     /// covers a gigabyte a second over 16 ms.
     pub stream_window: u32,
+    /// Whether rendezvous data travels on a connection of its own, between
+    /// a second UDP socket of each rank (bound to the address of the
+    /// rank's own socket, on a port the system chooses: it must be
+    /// reachable too). A connection's packets share one queue in the
+    /// receiving socket, so on one connection a small message waits
+    /// behind whatever rendezvous data is queued ahead of it; on two it
+    /// does not. A pair of ranks uses it when both have it on; otherwise
+    /// both lanes share the one connection. On by default.
+    pub bulk_connection: bool,
 }
 
 impl Options {
@@ -117,6 +130,7 @@ impl Options {
             idle_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(30),
             stream_window: 16 << 20,
+            bulk_connection: true,
         }
     }
 
@@ -209,11 +223,22 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         .max_udp_payload_size(options.mtu.max(1200))
         .map_err(|e| Error::InvalidArgument(format!("mtu {}: {e}", options.mtu)))?;
     let runtime = quinn::default_runtime().ok_or_else(|| Error::InvalidArgument("no tokio runtime".into()))?;
+    let accepts = me + 1 < size;
+    let bulk = if options.bulk_connection {
+        let own = socket.local_addr().map_err(|e| Error::transport("reading the socket's address", e))?;
+        let bulk_socket = bind(SocketAddr::new(own.ip(), 0)).map_err(|e| Error::transport(format!("binding a bulk socket on {}", own.ip()), e))?;
+        let bulk = quinn::Endpoint::new(endpoint_config.clone(), accepts.then(|| server.clone()), bulk_socket, runtime.clone())
+            .map_err(|e| Error::transport("opening the bulk QUIC endpoint", e))?;
+        Some(bulk)
+    } else {
+        None
+    };
     let quic = quinn::Endpoint::new(endpoint_config, Some(server), socket, runtime)
         .map_err(|e| Error::transport("opening the QUIC endpoint", e))?;
     let outboxes: Arc<Vec<Arc<Outbox>>> = Arc::new((0..size).map(|_| Arc::new(Outbox::default())).collect());
     let inlets: Arc<Vec<Arc<Inlet>>> = Arc::new((0..size).map(|_| Arc::new(Inlet::default())).collect());
-    let transport = QuicTransport { me, outboxes: outboxes.clone(), inlets: inlets.clone(), quic: quic.clone(), closing: Mutex::default() };
+    let quics: Vec<quinn::Endpoint> = std::iter::once(quic.clone()).chain(bulk.clone()).collect();
+    let transport = QuicTransport { me, outboxes: outboxes.clone(), inlets: inlets.clone(), quic: quics.clone(), closing: Mutex::default() };
     let endpoint = Endpoint::new(me as usize, size as usize, options.engine, transport)?;
     let registry = Arc::new(Registry::default());
     let shared = Arc::new(Shared {
@@ -228,18 +253,23 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         registry: Arc::downgrade(&registry),
         connect_timeout: options.connect_timeout,
         connected: Mutex::new(vec![false; size as usize]),
+        bulk: bulk.clone(),
+        bulk_arrivals: BulkArrivals::new(size),
     });
-    if me + 1 < size {
-        spawn_in(&shared.registry, connection::accept_loop(quic.clone(), shared.clone()));
+    if accepts {
+        spawn_in(&shared.registry, connection::accept_loop(quic.clone(), shared.clone(), Socket::Control));
+        if let Some(bulk) = bulk {
+            spawn_in(&shared.registry, connection::accept_loop(bulk, shared.clone(), Socket::Bulk));
+        }
         spawn_in(&shared.registry, connection::fail_unconnected(shared.clone()));
     }
     for (peer, &addr) in addrs.iter().enumerate().take(me as usize) {
         spawn_in(&shared.registry, connection::dial(shared.clone(), quic.clone(), peer as u32, addr));
     }
-    // The endpoint owns its driver: the tasks and the QUIC endpoint end
+    // The endpoint owns its driver: the tasks and the QUIC endpoints end
     // with it.
     endpoint.own(registry);
-    endpoint.own(quic);
+    endpoint.own(quics);
     Ok(endpoint)
 }
 

@@ -182,10 +182,11 @@ async fn a_peer_sending_garbage_is_cut_off_and_nobody_else_is_affected() {
         .find(|(dest, _)| *dest == 0)
         .expect("a hello for rank 0")
         .1;
+    // No bulk socket: both streams on this connection.
     let mut control = conn.open_uni().await.unwrap();
-    control.write_all(&[0]).await.unwrap();
+    control.write_all(&StreamHead::Control { bulk_port: 0 }.encode()).await.unwrap();
     let mut bulk = conn.open_uni().await.unwrap();
-    bulk.write_all(&[1]).await.unwrap();
+    bulk.write_all(&StreamHead::Bulk.encode()).await.unwrap();
     control.write_all(&hello.encode_header()).await.unwrap();
     control.write_all(&hello.payload).await.unwrap();
     control.write_all(&[0xff; 200]).await.unwrap();
@@ -363,9 +364,11 @@ fn hello_exchange_corpus() {
         }
         let mut greeting = Greeting::new(me, size, config.max_payload());
         assert_eq!(greeting.push(&stream).unwrap().unwrap().header.source, claimed);
-        // The target's header: rank, world size - 2, piece size, lane byte.
-        for piece in [1u8, 7, 255] {
-            let mut seed = vec![me as u8, (size - 2) as u8, piece, 0];
+        // The target's header: rank, world size - 2, piece size; then the
+        // control stream's head.
+        for (piece, bulk_port) in [(1u8, 0u16), (7, 40_000), (255, 1)] {
+            let mut seed = vec![me as u8, (size - 2) as u8, piece];
+            seed.extend_from_slice(&StreamHead::Control { bulk_port }.encode());
             seed.extend_from_slice(&stream);
             seeds.push(seed);
         }
@@ -507,4 +510,127 @@ async fn progress_never_waits_for_a_program_task_that_moved_on() {
     let (n, data) = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("no progress").unwrap().unwrap();
     assert_eq!((n, &data[..]), (5, &[1u8, 2, 3][..]));
     helper.await.unwrap().unwrap();
+}
+
+/// Ranks `zero` and `one` exchange a message of 1 MiB (rendezvous data,
+/// on the bulk lane) both ways, and a small one.
+async fn bulk_both_ways(zero: &Endpoint, one: &Endpoint) {
+    let (a, b) = (zero.world(), one.world());
+    let data: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    let (sent, got) = tokio::join!(a.send(&data[..], one.rank(), 9), b.irecv_bytes(zero.rank(), 9));
+    sent.unwrap();
+    assert!(got.unwrap().0[..] == data[..]);
+    let (sent, got) = tokio::join!(b.send(&data[..], zero.rank(), 9), a.irecv_bytes(one.rank(), 9));
+    sent.unwrap();
+    assert!(got.unwrap().0[..] == data[..]);
+    let (sent, got) = tokio::join!(a.send(&3u8, one.rank(), 10), b.recv::<u8>(zero.rank(), 10));
+    sent.unwrap();
+    assert_eq!(got.unwrap().0, 3);
+}
+
+/// Ranks with a bulk socket and ranks without one talk to each other: a
+/// pair uses a bulk connection when both have a bulk socket and shares
+/// one connection otherwise, and rendezvous data arrives either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_with_and_without_a_bulk_connection_talk() {
+    let (mut sockets, addrs) = sockets(3);
+    let job = JobCredential::generate(12).unwrap();
+    let without = Options { bulk_connection: false, ..options() };
+    let two = start(sockets.pop().unwrap(), &addrs, job.issue(2).unwrap(), &options()).unwrap();
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &without).unwrap();
+    let all = async {
+        bulk_both_ways(&zero, &one).await;
+        bulk_both_ways(&zero, &two).await;
+        bulk_both_ways(&one, &two).await;
+    };
+    tokio::time::timeout(Duration::from_secs(30), all).await.expect("every pair exchanged its messages");
+    let finalized = tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.finalize(), one.finalize(), two.finalize()) }).await;
+    let (f0, f1, f2) = finalized.expect("every rank finalized");
+    f0.unwrap();
+    f1.unwrap();
+    f2.unwrap();
+}
+
+/// A bulk connection says which rank it comes from in its stream's head,
+/// and is held to it as a control connection is to its hello: a rank
+/// claiming another rank's number, or a lower rank's, is refused, and so is
+/// a second bulk connection of one rank; the job's other ranks carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_connection_is_checked_like_a_control_connection() {
+    let (mut sockets, addrs) = sockets(3);
+    let job = JobCredential::generate(13).unwrap();
+    let hand_socket = sockets.pop().unwrap();
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+
+    // Rank 2 by hand: rank 0's control stream says where its bulk socket is.
+    let mut client = job.issue(2).unwrap().client_config().unwrap();
+    client.transport_config(std::sync::Arc::new(options().transport().unwrap()));
+    let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, hand_socket, quinn::default_runtime().unwrap()).unwrap();
+    let name = rank_name(13, 0);
+    let conn = quic.connect_with(client.clone(), addrs[0], &name).unwrap().await.unwrap();
+    let mut control = conn.open_uni().await.unwrap();
+    control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
+    let mut theirs = conn.accept_uni().await.unwrap();
+    let mut head = [0u8; 3];
+    theirs.read_exact(&mut head).await.unwrap();
+    let StreamHead::Control { bulk_port } = StreamHead::decode(&head).unwrap() else { panic!("not a control head: {head:?}") };
+    assert_ne!(bulk_port, 0, "rank 0 has a bulk socket");
+    assert_ne!(bulk_port, addrs[0].port());
+    let bulk_addr: SocketAddr = ([127, 0, 0, 1], bulk_port).into();
+
+    // Bulk connections led by `rank`: the reason rank 0 closes one with,
+    // or None while it keeps it open.
+    let claim = |rank: u32| {
+        let (quic, client, name) = (quic.clone(), client.clone(), name.clone());
+        async move {
+            let bulk = quic.connect_with(client, bulk_addr, &name).unwrap().await.unwrap();
+            let mut s = bulk.open_uni().await.unwrap();
+            s.write_all(&StreamHead::BulkConnection { rank }.encode()).await.unwrap();
+            let closed = tokio::time::timeout(Duration::from_millis(500), bulk.closed()).await;
+            (closed.ok().map(|why| why.to_string()), bulk, s)
+        }
+    };
+    let (why, ..) = claim(1).await;
+    assert!(why.as_deref().is_some_and(|w| w.contains("does not name rank 1")), "{why:?}");
+    let (why, ..) = claim(0).await;
+    assert!(why.as_deref().is_some_and(|w| w.contains("higher ranks only")), "{why:?}");
+    let (why, _kept, _stream) = claim(2).await;
+    assert_eq!(why, None, "rank 2's own bulk connection is kept");
+    let (why, ..) = claim(2).await;
+    assert!(why.as_deref().is_some_and(|w| w.contains("has a bulk connection already")), "{why:?}");
+
+    bulk_both_ways(&zero, &one).await;
+}
+
+/// A higher rank that says it has a bulk socket and sends its hello but
+/// never makes its bulk connection is not taken as connected: the connect
+/// timeout fails it, and a receive from it ends with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(14).unwrap();
+    let quick = Options { connect_timeout: Duration::from_millis(500), idle_timeout: Duration::from_secs(60), ..options() };
+    let hand_socket = sockets.pop().unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &quick).unwrap();
+
+    let mut client = job.issue(1).unwrap().client_config().unwrap();
+    client.transport_config(std::sync::Arc::new(quick.transport().unwrap()));
+    let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, hand_socket, quinn::default_runtime().unwrap()).unwrap();
+    let conn = quic.connect_with(client, addrs[0], &rank_name(14, 0)).unwrap().await.unwrap();
+    let mut engine = Engine::new(1, 2, Config::default()).unwrap();
+    let hello = std::iter::from_fn(|| engine.poll_writable().and_then(|d| engine.poll_transmit(d).map(|f| (d, f))))
+        .find(|(dest, _)| *dest == 0)
+        .expect("a hello for rank 0")
+        .1;
+    let mut control = conn.open_uni().await.unwrap();
+    control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
+    control.write_all(&hello.encode_header()).await.unwrap();
+    control.write_all(&hello.payload).await.unwrap();
+
+    let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
+    let e = got.expect_err("rank 1 never made its bulk connection");
+    assert!(matches!(e, Error::ProcessFailed { rank: 1, .. }), "{e:?}");
+    assert!(chain(&e).contains("waiting for rank 1 to connect"), "{}", chain(&e));
 }
