@@ -2,11 +2,16 @@
 //! process and in two.
 //!
 //! ```text
-//! cargo run --release --example quic_bench [rounds]
+//! cargo run --release --example quic_bench [rounds] [event_interval]
 //! ```
 //!
 //! Prints one JSON line per figure, the median over `rounds` (default 7)
-//! rounds, with the lowest and highest round:
+//! rounds, with the lowest and highest round. `event_interval` sets
+//! tokio's [`event_interval`](tokio::runtime::Builder::event_interval) of
+//! the runtimes (default tokio's, 61): how many tasks a busy worker runs
+//! between two looks at the sockets, which is what a small message waits
+//! for during a transfer that keeps both workers busy (see
+//! docs/PERFORMANCE.md, "QUIC"). The figures:
 //!
 //! - `latency`: one-way time of an 8-byte message in a send/recv ping-pong
 //!   (round trip / 2, over 2,000 round trips a round);
@@ -182,7 +187,8 @@ async fn bench(comm: Comm, rounds: usize) -> mpx::Result<Rounds> {
 
 /// The JSON lines of rank 0's rounds.
 fn report(procs: usize, r: &Rounds) {
-    let head = format!("\"bench\":\"quic\",\"impl\":\"mpx\",\"procs\":{procs}");
+    let interval = event_interval().map_or(String::new(), |n| format!(",\"event_interval\":{n}"));
+    let head = format!("\"bench\":\"quic\",\"impl\":\"mpx\",\"procs\":{procs}{interval}");
     let us: Vec<f64> = r.latency.iter().map(|s| s * 1e6).collect();
     let idle = median(&us);
     let (lo, hi) = min_max(&us);
@@ -217,6 +223,11 @@ fn rounds() -> usize {
     std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(7).max(1)
 }
 
+/// The runtimes' event interval, if one is given.
+fn event_interval() -> Option<u32> {
+    std::env::args().nth(2).and_then(|a| a.parse().ok())
+}
+
 /// Both ranks in this process.
 async fn one_process(rounds: usize) -> mpx::Result<()> {
     let mut out = quic::launch(2, move |comm| bench(comm, rounds)).await?;
@@ -235,7 +246,7 @@ async fn two_processes(rounds: usize) -> mpx::Result<()> {
     let job = quic::JobCredential::generate(options.engine.job)?;
     let list = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
     let mut child = std::process::Command::new(std::env::current_exe().map_err(transport)?)
-        .arg(rounds.to_string())
+        .args(std::env::args().skip(1))
         .env(CHILD, "1")
         .env(quic::env::RANK, "1")
         .env(quic::env::ADDRS, &list)
@@ -271,8 +282,17 @@ async fn two_processes(rounds: usize) -> mpx::Result<()> {
     Ok(())
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> mpx::Result<()> {
+fn main() -> mpx::Result<()> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.worker_threads(2).enable_all();
+    if let Some(interval) = event_interval() {
+        runtime.event_interval(interval);
+    }
+    let runtime = runtime.build().map_err(|e| mpx::Error::transport("building the runtime", e))?;
+    runtime.block_on(run())
+}
+
+async fn run() -> mpx::Result<()> {
     if std::env::var_os(CHILD).is_some() {
         let endpoint = quic::start_from_env(&quic::Options::local())?.expect("MPX_RANK is set");
         let result = tokio::spawn(bench(endpoint.world(), rounds())).await.expect("rank 1's task");
