@@ -103,6 +103,18 @@ impl Ring {
         Ok(Ring { ranges, posted, first })
     }
 
+    /// [`start`](Ring::start) with this rank's block already in its place
+    /// in `recv`: sent from there.
+    pub(super) fn start_in_place<E: Element>(call: &Call, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
+        let (n, me) = (call.size(), call.rank());
+        let left = (me + n - 1) % n;
+        let ranges = blocks(what, n, counts, displs, E::dst_len(recv), true)?;
+        check_dst_blocks::<E>(recv, &ranges)?;
+        let posted = (0..n - 1).map(|k| call.post_items::<E>(recv, left, counts[(me + 2 * n - k - 1) % n])).collect::<Result<Vec<_>>>()?;
+        let first = (n > 1).then(|| call.forward_items::<E>(recv, ranges[me].clone(), (me + 1) % n));
+        Ok(Ring { ranges, posted, first })
+    }
+
     /// Takes each block from the left and passes it on to the right.
     pub(super) async fn finish<E: Element>(self, call: &Call, recv: &mut E::Dst<'_>) -> Result<()> {
         let Ring { ranges, posted, first } = self;

@@ -134,33 +134,55 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
     let counts: Vec<usize> = (0..n).map(|r| send.len() / n + usize::from(r < send.len() % n)).collect();
     let displs: Vec<usize> = (0..n).map(|r| counts[..r].iter().sum()).collect();
     let block = |r: usize| displs[r]..displs[r] + counts[r];
+    let (mine, last) = (block(me), n - 1);
     let started = (|| -> Result<_> {
         op.check()?;
         check_len("allreduce: the receive buffer", recv.len(), send.len())?;
         let posted = (0..n).filter(|&r| r != me).map(|r| Ok((r, call.post::<T>(r, counts[me])?))).collect::<Result<Vec<_>>>()?;
         // Each rank starts with its right neighbour's block.
         let sends: Vec<Request<'static>> = (1..n).map(|k| (me + k) % n).map(|r| call.send(&send[block(r)], r)).collect();
-        Ok((posted, sends, send[block(me)].to_vec()))
+        // The last rank's contribution to this rank's block goes in its
+        // place in `recv` (the fold ends there); this rank's own goes
+        // there now if it is the last, in a buffer of its own otherwise.
+        let own = if me == last {
+            recv[mine.clone()].copy_from_slice(&send[mine.clone()]);
+            None
+        } else {
+            Some(send[mine.clone()].to_vec())
+        };
+        Ok((posted, sends, own))
     })();
     Collective::new(call.clone(), async move {
-        let (posted, sends, own) = started?;
-        // Every rank's contribution to this rank's block, in rank order.
-        let mut parts: Vec<Option<Vec<T>>> = (0..n).map(|_| None).collect();
-        parts[me] = Some(own.clone());
-        for (r, p) in posted {
-            let mut theirs = own.clone();
-            p.into(&mut theirs).await?;
-            parts[r] = Some(theirs);
+        let (posted, sends, mut own) = started?;
+        let mut posted = posted.into_iter().map(|(_, p)| p);
+        // Every rank's contribution to this rank's block, folded in rank
+        // order: `acc` is the fold of ranks 0..r, and a buffer the fold
+        // is done with takes the next contribution received.
+        let mut acc: Option<Vec<T>> = None;
+        let mut spare: Option<Vec<T>> = None;
+        for r in 0..last {
+            let mut part = match own.take_if(|_| r == me) {
+                Some(own) => own,
+                None => {
+                    let mut theirs = spare.take().unwrap_or_else(|| recv[mine.clone()].to_vec());
+                    posted.next().expect("a receive per other rank").into(&mut theirs).await?;
+                    theirs
+                }
+            };
+            if let Some(lower) = acc.take() {
+                // lower ∘ part, into part.
+                op.apply(&lower, &mut part)?;
+                spare = Some(lower);
+            }
+            acc = Some(part);
         }
-        let mut parts = parts.into_iter().map(|p| p.expect("every rank's part"));
-        let mut acc = parts.next().expect("rank 0's part");
-        for mut next in parts {
-            // acc ∘ next, into next.
-            op.apply(&acc, &mut next)?;
-            acc = next;
+        if me != last {
+            posted.next().expect("the last rank's receive").into(&mut recv[mine.clone()]).await?;
         }
+        op.apply(acc.as_deref().expect("ranks 0..n-1 folded: n > 1"), &mut recv[mine.clone()])?;
+        drop((acc, spare));
         sent(sends).await?;
-        let ring = Ring::start::<T>(&call, &&acc[..], &mut recv, &counts, &displs, "allreduce")?;
+        let ring = Ring::start_in_place::<T>(&call, &mut recv, &counts, &displs, "allreduce")?;
         ring.finish::<T>(&call, &mut recv).await
     })
 }
