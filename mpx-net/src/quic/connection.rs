@@ -9,8 +9,8 @@
 //! When both have a bulk socket, the dialler then dials the other's bulk
 //! socket from its own, and each side opens its bulk stream on that
 //! connection, led by its rank; otherwise each opens its bulk stream on
-//! the control stream's connection. A small message then never waits in
-//! a socket's queue behind rendezvous data. The accepting side learns who
+//! the control stream's connection. With two connections, a small message
+//! never waits in a socket's queue behind rendezvous data. The accepting side learns who
 //! dialled from the hello (and from a bulk connection's head) and checks
 //! that the client's certificate names that rank before anything reaches
 //! the endpoint.
@@ -34,13 +34,18 @@ use super::link::{Drained, Lane, Outbox};
 
 /// Close codes mpx uses on its connections.
 pub(crate) mod code {
-    /// The peer broke mpx's protocol (a bad frame, a bad hello).
+    /// The peer broke mpx's protocol (a bad frame, a bad hello or stream
+    /// head).
     pub const PROTOCOL: u32 = 1;
-    /// The peer's certificate does not name the rank its hello claims.
+    /// The peer's certificate does not name the rank its hello (or its
+    /// bulk connection's head) claims.
     pub const IDENTITY: u32 = 2;
-    /// A second connection from a rank already connected, or one from a
-    /// rank given up on (after the connect timeout).
+    /// A second connection (or bulk connection) from a rank already
+    /// connected, or one from a rank given up on (after the connect
+    /// timeout).
     pub const DUPLICATE: u32 = 3;
+    /// The peer's other connection closed, and this one with it.
+    pub const OTHER_CLOSED: u32 = 4;
 }
 
 /// The tasks of one rank's transport; dropping the registry (with the
@@ -86,17 +91,15 @@ pub(crate) struct Shared {
     /// This rank's bulk socket's QUIC endpoint, if it has one
     /// ([`Options::bulk_connection`](super::Options::bulk_connection)).
     pub(crate) bulk: Option<quinn::Endpoint>,
+    /// Its port, as this rank's control streams announce it (0: none).
+    /// Both ranks of a pair decide from the two announced ports.
+    pub(crate) bulk_port: u16,
     /// The bulk connections higher ranks have made, on their way from the
     /// bulk endpoint's accept loop to the setup of the control connection.
     pub(crate) bulk_arrivals: BulkArrivals,
 }
 
 impl Shared {
-    /// The port of this rank's bulk socket, 0 if it has none.
-    fn bulk_port(&self) -> u16 {
-        self.bulk.as_ref().and_then(|q| q.local_addr().ok()).map_or(0, |a| a.port())
-    }
-
     /// `peer` is lost because of `cause`: its outbox refuses frames and the
     /// endpoint fails what depends on it.
     pub(crate) fn fail(&self, peer: u32, cause: Error) {
@@ -147,11 +150,22 @@ impl BulkArrivals {
         true
     }
 
+    /// Closes the bulk connections still waiting for their control
+    /// connection's setup, and takes no more.
+    fn close_waiting(&self) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for slot in slots.iter_mut() {
+            if let BulkSlot::Arrived(lane) = std::mem::replace(slot, BulkSlot::Taken) {
+                lane.conn.close(VarInt::from_u32(code::DUPLICATE), b"given up on");
+            }
+        }
+    }
+
     /// `peer`'s bulk lane, once it has come.
     ///
     /// # Cancel safety
-    /// Cancel-safe: a lane that comes after the future is dropped stays
-    /// for the next call.
+    /// Cancel-safe: a lane that comes after the future is dropped stays in
+    /// its slot until the connect timeout closes it.
     async fn take(&self, peer: u32) -> Result<BulkLane> {
         loop {
             let notified = self.arrived.notified();
@@ -186,6 +200,8 @@ pub(crate) async fn fail_unconnected(shared: Arc<Shared>) {
         connected.iter_mut().for_each(|c| *c = true);
         missing
     };
+    // Bulk connections that no control connection came for are closed.
+    shared.bulk_arrivals.close_waiting();
     for peer in missing {
         let waited = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no connection within {:?}", shared.connect_timeout));
         shared.fail(peer, io_error(format!("waiting for rank {peer} to connect"), waited));
@@ -251,8 +267,8 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     };
     // This side's control stream carries nothing until the peer is known;
     // opening it lets the dialler's setup go on, and its hello come.
-    let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port() }).await?;
-    let own_connection = shared.bulk.is_some() && their_bulk != 0;
+    let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port }).await?;
+    let own_connection = shared.bulk_port != 0 && their_bulk != 0;
     let same_connection = if own_connection {
         None
     } else {
@@ -322,10 +338,16 @@ async fn accept_bulk(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<
     let (recv, head) = accept_stream(&conn).await?;
     let claimed = match head {
         StreamHead::BulkConnection { rank } if rank > shared.me && rank < shared.size => rank,
-        _ => return refuse(&conn, code::PROTOCOL, format!("a bulk connection led by {head:?}: rank {} is dialled by higher ranks only", shared.me)),
+        StreamHead::BulkConnection { rank } => {
+            return refuse(&conn, code::PROTOCOL, format!("a bulk connection from rank {rank}: rank {} of {} is dialled by higher ranks only", shared.me, shared.size))
+        }
+        _ => return refuse(&conn, code::PROTOCOL, format!("a bulk connection led by {head:?}")),
     };
     if let Err(e) = certs.first().map_or(Err(Error::Protocol("no certificate".into())), |c| shared.credential.check_names(c, claimed)) {
         return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
+    }
+    if shared.connected.lock().unwrap_or_else(|e| e.into_inner())[claimed as usize] {
+        return refuse(&conn, code::DUPLICATE, format!("rank {claimed} is already connected, or was given up on"));
     }
     let send = open_stream(&conn, StreamHead::BulkConnection { rank: shared.me }).await?;
     if !shared.bulk_arrivals.put(claimed, BulkLane { conn: conn.clone(), send, recv }) {
@@ -340,9 +362,9 @@ async fn accept_bulk(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<
 pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, addr: std::net::SocketAddr) {
     let deadline = Instant::now() + shared.connect_timeout;
     let timed_out = |what: String| io_error(what, std::io::Error::from(std::io::ErrorKind::TimedOut));
-    let result = async {
+    let setup = async {
         let conn = connect(&shared, &quic, peer, addr, deadline, "").await?;
-        let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port() }).await?;
+        let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port }).await?;
         let (control_in, head) = tokio::time::timeout_at(deadline.into(), accept_stream(&conn))
             .await
             .map_err(|_| timed_out(format!("rank {peer}'s streams")))??;
@@ -350,13 +372,16 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
             return refuse(&conn, code::PROTOCOL, format!("rank {peer}'s first stream is a {head:?}, not its control stream"));
         };
         let (bulk_conn, bulk, bulk_in) = match &shared.bulk {
-            Some(own) if their_bulk != 0 => {
-                let bulk_conn = connect(&shared, own, peer, (addr.ip(), their_bulk).into(), deadline, "'s bulk socket").await?;
+            Some(own) if shared.bulk_port != 0 && their_bulk != 0 => {
+                let mut bulk_addr = addr;
+                bulk_addr.set_port(their_bulk);
+                let bulk_conn = connect(&shared, own, peer, bulk_addr, deadline, "'s bulk socket").await?;
                 let bulk = open_stream(&bulk_conn, StreamHead::BulkConnection { rank: shared.me }).await?;
                 let (bulk_in, head) = tokio::time::timeout_at(deadline.into(), accept_stream(&bulk_conn))
                     .await
                     .map_err(|_| timed_out(format!("rank {peer}'s bulk stream")))??;
                 if head != (StreamHead::BulkConnection { rank: peer }) {
+                    conn.close(VarInt::from_u32(code::PROTOCOL), b"a bad bulk connection");
                     return refuse(&bulk_conn, code::PROTOCOL, format!("rank {peer}'s bulk connection is led by {head:?}"));
                 }
                 (Some(bulk_conn), bulk, bulk_in)
@@ -373,8 +398,13 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
             }
         };
         Ok(Lanes { control: conn, bulk: bulk_conn, writers: [control, bulk], readers: [(control_in, BytesMut::new()), (bulk_in, BytesMut::new())] })
-    }
-    .await;
+    };
+    // Every step under the one deadline: a peer that never opens a stream
+    // or gives no room in one is failed too.
+    let result = match tokio::time::timeout_at(deadline.into(), setup).await {
+        Ok(result) => result,
+        Err(_) => Err(timed_out(format!("setting up the connection to rank {peer}"))),
+    };
     match result {
         Ok(lanes) => {
             shared.connected.lock().unwrap_or_else(|e| e.into_inner())[peer as usize] = true;
@@ -451,7 +481,7 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
         spawn_in(&shared.registry, async move {
             let why = watched.closed().await;
             for other in &others {
-                other.close(VarInt::from_u32(0), b"its other connection closed");
+                other.close(VarInt::from_u32(code::OTHER_CLOSED), b"the other connection closed");
             }
             watcher.fail(peer, io_error(format!("the connection to rank {peer} closed"), why));
         });

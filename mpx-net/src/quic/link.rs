@@ -22,7 +22,8 @@ use mpx_core::{Error, Result};
 
 use super::inlet::Inlet;
 
-/// The two streams a connection carries each way.
+/// The two streams that carry a peer's frames each way (on one connection,
+/// or each on a connection of its own: see [`connection`](super::connection)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lane {
     /// Hellos, messages, rendezvous requests and answers, goodbyes.

@@ -3,7 +3,7 @@
 //!
 //! # Connections
 //!
-//! Every pair of ranks gets a QUIC connection, set up when the endpoint
+//! Every pair of ranks gets a QUIC connection (two, see below), set up when the endpoint
 //! starts (the higher rank dials the lower), authenticated both ways with
 //! the job's credential ([`JobCredential`], [`RankCredential`]): mutual
 //! TLS 1.3 under a CA made for the job, each rank's certificate naming
@@ -224,7 +224,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         .map_err(|e| Error::InvalidArgument(format!("mtu {}: {e}", options.mtu)))?;
     let runtime = quinn::default_runtime().ok_or_else(|| Error::InvalidArgument("no tokio runtime".into()))?;
     let accepts = me + 1 < size;
-    let bulk = if options.bulk_connection {
+    let bulk = if options.bulk_connection && size > 1 {
         let own = socket.local_addr().map_err(|e| Error::transport("reading the socket's address", e))?;
         let bulk_socket = bind(SocketAddr::new(own.ip(), 0)).map_err(|e| Error::transport(format!("binding a bulk socket on {}", own.ip()), e))?;
         let bulk = quinn::Endpoint::new(endpoint_config.clone(), accepts.then(|| server.clone()), bulk_socket, runtime.clone())
@@ -253,6 +253,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         registry: Arc::downgrade(&registry),
         connect_timeout: options.connect_timeout,
         connected: Mutex::new(vec![false; size as usize]),
+        bulk_port: bulk_port(&bulk)?,
         bulk: bulk.clone(),
         bulk_arrivals: BulkArrivals::new(size),
     });
@@ -271,6 +272,14 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     endpoint.own(registry);
     endpoint.own(quics);
     Ok(endpoint)
+}
+
+/// The port of a rank's bulk socket, 0 if it has none.
+fn bulk_port(bulk: &Option<quinn::Endpoint>) -> Result<u16> {
+    match bulk {
+        Some(endpoint) => Ok(endpoint.local_addr().map_err(|e| Error::transport("reading the bulk socket's address", e))?.port()),
+        None => Ok(0),
+    }
 }
 
 /// Runs `f` once per rank, `ranks` ranks in this process, each over its own

@@ -533,23 +533,30 @@ async fn bulk_both_ways(zero: &Endpoint, one: &Endpoint) {
 /// one connection otherwise, and rendezvous data arrives either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranks_with_and_without_a_bulk_connection_talk() {
-    let (mut sockets, addrs) = sockets(3);
+    // Ranks 0 and 3 without: pairs with the lower rank, the higher, both
+    // or neither without a bulk socket.
+    let (mut sockets, addrs) = sockets(4);
     let job = JobCredential::generate(12).unwrap();
     let without = Options { bulk_connection: false, ..options() };
+    let three = start(sockets.pop().unwrap(), &addrs, job.issue(3).unwrap(), &without).unwrap();
     let two = start(sockets.pop().unwrap(), &addrs, job.issue(2).unwrap(), &options()).unwrap();
     let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &without).unwrap();
+    let ranks = [&zero, &one, &two, &three];
     let all = async {
-        bulk_both_ways(&zero, &one).await;
-        bulk_both_ways(&zero, &two).await;
-        bulk_both_ways(&one, &two).await;
+        for (i, a) in ranks.iter().enumerate() {
+            for b in &ranks[i + 1..] {
+                bulk_both_ways(a, b).await;
+            }
+        }
     };
     tokio::time::timeout(Duration::from_secs(30), all).await.expect("every pair exchanged its messages");
-    let finalized = tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.finalize(), one.finalize(), two.finalize()) }).await;
-    let (f0, f1, f2) = finalized.expect("every rank finalized");
+    let finalized = tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.finalize(), one.finalize(), two.finalize(), three.finalize()) }).await;
+    let (f0, f1, f2, f3) = finalized.expect("every rank finalized");
     f0.unwrap();
     f1.unwrap();
     f2.unwrap();
+    f3.unwrap();
 }
 
 /// A bulk connection says which rank it comes from in its stream's head,
@@ -561,7 +568,9 @@ async fn a_bulk_connection_is_checked_like_a_control_connection() {
     let (mut sockets, addrs) = sockets(3);
     let job = JobCredential::generate(13).unwrap();
     let hand_socket = sockets.pop().unwrap();
-    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
+    // Rank 1 starts after the claims below, so that its slot is free for
+    // an impostor to try.
+    let one_socket = sockets.pop().unwrap();
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
 
     // Rank 2 by hand: rank 0's control stream says where its bulk socket is.
@@ -601,6 +610,7 @@ async fn a_bulk_connection_is_checked_like_a_control_connection() {
     let (why, ..) = claim(2).await;
     assert!(why.as_deref().is_some_and(|w| w.contains("has a bulk connection already")), "{why:?}");
 
+    let one = start(one_socket, &addrs, job.issue(1).unwrap(), &options()).unwrap();
     bulk_both_ways(&zero, &one).await;
 }
 
@@ -618,7 +628,7 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     let mut client = job.issue(1).unwrap().client_config().unwrap();
     client.transport_config(std::sync::Arc::new(quick.transport().unwrap()));
     let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, hand_socket, quinn::default_runtime().unwrap()).unwrap();
-    let conn = quic.connect_with(client, addrs[0], &rank_name(14, 0)).unwrap().await.unwrap();
+    let conn = quic.connect_with(client.clone(), addrs[0], &rank_name(14, 0)).unwrap().await.unwrap();
     let mut engine = Engine::new(1, 2, Config::default()).unwrap();
     let hello = std::iter::from_fn(|| engine.poll_writable().and_then(|d| engine.poll_transmit(d).map(|f| (d, f))))
         .find(|(dest, _)| *dest == 0)
@@ -628,9 +638,20 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
     control.write_all(&hello.encode_header()).await.unwrap();
     control.write_all(&hello.payload).await.unwrap();
+    let mut theirs = conn.accept_uni().await.unwrap();
+    let mut head = [0u8; 3];
+    theirs.read_exact(&mut head).await.unwrap();
+    let StreamHead::Control { bulk_port } = StreamHead::decode(&head).unwrap() else { panic!("not a control head: {head:?}") };
 
     let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
     let e = got.expect_err("rank 1 never made its bulk connection");
     assert!(matches!(e, Error::ProcessFailed { rank: 1, .. }), "{e:?}");
     assert!(chain(&e).contains("waiting for rank 1 to connect"), "{}", chain(&e));
+
+    // Its bulk connection, come too late, is refused.
+    let late = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &rank_name(14, 0)).unwrap().await.unwrap();
+    let mut s = late.open_uni().await.unwrap();
+    s.write_all(&StreamHead::BulkConnection { rank: 1 }.encode()).await.unwrap();
+    let why = tokio::time::timeout(Duration::from_secs(5), late.closed()).await.expect("rank 0 closes it").to_string();
+    assert!(why.contains("given up on"), "{why}");
 }

@@ -206,8 +206,10 @@ impl Engine {
         self.push_frame(source, Frame::control(header));
     }
 
-    /// Messages shorter than this are not worth [`recycle`](Engine::recycle)-ing.
-    pub const RECYCLE_MIN: usize = 1 << 20;
+    /// Messages shorter than this are not worth [`recycle`](Engine::recycle)-ing:
+    /// the size from which a buffer is worth keeping, for a transfer's
+    /// data here or for a pack on this thread.
+    pub const RECYCLE_MIN: usize = crate::pack::spare::MIN;
 
     /// A receive has unpacked `msg` and is done with it: its buffer, if
     /// large and held by nothing else, is kept for a later transfer's data
