@@ -66,7 +66,13 @@ impl Drop for Registry {
 pub(crate) fn spawn_in(registry: &Weak<Registry>, task: impl std::future::Future<Output = ()> + Send + 'static) {
     let handle = tokio::spawn(task).abort_handle();
     match registry.upgrade() {
-        Some(r) => r.0.lock().unwrap_or_else(|e| e.into_inner()).push(handle),
+        Some(r) => {
+            let mut tasks = r.0.lock().unwrap_or_else(|e| e.into_inner());
+            // Tasks that have ended (one per connection attempt accepted,
+            // for one) need no handle kept.
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(handle);
+        }
         None => handle.abort(),
     }
 }
@@ -110,10 +116,12 @@ impl Shared {
     }
 }
 
-/// Where each higher rank's bulk connection is: not come yet, come and
-/// waiting for its control connection's setup, or taken by it.
+/// Where each higher rank's bulk connection is: not come yet (its
+/// control connection's setup waiting for it, or not), come and waiting
+/// for that setup, or taken by it.
 pub(crate) enum BulkSlot {
     Open,
+    Awaited,
     Arrived(Box<BulkLane>),
     Taken,
 }
@@ -141,7 +149,7 @@ impl BulkArrivals {
     fn put(&self, peer: u32, lane: BulkLane) -> bool {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let slot = &mut slots[peer as usize];
-        if !matches!(slot, BulkSlot::Open) {
+        if !matches!(slot, BulkSlot::Open | BulkSlot::Awaited) {
             return false;
         }
         *slot = BulkSlot::Arrived(Box::new(lane));
@@ -151,14 +159,19 @@ impl BulkArrivals {
     }
 
     /// Closes the bulk connections still waiting for their control
-    /// connection's setup, and takes no more.
-    fn close_waiting(&self) {
+    /// connection's setup, and takes no more; returns the ranks whose
+    /// control connection's setup was waiting for theirs.
+    fn close_waiting(&self) -> Vec<u32> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        for slot in slots.iter_mut() {
-            if let BulkSlot::Arrived(lane) = std::mem::replace(slot, BulkSlot::Taken) {
-                lane.conn.close(VarInt::from_u32(code::DUPLICATE), b"given up on");
+        let mut awaited = Vec::new();
+        for (rank, slot) in (0..).zip(slots.iter_mut()) {
+            match std::mem::replace(slot, BulkSlot::Taken) {
+                BulkSlot::Arrived(lane) => lane.conn.close(VarInt::from_u32(code::DUPLICATE), b"given up on"),
+                BulkSlot::Awaited => awaited.push(rank),
+                BulkSlot::Open | BulkSlot::Taken => {}
             }
         }
+        awaited
     }
 
     /// `peer`'s bulk lane, once it has come.
@@ -176,7 +189,7 @@ impl BulkArrivals {
                 let slot = &mut slots[peer as usize];
                 match std::mem::replace(slot, BulkSlot::Taken) {
                     BulkSlot::Arrived(lane) => return Ok(*lane),
-                    BulkSlot::Open => *slot = BulkSlot::Open,
+                    BulkSlot::Open | BulkSlot::Awaited => *slot = BulkSlot::Awaited,
                     BulkSlot::Taken => return Err(Error::Protocol(format!("rank {peer}'s bulk connection was taken already"))),
                 }
             }
@@ -201,9 +214,15 @@ pub(crate) async fn fail_unconnected(shared: Arc<Shared>) {
         missing
     };
     // Bulk connections that no control connection came for are closed.
-    shared.bulk_arrivals.close_waiting();
+    let awaited = shared.bulk_arrivals.close_waiting();
+    let bulk_port = shared.bulk_port;
     for peer in missing {
-        let waited = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no connection within {:?}", shared.connect_timeout));
+        let why = if awaited.contains(&peer) {
+            format!("its hello came, but no bulk connection within {:?} (can it reach UDP port {bulk_port} here?)", shared.connect_timeout)
+        } else {
+            format!("no connection within {:?}", shared.connect_timeout)
+        };
+        let waited = std::io::Error::new(std::io::ErrorKind::TimedOut, why);
         shared.fail(peer, io_error(format!("waiting for rank {peer} to connect"), waited));
     }
 }

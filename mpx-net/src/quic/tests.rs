@@ -647,6 +647,7 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     let e = got.expect_err("rank 1 never made its bulk connection");
     assert!(matches!(e, Error::ProcessFailed { rank: 1, .. }), "{e:?}");
     assert!(chain(&e).contains("waiting for rank 1 to connect"), "{}", chain(&e));
+    assert!(chain(&e).contains(&format!("its hello came, but no bulk connection within 500ms (can it reach UDP port {bulk_port} here?)")), "{}", chain(&e));
 
     // Its bulk connection, come too late, is refused.
     let late = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &rank_name(14, 0)).unwrap().await.unwrap();
@@ -654,4 +655,56 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     s.write_all(&StreamHead::BulkConnection { rank: 1 }.encode()).await.unwrap();
     let why = tokio::time::timeout(Duration::from_secs(5), late.closed()).await.expect("rank 0 closes it").to_string();
     assert!(why.contains("given up on"), "{why}");
+}
+
+/// A rank with a bulk socket dials the bulk socket its lower peer
+/// announces and leads its bulk stream there with its rank, and refuses a
+/// bulk connection that answers with another rank's head; a rank without
+/// one sends its bulk stream on the control connection. The lower rank
+/// is played by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_dials_the_bulk_socket_its_peer_announces() {
+    for bulk_connection in [true, false] {
+        let (mut sockets, addrs) = sockets(2);
+        let job = JobCredential::generate(15).unwrap();
+        let mut server = job.issue(0).unwrap().server_config().unwrap();
+        server.transport_config(std::sync::Arc::new(options().transport().unwrap()));
+        let endpoint = |socket: UdpSocket| quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server.clone()), socket, quinn::default_runtime().unwrap()).unwrap();
+        let hand_bulk = endpoint(bind(([127, 0, 0, 1], 0).into()).unwrap());
+        let hand_bulk_port = hand_bulk.local_addr().unwrap().port();
+        let one_socket = sockets.pop().unwrap();
+        let hand = endpoint(sockets.pop().unwrap());
+        let one = start(one_socket, &addrs, job.issue(1).unwrap(), &Options { bulk_connection, ..options() }).unwrap();
+
+        let conn = hand.accept().await.unwrap().await.unwrap();
+        let mut control_in = conn.accept_uni().await.unwrap();
+        let mut head = [0u8; 3];
+        control_in.read_exact(&mut head).await.unwrap();
+        let StreamHead::Control { bulk_port } = StreamHead::decode(&head).unwrap() else { panic!("not a control head: {head:?}") };
+        assert_eq!(bulk_port != 0, bulk_connection, "rank 1 announces its bulk socket if it has one");
+        let mut control = conn.open_uni().await.unwrap();
+        control.write_all(&StreamHead::Control { bulk_port: hand_bulk_port }.encode()).await.unwrap();
+
+        if bulk_connection {
+            let bulk = tokio::time::timeout(Duration::from_secs(5), hand_bulk.accept()).await.expect("rank 1 dials the bulk socket").unwrap().await.unwrap();
+            let mut bulk_in = bulk.accept_uni().await.unwrap();
+            let mut head = [0u8; 5];
+            bulk_in.read_exact(&mut head).await.unwrap();
+            assert_eq!(StreamHead::decode(&head).unwrap(), StreamHead::BulkConnection { rank: 1 });
+            // Answered as if by rank 5: rank 1 refuses it and fails rank 0.
+            let mut bulk_out = bulk.open_uni().await.unwrap();
+            bulk_out.write_all(&StreamHead::BulkConnection { rank: 5 }.encode()).await.unwrap();
+            let e = tokio::time::timeout(Duration::from_secs(10), one.world().recv::<u8>(0, 0)).await.expect("the receive ended").expect_err("rank 0 is refused");
+            assert!(matches!(e, Error::ProcessFailed { rank: 0, .. }), "{e:?}");
+            assert!(chain(&e).contains("bulk connection is led by"), "{}", chain(&e));
+            let why = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("the control connection is closed too");
+            assert!(why.to_string().contains("a bad bulk connection"), "{why}");
+        } else {
+            let mut bulk_in = tokio::time::timeout(Duration::from_secs(5), conn.accept_uni()).await.expect("the bulk stream comes").unwrap();
+            let mut head = [0u8; 1];
+            bulk_in.read_exact(&mut head).await.unwrap();
+            assert_eq!(StreamHead::decode(&head).unwrap(), StreamHead::Bulk, "on the control connection");
+            assert!(tokio::time::timeout(Duration::from_millis(200), hand_bulk.accept()).await.is_err(), "no bulk connection");
+        }
+    }
 }
