@@ -24,8 +24,12 @@ fuzz_target!(|data: &[u8]| {
     match StreamHead::decode(head) {
         Ok(StreamHead::Control { .. }) => {}
         Ok(other) => {
-            // Not a control stream: the connection is refused before any frame.
+            // Not a control stream: the connection is refused before any
+            // frame, unless it leads a bulk connection from a higher rank.
             assert_eq!(StreamHead::decode(&other.encode()).ok(), Some(other));
+            let accepted = other.bulk_dialler(me, size);
+            let from_higher = matches!(other, StreamHead::BulkConnection { rank } if rank > me && rank < size);
+            assert_eq!(accepted.is_ok(), from_higher, "rank {me} of {size} and a stream led by {other:?}");
             return;
         }
         Err(e) => panic!("a head of the length its first byte names was refused: {e}"),

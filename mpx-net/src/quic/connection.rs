@@ -355,12 +355,9 @@ async fn accept_bulk(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<
     let conn = incoming.await.map_err(|e| io_error("accepting a bulk connection".into(), e))?;
     let certs = client_certificates(&conn)?;
     let (recv, head) = accept_stream(&conn).await?;
-    let claimed = match head {
-        StreamHead::BulkConnection { rank } if rank > shared.me && rank < shared.size => rank,
-        StreamHead::BulkConnection { rank } => {
-            return refuse(&conn, code::PROTOCOL, format!("a bulk connection from rank {rank}: rank {} of {} is dialled by higher ranks only", shared.me, shared.size))
-        }
-        _ => return refuse(&conn, code::PROTOCOL, format!("a bulk connection led by {head:?}")),
+    let claimed = match head.bulk_dialler(shared.me, shared.size) {
+        Ok(rank) => rank,
+        Err(e) => return refuse(&conn, code::PROTOCOL, e.to_string()),
     };
     if let Err(e) = certs.first().map_or(Err(Error::Protocol("no certificate".into())), |c| shared.credential.check_names(c, claimed)) {
         return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));

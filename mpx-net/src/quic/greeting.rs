@@ -71,6 +71,24 @@ impl StreamHead {
         }
     }
 
+    /// The rank a bulk connection's head claims, if rank `me` of `size`
+    /// accepts a bulk connection from it (a higher rank of the world), or
+    /// why not (another kind of head, or another rank).
+    ///
+    /// ```
+    /// use mpx_net::quic::StreamHead;
+    /// assert_eq!(StreamHead::BulkConnection { rank: 2 }.bulk_dialler(0, 3)?, 2);
+    /// assert!(StreamHead::BulkConnection { rank: 0 }.bulk_dialler(1, 3).is_err());
+    /// assert!(StreamHead::Bulk.bulk_dialler(0, 3).is_err());
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn bulk_dialler(self, me: u32, size: u32) -> Result<u32> {
+        match self {
+            StreamHead::BulkConnection { rank } => check_dialler(rank, me, size).map(|()| rank),
+            other => Err(Error::Protocol(format!("a bulk connection led by {other:?}"))),
+        }
+    }
+
     /// The head in `bytes`, which must be exactly as long as
     /// [`len`](StreamHead::len) of its first byte says.
     pub fn decode(bytes: &[u8]) -> Result<StreamHead> {
@@ -84,6 +102,15 @@ impl StreamHead {
             _ => StreamHead::BulkConnection { rank: u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) },
         })
     }
+}
+
+/// Whether a peer claiming rank `claimed` may dial rank `me` of `size`:
+/// higher ranks dial lower ones, so only a higher rank of the world does.
+fn check_dialler(claimed: u32, me: u32, size: u32) -> Result<()> {
+    if claimed <= me || claimed >= size {
+        return Err(Error::Protocol(format!("a connecting peer claims rank {claimed}: rank {me} of {size} is dialled by higher ranks only")));
+    }
+    Ok(())
 }
 
 /// Reads a connecting peer's control stream (after its head) up to
@@ -130,12 +157,7 @@ impl Greeting {
         if frame.header.kind != Kind::Hello {
             return Err(Error::Protocol(format!("a connecting peer's first frame is a {:?}, not a hello", frame.header.kind)));
         }
-        if claimed <= self.me || claimed >= self.size {
-            return Err(Error::Protocol(format!(
-                "a connecting peer claims rank {claimed}: rank {} of {} is dialled by higher ranks only",
-                self.me, self.size
-            )));
-        }
+        check_dialler(claimed, self.me, self.size)?;
         Ok(Some(frame))
     }
 
