@@ -103,6 +103,17 @@ pub(crate) struct Shared {
     /// The bulk connections higher ranks have made, on their way from the
     /// bulk endpoint's accept loop to the setup of the control connection.
     pub(crate) bulk_arrivals: BulkArrivals,
+    /// How many incoming connections each socket sets up at once at most
+    /// (see [`accept_loop`]).
+    pub(crate) max_setups: usize,
+}
+
+impl Shared {
+    /// [`Shared::max_setups`] for a world of `size`: every higher rank at
+    /// once, twice over, and some room for strangers' attempts.
+    pub(crate) fn max_setups(size: u32) -> usize {
+        2 * size as usize + 16
+    }
 }
 
 impl Shared {
@@ -238,10 +249,24 @@ pub(crate) enum Socket {
 
 /// Accepts the connections of higher ranks to `socket` for as long as the
 /// endpoint lives.
+///
+/// At most [`Shared::max_setups`] connections are being set up at once
+/// (from the TLS handshake to the hello, each within the connect
+/// timeout); a connection beyond them is refused at once, so a flood of
+/// connections, or credentialed peers that connect and say nothing, hold
+/// a bounded amount of memory. A rank refused so dials again until its
+/// own connect timeout.
 pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, socket: Socket) {
+    let setups = Arc::new(tokio::sync::Semaphore::new(shared.max_setups));
     while let Some(incoming) = quic.accept().await {
+        let Ok(permit) = setups.clone().try_acquire_owned() else {
+            tracing::warn!(rank = shared.me, from = %incoming.remote_address(), "refused a connection: too many being set up");
+            incoming.refuse();
+            continue;
+        };
         let shared2 = shared.clone();
         spawn_in(&shared.registry, async move {
+            let _permit = permit;
             let deadline = shared2.connect_timeout;
             let accepted = async {
                 match socket {

@@ -256,6 +256,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         bulk_port: bulk_port(&bulk)?,
         bulk: bulk.clone(),
         bulk_arrivals: BulkArrivals::new(size),
+        max_setups: Shared::max_setups(size),
     });
     if accepts {
         spawn_in(&shared.registry, connection::accept_loop(quic.clone(), shared.clone(), Socket::Control));

@@ -708,3 +708,37 @@ async fn a_rank_dials_the_bulk_socket_its_peer_announces() {
         }
     }
 }
+
+/// A rank sets up a bounded number of incoming connections at once:
+/// while as many connections as it allows say nothing after their
+/// handshake, the next is refused at once; once they are gone, the
+/// rank's peer connects as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_being_set_up_are_bounded() {
+    let (mut sockets, addrs) = sockets(3);
+    let job = JobCredential::generate(16).unwrap();
+    let patient = Options { connect_timeout: Duration::from_secs(20), ..options() };
+    let hand_socket = sockets.pop().unwrap();
+    let one_socket = sockets.pop().unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &patient).unwrap();
+
+    // Connections with rank 2's certificate that never open a stream.
+    let mut client = job.issue(2).unwrap().client_config().unwrap();
+    client.transport_config(std::sync::Arc::new(patient.transport().unwrap()));
+    let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, hand_socket, quinn::default_runtime().unwrap()).unwrap();
+    let connect = || quic.connect_with(client.clone(), addrs[0], &rank_name(16, 0)).unwrap();
+    let allowed = Shared::max_setups(3);
+    let mut silent = Vec::new();
+    for _ in 0..allowed {
+        silent.push(connect().await.expect("a connection within the bound"));
+    }
+    let refused = tokio::time::timeout(Duration::from_secs(5), connect()).await.expect("an answer at once");
+    assert!(refused.is_err(), "the connection beyond the bound is refused");
+    for conn in &silent {
+        conn.close(0u32.into(), b"done");
+    }
+    drop(silent);
+
+    let one = start(one_socket, &addrs, job.issue(1).unwrap(), &patient).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), ping_pong(&zero, &one)).await.expect("rank 1 connects once the silent ones are gone");
+}
