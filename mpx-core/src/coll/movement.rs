@@ -89,15 +89,13 @@ impl Ring {
     /// copies it into its place in `recv`.
     pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
         let (n, me) = (call.size(), call.rank());
-        let left = (me + n - 1) % n;
         let mine = 0..E::src_len(send);
         E::check_src(send, mine.clone())?;
-        let ranges = blocks(what, n, counts, displs, E::dst_len(recv), true)?;
-        check_dst_blocks::<E>(recv, &ranges)?;
+        let ranges = Ring::layout::<E>(call, recv, counts, displs, what)?;
         if E::ONE_TYPE {
             check_len(format_args!("{what}: this rank's send"), mine.len(), counts[me])?;
         }
-        let posted = (0..n - 1).map(|k| call.post_items::<E>(recv, left, counts[(me + 2 * n - k - 1) % n])).collect::<Result<Vec<_>>>()?;
+        let posted = Ring::post::<E>(call, recv, counts)?;
         let first = (n > 1).then(|| call.send_items::<E>(send, mine.clone(), (me + 1) % n));
         E::copy(send, mine, recv, ranges[me].clone())?;
         Ok(Ring { ranges, posted, first })
@@ -107,12 +105,30 @@ impl Ring {
     /// in `recv`: sent from there.
     pub(super) fn start_in_place<E: Element>(call: &Call, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
         let (n, me) = (call.size(), call.rank());
-        let left = (me + n - 1) % n;
-        let ranges = blocks(what, n, counts, displs, E::dst_len(recv), true)?;
-        check_dst_blocks::<E>(recv, &ranges)?;
-        let posted = (0..n - 1).map(|k| call.post_items::<E>(recv, left, counts[(me + 2 * n - k - 1) % n])).collect::<Result<Vec<_>>>()?;
+        let ranges = Ring::layout::<E>(call, recv, counts, displs, what)?;
+        let posted = Ring::post::<E>(call, recv, counts)?;
         let first = (n > 1).then(|| call.forward_items::<E>(recv, ranges[me].clone(), (me + 1) % n));
         Ok(Ring { ranges, posted, first })
+    }
+
+    /// Each rank's block of `recv`, checked.
+    fn layout<E: Element>(call: &Call, recv: &E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Vec<Range<usize>>> {
+        let ranges = blocks(what, call.size(), counts, displs, E::dst_len(recv), true)?;
+        check_dst_blocks::<E>(recv, &ranges)?;
+        Ok(ranges)
+    }
+
+    /// The rank whose block step `k` brings from the left.
+    fn owner(call: &Call, k: usize) -> usize {
+        let (n, me) = (call.size(), call.rank());
+        (me + 2 * n - k - 1) % n
+    }
+
+    /// Posts the receive of every step from the left.
+    fn post<E: Element>(call: &Call, recv: &E::Dst<'_>, counts: &[usize]) -> Result<Vec<Posted>> {
+        let (n, me) = (call.size(), call.rank());
+        let left = (me + n - 1) % n;
+        (0..n - 1).map(|k| call.post_items::<E>(recv, left, counts[Ring::owner(call, k)])).collect()
     }
 
     /// Takes each block from the left and passes it on to the right.
@@ -121,7 +137,7 @@ impl Ring {
         let (n, me) = (call.size(), call.rank());
         let mut later = Vec::new();
         for (k, p) in posted.into_iter().enumerate() {
-            let owner = (me + 2 * n - k - 1) % n;
+            let owner = Ring::owner(call, k);
             p.into_items::<E>(recv, ranges[owner].clone()).await?;
             if k + 2 < n {
                 later.push(call.forward_items::<E>(recv, ranges[owner].clone(), (me + 1) % n));

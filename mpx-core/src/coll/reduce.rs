@@ -161,13 +161,12 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
         let mut acc: Option<Vec<T>> = None;
         let mut spare: Option<Vec<T>> = None;
         for r in 0..last {
-            let mut part = match own.take_if(|_| r == me) {
-                Some(own) => own,
-                None => {
-                    let mut theirs = spare.take().unwrap_or_else(|| recv[mine.clone()].to_vec());
-                    posted.next().expect("a receive per other rank").into(&mut theirs).await?;
-                    theirs
-                }
+            let mut part = if r == me {
+                own.take().expect("this rank's own part, taken once")
+            } else {
+                let mut theirs = spare.take().unwrap_or_else(|| recv[mine.clone()].to_vec());
+                posted.next().expect("a receive per other rank").into(&mut theirs).await?;
+                theirs
             };
             if let Some(lower) = acc.take() {
                 // lower ∘ part, into part.
