@@ -114,9 +114,7 @@ impl Shared {
     pub(crate) fn max_setups(size: u32) -> usize {
         2 * size as usize + 16
     }
-}
 
-impl Shared {
     /// `peer` is lost because of `cause`: its outbox refuses frames and the
     /// endpoint fails what depends on it.
     pub(crate) fn fail(&self, peer: u32, cause: Error) {
@@ -313,16 +311,7 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     // opening it lets the dialler's setup go on, and its hello come.
     let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port }).await?;
     let own_connection = shared.bulk_port != 0 && their_bulk != 0;
-    let same_connection = if own_connection {
-        None
-    } else {
-        let bulk = open_stream(&conn, StreamHead::Bulk).await?;
-        let (bulk_in, head) = accept_stream(&conn).await?;
-        if head != StreamHead::Bulk {
-            return refuse(&conn, code::PROTOCOL, format!("a connection's second stream is a {head:?}, not its bulk stream"));
-        }
-        Some((bulk, bulk_in))
-    };
+    let same_connection = if own_connection { None } else { Some(exchange_heads(&conn, None, StreamHead::Bulk, StreamHead::Bulk, "a connection's second stream").await?) };
     let mut greeting = Greeting::new(shared.me, shared.size, shared.max_payload);
     let hello = loop {
         let chunk = match control_in.read_chunk(64 << 10, true).await.map_err(|e| io_error("reading a hello".into(), e))? {
@@ -402,13 +391,10 @@ async fn accept_bulk(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<
 /// when both have a bulk socket).
 pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, addr: std::net::SocketAddr) {
     let deadline = Instant::now() + shared.connect_timeout;
-    let timed_out = |what: String| io_error(what, std::io::Error::from(std::io::ErrorKind::TimedOut));
     let setup = async {
         let conn = connect(&shared, &quic, peer, addr, deadline, "").await?;
         let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port }).await?;
-        let (control_in, head) = tokio::time::timeout_at(deadline.into(), accept_stream(&conn))
-            .await
-            .map_err(|_| timed_out(format!("rank {peer}'s streams")))??;
+        let (control_in, head) = accept_stream(&conn).await?;
         let StreamHead::Control { bulk_port: their_bulk } = head else {
             return refuse(&conn, code::PROTOCOL, format!("rank {peer}'s first stream is a {head:?}, not its control stream"));
         };
@@ -417,24 +403,12 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
                 let mut bulk_addr = addr;
                 bulk_addr.set_port(their_bulk);
                 let bulk_conn = connect(&shared, own, peer, bulk_addr, deadline, "'s bulk socket").await?;
-                let bulk = open_stream(&bulk_conn, StreamHead::BulkConnection { rank: shared.me }).await?;
-                let (bulk_in, head) = tokio::time::timeout_at(deadline.into(), accept_stream(&bulk_conn))
-                    .await
-                    .map_err(|_| timed_out(format!("rank {peer}'s bulk stream")))??;
-                if head != (StreamHead::BulkConnection { rank: peer }) {
-                    conn.close(VarInt::from_u32(code::PROTOCOL), b"a bad bulk connection");
-                    return refuse(&bulk_conn, code::PROTOCOL, format!("rank {peer}'s bulk connection is led by {head:?}"));
-                }
+                let (mine, theirs) = (StreamHead::BulkConnection { rank: shared.me }, StreamHead::BulkConnection { rank: peer });
+                let (bulk, bulk_in) = exchange_heads(&bulk_conn, Some(&conn), mine, theirs, &format!("rank {peer}'s bulk connection")).await?;
                 (Some(bulk_conn), bulk, bulk_in)
             }
             _ => {
-                let bulk = open_stream(&conn, StreamHead::Bulk).await?;
-                let (bulk_in, head) = tokio::time::timeout_at(deadline.into(), accept_stream(&conn))
-                    .await
-                    .map_err(|_| timed_out(format!("rank {peer}'s streams")))??;
-                if head != StreamHead::Bulk {
-                    return refuse(&conn, code::PROTOCOL, format!("rank {peer}'s second stream is a {head:?}, not its bulk stream"));
-                }
+                let (bulk, bulk_in) = exchange_heads(&conn, None, StreamHead::Bulk, StreamHead::Bulk, &format!("rank {peer}'s second stream")).await?;
                 (None, bulk, bulk_in)
             }
         };
@@ -444,7 +418,7 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
     // or gives no room in one is failed too.
     let result = match tokio::time::timeout_at(deadline.into(), setup).await {
         Ok(result) => result,
-        Err(_) => Err(timed_out(format!("setting up the connection to rank {peer}"))),
+        Err(_) => Err(io_error(format!("setting up the connection to rank {peer}"), std::io::Error::from(std::io::ErrorKind::TimedOut))),
     };
     match result {
         Ok(lanes) => {
@@ -494,6 +468,28 @@ async fn accept_stream(conn: &quinn::Connection) -> Result<(quinn::RecvStream, S
     let len = StreamHead::len(head[0])?;
     s.read_exact(&mut head[1..len]).await.map_err(read_err)?;
     Ok((s, StreamHead::decode(&head[..len])?))
+}
+
+/// Opens this side's stream led by `mine` and accepts the peer's next,
+/// which must be led by `theirs`; if it is not, the connection (and
+/// `sibling`, the peer's other connection) is closed, `what` naming the
+/// peer's stream in the error.
+async fn exchange_heads(
+    conn: &quinn::Connection,
+    sibling: Option<&quinn::Connection>,
+    mine: StreamHead,
+    theirs: StreamHead,
+    what: &str,
+) -> Result<(quinn::SendStream, quinn::RecvStream)> {
+    let send = open_stream(conn, mine).await?;
+    let (recv, head) = accept_stream(conn).await?;
+    if head != theirs {
+        if let Some(sibling) = sibling {
+            sibling.close(VarInt::from_u32(code::PROTOCOL), b"a bad bulk connection");
+        }
+        return refuse(conn, code::PROTOCOL, format!("{what} is led by {head:?}, not {theirs:?}"));
+    }
+    Ok((send, recv))
 }
 
 /// What carries one peer: the control connection, the bulk connection if
