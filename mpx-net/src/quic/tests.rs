@@ -57,6 +57,35 @@ fn chain(e: &Error) -> String {
     out
 }
 
+/// A rank played by hand: a client endpoint on `socket` and the client
+/// settings of rank `rank`'s credential of `job`, with `options`'
+/// transport settings.
+fn hand_client(job: &JobCredential, rank: u32, socket: UdpSocket, options: &Options) -> (quinn::Endpoint, quinn::ClientConfig) {
+    let mut client = job.issue(rank).unwrap().client_config().unwrap();
+    client.transport_config(std::sync::Arc::new(options.transport().unwrap()));
+    let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, quinn::default_runtime().unwrap()).unwrap();
+    (quic, client)
+}
+
+/// The hello rank `rank` of `size` sends rank 0.
+fn hello_to_zero(rank: u32, size: u32) -> mpx_core::proto::wire::Frame {
+    let mut engine = Engine::new(rank, size, Config::default()).unwrap();
+    std::iter::from_fn(|| engine.poll_writable().and_then(|d| engine.poll_transmit(d).map(|f| (d, f))))
+        .find(|(dest, _)| *dest == 0)
+        .expect("a hello for rank 0")
+        .1
+}
+
+/// Accepts the peer's control stream on `conn` and reads its head: the
+/// stream, and the port of the peer's bulk socket.
+async fn their_control_head(conn: &quinn::Connection) -> (quinn::RecvStream, u16) {
+    let mut theirs = conn.accept_uni().await.unwrap();
+    let mut head = [0u8; 3];
+    theirs.read_exact(&mut head).await.unwrap();
+    let StreamHead::Control { bulk_port } = StreamHead::decode(&head).unwrap() else { panic!("not a control head: {head:?}") };
+    (theirs, bulk_port)
+}
+
 /// Ranks 0 and 1 exchange a message both ways.
 async fn ping_pong(zero: &Endpoint, one: &Endpoint) {
     let (a, b) = (zero.world(), one.world());
@@ -172,16 +201,9 @@ async fn a_peer_sending_garbage_is_cut_off_and_nobody_else_is_affected() {
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
 
     // Rank 2 by hand: a real hello, then bytes that are no frame header.
-    let cred = job.issue(2).unwrap();
-    let mut client = cred.client_config().unwrap();
-    client.transport_config(std::sync::Arc::new(options().transport().unwrap()));
-    let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, hostile_socket, quinn::default_runtime().unwrap()).unwrap();
+    let (quic, client) = hand_client(&job, 2, hostile_socket, &options());
     let conn = quic.connect_with(client, addrs[0], &rank_name(4, 0)).unwrap().await.unwrap();
-    let mut engine = Engine::new(2, 3, Config::default()).unwrap();
-    let hello = std::iter::from_fn(|| engine.poll_writable().and_then(|d| engine.poll_transmit(d).map(|f| (d, f))))
-        .find(|(dest, _)| *dest == 0)
-        .expect("a hello for rank 0")
-        .1;
+    let hello = hello_to_zero(2, 3);
     // No bulk socket: both streams on this connection.
     let mut control = conn.open_uni().await.unwrap();
     control.write_all(&StreamHead::Control { bulk_port: 0 }.encode()).await.unwrap();
@@ -574,17 +596,12 @@ async fn a_bulk_connection_is_checked_like_a_control_connection() {
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
 
     // Rank 2 by hand: rank 0's control stream says where its bulk socket is.
-    let mut client = job.issue(2).unwrap().client_config().unwrap();
-    client.transport_config(std::sync::Arc::new(options().transport().unwrap()));
-    let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, hand_socket, quinn::default_runtime().unwrap()).unwrap();
+    let (quic, client) = hand_client(&job, 2, hand_socket, &options());
     let name = rank_name(13, 0);
     let conn = quic.connect_with(client.clone(), addrs[0], &name).unwrap().await.unwrap();
     let mut control = conn.open_uni().await.unwrap();
     control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
-    let mut theirs = conn.accept_uni().await.unwrap();
-    let mut head = [0u8; 3];
-    theirs.read_exact(&mut head).await.unwrap();
-    let StreamHead::Control { bulk_port } = StreamHead::decode(&head).unwrap() else { panic!("not a control head: {head:?}") };
+    let (_theirs, bulk_port) = their_control_head(&conn).await;
     assert_ne!(bulk_port, 0, "rank 0 has a bulk socket");
     assert_ne!(bulk_port, addrs[0].port());
     let bulk_addr: SocketAddr = ([127, 0, 0, 1], bulk_port).into();
@@ -625,23 +642,14 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     let hand_socket = sockets.pop().unwrap();
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &quick).unwrap();
 
-    let mut client = job.issue(1).unwrap().client_config().unwrap();
-    client.transport_config(std::sync::Arc::new(quick.transport().unwrap()));
-    let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, hand_socket, quinn::default_runtime().unwrap()).unwrap();
+    let (quic, client) = hand_client(&job, 1, hand_socket, &quick);
     let conn = quic.connect_with(client.clone(), addrs[0], &rank_name(14, 0)).unwrap().await.unwrap();
-    let mut engine = Engine::new(1, 2, Config::default()).unwrap();
-    let hello = std::iter::from_fn(|| engine.poll_writable().and_then(|d| engine.poll_transmit(d).map(|f| (d, f))))
-        .find(|(dest, _)| *dest == 0)
-        .expect("a hello for rank 0")
-        .1;
+    let hello = hello_to_zero(1, 2);
     let mut control = conn.open_uni().await.unwrap();
     control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
     control.write_all(&hello.encode_header()).await.unwrap();
     control.write_all(&hello.payload).await.unwrap();
-    let mut theirs = conn.accept_uni().await.unwrap();
-    let mut head = [0u8; 3];
-    theirs.read_exact(&mut head).await.unwrap();
-    let StreamHead::Control { bulk_port } = StreamHead::decode(&head).unwrap() else { panic!("not a control head: {head:?}") };
+    let (_theirs, bulk_port) = their_control_head(&conn).await;
 
     let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
     let e = got.expect_err("rank 1 never made its bulk connection");
@@ -677,10 +685,7 @@ async fn a_rank_dials_the_bulk_socket_its_peer_announces() {
         let one = start(one_socket, &addrs, job.issue(1).unwrap(), &Options { bulk_connection, ..options() }).unwrap();
 
         let conn = hand.accept().await.unwrap().await.unwrap();
-        let mut control_in = conn.accept_uni().await.unwrap();
-        let mut head = [0u8; 3];
-        control_in.read_exact(&mut head).await.unwrap();
-        let StreamHead::Control { bulk_port } = StreamHead::decode(&head).unwrap() else { panic!("not a control head: {head:?}") };
+        let (_control_in, bulk_port) = their_control_head(&conn).await;
         assert_eq!(bulk_port != 0, bulk_connection, "rank 1 announces its bulk socket if it has one");
         let mut control = conn.open_uni().await.unwrap();
         control.write_all(&StreamHead::Control { bulk_port: hand_bulk_port }.encode()).await.unwrap();
@@ -723,9 +728,7 @@ async fn connections_being_set_up_are_bounded() {
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &patient).unwrap();
 
     // Connections with rank 2's certificate that never open a stream.
-    let mut client = job.issue(2).unwrap().client_config().unwrap();
-    client.transport_config(std::sync::Arc::new(patient.transport().unwrap()));
-    let quic = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, hand_socket, quinn::default_runtime().unwrap()).unwrap();
+    let (quic, client) = hand_client(&job, 2, hand_socket, &patient);
     let connect = || quic.connect_with(client.clone(), addrs[0], &rank_name(16, 0)).unwrap();
     let allowed = Shared::max_setups(3);
     let mut silent = Vec::new();
