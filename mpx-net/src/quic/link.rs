@@ -124,8 +124,9 @@ impl Queue {
 #[derive(Default)]
 struct OutState {
     lanes: [Queue; 2],
-    /// The engine was refused a frame and waits for `writable`.
-    refused: bool,
+    /// The engine was refused a frame of this lane and size, and waits
+    /// for `writable`.
+    refused: Option<(Lane, usize)>,
     /// The peer failed: frames for it are refused with this error.
     failed: Option<Error>,
     /// `finalize` is flushing: once drained, writers finish their streams.
@@ -142,11 +143,19 @@ impl OutState {
     }
 
     /// Whether the engine, refused a frame, is to be told there is room:
-    /// once every lane has drained to half its cap.
+    /// once the frame's lane has drained to half its cap (so the engine
+    /// can go on a while) and has room for that very frame. (Told while
+    /// it would be refused again, the engine would be, and its writer would
+    /// tell it again at once, round and round, never letting quinn's
+    /// driver run on its thread to drain the stream: a frame of 1 MiB and
+    /// a header, with the header taken by the stream and the 1 MiB payload
+    /// still queued, did that.)
     fn take_room(&mut self) -> bool {
-        let room = self.refused && self.lanes.iter().enumerate().all(|(i, q)| q.bytes <= cap(i) / 2);
+        let Some((lane, size)) = self.refused else { return false };
+        let (q, cap) = (&self.lanes[lane as usize], cap(lane as usize));
+        let room = q.bytes <= cap / 2 && (q.bytes == 0 || q.bytes + size <= cap);
         if room {
-            self.refused = false;
+            self.refused = None;
         }
         room
     }
@@ -206,15 +215,15 @@ impl Outbox {
         if let Some(e) = &st.failed {
             return Err(SendError::Failed(e.clone()));
         }
-        let lane = Lane::of(&frame) as usize;
+        let lane = Lane::of(&frame);
         let size = frame.wire_len();
-        let q = &mut st.lanes[lane];
+        let q = &mut st.lanes[lane as usize];
         if q.finished {
             // The stream is finished: only a last goodbye can come this late.
             return Ok(());
         }
-        if q.bytes > 0 && q.bytes + size > cap(lane) {
-            st.refused = true;
+        if q.bytes > 0 && q.bytes + size > cap(lane as usize) {
+            st.refused = Some((lane, size));
             return Err(SendError::Full(frame));
         }
         let was_empty = q.frames.is_empty();
@@ -250,7 +259,7 @@ impl Outbox {
             Wrote::All | Wrote::Blocked => {
                 // While the engine holds a refused frame (its goodbye, at
                 // an abort) the stream stays open for it.
-                if (st.closing && !st.refused) || st.failed.is_some() {
+                if (st.closing && st.refused.is_none()) || st.failed.is_some() {
                     if let Some(stream) = q.stream.take() {
                         return Poll::Ready(Drained::Finish(stream));
                     }
@@ -422,8 +431,8 @@ mod tests {
         }
         let held: usize = outbox.lock().lanes.iter().map(|q| q.bytes).sum();
         assert!(held <= CONTROL_CAP + BULK_CAP, "{held} bytes held");
-        // The engine is told there is room once both lanes have drained
-        // to half their caps, and only then.
+        // The engine, refused a control frame last, is told there is room
+        // once the control lane has drained to half its cap, and only then.
         let mut st = outbox.lock();
         let drain = |q: &mut Queue, to: usize| {
             while q.bytes > to {
@@ -436,5 +445,30 @@ mod tests {
         drain(&mut st.lanes[Lane::Control as usize], CONTROL_CAP / 2);
         assert!(st.take_room(), "the engine was told the outbox has room");
         assert!(!st.take_room(), "told twice");
+    }
+
+    /// The engine is told there is room only once the frame it was refused
+    /// fits: a lane at half its cap with a payload of 1 MiB still queued
+    /// (its header taken by the stream) has no room for the next 1 MiB
+    /// chunk and its header.
+    #[test]
+    fn the_engine_is_told_of_room_only_once_its_refused_frame_fits() {
+        let outbox = Outbox::default();
+        let chunk = || frame(Kind::RndvData, BULK_CAP / 2);
+        assert!(outbox.push(chunk()).is_ok());
+        assert!(matches!(outbox.push(chunk()), Err(SendError::Full(_))));
+        let mut st = outbox.lock();
+        let q = &mut st.lanes[Lane::Bulk as usize];
+        let header = q.frames[0].chunks[0].len();
+        q.frames[0].chunks[0] = Bytes::new();
+        q.bytes -= header;
+        assert_eq!(q.bytes, BULK_CAP / 2, "half full, the payload still queued");
+        assert!(!st.take_room(), "told while the refused chunk would not fit");
+        let q = &mut st.lanes[Lane::Bulk as usize];
+        q.frames.clear();
+        q.bytes = 0;
+        assert!(st.take_room(), "told once the lane is empty");
+        drop(st);
+        assert!(outbox.push(chunk()).is_ok(), "the chunk goes once told");
     }
 }
