@@ -2,16 +2,19 @@
 //! process and in two.
 //!
 //! ```text
-//! cargo run --release --example quic_bench [rounds] [event_interval]
+//! cargo run --release --example quic_bench [rounds] [event_interval] [bulk_thread]
 //! ```
 //!
 //! Prints one JSON line per figure, the median over `rounds` (default 7)
 //! rounds, with the lowest and highest round. `event_interval` sets
 //! tokio's [`event_interval`](tokio::runtime::Builder::event_interval) of
-//! the runtimes (default tokio's, 61): how many tasks a busy worker runs
-//! between two looks at the sockets, which is what a small message waits
-//! for during a transfer that keeps both workers busy (see
-//! docs/PERFORMANCE.md, "QUIC"). The figures:
+//! the runtimes (`default`: tokio's, 61): how many tasks a busy worker runs
+//! between two looks at the sockets, which is what a small message waited
+//! for during a transfer that kept both workers busy, before the transfer
+//! had a thread of its own (see docs/PERFORMANCE.md, "QUIC"). `bulk_thread`
+//! `off` runs the bulk connections on the program's runtime
+//! ([`Options::bulk_thread`](mpx::quic::Options::bulk_thread) false). The
+//! figures:
 //!
 //! - `latency`: one-way time of an 8-byte message in a send/recv ping-pong
 //!   (round trip / 2, over 2,000 round trips a round);
@@ -30,7 +33,7 @@
 //! again as rank 1 (its rank, both addresses and its credential passed in
 //! `MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL`, see
 //! `mpx_net::quic::start_from_env`), with the same runtime in each process.
-//! Both use `Options::local()`.
+//! Both use `Options::local()` (but for `bulk_thread`).
 //!
 //! Its raw-quinn twin, `reference/quinn-raw` (`cargo run --release -- twin`
 //! there), measures the same figures the same way and prints the same lines
@@ -188,7 +191,8 @@ async fn bench(comm: Comm, rounds: usize) -> mpx::Result<Rounds> {
 /// The JSON lines of rank 0's rounds.
 fn report(procs: usize, r: &Rounds) {
     let interval = event_interval().map_or(String::new(), |n| format!(",\"event_interval\":{n}"));
-    let head = format!("\"bench\":\"quic\",\"impl\":\"mpx\",\"procs\":{procs}{interval}");
+    let thread = if options().bulk_thread { "" } else { ",\"bulk_thread\":false" };
+    let head = format!("\"bench\":\"quic\",\"impl\":\"mpx\",\"procs\":{procs}{interval}{thread}");
     let us: Vec<f64> = r.latency.iter().map(|s| s * 1e6).collect();
     let idle = median(&us);
     let (lo, hi) = min_max(&us);
@@ -228,9 +232,15 @@ fn event_interval() -> Option<u32> {
     std::env::args().nth(2).and_then(|a| a.parse().ok())
 }
 
+/// `Options::local()`, with the bulk thread as the command line says.
+fn options() -> quic::Options {
+    let bulk_thread = std::env::args().nth(3).is_none_or(|a| a != "off");
+    quic::Options { bulk_thread, ..quic::Options::local() }
+}
+
 /// Both ranks in this process.
 async fn one_process(rounds: usize) -> mpx::Result<()> {
-    let mut out = quic::launch(2, move |comm| bench(comm, rounds)).await?;
+    let mut out = quic::launch_with(2, options(), move |comm| bench(comm, rounds)).await?;
     report(1, &out.swap_remove(0));
     Ok(())
 }
@@ -238,7 +248,7 @@ async fn one_process(rounds: usize) -> mpx::Result<()> {
 /// Rank 0 here, rank 1 in a second process: this binary again.
 async fn two_processes(rounds: usize) -> mpx::Result<()> {
     let transport = |e: std::io::Error| mpx::Error::transport("starting rank 1's process", e);
-    let options = quic::Options::local();
+    let options = options();
     let sockets = [quic::bind(([127, 0, 0, 1], 0).into()), quic::bind(([127, 0, 0, 1], 0).into())];
     let [Ok(zero), Ok(one)] = sockets else { return Err(transport(std::io::Error::other("binding"))) };
     let addrs = [zero.local_addr().map_err(transport)?, one.local_addr().map_err(transport)?];
@@ -294,7 +304,7 @@ fn main() -> mpx::Result<()> {
 
 async fn run() -> mpx::Result<()> {
     if std::env::var_os(CHILD).is_some() {
-        let endpoint = quic::start_from_env(&quic::Options::local())?.expect("MPX_RANK is set");
+        let endpoint = quic::start_from_env(&options())?.expect("MPX_RANK is set");
         let result = tokio::spawn(bench(endpoint.world(), rounds())).await.expect("rank 1's task");
         endpoint.finalize().await?;
         return result.map(drop);

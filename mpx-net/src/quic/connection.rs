@@ -64,7 +64,15 @@ impl Drop for Registry {
 /// Spawns `task` as one of the registry's (at once aborted if the registry
 /// is gone).
 pub(crate) fn spawn_in(registry: &Weak<Registry>, task: impl std::future::Future<Output = ()> + Send + 'static) {
-    let handle = tokio::spawn(task).abort_handle();
+    spawn_on(None, registry, task)
+}
+
+/// [`spawn_in`] on `runtime` (`None`: the current one).
+pub(crate) fn spawn_on(runtime: Option<&tokio::runtime::Handle>, registry: &Weak<Registry>, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    let handle = match runtime {
+        Some(runtime) => runtime.spawn(task).abort_handle(),
+        None => tokio::spawn(task).abort_handle(),
+    };
     match registry.upgrade() {
         Some(r) => {
             let mut tasks = r.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -106,6 +114,10 @@ pub(crate) struct Shared {
     /// How many incoming connections each socket sets up at once at most
     /// (see [`accept_loop`]).
     pub(crate) max_setups: usize,
+    /// The runtime of the bulk socket's connections, when they have a
+    /// thread of their own ([`Options::bulk_thread`](super::Options::bulk_thread)):
+    /// the bulk streams' readers and writers run there too.
+    pub(crate) bulk_thread: Option<tokio::runtime::Handle>,
 }
 
 impl Shared {
@@ -523,9 +535,14 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
             watcher.fail(peer, io_error(format!("the connection to rank {peer} closed"), why));
         });
     }
+    // The bulk lane's tasks run where its connection's driver runs.
+    let runtime = |lane| match lane {
+        Lane::Bulk if bulk.is_some() => shared.bulk_thread.as_ref(),
+        _ => None,
+    };
     for (lane, stream) in [Lane::Control, Lane::Bulk].into_iter().zip(writers) {
         shared.outboxes[peer as usize].attach(lane, stream);
-        spawn_in(&shared.registry, write(shared.clone(), peer, lane));
+        spawn_on(runtime(lane), &shared.registry, write(shared.clone(), peer, lane));
     }
     for ((stream, buf), lane) in readers.into_iter().zip([Lane::Control, Lane::Bulk]) {
         let conn = match (lane, &bulk) {
@@ -547,7 +564,7 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
                 inlet.attach(reader);
                 spawn_in(&shared.registry, inlet.run());
             }
-            Lane::Bulk => spawn_in(&shared.registry, std::future::poll_fn(move |cx| reader.poll_read(cx))),
+            Lane::Bulk => spawn_on(runtime(lane), &shared.registry, std::future::poll_fn(move |cx| reader.poll_read(cx))),
         }
     }
 }

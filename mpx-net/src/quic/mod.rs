@@ -29,7 +29,10 @@
 //! A writer and a reader per stream, a task per connection that fails the
 //! peer when it closes, and one accepting connections per socket make the
 //! endpoint's driver; the endpoint owns
-//! them, and they end with it. A program task waiting on the endpoint
+//! them, and they end with it. The bulk socket's connections, with the
+//! bulk streams' readers and writers, run on a thread of the endpoint's own
+//! ([`Options::bulk_thread`]), so a large transfer keeps that thread busy
+//! rather than the program's workers. A program task waiting on the endpoint
 //! reads the control streams too, so a message wakes it with no task in
 //! between; the reader tasks make progress whether or not one waits (see
 //! [`inlet`](self)). `finalize` closes the endpoint, then each
@@ -56,6 +59,7 @@
 //! # Ok(()) }
 //! ```
 
+mod bulk_thread;
 mod connection;
 mod credential;
 mod greeting;
@@ -74,6 +78,7 @@ use mpx_core::{Comm, Endpoint, Error, Result};
 pub use credential::{fingerprint, rank_name, Fingerprint, JobCredential, RankCredential};
 pub use greeting::{Greeting, StreamHead};
 
+use bulk_thread::BulkThread;
 use connection::{spawn_in, BulkArrivals, Registry, Shared, Socket};
 use inlet::Inlet;
 use link::{Outbox, QuicTransport};
@@ -106,6 +111,17 @@ pub struct Options {
     /// does not. A pair of ranks uses it when both have it on; otherwise
     /// both lanes share the one connection. On by default.
     pub bulk_connection: bool,
+    /// Whether the bulk socket's connections run on a thread of their own
+    /// (a one-worker tokio runtime the endpoint owns) rather than on the
+    /// program's runtime: quinn's drivers for them and the bulk streams'
+    /// readers and writers. A large transfer then keeps that thread busy,
+    /// not the program's workers, so they look at the control socket as
+    /// soon as a small message arrives; on the program's runtime a busy
+    /// worker looks at its sockets only every
+    /// [`event_interval`](tokio::runtime::Builder::event_interval) tasks.
+    /// Only with [`bulk_connection`](Options::bulk_connection); on by
+    /// default.
+    pub bulk_thread: bool,
 }
 
 impl Options {
@@ -131,6 +147,7 @@ impl Options {
             connect_timeout: Duration::from_secs(30),
             stream_window: 16 << 20,
             bulk_connection: true,
+            bulk_thread: true,
         }
     }
 
@@ -224,10 +241,15 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         .map_err(|e| Error::InvalidArgument(format!("mtu {}: {e}", options.mtu)))?;
     let runtime = quinn::default_runtime().ok_or_else(|| Error::InvalidArgument("no tokio runtime".into()))?;
     let accepts = me + 1 < size;
+    let bulk_thread = (options.bulk_connection && options.bulk_thread && size > 1).then(|| BulkThread::start(credential.job(), me)).transpose()?;
     let bulk = if options.bulk_connection && size > 1 {
         let own = socket.local_addr().map_err(|e| Error::transport("reading the socket's address", e))?;
         let bulk_socket = bind(SocketAddr::new(own.ip(), 0)).map_err(|e| Error::transport(format!("binding a bulk socket on {}", own.ip()), e))?;
-        let bulk = quinn::Endpoint::new(endpoint_config.clone(), accepts.then(|| server.clone()), bulk_socket, runtime.clone())
+        let bulk_runtime = match &bulk_thread {
+            Some(thread) => thread.quinn_runtime(),
+            None => runtime.clone(),
+        };
+        let bulk = quinn::Endpoint::new(endpoint_config.clone(), accepts.then(|| server.clone()), bulk_socket, bulk_runtime)
             .map_err(|e| Error::transport("opening the bulk QUIC endpoint", e))?;
         Some(bulk)
     } else {
@@ -257,6 +279,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         bulk: bulk.clone(),
         bulk_arrivals: BulkArrivals::new(size),
         max_setups: Shared::max_setups(size),
+        bulk_thread: bulk_thread.as_ref().map(BulkThread::handle),
     });
     if accepts {
         spawn_in(&shared.registry, connection::accept_loop(quic.clone(), shared.clone(), Socket::Control));
@@ -272,6 +295,11 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     // with it.
     endpoint.own(registry);
     endpoint.own(quics);
+    // Last: the runtime stops once the tasks on it are aborted and its
+    // endpoint closed.
+    if let Some(thread) = bulk_thread {
+        endpoint.own(thread);
+    }
     Ok(endpoint)
 }
 
@@ -389,3 +417,4 @@ pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
     let socket = bind((any, own.port()).into()).map_err(|e| Error::transport(format!("binding port {}", own.port()), e))?;
     start(socket, &addrs, credential, options).map(Some)
 }
+

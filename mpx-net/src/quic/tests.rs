@@ -552,19 +552,24 @@ async fn bulk_both_ways(zero: &Endpoint, one: &Endpoint) {
 
 /// Ranks with a bulk socket and ranks without one talk to each other: a
 /// pair uses a bulk connection when both have a bulk socket and shares
-/// one connection otherwise, and rendezvous data arrives either way.
+/// one connection otherwise, and rendezvous data arrives either way; and
+/// a rank whose bulk connections run on the program's runtime talks to
+/// ranks whose bulk connections have a thread of their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranks_with_and_without_a_bulk_connection_talk() {
     // Ranks 0 and 3 without: pairs with the lower rank, the higher, both
-    // or neither without a bulk socket.
-    let (mut sockets, addrs) = sockets(4);
+    // or neither without a bulk socket. Rank 4 with a bulk socket but no
+    // thread for it.
+    let (mut sockets, addrs) = sockets(5);
     let job = JobCredential::generate(12).unwrap();
     let without = Options { bulk_connection: false, ..options() };
+    let unthreaded = Options { bulk_thread: false, ..options() };
+    let four = start(sockets.pop().unwrap(), &addrs, job.issue(4).unwrap(), &unthreaded).unwrap();
     let three = start(sockets.pop().unwrap(), &addrs, job.issue(3).unwrap(), &without).unwrap();
     let two = start(sockets.pop().unwrap(), &addrs, job.issue(2).unwrap(), &options()).unwrap();
     let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &without).unwrap();
-    let ranks = [&zero, &one, &two, &three];
+    let ranks = [&zero, &one, &two, &three, &four];
     let all = async {
         for (i, a) in ranks.iter().enumerate() {
             for b in &ranks[i + 1..] {
@@ -573,12 +578,71 @@ async fn ranks_with_and_without_a_bulk_connection_talk() {
         }
     };
     tokio::time::timeout(Duration::from_secs(30), all).await.expect("every pair exchanged its messages");
-    let finalized = tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.finalize(), one.finalize(), two.finalize(), three.finalize()) }).await;
-    let (f0, f1, f2, f3) = finalized.expect("every rank finalized");
+    let finalized = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(zero.finalize(), one.finalize(), two.finalize(), three.finalize(), four.finalize())
+    });
+    let (f0, f1, f2, f3, f4) = finalized.await.expect("every rank finalized");
+    for result in [f0, f1, f2, f3, f4] {
+        result.unwrap();
+    }
+}
+
+/// The threads of this process named `mpx-bulk-<job>-…` (the bulk threads
+/// of job `job`'s ranks), each with the CPU time it has used, in clock
+/// ticks.
+#[cfg(target_os = "linux")]
+fn bulk_threads(job: u64) -> Vec<u64> {
+    let prefix = format!("mpx-bulk-{job}-");
+    let mut found = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let (Ok(comm), Ok(stat)) = (std::fs::read_to_string(task.path().join("comm")), std::fs::read_to_string(task.path().join("stat"))) else {
+            continue; // ended meanwhile
+        };
+        if comm.trim_end().starts_with(&prefix) {
+            // Fields after the name: state is the 3rd field, utime and stime the 14th and 15th.
+            let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+            found.push(fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap());
+        }
+    }
+    found
+}
+
+/// Each rank's bulk connections run on a thread of its own, which carries
+/// the rendezvous data (it uses the CPU time of the transfer), and which
+/// ends with its endpoint; with `bulk_thread` off there is none.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_connections_run_on_a_thread_that_ends_with_the_endpoint() {
+    let (zero, one) = pair(31);
+    // (A thread names itself once it runs.)
+    let named = async {
+        while bulk_threads(31).len() < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), named).await.expect("a thread per rank");
+    assert_eq!(bulk_threads(31).len(), 2, "a thread per rank");
+    let (a, b) = (zero.world(), one.world());
+    let data = vec![7u8; 64 << 20];
+    let (sent, got) = tokio::join!(a.send(&data[..], 1, 0), b.irecv_bytes(0, 0));
+    sent.unwrap();
+    assert!(got.unwrap().0.iter().all(|&x| x == 7));
+    let used: u64 = bulk_threads(31).iter().sum();
+    assert!(used > 0, "64 MiB went through the bulk threads");
+    let (f0, f1) = tokio::join!(zero.finalize(), one.finalize());
     f0.unwrap();
     f1.unwrap();
-    f2.unwrap();
-    f3.unwrap();
+    drop((a, b, zero, one));
+    let gone = async {
+        while !bulk_threads(31).is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), gone).await.expect("the bulk threads end with their endpoints");
+
+    let (zero, one) = pair_with(32, &Options { bulk_thread: false, ..options() });
+    bulk_both_ways(&zero, &one).await;
+    assert!(bulk_threads(32).is_empty(), "no bulk thread when asked for none");
 }
 
 /// A bulk connection says which rank it comes from in its stream's head,
