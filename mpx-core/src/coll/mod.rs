@@ -78,7 +78,7 @@ use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
-use crate::proto::engine::SendMode;
+use crate::proto::engine::{Delivered, SendMode};
 use crate::request::{Operation, Request};
 use crate::runtime::Shared;
 
@@ -325,6 +325,35 @@ impl Call {
         self.send_packed(|repr| E::pack_dst(dst, items, repr), to, 0)
     }
 
+    /// Done with a message taken by [`Posted::take_items`].
+    pub(crate) fn recycle(&self, msg: Delivered) {
+        self.shared().recycle(msg);
+    }
+
+    /// Sends on to `to` what `msg` brought into items `items` of `dst`
+    /// (see [`Posted::take_items`]): the message's own bytes, without a
+    /// copy, when they are what packing those items for `to` would give
+    /// (native data, and `to` takes native data); packed from `dst`
+    /// otherwise. Native packed data is the sequence of the items' basic
+    /// values whatever datatype describes them, and `msg`'s signature
+    /// matched `dst`'s datatype, so the bytes and the signature are those
+    /// of the items.
+    pub(crate) fn forward_received<E: Element>(&self, msg: &Delivered, dst: &E::Dst<'_>, items: Range<usize>, to: usize) -> Request<'static> {
+        let envelope = &msg.envelope;
+        if envelope.repr == Repr::Native && msg.desc.is_none() && envelope.signature.is_some() {
+            let packed = Packed { data: msg.data.clone(), repr: Repr::Native, signature: envelope.signature, desc_len: 0 };
+            return self.send_packed(
+                |repr| match repr {
+                    Repr::Native => Ok(packed),
+                    Repr::External32 => E::pack_dst(dst, items, repr),
+                },
+                to,
+                0,
+            );
+        }
+        self.forward_items::<E>(dst, items, to)
+    }
+
     fn send_packed(&self, pack: impl FnOnce(Repr) -> Result<Packed>, to: usize, sub: usize) -> Request<'static> {
         debug_assert!((sub as u64) < Self::SUBTAGS);
         self.comm.start_send(pack, Peer::Rank(to), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1)
@@ -402,9 +431,17 @@ impl Posted {
     /// which must be exactly the count posted: a message of another count
     /// or type is [`Error::CollectiveMismatch`].
     pub(crate) async fn into_items<E: Element>(self, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<()> {
+        let shared = self.raw.shared().clone();
+        let msg = self.take_items::<E>(dst, items).await?;
+        shared.recycle(msg);
+        Ok(())
+    }
+
+    /// [`into_items`](Posted::into_items), giving back the message, for
+    /// [`Call::forward_received`].
+    pub(crate) async fn take_items<E: Element>(self, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<Delivered> {
         let Posted { raw, from, count } = self;
         debug_assert_eq!(items.len(), count);
-        let shared = raw.shared().clone();
         let msg = raw.await?;
         let mismatch = |detail: String| Error::CollectiveMismatch { rank: from, detail };
         if msg.envelope.signature.is_none() {
@@ -423,8 +460,7 @@ impl Posted {
             let sent = status.bytes;
             return Err(mismatch(format!("it sent {sent} bytes where {count} of {} ({expected} bytes) were expected", E::name(dst))));
         }
-        shared.recycle(msg);
-        Ok(())
+        Ok(msg)
     }
 
     /// Waits for an empty message.

@@ -66,9 +66,10 @@ impl Bcast {
         let Bcast { from_parent, children, mut sends } = self;
         let count = E::dst_len(buf);
         if let Some(posted) = from_parent {
-            posted.into_items::<E>(buf, 0..count).await?;
-        }
-        if sends.is_empty() {
+            let msg = posted.take_items::<E>(buf, 0..count).await?;
+            sends = children.iter().map(|&c| call.forward_received::<E>(&msg, buf, 0..count, c)).collect();
+            call.recycle(msg);
+        } else if sends.is_empty() {
             sends = children.iter().map(|&c| call.forward_items::<E>(buf, 0..count, c)).collect();
         }
         sent(sends).await
@@ -138,10 +139,11 @@ impl Ring {
         let mut later = Vec::new();
         for (k, p) in posted.into_iter().enumerate() {
             let owner = Ring::owner(call, k);
-            p.into_items::<E>(recv, ranges[owner].clone()).await?;
+            let msg = p.take_items::<E>(recv, ranges[owner].clone()).await?;
             if k + 2 < n {
-                later.push(call.forward_items::<E>(recv, ranges[owner].clone(), (me + 1) % n));
+                later.push(call.forward_received::<E>(&msg, recv, ranges[owner].clone(), (me + 1) % n));
             }
+            call.recycle(msg);
         }
         sent_after(first, later).await
     }

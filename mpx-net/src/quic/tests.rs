@@ -267,6 +267,53 @@ async fn a_peer_of_another_representation_gets_its_values_intact_both_ways() {
     assert!(matches!(e, Error::Conversion { .. }), "{e:?}");
 }
 
+/// Collectives that pass received data on (the ring of an allgather, the
+/// tree of a broadcast) among ranks of two representations: a rank passes
+/// a block on in the representation its next rank takes, whatever it came
+/// in (native bytes go on as they came only between native peers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collectives_pass_data_on_between_ranks_of_two_representations() {
+    use mpx_core::proto::engine::repr_id_with;
+
+    let (mut sockets, addrs) = sockets(4);
+    let job = JobCredential::generate(33).unwrap();
+    // Rank 2 announces the other byte order: ranks 1 and 3 send it
+    // external32, and it sends them external32.
+    let foreign = Options { engine: Config { repr_id: Some(repr_id_with(!cfg!(target_endian = "big"), 4)), ..Config::default() }, ..options() };
+    let mut endpoints = Vec::new();
+    for rank in (0..4u32).rev() {
+        let options = if rank == 2 { foreign } else { options() };
+        endpoints.push(start(sockets.pop().unwrap(), &addrs, job.issue(rank).unwrap(), &options).unwrap());
+    }
+    endpoints.reverse();
+    let value = |rank: usize, i: usize| ((rank as i64) << 40) - i as i64;
+    let tasks: Vec<_> = endpoints
+        .iter()
+        .map(|endpoint| {
+            let comm = endpoint.world();
+            tokio::spawn(async move {
+                let me = comm.rank();
+                let mine: Vec<i64> = (0..3000).map(|i| value(me, i)).collect();
+                let mut all = vec![0i64; 4 * 3000];
+                comm.allgather(&mine[..], &mut all[..]).await?;
+                for root in [0, 1, 2, 3] {
+                    let mut got = vec![0.0f64; 5000];
+                    if me == root {
+                        got.iter_mut().enumerate().for_each(|(i, x)| *x = root as f64 + i as f64 / 8.0);
+                    }
+                    comm.bcast(&mut got[..], root).await?;
+                    assert!(got.iter().enumerate().all(|(i, &x)| x == root as f64 + i as f64 / 8.0), "rank {me}: broadcast from {root}");
+                }
+                Ok::<_, Error>(all)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let all = tokio::time::timeout(Duration::from_secs(30), task).await.expect("in time").unwrap().unwrap();
+        assert!(all.chunks(3000).enumerate().all(|(r, block)| block.iter().enumerate().all(|(i, &x)| x == value(r, i))));
+    }
+}
+
 /// The environment variable that makes this test binary a child rank for
 /// [`a_killed_peer_process_fails_its_operations_within_the_bound`]:
 /// `rank;addr0,addr1,...;credential file`.
