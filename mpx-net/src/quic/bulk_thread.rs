@@ -26,11 +26,12 @@ pub(crate) struct BulkThread(Option<tokio::runtime::Runtime>);
 
 impl BulkThread {
     /// Starts the thread of rank `rank` of job `job`, named
-    /// `mpx-bulk-<job>-<rank>`.
+    /// `mpx-bulk-<rank>-<job>` (the rank first: Linux shows a thread's
+    /// first 15 bytes).
     pub(crate) fn start(job: u64, rank: u32) -> Result<BulkThread> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name(format!("mpx-bulk-{job}-{rank}"))
+            .thread_name(format!("mpx-bulk-{rank}-{job}"))
             .enable_all()
             .build()
             .map_err(|e| Error::transport("starting the bulk socket's thread", e))?;

@@ -124,9 +124,10 @@ impl Queue {
 #[derive(Default)]
 struct OutState {
     lanes: [Queue; 2],
-    /// The engine was refused a frame of this lane and size, and waits
-    /// for `writable`.
-    refused: Option<(Lane, usize)>,
+    /// Per lane, the size of the frame the engine was refused there (it
+    /// holds a refused control frame and a refused chunk of rendezvous
+    /// data apart), while it waits for `writable`.
+    refused: [Option<usize>; 2],
     /// The peer failed: frames for it are refused with this error.
     failed: Option<Error>,
     /// `finalize` is flushing: once drained, writers finish their streams.
@@ -143,19 +144,27 @@ impl OutState {
     }
 
     /// Whether the engine, refused a frame, is to be told there is room:
-    /// once the frame's lane has drained to half its cap (so the engine
-    /// can go on a while) and has room for that very frame. (Told while
-    /// it would be refused again, the engine would be, and its writer would
-    /// tell it again at once, round and round, never letting quinn's
+    /// once a refused frame's lane has drained to half its cap (so the
+    /// engine can go on a while) and has room for that very frame. (Told
+    /// while it would be refused again, the engine would be, and its writer
+    /// would tell it again at once, round and round, never letting quinn's
     /// driver run on its thread to drain the stream: a frame of 1 MiB and
     /// a header, with the header taken by the stream and the 1 MiB payload
-    /// still queued, did that.)
+    /// still queued, did that.) The writer of a lane whose refusal ends
+    /// is woken: at a flush it waits for that to finish its stream.
     fn take_room(&mut self) -> bool {
-        let Some((lane, size)) = self.refused else { return false };
-        let (q, cap) = (&self.lanes[lane as usize], cap(lane as usize));
-        let room = q.bytes <= cap / 2 && (q.bytes == 0 || q.bytes + size <= cap);
-        if room {
-            self.refused = None;
+        let OutState { lanes, refused, .. } = self;
+        let mut room = false;
+        for (i, (q, refused)) in lanes.iter_mut().zip(refused.iter_mut()).enumerate() {
+            let Some(size) = *refused else { continue };
+            let cap = cap(i);
+            if q.bytes <= cap / 2 && (q.bytes == 0 || q.bytes + size <= cap) {
+                *refused = None;
+                room = true;
+                if let Some(w) = q.writer.take() {
+                    w.wake();
+                }
+            }
         }
         room
     }
@@ -223,7 +232,7 @@ impl Outbox {
             return Ok(());
         }
         if q.bytes > 0 && q.bytes + size > cap(lane as usize) {
-            st.refused = Some((lane, size));
+            st.refused[lane as usize] = Some(size);
             return Err(SendError::Full(frame));
         }
         let was_empty = q.frames.is_empty();
@@ -257,9 +266,9 @@ impl Outbox {
             Wrote::Failed(e) => Poll::Ready(Drained::Failed(e)),
             Wrote::Blocked if q.stream.is_some() && st.failed.is_none() => Poll::Pending,
             Wrote::All | Wrote::Blocked => {
-                // While the engine holds a refused frame (its goodbye, at
-                // an abort) the stream stays open for it.
-                if (st.closing && st.refused.is_none()) || st.failed.is_some() {
+                // While the engine holds a frame this lane refused (its
+                // goodbye, at an abort) the stream stays open for it.
+                if (st.closing && st.refused[lane as usize].is_none()) || st.failed.is_some() {
                     if let Some(stream) = q.stream.take() {
                         return Poll::Ready(Drained::Finish(stream));
                     }
@@ -410,7 +419,8 @@ mod tests {
 
     /// Each lane takes frames up to its cap, then refuses them, the other
     /// lane still taking its own; what waits stays within the caps; and the
-    /// engine is told once a refused lane has drained to half.
+    /// engine is told once a refused lane has drained to half (and its
+    /// refused frame fits), for each lane apart.
     #[test]
     fn an_outbox_holds_at_most_its_caps_and_refuses_one_lane_alone() {
         let outbox = Outbox::default();
@@ -431,8 +441,8 @@ mod tests {
         }
         let held: usize = outbox.lock().lanes.iter().map(|q| q.bytes).sum();
         assert!(held <= CONTROL_CAP + BULK_CAP, "{held} bytes held");
-        // The engine, refused a control frame last, is told there is room
-        // once the control lane has drained to half its cap, and only then.
+        // The engine, refused a chunk and a control frame, is told there
+        // is room once either lane has drained to half its cap, once each.
         let mut st = outbox.lock();
         let drain = |q: &mut Queue, to: usize| {
             while q.bytes > to {
@@ -440,10 +450,12 @@ mod tests {
                 q.bytes -= f.chunks.iter().map(Bytes::len).sum::<usize>();
             }
         };
+        assert!(!st.take_room(), "told while both lanes are full");
         drain(&mut st.lanes[Lane::Bulk as usize], 0);
-        assert!(!st.take_room(), "told while the control lane is full");
+        assert!(st.take_room(), "told once the bulk lane has drained");
+        assert!(!st.take_room(), "told again while the control lane is full");
         drain(&mut st.lanes[Lane::Control as usize], CONTROL_CAP / 2);
-        assert!(st.take_room(), "the engine was told the outbox has room");
+        assert!(st.take_room(), "told once the control lane has drained to half");
         assert!(!st.take_room(), "told twice");
     }
 

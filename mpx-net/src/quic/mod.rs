@@ -119,8 +119,10 @@ pub struct Options {
     /// soon as a small message arrives; on the program's runtime a busy
     /// worker looks at its sockets only every
     /// [`event_interval`](tokio::runtime::Builder::event_interval) tasks.
-    /// Only with [`bulk_connection`](Options::bulk_connection); on by
-    /// default.
+    /// Only for the bulk connections this rank has (both ranks of a pair
+    /// with [`bulk_connection`](Options::bulk_connection) on); a frame that
+    /// finds its stream idle is still written into it by the program's
+    /// task that sent it. On by default.
     pub bulk_thread: bool,
 }
 
@@ -295,8 +297,9 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     // with it.
     endpoint.own(registry);
     endpoint.own(quics);
-    // Last: the runtime stops once the tasks on it are aborted and its
-    // endpoint closed.
+    // Last: its runtime drops whatever still runs on it (the bulk
+    // connections' drivers, closed by then after a finalize), without
+    // waiting.
     if let Some(thread) = bulk_thread {
         endpoint.own(thread);
     }

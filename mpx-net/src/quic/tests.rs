@@ -634,18 +634,19 @@ async fn ranks_with_and_without_a_bulk_connection_talk() {
     }
 }
 
-/// The threads of this process named `mpx-bulk-<job>-…` (the bulk threads
-/// of job `job`'s ranks), each with the CPU time it has used, in clock
+/// The threads of this process named `mpx-bulk-<rank>-<job>` (the bulk
+/// threads of the ranks of job `job`, a job number short enough for the
+/// name to show whole), each with the CPU time it has used, in clock
 /// ticks.
 #[cfg(target_os = "linux")]
 fn bulk_threads(job: u64) -> Vec<u64> {
-    let prefix = format!("mpx-bulk-{job}-");
+    let names: Vec<String> = (0..8).map(|rank| format!("mpx-bulk-{rank}-{job}")).collect();
     let mut found = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let (Ok(comm), Ok(stat)) = (std::fs::read_to_string(task.path().join("comm")), std::fs::read_to_string(task.path().join("stat"))) else {
             continue; // ended meanwhile
         };
-        if comm.trim_end().starts_with(&prefix) {
+        if names.iter().any(|name| name == comm.trim_end()) {
             // Fields after the name: state is the 3rd field, utime and stime the 14th and 15th.
             let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
             found.push(fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap());
