@@ -443,30 +443,75 @@ impl Posted {
         let Posted { raw, from, count } = self;
         debug_assert_eq!(items.len(), count);
         let msg = raw.await?;
-        let mismatch = |detail: String| Error::CollectiveMismatch { rank: from, detail };
-        if msg.envelope.signature.is_none() {
-            return Err(mismatch("it gave up on the collective (its own error says why)".into()));
+        checked_into::<E>(msg, from, count, dst, items)
+    }
+
+    /// Waits for the message, `acc.len()` values of `T`, and combines them
+    /// into `acc` with `op`: `acc[i] = theirs[i] op acc[i]`. The values are
+    /// read from the message's own bytes where they are native values of
+    /// `T` at `T`'s alignment and `T` takes any bytes (no padding, no value
+    /// to validate); otherwise unpacked into a buffer first.
+    pub(crate) async fn fold_into<T: MpiType>(self, op: &Op<T>, acc: &mut [T]) -> Result<()> {
+        let Posted { raw, from, count } = self;
+        debug_assert_eq!(acc.len(), count);
+        let shared = raw.shared().clone();
+        let msg = raw.await?;
+        let datatype = T::datatype();
+        let signature = datatype.signature().repeat(count as u64);
+        let size = std::mem::size_of::<T>();
+        let plain = !T::NEEDS_VALIDATION && datatype.is_contiguous() && datatype.size() == size as u64;
+        let readable = plain
+            && msg.envelope.repr == Repr::Native
+            && msg.desc.is_none()
+            && msg.envelope.signature == Some((signature.hash(), signature.len()))
+            && msg.data.len() == count * size
+            && msg.data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0;
+        if readable {
+            // SAFETY: the bytes are `count` native values of `T` (the
+            // message's signature is `count` of `T`'s, in this rank's
+            // representation), at `T`'s alignment; `T`'s datatype covers
+            // every byte of a `T` and any bytes make a valid `T` (it needs
+            // no validation); the message outlives the slice.
+            let theirs = unsafe { std::slice::from_raw_parts(msg.data.as_ptr().cast::<T>(), count) };
+            op.apply(theirs, acc)?;
+            shared.recycle(msg);
+            return Ok(());
         }
-        let status = match E::deliver(dst, items, &msg) {
-            Ok(status) => status,
-            Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {}", E::name(dst)))),
-            Err(Error::Truncate { needed, .. }) => {
-                return Err(mismatch(format!("it sent {needed} bytes where {count} of {} were expected", E::name(dst))))
-            }
-            Err(e) => return Err(e),
-        };
-        let expected = E::item_type(dst).size() * count as u64;
-        if status.bytes != expected {
-            let sent = status.bytes;
-            return Err(mismatch(format!("it sent {sent} bytes where {count} of {} ({expected} bytes) were expected", E::name(dst))));
-        }
-        Ok(msg)
+        let mut theirs = acc.to_vec();
+        let items = 0..count;
+        let msg = checked_into::<T>(msg, from, count, &mut &mut theirs[..], items)?;
+        shared.recycle(msg);
+        op.apply(&theirs, acc)
     }
 
     /// Waits for an empty message.
     pub(crate) async fn signal(self) -> Result<()> {
         self.into::<u8>(&mut []).await
     }
+}
+
+/// Unpacks the message a collective's receive from `from` took into items
+/// `items` of `dst`, which must be exactly the `count` posted: a message of
+/// another count or type is [`Error::CollectiveMismatch`].
+fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<Delivered> {
+    let mismatch = |detail: String| Error::CollectiveMismatch { rank: from, detail };
+    if msg.envelope.signature.is_none() {
+        return Err(mismatch("it gave up on the collective (its own error says why)".into()));
+    }
+    let status = match E::deliver(dst, items, &msg) {
+        Ok(status) => status,
+        Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {}", E::name(dst)))),
+        Err(Error::Truncate { needed, .. }) => {
+            return Err(mismatch(format!("it sent {needed} bytes where {count} of {} were expected", E::name(dst))))
+        }
+        Err(e) => return Err(e),
+    };
+    let expected = E::item_type(dst).size() * count as u64;
+    if status.bytes != expected {
+        let sent = status.bytes;
+        return Err(mismatch(format!("it sent {sent} bytes where {count} of {} ({expected} bytes) were expected", E::name(dst))));
+    }
+    Ok(msg)
 }
 
 /// Awaits every request in `sends`, reporting the first error.

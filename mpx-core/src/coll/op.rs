@@ -317,6 +317,12 @@ impl<T> Op<T> {
 }
 
 impl<T> Op<T> {
+    /// Whether this is one of MPI's built-in operations (each of them
+    /// commutative bit for bit: `a op b` is `b op a`).
+    pub(crate) fn is_builtin(&self) -> bool {
+        matches!(self.kind, Kind::Builtin(..))
+    }
+
     /// Checks that the operation applies to `T` before a collective sends
     /// anything (a built-in the type does not take is an error on every
     /// rank alike).
