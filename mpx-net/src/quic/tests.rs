@@ -657,7 +657,8 @@ fn bulk_threads(job: u64) -> Vec<u64> {
 
 /// Each rank's bulk connections run on a thread of its own, which carries
 /// the rendezvous data (it uses the CPU time of the transfer), and which
-/// ends with its endpoint; with `bulk_thread` off there is none.
+/// ends with its endpoint, finalized or dropped in the middle of a
+/// transfer; with `bulk_thread` off there is none.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_connections_run_on_a_thread_that_ends_with_the_endpoint() {
@@ -691,6 +692,19 @@ async fn bulk_connections_run_on_a_thread_that_ends_with_the_endpoint() {
     let (zero, one) = pair_with(32, &Options { bulk_thread: false, ..options() });
     bulk_both_ways(&zero, &one).await;
     assert!(bulk_threads(32).is_empty(), "no bulk thread when asked for none");
+
+    // Dropped without a finalize, in the middle of a transfer, from a task.
+    let (zero, one) = pair(34);
+    bulk_both_ways(&zero, &one).await;
+    let transfer = zero.world().isend(vec![1u8; 32 << 20], 1, 0);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    drop((transfer, zero, one));
+    let gone = async {
+        while !bulk_threads(34).is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), gone).await.expect("the bulk threads end with endpoints dropped mid-transfer");
 }
 
 /// A bulk connection says which rank it comes from in its stream's head,
