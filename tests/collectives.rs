@@ -5,7 +5,7 @@
 //! flight at once; arguments that disagree. Every test runs on every
 //! transport of the harness.
 
-use mpx::coll::{Op, BXOR, MAX, MIN, SUM};
+use mpx::coll::{Builtin, Op, Reducible, BXOR, MAX, MIN, PROD, SUM};
 use mpx::MpiType;
 
 #[macro_use]
@@ -50,6 +50,24 @@ fn matrix_product() -> Op<Matrix> {
         },
         false,
     )
+}
+
+/// A matrix whose `PROD` is the matrix product: a program's own
+/// [`Reducible`] type, whose built-in operations need not commute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, MpiType)]
+#[repr(C)]
+struct OwnMatrix([i64; 4]);
+
+impl Reducible for OwnMatrix {
+    fn combine(op: Builtin, input: &[Self], inout: &mut [Self]) -> mpx::Result<()> {
+        if op != Builtin::Prod {
+            return Err(mpx::Error::InvalidArgument(format!("{op:?} of matrices")));
+        }
+        for (a, b) in input.iter().zip(inout.iter_mut()) {
+            b.0 = matmul(&a.0, &b.0);
+        }
+        Ok(())
+    }
 }
 
 /// The product of ranks `range`'s matrices, element `i`, in rank order.
@@ -286,6 +304,13 @@ each_transport! {
                     comm.allreduce(&mats, &mut product, matrix_product()).await?;
                     for (i, got) in product.iter().enumerate() {
                         assert_eq!(*got, serial_product(0..n, i), "{n} ranks, {elements} matrices, element {i}");
+                    }
+                    // The same through a built-in on a type of the program's own.
+                    let own: Vec<OwnMatrix> = mats.iter().map(|&m| OwnMatrix(m)).collect();
+                    let mut own_product = vec![OwnMatrix::default(); elements];
+                    comm.allreduce(&own, &mut own_product, PROD).await?;
+                    for (i, got) in own_product.iter().enumerate() {
+                        assert_eq!(got.0, serial_product(0..n, i), "{n} ranks, {elements} own matrices, element {i}");
                     }
                     Ok(sum.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
                 }))

@@ -316,13 +316,38 @@ impl<T> Op<T> {
     }
 }
 
-impl<T> Op<T> {
-    /// Whether this is one of MPI's built-in operations (each of them
-    /// commutative bit for bit: `a op b` is `b op a`).
-    pub(crate) fn is_builtin(&self) -> bool {
-        matches!(self.kind, Kind::Builtin(..))
+impl<T: 'static> Op<T> {
+    /// Whether `a op b` and `b op a` give the same bits for all values of
+    /// `T`, so that a fold may take a contribution from either side: a
+    /// built-in on one of the primitive integer types (wrapping sums and
+    /// products, min and max, the logical and bitwise operations), or the
+    /// sum or product of floats (IEEE addition and multiplication commute;
+    /// only which NaN a sum of two NaNs keeps may differ). Not a user's
+    /// [`Reducible`] type (its `PROD` may be a matrix product), nor
+    /// `MINLOC`/`MAXLOC`, nor `MIN`/`MAX` of floats (which zero or NaN a
+    /// tie keeps depends on the order).
+    pub(crate) fn commutes_exactly(&self) -> bool {
+        use std::any::TypeId;
+        let Kind::Builtin(op, _) = &self.kind else { return false };
+        let t = TypeId::of::<T>();
+        let integers = [
+            TypeId::of::<u8>(),
+            TypeId::of::<i8>(),
+            TypeId::of::<u16>(),
+            TypeId::of::<i16>(),
+            TypeId::of::<u32>(),
+            TypeId::of::<i32>(),
+            TypeId::of::<u64>(),
+            TypeId::of::<i64>(),
+            TypeId::of::<usize>(),
+            TypeId::of::<isize>(),
+        ];
+        let floats = [TypeId::of::<f32>(), TypeId::of::<f64>()];
+        integers.contains(&t) || (floats.contains(&t) && matches!(op, Builtin::Sum | Builtin::Prod))
     }
+}
 
+impl<T> Op<T> {
     /// Checks that the operation applies to `T` before a collective sends
     /// anything (a built-in the type does not take is an error on every
     /// rank alike).

@@ -161,10 +161,10 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
         let mut acc: Option<Vec<T>> = None;
         let mut spare: Option<Vec<T>> = None;
         for r in 0..last {
-            if let (Some(lower), true, false) = (acc.as_mut(), op.is_builtin(), r == me) {
-                // A built-in is commutative bit for bit (lower op theirs is
-                // theirs op lower), so rank r's part folds into the
-                // accumulator straight from its message.
+            if let (Some(lower), true, false) = (acc.as_mut(), op.commutes_exactly(), r == me) {
+                // `lower op theirs` is `theirs op lower`, bit for bit, so
+                // rank r's part folds into the accumulator straight from
+                // its message: still the left fold in rank order.
                 posted.next().expect("a receive per other rank").fold_into(&op, lower).await?;
                 continue;
             }
