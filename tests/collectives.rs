@@ -5,7 +5,7 @@
 //! flight at once; arguments that disagree. Every test runs on every
 //! transport of the harness.
 
-use mpx::coll::{Builtin, Op, Reducible, BXOR, MAX, MIN, PROD, SUM};
+use mpx::coll::{Builtin, Loc, Op, Reducible, BXOR, LOR, MAX, MIN, MINLOC, PROD, SUM};
 use mpx::MpiType;
 
 #[macro_use]
@@ -68,6 +68,13 @@ impl Reducible for OwnMatrix {
         }
         Ok(())
     }
+}
+
+/// Rank `r`'s float for [`large_allreduces_combine_blocks_in_rank_order`]'s
+/// `MAX` (no NaN, no negative zero: which of two a tie keeps is not
+/// specified).
+fn floats_of(r: usize, i: usize) -> f64 {
+    ((r * 13 + i) % 17) as f64 - 8.5
 }
 
 /// The product of ranks `range`'s matrices, element `i`, in rank order.
@@ -304,6 +311,35 @@ each_transport! {
                     comm.allreduce(&mats, &mut product, matrix_product()).await?;
                     for (i, got) in product.iter().enumerate() {
                         assert_eq!(*got, serial_product(0..n, i), "{n} ranks, {elements} matrices, element {i}");
+                    }
+                    // Built-ins that fold from either side (integers) and
+                    // those that do not (float MAX, MINLOC on a padded pair,
+                    // LOR on bools, whose values are validated), each
+                    // against a left fold in rank order.
+                    let ints: Vec<i32> = (0..count).map(|i| (me * 7 + i) as i32 * 0x0101).collect();
+                    let mut xor = vec![0i32; count];
+                    comm.allreduce(&ints, &mut xor, BXOR).await?;
+                    let floats: Vec<f64> = (0..count).map(|i| floats_of(me, i)).collect();
+                    let mut most = vec![1.0f64; count];
+                    comm.allreduce(&floats, &mut most, MAX).await?;
+                    let pairs: Vec<Loc<f64>> = (0..count / 2).map(|i| Loc { value: ((me + i) % 3) as f64, index: me as i32 }).collect();
+                    let mut least = vec![Loc { value: 0.0, index: 0 }; count / 2];
+                    comm.allreduce(&pairs, &mut least, MINLOC).await?;
+                    let flags: Vec<bool> = (0..count * 8).map(|i| (me + i) % (n + 1) == 0).collect();
+                    let mut any = vec![false; count * 8];
+                    comm.allreduce(&flags, &mut any, LOR).await?;
+                    for i in 0..count {
+                        let want = (0..n).fold(0i32, |acc, r| acc ^ ((r * 7 + i) as i32 * 0x0101));
+                        assert_eq!(xor[i], want, "{n} ranks, BXOR element {i}");
+                        let want = (1..n).fold(floats_of(0, i), |acc, r| acc.max(floats_of(r, i)));
+                        assert_eq!(most[i].to_bits(), want.to_bits(), "{n} ranks, MAX element {i}");
+                    }
+                    for (i, got) in least.iter().enumerate() {
+                        let (value, index) = (0..n).map(|r| (((r + i) % 3) as f64, r as i32)).fold((f64::INFINITY, i32::MAX), |a, b| if b.0 < a.0 { b } else { a });
+                        assert_eq!((got.value, got.index), (value, index), "{n} ranks, MINLOC element {i}");
+                    }
+                    for (i, got) in any.iter().enumerate() {
+                        assert_eq!(*got, (0..n).any(|r| (r + i) % (n + 1) == 0), "{n} ranks, LOR element {i}");
                     }
                     // The same through a built-in on a type of the program's own.
                     let own: Vec<OwnMatrix> = mats.iter().map(|&m| OwnMatrix(m)).collect();
