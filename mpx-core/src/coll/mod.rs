@@ -73,7 +73,7 @@ pub use movement::Block;
 pub use op::{Builtin, Loc, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, PROD, SUM};
 
 use crate::comm::data::Packed;
-use crate::comm::{capacity, Comm, Peer, RawRecv, RecvBuf, SendBuf, SendData};
+use crate::comm::{capacity, covers_every_byte, Comm, Peer, RawRecv, RecvBuf, SendBuf, SendData};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -462,7 +462,7 @@ impl Posted {
         let datatype = T::datatype();
         let signature = datatype.signature().repeat(count as u64);
         let size = std::mem::size_of::<T>();
-        let plain = !T::NEEDS_VALIDATION && datatype.is_contiguous() && datatype.size() == size as u64;
+        let plain = !T::NEEDS_VALIDATION && covers_every_byte::<T>(&datatype);
         let readable = plain
             && msg.envelope.repr == Repr::Native
             && msg.desc.is_none()

@@ -160,11 +160,12 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
         // is done with takes the next contribution received.
         let mut acc: Option<Vec<T>> = None;
         let mut spare: Option<Vec<T>> = None;
+        // `lower op theirs` is `theirs op lower`, bit for bit: another
+        // rank's part then folds into the accumulator straight from its
+        // message, still the left fold in rank order.
+        let from_message = op.commutes_exactly();
         for r in 0..last {
-            if let (Some(lower), true, false) = (acc.as_mut(), op.commutes_exactly(), r == me) {
-                // `lower op theirs` is `theirs op lower`, bit for bit, so
-                // rank r's part folds into the accumulator straight from
-                // its message: still the left fold in rank order.
+            if let Some(lower) = acc.as_mut().filter(|_| from_message && r != me) {
                 posted.next().expect("a receive per other rank").fold_into(&op, lower).await?;
                 continue;
             }

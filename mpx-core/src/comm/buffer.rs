@@ -485,6 +485,12 @@ pub(crate) fn unpack_typed_message_uninit<T: MpiType>(msg: &Delivered, buf: &mut
     Ok((status.expect("set on success"), whole))
 }
 
+/// Whether `datatype`, `T`'s own, covers every byte of a `T` (no
+/// padding): a slice of `T` is then, byte for byte, its packed native data.
+pub(crate) fn covers_every_byte<T: MpiType>(datatype: &Datatype) -> bool {
+    datatype.is_contiguous() && datatype.size() == std::mem::size_of::<T>() as u64
+}
+
 /// A `Vec` whose element type is contiguous (no padding), viewed as the
 /// bytes of a message.
 pub(crate) struct ContiguousVec<T>(Vec<T>);
@@ -494,7 +500,7 @@ impl<T: MpiType> ContiguousVec<T> {
     /// otherwise `values` back.
     pub(crate) fn new(values: Vec<T>) -> std::result::Result<ContiguousVec<T>, Vec<T>> {
         let datatype = T::datatype();
-        if datatype.is_contiguous() && datatype.size() == std::mem::size_of::<T>() as u64 {
+        if covers_every_byte::<T>(&datatype) {
             Ok(ContiguousVec(values))
         } else {
             Err(values)

@@ -420,4 +420,3 @@ pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
     let socket = bind((any, own.port()).into()).map_err(|e| Error::transport(format!("binding port {}", own.port()), e))?;
     start(socket, &addrs, credential, options).map(Some)
 }
-
