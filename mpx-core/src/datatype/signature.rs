@@ -103,6 +103,24 @@ impl Signature {
 
     /// The signature of `self` repeated `n` times.
     pub fn repeat(self, n: u64) -> Signature {
+        if n <= 1 {
+            return if n == 1 { self } else { Signature::EMPTY };
+        }
+        // Every message computes the signature of its count of items, on
+        // both sides, usually the same few (type, count) pairs again and
+        // again: the last ones are kept per thread, each in a slot chosen
+        // by its inputs.
+        let slot = (self.hash ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize % REPEATS_KEPT;
+        let key = (self, n);
+        if let Ok(Some(sig)) = REPEATS.try_with(|kept| kept[slot].get().filter(|(k, _)| *k == key).map(|(_, sig)| sig)) {
+            return sig;
+        }
+        let sig = self.repeat_uncached(n);
+        let _ = REPEATS.try_with(|kept| kept[slot].set(Some((key, sig))));
+        sig
+    }
+
+    fn repeat_uncached(self, n: u64) -> Signature {
         // Binary method on (signature, count): s^(2k) = s^k · s^k.
         let mut result = Signature::EMPTY;
         let mut base = self;
@@ -120,6 +138,16 @@ impl Signature {
     }
 }
 
+/// Slots of [`REPEATS`].
+const REPEATS_KEPT: usize = 16;
+
+type KeptRepeat = std::cell::Cell<Option<((Signature, u64), Signature)>>;
+
+thread_local! {
+    /// Signatures lately repeated on this thread: `((base, n), base^n)`.
+    static REPEATS: [KeptRepeat; REPEATS_KEPT] = const { [const { std::cell::Cell::new(None) }; REPEATS_KEPT] };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +159,18 @@ mod tests {
         for n in 0..20u64 {
             assert_eq!(a.repeat(n), c, "n = {n}");
             c = c.concat(a);
+        }
+    }
+
+    #[test]
+    fn kept_repeats_are_those_computed() {
+        let a = Signature::basic(Basic::Int).concat(Signature::basic(Basic::Double));
+        let b = Signature::basic(Basic::Double);
+        for round in 0..3 {
+            for n in 0..40u64 {
+                assert_eq!(a.repeat(n), a.repeat_uncached(n), "round {round}, n = {n}");
+                assert_eq!(b.repeat(n), b.repeat_uncached(n), "round {round}, n = {n}");
+            }
         }
     }
 

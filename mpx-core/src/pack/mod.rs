@@ -334,6 +334,20 @@ fn shift_origin(origin: usize, offset: i128, len: usize) -> Result<usize> {
 }
 
 /// Checks that `count` items of `dt` at `origin` stay inside `len` bytes.
+impl Datatype {
+    /// For a [contiguous](Datatype::is_contiguous) type whose `count` items
+    /// lie within a region of `len` bytes from `origin`: the bytes they
+    /// take. `None` for any other type, or items beyond the region (the
+    /// general path then reports the error).
+    fn contiguous_span(&self, count: u64, origin: usize, len: usize) -> Option<usize> {
+        if !self.is_contiguous() {
+            return None;
+        }
+        let bytes = usize::try_from(self.size().checked_mul(count)?).ok()?;
+        (bytes <= len.checked_sub(origin)?).then_some(bytes)
+    }
+}
+
 pub(crate) fn check_span(dt: &Datatype, count: u64, origin: usize, len: usize) -> Result<()> {
     let Some((lo, hi)) = dt.layout().data else { return Ok(()) };
     if count == 0 {
@@ -540,6 +554,16 @@ impl Datatype {
     /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn pack_to_vec(&self, src: Region<'_>, count: u64) -> Result<Vec<u8>> {
+        if let Some(bytes) = self.contiguous_span(count, src.origin, src.len) {
+            // One run of bytes (a slice of a primitive, say): copied as it
+            // is, without the packing program.
+            let mut out = spare::take(bytes).unwrap_or_default();
+            out.try_reserve_exact(bytes).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+            // SAFETY: `contiguous_span` proved `origin..origin + bytes`
+            // lies within the region's `len` bytes.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(src.ptr.add(src.origin), bytes) });
+            return Ok(out);
+        }
         // Check the source first: a count the region cannot hold must not
         // allocate anything.
         check_span(self, count, src.origin, src.len)?;
@@ -630,6 +654,20 @@ impl Datatype {
     /// and may end inside an item). A message longer than `count` items is
     /// an [`Error::Truncate`] that writes nothing.
     pub(crate) fn unpack_message(&self, data: &[u8], repr: Repr, dst: RegionMut<'_>, count: u64) -> Result<()> {
+        if repr == Repr::Native {
+            if let Some(bytes) = self.contiguous_span(count, dst.origin, dst.len) {
+                // Native data of one run of bytes, a partial last item
+                // included: the packed stream is the memory's image.
+                if data.len() > bytes {
+                    return Err(Error::Truncate { needed: data.len() as u64, available: bytes as u64 });
+                }
+                // SAFETY: `contiguous_span` proved `origin..origin + bytes`
+                // lies within the region, which is borrowed mutably (no
+                // other reference overlaps it, `data` included).
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.ptr.add(dst.origin), data.len()) };
+                return Ok(());
+            }
+        }
         check_span(self, count, dst.origin, dst.len)?;
         let per_item = if repr == Repr::External32 { self.external32_size() } else { self.size() };
         let capacity = per_item as u128 * count as u128;

@@ -25,19 +25,46 @@ use super::engine::{Envelope, MatchSpec, ReqId};
 /// with ten or ten thousand receives posted.
 #[derive(Default)]
 pub(crate) struct PostedQueue {
-    /// Receives per spec: (posting number, receive), in posting order.
-    queues: HashMap<MatchSpec, VecDeque<(u64, ReqId)>>,
+    /// Receives per spec, in posting order. A queue that empties stays
+    /// (most programs post the same spec again at once) until
+    /// [`EMPTIED_KEPT`] others have emptied too.
+    queues: HashMap<MatchSpec, Posted>,
     /// The spec of every posted receive, and the most data it holds (see
     /// [`Engine::post_recv_limited`](super::engine::Engine::post_recv_limited)).
     specs: HashMap<ReqId, (MatchSpec, Option<u64>)>,
     /// Receives posted of each shape ([`shape`]): a message looks only at
     /// the shapes some receive has (most programs name source and tag).
     per_shape: [usize; 4],
-    /// Queues emptied, kept for their memory: a spec posted and matched
+    /// Specs whose queue emptied since the last sweep (each listed once):
+    /// every empty queue in `queues` is listed here.
+    emptied: Vec<MatchSpec>,
+    /// Queues swept out, kept for their memory: a spec posted and matched
     /// over and over allocates nothing.
     spare: Spare<(u64, ReqId)>,
     /// The next posting number.
     next: u64,
+}
+
+/// Empty queues left in place at most; one more sweeps them out.
+const EMPTIED_KEPT: usize = 32;
+
+/// The receives posted with one spec.
+#[derive(Default)]
+struct Posted {
+    /// (posting number, receive), in posting order.
+    receives: VecDeque<(u64, ReqId)>,
+    /// Whether the spec is in [`PostedQueue::emptied`].
+    listed: bool,
+}
+
+impl Posted {
+    /// Whether the queue is empty and not listed yet; if so, it counts as
+    /// listed from now on (the caller lists it).
+    fn to_list(&mut self) -> bool {
+        let to_list = self.receives.is_empty() && !self.listed;
+        self.listed |= to_list;
+        to_list
+    }
 }
 
 /// Emptied queues kept for their memory (at most [`Spare::KEEP`] of them,
@@ -82,7 +109,8 @@ impl PostedQueue {
 
     pub(crate) fn push(&mut self, id: ReqId, spec: MatchSpec, limit: Option<u64>) {
         let spare = &mut self.spare;
-        self.queues.entry(spec).or_insert_with(|| spare.take()).push_back((self.next, id));
+        let posted = self.queues.entry(spec).or_insert_with(|| Posted { receives: spare.take(), listed: false });
+        posted.receives.push_back((self.next, id));
         self.specs.insert(id, (spec, limit));
         self.per_shape[shape(&spec)] += 1;
         self.next += 1;
@@ -92,44 +120,65 @@ impl PostedQueue {
     /// with its limit.
     pub(crate) fn take_match(&mut self, env: &Envelope) -> Option<(ReqId, Option<u64>)> {
         let specs = specs_accepting(env);
-        let mut first: Option<(u64, usize)> = None;
-        for (shape, spec) in specs.iter().enumerate() {
-            if self.per_shape[shape] == 0 {
-                continue;
+        let mut shapes = (0..specs.len()).filter(|&shape| self.per_shape[shape] > 0);
+        let (id, spec, to_list) = match (shapes.next(), shapes.next()) {
+            (None, _) => return None,
+            (Some(shape), None) => {
+                // One shape in use (the common case): one lookup.
+                let spec = &specs[shape];
+                let posted = self.queues.get_mut(spec)?;
+                let (_, id) = posted.receives.pop_front()?;
+                (id, spec, posted.to_list())
             }
-            if let Some(&(number, _)) = self.queues.get(spec).and_then(VecDeque::front) {
-                if first.is_none_or(|(earliest, _)| number < earliest) {
-                    first = Some((number, shape));
+            (Some(a), Some(b)) => {
+                let mut first: Option<(u64, usize)> = None;
+                for shape in [a, b].into_iter().chain(shapes) {
+                    if let Some(&(number, _)) = self.queues.get(&specs[shape]).and_then(|p| p.receives.front()) {
+                        if first.is_none_or(|(earliest, _)| number < earliest) {
+                            first = Some((number, shape));
+                        }
+                    }
                 }
+                let spec = &specs[first?.1];
+                let posted = self.queues.get_mut(spec).expect("found above");
+                let (_, id) = posted.receives.pop_front().expect("found above");
+                (id, spec, posted.to_list())
             }
-        }
-        let (_, shape) = first?;
-        let spec = &specs[shape];
-        let queue = self.queues.get_mut(spec).expect("found above");
-        let (_, id) = queue.pop_front().expect("found above");
-        if queue.is_empty() {
-            self.retire(spec);
+        };
+        if to_list {
+            self.list_emptied(*spec);
         }
         let (_, limit) = self.specs.remove(&id).expect("every posted receive has a spec");
-        self.per_shape[shape] -= 1;
+        self.per_shape[shape(spec)] -= 1;
         Some((id, limit))
     }
 
-    /// Drops `spec`'s emptied queue, keeping its memory.
-    fn retire(&mut self, spec: &MatchSpec) {
-        if let Some(queue) = self.queues.remove(spec) {
-            self.spare.keep(queue);
+    /// Lists `spec`, whose queue has just emptied (see [`Posted::to_list`]),
+    /// and sweeps the listed queues still empty out once there are too
+    /// many.
+    fn list_emptied(&mut self, spec: MatchSpec) {
+        self.emptied.push(spec);
+        if self.emptied.len() > EMPTIED_KEPT {
+            let mut listed = std::mem::take(&mut self.emptied);
+            for spec in listed.drain(..) {
+                match self.queues.entry(spec) {
+                    Entry::Occupied(entry) if entry.get().receives.is_empty() => self.spare.keep(entry.remove().receives),
+                    Entry::Occupied(mut entry) => entry.get_mut().listed = false,
+                    Entry::Vacant(_) => {}
+                }
+            }
+            self.emptied = listed;
         }
     }
 
     /// Removes receive `id`; `false` if it is not posted.
     pub(crate) fn remove(&mut self, id: ReqId) -> bool {
         let Some((spec, _)) = self.specs.remove(&id) else { return false };
-        let queue = self.queues.get_mut(&spec).expect("every posted receive is queued");
-        let at = queue.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
-        queue.remove(at);
-        if queue.is_empty() {
-            self.retire(&spec);
+        let posted = self.queues.get_mut(&spec).expect("every posted receive is queued");
+        let at = posted.receives.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
+        posted.receives.remove(at);
+        if posted.to_list() {
+            self.list_emptied(spec);
         }
         self.per_shape[shape(&spec)] -= 1;
         true
@@ -151,7 +200,8 @@ impl PostedQueue {
         let specs: Vec<MatchSpec> = self.queues.keys().filter(|spec| pred(spec)).copied().collect();
         let mut removed = Vec::new();
         for spec in specs {
-            for (number, id) in self.queues.remove(&spec).expect("a key just listed") {
+            // (A listed spec stays listed: the sweep finds it gone.)
+            for (number, id) in self.queues.remove(&spec).expect("a key just listed").receives {
                 self.specs.remove(&id);
                 self.per_shape[shape(&spec)] -= 1;
                 removed.push((number, id));
@@ -402,6 +452,33 @@ mod tests {
         Envelope { context, source, tag, signature: None, repr: Repr::Native, len: 0, desc_len: 0, seq }
     }
 
+    /// Emptied queues stay for the next receive of their spec, and are
+    /// swept out once more than [`EMPTIED_KEPT`] have emptied: receives of
+    /// ever new specs leave no trail behind.
+    #[test]
+    fn emptied_queues_stay_a_while_then_go() {
+        let mut index = PostedQueue::default();
+        for tag in 0..1000 {
+            let spec = MatchSpec { context: 1, source: Some(0), tag: Some(tag) };
+            for round in 0..2 {
+                index.push(tag as u64 * 2 + round, spec, None);
+                assert_eq!(index.take_match(&envelope(1, 0, tag, 0)).map(|(id, _)| id), Some(tag as u64 * 2 + round));
+            }
+            assert!(index.queues.contains_key(&spec), "kept for the next receive");
+            assert!(index.queues.len() <= EMPTIED_KEPT + 1, "{} queues after {tag}", index.queues.len());
+            assert_eq!(index.emptied.iter().filter(|&&s| s == spec).count(), 1, "listed once");
+        }
+        // Withdrawn receives empty their queues too.
+        for tag in 0..100 {
+            let spec = MatchSpec { context: 2, source: None, tag: Some(tag) };
+            index.push(5000 + tag as u64, spec, None);
+            assert!(index.remove(5000 + tag as u64));
+            assert!(index.queues.len() <= EMPTIED_KEPT + 1);
+        }
+        assert_eq!(index.len(), 0);
+        assert_eq!(index.per_shape, [0; 4]);
+    }
+
     /// The unexpected-message index against a list scanned in queue
     /// order, over random arrivals, receives and probes (with wildcards),
     /// messages put back by sender order, and removals.
@@ -552,6 +629,10 @@ mod tests {
                 }
                 assert_eq!(index.per_shape, per_shape, "receives counted per shape");
                 assert!(index.spare.0.len() <= Spare::<(u64, ReqId)>::KEEP);
+                assert!(index.emptied.len() <= EMPTIED_KEPT);
+                for (spec, posted) in &index.queues {
+                    assert!(!posted.receives.is_empty() || (posted.listed && index.emptied.contains(spec)), "every empty queue is listed");
+                }
             }
         }
     }
