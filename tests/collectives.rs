@@ -612,6 +612,80 @@ each_transport! {
         }
     }
 
+    /// Allgathers on both sides of the block size up to which blocks go
+    /// by Bruck's algorithm (8 KiB) rather than around a ring, of typed
+    /// values, in place and of a column type, on every rank count (Bruck's
+    /// groups of blocks wrap past the last rank on some steps, and the
+    /// last step of a rank count that is not a power of two moves fewer
+    /// blocks); and an allgatherv of even blocks (always the ring).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn allgathers_on_both_sides_of_the_doubling_threshold() {
+        const THRESHOLD: usize = 8 << 10;
+        let value = |rank: usize, i: usize| (rank * 1_000_003 + i * 7) as f64;
+        for n in SIZES {
+            for count in [THRESHOLD / 8, THRESHOLD / 8 + 1] {
+                returns(launch(n, move |comm| async move {
+                    let me = comm.rank();
+                    let mine: Vec<f64> = (0..count).map(|i| value(me, i)).collect();
+                    let check = |all: &[f64], what: &str| {
+                        for r in 0..n {
+                            for i in 0..count {
+                                assert_eq!(all[r * count + i], value(r, i), "{what}: {n} ranks, {count} values, rank {r}'s {i}");
+                            }
+                        }
+                    };
+                    let mut all = vec![0.0f64; n * count];
+                    comm.allgather(&mine, &mut all).await?;
+                    check(&all, "allgather");
+                    let mut table = vec![-1.0f64; n * count];
+                    table[me * count..(me + 1) * count].copy_from_slice(&mine);
+                    comm.allgather_in_place(&mut table).await?;
+                    check(&table, "in place");
+                    let counts = vec![count; n];
+                    let displs: Vec<usize> = (0..n).map(|r| r * count).collect();
+                    let mut even = vec![0.0f64; n * count];
+                    comm.allgatherv(&mine, &mut even, &counts, &displs).await?;
+                    check(&even, "allgatherv");
+                    // Rank r's values land in column r of an n-column matrix.
+                    let column = mpx::Datatype::resized(0, 8, &mpx::Datatype::vector(count, 1, n, &mpx::Datatype::double())?)?;
+                    let mut matrix = vec![0.0f64; n * count];
+                    let double = mpx::Datatype::double();
+                    let send = mpx::SendBuf::new(mpx::Region::of(&mine), count as u64, &double);
+                    comm.allgather(send, mpx::RecvBuf::new(mpx::RegionMut::of(&mut matrix), n as u64, &column)).await?;
+                    for r in 0..n {
+                        for i in 0..count {
+                            assert_eq!(matrix[i * n + r], value(r, i), "columns: {n} ranks, {count} values, rank {r}'s {i}");
+                        }
+                    }
+                    Ok(())
+                }))
+                .await;
+            }
+        }
+    }
+
+    /// Ranks whose counts disagree across the size at which the
+    /// allgather's algorithm changes: the ranks with the other count take
+    /// the ring while the rest take Bruck's algorithm; both start with a
+    /// block to the rank above, so the mismatch shows on that first
+    /// message and every rank returns (the harness fails a test that
+    /// hangs), those next to a disagreeing rank with an error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn allgather_counts_that_disagree_across_the_threshold_fail_without_a_hang() {
+        const SMALL: usize = (8 << 10) / 8;
+        for (n, odd) in [(3, 0), (4, 1), (5, 4), (8, 3), (8, 6)] {
+            let outcomes = returns(launch(n, move |comm| async move {
+                let me = comm.rank();
+                let count = if me == odd { SMALL + 1 } else { SMALL };
+                let mut all = vec![0.0f64; n * count];
+                Ok(comm.allgather(&vec![me as f64; count], &mut all).await.err())
+            }))
+            .await;
+            assert!(outcomes[odd].is_some(), "{n} ranks: rank {odd} (ring) must fail");
+            assert!(outcomes[(odd + 1) % n].is_some(), "{n} ranks: the rank above {odd} must fail");
+        }
+    }
+
     /// A rank whose part disagrees fails, and tells the others: every rank
     /// of the collective fails rather than waits, those that depended on it
     /// naming the rank that gave up.
@@ -725,3 +799,4 @@ each_transport! {
         }
     }
 }
+

@@ -39,7 +39,8 @@
 //! | [`allreduce`](Comm::allreduce) | 64 KiB and more per rank: reduce-scatter (block `r` to rank `r`, combined there in rank order), then a ring allgather; below that, power-of-two rank counts: recursive doubling (log₂ n exchanges); others: `reduce` to rank 0, then `bcast` |
 //! | [`scan`](Comm::scan), [`exscan`](Comm::exscan) | a chain in rank order |
 //! | [`gather`](Comm::gather), [`scatter`](Comm::scatter) and their `v` forms | direct to and from the root |
-//! | [`allgather`](Comm::allgather), [`allgatherv`](Comm::allgatherv) | a ring: n − 1 steps, each rank passing on what it got |
+//! | [`allgather`](Comm::allgather) | up to 8 KiB per rank on 3 ranks or more: Bruck's algorithm (⌈log₂ n⌉ steps, each rank sending the blocks it holds to the rank 2^k above); larger blocks: the ring |
+//! | [`allgatherv`](Comm::allgatherv) | a ring: n − 1 steps, each rank passing on what it got |
 //! | [`alltoall`](Comm::alltoall), [`alltoallv`](Comm::alltoallv), [`alltoallw`](Comm::alltoallw) | every pair exchanges directly |
 //! | [`reduce_scatter_block`](Comm::reduce_scatter_block), [`reduce_scatter`](Comm::reduce_scatter) | `reduce` to rank 0, then `scatter` |
 //! | [`Cart::neighbor_allgather`], [`Cart::neighbor_alltoall`] | one message to and from each neighbour, tagged with its direction |

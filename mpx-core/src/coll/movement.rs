@@ -149,6 +149,115 @@ impl Ring {
     }
 }
 
+/// Blocks of at most this many bytes are allgathered by Bruck's
+/// algorithm: ⌈log₂ n⌉ steps, each a message or two per rank, instead of
+/// the ring's n − 1 messages, each of which costs more than copying a few
+/// kilobytes. Larger blocks go around the ring, which passes on the bytes
+/// it received without packing them again.
+pub(super) const SMALL_ALLGATHER: u64 = 8 << 10;
+
+/// Bruck's allgather, of even blocks in rank order: at step `k` each rank
+/// sends the `m` blocks it got last (its own and those of the ranks just
+/// below it, `m = min(2^k, n − 2^k)`) to the rank `2^k` above it, and gets
+/// as many from the rank `2^k` below, so after ⌈log₂ n⌉ steps it holds
+/// all n. A group that wraps past the last rank goes as two messages, one
+/// per run of the buffer.
+///
+/// Its first step is the ring's (this rank's block to the rank above):
+/// ranks whose counts disagree, and so choose different algorithms, fail
+/// on that first message instead of waiting for messages the other
+/// algorithm never sends.
+pub(super) struct Bruck {
+    /// Items in each rank's block.
+    count: usize,
+    /// Per step, the receives of its pieces: the items each fills, and
+    /// its message.
+    posted: Vec<Vec<(Range<usize>, Posted)>>,
+    first: Option<Request<'static>>,
+}
+
+impl Bruck {
+    /// Whether an allgather of `count` items of `item_bytes` bytes per
+    /// rank among `n` ranks goes by [`Bruck`]: it depends on nothing a
+    /// correct program lets differ between ranks.
+    pub(super) fn suits(n: usize, count: usize, item_bytes: u64) -> bool {
+        n > 2 && (count as u64).saturating_mul(item_bytes) <= SMALL_ALLGATHER
+    }
+
+    /// Steps: ⌈log₂ n⌉.
+    fn steps(n: usize) -> u32 {
+        usize::BITS - n.saturating_sub(1).leading_zeros()
+    }
+
+    /// The runs of ranks, in order, of the `m` ranks ending at `last`
+    /// (cyclically): one run, or two where they wrap past rank n − 1.
+    fn runs(n: usize, last: usize, m: usize) -> [Range<usize>; 2] {
+        let first = (last + n + 1 - m) % n;
+        if first + m <= n {
+            [first..first + m, 0..0]
+        } else {
+            [first..n, 0..(first + m) % n]
+        }
+    }
+
+    /// The blocks step `k` moves: how many, and the rank above (to send
+    /// to) and below (to get from).
+    fn step(n: usize, me: usize, k: u32) -> (usize, usize, usize) {
+        let distance = 1usize << k;
+        (distance.min(n - distance), (me + distance) % n, (me + n - distance) % n)
+    }
+
+    /// Checks the layout, posts the receive of every step, sends this
+    /// rank's block to the rank above and copies it into its place.
+    pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, count: usize, what: &str) -> Result<Bruck> {
+        let (n, me) = (call.size(), call.rank());
+        let mine = 0..E::src_len(send);
+        E::check_src(send, mine.clone())?;
+        let (counts, displs) = even(n, count);
+        let ranges = blocks(what, n, &counts, &displs, E::dst_len(recv), true)?;
+        check_dst_blocks::<E>(recv, &ranges)?;
+        if E::ONE_TYPE {
+            check_len(format_args!("{what}: this rank's send"), mine.len(), count)?;
+        }
+        let posted = (0..Bruck::steps(n))
+            .map(|k| {
+                let (m, _, below) = Bruck::step(n, me, k);
+                Bruck::runs(n, below, m)
+                    .into_iter()
+                    .filter(|run| !run.is_empty())
+                    .map(|run| {
+                        let items = run.start * count..run.end * count;
+                        Ok((items.clone(), call.post_items::<E>(recv, below, items.len())?))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let first = call.send_items::<E>(send, mine.clone(), (me + 1) % n);
+        E::copy(send, mine, recv, ranges[me].clone())?;
+        Ok(Bruck { count, posted, first: Some(first) })
+    }
+
+    /// Takes each step's blocks, then sends the next step's from `recv`.
+    pub(super) async fn finish<E: Element>(self, call: &Call, recv: &mut E::Dst<'_>) -> Result<()> {
+        let Bruck { count, posted, first } = self;
+        let (n, me) = (call.size(), call.rank());
+        let steps = posted.len() as u32;
+        let mut later = Vec::new();
+        for (k, pieces) in (0..).zip(posted) {
+            for (items, p) in pieces {
+                p.into_items::<E>(recv, items).await?;
+            }
+            if k + 1 < steps {
+                let (m, above, _) = Bruck::step(n, me, k + 1);
+                for run in Bruck::runs(n, me, m).into_iter().filter(|run| !run.is_empty()) {
+                    later.push(call.forward_items::<E>(recv, run.start * count..run.end * count, above));
+                }
+            }
+        }
+        sent_after(first, later).await
+    }
+}
+
 /// `count` values at `displ` of a buffer of `len`, checked.
 fn block(what: &str, displ: usize, count: usize, len: usize) -> Result<Range<usize>> {
     let end = displ.checked_add(count).filter(|&e| e <= len);
@@ -442,8 +551,21 @@ impl Comm {
         let (send, recv) = (send.values(), recv.values());
         let n = self.size();
         let count = if T::ONE_TYPE { Ok(T::src_len(&send)) } else { per_rank("allgather: the receive", T::dst_len(&recv), n) };
-        let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
-        self.allgather_blocks::<T>(count.map(drop), send, recv, counts, displs, "allgather")
+        self.allgather_even::<T>(count, send, recv, "allgather")
+    }
+
+    /// An allgather of `count` items from every rank (an error if the
+    /// arguments say otherwise), by [`Bruck`] for small blocks and
+    /// otherwise around the [`Ring`].
+    fn allgather_even<'a, E: Element>(&self, count: Result<usize>, send: E::Src<'_>, mut recv: E::Dst<'a>, what: &'static str) -> Collective<'a> {
+        let even_count = *count.as_ref().unwrap_or(&0);
+        if Bruck::suits(self.size(), even_count, E::item_type(&recv).size()) {
+            let call = Call::start(self);
+            let started = count.and_then(|count| Bruck::start::<E>(&call, &send, &mut recv, count, what));
+            return Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await });
+        }
+        let (counts, displs) = even(self.size(), even_count);
+        self.allgather_blocks::<E>(count.map(drop), send, recv, counts, displs, what)
     }
 
     /// `MPI_Allgatherv`: as [`allgather`](Comm::allgather), rank `r`'s
@@ -755,9 +877,8 @@ impl Comm {
         let (n, me) = (self.size(), self.rank());
         let count = buf.len() / n;
         let mine = buf.get(me * count..(me + 1) * count).map(<[T]>::to_vec).unwrap_or_default();
-        let (counts, displs) = even(n, count);
         let checked = check_len("allgather_in_place: the buffer", buf.len(), n * count);
-        self.allgather_blocks::<T>(checked, &mine, buf, counts, displs, "allgather_in_place")
+        self.allgather_even::<T>(checked.map(|()| count), &mine[..], buf, "allgather_in_place")
     }
 
     /// [`alltoall`](Comm::alltoall) where `buf` (size × c values) holds the
