@@ -60,7 +60,7 @@ struct Posted {
 impl Posted {
     /// Whether the queue is empty and not listed yet; if so, it counts as
     /// listed from now on (the caller lists it).
-    fn to_list(&mut self) -> bool {
+    fn note_emptied(&mut self) -> bool {
         let to_list = self.receives.is_empty() && !self.listed;
         self.listed |= to_list;
         to_list
@@ -107,6 +107,11 @@ impl PostedQueue {
         self.specs.len()
     }
 
+    /// Whether any receive naming no source is posted.
+    pub(crate) fn any_source_posted(&self) -> bool {
+        self.per_shape[1] + self.per_shape[3] > 0
+    }
+
     pub(crate) fn push(&mut self, id: ReqId, spec: MatchSpec, limit: Option<u64>) {
         let spare = &mut self.spare;
         let posted = self.queues.entry(spec).or_insert_with(|| Posted { receives: spare.take(), listed: false });
@@ -128,7 +133,7 @@ impl PostedQueue {
                 let spec = &specs[shape];
                 let posted = self.queues.get_mut(spec)?;
                 let (_, id) = posted.receives.pop_front()?;
-                (id, spec, posted.to_list())
+                (id, spec, posted.note_emptied())
             }
             (Some(a), Some(b)) => {
                 let mut first: Option<(u64, usize)> = None;
@@ -142,7 +147,7 @@ impl PostedQueue {
                 let spec = &specs[first?.1];
                 let posted = self.queues.get_mut(spec).expect("found above");
                 let (_, id) = posted.receives.pop_front().expect("found above");
-                (id, spec, posted.to_list())
+                (id, spec, posted.note_emptied())
             }
         };
         if to_list {
@@ -153,7 +158,7 @@ impl PostedQueue {
         Some((id, limit))
     }
 
-    /// Lists `spec`, whose queue has just emptied (see [`Posted::to_list`]),
+    /// Lists `spec`, whose queue has just emptied (see [`Posted::note_emptied`]),
     /// and sweeps the listed queues still empty out once there are too
     /// many.
     fn list_emptied(&mut self, spec: MatchSpec) {
@@ -177,7 +182,7 @@ impl PostedQueue {
         let posted = self.queues.get_mut(&spec).expect("every posted receive is queued");
         let at = posted.receives.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
         posted.receives.remove(at);
-        if posted.to_list() {
+        if posted.note_emptied() {
             self.list_emptied(spec);
         }
         self.per_shape[shape(&spec)] -= 1;

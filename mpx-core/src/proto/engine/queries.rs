@@ -168,7 +168,7 @@ impl Engine {
     /// Whether posted receive `id` accepts any source while every other
     /// rank is gone: only this rank can still match it.
     pub fn orphaned(&self, id: ReqId) -> bool {
-        self.posted.spec(id).is_some_and(|s| s.source.is_none()) && self.others_gone().is_some()
+        self.posted.any_source_posted() && self.posted.spec(id).is_some_and(|s| s.source.is_none()) && self.others_gone().is_some()
     }
 
     /// The representation to send typed data to `dest` in: native only to
