@@ -619,10 +619,10 @@ each_transport! {
     /// last step of a rank count that is not a power of two moves fewer
     /// blocks); and an allgatherv of even blocks (always the ring).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn allgathers_on_both_sides_of_the_doubling_threshold() {
+    async fn allgathers_on_both_sides_of_the_bruck_threshold() {
         const THRESHOLD: usize = 8 << 10;
         let value = |rank: usize, i: usize| (rank * 1_000_003 + i * 7) as f64;
-        for n in SIZES {
+        for n in 1..=8 {
             for count in [THRESHOLD / 8, THRESHOLD / 8 + 1] {
                 returns(launch(n, move |comm| async move {
                     let me = comm.rank();
@@ -665,23 +665,32 @@ each_transport! {
     }
 
     /// Ranks whose counts disagree across the size at which the
-    /// allgather's algorithm changes: the ranks with the other count take
-    /// the ring while the rest take Bruck's algorithm; both start with a
-    /// block to the rank above, so the mismatch shows on that first
+    /// allgather's algorithm changes: one rank takes the ring while the
+    /// rest take Bruck's algorithm, or the other way round; both start
+    /// with a block to the rank above, so the mismatch shows on that first
     /// message and every rank returns (the harness fails a test that
     /// hangs), those next to a disagreeing rank with an error.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn allgather_counts_that_disagree_across_the_threshold_fail_without_a_hang() {
         const SMALL: usize = (8 << 10) / 8;
-        for (n, odd) in [(3, 0), (4, 1), (5, 4), (8, 3), (8, 6)] {
+        for (n, odd, odd_count, others) in [
+            (3, 0, SMALL + 1, SMALL),
+            (4, 1, SMALL + 1, SMALL),
+            (5, 4, SMALL + 1, SMALL),
+            (8, 3, SMALL + 1, SMALL),
+            (8, 6, SMALL + 1, SMALL),
+            (3, 2, SMALL, SMALL + 1),
+            (6, 1, SMALL, SMALL + 1),
+            (8, 0, SMALL, SMALL + 1),
+        ] {
             let outcomes = returns(launch(n, move |comm| async move {
                 let me = comm.rank();
-                let count = if me == odd { SMALL + 1 } else { SMALL };
+                let count = if me == odd { odd_count } else { others };
                 let mut all = vec![0.0f64; n * count];
                 Ok(comm.allgather(&vec![me as f64; count], &mut all).await.err())
             }))
             .await;
-            assert!(outcomes[odd].is_some(), "{n} ranks: rank {odd} (ring) must fail");
+            assert!(outcomes[odd].is_some(), "{n} ranks: rank {odd} must fail");
             assert!(outcomes[(odd + 1) % n].is_some(), "{n} ranks: the rank above {odd} must fail");
         }
     }
@@ -799,4 +808,3 @@ each_transport! {
         }
     }
 }
-

@@ -29,7 +29,10 @@
 //! rank must call the same collectives on a communicator in the same
 //! order, with matching arguments; a rank whose part does not match what
 //! it receives (another count or type) fails with
-//! [`Error::CollectiveMismatch`].
+//! [`Error::CollectiveMismatch`]. Calling different collectives at the
+//! same point (say `allgather` on some ranks and `allgatherv` on others)
+//! is not detected in general: those ranks may wait for each other
+//! forever.
 //!
 //! | collective | algorithm |
 //! |---|---|
@@ -39,7 +42,7 @@
 //! | [`allreduce`](Comm::allreduce) | 64 KiB and more per rank: reduce-scatter (block `r` to rank `r`, combined there in rank order), then a ring allgather; below that, power-of-two rank counts: recursive doubling (log₂ n exchanges); others: `reduce` to rank 0, then `bcast` |
 //! | [`scan`](Comm::scan), [`exscan`](Comm::exscan) | a chain in rank order |
 //! | [`gather`](Comm::gather), [`scatter`](Comm::scatter) and their `v` forms | direct to and from the root |
-//! | [`allgather`](Comm::allgather) | up to 8 KiB per rank on 3 ranks or more: Bruck's algorithm (⌈log₂ n⌉ steps, each rank sending the blocks it holds to the rank 2^k above); larger blocks: the ring |
+//! | [`allgather`](Comm::allgather) | up to 8 KiB per rank on 3 ranks or more: Bruck's algorithm (⌈log₂ n⌉ steps; at step k each rank sends the min(2^k, n − 2^k) blocks of the ranks just below it, its own last, to the rank 2^k above); larger blocks, and 1 or 2 ranks: the ring |
 //! | [`allgatherv`](Comm::allgatherv) | a ring: n − 1 steps, each rank passing on what it got |
 //! | [`alltoall`](Comm::alltoall), [`alltoallv`](Comm::alltoallv), [`alltoallw`](Comm::alltoallw) | every pair exchanges directly |
 //! | [`reduce_scatter_block`](Comm::reduce_scatter_block), [`reduce_scatter`](Comm::reduce_scatter) | `reduce` to rank 0, then `scatter` |

@@ -157,8 +157,9 @@ impl Ring {
 pub(super) const SMALL_ALLGATHER: u64 = 8 << 10;
 
 /// Bruck's allgather, of even blocks in rank order: at step `k` each rank
-/// sends the `m` blocks it got last (its own and those of the ranks just
-/// below it, `m = min(2^k, n − 2^k)`) to the rank `2^k` above it, and gets
+/// sends the `m` blocks of the ranks just below it, ending with its own
+/// (`m = min(2^k, n − 2^k)`: all it holds but on the last step of a rank
+/// count that is not a power of two), to the rank `2^k` above it, and gets
 /// as many from the rank `2^k` below, so after ⌈log₂ n⌉ steps it holds
 /// all n. A group that wraps past the last rank goes as two messages, one
 /// per run of the buffer.
@@ -533,7 +534,9 @@ impl Comm {
     }
 
     /// `MPI_Allgather`: every rank's `send` lands in block `r` (its rank)
-    /// of every rank's `recv` (size × `send.len()` values), around a ring.
+    /// of every rank's `recv` (size × `send.len()` values): by Bruck's
+    /// algorithm for blocks up to 8 KiB on 3 ranks or more, otherwise
+    /// around a ring (see the [module docs](super)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -906,7 +909,52 @@ impl Comm {
 
 #[cfg(test)]
 mod tests {
-    use super::binomial;
+    use super::{binomial, Bruck, SMALL_ALLGATHER};
+
+    /// Bruck's steps, simulated for every rank count up to 64: each rank
+    /// sends only blocks it holds, what it sends is what its receiver
+    /// expects (the same runs, in the same order), nothing arrives twice,
+    /// and at the end every rank holds every block.
+    #[test]
+    fn bruck_steps_give_every_rank_every_block_once() {
+        for n in 3..=64usize {
+            let mut holds: Vec<Vec<bool>> = (0..n).map(|me| (0..n).map(|r| r == me).collect()).collect();
+            for k in 0..Bruck::steps(n) {
+                let mut arriving = vec![Vec::new(); n];
+                for (me, held) in holds.iter().enumerate() {
+                    let (m, above, _) = Bruck::step(n, me, k);
+                    let sent: Vec<usize> = Bruck::runs(n, me, m).into_iter().flatten().collect();
+                    assert_eq!(sent.len(), m, "n {n} rank {me} step {k}");
+                    assert!(sent.iter().all(|&b| held[b]), "n {n} rank {me} step {k} sends a block it lacks");
+                    // What the rank above expects from this one.
+                    let (m_above, _, its_below) = Bruck::step(n, above, k);
+                    assert_eq!((its_below, m_above), (me, m));
+                    assert_eq!(Bruck::runs(n, its_below, m_above), Bruck::runs(n, me, m));
+                    assert!(Bruck::runs(n, me, m).iter().all(|run| run.end <= n && run.start <= run.end));
+                    arriving[above] = sent;
+                }
+                for (me, blocks) in arriving.into_iter().enumerate() {
+                    for b in blocks {
+                        assert!(!holds[me][b], "n {n} rank {me} step {k}: block {b} twice");
+                        holds[me][b] = true;
+                    }
+                }
+            }
+            assert!(holds.iter().all(|h| h.iter().all(|&x| x)), "n {n}: a block missing");
+        }
+    }
+
+    /// Bruck's algorithm takes blocks up to 8 KiB on 3 ranks or more.
+    #[test]
+    fn bruck_suits_small_blocks_on_three_ranks_or_more() {
+        assert!(Bruck::suits(3, 1024, 8));
+        assert!(Bruck::suits(64, SMALL_ALLGATHER as usize, 1));
+        assert!(!Bruck::suits(3, 1025, 8), "8,200 bytes");
+        assert!(!Bruck::suits(2, 1, 8), "2 ranks: the ring");
+        assert!(!Bruck::suits(1, 1, 8));
+        assert!(Bruck::suits(5, 0, 8), "empty blocks");
+        assert!(!Bruck::suits(4, usize::MAX, 8), "no overflow");
+    }
 
     /// Every rank but the root has one parent, the parent lists it as a
     /// child, and following parents reaches the root.

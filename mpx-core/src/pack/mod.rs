@@ -333,7 +333,6 @@ fn shift_origin(origin: usize, offset: i128, len: usize) -> Result<usize> {
     Ok(moved as usize)
 }
 
-/// Checks that `count` items of `dt` at `origin` stay inside `len` bytes.
 impl Datatype {
     /// For a [contiguous](Datatype::is_contiguous) type whose `count` items
     /// lie within a region of `len` bytes from `origin`: the bytes they
@@ -348,6 +347,7 @@ impl Datatype {
     }
 }
 
+/// Checks that `count` items of `dt` at `origin` stay inside `len` bytes.
 pub(crate) fn check_span(dt: &Datatype, count: u64, origin: usize, len: usize) -> Result<()> {
     let Some((lo, hi)) = dt.layout().data else { return Ok(()) };
     if count == 0 {

@@ -26,8 +26,9 @@ use super::engine::{Envelope, MatchSpec, ReqId};
 #[derive(Default)]
 pub(crate) struct PostedQueue {
     /// Receives per spec, in posting order. A queue that empties stays
-    /// (most programs post the same spec again at once) until
-    /// [`EMPTIED_KEPT`] others have emptied too.
+    /// (most programs post the same spec again at once) until a sweep
+    /// finds it still empty, once [`EMPTIED_KEPT`] queues have emptied; a
+    /// queue a burst grew beyond [`Spare::ROOM`] goes at once.
     queues: HashMap<MatchSpec, Posted>,
     /// The spec of every posted receive, and the most data it holds (see
     /// [`Engine::post_recv_limited`](super::engine::Engine::post_recv_limited)).
@@ -35,8 +36,11 @@ pub(crate) struct PostedQueue {
     /// Receives posted of each shape ([`shape`]): a message looks only at
     /// the shapes some receive has (most programs name source and tag).
     per_shape: [usize; 4],
-    /// Specs whose queue emptied since the last sweep (each listed once):
-    /// every empty queue in `queues` is listed here.
+    /// Specs whose queue emptied since the last sweep: every empty queue
+    /// in `queues` is listed here. (A spec whose queue
+    /// [`remove_where`](PostedQueue::remove_where) took may stay listed,
+    /// and be listed again once a new queue of it empties: the sweep skips
+    /// what is gone.)
     emptied: Vec<MatchSpec>,
     /// Queues swept out, kept for their memory: a spec posted and matched
     /// over and over allocates nothing.
@@ -45,7 +49,8 @@ pub(crate) struct PostedQueue {
     next: u64,
 }
 
-/// Empty queues left in place at most; one more sweeps them out.
+/// Queues listed as emptied at most; the next to empty first sweeps those
+/// still empty out.
 const EMPTIED_KEPT: usize = 32;
 
 /// The receives posted with one spec.
@@ -57,13 +62,30 @@ struct Posted {
     listed: bool,
 }
 
+/// What becomes of a queue a receive has just left.
+#[derive(PartialEq)]
+enum Left {
+    /// Nothing: it holds receives, or is listed already.
+    Kept,
+    /// It is empty: the caller lists it (it counts as listed from now on).
+    List,
+    /// It is empty and a burst grew it large: the caller drops it.
+    Drop,
+}
+
 impl Posted {
-    /// Whether the queue is empty and not listed yet; if so, it counts as
-    /// listed from now on (the caller lists it).
-    fn note_emptied(&mut self) -> bool {
-        let to_list = self.receives.is_empty() && !self.listed;
-        self.listed |= to_list;
-        to_list
+    /// What becomes of this queue, which a receive has just left.
+    fn left(&mut self) -> Left {
+        if !self.receives.is_empty() {
+            Left::Kept
+        } else if self.receives.capacity() > Spare::<(u64, ReqId)>::ROOM {
+            Left::Drop
+        } else if self.listed {
+            Left::Kept
+        } else {
+            self.listed = true;
+            Left::List
+        }
     }
 }
 
@@ -126,14 +148,14 @@ impl PostedQueue {
     pub(crate) fn take_match(&mut self, env: &Envelope) -> Option<(ReqId, Option<u64>)> {
         let specs = specs_accepting(env);
         let mut shapes = (0..specs.len()).filter(|&shape| self.per_shape[shape] > 0);
-        let (id, spec, to_list) = match (shapes.next(), shapes.next()) {
+        let (id, spec, left) = match (shapes.next(), shapes.next()) {
             (None, _) => return None,
             (Some(shape), None) => {
                 // One shape in use (the common case): one lookup.
                 let spec = &specs[shape];
                 let posted = self.queues.get_mut(spec)?;
                 let (_, id) = posted.receives.pop_front()?;
-                (id, spec, posted.note_emptied())
+                (id, spec, posted.left())
             }
             (Some(a), Some(b)) => {
                 let mut first: Option<(u64, usize)> = None;
@@ -147,23 +169,28 @@ impl PostedQueue {
                 let spec = &specs[first?.1];
                 let posted = self.queues.get_mut(spec).expect("found above");
                 let (_, id) = posted.receives.pop_front().expect("found above");
-                (id, spec, posted.note_emptied())
+                (id, spec, posted.left())
             }
         };
-        if to_list {
-            self.list_emptied(*spec);
-        }
+        self.after_leaving(*spec, left);
         let (_, limit) = self.specs.remove(&id).expect("every posted receive has a spec");
         self.per_shape[shape(spec)] -= 1;
         Some((id, limit))
     }
 
-    /// Lists `spec`, whose queue has just emptied (see [`Posted::note_emptied`]),
-    /// and sweeps the listed queues still empty out once there are too
-    /// many.
-    fn list_emptied(&mut self, spec: MatchSpec) {
-        self.emptied.push(spec);
-        if self.emptied.len() > EMPTIED_KEPT {
+    /// Does what [`Posted::left`] said for `spec`'s queue: lists it (after
+    /// sweeping out the listed queues still empty, if there are enough of
+    /// them), or drops it.
+    fn after_leaving(&mut self, spec: MatchSpec, left: Left) {
+        match left {
+            Left::Kept => return,
+            Left::Drop => {
+                self.queues.remove(&spec);
+                return;
+            }
+            Left::List => {}
+        }
+        if self.emptied.len() >= EMPTIED_KEPT {
             let mut listed = std::mem::take(&mut self.emptied);
             for spec in listed.drain(..) {
                 match self.queues.entry(spec) {
@@ -174,6 +201,7 @@ impl PostedQueue {
             }
             self.emptied = listed;
         }
+        self.emptied.push(spec);
     }
 
     /// Removes receive `id`; `false` if it is not posted.
@@ -182,9 +210,8 @@ impl PostedQueue {
         let posted = self.queues.get_mut(&spec).expect("every posted receive is queued");
         let at = posted.receives.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
         posted.receives.remove(at);
-        if posted.note_emptied() {
-            self.list_emptied(spec);
-        }
+        let left = posted.left();
+        self.after_leaving(spec, left);
         self.per_shape[shape(&spec)] -= 1;
         true
     }
@@ -468,18 +495,28 @@ mod tests {
             for round in 0..2 {
                 index.push(tag as u64 * 2 + round, spec, None);
                 assert_eq!(index.take_match(&envelope(1, 0, tag, 0)).map(|(id, _)| id), Some(tag as u64 * 2 + round));
+                assert!(index.queues.contains_key(&spec), "tag {tag}, round {round}: kept for the next receive");
+                assert_eq!(index.emptied.iter().filter(|&&s| s == spec).count(), 1, "listed once");
             }
-            assert!(index.queues.contains_key(&spec), "kept for the next receive");
             assert!(index.queues.len() <= EMPTIED_KEPT + 1, "{} queues after {tag}", index.queues.len());
-            assert_eq!(index.emptied.iter().filter(|&&s| s == spec).count(), 1, "listed once");
         }
         // Withdrawn receives empty their queues too.
         for tag in 0..100 {
             let spec = MatchSpec { context: 2, source: None, tag: Some(tag) };
             index.push(5000 + tag as u64, spec, None);
             assert!(index.remove(5000 + tag as u64));
+            assert!(index.queues.contains_key(&spec), "kept for the next receive");
             assert!(index.queues.len() <= EMPTIED_KEPT + 1);
         }
+        // A queue a burst grew large gives its memory back as it empties.
+        let spec = MatchSpec { context: 3, source: Some(1), tag: Some(1) };
+        for id in 0..1000 {
+            index.push(10_000 + id, spec, None);
+        }
+        for id in 0..1000 {
+            assert_eq!(index.take_match(&envelope(3, 1, 1, 0)).map(|(id, _)| id), Some(10_000 + id));
+        }
+        assert!(!index.queues.contains_key(&spec), "a large emptied queue is dropped");
         assert_eq!(index.len(), 0);
         assert_eq!(index.per_shape, [0; 4]);
     }
@@ -600,8 +637,10 @@ mod tests {
                 let wild = |v: u32, n: u32| (v < n).then_some(v);
                 match next(10) {
                     0..=4 => {
+                        // Up to 48 specs: more than EMPTIED_KEPT, so
+                        // sweeps run.
                         let spec = MatchSpec {
-                            context: next(2) as u64,
+                            context: next(3) as u64,
                             source: wild(next(4), 3),
                             tag: wild(next(4), 3).map(|t| t as i32),
                         };
@@ -610,7 +649,7 @@ mod tests {
                         id += 1;
                     }
                     5..=7 => {
-                        let env = envelope(next(2) as u64, next(3), next(3) as i32, 0);
+                        let env = envelope(next(3) as u64, next(3), next(3) as i32, 0);
                         let want = list.iter().position(|(_, spec)| spec.accepts(&env)).map(|i| list.remove(i).0);
                         assert_eq!(index.take_match(&env).map(|(id, _)| id), want);
                     }
