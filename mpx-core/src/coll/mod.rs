@@ -463,23 +463,7 @@ impl Posted {
         debug_assert!(op.commutes_exactly(), "a fold from the message's side needs an operation that commutes");
         let shared = raw.shared().clone();
         let msg = raw.await?;
-        let datatype = T::datatype();
-        let signature = datatype.signature().repeat(count as u64);
-        let size = std::mem::size_of::<T>();
-        let plain = !T::NEEDS_VALIDATION && covers_every_byte::<T>(&datatype);
-        let readable = plain
-            && msg.envelope.repr == Repr::Native
-            && msg.desc.is_none()
-            && msg.envelope.signature == Some((signature.hash(), signature.len()))
-            && msg.data.len() == count * size
-            && msg.data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0;
-        if readable {
-            // SAFETY: the bytes are `count` native values of `T` (the
-            // message's signature is `count` of `T`'s, in this rank's
-            // representation), at `T`'s alignment; `T`'s datatype covers
-            // every byte of a `T` and any bytes make a valid `T` (it needs
-            // no validation); the message outlives the slice.
-            let theirs = unsafe { std::slice::from_raw_parts(msg.data.as_ptr().cast::<T>(), count) };
+        if let Some(theirs) = values_in_place::<T>(&msg, count) {
             op.apply(theirs, acc)?;
             shared.recycle(msg);
             return Ok(());
@@ -495,6 +479,28 @@ impl Posted {
     pub(crate) async fn signal(self) -> Result<()> {
         self.into::<u8>(&mut []).await
     }
+}
+
+/// `msg`'s data as `count` values of `T`, read where they lie, if they
+/// are exactly that: native values of a type that takes any bytes and has
+/// no padding, `count` of them by the message's signature, at `T`'s
+/// alignment. Otherwise `None` (the message is then unpacked).
+fn values_in_place<T: MpiType>(msg: &Delivered, count: usize) -> Option<&[T]> {
+    let datatype = T::datatype();
+    let signature = datatype.signature().repeat(count as u64);
+    let readable = !T::NEEDS_VALIDATION
+        && covers_every_byte::<T>(&datatype)
+        && msg.envelope.repr == Repr::Native
+        && msg.desc.is_none()
+        && msg.envelope.signature == Some((signature.hash(), signature.len()))
+        && Some(msg.data.len()) == count.checked_mul(std::mem::size_of::<T>())
+        && msg.data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0;
+    // SAFETY: the bytes are `count` native values of `T` (the message's
+    // signature is `count` of `T`'s, in this rank's representation, and
+    // its length theirs), at `T`'s alignment; `T`'s datatype covers every
+    // byte of a `T` and any bytes make a valid `T` (it needs no
+    // validation); the slice borrows the message, which holds the bytes.
+    readable.then(|| unsafe { std::slice::from_raw_parts(msg.data.as_ptr().cast::<T>(), count) })
 }
 
 /// Unpacks the message a collective's receive from `from` took into items
@@ -551,4 +557,65 @@ pub(crate) fn check_len(what: impl std::fmt::Display, have: usize, want: usize) 
         return Err(Error::InvalidArgument(format!("{what} holds {have} values, where the collective needs {want}")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{values_in_place, Loc};
+    use crate::mpi_type::MpiType;
+    use crate::pack::Repr;
+    use crate::proto::engine::{Delivered, Envelope};
+    use bytes::Bytes;
+
+    /// A delivered message of `data`, whose envelope says `count` values of
+    /// `T` in `repr`.
+    fn message<T: MpiType>(data: Bytes, count: u64, repr: Repr) -> Delivered {
+        let signature = T::datatype().signature().repeat(count);
+        let envelope = Envelope {
+            context: 1,
+            source: 0,
+            tag: 0,
+            signature: Some((signature.hash(), signature.len())),
+            repr,
+            len: data.len() as u64,
+            desc_len: 0,
+            seq: 0,
+        };
+        Delivered { envelope, data, desc: None, credit: 0 }
+    }
+
+    fn bytes_of(values: &[f64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+    }
+
+    /// A reduction reads a message's values where they lie only when they
+    /// are exactly `count` native values of a plain type at its alignment;
+    /// anything else (unaligned bytes, another type or count, external32,
+    /// a type description, padding, values that need validating) is
+    /// unpacked.
+    #[test]
+    fn values_are_read_in_place_only_when_they_are_plain_aligned_and_whole() {
+        let values = [1.5f64, -2.0, 1e16, 0.25];
+        let aligned = Bytes::from(bytes_of(&values));
+        assert_eq!(aligned.as_ptr().align_offset(8), 0, "a Vec<u8> of 32 bytes from the allocator is 8-aligned");
+        let msg = message::<f64>(aligned.clone(), 4, Repr::Native);
+        assert_eq!(values_in_place::<f64>(&msg, 4), Some(&values[..]));
+        // The same bytes one byte into a buffer: not at f64's alignment.
+        let mut shifted = vec![0u8];
+        shifted.extend_from_slice(&aligned);
+        let unaligned = Bytes::from(shifted).slice(1..);
+        assert_ne!(unaligned.as_ptr().align_offset(8), 0);
+        assert_eq!(values_in_place::<f64>(&message::<f64>(unaligned, 4, Repr::Native), 4), None, "unaligned");
+        assert_eq!(values_in_place::<f64>(&message::<f64>(aligned.clone(), 4, Repr::External32), 4), None, "external32");
+        assert_eq!(values_in_place::<f64>(&message::<i64>(aligned.clone(), 4, Repr::Native), 4), None, "another type");
+        assert_eq!(values_in_place::<f64>(&message::<f64>(aligned.slice(..24), 3, Repr::Native), 4), None, "another count");
+        let mut described = message::<f64>(aligned.clone(), 4, Repr::Native);
+        described.desc = Some(Box::new(Bytes::from_static(b"d")));
+        assert_eq!(values_in_place::<f64>(&described, 4), None, "a type description");
+        // Loc<f64> has padding; bool needs its values validated.
+        let padded = Bytes::from(vec![0u8; 2 * std::mem::size_of::<Loc<f64>>()]);
+        assert!(values_in_place::<Loc<f64>>(&message::<Loc<f64>>(padded, 2, Repr::Native), 2).is_none(), "padding");
+        let flags = Bytes::from(vec![1u8; 4]);
+        assert!(values_in_place::<bool>(&message::<bool>(flags, 4, Repr::Native), 4).is_none(), "validated values");
+    }
 }
