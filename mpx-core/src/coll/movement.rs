@@ -90,12 +90,7 @@ impl Ring {
     /// copies it into its place in `recv`.
     pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
         let (n, me) = (call.size(), call.rank());
-        let mine = 0..E::src_len(send);
-        E::check_src(send, mine.clone())?;
-        let ranges = Ring::layout::<E>(call, recv, counts, displs, what)?;
-        if E::ONE_TYPE {
-            check_len(format_args!("{what}: this rank's send"), mine.len(), counts[me])?;
-        }
+        let (mine, ranges) = Ring::checked_blocks::<E>(call, send, recv, counts, displs, what)?;
         let posted = Ring::post::<E>(call, recv, counts)?;
         let first = (n > 1).then(|| call.send_items::<E>(send, mine.clone(), (me + 1) % n));
         E::copy(send, mine, recv, ranges[me].clone())?;
@@ -110,6 +105,26 @@ impl Ring {
         let posted = Ring::post::<E>(call, recv, counts)?;
         let first = (n > 1).then(|| call.forward_items::<E>(recv, ranges[me].clone(), (me + 1) % n));
         Ok(Ring { ranges, posted, first })
+    }
+
+    /// This rank's `send` (its items), checked against its block, and
+    /// each rank's block of `recv`, checked: what an allgather checks
+    /// before it sends anything.
+    fn checked_blocks<E: Element>(
+        call: &Call,
+        send: &E::Src<'_>,
+        recv: &E::Dst<'_>,
+        counts: &[usize],
+        displs: &[usize],
+        what: &str,
+    ) -> Result<(Range<usize>, Vec<Range<usize>>)> {
+        let mine = 0..E::src_len(send);
+        E::check_src(send, mine.clone())?;
+        let ranges = Ring::layout::<E>(call, recv, counts, displs, what)?;
+        if E::ONE_TYPE {
+            check_len(format_args!("{what}: this rank's send"), mine.len(), counts[call.rank()])?;
+        }
+        Ok((mine, ranges))
     }
 
     /// Each rank's block of `recv`, checked.
@@ -212,14 +227,8 @@ impl Bruck {
     /// rank's block to the rank above and copies it into its place.
     pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, count: usize, what: &str) -> Result<Bruck> {
         let (n, me) = (call.size(), call.rank());
-        let mine = 0..E::src_len(send);
-        E::check_src(send, mine.clone())?;
         let (counts, displs) = even(n, count);
-        let ranges = blocks(what, n, &counts, &displs, E::dst_len(recv), true)?;
-        check_dst_blocks::<E>(recv, &ranges)?;
-        if E::ONE_TYPE {
-            check_len(format_args!("{what}: this rank's send"), mine.len(), count)?;
-        }
+        let (mine, ranges) = Ring::checked_blocks::<E>(call, send, recv, &counts, &displs, what)?;
         let posted = (0..Bruck::steps(n))
             .map(|k| {
                 let (m, _, below) = Bruck::step(n, me, k);

@@ -63,7 +63,6 @@ struct Posted {
 }
 
 /// What becomes of a queue a receive has just left.
-#[derive(PartialEq)]
 enum Left {
     /// Nothing: it holds receives, or is listed already.
     Kept,
