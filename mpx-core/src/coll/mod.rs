@@ -77,7 +77,7 @@ pub use movement::Block;
 pub use op::{Builtin, Loc, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, PROD, SUM};
 
 use crate::comm::data::Packed;
-use crate::comm::{capacity, covers_every_byte, Comm, Peer, RawRecv, RecvBuf, SendBuf, SendData};
+use crate::comm::{capacity, Comm, Peer, RawRecv, RecvBuf, SendBuf, SendData};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -486,14 +486,7 @@ impl Posted {
 /// no padding, `count` of them by the message's signature, at `T`'s
 /// alignment. Otherwise `None` (the message is then unpacked).
 fn values_in_place<T: MpiType>(msg: &Delivered, count: usize) -> Option<&[T]> {
-    let datatype = T::datatype();
-    let signature = datatype.signature().repeat(count as u64);
-    let readable = !T::NEEDS_VALIDATION
-        && covers_every_byte::<T>(&datatype)
-        && msg.envelope.repr == Repr::Native
-        && msg.desc.is_none()
-        && msg.envelope.signature == Some((signature.hash(), signature.len()))
-        && Some(msg.data.len()) == count.checked_mul(std::mem::size_of::<T>())
+    let readable = crate::comm::native_values::<T>(msg, &T::datatype()) == Some(count)
         && msg.data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0;
     // SAFETY: the bytes are `count` native values of `T` (the message's
     // signature is `count` of `T`'s, in this rank's representation, and

@@ -180,6 +180,13 @@ impl Packed {
     pub(crate) fn untyped(data: Bytes) -> Packed {
         Packed { data, repr: Repr::Native, signature: None, desc_len: 0 }
     }
+
+    /// `count` native values of `T`, whose bytes `data` holds as they lie
+    /// in memory (`T` has no padding).
+    pub(crate) fn native_values<T: MpiType>(data: Bytes, count: usize) -> Packed {
+        let signature = T::datatype().signature().repeat(count as u64);
+        Packed { data, repr: Repr::Native, signature: Some((signature.hash(), signature.len())), desc_len: 0 }
+    }
 }
 
 /// A receive buffer: memory, a count and a datatype.
@@ -453,6 +460,17 @@ pub(crate) fn native_packed(msg: &Delivered) -> Result<Bytes> {
 
 /// Unpacks a delivered message into a typed slice, validating values first.
 pub(crate) fn unpack_typed_message<T: MpiType>(msg: &Delivered, buf: &mut [T]) -> Result<Status> {
+    if let Some(values) = native_values::<T>(msg, &T::datatype()) {
+        if values <= buf.len() {
+            // SAFETY: the message is `values` whole native values of `T`
+            // (`native_values`), a type without padding that any bytes
+            // make valid, and `buf` holds at least that many: copying its
+            // bytes writes exactly what unpacking them would. The message
+            // and the receive's buffer are distinct memory.
+            unsafe { std::ptr::copy_nonoverlapping(msg.data.as_ptr(), buf.as_mut_ptr().cast::<u8>(), msg.data.len()) };
+            return Ok(status_of(msg));
+        }
+    }
     let count = buf.len() as u64;
     let mut status = None;
     // SAFETY: the region is written through `T`'s own datatype.
@@ -483,6 +501,30 @@ pub(crate) fn unpack_typed_message_uninit<T: MpiType>(msg: &Delivered, buf: &mut
         })?
     };
     Ok((status.expect("set on success"), whole))
+}
+
+/// How many values of `T` `msg` holds, if it is exactly whole values of
+/// `T` in this rank's native representation (by its signature and length)
+/// and `T`, whose own datatype is `datatype`, has no padding and takes any
+/// bytes: its bytes are then those values as they lie in memory. `None`
+/// otherwise (the message is then checked and unpacked in full).
+pub(crate) fn native_values<T: MpiType>(msg: &Delivered, datatype: &Datatype) -> Option<usize> {
+    let size = std::mem::size_of::<T>();
+    let env = &msg.envelope;
+    if T::NEEDS_VALIDATION
+        || size == 0
+        || env.repr != Repr::Native
+        || msg.desc.is_some()
+        || datatype.is_packed()
+        || !covers_every_byte::<T>(datatype)
+        || !msg.data.len().is_multiple_of(size)
+    {
+        return None;
+    }
+    let (hash, elements) = env.signature.filter(|&s| s != SERIALIZED_SIGNATURE)?;
+    let values = msg.data.len() / size;
+    let signature = datatype.signature().repeat(values as u64);
+    (signature.hash() == hash && signature.len() == elements).then_some(values)
 }
 
 /// Whether `datatype`, `T`'s own, covers every byte of a `T` (no

@@ -22,7 +22,7 @@
 
 use bytes::Bytes;
 
-use super::buffer::{capacity, deliver_into, unpack_typed_message, ContiguousVec, RecvBuf, SendBuf};
+use super::buffer::{capacity, covers_every_byte, deliver_into, ContiguousVec, RecvBuf, SendBuf};
 use crate::error::Result;
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
@@ -68,7 +68,14 @@ impl<T: MpiType> SendData for &T {
 }
 
 impl<T: MpiType> SendData for &[T] {
+    /// Native data of a type without padding is copied as it lies.
     fn into_packed(self, repr: Repr) -> Result<Packed> {
+        if repr == Repr::Native && covers_every_byte::<T>(&T::datatype()) {
+            // SAFETY: `T` has no padding (its datatype covers every byte of
+            // it), so all `size_of_val(self)` bytes are initialised.
+            let bytes = unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<u8>(), std::mem::size_of_val(self)) };
+            return Ok(Packed::native_values::<T>(Bytes::copy_from_slice(bytes), self.len()));
+        }
         SendBuf::typed(self).pack(repr)
     }
 }
@@ -87,9 +94,8 @@ impl<T: MpiType> SendData for Vec<T> {
         }
         match ContiguousVec::new(self) {
             Ok(values) => {
-                let signature = T::datatype().signature().repeat(values.len() as u64);
-                let data = Bytes::from_owner(values);
-                Ok(Packed { data, repr, signature: Some((signature.hash(), signature.len())), desc_len: 0 })
+                let count = values.len();
+                Ok(Packed::native_values::<T>(Bytes::from_owner(values), count))
             }
             Err(values) => values.as_slice().into_packed(repr),
         }
@@ -169,7 +175,7 @@ pub struct RecvTarget<'a> {
 impl<'a, T: MpiType> RecvData<'a> for &'a mut [T] {
     fn into_target(self) -> Result<RecvTarget<'a>> {
         let limit = capacity(&T::datatype(), self.len() as u64);
-        Ok(RecvTarget { limit, finish: Box::new(move |msg| unpack_typed_message(msg, self)) })
+        Ok(RecvTarget { limit, finish: Finish::slice(self) })
     }
 
     fn pack_contents(&self, repr: Repr) -> Result<Packed> {
@@ -203,7 +209,7 @@ impl<'a> RecvData<'a> for RecvBuf<'a> {
         // is posted, so no message is consumed by it.
         self.check()?;
         let limit = capacity(&self.datatype, self.count);
-        Ok(RecvTarget { limit, finish: Box::new(move |msg| deliver_into(msg, &self.datatype, self.count, self.region)) })
+        Ok(RecvTarget { limit, finish: Finish::boxed(move |msg| deliver_into(msg, &self.datatype, self.count, self.region)) })
     }
 
     fn pack_contents(&self, repr: Repr) -> Result<Packed> {

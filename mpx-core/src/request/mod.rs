@@ -105,8 +105,64 @@ pub use set::RequestSet;
 pub use status::Status;
 
 /// Turns a delivered message into the receive's status, unpacking it into
-/// the receive's buffer.
-pub(crate) type Finish<'a> = Box<dyn FnOnce(&Delivered) -> Result<Status> + Send + 'a>;
+/// the receive's buffer: a typed slice held as it is (the common receive,
+/// with nothing allocated), or any other unpacking step, boxed.
+pub(crate) struct Finish<'a>(FinishInto<'a>);
+
+/// Unpacks a message into `len` values of a type at a pointer (see
+/// [`Finish::slice`]).
+type UnpackSlice = unsafe fn(std::ptr::NonNull<u8>, usize, &Delivered) -> Result<Status>;
+
+/// Any other unpacking step.
+type UnpackBoxed<'a> = Box<dyn FnOnce(&Delivered) -> Result<Status> + Send + 'a>;
+
+enum FinishInto<'a> {
+    /// `len` values of the type `unpack` was made for, at `ptr`: the
+    /// `&'a mut [T]` the receive was given, its type erased.
+    Slice {
+        ptr: std::ptr::NonNull<u8>,
+        len: usize,
+        unpack: UnpackSlice,
+        _borrow: std::marker::PhantomData<&'a mut [u8]>,
+    },
+    Boxed(UnpackBoxed<'a>),
+}
+
+// SAFETY: `Slice` stands for a `&'a mut [T]` with `T: MpiType`, which is
+// `Send` (`MpiType: Send`); `Boxed` is `Send` itself.
+unsafe impl Send for FinishInto<'_> {}
+
+impl<'a> Finish<'a> {
+    /// Unpacks into `buf`, checking the message against `T`'s datatype.
+    pub(crate) fn slice<T: crate::mpi_type::MpiType>(buf: &'a mut [T]) -> Finish<'a> {
+        /// # Safety
+        /// `ptr` and `len` are those of a live `&mut [T]` no one else uses.
+        unsafe fn unpack<T: crate::mpi_type::MpiType>(ptr: std::ptr::NonNull<u8>, len: usize, msg: &Delivered) -> Result<Status> {
+            // SAFETY: by this function's contract, made in `Finish::slice`
+            // from the slice borrowed for `'a`, which `Finish<'a>` keeps.
+            let buf = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<T>().as_ptr(), len) };
+            crate::comm::unpack_typed_message(msg, buf)
+        }
+        let len = buf.len();
+        let ptr = std::ptr::NonNull::from(buf).cast::<u8>();
+        Finish(FinishInto::Slice { ptr, len, unpack: unpack::<T>, _borrow: std::marker::PhantomData })
+    }
+
+    /// Runs `f` on the message.
+    pub(crate) fn boxed(f: impl FnOnce(&Delivered) -> Result<Status> + Send + 'a) -> Finish<'a> {
+        Finish(FinishInto::Boxed(Box::new(f)))
+    }
+
+    /// Unpacks `msg` into the receive's buffer.
+    pub(crate) fn run(self, msg: &Delivered) -> Result<Status> {
+        match self.0 {
+            // SAFETY: `ptr` and `len` come from the `&'a mut [T]` given to
+            // `Finish::slice` with this `unpack`, still borrowed (`'a`).
+            FinishInto::Slice { ptr, len, unpack, .. } => unsafe { unpack(ptr, len, msg) },
+            FinishInto::Boxed(f) => f(msg),
+        }
+    }
+}
 
 /// What a request does with its completion.
 pub(crate) enum Kind<'a> {
@@ -236,7 +292,7 @@ impl<'a> Request<'a> {
         let outcome = match (kind, completion) {
             (Kind::Send, Completion::Send(r)) => r.map(|()| Status::empty()),
             (Kind::Recv(finish), Completion::Recv(r)) => r.and_then(|msg| {
-                let status = finish(&msg);
+                let status = finish.run(&msg);
                 shared.recycle(msg);
                 status
             }),

@@ -489,6 +489,9 @@ impl Shared {
     /// Hands queued frames to the transport, peer by peer, and dispatches
     /// the engine's events.
     pub(crate) fn flush(&self, st: &mut State) {
+        if !st.engine.has_output() && st.state_wakers.is_empty() {
+            return;
+        }
         loop {
             let mut progressed = false;
             while let Some(dest) = st.engine.poll_writable() {

@@ -159,6 +159,13 @@ impl Engine {
             })
     }
 
+    /// Whether [`poll_writable`](Engine::poll_writable) or
+    /// [`poll_event`](Engine::poll_event) may have something: when not,
+    /// both return `None`.
+    pub fn has_output(&self) -> bool {
+        !self.writable.is_empty() || !self.events.is_empty()
+    }
+
     /// The next completion.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
