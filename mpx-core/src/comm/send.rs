@@ -55,7 +55,7 @@ impl Comm {
             }
             // An eager send is usually complete already: its request needs
             // no second look at the endpoint.
-            match self.shared.start_send(&mut st, id, |engine| engine.post_send(id, mode, msg)) {
+            match self.shared.start_send(&mut st, id, mode, msg) {
                 Some(Completion::Send(result)) => result.map(|()| None),
                 Some(other) => {
                     st.requests.insert(id, Tracked::Done(other));

@@ -438,7 +438,19 @@ impl Node {
                     data: pattern(self.rank(), n, len),
                 };
                 self.sends.insert(id, dest);
-                self.engine.post_send(id, mode, msg);
+                // Every other send is started as an endpoint starts sends:
+                // straight to the transport when it can go so.
+                if n.is_multiple_of(2) {
+                    match self.engine.send_eager_now(id, mode, msg) {
+                        Ok(frame) => {
+                            assert_eq!(self.sends.remove(&id), Some(dest), "a send went at once to another rank");
+                            self.hand_over(dest, frame, &mut out);
+                        }
+                        Err(msg) => self.engine.post_send(id, mode, msg),
+                    }
+                } else {
+                    self.engine.post_send(id, mode, msg);
+                }
             }
             Op::Recv { source, tag, context, limit } => {
                 let id = self.engine.next_id();
@@ -562,23 +574,29 @@ impl Node {
             let Some(dest) = self.engine.poll_writable() else { return };
             while budget > 0 {
                 let Some(frame) = self.engine.poll_transmit(dest) else { break };
-                if self.full[dest as usize] {
-                    self.engine.unsend(dest, frame);
+                if !self.hand_over(dest, frame, out) {
                     break;
                 }
                 budget -= 1;
-                let bytes = frame.to_bytes();
-                assert!(
-                    matches!(Frame::decode(bytes.clone()), Ok(f) if f == frame),
-                    "a transmitted frame does not decode to itself"
-                );
-                out.push((dest, bytes));
             }
             if budget == 0 && !self.full[dest as usize] {
                 // More may wait for `dest`: keep it scheduled.
                 self.engine.writable(dest);
             }
         }
+    }
+
+    /// Takes `frame` for `dest` as a transport would, or refuses it (gives
+    /// it back to the engine) while `dest`'s link is full: false then.
+    fn hand_over(&mut self, dest: u32, frame: Frame, out: &mut Vec<(u32, Bytes)>) -> bool {
+        if self.full[dest as usize] {
+            self.engine.unsend(dest, frame);
+            return false;
+        }
+        let bytes = frame.to_bytes();
+        assert!(matches!(Frame::decode(bytes.clone()), Ok(f) if f == frame), "a transmitted frame does not decode to itself");
+        out.push((dest, bytes));
+        true
     }
 
     fn drain_events(&mut self) {

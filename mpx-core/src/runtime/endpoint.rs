@@ -17,7 +17,7 @@ use std::time::Instant;
 use super::transport::{SendError, Transport};
 use crate::error::{Error, Result};
 use crate::pack::Repr;
-use crate::proto::engine::{Config, Delivered, Engine, Event, ReqId};
+use crate::proto::engine::{Config, Delivered, Engine, Event, Outgoing, ReqId, SendMode};
 use crate::proto::wire::Frame;
 
 pub(crate) enum Completion {
@@ -497,17 +497,8 @@ impl Shared {
             while let Some(dest) = st.engine.poll_writable() {
                 while let Some(frame) = st.engine.poll_transmit(dest) {
                     progressed = true;
-                    match self.transport.send(dest as usize, frame) {
-                        Ok(()) => {}
-                        Err(SendError::Full(frame)) => {
-                            st.engine.unsend(dest, frame);
-                            break;
-                        }
-                        Err(SendError::Failed(e)) => {
-                            st.engine.fail_peer(dest, e);
-                            st.wake_probes();
-                            break;
-                        }
+                    if !self.transmit(st, dest, frame) {
+                        break;
                     }
                 }
             }
@@ -539,6 +530,23 @@ impl Shared {
                 std::mem::take(&mut st.state_wakers).into_iter().partition(|(_, awaited)| awaited.reached(engine));
             st.state_wakers = waiting;
             st.to_wake.extend(ready.into_iter().map(|(w, _)| w));
+        }
+    }
+
+    /// Hands `frame` to the transport for `dest`; false if the transport
+    /// refused it (given back to the engine) or failed (the peer failed).
+    fn transmit(&self, st: &mut State, dest: u32, frame: Frame) -> bool {
+        match self.transport.send(dest as usize, frame) {
+            Ok(()) => true,
+            Err(SendError::Full(frame)) => {
+                st.engine.unsend(dest, frame);
+                false
+            }
+            Err(SendError::Failed(e)) => {
+                st.engine.fail_peer(dest, e);
+                st.wake_probes();
+                false
+            }
         }
     }
 
@@ -624,11 +632,24 @@ impl Shared {
         Poll::Pending
     }
 
-    /// Posts send `id` with `post` and flushes, the state locked; returns
-    /// its completion if it completed meanwhile (an eager send usually
-    /// does), so its request needs no second look at the endpoint.
-    /// Otherwise its completion comes through `requests` as any other's.
-    pub(crate) fn start_send(&self, st: &mut State, id: ReqId, post: impl FnOnce(&mut Engine)) -> Option<Completion> {
+    /// Starts send `id` and flushes, the state locked; returns its
+    /// completion if it completed meanwhile (an eager send usually does),
+    /// so its request needs no second look at the endpoint. Otherwise its
+    /// completion comes through `requests` as any other's. A send that
+    /// goes at once as one eager frame goes straight to the transport
+    /// ([`Engine::send_eager_now`]).
+    pub(crate) fn start_send(&self, st: &mut State, id: ReqId, mode: SendMode, msg: Outgoing) -> Option<Completion> {
+        let dest = msg.dest;
+        let msg = match st.engine.send_eager_now(id, mode, msg) {
+            Ok(frame) => {
+                self.transmit(st, dest, frame);
+                // A failure (the peer's) may have completed other requests.
+                self.flush(st);
+                return Some(Completion::Send(Ok(())));
+            }
+            Err(msg) => msg,
+        };
+        let post = |engine: &mut Engine| engine.post_send(id, mode, msg);
         /// Clears `starting` however the start ends (a transport that
         /// panics in `send` included), so no later completion is taken
         /// for this send's.

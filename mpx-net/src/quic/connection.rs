@@ -443,20 +443,29 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
 
 /// Connects from `quic` to `peer` at `addr`, trying again while it does
 /// not answer (another process still starting) until `deadline`; `what`
-/// completes "rank N" in the error (the socket dialled).
+/// completes "rank N" in the error (the socket dialled). The error names
+/// why the last attempt that ended failed (a refused certificate, say),
+/// even when a later one was still waiting at the deadline.
 async fn connect(shared: &Shared, quic: &quinn::Endpoint, peer: u32, addr: std::net::SocketAddr, deadline: Instant, what: &str) -> Result<quinn::Connection> {
     let name = rank_name(shared.credential.job(), peer);
     let context = || format!("connecting to rank {peer}{what} at {addr}");
+    let mut last_failure = None;
     loop {
         let attempt = quic.connect_with(shared.client.clone(), addr, &name).map_err(|e| io_error(context(), e))?;
         match tokio::time::timeout_at(deadline.into(), attempt).await {
             Ok(Ok(conn)) => return Ok(conn),
             Ok(Err(e)) if Instant::now() + Duration::from_millis(50) < deadline => {
                 tracing::debug!(rank = shared.me, peer, error = %e, "connect failed; retrying");
+                last_failure = Some(e);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(Err(e)) => return Err(io_error(context(), e)),
-            Err(_) => return Err(io_error(context(), std::io::Error::from(std::io::ErrorKind::TimedOut))),
+            Err(_) => {
+                return Err(match last_failure {
+                    Some(e) => io_error(context(), e),
+                    None => io_error(context(), std::io::Error::from(std::io::ErrorKind::TimedOut)),
+                })
+            }
         }
     }
 }

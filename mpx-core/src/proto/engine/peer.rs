@@ -109,3 +109,12 @@ pub(super) struct Peer {
     /// The peer failed: the error of every operation that depends on it.
     pub(super) failed: Option<Error>,
 }
+
+impl Peer {
+    /// Whether a frame to the peer may go straight to the transport: the
+    /// peer is alive and has said hello, and no send or frame waits for it
+    /// that would have to go first, nor is its link blocked.
+    pub(super) fn clear_to_send(&self) -> bool {
+        self.failed.is_none() && self.hello.is_some() && self.held.is_empty() && self.queue.is_empty() && !self.blocked
+    }
+}

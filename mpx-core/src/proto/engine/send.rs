@@ -72,6 +72,31 @@ impl Engine {
         self.handle_local();
     }
 
+    /// Starts send `id` if it goes at once as one eager frame with nothing
+    /// for `dest` ahead of it (the common small send), and returns that
+    /// frame for the caller to hand to the transport now, or to give back
+    /// with [`unsend`](Engine::unsend) if the transport refuses it. The
+    /// send is then complete: no [`Event::SendDone`] follows. Otherwise
+    /// nothing changes and the message comes back, for
+    /// [`post_send`](Engine::post_send).
+    pub fn send_eager_now(&mut self, id: ReqId, mode: SendMode, msg: Outgoing) -> std::result::Result<Frame, Outgoing> {
+        let dest = msg.dest;
+        let clear_to_go = dest < self.size()
+            && dest != self.rank
+            && !self.finished
+            && !self.closed
+            && self.peers[dest as usize].clear_to_send()
+            && self.goes_eagerly(mode, dest, msg.data.len());
+        if !clear_to_go {
+            return Err(msg);
+        }
+        tracing::trace!(rank = self.rank, id, dest, tag = msg.tag, len = msg.data.len(), ?mode, "send posted, eager at once");
+        self.peers[dest as usize].credit -= eager_cost(msg.data.len());
+        let header = self.data_header(Kind::Eager, &msg, id);
+        self.peers[dest as usize].sent = true;
+        Ok(Frame { header, payload: msg.data })
+    }
+
     /// Starts the sends held for `dest`, in order, while credit and slots
     /// allow.
     pub(super) fn start_held(&mut self, dest: u32) {

@@ -978,3 +978,57 @@ fn refused_rendezvous_data_holds_back_only_rendezvous_data() {
     assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Ok(d) }] if d.data == "a long message in chunks"));
     assert!(e[0].is_flushed());
 }
+
+/// A small send goes straight to the transport only when nothing for its
+/// peer must go first and it would go eagerly anyway; otherwise it is
+/// given back untouched, and what it gives matches in order with sends
+/// posted the usual way.
+#[test]
+fn a_send_goes_at_once_only_when_nothing_is_ahead_of_it() {
+    let config = Config { eager_threshold: 64, eager_credit: 1024, ..Config::default() };
+    // Before the hello: held back.
+    let mut lone = Engine::new(0, 2, config).unwrap();
+    assert!(lone.send_eager_now(1, SendMode::Standard, msg(1, 0, b"early")).is_err());
+
+    let mut e = pair(config);
+    let frame = e[0].send_eager_now(1, SendMode::Standard, msg(1, 0, b"one")).expect("nothing ahead");
+    assert!(events(&mut e[0]).is_empty(), "complete without an event");
+    e[1].handle_frame(0, frame).unwrap();
+    // To itself, in modes that need a match, too large or out of credit:
+    // given back, nothing sent.
+    for (mode, m) in [
+        (SendMode::Standard, msg(0, 0, b"self")),
+        (SendMode::Synchronous, msg(1, 0, b"sync")),
+        (SendMode::Ready, msg(1, 0, b"ready")),
+        (SendMode::Standard, msg(1, 0, &[0; 65])),
+    ] {
+        let back = e[0].send_eager_now(2, mode, m.clone()).expect_err("cannot go at once");
+        assert_eq!(back.data, m.data);
+    }
+    assert!(next_frame(&mut e[0]).is_none() && events(&mut e[0]).is_empty());
+    // A frame queued ahead (not yet taken by the transport) goes first.
+    e[0].post_send(3, SendMode::Standard, msg(1, 0, b"two"));
+    assert!(e[0].send_eager_now(4, SendMode::Standard, msg(1, 0, b"three")).is_err());
+    e[0].post_send(4, SendMode::Standard, msg(1, 0, b"three"));
+    pump(&mut e);
+    // A refused frame holds back the next until the link drains.
+    let refused = e[0].send_eager_now(5, SendMode::Standard, msg(1, 0, b"four")).expect("nothing ahead");
+    e[0].unsend(1, refused);
+    assert!(e[0].send_eager_now(6, SendMode::Standard, msg(1, 0, b"five")).is_err(), "the link is blocked");
+    e[0].post_send(6, SendMode::Standard, msg(1, 0, b"five"));
+    e[0].writable(1);
+    pump(&mut e);
+    // Credit runs out: 1 KiB of it, each message costing its length and a header.
+    let mut spent = 0;
+    while let Ok(frame) = e[0].send_eager_now(100 + spent, SendMode::Standard, msg(1, 1, &[1; 60])) {
+        e[1].handle_frame(0, frame).unwrap();
+        spent += 1;
+        assert!(spent < 10, "credit never ran out");
+    }
+    assert!(spent >= 1);
+    for id in 10..15 {
+        e[1].post_recv(id, spec(Some(0), Some(0)));
+    }
+    let got: Vec<Bytes> = deliveries(&mut e[1]).into_iter().map(|(_, data)| data).collect();
+    assert_eq!(got, ["one", "two", "three", "four", "five"].map(|s| Bytes::from_static(s.as_bytes())));
+}
