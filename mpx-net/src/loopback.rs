@@ -1,9 +1,10 @@
 //! The in-memory transport: every rank of the world runs in this process.
 //!
 //! Sending a frame appends it to the destination's queue. The thread that
-//! finds the queue undelivered takes it on and, once its own endpoint's
-//! lock is released ([`Transport::deliver_offered`]), hands the queue's
-//! frames to the destination's endpoint itself: a message reaches its
+//! finds the queue undelivered takes it on (keeping the frame in hand if
+//! the queue was empty: it goes first) and, once its own endpoint's lock
+//! is released ([`Transport::deliver_offered`]), hands the frames to the
+//! destination's endpoint itself: a message reaches its
 //! receiver with no task switch between, and the receiving task is woken
 //! once, by its completed receive. Whoever finds the queue taken only
 //! appends, and the taker delivers what was appended before it lets go,
@@ -156,21 +157,30 @@ enum Packet {
 type Delivery = (u32, Packet, usize);
 
 /// A rank's incoming frames, and who is delivering them.
-#[derive(Default)]
 struct Queue {
     deliveries: VecDeque<Delivery>,
-    /// Someone has taken on delivering this queue (see [`Queue::claim`]):
-    /// whoever finds it set only appends, and the claimant delivers what
-    /// was appended before it lets go.
-    claimed: bool,
+    /// What delivering the queue takes, here while nobody delivers it.
+    /// Whoever takes it ([`Queue::claim`]) delivers the queue until it is
+    /// empty and then puts it back; whoever finds it gone only appends.
+    inbox: Option<Inbox>,
 }
 
 impl Queue {
-    /// Takes on delivering this queue if nobody has: true if the caller
-    /// must now deliver it ([`World::deliver_claimed`]).
-    fn claim(&mut self) -> bool {
-        !std::mem::replace(&mut self.claimed, true)
+    /// Takes on delivering this queue if nobody has: its inbox, if the
+    /// caller must now deliver it ([`World::deliver_claimed`]).
+    fn claim(&mut self) -> Option<Inbox> {
+        self.inbox.take()
     }
+}
+
+/// A rank's queue, claimed by this thread (see [`Queue::claim`]).
+struct Claim {
+    world: Arc<World>,
+    rank: u32,
+    inbox: Inbox,
+    /// The delivery that found the queue empty and claimed it: kept here
+    /// rather than queued, since it goes first.
+    first: Option<Delivery>,
 }
 
 /// What the claimant of a rank's queue uses while delivering.
@@ -184,7 +194,6 @@ struct Inbox {
 /// One rank's receiving side.
 struct Station {
     queue: Mutex<Queue>,
-    inbox: Mutex<Inbox>,
     /// Wakes the rank's driver: frames arrived before the endpoints were
     /// all made, or a claimant found the endpoint not ready.
     driver: Notify,
@@ -227,7 +236,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 thread_local! {
     /// Queues this thread has claimed and not delivered yet.
-    static CLAIMED: RefCell<Vec<(Arc<World>, u32)>> = const { RefCell::new(Vec::new()) };
+    static CLAIMED: RefCell<Vec<Claim>> = const { RefCell::new(Vec::new()) };
     /// This thread is delivering: a delivery that makes the receiver send
     /// (a CTS, credit, a reply's data) leaves its claims for the loop
     /// already running, so delivery never recurses.
@@ -243,26 +252,33 @@ impl World {
         self.endpoints.get()?.get(rank as usize)?.upgrade()
     }
 
-    /// Delivers `rank`'s queue, which the caller has claimed, until it is
-    /// empty, then lets go of it.
-    fn deliver_claimed(&self, rank: u32) {
+    /// Delivers `first`, then `rank`'s queue, which the caller has
+    /// claimed (taking `inbox`), until it is empty, then lets go of it.
+    fn deliver_claimed(&self, rank: u32, mut inbox: Inbox, first: Option<Delivery>) {
         let station = &self.stations[rank as usize];
         let endpoint = match self.endpoints.get() {
             None => {
                 // Frames sent while the world is being made (the hellos):
                 // the driver delivers them once it runs.
-                lock(&station.queue).claimed = false;
+                let mut queue = lock(&station.queue);
+                if let Some(first) = first {
+                    queue.deliveries.push_front(first);
+                }
+                queue.inbox = Some(inbox);
+                drop(queue);
                 station.driver.notify_one();
                 return;
             }
             Some(_) => self.endpoint(rank),
         };
-        let mut inbox = lock(&station.inbox);
+        if let (Some(delivery), Some(endpoint)) = (first, &endpoint) {
+            self.deliver(rank, &mut inbox, delivery, endpoint);
+        }
         loop {
             let mut batch = {
                 let mut queue = lock(&station.queue);
                 if queue.deliveries.is_empty() {
-                    queue.claimed = false;
+                    queue.inbox = Some(inbox);
                     return;
                 }
                 let spare = std::mem::take(&mut inbox.spare);
@@ -341,8 +357,8 @@ fn deliver_claims() {
         }
     }
     let _done = Done;
-    while let Some((world, rank)) = CLAIMED.with(|c| c.borrow_mut().pop()) {
-        world.deliver_claimed(rank);
+    while let Some(Claim { world, rank, inbox, first }) = CLAIMED.with(|c| c.borrow_mut().pop()) {
+        world.deliver_claimed(rank, inbox, first);
     }
 }
 
@@ -351,10 +367,10 @@ fn deliver_claims() {
 fn deliver_waiting(world: &Arc<World>, rank: u32) {
     let claimed = {
         let mut queue = lock(&world.stations[rank as usize].queue);
-        !queue.deliveries.is_empty() && queue.claim()
+        if queue.deliveries.is_empty() { None } else { queue.claim() }
     };
-    if claimed {
-        CLAIMED.with(|c| c.borrow_mut().push((world.clone(), rank)));
+    if let Some(inbox) = claimed {
+        CLAIMED.with(|c| c.borrow_mut().push(Claim { world: world.clone(), rank, inbox, first: None }));
     }
     deliver_claims();
 }
@@ -393,13 +409,21 @@ impl Transport for Loopback {
         } else {
             Packet::Frame(frame)
         };
-        let claimed = {
+        let delivery = (self.me, packet, size);
+        let claim = {
             let mut queue = lock(&station.queue);
-            queue.deliveries.push_back((self.me, packet, size));
-            queue.claim()
+            match queue.claim() {
+                // Nothing waits and nobody delivers: this thread takes the
+                // queue on, and this delivery goes first, from the claim.
+                Some(inbox) if queue.deliveries.is_empty() => Some((inbox, Some(delivery))),
+                claimed => {
+                    queue.deliveries.push_back(delivery);
+                    claimed.map(|inbox| (inbox, None))
+                }
+            }
         };
-        if claimed {
-            CLAIMED.with(|c| c.borrow_mut().push((self.world.clone(), dest)));
+        if let Some((inbox, first)) = claim {
+            CLAIMED.with(|c| c.borrow_mut().push(Claim { world: self.world.clone(), rank: dest, inbox, first }));
         }
         Ok(())
     }
@@ -556,8 +580,10 @@ where
     }
     let stations = (0..n)
         .map(|_| Station {
-            queue: Mutex::new(Queue::default()),
-            inbox: Mutex::new(Inbox { streams: (0..n).map(|_| BytesMut::new()).collect(), spare: VecDeque::new() }),
+            queue: Mutex::new(Queue {
+                deliveries: VecDeque::new(),
+                inbox: Some(Inbox { streams: (0..n).map(|_| BytesMut::new()).collect(), spare: VecDeque::new() }),
+            }),
             driver: Notify::new(),
         })
         .collect();
