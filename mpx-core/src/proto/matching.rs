@@ -25,6 +25,11 @@ use super::engine::{Envelope, MatchSpec, ReqId};
 /// with ten or ten thousand receives posted.
 #[derive(Default)]
 pub(crate) struct PostedQueue {
+    /// The receive posted, while it is the only one (a program waiting for
+    /// its next message, the common case): kept out of the maps, so that
+    /// posting and matching it costs a comparison. While it is here the
+    /// maps hold no receive; a second receive moves it into them.
+    only: Option<OnlyPosted>,
     /// Receives per spec, in posting order. A queue that empties stays
     /// (most programs post the same spec again at once) until a sweep
     /// finds it still empty, once [`EMPTIED_KEPT`] queues have emptied; a
@@ -47,6 +52,15 @@ pub(crate) struct PostedQueue {
     spare: Spare<(u64, ReqId)>,
     /// The next posting number.
     next: u64,
+}
+
+/// A receive posted alone (see [`PostedQueue::only`]).
+#[derive(Clone, Copy)]
+struct OnlyPosted {
+    number: u64,
+    id: ReqId,
+    spec: MatchSpec,
+    limit: Option<u64>,
 }
 
 /// Queues listed as emptied at most; the next to empty first sweeps those
@@ -125,7 +139,7 @@ fn shape(spec: &MatchSpec) -> usize {
 
 impl PostedQueue {
     pub(crate) fn len(&self) -> usize {
-        self.specs.len()
+        self.specs.len() + usize::from(self.only.is_some())
     }
 
     /// Whether any receive naming no source is posted.
@@ -134,17 +148,39 @@ impl PostedQueue {
     }
 
     pub(crate) fn push(&mut self, id: ReqId, spec: MatchSpec, limit: Option<u64>) {
+        let new = OnlyPosted { number: self.next, id, spec, limit };
+        self.next += 1;
+        self.per_shape[shape(&spec)] += 1;
+        if self.only.is_none() && self.specs.is_empty() {
+            self.only = Some(new);
+            return;
+        }
+        if let Some(only) = self.only.take() {
+            self.index(only);
+        }
+        self.index(new);
+    }
+
+    /// Puts `receive` in the maps, behind the receives of its spec.
+    fn index(&mut self, receive: OnlyPosted) {
+        let OnlyPosted { number, id, spec, limit } = receive;
         let spare = &mut self.spare;
         let posted = self.queues.entry(spec).or_insert_with(|| Posted { receives: spare.take(), listed: false });
-        posted.receives.push_back((self.next, id));
+        posted.receives.push_back((number, id));
         self.specs.insert(id, (spec, limit));
-        self.per_shape[shape(&spec)] += 1;
-        self.next += 1;
     }
 
     /// Removes and returns the first receive posted that accepts `env`,
     /// with its limit.
     pub(crate) fn take_match(&mut self, env: &Envelope) -> Option<(ReqId, Option<u64>)> {
+        if let Some(only) = self.only {
+            if !only.spec.accepts(env) {
+                return None;
+            }
+            self.only = None;
+            self.per_shape[shape(&only.spec)] -= 1;
+            return Some((only.id, only.limit));
+        }
         let specs = specs_accepting(env);
         let mut shapes = (0..specs.len()).filter(|&shape| self.per_shape[shape] > 0);
         let (id, spec, left) = match (shapes.next(), shapes.next()) {
@@ -205,6 +241,11 @@ impl PostedQueue {
 
     /// Removes receive `id`; `false` if it is not posted.
     pub(crate) fn remove(&mut self, id: ReqId) -> bool {
+        if let Some(only) = self.only.filter(|only| only.id == id) {
+            self.only = None;
+            self.per_shape[shape(&only.spec)] -= 1;
+            return true;
+        }
         let Some((spec, _)) = self.specs.remove(&id) else { return false };
         let posted = self.queues.get_mut(&spec).expect("every posted receive is queued");
         let at = posted.receives.iter().position(|&(_, x)| x == id).expect("every posted receive is queued");
@@ -217,12 +258,17 @@ impl PostedQueue {
 
     /// The spec of posted receive `id`.
     pub(crate) fn spec(&self, id: ReqId) -> Option<&MatchSpec> {
-        self.specs.get(&id).map(|(spec, _)| spec)
+        match &self.only {
+            Some(only) if only.id == id => Some(&only.spec),
+            _ => self.specs.get(&id).map(|(spec, _)| spec),
+        }
     }
 
     /// The posted receives whose spec satisfies `pred`, in no particular order.
     pub(crate) fn ids_where(&self, pred: impl Fn(&MatchSpec) -> bool) -> Vec<ReqId> {
-        self.specs.iter().filter(|(_, (spec, _))| pred(spec)).map(|(&id, _)| id).collect()
+        let only = self.only.iter().map(|only| (&only.id, &only.spec));
+        let indexed = self.specs.iter().map(|(id, (spec, _))| (id, spec));
+        only.chain(indexed).filter(|(_, spec)| pred(spec)).map(|(&id, _)| id).collect()
     }
 
     /// Removes and returns, in posting order, the receives whose spec
@@ -230,6 +276,11 @@ impl PostedQueue {
     pub(crate) fn remove_where(&mut self, pred: impl Fn(&MatchSpec) -> bool) -> Vec<ReqId> {
         let specs: Vec<MatchSpec> = self.queues.keys().filter(|spec| pred(spec)).copied().collect();
         let mut removed = Vec::new();
+        if let Some(only) = self.only.filter(|only| pred(&only.spec)) {
+            self.only = None;
+            self.per_shape[shape(&only.spec)] -= 1;
+            removed.push((only.number, only.id));
+        }
         for spec in specs {
             // (A listed spec stays listed: the sweep finds it gone.)
             for (number, id) in self.queues.remove(&spec).expect("a key just listed").receives {
@@ -282,6 +333,12 @@ struct Lane {
 /// id never reused, so a lane's entry of a message taken elsewhere is
 /// recognised as stale.
 pub(crate) struct UnexpectedQueue<T> {
+    /// The message queued, with its place, while it is the only one (a
+    /// message that arrived just before its receive, the common case): kept
+    /// out of the maps, so that queueing and taking it costs a comparison.
+    /// While it is here the maps hold nothing; a second message moves it
+    /// into them.
+    only: Option<(u64, T)>,
     messages: HashMap<u64, (u64, T)>,
     lanes: HashMap<MatchSpec, Lane>,
     /// Emptied lanes' memory.
@@ -294,6 +351,7 @@ pub(crate) struct UnexpectedQueue<T> {
 impl<T> Default for UnexpectedQueue<T> {
     fn default() -> Self {
         UnexpectedQueue {
+            only: None,
             messages: HashMap::default(),
             lanes: HashMap::default(),
             spare: Spare::default(),
@@ -305,14 +363,27 @@ impl<T> Default for UnexpectedQueue<T> {
 
 impl<T: Queued> UnexpectedQueue<T> {
     pub(crate) fn len(&self) -> usize {
-        self.messages.len()
+        self.messages.len() + usize::from(self.only.is_some())
     }
 
     /// Queues `message` behind every other.
     pub(crate) fn push_back(&mut self, message: T) {
         let place = self.back;
         self.back += STEP;
+        if self.only.is_none() && self.messages.is_empty() {
+            self.only = Some((place, message));
+            return;
+        }
+        self.index_only();
         self.insert(place, message);
+    }
+
+    /// Moves the message kept apart (see [`only`](UnexpectedQueue::only))
+    /// into the maps.
+    fn index_only(&mut self) {
+        if let Some((place, message)) = self.only.take() {
+            self.insert(place, message);
+        }
     }
 
     fn insert(&mut self, place: u64, message: T) {
@@ -347,12 +418,18 @@ impl<T: Queued> UnexpectedQueue<T> {
 
     /// The first message `spec` accepts, left queued.
     pub(crate) fn first(&self, spec: &MatchSpec) -> Option<&T> {
+        if let Some((_, message)) = &self.only {
+            return spec.accepts(message.envelope()).then_some(message);
+        }
         let lane = self.lanes.get(spec)?;
         lane.entries.iter().find_map(|(_, id)| self.messages.get(id)).map(|(_, message)| message)
     }
 
     /// Removes and returns the first message `spec` accepts.
     pub(crate) fn take_first(&mut self, spec: &MatchSpec) -> Option<T> {
+        if let Some((_, message)) = &self.only {
+            return if spec.accepts(message.envelope()) { self.only.take().map(|(_, message)| message) } else { None };
+        }
         let id = self.first_id(spec)?;
         self.remove(id)
     }
@@ -375,16 +452,19 @@ impl<T: Queued> UnexpectedQueue<T> {
 
     /// Every message, in no particular order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
-        self.messages.values().map(|(_, message)| message)
+        self.only.iter().chain(self.messages.values()).map(|(_, message)| message)
     }
 
     /// The first message (in no particular order) `pred` picks, to change.
     pub(crate) fn find_mut(&mut self, mut pred: impl FnMut(&T) -> bool) -> Option<&mut T> {
-        self.messages.values_mut().map(|(_, message)| message).find(|message| pred(message))
+        self.only.iter_mut().chain(self.messages.values_mut()).map(|(_, message)| message).find(|message| pred(message))
     }
 
     /// Keeps only the messages `keep` accepts.
     pub(crate) fn retain(&mut self, keep: impl Fn(&T) -> bool) {
+        if self.only.as_ref().is_some_and(|(_, message)| !keep(message)) {
+            self.only = None;
+        }
         let gone: Vec<u64> = self.messages.iter().filter(|(_, (_, message))| !keep(message)).map(|(&id, _)| id).collect();
         for id in gone {
             self.remove(id);
@@ -392,6 +472,7 @@ impl<T: Queued> UnexpectedQueue<T> {
     }
 
     pub(crate) fn clear(&mut self) {
+        self.only = None;
         self.messages.clear();
         self.lanes.clear();
     }
@@ -408,6 +489,7 @@ impl<T: Queued> UnexpectedQueue<T> {
     /// `after` picks, or else at the head. (A rare path: it walks the
     /// queue.)
     pub(crate) fn put_back(&mut self, message: T, before: impl Fn(&T) -> bool, after: impl Fn(&T) -> bool) {
+        self.index_only();
         let mut order = self.ordered();
         let at = |order: &[(u64, u64)], messages: &HashMap<u64, (u64, T)>| {
             let pick = |f: &dyn Fn(&T) -> bool, i: usize| f(&messages[&order[i].1].1);
@@ -489,6 +571,9 @@ mod tests {
     #[test]
     fn emptied_queues_stay_a_while_then_go() {
         let mut index = PostedQueue::default();
+        // A receive that stays posted, so that the others go through the maps.
+        let anchor = MatchSpec { context: 9, source: Some(0), tag: Some(0) };
+        index.push(u64::MAX, anchor, None);
         for tag in 0..1000 {
             let spec = MatchSpec { context: 1, source: Some(0), tag: Some(tag) };
             for round in 0..2 {
@@ -516,8 +601,74 @@ mod tests {
             assert_eq!(index.take_match(&envelope(3, 1, 1, 0)).map(|(id, _)| id), Some(10_000 + id));
         }
         assert!(!index.queues.contains_key(&spec), "a large emptied queue is dropped");
+        assert_eq!(index.len(), 1);
+        assert!(index.remove(u64::MAX));
         assert_eq!(index.len(), 0);
         assert_eq!(index.per_shape, [0; 4]);
+    }
+
+    /// A receive posted alone stays out of the maps; a second one moves it
+    /// in, and both match, are listed and are withdrawn as any would be.
+    #[test]
+    fn a_lone_receive_is_held_apart_until_a_second_comes() {
+        let mut index = PostedQueue::default();
+        let any_tag = MatchSpec { context: 1, source: Some(2), tag: None };
+        let tag_5 = MatchSpec { context: 1, source: None, tag: Some(5) };
+        index.push(1, any_tag, Some(8));
+        assert!(index.only.is_some() && index.specs.is_empty() && index.queues.is_empty());
+        assert_eq!((index.len(), index.spec(1), index.ids_where(|s| s.tag.is_none())), (1, Some(&any_tag), vec![1]));
+        assert!(!index.any_source_posted() && index.take_match(&envelope(2, 2, 5, 0)).is_none(), "another context");
+        assert!(index.take_match(&envelope(1, 3, 5, 0)).is_none(), "another source");
+        assert_eq!(index.take_match(&envelope(1, 2, 7, 0)), Some((1, Some(8))));
+        assert_eq!((index.len(), index.per_shape), (0, [0; 4]));
+        // Alone, then joined by a second: posting order still decides.
+        index.push(2, tag_5, None);
+        index.push(3, any_tag, None);
+        assert!(index.only.is_none() && index.specs.len() == 2 && index.any_source_posted());
+        assert_eq!(index.take_match(&envelope(1, 2, 5, 0)).map(|(id, _)| id), Some(2), "posted first");
+        assert_eq!(index.take_match(&envelope(1, 2, 5, 0)).map(|(id, _)| id), Some(3));
+        // Withdrawn, and taken by a failure, while alone.
+        index.push(4, tag_5, None);
+        assert!(index.remove(4) && !index.remove(4));
+        index.push(5, any_tag, None);
+        assert_eq!(index.remove_where(|s| s.source == Some(2)), vec![5]);
+        assert_eq!((index.len(), index.per_shape), (0, [0; 4]));
+    }
+
+    /// A message queued alone stays out of the maps; a second one moves it
+    /// in behind nothing, a message put back goes ahead of it, and every
+    /// query sees it.
+    #[test]
+    fn a_lone_message_is_held_apart_until_a_second_comes() {
+        let mut queue = UnexpectedQueue::<Envelope>::default();
+        let from = |source: u32, tag: i32| MatchSpec { context: 1, source: Some(source), tag: Some(tag) };
+        let any = MatchSpec { context: 1, source: None, tag: None };
+        queue.push_back(envelope(1, 0, 7, 1));
+        assert!(queue.only.is_some() && queue.messages.is_empty() && queue.lanes.is_empty());
+        assert_eq!((queue.len(), queue.iter().count()), (1, 1));
+        assert!(queue.first(&from(0, 8)).is_none() && queue.take_first(&from(1, 7)).is_none());
+        assert!(queue.first(&MatchSpec { context: 2, ..any }).is_none(), "another context");
+        assert_eq!(queue.first(&any).map(|e| e.seq), Some(1));
+        queue.find_mut(|e| e.tag == 7).expect("found").len = 5;
+        assert_eq!(queue.take_first(&from(0, 7)).map(|e| (e.seq, e.len)), Some((1, 5)));
+        assert_eq!(queue.len(), 0);
+        // A second moves the first into the maps, queue order kept.
+        queue.push_back(envelope(1, 0, 7, 2));
+        queue.push_back(envelope(1, 0, 7, 3));
+        assert!(queue.only.is_none() && queue.messages.len() == 2);
+        assert_eq!(queue.take_first(&any).map(|e| e.seq), Some(2));
+        assert_eq!(queue.take_first(&any).map(|e| e.seq), Some(3));
+        // Put back ahead of a lone message (the head: nothing picked).
+        queue.push_back(envelope(1, 0, 7, 5));
+        queue.put_back(envelope(1, 0, 7, 4), |_| false, |_| false);
+        assert_eq!((queue.take_first(&any).map(|e| e.seq), queue.take_first(&any).map(|e| e.seq)), (Some(4), Some(5)));
+        // Dropped by retain and clear while alone.
+        queue.push_back(envelope(1, 3, 1, 6));
+        queue.retain(|e| e.source != 3);
+        assert_eq!(queue.len(), 0);
+        queue.push_back(envelope(1, 3, 1, 7));
+        queue.clear();
+        assert!(queue.len() == 0 && queue.first(&any).is_none());
     }
 
     /// The unexpected-message index against a list scanned in queue

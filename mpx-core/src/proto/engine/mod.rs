@@ -310,7 +310,8 @@ impl std::hash::Hash for MatchSpec {
 }
 
 impl MatchSpec {
-    #[cfg(test)]
+    /// Whether a receive with this spec accepts a message with envelope
+    /// `env`.
     pub(crate) fn accepts(&self, env: &Envelope) -> bool {
         self.context == env.context
             && self.source.is_none_or(|s| s == env.source)
