@@ -3,6 +3,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+use std::borrow::Cow;
 use std::num::{NonZeroI16, NonZeroI32, NonZeroI64, NonZeroI8, NonZeroU16, NonZeroU32, NonZeroU64, NonZeroU8};
 
 use crate::datatype::{Basic, Datatype};
@@ -61,6 +62,15 @@ pub unsafe trait MpiType: Copy + Send + Sync + 'static {
     /// The datatype of one value (cheap: a cached handle).
     fn datatype() -> Datatype;
 
+    /// [`datatype`](MpiType::datatype), lent where it can be: the
+    /// predefined types lend theirs without touching its reference count,
+    /// which every message of such a type would otherwise bump from every
+    /// thread (a detail of mpx).
+    #[doc(hidden)]
+    fn datatype_ref() -> Cow<'static, Datatype> {
+        Cow::Owned(Self::datatype())
+    }
+
     /// Whether some bit patterns of the typemap bytes are not valid values,
     /// so received data must pass [`is_valid`](MpiType::is_valid) first.
     const NEEDS_VALIDATION: bool = false;
@@ -83,6 +93,10 @@ macro_rules! primitive {
         unsafe impl MpiType for $t {
             fn datatype() -> Datatype {
                 Datatype::basic(Basic::$b)
+            }
+
+            fn datatype_ref() -> Cow<'static, Datatype> {
+                Cow::Borrowed(Datatype::basic_ref(Basic::$b))
             }
         }
     )*};
@@ -109,6 +123,11 @@ macro_rules! validated {
             fn datatype() -> Datatype {
                 Datatype::basic(Basic::$b)
             }
+
+            fn datatype_ref() -> Cow<'static, Datatype> {
+                Cow::Borrowed(Datatype::basic_ref(Basic::$b))
+            }
+
             const NEEDS_VALIDATION: bool = true;
             unsafe fn is_valid($p: *const u8) -> bool {
                 // SAFETY: the caller guarantees `size_of::<Self>()` readable,

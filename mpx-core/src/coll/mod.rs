@@ -486,7 +486,7 @@ impl Posted {
 /// no padding, `count` of them by the message's signature, at `T`'s
 /// alignment. Otherwise `None` (the message is then unpacked).
 fn values_in_place<T: MpiType>(msg: &Delivered, count: usize) -> Option<&[T]> {
-    let readable = crate::comm::native_values::<T>(msg, &T::datatype()) == Some(count)
+    let readable = crate::comm::native_values::<T>(msg, &T::datatype_ref()) == Some(count)
         && msg.data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0;
     // SAFETY: the bytes are `count` native values of `T` (the message's
     // signature is `count` of `T`'s, in this rank's representation, and

@@ -181,10 +181,10 @@ impl Packed {
         Packed { data, repr: Repr::Native, signature: None, desc_len: 0 }
     }
 
-    /// `count` native values of `T`, whose bytes `data` holds as they lie
-    /// in memory (`T` has no padding).
-    pub(crate) fn native_values<T: MpiType>(data: Bytes, count: usize) -> Packed {
-        let signature = T::datatype().signature().repeat(count as u64);
+    /// `count` native values of a type without padding whose datatype is
+    /// `datatype`: `data` holds their bytes as they lie in memory.
+    pub(crate) fn native_values(data: Bytes, count: usize, datatype: &Datatype) -> Packed {
+        let signature = datatype.signature().repeat(count as u64);
         Packed { data, repr: Repr::Native, signature: Some((signature.hash(), signature.len())), desc_len: 0 }
     }
 }
@@ -460,7 +460,7 @@ pub(crate) fn native_packed(msg: &Delivered) -> Result<Bytes> {
 
 /// Unpacks a delivered message into a typed slice, validating values first.
 pub(crate) fn unpack_typed_message<T: MpiType>(msg: &Delivered, buf: &mut [T]) -> Result<Status> {
-    if let Some(values) = native_values::<T>(msg, &T::datatype()) {
+    if let Some(values) = native_values::<T>(msg, &T::datatype_ref()) {
         if values <= buf.len() {
             // SAFETY: the message is `values` whole native values of `T`
             // (`native_values`), a type without padding that any bytes

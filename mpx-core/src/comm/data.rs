@@ -63,18 +63,19 @@ pub trait SendData {
 
 impl<T: MpiType> SendData for &T {
     fn into_packed(self, repr: Repr) -> Result<Packed> {
-        SendBuf::typed(std::slice::from_ref(self)).pack(repr)
+        std::slice::from_ref(self).into_packed(repr)
     }
 }
 
 impl<T: MpiType> SendData for &[T] {
     /// Native data of a type without padding is copied as it lies.
     fn into_packed(self, repr: Repr) -> Result<Packed> {
-        if repr == Repr::Native && covers_every_byte::<T>(&T::datatype()) {
+        let datatype = T::datatype_ref();
+        if repr == Repr::Native && covers_every_byte::<T>(&datatype) {
             // SAFETY: `T` has no padding (its datatype covers every byte of
             // it), so all `size_of_val(self)` bytes are initialised.
             let bytes = unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<u8>(), std::mem::size_of_val(self)) };
-            return Ok(Packed::native_values::<T>(Bytes::copy_from_slice(bytes), self.len()));
+            return Ok(Packed::native_values(Bytes::copy_from_slice(bytes), self.len(), &datatype));
         }
         SendBuf::typed(self).pack(repr)
     }
@@ -95,7 +96,7 @@ impl<T: MpiType> SendData for Vec<T> {
         match ContiguousVec::new(self) {
             Ok(values) => {
                 let count = values.len();
-                Ok(Packed::native_values::<T>(Bytes::from_owner(values), count))
+                Ok(Packed::native_values(Bytes::from_owner(values), count, &T::datatype_ref()))
             }
             Err(values) => values.as_slice().into_packed(repr),
         }
@@ -174,7 +175,7 @@ pub struct RecvTarget<'a> {
 
 impl<'a, T: MpiType> RecvData<'a> for &'a mut [T] {
     fn into_target(self) -> Result<RecvTarget<'a>> {
-        let limit = capacity(&T::datatype(), self.len() as u64);
+        let limit = capacity(&T::datatype_ref(), self.len() as u64);
         Ok(RecvTarget { limit, finish: Finish::slice(self) })
     }
 

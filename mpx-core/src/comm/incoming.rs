@@ -57,7 +57,7 @@ impl<T: MpiType> Receivable for T {
     type Value = T;
 
     fn limit() -> Option<u64> {
-        capacity(&T::datatype(), 1)
+        capacity(&T::datatype_ref(), 1)
     }
 
     fn decode(msg: &Delivered) -> Result<(T, Status)> {

@@ -210,7 +210,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`irecv`](Comm::irecv).
     pub fn irecv_owned<T: MpiType>(&self, buf: Vec<T>, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Vec<T>> {
-        let limit = capacity(&T::datatype(), buf.len() as u64);
+        let limit = capacity(&T::datatype_ref(), buf.len() as u64);
         OwnedRecv::start(self, buf, source.into(), tag.into(), limit, |buf, msg| unpack_typed_message(&msg, buf))
     }
 

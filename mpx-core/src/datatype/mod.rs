@@ -312,7 +312,12 @@ impl Datatype {
     /// assert!(Datatype::ptr_eq(&Datatype::basic(Basic::Double), &Datatype::double()));
     /// ```
     pub fn basic(b: Basic) -> Datatype {
-        PREDEFINED[b as usize].clone()
+        Datatype::basic_ref(b).clone()
+    }
+
+    /// The datatype of basic type `b`, lent.
+    pub(crate) fn basic_ref(b: Basic) -> &'static Datatype {
+        &PREDEFINED[b as usize]
     }
 
     /// Looks a predefined type up by name (`"double"`, `"2int"`, `"lb"`, ...).
