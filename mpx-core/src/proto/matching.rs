@@ -25,11 +25,12 @@ use super::engine::{Envelope, MatchSpec, ReqId};
 /// with ten or ten thousand receives posted.
 #[derive(Default)]
 pub(crate) struct PostedQueue {
-    /// The receive posted, while it is the only one (a program waiting for
-    /// its next message, the common case): kept out of the maps, so that
-    /// posting and matching it costs a comparison. While it is here the
-    /// maps hold no receive; a second receive moves it into them.
-    only: Option<OnlyPosted>,
+    /// The receives posted, in posting order, while there are at most
+    /// [`FEW`] (a program waiting for its next message or two, the common
+    /// case): kept out of the maps, so that posting and matching one costs
+    /// a few comparisons. While any are here the maps hold no receive; one
+    /// more moves them all into the maps.
+    few: Vec<FewPosted>,
     /// Receives per spec, in posting order. A queue that empties stays
     /// (most programs post the same spec again at once) until a sweep
     /// finds it still empty, once [`EMPTIED_KEPT`] queues have emptied; a
@@ -54,9 +55,14 @@ pub(crate) struct PostedQueue {
     next: u64,
 }
 
-/// A receive posted alone (see [`PostedQueue::only`]).
+/// Receives or messages at most kept apart from the maps (see
+/// [`PostedQueue::few`] and [`UnexpectedQueue::few`]): below this, a scan
+/// costs less than the maps' lookups.
+const FEW: usize = 8;
+
+/// A receive kept apart from the maps (see [`PostedQueue::few`]).
 #[derive(Clone, Copy)]
-struct OnlyPosted {
+struct FewPosted {
     number: u64,
     id: ReqId,
     spec: MatchSpec,
@@ -139,7 +145,7 @@ fn shape(spec: &MatchSpec) -> usize {
 
 impl PostedQueue {
     pub(crate) fn len(&self) -> usize {
-        self.specs.len() + usize::from(self.only.is_some())
+        self.specs.len() + self.few.len()
     }
 
     /// Whether any receive naming no source is posted.
@@ -148,22 +154,25 @@ impl PostedQueue {
     }
 
     pub(crate) fn push(&mut self, id: ReqId, spec: MatchSpec, limit: Option<u64>) {
-        let new = OnlyPosted { number: self.next, id, spec, limit };
+        let new = FewPosted { number: self.next, id, spec, limit };
         self.next += 1;
         self.per_shape[shape(&spec)] += 1;
-        if self.only.is_none() && self.specs.is_empty() {
-            self.only = Some(new);
+        if self.few.len() < FEW && self.specs.is_empty() {
+            self.few.push(new);
             return;
         }
-        if let Some(only) = self.only.take() {
-            self.index(only);
+        // Moved in posting order; the vector keeps its memory.
+        let mut few = std::mem::take(&mut self.few);
+        for receive in few.drain(..) {
+            self.index(receive);
         }
+        self.few = few;
         self.index(new);
     }
 
     /// Puts `receive` in the maps, behind the receives of its spec.
-    fn index(&mut self, receive: OnlyPosted) {
-        let OnlyPosted { number, id, spec, limit } = receive;
+    fn index(&mut self, receive: FewPosted) {
+        let FewPosted { number, id, spec, limit } = receive;
         let spare = &mut self.spare;
         let posted = self.queues.entry(spec).or_insert_with(|| Posted { receives: spare.take(), listed: false });
         posted.receives.push_back((number, id));
@@ -173,13 +182,11 @@ impl PostedQueue {
     /// Removes and returns the first receive posted that accepts `env`,
     /// with its limit.
     pub(crate) fn take_match(&mut self, env: &Envelope) -> Option<(ReqId, Option<u64>)> {
-        if let Some(only) = self.only {
-            if !only.spec.accepts(env) {
-                return None;
-            }
-            self.only = None;
-            self.per_shape[shape(&only.spec)] -= 1;
-            return Some((only.id, only.limit));
+        if !self.few.is_empty() {
+            let at = self.few.iter().position(|receive| receive.spec.accepts(env))?;
+            let receive = self.few.remove(at);
+            self.per_shape[shape(&receive.spec)] -= 1;
+            return Some((receive.id, receive.limit));
         }
         let specs = specs_accepting(env);
         let mut shapes = (0..specs.len()).filter(|&shape| self.per_shape[shape] > 0);
@@ -241,9 +248,9 @@ impl PostedQueue {
 
     /// Removes receive `id`; `false` if it is not posted.
     pub(crate) fn remove(&mut self, id: ReqId) -> bool {
-        if let Some(only) = self.only.filter(|only| only.id == id) {
-            self.only = None;
-            self.per_shape[shape(&only.spec)] -= 1;
+        if let Some(at) = self.few.iter().position(|receive| receive.id == id) {
+            let receive = self.few.remove(at);
+            self.per_shape[shape(&receive.spec)] -= 1;
             return true;
         }
         let Some((spec, _)) = self.specs.remove(&id) else { return false };
@@ -258,17 +265,17 @@ impl PostedQueue {
 
     /// The spec of posted receive `id`.
     pub(crate) fn spec(&self, id: ReqId) -> Option<&MatchSpec> {
-        match &self.only {
-            Some(only) if only.id == id => Some(&only.spec),
-            _ => self.specs.get(&id).map(|(spec, _)| spec),
+        match self.few.iter().find(|receive| receive.id == id) {
+            Some(receive) => Some(&receive.spec),
+            None => self.specs.get(&id).map(|(spec, _)| spec),
         }
     }
 
     /// The posted receives whose spec satisfies `pred`, in no particular order.
     pub(crate) fn ids_where(&self, pred: impl Fn(&MatchSpec) -> bool) -> Vec<ReqId> {
-        let only = self.only.iter().map(|only| (&only.id, &only.spec));
+        let few = self.few.iter().map(|receive| (&receive.id, &receive.spec));
         let indexed = self.specs.iter().map(|(id, (spec, _))| (id, spec));
-        only.chain(indexed).filter(|(_, spec)| pred(spec)).map(|(&id, _)| id).collect()
+        few.chain(indexed).filter(|(_, spec)| pred(spec)).map(|(&id, _)| id).collect()
     }
 
     /// Removes and returns, in posting order, the receives whose spec
@@ -276,11 +283,15 @@ impl PostedQueue {
     pub(crate) fn remove_where(&mut self, pred: impl Fn(&MatchSpec) -> bool) -> Vec<ReqId> {
         let specs: Vec<MatchSpec> = self.queues.keys().filter(|spec| pred(spec)).copied().collect();
         let mut removed = Vec::new();
-        if let Some(only) = self.only.filter(|only| pred(&only.spec)) {
-            self.only = None;
-            self.per_shape[shape(&only.spec)] -= 1;
-            removed.push((only.number, only.id));
-        }
+        let per_shape = &mut self.per_shape;
+        self.few.retain(|receive| {
+            let keep = !pred(&receive.spec);
+            if !keep {
+                per_shape[shape(&receive.spec)] -= 1;
+                removed.push((receive.number, receive.id));
+            }
+            keep
+        });
         for spec in specs {
             // (A listed spec stays listed: the sweep finds it gone.)
             for (number, id) in self.queues.remove(&spec).expect("a key just listed").receives {
@@ -333,12 +344,12 @@ struct Lane {
 /// id never reused, so a lane's entry of a message taken elsewhere is
 /// recognised as stale.
 pub(crate) struct UnexpectedQueue<T> {
-    /// The message queued, with its place, while it is the only one (a
-    /// message that arrived just before its receive, the common case): kept
-    /// out of the maps, so that queueing and taking it costs a comparison.
-    /// While it is here the maps hold nothing; a second message moves it
-    /// into them.
-    only: Option<(u64, T)>,
+    /// The messages queued, with their places, in queue order, while there
+    /// are at most [`FEW`] (messages that arrived just before their
+    /// receives, the common case): kept out of the maps, so that queueing
+    /// and taking one costs a few comparisons. While any are here the maps
+    /// hold nothing; one more moves them all into the maps.
+    few: Vec<(u64, T)>,
     messages: HashMap<u64, (u64, T)>,
     lanes: HashMap<MatchSpec, Lane>,
     /// Emptied lanes' memory.
@@ -351,7 +362,7 @@ pub(crate) struct UnexpectedQueue<T> {
 impl<T> Default for UnexpectedQueue<T> {
     fn default() -> Self {
         UnexpectedQueue {
-            only: None,
+            few: Vec::new(),
             messages: HashMap::default(),
             lanes: HashMap::default(),
             spare: Spare::default(),
@@ -363,27 +374,30 @@ impl<T> Default for UnexpectedQueue<T> {
 
 impl<T: Queued> UnexpectedQueue<T> {
     pub(crate) fn len(&self) -> usize {
-        self.messages.len() + usize::from(self.only.is_some())
+        self.messages.len() + self.few.len()
     }
 
     /// Queues `message` behind every other.
     pub(crate) fn push_back(&mut self, message: T) {
         let place = self.back;
         self.back += STEP;
-        if self.only.is_none() && self.messages.is_empty() {
-            self.only = Some((place, message));
+        if self.few.len() < FEW && self.messages.is_empty() {
+            self.few.push((place, message));
             return;
         }
-        self.index_only();
+        self.index_few();
         self.insert(place, message);
     }
 
-    /// Moves the message kept apart (see [`only`](UnexpectedQueue::only))
+    /// Moves the messages kept apart (see [`few`](UnexpectedQueue::few))
     /// into the maps.
-    fn index_only(&mut self) {
-        if let Some((place, message)) = self.only.take() {
+    fn index_few(&mut self) {
+        // The vector keeps its memory.
+        let mut few = std::mem::take(&mut self.few);
+        for (place, message) in few.drain(..) {
             self.insert(place, message);
         }
+        self.few = few;
     }
 
     fn insert(&mut self, place: u64, message: T) {
@@ -418,8 +432,8 @@ impl<T: Queued> UnexpectedQueue<T> {
 
     /// The first message `spec` accepts, left queued.
     pub(crate) fn first(&self, spec: &MatchSpec) -> Option<&T> {
-        if let Some((_, message)) = &self.only {
-            return spec.accepts(message.envelope()).then_some(message);
+        if !self.few.is_empty() {
+            return self.few.iter().map(|(_, message)| message).find(|message| spec.accepts(message.envelope()));
         }
         let lane = self.lanes.get(spec)?;
         lane.entries.iter().find_map(|(_, id)| self.messages.get(id)).map(|(_, message)| message)
@@ -427,8 +441,9 @@ impl<T: Queued> UnexpectedQueue<T> {
 
     /// Removes and returns the first message `spec` accepts.
     pub(crate) fn take_first(&mut self, spec: &MatchSpec) -> Option<T> {
-        if let Some((_, message)) = &self.only {
-            return if spec.accepts(message.envelope()) { self.only.take().map(|(_, message)| message) } else { None };
+        if !self.few.is_empty() {
+            let at = self.few.iter().position(|(_, message)| spec.accepts(message.envelope()))?;
+            return Some(self.few.remove(at).1);
         }
         let id = self.first_id(spec)?;
         self.remove(id)
@@ -452,19 +467,17 @@ impl<T: Queued> UnexpectedQueue<T> {
 
     /// Every message, in no particular order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
-        self.only.iter().chain(self.messages.values()).map(|(_, message)| message)
+        self.few.iter().chain(self.messages.values()).map(|(_, message)| message)
     }
 
     /// The first message (in no particular order) `pred` picks, to change.
     pub(crate) fn find_mut(&mut self, mut pred: impl FnMut(&T) -> bool) -> Option<&mut T> {
-        self.only.iter_mut().chain(self.messages.values_mut()).map(|(_, message)| message).find(|message| pred(message))
+        self.few.iter_mut().chain(self.messages.values_mut()).map(|(_, message)| message).find(|message| pred(message))
     }
 
     /// Keeps only the messages `keep` accepts.
     pub(crate) fn retain(&mut self, keep: impl Fn(&T) -> bool) {
-        if self.only.as_ref().is_some_and(|(_, message)| !keep(message)) {
-            self.only = None;
-        }
+        self.few.retain(|(_, message)| keep(message));
         let gone: Vec<u64> = self.messages.iter().filter(|(_, (_, message))| !keep(message)).map(|(&id, _)| id).collect();
         for id in gone {
             self.remove(id);
@@ -472,7 +485,7 @@ impl<T: Queued> UnexpectedQueue<T> {
     }
 
     pub(crate) fn clear(&mut self) {
-        self.only = None;
+        self.few.clear();
         self.messages.clear();
         self.lanes.clear();
     }
@@ -489,7 +502,7 @@ impl<T: Queued> UnexpectedQueue<T> {
     /// `after` picks, or else at the head. (A rare path: it walks the
     /// queue.)
     pub(crate) fn put_back(&mut self, message: T, before: impl Fn(&T) -> bool, after: impl Fn(&T) -> bool) {
-        self.index_only();
+        self.index_few();
         let mut order = self.ordered();
         let at = |order: &[(u64, u64)], messages: &HashMap<u64, (u64, T)>| {
             let pick = |f: &dyn Fn(&T) -> bool, i: usize| f(&messages[&order[i].1].1);
@@ -571,9 +584,11 @@ mod tests {
     #[test]
     fn emptied_queues_stay_a_while_then_go() {
         let mut index = PostedQueue::default();
-        // A receive that stays posted, so that the others go through the maps.
+        // Receives that stay posted, so that the others go through the maps.
         let anchor = MatchSpec { context: 9, source: Some(0), tag: Some(0) };
-        index.push(u64::MAX, anchor, None);
+        for i in 0..FEW as u64 {
+            index.push(u64::MAX - i, anchor, None);
+        }
         for tag in 0..1000 {
             let spec = MatchSpec { context: 1, source: Some(0), tag: Some(tag) };
             for round in 0..2 {
@@ -601,72 +616,91 @@ mod tests {
             assert_eq!(index.take_match(&envelope(3, 1, 1, 0)).map(|(id, _)| id), Some(10_000 + id));
         }
         assert!(!index.queues.contains_key(&spec), "a large emptied queue is dropped");
-        assert_eq!(index.len(), 1);
-        assert!(index.remove(u64::MAX));
+        assert_eq!(index.len(), FEW);
+        for anchor in 0..FEW as u64 {
+            assert!(index.remove(u64::MAX - anchor));
+        }
         assert_eq!(index.len(), 0);
         assert_eq!(index.per_shape, [0; 4]);
     }
 
-    /// A receive posted alone stays out of the maps; a second one moves it
-    /// in, and both match, are listed and are withdrawn as any would be.
+    /// A few receives stay out of the maps; one more moves them in, and
+    /// they match, are listed and are withdrawn as any would be, in
+    /// posting order.
     #[test]
-    fn a_lone_receive_is_held_apart_until_a_second_comes() {
+    fn a_few_receives_are_held_apart_until_more_come() {
         let mut index = PostedQueue::default();
         let any_tag = MatchSpec { context: 1, source: Some(2), tag: None };
         let tag_5 = MatchSpec { context: 1, source: None, tag: Some(5) };
         index.push(1, any_tag, Some(8));
-        assert!(index.only.is_some() && index.specs.is_empty() && index.queues.is_empty());
+        assert!(index.few.len() == 1 && index.specs.is_empty() && index.queues.is_empty());
         assert_eq!((index.len(), index.spec(1), index.ids_where(|s| s.tag.is_none())), (1, Some(&any_tag), vec![1]));
         assert!(!index.any_source_posted() && index.take_match(&envelope(2, 2, 5, 0)).is_none(), "another context");
         assert!(index.take_match(&envelope(1, 3, 5, 0)).is_none(), "another source");
         assert_eq!(index.take_match(&envelope(1, 2, 7, 0)), Some((1, Some(8))));
         assert_eq!((index.len(), index.per_shape), (0, [0; 4]));
-        // Alone, then joined by a second: posting order still decides.
-        index.push(2, tag_5, None);
-        index.push(3, any_tag, None);
-        assert!(index.only.is_none() && index.specs.len() == 2 && index.any_source_posted());
-        assert_eq!(index.take_match(&envelope(1, 2, 5, 0)).map(|(id, _)| id), Some(2), "posted first");
-        assert_eq!(index.take_match(&envelope(1, 2, 5, 0)).map(|(id, _)| id), Some(3));
-        // Withdrawn, and taken by a failure, while alone.
+        // Kept apart, then moved in: posting order still decides.
+        for round in 0..2 {
+            let ids: Vec<ReqId> = (0..FEW as u64 + round).map(|i| 10 + i).collect();
+            for &id in &ids {
+                index.push(id, if id % 2 == 0 { tag_5 } else { any_tag }, None);
+            }
+            assert_eq!(index.few.is_empty(), round == 1, "{} receives", ids.len());
+            assert_eq!(index.specs.len(), if round == 1 { ids.len() } else { 0 });
+            assert!(index.any_source_posted());
+            for &id in &ids {
+                assert_eq!(index.take_match(&envelope(1, 2, 5, 0)).map(|(id, _)| id), Some(id), "posted in this order");
+            }
+            assert_eq!((index.len(), index.per_shape), (0, [0; 4]));
+        }
+        // Withdrawn, and taken by a failure, while kept apart.
         index.push(4, tag_5, None);
-        assert!(index.remove(4) && !index.remove(4));
         index.push(5, any_tag, None);
+        index.push(6, tag_5, None);
+        assert!(index.few.len() == 3 && index.remove(4) && !index.remove(4));
         assert_eq!(index.remove_where(|s| s.source == Some(2)), vec![5]);
+        assert_eq!((index.len(), index.spec(6)), (1, Some(&tag_5)));
+        assert!(index.remove(6));
         assert_eq!((index.len(), index.per_shape), (0, [0; 4]));
     }
 
-    /// A message queued alone stays out of the maps; a second one moves it
-    /// in behind nothing, a message put back goes ahead of it, and every
-    /// query sees it.
+    /// A few messages stay out of the maps; one more moves them in behind
+    /// nothing, a message put back goes ahead of them, and every query sees
+    /// them.
     #[test]
-    fn a_lone_message_is_held_apart_until_a_second_comes() {
+    fn a_few_messages_are_held_apart_until_more_come() {
         let mut queue = UnexpectedQueue::<Envelope>::default();
         let from = |source: u32, tag: i32| MatchSpec { context: 1, source: Some(source), tag: Some(tag) };
         let any = MatchSpec { context: 1, source: None, tag: None };
         queue.push_back(envelope(1, 0, 7, 1));
-        assert!(queue.only.is_some() && queue.messages.is_empty() && queue.lanes.is_empty());
-        assert_eq!((queue.len(), queue.iter().count()), (1, 1));
+        queue.push_back(envelope(1, 1, 8, 2));
+        assert!(queue.few.len() == 2 && queue.messages.is_empty() && queue.lanes.is_empty());
+        assert_eq!((queue.len(), queue.iter().count()), (2, 2));
         assert!(queue.first(&from(0, 8)).is_none() && queue.take_first(&from(1, 7)).is_none());
         assert!(queue.first(&MatchSpec { context: 2, ..any }).is_none(), "another context");
         assert_eq!(queue.first(&any).map(|e| e.seq), Some(1));
+        assert_eq!(queue.first(&MatchSpec { source: None, ..from(0, 8) }).map(|e| e.seq), Some(2));
         queue.find_mut(|e| e.tag == 7).expect("found").len = 5;
         assert_eq!(queue.take_first(&from(0, 7)).map(|e| (e.seq, e.len)), Some((1, 5)));
-        assert_eq!(queue.len(), 0);
-        // A second moves the first into the maps, queue order kept.
-        queue.push_back(envelope(1, 0, 7, 2));
-        queue.push_back(envelope(1, 0, 7, 3));
-        assert!(queue.only.is_none() && queue.messages.len() == 2);
         assert_eq!(queue.take_first(&any).map(|e| e.seq), Some(2));
-        assert_eq!(queue.take_first(&any).map(|e| e.seq), Some(3));
-        // Put back ahead of a lone message (the head: nothing picked).
+        assert_eq!(queue.len(), 0);
+        // One more than a few moves them into the maps, queue order kept.
+        for seq in 0..=FEW as u64 {
+            queue.push_back(envelope(1, (seq % 3) as u32, 7, 10 + seq));
+        }
+        assert!(queue.few.is_empty() && queue.messages.len() == FEW + 1);
+        for seq in 0..=FEW as u64 {
+            assert_eq!(queue.take_first(&any).map(|e| e.seq), Some(10 + seq));
+        }
+        // Put back ahead of messages kept apart (the head: nothing picked).
         queue.push_back(envelope(1, 0, 7, 5));
         queue.put_back(envelope(1, 0, 7, 4), |_| false, |_| false);
         assert_eq!((queue.take_first(&any).map(|e| e.seq), queue.take_first(&any).map(|e| e.seq)), (Some(4), Some(5)));
-        // Dropped by retain and clear while alone.
+        // Dropped by retain and clear while kept apart.
         queue.push_back(envelope(1, 3, 1, 6));
+        queue.push_back(envelope(1, 2, 1, 7));
         queue.retain(|e| e.source != 3);
-        assert_eq!(queue.len(), 0);
-        queue.push_back(envelope(1, 3, 1, 7));
+        assert_eq!(queue.iter().map(|e| e.seq).collect::<Vec<_>>(), [7]);
         queue.clear();
         assert!(queue.len() == 0 && queue.first(&any).is_none());
     }
