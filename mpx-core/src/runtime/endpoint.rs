@@ -79,6 +79,9 @@ pub(crate) struct State {
     pub(crate) state_wakers: Vec<(Waker, Awaited)>,
     /// Wakers to call once the lock is released (see [`Locked`]).
     pub(crate) to_wake: Vec<Waker>,
+    /// Frames went to the transport under this hold of the lock: it is
+    /// told once the lock is released ([`Transport::deliver_offered`]).
+    pub(crate) offered: bool,
     pub(crate) bsend: BsendBuffer,
 }
 
@@ -164,6 +167,7 @@ impl Endpoint {
             arrival_wakers: Vec::new(),
             state_wakers: Vec::new(),
             to_wake: Vec::new(),
+            offered: false,
             bsend: BsendBuffer::default(),
         };
         let shared = Arc::new(Shared {
@@ -416,8 +420,8 @@ impl Endpoint {
 /// The endpoint's state, locked. Wakers queued in `to_wake` while it is
 /// held run after the lock is released, so a waker that calls back into
 /// mpx (a custom `Wake`, an executor that polls inline) cannot deadlock;
-/// then the transport may deliver the frames it was offered
-/// ([`Transport::deliver_offered`]).
+/// then, if it was offered frames meanwhile, the transport may deliver
+/// them ([`Transport::deliver_offered`]).
 pub(crate) struct Locked<'a> {
     guard: Option<MutexGuard<'a, State>>,
     transport: &'a dyn Transport,
@@ -445,6 +449,7 @@ thread_local! {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
+        let offered = self.guard.as_mut().is_some_and(|g| std::mem::take(&mut g.offered));
         let wakers = match self.guard.as_mut() {
             Some(g) if !g.to_wake.is_empty() => {
                 let spare = SPARE_WAKERS.try_with(Cell::take).unwrap_or_default();
@@ -459,7 +464,9 @@ impl Drop for Locked<'_> {
             }
             let _ = SPARE_WAKERS.try_with(|spare| spare.set(wakers));
         }
-        self.transport.deliver_offered();
+        if offered {
+            self.transport.deliver_offered();
+        }
     }
 }
 
@@ -536,6 +543,7 @@ impl Shared {
     /// Hands `frame` to the transport for `dest`; false if the transport
     /// refused it (given back to the engine) or failed (the peer failed).
     fn transmit(&self, st: &mut State, dest: u32, frame: Frame) -> bool {
+        st.offered = true;
         match self.transport.send(dest as usize, frame) {
             Ok(()) => true,
             Err(SendError::Full(frame)) => {

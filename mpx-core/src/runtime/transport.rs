@@ -48,11 +48,10 @@ pub trait Transport: Send + Sync + 'static {
     fn send(&self, dest: usize, frame: Frame) -> std::result::Result<(), SendError>;
 
     /// Called after the endpoint's lock is released, on the thread that
-    /// offered frames with [`send`](Transport::send) while holding it (and
-    /// after any other release of the lock): a transport that can hand
-    /// frames to their receivers itself, with no task switch (the
-    /// loopback), does it here, where calling into endpoints is allowed.
-    /// The default does nothing.
+    /// offered frames with [`send`](Transport::send) while holding it
+    /// (only then): a transport that can hand frames to their receivers
+    /// itself, with no task switch (the loopback), does it here, where
+    /// calling into endpoints is allowed. The default does nothing.
     fn deliver_offered(&self) {}
 
     /// Hands every frame that has already arrived to `deliver`, in order,
