@@ -127,30 +127,38 @@ async fn type_mismatch_and_truncation_are_errors_that_write_nothing() {
 async fn fewer_values_fill_the_front_of_the_buffer() {
     let out = launch(2, |comm| async move {
         if comm.rank() == 0 {
-            comm.send(&[5u64, 6], 1, 0).await?;
-            comm.send(&[[1u16, 2], [3, 4]], 1, 1).await?;
-            comm.send(&[1u16, 2, 3, 4], 1, 2).await?;
-            comm.send(&[9u8, 9, 9], 1, 3).await?;
-            comm.send(&[7i64], 1, 4).await?;
+            comm.send(&[5u64, 6][..], 1, 0).await?;
+            comm.send(&[[1u16, 2], [3, 4]][..], 1, 1).await?;
+            comm.send(&[1u16, 2, 3, 4][..], 1, 2).await?;
+            comm.send(&[9u8, 9, 9][..], 1, 3).await?;
+            comm.send(&[7i64][..], 1, 4).await?;
+            comm.send(&[1u16, 2, 3][..], 1, 5).await?;
             Ok(vec![])
         } else {
+            // Slices: a receive of up to four u64, not of one [u64; 4].
             let mut longs = [u64::MAX; 4];
-            let st = comm.recv_into(&mut longs, 0, 0).await?;
+            let st = comm.recv_into(&mut longs[..], 0, 0).await?;
             assert_eq!((longs, st.bytes, st.get_count(&u64::datatype())), ([5, 6, u64::MAX, u64::MAX], 16, Some(2)));
             // Pairs of u16 and four u16 have the same signature.
             let mut pairs = [[0u16; 2]; 3];
-            assert_eq!(comm.recv_into(&mut pairs, 0, 1).await?.bytes, 8);
+            assert_eq!(comm.recv_into(&mut pairs[..], 0, 1).await?.bytes, 8);
             assert_eq!(pairs, [[1, 2], [3, 4], [0, 0]]);
-            let mut pairs = [[0u16; 2]; 2];
-            comm.recv_into(&mut pairs, 0, 2).await?;
-            assert_eq!(pairs, [[1, 2], [3, 4]]);
+            let mut pairs = [[0u16; 2]; 3];
+            comm.recv_into(&mut pairs[..], 0, 2).await?;
+            assert_eq!(pairs, [[1, 2], [3, 4], [0, 0]]);
             // Three bytes are no whole u16s, and no u16s at all.
             let mut shorts = [0u16; 4];
-            let odd = comm.recv_into(&mut shorts, 0, 3).await.unwrap_err();
+            let odd = comm.recv_into(&mut shorts[..], 0, 3).await.unwrap_err();
             assert_eq!(shorts, [0; 4]);
             // An i64 into u64s: the same size, another type.
-            let other = comm.recv_into(&mut longs, 0, 4).await.unwrap_err();
+            let other = comm.recv_into(&mut longs[..], 0, 4).await.unwrap_err();
             assert_eq!(longs, [5, 6, u64::MAX, u64::MAX]);
+            // Three u16 into pairs of u16: one pair and half of the next.
+            let mut pairs = [[9u16; 2]; 2];
+            let half = comm.recv_into(&mut pairs[..], 0, 5).await?;
+            assert_eq!((half.bytes, half.get_count(&<[u16; 2]>::datatype())), (6, None));
+            assert_eq!(pairs[0], [1, 2]);
+            assert_eq!(pairs[1][0], 3);
             Ok(vec![odd, other])
         }
     })

@@ -51,7 +51,9 @@ use crate::datatype::{Basic, Datatype};
 ///   accepts (all of them when [`NEEDS_VALIDATION`](MpiType::NEEDS_VALIDATION)
 ///   is false), with the other bytes of `Self` taken from a valid value, is
 ///   a valid `Self`;
-/// * `datatype` returns the same typemap every time.
+/// * `datatype` returns the same typemap every time, and so does the
+///   hidden `datatype_ref` where an implementation overrides it (mpx's
+///   own do, for the predefined types).
 ///
 /// ```
 /// use mpx::MpiType;

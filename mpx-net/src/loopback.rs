@@ -345,7 +345,8 @@ impl World {
 /// make it claim, unless a loop doing so already runs on this thread
 /// (further up its stack), which then takes them.
 fn deliver_claims() {
-    // Most calls (every release of an endpoint's lock) find nothing claimed.
+    // A delivery that made this thread send (a CTS, credit) calls this
+    // too, as a lock hold that offered frames; nothing may be claimed.
     if CLAIMED.with(|c| c.borrow().is_empty()) || DELIVERING.with(|d| d.replace(true)) {
         return;
     }

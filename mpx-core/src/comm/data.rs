@@ -71,7 +71,7 @@ impl<T: MpiType> SendData for &[T] {
     /// Native data of a type without padding is copied as it lies.
     fn into_packed(self, repr: Repr) -> Result<Packed> {
         let datatype = T::datatype_ref();
-        if repr == Repr::Native && covers_every_byte::<T>(&datatype) {
+        if repr == Repr::Native && !datatype.is_packed() && covers_every_byte::<T>(&datatype) {
             // SAFETY: `T` has no padding (its datatype covers every byte of
             // it), so all `size_of_val(self)` bytes are initialised.
             let bytes = unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<u8>(), std::mem::size_of_val(self)) };

@@ -348,7 +348,8 @@ pub(crate) struct UnexpectedQueue<T> {
     /// are at most [`FEW`] (messages that arrived just before their
     /// receives, the common case): kept out of the maps, so that queueing
     /// and taking one costs a few comparisons. While any are here the maps
-    /// hold nothing; one more moves them all into the maps.
+    /// hold nothing; one more, or a message put back, moves them all into
+    /// the maps.
     few: Vec<(u64, T)>,
     messages: HashMap<u64, (u64, T)>,
     lanes: HashMap<MatchSpec, Lane>,

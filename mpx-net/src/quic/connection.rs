@@ -462,7 +462,7 @@ async fn connect(shared: &Shared, quic: &quinn::Endpoint, peer: u32, addr: std::
             Ok(Err(e)) => return Err(io_error(context(), e)),
             Err(_) => {
                 return Err(match last_failure {
-                    Some(e) => io_error(context(), e),
+                    Some(e) => io_error(format!("{} (no answer by the deadline; the last attempt failed)", context()), e),
                     None => io_error(context(), std::io::Error::from(std::io::ErrorKind::TimedOut)),
                 })
             }

@@ -72,16 +72,19 @@ impl Engine {
         self.handle_local();
     }
 
-    /// Starts send `id` if it goes at once as one eager frame with nothing
-    /// for `dest` ahead of it (the common small send), and returns that
-    /// frame for the caller to hand to the transport now, or to give back
-    /// with [`unsend`](Engine::unsend) if the transport refuses it. The
-    /// send is then complete: no [`Event::SendDone`] follows. Otherwise
-    /// nothing changes and the message comes back, for
+    /// Starts standard-mode send `id` if it goes at once as one eager
+    /// frame with nothing for `dest` ahead of it (the common small send),
+    /// and returns that frame for the caller to hand to the transport now,
+    /// or to give back with [`unsend`](Engine::unsend) if the transport
+    /// refuses it. The send is then complete: no [`Event::SendDone`]
+    /// follows. Otherwise, and for every other mode (a buffered send's
+    /// caller waits for its `SendDone` to free its buffer space), nothing
+    /// changes and the message comes back, for
     /// [`post_send`](Engine::post_send).
     pub fn send_eager_now(&mut self, id: ReqId, mode: SendMode, msg: Outgoing) -> std::result::Result<Frame, Outgoing> {
         let dest = msg.dest;
-        let clear_to_go = dest < self.size()
+        let clear_to_go = mode == SendMode::Standard
+            && dest < self.size()
             && dest != self.rank
             && !self.finished
             && !self.closed

@@ -999,6 +999,7 @@ fn a_send_goes_at_once_only_when_nothing_is_ahead_of_it() {
     for (mode, m) in [
         (SendMode::Standard, msg(0, 0, b"self")),
         (SendMode::Synchronous, msg(1, 0, b"sync")),
+        (SendMode::Buffered, msg(1, 0, b"buffered")),
         (SendMode::Ready, msg(1, 0, b"ready")),
         (SendMode::Standard, msg(1, 0, &[0; 65])),
     ] {
@@ -1014,7 +1015,7 @@ fn a_send_goes_at_once_only_when_nothing_is_ahead_of_it() {
     // A refused frame holds back the next until the link drains.
     let refused = e[0].send_eager_now(5, SendMode::Standard, msg(1, 0, b"four")).expect("nothing ahead");
     e[0].unsend(1, refused);
-    assert!(e[0].send_eager_now(6, SendMode::Standard, msg(1, 0, b"five")).is_err(), "the link is blocked");
+    assert!(e[0].send_eager_now(6, SendMode::Standard, msg(1, 0, b"five")).is_err(), "the refused frame waits first");
     e[0].post_send(6, SendMode::Standard, msg(1, 0, b"five"));
     e[0].writable(1);
     pump(&mut e);
