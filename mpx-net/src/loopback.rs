@@ -183,6 +183,13 @@ struct Claim {
     first: Option<Delivery>,
 }
 
+impl Claim {
+    /// Keeps the claim on this thread, for [`deliver_claims`].
+    fn hold(self) {
+        CLAIMED.with(|c| c.borrow_mut().push(self));
+    }
+}
+
 /// What the claimant of a rank's queue uses while delivering.
 struct Inbox {
     /// Per sender, bytes of a frame not yet whole (wire mode).
@@ -371,7 +378,7 @@ fn deliver_waiting(world: &Arc<World>, rank: u32) {
         if queue.deliveries.is_empty() { None } else { queue.claim() }
     };
     if let Some(inbox) = claimed {
-        CLAIMED.with(|c| c.borrow_mut().push(Claim { world: world.clone(), rank, inbox, first: None }));
+        Claim { world: world.clone(), rank, inbox, first: None }.hold();
     }
     deliver_claims();
 }
@@ -424,7 +431,7 @@ impl Transport for Loopback {
             }
         };
         if let Some((inbox, first)) = claim {
-            CLAIMED.with(|c| c.borrow_mut().push(Claim { world: self.world.clone(), rank: dest, inbox, first }));
+            Claim { world: self.world.clone(), rank: dest, inbox, first }.hold();
         }
         Ok(())
     }

@@ -527,6 +527,17 @@ pub(crate) fn native_values<T: MpiType>(msg: &Delivered, datatype: &Datatype) ->
     (signature.hash() == hash && signature.len() == elements).then_some(values)
 }
 
+/// `values` as the bytes they lie in, if `datatype`, `T`'s own, covers
+/// every byte of a `T` (no padding): they are then, byte for byte, their
+/// packed native data.
+pub(crate) fn plain_bytes<'v, T: MpiType>(values: &'v [T], datatype: &Datatype) -> Option<&'v [u8]> {
+    // SAFETY: every byte of every value is a typemap byte, hence
+    // initialised (`MpiType`'s contract), and the bytes are those of
+    // `values`, borrowed as long.
+    covers_every_byte::<T>(datatype)
+        .then(|| unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) })
+}
+
 /// Whether `datatype`, `T`'s own, covers every byte of a `T` (no
 /// padding): a slice of `T` is then, byte for byte, its packed native data.
 pub(crate) fn covers_every_byte<T: MpiType>(datatype: &Datatype) -> bool {
@@ -541,8 +552,7 @@ impl<T: MpiType> ContiguousVec<T> {
     /// `values`, if `T`'s datatype covers every byte of a `T` (no padding);
     /// otherwise `values` back.
     pub(crate) fn new(values: Vec<T>) -> std::result::Result<ContiguousVec<T>, Vec<T>> {
-        let datatype = T::datatype();
-        if covers_every_byte::<T>(&datatype) {
+        if covers_every_byte::<T>(&T::datatype_ref()) {
             Ok(ContiguousVec(values))
         } else {
             Err(values)
@@ -557,10 +567,7 @@ impl<T: MpiType> ContiguousVec<T> {
 
 impl<T: MpiType> AsRef<[u8]> for ContiguousVec<T> {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: `new` admits only types whose datatype covers every byte
-        // of a value: every byte of every value is a typemap byte, hence
-        // initialised.
-        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), std::mem::size_of_val(&self.0[..])) }
+        plain_bytes(&self.0, &T::datatype_ref()).expect("`new` admits only types without padding")
     }
 }
 

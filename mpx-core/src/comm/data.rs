@@ -22,7 +22,7 @@
 
 use bytes::Bytes;
 
-use super::buffer::{capacity, covers_every_byte, deliver_into, ContiguousVec, RecvBuf, SendBuf};
+use super::buffer::{capacity, deliver_into, plain_bytes, ContiguousVec, RecvBuf, SendBuf};
 use crate::error::Result;
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
@@ -71,11 +71,10 @@ impl<T: MpiType> SendData for &[T] {
     /// Native data of a type without padding is copied as it lies.
     fn into_packed(self, repr: Repr) -> Result<Packed> {
         let datatype = T::datatype_ref();
-        if repr == Repr::Native && !datatype.is_packed() && covers_every_byte::<T>(&datatype) {
-            // SAFETY: `T` has no padding (its datatype covers every byte of
-            // it), so all `size_of_val(self)` bytes are initialised.
-            let bytes = unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<u8>(), std::mem::size_of_val(self)) };
-            return Ok(Packed::native_values(Bytes::copy_from_slice(bytes), self.len(), &datatype));
+        if repr == Repr::Native && !datatype.is_packed() {
+            if let Some(bytes) = plain_bytes(self, &datatype) {
+                return Ok(Packed::native_values(Bytes::copy_from_slice(bytes), self.len(), &datatype));
+            }
         }
         SendBuf::typed(self).pack(repr)
     }

@@ -657,7 +657,6 @@ impl Shared {
             }
             Err(msg) => msg,
         };
-        let post = |engine: &mut Engine| engine.post_send(id, mode, msg);
         /// Clears `starting` however the start ends (a transport that
         /// panics in `send` included), so no later completion is taken
         /// for this send's.
@@ -670,7 +669,7 @@ impl Shared {
         st.started = None;
         st.starting = Some(id);
         let guard = Started(st);
-        post(&mut guard.0.engine);
+        guard.0.engine.post_send(id, mode, msg);
         self.flush(guard.0);
         let st = &mut *guard.0;
         match st.started.take() {
