@@ -3,7 +3,7 @@
 
 
 use super::movement::{Bcast, Ring};
-use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted};
+use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Few, Op, Posted};
 use crate::comm::Comm;
 use crate::error::Result;
 use crate::mpi_type::MpiType;
@@ -18,7 +18,7 @@ struct ToZero<T> {
     own: Vec<T>,
     /// The children's partial results, smallest subtree first (ranks
     /// `me + 1`, `me + 2..me + 4`, ...).
-    children: Vec<Posted>,
+    children: Few<Posted>,
     /// The parent, `None` at rank 0.
     parent: Option<usize>,
     /// A leaf's contribution, sent at once.
@@ -28,7 +28,7 @@ struct ToZero<T> {
 impl<T: MpiType> ToZero<T> {
     fn start(call: &Call, send: &[T]) -> Result<ToZero<T>> {
         let (n, me) = (call.size(), call.rank());
-        let mut children = Vec::new();
+        let mut children = Few::new();
         let mut parent = None;
         let mut mask = 1;
         while mask < n {
@@ -91,27 +91,34 @@ fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>
     let started = (|| -> Result<_> {
         op.check()?;
         check_len("allreduce: the receive buffer", recv.len(), send.len())?;
-        let posted = (0..steps).map(|k| call.post::<T>(partner(k), send.len())).collect::<Result<Vec<_>>>()?;
+        let posted = (0..steps).map(|k| call.post::<T>(partner(k), send.len())).collect::<Result<Few<_>>>()?;
         let first = (steps > 0).then(|| call.send(send, partner(0)));
-        Ok((posted, first, send.to_vec()))
+        // The partial result builds up in `recv`.
+        recv.copy_from_slice(send);
+        // Where `lower op higher` is `higher op lower` bit for bit, each
+        // partner's values fold into it straight from their message;
+        // otherwise `theirs` takes them, to keep the operands in order.
+        let theirs = (!op.commutes_exactly()).then(|| send.to_vec());
+        Ok((posted, first, theirs))
     })();
     Collective::new(call.clone(), async move {
-        // The partial result builds up in `recv`; `theirs` takes each
-        // partner's.
         let (posted, first, mut theirs) = started?;
         let acc = recv;
-        acc.copy_from_slice(&theirs);
         let mut later = Vec::new();
         for (k, p) in (0..).zip(posted) {
             if k > 0 {
                 later.push(call.send(acc, partner(k)));
             }
-            p.into(&mut theirs).await?;
+            let Some(theirs) = theirs.as_deref_mut() else {
+                p.fold_into(&op, acc).await?;
+                continue;
+            };
+            p.into(theirs).await?;
             if partner(k) < me {
-                op.apply(&theirs, acc)?;
+                op.apply(theirs, acc)?;
             } else {
-                op.apply(acc, &mut theirs)?;
-                acc.copy_from_slice(&theirs);
+                op.apply(acc, theirs)?;
+                acc.copy_from_slice(theirs);
             }
         }
         sent_after(first, later).await

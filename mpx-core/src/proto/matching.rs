@@ -326,10 +326,101 @@ const STEP: u64 = 1 << 20;
 /// The messages of one spec, in queue order: (place, id). Entries of
 /// messages since taken by another spec stay until they reach the front or
 /// outnumber the live ones.
-#[derive(Default)]
 struct Lane {
-    entries: VecDeque<(u64, u64)>,
+    entries: Entries,
     live: usize,
+}
+
+/// A lane's entries, in queue order. One entry is kept inline: a spec
+/// that sees one message at a time (each collective call has a tag of its
+/// own) has lanes made and dropped message after message, and those then
+/// allocate nothing.
+enum Entries {
+    One((u64, u64)),
+    Many(VecDeque<(u64, u64)>),
+}
+
+impl Entries {
+    fn front(&self) -> Option<&(u64, u64)> {
+        match self {
+            Entries::One(entry) => Some(entry),
+            Entries::Many(entries) => entries.front(),
+        }
+    }
+
+    fn pop_front(&mut self) {
+        match self {
+            Entries::One(_) => *self = Entries::Many(VecDeque::new()),
+            Entries::Many(entries) => drop(entries.pop_front()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Entries::One(_) => 1,
+            Entries::Many(entries) => entries.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(u64, u64)> {
+        let (one, many) = match self {
+            Entries::One(entry) => (Some(entry), None),
+            Entries::Many(entries) => (None, Some(entries.iter())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+
+    /// Adds `entry` in place order (at the back, unless it was put back
+    /// ahead of others), growing into a deque from `spare`.
+    fn insert(&mut self, entry: (u64, u64), spare: &mut Spare<(u64, u64)>) {
+        if let Entries::One(only) = *self {
+            let mut entries = spare.take();
+            entries.push_back(only);
+            *self = Entries::Many(entries);
+        }
+        let Entries::Many(entries) = self else { unreachable!("made a deque above") };
+        if entries.back().is_none_or(|&(last, _)| last < entry.0) {
+            entries.push_back(entry);
+        } else {
+            let at = entries.partition_point(|&(place, _)| place < entry.0);
+            entries.insert(at, entry);
+        }
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&(u64, u64)) -> bool) {
+        match self {
+            Entries::One(entry) => {
+                if !keep(entry) {
+                    self.pop_front();
+                }
+            }
+            Entries::Many(entries) => entries.retain(keep),
+        }
+    }
+
+    /// Gives the deque's memory, if any, to `spare`.
+    fn give_memory(self, spare: &mut Spare<(u64, u64)>) {
+        if let Entries::Many(entries) = self {
+            spare.keep(entries);
+        }
+    }
+}
+
+/// Lists the message `entry` (place, id) with envelope `envelope` in the
+/// lanes of the four specs that accept it.
+fn list(lanes: &mut HashMap<MatchSpec, Lane>, spare: &mut Spare<(u64, u64)>, envelope: &Envelope, entry: (u64, u64)) {
+    for spec in specs_accepting(envelope) {
+        match lanes.entry(spec) {
+            Entry::Occupied(mut lane) => {
+                let lane = lane.get_mut();
+                lane.live += 1;
+                lane.entries.insert(entry, spare);
+            }
+            Entry::Vacant(lane) => {
+                lane.insert(Lane { entries: Entries::One(entry), live: 1 });
+            }
+        }
+    }
 }
 
 /// The unexpected messages, in queue order, indexed by the specs that
@@ -404,17 +495,7 @@ impl<T: Queued> UnexpectedQueue<T> {
     fn insert(&mut self, place: u64, message: T) {
         let id = self.next_id;
         self.next_id += 1;
-        for spec in specs_accepting(message.envelope()) {
-            let spare = &mut self.spare;
-            let lane = self.lanes.entry(spec).or_insert_with(|| Lane { entries: spare.take(), live: 0 });
-            lane.live += 1;
-            if lane.entries.back().is_none_or(|&(last, _)| last < place) {
-                lane.entries.push_back((place, id));
-            } else {
-                let at = lane.entries.partition_point(|&(p, _)| p < place);
-                lane.entries.insert(at, (place, id));
-            }
-        }
+        list(&mut self.lanes, &mut self.spare, message.envelope(), (place, id));
         self.messages.insert(id, (place, message));
     }
 
@@ -458,7 +539,11 @@ impl<T: Queued> UnexpectedQueue<T> {
             let lane = entry.get_mut();
             lane.live -= 1;
             if lane.live == 0 {
-                self.spare.keep(entry.remove().entries);
+                entry.remove().entries.give_memory(&mut self.spare);
+            } else if lane.entries.front().is_some_and(|&(_, first)| first == id) {
+                // Taken in queue order (the common case): the lane stays
+                // free of stale entries.
+                lane.entries.pop_front();
             } else if lane.entries.len() > 2 * lane.live + 16 {
                 lane.entries.retain(|(_, id)| messages.contains_key(id));
             }
@@ -544,11 +629,7 @@ impl<T: Queued> UnexpectedQueue<T> {
             let (place, message) = self.messages.get_mut(&id).expect("listed above");
             *place = self.back;
             self.back += STEP;
-            for spec in specs_accepting(message.envelope()) {
-                let lane = self.lanes.entry(spec).or_default();
-                lane.live += 1;
-                lane.entries.push_back((*place, id));
-            }
+            list(&mut self.lanes, &mut self.spare, message.envelope(), (*place, id));
         }
     }
 }
