@@ -314,6 +314,24 @@ fn specs_accepting(env: &Envelope) -> [MatchSpec; 4] {
     [(source, tag), (None, tag), (source, None), (None, None)].map(|(source, tag)| MatchSpec { context, source, tag })
 }
 
+/// Whether every receive and probe of `context` names its source and tag:
+/// so for the collective contexts (odd ids: a communicator's collective
+/// context is its own id `| 1`), whose algorithms always do. The
+/// unexpected queue lists their messages in their exact lane only; a spec
+/// with a wildcard there (which mpx never makes) is still answered, by a
+/// scan.
+fn exact_only(context: u64) -> bool {
+    context & 1 == 1
+}
+
+/// The specs whose lanes list a message with envelope `env`: the four
+/// that accept it ([`specs_accepting`]), or only its exact one on a
+/// context where every spec is exact ([`exact_only`]).
+fn lanes_of(env: &Envelope) -> impl Iterator<Item = MatchSpec> {
+    let kept = if exact_only(env.context) { 1 } else { 4 };
+    specs_accepting(env).into_iter().take(kept)
+}
+
 /// What the unexpected queue holds: anything with an envelope.
 pub(crate) trait Queued {
     fn envelope(&self) -> &Envelope;
@@ -406,10 +424,10 @@ impl Entries {
     }
 }
 
-/// Lists the message `entry` (place, id) with envelope `envelope` in the
-/// lanes of the four specs that accept it.
+/// Lists the message `entry` (place, id) with envelope `envelope` in its
+/// lanes ([`lanes_of`]).
 fn list(lanes: &mut HashMap<MatchSpec, Lane>, spare: &mut Spare<(u64, u64)>, envelope: &Envelope, entry: (u64, u64)) {
-    for spec in specs_accepting(envelope) {
+    for spec in lanes_of(envelope) {
         match lanes.entry(spec) {
             Entry::Occupied(mut lane) => {
                 let lane = lane.get_mut();
@@ -431,6 +449,8 @@ fn list(lanes: &mut HashMap<MatchSpec, Lane>, spare: &mut Spare<(u64, u64)>, env
 /// the messages of lane `s`, so the first message it accepts is that
 /// lane's first live entry: posting a receive costs the same with none
 /// or a hundred thousand messages of other tags or communicators queued.
+/// (On a collective context, where every receive names its source and
+/// tag, a message is listed in its exact lane only: see [`exact_only`].)
 /// Each message has a place (its position in the queue, with gaps) and an
 /// id never reused, so a lane's entry of a message taken elsewhere is
 /// recognised as stale.
@@ -502,6 +522,9 @@ impl<T: Queued> UnexpectedQueue<T> {
     /// The id of the first message `spec` accepts, dropping stale entries
     /// met at the front of its lane.
     fn first_id(&mut self, spec: &MatchSpec) -> Option<u64> {
+        if !self.listed(spec) {
+            return self.scan(spec).map(|(id, _)| id);
+        }
         let lane = self.lanes.get_mut(spec)?;
         while let Some(&(_, id)) = lane.entries.front() {
             if self.messages.contains_key(&id) {
@@ -512,10 +535,27 @@ impl<T: Queued> UnexpectedQueue<T> {
         None
     }
 
+    /// Whether the messages `spec` accepts have a lane of their own: all
+    /// but a wildcard spec on a context where every spec is exact
+    /// ([`exact_only`]).
+    fn listed(&self, spec: &MatchSpec) -> bool {
+        !exact_only(spec.context) || (spec.source.is_some() && spec.tag.is_some())
+    }
+
+    /// The first message `spec` accepts, and its id, found by looking at
+    /// every message (for a spec without a lane: see [`listed`](UnexpectedQueue::listed)).
+    fn scan(&self, spec: &MatchSpec) -> Option<(u64, &T)> {
+        let accepted = self.messages.iter().filter(|(_, (_, message))| spec.accepts(message.envelope()));
+        accepted.min_by_key(|(_, (place, _))| *place).map(|(&id, (_, message))| (id, message))
+    }
+
     /// The first message `spec` accepts, left queued.
     pub(crate) fn first(&self, spec: &MatchSpec) -> Option<&T> {
         if !self.few.is_empty() {
             return self.few.iter().map(|(_, message)| message).find(|message| spec.accepts(message.envelope()));
+        }
+        if !self.listed(spec) {
+            return self.scan(spec).map(|(_, message)| message);
         }
         let lane = self.lanes.get(spec)?;
         lane.entries.iter().find_map(|(_, id)| self.messages.get(id)).map(|(_, message)| message)
@@ -534,7 +574,7 @@ impl<T: Queued> UnexpectedQueue<T> {
     fn remove(&mut self, id: u64) -> Option<T> {
         let (_, message) = self.messages.remove(&id)?;
         let messages = &self.messages;
-        for spec in specs_accepting(message.envelope()) {
+        for spec in lanes_of(message.envelope()) {
             let Entry::Occupied(mut entry) = self.lanes.entry(spec) else { continue };
             let lane = entry.get_mut();
             lane.live -= 1;
@@ -839,11 +879,15 @@ mod tests {
                 }
                 assert_eq!(index.len(), list.len());
             }
-            // Everything left comes out in queue order.
-            let all = MatchSpec { context: 0, source: None, tag: None };
-            let want: Vec<Envelope> = list.iter().filter(|env| env.context == 0).copied().collect();
-            let got: Vec<Envelope> = std::iter::from_fn(|| index.take_first(&all)).collect();
-            assert_eq!(got, want);
+            // Everything left comes out in queue order, on either context
+            // (1 is a collective context: its wildcards scan).
+            for context in [0, 1] {
+                let all = MatchSpec { context, source: None, tag: None };
+                let want: Vec<Envelope> = list.iter().filter(|env| env.context == context).copied().collect();
+                let got: Vec<Envelope> = std::iter::from_fn(|| index.take_first(&all)).collect();
+                assert_eq!(got, want);
+            }
+            assert_eq!(index.len(), 0);
         }
     }
 
