@@ -451,16 +451,17 @@ impl Posted {
     }
 
     /// Waits for the message, `acc.len()` values of `T`, and combines them
-    /// into `acc` with `op`, which must commute bit for bit
-    /// ([`Op::commutes_exactly`]): `acc[i] = theirs[i] op acc[i]`, the same
-    /// as `acc[i] op theirs[i]`. The values are read from the message's own
+    /// into `acc` with `op`, the message's values on the left:
+    /// `acc[i] = theirs[i] op acc[i]`. For a fold in rank order, the sender
+    /// must come before the ranks `acc` holds, or `op` must commute bit
+    /// for bit ([`Op::commutes_exactly`]: then it is also `acc[i] op
+    /// theirs[i]`). The values are read from the message's own
     /// bytes where they are native values of `T` at `T`'s alignment and `T`
     /// takes any bytes (no padding, no value to validate); otherwise
     /// unpacked into a buffer first.
     pub(crate) async fn fold_into<T: MpiType>(self, op: &Op<T>, acc: &mut [T]) -> Result<()> {
         let Posted { raw, from, count } = self;
         debug_assert_eq!(acc.len(), count);
-        debug_assert!(op.commutes_exactly(), "a fold from the message's side needs an operation that commutes");
         let shared = raw.shared().clone();
         let msg = raw.await?;
         if let Some(theirs) = values_in_place::<T>(&msg, count) {

@@ -95,28 +95,25 @@ fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>
         let first = (steps > 0).then(|| call.send(send, partner(0)));
         // The partial result builds up in `recv`.
         recv.copy_from_slice(send);
-        // Where `lower op higher` is `higher op lower` bit for bit, each
-        // partner's values fold into it straight from their message;
-        // otherwise `theirs` takes them, to keep the operands in order.
-        let theirs = (!op.commutes_exactly()).then(|| send.to_vec());
-        Ok((posted, first, theirs))
+        Ok((posted, first))
     })();
     Collective::new(call.clone(), async move {
-        let (posted, first, mut theirs) = started?;
+        let (posted, first) = started?;
         let acc = recv;
+        // A higher partner's values go on the right, `acc ∘ theirs`:
+        // `theirs` takes them first. A lower partner's go on the left, and
+        // fold into `acc` straight from their message.
+        let mut theirs: Option<Vec<T>> = None;
         let mut later = Vec::new();
         for (k, p) in (0..).zip(posted) {
             if k > 0 {
                 later.push(call.send(acc, partner(k)));
             }
-            let Some(theirs) = theirs.as_deref_mut() else {
-                p.fold_into(&op, acc).await?;
-                continue;
-            };
-            p.into(theirs).await?;
             if partner(k) < me {
-                op.apply(theirs, acc)?;
+                p.fold_into(&op, acc).await?;
             } else {
+                let theirs = theirs.get_or_insert_with(|| acc.to_vec());
+                p.into(theirs).await?;
                 op.apply(acc, theirs)?;
                 acc.copy_from_slice(theirs);
             }

@@ -5,10 +5,11 @@
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
-// The maps here are keyed by this process's own request ids and receive
-// specs, never by values a peer chooses, so a fast unkeyed hash (Fx) is
-// safe from collision flooding; SipHash cost a quarter of a small
-// message's cycles.
+// The maps here are keyed by request ids, message ids and match specs.
+// The unexpected queue's lanes are keyed by specs made from a peer's
+// envelopes (context and tag), which a hostile peer could choose to
+// collide under this fast unkeyed hash (Fx), within the eager credit it
+// has; SipHash cost a quarter of a small message's cycles.
 use rustc_hash::FxHashMap as HashMap;
 
 use super::engine::{Envelope, MatchSpec, ReqId};
@@ -341,8 +342,9 @@ pub(crate) trait Queued {
 /// two others usually finds a free place without renumbering.
 const STEP: u64 = 1 << 20;
 
-/// The messages of one spec, in queue order: (place, id). Entries of
-/// messages since taken by another spec stay until they reach the front or
+/// The messages of one spec, in queue order: (place, id). A message taken
+/// from the front of a lane leaves it at once; entries of messages taken
+/// from further back (by another spec) stay until they reach the front or
 /// outnumber the live ones.
 struct Lane {
     entries: Entries,
@@ -580,11 +582,14 @@ impl<T: Queued> UnexpectedQueue<T> {
             lane.live -= 1;
             if lane.live == 0 {
                 entry.remove().entries.give_memory(&mut self.spare);
-            } else if lane.entries.front().is_some_and(|&(_, first)| first == id) {
+                continue;
+            }
+            if lane.entries.front().is_some_and(|&(_, first)| first == id) {
                 // Taken in queue order (the common case): the lane stays
                 // free of stale entries.
                 lane.entries.pop_front();
-            } else if lane.entries.len() > 2 * lane.live + 16 {
+            }
+            if lane.entries.len() > 2 * lane.live + 16 {
                 lane.entries.retain(|(_, id)| messages.contains_key(id));
             }
         }
