@@ -5,11 +5,11 @@
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
-// The maps here are keyed by request ids, message ids and match specs.
-// The unexpected queue's lanes are keyed by specs made from a peer's
-// envelopes (context and tag), which a hostile peer could choose to
-// collide under this fast unkeyed hash (Fx), within the eager credit it
-// has; SipHash cost a quarter of a small message's cycles.
+// The maps here are keyed by this process's own request ids, message ids
+// and receive specs, so a fast unkeyed hash (Fx) is safe from collision
+// flooding (SipHash cost a quarter of a small message's cycles). The one
+// map whose keys a peer chooses, the unexpected queue's lanes (by a
+// message's context and tag), is seeded at random (see `Lanes`).
 use rustc_hash::FxHashMap as HashMap;
 
 use super::engine::{Envelope, MatchSpec, ReqId};
@@ -351,6 +351,14 @@ struct Lane {
     live: usize,
 }
 
+/// The lanes of the unexpected queue, by spec. Their keys are made from
+/// what peers send (a message's context and tag), so the map hashes with
+/// a random seed (foldhash's, per process): a peer cannot choose envelopes
+/// that collide, as it could under the unkeyed Fx hash of the other maps
+/// here (a few thousand colliding contexts would make every later lookup
+/// probe thousands of slots).
+type Lanes = std::collections::HashMap<MatchSpec, Lane, foldhash::fast::RandomState>;
+
 /// A lane's entries, in queue order. One entry is kept inline: a spec
 /// that sees one message at a time (each collective call has a tag of its
 /// own) has lanes made and dropped message after message, and those then
@@ -428,7 +436,7 @@ impl Entries {
 
 /// Lists the message `entry` (place, id) with envelope `envelope` in its
 /// lanes ([`lanes_of`]).
-fn list(lanes: &mut HashMap<MatchSpec, Lane>, spare: &mut Spare<(u64, u64)>, envelope: &Envelope, entry: (u64, u64)) {
+fn list(lanes: &mut Lanes, spare: &mut Spare<(u64, u64)>, envelope: &Envelope, entry: (u64, u64)) {
     for spec in lanes_of(envelope) {
         match lanes.entry(spec) {
             Entry::Occupied(mut lane) => {
@@ -465,7 +473,7 @@ pub(crate) struct UnexpectedQueue<T> {
     /// the maps.
     few: Vec<(u64, T)>,
     messages: HashMap<u64, (u64, T)>,
-    lanes: HashMap<MatchSpec, Lane>,
+    lanes: Lanes,
     /// Emptied lanes' memory.
     spare: Spare<(u64, u64)>,
     next_id: u64,
@@ -478,7 +486,7 @@ impl<T> Default for UnexpectedQueue<T> {
         UnexpectedQueue {
             few: Vec::new(),
             messages: HashMap::default(),
-            lanes: HashMap::default(),
+            lanes: Lanes::default(),
             spare: Spare::default(),
             next_id: 0,
             back: 1 << 62,
