@@ -90,7 +90,8 @@ impl Ring {
     /// copies it into its place in `recv`.
     pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
         let (n, me) = (call.size(), call.rank());
-        let (mine, ranges) = Ring::checked_blocks::<E>(call, send, recv, counts, displs, what)?;
+        let layout = || blocks(what, call.size(), counts, displs, E::dst_len(recv), true);
+        let (mine, ranges) = Ring::checked_blocks::<E>(call, send, recv, layout, what)?;
         let posted = Ring::post::<E>(call, recv, counts)?;
         let first = (n > 1).then(|| call.send_items::<E>(send, mine.clone(), (me + 1) % n));
         E::copy(send, mine, recv, ranges[me].clone())?;
@@ -109,20 +110,21 @@ impl Ring {
 
     /// This rank's `send` (its items), checked against its block, and
     /// each rank's block of `recv`, checked: what an allgather checks
-    /// before it sends anything.
+    /// before it sends anything. `layout` lays the blocks out, one per
+    /// rank, checked against `recv`'s length.
     fn checked_blocks<E: Element>(
         call: &Call,
         send: &E::Src<'_>,
         recv: &E::Dst<'_>,
-        counts: &[usize],
-        displs: &[usize],
+        layout: impl FnOnce() -> Result<Vec<Range<usize>>>,
         what: &str,
     ) -> Result<(Range<usize>, Vec<Range<usize>>)> {
         let mine = 0..E::src_len(send);
         E::check_src(send, mine.clone())?;
-        let ranges = Ring::layout::<E>(call, recv, counts, displs, what)?;
+        let ranges = layout()?;
+        check_dst_blocks::<E>(recv, &ranges)?;
         if E::ONE_TYPE {
-            check_len(format_args!("{what}: this rank's send"), mine.len(), counts[call.rank()])?;
+            check_len(format_args!("{what}: this rank's send"), mine.len(), ranges[call.rank()].len())?;
         }
         Ok((mine, ranges))
     }
@@ -227,8 +229,8 @@ impl Bruck {
     /// rank's block to the rank above and copies it into its place.
     pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, count: usize, what: &str) -> Result<Bruck> {
         let (n, me) = (call.size(), call.rank());
-        let (counts, displs) = even(n, count);
-        let (mine, ranges) = Ring::checked_blocks::<E>(call, send, recv, &counts, &displs, what)?;
+        let layout = || even_blocks(what, n, count, E::dst_len(recv));
+        let (mine, ranges) = Ring::checked_blocks::<E>(call, send, recv, layout, what)?;
         let posted = (0..Bruck::steps(n))
             .map(|k| {
                 let (m, _, below) = Bruck::step(n, me, k);
@@ -303,6 +305,13 @@ fn per_rank(what: &str, len: usize, n: usize) -> Result<usize> {
 /// Evenly sized blocks: `count` values for each of `n` ranks.
 fn even(n: usize, count: usize) -> (Vec<usize>, Vec<usize>) {
     (vec![count; n], (0..n).map(|r| r * count).collect())
+}
+
+/// The blocks of [`even`] counts laid over a buffer of `len`, checked as
+/// [`blocks`] checks them (they never overlap), without the counts and
+/// displacements in between.
+fn even_blocks(what: &str, n: usize, count: usize, len: usize) -> Result<Vec<Range<usize>>> {
+    (0..n).map(|r| block(what, r.saturating_mul(count), count, len)).collect()
 }
 
 /// Checks that every block of `ranges` lies in a destination's memory.
@@ -670,11 +679,11 @@ impl Comm {
         let scount = send_len / n.max(1);
         // Described buffers: each side's blocks by its own count.
         let rcount = if T::ONE_TYPE { scount } else { recv_len / n.max(1) };
-        let (scounts, sdispls) = even(n, scount);
-        let (rcounts, rdispls) = even(n, rcount);
-        let checked = check_len("alltoall: the send buffer", send_len, n * scount)
-            .and_then(|()| check_len("alltoall: the receive buffer", recv_len, n * rcount));
-        self.alltoall_blocks::<T>(checked, send, scounts, sdispls, recv, rcounts, rdispls, "alltoall")
+        let what = "alltoall";
+        let layout = check_len("alltoall: the send buffer", send_len, n * scount)
+            .and_then(|()| check_len("alltoall: the receive buffer", recv_len, n * rcount))
+            .and_then(|()| Ok((even_blocks(what, n, scount, send_len)?, even_blocks(what, n, rcount, recv_len)?)));
+        self.alltoall_blocks::<T>(layout, send, recv, what)
     }
 
     /// `MPI_Alltoallv`: `scounts[r]` values at `sdispls[r]` of each rank's
@@ -707,37 +716,37 @@ impl Comm {
         rcounts: &[usize],
         rdispls: &[usize],
     ) -> Collective<'a> {
-        self.alltoall_blocks::<T>(Ok(()), send.values(), scounts.to_vec(), sdispls.to_vec(), recv.values(), rcounts.to_vec(), rdispls.to_vec(), "alltoallv")
+        let (send, recv, n, what) = (send.values(), recv.values(), self.size(), "alltoallv");
+        let layout = blocks(what, n, scounts, sdispls, T::src_len(&send), false)
+            .and_then(|out| Ok((out, blocks(what, n, rcounts, rdispls, T::dst_len(&recv), true)?)));
+        self.alltoall_blocks::<T>(layout, send, recv, what)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// An alltoall of the blocks `layout` gives (an error if the arguments
+    /// say otherwise): those of `send` each rank sends to, then those of
+    /// `recv` each rank's block lands in.
+    #[allow(clippy::type_complexity)]
     fn alltoall_blocks<'a, E: Element>(
         &self,
-        checked: Result<()>,
+        layout: Result<(Vec<Range<usize>>, Vec<Range<usize>>)>,
         send: E::Src<'_>,
-        scounts: Vec<usize>,
-        sdispls: Vec<usize>,
         mut recv: E::Dst<'a>,
-        rcounts: Vec<usize>,
-        rdispls: Vec<usize>,
         what: &'static str,
     ) -> Collective<'a> {
         let call = Call::start(self);
         let (n, me) = (call.size(), call.rank());
         let started = (|| -> Result<_> {
-            checked?;
-            let out = blocks(what, n, &scounts, &sdispls, E::src_len(&send), false)?;
-            let into = blocks(what, n, &rcounts, &rdispls, E::dst_len(&recv), true)?;
+            let (out, into) = layout?;
             check_src_blocks::<E>(&send, &out)?;
             check_dst_blocks::<E>(&recv, &into)?;
             if E::ONE_TYPE {
-                check_len(format_args!("{what}: this rank's block to itself"), rcounts[me], scounts[me])?;
+                check_len(format_args!("{what}: this rank's block to itself"), into[me].len(), out[me].len())?;
             }
             // Each rank starts with its right neighbour, so that the ranks
             // do not all send to rank 0 first.
-            let order: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
-            let posted = order.iter().map(|&r| Ok((r, call.post_items::<E>(&recv, r, rcounts[r])?))).collect::<Result<Vec<_>>>()?;
-            let sends: Vec<_> = order.iter().rev().map(|&r| call.send_items::<E>(&send, out[r].clone(), r)).collect();
+            let order = (1..n).map(|k| (me + k) % n);
+            let posted = order.clone().map(|r| Ok((r, call.post_items::<E>(&recv, r, into[r].len())?))).collect::<Result<Vec<_>>>()?;
+            let sends: Vec<_> = order.rev().map(|r| call.send_items::<E>(&send, out[r].clone(), r)).collect();
             E::copy(&send, out[me].clone(), &mut recv, into[me].clone())?;
             Ok((into, posted, sends))
         })();
