@@ -1,6 +1,6 @@
 //! `MPI_Barrier`.
 
-use super::{sent_after, Call, Collective, Few};
+use super::{sent_after, Call, Collective};
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -38,7 +38,7 @@ impl Comm {
         // previous round is done.
         let rounds = usize::BITS - (n - 1).leading_zeros();
         let distance = |k: u32| 1usize << k;
-        let posted = (0..rounds).map(|k| call.post::<u8>((me + n - distance(k)) % n, 0)).collect::<Result<Few<_>>>();
+        let posted = (0..rounds).map(|k| call.post::<u8>((me + n - distance(k)) % n, 0)).collect::<Result<Vec<_>>>();
         let first = (rounds > 0).then(|| call.signal((me + 1) % n));
         Collective::new(call.clone(), async move {
             let posted = posted?;

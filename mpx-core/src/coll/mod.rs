@@ -521,12 +521,6 @@ fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut
     Ok(msg)
 }
 
-/// A collective call's few receives under way on one rank (or the ranks
-/// they come from): the tree and doubling algorithms have ⌈log₂ n⌉, kept
-/// inline up to two, so that a call between few ranks allocates no list
-/// of them. (Sends stay in a `Vec`: a request is large to keep inline.)
-pub(crate) type Few<T> = smallvec::SmallVec<[T; 2]>;
-
 /// Awaits every request in `sends`, reporting the first error.
 pub(crate) async fn sent(sends: impl IntoIterator<Item = Request<'static>>) -> Result<()> {
     let mut first = Ok(());

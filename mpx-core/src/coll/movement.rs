@@ -5,7 +5,7 @@ use std::future::Future;
 use std::ops::Range;
 
 use super::element::sealed::Blocks;
-use super::{check_len, guarded, sent, sent_after, Call, CollMut, CollRef, Collective, Described, Element, Few, Posted};
+use super::{check_len, guarded, sent, sent_after, Call, CollMut, CollRef, Collective, Described, Element, Posted};
 use crate::comm::{RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::pack::disjoint::{check_parts, Access, Part};
@@ -17,7 +17,7 @@ use crate::request::Request;
 
 /// The binomial tree of `n` ranks rooted at `root`: `me`'s parent (`None`
 /// at the root) and its children, largest subtree first.
-pub(super) fn binomial(n: usize, root: usize, me: usize) -> (Option<usize>, Few<usize>) {
+pub(super) fn binomial(n: usize, root: usize, me: usize) -> (Option<usize>, Vec<usize>) {
     let relative = (me + n - root) % n;
     let mut mask = 1;
     let mut parent = None;
@@ -28,7 +28,7 @@ pub(super) fn binomial(n: usize, root: usize, me: usize) -> (Option<usize>, Few<
         }
         mask <<= 1;
     }
-    let mut children = Few::new();
+    let mut children = Vec::new();
     mask >>= 1;
     while mask > 0 {
         if relative + mask < n {
@@ -43,7 +43,7 @@ pub(super) fn binomial(n: usize, root: usize, me: usize) -> (Option<usize>, Few<
 /// and the children to pass the data on to.
 pub(super) struct Bcast {
     from_parent: Option<Posted>,
-    children: Few<usize>,
+    children: Vec<usize>,
     sends: Vec<Request<'static>>,
 }
 
@@ -190,7 +190,7 @@ pub(super) struct Bruck {
     count: usize,
     /// Per step, the receives of its pieces: the items each fills, and
     /// its message.
-    posted: Vec<Few<(Range<usize>, Posted)>>,
+    posted: Vec<Vec<(Range<usize>, Posted)>>,
     first: Option<Request<'static>>,
 }
 
@@ -241,7 +241,7 @@ impl Bruck {
                         let items = run.start * count..run.end * count;
                         Ok((items.clone(), call.post_items::<E>(recv, below, items.len())?))
                     })
-                    .collect::<Result<Few<_>>>()
+                    .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
         let first = call.send_items::<E>(send, mine.clone(), (me + 1) % n);

@@ -3,7 +3,7 @@
 
 
 use super::movement::{Bcast, Ring};
-use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Few, Op, Posted};
+use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted};
 use crate::comm::Comm;
 use crate::error::Result;
 use crate::mpi_type::MpiType;
@@ -18,7 +18,7 @@ struct ToZero<T> {
     own: Vec<T>,
     /// The children's partial results, smallest subtree first (ranks
     /// `me + 1`, `me + 2..me + 4`, ...).
-    children: Few<Posted>,
+    children: Vec<Posted>,
     /// The parent, `None` at rank 0.
     parent: Option<usize>,
     /// A leaf's contribution, sent at once.
@@ -28,7 +28,7 @@ struct ToZero<T> {
 impl<T: MpiType> ToZero<T> {
     fn start(call: &Call, send: &[T]) -> Result<ToZero<T>> {
         let (n, me) = (call.size(), call.rank());
-        let mut children = Few::new();
+        let mut children = Vec::new();
         let mut parent = None;
         let mut mask = 1;
         while mask < n {
@@ -91,7 +91,7 @@ fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>
     let started = (|| -> Result<_> {
         op.check()?;
         check_len("allreduce: the receive buffer", recv.len(), send.len())?;
-        let posted = (0..steps).map(|k| call.post::<T>(partner(k), send.len())).collect::<Result<Few<_>>>()?;
+        let posted = (0..steps).map(|k| call.post::<T>(partner(k), send.len())).collect::<Result<Vec<_>>>()?;
         let first = (steps > 0).then(|| call.send(send, partner(0)));
         // The partial result builds up in `recv`.
         recv.copy_from_slice(send);
