@@ -445,6 +445,11 @@ thread_local! {
     /// back to the next endpoint that wakes some: waking a task allocates
     /// nothing.
     static SPARE_WAKERS: Cell<Vec<Waker>> = const { Cell::new(Vec::new()) };
+
+    /// The endpoint (its [`Shared`]'s address) and request whose poll is
+    /// having the transport deliver arrivals on this thread (see
+    /// [`Shared::poll_arrivals`]).
+    static POLLING: Cell<Option<(usize, ReqId)>> = const { Cell::new(None) };
 }
 
 impl Drop for Locked<'_> {
@@ -573,7 +578,7 @@ impl Shared {
     /// settled on the second poll that finds it so, as in `poll_done`, which
     /// then fails it at once.
     pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<()> {
-        self.transport.poll_arrivals(cx);
+        self.poll_arrivals(id, cx);
         let mut st = self.lock();
         let State { engine, requests, .. } = &mut *st;
         let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false });
@@ -589,11 +594,35 @@ impl Shared {
         Poll::Pending
     }
 
+    /// Has the transport deliver what has arrived, from the task polling
+    /// request `id` (see [`Transport::poll_arrivals`]). If that completes
+    /// `id` itself, its waker is not woken ([`Shared::complete`]): the poll
+    /// finds it done right after. Woken, the running task would be polled
+    /// again once it next waits, and on a multi-thread runtime tokio
+    /// reschedules a task woken while it runs by waking another worker to
+    /// steal it: a thread woken per message.
+    fn poll_arrivals(&self, id: ReqId, cx: &mut Context<'_>) {
+        struct Polling(Option<(usize, ReqId)>);
+        impl Drop for Polling {
+            fn drop(&mut self) {
+                let _ = POLLING.try_with(|p| p.set(self.0));
+            }
+        }
+        let me = (self as *const Shared as usize, id);
+        let _restore = Polling(POLLING.try_with(|p| p.replace(Some(me))).ok().flatten());
+        self.transport.poll_arrivals(cx);
+    }
+
+    /// Whether this thread is in [`Shared::poll_arrivals`] for request `id`.
+    fn polling(&self, id: ReqId) -> bool {
+        POLLING.try_with(Cell::get).ok().flatten() == Some((self as *const Shared as usize, id))
+    }
+
     /// Takes request `id`'s completion, or registers `cx`'s waker for it.
     /// A receive's message counts as consumed once taken here: its eager
     /// credit goes back to the sender.
     pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
-        self.transport.poll_arrivals(cx);
+        self.poll_arrivals(id, cx);
         let mut st = self.lock();
         let st = &mut *st;
         let entry = match st.requests.entry(id) {
@@ -750,7 +779,9 @@ impl Shared {
             Entry::Occupied(mut entry) => match entry.get_mut() {
                 Tracked::Waiting { waker, .. } => {
                     if let Some(w) = waker.take() {
-                        st.to_wake.push(w);
+                        if !self.polling(id) {
+                            st.to_wake.push(w);
+                        }
                     }
                     entry.insert(Tracked::Done(completion));
                 }

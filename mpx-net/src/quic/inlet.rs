@@ -8,14 +8,24 @@
 //! [`Transport::poll_arrivals`](mpx_core::runtime::Transport::poll_arrivals).
 //! A message then wakes the task that waits for it straight from quinn's
 //! connection driver, with no task in between, as a program using quinn
-//! directly would be woken. The inlet's own task is woken for every
-//! arrival too, so progress never depends on a program waiting; when a
-//! program has read first, it finds nothing to do.
+//! directly would be woken.
+//!
+//! Progress never depends on a program waiting: a program task woken for
+//! an arrival may have moved on to wait for something else. While
+//! arrivals keep coming, the inlet's own task watches: every
+//! [`WATCH_TICK`] it reads what nobody has read, so an arrival wakes only
+//! the programs waiting (one task woken, as with quinn alone). Idle for a
+//! tick, it stops watching, and the next arrival wakes it too. (Waking
+//! two tasks for every arrival cost a thread per message on a
+//! multi-thread runtime: tokio keeps one woken task to run next on the
+//! waking thread and wakes another worker to take the one before it.)
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use mpx_core::proto::wire::ChunkDecoder;
@@ -35,6 +45,11 @@ const READ_ROUNDS: usize = 4;
 
 /// The largest chunk asked of quinn at once.
 const MAX_CHUNK: usize = 1 << 20;
+
+/// How often the inlet's task looks for arrivals nobody has read, while
+/// it watches (see the module documentation): the longest an arrival waits
+/// when every program task woken for it has moved on.
+pub(crate) const WATCH_TICK: Duration = Duration::from_millis(1);
 
 /// Why [`Reader::read_some`] stopped.
 enum Read {
@@ -140,6 +155,11 @@ impl Reader {
 struct Hub {
     /// Something arrived since the last read began.
     notified: AtomicBool,
+    /// Arrivals so far: the inlet's task watches while this moves.
+    arrivals: AtomicU64,
+    /// The inlet's task is watching (see [`Watch`]): an arrival with
+    /// program tasks to wake need not wake it.
+    watching: AtomicBool,
     task: Mutex<Option<Waker>>,
     waiters: Mutex<Vec<Waker>>,
 }
@@ -155,17 +175,72 @@ impl Wake for Hub {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.notified.store(true, Ordering::SeqCst);
+        self.arrivals.fetch_add(1, Ordering::Relaxed);
         let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
-        // The programs first, then the inlet's task, always: a program task
-        // may have moved on to wait for something else, and progress must
-        // not depend on it. (Woken the other way round, the inlet's task
-        // would run first on this thread, and a small message waits longer
-        // behind a bulk transfer.)
+        // Read by `Watch::stop` in the other order: either it sees this
+        // arrival or this sees it stopped.
+        let watched = !waiters.is_empty() && self.watching.load(Ordering::SeqCst);
+        // The programs first, then the inlet's task if it does not watch:
+        // a program task may have moved on to wait for something else, and
+        // progress must not depend on it. (Woken the other way round, the
+        // inlet's task would run first on this thread, and a small message
+        // waits longer behind a bulk transfer.)
         for w in waiters {
             w.wake();
         }
+        if !watched {
+            self.wake_task();
+        }
+    }
+}
+
+impl Hub {
+    fn wake_task(&self) {
         if let Some(task) = &*self.task.lock().unwrap_or_else(|e| e.into_inner()) {
             task.wake_by_ref();
+        }
+    }
+}
+
+/// The inlet's task watching for arrivals nobody reads (see the module
+/// documentation): a timer of [`WATCH_TICK`] kept while arrivals come.
+#[derive(Default)]
+struct Watch {
+    tick: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// [`Hub::arrivals`] at the last tick.
+    seen: u64,
+}
+
+impl Watch {
+    /// After the task has read: starts watching, or at a tick goes on
+    /// while arrivals came since the last, or stops. `read` reads what an
+    /// arrival that found the watch still on left.
+    fn poll(&mut self, hub: &Hub, cx: &mut Context<'_>, read: impl FnOnce()) {
+        let arrivals = hub.arrivals.load(Ordering::Relaxed);
+        match &mut self.tick {
+            None => {
+                hub.watching.store(true, Ordering::SeqCst);
+                self.tick = Some(Box::pin(tokio::time::sleep(WATCH_TICK)));
+            }
+            Some(tick) => {
+                if tick.as_mut().poll(cx).is_pending() {
+                    return;
+                }
+                if arrivals == self.seen {
+                    hub.watching.store(false, Ordering::SeqCst);
+                    self.tick = None;
+                    if hub.notified.load(Ordering::SeqCst) {
+                        read();
+                    }
+                    return;
+                }
+                tick.as_mut().reset(tokio::time::Instant::now() + WATCH_TICK);
+            }
+        }
+        self.seen = arrivals;
+        if let Some(tick) = &mut self.tick {
+            // Registers the task's waker with the timer.
+            let _ = tick.as_mut().poll(cx);
         }
     }
 }
@@ -218,7 +293,8 @@ impl Inlet {
             }
         }
         let inlet = Detach(self);
-        std::future::poll_fn(|cx| inlet.0.poll_task(cx)).await;
+        let mut watch = Watch::default();
+        std::future::poll_fn(|cx| inlet.0.poll_task(cx, &mut watch)).await;
     }
 
     /// Whether a program task may read here: the connection is up and its
@@ -241,7 +317,7 @@ impl Inlet {
 
     /// The inlet's own task: reads what has arrived; ready once the stream
     /// has ended.
-    fn poll_task(&self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_task(&self, cx: &mut Context<'_>, watch: &mut Watch) -> Poll<()> {
         {
             let mut task = self.hub.task.lock().unwrap_or_else(|e| e.into_inner());
             if !task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
@@ -249,11 +325,11 @@ impl Inlet {
             }
         }
         self.read();
-        if self.is_open() {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
+        if !self.is_open() {
+            return Poll::Ready(());
         }
+        watch.poll(&self.hub, cx, || self.read());
+        Poll::Pending
     }
 
     /// Reads until quinn has nothing more, unless another task is reading
@@ -293,7 +369,7 @@ impl Inlet {
                     self.closed.store(true, Ordering::Relaxed);
                     drop(guard);
                     // Let the inlet's task see the end and finish.
-                    self.waker.wake_by_ref();
+                    self.hub.wake_task();
                     return;
                 }
             }

@@ -581,6 +581,49 @@ async fn progress_never_waits_for_a_program_task_that_moved_on() {
     helper.await.unwrap().unwrap();
 }
 
+/// An arrival whose only waiting task has moved on is still read, whether
+/// the inlet's task watches (arrivals came within the last tick, so the
+/// arrival wakes only the program tasks that wait) or not: a synchronous
+/// send completes only once the receiving engine has matched it, and the
+/// one task of the receiving rank polled its receive once, then waits for
+/// that send to complete before it looks at the receive again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arrival_is_read_when_the_task_woken_for_it_has_moved_on() {
+    let (zero, one) = pair(12);
+    tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.connected(), one.connected()) }).await.unwrap();
+    let (a, b) = (zero.world(), one.world());
+    for round in 0..40u8 {
+        // Arrivals just before (every other round) keep the inlet's task
+        // watching; the other rounds start from an idle inlet.
+        if round % 2 == 0 {
+            for _ in 0..3 {
+                a.send(&round, 1, 100).await.unwrap();
+            }
+        } else {
+            tokio::time::sleep(super::inlet::WATCH_TICK * 3).await;
+        }
+        let (polled_tx, polled_rx) = tokio::sync::oneshot::channel();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let b = b.clone();
+        let waiter = tokio::spawn(async move {
+            let mut first = b.irecv_bytes(0, 1);
+            let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(std::future::Future::poll(std::pin::Pin::new(&mut first), cx).is_pending())).await;
+            assert!(pending, "nothing was sent with tag 1 yet");
+            polled_tx.send(()).unwrap();
+            go_rx.await.unwrap();
+            first.await
+        });
+        polled_rx.await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), a.ssend(&[round, 7][..], 1, 1)).await.expect("the arrival was never read").unwrap();
+        go_tx.send(()).unwrap();
+        let (data, _) = waiter.await.unwrap().unwrap();
+        assert_eq!(&data[..], &[round, 7]);
+    }
+    for _ in 0..20 * 3 {
+        b.recv::<u8>(0, 100).await.unwrap();
+    }
+}
+
 /// Ranks `zero` and `one` exchange a message of 1 MiB (rendezvous data,
 /// on the bulk lane) both ways, and a small one.
 async fn bulk_both_ways(zero: &Endpoint, one: &Endpoint) {
