@@ -680,3 +680,48 @@ mod strict {
         assert_eq!(E::B as u64, 4);
     }
 }
+
+// ----- the crate path cannot redirect the datatype ----------------------------
+
+/// A path given with `#[mpx(crate = "...")]` names where `MpiType` and
+/// `Datatype` live, which the trait's signature pins to mpx's own; a
+/// module beside them with a `derive_support::cached` of its own (which
+/// here would describe the struct as plain bytes, its padding included)
+/// is not what the derive calls.
+mod lookalike {
+    pub use mpx::{Datatype, MpiType};
+    pub mod derive_support {
+        /// # Safety
+        /// None: it ignores `build` and claims every byte is data.
+        #[allow(dead_code)] // never called: what the test below shows
+        pub unsafe fn cached<T: 'static>(_build: impl FnOnce() -> mpx::Result<mpx::Datatype>) -> mpx::Datatype {
+            mpx::Datatype::contiguous(std::mem::size_of::<T>() as i64, &mpx::Datatype::byte()).unwrap()
+        }
+    }
+}
+
+#[derive(Clone, Copy, MpiType)]
+#[mpx(crate = "lookalike")]
+#[repr(C)]
+struct Padded {
+    a: u8,
+    b: u64,
+}
+
+#[derive(Clone, Copy, MpiType)]
+#[mpx(crate = "lookalike")]
+#[repr(C)]
+struct PaddedGeneric<T> {
+    a: u8,
+    b: T,
+}
+
+#[test]
+fn a_crate_path_cannot_redirect_the_datatype() {
+    for t in [Padded::datatype(), PaddedGeneric::<u64>::datatype()] {
+        assert_eq!(t.size(), 9, "the fields' bytes, not the padding");
+        assert_eq!(t.extent(), 16);
+        assert_eq!(entries(&t), vec![(Basic::Uint8, 0), (Basic::Uint64, 8)]);
+    }
+    let _ = (Padded { a: 1, b: 2 }.a, Padded { a: 1, b: 2 }.b, PaddedGeneric { a: 1u8, b: 2u64 }.a, PaddedGeneric { a: 1u8, b: 2u64 }.b);
+}

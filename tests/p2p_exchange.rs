@@ -366,3 +366,35 @@ async fn an_empty_exchange_completes_at_once() {
     .unwrap();
 }
 }
+
+/// A value whose datatype lists as many bytes as the value has, but twice
+/// over the same four: the other four are padding.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct Overlapping(u32);
+
+// SAFETY: both entries are the `u32` at offset 0 (initialised, any bit
+// pattern valid); lb 0 and extent 8, the size of the type.
+unsafe impl MpiType for Overlapping {
+    fn datatype() -> Datatype {
+        let twice = Datatype::hindexed(&[1, 1], &[0, 0], &u32::datatype()).unwrap();
+        Datatype::resized(0, 8, &twice).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_buffers_find_padding_behind_overlapping_entries() {
+    launch(1, |comm| async move {
+        assert_eq!(Overlapping::datatype().size(), 8, "as many bytes as the value");
+        let mut values = [Overlapping(1), Overlapping(2)];
+        let all = Datatype::contiguous(16, &Datatype::byte())?;
+        let err = comm.exchange(&mut values, &[Transfer::send(1, &all, 0, 0)]).await.unwrap_err();
+        assert!(matches!(&err, Error::InvalidDatatype(m) if m.contains("byte 4")), "{err}");
+        // The value's own bytes go.
+        comm.exchange(&mut values, &[Transfer::send(1, &u32::datatype(), 0, 1)]).await?;
+        assert_eq!(comm.recv::<u32>(0, 1).await?.0, 1);
+        Ok(())
+    })
+    .await
+    .unwrap();
+}

@@ -61,3 +61,20 @@ fn shared<T: 'static>(id: TypeId, build: impl FnOnce() -> Result<Datatype>) -> D
     };
     cache.write().unwrap_or_else(|e| e.into_inner()).entry(id).or_insert(built).clone()
 }
+
+impl Datatype {
+    /// [`cached`], as `#[derive(MpiType)]` calls it: an inherent function
+    /// of the real `Datatype`, so that generated code cannot be pointed at
+    /// another `cached` (through `#[mpx(crate = "...")]`, whose path names
+    /// the `Datatype` the trait's signature pins down) that would hand out
+    /// a datatype not built from the type's fields. Not part of the stable
+    /// API.
+    ///
+    /// # Safety
+    /// As [`cached`].
+    #[doc(hidden)]
+    pub unsafe fn __derive_cached<T: 'static>(build: impl FnOnce() -> Result<Datatype>) -> Datatype {
+        // SAFETY: this function's contract is `cached`'s.
+        unsafe { cached::<T>(build) }
+    }
+}

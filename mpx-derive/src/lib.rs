@@ -34,7 +34,9 @@
 //!   `size_of::<Self>()`, so that slices of the struct pack, send and receive
 //!   correctly and padding bytes are never read or written. It is built once
 //!   per concrete type and cached (a `OnceLock` for non-generic types,
-//!   `mpx::derive_support::cached` for generic ones). A transparent newtype
+//!   `Datatype::__derive_cached`, keyed by type, for generic ones: an
+//!   inherent function of the real `Datatype`, so that a crate path given
+//!   with `#[mpx(crate = "...")]` cannot redirect it). A transparent newtype
 //!   uses its field's datatype directly;
 //! * `NEEDS_VALIDATION` is true when any field's is;
 //! * `is_valid` checks every field that needs it at its offset (raw pointer
@@ -410,12 +412,12 @@ fn expand_struct(input: &DeriveInput, data: &DataStruct, repr: &Repr, krate: &Pa
         };
         if is_generic {
             // SAFETY: `build` describes `Self` as this derive guarantees.
-            quote!(unsafe { #krate::derive_support::cached::<Self>(#build) })
+            quote!(unsafe { <#krate::Datatype>::__derive_cached::<Self>(#build) })
         } else {
             quote! {
                 static __MPX_DATATYPE: ::std::sync::OnceLock<#krate::Datatype> = ::std::sync::OnceLock::new();
                 // SAFETY: `build` describes `Self` as this derive guarantees.
-                __MPX_DATATYPE.get_or_init(|| unsafe { #krate::derive_support::cached::<Self>(#build) }).clone()
+                __MPX_DATATYPE.get_or_init(|| unsafe { <#krate::Datatype>::__derive_cached::<Self>(#build) }).clone()
             }
         }
     };
@@ -648,7 +650,7 @@ mod tests {
         assert!(out.contains("T : :: mpx :: MpiType"), "{out}");
         assert!(out.contains("U : :: mpx :: MpiType"), "{out}");
         assert!(out.contains("U : Send"), "{out}");
-        assert!(out.contains("derive_support :: cached :: < Self >"), "{out}");
+        assert!(out.contains("< :: mpx :: Datatype > :: __derive_cached :: < Self >"), "{out}");
         assert!(!out.contains("OnceLock"), "no generic statics: {out}");
         assert!(out.contains("const {"), "per-instance layout assertions: {out}");
     }

@@ -46,7 +46,8 @@ const _: () = {
 /// Reads a native-endian integer of `size` bytes, zero-extended.
 unsafe fn read_native(src: *const u8, size: usize) -> u64 {
     // SAFETY: the caller guarantees `size` readable bytes at `src`; `[u8; N]`
-    // has alignment 1, and `size` is 1, 2, 4 or 8 (asserted below).
+    // has alignment 1, and `size` is 1, 2, 4 or 8 (the compile-time assertion
+    // above, over every basic type's scalars).
     unsafe {
         match size {
             1 => *src as u64,

@@ -135,7 +135,8 @@ pub struct RegionMut<'a> {
 // SAFETY: a RegionMut is an exclusive borrow of bytes (`&mut [u8]`), which
 // is Send.
 unsafe impl Send for RegionMut<'_> {}
-// SAFETY: and Sync: a shared `&RegionMut` gives no access to the bytes.
+// SAFETY: and Sync: through a shared `&RegionMut` the bytes are only read
+// (as through a `&&mut [u8]`), and `[u8]` is Sync.
 unsafe impl Sync for RegionMut<'_> {}
 
 fn check_origin(origin: usize, len: usize) -> Result<()> {

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use super::engine::{Config, Delivered, Engine, Event, MatchSpec, Matched, Outgoing, ReqId, SendMode};
-use super::wire::{Decoder, Frame, HEADER_LEN};
+use super::wire::{ChunkDecoder, Decoder, Frame, Header, Kind, HEADER_LEN};
 use crate::pack::Repr;
 
 /// World size of a scripted run; the engine under test is rank 0.
@@ -729,12 +729,67 @@ pub fn check_decoder(input: &[u8]) {
         1 + (state % 97) as usize
     });
     assert_eq!(whole, split, "cutting the stream changed what it decodes to");
-    let (frames, _) = whole;
     let mut at = 0;
-    for frame in frames {
+    for frame in &whole.0 {
         let bytes = frame.to_bytes();
         assert_eq!(&stream[at..at + bytes.len()], &bytes[..], "a frame does not re-encode to its bytes");
         at += bytes.len();
+    }
+    check_chunk_decoder(decoder.max_payload(), stream, &whole, &mut state);
+}
+
+/// The [`ChunkDecoder`] on the same stream, in other pieces: it never
+/// panics, gathers no more than one frame, and gives what the [`Decoder`]
+/// gives, rendezvous data as pieces whose offsets follow on. Where the
+/// decoder took the stream whole, so does it, unless some rendezvous data's
+/// offset overflows (which only it checks).
+fn check_chunk_decoder(max_payload: usize, stream: &[u8], whole: &(Vec<Frame>, Result<usize, ()>), state: &mut u64) {
+    let mut decoder = ChunkDecoder::new(max_payload);
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    let mut result = Ok(());
+    while at < stream.len() && result.is_ok() {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let n = (1 + (*state % 131) as usize).min(stream.len() - at);
+        result = decoder.push(Bytes::copy_from_slice(&stream[at..at + n]), &mut |f| {
+            pieces.push(f);
+            Ok(())
+        });
+        at += n;
+    }
+    let (frames, outcome) = whole;
+    if outcome.is_err() {
+        return;
+    }
+    if result.is_err() {
+        // Only an offset that overflows, in a whole frame or the one begun
+        // after them, is refused by the chunk decoder alone.
+        let overflows = |h: &Header, len: u64| h.kind == Kind::RndvData && len > 0 && h.seq.checked_add(len).is_none();
+        let rest = &stream[frames.iter().map(|f| HEADER_LEN + f.payload.len()).sum::<usize>()..];
+        let begun = Header::decode(rest).is_ok_and(|(h, len)| overflows(&h, len));
+        assert!(begun || frames.iter().any(|f| overflows(&f.header, f.payload.len() as u64)), "the chunk decoder refused a stream the decoder took");
+        return;
+    }
+    let mut pieces = pieces.into_iter().peekable();
+    for frame in frames {
+        if frame.header.kind == Kind::RndvData && !frame.payload.is_empty() {
+            let mut data = Vec::new();
+            while data.len() < frame.payload.len() {
+                let piece = pieces.next().expect("a piece of the rendezvous data");
+                let expected = Header { seq: frame.header.seq + data.len() as u64, ..frame.header };
+                assert_eq!(piece.header, expected, "a piece's header");
+                data.extend_from_slice(&piece.payload);
+            }
+            assert_eq!(&data[..], &frame.payload[..], "the pieces make up the data");
+        } else {
+            assert_eq!(pieces.next().as_ref(), Some(frame), "the chunk decoder gave another frame");
+        }
+    }
+    // What is left: pieces of rendezvous data whose frame has not ended.
+    for piece in pieces {
+        assert_eq!(piece.header.kind, Kind::RndvData, "a frame beyond what the decoder took whole");
     }
 }
 

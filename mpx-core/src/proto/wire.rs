@@ -337,9 +337,15 @@ impl Decoder {
     }
 }
 
+/// Payloads up to this many bytes that [`ChunkDecoder`] finds whole in a
+/// chunk are copied out of it rather than sliced (see there).
+pub const COPY_PAYLOAD_MAX: u64 = 16 << 10;
+
 /// Takes frames off a byte stream that arrives in chunks (as a QUIC
 /// stream's do), copying as little as it can: a frame whole inside one
-/// chunk is a slice of it, and rendezvous data is passed on as it arrives,
+/// chunk is a slice of it (but for payloads up to [`COPY_PAYLOAD_MAX`]
+/// bytes, copied so that a small message kept waiting does not keep the
+/// chunk's whole buffer alive), and rendezvous data is passed on as it arrives,
 /// one frame per piece of a chunk, never gathered here. Each piece has its
 /// frame's header with `seq` (the data's offset in its message) advanced by
 /// the bytes before it, so the engine takes the pieces as it takes frames
@@ -419,6 +425,14 @@ impl ChunkDecoder {
             let head = if in_place { &chunk[..HEADER_LEN] } else { &self.partial[..HEADER_LEN] };
             let (header, payload_len) = self.decoder.header(head)?;
             if header.kind == Kind::RndvData && payload_len > 0 {
+                // The pieces' offsets are worked out here, before the
+                // engine checks them: they must not overflow.
+                if header.seq.checked_add(payload_len).is_none() {
+                    return Err(Error::Protocol(format!(
+                        "rendezvous data at offset {} of {payload_len} bytes runs past the largest offset",
+                        header.seq
+                    )));
+                }
                 if in_place {
                     chunk.advance(HEADER_LEN);
                 } else {
@@ -430,7 +444,16 @@ impl ChunkDecoder {
             let total = HEADER_LEN + payload_len as usize;
             if in_place && chunk.len() >= total {
                 let whole = chunk.split_to(total);
-                each(Frame { header, payload: whole.slice(HEADER_LEN..) })?;
+                // A small payload is copied out: a slice would keep the
+                // whole buffer its chunk came in alive (a QUIC stack
+                // receives many packets into one), and a message may wait
+                // long as unexpected, its credit counting only its bytes.
+                let payload = if payload_len <= COPY_PAYLOAD_MAX {
+                    Bytes::copy_from_slice(&whole[HEADER_LEN..])
+                } else {
+                    whole.slice(HEADER_LEN..)
+                };
+                each(Frame { header, payload })?;
                 continue;
             }
             if in_place {
@@ -615,5 +638,53 @@ mod tests {
         let mut bad = Header::control(Kind::Eager, 1).encode(0);
         bad[0] = 0xEE;
         assert!(decoder.push(Bytes::copy_from_slice(&bad), &mut |_| Ok(())).is_err(), "a bad version");
+    }
+
+    /// A small frame whole in a chunk is copied out of it (so it does not
+    /// keep the chunk's buffer alive); a large one is a slice of it.
+    #[test]
+    fn a_chunk_decoder_copies_small_payloads_out_of_their_chunk() {
+        let small = Frame { header: Header::control(Kind::Eager, 1), payload: Bytes::from(vec![3u8; 8]) };
+        let large = Frame { header: Header::control(Kind::Eager, 1), payload: Bytes::from(vec![4u8; COPY_PAYLOAD_MAX as usize + 1]) };
+        let mut stream = small.to_bytes().to_vec();
+        stream.extend_from_slice(&large.to_bytes());
+        let chunk = Bytes::from(stream);
+        let inside = |p: &Bytes| chunk.as_ptr_range().contains(&p.as_ptr());
+        let mut frames = Vec::new();
+        ChunkDecoder::new(1 << 20).push(chunk.clone(), &mut |f| {
+            frames.push(f);
+            Ok(())
+        }).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!((&frames[0].payload[..], inside(&frames[0].payload)), (&small.payload[..], false));
+        assert_eq!((&frames[1].payload[..], inside(&frames[1].payload)), (&large.payload[..], true));
+    }
+
+    /// Rendezvous data whose offset plus length overflows is refused at its
+    /// header, before any piece is handed on (the pieces' offsets are
+    /// computed by the decoder).
+    #[test]
+    fn a_chunk_decoder_refuses_data_offsets_that_overflow() {
+        for (seq, len) in [(u64::MAX, 1usize), (u64::MAX - 2, 4)] {
+            let frame = Frame { header: Header { seq, data_len: u64::MAX, ..Header::control(Kind::RndvData, 1) }, payload: Bytes::from(vec![0u8; len]) };
+            let mut decoder = ChunkDecoder::new(1024);
+            let mut pieces = 0;
+            let err = decoder
+                .push(frame.to_bytes(), &mut |_| {
+                    pieces += 1;
+                    Ok(())
+                })
+                .unwrap_err();
+            assert!(matches!(err, Error::Protocol(_)), "{err}");
+            assert_eq!(pieces, 0);
+        }
+        // The last byte of the largest offset is still data.
+        let frame = Frame { header: Header { seq: u64::MAX - 1, data_len: u64::MAX, ..Header::control(Kind::RndvData, 1) }, payload: Bytes::from(vec![0u8; 1]) };
+        let mut pieces = Vec::new();
+        ChunkDecoder::new(1024).push(frame.to_bytes(), &mut |f| {
+            pieces.push(f.header.seq);
+            Ok(())
+        }).unwrap();
+        assert_eq!(pieces, [u64::MAX - 1]);
     }
 }

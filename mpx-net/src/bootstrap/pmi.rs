@@ -523,7 +523,9 @@ impl Duplex for std::net::TcpStream {
 ///
 /// # Safety
 /// For [`Channel::Fd`], the descriptor must be open and owned by nothing
-/// else in the process, and the caller must not use or close it again:
+/// else in the process (one with close-on-exec set, which this process
+/// opened itself, is refused, not taken), and the caller must not use or
+/// close it again:
 /// the connection takes it over, and closes it when dropped (the launcher
 /// hands it over for PMI alone; [`crate::bootstrap::start`] takes it once).
 pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Duplex>> {
@@ -540,6 +542,16 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
             let mut stat: libc::stat = unsafe { std::mem::zeroed() };
             // SAFETY: as above; an unopened descriptor is an error (EBADF).
             if unsafe { libc::fstat(*fd, &mut stat) } != 0 || stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+                return Err(not_socket());
+            }
+            // A descriptor the launcher passed across exec has close-on-exec
+            // clear, and every descriptor Rust's standard library opens has
+            // it set: a socket with it set was opened by this process (a
+            // PMI_FD its environment inherited from a parent names another
+            // socket here), and is not this function's to take.
+            // SAFETY: F_GETFD only reads the descriptor's flags.
+            let flags = unsafe { libc::fcntl(*fd, libc::F_GETFD) };
+            if flags == -1 || flags & libc::FD_CLOEXEC != 0 {
                 return Err(not_socket());
             }
             // SAFETY: the caller hands the descriptor over (this
@@ -636,9 +648,9 @@ pub struct KvSpace {
     name: String,
     size: usize,
     values: HashMap<String, String>,
-    /// Bytes stored: keys and values together stay within `size` times
-    /// [`KvSpace::PER_RANK`].
-    stored: usize,
+    /// Bytes each rank stored: its keys and values together stay within
+    /// [`KvSpace::PER_RANK`], so no rank can fill the space for the others.
+    stored: Vec<usize>,
     in_barrier: Vec<bool>,
     /// Each rank's connection: its framing and the form it chose.
     ranks: Vec<(Decoder, Version)>,
@@ -651,7 +663,7 @@ impl KvSpace {
     pub const KEYLEN_MAX: usize = 64;
     /// Longest value.
     pub const VALLEN_MAX: usize = 1024;
-    /// Bytes of keys and values each rank may store, on average.
+    /// Bytes of keys and values each rank may store.
     pub const PER_RANK: usize = 64 << 10;
 
     /// The space of a job of `size` ranks, named `name` (its PMI-1
@@ -661,7 +673,7 @@ impl KvSpace {
             name: name.to_string(),
             size,
             values: HashMap::new(),
-            stored: 0,
+            stored: vec![0; size],
             in_barrier: vec![false; size],
             ranks: (0..size).map(|_| (Decoder::default(), Version::V1)).collect(),
             joined: vec![false; size],
@@ -694,16 +706,18 @@ impl KvSpace {
         (to, m.encode(self.ranks[to].1))
     }
 
-    /// Stores a value; `false` if refused (too long, a full space, a key
-    /// stored already).
-    fn put(&mut self, key: &str, value: &str) -> bool {
+    /// Stores a value `rank` puts; `false` if refused (too long, beyond the
+    /// rank's share, a key stored already, or another rank's card: a key
+    /// `mpx-<r>` is rank `r`'s alone, so no rank can take another's first).
+    fn put(&mut self, rank: usize, key: &str, value: &str) -> bool {
+        let others_card = key.strip_prefix("mpx-").and_then(|r| r.parse::<usize>().ok()).is_some_and(|r| r != rank);
         let fits = key.len() <= Self::KEYLEN_MAX
             && value.len() <= Self::VALLEN_MAX
-            && self.stored + key.len() + value.len() <= self.size * Self::PER_RANK;
-        if !fits || self.values.contains_key(key) {
+            && self.stored[rank] + key.len() + value.len() <= Self::PER_RANK;
+        if !fits || others_card || self.values.contains_key(key) {
             return false;
         }
-        self.stored += key.len() + value.len();
+        self.stored[rank] += key.len() + value.len();
         self.values.insert(key.to_string(), value.to_string());
         true
     }
@@ -759,7 +773,7 @@ impl KvSpace {
                 let (Some(key), Some(value)) = (m.get("key"), m.get("value")) else {
                     return reply(self, Message::new("put_result").with("rc", -1).with("msg", "key_or_value_missing"));
                 };
-                let rc = if m.get("kvsname") == Some(&self.name) && self.put(key, value) { 0 } else { -1 };
+                let rc = if m.get("kvsname") == Some(&self.name) && self.put(rank, key, value) { 0 } else { -1 };
                 reply(self, Message::new("put_result").with("rc", rc))
             }
             (Version::V1, "get") => {
@@ -793,7 +807,7 @@ impl KvSpace {
             (Version::V2, "job-getid") => reply(self, Message::new("job-getid-response").with("rc", 0).with("jobid", &self.name)),
             (Version::V2, "kvs-put") => {
                 let stored = match (m.get("key"), m.get("value")) {
-                    (Some(key), Some(value)) => self.put(key, value),
+                    (Some(key), Some(value)) => self.put(rank, key, value),
                     _ => false,
                 };
                 reply(self, Message::new("kvs-put-response").with("rc", if stored { 0 } else { 6 }))
@@ -820,6 +834,23 @@ mod tests {
 
     use super::*;
 
+    /// A PMI_FD naming a socket this process opened itself (close-on-exec
+    /// set: a parent's PMI_FD inherited in the environment, say) is refused
+    /// and left open, never taken over and closed.
+    #[test]
+    fn a_socket_this_process_opened_is_not_taken_as_the_launchers() {
+        use std::os::fd::AsRawFd;
+        let (mine, _other) = UnixStream::pair().unwrap();
+        let fd = mine.as_raw_fd();
+        // SAFETY: `connect` refuses the descriptor (what this test checks)
+        // rather than taking it; were it taken, `mine` would close it twice.
+        let refused = unsafe { connect(&Channel::Fd(fd), Duration::from_secs(1)) };
+        assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{:?}", refused.err());
+        // SAFETY: F_GETFD only reads the flags of a descriptor `mine` owns.
+        assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1, "still open");
+        drop(mine);
+    }
+
     #[test]
     fn malformed_messages_are_errors() {
         for bad in ["", "put key=a", "cmd=put keya", "cmd"] {
@@ -840,6 +871,29 @@ mod tests {
         assert!(check_value("", 100).is_err());
         assert!(check_value(&"x".repeat(101), 100).is_err());
         assert!(check_value("10.0.0.1:7000,abcd", 100).is_ok());
+    }
+
+    /// Each rank stores within its own share, so one rank filling the
+    /// space leaves the others theirs; and a rank's card (`mpx-<rank>`) is
+    /// its own to put.
+    #[test]
+    fn a_rank_can_neither_fill_the_space_nor_take_anothers_card() {
+        let mut kvs = KvSpace::new("job-1", 2);
+        let put = |kvs: &mut KvSpace, rank: usize, key: &str| {
+            let line = format!("cmd=put kvsname=job-1 key={key} value={}\n", "v".repeat(1000));
+            let out = kvs.receive(rank, line.as_bytes()).unwrap();
+            out == [(rank, b"cmd=put_result rc=0\n".to_vec())]
+        };
+        kvs.receive(0, b"cmd=init pmi_version=1 pmi_subversion=1\n").unwrap();
+        kvs.receive(1, b"cmd=init pmi_version=1 pmi_subversion=1\n").unwrap();
+        let mut stored = 0;
+        while put(&mut kvs, 0, &format!("k{stored:03}")) {
+            stored += 1;
+        }
+        assert_eq!(stored, KvSpace::PER_RANK / 1004, "rank 0's share, then refusals");
+        assert!(put(&mut kvs, 1, "mpx-1"), "rank 1 still has its share");
+        assert!(!put(&mut kvs, 1, "mpx-0"), "rank 0's card is rank 0's");
+        assert!(!put(&mut kvs, 1, "mpx-1"), "stored already");
     }
 
     #[test]

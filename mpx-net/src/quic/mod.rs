@@ -172,7 +172,9 @@ impl Options {
         let mut cubic = quinn::congestion::CubicConfig::default();
         cubic.initial_window(10 * u64::from(mtu));
         t.congestion_controller_factory(Arc::new(cubic));
-        t.max_concurrent_uni_streams(quinn::VarInt::from_u32(4));
+        // A connection carries the control stream, and the bulk stream
+        // unless the bulk lane has a connection of its own.
+        t.max_concurrent_uni_streams(quinn::VarInt::from_u32(2));
         t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(0));
         Ok(t)
     }

@@ -221,6 +221,42 @@ async fn a_peer_sending_garbage_is_cut_off_and_nobody_else_is_affected() {
     ping_pong(&zero, &one).await;
 }
 
+/// A peer that opens a stream beyond its control and bulk streams (data
+/// nobody would read, held in quinn's buffers up to the stream's window) is
+/// cut off: the connection is closed and the peer failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_beyond_the_setup_cuts_the_peer_off() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(15).unwrap();
+    let hand_socket = sockets.pop().unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+
+    // Rank 1 by hand, with a bulk connection of its own: one stream on
+    // each connection, so each could take one more.
+    let (quic, client) = hand_client(&job, 1, hand_socket, &options());
+    let name = rank_name(15, 0);
+    let conn = quic.connect_with(client.clone(), addrs[0], &name).unwrap().await.unwrap();
+    let mut control = conn.open_uni().await.unwrap();
+    control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
+    let (_theirs, bulk_port) = their_control_head(&conn).await;
+    let bulk = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &name).unwrap().await.unwrap();
+    let mut bulk_stream = bulk.open_uni().await.unwrap();
+    bulk_stream.write_all(&StreamHead::BulkConnection { rank: 1 }.encode()).await.unwrap();
+    let hello = hello_to_zero(1, 2);
+    control.write_all(&hello.encode_header()).await.unwrap();
+    control.write_all(&hello.payload).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), zero.connected()).await.expect("rank 1's hello is taken");
+
+    let mut extra = conn.open_uni().await.unwrap();
+    extra.write_all(&[0u8; 4096]).await.unwrap();
+    let why = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("rank 0 closes the connection");
+    assert!(why.to_string().contains("a stream beyond the setup"), "{why}");
+    let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 is cut off");
+    assert!(matches!(e, Error::ProcessFailed { rank: 1, .. }), "{e:?}");
+    assert!(chain(&e).contains("opened a stream beyond"), "{}", chain(&e));
+    drop((bulk_stream, bulk));
+}
+
 /// A peer that announces another representation in its hello (big-endian,
 /// 4-byte `long`) is sent external32 and sends external32: values arrive
 /// intact both ways, and a `long` that does not fit in 4 bytes is an error

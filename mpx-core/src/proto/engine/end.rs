@@ -152,7 +152,9 @@ impl Engine {
         p.final_seq = Some(last.max(p.expected_seq));
         let reason = if failed { "it failed before matching" } else { "its program returned before matching" };
         let error = Error::process_failed(rank, reason);
-        if failed {
+        let p = &mut self.peers[rank as usize];
+        if failed && p.served_dropped_at != Some(p.expected_seq) {
+            p.served_dropped_at = Some(p.expected_seq);
             self.drop_served_by(rank, &error);
         }
         if !again {

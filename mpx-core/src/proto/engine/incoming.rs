@@ -194,8 +194,20 @@ impl Engine {
                 self.events.push_back(Event::SendDone { id: h.send_id, result });
             }
             Kind::Credit => {
-                peer.credit = peer.credit.saturating_add(h.data_len);
-                peer.slots = peer.slots.saturating_add(h.recv_id);
+                // Credit comes back only for what this rank spent; slots
+                // too, and a finished rank may be granted a bounded number
+                // more (see `grant_after_goodbye`).
+                let credit = peer.credit.checked_add(h.data_len).filter(|&c| c <= peer.credit_granted);
+                let most_slots = peer.slots_granted.saturating_add(MAX_AFTER_GOODBYE);
+                let slots = peer.slots.checked_add(h.recv_id).filter(|&s| s <= most_slots);
+                let (Some(credit), Some(slots)) = (credit, slots) else {
+                    return Err(Error::Protocol(format!(
+                        "rank {from} gave back {} bytes of credit and {} slots, more than this rank spent",
+                        h.data_len, h.recv_id
+                    )));
+                };
+                peer.credit = credit;
+                peer.slots = slots;
                 self.start_held(from);
             }
             Kind::Bye => match h.data_len {
@@ -233,8 +245,13 @@ impl Engine {
         // frame, whatever limit it announces for itself.
         let eager_limit = h.send_id.min(self.config.max_payload() as u64);
         peer.hello = Some(PeerHello { eager_limit, accepts, native });
-        peer.credit = h.sig_len;
-        peer.slots = h.recv_id;
+        if h.recv_id == 0 {
+            return Err(Error::Protocol(format!("rank {from} grants no rendezvous slot: no large message could reach it")));
+        }
+        peer.credit_granted = h.sig_len.min(MAX_GRANTED_CREDIT);
+        peer.slots_granted = h.recv_id.min(MAX_GRANTED_SLOTS);
+        peer.credit = peer.credit_granted;
+        peer.slots = peer.slots_granted;
         let repr = self.repr_for(from);
         self.events.push_back(Event::Connected { rank: from, repr });
         self.start_held(from);

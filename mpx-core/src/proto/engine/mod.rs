@@ -149,6 +149,17 @@ pub const MAX_QUEUED_FRAMES: usize = 1 << 16;
 /// the requests a finished peer makes this rank hold, whatever it announced.
 pub const MAX_AFTER_GOODBYE: u64 = 1 << 16;
 
+/// Most eager credit this rank takes from a peer's hello, whatever it
+/// grants: this rank's messages for one peer that have completed but wait
+/// for its link stay below this (a peer that grants more and never reads
+/// cannot make this rank queue without bound).
+pub const MAX_GRANTED_CREDIT: u64 = 64 << 20;
+
+/// Most rendezvous slots this rank takes from a peer's hello, whatever it
+/// grants (twice [`MAX_QUEUED_FRAMES`]: this rank's own requests never
+/// count as the peer not reading).
+pub const MAX_GRANTED_SLOTS: u64 = 2 * MAX_QUEUED_FRAMES as u64;
+
 /// Largest type description a message may carry (see
 /// [`TypeSequence`](crate::pack::TypeSequence)): over a million runs of
 /// basic types in one item.
@@ -172,7 +183,8 @@ pub struct Config {
     /// Bytes of unexpected eager data (headers included) this rank accepts
     /// from each sender before that sender falls back to rendezvous.
     pub eager_credit: u64,
-    /// Unanswered rendezvous requests this rank accepts from each sender.
+    /// Unanswered rendezvous requests this rank accepts from each sender
+    /// (at least 1: 0 is taken as 1).
     pub rndv_slots: u64,
     /// Largest chunk of rendezvous data in one frame.
     pub rndv_chunk: usize,
@@ -517,6 +529,8 @@ impl Engine {
         if rank >= size {
             return Err(Error::InvalidRank { rank: rank as usize, size: size as usize });
         }
+        // A rank granting no slot could receive no large message at all.
+        let config = Config { rndv_slots: config.rndv_slots.max(1), ..config };
         let mut engine = Engine {
             rank,
             config,

@@ -53,6 +53,14 @@ pub(super) struct Peer {
     pub(super) credit: u64,
     /// Rendezvous requests this rank may still send unanswered.
     pub(super) slots: u64,
+    /// The credit the peer granted in its hello (at most
+    /// [`MAX_GRANTED_CREDIT`](super::MAX_GRANTED_CREDIT)): what it gives
+    /// back never takes `credit` above it.
+    pub(super) credit_granted: u64,
+    /// The slots the peer granted in its hello (at most
+    /// [`MAX_GRANTED_SLOTS`](super::MAX_GRANTED_SLOTS)); with those it may
+    /// grant after this rank's goodbye, the most `slots` can be.
+    pub(super) slots_granted: u64,
     /// Sends waiting for credit, a slot or the hello, in order.
     pub(super) held: VecDeque<Held>,
     /// Frames ready to go, in order.
@@ -108,6 +116,11 @@ pub(super) struct Peer {
     pub(super) final_seq: Option<u64>,
     /// The peer failed: the error of every operation that depends on it.
     pub(super) failed: Option<Error>,
+    /// `expected_seq` when what only the peer could complete was last
+    /// dropped after a goodbye saying it failed: until another data frame
+    /// comes, a further such goodbye finds nothing to drop (and costs a
+    /// peer that repeats it nothing).
+    pub(super) served_dropped_at: Option<u64>,
 }
 
 impl Peer {

@@ -565,6 +565,41 @@ fn a_hello_can_neither_lift_the_eager_limit_nor_shrink_frames() {
     assert_eq!((chunk.header.kind, chunk.payload.len()), (Kind::RndvData, MIN_PAYLOAD));
 }
 
+/// What a peer's hello grants is capped, and what it gives back may not
+/// exceed what was spent: a peer granting endless credit and never reading
+/// cannot make this rank complete sends (and queue their data) without
+/// bound, and one granting no slot at all breaks the protocol.
+#[test]
+fn a_peer_can_neither_grant_unbounded_credit_nor_give_back_more_than_was_spent() {
+    let config = Config::default();
+    let mut e = Engine::new(1, 2, config).unwrap();
+    e.handle_frame(0, hello_from_zero(config, |h| (h.sig_len, h.recv_id) = (u64::MAX, u64::MAX))).unwrap();
+    events(&mut e);
+    // Rank 1 sends to rank 0, whose link never takes anything.
+    let data = Bytes::from(vec![1u8; 32 << 10]);
+    let sends = 2 * MAX_GRANTED_CREDIT / (32 << 10);
+    for id in 0..sends {
+        e.post_send(id + 1, SendMode::Standard, Outgoing { data: data.clone(), ..msg(0, 0, b"") });
+    }
+    let done = events(&mut e).iter().filter(|ev| matches!(ev, Event::SendDone { result: Ok(()), .. })).count() as u64;
+    assert_eq!(done, MAX_GRANTED_CREDIT / eager_cost(data.len()), "eager sends complete while the capped credit lasts");
+    assert!(e.queued_bytes(0) as u64 <= MAX_GRANTED_CREDIT, "{}", e.queued_bytes(0));
+    // Giving back what was spent is fine; more is a protocol error.
+    let spent = done * eager_cost(data.len());
+    let credit = |bytes| Frame::control(Header { data_len: bytes, ..Header::control(Kind::Credit, 0) });
+    e.handle_frame(0, credit(spent / 2)).unwrap();
+    assert!(matches!(e.handle_frame(0, credit(spent)), Err(Error::Protocol(_))));
+    assert!(e.is_failed(0));
+    // Slots the same way: a hello granting none fails its peer.
+    let mut e = Engine::new(1, 2, config).unwrap();
+    assert!(matches!(e.handle_frame(0, hello_from_zero(config, |h| h.recv_id = 0)), Err(Error::Protocol(_))));
+    assert!(e.is_failed(0));
+    let mut e = Engine::new(1, 2, config).unwrap();
+    e.handle_frame(0, hello_from_zero(config, |h| h.recv_id = 2)).unwrap();
+    let slots = |n| Frame::control(Header { recv_id: n, ..Header::control(Kind::Credit, 0) });
+    assert!(matches!(e.handle_frame(0, slots(MAX_AFTER_GOODBYE + 1)), Err(Error::Protocol(_))));
+}
+
 #[test]
 fn a_bounded_receive_taken_by_a_ready_message_leaves_no_limit_behind() {
     let mut e = pair(Config::default());
@@ -773,12 +808,13 @@ fn this_ranks_own_sends_never_count_as_a_peer_not_reading() {
     let hello = {
         let mut one = Engine::new(1, 2, config).unwrap();
         let (_, mut hello) = next_frame(&mut one).unwrap();
-        hello.header.recv_id = 2 * MAX_QUEUED_FRAMES as u64;
+        hello.header.recv_id = MAX_GRANTED_SLOTS;
         hello.header.sig_len = 0;
         hello
     };
     e.handle_frame(1, hello).unwrap();
     let sends = MAX_QUEUED_FRAMES as u64 + 100;
+    assert!(sends <= MAX_GRANTED_SLOTS);
     for id in 0..sends {
         e.post_send(id, SendMode::Standard, msg(1, 0, b"x"));
     }
@@ -794,6 +830,33 @@ fn forged_rts(seq: u64, tag: i32) -> Frame {
 /// Slots rank `e` granted rank 0 in the credit frames it queued for it.
 fn slots_granted(e: &mut Engine) -> u64 {
     std::iter::from_fn(|| next_frame(e)).filter(|(_, f)| f.header.kind == Kind::Credit).map(|(_, f)| f.header.recv_id).sum()
+}
+
+/// A goodbye saying the peer failed drops its rendezvous requests (their
+/// data never comes); the same goodbye again finds nothing new and does not
+/// walk the queue again, until another request has come.
+#[test]
+fn a_repeated_failed_goodbye_drops_only_what_came_since() {
+    let mut e = pair(Config::default());
+    for seq in 0..3 {
+        e[1].handle_frame(0, forged_rts(seq, 0)).unwrap();
+    }
+    assert_eq!(e[1].unexpected_len(), 3);
+    let failed_bye = || Frame::control(Header { data_len: 1, seq: 5, ..Header::control(Kind::Bye, 0) });
+    e[1].handle_frame(0, failed_bye()).unwrap();
+    assert_eq!(e[1].unexpected_len(), 0, "requests whose data never comes are dropped");
+    assert_eq!(e[1].peers[0].served_dropped_at, Some(3));
+    for _ in 0..1000 {
+        e[1].handle_frame(0, failed_bye()).unwrap();
+    }
+    assert_eq!(e[1].peers[0].served_dropped_at, Some(3), "nothing came since: nothing walked");
+    // A request it still owed (3 < 5) comes, and the next goodbye drops it.
+    e[1].handle_frame(0, forged_rts(3, 0)).unwrap();
+    assert_eq!(e[1].unexpected_len(), 1);
+    e[1].handle_frame(0, failed_bye()).unwrap();
+    assert_eq!(e[1].unexpected_len(), 0);
+    assert_eq!(e[1].peers[0].served_dropped_at, Some(4));
+    assert!(!e[1].is_failed(0));
 }
 
 #[test]
