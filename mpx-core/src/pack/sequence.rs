@@ -44,6 +44,12 @@ impl TypeSequence {
     /// ```
     pub fn of(datatype: &Datatype, count: u64) -> TypeSequence {
         let mut runs: Vec<(Basic, u64)> = Vec::new();
+        if count == 0 {
+            // No data: nothing to convert, and no runs to describe it, so a
+            // description is never longer than its data allows (see
+            // [`TypeSequence::max_encoded_len`]).
+            return TypeSequence { runs, items: 0 };
+        }
         datatype.for_each_entry(|basic, _| {
             match runs.last_mut() {
                 Some((b, n)) if *b == basic => *n += 1,
@@ -63,6 +69,24 @@ impl TypeSequence {
     pub fn signature(&self) -> Signature {
         let item = self.runs.iter().fold(Signature::EMPTY, |s, &(b, n)| s.concat(Signature::basic(b).repeat(n)));
         item.repeat(self.items)
+    }
+
+    /// The longest encoded sequence a message of `data` bytes of
+    /// external32 data needs: every run holds at least one element, of at
+    /// least one byte, of each item (and a message without data, none).
+    /// A receiver refuses a longer description, so that a small message
+    /// cannot carry a large one.
+    ///
+    /// ```
+    /// use mpx::{pack::TypeSequence, Datatype};
+    /// let pair = Datatype::structure(&[1, 2], &[0, 8], &[Datatype::int(), Datatype::double()])?;
+    /// let encoded = TypeSequence::of(&pair, 3).encode().len() as u64;
+    /// assert!(encoded <= TypeSequence::max_encoded_len(pair.external32_size() * 3));
+    /// assert_eq!(TypeSequence::of(&pair, 0).encode().len() as u64, TypeSequence::max_encoded_len(0));
+    /// # Ok::<(), mpx::Error>(())
+    /// ```
+    pub fn max_encoded_len(data: u64) -> u64 {
+        (FIXED as u64).saturating_add((RUN as u64).saturating_mul(data))
     }
 
     /// The encoded form.

@@ -378,6 +378,15 @@ impl Envelope {
                 h.source, h.desc_len
             )));
         }
+        // A description longer than its data needs would let a small
+        // message (and a receive that asked for little) hold a large one.
+        let data = total - u64::from(h.desc_len);
+        if h.desc_len > 0 && u64::from(h.desc_len) > crate::pack::TypeSequence::max_encoded_len(data) {
+            return Err(Error::Protocol(format!(
+                "rank {} sent a {}-byte type description for {data} bytes of data",
+                h.source, h.desc_len
+            )));
+        }
         Ok(Envelope {
             context: h.context,
             source: h.source,

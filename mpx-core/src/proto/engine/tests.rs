@@ -600,6 +600,24 @@ fn a_peer_can_neither_grant_unbounded_credit_nor_give_back_more_than_was_spent()
     assert!(matches!(e.handle_frame(0, slots(MAX_AFTER_GOODBYE + 1)), Err(Error::Protocol(_))));
 }
 
+/// A type description may be no longer than its data needs: a small
+/// message (or a rendezvous request for a few bytes, which a small receive
+/// would take) cannot bring a large one.
+#[test]
+fn a_type_description_longer_than_its_data_needs_is_refused() {
+    let described = |kind, desc: u32, data: u64, seq| Header { kind, repr: Repr::External32, desc_len: desc, seq, data_len: u64::from(desc) + data, send_id: 1, ..Header::control(kind, 0) };
+    let mut e = pair(Config::default());
+    let most = crate::pack::TypeSequence::max_encoded_len(8) as u32;
+    let fits = Frame { header: described(Kind::Eager, most, 8, 0), payload: Bytes::from(vec![0u8; most as usize + 8]) };
+    e[1].handle_frame(0, fits).unwrap();
+    let rts = Frame::control(described(Kind::Rts, MAX_DESC_LEN, 8, 1));
+    assert!(matches!(e[1].handle_frame(0, rts), Err(Error::Protocol(_))));
+    let mut e = pair(Config::default());
+    let long = Frame { header: described(Kind::Eager, most + 1, 8, 0), payload: Bytes::from(vec![0u8; most as usize + 9]) };
+    assert!(matches!(e[1].handle_frame(0, long), Err(Error::Protocol(_))));
+    assert!(e[1].is_failed(0));
+}
+
 #[test]
 fn a_bounded_receive_taken_by_a_ready_message_leaves_no_limit_behind() {
     let mut e = pair(Config::default());
