@@ -573,36 +573,70 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
                 .map_err(|e| Error::transport(what.clone(), e))?
                 .next()
                 .ok_or_else(|| Error::InvalidArgument(format!("PMI_PORT={addr:?} names no address")))?;
-            let stream = std::net::TcpStream::connect_timeout(&target, timeout).map_err(|e| Error::transport(what, e))?;
-            Duplex::set_read_timeout(&stream, timeout).map_err(|e| Error::transport("PMI socket", e))?;
-            let _ = stream.set_nodelay(true);
-            let mut stream = stream;
-            let mut hello = Message::new("initack").with("pmiid", id);
-            if let Some(token) = token {
-                hello = hello.with("token", token);
-            }
-            let what = "the launcher's welcome";
-            std::io::Write::write_all(&mut stream, &hello.encode(Version::V1)).map_err(|e| waiting(what, e))?;
-            // The welcome: initack, then the launcher's settings (size,
-            // rank, debug: the last).
-            let mut decoder = Decoder::default();
-            loop {
-                let m = receive(&mut stream, &mut decoder, Version::V1)
-                    .map_err(|e| waiting(what, e))?
-                    .ok_or_else(|| Error::Protocol("the launcher refused this rank's PMI connection".into()))?;
-                match m.cmd.as_str() {
-                    "initack" => m.ok("this rank's PMI connection").map(drop)?,
-                    "set" if m.get("size").is_some() || m.get("rank").is_some() => {}
-                    "set" if m.get("debug").is_some() => break,
-                    other => return Err(Error::Protocol(format!("the launcher's welcome held {other:?}"))),
+            // A launcher with more connections waiting than its ranks could
+            // make (strangers among them) drops new ones: dial again until
+            // the timeout, a little later each time.
+            let deadline = std::time::Instant::now() + timeout;
+            let mut pause = Duration::from_millis(20);
+            let stream = loop {
+                match welcomed(&target, &what, *id, token.as_deref(), timeout) {
+                    Ok(stream) => break stream,
+                    Err(Dial::Again(e)) if std::time::Instant::now() + pause < deadline => {
+                        tracing::debug!(error = %e, "PMI: dialling the launcher again");
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(500));
+                    }
+                    Err(Dial::Again(e) | Dial::Fatal(e)) => return Err(e),
                 }
-            }
-            if decoder.pending() > 0 {
-                return Err(Error::Protocol("the launcher spoke before it was asked".into()));
-            }
+            };
             Ok(Box::new(stream))
         }
     }
+}
+
+/// Why a dial of the launcher failed: worth another try (the connection
+/// refused, or dropped before the welcome), or not.
+enum Dial {
+    Again(Error),
+    Fatal(Error),
+}
+
+/// One dial of the launcher at `target`: the connection, this rank's
+/// `initack` (its id and the job's token), and the launcher's welcome.
+fn welcomed(target: &std::net::SocketAddr, what: &str, id: u32, token: Option<&str>, timeout: Duration) -> std::result::Result<std::net::TcpStream, Dial> {
+    let again = |e: std::io::Error| Dial::Again(Error::transport(what.to_string(), e));
+    let mut stream = std::net::TcpStream::connect_timeout(target, timeout).map_err(again)?;
+    Duplex::set_read_timeout(&stream, timeout).map_err(|e| Dial::Fatal(Error::transport("PMI socket", e)))?;
+    let _ = stream.set_nodelay(true);
+    let mut hello = Message::new("initack").with("pmiid", id);
+    if let Some(token) = token {
+        hello = hello.with("token", token);
+    }
+    let what = "the launcher's welcome";
+    std::io::Write::write_all(&mut stream, &hello.encode(Version::V1)).map_err(|e| Dial::Again(waiting(what, e)))?;
+    // The welcome: initack, then the launcher's settings (size, rank,
+    // debug: the last).
+    let mut decoder = Decoder::default();
+    loop {
+        let m = match receive(&mut stream, &mut decoder, Version::V1) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Err(Dial::Again(Error::Protocol("the launcher refused this rank's PMI connection".into()))),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
+                return Err(Dial::Again(waiting(what, e)))
+            }
+            Err(e) => return Err(Dial::Fatal(waiting(what, e))),
+        };
+        match m.cmd.as_str() {
+            "initack" => m.ok("this rank's PMI connection").map(drop).map_err(Dial::Fatal)?,
+            "set" if m.get("size").is_some() || m.get("rank").is_some() => {}
+            "set" if m.get("debug").is_some() => break,
+            other => return Err(Dial::Fatal(Error::Protocol(format!("the launcher's welcome held {other:?}")))),
+        }
+    }
+    if decoder.pending() > 0 {
+        return Err(Dial::Fatal(Error::Protocol("the launcher spoke before it was asked".into())));
+    }
+    Ok(stream)
 }
 
 /// How a rank reaches its launcher's PMI server.
@@ -849,6 +883,47 @@ mod tests {
         // SAFETY: F_GETFD only reads the flags of a descriptor `mine` owns.
         assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1, "still open");
         drop(mine);
+    }
+
+    /// A launcher that drops a rank's connection before welcoming it (as
+    /// mpxrun does while more connections wait than its ranks could make)
+    /// is dialled again, until the timeout.
+    #[test]
+    fn a_rank_dials_again_when_the_launcher_drops_it_before_the_welcome() {
+        use std::io::BufRead;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let launcher = std::thread::spawn(move || {
+            let mut dropped = 0;
+            for stream in listener.incoming() {
+                let mut stream = stream.unwrap();
+                if dropped < 3 {
+                    dropped += 1;
+                    continue; // dropped unanswered
+                }
+                let mut line = String::new();
+                std::io::BufReader::new(&stream).read_line(&mut line).unwrap();
+                assert!(line.starts_with("cmd=initack pmiid=2 token=secret"), "{line}");
+                stream.write_all(b"cmd=initack rc=0\ncmd=set size=4\ncmd=set rank=2\ncmd=set debug=0\n").unwrap();
+                return dropped;
+            }
+            unreachable!()
+        });
+        let channel = Channel::Port { addr: addr.clone(), id: 2, token: Some("secret".into()) };
+        // SAFETY: not a descriptor.
+        let welcomed = unsafe { connect(&channel, Duration::from_secs(10)) };
+        assert!(welcomed.is_ok(), "{:?}", welcomed.err());
+        assert_eq!(launcher.join().unwrap(), 3);
+        // A launcher that always drops it: an error once the time is up.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || listener.incoming().for_each(drop));
+        let channel = Channel::Port { addr, id: 2, token: None };
+        let started = std::time::Instant::now();
+        // SAFETY: not a descriptor.
+        let refused = unsafe { connect(&channel, Duration::from_millis(500)) };
+        assert!(refused.err().is_some_and(|e| e.to_string().contains("refused this rank's PMI connection")));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

@@ -260,7 +260,9 @@ pub(crate) enum Socket {
 /// Accepts the connections of higher ranks to `socket` for as long as the
 /// endpoint lives.
 ///
-/// At most [`Shared::max_setups`] connections are being set up at once
+/// A connection from an address not validated yet gets a QUIC retry
+/// first, so packets with forged source addresses take nothing here. At
+/// most [`Shared::max_setups`] connections are being set up at once
 /// (from the TLS handshake to the hello, each within the connect
 /// timeout); a connection beyond them is refused at once, so a flood of
 /// connections, or credentialed peers that connect and say nothing, hold
@@ -269,6 +271,13 @@ pub(crate) enum Socket {
 pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, socket: Socket) {
     let setups = Arc::new(tokio::sync::Semaphore::new(shared.max_setups));
     while let Some(incoming) = quic.accept().await {
+        // An address not shown to be real yet (its client has not echoed
+        // a retry token) is asked to: a stranger spoofing addresses then
+        // never gets to take one of the setups.
+        if !incoming.remote_address_validated() && incoming.may_retry() {
+            let _ = incoming.retry();
+            continue;
+        }
         let Ok(permit) = setups.clone().try_acquire_owned() else {
             tracing::warn!(rank = shared.me, from = %incoming.remote_address(), "refused a connection: too many being set up");
             incoming.refuse();

@@ -221,6 +221,32 @@ async fn a_peer_sending_garbage_is_cut_off_and_nobody_else_is_affected() {
     ping_pong(&zero, &one).await;
 }
 
+/// A stranger's first packet, from an address it has not shown to be its
+/// own, is answered with a QUIC retry (a token the client must echo from
+/// that address), never with the handshake: packets with forged source
+/// addresses take none of the few connection setups a rank runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_packet_from_an_unproven_address_gets_a_retry() {
+    let (mut sockets, addrs) = sockets(3);
+    let job = JobCredential::generate(16).unwrap();
+    let stranger = sockets.pop().unwrap();
+    let _zero = start(sockets.remove(0), &addrs[..2], job.issue(0).unwrap(), &options()).unwrap();
+    // The client's first packet, made by quinn's protocol core alone.
+    let mut client = quinn_proto::Endpoint::new(Default::default(), None, false, None);
+    let config = job.issue(1).unwrap().client_config().unwrap();
+    let (_, mut conn) = client.connect(std::time::Instant::now(), config, addrs[0], &rank_name(16, 0)).unwrap();
+    let mut packet = Vec::new();
+    let sent = conn.poll_transmit(std::time::Instant::now(), 1, &mut packet).expect("an initial packet");
+    stranger.send_to(&packet[..sent.size], addrs[0]).unwrap();
+    stranger.set_nonblocking(false).unwrap();
+    stranger.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answer = [0u8; 2048];
+    let (n, from) = stranger.recv_from(&mut answer).expect("an answer");
+    assert_eq!(from, addrs[0]);
+    // A QUIC v1 long header: form and fixed bits set, type 3 (retry).
+    assert!(n > 0 && answer[0] & 0xf0 == 0xf0, "not a retry: first byte {:#04x}", answer[0]);
+}
+
 /// A peer that opens a stream beyond its control and bulk streams (data
 /// nobody would read, held in quinn's buffers up to the stream's window) is
 /// cut off: the connection is closed and the peer failed.
