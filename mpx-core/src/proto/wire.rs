@@ -466,7 +466,13 @@ impl ChunkDecoder {
                 return Ok(());
             }
             let mut whole = self.partial.split_to(total);
-            let payload = whole.split_off(HEADER_LEN).freeze();
+            // As above: a small payload does not keep the gathering
+            // buffer (which a large frame may have grown) alive.
+            let payload = if payload_len <= COPY_PAYLOAD_MAX {
+                Bytes::copy_from_slice(&whole[HEADER_LEN..])
+            } else {
+                whole.split_off(HEADER_LEN).freeze()
+            };
             each(Frame { header, payload })?;
         }
     }

@@ -229,13 +229,23 @@ async fn accept_ranks(
             let mut line = Vec::new();
             let hello = tokio::time::timeout(Duration::from_secs(10), (&mut lines).take(1024).read_until(b'\n', &mut line)).await;
             let Ok(Ok(_)) = hello else { return };
-            let Ok(m) = std::str::from_utf8(&line).map_err(|_| ()).and_then(|l| Message::parse(l).map_err(drop)) else { return };
+            // A connection that said who it is but is refused is told so
+            // (and fails at once rather than dialling again).
+            let refusal = b"cmd=initack rc=-1 msg=refused\n";
+            let Ok(m) = std::str::from_utf8(&line).map_err(|_| ()).and_then(|l| Message::parse(l).map_err(drop)) else {
+                let _ = w.write_all(refusal).await;
+                return;
+            };
             let rank = m.get("pmiid").and_then(|r| r.parse::<usize>().ok()).filter(|&r| r < size);
             let shown = m.get("token").is_some_and(|t| same_secret(t, &token));
-            let (Some(rank), true) = (rank, m.cmd == "initack" && shown) else { return };
+            let (Some(rank), true) = (rank, m.cmd == "initack" && shown) else {
+                let _ = w.write_all(refusal).await;
+                return;
+            };
             let mut slot = writers[rank].lock().await;
             if slot.is_some() {
-                return; // rank already connected
+                let _ = w.write_all(refusal).await; // rank already connected
+                return;
             }
             let welcome = format!("cmd=initack rc=0\ncmd=set size={size}\ncmd=set rank={rank}\ncmd=set debug=0\n");
             if w.write_all(welcome.as_bytes()).await.is_err() {

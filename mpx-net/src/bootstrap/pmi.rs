@@ -574,12 +574,14 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
                 .next()
                 .ok_or_else(|| Error::InvalidArgument(format!("PMI_PORT={addr:?} names no address")))?;
             // A launcher with more connections waiting than its ranks could
-            // make (strangers among them) drops new ones: dial again until
-            // the timeout, a little later each time.
+            // make (strangers among them) drops new ones unanswered: dial
+            // again until the timeout, a little later each time. (A refusal
+            // it answers, a wrong token say, fails at once.)
             let deadline = std::time::Instant::now() + timeout;
             let mut pause = Duration::from_millis(20);
             let stream = loop {
-                match welcomed(&target, &what, *id, token.as_deref(), timeout) {
+                let left = deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
+                match welcomed(&target, &what, *id, token.as_deref(), left) {
                     Ok(stream) => break stream,
                     Err(Dial::Again(e)) if std::time::Instant::now() + pause < deadline => {
                         tracing::debug!(error = %e, "PMI: dialling the launcher again");
@@ -589,6 +591,8 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
                     Err(Dial::Again(e) | Dial::Fatal(e)) => return Err(e),
                 }
             };
+            // Every later answer may take the whole timeout again.
+            Duplex::set_read_timeout(&stream, timeout).map_err(|e| Error::transport("PMI socket", e))?;
             Ok(Box::new(stream))
         }
     }
@@ -922,8 +926,33 @@ mod tests {
         let started = std::time::Instant::now();
         // SAFETY: not a descriptor.
         let refused = unsafe { connect(&channel, Duration::from_millis(500)) };
-        assert!(refused.err().is_some_and(|e| e.to_string().contains("refused this rank's PMI connection")));
+        let e = refused.err().expect("an error once the time is up");
+        assert!(e.to_string().contains("PMI"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(5));
+        // A refusal the launcher answers (a wrong token, say) fails at once.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let launcher = std::thread::spawn(move || {
+            let mut dials = 0;
+            listener.set_nonblocking(true).unwrap();
+            let until = std::time::Instant::now() + Duration::from_secs(2);
+            while std::time::Instant::now() < until {
+                if let Ok((mut stream, _)) = listener.accept() {
+                    dials += 1;
+                    stream.set_nonblocking(false).unwrap();
+                    let mut line = String::new();
+                    std::io::BufReader::new(&stream).read_line(&mut line).unwrap();
+                    stream.write_all(b"cmd=initack rc=-1 msg=refused\n").unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            dials
+        });
+        let channel = Channel::Port { addr, id: 2, token: Some("wrong".into()) };
+        // SAFETY: not a descriptor.
+        let refused = unsafe { connect(&channel, Duration::from_secs(10)) };
+        assert!(refused.err().is_some_and(|e| e.to_string().contains("rc=-1: refused")));
+        assert_eq!(launcher.join().unwrap(), 1, "not dialled again");
     }
 
     #[test]

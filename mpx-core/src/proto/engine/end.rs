@@ -150,8 +150,7 @@ impl Engine {
         let again = p.finished;
         p.finished = true;
         p.final_seq = Some(last.max(p.expected_seq));
-        let reason = if failed { "it failed before matching" } else { "its program returned before matching" };
-        let error = Error::process_failed(rank, reason);
+        let error = if failed { Self::gave_up_error(rank) } else { Error::process_failed(rank, "its program returned before matching") };
         let p = &mut self.peers[rank as usize];
         if failed && p.served_dropped_at != Some(p.expected_seq) {
             p.served_dropped_at = Some(p.expected_seq);
@@ -171,6 +170,11 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// The error of what waits for a rank that said it failed.
+    pub(super) fn gave_up_error(rank: u32) -> Error {
+        Error::process_failed(rank, "it failed before matching")
     }
 
     /// Drops what only `rank` could complete: its unanswered rendezvous

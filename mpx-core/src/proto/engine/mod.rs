@@ -181,10 +181,11 @@ pub struct Config {
     /// Largest message (bytes) sent eagerly; larger ones use rendezvous.
     pub eager_threshold: usize,
     /// Bytes of unexpected eager data (headers included) this rank accepts
-    /// from each sender before that sender falls back to rendezvous.
+    /// from each sender before that sender falls back to rendezvous (at
+    /// most [`MAX_GRANTED_CREDIT`]: more is taken as that).
     pub eager_credit: u64,
     /// Unanswered rendezvous requests this rank accepts from each sender
-    /// (at least 1: 0 is taken as 1).
+    /// (1 to [`MAX_GRANTED_SLOTS`]: 0 is taken as 1, more as the most).
     pub rndv_slots: u64,
     /// Largest chunk of rendezvous data in one frame.
     pub rndv_chunk: usize,
@@ -538,8 +539,16 @@ impl Engine {
         if rank >= size {
             return Err(Error::InvalidRank { rank: rank as usize, size: size as usize });
         }
-        // A rank granting no slot could receive no large message at all.
-        let config = Config { rndv_slots: config.rndv_slots.max(1), ..config };
+        // A rank granting no slot could receive no large message at all; and
+        // it grants no more than a peer takes (MAX_GRANTED_*), or the
+        // peer, holding less, would never spend the quarter of the grant
+        // that brings credit back, nor the slots that bring more after its
+        // goodbye.
+        let config = Config {
+            rndv_slots: config.rndv_slots.clamp(1, MAX_GRANTED_SLOTS),
+            eager_credit: config.eager_credit.min(MAX_GRANTED_CREDIT),
+            ..config
+        };
         let mut engine = Engine {
             rank,
             config,

@@ -124,6 +124,12 @@ pub(super) struct Peer {
 }
 
 impl Peer {
+    /// Whether the peer said in a goodbye that it failed: it serves
+    /// nothing more (its rendezvous requests are never answered).
+    pub(super) fn gave_up(&self) -> bool {
+        self.served_dropped_at.is_some()
+    }
+
     /// Whether a frame to the peer may go straight to the transport: the
     /// peer is alive and has said hello, and no send or frame waits for it
     /// that would have to go first, nor is its link blocked.

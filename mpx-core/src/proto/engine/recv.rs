@@ -100,6 +100,11 @@ impl Engine {
     /// the sender's earlier messages, ahead of its later ones and of
     /// everything else.
     pub(super) fn restore(&mut self, u: Unexpected) {
+        if matches!(u.body, Body::Rts { .. }) && self.peers.get(u.envelope.source as usize).is_some_and(Peer::gave_up) {
+            // Its sender failed: the data never comes (as when the goodbye
+            // that said so dropped the requests queued then).
+            return;
+        }
         if let Some((id, limit)) = self.posted.take_match(&u.envelope) {
             self.take_unexpected(id, u, limit);
             return;
@@ -190,6 +195,10 @@ impl Engine {
         }
         if let Some(e) = self.dead(source, false) {
             self.events.push_back(Event::RecvDone { id: recv_id, result: Err(e) });
+            return;
+        }
+        if self.peers.get(source as usize).is_some_and(Peer::gave_up) {
+            self.events.push_back(Event::RecvDone { id: recv_id, result: Err(Self::gave_up_error(source)) });
             return;
         }
         if self.finished && source != self.rank {

@@ -877,6 +877,54 @@ fn a_repeated_failed_goodbye_drops_only_what_came_since() {
     assert!(!e[1].is_failed(0));
 }
 
+/// A rendezvous request of a peer that said it failed is never answered,
+/// even one this rank's program held (taken by a probe) while the goodbye
+/// came: put back, it is dropped; received, the receive fails.
+#[test]
+fn a_request_held_through_a_failed_goodbye_is_not_answered() {
+    let mut e = pair(Config::default());
+    e[1].handle_frame(0, forged_rts(0, 0)).unwrap();
+    e[1].handle_frame(0, forged_rts(1, 1)).unwrap();
+    let held = e[1].improbe(&spec(Some(0), Some(0))).expect("the first request");
+    let kept = e[1].improbe(&spec(Some(0), Some(1))).expect("the second request");
+    e[1].handle_frame(0, Frame::control(Header { data_len: 1, seq: 2, ..Header::control(Kind::Bye, 0) })).unwrap();
+    events(&mut e[1]);
+    e[1].unmatch(held);
+    assert_eq!(e[1].unexpected_len(), 0, "put back, it is dropped");
+    e[1].mrecv(7, kept);
+    let ev = events(&mut e[1]);
+    assert!(matches!(&ev[..], [Event::RecvDone { id: 7, result: Err(Error::ProcessFailed { rank: 0, .. }) }]), "{ev:?}");
+    assert!(std::iter::from_fn(|| next_frame(&mut e[1])).all(|(_, f)| f.header.kind != Kind::Cts), "no clear-to-send");
+}
+
+/// A rank configured to grant more credit or slots than a peer takes
+/// grants what a peer takes: the peer then spends the quarters of its
+/// grant that bring credit back (granting more than the peer holds, the
+/// receiver waited for a quarter the peer could never spend).
+#[test]
+fn credit_beyond_what_a_peer_takes_still_comes_back() {
+    let config = Config { eager_credit: 1 << 30, rndv_slots: 1 << 30, ..Config::default() };
+    let hello = hello_from_zero(config, |_| {});
+    assert_eq!((hello.header.sig_len, hello.header.recv_id), (MAX_GRANTED_CREDIT, MAX_GRANTED_SLOTS));
+    let mut e = pair(config);
+    let data = Bytes::from(vec![1u8; 60 << 10]);
+    let messages = 2 * MAX_GRANTED_CREDIT / data.len() as u64;
+    for id in 0..messages {
+        e[0].post_send(id + 1, SendMode::Standard, Outgoing { data: data.clone(), ..msg(1, 0, b"") });
+        e[1].post_recv(id + 1, spec(Some(0), Some(0)));
+        pump(&mut e);
+        for ev in events(&mut e[1]) {
+            if let Event::RecvDone { result: Ok(d), .. } = ev {
+                assert_eq!(d.data.len(), data.len());
+                e[1].release_credit(0, d.credit);
+            }
+        }
+        pump(&mut e);
+        events(&mut e[0]);
+    }
+    assert!(e[0].peers[1].credit > MAX_GRANTED_CREDIT / 2, "credit came back: {}", e[0].peers[1].credit);
+}
+
 #[test]
 fn a_finished_peer_gets_slots_for_what_it_still_sends_up_to_a_bound() {
     let config = Config { rndv_slots: 4, ..Config::default() };
