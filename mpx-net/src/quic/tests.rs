@@ -86,6 +86,32 @@ async fn their_control_head(conn: &quinn::Connection) -> (quinn::RecvStream, u16
     (theirs, bulk_port)
 }
 
+/// A rank played by hand that announces a bulk socket: its control
+/// connection to rank 0 of job `job_id` at `addr`, its control stream (led
+/// by its head), and the port of rank 0's bulk socket, read from rank 0's
+/// control stream.
+struct HandRank {
+    quic: quinn::Endpoint,
+    client: quinn::ClientConfig,
+    name: String,
+    conn: quinn::Connection,
+    control: quinn::SendStream,
+    /// Rank 0's control stream: kept, as dropping it would tell rank 0 to
+    /// stop sending.
+    _theirs: quinn::RecvStream,
+    bulk_port: u16,
+}
+
+async fn hand_rank(job: &JobCredential, job_id: u64, rank: u32, socket: UdpSocket, addr: SocketAddr, options: &Options) -> HandRank {
+    let (quic, client) = hand_client(job, rank, socket, options);
+    let name = rank_name(job_id, 0);
+    let conn = quic.connect_with(client.clone(), addr, &name).unwrap().await.unwrap();
+    let mut control = conn.open_uni().await.unwrap();
+    control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
+    let (_theirs, bulk_port) = their_control_head(&conn).await;
+    HandRank { quic, client, name, conn, control, _theirs, bulk_port }
+}
+
 /// Ranks 0 and 1 exchange a message both ways.
 async fn ping_pong(zero: &Endpoint, one: &Endpoint) {
     let (a, b) = (zero.world(), one.world());
@@ -259,12 +285,7 @@ async fn a_stream_beyond_the_setup_cuts_the_peer_off() {
 
     // Rank 1 by hand, with a bulk connection of its own: one stream on
     // each connection, so each could take one more.
-    let (quic, client) = hand_client(&job, 1, hand_socket, &options());
-    let name = rank_name(15, 0);
-    let conn = quic.connect_with(client.clone(), addrs[0], &name).unwrap().await.unwrap();
-    let mut control = conn.open_uni().await.unwrap();
-    control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
-    let (_theirs, bulk_port) = their_control_head(&conn).await;
+    let HandRank { quic, client, name, conn, mut control, _theirs, bulk_port } = hand_rank(&job, 15, 1, hand_socket, addrs[0], &options()).await;
     let bulk = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &name).unwrap().await.unwrap();
     let mut bulk_stream = bulk.open_uni().await.unwrap();
     bulk_stream.write_all(&StreamHead::BulkConnection { rank: 1 }.encode()).await.unwrap();
@@ -827,12 +848,7 @@ async fn a_bulk_connection_is_checked_like_a_control_connection() {
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
 
     // Rank 2 by hand: rank 0's control stream says where its bulk socket is.
-    let (quic, client) = hand_client(&job, 2, hand_socket, &options());
-    let name = rank_name(13, 0);
-    let conn = quic.connect_with(client.clone(), addrs[0], &name).unwrap().await.unwrap();
-    let mut control = conn.open_uni().await.unwrap();
-    control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
-    let (_theirs, bulk_port) = their_control_head(&conn).await;
+    let HandRank { quic, client, name, conn: _conn, control: _control, _theirs, bulk_port } = hand_rank(&job, 13, 2, hand_socket, addrs[0], &options()).await;
     assert_ne!(bulk_port, 0, "rank 0 has a bulk socket");
     assert_ne!(bulk_port, addrs[0].port());
     let bulk_addr: SocketAddr = ([127, 0, 0, 1], bulk_port).into();
@@ -873,14 +889,10 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     let hand_socket = sockets.pop().unwrap();
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &quick).unwrap();
 
-    let (quic, client) = hand_client(&job, 1, hand_socket, &quick);
-    let conn = quic.connect_with(client.clone(), addrs[0], &rank_name(14, 0)).unwrap().await.unwrap();
+    let HandRank { quic, client, name, conn: _conn, mut control, _theirs, bulk_port } = hand_rank(&job, 14, 1, hand_socket, addrs[0], &quick).await;
     let hello = hello_to_zero(1, 2);
-    let mut control = conn.open_uni().await.unwrap();
-    control.write_all(&StreamHead::Control { bulk_port: 1 }.encode()).await.unwrap();
     control.write_all(&hello.encode_header()).await.unwrap();
     control.write_all(&hello.payload).await.unwrap();
-    let (_theirs, bulk_port) = their_control_head(&conn).await;
 
     let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
     let e = got.expect_err("rank 1 never made its bulk connection");
@@ -889,7 +901,7 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     assert!(chain(&e).contains(&format!("its hello came, but no bulk connection within 500ms (can it reach UDP port {bulk_port} here?)")), "{}", chain(&e));
 
     // Its bulk connection, come too late, is refused.
-    let late = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &rank_name(14, 0)).unwrap().await.unwrap();
+    let late = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &name).unwrap().await.unwrap();
     let mut s = late.open_uni().await.unwrap();
     s.write_all(&StreamHead::BulkConnection { rank: 1 }.encode()).await.unwrap();
     let why = tokio::time::timeout(Duration::from_secs(5), late.closed()).await.expect("rank 0 closes it").to_string();
