@@ -197,7 +197,10 @@ async fn serve_rank(
 /// Takes the PMI connections of ranks started on other hosts: each must
 /// name its rank and show the job's token first (`cmd=initack pmiid=<rank>
 /// token=<token>`); it is welcomed (`cmd=initack`, then its size, rank and
-/// debug level) and served. Anything else is dropped.
+/// debug level) and served. Anything else is refused. At most `4 × size +
+/// 16` connections are kept; beyond, the oldest not yet welcomed is
+/// dropped for the new one (a rank shows its token at once, and dials
+/// again if dropped).
 async fn accept_ranks(
     listener: tokio::net::TcpListener,
     token: String,
@@ -207,6 +210,11 @@ async fn accept_ranks(
 ) {
     let size = writers.len();
     let mut tasks = tokio::task::JoinSet::new();
+    // Connections that have not shown the token yet, oldest first, each
+    // with whether it has been welcomed since: at capacity the oldest
+    // gives way, so strangers that connect and say nothing cannot keep a
+    // rank, which shows the token at once, out.
+    let mut pending: std::collections::VecDeque<(tokio::task::AbortHandle, Arc<std::sync::atomic::AtomicBool>)> = Default::default();
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -218,11 +226,18 @@ async fn accept_ranks(
             }
         };
         while tasks.try_join_next().is_some() {}
+        pending.retain(|(task, welcomed)| !task.is_finished() && !welcomed.load(std::sync::atomic::Ordering::Relaxed));
         if tasks.len() >= 4 * size + 16 {
-            continue; // more connections waiting than ranks could make: drop this one
+            // More connections than ranks could make: the oldest still
+            // unwelcomed goes, or this one if every slot serves a rank.
+            match pending.pop_front() {
+                Some((oldest, _)) => oldest.abort(),
+                None => continue,
+            }
         }
-        let (kvs, writers, failed, token) = (kvs.clone(), writers.clone(), failed.clone(), token.clone());
-        tasks.spawn(async move {
+        let welcomed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (kvs, writers, failed, token, welcome_seen) = (kvs.clone(), writers.clone(), failed.clone(), token.clone(), welcomed.clone());
+        let task = tasks.spawn(async move {
             let _ = stream.set_nodelay(true);
             let (r, mut w) = stream.into_split();
             let mut lines = BufReader::new(r);
@@ -253,8 +268,10 @@ async fn accept_ranks(
             }
             *slot = Some(Box::new(w));
             drop(slot);
+            welcome_seen.store(true, std::sync::atomic::Ordering::Relaxed);
             serve_rank(rank, lines, kvs, writers, failed).await;
         });
+        pending.push_back((task, welcomed));
     }
 }
 
@@ -539,7 +556,33 @@ pub fn main() -> ! {
 
 #[cfg(test)]
 mod tests {
-    use super::same_secret;
+    use super::*;
+
+    /// Strangers holding every connection slot in silence do not keep a
+    /// rank out: the oldest of them gives way when the rank connects.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn silent_connections_give_way_to_a_rank() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let size = 2;
+        let writers: Writers = Arc::new((0..size).map(|_| tokio::sync::Mutex::new(None)).collect());
+        let kvs = Arc::new(Mutex::new(KvSpace::new("job-1", size)));
+        let (failed, _failures) = tokio::sync::mpsc::unbounded_channel();
+        let server = tokio::spawn(accept_ranks(listener, "token".into(), kvs, writers, failed));
+        let mut silent = Vec::new();
+        for _ in 0..4 * size + 16 + 4 {
+            silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let channel = super::super::pmi::Channel::Port { addr: addr.to_string(), id: 1, token: Some("token".into()) };
+        let started = std::time::Instant::now();
+        // SAFETY: not a descriptor.
+        let welcomed = tokio::task::spawn_blocking(move || unsafe { super::super::pmi::connect(&channel, Duration::from_secs(5)) }).await.unwrap();
+        assert!(welcomed.is_ok(), "{:?}", welcomed.err());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        server.abort();
+        drop(silent);
+    }
 
     #[test]
     fn only_the_jobs_token_is_the_same_secret() {
