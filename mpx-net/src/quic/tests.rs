@@ -617,13 +617,16 @@ async fn a_higher_rank_that_never_connects_is_failed_after_the_connect_timeout()
 /// A peer whose endpoint is dropped without finalizing (its runtime going
 /// on) ends its streams cleanly and then closes the connection: the other
 /// rank fails it at the close, long before any idle timeout, and a
-/// receive from it ends with an error.
+/// receive from it ends with an error. (A dropped endpoint's last packets
+/// are not always sent, on a loaded machine about one run in ten: the
+/// keep-alive, at a quarter of the idle timeout, then finds the peer gone,
+/// 15-25 s after the drop here, still well before the 60 s timeout.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_dropped_without_finalizing_is_failed_when_its_connection_closes() {
     let (zero, one) = pair_with(11, &Options { idle_timeout: Duration::from_secs(60), ..options() });
     ping_pong(&zero, &one).await;
     drop(one);
-    let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
+    let got = tokio::time::timeout(Duration::from_secs(45), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
     got.expect_err("rank 1 is gone");
 }
 
