@@ -722,12 +722,7 @@ pub fn check_decoder(input: &[u8]) {
     let decoder = Decoder::new(4096);
     let whole = decode_in_pieces(decoder, stream, &mut |_| stream.len());
     let mut state = u64::from(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let split = decode_in_pieces(decoder, stream, &mut |_| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        1 + (state % 97) as usize
-    });
+    let split = decode_in_pieces(decoder, stream, &mut |_| 1 + (xorshift(&mut state) % 97) as usize);
     assert_eq!(whole, split, "cutting the stream changed what it decodes to");
     let mut at = 0;
     for frame in &whole.0 {
@@ -739,8 +734,7 @@ pub fn check_decoder(input: &[u8]) {
 }
 
 /// The [`ChunkDecoder`] on the same stream, in other pieces: it never
-/// panics, gathers no more than one frame, and gives what the [`Decoder`]
-/// gives, rendezvous data as pieces whose offsets follow on. Where the
+/// panics, and gives what the [`Decoder`] gives, rendezvous data as pieces whose offsets follow on. Where the
 /// decoder took the stream whole, so does it, unless some rendezvous data's
 /// offset overflows (which only it checks).
 fn check_chunk_decoder(max_payload: usize, stream: &[u8], whole: &(Vec<Frame>, Result<usize, ()>), state: &mut u64) {
@@ -749,10 +743,7 @@ fn check_chunk_decoder(max_payload: usize, stream: &[u8], whole: &(Vec<Frame>, R
     let mut at = 0;
     let mut result = Ok(());
     while at < stream.len() && result.is_ok() {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        let n = (1 + (*state % 131) as usize).min(stream.len() - at);
+        let n = (1 + (xorshift(state) % 131) as usize).min(stream.len() - at);
         result = decoder.push(Bytes::copy_from_slice(&stream[at..at + n]), &mut |f| {
             pieces.push(f);
             Ok(())
@@ -791,6 +782,15 @@ fn check_chunk_decoder(max_payload: usize, stream: &[u8], whole: &(Vec<Frame>, R
     for piece in pieces {
         assert_eq!(piece.header.kind, Kind::RndvData, "a frame beyond what the decoder took whole");
     }
+}
+
+/// The next number of a xorshift generator (piece sizes to cut a stream
+/// into).
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }
 
 /// The frames of `stream` fed to `decoder` in pieces `piece` sizes, and

@@ -443,17 +443,7 @@ impl ChunkDecoder {
             }
             let total = HEADER_LEN + payload_len as usize;
             if in_place && chunk.len() >= total {
-                let whole = chunk.split_to(total);
-                // A small payload is copied out: a slice would keep the
-                // whole buffer its chunk came in alive (a QUIC stack
-                // receives many packets into one), and a message may wait
-                // long as unexpected, its credit counting only its bytes.
-                let payload = if payload_len <= COPY_PAYLOAD_MAX {
-                    Bytes::copy_from_slice(&whole[HEADER_LEN..])
-                } else {
-                    whole.slice(HEADER_LEN..)
-                };
-                each(Frame { header, payload })?;
+                each(Frame { header, payload: payload_of(&chunk.split_to(total)) })?;
                 continue;
             }
             if in_place {
@@ -465,16 +455,23 @@ impl ChunkDecoder {
             if self.partial.len() < total {
                 return Ok(());
             }
-            let mut whole = self.partial.split_to(total);
-            // As above: a small payload does not keep the gathering
-            // buffer (which a large frame may have grown) alive.
-            let payload = if payload_len <= COPY_PAYLOAD_MAX {
-                Bytes::copy_from_slice(&whole[HEADER_LEN..])
-            } else {
-                whole.split_off(HEADER_LEN).freeze()
-            };
-            each(Frame { header, payload })?;
+            each(Frame { header, payload: payload_of(&self.partial.split_to(total).freeze()) })?;
         }
+    }
+}
+
+/// The payload of a whole frame's bytes: a slice of them, or, up to
+/// [`COPY_PAYLOAD_MAX`] bytes, a copy. A slice keeps the whole buffer the
+/// bytes lie in alive (a QUIC stack receives many packets into one, and a
+/// frame gathered across chunks lies in the decoder's buffer, which a
+/// large frame may have grown), and a message may wait long as unexpected,
+/// its credit counting only its own bytes.
+fn payload_of(whole: &Bytes) -> Bytes {
+    let payload = &whole[HEADER_LEN..];
+    if payload.len() as u64 <= COPY_PAYLOAD_MAX {
+        Bytes::copy_from_slice(payload)
+    } else {
+        whole.slice(HEADER_LEN..)
     }
 }
 

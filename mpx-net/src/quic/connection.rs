@@ -541,25 +541,23 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
     // dropped without finalizing) before the close, and nothing else
     // would notice. After a finalize this changes nothing (both sides are
     // done with each other before either closes).
-    for watched_conn in &conns {
-        let watched = watched_conn.clone();
+    for watched in &conns {
+        let watched = watched.clone();
         let others = conns.clone();
         let watcher = shared.clone();
         spawn_in(&shared.registry, async move {
+            // A peer opens no stream beyond those of the setup: one more
+            // would sit in quinn's buffers, unread, up to its window. (The
+            // wait for one ends with an error once the connection closes.)
+            if watched.accept_uni().await.is_ok() {
+                watched.close(VarInt::from_u32(code::PROTOCOL), b"a stream beyond the setup");
+                watcher.fail(peer, Error::Protocol(format!("rank {peer} opened a stream beyond its control and bulk streams")));
+            }
             let why = watched.closed().await;
             for other in &others {
                 other.close(VarInt::from_u32(code::OTHER_CLOSED), b"the other connection closed");
             }
             watcher.fail(peer, io_error(format!("the connection to rank {peer} closed"), why));
-        });
-        // A peer opens no stream beyond those of the setup: one more would
-        // sit in quinn's buffers, unread, up to its window.
-        let (watched, watcher) = (watched_conn.clone(), shared.clone());
-        spawn_in(&shared.registry, async move {
-            if watched.accept_uni().await.is_ok() {
-                watched.close(VarInt::from_u32(code::PROTOCOL), b"a stream beyond the setup");
-                watcher.fail(peer, Error::Protocol(format!("rank {peer} opened a stream beyond its control and bulk streams")));
-            }
         });
     }
     // The bulk lane's tasks run where its connection's driver runs.
