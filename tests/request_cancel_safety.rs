@@ -191,6 +191,71 @@ async fn dropping_async_functions(sender_waits: bool) {
     assert!(out[1] > 100, "the test dropped futures ({} times)", out[1]);
 }
 
+/// A receive of a large message puts the data in its buffer as it
+/// arrives (over a network); dropped part way, it gives what it took
+/// back, and the next receive gets the whole message. One message each way of ending: the
+/// receive dropped as soon as it holds some data, dropped later, and
+/// awaited to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_dropped_while_its_data_arrives_gives_it_back() {
+    const LEN: usize = 1 << 19; // 4 MiB of u64
+    let mut opts = options(2);
+    opts.engine.eager_threshold = 64;
+    opts.engine.rndv_chunk = 16 << 10;
+    opts.engine.stream_step = 32 << 10;
+    let run = launch_with(opts, |comm| async move {
+        let pattern = |m: u64| (0..LEN as u64).map(|i| m << 32 | i).collect::<Vec<u64>>();
+        if comm.rank() == 0 {
+            for m in 0..6u64 {
+                comm.send(&pattern(m), 1, 0).await?;
+            }
+            return Ok(0);
+        }
+        let mut buf = vec![0u64; LEN];
+        let mut dropped_with_data = 0;
+        for m in 0..6u64 {
+            let mut req = comm.irecv(&mut buf, 0, 0);
+            // Until it holds data (or, for every other message, some more),
+            // then dropped; the last two are awaited to the end.
+            let enough = if m % 2 == 0 { 1 } else { 1 << 20 };
+            let mut done = None;
+            while m < 4 && req.bytes_taken_early() < enough {
+                if let Some(outcome) = req.test() {
+                    done = Some(outcome);
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            if m < 4 && done.is_none() {
+                assert!(req.bytes_taken_early() >= enough);
+                dropped_with_data += 1;
+                drop(req);
+                let mut whole = vec![0u64; LEN];
+                let status = comm.recv_into(&mut whole, 0, 0).await?;
+                assert_eq!(status.bytes, LEN as u64 * 8);
+                assert!(whole == pattern(m), "message {m}: the next receive got it damaged");
+            } else {
+                let status = match done {
+                    Some(outcome) => {
+                        drop(req);
+                        outcome?
+                    }
+                    None => req.await?,
+                };
+                assert_eq!(status.bytes, LEN as u64 * 8);
+                assert!(buf == pattern(m), "message {m} arrived damaged");
+            }
+        }
+        Ok(dropped_with_data)
+    });
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run).await.expect("every message arrived").unwrap();
+    // In one process the data of a message arrives in one go, while its
+    // receive waits: only over a network does a receive hold part of one.
+    if module_path!().ends_with("quic") {
+        assert!(out[1] >= 3, "only {} receives were dropped holding data", out[1]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_async_functions_lose_nothing() {
     dropping_async_functions(true).await;

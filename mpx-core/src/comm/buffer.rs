@@ -7,7 +7,7 @@ use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::{Region, RegionMut, Repr, TypeSequence};
-use crate::proto::engine::Delivered;
+use crate::proto::engine::{Delivered, Envelope};
 use crate::proto::wire::SERIALIZED_SIGNATURE;
 use crate::request::Status;
 
@@ -509,20 +509,28 @@ pub(crate) fn unpack_typed_message_uninit<T: MpiType>(msg: &Delivered, buf: &mut
 /// bytes: its bytes are then those values as they lie in memory. `None`
 /// otherwise (the message is then checked and unpacked in full).
 pub(crate) fn native_values<T: MpiType>(msg: &Delivered, datatype: &Datatype) -> Option<usize> {
+    if msg.desc.is_some() {
+        return None;
+    }
+    native_values_of::<T>(&msg.envelope, msg.data.len(), datatype)
+}
+
+/// [`native_values`] of a message with envelope `env` and `len` bytes of
+/// data, and no type description, before its data is in.
+pub(crate) fn native_values_of<T: MpiType>(env: &Envelope, len: usize, datatype: &Datatype) -> Option<usize> {
     let size = std::mem::size_of::<T>();
-    let env = &msg.envelope;
     if T::NEEDS_VALIDATION
         || size == 0
         || env.repr != Repr::Native
-        || msg.desc.is_some()
+        || env.desc_len != 0
         || datatype.is_packed()
         || !covers_every_byte::<T>(datatype)
-        || !msg.data.len().is_multiple_of(size)
+        || !len.is_multiple_of(size)
     {
         return None;
     }
     let (hash, elements) = env.signature.filter(|&s| s != SERIALIZED_SIGNATURE)?;
-    let values = msg.data.len() / size;
+    let values = len / size;
     let signature = datatype.signature().repeat(values as u64);
     (signature.hash() == hash && signature.len() == elements).then_some(values)
 }

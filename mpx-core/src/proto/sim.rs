@@ -64,6 +64,7 @@ pub fn config(repr: Repr) -> Config {
         idle_timeout: Some(Duration::from_secs(1)),
         job: 0x5eed,
         repr_id: None,
+        stream_step: 40,
     }
 }
 
@@ -329,6 +330,10 @@ pub struct Node {
     requeued: Vec<u64>,
     /// Outstanding any-source receives the engine reported orphaned.
     orphans: HashSet<ReqId>,
+    /// What outstanding receives took of their messages' data as it
+    /// arrived ([`Engine::take_arrived`]): every receive with an even id
+    /// takes it so when told of it.
+    streamed: HashMap<ReqId, Vec<u8>>,
     matched: Vec<Matched>,
     inbox: Vec<Delivered>,
     sent: u64,
@@ -361,6 +366,7 @@ impl Node {
             withdrawn: Vec::new(),
             requeued: vec![0; SIZE as usize],
             orphans: HashSet::new(),
+            streamed: HashMap::new(),
             matched: Vec::new(),
             inbox: Vec::new(),
             sent: 0,
@@ -473,6 +479,9 @@ impl Node {
             }
             Op::Withdraw { which } => {
                 if let Some(id) = pick(&self.recvs, which) {
+                    if let Some(head) = self.streamed.remove(&id) {
+                        self.engine.give_back(id, head.into());
+                    }
                     if self.engine.withdraw_recv(id) {
                         let at = self.recvs.iter().position(|&(r, _)| r == id).expect("picked from the list");
                         let (_, source) = self.recvs.remove(at);
@@ -615,8 +624,13 @@ impl Node {
                     self.recvs.remove(at);
                     self.limits.remove(&id);
                     self.orphans.remove(&id);
+                    let streamed = self.streamed.remove(&id);
                     match result {
-                        Ok(d) => {
+                        Ok(mut d) => {
+                            if let Some(mut head) = streamed {
+                                head.extend_from_slice(&d.data);
+                                d.data = head.into();
+                            }
                             assert_eq!(d.data.len() as u64, d.envelope.len, "receive {id} got a message with part of its data missing");
                             assert_eq!(d.type_desc().len(), d.envelope.desc_len as usize, "receive {id} got a message with part of its description missing");
                             self.inbox.push(d);
@@ -630,6 +644,16 @@ impl Node {
                 Event::Orphaned { id } => {
                     assert!(self.recvs.iter().any(|&(r, _)| r == id), "orphaned receive {id} is not outstanding");
                     self.orphans.insert(id);
+                }
+                Event::DataArrived { id } => {
+                    assert!(self.recvs.iter().any(|&(r, _)| r == id), "data arrived for receive {id}, which is not outstanding");
+                    if let Some(arrived) = self.engine.take_arrived(id, |_| id.is_multiple_of(2)) {
+                        let head = self.streamed.entry(id).or_default();
+                        assert_eq!(arrived.offset, head.len() as u64, "receive {id} took data out of order");
+                        for chunk in arrived.chunks {
+                            head.extend_from_slice(&chunk);
+                        }
+                    }
                 }
                 Event::Connected { .. } => {}
             }

@@ -96,8 +96,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use crate::error::Result;
-use crate::proto::engine::{Delivered, ReqId};
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::proto::engine::{Delivered, Envelope, ReqId};
 use crate::runtime::{Completion, Shared, Tracked};
 
 pub use completion::{wait_all, Tested, WaitAll};
@@ -107,11 +109,21 @@ pub use status::Status;
 /// Turns a delivered message into the receive's status, unpacking it into
 /// the receive's buffer: a typed slice held as it is (the common receive,
 /// with nothing allocated), or any other unpacking step, boxed.
+///
+/// A slice receive of a large message in this rank's own representation
+/// takes the message's data as it arrives ([`Finish::take_arrived`]), so
+/// that copying it into the buffer overlaps the transfer rather than
+/// following it, and the engine need not gather the whole message first.
 pub(crate) struct Finish<'a>(FinishInto<'a>);
 
 /// Unpacks a message into `len` values of a type at a pointer (see
 /// [`Finish::slice`]).
 type UnpackSlice = unsafe fn(std::ptr::NonNull<u8>, usize, &Delivered) -> Result<Status>;
+
+/// Whether a message with this envelope is whole native values of the
+/// slice's type, at most `len` of them: its bytes may then be copied into
+/// the slice as they arrive.
+type StreamsInto = fn(&Envelope, usize) -> bool;
 
 /// Any other unpacking step.
 type UnpackBoxed<'a> = Box<dyn FnOnce(&Delivered) -> Result<Status> + Send + 'a>;
@@ -122,7 +134,13 @@ enum FinishInto<'a> {
     Slice {
         ptr: std::ptr::NonNull<u8>,
         len: usize,
+        /// The slice's length in bytes.
+        bytes: usize,
         unpack: UnpackSlice,
+        streams: StreamsInto,
+        /// Bytes of the message copied into the slice so far, as they
+        /// arrived (its first `streamed` bytes).
+        streamed: usize,
         _borrow: std::marker::PhantomData<&'a mut [u8]>,
     },
     Boxed(UnpackBoxed<'a>),
@@ -143,9 +161,13 @@ impl<'a> Finish<'a> {
             let buf = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<T>().as_ptr(), len) };
             crate::comm::unpack_typed_message(msg, buf)
         }
-        let len = buf.len();
+        fn streams<T: crate::mpi_type::MpiType>(env: &Envelope, len: usize) -> bool {
+            let bytes = usize::try_from(env.len).unwrap_or(usize::MAX);
+            crate::comm::native_values_of::<T>(env, bytes, &T::datatype_ref()).is_some_and(|values| values <= len)
+        }
+        let (len, bytes) = (buf.len(), std::mem::size_of_val(buf));
         let ptr = std::ptr::NonNull::from(buf).cast::<u8>();
-        Finish(FinishInto::Slice { ptr, len, unpack: unpack::<T>, _borrow: std::marker::PhantomData })
+        Finish(FinishInto::Slice { ptr, len, bytes, unpack: unpack::<T>, streams: streams::<T>, streamed: 0, _borrow: std::marker::PhantomData })
     }
 
     /// Runs `f` on the message.
@@ -153,13 +175,74 @@ impl<'a> Finish<'a> {
         Finish(FinishInto::Boxed(Box::new(f)))
     }
 
-    /// Unpacks `msg` into the receive's buffer.
+    /// Unpacks `msg` into the receive's buffer: after the part taken as
+    /// it arrived, if it took any.
     pub(crate) fn run(self, msg: &Delivered) -> Result<Status> {
         match self.0 {
-            // SAFETY: `ptr` and `len` come from the `&'a mut [T]` given to
-            // `Finish::slice` with this `unpack`, still borrowed (`'a`).
-            FinishInto::Slice { ptr, len, unpack, .. } => unsafe { unpack(ptr, len, msg) },
+            FinishInto::Slice { streamed: 0, ptr, len, unpack, .. } => {
+                // SAFETY: `ptr` and `len` come from the `&'a mut [T]` given
+                // to `Finish::slice` with this `unpack`, still borrowed
+                // (`'a`).
+                unsafe { unpack(ptr, len, msg) }
+            }
+            FinishInto::Slice { .. } => {
+                let mut this = self;
+                this.copy_in(&msg.data)?;
+                let FinishInto::Slice { streamed, .. } = this.0 else { unreachable!("a slice") };
+                let env = &msg.envelope;
+                if streamed as u64 != env.len {
+                    return Err(Error::Protocol(format!("a receive took {streamed} bytes of a {}-byte message", env.len)));
+                }
+                Ok(Status::of(env.source as usize, env.tag, env.len))
+            }
             FinishInto::Boxed(f) => f(msg),
+        }
+    }
+
+    /// Copies the data of its message that has arrived since it last
+    /// looked into the slice, if it takes its message so (see
+    /// [`Engine::take_arrived`](crate::proto::engine::Engine::take_arrived)).
+    fn take_arrived(&mut self, shared: &Shared, id: ReqId) -> Result<()> {
+        let FinishInto::Slice { len, streams, .. } = self.0 else { return Ok(()) };
+        let Some(arrived) = shared.take_arrived(id, |env| streams(env, len)) else { return Ok(()) };
+        for chunk in &arrived.chunks {
+            self.copy_in(chunk)?;
+        }
+        if let Some(first) = arrived.chunks.into_iter().next().filter(|c| c.len() >= crate::proto::engine::Engine::RECYCLE_MIN) {
+            shared.recycle_data(first);
+        }
+        Ok(())
+    }
+
+    /// Copies the next `data` of the message into the slice, after what
+    /// it holds already.
+    fn copy_in(&mut self, data: &[u8]) -> Result<()> {
+        let FinishInto::Slice { ptr, bytes: room, streamed, .. } = &mut self.0 else { return Ok(()) };
+        let room = *room;
+        if data.len() > room - *streamed {
+            return Err(Error::Protocol(format!("{} bytes of data past a {room}-byte receive's {}", data.len(), *streamed)));
+        }
+        // SAFETY: the slice is the `&'a mut [T]` given to `Finish::slice`,
+        // still borrowed (`'a`), `room` bytes long; `streamed + data.len()`
+        // is within it (checked above). `T` takes any bytes (`streams`
+        // accepted the message as whole native values of `T`, a type with
+        // no padding that needs no validation), and `data` is the
+        // message's, distinct memory.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr().add(*streamed), data.len()) };
+        *streamed += data.len();
+        Ok(())
+    }
+
+    /// A copy of what was taken into the slice as it arrived, to give
+    /// back with the message when the receive is withdrawn.
+    fn taken(&self) -> Bytes {
+        match &self.0 {
+            FinishInto::Slice { ptr, streamed, .. } if *streamed > 0 => {
+                // SAFETY: the first `streamed` bytes of the slice, still
+                // borrowed (`'a`), were written by `copy_in`.
+                Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *streamed) })
+            }
+            _ => Bytes::new(),
         }
     }
 }
@@ -284,8 +367,23 @@ impl<'a> Request<'a> {
     /// Moves the request to `Complete` if the engine has finished it;
     /// otherwise registers `cx`'s waker.
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let State::Active { shared, id, .. } = &self.state else { return Poll::Ready(()) };
-        let completion = std::task::ready!(shared.poll_done(*id, cx));
+        let State::Active { shared, id, kind } = &mut self.state else { return Poll::Ready(()) };
+        let mut data_arrived = false;
+        let completion = match shared.poll_recv(*id, cx, &mut data_arrived) {
+            Poll::Ready(completion) => completion,
+            Poll::Pending => {
+                if let (true, Kind::Recv(finish)) = (data_arrived, kind) {
+                    if let Err(e) = finish.take_arrived(shared, *id) {
+                        // Its message breaks its own envelope: the receive
+                        // fails, and the message is dropped with it.
+                        shared.withdraw(*id);
+                        self.state = State::Complete(Some(Err(e)));
+                        return Poll::Ready(());
+                    }
+                }
+                return Poll::Pending;
+            }
+        };
         let State::Active { kind, shared, .. } = std::mem::replace(&mut self.state, State::Complete(None)) else {
             unreachable!("checked above")
         };
@@ -377,6 +475,17 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Bytes of its message a receive has put in its buffer as they
+    /// arrived, before completing (see [`Finish`]); 0 for a send. For
+    /// tests of what dropping such a receive gives back.
+    #[doc(hidden)]
+    pub fn bytes_taken_early(&self) -> usize {
+        match &self.state {
+            State::Active { kind: Kind::Recv(Finish(FinishInto::Slice { streamed, .. })), .. } => *streamed,
+            _ => 0,
+        }
+    }
+
     /// `MPI_Request_free`: lets the operation finish on its own. A send
     /// still delivers its message (its data is already owned by the
     /// engine), and a failure is reported through `tracing`. A receive is
@@ -415,7 +524,8 @@ impl Future for Request<'_> {
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         match &self.state {
-            State::Active { shared, id, .. } => shared.withdraw(*id),
+            State::Active { shared, id, kind: Kind::Recv(finish) } => shared.withdraw_streamed(*id, finish.taken()),
+            State::Active { shared, id, kind: Kind::Send } => shared.withdraw(*id),
             State::Complete(Some(Err(e))) => tracing::warn!(error = %e, "request dropped with its error untaken"),
             State::Complete(_) => {}
         }

@@ -1,6 +1,8 @@
 //! The endpoint: one rank's engine behind a lock, with its transport, and
 //! the bookkeeping that turns engine completions into woken requests.
 
+use bytes::{Bytes, BytesMut};
+
 // The maps here are keyed by this process's own request ids and receive
 // specs, never by values a peer chooses, so a fast unkeyed hash (Fx) is
 // safe from collision flooding; SipHash cost a quarter of a small
@@ -17,7 +19,7 @@ use std::time::Instant;
 use super::transport::{SendError, Transport};
 use crate::error::{Error, Result};
 use crate::pack::Repr;
-use crate::proto::engine::{Config, Delivered, Engine, Event, Outgoing, ReqId, SendMode};
+use crate::proto::engine::{Arrived, Config, Delivered, Engine, Envelope, Event, Outgoing, ReqId, SendMode};
 use crate::proto::wire::Frame;
 
 pub(crate) enum Completion {
@@ -31,10 +33,11 @@ pub(crate) enum Completion {
 /// whose completion waits to be taken: one map entry per request, so a
 /// message costs a few lookups of one map.
 pub(crate) enum Tracked {
-    /// Waiting: the task to wake when it completes, and whether an
-    /// orphaned any-source receive (see [`Event::Orphaned`]) was already
-    /// polled once without a match.
-    Waiting { waker: Option<Waker>, orphan_polled: bool },
+    /// Waiting: the task to wake when it completes, whether an orphaned
+    /// any-source receive (see [`Event::Orphaned`]) was already polled once
+    /// without a match, and whether data of its message arrived that it
+    /// may take now (see [`Event::DataArrived`]).
+    Waiting { waker: Option<Waker>, orphan_polled: bool, data_arrived: bool },
     /// Finished: the completion, until the request takes it.
     Done(Completion),
     /// A send whose request was dropped or freed before completing: its
@@ -498,6 +501,11 @@ impl Shared {
         }
     }
 
+    /// [`recycle`](Shared::recycle) for data a receive took as it arrived.
+    pub(crate) fn recycle_data(&self, data: Bytes) {
+        self.lock().engine.recycle_data(data);
+    }
+
     /// Hands queued frames to the transport, peer by peer, and dispatches
     /// the engine's events.
     pub(crate) fn flush(&self, st: &mut State) {
@@ -526,6 +534,15 @@ impl Shared {
                             }
                         }
                         st.wake_probes();
+                    }
+                    Event::DataArrived { id } => {
+                        let tracked = st.requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
+                        if let Tracked::Waiting { waker, data_arrived, .. } = tracked {
+                            *data_arrived = true;
+                            if let Some(w) = waker.take().filter(|_| !self.polling(id)) {
+                                st.to_wake.push(w);
+                            }
+                        }
                     }
                     Event::Connected { rank, repr } => {
                         self.reprs[rank as usize].store(repr as u8, Ordering::Relaxed);
@@ -581,8 +598,8 @@ impl Shared {
         self.poll_arrivals(id, cx);
         let mut st = self.lock();
         let State { engine, requests, .. } = &mut *st;
-        let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false });
-        let Tracked::Waiting { waker, orphan_polled } = tracked else { return Poll::Ready(()) };
+        let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
+        let Tracked::Waiting { waker, orphan_polled, .. } = tracked else { return Poll::Ready(()) };
         if engine.orphaned(id) {
             if !std::mem::replace(orphan_polled, true) {
                 cx.waker().wake_by_ref();
@@ -622,6 +639,13 @@ impl Shared {
     /// A receive's message counts as consumed once taken here: its eager
     /// credit goes back to the sender.
     pub(crate) fn poll_done(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<Completion> {
+        self.poll_recv(id, cx, &mut false)
+    }
+
+    /// [`poll_done`](Shared::poll_done) for a receive that takes its data
+    /// as it arrives: pending, it sets `data_arrived` if data arrived that
+    /// it may take now ([`take_arrived`](Shared::take_arrived)).
+    pub(crate) fn poll_recv(&self, id: ReqId, cx: &mut Context<'_>, data_arrived: &mut bool) -> Poll<Completion> {
         self.poll_arrivals(id, cx);
         let mut st = self.lock();
         let st = &mut *st;
@@ -645,13 +669,14 @@ impl Shared {
             }
             entry => entry,
         };
-        let tracked = entry.or_insert(Tracked::Waiting { waker: None, orphan_polled: false });
-        let Tracked::Waiting { waker, orphan_polled } = tracked else {
+        let tracked = entry.or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
+        let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else {
             // Abandoned and buffered sends have no request left to poll
             // (request ids are never reused).
             debug_assert!(false, "request {id} polled after its request was given up");
             return Poll::Pending;
         };
+        *data_arrived = std::mem::take(arrived);
         if st.engine.orphaned(id) {
             // Only this rank can still match it. The first poll that finds
             // it so lets everything else this rank has ready run (a send to
@@ -736,11 +761,36 @@ impl Shared {
         result
     }
 
+    /// The data of receive `id`'s message that has arrived since it last
+    /// took some (see [`Engine::take_arrived`]).
+    pub(crate) fn take_arrived(&self, id: ReqId, accept: impl FnOnce(&Envelope) -> bool) -> Option<Arrived> {
+        self.lock().engine.take_arrived(id, accept)
+    }
+
     /// The request `id` was dropped before completing: a receive is
     /// withdrawn or, if it matched, its message goes back to the head of
     /// the queue; a send completes in the background.
     pub(crate) fn withdraw(&self, id: ReqId) {
+        self.withdraw_streamed(id, Bytes::new())
+    }
+
+    /// [`withdraw`](Shared::withdraw) for a receive that took the first
+    /// bytes of its message, `head`, as they arrived
+    /// ([`take_arrived`](Shared::take_arrived)): they go back with the
+    /// message.
+    pub(crate) fn withdraw_streamed(&self, id: ReqId, head: Bytes) {
         let mut st = self.lock();
+        if !head.is_empty() {
+            match st.requests.get_mut(&id) {
+                Some(Tracked::Done(Completion::Recv(Ok(msg)))) => {
+                    let mut all = BytesMut::with_capacity(head.len() + msg.data.len());
+                    all.extend_from_slice(&head);
+                    all.extend_from_slice(&msg.data);
+                    msg.data = all.freeze();
+                }
+                _ => st.engine.give_back(id, head),
+            }
+        }
         match st.requests.remove(&id) {
             Some(Tracked::Done(Completion::Recv(Ok(msg)))) => {
                 st.engine.requeue(msg);

@@ -272,7 +272,9 @@ impl Engine {
                 t.received.len()
             )));
         }
-        t.push(payload, &mut self.pool);
+        if let Some(owner) = t.push(payload, &mut self.pool, self.config.stream_step) {
+            self.events.push_back(Event::DataArrived { id: owner });
+        }
         if t.received.len() < total {
             return Ok(());
         }
@@ -281,7 +283,7 @@ impl Engine {
         match t.owner {
             Some(id) => {
                 let t = self.transfers.remove(&transfer).expect("present");
-                self.events.push_back(Event::RecvDone { id, result: t.into_result() });
+                self.events.push_back(Event::RecvDone { id, result: t.into_result(&mut self.pool) });
             }
             None => {
                 // Its receive was withdrawn: the data takes the message's
@@ -295,7 +297,7 @@ impl Engine {
                 let queued = self.unexpected.find_mut(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
                 if let Some(u) = queued {
                     let t = self.transfers.remove(&transfer).expect("present");
-                    if let Ok(data) = t.received.into_kept() {
+                    if let Ok(data) = t.received.into_kept(&mut self.pool) {
                         u.body = Body::Data { data, credit: 0 };
                     }
                 }

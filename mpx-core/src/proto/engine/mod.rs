@@ -204,6 +204,10 @@ pub struct Config {
     /// and it sends them external32 (for tests of heterogeneous peers; see
     /// [`repr_id_with`]).
     pub repr_id: Option<u64>,
+    /// Bytes of a rendezvous message's data between two words
+    /// ([`Event::DataArrived`]) to a receive that takes the data as it
+    /// arrives ([`Engine::take_arrived`]).
+    pub stream_step: u64,
 }
 
 impl Default for Config {
@@ -217,6 +221,7 @@ impl Default for Config {
             idle_timeout: None,
             job: 0,
             repr_id: None,
+            stream_step: 256 * 1024,
         }
     }
 }
@@ -242,6 +247,7 @@ mod time;
 mod transfer;
 
 pub use native::{native_repr_id, repr_id_with};
+pub use transfer::Arrived;
 use peer::*;
 use transfer::*;
 
@@ -488,6 +494,13 @@ pub enum Event {
     /// rank's own messages (every other rank is gone); see
     /// [`Engine::orphaned`].
     Orphaned {
+        /// The receive.
+        id: ReqId,
+    },
+    /// Data of receive `id`'s rendezvous message has arrived that the
+    /// receive may take now, while the rest arrives
+    /// ([`Engine::take_arrived`]).
+    DataArrived {
         /// The receive.
         id: ReqId,
     },

@@ -89,10 +89,41 @@ impl Engine {
             return false;
         };
         t.owner = None;
+        if matches!(t.received, Received::Streaming { .. }) {
+            // The receive took data and did not give it back (it failed
+            // taking it): whoever takes the message next must not get it
+            // with its start missing, and fails as truncated.
+            t.received.discard(0);
+        }
         let u = Unexpected { envelope: t.envelope, body: Body::InFlight { transfer } };
         self.restore(u);
         self.handle_local();
         true
+    }
+
+    /// The data of receive `id`'s rendezvous message that has arrived
+    /// since it last took some, for the receive to put in its buffer
+    /// itself while the rest arrives, rather than all of it once the last
+    /// byte is in (the engine never writes into a receive's buffer). The
+    /// first call asks `accept` whether the receive takes the message so
+    /// (its data is then handed over from the start); after a `None` the
+    /// receive is not told of its data again. A receive told so by an
+    /// [`Event::DataArrived`] calls this; its completion then holds only
+    /// the data it did not take. Withdrawing such a receive, it gives
+    /// what it took back with [`give_back`](Engine::give_back) first.
+    /// Messages with a type description never stream.
+    pub fn take_arrived(&mut self, id: ReqId, accept: impl FnOnce(&Envelope) -> bool) -> Option<Arrived> {
+        let t = self.transfers.values_mut().find(|t| t.owner == Some(id) && !t.complete)?;
+        t.take_arrived(accept)
+    }
+
+    /// Receive `id`, about to be withdrawn, gives back the data it took
+    /// with [`take_arrived`](Engine::take_arrived): `head`, the first
+    /// bytes of the message. Nothing happens if it took nothing.
+    pub fn give_back(&mut self, id: ReqId, head: Bytes) {
+        if let Some(t) = self.transfers.values_mut().find(|t| t.owner == Some(id)) {
+            t.give_back(head, &mut self.pool);
+        }
     }
 
     /// Offers a message returned to the queue to the posted receives, in
@@ -173,10 +204,11 @@ impl Engine {
             Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
                 Some(t) if t.complete => {
                     let t = self.transfers.remove(&transfer).expect("present");
-                    self.events.push_back(Event::RecvDone { id, result: t.into_result() });
+                    self.events.push_back(Event::RecvDone { id, result: t.into_result(&mut self.pool) });
                 }
                 Some(t) => {
                     t.owner = Some(id);
+                    t.nudged = false;
                     t.bound(limit);
                 }
                 None => {
@@ -209,7 +241,7 @@ impl Engine {
             return;
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };
-        let mut transfer = Transfer { envelope, owner: Some(recv_id), received: Received::Nothing, complete: false, reserve: 0 };
+        let mut transfer = Transfer::new(envelope, recv_id);
         transfer.bound(limit);
         self.transfers.insert(recv_id, transfer);
         self.push_frame(source, Frame::control(header));
@@ -225,6 +257,12 @@ impl Engine {
     /// (at most two such buffers are kept).
     pub fn recycle(&mut self, msg: Delivered) {
         self.pool.give(msg.data);
+    }
+
+    /// [`recycle`](Engine::recycle) for data a receive took as it arrived
+    /// ([`take_arrived`](Engine::take_arrived)).
+    pub fn recycle_data(&mut self, data: Bytes) {
+        self.pool.give(data);
     }
 
     /// A receive has consumed a delivered message holding `bytes` of

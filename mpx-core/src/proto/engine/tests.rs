@@ -1162,3 +1162,85 @@ fn a_send_goes_at_once_only_when_nothing_is_ahead_of_it() {
     let got: Vec<Bytes> = deliveries(&mut e[1]).into_iter().map(|(_, data)| data).collect();
     assert_eq!(got, ["one", "two", "three", "four", "five"].map(|s| Bytes::from_static(s.as_bytes())));
 }
+
+/// Rank 0 sends rank 1 a 1 MiB message by rendezvous in 64 KiB chunks,
+/// matched by receive 5: the data is ready to stream.
+fn streaming_pair() -> (Vec<Engine>, Bytes) {
+    let data: Bytes = (0..1u32 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into();
+    let config = Config { eager_threshold: 8, rndv_chunk: 64 << 10, ..Config::default() };
+    let mut e = pair(config);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: data.clone(), ..msg(1, 0, b"") });
+    e[1].post_recv(5, spec(Some(0), Some(0)));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    (e, data)
+}
+
+#[test]
+fn a_receive_takes_its_data_as_it_arrives() {
+    let (mut e, data) = streaming_pair();
+    let step = Config::default().stream_step;
+    let (mut taken, mut words, mut tail) = (Vec::new(), 0, None);
+    while let Some((_, f)) = next_frame(&mut e[0]) {
+        e[1].handle_frame(0, f).unwrap();
+        assert!(e[1].rendezvous_bytes(0) <= step + (64 << 10), "the engine holds only what the receive has not taken yet");
+        for ev in events(&mut e[1]) {
+            match ev {
+                Event::DataArrived { id: 5 } => {
+                    words += 1;
+                    let arrived = e[1].take_arrived(5, |env| env.len == data.len() as u64).expect("the receive streams");
+                    assert_eq!(arrived.offset, taken.len() as u64);
+                    arrived.chunks.iter().for_each(|c| taken.extend_from_slice(c));
+                }
+                Event::RecvDone { id: 5, result } => tail = Some(result.unwrap()),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let tail = tail.expect("the receive completed");
+    assert_eq!(words, 3, "told every {step} bytes, never of the last ones");
+    assert_eq!(taken.len() as u64 + tail.data.len() as u64, tail.envelope.len, "the completion holds what was not taken");
+    taken.extend_from_slice(&tail.data);
+    assert_eq!(taken, data);
+}
+
+#[test]
+fn a_streaming_receive_withdrawn_gives_its_data_back_to_the_next() {
+    let (mut e, data) = streaming_pair();
+    let mut taken = Vec::new();
+    while taken.is_empty() {
+        let (_, f) = next_frame(&mut e[0]).unwrap();
+        e[1].handle_frame(0, f).unwrap();
+        if events(&mut e[1]).iter().any(|ev| matches!(ev, Event::DataArrived { id: 5 })) {
+            let arrived = e[1].take_arrived(5, |_| true).unwrap();
+            arrived.chunks.iter().for_each(|c| taken.extend_from_slice(c));
+        }
+    }
+    stream(&mut e, Some(2));
+    e[1].give_back(5, taken.into());
+    assert!(e[1].withdraw_recv(5));
+    e[1].post_recv(6, spec(None, None));
+    stream(&mut e, None);
+    let done: Vec<_> = events(&mut e[1]).into_iter().filter(|ev| !matches!(ev, Event::DataArrived { id: 6 })).collect();
+    assert!(matches!(&done[..], [Event::RecvDone { id: 6, result: Ok(d) }] if d.data == data), "the next receive gets the whole message");
+
+    // A receive that does not take its data as it arrives is told once.
+    let (mut e, data) = streaming_pair();
+    let mut words = 0;
+    while let Some((_, f)) = next_frame(&mut e[0]) {
+        e[1].handle_frame(0, f).unwrap();
+        for ev in events(&mut e[1]) {
+            match ev {
+                Event::DataArrived { id: 5 } => {
+                    words += 1;
+                    assert!(e[1].take_arrived(5, |_| false).is_none());
+                }
+                Event::RecvDone { id: 5, result } => assert_eq!(result.unwrap().data, data),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    assert_eq!(words, 1);
+}

@@ -39,6 +39,10 @@ pub(super) struct Transfer {
     /// anyway (0 for a receive of any length: the buffer then grows with
     /// what arrives).
     pub(super) reserve: u64,
+    /// Whether the owner was told ([`Event::DataArrived`]) of data it has
+    /// not taken yet: it is told once per [`Config::stream_step`] taken,
+    /// and a receive that does not take its data as it arrives only once.
+    pub(super) nudged: bool,
 }
 
 impl Transfer {
@@ -53,18 +57,76 @@ impl Transfer {
         }
     }
 
-    /// Adds the next chunk of the data, gathering into a buffer of
-    /// `pool`'s when one is needed.
-    pub(super) fn push(&mut self, chunk: Bytes, pool: &mut BufferPool) {
-        let total = self.envelope.wire_len();
-        self.received.push(chunk, total, self.reserve, pool);
+    /// A transfer of `envelope`'s data to receive `owner`, nothing in yet.
+    pub(super) fn new(envelope: Envelope, owner: ReqId) -> Transfer {
+        Transfer { envelope, owner: Some(owner), received: Received::Nothing, complete: false, reserve: 0, nudged: false }
     }
 
-    /// What the receive that owns the complete transfer gets: the message,
-    /// or [`Error::Truncate`] if its data was dropped (never a message
-    /// with part of its data missing).
-    pub(super) fn into_result(self) -> Result<Delivered> {
-        match self.received.into_kept() {
+    /// Adds the next chunk of the data, gathering into a buffer of
+    /// `pool`'s when one is needed. Returns the receive to tell of data
+    /// it may take now ([`Engine::take_arrived`]), if one is due a word.
+    pub(super) fn push(&mut self, chunk: Bytes, pool: &mut BufferPool, step: u64) -> Option<ReqId> {
+        let total = self.envelope.wire_len();
+        self.received.push(chunk, total, self.reserve, pool);
+        let due = match &self.received {
+            Received::Streaming { queued, .. } => *queued >= step,
+            Received::One(_) | Received::Gathered(_) => self.received.len() >= step && self.envelope.desc_len == 0,
+            Received::Nothing | Received::Discarded { .. } => false,
+        };
+        if !due || self.nudged || self.received.len() == total {
+            return None;
+        }
+        self.nudged = true;
+        self.owner
+    }
+
+    /// Hands the data arrived so far to the owning receive, to put in its
+    /// buffer itself, if it streams (or, the first time, if `accept` says
+    /// it will): see [`Engine::take_arrived`].
+    pub(super) fn take_arrived(&mut self, accept: impl FnOnce(&Envelope) -> bool) -> Option<Arrived> {
+        let arrived = match &mut self.received {
+            Received::Streaming { taken, chunks, queued } => {
+                let offset = *taken;
+                *taken += std::mem::take(queued);
+                Arrived { offset, chunks: std::mem::take(chunks) }
+            }
+            Received::Discarded { .. } => return None,
+            _ if self.envelope.desc_len != 0 || !accept(&self.envelope) => return None,
+            received => {
+                let taken = received.len();
+                let chunks = match std::mem::replace(received, Received::Streaming { taken, chunks: VecDeque::new(), queued: 0 }) {
+                    Received::One(b) => VecDeque::from([b]),
+                    Received::Gathered(b) => VecDeque::from([b.freeze()]),
+                    _ => VecDeque::new(),
+                };
+                Arrived { offset: 0, chunks }
+            }
+        };
+        self.nudged = false;
+        Some(arrived)
+    }
+
+    /// The owning receive, withdrawn, gives back `head`: the data it took
+    /// (the first bytes of the message), so that the transfer holds all of
+    /// it again for whichever receive takes the message next.
+    pub(super) fn give_back(&mut self, head: Bytes, pool: &mut BufferPool) {
+        let Received::Streaming { taken, chunks, queued } = &mut self.received else { return };
+        debug_assert_eq!(head.len() as u64, *taken, "a streaming receive gives back what it took");
+        let mut all = pool.take((*taken + *queued).max(self.reserve.min(GATHER_RESERVE_CAP)) as usize);
+        all.extend_from_slice(&head);
+        for chunk in chunks.drain(..) {
+            all.extend_from_slice(&chunk);
+        }
+        self.received = Received::Gathered(all);
+        self.nudged = false;
+    }
+
+    /// What the receive that owns the complete transfer gets: the message
+    /// (only the part it did not take, if it streamed), or
+    /// [`Error::Truncate`] if its data was dropped (never a message with
+    /// part of its data missing).
+    pub(super) fn into_result(self, pool: &mut BufferPool) -> Result<Delivered> {
+        match self.received.into_kept(pool) {
             Ok(data) => Ok(Delivered::new(self.envelope, data, 0)),
             Err(available) => Err(Error::Truncate { needed: self.envelope.len, available }),
         }
@@ -83,6 +145,20 @@ pub(super) enum Received {
     One(Bytes),
     /// Several chunks, gathered.
     Gathered(BytesMut),
+    /// Data the owning receive takes as it arrives
+    /// ([`Engine::take_arrived`]): it has taken the first `taken` bytes;
+    /// `chunks`, `queued` bytes, came after.
+    Streaming { taken: u64, chunks: VecDeque<Bytes>, queued: u64 },
+}
+
+/// Data of a rendezvous message that its receive takes as it arrives
+/// ([`Engine::take_arrived`]).
+#[derive(Debug)]
+pub struct Arrived {
+    /// Where in the message's data the chunks start.
+    pub offset: u64,
+    /// The data, in order.
+    pub chunks: VecDeque<Bytes>,
 }
 
 impl Received {
@@ -92,13 +168,16 @@ impl Received {
             Received::Discarded { counted, .. } => *counted,
             Received::One(b) => b.len() as u64,
             Received::Gathered(b) => b.len() as u64,
+            Received::Streaming { taken, queued, .. } => taken + queued,
         }
     }
 
-    /// Bytes kept in memory (counted bytes are not).
+    /// Bytes kept in memory (counted bytes are not, nor those a receive
+    /// took as they arrived).
     pub(super) fn kept(&self) -> u64 {
         match self {
             Received::Discarded { .. } => 0,
+            Received::Streaming { queued, .. } => *queued,
             other => other.len(),
         }
     }
@@ -136,17 +215,33 @@ impl Received {
                 all.extend_from_slice(&chunk);
                 Received::Gathered(all)
             }
+            Received::Streaming { taken, mut chunks, queued } => {
+                let queued = queued + chunk.len() as u64;
+                chunks.push_back(chunk);
+                Received::Streaming { taken, chunks, queued }
+            }
         }
     }
 
-    /// The data kept, or the limit of the receive for which it was
-    /// discarded.
-    pub(super) fn into_kept(self) -> std::result::Result<Bytes, u64> {
+    /// The data kept (a streaming receive's: what it has not taken), or
+    /// the limit of the receive for which it was discarded.
+    pub(super) fn into_kept(self, pool: &mut BufferPool) -> std::result::Result<Bytes, u64> {
         match self {
             Received::Nothing => Ok(Bytes::new()),
             Received::Discarded { limit, .. } => Err(limit),
             Received::One(b) => Ok(b),
             Received::Gathered(b) => Ok(b.freeze()),
+            Received::Streaming { mut chunks, queued, .. } if chunks.len() <= 1 => {
+                debug_assert_eq!(chunks.front().map_or(0, |c| c.len() as u64), queued);
+                Ok(chunks.pop_front().unwrap_or_default())
+            }
+            Received::Streaming { chunks, queued, .. } => {
+                let mut rest = pool.take(queued as usize);
+                for chunk in chunks {
+                    rest.extend_from_slice(&chunk);
+                }
+                Ok(rest.freeze())
+            }
         }
     }
 }
