@@ -536,8 +536,8 @@ impl Shared {
                         st.wake_probes();
                     }
                     Event::DataArrived { id } => {
-                        let tracked = st.requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
-                        if let Tracked::Waiting { waker, data_arrived, .. } = tracked {
+                        // A receive not polled yet takes its data at the end.
+                        if let Some(Tracked::Waiting { waker, data_arrived, .. }) = st.requests.get_mut(&id) {
                             *data_arrived = true;
                             if let Some(w) = waker.take().filter(|_| !self.polling(id)) {
                                 st.to_wake.push(w);

@@ -206,7 +206,8 @@ pub struct Config {
     pub repr_id: Option<u64>,
     /// Bytes of a rendezvous message's data between two words
     /// ([`Event::DataArrived`]) to a receive that takes the data as it
-    /// arrives ([`Engine::take_arrived`]).
+    /// arrives ([`Engine::take_arrived`]); messages shorter than 8 steps
+    /// are not taken so.
     pub stream_step: u64,
 }
 

@@ -1164,10 +1164,11 @@ fn a_send_goes_at_once_only_when_nothing_is_ahead_of_it() {
 }
 
 /// Rank 0 sends rank 1 a 1 MiB message by rendezvous in 64 KiB chunks,
-/// matched by receive 5: the data is ready to stream.
+/// matched by receive 5, which is told of its data every 128 KiB: the
+/// data is ready to stream.
 fn streaming_pair() -> (Vec<Engine>, Bytes) {
     let data: Bytes = (0..1u32 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into();
-    let config = Config { eager_threshold: 8, rndv_chunk: 64 << 10, ..Config::default() };
+    let config = Config { eager_threshold: 8, rndv_chunk: 64 << 10, stream_step: 128 << 10, ..Config::default() };
     let mut e = pair(config);
     e[0].post_send(1, SendMode::Standard, Outgoing { data: data.clone(), ..msg(1, 0, b"") });
     e[1].post_recv(5, spec(Some(0), Some(0)));
@@ -1181,7 +1182,7 @@ fn streaming_pair() -> (Vec<Engine>, Bytes) {
 #[test]
 fn a_receive_takes_its_data_as_it_arrives() {
     let (mut e, data) = streaming_pair();
-    let step = Config::default().stream_step;
+    let step = 128 << 10;
     let (mut taken, mut words, mut tail) = (Vec::new(), 0, None);
     while let Some((_, f)) = next_frame(&mut e[0]) {
         e[1].handle_frame(0, f).unwrap();
@@ -1200,7 +1201,7 @@ fn a_receive_takes_its_data_as_it_arrives() {
         }
     }
     let tail = tail.expect("the receive completed");
-    assert_eq!(words, 3, "told every {step} bytes, never of the last ones");
+    assert_eq!(words, 7, "told every {step} bytes, never of the last ones");
     assert_eq!(taken.len() as u64 + tail.data.len() as u64, tail.envelope.len, "the completion holds what was not taken");
     taken.extend_from_slice(&tail.data);
     assert_eq!(taken, data);
@@ -1223,7 +1224,7 @@ fn a_streaming_receive_withdrawn_gives_its_data_back_to_the_next() {
     assert!(e[1].withdraw_recv(5));
     e[1].post_recv(6, spec(None, None));
     stream(&mut e, None);
-    let done: Vec<_> = events(&mut e[1]).into_iter().filter(|ev| !matches!(ev, Event::DataArrived { id: 6 })).collect();
+    let done: Vec<_> = events(&mut e[1]).into_iter().filter(|ev| !matches!(ev, Event::DataArrived { .. })).collect();
     assert!(matches!(&done[..], [Event::RecvDone { id: 6, result: Ok(d) }] if d.data == data), "the next receive gets the whole message");
 
     // A receive that does not take its data as it arrives is told once.
@@ -1243,4 +1244,14 @@ fn a_streaming_receive_withdrawn_gives_its_data_back_to_the_next() {
         }
     }
     assert_eq!(words, 1);
+}
+
+#[test]
+fn a_message_of_a_few_steps_is_not_streamed() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 64 << 10, stream_step: 256 << 10, ..Config::default() };
+    let mut e = pair(config);
+    e[0].post_send(1, SendMode::Standard, Outgoing { data: Bytes::from(vec![3u8; 1 << 20]), ..msg(1, 0, b"") });
+    e[1].post_recv(5, spec(Some(0), Some(0)));
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Ok(d) }] if d.data.len() == 1 << 20), "no word before the completion");
 }

@@ -73,7 +73,7 @@ impl Transfer {
             Received::One(_) | Received::Gathered(_) => self.received.len() >= step && self.envelope.desc_len == 0,
             Received::Nothing | Received::Discarded { .. } => false,
         };
-        if !due || self.nudged || self.received.len() == total {
+        if !due || self.nudged || self.received.len() == total || total < step.saturating_mul(STREAM_MIN_STEPS) {
             return None;
         }
         self.nudged = true;
@@ -132,6 +132,12 @@ impl Transfer {
         }
     }
 }
+
+/// Messages shorter than this many [`Config::stream_step`]s are not taken
+/// as they arrive: waking the receive's task a few times during a short
+/// transfer cost more than the copy it saved (a megabyte over QUIC in one
+/// process: 5-8 % slower at a 256 KiB step).
+const STREAM_MIN_STEPS: u64 = 8;
 
 /// The data of a rendezvous transfer as its chunks arrive.
 pub(super) enum Received {
