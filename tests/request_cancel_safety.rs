@@ -252,7 +252,7 @@ async fn a_receive_dropped_while_its_data_arrives_gives_it_back() {
     // In one process the data of a message arrives in one go, while its
     // receive waits: only over a network does a receive hold part of one.
     if module_path!().ends_with("quic") {
-        assert!(out[1] >= 3, "only {} receives were dropped holding data", out[1]);
+        assert!(out[1] >= 2, "only {} receives were dropped holding data", out[1]);
     }
 }
 

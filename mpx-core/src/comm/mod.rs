@@ -74,10 +74,23 @@
 //! # Buffers never escape to the background
 //!
 //! A send packs its data into an owned buffer when it is called (before
-//! its future is first polled), and a receive's data stays in engine-owned buffers until the
-//! receive's own future unpacks it into the caller's memory. Nothing the
-//! driver holds ever points into a caller's buffer, so dropping (or leaking)
-//! a future is always sound.
+//! its future is first polled), and a receive's data stays in engine-owned
+//! buffers until the receive's own future unpacks it into the caller's
+//! memory (a large message into a slice: in the polls while it arrives,
+//! see below). Nothing the driver holds ever points into a caller's
+//! buffer, so dropping (or leaking) a future is always sound.
+//!
+//! A receive into a slice of a type that takes any bytes (integers,
+//! floats, arrays and derived structs of them without padding) copies a
+//! large rendezvous message in this rank's own representation into the
+//! slice as its data arrives, in the request's own polls, so that the
+//! copy overlaps the transfer (see
+//! [`Config::stream_step`](crate::proto::engine::Config::stream_step)).
+//! Such a receive dropped part way gives the data it took back with the
+//! message, which the next receive gets whole; its slice may then hold the
+//! start of that message, as a receive that fails part way (its peer
+//! failed) may: MPI leaves a receive buffer's contents undefined unless
+//! the receive succeeds.
 //!
 //! # Cancel safety
 //!

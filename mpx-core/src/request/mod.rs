@@ -374,9 +374,12 @@ impl<'a> Request<'a> {
             Poll::Pending => {
                 if let (true, Kind::Recv(finish)) = (data_arrived, kind) {
                     if let Err(e) = finish.take_arrived(shared, *id) {
-                        // Its message breaks its own envelope: the receive
-                        // fails, and the message is dropped with it.
-                        shared.withdraw(*id);
+                        // More data than its envelope says (the engine
+                        // refuses such data before it gets here): the
+                        // receive fails, and the message goes back with
+                        // what it took, or (if that is not all it was
+                        // handed) can only fail the next receive.
+                        shared.withdraw_streamed(*id, finish.taken());
                         self.state = State::Complete(Some(Err(e)));
                         return Poll::Ready(());
                     }

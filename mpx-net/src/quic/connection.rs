@@ -550,8 +550,10 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
             // would sit in quinn's buffers, unread, up to its window. (The
             // wait for one ends with an error once the connection closes.)
             if watched.accept_uni().await.is_ok() {
-                watched.close(VarInt::from_u32(code::PROTOCOL), b"a stream beyond the setup");
+                // The reason first: closing makes the readers fail the
+                // peer too, for the connection's loss.
                 watcher.fail(peer, Error::Protocol(format!("rank {peer} opened a stream beyond its control and bulk streams")));
+                watched.close(VarInt::from_u32(code::PROTOCOL), b"a stream beyond the setup");
             }
             let why = watched.closed().await;
             for other in &others {

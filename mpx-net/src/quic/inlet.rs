@@ -140,8 +140,10 @@ impl Reader {
                 false
             }
             (Err(e), None) => {
-                self.conn.close(VarInt::from_u32(code::PROTOCOL), b"malformed frame");
+                // The reason first: closing makes the other readers fail
+                // the peer too, for the connection's loss.
                 self.shared.fail(peer, e);
+                self.conn.close(VarInt::from_u32(code::PROTOCOL), b"malformed frame");
                 false
             }
         }

@@ -991,3 +991,125 @@ async fn connections_being_set_up_are_bounded() {
     let one = start(one_socket, &addrs, job.issue(1).unwrap(), &patient).unwrap();
     tokio::time::timeout(Duration::from_secs(10), ping_pong(&zero, &one)).await.expect("rank 1 connects once the silent ones are gone");
 }
+
+/// Tests `req` until it has taken `at_least` bytes of its message as they
+/// arrived, or completed (its outcome then); yields between tests.
+async fn test_until_taken(req: &mut mpx_core::Request<'_>, at_least: usize) -> Option<mpx_core::Result<mpx_core::Status>> {
+    loop {
+        if req.bytes_taken_early() >= at_least {
+            return None;
+        }
+        if let Some(outcome) = req.test() {
+            return Some(outcome);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Receives into a slice take a large message's data as it arrives only
+/// where the slice may hold any bytes and the message is this rank's own
+/// values of its type: a `bool` slice, a message longer than the slice, a
+/// message from a peer of another representation never stream. A
+/// streaming receive whose message completed while nobody polled it,
+/// dropped then, gives the whole message back; one taken through a
+/// matched probe, dropped part way, too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_receives_take_data_as_it_arrives_only_where_they_may() {
+    use mpx_core::proto::engine::repr_id_with;
+    // Large enough that some of each message arrives while its receive
+    // looks (a short one may be in before the receive's first look).
+    const N: usize = 1 << 21; // 16 MiB of u64
+    let streaming = Options { engine: Config { stream_step: 16 << 10, ..Config::default() }, ..options() };
+    let (zero, one) = pair_with(13, &streaming);
+    // Sent before the peer's hello, typed data goes in external32.
+    tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.connected(), one.connected()) }).await.unwrap();
+    let (a, b) = (zero.world(), one.world());
+    let values: Vec<u64> = (0..N as u64).map(|i| i * 3 + 1).collect();
+    let mut buf = vec![0u64; N];
+
+    // Streamed, complete while nobody polls, then dropped: given back
+    // whole. Then through a matched probe, dropped part way. (On a loaded
+    // machine a message may be in before its receive first looks: then it
+    // is checked and the next one tried.)
+    let mut whole = vec![0u64; N];
+    for through_probe in [false, true] {
+        let mut streamed = false;
+        for tag in 0..4 {
+            let send = a.isend(&values, 1, tag);
+            let mut req = if through_probe { b.mprobe(0, tag).await.unwrap().irecv(&mut buf) } else { b.irecv(&mut buf, 0, tag) };
+            if let Some(outcome) = test_until_taken(&mut req, 64 << 10).await {
+                outcome.unwrap();
+                drop(req);
+                assert!(buf == values);
+                send.await.unwrap();
+                continue;
+            }
+            if !through_probe {
+                // Let the rest arrive, unpolled.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            drop(req);
+            whole.fill(0);
+            b.recv_into(&mut whole, 0, tag).await.unwrap();
+            assert!(whole == values, "given back whole (through a probe: {through_probe})");
+            send.await.unwrap();
+            streamed = true;
+            break;
+        }
+        assert!(streamed, "no receive took data as it arrived (through a probe: {through_probe})");
+    }
+
+    // Never streamed: a bool slice, a message longer than the slice.
+    let bools: Vec<bool> = (0..8 * N).map(|i| i % 3 == 0).collect(); // 16 MiB
+    let send = a.isend(&bools, 1, 3);
+    let mut got = vec![false; 8 * N];
+    let mut req = b.irecv(&mut got, 0, 3);
+    let outcome = test_until_taken(&mut req, 1).await.expect("a bool slice never streams");
+    assert_eq!(outcome.unwrap().bytes, 8 * N as u64);
+    drop(req);
+    assert!(got == bools);
+    send.await.unwrap();
+    let send = a.isend(&values, 1, 4);
+    let mut short = vec![0u64; N / 2];
+    let mut req = b.irecv(&mut short, 0, 4);
+    let outcome = test_until_taken(&mut req, 1).await.expect("a message longer than its receive never streams");
+    assert!(matches!(outcome, Err(Error::Truncate { .. })), "{outcome:?}");
+    drop(req);
+    assert!(short.iter().all(|&v| v == 0), "nothing written by a truncated receive");
+    send.await.unwrap();
+
+    // A peer of another representation sends external32: never streamed.
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(14).unwrap();
+    let foreign = Options { engine: Config { repr_id: Some(repr_id_with(!cfg!(target_endian = "big"), 4)), ..streaming.engine }, ..streaming };
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &foreign).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &streaming).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.connected(), one.connected()) }).await.unwrap();
+    let floats: Vec<f64> = (0..N).map(|i| i as f64 * 0.5).collect();
+    let send = one.world().isend(&floats, 0, 5);
+    let mut got = vec![0f64; N];
+    let mut req = zero.world().irecv(&mut got, 1, 5);
+    let outcome = test_until_taken(&mut req, 1).await.expect("external32 never streams");
+    outcome.unwrap();
+    drop(req);
+    assert!(got == floats);
+    send.await.unwrap();
+}
+
+/// A streaming receive whose sender goes away part way fails, within the
+/// idle timeout, rather than waiting for the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_receive_fails_when_its_sender_goes_away_part_way() {
+    let opts = Options { engine: Config { stream_step: 16 << 10, ..Config::default() }, idle_timeout: Duration::from_secs(3), ..options() };
+    let (zero, one) = pair_with(15, &opts);
+    tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.connected(), one.connected()) }).await.unwrap();
+    let big = vec![7u64; 16 << 20]; // 128 MiB
+    let send = zero.world().isend(&big, 1, 0);
+    let mut buf = vec![0u64; big.len()];
+    let mut req = one.world().irecv(&mut buf, 0, 0);
+    assert!(test_until_taken(&mut req, 1 << 20).await.is_none(), "the receive streams");
+    drop(send);
+    drop(zero);
+    let outcome = tokio::time::timeout(Duration::from_secs(30), req).await.expect("the receive ended");
+    assert!(matches!(outcome, Err(Error::ProcessFailed { rank: 0, .. })), "{outcome:?}");
+}

@@ -67,7 +67,11 @@ impl Engine {
     /// at the head of the queue (the data will go to the next receive that
     /// matches it). Returns `false` if the engine holds nothing for `id`
     /// (it completed: the caller gives back a delivered message with
-    /// [`requeue`](Engine::requeue)).
+    /// [`requeue`](Engine::requeue)). A receive that took data as it
+    /// arrived ([`take_arrived`](Engine::take_arrived)) gives it back with
+    /// [`give_back`](Engine::give_back) first; if it does not, the message
+    /// can never be delivered whole, and whoever takes it fails with
+    /// [`Error::Truncate`].
     ///
     /// # Memory and truncation
     ///
@@ -158,8 +162,14 @@ impl Engine {
     /// Puts a delivered message back in the unexpected queue as if it had
     /// not been matched (for a receive abandoned after matching): it is
     /// offered to posted receives first, then queued ahead of its sender's
-    /// later messages.
+    /// later messages. A message without all its data (a streaming
+    /// receive's completion without the part it took) is dropped, never
+    /// queued.
     pub fn requeue(&mut self, msg: Delivered) {
+        if msg.data.len() as u64 != msg.envelope.len {
+            tracing::error!(rank = self.rank, len = msg.envelope.len, data = msg.data.len(), "a message given back with part of its data missing is dropped");
+            return;
+        }
         self.restore(Unexpected { envelope: msg.envelope, body: Body::Data { data: msg.payload(), credit: msg.credit } });
         self.handle_local();
     }

@@ -1255,3 +1255,30 @@ fn a_message_of_a_few_steps_is_not_streamed() {
     pump(&mut e);
     assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Ok(d) }] if d.data.len() == 1 << 20), "no word before the completion");
 }
+
+#[test]
+fn a_streaming_receive_that_gives_back_other_data_than_it_took_fails_the_next() {
+    let (mut e, data) = streaming_pair();
+    let mut taken = Vec::new();
+    while taken.is_empty() {
+        let (_, f) = next_frame(&mut e[0]).unwrap();
+        e[1].handle_frame(0, f).unwrap();
+        if events(&mut e[1]).iter().any(|ev| matches!(ev, Event::DataArrived { id: 5 })) {
+            let arrived = e[1].take_arrived(5, |_| true).unwrap();
+            arrived.chunks.iter().for_each(|c| taken.extend_from_slice(c));
+        }
+    }
+    taken.pop();
+    e[1].give_back(5, taken.into());
+    assert!(e[1].withdraw_recv(5));
+    e[1].post_recv(6, spec(None, None));
+    stream(&mut e, None);
+    let done: Vec<_> = events(&mut e[1]).into_iter().filter(|ev| !matches!(ev, Event::DataArrived { .. })).collect();
+    assert!(matches!(done[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { .. }) }]), "never delivered with its data wrong: {done:?}");
+    // A completion given back without the part its receive took is
+    // dropped, never queued as a whole message.
+    let envelope = Envelope { context: 0, source: 0, tag: 0, signature: Some((7, 1)), repr: Repr::Native, len: data.len() as u64, desc_len: 0, seq: 9 };
+    let short = Delivered::new(envelope, data.slice(1..), 0);
+    e[1].requeue(short);
+    assert_eq!(e[1].unexpected_len(), 0);
+}

@@ -29,8 +29,9 @@ pub(super) struct Transfer {
     /// the unexpected queue (or in a matched probe's hands) as
     /// [`Body::InFlight`].
     pub(super) owner: Option<ReqId>,
-    /// Chunks received so far: kept, or (for a message longer than a
-    /// receive that matched it holds) counted and dropped.
+    /// Chunks received so far: kept, counted and dropped (for a message
+    /// longer than a receive that matched it holds), or, past those the
+    /// owning receive has taken as they arrived, queued for it.
     pub(super) received: Received,
     /// Whether every byte has arrived.
     pub(super) complete: bool,
@@ -111,7 +112,13 @@ impl Transfer {
     /// it again for whichever receive takes the message next.
     pub(super) fn give_back(&mut self, head: Bytes, pool: &mut BufferPool) {
         let Received::Streaming { taken, chunks, queued } = &mut self.received else { return };
-        debug_assert_eq!(head.len() as u64, *taken, "a streaming receive gives back what it took");
+        if head.len() as u64 != *taken {
+            // Not what it took: the message can no longer be delivered
+            // whole, and fails whoever takes it as truncated.
+            tracing::error!(gave = head.len(), took = *taken, "a receive gave back other data than it took");
+            self.received.discard(0);
+            return;
+        }
         let mut all = pool.take((*taken + *queued).max(self.reserve.min(GATHER_RESERVE_CAP)) as usize);
         all.extend_from_slice(&head);
         for chunk in chunks.drain(..) {
