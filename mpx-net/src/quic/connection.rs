@@ -46,6 +46,8 @@ pub(crate) mod code {
     pub const DUPLICATE: u32 = 3;
     /// The peer's other connection closed, and this one with it.
     pub const OTHER_CLOSED: u32 = 4;
+    /// The peer's endpoint was dropped without finalizing.
+    pub const DROPPED: u32 = 5;
 }
 
 /// The tasks of one rank's transport; dropping the registry (with the

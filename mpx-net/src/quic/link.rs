@@ -406,6 +406,18 @@ impl Transport for QuicTransport {
     }
 }
 
+/// An endpoint dropped without finalizing closes its connections at
+/// once, so its peers find it gone from the close rather than from the
+/// idle timeout, even if a handle on a connection outlives it (after a
+/// finalize they are closed already, and this does nothing).
+impl Drop for QuicTransport {
+    fn drop(&mut self) {
+        for endpoint in &self.quic {
+            endpoint.close(quinn::VarInt::from_u32(super::connection::code::DROPPED), b"endpoint dropped");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
