@@ -15,6 +15,50 @@ use support::{returns, LIMIT};
 
 // On every transport.
 each_transport! {
+    /// With `max_message` set, a receive without a limit of its own
+    /// (`recv_vec`, `irecv_bytes`, a serde receive) keeps no
+    /// longer message: it fails with `Truncate`, and the next message still
+    /// arrives. A receive into a buffer is bounded by its buffer instead.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn receives_without_a_limit_keep_no_message_above_max_message() {
+        let mut opts = options(2);
+        opts.engine.max_message = Some(256 << 10);
+        /// The error of a receive that must fail (its value, a megabyte, is
+        /// not printed if it does not).
+        fn refused<T, E: std::fmt::Debug>(r: std::result::Result<T, E>) -> E {
+            match r {
+                Ok(_) => panic!("a message longer than max_message was received"),
+                Err(e) => e,
+            }
+        }
+        let run = launch_with(opts, |comm| async move {
+            let big = vec![3u8; 1 << 20];
+            if comm.rank() == 0 {
+                for tag in 0..4 {
+                    comm.send(&big, 1, tag).await?;
+                }
+                comm.send(Serde(&big), 1, 4).await?;
+                comm.send(&[9u8; 100_000][..], 1, 5).await?;
+                return Ok(());
+            }
+            let e = refused(comm.recv_vec::<u8>(0, 0).await);
+            assert!(matches!(e, Error::Truncate { needed, available } if needed == 1 << 20 && available == 256 << 10), "{e:?}");
+            let e = refused(comm.recv_vec::<u64>(0, 1).await);
+            assert!(matches!(e, Error::Truncate { .. }), "{e:?}");
+            let e = refused(comm.irecv_bytes(0, 2).await).error;
+            assert!(matches!(e, Error::Truncate { .. }), "{e:?}");
+            let mut buf = vec![0u8; 1 << 20];
+            comm.recv_into(&mut buf, 0, 3).await?;
+            assert!(buf == big, "a receive into a buffer takes what its buffer holds");
+            let e = refused(comm.recv::<Serde<Vec<u8>>>(0, 4).await);
+            assert!(matches!(e, Error::Truncate { .. }), "{e:?}");
+            let (small, _) = comm.recv_vec::<u8>(0, 5).await?;
+            assert_eq!(small.len(), 100_000);
+            Ok(())
+        });
+        returns(run).await;
+    }
+
     /// A ready send too large for one frame asks first, and is delivered
     /// when the receive is posted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,6 +65,7 @@ pub fn config(repr: Repr) -> Config {
         job: 0x5eed,
         repr_id: None,
         stream_step: 40,
+        max_message: None,
     }
 }
 

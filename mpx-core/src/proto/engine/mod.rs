@@ -209,6 +209,14 @@ pub struct Config {
     /// arrives ([`Engine::take_arrived`]); messages shorter than 8 steps
     /// are not taken so.
     pub stream_step: u64,
+    /// The longest rendezvous message a receive without a limit of its
+    /// own keeps (`recv_vec`, `recv_bytes`, serde receives, a matched
+    /// probe's receive): a longer one is counted, not kept, and the
+    /// receive fails with [`Error::Truncate`]. `None` (the default): any
+    /// length, as MPI's receives of a probed size. A service that takes
+    /// messages of any size from peers it does not trust bounds its memory
+    /// with this.
+    pub max_message: Option<u64>,
 }
 
 impl Default for Config {
@@ -223,6 +231,7 @@ impl Default for Config {
             job: 0,
             repr_id: None,
             stream_step: 256 * 1024,
+            max_message: None,
         }
     }
 }

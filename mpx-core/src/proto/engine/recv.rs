@@ -9,7 +9,7 @@ impl Engine {
     /// any-source receive stays posted when every other rank is gone (see
     /// [`Event::Orphaned`]).
     pub fn post_recv(&mut self, id: ReqId, spec: MatchSpec) {
-        self.post(id, spec, None);
+        self.post(id, spec, self.config.max_message);
     }
 
     /// Posts receive `id`, holding at most `limit` bytes if given.
@@ -189,7 +189,7 @@ impl Engine {
     /// Receives a message taken by [`improbe`](Engine::improbe) as receive
     /// `id` (`MPI_Mrecv`).
     pub fn mrecv(&mut self, id: ReqId, m: Matched) {
-        self.take_unexpected(id, m.0, None);
+        self.take_unexpected(id, m.0, self.config.max_message);
         self.handle_local();
     }
 
