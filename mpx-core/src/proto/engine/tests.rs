@@ -1179,6 +1179,21 @@ fn streaming_pair() -> (Vec<Engine>, Bytes) {
     (e, data)
 }
 
+/// Moves frames of [`streaming_pair`]'s message until receive 5 is told
+/// of data, and takes it.
+fn take_first_data(e: &mut [Engine]) -> Vec<u8> {
+    let mut taken = Vec::new();
+    while taken.is_empty() {
+        let (_, f) = next_frame(&mut e[0]).unwrap();
+        e[1].handle_frame(0, f).unwrap();
+        if events(&mut e[1]).iter().any(|ev| matches!(ev, Event::DataArrived { id: 5 })) {
+            let arrived = e[1].take_arrived(5, |_| true).unwrap();
+            arrived.chunks.iter().for_each(|c| taken.extend_from_slice(c));
+        }
+    }
+    taken
+}
+
 #[test]
 fn a_receive_takes_its_data_as_it_arrives() {
     let (mut e, data) = streaming_pair();
@@ -1210,15 +1225,7 @@ fn a_receive_takes_its_data_as_it_arrives() {
 #[test]
 fn a_streaming_receive_withdrawn_gives_its_data_back_to_the_next() {
     let (mut e, data) = streaming_pair();
-    let mut taken = Vec::new();
-    while taken.is_empty() {
-        let (_, f) = next_frame(&mut e[0]).unwrap();
-        e[1].handle_frame(0, f).unwrap();
-        if events(&mut e[1]).iter().any(|ev| matches!(ev, Event::DataArrived { id: 5 })) {
-            let arrived = e[1].take_arrived(5, |_| true).unwrap();
-            arrived.chunks.iter().for_each(|c| taken.extend_from_slice(c));
-        }
-    }
+    let taken = take_first_data(&mut e);
     stream(&mut e, Some(2));
     e[1].give_back(5, taken.into());
     assert!(e[1].withdraw_recv(5));
@@ -1259,15 +1266,7 @@ fn a_message_of_a_few_steps_is_not_streamed() {
 #[test]
 fn a_streaming_receive_that_gives_back_other_data_than_it_took_fails_the_next() {
     let (mut e, data) = streaming_pair();
-    let mut taken = Vec::new();
-    while taken.is_empty() {
-        let (_, f) = next_frame(&mut e[0]).unwrap();
-        e[1].handle_frame(0, f).unwrap();
-        if events(&mut e[1]).iter().any(|ev| matches!(ev, Event::DataArrived { id: 5 })) {
-            let arrived = e[1].take_arrived(5, |_| true).unwrap();
-            arrived.chunks.iter().for_each(|c| taken.extend_from_slice(c));
-        }
-    }
+    let mut taken = take_first_data(&mut e);
     taken.pop();
     e[1].give_back(5, taken.into());
     assert!(e[1].withdraw_recv(5));
