@@ -41,6 +41,11 @@
 //!   chunk has been handed to the transport, so a synchronous send completes
 //!   only after the matching receive has started. Each receiver grants each
 //!   sender [`Config::rndv_slots`] unanswered RTSs; a CTS gives one back.
+//!   The receiver gathers the chunks for its receive, or, if the receive
+//!   takes the data as it arrives ([`Engine::take_arrived`], told by an
+//!   [`Event::DataArrived`] every [`Config::stream_step`] bytes), queues
+//!   them for it until it does: the runtime's request copies them into its
+//!   buffer in its own polls, and the engine never holds a caller's buffer.
 //! * **Ready**: the data travels with a request for an answer; the receiver
 //!   delivers it only if a matching receive is already posted and answers
 //!   either way, so the sender learns whether it was erroneous
