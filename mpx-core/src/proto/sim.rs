@@ -481,7 +481,7 @@ impl Node {
             Op::Withdraw { which } => {
                 if let Some(id) = pick(&self.recvs, which) {
                     if let Some(head) = self.streamed.remove(&id) {
-                        self.engine.give_back(id, head.into());
+                        self.engine.give_back(id, BytesMut::from(&head[..]));
                     }
                     if self.engine.withdraw_recv(id) {
                         let at = self.recvs.iter().position(|&(r, _)| r == id).expect("picked from the list");

@@ -96,7 +96,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
+use bytes::BytesMut;
 
 use crate::error::{Error, Result};
 use crate::proto::engine::{Delivered, Envelope, ReqId};
@@ -141,6 +141,8 @@ enum FinishInto<'a> {
         /// Bytes of the message copied into the slice so far, as they
         /// arrived (its first `streamed` bytes).
         streamed: usize,
+        /// The length of the message it takes so, once it takes one.
+        message: usize,
         _borrow: std::marker::PhantomData<&'a mut [u8]>,
     },
     Boxed(UnpackBoxed<'a>),
@@ -167,7 +169,7 @@ impl<'a> Finish<'a> {
         }
         let (len, bytes) = (buf.len(), std::mem::size_of_val(buf));
         let ptr = std::ptr::NonNull::from(buf).cast::<u8>();
-        Finish(FinishInto::Slice { ptr, len, bytes, unpack: unpack::<T>, streams: streams::<T>, streamed: 0, _borrow: std::marker::PhantomData })
+        Finish(FinishInto::Slice { ptr, len, bytes, unpack: unpack::<T>, streams: streams::<T>, streamed: 0, message: 0, _borrow: std::marker::PhantomData })
     }
 
     /// Runs `f` on the message.
@@ -203,8 +205,14 @@ impl<'a> Finish<'a> {
     /// looked into the slice, if it takes its message so (see
     /// [`Engine::take_arrived`](crate::proto::engine::Engine::take_arrived)).
     fn take_arrived(&mut self, shared: &Shared, id: ReqId) -> Result<()> {
-        let FinishInto::Slice { len, streams, .. } = self.0 else { return Ok(()) };
-        let Some(arrived) = shared.take_arrived(id, |env| streams(env, len)) else { return Ok(()) };
+        let FinishInto::Slice { len, streams, ref mut message, .. } = self.0 else { return Ok(()) };
+        let accept = |env: &Envelope| {
+            // Used only once `streams` accepts it: within the slice, so
+            // within `usize`.
+            *message = env.len as usize;
+            streams(env, len)
+        };
+        let Some(arrived) = shared.take_arrived(id, accept) else { return Ok(()) };
         for chunk in &arrived.chunks {
             self.copy_in(chunk)?;
         }
@@ -234,15 +242,19 @@ impl<'a> Finish<'a> {
     }
 
     /// A copy of what was taken into the slice as it arrived, to give
-    /// back with the message when the receive is withdrawn.
-    fn taken(&self) -> Bytes {
+    /// back with the message when the receive is withdrawn: in a buffer
+    /// with room for the whole message, so that the rest joins it without
+    /// another copy.
+    fn taken(&self) -> BytesMut {
         match &self.0 {
-            FinishInto::Slice { ptr, streamed, .. } if *streamed > 0 => {
+            FinishInto::Slice { ptr, streamed, message, .. } if *streamed > 0 => {
+                let mut head = BytesMut::with_capacity((*message).max(*streamed));
                 // SAFETY: the first `streamed` bytes of the slice, still
                 // borrowed (`'a`), were written by `copy_in`.
-                Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *streamed) })
+                head.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *streamed) });
+                head
             }
-            _ => Bytes::new(),
+            _ => BytesMut::new(),
         }
     }
 }

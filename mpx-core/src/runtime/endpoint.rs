@@ -771,22 +771,20 @@ impl Shared {
     /// withdrawn or, if it matched, its message goes back to the head of
     /// the queue; a send completes in the background.
     pub(crate) fn withdraw(&self, id: ReqId) {
-        self.withdraw_streamed(id, Bytes::new())
+        self.withdraw_streamed(id, BytesMut::new())
     }
 
     /// [`withdraw`](Shared::withdraw) for a receive that took the first
     /// bytes of its message, `head`, as they arrived
     /// ([`take_arrived`](Shared::take_arrived)): they go back with the
     /// message.
-    pub(crate) fn withdraw_streamed(&self, id: ReqId, head: Bytes) {
+    pub(crate) fn withdraw_streamed(&self, id: ReqId, mut head: BytesMut) {
         let mut st = self.lock();
         if !head.is_empty() {
             match st.requests.get_mut(&id) {
                 Some(Tracked::Done(Completion::Recv(Ok(msg)))) => {
-                    let mut all = BytesMut::with_capacity(head.len() + msg.data.len());
-                    all.extend_from_slice(&head);
-                    all.extend_from_slice(&msg.data);
-                    msg.data = all.freeze();
+                    head.extend_from_slice(&msg.data);
+                    msg.data = head.freeze();
                 }
                 _ => st.engine.give_back(id, head),
             }

@@ -124,9 +124,9 @@ impl Engine {
     /// Receive `id`, about to be withdrawn, gives back the data it took
     /// with [`take_arrived`](Engine::take_arrived): `head`, the first
     /// bytes of the message. Nothing happens if it took nothing.
-    pub fn give_back(&mut self, id: ReqId, head: Bytes) {
+    pub fn give_back(&mut self, id: ReqId, head: BytesMut) {
         if let Some(t) = self.transfers.values_mut().find(|t| t.owner == Some(id)) {
-            t.give_back(head, &mut self.pool);
+            t.give_back(head);
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::native::{LongDoubleFormat, NativeLayout};
 use super::*;
@@ -1227,7 +1227,7 @@ fn a_streaming_receive_withdrawn_gives_its_data_back_to_the_next() {
     let (mut e, data) = streaming_pair();
     let taken = take_first_data(&mut e);
     stream(&mut e, Some(2));
-    e[1].give_back(5, taken.into());
+    e[1].give_back(5, BytesMut::from(&taken[..]));
     assert!(e[1].withdraw_recv(5));
     e[1].post_recv(6, spec(None, None));
     stream(&mut e, None);
@@ -1268,7 +1268,7 @@ fn a_streaming_receive_that_gives_back_other_data_than_it_took_fails_the_next() 
     let (mut e, data) = streaming_pair();
     let mut taken = take_first_data(&mut e);
     taken.pop();
-    e[1].give_back(5, taken.into());
+    e[1].give_back(5, BytesMut::from(&taken[..]));
     assert!(e[1].withdraw_recv(5));
     e[1].post_recv(6, spec(None, None));
     stream(&mut e, None);

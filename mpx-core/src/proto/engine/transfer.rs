@@ -110,7 +110,7 @@ impl Transfer {
     /// The owning receive, withdrawn, gives back `head`: the data it took
     /// (the first bytes of the message), so that the transfer holds all of
     /// it again for whichever receive takes the message next.
-    pub(super) fn give_back(&mut self, head: Bytes, pool: &mut BufferPool) {
+    pub(super) fn give_back(&mut self, mut head: BytesMut) {
         let Received::Streaming { taken, chunks, queued } = &mut self.received else { return };
         if head.len() as u64 != *taken {
             // Not what it took: the message can no longer be delivered
@@ -119,12 +119,11 @@ impl Transfer {
             self.received.discard(0);
             return;
         }
-        let mut all = pool.take((*taken + *queued).max(self.reserve.min(GATHER_RESERVE_CAP)) as usize);
-        all.extend_from_slice(&head);
+        head.reserve((*queued).max(self.reserve.min(GATHER_RESERVE_CAP).saturating_sub(*taken)) as usize);
         for chunk in chunks.drain(..) {
-            all.extend_from_slice(&chunk);
+            head.extend_from_slice(&chunk);
         }
-        self.received = Received::Gathered(all);
+        self.received = Received::Gathered(head);
         self.nudged = false;
     }
 
