@@ -216,7 +216,7 @@ impl<'a> Finish<'a> {
         for chunk in &arrived.chunks {
             self.copy_in(chunk)?;
         }
-        if let Some(first) = arrived.chunks.into_iter().next().filter(|c| c.len() >= crate::proto::engine::Engine::RECYCLE_MIN) {
+        if let Some(first) = arrived.chunks.into_iter().next() {
             shared.recycle_data(first);
         }
         Ok(())

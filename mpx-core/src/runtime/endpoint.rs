@@ -493,17 +493,17 @@ impl Shared {
         Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())), transport: &*self.transport }
     }
 
-    /// A receive is done with `msg` (see [`Engine::recycle`]); small
-    /// messages are simply dropped, without taking the lock.
+    /// A receive is done with `msg` (see [`Engine::recycle`]).
     pub(crate) fn recycle(&self, msg: Delivered) {
-        if msg.data.len() >= Engine::RECYCLE_MIN {
-            self.lock().engine.recycle(msg);
-        }
+        self.recycle_data(msg.data);
     }
 
-    /// [`recycle`](Shared::recycle) for data a receive took as it arrived.
+    /// A receive is done with `data` (see [`Engine::recycle`]); small data
+    /// is simply dropped, without taking the lock.
     pub(crate) fn recycle_data(&self, data: Bytes) {
-        self.lock().engine.recycle_data(data);
+        if data.len() >= Engine::RECYCLE_MIN {
+            self.lock().engine.recycle(data);
+        }
     }
 
     /// Hands queued frames to the transport, peer by peer, and dispatches

@@ -89,7 +89,7 @@ impl Engine {
         if self.cancel_recv(id) {
             return true;
         }
-        let Some((&transfer, t)) = self.transfers.iter_mut().find(|(_, t)| t.owner == Some(id)) else {
+        let Some((transfer, t)) = self.transfer_owned_by(id) else {
             return false;
         };
         t.owner = None;
@@ -117,17 +117,23 @@ impl Engine {
     /// what it took back with [`give_back`](Engine::give_back) first.
     /// Messages with a type description never stream.
     pub fn take_arrived(&mut self, id: ReqId, accept: impl FnOnce(&Envelope) -> bool) -> Option<Arrived> {
-        let t = self.transfers.values_mut().find(|t| t.owner == Some(id) && !t.complete)?;
-        t.take_arrived(accept)
+        self.transfer_owned_by(id)?.1.take_arrived(accept)
     }
 
     /// Receive `id`, about to be withdrawn, gives back the data it took
     /// with [`take_arrived`](Engine::take_arrived): `head`, the first
     /// bytes of the message. Nothing happens if it took nothing.
     pub fn give_back(&mut self, id: ReqId, head: BytesMut) {
-        if let Some(t) = self.transfers.values_mut().find(|t| t.owner == Some(id)) {
+        if let Some((_, t)) = self.transfer_owned_by(id) {
             t.give_back(head);
         }
+    }
+
+    /// The transfer receive `id` owns, with its id: one whose data is
+    /// still coming (a transfer leaves its owner when its last byte
+    /// arrives).
+    fn transfer_owned_by(&mut self, id: ReqId) -> Option<(ReqId, &mut Transfer)> {
+        self.transfers.iter_mut().find(|(_, t)| t.owner == Some(id)).map(|(&transfer, t)| (transfer, t))
     }
 
     /// Offers a message returned to the queue to the posted receives, in
@@ -262,16 +268,11 @@ impl Engine {
     /// data here or for a pack on this thread.
     pub const RECYCLE_MIN: usize = crate::pack::spare::MIN;
 
-    /// A receive has unpacked `msg` and is done with it: its buffer, if
-    /// large and held by nothing else, is kept for a later transfer's data
-    /// (at most two such buffers are kept).
-    pub fn recycle(&mut self, msg: Delivered) {
-        self.pool.give(msg.data);
-    }
-
-    /// [`recycle`](Engine::recycle) for data a receive took as it arrived
-    /// ([`take_arrived`](Engine::take_arrived)).
-    pub fn recycle_data(&mut self, data: Bytes) {
+    /// A receive is done with `data`, a delivered message's or what it
+    /// took as it arrived ([`take_arrived`](Engine::take_arrived)): its
+    /// buffer, if large and held by nothing else, is kept for a later
+    /// transfer's data (at most two such buffers are kept).
+    pub fn recycle(&mut self, data: Bytes) {
         self.pool.give(data);
     }
 

@@ -710,8 +710,14 @@ fn rendezvous_transfers_to_one_peer_take_turns() {
 /// data is ready to stream, none has moved.
 fn rendezvous_answered(len: usize, chunk: usize, limit: Option<u64>) -> Vec<Engine> {
     let config = Config { eager_threshold: 8, rndv_chunk: chunk, ..Config::default() };
+    rendezvous_answered_with(config, Bytes::from(vec![9u8; len]), limit)
+}
+
+/// [`rendezvous_answered`] of `data`, both ranks configured with `config`
+/// (whose eager threshold `data` must exceed).
+fn rendezvous_answered_with(config: Config, data: Bytes, limit: Option<u64>) -> Vec<Engine> {
     let mut e = pair(config);
-    e[0].post_send(1, SendMode::Standard, Outgoing { data: Bytes::from(vec![9u8; len]), ..msg(1, 0, b"") });
+    e[0].post_send(1, SendMode::Standard, Outgoing { data, ..msg(1, 0, b"") });
     match limit {
         Some(limit) => e[1].post_recv_limited(5, spec(Some(0), Some(0)), limit),
         None => e[1].post_recv(5, spec(Some(0), Some(0))),
@@ -1169,14 +1175,7 @@ fn a_send_goes_at_once_only_when_nothing_is_ahead_of_it() {
 fn streaming_pair() -> (Vec<Engine>, Bytes) {
     let data: Bytes = (0..1u32 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into();
     let config = Config { eager_threshold: 8, rndv_chunk: 64 << 10, stream_step: 128 << 10, ..Config::default() };
-    let mut e = pair(config);
-    e[0].post_send(1, SendMode::Standard, Outgoing { data: data.clone(), ..msg(1, 0, b"") });
-    e[1].post_recv(5, spec(Some(0), Some(0)));
-    let (_, rts) = next_frame(&mut e[0]).unwrap();
-    e[1].handle_frame(0, rts).unwrap();
-    let (_, cts) = next_frame(&mut e[1]).unwrap();
-    e[0].handle_frame(1, cts).unwrap();
-    (e, data)
+    (rendezvous_answered_with(config, data.clone(), None), data)
 }
 
 /// Moves frames of [`streaming_pair`]'s message until receive 5 is told

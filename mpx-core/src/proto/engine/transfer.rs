@@ -119,7 +119,7 @@ impl Transfer {
             self.received.discard(0);
             return;
         }
-        head.reserve((*queued).max(self.reserve.min(GATHER_RESERVE_CAP).saturating_sub(*taken)) as usize);
+        head.reserve(*queued as usize);
         for chunk in chunks.drain(..) {
             head.extend_from_slice(&chunk);
         }
