@@ -190,17 +190,20 @@ async fn example_3_9_exchange_that_relies_on_buffering() {
     assert_eq!(out, [1.0, 0.0]);
     let mut unbuffered = options(2);
     unbuffered.engine.eager_threshold = 0;
+    unbuffered.engine.unsolicited_credit = 0; // nor data sent ahead of a match
     let run = launch_with(unbuffered, body);
     assert!(tokio::time::timeout(Duration::from_millis(300), run).await.is_err(), "no buffering: deadlock");
 }
 
 /// Buffered sends that exhaust the attached buffer fail clearly, and detach
-/// waits for the buffered messages. Rendezvous only, so buffered messages
-/// hold their space until the receiver matches them.
+/// waits for the buffered messages. Rendezvous only, with no data sent
+/// ahead of a match, so buffered messages hold their space until the
+/// receiver matches them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buffered_sends_exhaust_the_attached_buffer() {
     let mut opts = options(2);
     opts.engine.eager_threshold = 0;
+    opts.engine.unsolicited_credit = 0;
     let out = launch_with(opts, |comm| async move {
         if comm.rank() == 0 {
             let one = 800 + mpx::BSEND_OVERHEAD;

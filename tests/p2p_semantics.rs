@@ -35,10 +35,42 @@ async fn synchronous_send_completes_only_after_the_receive_starts() {
     .unwrap();
 }
 
+/// Within the unsolicited credit the receiver grants, a large standard
+/// send starts its data with its request and completes before any receive
+/// matches it, as an eager one would; the receive still finds it in order,
+/// and one too small for it fails with `Truncate`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_standard_send_within_the_unsolicited_credit_completes_before_its_receive() {
+    let mut opts = options(2);
+    opts.engine.eager_threshold = 1024;
+    opts.engine.unsolicited_credit = 1 << 20;
+    let run = launch_with(opts, |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&vec![7u32; 10_000], 1, 0).await?;
+            comm.send(&vec![8u32; 100_000], 1, 1).await?;
+            comm.send(&vec![9u32; 100_000], 1, 0).await?;
+            // Only now does rank 1 start receiving.
+            comm.send(&[0u8], 1, 9).await?;
+        } else {
+            comm.recv_vec::<u8>(0, 9).await?;
+            let mut small = vec![0u32; 10];
+            let e = comm.recv_into(&mut small, 0, 1).await.unwrap_err();
+            assert!(matches!(e, Error::Truncate { needed: 400_000, available: 40 }), "{e:?}");
+            let (first, _) = comm.recv_vec::<u32>(0, 0).await?;
+            let (second, _) = comm.recv_vec::<u32>(0, 0).await?;
+            assert!(first.len() == 10_000 && first.iter().all(|&x| x == 7));
+            assert!(second.len() == 100_000 && second.iter().all(|&x| x == 9));
+        }
+        Ok(())
+    });
+    tokio::time::timeout(Duration::from_secs(20), run).await.expect("the sends completed unmatched").unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standard_send_of_a_large_message_waits_for_the_receiver() {
     let mut opts = options(2);
     opts.engine.eager_threshold = 1024;
+    opts.engine.unsolicited_credit = 0; // no data sent ahead of a match either
     let received = Arc::new(AtomicBool::new(false));
     let r = received.clone();
     launch_with(opts, move |comm| {

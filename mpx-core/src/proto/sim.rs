@@ -17,6 +17,9 @@
 //! * no sender holds more eager credit here than [`Config::eager_credit`],
 //!   and the unexpected queue holds no more eager data than the credit of
 //!   all ranks together;
+//! * unsolicited data held for messages no receive has matched yet (or
+//!   that came before its RTS) stays within the credit those messages
+//!   hold, and that within [`Config::unsolicited_credit`];
 //! * the rest of the message data the engine holds from a sender
 //!   ([`Engine::rendezvous_bytes`]: rendezvous data gathered or queued) is
 //!   bounded independently of what the sender claims: by the sum of the
@@ -65,6 +68,7 @@ pub fn config(repr: Repr) -> Config {
         job: 0x5eed,
         repr_id: None,
         stream_step: 40,
+        unsolicited_credit: 400,
         max_message: None,
     }
 }
@@ -684,6 +688,12 @@ impl Node {
             if e.is_failed(source) {
                 assert!(!e.anything_waits_on(source), "a receive waits on failed rank {source}");
             }
+            let (held, credit) = e.unsolicited_bytes(source);
+            assert!(
+                held <= credit && credit <= self.config.unsolicited_credit,
+                "{held} bytes of rank {source}'s unsolicited data held on {credit} bytes of credit, granted {}",
+                self.config.unsolicited_credit
+            );
             if let Some(budget) = self.rendezvous_budget(source) {
                 let held = e.rendezvous_bytes(source);
                 assert!(held <= budget, "{held} bytes of rank {source}'s rendezvous data held, above the {budget} its receives hold");

@@ -54,21 +54,25 @@ pub enum Kind {
     #[default]
     Eager = 1,
     /// Request to send: a message's envelope, its data to follow once the
-    /// receiver matches it (rendezvous). `data_len` is the data's length.
+    /// receiver matches it (rendezvous). `data_len` is the data's length;
+    /// `recv_id` the mode: 0 standard, 1 ready, 2 with its data following
+    /// at once, unsolicited.
     Rts = 2,
     /// Clear to send: the receiver `recv_id` matched the RTS of `send_id`.
     Cts = 3,
-    /// A chunk of a rendezvous message's data, for receive `recv_id`:
-    /// `seq` is the chunk's byte offset, `data_len` the whole length.
+    /// A chunk of a rendezvous message's data, for receive `recv_id` (0:
+    /// unsolicited data of send `send_id`): `seq` is the chunk's byte
+    /// offset, `data_len` the whole length.
     RndvData = 4,
     /// A ready-mode message with its data; the receiver answers.
     Ready = 5,
     /// Answer to ready message `send_id`: `data_len` is 1 if a posted
     /// receive took it, 0 if none was posted.
     ReadyAck = 6,
-    /// Returns `data_len` bytes of eager credit to the sender, and grants
-    /// it `recv_id` more rendezvous slots (a finished sender whose last
-    /// sends wait for slots gets them this way).
+    /// Returns `data_len` bytes of eager credit and `seq` bytes of
+    /// unsolicited credit to the sender, and grants it `recv_id` more
+    /// rendezvous slots (a finished sender whose last sends wait for slots
+    /// gets them this way).
     Credit = 7,
     /// The sender has finished (its program returned, or failed if
     /// `data_len` is 1): it will post no more receives, so operations that
@@ -84,9 +88,10 @@ pub enum Kind {
     /// sender's rank and world size (`data_len`), its native representation
     /// (`sig_hash`), the eager credit it grants the receiver (`sig_len`),
     /// the largest eager message it sends (`send_id`), the rendezvous
-    /// requests it accepts unanswered (`recv_id`) and the largest frame
+    /// requests it accepts unanswered (`recv_id`), the largest frame
     /// payload it accepts (`desc_len`, at least
-    /// [`MIN_PAYLOAD`](super::engine::MIN_PAYLOAD)).
+    /// [`MIN_PAYLOAD`](super::engine::MIN_PAYLOAD)) and the unsolicited
+    /// credit it grants (`seq`).
     Hello = 9,
     /// Keeps an idle connection alive; carries nothing.
     Ping = 10,

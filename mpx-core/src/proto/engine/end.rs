@@ -101,6 +101,8 @@ impl Engine {
         for id in self.posted.remove_where(|_| true) {
             self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
         }
+        self.unsolicited.clear();
+        self.early.clear();
         for (_, t) in self.transfers.drain() {
             if let Some(id) = t.owner {
                 self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
@@ -193,6 +195,8 @@ impl Engine {
             }
         }
         self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
+        self.unsolicited.retain(|&(source, _), _| source != rank);
+        self.early.retain(|&(source, _), _| source != rank);
     }
 
     /// `rank` has failed (its connection broke, it broke the protocol, or it

@@ -81,7 +81,10 @@ impl Engine {
             return Err(Error::Protocol(format!("frame from rank {from} claims source {}", h.source)));
         }
         let peer = &self.peers[from as usize];
-        if peer.hello.is_none() && h.kind != Kind::Hello {
+        // Unsolicited data may overtake the hello, on a connection of its
+        // own; it waits for its RTS, which cannot.
+        let unsolicited_data = h.kind == Kind::RndvData && h.recv_id == 0;
+        if peer.hello.is_none() && h.kind != Kind::Hello && !unsolicited_data {
             return Err(Error::Protocol(format!("{:?} frame from rank {from} before its hello", h.kind)));
         }
         let data_frame = matches!(h.kind, Kind::Eager | Kind::Rts | Kind::Ready);
@@ -131,6 +134,10 @@ impl Engine {
                         if !frame.payload.is_empty() {
                             return Err(Error::Protocol(format!("RTS from rank {from} carries a payload")));
                         }
+                        if h.recv_id == RTS_UNSOLICITED {
+                            let envelope = Envelope::from_header(&h, h.data_len)?;
+                            return self.arrive_unsolicited(from, h.send_id, envelope);
+                        }
                         let granted = self.config.rndv_slots.saturating_add(peer.extra_slots);
                         if peer.slots_in_use >= granted {
                             return Err(Error::Protocol(format!(
@@ -175,7 +182,14 @@ impl Engine {
                 }
                 self.start_held(from);
             }
-            Kind::RndvData => self.rendezvous_data(from, h, frame.payload)?,
+            Kind::RndvData if h.recv_id == 0 => self.unsolicited_data(from, h, frame.payload)?,
+            Kind::RndvData => {
+                let solicited = self.transfers.get(&h.recv_id).is_some_and(|t| t.send_id.is_none());
+                if !solicited {
+                    return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id)));
+                }
+                self.rendezvous_data(from, h.recv_id, h, frame.payload)?;
+            }
             Kind::ReadyAck => {
                 match self.sends.get(&h.send_id) {
                     Some(PendingSend::Ready { dest }) if *dest == from => {}
@@ -200,14 +214,17 @@ impl Engine {
                 let credit = peer.credit.checked_add(h.data_len).filter(|&c| c <= peer.credit_granted);
                 let most_slots = peer.slots_granted.saturating_add(MAX_AFTER_GOODBYE);
                 let slots = peer.slots.checked_add(h.recv_id).filter(|&s| s <= most_slots);
-                let (Some(credit), Some(slots)) = (credit, slots) else {
+                let unsolicited = peer.unsolicited.checked_add(h.seq).filter(|&u| u <= peer.unsolicited_granted);
+                let (Some(credit), Some(slots), Some(unsolicited)) = (credit, slots, unsolicited) else {
                     return Err(Error::Protocol(format!(
-                        "rank {from} gave back {} bytes of credit and {} slots, more than this rank spent",
-                        h.data_len, h.recv_id
+                        "rank {from} gave back {} bytes of credit, {} of unsolicited credit and {} slots, \
+                         more than this rank spent",
+                        h.data_len, h.seq, h.recv_id
                     )));
                 };
                 peer.credit = credit;
                 peer.slots = slots;
+                peer.unsolicited = unsolicited;
                 self.start_held(from);
             }
             Kind::Bye => match h.data_len {
@@ -252,15 +269,18 @@ impl Engine {
         peer.slots_granted = h.recv_id.min(MAX_GRANTED_SLOTS);
         peer.credit = peer.credit_granted;
         peer.slots = peer.slots_granted;
+        peer.unsolicited_granted = h.seq.min(MAX_GRANTED_CREDIT);
+        peer.unsolicited = peer.unsolicited_granted;
         let repr = self.repr_for(from);
         self.events.push_back(Event::Connected { rank: from, repr });
         self.start_held(from);
         Ok(())
     }
 
-    pub(super) fn rendezvous_data(&mut self, from: u32, h: Header, payload: Bytes) -> Result<()> {
-        let Some(t) = self.transfers.get_mut(&h.recv_id).filter(|t| t.envelope.source == from && !t.complete) else {
-            return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id)));
+    /// A chunk of the data of `transfer`, which came from `from`.
+    pub(super) fn rendezvous_data(&mut self, from: u32, transfer: ReqId, h: Header, payload: Bytes) -> Result<()> {
+        let Some(t) = self.transfers.get_mut(&transfer).filter(|t| t.envelope.source == from && !t.complete) else {
+            return Err(Error::Protocol(format!("rank {from} sent data for a message it was not asked for")));
         };
         let total = t.envelope.wire_len();
         if h.data_len != total || h.seq != t.received.len() || t.received.len() + payload.len() as u64 > total {
@@ -279,7 +299,6 @@ impl Engine {
             return Ok(());
         }
         t.complete = true;
-        let transfer = h.recv_id;
         match t.owner {
             Some(id) => {
                 let t = self.transfers.remove(&transfer).expect("present");
@@ -291,7 +310,10 @@ impl Engine {
                 // matched probe holds the message. Data that was dropped
                 // (see `withdraw_recv`) stays so: the message stays in
                 // flight, and whoever receives it gets `Error::Truncate`.
-                if matches!(t.received, Received::Discarded { .. }) {
+                // So does the data of an unsolicited message that no
+                // receive has matched yet, which holds its credit until one
+                // does.
+                if matches!(t.received, Received::Discarded { .. }) || t.credit > 0 {
                     return Ok(());
                 }
                 let queued = self.unexpected.find_mut(|u| matches!(u.body, Body::InFlight { transfer: x } if x == transfer));
@@ -304,6 +326,88 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// The RTS of a message whose data `from` sends without waiting for a
+    /// CTS (see [`Config::unsolicited_credit`]): its transfer starts with
+    /// the data that came before it, if any, and the message takes its
+    /// place in the matching order.
+    pub(super) fn arrive_unsolicited(&mut self, from: u32, send_id: u64, envelope: Envelope) -> Result<()> {
+        let key = (from, send_id);
+        if self.unsolicited.contains_key(&key) {
+            return Err(Error::Protocol(format!("rank {from} sent a second RTS for send {send_id}")));
+        }
+        let total = envelope.wire_len();
+        let early = match self.early.remove(&key) {
+            Some(early) if early.total == total => early,
+            Some(early) => {
+                return Err(Error::Protocol(format!(
+                    "rank {from} announced {total} bytes for send {send_id} after sending data of {}",
+                    early.total
+                )))
+            }
+            None => {
+                let credit = self.charge_unsolicited(from, total)?;
+                Early { total, received: Received::Nothing, credit }
+            }
+        };
+        self.next_unsolicited += 1;
+        let transfer = UNSOLICITED_KEYS | self.next_unsolicited;
+        let t = Transfer::unsolicited(envelope, send_id, early);
+        if !t.complete {
+            self.unsolicited.insert(key, transfer);
+        }
+        self.transfers.insert(transfer, t);
+        self.arrive(Unexpected { envelope, body: Body::InFlight { transfer } });
+        Ok(())
+    }
+
+    /// A chunk of unsolicited data: for the transfer its RTS started, or,
+    /// before that RTS, kept for it within the sender's unsolicited credit.
+    pub(super) fn unsolicited_data(&mut self, from: u32, h: Header, payload: Bytes) -> Result<()> {
+        let key = (from, h.send_id);
+        if let Some(&transfer) = self.unsolicited.get(&key) {
+            self.rendezvous_data(from, transfer, h, payload)?;
+            if self.transfers.get(&transfer).is_none_or(|t| t.complete) {
+                self.unsolicited.remove(&key);
+            }
+            return Ok(());
+        }
+        if !self.early.contains_key(&key) {
+            let credit = self.charge_unsolicited(from, h.data_len)?;
+            self.early.insert(key, Early { total: h.data_len, received: Received::Nothing, credit });
+        }
+        let early = self.early.get_mut(&key).expect("inserted above");
+        let got = early.received.len();
+        if payload.is_empty() || h.data_len != early.total || h.seq != got || got + payload.len() as u64 > early.total {
+            return Err(Error::Protocol(format!(
+                "unsolicited data from rank {from}: {} bytes at offset {} of {}, for a {}-byte message with {got} bytes in",
+                payload.len(),
+                h.seq,
+                h.data_len,
+                early.total
+            )));
+        }
+        // The credit it holds covers the whole message.
+        early.received.push(payload, early.total, early.total, &mut self.pool);
+        Ok(())
+    }
+
+    /// Charges `from`'s unsolicited credit for a message of `total` bytes
+    /// of data (and its header), or fails it for sending beyond what this
+    /// rank granted. Returns the charge.
+    fn charge_unsolicited(&mut self, from: u32, total: u64) -> Result<u64> {
+        let granted = self.config.unsolicited_credit;
+        let peer = &mut self.peers[from as usize];
+        let cost = total.saturating_add(HEADER_LEN as u64);
+        if total == 0 || peer.unsolicited_in_use.saturating_add(cost) > granted {
+            return Err(Error::Protocol(format!(
+                "rank {from} sent a {total}-byte message unsolicited with {} bytes of the {granted} granted in use",
+                peer.unsolicited_in_use
+            )));
+        }
+        peer.unsolicited_in_use += cost;
+        Ok(cost)
     }
 
     /// An answer for a send that is not pending: harmless if the send was

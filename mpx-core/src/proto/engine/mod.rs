@@ -41,6 +41,18 @@
 //!   chunk has been handed to the transport, so a synchronous send completes
 //!   only after the matching receive has started. Each receiver grants each
 //!   sender [`Config::rndv_slots`] unanswered RTSs; a CTS gives one back.
+//!   A standard or buffered send may instead start its data at once,
+//!   without waiting for the CTS, while it holds enough *unsolicited
+//!   credit* for the destination ([`Config::unsolicited_credit`], which the
+//!   receiver grants in its hello; none by default): the RTS still fixes
+//!   the message's place in the matching order, and the data, addressed by
+//!   the send's id, may arrive before or after it (a transport may carry
+//!   data on a connection of its own). The receiver holds such data for a
+//!   message no receive has matched yet, within that credit, and gives the
+//!   credit back when a receive matches the message, from which point the
+//!   receive bounds its memory as for any transfer. This saves the round
+//!   trip of the handshake where a network's latency is large beside a
+//!   message's transfer time.
 //!   The receiver gathers the chunks for its receive, or, if the receive
 //!   takes the data as it arrives ([`Engine::take_arrived`], told by an
 //!   [`Event::DataArrived`] every [`Config::stream_step`] bytes), queues
@@ -174,6 +186,16 @@ pub const MAX_DESC_LEN: u32 = 16 << 20;
 /// chunks; a longer message's buffer grows as its data arrives.
 const GATHER_RESERVE_CAP: u64 = 64 << 20;
 
+/// Keys of the transfers of unsolicited messages (see
+/// [`Config::unsolicited_credit`]) have this bit set: apart from the
+/// receive ids that key the others, which the runtime counts up from 1.
+const UNSOLICITED_KEYS: u64 = 1 << 63;
+
+/// The mode of an RTS (its `recv_id`) whose data follows without waiting
+/// for a CTS (see [`Config::unsolicited_credit`]); 0 is a standard RTS, 1
+/// a ready-mode one.
+const RTS_UNSOLICITED: u64 = 2;
+
 /// Smallest frame payload every rank accepts: a hello announcing less fails
 /// its peer (frames that small would carry less data than header, and a
 /// large transfer would take millions of them). [`Config::max_payload`] is
@@ -214,6 +236,15 @@ pub struct Config {
     /// arrives ([`Engine::take_arrived`]); messages shorter than 8 steps
     /// are not taken so.
     pub stream_step: u64,
+    /// Bytes of rendezvous data (headers counted as for eager credit) this
+    /// rank accepts from each sender for messages no receive has matched
+    /// yet, sent without waiting for a clear-to-send: a sender holding
+    /// enough of it starts a standard or buffered send's data with its RTS
+    /// (see the [module docs](self)). 0 (the default): every rendezvous
+    /// message waits for its CTS. At most [`MAX_GRANTED_CREDIT`]: more is
+    /// taken as that. The QUIC transport grants some, where the handshake
+    /// costs a network round trip.
+    pub unsolicited_credit: u64,
     /// The longest rendezvous message a receive without a limit of its
     /// own keeps (`recv_vec`, `recv_bytes`, serde receives, a matched
     /// probe's receive): a longer one is counted, not kept, and the
@@ -236,6 +267,7 @@ impl Default for Config {
             job: 0,
             repr_id: None,
             stream_step: 256 * 1024,
+            unsolicited_credit: 0,
             max_message: None,
         }
     }
@@ -538,8 +570,16 @@ pub struct Engine {
     posted: PostedQueue,
     unexpected: UnexpectedQueue<Unexpected>,
     sends: HashMap<ReqId, PendingSend>,
-    /// Rendezvous transfers waiting for their data, by the id in their CTS.
+    /// Rendezvous transfers waiting for their data, by the id in their CTS
+    /// (or, for unsolicited data, an id of [`UNSOLICITED_KEYS`]).
     transfers: HashMap<ReqId, Transfer>,
+    /// The transfers of unsolicited messages whose RTS has come and whose
+    /// data is still arriving, by sender and send id.
+    unsolicited: HashMap<(u32, u64), ReqId>,
+    /// Unsolicited data that arrived before its RTS, by sender and send id.
+    early: HashMap<(u32, u64), Early>,
+    /// The last unsolicited transfer's key, below [`UNSOLICITED_KEYS`].
+    next_unsolicited: u64,
     /// Buffers of large messages already consumed, for the next transfer.
     pool: BufferPool,
     /// Peers with queued output, in the order they got it.
@@ -575,6 +615,7 @@ impl Engine {
         let config = Config {
             rndv_slots: config.rndv_slots.clamp(1, MAX_GRANTED_SLOTS),
             eager_credit: config.eager_credit.min(MAX_GRANTED_CREDIT),
+            unsolicited_credit: config.unsolicited_credit.min(MAX_GRANTED_CREDIT),
             ..config
         };
         let mut engine = Engine {
@@ -585,6 +626,9 @@ impl Engine {
             unexpected: UnexpectedQueue::default(),
             sends: HashMap::default(),
             transfers: HashMap::default(),
+            unsolicited: HashMap::default(),
+            early: HashMap::default(),
+            next_unsolicited: 0,
             pool: BufferPool::default(),
             writable: VecDeque::new(),
             local: VecDeque::new(),
@@ -602,6 +646,7 @@ impl Engine {
             sig_len: config.eager_credit,
             send_id: config.eager_threshold as u64,
             recv_id: config.rndv_slots,
+            seq: config.unsolicited_credit,
             desc_len: u32::try_from(config.max_payload()).unwrap_or(u32::MAX),
             ..Header::control(Kind::Hello, rank)
         };

@@ -90,6 +90,7 @@ impl Engine {
         let n = chunk.min(b.data.len() - b.offset);
         let header = Header {
             recv_id: b.recv_id,
+            send_id: b.send_id,
             seq: b.offset as u64,
             data_len: b.data.len() as u64,
             ..Header::control(Kind::RndvData, self.rank)

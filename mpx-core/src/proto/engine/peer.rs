@@ -61,6 +61,12 @@ pub(super) struct Peer {
     /// [`MAX_GRANTED_SLOTS`](super::MAX_GRANTED_SLOTS)); with those it may
     /// grant after this rank's goodbye, the most `slots` can be.
     pub(super) slots_granted: u64,
+    /// Unsolicited bytes (see [`Config::unsolicited_credit`]) this rank
+    /// may still send the peer ahead of a match.
+    pub(super) unsolicited: u64,
+    /// The unsolicited credit the peer granted in its hello (at most
+    /// [`MAX_GRANTED_CREDIT`](super::MAX_GRANTED_CREDIT)).
+    pub(super) unsolicited_granted: u64,
     /// Sends waiting for credit, a slot or the hello, in order.
     pub(super) held: VecDeque<Held>,
     /// Frames ready to go, in order.
@@ -100,6 +106,9 @@ pub(super) struct Peer {
     pub(super) credit_in_use: u64,
     /// Eager bytes consumed here that the peer has not been given back.
     pub(super) owed: u64,
+    /// Unsolicited credit the peer has spent here on messages no receive
+    /// has matched yet: never above [`Config::unsolicited_credit`].
+    pub(super) unsolicited_in_use: u64,
     /// The peer's rendezvous requests not yet answered with a CTS.
     pub(super) slots_in_use: u64,
     /// Rendezvous slots granted to the peer beyond [`Config::rndv_slots`]

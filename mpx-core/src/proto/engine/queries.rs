@@ -39,20 +39,34 @@ impl Engine {
     /// engine holds outside its eager credit: data gathered for rendezvous
     /// transfers, and queued messages that hold no credit (rendezvous data
     /// whose receive was withdrawn, messages given back by abandoned
-    /// receives). Never above what the receives that matched those
-    /// messages hold (see [`post_recv_limited`](Engine::post_recv_limited)).
+    /// receives), but for unsolicited data no receive has matched yet
+    /// ([`unsolicited_bytes`](Engine::unsolicited_bytes)). Never above what
+    /// the receives that matched those messages hold (see
+    /// [`post_recv_limited`](Engine::post_recv_limited)).
     pub fn rendezvous_bytes(&self, source: u32) -> u64 {
         let desc = |e: &Envelope| u64::from(e.desc_len);
         let gathered = self
             .transfers
             .values()
-            .filter(|t| t.envelope.source == source)
+            .filter(|t| t.envelope.source == source && t.credit == 0)
             .map(|t| t.received.kept().saturating_sub(desc(&t.envelope)));
         let queued = self.unexpected.iter().filter(|u| u.envelope.source == source).map(|u| match &u.body {
             Body::Data { data, credit: 0 } => (data.len() as u64).saturating_sub(desc(&u.envelope)),
             _ => 0,
         });
         gathered.chain(queued).sum()
+    }
+
+    /// Bytes of unsolicited data (see [`Config::unsolicited_credit`]) from
+    /// `source` held for messages no receive has matched yet, and
+    /// unsolicited credit (bytes, headers included) those messages hold:
+    /// the data never above the credit, the credit never above
+    /// [`Config::unsolicited_credit`].
+    pub fn unsolicited_bytes(&self, source: u32) -> (u64, u64) {
+        let early = self.early.iter().filter(|(&(from, _), _)| from == source).map(|(_, e)| e.received.kept());
+        let queued = self.transfers.values().filter(|t| t.envelope.source == source && t.credit > 0).map(|t| t.received.kept());
+        let held = early.chain(queued).sum();
+        (held, self.peers.get(source as usize).map_or(0, |p| p.unsolicited_in_use))
     }
 
     /// Eager credit (bytes, headers included) `source` has spent here and

@@ -217,8 +217,11 @@ impl Engine {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, credit)) });
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id, limit),
-            Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
+            Body::InFlight { transfer } => match self.take_unsolicited_credit(transfer) {
                 Some(t) if t.complete => {
+                    // An unsolicited message may have come whole before
+                    // any receive bounded it.
+                    t.bound(limit);
                     let t = self.transfers.remove(&transfer).expect("present");
                     self.events.push_back(Event::RecvDone { id, result: t.into_result(&mut self.pool) });
                 }
@@ -234,6 +237,22 @@ impl Engine {
                 }
             },
         }
+    }
+
+    /// The transfer `transfer`, once a receive has matched its message:
+    /// an unsolicited message's credit goes back to its sender, since the
+    /// receive now bounds what its data may take.
+    fn take_unsolicited_credit(&mut self, transfer: ReqId) -> Option<&mut Transfer> {
+        let t = self.transfers.get_mut(&transfer)?;
+        let credit = std::mem::take(&mut t.credit);
+        let source = t.envelope.source;
+        if credit > 0 {
+            let p = &mut self.peers[source as usize];
+            p.unsolicited_in_use = p.unsolicited_in_use.saturating_sub(credit);
+            let header = Header { seq: credit, ..Header::control(Kind::Credit, self.rank) };
+            self.push_frame(source, Frame::control(header));
+        }
+        self.transfers.get_mut(&transfer)
     }
 
     pub(super) fn clear_to_send(&mut self, recv_id: ReqId, envelope: Envelope, send_id: u64, limit: Option<u64>) {

@@ -115,7 +115,8 @@ impl Engine {
             // rendezvous request the receiver answers "not ready" or CTS.
             let ready_whole = mode == SendMode::Ready && self.fits_one_frame(dest, len);
             let rendezvous = !eager && !ready_whole;
-            if rendezvous && slots == 0 {
+            let unsolicited = rendezvous && self.goes_unsolicited(mode, dest, len);
+            if rendezvous && !unsolicited && slots == 0 {
                 return;
             }
             let Held { id, mode, msg } = self.peers[dest as usize].held.pop_front().expect("checked above");
@@ -128,11 +129,38 @@ impl Engine {
                 let header = self.data_header(Kind::Ready, &msg, id);
                 self.sends.insert(id, PendingSend::Ready { dest });
                 self.push_frame(dest, Frame { header, payload: msg.data });
+            } else if unsolicited {
+                self.send_unsolicited(id, msg);
             } else {
                 self.peers[dest as usize].slots -= 1;
                 self.request_to_send(id, mode, msg);
             }
         }
+    }
+
+    /// Whether a rendezvous send of `len` bytes in `mode` to `dest` starts
+    /// its data without waiting for the CTS, with the unsolicited credit
+    /// held now (see [`Config::unsolicited_credit`]): standard and buffered
+    /// sends of some data to another rank only (a synchronous send waits
+    /// for its match anyway, and a ready one must find its receive posted).
+    fn goes_unsolicited(&self, mode: SendMode, dest: u32, len: usize) -> bool {
+        matches!(mode, SendMode::Standard | SendMode::Buffered)
+            && len > 0
+            && dest != self.rank
+            && self.peers[dest as usize].unsolicited >= eager_cost(len)
+    }
+
+    /// Sends the rendezvous request of send `id` with its data right
+    /// behind it, under the destination's unsolicited credit: the data's
+    /// frames carry the send's id, since no receive has answered. The send
+    /// completes when its last chunk has been handed to the transport.
+    fn send_unsolicited(&mut self, id: ReqId, msg: Outgoing) {
+        let dest = msg.dest;
+        let header = Header { recv_id: RTS_UNSOLICITED, ..self.data_header(Kind::Rts, &msg, id) };
+        let p = &mut self.peers[dest as usize];
+        p.unsolicited -= eager_cost(msg.data.len());
+        p.bulk.push_back(Bulk { send_id: id, recv_id: 0, data: msg.data, offset: 0 });
+        self.push_frame(dest, Frame::control(header));
     }
 
     /// Sends the rendezvous request of send `id` (a ready-mode one if

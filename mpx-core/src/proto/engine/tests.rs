@@ -1280,3 +1280,251 @@ fn a_streaming_receive_that_gives_back_other_data_than_it_took_fails_the_next() 
     e[1].requeue(short);
     assert_eq!(e[1].unexpected_len(), 0);
 }
+
+/// A pair granting each other `credit` bytes of unsolicited credit, with
+/// rendezvous above 8 bytes in chunks of 100.
+fn unsolicited_pair(credit: u64) -> Vec<Engine> {
+    pair(Config { eager_threshold: 8, rndv_chunk: 100, unsolicited_credit: credit, ..Config::default() })
+}
+
+/// `len` bytes of a recognisable pattern.
+fn pattern(len: usize, salt: u8) -> Bytes {
+    (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(salt)).collect::<Vec<u8>>().into()
+}
+
+fn send_of(dest: u32, tag: i32, data: Bytes) -> Outgoing {
+    Outgoing { dest, context: 0, tag, signature: Some((7, data.len() as u64)), repr: Repr::Native, desc_len: 0, data }
+}
+
+/// Every frame engine `e` has to send, in order.
+fn all_frames(e: &mut Engine) -> Vec<Frame> {
+    std::iter::from_fn(|| next_frame(e)).map(|(_, f)| f).collect()
+}
+
+/// What an RTS asks for: `Some(true)` data following unsolicited,
+/// `Some(false)` a CTS first; `None` for other frames.
+fn rts_unsolicited(f: &Frame) -> Option<bool> {
+    (f.header.kind == Kind::Rts).then_some(f.header.recv_id == RTS_UNSOLICITED)
+}
+
+#[test]
+fn unsolicited_data_follows_its_rts_without_waiting_for_a_cts() {
+    let mut e = unsolicited_pair(4000);
+    let data = pattern(350, 1);
+    e[1].post_recv(5, spec(Some(0), Some(3)));
+    e[0].post_send(1, SendMode::Standard, send_of(1, 3, data.clone()));
+    let frames = all_frames(&mut e[0]);
+    assert_eq!(rts_unsolicited(&frames[0]), Some(true));
+    let chunks: Vec<_> = frames[1..].iter().map(|f| (f.header.kind, f.header.recv_id, f.header.send_id, f.payload.len())).collect();
+    assert_eq!(chunks, [(Kind::RndvData, 0, 1, 100), (Kind::RndvData, 0, 1, 100), (Kind::RndvData, 0, 1, 100), (Kind::RndvData, 0, 1, 50)]);
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]), "done once its data went");
+    for f in frames {
+        e[1].handle_frame(0, f).unwrap();
+    }
+    assert_eq!(deliveries(&mut e[1]), [(5, data)]);
+    // The match gave the credit back at once.
+    let back = all_frames(&mut e[1]);
+    assert!(matches!(&back[..], [f] if f.header.kind == Kind::Credit && f.header.seq == 350 + HEADER_LEN as u64));
+    assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+}
+
+#[test]
+fn unsolicited_data_that_arrives_before_its_rts_waits_for_it() {
+    let mut e = unsolicited_pair(4000);
+    let (first, second) = (pattern(250, 2), pattern(120, 3));
+    e[0].post_send(1, SendMode::Standard, send_of(1, 3, first.clone()));
+    e[0].post_send(2, SendMode::Standard, send_of(1, 3, second.clone()));
+    let (control, data): (Vec<_>, Vec<_>) = all_frames(&mut e[0]).into_iter().partition(|f| f.header.kind == Kind::Rts);
+    // The data overtakes the requests, as it may on a connection of its own.
+    for f in data {
+        e[1].handle_frame(0, f).unwrap();
+    }
+    assert_eq!(e[1].unexpected_len(), 0, "no message before its RTS");
+    assert_eq!(e[1].unsolicited_bytes(0), (370, 370 + 2 * HEADER_LEN as u64));
+    for f in control {
+        e[1].handle_frame(0, f).unwrap();
+    }
+    assert_eq!(e[1].unexpected_len(), 2);
+    assert_eq!(e[1].iprobe(&spec(None, None)).map(|env| env.len), Some(250), "in the order of the requests");
+    e[1].post_recv(7, spec(Some(0), None));
+    e[1].post_recv(8, spec(Some(0), None));
+    assert_eq!(deliveries(&mut e[1]), [(7, first), (8, second)]);
+    assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+}
+
+#[test]
+fn unsolicited_credit_runs_out_then_messages_wait_for_their_cts() {
+    let mut e = unsolicited_pair(2 * (300 + HEADER_LEN as u64));
+    let sent: Vec<Bytes> = (0..4).map(|i| pattern(300, i)).collect();
+    for (i, data) in sent.iter().enumerate() {
+        e[0].post_send(i as u64 + 1, SendMode::Standard, send_of(1, 0, data.clone()));
+    }
+    let frames = all_frames(&mut e[0]);
+    let asks: Vec<bool> = frames.iter().filter_map(rts_unsolicited).collect();
+    assert_eq!(asks, [true, true, false, false], "two within the credit, then the handshake");
+    assert_eq!(frames.iter().filter(|f| f.header.kind == Kind::RndvData).count(), 6, "data of the first two only");
+    for f in frames {
+        e[1].handle_frame(0, f).unwrap();
+    }
+    assert_eq!(e[1].unsolicited_bytes(0), (600, 600 + 2 * HEADER_LEN as u64));
+    for id in 10..14 {
+        e[1].post_recv(id, spec(Some(0), Some(0)));
+    }
+    pump(&mut e);
+    let got = deliveries(&mut e[1]);
+    assert_eq!(got, (10..14).zip(sent).collect::<Vec<_>>(), "every message in order");
+    // The credit came back: the next send goes unsolicited again.
+    e[0].post_send(9, SendMode::Standard, send_of(1, 0, pattern(300, 9)));
+    assert_eq!(all_frames(&mut e[0]).iter().filter_map(rts_unsolicited).collect::<Vec<_>>(), [true]);
+}
+
+#[test]
+fn synchronous_and_ready_sends_never_go_unsolicited() {
+    let mut e = unsolicited_pair(4000);
+    e[0].post_send(1, SendMode::Synchronous, send_of(1, 0, pattern(300, 1)));
+    let frames = all_frames(&mut e[0]);
+    assert!(matches!(&frames[..], [f] if rts_unsolicited(f) == Some(false)), "a synchronous send waits for its match");
+    e[0].post_send(2, SendMode::Ready, send_of(1, 0, pattern(300, 2)));
+    let frames = all_frames(&mut e[0]);
+    assert!(matches!(&frames[..], [f] if f.header.kind == Kind::Rts && f.header.recv_id == 1));
+}
+
+/// Unsolicited data of send `send_id`, as a hostile rank 0 would forge it.
+fn forged_data(send_id: u64, offset: u64, total: u64, payload: &'static [u8]) -> Frame {
+    let header = Header { send_id, seq: offset, data_len: total, ..Header::control(Kind::RndvData, 0) };
+    Frame { header, payload: Bytes::from_static(payload) }
+}
+
+fn forged_unsolicited_rts(seq: u64, send_id: u64, len: u64) -> Frame {
+    Frame::control(Header { seq, send_id, data_len: len, recv_id: RTS_UNSOLICITED, ..Header::control(Kind::Rts, 0) })
+}
+
+#[test]
+fn unsolicited_data_beyond_the_credit_or_unlike_its_rts_fails_the_peer() {
+    let cost = |len: u64| len + HEADER_LEN as u64;
+    // Data, or a request, beyond the credit granted.
+    let mut e = unsolicited_pair(cost(20));
+    assert!(matches!(e[1].handle_frame(0, forged_data(1, 0, 21, b"abc")), Err(Error::Protocol(_))));
+    let mut e = unsolicited_pair(cost(20));
+    assert!(matches!(e[1].handle_frame(0, forged_unsolicited_rts(0, 1, 21)), Err(Error::Protocol(_))));
+    // Two messages that fit only one at a time.
+    let mut e = unsolicited_pair(cost(20));
+    e[1].handle_frame(0, forged_data(1, 0, 20, b"abc")).unwrap();
+    assert!(matches!(e[1].handle_frame(0, forged_data(2, 0, 20, b"abc")), Err(Error::Protocol(_))));
+    assert_eq!(e[1].unsolicited_bytes(0).0, 0, "dropped with the peer");
+    // A rank that grants none takes none.
+    let mut e = unsolicited_pair(0);
+    assert!(matches!(e[1].handle_frame(0, forged_unsolicited_rts(0, 1, 20)), Err(Error::Protocol(_))));
+    let mut e = unsolicited_pair(0);
+    assert!(matches!(e[1].handle_frame(0, forged_data(1, 0, 20, b"abc")), Err(Error::Protocol(_))));
+    // A request whose length is not its data's, data out of place, too
+    // much data, empty data, a request repeated.
+    let mut e = unsolicited_pair(4000);
+    e[1].handle_frame(0, forged_data(1, 0, 20, b"abc")).unwrap();
+    assert!(matches!(e[1].handle_frame(0, forged_unsolicited_rts(0, 1, 30)), Err(Error::Protocol(_))));
+    let mut e = unsolicited_pair(4000);
+    e[1].handle_frame(0, forged_data(1, 0, 5, b"abc")).unwrap();
+    assert!(matches!(e[1].handle_frame(0, forged_data(1, 2, 5, b"de")), Err(Error::Protocol(_))), "a gap");
+    let mut e = unsolicited_pair(4000);
+    e[1].handle_frame(0, forged_data(1, 0, 5, b"abc")).unwrap();
+    assert!(matches!(e[1].handle_frame(0, forged_data(1, 3, 5, b"def")), Err(Error::Protocol(_))), "past the end");
+    let mut e = unsolicited_pair(4000);
+    assert!(matches!(e[1].handle_frame(0, forged_data(1, 0, 5, b"")), Err(Error::Protocol(_))));
+    let mut e = unsolicited_pair(4000);
+    e[1].handle_frame(0, forged_unsolicited_rts(0, 1, 30)).unwrap();
+    assert!(matches!(e[1].handle_frame(0, forged_unsolicited_rts(1, 1, 30)), Err(Error::Protocol(_))));
+    // Data for a receive that holds an unsolicited message's transfer is
+    // not taken as solicited data.
+    let mut e = unsolicited_pair(4000);
+    e[1].handle_frame(0, forged_unsolicited_rts(0, 1, 30)).unwrap();
+    let key = UNSOLICITED_KEYS | 1;
+    let mut as_solicited = forged_data(1, 0, 30, b"abc");
+    as_solicited.header.recv_id = key;
+    assert!(matches!(e[1].handle_frame(0, as_solicited), Err(Error::Protocol(_))));
+}
+
+#[test]
+fn an_unsolicited_message_too_long_for_its_receive_fails_it_and_gives_the_credit_back() {
+    let mut e = unsolicited_pair(4000);
+    e[1].post_recv_limited(5, spec(Some(0), None), 100);
+    e[0].post_send(1, SendMode::Standard, send_of(1, 0, pattern(300, 1)));
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 100 }) }]));
+    assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+    assert_eq!(e[1].rendezvous_bytes(0), 0, "nothing kept");
+    e[0].post_send(2, SendMode::Standard, send_of(1, 0, pattern(300, 2)));
+    assert_eq!(all_frames(&mut e[0]).iter().filter_map(rts_unsolicited).collect::<Vec<_>>(), [true], "the credit came back");
+}
+
+#[test]
+fn a_sender_failing_part_way_drops_its_unsolicited_data_and_fails_the_receive() {
+    let mut e = unsolicited_pair(4000);
+    e[0].post_send(1, SendMode::Standard, send_of(1, 0, pattern(300, 1)));
+    e[0].post_send(2, SendMode::Standard, send_of(1, 1, pattern(300, 2)));
+    let frames = all_frames(&mut e[0]);
+    // The first message's request and some of each message's data.
+    for f in frames.iter().filter(|f| f.header.kind == Kind::Rts && f.header.send_id == 1) {
+        e[1].handle_frame(0, f.clone()).unwrap();
+    }
+    for f in frames.iter().filter(|f| f.header.kind == Kind::RndvData && f.header.seq == 0) {
+        e[1].handle_frame(0, f.clone()).unwrap();
+    }
+    e[1].post_recv(5, spec(Some(0), Some(0)));
+    assert!(events(&mut e[1]).is_empty());
+    assert_eq!(e[1].unsolicited_bytes(0).0, 100, "the second message's first chunk");
+    e[1].fail_peer(0, Error::Protocol("gone".into()));
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::ProcessFailed { .. }) }]));
+    assert_eq!(e[1].unsolicited_bytes(0).0, 0);
+    assert_eq!(e[1].unexpected_len(), 0);
+}
+
+#[test]
+fn an_unsolicited_message_taken_by_a_matched_probe_is_received_whole() {
+    let mut e = unsolicited_pair(4000);
+    let data = pattern(300, 4);
+    e[0].post_send(1, SendMode::Standard, send_of(1, 2, data.clone()));
+    let frames = all_frames(&mut e[0]);
+    e[1].handle_frame(0, frames[0].clone()).unwrap();
+    e[1].handle_frame(0, frames[1].clone()).unwrap();
+    let m = e[1].improbe(&spec(None, Some(2))).expect("the request fixed its place");
+    assert_eq!(m.envelope().len, 300);
+    for f in &frames[2..] {
+        e[1].handle_frame(0, f.clone()).unwrap();
+    }
+    assert_eq!(e[1].unsolicited_bytes(0).0, 300, "held for the probe, on credit");
+    e[1].mrecv(9, m);
+    assert_eq!(deliveries(&mut e[1]), [(9, data)]);
+    assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+}
+
+#[test]
+fn unsolicited_data_may_overtake_its_senders_hello() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 100, unsolicited_credit: 4000, ..Config::default() };
+    let mut e = vec![Engine::new(0, 2, config).unwrap(), Engine::new(1, 2, config).unwrap()];
+    let (_, hello) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, hello).unwrap();
+    let data = pattern(250, 5);
+    e[0].post_send(1, SendMode::Standard, send_of(1, 0, data.clone()));
+    let (control, bulk): (Vec<_>, Vec<_>) = all_frames(&mut e[0]).into_iter().partition(|f| f.header.kind != Kind::RndvData);
+    assert_eq!(control.iter().map(|f| f.header.kind).collect::<Vec<_>>(), [Kind::Hello, Kind::Rts]);
+    for f in bulk.into_iter().chain(control) {
+        e[1].handle_frame(0, f).unwrap();
+    }
+    e[1].post_recv(3, spec(Some(0), None));
+    let got: Vec<_> = events(&mut e[1]).into_iter().filter_map(|ev| match ev {
+        Event::RecvDone { id, result } => Some((id, result.unwrap().data)),
+        _ => None,
+    }).collect();
+    assert_eq!(got, [(3, data)]);
+}
+
+#[test]
+fn an_unsolicited_message_that_came_whole_is_bounded_by_the_receive_that_takes_it() {
+    let mut e = unsolicited_pair(4000);
+    e[0].post_send(1, SendMode::Standard, send_of(1, 0, pattern(300, 1)));
+    pump(&mut e);
+    assert_eq!(e[1].unsolicited_bytes(0).0, 300, "whole, unmatched");
+    e[1].post_recv_limited(5, spec(Some(0), None), 299);
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 299 }) }]));
+    assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+}

@@ -33,6 +33,7 @@ impl Engine {
             let owes = || {
                 p.final_seq.is_some_and(|last| p.expected_seq < last)
                     || self.transfers.values().any(|t| t.envelope.source == r as u32 && !t.complete)
+                    || self.early.keys().any(|&(source, _)| source == r as u32)
             };
             if std::mem::take(&mut p.heard) || p.last_heard.is_none() || (p.finished && !owes()) {
                 p.last_heard = Some(now);

@@ -38,12 +38,28 @@ pub(super) struct Transfer {
     /// Bytes the data's buffer may take at once, before they arrive: the
     /// size of the receive that owns the transfer, which holds that much
     /// anyway (0 for a receive of any length: the buffer then grows with
-    /// what arrives).
+    /// what arrives), or the length of an unsolicited message, which its
+    /// credit covers.
     pub(super) reserve: u64,
     /// Whether the owner was told ([`Event::DataArrived`]) of data it has
     /// not taken yet: it is told once per [`Config::stream_step`] taken,
     /// and a receive that does not take its data as it arrives only once.
     pub(super) nudged: bool,
+    /// For a message whose data came unsolicited (see
+    /// [`Config::unsolicited_credit`]): the sender's send id, which its
+    /// data frames carry instead of a receive id.
+    pub(super) send_id: Option<u64>,
+    /// Unsolicited credit the message holds until a receive matches it.
+    pub(super) credit: u64,
+}
+
+/// Unsolicited data that arrived before its message's RTS.
+pub(super) struct Early {
+    /// The message's data length (description included), from its frames.
+    pub(super) total: u64,
+    pub(super) received: Received,
+    /// Unsolicited credit it holds.
+    pub(super) credit: u64,
 }
 
 impl Transfer {
@@ -60,7 +76,33 @@ impl Transfer {
 
     /// A transfer of `envelope`'s data to receive `owner`, nothing in yet.
     pub(super) fn new(envelope: Envelope, owner: ReqId) -> Transfer {
-        Transfer { envelope, owner: Some(owner), received: Received::Nothing, complete: false, reserve: 0, nudged: false }
+        Transfer {
+            envelope,
+            owner: Some(owner),
+            received: Received::Nothing,
+            complete: false,
+            reserve: 0,
+            nudged: false,
+            send_id: None,
+            credit: 0,
+        }
+    }
+
+    /// A transfer of unsolicited data for `envelope`'s message from send
+    /// `send_id`, no receive yet, with what arrived before the RTS.
+    pub(super) fn unsolicited(envelope: Envelope, send_id: u64, early: Early) -> Transfer {
+        let complete = early.received.len() == envelope.wire_len();
+        Transfer {
+            envelope,
+            owner: None,
+            received: early.received,
+            complete,
+            // The credit it holds covers the whole message.
+            reserve: envelope.wire_len(),
+            nudged: false,
+            send_id: Some(send_id),
+            credit: early.credit,
+        }
     }
 
     /// Adds the next chunk of the data, gathering into a buffer of
@@ -206,7 +248,7 @@ impl Received {
 
     /// Adds the next chunk of a `total`-byte message, reserving up to
     /// `reserve` bytes at once (see [`Transfer::reserve`]).
-    fn push(&mut self, chunk: Bytes, total: u64, reserve: u64, pool: &mut BufferPool) {
+    pub(super) fn push(&mut self, chunk: Bytes, total: u64, reserve: u64, pool: &mut BufferPool) {
         *self = match std::mem::replace(self, Received::Nothing) {
             Received::Discarded { counted, limit } => Received::Discarded { counted: counted + chunk.len() as u64, limit },
             Received::Nothing => Received::One(chunk),
