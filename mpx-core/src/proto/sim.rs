@@ -68,7 +68,7 @@ pub fn config(repr: Repr) -> Config {
         job: 0x5eed,
         repr_id: None,
         stream_step: 40,
-        unsolicited_credit: 400,
+        unsolicited_credit: 3500,
         max_message: None,
     }
 }

@@ -100,7 +100,8 @@ pub struct Options {
     /// [`UNSOLICITED_CREDIT`] of unsolicited credit
     /// ([`Config::unsolicited_credit`]): a rendezvous message that fits
     /// starts its data without waiting a round trip for the receiver's
-    /// clear-to-send.
+    /// clear-to-send. Change fields of `Options::local().engine` rather
+    /// than starting from `Config::default()`, which grants none.
     pub engine: Config,
     /// The UDP payload size of every packet (QUIC's MTU), fixed: at least
     /// 1200; 1472 fits any Ethernet path. Above 6550 a batch of packets

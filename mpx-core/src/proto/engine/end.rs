@@ -87,7 +87,9 @@ impl Engine {
             // first the peer will not get.
             let unsent = p.queue.iter().find(is_data).map(|f| f.header.seq);
             let sent = unsent.unwrap_or(p.next_seq);
-            let dropped = unsent.is_some() || waits || !p.held.is_empty() || !p.bulk.is_empty();
+            // A chunk the transport gave back is rendezvous data dropped
+            // too, though its send completed when the chunk was taken.
+            let dropped = unsent.is_some() || waits || !p.held.is_empty() || !p.bulk.is_empty() || p.bulk_back.is_some();
             let goodbye_queued = p.queue.iter().any(|f| f.header.kind == Kind::Bye);
             if goodbye_queued || dropped || p.announced != Some(sent) {
                 let failed = self.gave_up || dropped;
@@ -171,6 +173,10 @@ impl Engine {
                 self.fail_recvs_from(rank, &error);
             }
         }
+        if self.sends_no_more(rank) {
+            // Unsolicited data no RTS can claim any more.
+            self.forget_early(rank);
+        }
         Ok(())
     }
 
@@ -187,6 +193,8 @@ impl Engine {
             self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
         for transfer in failed {
             let t = self.transfers.remove(&transfer).expect("listed above");
+            let p = &mut self.peers[rank as usize];
+            p.unsolicited_in_use = p.unsolicited_in_use.saturating_sub(t.credit);
             match t.owner {
                 Some(id) => {
                     self.events.push_back(Event::RecvDone { id, result: Err(error.clone()) });
@@ -196,7 +204,21 @@ impl Engine {
         }
         self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
         self.unsolicited.retain(|&(source, _), _| source != rank);
-        self.early.retain(|&(source, _), _| source != rank);
+        self.forget_early(rank);
+    }
+
+    /// Drops the unsolicited data from `rank` that no RTS has claimed,
+    /// freeing its credit.
+    pub(super) fn forget_early(&mut self, rank: u32) {
+        let mut freed = 0;
+        self.early.retain(|&(source, _), early| {
+            if source == rank {
+                freed += early.credit;
+            }
+            source != rank
+        });
+        let p = &mut self.peers[rank as usize];
+        p.unsolicited_in_use = p.unsolicited_in_use.saturating_sub(freed);
     }
 
     /// `rank` has failed (its connection broke, it broke the protocol, or it

@@ -47,6 +47,8 @@ impl Engine {
             if owed && self.sends_no_more(from) {
                 // Its last data frame is in: what still waits for its messages never gets one.
                 self.fail_recvs_from(from, &Error::process_failed(from, "its program returned before sending a match"));
+                // Nor can unsolicited data that came without its RTS.
+                self.forget_early(from);
             }
             self.grant_after_goodbye(from);
             if !stalled && self.stalled(from) {
@@ -185,6 +187,11 @@ impl Engine {
             Kind::RndvData if h.recv_id == 0 => self.unsolicited_data(from, h, frame.payload)?,
             Kind::RndvData => {
                 let solicited = self.transfers.get(&h.recv_id).is_some_and(|t| t.send_id.is_none());
+                if !solicited && peer.gave_up() {
+                    // Data it had sent when it said it failed, for a
+                    // transfer dropped then.
+                    return Ok(());
+                }
                 if !solicited {
                     return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id)));
                 }
@@ -374,6 +381,11 @@ impl Engine {
             return Ok(());
         }
         if !self.early.contains_key(&key) {
+            if self.peers[from as usize].gave_up() || self.sends_no_more(from) {
+                // No RTS can claim it: its sender failed (this is data it
+                // had sent when it said so) or all its messages are in.
+                return Ok(());
+            }
             let credit = self.charge_unsolicited(from, h.data_len)?;
             self.early.insert(key, Early { total: h.data_len, received: Received::Nothing, credit });
         }
@@ -394,12 +406,12 @@ impl Engine {
     }
 
     /// Charges `from`'s unsolicited credit for a message of `total` bytes
-    /// of data (and its header), or fails it for sending beyond what this
+    /// of data (and [`UNSOLICITED_OVERHEAD`]), or fails it for sending beyond what this
     /// rank granted. Returns the charge.
     fn charge_unsolicited(&mut self, from: u32, total: u64) -> Result<u64> {
         let granted = self.config.unsolicited_credit;
         let peer = &mut self.peers[from as usize];
-        let cost = total.saturating_add(HEADER_LEN as u64);
+        let cost = unsolicited_cost(total);
         if total == 0 || peer.unsolicited_in_use.saturating_add(cost) > granted {
             return Err(Error::Protocol(format!(
                 "rank {from} sent a {total}-byte message unsolicited with {} bytes of the {granted} granted in use",

@@ -13,10 +13,12 @@
 //! # Connections
 //!
 //! The first frame to every peer is a hello: the job id, this rank and the
-//! world size, this rank's native data representation, and the eager credit
-//! and rendezvous slots it grants the peer. Nothing but a hello is accepted
-//! from a peer before its hello, and a hello from another job is a protocol
-//! error. A sender uses its native representation towards peers whose hello
+//! world size, this rank's native data representation, and the eager
+//! credit, unsolicited credit and rendezvous slots it grants the peer.
+//! Nothing but a hello is accepted from a peer before its hello (but for
+//! unsolicited rendezvous data, which may overtake it on a connection of
+//! its own and waits for its RTS, which cannot), and a hello from another
+//! job is a protocol error. A sender uses its native representation towards peers whose hello
 //! says they share it and external32 otherwise (or always, when
 //! [`Config::repr`] asks for it); the receiver converts.
 //!
@@ -44,7 +46,8 @@
 //!   A standard or buffered send may instead start its data at once,
 //!   without waiting for the CTS, while it holds enough *unsolicited
 //!   credit* for the destination ([`Config::unsolicited_credit`], which the
-//!   receiver grants in its hello; none by default): the RTS still fixes
+//!   receiver grants in its hello; none by default; each message costs its
+//!   length plus [`UNSOLICITED_OVERHEAD`]): the RTS still fixes
 //!   the message's place in the matching order, and the data, addressed by
 //!   the send's id, may arrive before or after it (a transport may carry
 //!   data on a connection of its own). The receiver holds such data for a
@@ -116,7 +119,10 @@
 //! before those sends go, they fail, and a second goodbye lowers the count.
 //! A goodbye that says the rank failed means it serves nothing more: its
 //! unanswered rendezvous requests and its data in flight are dropped (a
-//! receive that owns one fails).
+//! receive that owns one fails), unsolicited data included, whose credit
+//! is freed, and its data that still arrives is dropped. Unsolicited data
+//! that no RTS can claim any more (its sender finished and all its
+//! messages have arrived) is dropped too.
 //!
 //! An any-source receive is not failed when every other rank is gone: this
 //! rank may still send to itself. The engine reports it as
@@ -135,10 +141,11 @@
 use std::collections::VecDeque;
 
 // The maps here are keyed by this process's own request ids and receive
-// specs, never by values a peer chooses, so a fast unkeyed hash (Fx) is
-// safe from collision flooding; SipHash cost a quarter of a small
-// message's cycles.
+// specs, so a fast unkeyed hash (Fx) is safe from collision flooding;
+// SipHash cost a quarter of a small message's cycles. The two keyed by
+// send ids a peer chooses (unsolicited data) use std's keyed SipHash.
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::HashMap as KeyedHashMap;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -191,6 +198,19 @@ const GATHER_RESERVE_CAP: u64 = 64 << 20;
 /// receive ids that key the others, which the runtime counts up from 1.
 const UNSOLICITED_KEYS: u64 = 1 << 63;
 
+/// What an unsolicited message costs in unsolicited credit beyond its
+/// data: the receiver's bookkeeping of a message no receive has matched
+/// (its transfer, queue entry and index entries), so that a peer sending
+/// many small messages unsolicited cannot make it hold several times the
+/// credit.
+pub const UNSOLICITED_OVERHEAD: u64 = 1024;
+
+/// What a message of `len` bytes (type description included) costs in
+/// unsolicited credit.
+fn unsolicited_cost(len: u64) -> u64 {
+    len.saturating_add(UNSOLICITED_OVERHEAD)
+}
+
 /// The mode of an RTS (its `recv_id`) whose data follows without waiting
 /// for a CTS (see [`Config::unsolicited_credit`]); 0 is a standard RTS, 1
 /// a ready-mode one.
@@ -236,9 +256,10 @@ pub struct Config {
     /// arrives ([`Engine::take_arrived`]); messages shorter than 8 steps
     /// are not taken so.
     pub stream_step: u64,
-    /// Bytes of rendezvous data (headers counted as for eager credit) this
-    /// rank accepts from each sender for messages no receive has matched
-    /// yet, sent without waiting for a clear-to-send: a sender holding
+    /// Bytes of rendezvous data (each message counted with
+    /// [`UNSOLICITED_OVERHEAD`]) this rank accepts from each sender for
+    /// messages no receive has matched yet, sent without waiting for a
+    /// clear-to-send: a sender holding
     /// enough of it starts a standard or buffered send's data with its RTS
     /// (see the [module docs](self)). 0 (the default): every rendezvous
     /// message waits for its CTS. At most [`MAX_GRANTED_CREDIT`]: more is
@@ -575,9 +596,9 @@ pub struct Engine {
     transfers: HashMap<ReqId, Transfer>,
     /// The transfers of unsolicited messages whose RTS has come and whose
     /// data is still arriving, by sender and send id.
-    unsolicited: HashMap<(u32, u64), ReqId>,
+    unsolicited: KeyedHashMap<(u32, u64), ReqId>,
     /// Unsolicited data that arrived before its RTS, by sender and send id.
-    early: HashMap<(u32, u64), Early>,
+    early: KeyedHashMap<(u32, u64), Early>,
     /// The last unsolicited transfer's key, below [`UNSOLICITED_KEYS`].
     next_unsolicited: u64,
     /// Buffers of large messages already consumed, for the next transfer.
@@ -626,8 +647,8 @@ impl Engine {
             unexpected: UnexpectedQueue::default(),
             sends: HashMap::default(),
             transfers: HashMap::default(),
-            unsolicited: HashMap::default(),
-            early: HashMap::default(),
+            unsolicited: KeyedHashMap::default(),
+            early: KeyedHashMap::default(),
             next_unsolicited: 0,
             pool: BufferPool::default(),
             writable: VecDeque::new(),

@@ -147,7 +147,7 @@ impl Engine {
         matches!(mode, SendMode::Standard | SendMode::Buffered)
             && len > 0
             && dest != self.rank
-            && self.peers[dest as usize].unsolicited >= eager_cost(len)
+            && self.peers[dest as usize].unsolicited >= unsolicited_cost(len as u64)
     }
 
     /// Sends the rendezvous request of send `id` with its data right
@@ -158,7 +158,7 @@ impl Engine {
         let dest = msg.dest;
         let header = Header { recv_id: RTS_UNSOLICITED, ..self.data_header(Kind::Rts, &msg, id) };
         let p = &mut self.peers[dest as usize];
-        p.unsolicited -= eager_cost(msg.data.len());
+        p.unsolicited -= unsolicited_cost(msg.data.len() as u64);
         p.bulk.push_back(Bulk { send_id: id, recv_id: 0, data: msg.data, offset: 0 });
         self.push_frame(dest, Frame::control(header));
     }

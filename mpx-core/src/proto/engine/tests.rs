@@ -1324,7 +1324,7 @@ fn unsolicited_data_follows_its_rts_without_waiting_for_a_cts() {
     assert_eq!(deliveries(&mut e[1]), [(5, data)]);
     // The match gave the credit back at once.
     let back = all_frames(&mut e[1]);
-    assert!(matches!(&back[..], [f] if f.header.kind == Kind::Credit && f.header.seq == 350 + HEADER_LEN as u64));
+    assert!(matches!(&back[..], [f] if f.header.kind == Kind::Credit && f.header.seq == 350 + UNSOLICITED_OVERHEAD));
     assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
 }
 
@@ -1340,7 +1340,7 @@ fn unsolicited_data_that_arrives_before_its_rts_waits_for_it() {
         e[1].handle_frame(0, f).unwrap();
     }
     assert_eq!(e[1].unexpected_len(), 0, "no message before its RTS");
-    assert_eq!(e[1].unsolicited_bytes(0), (370, 370 + 2 * HEADER_LEN as u64));
+    assert_eq!(e[1].unsolicited_bytes(0), (370, 370 + 2 * UNSOLICITED_OVERHEAD));
     for f in control {
         e[1].handle_frame(0, f).unwrap();
     }
@@ -1354,7 +1354,7 @@ fn unsolicited_data_that_arrives_before_its_rts_waits_for_it() {
 
 #[test]
 fn unsolicited_credit_runs_out_then_messages_wait_for_their_cts() {
-    let mut e = unsolicited_pair(2 * (300 + HEADER_LEN as u64));
+    let mut e = unsolicited_pair(2 * (300 + UNSOLICITED_OVERHEAD));
     let sent: Vec<Bytes> = (0..4).map(|i| pattern(300, i)).collect();
     for (i, data) in sent.iter().enumerate() {
         e[0].post_send(i as u64 + 1, SendMode::Standard, send_of(1, 0, data.clone()));
@@ -1366,7 +1366,7 @@ fn unsolicited_credit_runs_out_then_messages_wait_for_their_cts() {
     for f in frames {
         e[1].handle_frame(0, f).unwrap();
     }
-    assert_eq!(e[1].unsolicited_bytes(0), (600, 600 + 2 * HEADER_LEN as u64));
+    assert_eq!(e[1].unsolicited_bytes(0), (600, 600 + 2 * UNSOLICITED_OVERHEAD));
     for id in 10..14 {
         e[1].post_recv(id, spec(Some(0), Some(0)));
     }
@@ -1401,7 +1401,7 @@ fn forged_unsolicited_rts(seq: u64, send_id: u64, len: u64) -> Frame {
 
 #[test]
 fn unsolicited_data_beyond_the_credit_or_unlike_its_rts_fails_the_peer() {
-    let cost = |len: u64| len + HEADER_LEN as u64;
+    let cost = |len: u64| len + UNSOLICITED_OVERHEAD;
     // Data, or a request, beyond the credit granted.
     let mut e = unsolicited_pair(cost(20));
     assert!(matches!(e[1].handle_frame(0, forged_data(1, 0, 21, b"abc")), Err(Error::Protocol(_))));
@@ -1500,7 +1500,7 @@ fn an_unsolicited_message_taken_by_a_matched_probe_is_received_whole() {
 #[test]
 fn unsolicited_data_may_overtake_its_senders_hello() {
     let config = Config { eager_threshold: 8, rndv_chunk: 100, unsolicited_credit: 4000, ..Config::default() };
-    let mut e = vec![Engine::new(0, 2, config).unwrap(), Engine::new(1, 2, config).unwrap()];
+    let mut e = [Engine::new(0, 2, config).unwrap(), Engine::new(1, 2, config).unwrap()];
     let (_, hello) = next_frame(&mut e[1]).unwrap();
     e[0].handle_frame(1, hello).unwrap();
     let data = pattern(250, 5);
@@ -1527,4 +1527,55 @@ fn an_unsolicited_message_that_came_whole_is_bounded_by_the_receive_that_takes_i
     e[1].post_recv_limited(5, spec(Some(0), None), 299);
     assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 299 }) }]));
     assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+}
+
+#[test]
+fn unsolicited_data_no_request_can_claim_is_dropped_with_its_credit() {
+    let bye = |failed: u64| Frame::control(Header { data_len: failed, seq: 0, ..Header::control(Kind::Bye, 0) });
+    for failed in [0, 1] {
+        let mut e = unsolicited_pair(4000);
+        e[1].handle_frame(0, forged_data(1, 0, 20, b"abc")).unwrap();
+        assert_eq!(e[1].unsolicited_bytes(0), (3, 20 + UNSOLICITED_OVERHEAD));
+        // Its goodbye says it sent no request: nothing can claim the data.
+        e[1].handle_frame(0, bye(failed)).unwrap();
+        assert_eq!(e[1].unsolicited_bytes(0), (0, 0), "goodbye (failed: {failed})");
+        // Data still arriving is dropped, not kept and not an error.
+        e[1].handle_frame(0, forged_data(1, 3, 20, b"def")).unwrap();
+        e[1].handle_frame(0, forged_data(2, 0, 20, b"abc")).unwrap();
+        assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+        assert!(!e[1].is_failed(0));
+    }
+    // A failed goodbye drops a transfer whose data was still coming, and
+    // frees its credit.
+    let mut e = unsolicited_pair(4000);
+    e[1].handle_frame(0, forged_unsolicited_rts(0, 1, 30)).unwrap();
+    e[1].handle_frame(0, forged_data(1, 0, 30, b"abc")).unwrap();
+    assert_eq!(e[1].unsolicited_bytes(0), (3, 30 + UNSOLICITED_OVERHEAD));
+    e[1].handle_frame(0, Frame::control(Header { data_len: 1, seq: 1, ..Header::control(Kind::Bye, 0) })).unwrap();
+    assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+    assert_eq!(e[1].unexpected_len(), 0);
+    e[1].handle_frame(0, forged_data(1, 3, 30, b"def")).unwrap();
+    assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
+}
+
+#[test]
+fn a_rank_closed_holding_a_chunk_its_transport_gave_back_says_it_failed() {
+    let mut e = pair(Config { eager_threshold: 8, ..Config::default() });
+    e[1].post_recv(9, spec(Some(0), None));
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"rendezvous data"));
+    let (_, rts) = next_frame(&mut e[0]).unwrap();
+    e[1].handle_frame(0, rts).unwrap();
+    let (_, cts) = next_frame(&mut e[1]).unwrap();
+    e[0].handle_frame(1, cts).unwrap();
+    let dest = e[0].poll_writable().unwrap();
+    let chunk = e[0].poll_transmit(dest).unwrap();
+    assert_eq!(chunk.header.kind, Kind::RndvData);
+    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]), "complete once its last chunk was taken");
+    e[0].unsend(dest, chunk);
+    e[0].close();
+    e[0].writable(1);
+    let rest = all_frames(&mut e[0]);
+    assert!(matches!(&rest[..], [f] if f.header.kind == Kind::Bye && f.header.data_len == 1), "{rest:?}");
+    e[1].handle_frame(0, rest[0].clone()).unwrap();
+    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Err(Error::ProcessFailed { rank: 0, .. }) }]));
 }

@@ -16,13 +16,16 @@ pub(super) enum Body {
     Data { data: Bytes, credit: u64 },
     /// A rendezvous request from sender request `send_id`.
     Rts { send_id: u64 },
-    /// A rendezvous message whose receive was withdrawn after its CTS went
-    /// out: its data, due under transfer `transfer`, belongs to whichever
-    /// receive matches this entry next. It keeps the message's place.
+    /// A rendezvous message whose data is coming under transfer
+    /// `transfer` with no receive to take it: its receive was withdrawn
+    /// after its CTS went out, or it came unsolicited and nothing has
+    /// matched it yet. The data belongs to whichever receive matches this
+    /// entry next. It keeps the message's place.
     InFlight { transfer: ReqId },
 }
 
-/// A rendezvous transfer: CTS sent, data awaited.
+/// A rendezvous transfer: CTS sent (or the data coming unsolicited), data
+/// awaited.
 pub(super) struct Transfer {
     pub(super) envelope: Envelope,
     /// The receive the data goes to, or `None` while the message waits in
