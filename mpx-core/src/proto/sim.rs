@@ -6,7 +6,8 @@
 //! every byte string parses (missing arguments read as zero). It mixes
 //! what a program does on the rank (sends, receives, cancels, probes,
 //! consuming what arrived), what its transport does (bytes arriving from a
-//! peer, frames leaving, a peer's link filling up), time passing, and the
+//! peer, on its stream or, for rendezvous data, a second one that may
+//! overtake it; frames leaving; a peer's link filling up), time passing, and the
 //! end (goodbye, close). Bytes from a peer go through a capped
 //! [`Decoder`] as a stream transport's would, so frames may be split
 //! anywhere, and a peer may send anything.
@@ -150,6 +151,15 @@ pub enum Op {
         /// The bytes.
         data: Vec<u8>,
     },
+    /// Bytes arrive on a second stream from peer `from`, which carries its
+    /// rendezvous data apart from the rest, as the QUIC transport's bulk
+    /// connection does: that data may overtake the frames sent before it.
+    BulkBytes {
+        /// Peer selector.
+        from: u8,
+        /// The bytes.
+        data: Vec<u8>,
+    },
     /// The transport takes up to `frames` frames.
     Transmit {
         /// How many frames at most.
@@ -223,7 +233,7 @@ impl Script {
         let external32 = r.u8() & 1 == 1;
         let mut ops = Vec::new();
         while !r.bytes.is_empty() {
-            let op = match r.u8() % 16 {
+            let op = match r.u8() % 17 {
                 0 => Op::Send { to: r.u8(), mode: r.u8(), context: r.u8(), tag: r.u8(), len: r.u16() },
                 1 => Op::Recv { source: r.u8(), tag: r.u8(), context: r.u8(), limit: r.u16() },
                 2 => Op::Cancel { which: r.u8() },
@@ -243,7 +253,12 @@ impl Script {
                 12 => Op::Advance { millis: r.u16() },
                 13 => Op::Farewell { failed: r.u8() & 1 == 1 },
                 14 => Op::Close,
-                _ => Op::FailPeer { peer: r.u8() },
+                15 => Op::FailPeer { peer: r.u8() },
+                _ => {
+                    let from = r.u8();
+                    let len = r.u16() as usize;
+                    Op::BulkBytes { from, data: r.take(len).to_vec() }
+                }
             };
             ops.push(op);
         }
@@ -270,9 +285,10 @@ impl Script {
                 Op::Mrecv { which } => b.extend([5, *which]),
                 Op::Unmatch { which } => b.extend([6, *which]),
                 Op::Consume { which, requeue } => b.extend([7, *which, u8::from(*requeue)]),
-                Op::Bytes { from, data } => {
+                Op::Bytes { from, data } | Op::BulkBytes { from, data } => {
+                    let code = if matches!(op, Op::Bytes { .. }) { 8 } else { 16 };
                     for piece in data.chunks(usize::from(u16::MAX)) {
-                        b.extend([8, *from]);
+                        b.extend([code, *from]);
                         b.extend((piece.len() as u16).to_le_bytes());
                         b.extend_from_slice(piece);
                     }
@@ -309,12 +325,26 @@ pub struct Received {
     pub data: Bytes,
 }
 
+/// A frame a [`Node`] transmitted, encoded.
+#[derive(Debug)]
+pub struct Sent {
+    /// Its destination.
+    pub dest: u32,
+    /// Whether it is rendezvous data, which a transport may carry on a
+    /// stream of its own ([`Op::BulkBytes`]).
+    pub bulk: bool,
+    /// The frame.
+    pub bytes: Bytes,
+}
+
 /// One rank: an engine, the streams from its peers, the requests its
 /// program started, and a clock.
 pub struct Node {
     engine: Engine,
     config: Config,
     streams: Vec<BytesMut>,
+    /// The second stream from each peer ([`Op::BulkBytes`]).
+    bulk_streams: Vec<BytesMut>,
     decoder: Decoder,
     /// Links that refuse the next frame.
     full: Vec<bool>,
@@ -361,6 +391,7 @@ impl Node {
             engine,
             config,
             streams: (0..SIZE).map(|_| BytesMut::new()).collect(),
+            bulk_streams: (0..SIZE).map(|_| BytesMut::new()).collect(),
             decoder: Decoder::new(config.max_payload()),
             full: vec![false; SIZE as usize],
             start,
@@ -424,9 +455,8 @@ impl Node {
         }
     }
 
-    /// Applies one step; returns the frames transmitted, with their
-    /// destinations, encoded.
-    pub fn apply(&mut self, op: &Op) -> Vec<(u32, Bytes)> {
+    /// Applies one step; returns the frames transmitted.
+    pub fn apply(&mut self, op: &Op) -> Vec<Sent> {
         if let Some(script) = &mut self.recording {
             script.ops.push(op.clone());
         }
@@ -529,7 +559,11 @@ impl Node {
             }
             Op::Bytes { from, ref data } => {
                 let from = self.peer(from);
-                self.arrive(from, data);
+                self.arrive(from, data, false);
+            }
+            Op::BulkBytes { from, ref data } => {
+                let from = self.peer(from);
+                self.arrive(from, data, true);
             }
             Op::Transmit { frames } => self.transmit(usize::from(frames), &mut out),
             Op::Block { dest } => {
@@ -557,8 +591,8 @@ impl Node {
 
     /// Feeds bytes from `from`'s stream through the decoder, as a stream
     /// transport does: a stream that does not decode fails its peer.
-    fn arrive(&mut self, from: u32, data: &[u8]) {
-        let stream = &mut self.streams[from as usize];
+    fn arrive(&mut self, from: u32, data: &[u8], bulk: bool) {
+        let stream = if bulk { &mut self.bulk_streams[from as usize] } else { &mut self.streams[from as usize] };
         stream.extend_from_slice(data);
         loop {
             match self.decoder.decode(stream) {
@@ -583,7 +617,7 @@ impl Node {
     }
 
     /// Takes up to `budget` frames from the engine, as a transport would.
-    fn transmit(&mut self, mut budget: usize, out: &mut Vec<(u32, Bytes)>) {
+    fn transmit(&mut self, mut budget: usize, out: &mut Vec<Sent>) {
         while budget > 0 {
             let Some(dest) = self.engine.poll_writable() else { return };
             while budget > 0 {
@@ -602,14 +636,14 @@ impl Node {
 
     /// Takes `frame` for `dest` as a transport would, or refuses it (gives
     /// it back to the engine) while `dest`'s link is full: false then.
-    fn hand_over(&mut self, dest: u32, frame: Frame, out: &mut Vec<(u32, Bytes)>) -> bool {
+    fn hand_over(&mut self, dest: u32, frame: Frame, out: &mut Vec<Sent>) -> bool {
         if self.full[dest as usize] {
             self.engine.unsend(dest, frame);
             return false;
         }
         let bytes = frame.to_bytes();
         assert!(matches!(Frame::decode(bytes.clone()), Ok(f) if f == frame), "a transmitted frame does not decode to itself");
-        out.push((dest, bytes));
+        out.push(Sent { dest, bulk: frame.header.kind == Kind::RndvData, bytes });
         true
     }
 

@@ -34,16 +34,24 @@ impl Rng {
 /// are recorded.
 struct World {
     nodes: Vec<Node>,
-    /// Bytes in flight, by (from, to).
-    links: Vec<Vec<BytesMut>>,
+    /// Bytes in flight, by (from, to), on each lane: 0 carries every frame
+    /// but, when `split`, rendezvous data, which goes on lane 1.
+    links: Vec<Vec<[BytesMut; 2]>>,
+    /// Rendezvous data travels on a link of its own, as over QUIC: it may
+    /// overtake what was sent before it (an RTS, a hello).
+    split: bool,
 }
 
 impl World {
     fn new(repr: [Repr; SIZE as usize]) -> World {
+        World::with_lanes(repr, false)
+    }
+
+    fn with_lanes(repr: [Repr; SIZE as usize], split: bool) -> World {
         let mut nodes: Vec<Node> = (0..SIZE).map(|r| Node::new(r, repr[r as usize])).collect();
         nodes[0].recording = Some(Script { external32: repr[0] == Repr::External32, ops: Vec::new() });
-        let links = (0..SIZE).map(|_| (0..SIZE).map(|_| BytesMut::new()).collect()).collect();
-        let mut world = World { nodes, links };
+        let links = (0..SIZE).map(|_| (0..SIZE).map(|_| [BytesMut::new(), BytesMut::new()]).collect()).collect();
+        let mut world = World { nodes, links, split };
         world.pump();
         world
     }
@@ -54,21 +62,29 @@ impl World {
     }
 
     fn apply(&mut self, at: u32, op: &Op) {
-        for (dest, bytes) in self.nodes[at as usize].apply(op) {
-            self.links[at as usize][dest as usize].extend_from_slice(&bytes);
+        for sent in self.nodes[at as usize].apply(op) {
+            let lane = usize::from(self.split && sent.bulk);
+            self.links[at as usize][sent.dest as usize][lane].extend_from_slice(&sent.bytes);
         }
         self.nodes[at as usize].check();
     }
 
     /// Moves up to `max` bytes (at least one) from `from` to `to`.
     fn deliver(&mut self, from: u32, to: u32, max: usize) {
-        let link = &mut self.links[from as usize][to as usize];
+        self.deliver_on(from, to, max, 0);
+    }
+
+    /// Moves up to `max` bytes (at least one) from `from` to `to` on
+    /// `lane`.
+    fn deliver_on(&mut self, from: u32, to: u32, max: usize, lane: usize) {
+        let link = &mut self.links[from as usize][to as usize][lane];
         let n = max.clamp(1, link.len().max(1)).min(link.len());
         if n == 0 {
             return;
         }
         let data = link.split_to(n).to_vec();
-        self.apply(to, &Op::Bytes { from: Self::selector(to, from), data });
+        let from = Self::selector(to, from);
+        self.apply(to, &if lane == 0 { Op::Bytes { from, data } } else { Op::BulkBytes { from, data } });
     }
 
     /// Transmits and delivers everything, unblocking every link, until
@@ -86,10 +102,13 @@ impl World {
             }
             for from in 0..SIZE {
                 for to in 0..SIZE {
-                    if !self.links[from as usize][to as usize].is_empty() {
-                        let n = self.links[from as usize][to as usize].len();
-                        self.deliver(from, to, n);
-                        moved = true;
+                    // Rendezvous data first: it overtakes what went before it.
+                    for lane in [1, 0] {
+                        let n = self.links[from as usize][to as usize][lane].len();
+                        if n > 0 {
+                            self.deliver_on(from, to, n, lane);
+                            moved = true;
+                        }
                     }
                 }
             }
@@ -130,7 +149,8 @@ impl World {
             17 => Op::Transmit { frames: rng.byte() % 8 },
             18 => {
                 let from = rng.below(u64::from(SIZE)) as u32;
-                self.deliver(from, at, 1 + rng.below(200) as usize);
+                let lane = usize::from(self.split && rng.below(2) == 0);
+                self.deliver_on(from, at, 1 + rng.below(200) as usize, lane);
                 return;
             }
             _ => {
@@ -196,10 +216,11 @@ fn reprs(rng: &mut Rng) -> [Repr; SIZE as usize] {
     std::array::from_fn(|_| if rng.below(4) == 0 { Repr::External32 } else { Repr::Native })
 }
 
-/// A random honest world of `steps` steps, finished.
+/// A random honest world of `steps` steps, finished; with an odd seed,
+/// rendezvous data travels on links of its own.
 fn honest_world(seed: u64, steps: usize) -> World {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let mut world = World::new(reprs(&mut rng));
+    let mut world = World::with_lanes(reprs(&mut rng), seed % 2 == 1);
     for _ in 0..steps {
         world.random_step(&mut rng);
     }
@@ -385,12 +406,12 @@ fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     for seed in 0..24 {
         let script = honest_world(1000 + seed, 40 + 10 * seed as usize).nodes[0].recording.clone().expect("records");
         engine.push(script.to_bytes());
-        let mut streams = vec![Vec::new(); SIZE as usize];
+        // One stream per peer and lane.
+        let mut streams = vec![Vec::new(); 2 * SIZE as usize];
         for op in &script.ops {
-            if let Op::Bytes { from, data } = op {
-                let n = streams.len();
-                streams[usize::from(*from) % n].extend_from_slice(data);
-            }
+            let (Op::Bytes { from, data } | Op::BulkBytes { from, data }) = op else { continue };
+            let lane = usize::from(matches!(op, Op::BulkBytes { .. }));
+            streams[2 * (usize::from(*from) % SIZE as usize) + lane].extend_from_slice(data);
         }
         decoder.extend(streams.into_iter().filter(|s| !s.is_empty()).map(|s| [vec![seed as u8], s].concat()));
     }
