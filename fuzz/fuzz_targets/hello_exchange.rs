@@ -61,6 +61,8 @@ fuzz_target!(|data: &[u8]| {
     // Memory for what the peer sent stays within the credit granted it.
     assert!(engine.credit_in_use(claimed) <= config.eager_credit);
     assert!(engine.unexpected_eager_bytes() <= config.eager_credit);
+    let (held, credit) = engine.unsolicited_bytes(claimed);
+    assert!(held <= credit && credit <= config.unsolicited_credit, "{held} unsolicited bytes held on {credit} of credit");
     if engine.is_failed(claimed) {
         assert!(!engine.anything_waits_on(claimed));
     }

@@ -61,8 +61,8 @@ pub enum Kind {
     /// Clear to send: the receiver `recv_id` matched the RTS of `send_id`.
     Cts = 3,
     /// A chunk of a rendezvous message's data, for receive `recv_id` (0:
-    /// unsolicited data of send `send_id`): `seq` is the chunk's byte
-    /// offset, `data_len` the whole length.
+    /// unsolicited data, found by `send_id`, which every chunk carries):
+    /// `seq` is the chunk's byte offset, `data_len` the whole length.
     RndvData = 4,
     /// A ready-mode message with its data; the receiver answers.
     Ready = 5,
