@@ -193,8 +193,7 @@ impl Engine {
             self.transfers.iter().filter(|(_, t)| t.envelope.source == rank && !t.complete).map(|(id, _)| *id).collect();
         for transfer in failed {
             let t = self.transfers.remove(&transfer).expect("listed above");
-            let p = &mut self.peers[rank as usize];
-            p.unsolicited_in_use = p.unsolicited_in_use.saturating_sub(t.credit);
+            self.peers[rank as usize].free_unsolicited(t.credit);
             match t.owner {
                 Some(id) => {
                     self.events.push_back(Event::RecvDone { id, result: Err(error.clone()) });
@@ -217,8 +216,7 @@ impl Engine {
             }
             source != rank
         });
-        let p = &mut self.peers[rank as usize];
-        p.unsolicited_in_use = p.unsolicited_in_use.saturating_sub(freed);
+        self.peers[rank as usize].free_unsolicited(freed);
     }
 
     /// `rank` has failed (its connection broke, it broke the protocol, or it

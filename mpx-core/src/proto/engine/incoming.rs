@@ -290,15 +290,7 @@ impl Engine {
             return Err(Error::Protocol(format!("rank {from} sent data for a message it was not asked for")));
         };
         let total = t.envelope.wire_len();
-        if h.data_len != total || h.seq != t.received.len() || t.received.len() + payload.len() as u64 > total {
-            return Err(Error::Protocol(format!(
-                "rendezvous data from rank {from}: {} bytes at offset {} of {}, for a {total}-byte message with {} bytes in",
-                payload.len(),
-                h.seq,
-                h.data_len,
-                t.received.len()
-            )));
-        }
+        check_next_chunk(from, &h, payload.len(), total, t.received.len())?;
         if let Some(owner) = t.push(payload, &mut self.pool, self.config.stream_step) {
             self.events.push_back(Event::DataArrived { id: owner });
         }
@@ -390,16 +382,10 @@ impl Engine {
             self.early.insert(key, Early { total: h.data_len, received: Received::Nothing, credit });
         }
         let early = self.early.get_mut(&key).expect("inserted above");
-        let got = early.received.len();
-        if payload.is_empty() || h.data_len != early.total || h.seq != got || got + payload.len() as u64 > early.total {
-            return Err(Error::Protocol(format!(
-                "unsolicited data from rank {from}: {} bytes at offset {} of {}, for a {}-byte message with {got} bytes in",
-                payload.len(),
-                h.seq,
-                h.data_len,
-                early.total
-            )));
+        if payload.is_empty() {
+            return Err(Error::Protocol(format!("empty unsolicited data from rank {from}")));
         }
+        check_next_chunk(from, &h, payload.len(), early.total, early.received.len())?;
         // The credit it holds covers the whole message.
         early.received.push(payload, early.total, early.total, &mut self.pool);
         Ok(())
@@ -475,4 +461,17 @@ impl Engine {
         self.push_frame(h.source, Frame::control(header));
         Ok(())
     }
+}
+
+/// Checks that a chunk of `len` bytes of rendezvous data from `from`, with
+/// header `h`, is the next of a `total`-byte message of which `got` bytes
+/// are in.
+fn check_next_chunk(from: u32, h: &Header, len: usize, total: u64, got: u64) -> Result<()> {
+    if h.data_len != total || h.seq != got || got + len as u64 > total {
+        return Err(Error::Protocol(format!(
+            "rendezvous data from rank {from}: {len} bytes at offset {} of {}, for a {total}-byte message with {got} bytes in",
+            h.seq, h.data_len
+        )));
+    }
+    Ok(())
 }

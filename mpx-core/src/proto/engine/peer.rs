@@ -139,6 +139,11 @@ impl Peer {
         self.served_dropped_at.is_some()
     }
 
+    /// Frees `credit` bytes of the unsolicited credit the peer spent here.
+    pub(super) fn free_unsolicited(&mut self, credit: u64) {
+        self.unsolicited_in_use = self.unsolicited_in_use.saturating_sub(credit);
+    }
+
     /// Whether a frame to the peer may go straight to the transport: the
     /// peer is alive and has said hello, and no send or frame waits for it
     /// that would have to go first, nor is its link blocked.

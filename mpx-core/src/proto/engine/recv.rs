@@ -247,8 +247,7 @@ impl Engine {
         let credit = std::mem::take(&mut t.credit);
         let source = t.envelope.source;
         if credit > 0 {
-            let p = &mut self.peers[source as usize];
-            p.unsolicited_in_use = p.unsolicited_in_use.saturating_sub(credit);
+            self.peers[source as usize].free_unsolicited(credit);
             let header = Header { seq: credit, ..Header::control(Kind::Credit, self.rank) };
             self.push_frame(source, Frame::control(header));
         }
