@@ -154,7 +154,11 @@ use super::matching::{PostedQueue, Queued, UnexpectedQueue};
 use super::wire::{Frame, Header, Kind, Repr, HEADER_LEN};
 use crate::error::{Error, Result};
 
-/// Identifies a send or receive operation within one engine.
+/// Identifies a send or receive operation within one engine: one
+/// [`Engine::next_id`] gave out. Ids start at 1 and stay below 2^63: id 0
+/// means "no receive" on the wire (the receive id of unsolicited data),
+/// and ids from 2^63 up name the engine's own transfers of unsolicited
+/// data, so an id made up by the caller could be taken for either.
 pub type ReqId = u64;
 
 /// Most answers (clear-to-sends, ready answers, credit, pings) that may
@@ -693,7 +697,8 @@ impl Engine {
         self.config
     }
 
-    /// A fresh request id.
+    /// A fresh request id, for the next send or receive this engine
+    /// starts (see [`ReqId`]).
     pub fn next_id(&mut self) -> ReqId {
         let id = self.next_id;
         self.next_id += 1;

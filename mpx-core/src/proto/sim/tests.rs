@@ -306,18 +306,36 @@ fn random_bytes_keep_every_invariant() {
     }
 }
 
+/// Every stream rank 0 received in honest worlds, control and bulk, whole
+/// from its start, decodes alike however it is cut.
 #[test]
 fn streams_decode_the_same_however_they_are_cut() {
+    let mut bulk_streams = 0;
     for seed in 0..20 {
         let world = honest_world(seed, 100);
-        for op in &world.nodes[0].recording.as_ref().expect("records").ops {
-            if let Op::Bytes { data, .. } = op {
-                let mut input = vec![seed as u8];
-                input.extend_from_slice(data);
-                check_decoder(&input);
+        let script = world.nodes[0].recording.as_ref().expect("records");
+        for (lane, stream) in streams_by_peer_and_lane(script).into_iter().enumerate() {
+            if stream.is_empty() {
+                continue;
             }
+            bulk_streams += lane % 2;
+            check_decoder(&[vec![seed as u8], stream].concat());
         }
     }
+    assert!(bulk_streams > 0, "some worlds carry rendezvous data on a stream of its own");
+}
+
+/// The bytes of each stream a script's node received, in order: entry
+/// `2 * peer` is the peer's control stream, `2 * peer + 1` its bulk stream
+/// ([`Op::BulkBytes`]).
+fn streams_by_peer_and_lane(script: &Script) -> Vec<Vec<u8>> {
+    let mut streams = vec![Vec::new(); 2 * SIZE as usize];
+    for op in &script.ops {
+        let (Op::Bytes { from, data } | Op::BulkBytes { from, data }) = op else { continue };
+        let lane = usize::from(matches!(op, Op::BulkBytes { .. }));
+        streams[2 * (usize::from(*from) % SIZE as usize) + lane].extend_from_slice(data);
+    }
+    streams
 }
 
 /// Rank 0's recorded view of a world in which its bounded receive (10
@@ -379,12 +397,70 @@ fn regression_seeds() -> Vec<(&'static str, Script)> {
         .collect()
 }
 
+/// Rank 0's recorded view of a world in which its receive takes a
+/// 500-byte rendezvous message rank 1 sends in `mode` (0 standard, which
+/// may come unsolicited; 2 synchronous, which waits for the answer), and
+/// gives it up: withdrawn after two chunks of the data have arrived, or,
+/// with `delivered`, abandoned to the queue once it has the message whole.
+/// A second receive then takes the message, which must arrive whole.
+fn requeued_rendezvous(mode: u8, delivered: bool) -> (World, Script) {
+    let any = Op::Recv { source: 255, tag: 255, context: 0, limit: u16::MAX };
+    let mut world = World::new([Repr::Native; SIZE as usize]);
+    world.apply(0, &Op::Recv { source: 1, tag: 0, context: 0, limit: u16::MAX });
+    world.apply(1, &Op::Send { to: 0, mode, context: 0, tag: 0, len: 500 });
+    // The request to send (unsolicited data queued behind it waits), its
+    // answer if one is due.
+    world.apply(1, &Op::Transmit { frames: 1 });
+    world.deliver(1, 0, usize::MAX);
+    world.apply(0, &Op::Transmit { frames: u8::MAX });
+    world.deliver(0, 1, usize::MAX);
+    if delivered {
+        world.pump();
+        assert_eq!(world.nodes[0].held(), (1, 0), "the first receive has the message");
+        world.apply(0, &Op::Consume { which: 0, requeue: true });
+    } else {
+        world.apply(1, &Op::Transmit { frames: 2 });
+        world.deliver(1, 0, usize::MAX);
+        assert_eq!(world.nodes[0].held(), (0, 0), "the first receive is still waiting for data");
+        world.apply(0, &Op::Withdraw { which: 0 });
+    }
+    world.apply(0, &any);
+    world.pump();
+    world.apply(0, &Op::Consume { which: 0, requeue: false });
+    let script = world.nodes[0].recording.clone().expect("rank 0 records");
+    (world, script)
+}
+
+/// Regression scripts for rendezvous messages a receive gave up (see
+/// `Engine::withdraw_recv` and `Engine::requeue`), each ending with the
+/// message received whole by the next receive: `(name, script)`.
+fn requeued_rendezvous_seeds() -> Vec<(&'static str, Script)> {
+    let cases = [
+        ("seed-regress-requeued-rendezvous-0", 2, false),
+        ("seed-regress-requeued-rendezvous-1", 2, true),
+        ("seed-regress-requeued-rendezvous-2", 0, false),
+        ("seed-regress-requeued-rendezvous-3", 0, true),
+    ];
+    cases
+        .into_iter()
+        .map(|(name, mode, delivered)| {
+            let (world, script) = requeued_rendezvous(mode, delivered);
+            let node = &world.nodes[0];
+            assert!(node.errors.is_empty(), "{name}: {:?}", node.errors);
+            assert_eq!(node.received.len(), 1, "{name}: one message taken");
+            assert_eq!(node.received[0].data, pattern(1, 0, 500), "{name}: the message arrived whole");
+            assert_eq!(node.held(), (0, 0), "{name}: nothing else held");
+            (name, script)
+        })
+        .collect()
+}
+
 /// The regression scripts replay under every invariant; with
 /// `MPX_WRITE_CORPUS=1` set, they are written to the engine target's
 /// corpus too.
 #[test]
 fn regression_scripts_keep_every_invariant() {
-    for (name, script) in regression_seeds() {
+    for (name, script) in regression_seeds().into_iter().chain(requeued_rendezvous_seeds()) {
         let bytes = script.to_bytes();
         if std::env::var_os("MPX_WRITE_CORPUS").is_some() {
             std::fs::write(corpus_dir("engine_frames").join(name), &bytes).expect("corpus file");
@@ -406,14 +482,7 @@ fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     for seed in 0..24 {
         let script = honest_world(1000 + seed, 40 + 10 * seed as usize).nodes[0].recording.clone().expect("records");
         engine.push(script.to_bytes());
-        // One stream per peer and lane.
-        let mut streams = vec![Vec::new(); 2 * SIZE as usize];
-        for op in &script.ops {
-            let (Op::Bytes { from, data } | Op::BulkBytes { from, data }) = op else { continue };
-            let lane = usize::from(matches!(op, Op::BulkBytes { .. }));
-            streams[2 * (usize::from(*from) % SIZE as usize) + lane].extend_from_slice(data);
-        }
-        decoder.extend(streams.into_iter().filter(|s| !s.is_empty()).map(|s| [vec![seed as u8], s].concat()));
+        decoder.extend(streams_by_peer_and_lane(&script).into_iter().filter(|s| !s.is_empty()).map(|s| [vec![seed as u8], s].concat()));
     }
     (engine, decoder)
 }
