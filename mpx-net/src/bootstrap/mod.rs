@@ -11,7 +11,7 @@
 //! | Slurm's `srun --mpi=pmi2` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` (PMI-2) | Slurm's PMI key-value space: addresses and certificate fingerprints, pinned |
 //! | Open MPI's `mpirun` | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `PMIX_NAMESPACE`, and `MPX_RENDEZVOUS` passed with `-x` | files in the rendezvous directory: addresses and fingerprints, pinned |
 //! | Slurm's `srun` without `--mpi=pmi2` | `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_JOB_ID`, `SLURM_STEP_ID`, and `MPX_RENDEZVOUS` | files in the rendezvous directory, as under Open MPI |
-//! | by hand | `MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL` | the variables ([`quic::start_from_env`]) |
+//! | by hand | `MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL` (and, behind a firewall, `MPX_BULK_PORT`) | the variables ([`quic::start_from_env`]) |
 //!
 //! Under PMI (hydra, Slurm, mpxrun; [`pmi`] speaks PMI-2 and PMI-1) each
 //! rank binds a UDP port, publishes `mpx-<rank>` =
@@ -62,7 +62,7 @@ pub mod env {
     /// 10; keep-alives go out at a quarter of it). Read by `launch` under
     /// a launcher.
     pub const IDLE_TIMEOUT: &str = "MPX_IDLE_TIMEOUT";
-    pub use crate::quic::env::{ADDRS, CREDENTIAL, RANK};
+    pub use crate::quic::env::{ADDRS, BULK_PORT, CREDENTIAL, RANK};
 }
 
 /// How this process was started.
