@@ -960,6 +960,14 @@ async fn a_rank_dials_the_bulk_socket_its_peer_announces() {
     }
 }
 
+/// Rank 0 of `job` played by hand: a quinn endpoint on `socket` that
+/// accepts connections with rank 0's credential.
+fn hand_rank_zero(job: &JobCredential, socket: UdpSocket) -> quinn::Endpoint {
+    let mut server = job.issue(0).unwrap().server_config().unwrap();
+    server.transport_config(std::sync::Arc::new(options().transport().unwrap()));
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), socket, quinn::default_runtime().unwrap()).unwrap()
+}
+
 /// A rank given a bulk port ([`Options::bulk_port`]) binds its bulk
 /// socket there and announces that port; two ranks with ports of their
 /// own exchange rendezvous data through them; a port another socket holds
@@ -970,10 +978,8 @@ async fn a_rank_binds_its_bulk_socket_on_the_port_it_is_given() {
     // Announced on the control stream, to a lower rank played by hand.
     let (mut hand_sockets, addrs) = sockets(2);
     let job = JobCredential::generate(35).unwrap();
-    let mut server = job.issue(0).unwrap().server_config().unwrap();
-    server.transport_config(std::sync::Arc::new(options().transport().unwrap()));
     let one_socket = hand_sockets.pop().unwrap();
-    let hand = quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), hand_sockets.pop().unwrap(), quinn::default_runtime().unwrap()).unwrap();
+    let hand = hand_rank_zero(&job, hand_sockets.pop().unwrap());
     let port = free_port();
     let one = start(one_socket, &addrs, job.issue(1).unwrap(), &Options { bulk_port: port, ..options() }).unwrap();
     let conn = hand.accept().await.unwrap().await.unwrap();
@@ -1058,9 +1064,7 @@ async fn a_rank_started_from_the_environment_takes_its_bulk_port_from_it() {
     };
     // Rank 1 binds its own port: free it.
     sockets.truncate(1);
-    let mut server = job.issue(0).unwrap().server_config().unwrap();
-    server.transport_config(std::sync::Arc::new(options().transport().unwrap()));
-    let hand = quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), sockets.pop().unwrap(), quinn::default_runtime().unwrap()).unwrap();
+    let hand = hand_rank_zero(&job, sockets.pop().unwrap());
     let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut one = child(&port.to_string());
     let conn = tokio::time::timeout(Duration::from_secs(30), async { hand.accept().await.unwrap().await.unwrap() }).await.expect("rank 1 dials rank 0");
