@@ -145,6 +145,35 @@ fn mpxrun_runs_the_quickstart_and_a_ring_one_process_per_rank() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("[0] "), "--no-prefix");
 }
 
+/// `count` consecutive UDP ports on 127.0.0.1 that are free now: the
+/// first of a range a rank may take its sockets from.
+fn free_ports(count: u16) -> u16 {
+    loop {
+        let first = std::net::UdpSocket::bind("127.0.0.1:0").expect("a port").local_addr().expect("its address").port();
+        let Some(last) = first.checked_add(count - 1) else { continue };
+        let held: Vec<_> = (first..=last).map_while(|p| std::net::UdpSocket::bind(("127.0.0.1", p)).ok()).collect();
+        if held.len() == usize::from(count) {
+            return first;
+        }
+    }
+}
+
+/// With `MPX_PORT_RANGE`, every rank's two sockets (its own and its bulk
+/// socket) take ports of that range: a ring of three ranks runs in six
+/// ports, and in five the rank left without a port fails, saying so.
+#[test]
+fn ranks_take_their_ports_from_the_port_range() {
+    let first = free_ports(6);
+    let range = format!("{first}:{}", first + 5);
+    let out = run(mpxrun().env("MPX_PORT_RANGE", &range).args(["-n", "3", "--no-prefix"]).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 3);
+    let first = free_ports(5);
+    let range = format!("{first}:{}", first + 4);
+    let out = run(mpxrun().env("MPX_PORT_RANGE", &range).args(["-n", "3"]).arg(example("quic_ring")), Duration::from_secs(60));
+    assert!(!out.status.success(), "five ports cannot hold three ranks' six sockets:\n{}", text(&out));
+    assert!(text(&out).contains(&format!("every port of {range} is in use")), "{}", text(&out));
+}
+
 /// A program that asks for another number of ranks than the launcher
 /// started fails in every process, naming both numbers.
 #[test]

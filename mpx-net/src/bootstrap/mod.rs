@@ -11,7 +11,7 @@
 //! | Slurm's `srun --mpi=pmi2` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` (PMI-2) | Slurm's PMI key-value space: addresses and certificate fingerprints, pinned |
 //! | Open MPI's `mpirun` | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `PMIX_NAMESPACE`, and `MPX_RENDEZVOUS` passed with `-x` | files in the rendezvous directory: addresses and fingerprints, pinned |
 //! | Slurm's `srun` without `--mpi=pmi2` | `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_JOB_ID`, `SLURM_STEP_ID`, and `MPX_RENDEZVOUS` | files in the rendezvous directory, as under Open MPI |
-//! | by hand | `MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL` (and, behind a firewall, `MPX_BULK_PORT`) | the variables ([`quic::start_from_env`]) |
+//! | by hand | `MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL` | the variables ([`quic::start_from_env`]) |
 //!
 //! Under PMI (hydra, Slurm, mpxrun; [`pmi`] speaks PMI-2 and PMI-1) each
 //! rank binds a UDP port, publishes `mpx-<rank>` =
@@ -25,6 +25,9 @@
 //! address on the route to the launcher; else the address its host name
 //! resolves to, else 127.0.0.1. Unless every rank is on loopback, packets
 //! are sized for any Ethernet path ([`quic::Options::network`]'s MTU).
+//! With `MPX_PORT_RANGE` set (`7000:7099`), a rank's two UDP sockets take
+//! the first free ports of that range on its host, for hosts behind a
+//! firewall ([`quic::PortRange`]); otherwise the system picks them.
 
 pub mod mpxrun;
 pub mod pmi;
@@ -62,7 +65,7 @@ pub mod env {
     /// 10; keep-alives go out at a quarter of it). Read by `launch` under
     /// a launcher.
     pub const IDLE_TIMEOUT: &str = "MPX_IDLE_TIMEOUT";
-    pub use crate::quic::env::{ADDRS, BULK_PORT, CREDENTIAL, RANK};
+    pub use crate::quic::env::{ADDRS, CREDENTIAL, PORT_RANGE, RANK};
 }
 
 /// How this process was started.
@@ -281,7 +284,8 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
         }
         None => RankCredential::self_signed(job, rank)?,
     };
-    let socket = quic::bind(([0, 0, 0, 0], 0).into()).map_err(|e| Error::transport("binding a UDP socket", e))?;
+    let ports = quic::port_range_from_env()?.unwrap_or(quic::PortRange::ANY);
+    let socket = ports.bind([0, 0, 0, 0].into())?;
     let port = socket.local_addr().map_err(|e| Error::transport("binding a UDP socket", e))?.port();
     let ip = match (var(env::HOST), route) {
         (None, Some(ip)) => ip,
@@ -486,7 +490,7 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
         return Err(Error::InvalidArgument("this process has started its rank already".into()));
     }
     let timeout = start_timeout()?;
-    let options = quic::Options { connect_timeout: timeout, ..*options };
+    let options = quic::Options { connect_timeout: timeout, ..quic::with_port_range_from_env(options)? };
     let blocking = |f: Box<dyn FnOnce() -> Result<Endpoint> + Send>| async move {
         tokio::task::spawn_blocking(f).await.map_err(|e| Error::transport("the start-up exchange", e))?
     };

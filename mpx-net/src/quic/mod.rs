@@ -65,6 +65,7 @@ mod credential;
 mod greeting;
 mod inlet;
 mod link;
+mod ports;
 #[cfg(test)]
 mod tests;
 
@@ -77,6 +78,7 @@ use mpx_core::{Comm, Endpoint, Error, Result};
 
 pub use credential::{fingerprint, rank_name, Fingerprint, JobCredential, RankCredential};
 pub use greeting::{Greeting, StreamHead};
+pub use ports::PortRange;
 
 use bulk_thread::BulkThread;
 use connection::{spawn_in, BulkArrivals, Registry, Shared, Socket};
@@ -119,30 +121,32 @@ pub struct Options {
     pub stream_window: u32,
     /// Whether rendezvous data travels on a connection of its own, between
     /// a second UDP socket of each rank (bound to the address of the
-    /// rank's own socket, on [`bulk_port`](Options::bulk_port): it must be
+    /// rank's own socket, on a port of [`bulk_ports`](Options::bulk_ports): it must be
     /// reachable too). A connection's packets share one queue in the
     /// receiving socket, so on one connection a small message waits
     /// behind whatever rendezvous data is queued ahead of it; on two it
     /// does not. A pair of ranks uses it when both have it on; otherwise
     /// both lanes share the one connection. On by default.
     pub bulk_connection: bool,
-    /// The port of the bulk socket (see
-    /// [`bulk_connection`](Options::bulk_connection)), on the address of
-    /// the rank's own socket: 0 (the default) lets the system pick a free
-    /// one. Set it where a firewall must let the bulk connections
-    /// through; ranks that share an address need different ports (a
-    /// port in use fails [`start`] with [`Error::Transport`]). Peers learn
-    /// the port from the rank's control stream, so nothing else needs to
-    /// know it. [`start_from_env`] takes it from `MPX_BULK_PORT`
-    /// ([`env::BULK_PORT`]) when that is set.
+    /// The ports the bulk socket (see
+    /// [`bulk_connection`](Options::bulk_connection)) may take, on the
+    /// address of the rank's own socket: the first free one of the range,
+    /// or, with [`PortRange::ANY`] (the default), one the system picks.
+    /// Set it where a firewall must let the bulk connections through.
+    /// Peers learn the port from the rank's control stream, so nothing
+    /// else needs to know it; a range with no free port fails [`start`]
+    /// with [`Error::Transport`]. A rank started from the environment
+    /// takes it from `MPX_PORT_RANGE` ([`env::PORT_RANGE`]) when that is
+    /// set.
     ///
     /// ```
-    /// use mpx_net::quic::Options;
-    /// let behind_a_firewall = Options { bulk_port: 7100, ..Options::network() };
-    /// assert_eq!(Options::network().bulk_port, 0, "the system picks by default");
+    /// use mpx_net::quic::{Options, PortRange};
+    /// let behind_a_firewall = Options { bulk_ports: PortRange::new(7100, 7199)?, ..Options::network() };
+    /// assert_eq!(Options::network().bulk_ports, PortRange::ANY, "the system picks by default");
     /// # let _ = behind_a_firewall;
+    /// # Ok::<(), mpx_core::Error>(())
     /// ```
-    pub bulk_port: u16,
+    pub bulk_ports: PortRange,
     /// Whether the bulk socket's connections run on a thread of their own
     /// (a one-worker tokio runtime the endpoint owns) rather than on the
     /// program's runtime: quinn's drivers for them and the bulk streams'
@@ -181,7 +185,7 @@ impl Options {
             connect_timeout: Duration::from_secs(30),
             stream_window: 16 << 20,
             bulk_connection: true,
-            bulk_port: 0,
+            bulk_ports: PortRange::ANY,
             bulk_thread: true,
         }
     }
@@ -281,8 +285,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     let bulk_thread = (options.bulk_connection && options.bulk_thread && size > 1).then(|| BulkThread::start(credential.job(), me)).transpose()?;
     let bulk = if options.bulk_connection && size > 1 {
         let own = socket.local_addr().map_err(|e| Error::transport("reading the socket's address", e))?;
-        let at = SocketAddr::new(own.ip(), options.bulk_port);
-        let bulk_socket = bind(at).map_err(|e| Error::transport(format!("binding a bulk socket on {at}"), e))?;
+        let bulk_socket = options.bulk_ports.bind(own.ip())?;
         let bulk_runtime = match &bulk_thread {
             Some(thread) => thread.quinn_runtime(),
             None => runtime.clone(),
@@ -409,15 +412,36 @@ pub mod env {
     /// under a PMI launcher, `-`: the PEM text on standard input (how
     /// `mpxrun` hands one to a rank on another host).
     pub const CREDENTIAL: &str = "MPX_CREDENTIAL";
-    /// The port of this rank's bulk socket, if set (see
-    /// [`Options::bulk_port`](super::Options::bulk_port)): for a rank
-    /// behind a firewall.
-    pub const BULK_PORT: &str = "MPX_BULK_PORT";
+    /// The UDP ports this rank's sockets may take, if set, as a
+    /// [`PortRange`](super::PortRange) (`7000:7099`): for a rank behind a
+    /// firewall. A rank started by hand takes its bulk socket's port from
+    /// it ([`Options::bulk_ports`](super::Options::bulk_ports); its own
+    /// port is its entry of `MPX_ADDRS`); under a launcher, both sockets
+    /// of every rank take theirs from it.
+    pub const PORT_RANGE: &str = "MPX_PORT_RANGE";
+}
+
+/// `options` with the bulk socket's ports from `MPX_PORT_RANGE`, if set.
+pub(crate) fn with_port_range_from_env(options: &Options) -> Result<Options> {
+    match port_range_from_env()? {
+        Some(ports) => Ok(Options { bulk_ports: ports, ..*options }),
+        None => Ok(*options),
+    }
+}
+
+/// The range `MPX_PORT_RANGE` gives, if it is set.
+pub(crate) fn port_range_from_env() -> Result<Option<PortRange>> {
+    match std::env::var(env::PORT_RANGE) {
+        Ok(range) if !range.trim().is_empty() => {
+            range.parse().map(Some).map_err(|e| Error::InvalidArgument(format!("{}: {e}", env::PORT_RANGE)))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Starts this process's rank from the environment ([`env`](mod@env)): its rank,
-/// every rank's address, its credential, and, if `MPX_BULK_PORT` is set,
-/// the port of its bulk socket (replacing `options.bulk_port`); `Ok(None)` when `MPX_RANK`
+/// every rank's address, its credential, and, if `MPX_PORT_RANGE` is set,
+/// the ports its bulk socket may take (replacing `options.bulk_ports`); `Ok(None)` when `MPX_RANK`
 /// is not set (the process was not started as a rank). The rank listens on
 /// its own address's port on every interface of its family.
 ///
@@ -457,10 +481,7 @@ pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
     if credential.rank() != rank {
         return Err(bad(env::CREDENTIAL, format!("it is rank {}'s, not rank {rank}'s", credential.rank())));
     }
-    let mut options = *options;
-    if let Ok(port) = std::env::var(env::BULK_PORT) {
-        options.bulk_port = port.trim().parse().map_err(|e| bad(env::BULK_PORT, format!("{port:?}: {e}")))?;
-    }
+    let options = with_port_range_from_env(options)?;
     let any: std::net::IpAddr = if own.is_ipv4() { [0, 0, 0, 0].into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
     let socket = bind((any, own.port()).into()).map_err(|e| Error::transport(format!("binding port {}", own.port()), e))?;
     start(socket, &addrs, credential, &options).map(Some)

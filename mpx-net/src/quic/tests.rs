@@ -968,12 +968,13 @@ fn hand_rank_zero(job: &JobCredential, socket: UdpSocket) -> quinn::Endpoint {
     quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), socket, quinn::default_runtime().unwrap()).unwrap()
 }
 
-/// A rank given a bulk port ([`Options::bulk_port`]) binds its bulk
-/// socket there and announces that port; two ranks with ports of their
-/// own exchange rendezvous data through them; a port another socket holds
-/// fails the start with a transport error naming it.
+/// A rank given bulk ports ([`Options::bulk_ports`]) binds its bulk
+/// socket on one and announces it; two ranks sharing a range take ports
+/// of their own in it and exchange rendezvous data through them; a range
+/// whose ports another socket holds fails the start with a transport
+/// error naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rank_binds_its_bulk_socket_on_the_port_it_is_given() {
+async fn a_rank_binds_its_bulk_socket_on_a_port_it_is_given() {
     let free_port = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     // Announced on the control stream, to a lower rank played by hand.
     let (mut hand_sockets, addrs) = sockets(2);
@@ -981,7 +982,7 @@ async fn a_rank_binds_its_bulk_socket_on_the_port_it_is_given() {
     let one_socket = hand_sockets.pop().unwrap();
     let hand = hand_rank_zero(&job, hand_sockets.pop().unwrap());
     let port = free_port();
-    let one = start(one_socket, &addrs, job.issue(1).unwrap(), &Options { bulk_port: port, ..options() }).unwrap();
+    let one = start(one_socket, &addrs, job.issue(1).unwrap(), &Options { bulk_ports: PortRange::new(port, port).unwrap(), ..options() }).unwrap();
     let conn = hand.accept().await.unwrap().await.unwrap();
     let (_control_in, announced) = their_control_head(&conn).await;
     assert_eq!(announced, port, "rank 1 announces the port it was given");
@@ -990,12 +991,19 @@ async fn a_rank_binds_its_bulk_socket_on_the_port_it_is_given() {
     // Two ranks, each on a port of its own.
     let (mut pair_sockets, addrs) = sockets(2);
     let job = JobCredential::generate(36).unwrap();
-    let ports = [free_port(), free_port()];
-    let one = start(pair_sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &Options { bulk_port: ports[1], ..options() }).unwrap();
-    let zero = start(pair_sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &Options { bulk_port: ports[0], ..options() }).unwrap();
+    // Two free ports in a row (a port the system gave, and the next).
+    let (first, range) = loop {
+        let first = free_port();
+        if first < u16::MAX && UdpSocket::bind(("127.0.0.1", first + 1)).is_ok() {
+            break (first, PortRange::new(first, first + 1).unwrap());
+        }
+    };
+    let shared = Options { bulk_ports: range, ..options() };
+    let one = start(pair_sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &shared).unwrap();
+    let zero = start(pair_sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &shared).unwrap();
     tokio::time::timeout(Duration::from_secs(20), bulk_both_ways(&zero, &one)).await.expect("the ranks exchanged their messages");
-    for port in ports {
-        let taken = UdpSocket::bind(("127.0.0.1", port)).expect_err("the bulk socket holds its port");
+    for port in [first, first + 1] {
+        let taken = UdpSocket::bind(("127.0.0.1", port)).expect_err("a bulk socket holds each port of the range");
         assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
     }
     let (f0, f1) = tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(zero.finalize(), one.finalize()) }).await.expect("both finalized");
@@ -1007,9 +1015,10 @@ async fn a_rank_binds_its_bulk_socket_on_the_port_it_is_given() {
     let job = JobCredential::generate(37).unwrap();
     let holder = UdpSocket::bind("127.0.0.1:0").unwrap();
     let held = holder.local_addr().unwrap().port();
-    let e = start(last_sockets.remove(0), &addrs, job.issue(0).unwrap(), &Options { bulk_port: held, ..options() }).expect_err("the port is taken");
+    let e = start(last_sockets.remove(0), &addrs, job.issue(0).unwrap(), &Options { bulk_ports: PortRange::new(held, held).unwrap(), ..options() })
+        .expect_err("the port is taken");
     assert!(matches!(e, Error::Transport { .. }), "{e:?}");
-    assert!(e.to_string().contains(&format!("127.0.0.1:{held}")), "{e}");
+    assert!(e.to_string().contains(&format!("every port of {held}:{held} is in use")), "{e}");
 }
 
 /// Set in a child process started as a rank from the environment
@@ -1018,7 +1027,7 @@ const ENV_CHILD: &str = "MPX_QUIC_TEST_ENV_CHILD";
 
 /// A rank started from the environment (a no-op unless this process was
 /// started as one): [`start_from_env`] with `MPX_RANK`, `MPX_ADDRS`,
-/// `MPX_CREDENTIAL` (the PEM text) and `MPX_BULK_PORT`; it then waits to be
+/// `MPX_CREDENTIAL` (the PEM text) and `MPX_PORT_RANGE`; it then waits to be
 /// killed. A start that fails prints its error and exits with status 3.
 #[test]
 fn env_child_rank() {
@@ -1040,23 +1049,23 @@ fn env_child_rank() {
     });
 }
 
-/// A rank started by hand from the environment binds its bulk socket on
-/// `MPX_BULK_PORT` and announces that port to the lower rank (played by
-/// hand here); a value that is no port fails its start, naming the
+/// A rank started by hand from the environment binds its bulk socket in
+/// `MPX_PORT_RANGE` and announces that port to the lower rank (played by
+/// hand here); a value that is no range fails its start, naming the
 /// variable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rank_started_from_the_environment_takes_its_bulk_port_from_it() {
+async fn a_rank_started_from_the_environment_takes_its_bulk_port_from_its_range() {
     let (mut sockets, addrs) = sockets(2);
     let job = JobCredential::generate(38).unwrap();
     let list = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-    let child = |bulk_port: &str| {
+    let child = |ports: &str| {
         std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "quic::tests::env_child_rank", "--nocapture", "--test-threads=1"])
             .env(ENV_CHILD, "1")
             .env(env::RANK, "1")
             .env(env::ADDRS, &list)
             .env(env::CREDENTIAL, job.issue(1).unwrap().to_pem())
-            .env(env::BULK_PORT, bulk_port)
+            .env(env::PORT_RANGE, ports)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -1066,18 +1075,18 @@ async fn a_rank_started_from_the_environment_takes_its_bulk_port_from_it() {
     sockets.truncate(1);
     let hand = hand_rank_zero(&job, sockets.pop().unwrap());
     let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut one = child(&port.to_string());
+    let mut one = child(&format!("{port}:{port}"));
     let conn = tokio::time::timeout(Duration::from_secs(30), async { hand.accept().await.unwrap().await.unwrap() }).await.expect("rank 1 dials rank 0");
     let (_control_in, announced) = their_control_head(&conn).await;
-    assert_eq!(announced, port, "rank 1 announces the port MPX_BULK_PORT gave it");
+    assert_eq!(announced, port, "rank 1 announces the port MPX_PORT_RANGE gave it");
     one.kill().unwrap();
     one.wait().unwrap();
 
-    let bad = child("70000");
+    let bad = child("7001:7000");
     let out = tokio::task::spawn_blocking(move || bad.wait_with_output().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(3), "the start fails");
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("MPX_BULK_PORT"), "{said}");
+    assert!(said.contains("MPX_PORT_RANGE"), "{said}");
 }
 
 /// A rank sets up a bounded number of incoming connections at once:

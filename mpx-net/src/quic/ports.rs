@@ -1,0 +1,132 @@
+//! The UDP ports a rank's sockets may take ([`PortRange`]), for ranks
+//! behind a firewall that lets only some ports through.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
+use mpx_core::{Error, Result};
+
+/// The UDP ports a socket may take: the first free one from `first` to
+/// `last`, both included, or, as [`PortRange::ANY`] (`0:0`), any port the
+/// system picks.
+///
+/// Written `first:last` (as MPICH's `MPICH_PORT_RANGE`), `first-last`, or
+/// one port alone:
+///
+/// ```
+/// use mpx_net::quic::PortRange;
+/// assert_eq!("7000:7009".parse::<PortRange>()?, PortRange::new(7000, 7009)?);
+/// assert_eq!("7100".parse::<PortRange>()?, PortRange::new(7100, 7100)?);
+/// assert!("7009:7000".parse::<PortRange>().is_err(), "first after last");
+/// assert!("70000".parse::<PortRange>().is_err(), "not a port");
+/// // Two sockets from one range: the second takes the next free port.
+/// let range = PortRange::new(46000, 46099)?;
+/// let a = range.bind([127, 0, 0, 1].into())?;
+/// let b = range.bind([127, 0, 0, 1].into())?;
+/// assert!(range.contains(a.local_addr()?.port()) && range.contains(b.local_addr()?.port()));
+/// assert_ne!(a.local_addr()?.port(), b.local_addr()?.port());
+/// # Ok::<(), mpx_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    first: u16,
+    last: u16,
+}
+
+impl PortRange {
+    /// Any port the system picks.
+    pub const ANY: PortRange = PortRange { first: 0, last: 0 };
+
+    /// The ports from `first` to `last`, both included; `0:0` is
+    /// [`PortRange::ANY`]. An error if `first` is after `last`, or 0 but
+    /// `last` is not.
+    pub fn new(first: u16, last: u16) -> Result<PortRange> {
+        if first > last || (first == 0 && last != 0) {
+            return Err(Error::InvalidArgument(format!("ports {first}:{last}: no such range")));
+        }
+        Ok(PortRange { first, last })
+    }
+
+    /// Whether `port` is one of the range's (any port is, for
+    /// [`PortRange::ANY`]).
+    pub fn contains(&self, port: u16) -> bool {
+        *self == PortRange::ANY || (self.first..=self.last).contains(&port)
+    }
+
+    /// Binds a UDP socket on `ip` at the first port of the range that is
+    /// free, with the buffers of [`bind`](super::bind); an error naming the
+    /// range if none is.
+    pub fn bind(&self, ip: IpAddr) -> Result<UdpSocket> {
+        let mut last_error = None;
+        for port in self.first..=self.last {
+            match super::bind(SocketAddr::new(ip, port)) {
+                Ok(socket) => return Ok(socket),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last_error = Some(e),
+                Err(e) => return Err(Error::transport(format!("binding a UDP socket on {ip} port {port}"), e)),
+            }
+        }
+        let e = last_error.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AddrInUse));
+        Err(Error::transport(format!("binding a UDP socket on {ip}: every port of {self} is in use"), e))
+    }
+}
+
+impl Default for PortRange {
+    fn default() -> PortRange {
+        PortRange::ANY
+    }
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.first, self.last)
+    }
+}
+
+impl std::str::FromStr for PortRange {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<PortRange> {
+        let port = |p: &str| p.trim().parse::<u16>().map_err(|e| Error::InvalidArgument(format!("ports {s:?}: {p:?} is no port ({e})")));
+        match s.split_once([':', '-']) {
+            Some((first, last)) => PortRange::new(port(first)?, port(last)?),
+            None => {
+                let p = port(s)?;
+                PortRange::new(p, p)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse_in_every_form_and_refuse_what_is_no_range() {
+        assert_eq!("7000:7009".parse::<PortRange>().unwrap(), PortRange { first: 7000, last: 7009 });
+        assert_eq!(" 7000 - 7009 ".parse::<PortRange>().unwrap(), PortRange { first: 7000, last: 7009 });
+        assert_eq!("7100".parse::<PortRange>().unwrap(), PortRange { first: 7100, last: 7100 });
+        assert_eq!("0".parse::<PortRange>().unwrap(), PortRange::ANY);
+        assert_eq!("0:0".parse::<PortRange>().unwrap().to_string(), "0:0");
+        for bad in ["", "x", "7000:", ":7000", "7009:7000", "0:7000", "70000", "7000:70000", "-1"] {
+            let e = bad.parse::<PortRange>().expect_err(bad);
+            assert!(matches!(e, Error::InvalidArgument(_)), "{bad}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn a_range_binds_its_first_free_port_and_says_when_none_is() {
+        let ip: IpAddr = [127, 0, 0, 1].into();
+        // A port the system gave, and the one after it if that is free.
+        let held = UdpSocket::bind((ip, 0)).unwrap();
+        let first = held.local_addr().unwrap().port();
+        let Some(next) = first.checked_add(1).filter(|&p| UdpSocket::bind((ip, p)).is_ok()) else { return };
+        let range = PortRange::new(first, next).unwrap();
+        let taken = range.bind(ip).unwrap();
+        assert_eq!(taken.local_addr().unwrap().port(), next, "the held port is skipped");
+        let e = range.bind(ip).expect_err("both ports are held");
+        assert!(matches!(e, Error::Transport { .. }), "{e:?}");
+        assert!(e.to_string().contains(&format!("every port of {first}:{next} is in use")), "{e}");
+        let any = PortRange::ANY.bind(ip).unwrap();
+        assert_ne!(any.local_addr().unwrap().port(), 0);
+    }
+}
