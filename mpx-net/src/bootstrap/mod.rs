@@ -285,7 +285,7 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
         None => RankCredential::self_signed(job, rank)?,
     };
     let ports = quic::port_range_from_env()?.unwrap_or(quic::PortRange::ANY);
-    let socket = ports.bind([0, 0, 0, 0].into())?;
+    let socket = ports.bind_excluding([0, 0, 0, 0].into(), &[], Some(env::PORT_RANGE))?;
     let port = socket.local_addr().map_err(|e| Error::transport("binding a UDP socket", e))?.port();
     let ip = match (var(env::HOST), route) {
         (None, Some(ip)) => ip,

@@ -343,8 +343,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     format!("PMI_ID={rank}"),
                     format!("{}=-", crate::quic::env::CREDENTIAL),
                 ];
-                for name in [super::env::START_TIMEOUT, super::env::IDLE_TIMEOUT, super::env::PMI_VERSION] {
-                    if let Some(v) = super::var(name).filter(|v| v.chars().all(|c| c.is_ascii_alphanumeric() || c == '.')) {
+                for name in [super::env::START_TIMEOUT, super::env::IDLE_TIMEOUT, super::env::PMI_VERSION, super::env::PORT_RANGE] {
+                    if let Some(v) = super::var(name).filter(|v| v.chars().all(|c| c.is_ascii_alphanumeric() || ".:-".contains(c))) {
                         vars.push(format!("{name}={v}"));
                     }
                 }

@@ -130,14 +130,15 @@ pub struct Options {
     pub bulk_connection: bool,
     /// The ports the bulk socket (see
     /// [`bulk_connection`](Options::bulk_connection)) may take, on the
-    /// address of the rank's own socket: the first free one of the range,
-    /// or, with [`PortRange::ANY`] (the default), one the system picks.
-    /// Set it where a firewall must let the bulk connections through.
-    /// Peers learn the port from the rank's control stream, so nothing
-    /// else needs to know it; a range with no free port fails [`start`]
-    /// with [`Error::Transport`]. A rank started from the environment
-    /// takes it from `MPX_PORT_RANGE` ([`env::PORT_RANGE`]) when that is
-    /// set.
+    /// address of the rank's own socket: the first free one of the range
+    /// that no rank of `addrs` listens at, or, with [`PortRange::ANY`]
+    /// (the default), one the system picks. Set it where a firewall must
+    /// let the bulk connections through. Peers learn the port from the
+    /// rank's control stream, so nothing else needs to know it; a range
+    /// with no such port fails [`start`] with [`Error::Transport`]. A rank
+    /// started from the environment takes it from `MPX_PORT_RANGE`
+    /// ([`env::PORT_RANGE`]) when that is set. Unused without a bulk
+    /// socket (`bulk_connection` off, or a world of one rank).
     ///
     /// ```
     /// use mpx_net::quic::{Options, PortRange};
@@ -285,7 +286,10 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     let bulk_thread = (options.bulk_connection && options.bulk_thread && size > 1).then(|| BulkThread::start(credential.job(), me)).transpose()?;
     let bulk = if options.bulk_connection && size > 1 {
         let own = socket.local_addr().map_err(|e| Error::transport("reading the socket's address", e))?;
-        let bulk_socket = options.bulk_ports.bind(own.ip())?;
+        // Never at a port a rank listens at (by hand, ranks of one host
+        // may share a range with their own ports in it).
+        let listening: Vec<u16> = addrs.iter().map(SocketAddr::port).collect();
+        let bulk_socket = options.bulk_ports.bind_excluding(own.ip(), &listening, None)?;
         let bulk_runtime = match &bulk_thread {
             Some(thread) => thread.quinn_runtime(),
             None => runtime.clone(),
@@ -417,7 +421,8 @@ pub mod env {
     /// firewall. A rank started by hand takes its bulk socket's port from
     /// it ([`Options::bulk_ports`](super::Options::bulk_ports); its own
     /// port is its entry of `MPX_ADDRS`); under a launcher, both sockets
-    /// of every rank take theirs from it.
+    /// of every rank take theirs from it. Set but blank, it counts as not
+    /// set.
     pub const PORT_RANGE: &str = "MPX_PORT_RANGE";
 }
 
@@ -435,6 +440,7 @@ pub(crate) fn port_range_from_env() -> Result<Option<PortRange>> {
         Ok(range) if !range.trim().is_empty() => {
             range.parse().map(Some).map_err(|e| Error::InvalidArgument(format!("{}: {e}", env::PORT_RANGE)))
         }
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::InvalidArgument(format!("{}: {v:?} is no range", env::PORT_RANGE))),
         _ => Ok(None),
     }
 }

@@ -46,6 +46,16 @@ impl PortRange {
         Ok(PortRange { first, last })
     }
 
+    /// The first port of the range (0 for [`PortRange::ANY`]).
+    pub fn first(&self) -> u16 {
+        self.first
+    }
+
+    /// The last port of the range (0 for [`PortRange::ANY`]).
+    pub fn last(&self) -> u16 {
+        self.last
+    }
+
     /// Whether `port` is one of the range's (any port is, for
     /// [`PortRange::ANY`]).
     pub fn contains(&self, port: u16) -> bool {
@@ -56,8 +66,18 @@ impl PortRange {
     /// free, with the buffers of [`bind`](super::bind); an error naming the
     /// range if none is.
     pub fn bind(&self, ip: IpAddr) -> Result<UdpSocket> {
+        self.bind_excluding(ip, &[], None)
+    }
+
+    /// [`bind`](PortRange::bind), never at a port of `excluded` (the
+    /// ports other ranks listen at, on this host maybe); `origin` names
+    /// where the range came from, for the error.
+    pub(crate) fn bind_excluding(&self, ip: IpAddr, excluded: &[u16], origin: Option<&str>) -> Result<UdpSocket> {
+        if *self == PortRange::ANY {
+            return super::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::transport(format!("binding a UDP socket on {ip}"), e));
+        }
         let mut last_error = None;
-        for port in self.first..=self.last {
+        for port in (self.first..=self.last).filter(|p| !excluded.contains(p)) {
             match super::bind(SocketAddr::new(ip, port)) {
                 Ok(socket) => return Ok(socket),
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last_error = Some(e),
@@ -65,7 +85,8 @@ impl PortRange {
             }
         }
         let e = last_error.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AddrInUse));
-        Err(Error::transport(format!("binding a UDP socket on {ip}: every port of {self} is in use"), e))
+        let origin = origin.map_or(String::new(), |o| format!(" ({o})"));
+        Err(Error::transport(format!("binding a UDP socket on {ip}: every port of {self}{origin} is in use or another rank's"), e))
     }
 }
 
@@ -85,7 +106,12 @@ impl std::str::FromStr for PortRange {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<PortRange> {
-        let port = |p: &str| p.trim().parse::<u16>().map_err(|e| Error::InvalidArgument(format!("ports {s:?}: {p:?} is no port ({e})")));
+        let port = |p: &str| {
+            let p = p.trim();
+            // Digits only (`u16`'s parse takes a leading `+`).
+            let digits = !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+            p.parse::<u16>().ok().filter(|_| digits).ok_or_else(|| Error::InvalidArgument(format!("ports {s:?}: {p:?} is no port")))
+        };
         match s.split_once([':', '-']) {
             Some((first, last)) => PortRange::new(port(first)?, port(last)?),
             None => {
@@ -107,7 +133,7 @@ mod tests {
         assert_eq!("7100".parse::<PortRange>().unwrap(), PortRange { first: 7100, last: 7100 });
         assert_eq!("0".parse::<PortRange>().unwrap(), PortRange::ANY);
         assert_eq!("0:0".parse::<PortRange>().unwrap().to_string(), "0:0");
-        for bad in ["", "x", "7000:", ":7000", "7009:7000", "0:7000", "70000", "7000:70000", "-1"] {
+        for bad in ["", "x", "7000:", ":7000", "7009:7000", "0:7000", "70000", "7000:70000", "-1", "+7000", "7000:+7009", "1:2:3"] {
             let e = bad.parse::<PortRange>().expect_err(bad);
             assert!(matches!(e, Error::InvalidArgument(_)), "{bad}: {e:?}");
         }
@@ -116,16 +142,24 @@ mod tests {
     #[test]
     fn a_range_binds_its_first_free_port_and_says_when_none_is() {
         let ip: IpAddr = [127, 0, 0, 1].into();
-        // A port the system gave, and the one after it if that is free.
-        let held = UdpSocket::bind((ip, 0)).unwrap();
-        let first = held.local_addr().unwrap().port();
-        let Some(next) = first.checked_add(1).filter(|&p| UdpSocket::bind((ip, p)).is_ok()) else { return };
-        let range = PortRange::new(first, next).unwrap();
-        let taken = range.bind(ip).unwrap();
-        assert_eq!(taken.local_addr().unwrap().port(), next, "the held port is skipped");
-        let e = range.bind(ip).expect_err("both ports are held");
+        // Three free ports in a row: the first held, the second excluded.
+        let (held, first) = loop {
+            let held = UdpSocket::bind((ip, 0)).unwrap();
+            let first = held.local_addr().unwrap().port();
+            if first < u16::MAX - 2 && (1..3).all(|i| UdpSocket::bind((ip, first + i)).is_ok()) {
+                break (held, first);
+            }
+        };
+        let range = PortRange::new(first, first + 2).unwrap();
+        assert_eq!((range.first(), range.last()), (first, first + 2));
+        let taken = range.bind_excluding(ip, &[first + 1], None).unwrap();
+        assert_eq!(taken.local_addr().unwrap().port(), first + 2, "the held port and the excluded one are skipped");
+        let e = range.bind_excluding(ip, &[first + 1], Some("MPX_PORT_RANGE")).expect_err("every port is held or excluded");
         assert!(matches!(e, Error::Transport { .. }), "{e:?}");
-        assert!(e.to_string().contains(&format!("every port of {first}:{next} is in use")), "{e}");
+        assert!(e.to_string().contains(&format!("every port of {range} (MPX_PORT_RANGE) is in use")), "{e}");
+        let next = range.bind(ip).unwrap();
+        assert_eq!(next.local_addr().unwrap().port(), first + 1, "bind excludes nothing");
+        drop(held);
         let any = PortRange::ANY.bind(ip).unwrap();
         assert_ne!(any.local_addr().unwrap().port(), 0);
     }

@@ -1076,7 +1076,11 @@ async fn a_rank_started_from_the_environment_takes_its_bulk_port_from_its_range(
     let hand = hand_rank_zero(&job, sockets.pop().unwrap());
     let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut one = child(&format!("{port}:{port}"));
-    let conn = tokio::time::timeout(Duration::from_secs(30), async { hand.accept().await.unwrap().await.unwrap() }).await.expect("rank 1 dials rank 0");
+    let Ok(conn) = tokio::time::timeout(Duration::from_secs(30), async { hand.accept().await.unwrap().await.unwrap() }).await else {
+        one.kill().unwrap();
+        let out = one.wait_with_output().unwrap();
+        panic!("rank 1 never dialled rank 0: {}", String::from_utf8_lossy(&out.stderr));
+    };
     let (_control_in, announced) = their_control_head(&conn).await;
     assert_eq!(announced, port, "rank 1 announces the port MPX_PORT_RANGE gave it");
     one.kill().unwrap();

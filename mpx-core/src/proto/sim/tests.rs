@@ -347,11 +347,11 @@ fn streams_decode_the_same_however_they_are_cut() {
     for seed in 0..20 {
         let world = honest_world(seed, 100);
         let script = world.nodes[0].recording.as_ref().expect("records");
-        for (lane, stream) in streams_by_peer_and_lane(script).into_iter().enumerate() {
+        for (index, stream) in streams_by_peer_and_lane(script).into_iter().enumerate() {
             if stream.is_empty() {
                 continue;
             }
-            bulk_streams += lane % 2;
+            bulk_streams += index % 2;
             check_decoder(&[vec![seed as u8], stream].concat());
         }
     }
@@ -455,6 +455,7 @@ fn requeued_rendezvous(mode: u8, delivered: bool) -> (World, Script) {
         world.apply(1, &Op::Transmit { frames: 2 });
         world.deliver(1, 0, usize::MAX);
         assert_eq!(world.nodes[0].held(), (0, 0), "the first receive is still waiting for data");
+        assert_eq!(world.nodes[0].engine().rendezvous_bytes(1), 2 * config(Repr::Native).rndv_chunk as u64, "two chunks are in");
         world.apply(0, &Op::Withdraw { which: 0 });
     }
     world.apply(0, &any);
