@@ -19,7 +19,10 @@
 //! quinn (see [`link`](self) for the queues behind them); and the bulk
 //! streams travel on a second connection, between a second UDP socket of
 //! each rank ([`Options::bulk_connection`]), so neither does it in the
-//! receiving socket's queue, which a connection's packets share. Frames are
+//! receiving socket's queue, which a connection's packets share. That
+//! socket's port is any the system picks, or one of a [`PortRange`] given
+//! for a firewall ([`Options::bulk_ports`], `MPX_PORT_RANGE`); peers learn
+//! it from the rank's control stream. Frames are
 //! written header and payload as separate chunks, and decoded from each
 //! stream with a capped decoder; a malformed frame or a protocol violation
 //! closes the connection and fails the peer.
