@@ -191,6 +191,18 @@ fn ranks_take_their_ports_from_the_port_range() {
     assert!(text(&out).contains(&format!("every port of {range}")) && text(&out).contains("is in use"), "{}", text(&out));
 }
 
+/// Ranks that advertise an IPv6 address (`MPX_HOST=::1`) listen on it and
+/// run a ring (where the machine has IPv6 at all).
+#[test]
+fn ranks_advertising_an_ipv6_address_run() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here: not tested");
+        return;
+    }
+    let out = run(mpxrun().env("MPX_HOST", "::1").args(["-n", "3", "--no-prefix"]).arg(example("quic_ring")), Duration::from_secs(60));
+    check_ring(&out, 3);
+}
+
 /// A program that asks for another number of ranks than the launcher
 /// started fails in every process, naming both numbers.
 #[test]

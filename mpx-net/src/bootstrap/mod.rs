@@ -23,7 +23,8 @@
 //! private to the job's processes, carries the trust. A rank advertises
 //! `MPX_HOST` if set; else, when it reaches its launcher over TCP, its
 //! address on the route to the launcher; else the address its host name
-//! resolves to, else 127.0.0.1. Unless every rank is on loopback, packets
+//! resolves to, else 127.0.0.1; it listens on every interface of that
+//! address's family (IPv4 or IPv6). Unless every rank is on loopback, packets
 //! are sized for any Ethernet path ([`quic::Options::network`]'s MTU).
 //! With `MPX_PORT_RANGE` set (`7000:7099`), a rank's two UDP sockets take
 //! the first free ports of that range on its host, for hosts behind a
@@ -284,13 +285,15 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
         }
         None => RankCredential::self_signed(job, rank)?,
     };
-    let ports = quic::port_range_from_env()?.unwrap_or(quic::PortRange::ANY);
-    let socket = ports.bind_excluding([0, 0, 0, 0].into(), &[], Some(env::PORT_RANGE))?;
-    let port = socket.local_addr().map_err(|e| Error::transport("binding a UDP socket", e))?.port();
     let ip = match (var(env::HOST), route) {
         (None, Some(ip)) => ip,
         _ => advertised_ip()?,
     };
+    // Every interface of the advertised address's family.
+    let any: IpAddr = if ip.is_ipv4() { [0, 0, 0, 0].into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
+    let ports = quic::port_range_from_env()?.unwrap_or(quic::PortRange::ANY);
+    let socket = ports.bind_excluding(any, &[], Some(env::PORT_RANGE))?;
+    let port = socket.local_addr().map_err(|e| Error::transport("binding a UDP socket", e))?.port();
     Ok((socket, SocketAddr::new(ip, port), credential))
 }
 
