@@ -235,7 +235,7 @@ fn seconds(name: &str, default: Duration) -> Result<Duration> {
 /// peer on the launcher's network reaches this host at.
 fn local_route(addr: &str) -> Option<IpAddr> {
     let target = addr.to_socket_addrs().ok()?.next()?;
-    let probe = UdpSocket::bind(if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
+    let probe = UdpSocket::bind((quic::unspecified_like(target.ip()), 0)).ok()?;
     probe.connect(target).ok()?;
     Some(probe.local_addr().ok()?.ip())
 }
@@ -290,9 +290,8 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
         _ => advertised_ip()?,
     };
     // Every interface of the advertised address's family.
-    let any: IpAddr = if ip.is_ipv4() { [0, 0, 0, 0].into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
     let ports = quic::port_range_from_env()?.unwrap_or(quic::PortRange::ANY);
-    let socket = ports.bind_excluding(any, &[], Some(env::PORT_RANGE))?;
+    let socket = ports.bind_excluding(quic::unspecified_like(ip), &[], Some(env::PORT_RANGE))?;
     let port = socket.local_addr().map_err(|e| Error::transport("binding a UDP socket", e))?.port();
     Ok((socket, SocketAddr::new(ip, port), credential))
 }
@@ -493,7 +492,10 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
         return Err(Error::InvalidArgument("this process has started its rank already".into()));
     }
     let timeout = start_timeout()?;
-    let options = quic::Options { connect_timeout: timeout, ..quic::with_port_range_from_env(options)? };
+    let options = quic::Options { connect_timeout: timeout, ..*options };
+    // Under a launcher, the bulk socket's ports (by hand, `start_from_env`
+    // reads them itself).
+    let launched = quic::with_port_range_from_env(&options)?;
     let blocking = |f: Box<dyn FnOnce() -> Result<Endpoint> + Send>| async move {
         tokio::task::spawn_blocking(f).await.map_err(|e| Error::transport("the start-up exchange", e))?
     };
@@ -505,7 +507,7 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
             blocking(Box::new(move || {
                 let (socket, addrs, credential, session) = through_pmi(rank, size, &channel, timeout)?;
                 let _inside = runtime.enter();
-                let endpoint = quic::start(socket, &addrs, credential, &for_path(options, &addrs))?;
+                let endpoint = quic::start(socket, &addrs, credential, &for_path(launched, &addrs))?;
                 endpoint.own(session);
                 Ok(endpoint)
             }))
@@ -515,7 +517,7 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
             blocking(Box::new(move || {
                 let (socket, addrs, credential, card) = through_directory(rank, size, &dir, job, timeout)?;
                 let _inside = runtime.enter();
-                let endpoint = quic::start(socket, &addrs, credential, &for_path(options, &addrs))?;
+                let endpoint = quic::start(socket, &addrs, credential, &for_path(launched, &addrs))?;
                 endpoint.own(card);
                 Ok(endpoint)
             }))

@@ -242,6 +242,15 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     Ok(socket)
 }
 
+/// The address of every interface of `ip`'s family (`0.0.0.0` or `::`).
+pub(crate) fn unspecified_like(ip: std::net::IpAddr) -> std::net::IpAddr {
+    if ip.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    }
+}
+
 /// Starts rank `credential.rank()` of a world whose ranks listen at
 /// `addrs` (this rank on `socket`, bound to its own entry), and returns its
 /// endpoint at once: connections to the peers are set up in the
@@ -491,7 +500,6 @@ pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
         return Err(bad(env::CREDENTIAL, format!("it is rank {}'s, not rank {rank}'s", credential.rank())));
     }
     let options = with_port_range_from_env(options)?;
-    let any: std::net::IpAddr = if own.is_ipv4() { [0, 0, 0, 0].into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
-    let socket = bind((any, own.port()).into()).map_err(|e| Error::transport(format!("binding port {}", own.port()), e))?;
+    let socket = bind((unspecified_like(own.ip()), own.port()).into()).map_err(|e| Error::transport(format!("binding port {}", own.port()), e))?;
     start(socket, &addrs, credential, &options).map(Some)
 }

@@ -86,6 +86,19 @@ async fn their_control_head(conn: &quinn::Connection) -> (quinn::RecvStream, u16
     (theirs, bulk_port)
 }
 
+/// A UDP port of 127.0.0.1 that is free now.
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Rank 0 of `job` played by hand: a quinn endpoint on `socket` that
+/// accepts connections with rank 0's credential.
+fn hand_rank_zero(job: &JobCredential, socket: UdpSocket) -> quinn::Endpoint {
+    let mut server = job.issue(0).unwrap().server_config().unwrap();
+    server.transport_config(std::sync::Arc::new(options().transport().unwrap()));
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), socket, quinn::default_runtime().unwrap()).unwrap()
+}
+
 /// A rank played by hand that announces a bulk socket: its control
 /// connection to rank 0 of job `job_id` at `addr`, its control stream (led
 /// by its head), and the port of rank 0's bulk socket, read from rank 0's
@@ -921,13 +934,10 @@ async fn a_rank_dials_the_bulk_socket_its_peer_announces() {
     for bulk_connection in [true, false] {
         let (mut sockets, addrs) = sockets(2);
         let job = JobCredential::generate(15).unwrap();
-        let mut server = job.issue(0).unwrap().server_config().unwrap();
-        server.transport_config(std::sync::Arc::new(options().transport().unwrap()));
-        let endpoint = |socket: UdpSocket| quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server.clone()), socket, quinn::default_runtime().unwrap()).unwrap();
-        let hand_bulk = endpoint(bind(([127, 0, 0, 1], 0).into()).unwrap());
+        let hand_bulk = hand_rank_zero(&job, bind(([127, 0, 0, 1], 0).into()).unwrap());
         let hand_bulk_port = hand_bulk.local_addr().unwrap().port();
         let one_socket = sockets.pop().unwrap();
-        let hand = endpoint(sockets.pop().unwrap());
+        let hand = hand_rank_zero(&job, sockets.pop().unwrap());
         let one = start(one_socket, &addrs, job.issue(1).unwrap(), &Options { bulk_connection, ..options() }).unwrap();
 
         let conn = hand.accept().await.unwrap().await.unwrap();
@@ -960,14 +970,6 @@ async fn a_rank_dials_the_bulk_socket_its_peer_announces() {
     }
 }
 
-/// Rank 0 of `job` played by hand: a quinn endpoint on `socket` that
-/// accepts connections with rank 0's credential.
-fn hand_rank_zero(job: &JobCredential, socket: UdpSocket) -> quinn::Endpoint {
-    let mut server = job.issue(0).unwrap().server_config().unwrap();
-    server.transport_config(std::sync::Arc::new(options().transport().unwrap()));
-    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), socket, quinn::default_runtime().unwrap()).unwrap()
-}
-
 /// A rank given bulk ports ([`Options::bulk_ports`]) binds its bulk
 /// socket on one and announces it; two ranks sharing a range take ports
 /// of their own in it and exchange rendezvous data through them; a range
@@ -975,7 +977,6 @@ fn hand_rank_zero(job: &JobCredential, socket: UdpSocket) -> quinn::Endpoint {
 /// error naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rank_binds_its_bulk_socket_on_a_port_it_is_given() {
-    let free_port = || UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     // Announced on the control stream, to a lower rank played by hand.
     let (mut hand_sockets, addrs) = sockets(2);
     let job = JobCredential::generate(35).unwrap();
@@ -1074,7 +1075,7 @@ async fn a_rank_started_from_the_environment_takes_its_bulk_port_from_its_range(
     // Rank 1 binds its own port: free it.
     sockets.truncate(1);
     let hand = hand_rank_zero(&job, sockets.pop().unwrap());
-    let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let mut one = child(&format!("{port}:{port}"));
     let Ok(conn) = tokio::time::timeout(Duration::from_secs(30), async { hand.accept().await.unwrap().await.unwrap() }).await else {
         one.kill().unwrap();

@@ -93,11 +93,10 @@ impl World {
             return;
         }
         let data = link.split_to(n).to_vec();
-        let sender = from;
-        let no_hello = self.nodes[to as usize].engine().awaiting_hello().contains(&(sender as usize));
-        let from = Self::selector(to, from);
-        self.apply(to, &if lane == 0 { Op::Bytes { from, data } } else { Op::BulkBytes { from, data } });
-        if lane == 1 && no_hello && self.nodes[to as usize].engine().unsolicited_bytes(sender).0 > 0 {
+        let no_hello = self.nodes[to as usize].engine().awaiting_hello().contains(&(from as usize));
+        let selector = Self::selector(to, from);
+        self.apply(to, &if lane == 0 { Op::Bytes { from: selector, data } } else { Op::BulkBytes { from: selector, data } });
+        if lane == 1 && no_hello && self.nodes[to as usize].engine().unsolicited_bytes(from).0 > 0 {
             self.data_before_hello += 1;
         }
     }
