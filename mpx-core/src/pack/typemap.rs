@@ -39,7 +39,13 @@ impl Datatype {
     /// of `count * size` bytes.
     pub fn is_contiguous(&self) -> bool {
         let l = self.layout();
-        l.lb == 0 && l.extent() as u64 == l.size && self.programs().native.is_single_run(l.size)
+        if l.lb != 0 || l.extent() as u64 != l.size {
+            return false;
+        }
+        // A predefined type with gaps has an extent beyond its size: the
+        // check above decides it, without the compiled programs (every
+        // message of a primitive type asks).
+        matches!(self.node().ctor, crate::datatype::Ctor::Named(_)) || self.programs().native.is_single_run(l.size)
     }
 
     /// Calls `f` on every basic entry of one item, in typemap order, with its

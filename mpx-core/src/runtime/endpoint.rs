@@ -507,11 +507,18 @@ impl Shared {
     }
 
     /// Hands queued frames to the transport, peer by peer, and dispatches
-    /// the engine's events.
+    /// the engine's events. Called after every change to the engine, most
+    /// often with nothing to do: that check is inlined into the caller.
+    #[inline]
     pub(crate) fn flush(&self, st: &mut State) {
-        if !st.engine.has_output() && st.state_wakers.is_empty() {
-            return;
+        if st.engine.has_output() || !st.state_wakers.is_empty() {
+            self.flush_output(st);
         }
+    }
+
+    /// [`flush`](Shared::flush) with something to do.
+    #[inline(never)]
+    fn flush_output(&self, st: &mut State) {
         loop {
             let mut progressed = false;
             while let Some(dest) = st.engine.poll_writable() {

@@ -163,6 +163,7 @@ impl Engine {
     /// Whether [`poll_writable`](Engine::poll_writable) or
     /// [`poll_event`](Engine::poll_event) may have something: when not,
     /// both return `None`.
+    #[inline]
     pub fn has_output(&self) -> bool {
         !self.writable.is_empty() || !self.events.is_empty()
     }
