@@ -157,9 +157,10 @@ impl<'a> SendBuf<'a> {
 /// The most data bytes a receive of `count` items of `datatype` can hold,
 /// in either representation (`None`: too many to count).
 pub(crate) fn capacity(datatype: &Datatype, count: u64) -> Option<u64> {
-    let native = datatype.pack_size(count).ok()?;
-    let external = datatype.pack_external_size(count).ok()?;
-    Some(native.max(external) as u64)
+    // The larger of `pack_size` and `pack_external_size`: if it is
+    // countable, so is the other.
+    let per_item = datatype.size().max(datatype.external32_size());
+    per_item.checked_mul(count).filter(|&bytes| usize::try_from(bytes).is_ok())
 }
 
 /// Message data ready to send, made by [`SendData`](super::SendData)

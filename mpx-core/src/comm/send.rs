@@ -283,7 +283,21 @@ impl Comm {
     }
 
     /// A send request as a future of `()`.
-    async fn completion(request: Request<'static>) -> Result<()> {
-        request.await.map(drop)
+    fn completion(request: Request<'static>) -> SendCompletion {
+        SendCompletion(request)
+    }
+}
+
+/// What the blocking sends return: their request, resolving to `()`. (A
+/// plain future rather than an `async fn`'s state machine: a send that
+/// completed as it started is ready at its first poll, and that poll is
+/// on every small message's path.)
+struct SendCompletion(Request<'static>);
+
+impl Future for SendCompletion {
+    type Output = Result<()>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|outcome| outcome.map(drop))
     }
 }

@@ -379,7 +379,19 @@ impl<'a> Request<'a> {
     /// Moves the request to `Complete` if the engine has finished it;
     /// otherwise registers `cx`'s waker.
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let State::Active { shared, id, kind } = &mut self.state else { return Poll::Ready(()) };
+        if let State::Active { .. } = self.state {
+            let outcome = std::task::ready!(self.poll_active(cx));
+            self.state = State::Complete(Some(outcome));
+        }
+        Poll::Ready(())
+    }
+
+    /// The outcome once the engine has finished the active request (which
+    /// is then left complete, its outcome taken); otherwise registers
+    /// `cx`'s waker. Awaiting a request takes its outcome from here
+    /// directly, without keeping it in the request first.
+    fn poll_active(&mut self, cx: &mut Context<'_>) -> Poll<Result<Status>> {
+        let State::Active { shared, id, kind } = &mut self.state else { unreachable!("called on active requests") };
         let mut data_arrived = false;
         let completion = match shared.poll_recv(*id, cx, &mut data_arrived) {
             Poll::Ready(completion) => completion,
@@ -392,8 +404,8 @@ impl<'a> Request<'a> {
                         // what it took, or (if that is not all it was
                         // handed) can only fail the next receive.
                         shared.withdraw_streamed(*id, finish.taken());
-                        self.state = State::Complete(Some(Err(e)));
-                        return Poll::Ready(());
+                        self.state = State::Complete(None);
+                        return Poll::Ready(Err(e));
                     }
                 }
                 return Poll::Pending;
@@ -412,8 +424,7 @@ impl<'a> Request<'a> {
             (Kind::Recv(_), Completion::Cancelled) => Ok(Status { cancelled: true, ..Status::empty() }),
             _ => unreachable!("a request completes as its own kind"),
         };
-        self.state = State::Complete(Some(outcome));
-        Poll::Ready(())
+        Poll::Ready(outcome)
     }
 
     /// Ready once the operation has finished, leaving its outcome in the
@@ -529,9 +540,9 @@ impl Future for Request<'_> {
     type Output = Result<Status>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Status>> {
-        match self.poll_complete(cx) {
-            Poll::Ready(()) => Poll::Ready(self.take_outcome()),
-            Poll::Pending => Poll::Pending,
+        match self.state {
+            State::Active { .. } => self.poll_active(cx),
+            State::Complete(_) => Poll::Ready(self.take_outcome()),
         }
     }
 }

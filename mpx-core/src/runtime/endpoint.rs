@@ -432,12 +432,14 @@ pub(crate) struct Locked<'a> {
 
 impl Deref for Locked<'_> {
     type Target = State;
+    #[inline]
     fn deref(&self) -> &State {
         self.guard.as_ref().expect("held until drop")
     }
 }
 
 impl DerefMut for Locked<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut State {
         self.guard.as_mut().expect("held until drop")
     }
@@ -456,7 +458,22 @@ thread_local! {
 }
 
 impl Drop for Locked<'_> {
+    #[inline]
     fn drop(&mut self) {
+        match self.guard.as_ref() {
+            // Most holds wake nobody and offer nothing: only the unlock.
+            Some(g) if g.to_wake.is_empty() && !g.offered => drop(self.guard.take()),
+            Some(_) => self.release_and_wake(),
+            None => {}
+        }
+    }
+}
+
+impl Locked<'_> {
+    /// Releases the lock, then wakes what the hold queued to wake and has
+    /// the transport deliver what it was offered.
+    #[inline(never)]
+    fn release_and_wake(&mut self) {
         let offered = self.guard.as_mut().is_some_and(|g| std::mem::take(&mut g.offered));
         let wakers = match self.guard.as_mut() {
             Some(g) if !g.to_wake.is_empty() => {
