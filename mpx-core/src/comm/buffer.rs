@@ -592,3 +592,25 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     }
     a
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receives_capacity_is_the_larger_of_its_two_packed_sizes() {
+        for name in ["long", "int", "double", "long_double", "short_int", "wchar", "byte"] {
+            let t = Datatype::named(name).expect("a predefined type");
+            for count in [0u64, 1, 3, 1000] {
+                let native = t.pack_size(count).unwrap() as u64;
+                let external = t.pack_external_size(count).unwrap() as u64;
+                assert_eq!(capacity(&t, count), Some(native.max(external)), "{name} × {count}");
+            }
+        }
+        let long = Datatype::named("long").unwrap();
+        assert_eq!(capacity(&long, 3), Some(24), "8 bytes native, 4 in external32");
+        assert_eq!(capacity(&long, u64::MAX), None, "too many to count");
+        assert_eq!(capacity(&long, u64::MAX / 8 + 1), None);
+        assert_eq!(capacity(&Datatype::named("byte").unwrap(), u64::MAX).map(|n| n as usize), usize::try_from(u64::MAX).ok());
+    }
+}

@@ -938,6 +938,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_predefined_types_contiguity_read_from_its_layout_is_its_programs() {
+        for t in PREDEFINED.iter() {
+            let l = t.layout();
+            let by_programs = l.lb == 0 && l.extent() as u64 == l.size && t.programs().native.is_single_run(l.size);
+            let Ctor::Named(p) = t.node().ctor else { unreachable!("predefined") };
+            assert_eq!(t.is_contiguous(), by_programs, "{}", p.name());
+        }
+        assert!(Datatype::double().is_contiguous());
+        assert!(!Datatype::named("short_int").unwrap().is_contiguous(), "a gap between its short and its int");
+    }
+
+    #[test]
     fn dropping_a_child_keeps_parent_valid() {
         let s = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::char()]).unwrap();
         let v = Datatype::vector(2, 3, 4, &s).unwrap();
