@@ -452,6 +452,26 @@ fn transparent_newtypes() {
     assert_rejected::<Id<u8>>(&bytes, Id { raw: one, _kind: PhantomData }, 3, 1);
 }
 
+/// Every shape of field left out of the datatype: `PhantomData` as
+/// imported and fully spelled, `()`, and arrays of them.
+#[derive(Clone, Copy, Debug, PartialEq, MpiType)]
+#[repr(C)]
+struct Tagged<T> {
+    value: u32,
+    _unit: (),
+    _marks: [PhantomData<T>; 3],
+    _units: [(); 2],
+    _full: std::marker::PhantomData<fn() -> T>,
+}
+
+#[test]
+fn fields_without_bytes_are_left_out() {
+    assert_same_layout::<Tagged<u16>>(&b(Basic::Uint32));
+    assert_eq!(entries(&Tagged::<u16>::datatype()), [(Basic::Uint32, 0)]);
+    let v = Tagged::<u16> { value: 9, _unit: (), _marks: [PhantomData; 3], _units: [(); 2], _full: PhantomData };
+    check_pack(&[v; 2], &b(Basic::Uint32), |v| vec![(0, ne(v.value.to_ne_bytes()))], v);
+}
+
 // ----- enums ------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, MpiType)]

@@ -77,4 +77,32 @@ impl Datatype {
         // SAFETY: this function's contract is `cached`'s.
         unsafe { cached::<T>(build) }
     }
+
+    /// Compiles only for the field types `#[derive(MpiType)]` leaves out
+    /// of a datatype ([`NoBytes`]: `PhantomData<T>`, `()` and arrays of
+    /// them); the derive calls it for each such field. The derive knows
+    /// those fields by their spelling, and a spelling proves nothing (a
+    /// `use std::convert::Infallible as PhantomData` spells the same), so
+    /// the type itself is checked here. An inherent function of the real
+    /// `Datatype`, as [`__derive_cached`](Datatype::__derive_cached) is,
+    /// so generated code cannot be pointed at a check of another crate's.
+    /// Not part of the stable API.
+    #[doc(hidden)]
+    pub const fn __derive_no_bytes<T: ?Sized + NoBytes>() {}
 }
+
+/// A type with no bytes and exactly one value, which a derived datatype
+/// may leave out: writing a value's other fields makes the whole value.
+/// Sealed: implemented here only, so no other type can claim it.
+pub trait NoBytes: sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+impl<T: ?Sized> sealed::Sealed for std::marker::PhantomData<T> {}
+impl<T: ?Sized> NoBytes for std::marker::PhantomData<T> {}
+impl sealed::Sealed for () {}
+impl NoBytes for () {}
+impl<T: NoBytes, const N: usize> sealed::Sealed for [T; N] {}
+impl<T: NoBytes, const N: usize> NoBytes for [T; N] {}

@@ -49,8 +49,11 @@ use crate::datatype::{Basic, Datatype};
 ///   datatype into uninitialised memory are initialised);
 /// * every bit pattern of those bytes that [`is_valid`](MpiType::is_valid)
 ///   accepts (all of them when [`NEEDS_VALIDATION`](MpiType::NEEDS_VALIDATION)
-///   is false), with the other bytes of `Self` taken from a valid value, is
-///   a valid `Self`;
+///   is false) is a valid `Self`, whatever its other bytes (its padding)
+///   hold, uninitialised included: receives build values so, in
+///   uninitialised memory. In particular `Self` has values: a type with
+///   none (an empty enum, `Infallible`, a struct with such a field) must
+///   not implement it;
 /// * `datatype` returns the same typemap every time, and so does the
 ///   hidden `datatype_ref` where an implementation overrides it (mpx's
 ///   own do, for the predefined types).

@@ -66,8 +66,10 @@ impl<T: MpiType> Receivable for T {
         if whole == 0 && std::mem::size_of::<T>() > 0 {
             return Err(Error::ShortInput { requested: T::datatype().size(), available: status.bytes });
         }
-        // SAFETY: the unpack succeeded and wrote one whole value, which it
-        // validated (or `T` has no bytes to write).
+        // SAFETY: the unpack succeeded and wrote every typemap byte of one
+        // value, which it validated (or `T` has no bytes to write): by
+        // `MpiType`'s contract that makes a valid `T`, its padding left
+        // uninitialised (and `T` has values at all).
         Ok((unsafe { value.assume_init() }, status))
     }
 }
