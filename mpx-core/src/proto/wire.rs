@@ -355,7 +355,8 @@ pub const COPY_PAYLOAD_MAX: u64 = 16 << 10;
 /// frame's header with `seq` (the data's offset in its message) advanced by
 /// the bytes before it, so the engine takes the pieces as it takes frames
 /// of any size, and checks them the same way. Other frames are gathered
-/// when they span chunks, their length capped as by [`Decoder`].
+/// when they span chunks, each in a buffer of exactly its size, their
+/// length capped as by [`Decoder`].
 ///
 /// ```
 /// use bytes::Bytes;
@@ -451,9 +452,18 @@ impl ChunkDecoder {
                 each(Frame { header, payload: payload_of(&chunk.split_to(total)) })?;
                 continue;
             }
-            if in_place {
-                self.partial.reserve(total);
-                self.partial.extend_from_slice(&chunk.split_to(HEADER_LEN));
+            if self.partial.len() <= HEADER_LEN {
+                // A frame that spans chunks is gathered in a buffer of its
+                // own, exactly its size: its payload may be kept as a slice
+                // of it (a message waiting as unexpected, charged only its
+                // own bytes), and a buffer reused or grown from earlier
+                // frames would keep all of its memory alive with it.
+                let mut own = BytesMut::with_capacity(total);
+                own.extend_from_slice(if in_place { &chunk[..HEADER_LEN] } else { &self.partial[..] });
+                if in_place {
+                    chunk.advance(HEADER_LEN);
+                }
+                self.partial = own;
             }
             let n = (total - self.partial.len()).min(chunk.len());
             self.partial.extend_from_slice(&chunk.split_to(n));
@@ -666,6 +676,34 @@ mod tests {
         assert_eq!(frames.len(), 2);
         assert_eq!((&frames[0].payload[..], inside(&frames[0].payload)), (&small.payload[..], false));
         assert_eq!((&frames[1].payload[..], inside(&frames[1].payload)), (&large.payload[..], true));
+    }
+
+    /// A frame that spans chunks is gathered in a buffer of exactly its
+    /// size, never in one a larger frame before it grew: its payload, kept
+    /// as a slice while the message waits, holds no more than its own bytes.
+    #[test]
+    fn a_chunk_decoder_gathers_each_frame_in_a_buffer_of_its_own_size() {
+        let mut decoder = ChunkDecoder::new(2 << 20);
+        let mut push_in_pieces = |decoder: &mut ChunkDecoder, frame: &Frame, upto: usize| {
+            let bytes = frame.to_bytes();
+            for piece in bytes[..upto.min(bytes.len())].chunks(1000) {
+                // Every frame handed on is dropped at once, as a ping's is.
+                decoder.push(Bytes::copy_from_slice(piece), &mut |_| Ok(())).unwrap();
+            }
+        };
+        let big = Frame { header: Header::control(Kind::Eager, 1), payload: Bytes::from(vec![1u8; 1 << 20]) };
+        push_in_pieces(&mut decoder, &big, usize::MAX);
+        assert!(decoder.is_idle());
+        let small = Frame { header: Header::control(Kind::Eager, 1), payload: Bytes::from(vec![2u8; 20 << 10]) };
+        push_in_pieces(&mut decoder, &small, 3000);
+        assert_eq!(decoder.partial.capacity(), HEADER_LEN + (20 << 10), "not the megabyte the frame before grew");
+        let mut got = Vec::new();
+        decoder.push(small.to_bytes().slice(3000..), &mut |f| {
+            got.push(f);
+            Ok(())
+        }).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].payload, small.payload);
     }
 
     /// Rendezvous data whose offset plus length overflows is refused at its

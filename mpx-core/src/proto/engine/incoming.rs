@@ -82,6 +82,11 @@ impl Engine {
         if h.source != from {
             return Err(Error::Protocol(format!("frame from rank {from} claims source {}", h.source)));
         }
+        if !frame.payload.is_empty() && !matches!(h.kind, Kind::Eager | Kind::Ready | Kind::RndvData) {
+            // A payload nothing reads would still be held while the frame
+            // is handled, and by a transport that kept it as a slice.
+            return Err(Error::Protocol(format!("{:?} frame from rank {from} carries a payload", h.kind)));
+        }
         let peer = &self.peers[from as usize];
         // Unsolicited data may overtake the hello, on a connection of its
         // own; it waits for its RTS, which cannot.
@@ -133,9 +138,6 @@ impl Engine {
                         self.arrive(Unexpected { envelope, body: Body::Data { credit: cost, data: frame.payload } })
                     }
                     Kind::Rts => {
-                        if !frame.payload.is_empty() {
-                            return Err(Error::Protocol(format!("RTS from rank {from} carries a payload")));
-                        }
                         if h.recv_id == RTS_UNSOLICITED {
                             let envelope = Envelope::from_header(&h, h.data_len)?;
                             return self.arrive_unsolicited(from, h.send_id, envelope);
@@ -155,7 +157,19 @@ impl Engine {
                             other => return Err(Error::Protocol(format!("RTS from rank {from} with mode {other}"))),
                         }
                     }
-                    _ => self.arrive_ready(h, frame.payload)?,
+                    _ => {
+                        // A ready message is sent whole only up to its
+                        // sender's eager threshold (larger ones ask first),
+                        // as eager messages are.
+                        let limit = peer.hello.map_or(0, |p| p.eager_limit);
+                        if frame.payload.len() as u64 > limit {
+                            return Err(Error::Protocol(format!(
+                                "ready message of {} bytes from rank {from}, above its {limit}-byte limit",
+                                frame.payload.len()
+                            )));
+                        }
+                        self.arrive_ready(h, frame.payload)?
+                    }
                 }
             }
             Kind::Cts => {

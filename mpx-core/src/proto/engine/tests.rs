@@ -337,6 +337,31 @@ fn eager_data_above_the_announced_limit_fails_the_peer() {
 }
 
 #[test]
+fn ready_data_above_the_announced_limit_fails_the_peer() {
+    let mut e = pair(Config { eager_threshold: 4, ..Config::default() });
+    e[1].post_recv(9, spec(Some(0), None));
+    assert!(e[1].handle_frame(0, forged(Kind::Ready, 0, b"12345")).is_err());
+    assert!(e[1].is_failed(0));
+    // Within the limit it matches, as before.
+    let mut e = pair(Config { eager_threshold: 4, ..Config::default() });
+    e[1].post_recv(9, spec(Some(0), None));
+    e[1].handle_frame(0, forged(Kind::Ready, 0, b"1234")).unwrap();
+    assert_eq!(deliveries(&mut e[1]), [(9, Bytes::from_static(b"1234"))]);
+}
+
+/// Only data frames carry a payload: one on any other kind is refused
+/// and fails its sender, rather than being held while nothing reads it.
+#[test]
+fn a_payload_on_a_frame_that_carries_none_fails_the_peer() {
+    for kind in [Kind::Rts, Kind::Cts, Kind::ReadyAck, Kind::Credit, Kind::Bye, Kind::Ping, Kind::Hello] {
+        let mut e = pair(Config::default());
+        let err = e[1].handle_frame(0, forged(kind, 0, b"junk")).unwrap_err();
+        assert!(err.to_string().contains("carries a payload"), "{kind:?}: {err}");
+        assert!(e[1].is_failed(0), "{kind:?}");
+    }
+}
+
+#[test]
 fn rendezvous_data_of_the_wrong_length_fails_the_receive() {
     for wrong in [&b"too long!"[..], b"short", b""] {
         let mut e = pair(Config { eager_threshold: 2, ..Config::default() });
@@ -1219,6 +1244,44 @@ fn a_receive_takes_its_data_as_it_arrives() {
     assert_eq!(taken.len() as u64 + tail.data.len() as u64, tail.envelope.len, "the completion holds what was not taken");
     taken.extend_from_slice(&tail.data);
     assert_eq!(taken, data);
+}
+
+/// Rendezvous data a streaming receive takes as it arrives, cut into tiny
+/// pieces (as a hostile peer may send a byte a datagram): the engine
+/// keeps the small pieces as copies gathered together, not one by one
+/// (each kept slice would hold its whole datagram), and the data arrives
+/// whole and in order, larger pieces kept as they came.
+#[test]
+fn a_streaming_receive_gathers_tiny_pieces_of_its_data() {
+    let (mut e, data) = streaming_pair();
+    let mut taken = take_first_data(&mut e);
+    let (mut tail, mut kept_small) = (None, 0);
+    while let Some((_, f)) = next_frame(&mut e[0]) {
+        let mut offset = 0;
+        while offset < f.payload.len() {
+            // Half of each frame 7 bytes at a time, the rest 2 KiB at a time.
+            let n = if offset < f.payload.len() / 2 { 7 } else { 2048 }.min(f.payload.len() - offset);
+            let piece = Frame { header: Header { seq: f.header.seq + offset as u64, ..f.header }, payload: f.payload.slice(offset..offset + n) };
+            e[1].handle_frame(0, piece).unwrap();
+            offset += n;
+            for ev in events(&mut e[1]) {
+                match ev {
+                    Event::DataArrived { id: 5 } => {
+                        let arrived = e[1].take_arrived(5, |_| true).expect("the receive streams");
+                        assert_eq!(arrived.offset, taken.len() as u64);
+                        kept_small += arrived.chunks.iter().filter(|c| c.len() < 1024).count();
+                        arrived.chunks.iter().for_each(|c| taken.extend_from_slice(c));
+                    }
+                    Event::RecvDone { id: 5, result } => tail = Some(result.unwrap()),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+    }
+    let tail = tail.expect("the receive completed");
+    taken.extend_from_slice(&tail.data);
+    assert_eq!(taken, data);
+    assert!(kept_small <= 8, "{kept_small} pieces below 1 KiB kept as they came");
 }
 
 #[test]

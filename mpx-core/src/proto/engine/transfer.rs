@@ -131,16 +131,18 @@ impl Transfer {
     /// it will): see [`Engine::take_arrived`].
     pub(super) fn take_arrived(&mut self, accept: impl FnOnce(&Envelope) -> bool) -> Option<Arrived> {
         let arrived = match &mut self.received {
-            Received::Streaming { taken, chunks, queued } => {
+            Received::Streaming { taken, chunks, tail, queued } => {
                 let offset = *taken;
                 *taken += std::mem::take(queued);
+                close_tail(chunks, tail);
                 Arrived { offset, chunks: std::mem::take(chunks) }
             }
             Received::Discarded { .. } => return None,
             _ if self.envelope.desc_len != 0 || !accept(&self.envelope) => return None,
             received => {
                 let taken = received.len();
-                let chunks = match std::mem::replace(received, Received::Streaming { taken, chunks: VecDeque::new(), queued: 0 }) {
+                let streaming = Received::Streaming { taken, chunks: VecDeque::new(), tail: BytesMut::new(), queued: 0 };
+                let chunks = match std::mem::replace(received, streaming) {
                     Received::One(b) => VecDeque::from([b]),
                     Received::Gathered(b) => VecDeque::from([b.freeze()]),
                     _ => VecDeque::new(),
@@ -156,7 +158,7 @@ impl Transfer {
     /// (the first bytes of the message), so that the transfer holds all of
     /// it again for whichever receive takes the message next.
     pub(super) fn give_back(&mut self, mut head: BytesMut) {
-        let Received::Streaming { taken, chunks, queued } = &mut self.received else { return };
+        let Received::Streaming { taken, chunks, tail, queued } = &mut self.received else { return };
         if head.len() as u64 != *taken {
             // Not what it took: the message can no longer be delivered
             // whole, and fails whoever takes it as truncated.
@@ -168,6 +170,7 @@ impl Transfer {
         for chunk in chunks.drain(..) {
             head.extend_from_slice(&chunk);
         }
+        head.extend_from_slice(tail);
         self.received = Received::Gathered(head);
         self.nudged = false;
     }
@@ -190,6 +193,25 @@ impl Transfer {
 /// process: 5-8 % slower at a 256 KiB step).
 const STREAM_MIN_STEPS: u64 = 8;
 
+/// Pieces of a streaming transfer's data below this size are copied
+/// rather than kept (see [`Received::Streaming`]). A kept piece holds the
+/// buffer its transport received it in: over QUIC a datagram's, at most
+/// 6.5 KiB with mpx's settings, so from this size up a piece holds at most
+/// a few times its own bytes. QUIC hands data over a packet's worth at a
+/// time (about 1.2-6.5 KiB), so legitimate pieces are rarely smaller.
+const SMALL_PIECE: usize = 1024;
+
+/// Small pieces are gathered up to this many bytes before they join the
+/// chunks.
+const TAIL_MAX: usize = 64 << 10;
+
+/// Moves the small pieces gathered in `tail` to the end of `chunks`.
+fn close_tail(chunks: &mut VecDeque<Bytes>, tail: &mut BytesMut) {
+    if !tail.is_empty() {
+        chunks.push_back(tail.split().freeze());
+    }
+}
+
 /// The data of a rendezvous transfer as its chunks arrive.
 pub(super) enum Received {
     Nothing,
@@ -204,8 +226,12 @@ pub(super) enum Received {
     Gathered(BytesMut),
     /// Data the owning receive takes as it arrives
     /// ([`Engine::take_arrived`]): it has taken the first `taken` bytes;
-    /// `chunks`, `queued` bytes, came after.
-    Streaming { taken: u64, chunks: VecDeque<Bytes>, queued: u64 },
+    /// `chunks`, then `tail`, `queued` bytes in all, came after. Pieces
+    /// below [`SMALL_PIECE`] are copied into `tail` rather than kept: a
+    /// piece kept as it came keeps the whole buffer its transport
+    /// received it in alive (a datagram), and a peer sending a byte per
+    /// datagram would make its data hold a thousand times its size.
+    Streaming { taken: u64, chunks: VecDeque<Bytes>, tail: BytesMut, queued: u64 },
 }
 
 /// Data of a rendezvous message that its receive takes as it arrives
@@ -272,10 +298,18 @@ impl Received {
                 all.extend_from_slice(&chunk);
                 Received::Gathered(all)
             }
-            Received::Streaming { taken, mut chunks, queued } => {
+            Received::Streaming { taken, mut chunks, mut tail, queued } => {
                 let queued = queued + chunk.len() as u64;
-                chunks.push_back(chunk);
-                Received::Streaming { taken, chunks, queued }
+                if chunk.len() < SMALL_PIECE {
+                    tail.extend_from_slice(&chunk);
+                    if tail.len() >= TAIL_MAX {
+                        close_tail(&mut chunks, &mut tail);
+                    }
+                } else {
+                    close_tail(&mut chunks, &mut tail);
+                    chunks.push_back(chunk);
+                }
+                Received::Streaming { taken, chunks, tail, queued }
             }
         }
     }
@@ -288,15 +322,17 @@ impl Received {
             Received::Discarded { limit, .. } => Err(limit),
             Received::One(b) => Ok(b),
             Received::Gathered(b) => Ok(b.freeze()),
-            Received::Streaming { mut chunks, queued, .. } if chunks.len() <= 1 => {
+            Received::Streaming { mut chunks, mut tail, queued, .. } if chunks.len() + usize::from(!tail.is_empty()) <= 1 => {
+                close_tail(&mut chunks, &mut tail);
                 debug_assert_eq!(chunks.front().map_or(0, |c| c.len() as u64), queued);
                 Ok(chunks.pop_front().unwrap_or_default())
             }
-            Received::Streaming { chunks, queued, .. } => {
+            Received::Streaming { chunks, tail, queued, .. } => {
                 let mut rest = pool.take(queued as usize);
                 for chunk in chunks {
                     rest.extend_from_slice(&chunk);
                 }
+                rest.extend_from_slice(&tail);
                 Ok(rest.freeze())
             }
         }
