@@ -1,7 +1,7 @@
 //! Pack and unpack: position semantics, truncation, bounds, regions with
 //! negative displacements, typed validation, external32, absolute addresses.
 
-use mpx::{address_of, pack, unpack, Datatype, Error, Order, Region, RegionMut};
+use mpx::{address_of, address_of_mut, pack, unpack, Datatype, Error, Order, Region, RegionMut};
 
 fn ne_f64(bytes: &[u8]) -> Vec<f64> {
     bytes.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect()
@@ -154,7 +154,8 @@ fn external32_round_trips_and_is_big_endian() {
 fn absolute_addresses_pack_from_bottom() {
     let a = [1.0f64, 2.0];
     let b = 9u16;
-    let t = Datatype::structure(&[1, 1], &[address_of(&a[0]), address_of(&b)], &[
+    // The address of the whole array: the type reads both of its values.
+    let t = Datatype::structure(&[1, 1], &[address_of(&a), address_of(&b)], &[
         Datatype::contiguous(2, &Datatype::double()).unwrap(),
         Datatype::named("uint16_t").unwrap(),
     ])
@@ -168,17 +169,15 @@ fn absolute_addresses_pack_from_bottom() {
 
     let mut c = [0.0f64; 2];
     let mut d = 0u16;
-    let back = Datatype::structure(&[1, 1], &[address_of(&c[0]), address_of(&d)], &[
+    // Addresses taken to write through, of all the memory written.
+    let back = Datatype::structure(&[1, 1], &[address_of_mut(&mut c), address_of_mut(&mut d)], &[
         Datatype::contiguous(2, &Datatype::double()).unwrap(),
         Datatype::named("uint16_t").unwrap(),
     ])
     .unwrap();
-    // SAFETY: the type's addresses are those of `c` and `d`, alive and
-    // not borrowed here.
+    // SAFETY: the type's addresses were exposed for writing from `c` and
+    // `d`, whole, which are alive and not used between.
     unsafe { back.unpack_to_bottom(&out, &mut 0, 1).unwrap() };
-    // Read through the variables so the writes above are observed.
-    c = std::hint::black_box(c);
-    d = std::hint::black_box(d);
     assert_eq!((c, d), ([1.0, 2.0], 9));
 }
 

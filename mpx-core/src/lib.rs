@@ -44,7 +44,7 @@ pub mod request;
 pub mod runtime;
 
 pub use datatype::{
-    address_of, consts, Basic, Combiner, Contents, Datatype, DistArg, Distribution, Envelope, Integer, Order,
+    address_of, address_of_mut, consts, Basic, Combiner, Contents, Datatype, DistArg, Distribution, Envelope, Integer, Order,
     Predefined, Signature,
 };
 pub use comm::{

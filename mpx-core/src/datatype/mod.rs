@@ -921,16 +921,41 @@ impl fmt::Debug for Datatype {
     }
 }
 
-/// The address of `value`, for building types with absolute displacements
-/// (`MPI_Get_address`), to pack from and unpack to absolute addresses
-/// (`pack_from_bottom`, `unpack_to_bottom`).
+/// The address of `value` (`MPI_Get_address`), for building types with
+/// absolute displacements, to pack from absolute addresses
+/// ([`pack_from_bottom`](Datatype::pack_from_bottom)). Reading through
+/// the address is allowed within `value` only: take the address of the
+/// whole array a type reads, not of its first element. To unpack to an
+/// address, take it with [`address_of_mut`].
 ///
 /// ```
 /// let xs = [1.0f64, 2.0];
 /// assert_eq!(mpx::address_of(&xs[1]) - mpx::address_of(&xs[0]), 8);
+/// assert_eq!(mpx::address_of(&xs), mpx::address_of(&xs[0]));
 /// ```
 pub fn address_of<T: ?Sized>(value: &T) -> i64 {
     (value as *const T as *const u8).expose_provenance() as i64
+}
+
+/// The address of `value`, as [`address_of`], through which a type may
+/// also write: what [`unpack_to_bottom`](Datatype::unpack_to_bottom)
+/// needs. An address taken from a shared reference may only be read
+/// through, whatever the memory (writing through it is undefined
+/// behaviour), and either may only be used within `value`.
+///
+/// ```
+/// use mpx::{address_of_mut, Datatype};
+/// let mut xs = [0.0f64; 2];
+/// let t = Datatype::structure(&[2], &[address_of_mut(&mut xs)], &[Datatype::double()])?;
+/// let data: Vec<u8> = [1.5f64, 2.5].iter().flat_map(|v| v.to_ne_bytes()).collect();
+/// // SAFETY: the type's one entry is `xs`, whose address was taken to
+/// // write through, and `xs` is not used until the call returns.
+/// unsafe { t.unpack_to_bottom(&data, &mut 0, 1)? };
+/// assert_eq!(xs, [1.5, 2.5]);
+/// # Ok::<(), mpx::Error>(())
+/// ```
+pub fn address_of_mut<T: ?Sized>(value: &mut T) -> i64 {
+    (value as *mut T as *mut u8).expose_provenance() as i64
 }
 
 #[cfg(test)]

@@ -709,7 +709,9 @@ impl Datatype {
     /// # Safety
     /// Every byte of every basic entry of the `count` items, taken as an
     /// absolute address, must be readable for the duration of the call and
-    /// must not be written concurrently; the entries must be initialised.
+    /// must not be written concurrently; the entries must be initialised;
+    /// and each address must have been exposed ([`crate::address_of`]) from
+    /// a reference or pointer to memory that covers the bytes read there.
     ///
     /// ```
     /// use mpx::{address_of, Datatype};
@@ -761,7 +763,12 @@ impl Datatype {
     /// # Safety
     /// Every byte of every basic entry of the `count` items, taken as an
     /// absolute address, must be writable for the duration of the call,
-    /// not accessed concurrently, and any bit pattern must be valid there.
+    /// not accessed concurrently, and any bit pattern must be valid there;
+    /// and each address must have been exposed for writing
+    /// ([`crate::address_of_mut`], or `expose_provenance` of a `*mut`) from
+    /// a pointer to memory that covers the bytes written there, not used
+    /// through any other reference since. An address from
+    /// [`crate::address_of`] (a shared reference) may only be read through.
     pub unsafe fn unpack_to_bottom(&self, inbuf: &[u8], position: &mut usize, count: u64) -> Result<()> {
         // SAFETY: `room` proved that `needed` bytes can be read at `*position`,
         // and the elements written are exactly the `count` items' basic entries,
