@@ -205,12 +205,25 @@ macro_rules! pairs {
     ($($v:ty => $p:ident),*) => {$(
         // SAFETY: `Loc<V>` is `#[repr(C)] { value: V, index: i32 }`, the C
         // struct the pair type describes: `value` at 0, `index` at the next
-        // 4-aligned offset, extent rounded to the larger alignment (the
-        // layout is checked against the datatype in this module's tests).
+        // 4-aligned offset (the layout is checked against the datatype in
+        // this module's tests). The pair type's extent is rounded to `V`'s
+        // size, which is its alignment on 64-bit targets; where `V`'s
+        // alignment is below its size (`f64` and `i64` on 32-bit x86) the
+        // struct is shorter, and the pair is resized to `size_of::<Self>()`.
         // Every bit pattern of both fields is valid.
         unsafe impl MpiType for Loc<$v> {
             fn datatype() -> crate::Datatype {
-                crate::Datatype::predefined(crate::Predefined::$p)
+                let pair = crate::Datatype::predefined(crate::Predefined::$p);
+                if pair.extent() == std::mem::size_of::<Self>() as i64 {
+                    return pair;
+                }
+                static RESIZED: std::sync::OnceLock<crate::Datatype> = std::sync::OnceLock::new();
+                RESIZED
+                    .get_or_init(|| {
+                        crate::Datatype::resized(0, std::mem::size_of::<Self>() as i64, &pair)
+                            .expect("a pair type resized to its struct's size")
+                    })
+                    .clone()
             }
         }
 
