@@ -478,6 +478,11 @@ each_transport! {
             if comm.rank() == 0 {
                 assert!(matches!(got, Err(mpx::Error::InvalidArgument(_))), "{got:?}");
             }
+            // Counts whose sum cannot be counted (values without bytes make
+            // any length free): an error on every rank, not a wrapped sum.
+            let got = comm.reduce_scatter(&[[0u8; 0]; 0][..], &mut [[0u8; 0]; 1][..], &[usize::MAX, 1, 1], mpx::coll::BOR).await;
+            assert!(matches!(got, Err(mpx::Error::Overflow(_))), "{got:?}");
+            comm.barrier().await?;
             Ok(())
         }))
         .await;

@@ -106,6 +106,11 @@ each_transport! {
             assert_eq!((column.size(), column.rank()), (3, coords[0]));
             check_grid(&column).await?;
             assert!(world.cart_create(&[4, 2], &[false, false], false).await.is_err());
+            // Grids whose size overflows are too large, not wrapped around
+            // to a size that fits (a product that wraps to 0 or 1).
+            for dims in [[1usize << 32, 1 << 32], [(1 << 63) + 1, (1 << 63) + 1]] {
+                assert!(world.cart_create(&dims, &[true, true], false).await.is_err(), "{dims:?}");
+            }
             assert_eq!(grid.shift(0, 5)?.1, Peer::Null, "5 steps off a 3-rank column");
             assert_eq!(grid.shift(0, -5i64)?.0, Peer::Null);
             assert_eq!(grid.shift(0, i64::MIN)?, (Peer::Null, Peer::Null));

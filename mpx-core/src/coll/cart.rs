@@ -20,20 +20,29 @@ use crate::mpi_type::MpiType;
 /// assert_eq!(dims_create(12, &[0, 0])?, [4, 3]);
 /// assert_eq!(dims_create(12, &[0, 2, 0])?, [3, 2, 2]);
 /// assert!(dims_create(7, &[2, 0]).is_err(), "7 ranks in rows of 2");
+/// assert!(dims_create(0, &[0, 0]).is_err(), "no ranks");
+/// assert!(dims_create(4, &[1 << 32, 1 << 32]).is_err(), "more than can be counted");
+/// // The largest prime below 2^32: one dimension of it, at once.
+/// assert_eq!(dims_create(4_294_967_291, &[0, 0])?, [4_294_967_291, 1]);
+/// assert!(dims_create(usize::MAX - 58, &[0]).is_err(), "ranks are numbered in 32 bits");
 /// # Ok::<(), mpx::Error>(())
 /// ```
 pub fn dims_create(nodes: usize, dims: &[usize]) -> Result<Vec<usize>> {
-    let fixed: usize = dims.iter().filter(|&&d| d > 0).product();
-    let free = dims.iter().filter(|&&d| d == 0).count();
-    if fixed == 0 || !nodes.is_multiple_of(fixed) || (free == 0 && fixed != nodes) {
-        return Err(Error::InvalidArgument(format!("{nodes} ranks do not fill a grid of {dims:?}")));
+    if nodes == 0 || u32::try_from(nodes).is_err() {
+        // mpx numbers ranks in 32 bits.
+        return Err(Error::InvalidArgument(format!("a grid of {nodes} ranks")));
     }
+    let fixed = grid_size(dims.iter().copied().filter(|&d| d > 0));
+    let free = dims.iter().filter(|&&d| d == 0).count();
+    let Some(fixed) = fixed.filter(|&f| f > 0 && nodes.is_multiple_of(f) && (free > 0 || f == nodes)) else {
+        return Err(Error::InvalidArgument(format!("{nodes} ranks do not fill a grid of {dims:?}")));
+    };
     // Spread the prime factors of what is left over the free dimensions,
     // largest factor first onto the smallest dimension so far.
     let mut left = nodes / fixed;
     let mut factors = Vec::new();
     let mut p = 2;
-    while p * p <= left {
+    while p <= left / p {
         while left.is_multiple_of(p) {
             factors.push(p);
             left /= p;
@@ -52,6 +61,11 @@ pub fn dims_create(nodes: usize, dims: &[usize]) -> Result<Vec<usize>> {
     filled.sort_unstable_by(|a, b| b.cmp(a));
     let mut filled = filled.into_iter();
     Ok(dims.iter().map(|&d| if d > 0 { d } else { filled.next().unwrap_or(1) }).collect())
+}
+
+/// The number of ranks of a grid of `dims`, if it can be counted.
+fn grid_size(dims: impl IntoIterator<Item = usize>) -> Option<usize> {
+    dims.into_iter().try_fold(1usize, |n, d| n.checked_mul(d))
 }
 
 /// A communicator whose ranks form a grid (`MPI_Cart_create`): rank `r`
@@ -113,19 +127,20 @@ impl Comm {
     pub fn cart_create(&self, dims: &[usize], periods: &[bool], reorder: bool) -> impl Future<Output = Result<Option<Cart>>> + Send + 'static {
         let _ = reorder;
         let (dims, periods) = (dims.to_vec(), periods.to_vec());
-        let nodes: usize = dims.iter().product();
+        let nodes = grid_size(dims.iter().copied());
         let comm = self.clone();
         let checked = if 2 * dims.len() > Call::SUBTAGS as usize {
             Err(Error::InvalidArgument(format!("a grid of {} dimensions (mpx takes up to {})", dims.len(), Call::SUBTAGS / 2)))
         } else if dims.len() != periods.len() {
             Err(Error::InvalidArgument(format!("{} dimensions, {} periodicity flags", dims.len(), periods.len())))
-        } else if nodes > self.size() {
-            Err(Error::InvalidArgument(format!("a grid of {dims:?} needs {nodes} ranks, the communicator has {}", self.size())))
+        } else if nodes.is_none_or(|n| n > self.size()) {
+            let needs = nodes.map_or_else(|| "more than can be counted".to_string(), |n| n.to_string());
+            Err(Error::InvalidArgument(format!("a grid of {dims:?} needs {needs} ranks, the communicator has {}", self.size())))
         } else {
             Ok(())
         };
         // The split starts now, like every collective.
-        let color = (comm.rank() < nodes).then_some(0);
+        let color = (comm.rank() < nodes.unwrap_or(0)).then_some(0);
         // A rank whose arguments are wrong refuses the split: the others
         // fail it rather than wait for this rank.
         let split = checked.map(|()| comm.split(color, comm.rank() as i32)).map_err(|e| comm.refuse_split(e));
@@ -416,7 +431,8 @@ impl Cart {
             if out.len() != 2 * dims || out.iter().any(|b| b.len() != count) {
                 return Err(Error::InvalidArgument(format!("the send buffer holds no {} blocks of {count}", 2 * dims)));
             }
-            super::check_len("the neighbour collective's receive buffer", recv.len(), 2 * dims * count)?;
+            let needed = count.checked_mul(2 * dims).ok_or(Error::Overflow("the neighbour collective's receive buffer"))?;
+            super::check_len("the neighbour collective's receive buffer", recv.len(), needed)?;
             // Block k = 2d (behind) receives what that neighbour sent ahead
             // (direction 2d + 1), and block 2d + 1 what was sent behind.
             let mut posted: Vec<(usize, Posted)> = Vec::new();

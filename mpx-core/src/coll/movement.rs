@@ -304,7 +304,9 @@ fn per_rank(what: &str, len: usize, n: usize) -> Result<usize> {
 
 /// Evenly sized blocks: `count` values for each of `n` ranks.
 fn even(n: usize, count: usize) -> (Vec<usize>, Vec<usize>) {
-    (vec![count; n], (0..n).map(|r| r * count).collect())
+    // A block past the largest offset (values without bytes can be that
+    // many) is laid at it, and found to overrun its buffer there.
+    (vec![count; n], (0..n).map(|r| r.saturating_mul(count)).collect())
 }
 
 /// The blocks of [`even`] counts laid over a buffer of `len`, checked as
