@@ -156,6 +156,44 @@ async fn any_source_any_tag_probe_and_status() {
     assert_eq!(out[0], [(1, 11, 2), (2, 12, 4)]);
 }
 
+/// A probe waiting in one task is woken by a message its own rank sends
+/// itself from another, in every send mode: no frame arrives for such a
+/// message, and the probe waited for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_probe_sees_a_message_its_rank_sends_itself() {
+    launch(2, |comm| async move {
+        for (tag, mode) in [(1, "standard"), (2, "buffered"), (3, "synchronous"), (4, "large")] {
+            let prober = comm.clone();
+            let probe = tokio::spawn(async move {
+                let me = prober.rank();
+                prober.probe(me, tag).await
+            });
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let me = comm.rank();
+            let sent = match mode {
+                "standard" => comm.isend(&[7u8; 4], me, tag),
+                "buffered" => {
+                    comm.buffer_attach(vec![0; 4 + mpx::BSEND_OVERHEAD])?;
+                    comm.ibsend(&[7u8; 4], me, tag)
+                }
+                "synchronous" => comm.issend(&[7u8; 4], me, tag),
+                _ => comm.isend(vec![7u8; 1 << 20], me, tag),
+            };
+            let status = tokio::time::timeout(Duration::from_secs(10), probe).await.expect("the probe was woken").unwrap()?;
+            assert_eq!((status.source, status.tag), (Some(me), Some(tag)), "{mode}");
+            let mut got = vec![0u8; status.bytes as usize];
+            comm.recv_into(&mut got[..], me, tag).await?;
+            sent.await?;
+            if mode == "buffered" {
+                comm.buffer_detach().await?;
+            }
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matched_probe_reserves_the_message() {
     let out = launch(2, |comm| async move {
