@@ -392,6 +392,25 @@ each_transport! {
         .await;
     }
 
+    /// Ranks may wait for their collectives in different orders: each moves
+    /// on only while polled, so waiting for the first must not stall the
+    /// others. Among 4 ranks, rank 0 waits for the second of two barriers
+    /// first: its second round (two ranks away) then needs rank 2's second
+    /// barrier to move, while rank 2 waits for its first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ranks_may_wait_for_their_collectives_in_any_order() {
+        returns(launch(4, |comm| async move {
+            for reversed in [0, 1, 2, 3] {
+                let (a, b) = (comm.barrier(), comm.barrier());
+                let both = if comm.rank() == reversed { mpx::wait_all([b, a]) } else { mpx::wait_all([a, b]) };
+                let outcomes = tokio::time::timeout(std::time::Duration::from_secs(20), both).await.expect("no rank waits for ever");
+                assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+            }
+            Ok(())
+        }))
+        .await;
+    }
+
     /// Collectives are operations like point-to-point requests: several
     /// wait together (`wait_all`, a `RequestSet` completing them in any
     /// order), `test` says whether one has finished without waiting, and a

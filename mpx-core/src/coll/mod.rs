@@ -243,6 +243,10 @@ impl Operation for Collective<'_> {
             Running::Done(_) => None,
         }
     }
+
+    fn moves_when_polled(&self) -> bool {
+        true
+    }
 }
 
 impl Future for Collective<'_> {

@@ -108,10 +108,19 @@ impl<R: Operation> Future for WaitAll<R> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<R::Output>> {
         let this = &mut *self;
-        // Waiting on the first incomplete request is enough: every request
-        // is needed, and the endpoint completes them whichever is polled.
+        // Waiting on the first incomplete request is enough for requests:
+        // every one is needed, and the endpoint completes them whichever is
+        // polled. Collectives move on only while polled, and ranks may wait
+        // for theirs in other orders: those after it are polled too.
         while let Some(r) = this.requests.get_mut(this.complete) {
-            std::task::ready!(r.poll_complete(cx));
+            if r.poll_complete(cx).is_pending() {
+                for later in &mut this.requests[this.complete + 1..] {
+                    if later.moves_when_polled() && !later.is_complete() {
+                        let _ = later.poll_complete(cx);
+                    }
+                }
+                return Poll::Pending;
+            }
             this.complete += 1;
         }
         Poll::Ready(std::mem::take(&mut this.requests).into_iter().map(|mut r| r.take_output()).collect())

@@ -587,6 +587,17 @@ pub trait Operation: Unpin {
     /// progress each endpoint once), or `None` for completed operations.
     fn progress(&self) -> Option<usize>;
 
+    /// Whether the operation moves on only while it is polled (a
+    /// collective sends its later steps from its own polls), rather than
+    /// being completed by its endpoint whichever request is polled:
+    /// [`wait_all`] then polls it whenever it wakes, not only once the
+    /// operations before it are complete, since ranks may wait for their
+    /// collectives in different orders. A detail of mpx.
+    #[doc(hidden)]
+    fn moves_when_polled(&self) -> bool {
+        false
+    }
+
     /// `MPI_Test`: the outcome if the operation has completed, without
     /// waiting (processing arrived frames first), for every kind of
     /// request: [`Request::test`] does the same for a [`Request`].
@@ -641,6 +652,10 @@ impl<R: Operation + ?Sized> Operation for &mut R {
     fn progress(&self) -> Option<usize> {
         (**self).progress()
     }
+
+    fn moves_when_polled(&self) -> bool {
+        (**self).moves_when_polled()
+    }
 }
 
 /// A slot that may hold MPI's null request (`None`): complete at once with
@@ -662,6 +677,10 @@ impl<R: Operation> Operation for Option<R> {
 
     fn progress(&self) -> Option<usize> {
         self.as_ref().and_then(R::progress)
+    }
+
+    fn moves_when_polled(&self) -> bool {
+        self.as_ref().is_some_and(R::moves_when_polled)
     }
 }
 
