@@ -107,6 +107,39 @@ each_transport! {
         returns(run).await;
     }
 
+    /// A send of a type of a few bytes whose items repeat at one place
+    /// billions of times (an `hvector` of stride 0) fails at once in either
+    /// representation: its data would not fit in memory, and its external32
+    /// description (a run per element) is not built to find that out; a
+    /// type with more runs of basic types than a description may hold
+    /// fails without building them all.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sends_of_types_too_large_to_pack_or_describe_fail_promptly() {
+        use mpx::{Datatype, Region, SendBuf};
+        let opts = options(2);
+        let external = opts.engine.repr == mpx::Repr::External32;
+        let run = launch_with(opts, move |comm| async move {
+            let pair = Datatype::structure(&[1, 1], &[0, 4], &[Datatype::int(), Datatype::float()])?;
+            let buf = [0u8; 8];
+            let huge = Datatype::hvector(1i64 << 36, 1, 0, &pair)?;
+            let got = comm.send(SendBuf::new(Region::new(&buf), 1, &huge), 1 - comm.rank(), 0).await;
+            assert!(matches!(got, Err(mpx::Error::Overflow(_))), "{got:?}");
+            let many_runs = Datatype::hvector(1i64 << 22, 1, 0, &pair)?;
+            let send = comm.isend(SendBuf::new(Region::new(&buf), 1, &many_runs), 1 - comm.rank(), 0);
+            if external {
+                let got = send.await;
+                assert!(matches!(got, Err(mpx::Error::InvalidDatatype(_))), "{got:?}");
+            } else {
+                // Sent natively: 32 MiB of the same 8 bytes.
+                let (data, _) = comm.irecv_bytes(1 - comm.rank(), 0).await?;
+                assert_eq!(data.len(), 8 << 22);
+                send.await?;
+            }
+            Ok(())
+        });
+        returns(run).await;
+    }
+
     /// Ranks that free more rendezvous sends than their slots and return
     /// without receiving do not wait for each other.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

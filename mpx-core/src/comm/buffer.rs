@@ -142,11 +142,18 @@ impl<'a> SendBuf<'a> {
                 Packed { data, repr, signature, desc_len: 0 }
             }
             Repr::External32 => {
-                let mut out = TypeSequence::of(&self.datatype, self.count).encode();
-                let desc_len = u32::try_from(out.len())
-                    .ok()
-                    .filter(|&n| n <= crate::proto::engine::MAX_DESC_LEN)
+                // The source, the data's size and its memory first: the
+                // description walks an item's elements, which a type of
+                // a few bytes (repeated at one place) can have billions of.
+                crate::pack::check_span(&self.datatype, self.count, self.region.origin(), self.region.len())?;
+                let size = self.datatype.pack_external_size(self.count)?;
+                let mut out = Vec::new();
+                out.try_reserve_exact(size.saturating_add(1 << 10)).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+                let max_desc = crate::proto::engine::MAX_DESC_LEN as usize;
+                let sequence = TypeSequence::within(&self.datatype, self.count, max_desc)
                     .ok_or_else(|| Error::InvalidDatatype("the type has too many runs of basic types to describe".into()))?;
+                sequence.encode_into(&mut out);
+                let desc_len = out.len() as u32;
                 self.datatype.pack_external_append(self.region, self.count, &mut out)?;
                 Packed { data: Bytes::from(out), repr, signature, desc_len }
             }

@@ -43,21 +43,31 @@ impl TypeSequence {
     /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn of(datatype: &Datatype, count: u64) -> TypeSequence {
+        TypeSequence::within(datatype, count, usize::MAX).expect("no bound on the encoded length")
+    }
+
+    /// [`of`](TypeSequence::of), if its encoded form takes at most
+    /// `max_encoded` bytes: `None` as soon as it would take more, without
+    /// building the rest (a type of a few bytes can have billions of runs).
+    pub(crate) fn within(datatype: &Datatype, count: u64, max_encoded: usize) -> Option<TypeSequence> {
         let mut runs: Vec<(Basic, u64)> = Vec::new();
         if count == 0 {
             // No data: nothing to convert, and no runs to describe it, so a
             // description is never longer than its data allows (see
             // [`TypeSequence::max_encoded_len`]).
-            return TypeSequence { runs, items: 0 };
+            return Some(TypeSequence { runs, items: 0 });
         }
-        datatype.for_each_entry(|basic, _| {
+        let max_runs = max_encoded.saturating_sub(FIXED) / RUN;
+        let too_long = datatype.for_each_entry(|basic, _| {
+            let full = runs.len() >= max_runs;
             match runs.last_mut() {
                 Some((b, n)) if *b == basic => *n += 1,
+                _ if full => return std::ops::ControlFlow::Break(()),
                 _ => runs.push((basic, 1)),
             }
-            std::ops::ControlFlow::<()>::Continue(())
+            std::ops::ControlFlow::Continue(())
         });
-        TypeSequence { runs, items: count }
+        too_long.is_none().then_some(TypeSequence { runs, items: count })
     }
 
     /// Basic elements in the whole sequence, if that fits in a `u64`.
@@ -92,13 +102,18 @@ impl TypeSequence {
     /// The encoded form.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(FIXED + RUN * self.runs.len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the encoded form to `out`.
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.items.to_le_bytes());
         out.extend_from_slice(&(self.runs.len() as u32).to_le_bytes());
         for &(b, n) in &self.runs {
             out.push(Basic::ALL.iter().position(|&x| x == b).expect("every basic type is listed") as u8);
             out.extend_from_slice(&n.to_le_bytes());
         }
-        out
     }
 
     /// Decodes an encoded sequence that fills `bytes` exactly. Malformed
