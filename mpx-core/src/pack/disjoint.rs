@@ -151,11 +151,24 @@ pub(crate) fn check_parts(parts: &[Part<'_>], origin: usize, len: usize, values:
             return Err(Error::InvalidArgument(format!("a part whose origin lies {at} bytes into a {len}-byte buffer: past its ends")));
         }
         check_span(part.datatype, part.count, at as usize, len)?;
+        // The checks below walk every run of every part, and a type can
+        // repeat a few bytes billions of times (items of extent 0). The
+        // walk of the parts that write stops once they wrote more bytes
+        // than the buffer holds (some twice: an overlap); a part that reads
+        // sends as many bytes as it reads, which must fit in memory, as its
+        // send's packing would find out after the walk.
+        if part.access == Access::Read {
+            let size = part.datatype.pack_size(part.count)?;
+            Vec::<u8>::new().try_reserve_exact(size).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+        }
     }
+    // Overlaps first: after them the parts that write hold at most the
+    // buffer's bytes, and the walk for padding is bounded too.
+    check_disjoint(parts, origin, len)?;
     if let Some(values) = values {
         values.check(parts, origin)?;
     }
-    check_disjoint(parts, origin, len)
+    Ok(())
 }
 
 /// The overlap rule of [`check_parts`], for parts inside the buffer.
@@ -409,6 +422,21 @@ mod tests {
         let b = Datatype::byte();
         let same = Datatype::hvector(1_000_000_000, 1, 0, &b).unwrap();
         assert_eq!(check(&[write(&same, 1)], 0, 16), Err(Error::Overlap { first: 0, second: 0, byte: 0 }));
+    }
+
+    #[test]
+    fn reads_of_more_than_memory_holds_stop_before_the_walk() {
+        // One double read at one place 2^44 times (128 TiB to send) or more
+        // than can be counted: an error at once, not trillions of runs.
+        let d = Datatype::double();
+        let stamp = Datatype::resized(0, 0, &d).unwrap();
+        let tail = Datatype::hindexed(&[1], &[8], &d).unwrap();
+        for count in [1u64 << 44, u64::MAX] {
+            let got = check(&[write(&tail, 1), read(&stamp, count)], 0, 16);
+            assert!(matches!(got, Err(Error::Overflow(_))), "{count}: {got:?}");
+        }
+        // Read a few times over, it is an exchange like any other.
+        assert_eq!(check(&[write(&tail, 1), read(&stamp, 1000)], 0, 16), Ok(()));
     }
 
     #[test]
