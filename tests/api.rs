@@ -161,7 +161,7 @@ async fn owned_receives_are_served_and_reposted_in_a_request_set() {
             assert_eq!((status.source, buf[0] as usize, buf[1]), (Some(client), client, next[client]));
             next[client] += 1;
             if next[client] < ROUNDS {
-                set.set(slot, comm.irecv_owned(buf, client, 0));
+                set.set(slot, comm.irecv_owned(buf, client, 0))?;
             }
         }
         Ok(next)

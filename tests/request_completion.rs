@@ -150,7 +150,8 @@ async fn a_request_set_serves_every_slot_in_turn() {
             outcome?;
             wins[slot] += 1;
             comm.send(&round, 0, slot as i32).await?;
-            set.set(slot, comm.recv::<u32>(0, slot as i32));
+            set.set(slot, comm.recv::<u32>(0, slot as i32))?;
+            assert!(matches!(set.set(99, comm.recv::<u32>(0, 99)), Err(mpx::Error::InvalidArgument(_))), "a slot the set does not have");
         }
         for (_, outcome) in set.wait_all().await {
             outcome?;

@@ -146,7 +146,7 @@ async fn example_3_14_client_server_with_wait_any() {
             assert_eq!(n as usize, served[client], "in order per client");
             served[client] += 1;
             if served[client] < ROUNDS {
-                requests.set(index, comm.recv(client, 0));
+                requests.set(index, comm.recv(client, 0))?;
             }
         }
         Ok(served)
@@ -186,7 +186,7 @@ async fn example_3_15_client_server_with_wait_some() {
                 assert_eq!(n as usize, served[client], "in order per client");
                 served[client] += 1;
                 if served[client] < EACH {
-                    requests.set(index, comm.recv(client, 0));
+                    requests.set(index, comm.recv(client, 0))?;
                 }
             }
         }

@@ -145,7 +145,7 @@ impl<R: Operation> RequestSet<R> {
         let index = self.slots.len();
         self.slots.push(None);
         self.wakers.push(Waker::from(Arc::new(SlotWaker { index, queue: self.queue.clone() })));
-        self.set(index, request);
+        self.put(index, request);
         index
     }
 
@@ -166,15 +166,26 @@ impl<R: Operation> RequestSet<R> {
     ///     world.send(&n, 0, 0).await?; // to itself
     ///     let (done, outcome) = set.wait_any().await.unwrap();
     ///     assert_eq!((done, outcome?.0), (slot, n));
-    ///     set.set(slot, world.recv::<u32>(0, 0)); // re-post into the emptied slot
+    ///     set.set(slot, world.recv::<u32>(0, 0))?; // re-post into the emptied slot
     /// }
     /// assert_eq!((set.len(), set.active()), (1, 1));
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     ///
-    /// # Panics
-    /// If `index` is not a slot of the set.
-    pub fn set(&mut self, index: usize, request: R) {
+    /// A slot the set does not have is
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), and
+    /// `request` is dropped (a receive is withdrawn, a send completes on
+    /// its own).
+    pub fn set(&mut self, index: usize, request: R) -> crate::Result<()> {
+        if index >= self.slots.len() {
+            return Err(crate::Error::InvalidArgument(format!("slot {index} of a set of {}", self.slots.len())));
+        }
+        self.put(index, request);
+        Ok(())
+    }
+
+    /// Puts `request` in slot `index`, which exists, and has it polled.
+    fn put(&mut self, index: usize, request: R) {
         self.slots[index] = Some(request);
         self.queue.push(index);
     }
