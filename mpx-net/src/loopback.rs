@@ -553,7 +553,14 @@ where
     launch_with(Options::ranks(ranks), f).await
 }
 
-/// [`launch`] with explicit [`Options`].
+/// The most ranks one in-process world has: its links and queues take
+/// memory in the square of its ranks (about 800 bytes per pair of ranks,
+/// 13 GB at this count).
+pub const MAX_RANKS: usize = 4096;
+
+/// [`launch`] with explicit [`Options`]. More than [`MAX_RANKS`] ranks, or
+/// fewer than one, is [`Error::InvalidArgument`]; memory for the world's
+/// links that cannot be had is [`Error::Overflow`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -571,6 +578,7 @@ where
 /// .await?;
 /// assert_eq!(sums, [0, 100_000]);
 /// assert!(launch_with(Options::ranks(0), |_| async { Ok(()) }).await.is_err(), "no ranks");
+/// assert!(launch_with(Options::ranks(100_000), |_| async { Ok(()) }).await.is_err(), "8 TB of links");
 /// # Ok(()) }
 /// ```
 ///
@@ -583,9 +591,12 @@ where
     R: Send + 'static,
 {
     let n = options.ranks;
-    if n == 0 || n > u32::MAX as usize {
-        return Err(Error::InvalidArgument(format!("cannot launch {n} ranks")));
+    if n == 0 || n > MAX_RANKS {
+        return Err(Error::InvalidArgument(format!("cannot launch {n} ranks in one process (at most {MAX_RANKS})")));
     }
+    let mut links = Vec::new();
+    links.try_reserve_exact(n * n).map_err(|_| Error::Overflow("the links of an in-process world"))?;
+    links.extend((0..n * n).map(|_| Link::default()));
     let stations = (0..n)
         .map(|_| Station {
             queue: Mutex::new(Queue {
@@ -598,7 +609,7 @@ where
     let world = Arc::new(World {
         ranks: n,
         stations,
-        links: (0..n * n).map(|_| Link::default()).collect(),
+        links,
         endpoints: OnceLock::new(),
         capacity: options.link_capacity.max(1),
         wire: options.wire,
