@@ -372,6 +372,12 @@ pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: 
     if size == 0 || data_bytes.iter().all(|&d| d) {
         return Ok(());
     }
+    // The walk below goes through an item's every element, and a type can
+    // repeat a few bytes billions of times (a vector of stride 0): the data
+    // it sends or receives, as many bytes, must fit in memory first, as
+    // packing or receiving it would find out after the walk.
+    let data = datatype.pack_size(count)?;
+    Vec::<u8>::new().try_reserve_exact(data).map_err(|_| Error::Overflow("packed buffer allocation"))?;
     let extent = datatype.extent() as i128;
     // Only where an item starts within a `T` matters, and that repeats
     // every `size / gcd(extent, size)` items: walk one period, not `count`.
@@ -619,5 +625,22 @@ mod tests {
         assert_eq!(capacity(&long, u64::MAX), None, "too many to count");
         assert_eq!(capacity(&long, u64::MAX / 8 + 1), None);
         assert_eq!(capacity(&Datatype::named("byte").unwrap(), u64::MAX).map(|n| n as usize), usize::try_from(u64::MAX).ok());
+    }
+
+    /// A buffer of values with padding, described by a type that reads one
+    /// double 2^40 times (8 TiB of data): an error at once, not a walk of
+    /// a trillion elements to look for padding; a few times over, it is
+    /// checked as any other.
+    #[test]
+    fn a_typed_buffer_of_more_data_than_memory_holds_is_refused_at_once() {
+        use crate::coll::Loc;
+        let values = [Loc { value: 0.0f64, index: 0 }; 2];
+        let d = Datatype::double();
+        let huge = Datatype::hvector(1i64 << 40, 1, 0, &d).unwrap();
+        assert!(matches!(SendBuf::typed_with(&values, 1, &huge), Err(Error::Overflow(_))));
+        let thrice = Datatype::hvector(3, 1, 0, &d).unwrap();
+        assert!(SendBuf::typed_with(&values, 1, &thrice).is_ok());
+        let into_padding = Datatype::hindexed(&[1], &[12], &Datatype::int()).unwrap();
+        assert!(matches!(SendBuf::typed_with(&values, 1, &into_padding), Err(Error::InvalidDatatype(_))));
     }
 }
