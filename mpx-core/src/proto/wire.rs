@@ -684,7 +684,7 @@ mod tests {
     #[test]
     fn a_chunk_decoder_gathers_each_frame_in_a_buffer_of_its_own_size() {
         let mut decoder = ChunkDecoder::new(2 << 20);
-        let mut push_in_pieces = |decoder: &mut ChunkDecoder, frame: &Frame, upto: usize| {
+        let push_in_pieces = |decoder: &mut ChunkDecoder, frame: &Frame, upto: usize| {
             let bytes = frame.to_bytes();
             for piece in bytes[..upto.min(bytes.len())].chunks(1000) {
                 // Every frame handed on is dropped at once, as a ping's is.
