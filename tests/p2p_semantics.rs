@@ -194,6 +194,34 @@ async fn a_waiting_probe_sees_a_message_its_rank_sends_itself() {
     .unwrap();
 }
 
+/// A send to this rank itself held for want of rendezvous slots joins the
+/// queue when a receive frees its slot: a probe waiting for it is woken
+/// then, though no frame arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_probe_sees_a_held_send_to_its_own_rank() {
+    let mut opts = options(1);
+    opts.engine.rndv_slots = 1;
+    opts.engine.eager_threshold = 64;
+    launch_with(opts, |comm| async move {
+        let first = comm.isend(vec![1u8; 1000], 0, 1);
+        let second = comm.isend(vec![2u8; 1000], 0, 2); // held: the one slot is taken
+        let prober = comm.clone();
+        let probe = tokio::spawn(async move { prober.probe(0, 2).await });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let (got, _) = comm.recv_vec::<u8>(0, 1).await?;
+        assert_eq!(got, [1u8; 1000]);
+        let status = tokio::time::timeout(Duration::from_secs(10), probe).await.expect("the probe was woken").unwrap()?;
+        assert_eq!((status.tag, status.bytes), (Some(2), 1000));
+        let (got, _) = comm.recv_vec::<u8>(0, 2).await?;
+        assert_eq!(got, [2u8; 1000]);
+        first.await?;
+        second.await?;
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matched_probe_reserves_the_message() {
     let out = launch(2, |comm| async move {

@@ -108,7 +108,7 @@ each_transport! {
             assert!(world.cart_create(&[4, 2], &[false, false], false).await.is_err());
             // Grids whose size overflows are too large, not wrapped around
             // to a size that fits (a product that wraps to 0 or 1).
-            for dims in [[1usize << 32, 1 << 32], [(1 << 63) + 1, (1 << 63) + 1]] {
+            for dims in [[usize::MAX / 2, 3], [usize::MAX / 2 + 2, usize::MAX / 2 + 2]] {
                 assert!(world.cart_create(&dims, &[true, true], false).await.is_err(), "{dims:?}");
             }
             assert_eq!(grid.shift(0, 5)?.1, Peer::Null, "5 steps off a 3-rank column");

@@ -21,9 +21,10 @@ use crate::mpi_type::MpiType;
 /// assert_eq!(dims_create(12, &[0, 2, 0])?, [3, 2, 2]);
 /// assert!(dims_create(7, &[2, 0]).is_err(), "7 ranks in rows of 2");
 /// assert!(dims_create(0, &[0, 0]).is_err(), "no ranks");
-/// assert!(dims_create(4, &[1 << 32, 1 << 32]).is_err(), "more than can be counted");
+/// assert!(dims_create(4, &[usize::MAX / 2, 3]).is_err(), "more than can be counted");
 /// // The largest prime below 2^32: one dimension of it, at once.
 /// assert_eq!(dims_create(4_294_967_291, &[0, 0])?, [4_294_967_291, 1]);
+/// # #[cfg(target_pointer_width = "64")]
 /// assert!(dims_create(usize::MAX - 58, &[0]).is_err(), "ranks are numbered in 32 bits");
 /// # Ok::<(), mpx::Error>(())
 /// ```

@@ -372,17 +372,17 @@ pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: 
     if size == 0 || data_bytes.iter().all(|&d| d) {
         return Ok(());
     }
-    // The walk below goes through an item's every element, and a type can
-    // repeat a few bytes billions of times (a vector of stride 0): the data
-    // it sends or receives, as many bytes, must fit in memory first, as
-    // packing or receiving it would find out after the walk.
-    let data = datatype.pack_size(count)?;
-    Vec::<u8>::new().try_reserve_exact(data).map_err(|_| Error::Overflow("packed buffer allocation"))?;
     let extent = datatype.extent() as i128;
     // Only where an item starts within a `T` matters, and that repeats
     // every `size / gcd(extent, size)` items: walk one period, not `count`.
     let step = extent.rem_euclid(size as i128) as u64;
     let period = if step == 0 { 1 } else { size as u64 / gcd(step, size as u64) };
+    // The walk goes through every element of those items, and one item
+    // can repeat a few bytes billions of times (a vector of stride 0): the
+    // data of the items walked must fit in memory first, as sending or
+    // receiving them would need.
+    let walked = datatype.pack_size(count.min(period))?;
+    Vec::<u8>::new().try_reserve_exact(walked).map_err(|_| Error::Overflow("packed buffer allocation"))?;
     for i in 0..count.min(period) as i128 {
         let bad = datatype.for_each_entry(|b, disp| {
             let start = disp as i128 + i * extent;
