@@ -148,7 +148,7 @@ impl<'a> SendBuf<'a> {
                 crate::pack::check_span(&self.datatype, self.count, self.region.origin(), self.region.len())?;
                 let size = self.datatype.pack_external_size(self.count)?;
                 let mut out = Vec::new();
-                out.try_reserve_exact(size.saturating_add(1 << 10)).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+                crate::pack::reserve_packed(&mut out, size.saturating_add(1 << 10))?;
                 let max_desc = crate::proto::engine::MAX_DESC_LEN as usize;
                 let sequence = TypeSequence::within(&self.datatype, self.count, max_desc)
                     .ok_or_else(|| Error::InvalidDatatype("the type has too many runs of basic types to describe".into()))?;
@@ -381,8 +381,7 @@ pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: 
     // can repeat a few bytes billions of times (a vector of stride 0): the
     // data of the items walked must fit in memory first, as sending or
     // receiving them would need.
-    let walked = datatype.pack_size(count.min(period))?;
-    Vec::<u8>::new().try_reserve_exact(walked).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+    crate::pack::fits_in_memory(datatype.pack_size(count.min(period))?)?;
     for i in 0..count.min(period) as i128 {
         let bad = datatype.for_each_entry(|b, disp| {
             let start = disp as i128 + i * extent;

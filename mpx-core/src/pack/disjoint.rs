@@ -158,8 +158,7 @@ pub(crate) fn check_parts(parts: &[Part<'_>], origin: usize, len: usize, values:
         // sends as many bytes as it reads, which must fit in memory, as its
         // send's packing would find out after the walk.
         if part.access == Access::Read {
-            let size = part.datatype.pack_size(part.count)?;
-            Vec::<u8>::new().try_reserve_exact(size).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+            super::fits_in_memory(part.datatype.pack_size(part.count)?)?;
         }
     }
     // Overlaps first: after them the parts that write hold at most the

@@ -370,6 +370,19 @@ fn total(per_item: u64, count: u64) -> Result<usize> {
         .ok_or(Error::Overflow("packed size"))
 }
 
+/// Reserves room for `bytes` more packed bytes in `out`, or fails with
+/// [`Error::Overflow`] if memory cannot hold them.
+pub(crate) fn reserve_packed(out: &mut Vec<u8>, bytes: usize) -> Result<()> {
+    out.try_reserve_exact(bytes).map_err(|_| Error::Overflow("packed buffer allocation"))
+}
+
+/// Fails with [`Error::Overflow`] unless memory can hold `bytes` of packed
+/// data: a bound, before work that grows with the data (walking a type's
+/// elements), that sending or receiving that data would meet anyway.
+pub(crate) fn fits_in_memory(bytes: usize) -> Result<()> {
+    reserve_packed(&mut Vec::new(), bytes)
+}
+
 /// Checks `position` and that `needed` bytes fit after it; returns the room.
 fn room(buf_len: usize, position: usize, needed: usize, reading: bool) -> Result<()> {
     if position > buf_len {
@@ -559,7 +572,7 @@ impl Datatype {
             // One run of bytes (a slice of a primitive, say): copied as it
             // is, without the packing program.
             let mut out = spare::take(bytes).unwrap_or_default();
-            out.try_reserve_exact(bytes).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+            reserve_packed(&mut out, bytes)?;
             // SAFETY: `contiguous_span` proved `origin..origin + bytes`
             // lies within the region's `len` bytes.
             out.extend_from_slice(unsafe { std::slice::from_raw_parts(src.ptr.add(src.origin), bytes) });
@@ -570,7 +583,7 @@ impl Datatype {
         check_span(self, count, src.origin, src.len)?;
         let size = self.pack_size(count)?;
         let mut out = spare::take(size).unwrap_or_default();
-        out.try_reserve_exact(size).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+        reserve_packed(&mut out, size)?;
         // Packed straight into the new buffer's spare capacity: zero-filling
         // it first would write every byte twice.
         // SAFETY: check_span proved every byte read lies in `src`; the
@@ -591,7 +604,7 @@ impl Datatype {
     pub(crate) fn pack_external_append(&self, src: Region<'_>, count: u64, out: &mut Vec<u8>) -> Result<()> {
         check_span(self, count, src.origin, src.len)?;
         let size = self.pack_external_size(count)?;
-        out.try_reserve_exact(size).map_err(|_| Error::Overflow("packed buffer allocation"))?;
+        reserve_packed(out, size)?;
         let start = out.len();
         out.resize(start + size, 0);
         self.pack_external(src, count, &mut out[start..], &mut 0)
