@@ -37,12 +37,6 @@ impl Comm {
             Some(limit) => st.engine.post_recv_limited(id, spec, limit),
             None => st.engine.post_recv(id, spec),
         }
-        if !st.arrival_wakers.is_empty() {
-            // A receive can release this rank's sends to itself that were
-            // held for rendezvous slots: they join the queue with no frame
-            // arriving, and probes wait for one.
-            st.wake_probes();
-        }
         self.shared.flush(&mut st);
         Ok(Some(id))
     }

@@ -47,25 +47,15 @@ impl Comm {
                 b.in_flight += 1;
                 st.requests.insert(id, Tracked::Buffered(need));
             }
-            // A message to this rank itself joins its queue of unexpected
-            // messages at once, with no frame arriving to wake its probes.
-            let to_self = dest == self.shared.rank;
             let msg = Outgoing { dest, context, tag, signature, repr, desc_len, data };
             if mode == SendMode::Buffered {
                 st.engine.post_send(id, mode, msg);
-                if to_self {
-                    st.wake_probes();
-                }
                 self.shared.flush(&mut st);
                 return Ok(None);
             }
             // An eager send is usually complete already: its request needs
             // no second look at the endpoint.
-            let started = self.shared.start_send(&mut st, id, mode, msg);
-            if to_self {
-                st.wake_probes();
-            }
-            match started {
+            match self.shared.start_send(&mut st, id, mode, msg) {
                 Some(Completion::Send(result)) => result.map(|()| None),
                 Some(other) => {
                     st.requests.insert(id, Tracked::Done(other));

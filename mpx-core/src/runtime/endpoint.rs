@@ -536,6 +536,11 @@ impl Shared {
     /// [`flush`](Shared::flush) with something to do.
     #[inline(never)]
     fn flush_output(&self, st: &mut State) {
+        if st.engine.take_local_arrival() {
+            // A message to this rank itself: probes wait for arrivals, and
+            // no frame came with it.
+            st.wake_probes();
+        }
         loop {
             let mut progressed = false;
             while let Some(dest) = st.engine.poll_writable() {

@@ -611,6 +611,9 @@ pub struct Engine {
     writable: VecDeque<u32>,
     /// Frames this rank sent itself, handled before any call returns.
     local: VecDeque<Frame>,
+    /// A message this rank sent itself has arrived since the runtime last
+    /// asked ([`Engine::take_local_arrival`]): no frame came with it.
+    local_arrival: bool,
     events: VecDeque<Event>,
     next_id: ReqId,
     /// This rank has said goodbye: it posts no more receives.
@@ -657,6 +660,7 @@ impl Engine {
             pool: BufferPool::default(),
             writable: VecDeque::new(),
             local: VecDeque::new(),
+            local_arrival: false,
             events: VecDeque::new(),
             next_id: 1,
             finished: false,

@@ -36,6 +36,7 @@ impl Engine {
     /// Handles the frames this rank sent itself.
     pub(super) fn handle_local(&mut self) {
         while let Some(frame) = self.local.pop_front() {
+            self.local_arrival |= matches!(frame.header.kind, Kind::Eager | Kind::Rts | Kind::Ready);
             // Frames the engine made itself cannot break the protocol.
             let _ = self.handle_peer_frame(self.rank, frame);
         }
@@ -161,11 +162,20 @@ impl Engine {
     }
 
     /// Whether [`poll_writable`](Engine::poll_writable) or
-    /// [`poll_event`](Engine::poll_event) may have something: when not,
-    /// both return `None`.
+    /// [`poll_event`](Engine::poll_event) may have something, or
+    /// [`take_local_arrival`](Engine::take_local_arrival) is true: when
+    /// not, the first two return `None`.
     #[inline]
     pub fn has_output(&self) -> bool {
-        !self.writable.is_empty() || !self.events.is_empty()
+        !self.writable.is_empty() || !self.events.is_empty() || self.local_arrival
+    }
+
+    /// Whether a message this rank sent itself has arrived (matched or
+    /// queued) since the last call: no frame comes with such a message, so
+    /// whoever waits for arrivals (probes) must be told this way. Part of
+    /// [`has_output`](Engine::has_output) until taken.
+    pub fn take_local_arrival(&mut self) -> bool {
+        std::mem::take(&mut self.local_arrival)
     }
 
     /// The next completion.
