@@ -82,6 +82,20 @@ fn serial_product(range: std::ops::Range<usize>, i: usize) -> Matrix {
     range.map(|r| matrix(r, i)).fold([1, 0, 0, 1], |acc, m| matmul(&acc, &m))
 }
 
+/// Displacements of blocks of `sizes` values, one after another in rank
+/// order, but for the empty blocks: those point past the end of the
+/// blocks, or (every other one) at `usize::MAX`.
+fn empty_blocks_past_the_end(sizes: &[usize]) -> Vec<usize> {
+    let end: usize = sizes.iter().sum();
+    (0..sizes.len())
+        .map(|r| match sizes[r] {
+            0 if r % 2 == 0 => usize::MAX,
+            0 => end + r,
+            _ => sizes[..r].iter().sum(),
+        })
+        .collect()
+}
+
 each_transport! {
     /// bcast, gather, scatter, allgather and alltoall, even and `v` forms,
     /// of plain values and of a derived type, with every root tried.
@@ -162,6 +176,83 @@ each_transport! {
                 let mut recv = vec![0i64; rcounts.iter().sum()];
                 comm.alltoallv(&send, &scounts, &sdispls, &mut recv, &rcounts, &rdispls).await?;
                 assert_eq!(recv, (0..n).flat_map(|s| std::iter::repeat_n(-(s as i64) * 10 - me as i64, rcounts[s])).collect::<Vec<_>>());
+                comm.barrier().await?;
+                Ok(())
+            }))
+            .await;
+        }
+    }
+
+    /// Blocks of 0 values in gatherv, scatterv, allgatherv and alltoallv
+    /// (and of 0 items in alltoallw) touch no memory: displacements past
+    /// the end of the buffer, or anywhere, are no error, the blocks of
+    /// values land where theirs say, and nothing else is written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn empty_blocks_may_lie_anywhere() {
+        use mpx::coll::Block;
+        use mpx::{Datatype, RecvBuf, Region, RegionMut, SendBuf};
+        for n in SIZES {
+            returns(launch(n, move |comm| async move {
+                let (me, n) = (comm.rank(), comm.size());
+                let double = Datatype::double();
+                if n == 3 {
+                    // Counts [1, 0, 1] at [0, 5, 1] into 2 values.
+                    let mine = vec![me as u8 + 1; [1, 0, 1][me]];
+                    let mut all = vec![0u8; if me == 0 { 2 } else { 0 }];
+                    comm.gatherv(&mine, &mut all, &[1, 0, 1], &[0, 5, 1], 0).await?;
+                    if me == 0 {
+                        assert_eq!(all, [1, 3]);
+                    }
+                }
+                // Even ranks have r / 2 + 1 values, odd ones none.
+                let counts: Vec<usize> = (0..n).map(|r| if r % 2 == 0 { r / 2 + 1 } else { 0 }).collect();
+                let displs = empty_blocks_past_the_end(&counts);
+                let total: usize = counts.iter().sum();
+                let value = |r: usize, i: usize| (10 * r + i) as u32;
+                let mine: Vec<u32> = (0..counts[me]).map(|i| value(me, i)).collect();
+                let laid_out: Vec<u32> = (0..n).flat_map(|r| (0..counts[r]).map(move |i| value(r, i))).collect();
+                for root in [0, n - 1, n / 2] {
+                    let mut all = vec![u32::MAX; if me == root { total } else { 0 }];
+                    comm.gatherv(&mine, &mut all, &counts, &displs, root).await?;
+                    if me == root {
+                        assert_eq!(all, laid_out, "gatherv to {root}");
+                    }
+                    let mut back = vec![u32::MAX; counts[me]];
+                    comm.scatterv(&laid_out, &counts, &displs, &mut back, root).await?;
+                    assert_eq!(back, mine, "scatterv from {root}");
+                    // The same over described buffers.
+                    let mine_f: Vec<f64> = mine.iter().map(|&v| f64::from(v)).collect();
+                    let mut all_f = vec![-1.0f64; if me == root { total } else { 0 }];
+                    let into = RecvBuf::new(RegionMut::of(&mut all_f), if me == root { total as u64 } else { 0 }, &double);
+                    comm.gatherv(SendBuf::new(Region::of(&mine_f), counts[me] as u64, &double), into, &counts, &displs, root).await?;
+                    if me == root {
+                        assert_eq!(all_f, laid_out.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(), "described gatherv to {root}");
+                    }
+                }
+                let mut everyone = vec![u32::MAX; total];
+                comm.allgatherv(&mine, &mut everyone, &counts, &displs).await?;
+                assert_eq!(everyone, laid_out, "allgatherv");
+                // alltoallv: rank s sends (s + r) % 3 values to rank r.
+                let scounts: Vec<usize> = (0..n).map(|r| (me + r) % 3).collect();
+                let rcounts = scounts.clone(); // (s + me) % 3, symmetric
+                let (sdispls, rdispls) = (empty_blocks_past_the_end(&scounts), empty_blocks_past_the_end(&rcounts));
+                let send: Vec<i64> = (0..n).flat_map(|r| std::iter::repeat_n(-(me as i64) * 10 - r as i64, scounts[r])).collect();
+                let mut recv = vec![0i64; rcounts.iter().sum()];
+                comm.alltoallv(&send, &scounts, &sdispls, &mut recv, &rcounts, &rdispls).await?;
+                assert_eq!(recv, (0..n).flat_map(|s| std::iter::repeat_n(-(s as i64) * 10 - me as i64, rcounts[s])).collect::<Vec<_>>());
+                // alltoallw: a double to each rank of the same parity, empty
+                // blocks to and from the others, at displacements far off.
+                let talks = |s: usize, r: usize| (s + r).is_multiple_of(2);
+                let far = [isize::MAX, isize::MIN, isize::MAX / 2, -8];
+                let sends: Vec<Block> =
+                    (0..n).map(|r| if talks(me, r) { Block::new(1, &double, (8 * r) as isize) } else { Block::new(0, &double, far[r % 4]) }).collect();
+                let recvs: Vec<Block> =
+                    (0..n).map(|s| if talks(s, me) { Block::new(1, &double, (8 * s) as isize) } else { Block::new(0, &double, far[(s + 1) % 4]) }).collect();
+                let out: Vec<f64> = (0..n).map(|r| (100 * me + r) as f64).collect();
+                let mut got = vec![-1.0f64; n];
+                comm.alltoallw(Region::of(&out), &sends, RegionMut::of(&mut got), &recvs).await?;
+                let want: Vec<f64> = (0..n).map(|s| if talks(s, me) { (100 * s + me) as f64 } else { -1.0 }).collect();
+                assert_eq!(got, want, "alltoallw");
                 comm.barrier().await?;
                 Ok(())
             }))
@@ -505,6 +596,32 @@ each_transport! {
             Ok(())
         }))
         .await;
+    }
+
+    /// Allreduce counts that disagree across the size from which the data
+    /// is cut in blocks (each rank chooses its algorithm from its own
+    /// count), sized so that rank 0's blocks are exactly the others' whole
+    /// data: every rank fails (none waits forever, none takes rank 0's
+    /// blocks for a result), and the communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn allreduce_counts_that_disagree_across_algorithms_fail_on_every_rank() {
+        for ranks in [2usize, 3, 4] {
+            returns(launch(ranks, move |comm| async move {
+                // 8191 doubles are just under 64 KiB.
+                let count = if comm.rank() == 0 { 8191 * ranks } else { 8191 };
+                let send = vec![1.0f64; count];
+                let mut recv = vec![0.0f64; count];
+                let got = tokio::time::timeout(std::time::Duration::from_secs(20), comm.allreduce(&send[..], &mut recv[..], SUM)).await;
+                let got = got.unwrap_or_else(|_| panic!("rank {} of {ranks}: the allreduce hangs", comm.rank()));
+                assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { .. })), "rank {} of {ranks}: {got:?}", comm.rank());
+                comm.barrier().await?;
+                let mut total = 0usize;
+                comm.allreduce(&1usize, &mut total, SUM).await?;
+                assert_eq!(total, ranks);
+                Ok(())
+            }))
+            .await;
+        }
     }
 
     /// Collectives over described buffers: columns of row-major matrices

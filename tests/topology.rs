@@ -1,8 +1,9 @@
 //! Cartesian topologies: `dims_create`, `cart_create` (ranks left out,
 //! grids too large), coordinates and ranks, `shift` at edges and around
 //! periodic dimensions, `sub`, and the neighbour collectives, degenerate
-//! grids (a periodic dimension of 1 or 2) included, against a serial
-//! computation. Every test runs on every transport of the harness.
+//! grids (a periodic dimension of 1 or 2) and empty buffers included,
+//! against a serial computation. Every test runs on every transport of the
+//! harness.
 
 use mpx::coll::{dims_create, Cart};
 use mpx::Peer;
@@ -132,5 +133,37 @@ each_transport! {
             Ok(())
         }))
         .await;
+    }
+
+    /// Neighbour collectives of 0 values per neighbour (empty buffers), on
+    /// lines and grids, periodic and not, degenerate ones too: they succeed
+    /// and move nothing, and collectives of values follow in step.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn neighbour_collectives_of_no_values() {
+        for (ranks, dims, periods) in [
+            (3, vec![3], vec![false]),
+            (3, vec![3], vec![true]),
+            (2, vec![2], vec![true]),
+            (1, vec![1], vec![true]),
+            (6, vec![3, 2], vec![false, false]),
+            (6, vec![3, 2], vec![true, true]),
+            (4, vec![2, 2], vec![true, false]),
+        ] {
+            returns(launch(ranks, move |world| {
+                let (dims, periods) = (dims.clone(), periods.clone());
+                async move {
+                    let grid = world.cart_create(&dims, &periods, false).await?.expect("the ranks fill the grid");
+                    let empty: Vec<u64> = Vec::new();
+                    let mut nothing: Vec<u64> = Vec::new();
+                    grid.neighbor_alltoall(&empty, &mut nothing).await?;
+                    grid.neighbor_allgather(&empty, &mut nothing).await?;
+                    grid.neighbor_alltoall(&empty, &mut nothing).await?;
+                    assert!(nothing.is_empty());
+                    check_grid(&grid).await?;
+                    Ok(())
+                }
+            }))
+            .await;
+        }
     }
 }

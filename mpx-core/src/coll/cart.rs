@@ -12,12 +12,24 @@ use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 
 /// `MPI_Dims_create`: a grid of `nodes` ranks in `dims.len()` dimensions,
-/// as close to cubic as it can be, with the dimensions that are not 0 in
-/// `dims` kept as given; the others are filled in, in non-increasing order.
+/// with the dimensions that are not 0 in `dims` kept as given and the
+/// others (the free ones) filled in, in non-increasing order, as close to
+/// each other as they can be. Precisely: of every way to write the ranks
+/// left for the free dimensions (`nodes` over the product of the kept
+/// ones) as a product of that many factors in non-increasing order, the
+/// free dimensions get one whose largest factor minus its smallest is
+/// least, and of those the lexicographically smallest (the smallest
+/// largest dimension, then the smallest second, and so on): "as close to
+/// each other as possible", in MPI-4.1 §8.5.2's words, made exact. Kept
+/// dimensions whose product does not divide `nodes` are an error, as are
+/// kept dimensions alone (none free) whose product is not `nodes`.
 ///
 /// ```
 /// use mpx::coll::dims_create;
 /// assert_eq!(dims_create(12, &[0, 0])?, [4, 3]);
+/// assert_eq!(dims_create(72, &[0, 0])?, [9, 8]);
+/// // [4, 2, 2] (a spread of 2) rather than [4, 4, 1] (3) or [8, 2, 1] (7).
+/// assert_eq!(dims_create(16, &[0, 0, 0])?, [4, 2, 2]);
 /// assert_eq!(dims_create(12, &[0, 2, 0])?, [3, 2, 2]);
 /// assert!(dims_create(7, &[2, 0]).is_err(), "7 ranks in rows of 2");
 /// assert!(dims_create(0, &[0, 0]).is_err(), "no ranks");
@@ -38,30 +50,168 @@ pub fn dims_create(nodes: usize, dims: &[usize]) -> Result<Vec<usize>> {
     let Some(fixed) = fixed.filter(|&f| f > 0 && nodes.is_multiple_of(f) && (free > 0 || f == nodes)) else {
         return Err(Error::InvalidArgument(format!("{nodes} ranks do not fill a grid of {dims:?}")));
     };
-    // Spread the prime factors of what is left over the free dimensions,
-    // largest factor first onto the smallest dimension so far.
-    let mut left = nodes / fixed;
-    let mut factors = Vec::new();
+    // `nodes` fits in 32 bits, and so does each factor of it: both casts
+    // are exact.
+    let mut filled = balanced_factors((nodes / fixed) as u64, free).into_iter();
+    Ok(dims.iter().map(|&d| if d > 0 { d } else { filled.next().map_or(1, |f| f as usize) }).collect())
+}
+
+/// The `k` factors of `m` (1 or more) that [`dims_create`] gives its free
+/// dimensions: in non-increasing order, the largest minus the smallest
+/// least, and of those products the lexicographically smallest.
+///
+/// A depth-first search over the divisors of `m`, the smallest first at
+/// every position, which finds products in lexicographic order: it keeps a
+/// product only if it narrows the best spread so far (so of equal spreads
+/// it keeps the first), and prunes every branch that cannot narrow it.
+/// Each factor after the first is at most the one before it and, with
+/// `j` factors left to choose for `r`, at least the `j`-th root of `r`;
+/// none exceeds the first or falls a whole best spread below it; and
+/// what is left must have no prime factor above the factor just chosen.
+/// Past one factor per prime factor of `m`, the factors are all 1 and the
+/// search does not go on. Even for the most composite `m` below 2^32 it
+/// visits some hundreds of branches.
+fn balanced_factors(m: u64, k: usize) -> Vec<u64> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let primes = prime_factors(m);
+    // At most one factor per prime factor (counted with multiplicity)
+    // exceeds 1. With more slots than that, the smallest factor is 1
+    // whatever the others, and the products are those of one slot more
+    // than there are prime factors, padded with 1s, in the same order by
+    // spread and lexicographically: the search fills that many slots.
+    let slots = k.min(primes.len() + 1);
+    let mut divisors = vec![1u64];
+    for run in primes.chunk_by(|a, b| a == b) {
+        let p = run[0];
+        let grown: Vec<u64> = divisors.iter().flat_map(|&d| (1..=run.len() as u32).map(move |e| d * p.pow(e))).collect();
+        divisors.extend(grown);
+    }
+    divisors.sort_unstable();
+    let mut distinct = primes;
+    distinct.dedup();
+    distinct.reverse();
+    let search = Balance { divisors, largest_first: distinct };
+    let mut path = Vec::with_capacity(slots);
+    let mut best: Best = None;
+    let largest_prime = search.largest_prime(m);
+    for &first in &search.divisors {
+        if best.is_some() && power(Balance::floor(first, &best), slots) > m {
+            // Every factor of a narrower product lies within the floor and
+            // `first`, so `first` is too large to narrow it, and so is
+            // every larger one.
+            break;
+        }
+        if power(first, slots) < m || first < largest_prime {
+            continue;
+        }
+        path.push(first);
+        search.extend(m / first, slots - 1, &mut path, &mut best);
+        path.pop();
+    }
+    // `first = m` always completes a product (m, 1, …, 1).
+    let mut factors = best.map(|(_, factors)| factors).unwrap_or_default();
+    factors.resize(k, 1);
+    factors
+}
+
+/// The divisors and prime factors of [`balanced_factors`]'s product.
+struct Balance {
+    /// In increasing order.
+    divisors: Vec<u64>,
+    /// The distinct prime factors, largest first.
+    largest_first: Vec<u64>,
+}
+
+/// The best product found so far: its spread (largest factor minus
+/// smallest) and its factors.
+type Best = Option<(u64, Vec<u64>)>;
+
+impl Balance {
+    /// The least factor of a product whose largest is `first` that is
+    /// narrower than `best`.
+    fn floor(first: u64, best: &Best) -> u64 {
+        best.as_ref().map_or(1, |(spread, _)| (first + 1).saturating_sub(*spread).max(1))
+    }
+
+    /// The largest prime factor of `r` (a divisor of the product), 1 for 1.
+    fn largest_prime(&self, r: u64) -> u64 {
+        self.largest_first.iter().copied().find(|&p| r.is_multiple_of(p)).unwrap_or(1)
+    }
+
+    /// Completes `path` (non-empty, non-increasing) with `slots` more
+    /// factors of product `rest`, recording in `best` each product
+    /// narrower than it.
+    fn extend(&self, rest: u64, slots: usize, path: &mut Vec<u64>, best: &mut Best) {
+        let (Some(&first), Some(&prev)) = (path.first(), path.last()) else { return };
+        let floor = Balance::floor(first, best);
+        if rest == 1 {
+            // The remaining factors are all 1.
+            let least = if slots > 0 { 1 } else { prev };
+            if least >= floor {
+                let mut factors = path.clone();
+                factors.resize(path.len() + slots, 1);
+                *best = Some((first - least, factors));
+            }
+            return;
+        }
+        if slots == 0 || self.largest_prime(rest) > prev {
+            return;
+        }
+        if slots == 1 {
+            if (floor..=prev).contains(&rest) {
+                let mut factors = path.clone();
+                factors.push(rest);
+                *best = Some((first - rest, factors));
+            }
+            return;
+        }
+        let start = self.divisors.partition_point(|&d| d < floor);
+        // Once a factor's `slots`-th power reaches `rest`, so do the larger ones'.
+        let mut large_enough = false;
+        for &a in &self.divisors[start..] {
+            // The floor rises as narrower products turn up.
+            let floor = Balance::floor(first, best);
+            if a > prev || rest / a < power(floor, slots - 1) {
+                // What `a` leaves cannot fill the other slots with factors
+                // of at least the floor, nor can a larger factor's.
+                break;
+            }
+            if a < floor || !rest.is_multiple_of(a) {
+                continue;
+            }
+            large_enough = large_enough || power(a, slots) >= rest;
+            if !large_enough {
+                continue;
+            }
+            path.push(a);
+            self.extend(rest / a, slots - 1, path, best);
+            path.pop();
+        }
+    }
+}
+
+/// `base` to the power `exp`, or `u64::MAX` if larger.
+fn power(base: u64, exp: usize) -> u64 {
+    (0..exp).try_fold(1u64, |p, _| p.checked_mul(base)).unwrap_or(u64::MAX)
+}
+
+/// The prime factors of `m`, with multiplicity, in increasing order.
+fn prime_factors(mut m: u64) -> Vec<u64> {
+    let mut primes = Vec::new();
     let mut p = 2;
-    while p <= left / p {
-        while left.is_multiple_of(p) {
-            factors.push(p);
-            left /= p;
+    while p <= m / p {
+        while m.is_multiple_of(p) {
+            primes.push(p);
+            m /= p;
         }
         p += 1;
     }
-    if left > 1 {
-        factors.push(left);
+    if m > 1 {
+        primes.push(m);
     }
-    let mut filled = vec![1usize; free];
-    for f in factors.into_iter().rev() {
-        if let Some(smallest) = filled.iter_mut().min() {
-            *smallest *= f;
-        }
-    }
-    filled.sort_unstable_by(|a, b| b.cmp(a));
-    let mut filled = filled.into_iter();
-    Ok(dims.iter().map(|&d| if d > 0 { d } else { filled.next().unwrap_or(1) }).collect())
+    primes
 }
 
 /// The number of ranks of a grid of `dims`, if it can be counted.
@@ -394,7 +544,8 @@ impl Cart {
 
     /// `MPI_Neighbor_alltoall`: block `k` of `send` (2 × dimensions × c
     /// values) goes to the `k`-th neighbour, and block `k` of `recv` gets
-    /// what the `k`-th neighbour sent this rank.
+    /// what the `k`-th neighbour sent this rank. With c = 0 (both buffers
+    /// empty) every block is empty, and no values move.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -415,7 +566,8 @@ impl Cart {
         let send = send.values();
         let blocks = 2 * self.dims.len();
         let count = send.len() / blocks.max(1);
-        let out: Vec<&[T]> = if send.len() == count * blocks { send.chunks(count.max(1)).take(blocks).collect() } else { Vec::new() };
+        // Blocks of 0 values (an empty buffer) included: one per neighbour.
+        let out: Vec<&[T]> = if send.len() == count * blocks { (0..blocks).map(|k| &send[k * count..(k + 1) * count]).collect() } else { Vec::new() };
         self.neighbor_exchange(&out, recv.values(), count)
     }
 
@@ -481,5 +633,104 @@ mod tests {
         }
         assert!(dims_create(8, &[3, 0]).is_err());
         assert!(dims_create(8, &[2, 2]).is_err());
+    }
+
+    /// The free dimensions whose largest minus smallest is least, and of
+    /// those the lexicographically smallest, placed in the free slots in
+    /// order; kept dimensions stay.
+    #[test]
+    fn dims_are_the_narrowest_product() {
+        for (nodes, dims, want) in [
+            (72, vec![0, 0], vec![9, 8]),
+            (16, vec![0, 0, 0], vec![4, 2, 2]),
+            (12, vec![0, 0], vec![4, 3]),
+            (7, vec![0, 0], vec![7, 1]),
+            (1, vec![0, 0, 0], vec![1, 1, 1]),
+            (24, vec![0, 0, 0], vec![4, 3, 2]),
+            (36, vec![0, 0], vec![6, 6]),
+            (72, vec![0, 0, 0], vec![6, 4, 3]),
+            (72, vec![0, 0, 0, 0], vec![4, 3, 3, 2]),
+            // Spreads of 4 all: [5, 2, 2, 1] before [5, 4, 1, 1].
+            (20, vec![0, 0, 0, 0], vec![5, 2, 2, 1]),
+            // 24 ranks left for two free dimensions: [6, 4].
+            (72, vec![0, 3, 0], vec![6, 3, 4]),
+            (72, vec![2, 0, 0, 3], vec![2, 4, 3, 3]),
+            (72, vec![8, 9], vec![8, 9]),
+            (5, vec![5, 0, 0], vec![5, 1, 1]),
+            (720, vec![0; 10], vec![5, 3, 3, 2, 2, 2, 2, 1, 1, 1]),
+        ] {
+            assert_eq!(dims_create(nodes, &dims).unwrap(), want, "{nodes} over {dims:?}");
+        }
+        for (nodes, dims) in [(72, vec![5, 0]), (72, vec![0, 0, 7]), (72, vec![8, 8]), (72, vec![]), (72, vec![0, 144]), (1, vec![2, 0])] {
+            assert!(dims_create(nodes, &dims).is_err(), "{nodes} over {dims:?}");
+        }
+        assert_eq!(dims_create(1, &[]).unwrap(), Vec::<usize>::new());
+    }
+
+    /// Large rank counts and many dimensions: the product is right, the
+    /// dimensions do not increase, and the search ends at once.
+    #[test]
+    fn dims_of_large_grids_and_many_dimensions() {
+        let checked = |nodes: usize, free: usize| {
+            let dims = dims_create(nodes, &vec![0; free]).unwrap();
+            assert_eq!(dims.len(), free);
+            assert_eq!(dims.iter().map(|&d| d as u64).product::<u64>(), nodes as u64, "{nodes} in {free}: {dims:?}");
+            assert!(dims.windows(2).all(|w| w[0] >= w[1]), "{nodes} in {free}: {dims:?}");
+            dims
+        };
+        // 2^32 - 5, a prime; 2^32 - 1 = 3 · 5 · 17 · 257 · 65537.
+        assert_eq!(checked(4_294_967_291, 2), [4_294_967_291, 1]);
+        assert_eq!(checked(4_294_967_295, 2), [65_537, 65_535]);
+        assert_eq!(checked(4_294_967_295, 3), [65_537, 257, 255]);
+        assert_eq!(checked(4_294_967_295, 6), [65_537, 257, 17, 5, 3, 1]);
+        // 2^4 · 3^3 · 5^2 · 7 · 11 · 13 · 17 · 19: 14 prime factors, 1,920 divisors.
+        let composite = 3_491_888_400;
+        assert_eq!(checked(composite, 2), [59_280, 58_905]);
+        assert_eq!(checked(composite, 3), [1_540, 1_530, 1_482]);
+        assert_eq!(checked(composite, 4), [255, 247, 240, 231]);
+        assert_eq!(checked(composite, 6), [45, 44, 39, 38, 35, 34]);
+        let mut many = vec![19, 17, 13, 11, 7, 5, 5, 3, 3, 3, 2, 2, 2, 2];
+        many.resize(64, 1);
+        assert_eq!(checked(composite, 64), many);
+        assert_eq!(checked(1 << 31, 3), [2048, 1024, 1024]);
+        assert_eq!(checked(1 << 31, 31), [2; 31]);
+        let mut twos = vec![2; 31];
+        twos.push(1);
+        assert_eq!(checked(1 << 31, 32), twos);
+        for nodes in [composite, 4_294_967_295, 4_294_967_291, 1 << 31, 3_603_600, 2_147_483_646] {
+            for free in (1..=40).chain([64, 1000]) {
+                checked(nodes, free);
+            }
+        }
+        assert_eq!(checked(720, 100_000).iter().filter(|&&d| d > 1).count(), 7);
+    }
+
+    /// Every way to write `m` as `k` factors in non-increasing order, none
+    /// above `cap`.
+    fn products(m: usize, k: usize, cap: usize) -> Vec<Vec<usize>> {
+        if k == 0 {
+            return if m == 1 { vec![Vec::new()] } else { Vec::new() };
+        }
+        (1..=cap.min(m))
+            .filter(|&a| m.is_multiple_of(a))
+            .flat_map(|a| {
+                products(m / a, k - 1, a).into_iter().map(move |mut rest| {
+                    rest.insert(0, a);
+                    rest
+                })
+            })
+            .collect()
+    }
+
+    /// Against every product, for every rank count up to 2,000 in up to 4
+    /// dimensions: the least spread, then the lexicographically smallest.
+    #[test]
+    fn dims_match_an_exhaustive_search() {
+        for m in 1..=2000usize {
+            for k in 1..=4 {
+                let want = products(m, k, m).into_iter().min_by_key(|f| (f[0] - f[k - 1], f.clone())).expect("(m, 1, ...) at least");
+                assert_eq!(dims_create(m, &vec![0; k]).unwrap(), want, "{m} in {k}");
+            }
+        }
     }
 }

@@ -300,6 +300,21 @@ impl Call {
     /// Tags each call has for its messages.
     pub(crate) const SUBTAGS: u64 = 64;
 
+    /// The call with its messages under sub-tag `by` and up: for an
+    /// algorithm that ranks choose from their own arguments, so that ranks
+    /// that disagree never take each other's messages for their own (see
+    /// [`watching_other_algorithms`]).
+    pub(crate) fn shifted(&self, by: usize) -> Call {
+        debug_assert!((by as u64) < Self::SUBTAGS);
+        Call { comm: self.comm.clone(), tag: self.tag + by as i32, subtags: self.subtags }
+    }
+
+    /// The call, telling every other rank on its first `subtags` sub-tags
+    /// when it gives up.
+    pub(crate) fn giving_up_on(&self, subtags: usize) -> Call {
+        Call { subtags, ..self.clone() }
+    }
+
     pub(crate) fn rank(&self) -> usize {
         self.comm.rank()
     }
@@ -523,6 +538,48 @@ fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut
         return Err(mismatch(format!("it sent {sent} bytes where {count} of {} ({expected} bytes) were expected", E::name(dst))));
     }
     Ok(msg)
+}
+
+/// Runs `run`, this rank's part of `call` by an algorithm whose messages
+/// go under sub-tag 1 and up ([`Call::shifted`]), while watching sub-tag 0,
+/// where the ranks that chose the call's other algorithm (for a count of
+/// their own: the call is erroneous) send theirs. Without it such ranks
+/// could take each other's messages as their own where the sizes happen
+/// to agree (a wrong result on one rank, another waiting forever); with
+/// it, a message from such a rank, or a rank's word that it gave up, is
+/// [`Error::CollectiveMismatch`] naming that rank. The caller's collective
+/// gives up on both sub-tags ([`Call::giving_up_on`]).
+pub(crate) async fn watching_other_algorithms<R>(call: Call, run: impl Future<Output = Result<R>>) -> Result<R> {
+    let id = call.comm.post_recv(crate::comm::Any, call.tag, call.comm.context | 1, None)?.expect("any source, never the null process");
+    let mut watch = Some(RawRecv::new(call.shared().clone(), id));
+    let mut run = std::pin::pin!(run);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(outcome) = run.as_mut().poll(cx) {
+            return Poll::Ready(outcome);
+        }
+        let Some(w) = watch.as_mut() else { return Poll::Pending };
+        match Pin::new(w).poll(cx) {
+            Poll::Ready(Ok(msg)) => {
+                watch = None;
+                let rank = call.comm.rank_of_sender(msg.envelope.source) as usize;
+                let detail = if msg.envelope.signature.is_none() {
+                    "it gave up on the collective (its own error says why)"
+                } else {
+                    "it passed another count, for which it chose another algorithm"
+                };
+                call.recycle(msg);
+                Poll::Ready(Err(Error::CollectiveMismatch { rank, detail: detail.into() }))
+            }
+            // Whatever failed the watch (a rank gone) fails the
+            // algorithm's own receives if it matters to them.
+            Poll::Ready(Err(_)) => {
+                watch = None;
+                Poll::Pending
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// Awaits every request in `sends`, reporting the first error.

@@ -270,15 +270,22 @@ impl Bruck {
     }
 }
 
-/// `count` values at `displ` of a buffer of `len`, checked.
+/// `count` values at `displ` of a buffer of `len`, checked. A block of no
+/// values touches no memory, wherever its displacement points (MPI reads
+/// and writes nothing for it): it is the empty range at the buffer's
+/// start, which every buffer holds, described ones included.
 fn block(what: &str, displ: usize, count: usize, len: usize) -> Result<Range<usize>> {
+    if count == 0 {
+        return Ok(0..0);
+    }
     let end = displ.checked_add(count).filter(|&e| e <= len);
     end.map(|e| displ..e).ok_or_else(|| Error::InvalidArgument(format!("{what}: {count} values at {displ} overrun a buffer of {len}")))
 }
 
 /// The blocks `counts` and `displs` lay over a buffer of `len`, one per
 /// rank; with `disjoint`, blocks that overlap are an error (a receive
-/// would write some values twice).
+/// would write some values twice). Blocks of no values are never out of
+/// range and overlap nothing.
 fn blocks(what: &str, n: usize, counts: &[usize], displs: &[usize], len: usize, disjoint: bool) -> Result<Vec<Range<usize>>> {
     if counts.len() != n || displs.len() != n {
         return Err(Error::InvalidArgument(format!("{what}: {} counts and {} displacements for {n} ranks", counts.len(), displs.len())));
@@ -387,7 +394,8 @@ impl Comm {
     /// landing in `counts[r]` values at `displs[r]` of the root's `recv`
     /// (blocks that must not overlap). `counts` and `displs` matter at the
     /// root only; every other rank sends its `send`, whose length must be
-    /// the root's `counts[r]`.
+    /// the root's `counts[r]`. A block of 0 values touches no memory: its
+    /// displacement may point anywhere, past the buffer too.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -485,7 +493,8 @@ impl Comm {
     /// `MPI_Scatterv`: as [`scatter`](Comm::scatter), rank `r` getting
     /// `counts[r]` values at `displs[r]` of the root's `send` (`counts`
     /// and `displs` matter at the root only; each rank's `recv` must hold
-    /// its count).
+    /// its count). A block of 0 values touches no memory, wherever its
+    /// displacement points.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -690,7 +699,8 @@ impl Comm {
 
     /// `MPI_Alltoallv`: `scounts[r]` values at `sdispls[r]` of each rank's
     /// `send` go to rank `r`, landing at `rdispls[s]` of its `recv`, where
-    /// `rcounts[s]` must equal the sender's `scounts[r]`.
+    /// `rcounts[s]` must equal the sender's `scounts[r]`. Blocks of 0
+    /// values touch no memory, wherever their displacements point.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -801,8 +811,15 @@ impl Block {
         Block { count, datatype: datatype.clone(), displacement }
     }
 
+    /// Where the block's origin lies, in bytes from the buffer's: its
+    /// displacement, or the buffer's own origin for a block of no items,
+    /// which touches no memory wherever its displacement points.
     fn offset(&self) -> i128 {
-        self.displacement as i128
+        if self.count == 0 {
+            0
+        } else {
+            self.displacement as i128
+        }
     }
 }
 
@@ -813,7 +830,8 @@ impl Comm {
     /// byte displacement and datatype (derived ones included), as long as
     /// the type signatures of each pair of blocks agree. Receive blocks
     /// must not overlap (checked on the datatypes' byte runs, never by
-    /// expanding typemaps).
+    /// expanding typemaps). A block of 0 items touches no memory: its
+    /// displacement may point anywhere, past the buffer too.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -843,8 +861,10 @@ impl Comm {
             if sends.len() != n || recvs.len() != n {
                 return Err(Error::InvalidArgument(format!("alltoallw: {} send blocks and {} receive blocks for {n} ranks", sends.len(), recvs.len())));
             }
+            // Blocks of no items write nothing, and overlap nothing.
             let parts: Vec<Part<'_>> = recvs
                 .iter()
+                .filter(|b| b.count > 0)
                 .map(|b| Part { datatype: &b.datatype, count: b.count, access: Access::Write, offset: b.displacement as i64 })
                 .collect();
             check_parts(&parts, recv.origin(), recv.len(), None)?;
@@ -929,7 +949,22 @@ impl Comm {
 
 #[cfg(test)]
 mod tests {
-    use super::{binomial, Bruck, SMALL_ALLGATHER};
+    use super::{binomial, blocks, Bruck, SMALL_ALLGATHER};
+
+    /// Blocks of no values lie anywhere: past the buffer's end, at the
+    /// largest displacement, over other blocks. Blocks of values are still
+    /// checked against the buffer and, for receives, against each other.
+    #[test]
+    fn blocks_of_no_values_lie_anywhere() {
+        assert_eq!(blocks("gatherv", 3, &[1, 0, 1], &[0, 5, 1], 2, true).unwrap(), [0..1, 0..0, 1..2]);
+        assert_eq!(blocks("gatherv", 2, &[0, 0], &[usize::MAX, 7], 0, true).unwrap(), [0..0, 0..0]);
+        assert_eq!(blocks("gatherv", 3, &[2, 0, 0], &[0, 1, 1], 2, true).unwrap(), [0..2, 0..0, 0..0]);
+        assert_eq!(blocks("scatterv", 2, &[0, 2], &[usize::MAX, 0], 2, false).unwrap(), [0..0, 0..2]);
+        assert!(blocks("gatherv", 3, &[1, 0, 1], &[0, 5, 2], 2, true).is_err(), "a block of a value past the end");
+        assert!(blocks("gatherv", 3, &[1, 0, 1], &[1, 5, 1], 2, true).is_err(), "blocks that overlap");
+        assert!(blocks("scatterv", 3, &[1, 0, 1], &[1, 5, 1], 2, false).is_ok(), "sends may overlap");
+        assert!(blocks("scatterv", 2, &[0, 1], &[0, usize::MAX], 2, false).is_err());
+    }
 
     /// Bruck's steps, simulated for every rank count up to 64: each rank
     /// sends only blocks it holds, what it sends is what its receiver

@@ -3,7 +3,7 @@
 
 
 use super::movement::{Bcast, Ring};
-use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted};
+use super::{check_len, sent, sent_after, watching_other_algorithms, Call, CollMut, CollRef, Collective, Op, Posted};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -50,8 +50,11 @@ impl<T: MpiType> ToZero<T> {
 
     /// Combines the children's results with this rank's `send`: the
     /// result, on rank 0; elsewhere the partial result goes to the parent
-    /// and `None` comes back.
-    async fn finish(self, call: &Call, op: &Op<T>) -> Result<Option<Vec<T>>> {
+    /// and `None` comes back. With it come the sends still under way: a
+    /// rank that receives something next awaits them after that receive,
+    /// so that a rank that gave up on the call (and will never take the
+    /// send) is heard of there.
+    async fn finish(self, call: &Call, op: &Op<T>) -> Result<(Option<Vec<T>>, Vec<Request<'static>>)> {
         let ToZero { own, children, parent, mut sends } = self;
         let mut theirs = own.clone();
         let mut acc = own;
@@ -62,16 +65,12 @@ impl<T: MpiType> ToZero<T> {
             std::mem::swap(&mut acc, &mut theirs);
         }
         match parent {
-            None => {
-                sent(sends).await?;
-                Ok(Some(acc))
-            }
+            None => Ok((Some(acc), sends)),
             Some(p) => {
                 if sends.is_empty() {
                     sends.push(call.send(&acc, p));
                 }
-                sent(sends).await?;
-                Ok(None)
+                Ok((None, sends))
             }
         }
     }
@@ -133,7 +132,13 @@ pub(super) const LARGE_ALLREDUCE: u64 = 64 << 10;
 /// blocks go around a ring to every rank. Each rank moves `2(n-1)/n` of
 /// the data and combines `1/n` of it, against all of it `log₂ n` times
 /// for recursive doubling.
-fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
+///
+/// Ranks choose between this and the algorithms for small data by their
+/// own counts: its messages go under the call's second sub-tag, and it
+/// watches the first for ranks that chose otherwise
+/// ([`watching_other_algorithms`]).
+fn scattered<'a, T: MpiType>(whole: Call, send: &[T], mut recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
+    let call = whole.shifted(1);
     let (n, me) = (call.size(), call.rank());
     let counts: Vec<usize> = (0..n).map(|r| send.len() / n + usize::from(r < send.len() % n)).collect();
     let displs: Vec<usize> = (0..n).map(|r| counts[..r].iter().sum()).collect();
@@ -156,7 +161,7 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
         };
         Ok((posted, sends, own))
     })();
-    Collective::new(call.clone(), async move {
+    let run = async move {
         let (posted, sends, mut own) = started?;
         let mut posted = posted.into_iter().map(|(_, p)| p);
         // Every rank's contribution to this rank's block, folded in rank
@@ -195,7 +200,8 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
         sent(sends).await?;
         let ring = Ring::start_in_place::<T>(&call, &mut recv, &counts, &displs, "allreduce")?;
         ring.finish::<T>(&call, &mut recv).await
-    })
+    };
+    Collective::new(whole.giving_up_on(2), watching_other_algorithms(whole, run))
 }
 
 impl Comm {
@@ -249,13 +255,14 @@ impl Comm {
         })();
         Collective::new(call.clone(), async move {
             let (tree, from_zero) = started?;
-            let result = tree.finish(&call, &op).await?;
+            let (result, sends) = tree.finish(&call, &op).await?;
             match (result, from_zero) {
                 (Some(result), _) if root == 0 => recv.copy_from_slice(&result),
                 (Some(result), _) => call.send(&result, root).await.map(drop)?,
                 (None, Some(posted)) => posted.into(recv).await?,
                 (None, None) => {}
             }
+            sent(sends).await?;
             Ok(())
         })
     }
@@ -303,11 +310,13 @@ impl Comm {
         })();
         Collective::new(call.clone(), async move {
             let (tree, bcast) = started?;
-            if let Some(result) = tree.finish(&call, &op).await? {
+            let (result, tree_sends) = tree.finish(&call, &op).await?;
+            if let Some(result) = result {
                 recv.copy_from_slice(&result);
             }
             let mut recv = recv;
-            bcast.finish::<T>(&call, &mut recv).await
+            bcast.finish::<T>(&call, &mut recv).await?;
+            sent(tree_sends).await
         })
     }
 
@@ -391,7 +400,8 @@ impl Comm {
         })();
         Collective::new(call.clone(), async move {
             let (tree, from_zero) = started?;
-            if let Some(result) = tree.finish(&call, &op).await? {
+            let (result, tree_sends) = tree.finish(&call, &op).await?;
+            if let Some(result) = result {
                 let mut at = 0;
                 let mut sends = Vec::with_capacity(n);
                 for (r, &c) in counts.iter().enumerate() {
@@ -408,7 +418,7 @@ impl Comm {
             if let Some(posted) = from_zero {
                 posted.into(recv).await?;
             }
-            Ok(())
+            sent(tree_sends).await
         })
     }
 

@@ -173,10 +173,18 @@ impl Endpoint {
     /// let (sent, got) = tokio::join!(a.send(&3u8, 1, 0), b.recv::<u8>(0, 0));
     /// sent?;
     /// assert_eq!(got?.0, 3);
+    /// // Every handle is the same communicator: `dup`s through different
+    /// // handles are different communicators, as two `dup`s of one are.
+    /// let (first, second) = (zero.world().dup(), zero.world().dup());
+    /// let (first_there, second_there) = (one.world().dup(), one.world().dup());
+    /// let sends = [second.isend(&2u8, 1, 0), first.isend(&1u8, 1, 0)];
+    /// assert_eq!(first_there.recv::<u8>(0, 0).await?.0, 1);
+    /// assert_eq!(second_there.recv::<u8>(0, 0).await?.0, 2);
+    /// for sent in sends { sent.await?; }
     /// # Ok(()) }
     /// ```
     pub fn world(&self) -> Comm {
-        Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: Arc::new(AtomicU64::new(0)), members: None }
+        Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: self.shared.world_dups.clone(), members: None }
     }
 }
 

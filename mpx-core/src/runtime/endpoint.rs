@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::collections::hash_map::Entry;
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -119,6 +119,10 @@ pub(crate) struct Shared {
     /// What the endpoint keeps alive for its transport (its driver's abort
     /// guard): dropped with the endpoint's last handle.
     pub(crate) owned: Mutex<Vec<Box<dyn Send>>>,
+    /// How many times the world communicator has been duplicated (or
+    /// split), through any of its handles: every [`Endpoint::world`] shares
+    /// it, so two handles never derive the same context.
+    pub(crate) world_dups: Arc<AtomicU64>,
 }
 
 /// One rank's connection to the world; see the [module docs](super).
@@ -180,6 +184,7 @@ impl Endpoint {
             transport: Box::new(transport),
             state: Mutex::new(state),
             owned: Mutex::new(Vec::new()),
+            world_dups: Arc::new(AtomicU64::new(0)),
         });
         let mut st = shared.lock();
         shared.flush(&mut st);
