@@ -9,9 +9,33 @@
 # The node claims 16 CPUs whatever the host has, and the partition
 # oversubscribes, so that jobs of more ranks than cores start (as the tests'
 # Open MPI runs do). Everything lives under one directory
-# ($MPX_SLURM_DIR, default /tmp/mpx-slurm); a second call restarts it.
+# ($MPX_SLURM_DIR, default /tmp/mpx-slurm), made private to root (mode
+# 0700); a second call restarts it. The daemons run as root with the
+# configuration found there, and the script kills the processes its pid
+# files name: a directory that exists already must be root's own (the
+# running user's), not a symbolic link, and writable by no one else, or
+# the script refuses it.
 set -euo pipefail
 dir=${MPX_SLURM_DIR:-/tmp/mpx-slurm}
+
+me=$(id -u)
+if [ -L "$dir" ]; then
+    echo "slurm-up.sh: $dir is a symbolic link: refused (remove it, or set MPX_SLURM_DIR to another folder)" >&2
+    exit 1
+elif [ -e "$dir" ]; then
+    owner_mode=$(stat -c '%u %a' "$dir")
+    owner=${owner_mode% *}
+    mode=${owner_mode#* }
+    if [ ! -d "$dir" ] || [ "$owner" != "$me" ] || (( 8#$mode & 8#022 )); then
+        echo "slurm-up.sh: $dir (owner $owner, mode $mode) must be a directory of user $me that no one else may write to: refused (remove it, or set MPX_SLURM_DIR to another folder)" >&2
+        exit 1
+    fi
+    chmod 0700 "$dir"
+else
+    mkdir -p "$(dirname "$dir")"
+    # Fails if another process made it meanwhile: never one of someone else's.
+    mkdir -m 0700 "$dir"
+fi
 
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v srun >/dev/null || ! command -v munged >/dev/null; then
     apt-get update -qq >&2

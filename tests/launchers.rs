@@ -1,6 +1,7 @@
 //! The same programs started as one process per rank: by `mpxrun` (on
 //! this host, and on three "hosts" made of network namespaces), by MPICH's
-//! `mpiexec.hydra`, by Slurm's `srun`, and by Open MPI's `mpirun`.
+//! `mpiexec.hydra`, by Slurm's `srun`, by Open MPI's `mpirun`, and by hand
+//! on two such "hosts".
 //!
 //! The external launchers and the namespaces need this machine's MPICH,
 //! Open MPI, a running Slurm (`scripts/slurm-up.sh`) and root: where one
@@ -453,7 +454,11 @@ fn ip(args: &str) -> Result<(), String> {
 
 impl Hosts {
     fn new(n: usize) -> Result<Hosts, String> {
-        let id = std::process::id() % 100_000;
+        // Names and a network of each set's own: tests of this process run
+        // side by side.
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = (std::process::id() % 10_000) * 10 + made % 10;
         let net = format!("10.77.{}", id % 250);
         let mut hosts = Hosts { names: Vec::new(), links: Vec::new(), bridge: format!("mx{id}b"), gateway: format!("{net}.254") };
         ip(&format!("link add {} type bridge", hosts.bridge))?;
@@ -472,6 +477,12 @@ impl Hosts {
             ip(&format!("netns exec {ns} ip link set lo up"))?;
         }
         Ok(hosts)
+    }
+
+    /// Host `i`'s address on the bridge.
+    fn address(&self, i: usize) -> String {
+        let net = self.gateway.rsplit_once('.').map_or(self.gateway.as_str(), |(net, _)| net);
+        format!("{net}.{}", i + 1)
     }
 
     /// `mpxrun` starting rank `r` on host `r % 3`.
@@ -572,6 +583,109 @@ fn ranks_on_three_hosts_run_and_a_host_cut_off_fails_the_others() {
         assert!(stderr.contains(&format!("[{rank}] Error: ProcessFailed")), "rank {rank} did not fail:\n{stderr}");
     }
     assert!(stderr.contains("rank: 1") || stderr.contains("rank: 4"), "the failures name a rank of the cut host:\n{stderr}");
+}
+
+/// One rank of the by-hand test below (a no-op unless started as one): a
+/// program that calls `mpx::launch` for two ranks, each sending the other
+/// 64 KiB.
+#[test]
+fn by_hand_child() {
+    if std::env::var_os("MPX_TEST_BY_HAND").is_none() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let got = runtime.block_on(mpx::launch(2, |world| async move {
+        let (me, other) = (world.rank(), 1 - world.rank());
+        let sent = world.isend(vec![me as u8 + 1; 64 << 10], other, 5);
+        let (got, _) = world.recv_vec::<u8>(other, 5).await?;
+        sent.await?;
+        if got.len() != 64 << 10 || got.iter().any(|&b| b != other as u8 + 1) {
+            return Err(mpx::Error::user(format!("rank {me}: {} bytes from rank {other}, not its 64 KiB", got.len())));
+        }
+        Ok(format!("rank {me}: 64 KiB from rank {other} checked"))
+    }));
+    match got {
+        Ok(lines) => lines.iter().for_each(|line| println!("{line}")),
+        Err(e) => panic!("by hand: {e}"),
+    }
+}
+
+/// Two ranks of a program that calls `mpx::launch`, started by hand
+/// (`MPX_RANK`, `MPX_ADDRS`, `MPX_CREDENTIAL`, one a file's path and one
+/// the PEM text) on two hosts (network namespaces) whose links carry
+/// 1500-byte packets (veth's MTU): their 64 KiB messages arrive, in
+/// packets that fit the path, although the program picked no options.
+#[test]
+fn a_program_started_by_hand_on_two_hosts_sends_64_kib_over_a_1500_byte_mtu() {
+    let hosts = match Hosts::new(2) {
+        Ok(h) => h,
+        Err(e) => {
+            assert!(std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(), "network namespaces are required here: {e}");
+            eprintln!("cannot make network namespaces here ({e}): not tested");
+            return;
+        }
+    };
+    for link in &hosts.links {
+        let mtu = std::fs::read_to_string(format!("/sys/class/net/{link}/mtu")).unwrap_or_default();
+        assert_eq!(mtu.trim(), "1500", "{link}'s MTU");
+    }
+    let job = mpx_net::quic::JobCredential::generate(0x64_1500).unwrap();
+    let dir = std::env::temp_dir().join(format!("mpx-by-hand-{}", std::process::id()));
+    let rank_0 = dir.join("rank-0.pem");
+    {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&rank_0).unwrap();
+        std::io::Write::write_all(&mut file, job.issue(0).unwrap().to_pem().as_bytes()).unwrap();
+    }
+    let credentials = [rank_0.display().to_string(), job.issue(1).unwrap().to_pem()];
+    let addrs = format!("{}:7000,{}:7000", hosts.address(0), hosts.address(1));
+    let me = std::env::current_exe().unwrap();
+    let mut ranks: Vec<Launched> = (0..2)
+        .map(|rank| {
+            Launched::spawn(
+                Command::new("ip")
+                    .args(["netns", "exec", &hosts.names[rank]])
+                    .arg(&me)
+                    .args(["--exact", "by_hand_child", "--nocapture"])
+                    .env("MPX_TEST_BY_HAND", "1")
+                    .env("MPX_RANK", rank.to_string())
+                    .env("MPX_ADDRS", &addrs)
+                    .env("MPX_CREDENTIAL", &credentials[rank])
+                    .env("MPX_START_TIMEOUT", "20")
+                    .env_remove("MPX_HOST")
+                    .env_remove("MPX_PORT_RANGE")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped()),
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut finished = false;
+    while !finished && Instant::now() < deadline {
+        finished = ranks.iter_mut().all(|r| r.child().try_wait().expect("waiting").is_some());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let outputs: Vec<Output> = ranks
+        .into_iter()
+        .map(|r| {
+            let mut child = r.take();
+            if !finished {
+                let _ = child.kill();
+            }
+            child.wait_with_output().expect("its output")
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let all: Vec<String> = outputs.iter().enumerate().map(|(rank, out)| format!("rank {rank}:\n{}", text(out))).collect();
+    assert!(finished, "the ranks did not finish in 60 s:\n{}", all.join("\n"));
+    for (rank, out) in outputs.iter().enumerate() {
+        assert!(out.status.success(), "{}", all[rank]);
+        let want = format!("rank {rank}: 64 KiB from rank {} checked", 1 - rank);
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&want), "{}", all[rank]);
+    }
 }
 
 /// Under mpxrun, a process of the job that lacks the job's credential (it

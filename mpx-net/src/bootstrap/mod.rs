@@ -296,13 +296,14 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
     Ok((socket, SocketAddr::new(ip, port), credential))
 }
 
-/// The credential in `MPX_CREDENTIAL`; when that is `-`, read from
-/// standard input to its end (how `mpxrun` hands a rank on another host
-/// its key: never on a command line), within the start-up time.
+/// The credential `MPX_CREDENTIAL` gives: its PEM text or a file's
+/// ([`env::CREDENTIAL`]); when that is `-`, read from standard input to
+/// its end (how `mpxrun` hands a rank on another host its key: never on a
+/// command line), within the start-up time.
 fn credential_pem() -> Result<Option<String>> {
     match launcher_input()? {
         Some(input) => Ok(Some(input.pem.clone())),
-        None => Ok(var(env::CREDENTIAL)),
+        None => var(env::CREDENTIAL).map(|v| quic::credential_text(&v)).transpose(),
     }
 }
 
@@ -502,7 +503,9 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
     let runtime = tokio::runtime::Handle::current();
     let endpoint = match start {
         Start::Alone => unreachable!("returned above"),
-        Start::Env { .. } => quic::start_from_env(&options)?.ok_or_else(|| Error::InvalidArgument("MPX_RANK vanished".into()))?,
+        Start::Env { .. } => {
+            quic::start_from_env_with(&options, for_path)?.ok_or_else(|| Error::InvalidArgument("MPX_RANK vanished".into()))?
+        }
         Start::Pmi { rank, size, channel } => {
             blocking(Box::new(move || {
                 let (socket, addrs, credential, session) = through_pmi(rank, size, &channel, timeout)?;
@@ -648,6 +651,49 @@ mod tests {
         assert!(read_card(3, &format!("10.1.2.3:4567,{}", "zz".repeat(32))).is_err());
         // 64 bytes, but not 64 characters: an error, not a slice inside one.
         assert!(read_card(3, &format!("10.1.2.3:4567,{}", "é".repeat(32))).is_err());
+    }
+
+    #[test]
+    fn packets_stay_large_only_when_every_rank_is_on_loopback() {
+        let addrs = |list: &[&str]| list.iter().map(|a| a.parse().unwrap()).collect::<Vec<SocketAddr>>();
+        let local = quic::Options::local();
+        let network = quic::Options::network();
+        assert!(local.mtu > network.mtu);
+        assert_eq!(for_path(local, &addrs(&["127.0.0.1:7000", "127.0.0.1:7001"])), local);
+        assert_eq!(for_path(local, &addrs(&["[::1]:7000", "[::1]:7001"])), local);
+        // By hand on two hosts, or with one rank off this host: packets
+        // that fit a 1500-byte Ethernet path, the rest as given.
+        for list in [&["10.0.0.1:7000", "10.0.0.2:7000"][..], &["127.0.0.1:7000", "10.0.0.2:7000"][..], &["[fd00::1]:7000"][..]] {
+            let got = for_path(local, &addrs(list));
+            assert_eq!(got.mtu, network.mtu, "{list:?}");
+            assert_eq!(quic::Options { mtu: local.mtu, ..got }, local, "{list:?}");
+        }
+        // Never larger than asked.
+        let small = quic::Options { mtu: 1280, ..local };
+        assert_eq!(for_path(small, &addrs(&["10.0.0.1:7000", "10.0.0.2:7000"])), small);
+    }
+
+    #[test]
+    fn the_credential_variable_holds_the_text_or_a_files_path() {
+        let pem = quic::JobCredential::generate(5).unwrap().issue(1).unwrap().to_pem();
+        assert_eq!(quic::credential_text(&pem).unwrap(), pem);
+        let dir = std::env::temp_dir().join(format!("mpx-credential-text-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rank-1.pem");
+        std::fs::write(&file, &pem).unwrap();
+        let path = file.to_str().unwrap();
+        assert_eq!(quic::credential_text(path).unwrap(), pem);
+        assert_eq!(quic::RankCredential::from_pem(&quic::credential_text(path).unwrap()).unwrap().rank(), 1);
+        // A missing file, and one too large to be a credential, are errors
+        // naming the variable and the path.
+        let missing = dir.join("missing.pem");
+        let err = quic::credential_text(missing.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains(env::CREDENTIAL) && err.contains("missing.pem"), "{err}");
+        let huge = dir.join("huge.pem");
+        std::fs::write(&huge, vec![b'x'; (64 << 10) + 1]).unwrap();
+        let err = quic::credential_text(huge.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("huge.pem"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

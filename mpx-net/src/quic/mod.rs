@@ -423,9 +423,14 @@ pub mod env {
     pub const RANK: &str = "MPX_RANK";
     /// Every rank's address (`host:port`), comma-separated, in rank order.
     pub const ADDRS: &str = "MPX_ADDRS";
-    /// This rank's credential: a file holding it, or the PEM text itself
-    /// (see [`RankCredential::to_pem`](super::RankCredential::to_pem)); or,
-    /// under a PMI launcher, `-`: the PEM text on standard input (how
+    /// This rank's credential, read the same way however the rank was
+    /// started (by hand, or under a launcher that makes none of its own):
+    /// the PEM text itself (see
+    /// [`RankCredential::to_pem`](super::RankCredential::to_pem)), which a
+    /// value starting with `#` or `-----BEGIN` is taken to be; any other
+    /// value is the path of a file holding it (of at most 64 KiB), such as
+    /// the `rank-<r>.pem` files `mpx-credential` writes. Under a PMI
+    /// launcher, `-` means the PEM text comes on standard input (how
     /// `mpxrun` hands one to a rank on another host).
     pub const CREDENTIAL: &str = "MPX_CREDENTIAL";
     /// The UDP ports this rank's sockets may take, if set, as a
@@ -436,6 +441,26 @@ pub mod env {
     /// of every rank take theirs from it. Set but blank, it counts as not
     /// set.
     pub const PORT_RANGE: &str = "MPX_PORT_RANGE";
+}
+
+/// The credential PEM text a value of `MPX_CREDENTIAL` gives: the value
+/// itself, or the file it names (see [`env::CREDENTIAL`]).
+pub(crate) fn credential_text(value: &str) -> Result<String> {
+    use std::io::Read;
+    // A credential is a few kilobytes: a larger file is not one.
+    const LONGEST: u64 = 64 << 10;
+    let start = value.trim_start();
+    if start.starts_with('#') || start.starts_with("-----BEGIN") {
+        return Ok(value.to_string());
+    }
+    let bad = |why: String| Error::InvalidArgument(format!("{}: {value}: {why}", env::CREDENTIAL));
+    let file = std::fs::File::open(value).map_err(|e| bad(e.to_string()))?;
+    let mut text = String::new();
+    file.take(LONGEST + 1).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
+    if text.len() as u64 > LONGEST {
+        return Err(bad(format!("larger than {LONGEST} bytes, not a credential")));
+    }
+    Ok(text)
 }
 
 /// `options` with the bulk socket's ports from `MPX_PORT_RANGE`, if set.
@@ -477,6 +502,12 @@ pub(crate) fn port_range_from_env() -> Result<Option<PortRange>> {
 /// # Ok(()) }
 /// ```
 pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
+    start_from_env_with(options, |options, _| options)
+}
+
+/// [`start_from_env`], with the options `choose` makes of `options` (its
+/// bulk ports from `MPX_PORT_RANGE` already) and every rank's address.
+pub(crate) fn start_from_env_with(options: &Options, choose: impl FnOnce(Options, &[SocketAddr]) -> Options) -> Result<Option<Endpoint>> {
     let bad = |what: &str, why: String| Error::InvalidArgument(format!("{what}: {why}"));
     let Ok(rank) = std::env::var(env::RANK) else { return Ok(None) };
     let rank: u32 = rank.trim().parse().map_err(|e| bad(env::RANK, format!("{rank:?}: {e}")))?;
@@ -490,16 +521,11 @@ pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
         .collect::<Result<_>>()?;
     let own = *addrs.get(rank as usize).ok_or(Error::InvalidRank { rank: rank as usize, size: addrs.len() })?;
     let credential = std::env::var(env::CREDENTIAL).map_err(|e| bad(env::CREDENTIAL, e.to_string()))?;
-    let pem = if credential.trim_start().starts_with('#') {
-        credential
-    } else {
-        std::fs::read_to_string(&credential).map_err(|e| bad(env::CREDENTIAL, format!("{credential}: {e}")))?
-    };
-    let credential = RankCredential::from_pem(&pem)?;
+    let credential = RankCredential::from_pem(&credential_text(&credential)?)?;
     if credential.rank() != rank {
         return Err(bad(env::CREDENTIAL, format!("it is rank {}'s, not rank {rank}'s", credential.rank())));
     }
-    let options = with_port_range_from_env(options)?;
+    let options = choose(with_port_range_from_env(options)?, &addrs);
     let socket = bind((unspecified_like(own.ip()), own.port()).into()).map_err(|e| Error::transport(format!("binding port {}", own.port()), e))?;
     start(socket, &addrs, credential, &options).map(Some)
 }
