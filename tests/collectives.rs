@@ -582,6 +582,15 @@ each_transport! {
             } else {
                 got?;
             }
+            // A large message longer than the receive (it fails before its
+            // data moves): a mismatch too, naming the root.
+            let mut values = vec![0.0f64; if comm.rank() == 0 { 20_000 } else { 10_000 }];
+            let got = comm.bcast(&mut values[..], 0).await;
+            if comm.rank() == 0 {
+                got?;
+            } else {
+                assert!(matches!(&got, Err(mpx::Error::CollectiveMismatch { rank: 0, detail }) if detail.contains("160000 bytes")), "{got:?}");
+            }
             // Blocks that overlap at the root.
             let mut all = vec![0u8; 4];
             let got = comm.gatherv(&1u8, &mut all, &[1, 1, 1], &[0, 1, 1], 0).await;

@@ -99,6 +99,43 @@ async fn dropped_receives_on_a_current_thread_runtime() {
     dropping_receives(opts).await;
 }
 
+/// A receive too small for its message (eager or rendezvous, the same)
+/// that is dropped before its error is taken gives the message back
+/// whole: the next receive gets it. One whose error is taken has received
+/// the message (as MPI says): the next receive gets the one after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncating_receive_dropped_unread_gives_its_message_back_whole() {
+    for len in [1usize << 10, 1 << 20] {
+        launch(2, move |comm| async move {
+            if comm.rank() == 0 {
+                for i in 0..3u8 {
+                    comm.send(&vec![i; len], 1, 0).await?;
+                }
+                return Ok(());
+            }
+            let mut small = [0u8; 16];
+            // Matched, failed, dropped unread.
+            let early = comm.irecv(&mut small[..], 0, 0);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            drop(early);
+            let mut whole = vec![9u8; len];
+            let status = comm.recv_into(&mut whole[..], 0, 0).await?;
+            assert_eq!(status.bytes, len as u64, "{len}");
+            assert!(whole.iter().all(|&b| b == 0), "{len}: the first message, whole");
+            // Its error taken: the second message is received (truncated).
+            let err = comm.recv_into(&mut small[..], 0, 0).await.unwrap_err();
+            assert!(matches!(err, mpx::Error::Truncate { available: 16, .. }), "{len}: {err:?}");
+            assert_eq!(small, [0u8; 16], "{len}: a truncated receive writes nothing");
+            comm.recv_into(&mut whole[..], 0, 0).await?;
+            assert!(whole.iter().all(|&b| b == 2), "{len}: the third message");
+            assert!(comm.iprobe(Any, Any)?.is_none());
+            Ok(())
+        })
+        .await
+        .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaked_futures_are_sound() {
     launch(2, |comm| async move {

@@ -465,7 +465,7 @@ impl Posted {
     pub(crate) async fn take_items<E: Element>(self, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<Delivered> {
         let Posted { raw, from, count } = self;
         debug_assert_eq!(items.len(), count);
-        let msg = raw.await?;
+        let msg = raw.await.map_err(|e| too_long(e, from, || format!("{count} of {}", E::name(dst))))?;
         checked_into::<E>(msg, from, count, dst, items)
     }
 
@@ -482,7 +482,7 @@ impl Posted {
         let Posted { raw, from, count } = self;
         debug_assert_eq!(acc.len(), count);
         let shared = raw.shared().clone();
-        let msg = raw.await?;
+        let msg = raw.await.map_err(|e| too_long(e, from, || format!("{count} of {}", std::any::type_name::<T>())))?;
         if let Some(theirs) = values_in_place::<T>(&msg, count) {
             op.apply(theirs, acc)?;
             shared.recycle(msg);
@@ -498,6 +498,19 @@ impl Posted {
     /// Waits for an empty message.
     pub(crate) async fn signal(self) -> Result<()> {
         self.into::<u8>(&mut []).await
+    }
+}
+
+/// A collective's receive from `from` failed with `e`: a message too
+/// long for it (a large one fails the receive before its data moves) is
+/// [`Error::CollectiveMismatch`], as a short or long one that arrived is;
+/// `expected` describes what the receive holds.
+fn too_long(e: Error, from: usize, expected: impl FnOnce() -> String) -> Error {
+    match e {
+        Error::Truncate { needed, .. } => {
+            Error::CollectiveMismatch { rank: from, detail: format!("it sent {needed} bytes where {} were expected", expected()) }
+        }
+        e => e,
     }
 }
 

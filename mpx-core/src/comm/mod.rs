@@ -107,6 +107,11 @@
 //!   message from the same sender was already delivered to a later receive
 //!   before the first receive was dropped, the returned message now comes
 //!   after it;
+//! * a receive that failed because its message is too long for it
+//!   ([`Error::Truncate`]), dropped before the error was taken, gives the
+//!   message back the same way, whole, small or large; once the error is
+//!   taken, the message counts as received (as in MPI): its sender
+//!   completes, and its data is dropped;
 //! * a send whose data was handed to the engine completes in the background.
 
 mod bsend;

@@ -231,7 +231,7 @@ impl Message {
 
     /// Starts receiving the message as a request that runs `finish` on it,
     /// keeping at most `limit` bytes of its data if given (a longer
-    /// rendezvous message is counted, not kept: `finish` then fails it).
+    /// rendezvous message fails the request at once).
     fn start<'a>(mut self, limit: Option<u64>, finish: Finish<'a>) -> Request<'a> {
         let Some(m) = self.matched.take() else { return Request::completed(Ok(Status::empty())) };
         let shared = self.comm.shared.clone();

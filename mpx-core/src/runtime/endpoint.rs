@@ -686,6 +686,11 @@ impl Shared {
         let entry = match st.requests.entry(id) {
             Entry::Occupied(entry) if matches!(entry.get(), Tracked::Done(_)) => {
                 let Tracked::Done(mut c) = entry.remove() else { unreachable!("matched above") };
+                if let Completion::Recv(Err(Error::Truncate { .. })) = &c {
+                    // The message too long for it counts as received now.
+                    st.engine.consume_truncated(id);
+                    self.flush(st);
+                }
                 if let Completion::Recv(Ok(msg)) = &mut c {
                     if msg.credit > 0 {
                         st.engine.release_credit(msg.envelope.source, msg.credit);
@@ -831,6 +836,12 @@ impl Shared {
             }
             Some(Tracked::Done(Completion::Send(Err(e)))) => {
                 tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed");
+            }
+            Some(Tracked::Done(Completion::Recv(Err(Error::Truncate { .. })))) => {
+                // Its message, too long for it, goes back unread.
+                st.engine.restore_truncated(id);
+                st.wake_probes();
+                self.flush(&mut st);
             }
             Some(Tracked::Done(_)) => {}
             Some(kept @ (Tracked::Abandoned | Tracked::Buffered(_))) => {

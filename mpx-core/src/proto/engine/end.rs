@@ -105,6 +105,7 @@ impl Engine {
         }
         self.unsolicited.clear();
         self.early.clear();
+        self.truncated.clear();
         for (_, t) in self.transfers.drain() {
             if let Some(id) = t.owner {
                 self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });

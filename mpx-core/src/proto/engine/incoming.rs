@@ -317,6 +317,9 @@ impl Engine {
                 let t = self.transfers.remove(&transfer).expect("present");
                 self.events.push_back(Event::RecvDone { id, result: t.into_result(&mut self.pool) });
             }
+            None if t.dropped => {
+                self.transfers.remove(&transfer);
+            }
             None => {
                 // Its receive was withdrawn: the data takes the message's
                 // place in the queue, or waits in the transfer while a

@@ -272,8 +272,9 @@ pub struct Config {
     pub unsolicited_credit: u64,
     /// The longest rendezvous message a receive without a limit of its
     /// own keeps (`recv_vec`, `recv_bytes`, serde receives, a matched
-    /// probe's receive): a longer one is counted, not kept, and the
-    /// receive fails with [`Error::Truncate`]. `None` (the default): any
+    /// probe's receive): a longer one fails the receive with
+    /// [`Error::Truncate`] before its data moves (see
+    /// [`Engine::post_recv_limited`]). `None` (the default): any
     /// length, as MPI's receives of a probed size. A service that takes
     /// messages of any size from peers it does not trust bounds its memory
     /// with this.
@@ -598,6 +599,14 @@ pub struct Engine {
     /// Rendezvous transfers waiting for their data, by the id in their CTS
     /// (or, for unsolicited data, an id of [`UNSOLICITED_KEYS`]).
     transfers: HashMap<ReqId, Transfer>,
+    /// Rendezvous messages that receives matched but cannot hold, by
+    /// receive: each receive has failed ([`Error::Truncate`]), and its
+    /// message waits here unanswered until the receive's owner takes the
+    /// error ([`consume_truncated`](Engine::consume_truncated): the message
+    /// is then received, its data dropped) or drops the receive unread
+    /// ([`restore_truncated`](Engine::restore_truncated): the message goes
+    /// back to the queue, whole).
+    truncated: HashMap<ReqId, Unexpected>,
     /// The transfers of unsolicited messages whose RTS has come and whose
     /// data is still arriving, by sender and send id.
     unsolicited: KeyedHashMap<(u32, u64), ReqId>,
@@ -654,6 +663,7 @@ impl Engine {
             unexpected: UnexpectedQueue::default(),
             sends: HashMap::default(),
             transfers: HashMap::default(),
+            truncated: HashMap::default(),
             unsolicited: KeyedHashMap::default(),
             early: KeyedHashMap::default(),
             next_unsolicited: 0,

@@ -40,13 +40,16 @@ impl Engine {
     }
 
     /// [`post_recv`](Engine::post_recv) for a receive that holds at most
-    /// `limit` bytes of data: a longer rendezvous message is still
-    /// answered (its sender completes, as MPI says), but its data is
-    /// counted rather than kept, and the receive fails with
-    /// [`Error::Truncate`]. Memory for a matched message then follows what
-    /// the receive asked for, not what the sender claims, for the whole
-    /// transfer, even if the receive is withdrawn (see
-    /// [`withdraw_recv`](Engine::withdraw_recv)).
+    /// `limit` bytes of data. A longer rendezvous message that it matches
+    /// fails it at once with [`Error::Truncate`], before any of the data
+    /// moves, and waits unanswered for what the receive's owner does: once
+    /// the error is taken ([`consume_truncated`](Engine::consume_truncated))
+    /// the message counts as received, as MPI says (its sender completes;
+    /// its data is counted, not kept); if the receive is dropped unread
+    /// ([`restore_truncated`](Engine::restore_truncated)) the message goes
+    /// back to its place in the queue, whole, as a delivered eager message
+    /// given back does. Memory for a matched message follows what a
+    /// receive asked for, never what the sender claims.
     pub fn post_recv_limited(&mut self, id: ReqId, spec: MatchSpec, limit: u64) {
         self.post(id, spec, Some(limit));
     }
@@ -73,17 +76,10 @@ impl Engine {
     /// can never be delivered whole, and whoever takes it fails with
     /// [`Error::Truncate`].
     ///
-    /// # Memory and truncation
-    ///
     /// A rendezvous transfer's memory is bounded by the limit of the
-    /// receive that matched it (see [`post_recv_limited`](Engine::post_recv_limited))
-    /// for the whole transfer, whoever owns it later: a message whose data
-    /// is being (or was) dropped because that receive could not hold it
-    /// stays so after the receive is withdrawn, and can never be delivered
-    /// whole. Whichever receive owns it when its last byte arrives, or
-    /// takes it from the queue afterwards, fails with [`Error::Truncate`]
-    /// (its `available` is the limit for which the data was dropped), never
-    /// succeeds. A receive that takes over a message in flight bounds it by
+    /// receive that matched it (see [`post_recv_limited`](Engine::post_recv_limited)),
+    /// which holds the whole message, for the whole transfer, whoever owns
+    /// it later; a receive that takes over a message in flight bounds it by
     /// its own limit too.
     pub fn withdraw_recv(&mut self, id: ReqId) -> bool {
         if self.cancel_recv(id) {
@@ -180,6 +176,62 @@ impl Engine {
         self.handle_local();
     }
 
+    /// Receive `id` took its error: if it failed because its message was
+    /// too long for it (see [`post_recv_limited`](Engine::post_recv_limited)),
+    /// the message counts as received now. A rendezvous request is
+    /// answered, so that its sender completes, and its data is counted and
+    /// dropped as it arrives; unsolicited data is dropped, and its credit
+    /// goes back to the sender.
+    pub fn consume_truncated(&mut self, id: ReqId) {
+        let Some(u) = self.truncated.remove(&id) else { return };
+        let source = u.envelope.source;
+        match u.body {
+            Body::Rts { send_id } => {
+                if let Some(p) = self.peers.get_mut(source as usize) {
+                    p.slots_in_use = p.slots_in_use.saturating_sub(1);
+                }
+                let gone = self.dead(source, false).is_some() || self.peers.get(source as usize).is_some_and(Peer::gave_up);
+                if gone || (self.finished && source != self.rank) {
+                    // Nobody sends the data (or this rank's goodbye tells
+                    // the sender to give up on it).
+                    return;
+                }
+                // The transfer goes under the receive's id, which nothing
+                // else uses from now on.
+                let mut transfer = Transfer::new(u.envelope, id);
+                transfer.owner = None;
+                transfer.dropped = true;
+                transfer.received.discard(0);
+                self.transfers.insert(id, transfer);
+                let header = Header { send_id, recv_id: id, ..Header::control(Kind::Cts, self.rank) };
+                self.push_frame(source, Frame::control(header));
+            }
+            Body::InFlight { transfer } => {
+                if let Some(t) = self.take_unsolicited_credit(transfer) {
+                    if t.complete {
+                        self.transfers.remove(&transfer);
+                    } else {
+                        t.dropped = true;
+                        t.received.discard(0);
+                    }
+                }
+            }
+            Body::Data { .. } => unreachable!("eager messages are delivered, never held as truncated"),
+        }
+        self.handle_local();
+    }
+
+    /// Receive `id` was dropped without taking its error: if it failed
+    /// because its message was too long for it, the message goes back to
+    /// its place in the queue, unanswered and whole, for the next receive
+    /// that matches it.
+    pub fn restore_truncated(&mut self, id: ReqId) {
+        if let Some(u) = self.truncated.remove(&id) {
+            self.restore(u);
+            self.handle_local();
+        }
+    }
+
     /// The envelope of the first queued message `spec` matches
     /// (`MPI_Iprobe`), leaving it queued.
     pub fn iprobe(&self, spec: &MatchSpec) -> Option<Envelope> {
@@ -201,17 +253,25 @@ impl Engine {
 
     /// [`mrecv`](Engine::mrecv) for a receive that holds at most `limit`
     /// bytes of data, as [`post_recv_limited`](Engine::post_recv_limited):
-    /// a longer rendezvous message is counted, not kept.
+    /// a longer rendezvous message fails it at once.
     pub fn mrecv_limited(&mut self, id: ReqId, m: Matched, limit: u64) {
         self.take_unexpected(id, m.0, Some(limit));
         self.handle_local();
     }
 
-    /// Delivers queued message `u` to receive `id`.
     /// Delivers queued message `u` to receive `id`, which holds at most
-    /// `limit` bytes if given.
+    /// `limit` bytes if given. A rendezvous message longer than that fails
+    /// the receive at once and waits in [`Engine::truncated`] (see
+    /// [`post_recv_limited`](Engine::post_recv_limited)); an eager one is
+    /// delivered, and the receive finds it too long when it takes it.
     pub(super) fn take_unexpected(&mut self, id: ReqId, u: Unexpected, limit: Option<u64>) {
         tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
+        if let Some(available) = limit.filter(|&l| u.envelope.len > l && !matches!(u.body, Body::Data { .. })) {
+            let needed = u.envelope.len;
+            self.events.push_back(Event::RecvDone { id, result: Err(Error::Truncate { needed, available }) });
+            self.truncated.insert(id, u);
+            return;
+        }
         match u.body {
             Body::Data { data, credit } => {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, credit)) });

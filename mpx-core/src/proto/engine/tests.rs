@@ -491,8 +491,12 @@ fn rendezvous_to_self_never_leaves_the_engine() {
     assert_eq!(e.poll_writable(), None);
 }
 
+/// A rendezvous message longer than the receive that matches it fails the
+/// receive at once, before any data moves; once the error is taken the
+/// message counts as received: the sender completes, the data is counted,
+/// never kept.
 #[test]
-fn a_message_longer_than_its_receive_is_counted_not_kept() {
+fn a_message_longer_than_its_receive_fails_it_at_once_and_is_counted_not_kept() {
     let config = Config { eager_threshold: 8, rndv_chunk: 1000, ..Config::default() };
     let mut e = pair(config);
     let big = Bytes::from(vec![3u8; 10_000]);
@@ -501,7 +505,12 @@ fn a_message_longer_than_its_receive_is_counted_not_kept() {
     pump(&mut e);
     let ev = events(&mut e[1]);
     assert!(matches!(ev[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 10_000, available: 16 }) }]), "{ev:?}");
+    assert!(events(&mut e[0]).is_empty(), "unanswered until the receive's error is taken");
+    e[1].consume_truncated(5);
+    assert_eq!(stream(&mut e, None), 0, "nothing kept");
+    pump(&mut e);
     assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]), "the sender completes");
+    assert!(e[1].transfers.is_empty() && e[1].truncated.is_empty());
     // A receive that holds the whole message gets it.
     e[0].post_send(2, SendMode::Standard, Outgoing { data: Bytes::from(vec![4u8; 10_000]), ..msg(1, 0, b"") });
     e[1].post_recv_limited(6, spec(Some(0), Some(0)), 10_000);
@@ -778,73 +787,75 @@ fn a_bounded_mrecv_keeps_no_rendezvous_data() {
     e[1].handle_frame(0, rts).unwrap();
     let message = e[1].improbe(&spec(Some(0), None)).expect("the rendezvous request");
     e[1].mrecv_limited(7, message, 16);
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 7, result: Err(Error::Truncate { needed, available: 16 }) }] if needed == LEN as u64), "{ev:?}");
+    e[1].consume_truncated(7);
     let (_, cts) = next_frame(&mut e[1]).unwrap();
     e[0].handle_frame(1, cts).unwrap();
     assert_eq!(stream(&mut e, None), 0, "nothing kept");
-    let ev = events(&mut e[1]);
-    assert!(matches!(ev[..], [Event::RecvDone { id: 7, result: Err(Error::Truncate { needed, available: 16 }) }] if needed == LEN as u64), "{ev:?}");
+    assert!(events(&mut e[1]).is_empty());
     assert!(e[1].transfers.is_empty());
 }
 
+/// A receive too small for its rendezvous message that is dropped without
+/// taking its error gives the message back unanswered and whole: the next
+/// receive gets all of it, from a matched probe too.
 #[test]
-fn a_withdrawn_bounded_receive_keeps_its_transfer_bounded() {
-    const LEN: usize = 8 << 20;
-    // A 10-byte receive matches an 8 MiB message and is withdrawn before
-    // any data arrives: the data is still only counted.
-    let mut e = rendezvous_answered(LEN, 64 << 10, Some(10));
-    assert!(e[1].withdraw_recv(5));
-    assert_eq!(stream(&mut e, None), 0, "the withdrawn receive's limit still bounds the transfer");
-    e[1].post_recv(6, spec(None, None));
-    let ev = events(&mut e[1]);
-    assert!(matches!(ev[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { needed, available: 10 }) }] if needed == LEN as u64), "{ev:?}");
-    assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]), "the sender completes");
-    assert!(e[1].transfers.is_empty() && e[1].unexpected_len() == 0);
-
-    // A bounded receive that takes over a message in flight applies its
-    // own limit, dropping what was kept so far.
-    let mut e = rendezvous_answered(LEN, 64 << 10, None);
-    stream(&mut e, Some(3));
-    assert_eq!(e[1].rendezvous_bytes(0), 3 * (64 << 10));
-    assert!(e[1].withdraw_recv(5));
-    e[1].post_recv_limited(6, spec(Some(0), None), 100);
-    assert_eq!(e[1].rendezvous_bytes(0), 0);
-    assert_eq!(stream(&mut e, None), 0);
-    assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { available: 100, .. }) }]));
-    assert!(e[1].transfers.is_empty());
-}
-
-#[test]
-fn a_partly_discarded_message_is_never_delivered() {
-    const LEN: usize = 10_000;
-    // Each way the message can be owned when its last byte arrives, or
-    // taken once it has: a receive that took it over, a matched probe, the
-    // queue.
-    for way in 0..3 {
-        let mut e = rendezvous_answered(LEN, 1000, Some(10));
-        stream(&mut e, Some(2)); // two chunks counted and dropped
-        assert!(e[1].withdraw_recv(5));
-        let held = match way {
-            0 => {
-                e[1].post_recv(6, spec(None, None));
-                None
+fn a_message_too_long_for_a_dropped_receive_goes_back_whole() {
+    const LEN: usize = 100_000;
+    let config = Config { eager_threshold: 8, rndv_chunk: 4096, ..Config::default() };
+    for way in ["receive", "matched probe"] {
+        let mut e = pair(config);
+        let data = pattern(LEN, 7);
+        e[0].post_send(1, SendMode::Standard, Outgoing { data: data.clone(), ..msg(1, 0, b"") });
+        pump(&mut e);
+        match way {
+            "receive" => e[1].post_recv_limited(5, spec(Some(0), None), 10),
+            _ => {
+                let m = e[1].improbe(&spec(None, None)).expect("the rendezvous request");
+                e[1].mrecv_limited(5, m, 10);
             }
-            1 => Some(e[1].improbe(&spec(None, None)).expect("the message in flight")),
-            _ => None,
-        };
-        assert_eq!(stream(&mut e, None), 0, "way {way}");
-        if let Some(m) = held {
-            e[1].mrecv(6, m);
-        } else if way == 2 {
-            assert_eq!(e[1].unexpected_len(), 1, "the message keeps its place");
-            assert_eq!(e[1].iprobe(&spec(None, None)).map(|env| env.len), Some(LEN as u64));
-            e[1].post_recv(6, spec(None, None));
         }
-        let ev = events(&mut e[1]);
-        assert!(
-            matches!(ev[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { needed, available: 10 }) }] if needed == LEN as u64),
-            "way {way}: {ev:?}"
-        );
-        assert!(e[1].transfers.is_empty() && e[1].unexpected_len() == 0, "way {way}");
+        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { available: 10, .. }) }]), "{way}");
+        assert_eq!(e[1].unexpected_len(), 0, "{way}: held for the receive");
+        e[1].restore_truncated(5);
+        assert_eq!(e[1].unexpected_len(), 1, "{way}: back in its place");
+        assert!(next_frame(&mut e[1]).is_none(), "{way}: never answered");
+        e[1].post_recv(6, spec(None, None));
+        pump(&mut e);
+        assert_eq!(deliveries(&mut e[1]), [(6, data)], "{way}");
+        assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]), "{way}");
+        assert!(e[1].transfers.is_empty() && e[1].truncated.is_empty(), "{way}");
+    }
+}
+
+/// A message in flight (its first receive withdrawn, part of its data in)
+/// that a receive too small for it takes over: the receive fails at once;
+/// taking the error drops what came and what is still coming, dropping
+/// the receive gives the message back, data and all.
+#[test]
+fn a_message_in_flight_taken_over_by_a_receive_too_small_for_it() {
+    const LEN: usize = 1 << 20;
+    for consumed in [true, false] {
+        let mut e = rendezvous_answered(LEN, 64 << 10, None);
+        stream(&mut e, Some(3));
+        assert_eq!(e[1].rendezvous_bytes(0), 3 * (64 << 10));
+        assert!(e[1].withdraw_recv(5));
+        e[1].post_recv_limited(6, spec(Some(0), None), 100);
+        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 6, result: Err(Error::Truncate { available: 100, .. }) }]));
+        if consumed {
+            e[1].consume_truncated(6);
+            assert_eq!(e[1].rendezvous_bytes(0), 0, "what came is dropped");
+            assert_eq!(stream(&mut e, None), 0, "and what comes");
+            assert!(e[1].transfers.is_empty() && e[1].unexpected_len() == 0);
+        } else {
+            e[1].restore_truncated(6);
+            stream(&mut e, None);
+            e[1].post_recv(7, spec(None, None));
+            let got = deliveries(&mut e[1]);
+            assert!(matches!(&got[..], [(7, d)] if d.len() == LEN), "given back whole");
+        }
+        assert!(matches!(events(&mut e[0])[..], [Event::SendDone { id: 1, result: Ok(()) }]));
     }
 }
 
@@ -1513,6 +1524,8 @@ fn an_unsolicited_message_too_long_for_its_receive_fails_it_and_gives_the_credit
     e[0].post_send(1, SendMode::Standard, send_of(1, 0, pattern(300, 1)));
     pump(&mut e);
     assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 100 }) }]));
+    e[1].consume_truncated(5);
+    pump(&mut e);
     assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
     assert_eq!(e[1].rendezvous_bytes(0), 0, "nothing kept");
     e[0].post_send(2, SendMode::Standard, send_of(1, 0, pattern(300, 2)));
@@ -1589,6 +1602,8 @@ fn an_unsolicited_message_that_came_whole_is_bounded_by_the_receive_that_takes_i
     assert_eq!(e[1].unsolicited_bytes(0).0, 300, "whole, unmatched");
     e[1].post_recv_limited(5, spec(Some(0), None), 299);
     assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 299 }) }]));
+    assert_eq!(e[1].unsolicited_bytes(0).0, 300, "held until the error is taken");
+    e[1].consume_truncated(5);
     assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
 }
 

@@ -54,6 +54,10 @@ pub(super) struct Transfer {
     pub(super) send_id: Option<u64>,
     /// Unsolicited credit the message holds until a receive matches it.
     pub(super) credit: u64,
+    /// The message was received by a receive too small for it (which
+    /// failed as truncated): its data is counted and dropped, and the
+    /// transfer ends with its last byte.
+    pub(super) dropped: bool,
 }
 
 /// Unsolicited data that arrived before its message's RTS.
@@ -88,6 +92,7 @@ impl Transfer {
             nudged: false,
             send_id: None,
             credit: 0,
+            dropped: false,
         }
     }
 
@@ -105,6 +110,7 @@ impl Transfer {
             nudged: false,
             send_id: Some(send_id),
             credit: early.credit,
+            dropped: false,
         }
     }
 
