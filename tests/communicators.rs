@@ -74,8 +74,10 @@ each_transport! {
     }
 
     /// `create` over a subgroup in another order; ranks outside it get
-    /// `None`; ranks that pass different groups all fail; a rank that gives
-    /// no color to `split` gets `None`, and the others carry on.
+    /// `None`; ranks that each pass a group of themselves alone (different
+    /// groups, each passed by all its members) each get a communicator of
+    /// one; a rank that gives no color to `split` gets `None`, and the
+    /// others carry on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn create_and_split_leave_out_who_they_should() {
         returns(launch(5, |world| async move {
@@ -92,9 +94,18 @@ each_transport! {
                 (None, 0 | 2) => {}
                 (got, _) => panic!("rank {me}: {got:?}"),
             }
-            // Different groups: every rank fails.
+            // A group of itself alone for each rank: the groups differ, but
+            // each one's only member passed it, so each is a communicator.
             let own = world.group().incl(&[me])?;
-            assert!(world.create(&own).await.is_err());
+            let alone = world.create(&own).await?.expect("a member of its own group");
+            assert_eq!((alone.size(), alone.rank(), alone.group().ranks()), (1, 0, vec![me]));
+            let mut total = 0usize;
+            alone.allreduce(&me, &mut total, SUM).await?;
+            assert_eq!(total, me);
+            let sent = alone.isend(&(me as u16), 0, 1);
+            let (got, status) = alone.recv::<u16>(Any, 1).await?;
+            assert_eq!((got as usize, status.source), (me, Some(0)));
+            sent.await?;
             // Ranks 0 and 2 sit out a split.
             let color = (me % 2 == 1 || me == 4).then_some(7);
             let odd = world.split(color, 0).await?;
@@ -102,6 +113,165 @@ each_transport! {
             if let Some(odd) = odd {
                 odd.barrier().await?;
             }
+            world.barrier().await?;
+            Ok(())
+        }))
+        .await;
+    }
+
+    /// Disjoint groups made in one `create`: each pair of four ranks passes
+    /// its own pair, numbered backwards, and gets a communicator over it
+    /// with a context of its own; both pairs exchange on the same tag at
+    /// the same time, and run collectives, each among its own members.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn create_makes_disjoint_groups_in_one_call() {
+        returns(launch(4, |world| async move {
+            let me = world.rank();
+            let pair: [usize; 2] = if me < 2 { [1, 0] } else { [3, 2] };
+            let sub = world.create(&world.group().incl(&pair)?).await?.expect("a member of its pair");
+            let r = pair.iter().position(|&m| m == me).unwrap();
+            assert_eq!((sub.size(), sub.rank()), (2, r));
+            assert_eq!(sub.group().ranks(), pair);
+            // Both pairs on tag 0 at once, received from any source.
+            let other = 1 - r;
+            let sent = sub.isend(&(me as u32), other, 0);
+            let (got, status) = sub.recv::<u32>(Any, 0).await?;
+            assert_eq!((got as usize, status.source), (pair[other], Some(other)));
+            sent.await?;
+            // Collectives over each pair's members only.
+            let mut both = [0usize; 2];
+            sub.allgather(&me, &mut both[..]).await?;
+            assert_eq!(both, pair);
+            let mut total = 0usize;
+            sub.allreduce(&me, &mut total, SUM).await?;
+            assert_eq!(total, pair[0] + pair[1]);
+            // The members of a pair agree on its context; the pairs' differ.
+            let mut contexts = [0u64; 4];
+            world.allgather(&context_of(&sub), &mut contexts[..]).await?;
+            assert_eq!((contexts[0], contexts[2]), (contexts[1], contexts[3]));
+            assert_ne!(contexts[0], contexts[2]);
+            world.barrier().await?;
+            Ok(())
+        }))
+        .await;
+    }
+
+    /// A rank that passes the empty group, or a group it is not in (whose
+    /// members all passed it), gets `None`, taking part in the call all
+    /// the same; the group's members get their communicator.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn create_gives_none_for_the_empty_group_and_groups_without_the_rank() {
+        returns(launch(4, |world| async move {
+            let me = world.rank();
+            let low = world.group().incl(&[0, 1])?;
+            let empty = world.group().incl(&[])?;
+            assert_eq!(empty.size(), 0);
+            // Ranks 0 and 1 make their pair, rank 2 names it without being
+            // in it, rank 3 passes the empty group.
+            let sub = world.create(if me == 3 { &empty } else { &low }).await?;
+            match (&sub, me) {
+                (Some(sub), 0 | 1) => {
+                    assert_eq!((sub.size(), sub.rank()), (2, me));
+                    sub.barrier().await?;
+                }
+                (None, 2 | 3) => {}
+                (got, _) => panic!("rank {me}: {got:?}"),
+            }
+            // Every rank passes the empty group: nobody gets a communicator.
+            assert!(world.create(&empty).await?.is_none());
+            // The ranks that got none took part in every call: the world
+            // goes on.
+            let mut total = 0usize;
+            world.allreduce(&me, &mut total, SUM).await?;
+            assert_eq!(total, 6);
+            Ok(())
+        }))
+        .await;
+    }
+
+    /// Ranks 0 and 1 name each other in different orders: each fails,
+    /// naming the member that passed another group; rank 4, outside that
+    /// group but naming it as rank 0 does, fails too (a member of the group
+    /// it passed passed another). Ranks 2 and 3, whose group both passed,
+    /// get their communicator. The call is complete on every rank: the
+    /// world goes on, and a `create` after it works.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn create_fails_the_ranks_whose_group_members_disagree() {
+        returns(launch(5, |world| async move {
+            let me = world.rank();
+            let named: &[usize] = match me {
+                0 | 4 => &[0, 1],
+                1 => &[1, 0],
+                _ => &[2, 3],
+            };
+            let made = world.create(&world.group().incl(named)?).await;
+            match (made, me) {
+                (Err(mpx::Error::CollectiveMismatch { rank, .. }), 0 | 1 | 4) => assert_eq!(rank, if me == 1 { 0 } else { 1 }),
+                (Ok(Some(sub)), 2 | 3) => {
+                    assert_eq!((sub.size(), sub.rank()), (2, me - 2));
+                    sub.barrier().await?;
+                }
+                (got, _) => panic!("rank {me}: {got:?}"),
+            }
+            world.barrier().await?;
+            let again = world.create(&world.group().incl(&[1, 0])?).await?;
+            assert_eq!(again.map(|c| c.rank()), match me { 0 => Some(1), 1 => Some(0), _ => None });
+            Ok(())
+        }))
+        .await;
+    }
+
+    /// Communicators made by every constructor and dropped, in a loop: the
+    /// endpoint keeps no entries for those that are gone (those whose last
+    /// handle went while it was busy go at the next constructor).
+    /// Receives started on a communicator whose handles are all dropped
+    /// before they complete still name their senders in its numbering
+    /// (reversed here, so the world's numbering would differ).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn receives_outliving_their_communicator_keep_its_numbering() {
+        returns(launch(2, |world| async move {
+            let me = world.rank();
+            let reversed = world.split(Some(0), -(me as i32)).await?.expect("a color");
+            let other = 1 - reversed.rank();
+            let value = reversed.recv::<u32>(Any, 9);
+            let mut got = 0u32;
+            let request = reversed.irecv(&mut got, Any, 10);
+            let sends = [reversed.isend(&(me as u32), other, 9), reversed.isend(&(me as u32 + 10), other, 10)];
+            drop(reversed);
+            let (from, status) = value.await?;
+            assert_eq!((from as usize, status.source), (1 - me, Some(other)), "rank {me}");
+            let status = request.await?;
+            assert_eq!((got as usize, status.source), (11 - me, Some(other)), "rank {me}");
+            for sent in sends {
+                sent.await?;
+            }
+            world.barrier().await?;
+            Ok(())
+        }))
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropped_communicators_leave_no_state_behind() {
+        returns(launch(4, |world| async move {
+            let me = world.rank();
+            world.barrier().await?;
+            let before = world.kept_communicators();
+            let mine: &[usize] = if me < 2 { &[0, 1] } else { &[2, 3] };
+            let pair = world.group().incl(mine)?;
+            for i in 0..100usize {
+                let half = world.split(Some((me % 2) as u32), 0).await?.expect("a color");
+                let made = world.create(&pair).await?.expect("a member of its pair");
+                let twin = made.dup();
+                let mut total = 0usize;
+                half.allreduce(&i, &mut total, SUM).await?;
+                assert_eq!(total, 2 * i);
+                twin.barrier().await?;
+                made.barrier().await?;
+                assert!(world.kept_communicators() > before);
+            }
+            drop(world.dup());
+            assert_eq!(world.kept_communicators(), before);
             world.barrier().await?;
             Ok(())
         }))
@@ -171,6 +341,14 @@ fn group_operations_follow_mpi() {
     assert!(world.incl(&[1, 1]).is_err(), "named twice");
     assert!(world.excl(&[9]).is_err());
     assert!(a.translate_ranks(&[3], &b).is_err());
+}
+
+/// A communicator's context, as its `Debug` form shows it
+/// (`Comm(rank r of n, context 0x…)`).
+fn context_of(comm: &mpx::Comm) -> u64 {
+    let shown = format!("{comm:?}");
+    let hex = shown.rsplit_once("context 0x").and_then(|(_, rest)| rest.strip_suffix(')')).expect("a context in the Debug form");
+    u64::from_str_radix(hex, 16).expect("a hexadecimal context")
 }
 
 /// The world group of `n` ranks, from a communicator of that many.

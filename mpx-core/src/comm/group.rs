@@ -6,14 +6,23 @@
 //! members' world ranks; its operations take and report ranks in its own
 //! numbering, and it has a matching context of its own, so its messages
 //! never meet its parent's.
+//!
+//! Every communicator but the world has entries in its endpoint's state
+//! (its members by context, for a communicator over a subgroup; its count
+//! of collectives), shared by its handles through a [`Registration`]: the
+//! last handle to go removes them, so a program that makes and drops
+//! communicators in a loop keeps that state bounded.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, TryLockError};
+
+use rustc_hash::FxHashMap;
 
 use super::{derive_context, Comm};
 use crate::error::{Error, Result};
+use crate::runtime::Shared;
 
 /// An ordered set of ranks, each named by its rank in the world: what a
 /// communicator is over. Made from a communicator ([`Comm::group`]) and
@@ -292,6 +301,83 @@ impl Members {
     }
 }
 
+/// The endpoint's members by context (`State::groups`: a communicator's
+/// context and its collective context, each to its members).
+type Groups = FxHashMap<u64, Arc<Members>>;
+
+/// The endpoint's count of collectives by collective context
+/// (`State::collectives`, kept by `coll::Call::start`).
+type Collectives = FxHashMap<u64, u32>;
+
+/// A communicator's entries in its endpoint's state, for every
+/// communicator but the world: its members under its context and its
+/// collective context (a communicator over a subgroup), and the count of
+/// collectives under its collective context (once it has run one).
+///
+/// Every handle of the communicator shares one, and so does everything
+/// that holds a handle (a collective in flight, a matched probe's
+/// [`Message`](super::Message), an [`Incoming`](super::Incoming) stream,
+/// a persistent request, a [`Cart`](crate::coll::Cart)); the last of them
+/// to go removes the entries.
+pub(crate) struct Registration {
+    shared: Arc<Shared>,
+    context: u64,
+}
+
+impl Drop for Registration {
+    /// Removes the entries at once if the endpoint's lock is free.
+    /// Otherwise they wait in the endpoint's list of retired contexts for
+    /// its next registration or removal ([`sweep`]): the lock may be held
+    /// by another thread, or by this one, which must not wait for it (a
+    /// task's waker, dropped under the lock, can be the last owner of the
+    /// task's future and so of a handle).
+    fn drop(&mut self) {
+        let mut locked = match self.shared.state.try_lock() {
+            Ok(locked) => locked,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                retired(&self.shared).push(self.context);
+                return;
+            }
+        };
+        let st = &mut *locked;
+        sweep(&self.shared, &mut st.groups, &mut st.collectives);
+        forget(&mut st.groups, &mut st.collectives, self.context);
+    }
+}
+
+/// `shared`'s contexts whose communicator's last handle went while the
+/// endpoint's lock was held (see [`Registration`]). Its lock is taken
+/// either alone or under the endpoint's, never the other way round.
+fn retired(shared: &Shared) -> std::sync::MutexGuard<'_, Vec<u64>> {
+    shared.retired.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes the entries of `shared`'s communicators whose removal was left
+/// for later (see [`Registration`]). Called with `shared`'s lock held.
+fn sweep(shared: &Shared, groups: &mut Groups, collectives: &mut Collectives) {
+    for context in retired(shared).drain(..) {
+        forget(groups, collectives, context);
+    }
+}
+
+/// Removes the entries of the communicator with `context` (a message that
+/// arrives on it later waits unmatched, as on any context no receive
+/// names; its sender keeps its world rank).
+fn forget(groups: &mut Groups, collectives: &mut Collectives, context: u64) {
+    groups.remove(&context);
+    groups.remove(&(context | 1));
+    collectives.remove(&(context | 1));
+}
+
+/// A digest of `group`'s members in order, which ranks compare to tell
+/// whether they passed the same group: its size and each member in turn,
+/// mixed into 64 bits, so that two groups share one only by chance.
+fn digest(group: &Group) -> u64 {
+    let size = group.world.len() as u64;
+    group.world.iter().fold(derive_context(0x6372_6561_7465_0000, size), |h, &w| derive_context(h, u64::from(w)))
+}
+
 impl Comm {
     /// `MPI_Comm_group`: the communicator's members.
     ///
@@ -313,22 +399,42 @@ impl Comm {
         }
     }
 
-    /// A communicator over `group` (which holds this rank) with a context
-    /// derived from this one's next `dup` number and `salt`, registered so
-    /// that the statuses of its receives name senders in its numbering.
     /// A communicator over `group` with a context of this one's, derived
     /// from the `number` taken from its counter when the constructor was
     /// called (so that every rank numbers its constructors in call order)
-    /// and `salt`.
+    /// and `salt`; `None` if `group` does not hold this rank.
     fn derive(&self, number: u64, group: Group, salt: u64) -> Option<Comm> {
-        let n = number;
-        let context = derive_context(derive_context(self.context, n), salt);
+        let context = derive_context(derive_context(self.context, number), salt);
         let members = Arc::new(Members::new(group, self.shared.rank)?);
-        let mut st = self.shared.lock();
-        st.groups.insert(context, members.clone());
-        st.groups.insert(context | 1, members.clone());
-        drop(st);
-        Some(Comm { shared: self.shared.clone(), context, dups: Arc::new(AtomicU64::new(0)), members: Some(members) })
+        Some(self.register(context, Some(members)))
+    }
+
+    /// A new communicator over this one's endpoint with `context` and
+    /// `members` (`None`: the world's ranks as they are), its members
+    /// entered in the endpoint's state so that the statuses of its
+    /// receives name senders in its numbering. Its last handle removes
+    /// its entries (see [`Registration`]); this also removes those whose
+    /// removal was left for later.
+    pub(super) fn register(&self, context: u64, members: Option<Arc<Members>>) -> Comm {
+        if members.is_some() || !retired(&self.shared).is_empty() {
+            let mut locked = self.shared.lock();
+            let st = &mut *locked;
+            sweep(&self.shared, &mut st.groups, &mut st.collectives);
+            if let Some(m) = &members {
+                st.groups.insert(context, m.clone());
+                st.groups.insert(context | 1, m.clone());
+            }
+        }
+        let registration = Some(Arc::new(Registration { shared: self.shared.clone(), context }));
+        Comm { shared: self.shared.clone(), context, dups: Arc::new(AtomicU64::new(0)), members, registration }
+    }
+
+    /// This communicator's rank of world rank `world`, if it is a member.
+    fn member_rank(&self, world: u32) -> Option<usize> {
+        match &self.members {
+            Some(m) => m.by_world.get(&world).map(|&r| r as usize),
+            None => (world < self.shared.size).then_some(world as usize),
+        }
     }
 
     /// `MPI_Comm_split`: collective over this communicator. Ranks that give
@@ -375,20 +481,39 @@ impl Comm {
         e
     }
 
-    /// `MPI_Comm_create`: collective over this communicator, every rank
-    /// passing the same `group` (a subgroup of this communicator's): its
-    /// members get a communicator over it, the other ranks `None`. A rank
-    /// whose `group` differs from the others' fails, and so do they.
+    /// `MPI_Comm_create`: collective over this communicator (every rank
+    /// calls it), each rank passing a group of this communicator's ranks.
+    /// A rank in the group it passes gets a communicator over that group,
+    /// numbered in the group's order; a rank not in it, or passing the
+    /// empty group, gets `None`. Ranks may pass different groups, as long
+    /// as every member of a group passes that same group (the same ranks
+    /// in the same order): disjoint groups made in one call are each a
+    /// communicator, each with a context of its own.
+    ///
+    /// Each rank checks the group it passed against what its members
+    /// passed: it fails with [`Error::CollectiveMismatch`], naming that
+    /// member, if a member of its group passed another group (the empty
+    /// group among them, or the same ranks in another order). Whatever
+    /// ranks outside its group pass changes nothing for it. So
+    /// when the members of a group disagree, every one of them that passed
+    /// it fails, and so does every rank outside it that named it; a rank
+    /// whose own group its members all passed carries on. A group with a
+    /// rank outside this communicator is [`Error::InvalidArgument`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
-    /// # mpx_net::loopback::launch(3, |comm| async move {
-    /// let outer = comm.group().incl(&[2, 0])?;
-    /// match comm.create(&outer).await? {
-    ///     Some(sub) => assert_eq!(sub.rank(), if comm.rank() == 2 { 0 } else { 1 }),
-    ///     None => assert_eq!(comm.rank(), 1),
-    /// }
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let (world, me) = (comm.group(), comm.rank());
+    /// // Two pairs in one call, each numbered backwards.
+    /// let pair = if me < 2 { world.incl(&[1, 0])? } else { world.incl(&[3, 2])? };
+    /// let sub = comm.create(&pair).await?.expect("a member of its pair");
+    /// assert_eq!((sub.size(), sub.rank()), (2, 1 - me % 2));
+    /// // Rank 0 passes the empty group, rank 2 the odd ranks' group without
+    /// // being in it: both get `None`.
+    /// let odd = world.incl(&[1, 3])?;
+    /// let mine = if me == 0 { world.incl(&[])? } else { odd };
+    /// assert_eq!(comm.create(&mine).await?.map(|c| c.rank()), [None, Some(0), None, Some(1)][me]);
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     ///
@@ -397,25 +522,161 @@ impl Comm {
     pub fn create(&self, group: &Group) -> impl Future<Output = Result<Option<Comm>>> + Send + 'static {
         let comm = self.clone();
         let group = group.clone();
-        let parent = self.group();
-        let outside = group.world.iter().find(|w| !parent.world.contains(w)).copied();
-        // Every rank must pass the same group: compare digests of it,
-        // gathered from every rank (started now, and numbered now).
-        let digest = group.world.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ u64::from(w)).wrapping_mul(0x100_0000_01b3));
-        let gathered = self.allgather_owned(digest);
+        // Every rank's digest of its group, gathered from every rank
+        // (started now, and numbered now): each checks its group's
+        // members' digests against its own. The digest also goes into the
+        // new context, so that groups made in one call get contexts of
+        // their own, on which their members agree.
+        let mine = digest(&group);
+        let gathered = self.allgather_owned(mine);
         let number = self.dups.fetch_add(1, Ordering::Relaxed);
         async move {
             let digests = gathered.await?;
-            if digests.iter().any(|&d| d != digest) {
-                return Err(Error::InvalidArgument("the ranks passed different groups to create".into()));
+            let mut differs = None;
+            for &w in group.world.iter() {
+                let Some(r) = comm.member_rank(w) else {
+                    return Err(Error::InvalidArgument(format!("world rank {w} of the group is not in the communicator")));
+                };
+                if differs.is_none() && digests[r] != mine {
+                    differs = Some(r);
+                }
             }
-            if let Some(w) = outside {
-                return Err(Error::InvalidArgument(format!("world rank {w} of the group is not in the communicator")));
+            if let Some(rank) = differs {
+                let detail = format!("it is a member of the group this rank passed to create ({} ranks) but passed another group", group.size());
+                return Err(Error::CollectiveMismatch { rank, detail });
             }
-            if group.rank_of_world(comm.shared.rank as usize).is_none() {
-                return Ok(None);
+            Ok(comm.derive(number, group, mine))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::{digest, Group};
+    use crate::comm::Comm;
+    use crate::proto::engine::Config;
+    use crate::proto::wire::Frame;
+    use crate::runtime::{Endpoint, SendError, Transport};
+
+    /// The transport of a world of one rank, which has no peer to carry
+    /// frames to.
+    struct Alone;
+
+    impl Transport for Alone {
+        fn send(&self, _dest: usize, _frame: Frame) -> Result<(), SendError> {
+            Ok(())
+        }
+    }
+
+    /// The world communicator of a world of one rank.
+    fn alone() -> Comm {
+        Endpoint::new(0, 1, Config::default(), Alone).expect("a world of one rank").world()
+    }
+
+    /// The endpoint's entries for communicators: members by context, and
+    /// counts of collectives.
+    fn kept(comm: &Comm) -> (usize, usize) {
+        let st = comm.shared.lock();
+        (st.groups.len(), st.collectives.len())
+    }
+
+    /// Communicators made by every constructor, each running a collective,
+    /// then dropped, ten thousand times over: the endpoint keeps nothing
+    /// for them once they are gone, and a clone keeps a communicator's
+    /// entries for as long as it lives.
+    #[test]
+    fn ten_thousand_dropped_communicators_leave_nothing_behind() {
+        futures::executor::block_on(async {
+            let world = alone();
+            world.barrier().await.expect("a barrier of one");
+            let before = kept(&world);
+            let everyone = world.group();
+            for _ in 0..10_000 {
+                let split = world.split(Some(0), 0).await.expect("a split of one").expect("a color");
+                let made = world.create(&everyone).await.expect("a create of one").expect("a member");
+                let (twin, world_twin) = (split.dup(), world.dup());
+                for comm in [&split, &made, &twin, &world_twin] {
+                    comm.barrier().await.expect("a barrier of one");
+                }
+                // Members under two contexts for each of the three over a
+                // subgroup, a count of collectives for each of the four.
+                assert_eq!(kept(&world), (before.0 + 6, before.1 + 4));
+                let clone = split.clone();
+                drop(split);
+                assert_eq!(kept(&world), (before.0 + 6, before.1 + 4), "a clone keeps the entries");
+                drop((clone, made, twin, world_twin));
+                assert_eq!(kept(&world), before);
             }
-            Ok(comm.derive(number, group, 0))
+        });
+    }
+
+    /// A communicator whose last handle goes while its endpoint's lock is
+    /// held (here by the same thread) leaves its entries for the
+    /// endpoint's next registration to remove.
+    #[test]
+    fn a_communicator_dropped_under_the_lock_goes_at_the_next_registration() {
+        futures::executor::block_on(async {
+            let world = alone();
+            world.barrier().await.expect("a barrier of one");
+            let before = kept(&world);
+            let split = world.split(Some(0), 0).await.expect("a split of one").expect("a color");
+            split.barrier().await.expect("a barrier of one");
+            let held = world.shared.lock();
+            drop(split);
+            drop(held);
+            assert_eq!(kept(&world), (before.0 + 2, before.1 + 1), "left for later");
+            drop(world.dup());
+            assert_eq!(kept(&world), before);
+        });
+    }
+
+    /// A receive started on a communicator whose last handle is dropped
+    /// before the receive is taken still gets its message.
+    #[test]
+    fn a_receive_outliving_its_communicator_still_completes() {
+        futures::executor::block_on(async {
+            let world = alone();
+            let split = world.split(Some(0), 0).await.expect("a split of one").expect("a color");
+            let recv = split.recv::<u32>(0, 3);
+            let sent = split.isend(&7u32, 0, 3);
+            drop(split);
+            let (got, status) = recv.await.expect("the message");
+            assert_eq!((got, status.source, status.tag), (7, Some(0), Some(3)));
+            sent.await.expect("sent to itself");
+            assert_eq!(kept(&world).0, 0);
+        });
+    }
+
+    /// A group with a rank outside the communicator is an argument error;
+    /// the call is complete all the same, and the next one works.
+    #[test]
+    fn create_refuses_a_group_beyond_the_communicator() {
+        futures::executor::block_on(async {
+            let world = alone();
+            let beyond = Group { world: vec![0, 5].into() };
+            assert!(matches!(world.create(&beyond).await, Err(crate::Error::InvalidArgument(_))));
+            assert!(world.create(&world.group()).await.expect("a create of one").is_some());
+        });
+    }
+
+    /// Digests tell groups apart by their members and by their order: no
+    /// two of the groups of at most two of 300 ranks share one.
+    #[test]
+    fn group_digests_tell_members_and_orders_apart() {
+        fn of(world: &[u32]) -> u64 {
+            digest(&Group { world: world.into() })
+        }
+        assert_ne!(of(&[0, 1]), of(&[1, 0]));
+        assert_ne!(of(&[]), of(&[0]));
+        let mut seen = HashSet::new();
+        assert!(seen.insert(of(&[])));
+        for a in 0..300 {
+            assert!(seen.insert(of(&[a])), "[{a}]");
+            for b in (0..300).filter(|&b| b != a) {
+                assert!(seen.insert(of(&[a, b])), "[{a}, {b}]");
+            }
         }
     }
 }

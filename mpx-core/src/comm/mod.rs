@@ -144,6 +144,7 @@ pub use data::{RecvData, SendData};
 pub use exchange::{Exchange, ExchangeBuf, Transfer};
 pub use group::{Group, GroupRelation};
 pub(crate) use group::Members;
+pub(crate) use group::Registration;
 pub use crate::request::Status;
 pub use persistent::{start_all, Persistent, PersistentRecv, PersistentSend, RecvStorage, SendStorage};
 pub use probe::Message;
@@ -189,7 +190,7 @@ impl Endpoint {
     /// # Ok(()) }
     /// ```
     pub fn world(&self) -> Comm {
-        Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: self.shared.world_dups.clone(), members: None }
+        Comm { shared: self.shared.clone(), context: WORLD_CONTEXT, dups: self.shared.world_dups.clone(), members: None, registration: None }
     }
 }
 
@@ -215,6 +216,18 @@ impl Endpoint {
 /// assert_eq!(from_left, left);
 /// # Ok(()) }).await?; Ok(()) }
 /// ```
+///
+/// # Freeing
+///
+/// Dropping a communicator's last handle (every clone, and everything
+/// that holds one: a collective in flight, a matched probe's [`Message`],
+/// an [`Incoming`] stream, a persistent request) is `MPI_Comm_free`: the
+/// endpoint forgets what it kept for it (its members, its count of
+/// collectives), so a program that makes and drops communicators in a
+/// loop keeps that state bounded. Statuses name senders in the
+/// communicator's numbering while it lives: keep a handle until the
+/// receives started on it are done. A message that arrives for it later
+/// waits unmatched, as MPI leaves a message no receive takes.
 #[derive(Clone)]
 pub struct Comm {
     pub(crate) shared: Arc<Shared>,
@@ -223,6 +236,9 @@ pub struct Comm {
     /// The members, for a communicator over a subgroup of the world (or the
     /// world in another order); `None`: the world's ranks as they are.
     members: Option<Arc<Members>>,
+    /// The communicator's entries in the endpoint, removed when its last
+    /// handle goes; `None` for the world, which keeps its entries.
+    registration: Option<Arc<Registration>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -293,13 +309,34 @@ impl Comm {
     /// ```
     pub fn dup(&self) -> Comm {
         let n = self.dups.fetch_add(1, Ordering::Relaxed);
-        let context = derive_context(self.context, n);
-        if let Some(m) = &self.members {
-            let mut st = self.shared.lock();
-            st.groups.insert(context, m.clone());
-            st.groups.insert(context | 1, m.clone());
-        }
-        Comm { shared: self.shared.clone(), context, dups: Arc::new(AtomicU64::new(0)), members: self.members.clone() }
+        self.register(derive_context(self.context, n), self.members.clone())
+    }
+
+    /// Diagnostics: the entries this rank's endpoint keeps for its
+    /// communicators (the members of each over a subgroup, each one's
+    /// count of collectives). They go when a communicator's last handle is
+    /// dropped (at this rank's next communicator constructor, if the
+    /// endpoint was busy then), so a count that only grows as
+    /// communicators are made and dropped is a leak.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// comm.barrier().await?;
+    /// let before = comm.kept_communicators();
+    /// let half = comm.split(Some(0), 0).await?.expect("a color");
+    /// half.barrier().await?;
+    /// assert!(comm.kept_communicators() > before);
+    /// drop(half);
+    /// drop(comm.dup());
+    /// assert_eq!(comm.kept_communicators(), before);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    #[doc(hidden)]
+    pub fn kept_communicators(&self) -> usize {
+        let st = self.shared.lock();
+        st.groups.len() + st.collectives.len()
     }
 
     /// The world rank of communicator rank `r`.
@@ -311,6 +348,14 @@ impl Comm {
             Some(m) => m.group.world[r],
             None => r as u32,
         })
+    }
+
+    /// What keeps the endpoint's entries for this communicator (its
+    /// members, by which statuses name senders) while a receive started on
+    /// it is under way, whatever becomes of the communicator's handles;
+    /// `None` for the world's, which stay.
+    pub(crate) fn keep_alive(&self) -> Option<Arc<Registration>> {
+        self.registration.clone()
     }
 
     /// The communicator rank of the sender a matching engine names (by its

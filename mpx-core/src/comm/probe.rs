@@ -235,6 +235,7 @@ impl Message {
     fn start<'a>(mut self, limit: Option<u64>, finish: Finish<'a>) -> Request<'a> {
         let Some(m) = self.matched.take() else { return Request::completed(Ok(Status::empty())) };
         let shared = self.comm.shared.clone();
+        let keep = self.comm.keep_alive();
         let mut st = shared.lock();
         let id = st.engine.next_id();
         match limit {
@@ -243,7 +244,7 @@ impl Message {
         }
         shared.flush(&mut st);
         drop(st);
-        Request::active(shared, id, Kind::Recv(finish))
+        Request::active(shared, id, Kind::Recv(finish), keep)
     }
 
     /// `MPI_Imrecv` into any [`RecvData`]: starts receiving the message.

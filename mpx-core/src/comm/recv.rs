@@ -43,7 +43,7 @@ impl Comm {
 
     pub(super) fn start_recv<'a>(&self, source: impl Into<Source>, tag: impl Into<TagSel>, limit: Option<u64>, finish: Finish<'a>) -> Request<'a> {
         match self.post_recv(source, tag, self.context, limit) {
-            Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Recv(finish)),
+            Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Recv(finish), self.keep_alive()),
             Ok(None) => Request::completed(Ok(Status::empty())),
             Err(e) => Request::completed(Err(e)),
         }
@@ -169,7 +169,7 @@ impl Comm {
     /// # Cancel safety
     /// As [`recv_into`](Comm::recv_into).
     pub fn recv_vec<T: MpiType>(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> impl Future<Output = Result<(Vec<T>, Status)>> + Send + 'static {
-        let posted = self.post_recv(source, tag, self.context, None).map(|id| id.map(|id| RawRecv::new(self.shared.clone(), id)));
+        let posted = self.post_recv(source, tag, self.context, None).map(|id| id.map(|id| RawRecv::kept(self.shared.clone(), id, self.keep_alive())));
         async move {
             let Some(raw) = posted? else { return Ok((Vec::new(), Status::empty())) };
             let msg = raw.await?;

@@ -59,11 +59,21 @@ pub(crate) struct RawRecv {
     shared: Arc<Shared>,
     id: ReqId,
     finished: bool,
+    /// The entries of the communicator it was posted on (see
+    /// [`Comm::keep_alive`]), for a receive that may outlive its handles.
+    _keep: Option<Arc<super::Registration>>,
 }
 
 impl RawRecv {
+    /// A receive whose communicator outlives it (the caller holds a handle).
     pub(crate) fn new(shared: Arc<Shared>, id: ReqId) -> RawRecv {
-        RawRecv { shared, id, finished: false }
+        RawRecv { shared, id, finished: false, _keep: None }
+    }
+
+    /// A receive that keeps its communicator's entries, `keep`, while it
+    /// is under way.
+    pub(crate) fn kept(shared: Arc<Shared>, id: ReqId, keep: Option<Arc<super::Registration>>) -> RawRecv {
+        RawRecv { shared, id, finished: false, _keep: keep }
     }
 
     /// The endpoint the receive is posted on.
@@ -121,7 +131,7 @@ impl<O> Posted<O> {
     /// what `at_once` makes of that.
     fn start(comm: &Comm, source: Source, tag: TagSel, limit: Option<u64>, at_once: impl FnOnce(Result<()>) -> O) -> Posted<O> {
         match comm.post_recv(source, tag, comm.context, limit) {
-            Ok(Some(id)) => Posted::Active(RawRecv::new(comm.shared.clone(), id)),
+            Ok(Some(id)) => Posted::Active(RawRecv::kept(comm.shared.clone(), id, comm.keep_alive())),
             Ok(None) => Posted::Complete(Some(at_once(Ok(())))),
             Err(error) => Posted::Complete(Some(at_once(Err(error)))),
         }

@@ -65,7 +65,7 @@ impl Comm {
             }
         })();
         match posted {
-            Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Send),
+            Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Send, None),
             Ok(None) => Request::completed(Ok(Status::empty())),
             Err(e) => Request::completed(Err(e)),
         }

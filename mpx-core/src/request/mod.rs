@@ -266,7 +266,9 @@ pub(crate) enum Kind<'a> {
 }
 
 enum State<'a> {
-    Active { shared: Arc<Shared>, id: ReqId, kind: Kind<'a> },
+    /// `_keep` holds a receive's communicator's entries in the endpoint
+    /// (see [`Comm::keep_alive`](crate::comm::Comm::keep_alive)).
+    Active { shared: Arc<Shared>, id: ReqId, kind: Kind<'a>, _keep: Option<Arc<crate::comm::Registration>> },
     /// Complete: the outcome, until it is taken.
     Complete(Option<Result<Status>>),
 }
@@ -305,8 +307,8 @@ impl std::fmt::Debug for Request<'_> {
 }
 
 impl<'a> Request<'a> {
-    pub(crate) fn active(shared: Arc<Shared>, id: ReqId, kind: Kind<'a>) -> Request<'a> {
-        Request { state: State::Active { shared, id, kind } }
+    pub(crate) fn active(shared: Arc<Shared>, id: ReqId, kind: Kind<'a>, keep: Option<Arc<crate::comm::Registration>>) -> Request<'a> {
+        Request { state: State::Active { shared, id, kind, _keep: keep } }
     }
 
     /// A request that is already complete with `outcome` (an operation on
@@ -391,7 +393,7 @@ impl<'a> Request<'a> {
     /// `cx`'s waker. Awaiting a request takes its outcome from here
     /// directly, without keeping it in the request first.
     fn poll_active(&mut self, cx: &mut Context<'_>) -> Poll<Result<Status>> {
-        let State::Active { shared, id, kind } = &mut self.state else { unreachable!("called on active requests") };
+        let State::Active { shared, id, kind, .. } = &mut self.state else { unreachable!("called on active requests") };
         let mut data_arrived = false;
         let completion = match shared.poll_recv(*id, cx, &mut data_arrived) {
             Poll::Ready(completion) => completion,
@@ -491,7 +493,7 @@ impl<'a> Request<'a> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn cancel(&mut self) -> bool {
-        let State::Active { shared, id, kind: Kind::Recv(_) } = &self.state else { return false };
+        let State::Active { shared, id, kind: Kind::Recv(_), .. } = &self.state else { return false };
         let mut st = shared.lock();
         if st.engine.cancel_recv(*id) {
             st.requests.insert(*id, Tracked::Done(Completion::Cancelled));
@@ -550,8 +552,8 @@ impl Future for Request<'_> {
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         match &self.state {
-            State::Active { shared, id, kind: Kind::Recv(finish) } => shared.withdraw_streamed(*id, finish.taken()),
-            State::Active { shared, id, kind: Kind::Send } => shared.withdraw(*id),
+            State::Active { shared, id, kind: Kind::Recv(finish), .. } => shared.withdraw_streamed(*id, finish.taken()),
+            State::Active { shared, id, kind: Kind::Send, .. } => shared.withdraw(*id),
             State::Complete(Some(Err(e))) => tracing::warn!(error = %e, "request dropped with its error untaken"),
             State::Complete(_) => {}
         }

@@ -123,6 +123,10 @@ pub(crate) struct Shared {
     /// split), through any of its handles: every [`Endpoint::world`] shares
     /// it, so two handles never derive the same context.
     pub(crate) world_dups: Arc<AtomicU64>,
+    /// Contexts of communicators whose last handle went while the state
+    /// was locked: their entries in `state` go at the next chance (see
+    /// `comm::group::Registration`).
+    pub(crate) retired: Mutex<Vec<u64>>,
 }
 
 /// One rank's connection to the world; see the [module docs](super).
@@ -185,6 +189,7 @@ impl Endpoint {
             state: Mutex::new(state),
             owned: Mutex::new(Vec::new()),
             world_dups: Arc::new(AtomicU64::new(0)),
+            retired: Mutex::new(Vec::new()),
         });
         let mut st = shared.lock();
         shared.flush(&mut st);
