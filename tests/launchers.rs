@@ -863,13 +863,146 @@ fn ranks_die_with_a_killed_mpxrun() {
     let pids = pids.map(|p| p.expect("every rank printed its pid"));
     child.kill().unwrap();
     child.wait().unwrap();
-    // Alive: there, and not a zombie waiting for a reaper.
-    let alive = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let left = outliving(&pids, Duration::from_secs(5));
+    assert!(left.is_empty(), "ranks {left:?} of {pids:?} outlived mpxrun");
+}
+
+/// Whether process `pid` runs: there, and not a zombie waiting for a
+/// reaper.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+/// Waits up to `limit` for the processes `pids` to end: those still
+/// running then, killed (SIGKILL) so that no test leaves them behind.
+fn outliving(pids: &[u32], limit: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + limit;
     while pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(!pids.iter().any(|&p| alive(p)), "ranks {pids:?} outlived mpxrun");
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    for p in &left {
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+    }
+    left
+}
+
+/// Ranks on other hosts die with `mpxrun` too. The launch command here
+/// behaves as `sshd` does without a terminal: it starts the rank's command
+/// in a session of its own (out of reach of `mpxrun`'s kill of the launch
+/// command's process group, and of `PR_SET_PDEATHSIG`), its output in a
+/// file, and waits for it. Interrupted, `mpxrun` kills the launch commands
+/// and exits; the ranks, seeing their PMI connections close, end within
+/// seconds, saying why.
+#[test]
+fn remote_ranks_die_with_an_interrupted_mpxrun() {
+    if Command::new("setsid").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        assert!(std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(), "setsid (util-linux) is required (MPX_REQUIRE_LAUNCHERS) but not installed");
+        eprintln!("setsid is not installed: not tested here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mpx-sshd-like-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // `sh <script> {host} env VAR=... program args`: the host dropped, the
+    // rest run as sshd runs a command, with the credential on its input
+    // (kept in descriptor 3, as a background command's own input is
+    // /dev/null) and its output in rank-<pid>.log. Run by `sh`, not
+    // executed: a script just written may be "busy" to exec while another
+    // test's fork holds it open.
+    let script = dir.join("sshd-like");
+    std::fs::write(&script, "shift\nexec 3<&0\nsetsid \"$@\" <&3 3<&- >\"$(dirname \"$0\")/rank-$$.log\" 2>&1 &\nwait\n").unwrap();
+    let logs = || {
+        let mut all = String::new();
+        for entry in std::fs::read_dir(&dir).unwrap().map_while(Result::ok) {
+            if entry.file_name().to_string_lossy().starts_with("rank-") {
+                all.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+            }
+        }
+        all
+    };
+    let mut launched = Launched::spawn(
+        mpxrun()
+            .args(["-n", "2", "--hosts", "127.0.0.1,localhost", "--pmi-host", "127.0.0.1", "--launch"])
+            .arg(format!("sh {} {{host}}", script.display()))
+            .arg(example("flood"))
+            .arg("100000000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let child = launched.child();
+    let stderr_of = |child: &mut std::process::Child| {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        stderr
+    };
+    // Each rank's process id, from a whole line of its log.
+    let pid_of = |all: &str, rank: usize| {
+        let prefix = format!("rank {rank} pid ");
+        all.split_inclusive('\n').filter(|l| l.ends_with('\n')).find_map(|l| l.strip_prefix(&prefix).and_then(|p| p.trim().parse::<u32>().ok()))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let pids = loop {
+        let all = logs();
+        if let (Some(a), Some(b)) = (pid_of(&all, 0), pid_of(&all, 1)) {
+            break [a, b];
+        }
+        if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the ranks never started:\n{all}\nmpxrun:\n{}", stderr_of(child));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let interrupted = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(interrupted.elapsed() < Duration::from_secs(10), "mpxrun still running 10 s after SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = outliving(&pids, Duration::from_secs(15));
+    let all = logs();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(left.is_empty(), "ranks {left:?} of {pids:?} outlived mpxrun:\n{all}\nmpxrun:\n{}", stderr_of(child));
+    assert!(all.contains("mpxrun is gone"), "the ranks said why they ended:\n{all}");
+}
+
+/// A rank started through a wrapper (`sh -c 'program; true'`) is the
+/// wrapper's child, which `PR_SET_PDEATHSIG` (set on the wrapper) does not
+/// cover: it too ends once a killed `mpxrun` is gone.
+#[test]
+fn a_rank_under_a_wrapper_dies_with_a_killed_mpxrun() {
+    // `--no-prefix`: the ranks write to this test's pipe, not to one of
+    // mpxrun's, so nothing but their PMI connections ties them to mpxrun.
+    let mut launched = Launched::spawn(
+        mpxrun()
+            .args(["-n", "2", "--no-prefix", "sh", "-c", "\"$0\" 100000000; true"])
+            .arg(example("flood"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let child = launched.child();
+    let rx = lines_of(child.stdout.take().unwrap());
+    let mut pids = [None, None];
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pids.iter().any(Option::is_none) && Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
+        for (rank, pid) in pids.iter_mut().enumerate() {
+            if let Some(p) = line.strip_prefix(&format!("rank {rank} pid ")) {
+                *pid = p.trim().parse::<u32>().ok();
+            }
+        }
+        lines.push(line);
+    }
+    let pids = pids.map(|p| p.unwrap_or_else(|| panic!("every rank printed its pid:\n{}", lines.join("\n"))));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = outliving(&pids, Duration::from_secs(15));
+    assert!(left.is_empty(), "ranks {left:?} of {pids:?}, started by sh -c, outlived mpxrun");
+    drop(rx);
 }

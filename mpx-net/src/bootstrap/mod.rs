@@ -6,7 +6,7 @@
 //! | started by | the environment | peers and trust come from |
 //! |---|---|---|
 //! | nothing (`cargo run`) | none of the below | no peers: ranks run in this process |
-//! | `mpxrun` | `PMI_FD` (or, on other hosts, `PMI_PORT`, `PMI_ID`, `MPX_PMI_TOKEN`), `PMI_RANK`, `PMI_SIZE`, `MPX_CREDENTIAL` | mpxrun's PMI key-value space (addresses); the job CA mpxrun made (trust) |
+//! | `mpxrun` | `PMI_FD` (or, on other hosts, `PMI_PORT`, `PMI_ID`, `MPX_PMI_TOKEN`), `PMI_RANK`, `PMI_SIZE`, `MPX_CREDENTIAL`, `MPX_LAUNCHER=mpxrun` | mpxrun's PMI key-value space (addresses); the job CA mpxrun made (trust) |
 //! | MPICH's `mpiexec.hydra` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` (PMI-2, or PMI-1) | hydra's PMI key-value space: addresses and certificate fingerprints, pinned |
 //! | Slurm's `srun --mpi=pmi2` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` (PMI-2) | Slurm's PMI key-value space: addresses and certificate fingerprints, pinned |
 //! | Open MPI's `mpirun` | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `PMIX_NAMESPACE`, and `MPX_RENDEZVOUS` passed with `-x` | files in the rendezvous directory: addresses and fingerprints, pinned |
@@ -29,6 +29,22 @@
 //! With `MPX_PORT_RANGE` set (`7000:7099`), a rank's two UDP sockets take
 //! the first free ports of that range on its host, for hosts behind a
 //! firewall ([`quic::PortRange`]); otherwise the system picks them.
+//!
+//! A rank of `mpxrun` (`MPX_LAUNCHER=mpxrun`, which `mpxrun` sets on every
+//! rank it starts) dies with `mpxrun`, on any host. Once its start-up is
+//! done, a thread of its own watches its PMI connection to `mpxrun` until
+//! the session's finalize begins: it only polls the socket for a hang-up
+//! and reads nothing, so every answer stays for the session. If the
+//! connection closes before that finalize, `mpxrun` is gone (killed, or
+//! its `ssh` ended, which tells the remote command nothing), and the rank
+//! writes one line saying so on its standard error and kills its own
+//! process group with SIGKILL. That group is the one made for the rank
+//! (by `mpxrun` on its host, by the remote login on another): the rank
+//! and whatever it, or a wrapper it runs under (`sh -c 'program; true'`,
+//! whose `program` the launcher's own kill would not reach), started;
+//! the same processes `mpxrun` kills when a rank fails. The watcher keeps
+//! nothing alive: the process exits as it would without it. Under hydra,
+//! Slurm and Open MPI, which end their ranks themselves, nothing watches.
 
 pub mod mpxrun;
 pub mod pmi;
@@ -36,7 +52,8 @@ pub mod pmi;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mpx_core::{Comm, Endpoint, Error, Result};
@@ -58,6 +75,11 @@ pub mod env {
     /// The secret `mpxrun` gives the ranks it starts on other hosts, which
     /// they show when they connect to its PMI port.
     pub const PMI_TOKEN: &str = "MPX_PMI_TOKEN";
+    /// `mpxrun` on every rank `mpxrun` starts: such a rank watches its
+    /// PMI connection, and ends (its process group killed) if `mpxrun`
+    /// goes before the rank's PMI finalize (see the [module
+    /// docs](super)).
+    pub const LAUNCHER: &str = "MPX_LAUNCHER";
     /// The form of PMI to ask the launcher for: `2` (the default; a
     /// launcher that declines it is spoken to in PMI-1) or `1`.
     pub const PMI_VERSION: &str = "MPX_PMI_VERSION";
@@ -355,11 +377,19 @@ fn trust(credential: &mut RankCredential, fingerprints: Vec<Fingerprint>) -> Res
 }
 
 /// Ends this process's PMI session when the endpoint that owns it goes.
-struct PmiSession(Mutex<pmi::Client<Box<dyn pmi::Duplex>>>);
+struct PmiSession {
+    client: Mutex<pmi::Client<Box<dyn pmi::Duplex>>>,
+    /// Under `mpxrun`, the watcher's flag ([`watch_mpxrun`]): set as the
+    /// finalize begins, after which the connection may close.
+    finalizing: Option<Arc<AtomicBool>>,
+}
 
 impl Drop for PmiSession {
     fn drop(&mut self) {
-        let client = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(finalizing) = &self.finalizing {
+            finalizing.store(true, Ordering::SeqCst);
+        }
+        let client = self.client.get_mut().unwrap_or_else(|e| e.into_inner());
         // The launcher answers at once, or is out of reach (a cut link, a
         // launcher gone): never hold the process's exit for long.
         let _ = client.get_ref().set_read_timeout(Duration::from_secs(1));
@@ -400,7 +430,95 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
         pins.push(f);
     }
     trust(&mut credential, pins)?;
-    Ok((socket, addrs, credential, PmiSession(Mutex::new(client))))
+    // Only mpxrun's ranks: other launchers end their ranks themselves.
+    let finalizing = match var(env::LAUNCHER) {
+        Some(launcher) if launcher.trim() == "mpxrun" => Some(watch_mpxrun(rank, &**client.get_ref())?),
+        _ => None,
+    };
+    Ok((socket, addrs, credential, PmiSession { client: Mutex::new(client), finalizing }))
+}
+
+/// Starts the thread that watches this rank's PMI connection to `mpxrun`
+/// (`stream`) until the returned flag is set, as the session's finalize
+/// begins; if the connection closes first, the thread ends the rank (see
+/// the [module docs](self)).
+fn watch_mpxrun(rank: u32, stream: &dyn pmi::Duplex) -> Result<Arc<AtomicBool>> {
+    let what = "watching the PMI connection to mpxrun";
+    // A descriptor of the watcher's own (close-on-exec): the session's
+    // closes with the session, perhaps while the watcher is polling.
+    let fd = stream.as_fd().try_clone_to_owned().map_err(|e| Error::transport(what, e))?;
+    let finalizing = Arc::new(AtomicBool::new(false));
+    let flag = finalizing.clone();
+    std::thread::Builder::new()
+        .name("mpx-pmi-watch".into())
+        .spawn(move || {
+            // A line to a standard error whose reader went with mpxrun
+            // fails (EPIPE) rather than raising SIGPIPE, which could end
+            // the process before its group is killed.
+            // SAFETY: an all-zero sigset_t is a valid set; sigemptyset and
+            // sigaddset write only into `set`, a local; pthread_sigmask
+            // reads `set` and changes only this thread's mask.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGPIPE);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            if hung_up(&fd, &flag) {
+                mpxrun_gone(rank);
+            }
+        })
+        .map_err(|e| Error::transport(what, e))?;
+    Ok(finalizing)
+}
+
+/// Polls `fd` for a hang-up (POLLRDHUP, POLLHUP or POLLERR: the launcher's
+/// end closed or reset), never reading from it, until `finalizing` is set:
+/// `true` if the connection closed first, `false` once `finalizing` is set
+/// (or if the socket cannot be polled).
+fn hung_up(fd: &std::os::fd::OwnedFd, finalizing: &AtomicBool) -> bool {
+    use std::os::fd::AsRawFd;
+    loop {
+        // Not POLLIN: an answer waiting for the session is no hang-up.
+        let mut watched = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: poll writes only into `watched`, one entry naming a
+        // descriptor this function's caller owns and keeps open.
+        let ready = unsafe { libc::poll(&mut watched, 1, 250) };
+        if finalizing.load(Ordering::SeqCst) {
+            return false;
+        }
+        if ready < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            tracing::warn!(error = %e, "watching the PMI connection to mpxrun");
+            return false;
+        }
+        if ready > 0 && (watched.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL)) != 0 {
+            return true;
+        }
+    }
+}
+
+/// Ends this rank once `mpxrun` is gone: a line on standard error, then
+/// SIGKILL to this process's group (the rank and what it started).
+fn mpxrun_gone(rank: u32) -> ! {
+    let line = format!("mpx: rank {rank}: the PMI connection to mpxrun closed before this rank finished: mpxrun is gone; killing this rank's process group\n");
+    // SAFETY: write reads only `line`'s bytes. Straight to descriptor 2,
+    // not through the standard library's lock on standard error, which
+    // another thread may hold.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+    }
+    // SAFETY: kill has no memory-safety preconditions; pid 0 names this
+    // process's own group, this process among it.
+    unsafe {
+        libc::kill(0, libc::SIGKILL);
+    }
+    // SIGKILL ends this process with its group; should the signal not
+    // come at once, the process ends here.
+    std::process::exit(1)
 }
 
 /// The exchange through the rendezvous directory: on a blocking
@@ -694,6 +812,51 @@ mod tests {
         let err = quic::credential_text(huge.to_str().unwrap()).unwrap_err().to_string();
         assert!(err.contains("huge.pem"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The watch of mpxrun's PMI connection leaves an answer waiting for
+    /// the session unread (it is no hang-up), ends without a word once the
+    /// session's finalize begins, and sees the launcher's end close, over
+    /// a socket pair (this host) and over TCP (other hosts).
+    #[test]
+    fn the_watch_reads_nothing_and_sees_the_launcher_go() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsFd;
+        use std::os::unix::net::UnixStream;
+        let watch = |fd: std::os::fd::OwnedFd| {
+            let finalizing = Arc::new(AtomicBool::new(false));
+            let flag = finalizing.clone();
+            (finalizing, std::thread::spawn(move || hung_up(&fd, &flag)))
+        };
+        let (mut mine, mut launcher) = UnixStream::pair().unwrap();
+        let (finalizing, watching) = watch(mine.as_fd().try_clone_to_owned().unwrap());
+        launcher.write_all(b"cmd=finalize_ack\n").unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(!watching.is_finished(), "an answer waiting is no hang-up");
+        finalizing.store(true, Ordering::SeqCst);
+        assert!(!watching.join().unwrap(), "the session's finalize ends the watch");
+        let mut answer = [0u8; 17];
+        mine.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer, b"cmd=finalize_ack\n", "left for the session");
+
+        let (mine, launcher) = UnixStream::pair().unwrap();
+        let (_finalizing, watching) = watch(mine.as_fd().try_clone_to_owned().unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        let gone = Instant::now();
+        drop(launcher);
+        assert!(watching.join().unwrap(), "the launcher's end closed");
+        assert!(gone.elapsed() < Duration::from_secs(2));
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mine = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (launcher, _) = listener.accept().unwrap();
+        let (_finalizing, watching) = watch(mine.as_fd().try_clone_to_owned().unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        let gone = Instant::now();
+        drop(launcher);
+        assert!(watching.join().unwrap(), "the launcher's end closed (over TCP)");
+        assert!(gone.elapsed() < Duration::from_secs(2));
+        drop(mine);
     }
 
     #[test]

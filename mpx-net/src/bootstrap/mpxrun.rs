@@ -25,6 +25,16 @@
 //! fails (a non-zero status or a signal), the others are killed, unless
 //! `--keep-going`; `mpxrun` then exits with status 1 (or the failed
 //! process's own status) and names the rank.
+//!
+//! Ranks die with `mpxrun`, however it ends. On this host `mpxrun` kills
+//! each rank's process group (on a failure, SIGINT or SIGTERM), and the
+//! process it started dies with it (`PR_SET_PDEATHSIG`). On another host
+//! neither reaches the rank (killing the local `ssh` tells the remote
+//! command nothing), nor, anywhere, a program a wrapper started (`sh -c
+//! 'program; true'`): so every process also gets `MPX_LAUNCHER=mpxrun`,
+//! and a rank with it watches its PMI connection and, if `mpxrun`'s end
+//! closes before the rank's PMI finalize, kills its own process group (see
+//! the [bootstrap module docs](super)).
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -342,6 +352,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     format!("PMI_PORT={addr}"),
                     format!("PMI_ID={rank}"),
                     format!("{}=-", crate::quic::env::CREDENTIAL),
+                    format!("{}=mpxrun", super::env::LAUNCHER),
                 ];
                 for name in [super::env::START_TIMEOUT, super::env::IDLE_TIMEOUT, super::env::PMI_VERSION, super::env::PORT_RANGE] {
                     if let Some(v) = super::var(name).filter(|v| v.chars().all(|c| c.is_ascii_alphanumeric() || ".:-".contains(c))) {
@@ -355,6 +366,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         cmd.args(&job.command[1..])
             .env("PMI_RANK", rank.to_string())
             .env("PMI_SIZE", job.ranks.to_string())
+            // The rank dies with mpxrun, wherever it runs (it watches its PMI connection).
+            .env(super::env::LAUNCHER, "mpxrun")
             .env_remove(crate::quic::env::RANK)
             .stdin(if remote.is_some() { Stdio::piped() } else { Stdio::null() })
             // Its own process group, so that killing the rank kills what it

@@ -494,8 +494,10 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
     }
 }
 
-/// A socket to the launcher: either kind a launcher hands out.
-pub trait Duplex: std::io::Read + std::io::Write + Send {
+/// A socket to the launcher: either kind a launcher hands out (its
+/// descriptor too, which a rank of `mpxrun` watches for a hang-up: see
+/// the [bootstrap module docs](super)).
+pub trait Duplex: std::io::Read + std::io::Write + Send + std::os::fd::AsFd {
     /// The longest a read may wait.
     fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()>;
 }
