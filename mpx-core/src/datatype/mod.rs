@@ -888,18 +888,23 @@ impl Datatype {
 
     /// `MPI_Get_count`: the number of whole items in a message of `bytes`
     /// bytes of this type, or `None` (MPI_UNDEFINED) when a partial item
-    /// arrived.
+    /// arrived. A type of no data counts 0 items, whatever the bytes (MPI:
+    /// "if the size of the datatype is zero, this routine will return a
+    /// count of zero").
     ///
     /// ```
     /// use mpx::Datatype;
     /// let t = Datatype::named("double_int").unwrap(); // 12 bytes of data
     /// assert_eq!(t.get_count(24), Some(2));
     /// assert_eq!(t.get_count(20), None);
+    /// let nothing = Datatype::contiguous(0, &Datatype::int())?;
+    /// assert_eq!((nothing.get_count(0), nothing.get_count(8)), (Some(0), Some(0)));
+    /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn get_count(&self, bytes: u64) -> Option<u64> {
         let size = self.size();
         if size == 0 {
-            return (bytes == 0).then_some(0);
+            return Some(0);
         }
         bytes.is_multiple_of(size).then_some(bytes / size)
     }

@@ -24,9 +24,15 @@ pub struct Status {
     pub source: Option<usize>,
     /// The message's tag, or `None` for the null process.
     pub tag: Option<i32>,
-    /// Bytes received, in this rank's native representation. (A probe,
+    /// Bytes received, in this rank's native representation. A probe,
     /// which knows no datatype yet, reports the bytes as they travel; they
-    /// differ only for external32 messages with `long` data.)
+    /// differ for external32 messages holding types whose external32 size
+    /// is not their native one (on most 64-bit hosts `long`, `unsigned
+    /// long`, `wchar` and the `long_int` pair), so a count
+    /// taken from such a probe's status ([`Status::count`],
+    /// [`Status::get_count`]) may be short: size a buffer for those from
+    /// the sender's own count, or receive with `recv_vec`, which sizes
+    /// itself.
     pub bytes: u64,
     /// The receive was cancelled before it matched.
     pub cancelled: bool,
