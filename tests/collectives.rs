@@ -932,6 +932,136 @@ each_transport! {
         }
     }
 
+    /// The in-place forms of gather, gatherv, scatter and scatterv at the
+    /// root, of allgatherv on every rank, and of reduce_scatter_block and
+    /// reduce_scatter, against a serial computation, on 1 to 4 ranks with
+    /// every root tried from the last down: the root's own block stays in
+    /// its buffer; the other ranks call the two-buffer form (even ranks)
+    /// or the in-place one (odd ranks), which agree. Typed values, doubles
+    /// described by a datatype, and a non-commutative operation.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_place_forms_at_the_root_match_a_serial_computation() {
+        for n in [1, 2, 3, 4] {
+            returns(launch(n, move |comm| async move {
+                let (me, n) = (comm.rank(), comm.size());
+                for root in [n - 1, n / 2, 0] {
+                    // Rank r's i-th value, another for each root.
+                    let value = move |r: usize, i: usize| (1000 * root + 10 * r + i) as i64;
+                    let what = format!("{n} ranks, root {root}, rank {me}");
+                    // gather
+                    let count = 3;
+                    let mine: Vec<i64> = (0..count).map(|i| value(me, i)).collect();
+                    let every: Vec<i64> = (0..n).flat_map(|r| (0..count).map(move |i| value(r, i))).collect();
+                    if me == root {
+                        let mut all = vec![-1i64; n * count];
+                        all[me * count..(me + 1) * count].copy_from_slice(&mine);
+                        comm.gather_in_place(&mut all, root).await?;
+                        assert_eq!(all, every, "gather_in_place: {what}");
+                    } else if me % 2 == 0 {
+                        comm.gather(&mine, &mut Vec::<i64>::new(), root).await?;
+                    } else {
+                        let mut sent = mine.clone();
+                        comm.gather_in_place(&mut sent, root).await?;
+                        assert_eq!(sent, mine, "gather_in_place leaves what it sends: {what}");
+                    }
+                    // scatter
+                    if me == root {
+                        let mut buf = every.clone();
+                        comm.scatter_in_place(&mut buf, root).await?;
+                        assert_eq!(buf, every, "scatter_in_place: the root's buffer stays as it is: {what}");
+                    } else {
+                        let mut part = vec![-1i64; count];
+                        if me % 2 == 0 {
+                            comm.scatter(&Vec::<i64>::new(), &mut part, root).await?;
+                        } else {
+                            comm.scatter_in_place(&mut part, root).await?;
+                        }
+                        assert_eq!(part, mine, "scatter_in_place: {what}");
+                    }
+                    // gatherv, scatterv and allgatherv: rank r has
+                    // (r + root) % 3 values, laid out backwards with a gap
+                    // of one.
+                    let counts: Vec<usize> = (0..n).map(|r| (r + root) % 3).collect();
+                    let mut displs = vec![0; n];
+                    let mut at = 0;
+                    for r in (0..n).rev() {
+                        displs[r] = at;
+                        at += counts[r] + 1;
+                    }
+                    let own = displs[me]..displs[me] + counts[me];
+                    let mine: Vec<i64> = (0..counts[me]).map(|i| value(me, i)).collect();
+                    let mut laid_out = vec![-1i64; at];
+                    for r in 0..n {
+                        for i in 0..counts[r] {
+                            laid_out[displs[r] + i] = value(r, i);
+                        }
+                    }
+                    if me == root {
+                        let mut all = vec![-1i64; at];
+                        all[own.clone()].copy_from_slice(&mine);
+                        comm.gatherv_in_place(&mut all, &counts, &displs, root).await?;
+                        assert_eq!(all, laid_out, "gatherv_in_place: {what}");
+                    } else if me % 2 == 0 {
+                        comm.gatherv(&mine, &mut Vec::<i64>::new(), &counts, &displs, root).await?;
+                    } else {
+                        let mut sent = mine.clone();
+                        comm.gatherv_in_place(&mut sent, &counts, &displs, root).await?;
+                    }
+                    let data: Vec<i64> = (0..at as i64).map(|k| 7 * k - root as i64).collect();
+                    if me == root {
+                        let mut buf = data.clone();
+                        comm.scatterv_in_place(&mut buf, &counts, &displs, root).await?;
+                        assert_eq!(buf, data, "scatterv_in_place: the root's buffer stays as it is: {what}");
+                    } else {
+                        let mut part = vec![-1i64; counts[me]];
+                        if me % 2 == 0 {
+                            comm.scatterv(&Vec::<i64>::new(), &counts, &displs, &mut part, root).await?;
+                        } else {
+                            comm.scatterv_in_place(&mut part, &counts, &displs, root).await?;
+                        }
+                        assert_eq!(part, &data[own.clone()], "scatterv_in_place: {what}");
+                    }
+                    let mut table = vec![-1i64; at];
+                    table[own.clone()].copy_from_slice(&mine);
+                    comm.allgatherv_in_place(&mut table, &counts, &displs).await?;
+                    assert_eq!(table, laid_out, "allgatherv_in_place: {what}");
+                    // Described buffers: doubles, gathered and scattered in
+                    // place on every rank.
+                    let double = mpx::Datatype::double();
+                    let floats: Vec<f64> = (0..count).map(|i| value(me, i) as f64).collect();
+                    let every_float: Vec<f64> = every.iter().map(|&v| v as f64).collect();
+                    let mut buf = if me == root { vec![-1.0f64; n * count] } else { floats.clone() };
+                    if me == root {
+                        buf[me * count..(me + 1) * count].copy_from_slice(&floats);
+                    }
+                    let items = buf.len() as u64;
+                    comm.gather_in_place(mpx::RecvBuf::new(mpx::RegionMut::of(&mut buf), items, &double), root).await?;
+                    assert_eq!(buf, if me == root { &every_float[..] } else { &floats[..] }, "gather_in_place, described: {what}");
+                    let mut buf = if me == root { every_float.clone() } else { vec![-1.0f64; count] };
+                    let items = buf.len() as u64;
+                    comm.scatter_in_place(mpx::RecvBuf::new(mpx::RegionMut::of(&mut buf), items, &double), root).await?;
+                    assert_eq!(buf, if me == root { &every_float[..] } else { &floats[..] }, "scatter_in_place, described: {what}");
+                    // reduce_scatter_block and reduce_scatter in place, of
+                    // matrix products: each rank's block of the result at
+                    // the start of its buffer.
+                    let block = 2;
+                    let mut buf: Vec<Matrix> = (0..n * block).map(|k| matrix(me, k + root)).collect();
+                    comm.reduce_scatter_block_in_place(&mut buf, matrix_product()).await?;
+                    let want: Vec<Matrix> = (me * block..(me + 1) * block).map(|k| serial_product(0..n, k + root)).collect();
+                    assert_eq!(buf[..block], want[..], "reduce_scatter_block_in_place: {what}");
+                    let total: usize = counts.iter().sum();
+                    let start: usize = counts[..me].iter().sum();
+                    let mut buf: Vec<Matrix> = (0..total).map(|k| matrix(me, k)).collect();
+                    comm.reduce_scatter_in_place(&mut buf, &counts, matrix_product()).await?;
+                    let want: Vec<Matrix> = (start..start + counts[me]).map(|k| serial_product(0..n, k)).collect();
+                    assert_eq!(buf[..counts[me]], want[..], "reduce_scatter_in_place: {what}");
+                }
+                Ok(())
+            }))
+            .await;
+        }
+    }
+
     /// Serde values: broadcast, gathered, scattered and allgathered, of
     /// several lengths (a rendezvous-sized one too); a typed message where
     /// a serde value is expected is a mismatch.

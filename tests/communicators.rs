@@ -3,7 +3,7 @@
 //! statuses and probes too), its own matching context, collectives over
 //! its members only. Every test runs on every transport of the harness.
 
-use mpx::{Any, Group, GroupRelation};
+use mpx::{Any, CommRelation, Group, GroupRelation};
 use mpx::coll::SUM;
 
 #[macro_use]
@@ -278,6 +278,50 @@ each_transport! {
         .await;
     }
 
+    /// `compare`: handles of one communicator are identical; a `dup`, a
+    /// split that keeps the order and a `create` over the whole group are
+    /// congruent with their parent and with each other (the same members
+    /// in the same order, contexts of their own); a split that reverses
+    /// the order is similar; a subgroup is unequal. The same over a
+    /// subcommunicator, and every relation holds both ways round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn communicators_compare_by_context_members_and_order() {
+        returns(launch(4, |world| async move {
+            let me = world.rank();
+            let twin = world.dup();
+            let kept = world.split(Some(0), 0).await?.expect("a color");
+            let made = world.create(&world.group()).await?.expect("a member");
+            let reversed = world.split(Some(0), -(me as i32)).await?.expect("a color");
+            let half = world.split(Some((me / 2) as u32), 0).await?.expect("a color");
+            let other_half = world.split(Some((me / 2) as u32), 0).await?.expect("a color");
+            let half_reversed = half.split(Some(0), -(half.rank() as i32)).await?.expect("a color");
+            let half_twin = half.dup();
+            let cases = [
+                ("world, a clone", &world, world.clone(), CommRelation::Identical),
+                ("dup, a clone", &twin, twin.clone(), CommRelation::Identical),
+                ("world, dup", &world, twin.clone(), CommRelation::Congruent),
+                ("world, split in order", &world, kept.clone(), CommRelation::Congruent),
+                ("world, create", &world, made.clone(), CommRelation::Congruent),
+                ("split in order, create", &kept, made.clone(), CommRelation::Congruent),
+                ("world, split reversed", &world, reversed.clone(), CommRelation::Similar),
+                ("dup, split reversed", &twin, reversed.clone(), CommRelation::Similar),
+                ("world, half", &world, half.clone(), CommRelation::Unequal),
+                ("half, a clone", &half, half.clone(), CommRelation::Identical),
+                ("half, its dup", &half, half_twin.clone(), CommRelation::Congruent),
+                ("half, the same split again", &half, other_half.clone(), CommRelation::Congruent),
+                ("half, reversed", &half, half_reversed.clone(), CommRelation::Similar),
+                ("half reversed, world", &half_reversed, world.clone(), CommRelation::Unequal),
+            ];
+            for (name, a, b, want) in cases {
+                assert_eq!(a.compare(&b), want, "{name}, rank {me}");
+                assert_eq!(b.compare(a), want, "{name} the other way round, rank {me}");
+            }
+            world.barrier().await?;
+            Ok(())
+        }))
+        .await;
+    }
+
     /// Communicator constructors start when called, like every collective:
     /// ranks that poll them in different orders against other collectives
     /// and `dup`s still agree on every communicator.
@@ -341,6 +385,81 @@ fn group_operations_follow_mpi() {
     assert!(world.incl(&[1, 1]).is_err(), "named twice");
     assert!(world.excl(&[9]).is_err());
     assert!(a.translate_ranks(&[3], &b).is_err());
+}
+
+/// The ranks triplets name by their definition: `first + k * stride` for
+/// k = 0, 1, ... as long as it does not pass `last` (no rank for a triplet
+/// whose stride leads away from `last`).
+fn serial_expansion(ranges: &[(usize, usize, isize)]) -> Vec<usize> {
+    ranges
+        .iter()
+        .flat_map(|&(first, last, stride)| {
+            let (first, last, stride) = (first as i64, last as i64, stride as i64);
+            (0..).map(move |k| first + k * stride).take_while(move |&r| if stride > 0 { r <= last } else { r >= last }).map(|r| r as usize)
+        })
+        .collect()
+}
+
+/// `range_incl` and `range_excl` against `incl` and `excl` of the ranks
+/// their triplets name, serially expanded, for every triplet over a group
+/// of 7 (ranks out of range among them) and for pairs of triplets (ranks
+/// named twice among them); bad strides; and huge or extreme values, which
+/// fail (or name their one rank) without overflowing or listing ranks.
+#[test]
+fn group_ranges_name_the_ranks_their_triplets_expand_to() {
+    let world = group_of(7);
+    let mut triplets = Vec::new();
+    for first in 0..9 {
+        for last in 0..9 {
+            for stride in [-3, -2, -1, 1, 2, 3, 7] {
+                triplets.push((first, last, stride));
+            }
+        }
+    }
+    let away = |&(first, last, stride): &(usize, usize, isize)| (first < last && stride < 0) || (first > last && stride > 0);
+    for t in &triplets {
+        if away(t) {
+            assert!(world.range_incl(&[*t]).is_err(), "{t:?} steps away from its last rank");
+            assert!(world.range_excl(&[*t]).is_err(), "{t:?} steps away from its last rank");
+            continue;
+        }
+        let ranks = serial_expansion(&[*t]);
+        assert_eq!(world.range_incl(&[*t]).ok(), world.incl(&ranks).ok(), "range_incl {t:?}");
+        assert_eq!(world.range_excl(&[*t]).ok(), world.excl(&ranks).ok(), "range_excl {t:?}");
+    }
+    let some: Vec<_> = triplets.iter().copied().filter(|t| !away(t)).step_by(5).collect();
+    for a in &some {
+        for b in &some {
+            let ranges = [*a, *b];
+            let ranks = serial_expansion(&ranges);
+            assert_eq!(world.range_incl(&ranges).ok(), world.incl(&ranks).ok(), "range_incl {ranges:?}");
+            assert_eq!(world.range_excl(&ranges).ok(), world.excl(&ranks).ok(), "range_excl {ranges:?}");
+        }
+    }
+    // A few by hand.
+    assert_eq!(world.range_incl(&[(6, 0, -3), (1, 5, 4)]).unwrap().ranks(), [6, 3, 0, 1, 5]);
+    assert_eq!(world.range_excl(&[(6, 0, -3), (1, 5, 4)]).unwrap().ranks(), [2, 4]);
+    assert_eq!(world.range_incl(&[]).unwrap().size(), 0);
+    assert_eq!(world.range_excl(&[]).unwrap(), world);
+    assert!(world.range_incl(&[(0, 6, 1), (3, 3, 1)]).is_err(), "rank 3 twice");
+    // A stride of 0, at either end.
+    for t in [(0, 0, 0), (0, 6, 0), (usize::MAX, usize::MAX, 0)] {
+        assert!(world.range_incl(&[t]).is_err(), "{t:?}");
+        assert!(world.range_excl(&[t]).is_err(), "{t:?}");
+    }
+    // Extreme values: out of range, or one rank whatever the stride.
+    for t in [(0, usize::MAX, 1), (usize::MAX, 0, -1), (usize::MAX, usize::MAX, 1), (0, usize::MAX, isize::MAX), (usize::MAX, 0, isize::MIN), (7, 7, 1)] {
+        assert!(world.range_incl(&[t]).is_err(), "{t:?}");
+        assert!(world.range_excl(&[t]).is_err(), "{t:?}");
+    }
+    assert_eq!(world.range_incl(&[(6, 0, isize::MIN)]).unwrap().ranks(), [6]);
+    assert_eq!(world.range_incl(&[(0, 6, isize::MAX)]).unwrap().ranks(), [0]);
+    assert_eq!(world.range_excl(&[(2, 5, 100)]).unwrap().ranks(), [0, 1, 3, 4, 5, 6]);
+    // Many triplets naming more ranks than the group has: refused before
+    // any is listed.
+    let many = vec![(0, 0, 1); 1 << 16];
+    assert!(world.range_incl(&many).is_err());
+    assert!(world.range_excl(&many).is_err());
 }
 
 /// A communicator's context, as its `Debug` form shows it

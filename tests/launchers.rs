@@ -843,6 +843,80 @@ fn start_up_failures_are_errors_within_the_start_timeout() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A card that a killed rank of an earlier job under the same name (a
+/// reused `PMIX_NAMESPACE`) left in the rendezvous directory, with an
+/// address nothing listens on and a fingerprint no rank's certificate
+/// has, is never trusted. Two ranks started with Open MPI's variables, as
+/// `mpirun` starts them, rank 1 a second after rank 0 (which reads the
+/// stale card first): rank 0 alone fails waiting for rank 1's card to be
+/// this job's, and with rank 1 the ring runs.
+#[test]
+fn a_stale_card_in_the_rendezvous_directory_does_not_stop_the_next_job() {
+    let program = example("quic_ring");
+    let base = std::env::temp_dir().join(format!("mpx-stale-rendezvous-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let namespace = format!("reused-{}", std::process::id());
+    let job = base.join(format!("job-{namespace}"));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).recursive(true).create(&job).unwrap();
+    }
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let stale = format!("{dead},{}\n{}\n{}\n", "ab".repeat(32), "cd".repeat(16), "ef".repeat(32));
+    std::fs::write(job.join("rank-1"), stale).unwrap();
+    let rank = |r: u32, timeout: &str| {
+        let mut c = Command::new(&program);
+        c.env("OMPI_COMM_WORLD_RANK", r.to_string())
+            .env("OMPI_COMM_WORLD_SIZE", "2")
+            .env("PMIX_NAMESPACE", &namespace)
+            .env("MPX_RENDEZVOUS", &base)
+            .env("MPX_START_TIMEOUT", timeout)
+            .env("MPX_HOST", "127.0.0.1")
+            .env_remove("MPX_RANK")
+            .env_remove("MPX_CREDENTIAL")
+            .env_remove("PMI_FD")
+            .env_remove("PMI_PORT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let started = Instant::now();
+    let out = run(&mut rank(0, "2"), Duration::from_secs(30));
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("rank 1's card") && all.contains("to be this job's"), "rank 0 waited for rank 1's card to be this job's:\n{all}");
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+
+    let mut ranks = vec![Launched::spawn(&mut rank(0, "20"))];
+    std::thread::sleep(Duration::from_secs(1));
+    ranks.push(Launched::spawn(&mut rank(1, "20")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut finished = false;
+    while !finished && Instant::now() < deadline {
+        finished = ranks.iter_mut().all(|r| r.child().try_wait().expect("waiting").is_some());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let outputs: Vec<Output> = ranks
+        .into_iter()
+        .map(|r| {
+            let mut child = r.take();
+            if !finished {
+                let _ = child.kill();
+            }
+            child.wait_with_output().expect("its output")
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&base);
+    let all: String = outputs.iter().enumerate().map(|(r, out)| format!("rank {r}:\n{}\n", text(out))).collect();
+    assert!(finished, "the ranks did not finish in 60 s:\n{all}");
+    for (r, out) in outputs.iter().enumerate() {
+        assert!(out.status.success(), "rank {r} failed:\n{all}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("rank {r} of 2:")), "{all}");
+    }
+    assert!(String::from_utf8_lossy(&outputs[0].stdout).contains("rank 0 of 2: token 2,"), "{all}");
+}
+
 /// Ranks die with `mpxrun`, however it ends: killed with SIGKILL (no
 /// chance to clean up), it takes its ranks with it.
 #[test]

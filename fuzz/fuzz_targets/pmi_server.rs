@@ -1,5 +1,5 @@
 //! What `mpxrun`'s PMI server reads from its ranks (over a socket pair, or
-//! over TCP from other hosts once a rank has shown the job's token): any
+//! over TCP from other hosts once a rank has shown its token): any
 //! bytes, from any of three ranks, cut at any points, in either wire form.
 //! Asserts that nothing panics, that every answer goes to one of the
 //! job's ranks and is no longer than one message, and that what the

@@ -48,7 +48,7 @@ pub use datatype::{
     Predefined, Signature,
 };
 pub use comm::{
-    start_all, Any, Comm, Exchange, ExchangeBuf, Group, GroupRelation, Message, OwnedRecv, Peer, Persistent, PersistentRecv, PersistentSend,
+    start_all, Any, Comm, CommRelation, Exchange, ExchangeBuf, Group, GroupRelation, Message, OwnedRecv, Peer, Persistent, PersistentRecv, PersistentSend,
     RecvBuf, RecvData, RecvError, SendBuf, ValueRecv, SendData, Source, TagSel, Transfer, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };
 pub use comm::{Incoming, Receivable};

@@ -387,7 +387,7 @@ impl Comm {
         // datatypes of its own) its buffer's count cut in n.
         let count = if T::ONE_TYPE || self.rank() != root { Ok(T::src_len(&send)) } else { per_rank("gather: the root's receive", T::dst_len(&recv), n) };
         let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
-        self.gather_blocks::<T>(count.map(drop), send, recv, counts, displs, root, "gather")
+        self.gather_blocks::<T>(count.map(drop), Some(send), recv, counts, displs, root, "gather")
     }
 
     /// `MPI_Gatherv`: as [`gather`](Comm::gather), rank `r`'s values
@@ -421,14 +421,18 @@ impl Comm {
         displs: &[usize],
         root: usize,
     ) -> Collective<'a> {
-        self.gather_blocks::<T>(Ok(()), send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "gatherv")
+        self.gather_blocks::<T>(Ok(()), Some(send.values()), recv.values(), counts.to_vec(), displs.to_vec(), root, "gatherv")
     }
 
+    /// A gather of the blocks `counts` and `displs` lay over the root's
+    /// `recv`. `send` is this rank's values; `None` (in place) at the
+    /// root: its block of `recv` holds them already and stays as it is;
+    /// `None` elsewhere: the whole of `recv` is what the rank sends.
     #[allow(clippy::too_many_arguments)]
     fn gather_blocks<'a, E: Element>(
         &self,
         checked: Result<()>,
-        send: E::Src<'_>,
+        send: Option<E::Src<'_>>,
         mut recv: E::Dst<'a>,
         counts: Vec<usize>,
         displs: Vec<usize>,
@@ -437,21 +441,32 @@ impl Comm {
     ) -> Collective<'a> {
         let call = Call::start(self);
         let (n, me) = (call.size(), call.rank());
-        let mine = 0..E::src_len(&send);
         let started = (|| -> Result<_> {
             checked?;
             call.check_root(root)?;
-            E::check_src(&send, mine.clone())?;
+            if let Some(send) = &send {
+                E::check_src(send, 0..E::src_len(send))?;
+            }
             if me != root {
-                return Ok((Vec::new(), vec![call.send_items::<E>(&send, mine, root)], Vec::new()));
+                let request = match &send {
+                    Some(send) => call.send_items::<E>(send, 0..E::src_len(send), root),
+                    None => {
+                        let mine = 0..E::dst_len(&recv);
+                        E::check_dst(&recv, mine.clone())?;
+                        call.forward_items::<E>(&recv, mine, root)
+                    }
+                };
+                return Ok((Vec::new(), vec![request], Vec::new()));
             }
             let ranges = blocks(what, n, &counts, &displs, E::dst_len(&recv), true)?;
             check_dst_blocks::<E>(&recv, &ranges)?;
-            if E::ONE_TYPE {
-                check_len(format_args!("{what}: the root's own send"), mine.len(), counts[me])?;
+            if let (Some(send), true) = (&send, E::ONE_TYPE) {
+                check_len(format_args!("{what}: the root's own send"), E::src_len(send), counts[me])?;
             }
             let posted = (0..n).filter(|&r| r != me).map(|r| Ok((r, call.post_items::<E>(&recv, r, counts[r])?))).collect::<Result<Vec<_>>>()?;
-            E::copy(&send, mine, &mut recv, ranges[me].clone())?;
+            if let Some(send) = &send {
+                E::copy(send, 0..E::src_len(send), &mut recv, ranges[me].clone())?;
+            }
             Ok((posted, Vec::new(), ranges))
         })();
         Collective::new(call.clone(), async move {
@@ -487,7 +502,7 @@ impl Comm {
         // datatypes of its own) its buffer's count cut in n.
         let count = if T::ONE_TYPE || self.rank() != root { Ok(T::dst_len(&recv)) } else { per_rank("scatter: the root's send", T::src_len(&send), n) };
         let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
-        self.scatter_blocks::<T>(count.map(drop), send, recv, counts, displs, root, "scatter")
+        self.scatter_blocks::<T>(count.map(drop), Some(send), recv, counts, displs, root, "scatter")
     }
 
     /// `MPI_Scatterv`: as [`scatter`](Comm::scatter), rank `r` getting
@@ -519,14 +534,18 @@ impl Comm {
         recv: impl CollMut<'a, T>,
         root: usize,
     ) -> Collective<'a> {
-        self.scatter_blocks::<T>(Ok(()), send.values(), recv.values(), counts.to_vec(), displs.to_vec(), root, "scatterv")
+        self.scatter_blocks::<T>(Ok(()), Some(send.values()), recv.values(), counts.to_vec(), displs.to_vec(), root, "scatterv")
     }
 
+    /// A scatter of the blocks `counts` and `displs` lay over the root's
+    /// `send` into each rank's `recv`. `None` (in place) at the root: the
+    /// blocks go out from its `recv`, its own staying where it is; a rank
+    /// other than the root receives into its `recv` either way.
     #[allow(clippy::too_many_arguments)]
     fn scatter_blocks<'a, E: Element>(
         &self,
         checked: Result<()>,
-        send: E::Src<'_>,
+        send: Option<E::Src<'_>>,
         mut recv: E::Dst<'a>,
         counts: Vec<usize>,
         displs: Vec<usize>,
@@ -544,13 +563,24 @@ impl Comm {
                 return Ok((Some(call.post_items::<E>(&recv, root, mine.len())?), Vec::new()));
             }
             // Blocks read by several sends may overlap.
-            let ranges = blocks(what, n, &counts, &displs, E::src_len(&send), false)?;
-            check_src_blocks::<E>(&send, &ranges)?;
-            if E::ONE_TYPE {
-                check_len(format_args!("{what}: the root's own receive"), mine.len(), counts[me])?;
+            let ranges = blocks(what, n, &counts, &displs, send.as_ref().map_or(mine.len(), |send| E::src_len(send)), false)?;
+            match &send {
+                Some(send) => {
+                    check_src_blocks::<E>(send, &ranges)?;
+                    if E::ONE_TYPE {
+                        check_len(format_args!("{what}: the root's own receive"), mine.len(), counts[me])?;
+                    }
+                    E::copy(send, ranges[me].clone(), &mut recv, mine.clone())?;
+                }
+                None => check_dst_blocks::<E>(&recv, &ranges)?,
             }
-            E::copy(&send, ranges[me].clone(), &mut recv, mine.clone())?;
-            let sends = (0..n).filter(|&r| r != me).map(|r| call.send_items::<E>(&send, ranges[r].clone(), r)).collect();
+            let sends = (0..n)
+                .filter(|&r| r != me)
+                .map(|r| match &send {
+                    Some(send) => call.send_items::<E>(send, ranges[r].clone(), r),
+                    None => call.forward_items::<E>(&recv, ranges[r].clone(), r),
+                })
+                .collect();
             Ok((None, sends))
         })();
         Collective::new(call.clone(), async move {
@@ -597,7 +627,7 @@ impl Comm {
             return Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await });
         }
         let (counts, displs) = even(self.size(), even_count);
-        self.allgather_blocks::<E>(count.map(drop), send, recv, counts, displs, what)
+        self.allgather_blocks::<E>(count.map(drop), Some(send), recv, counts, displs, what)
     }
 
     /// `MPI_Allgatherv`: as [`allgather`](Comm::allgather), rank `r`'s
@@ -625,20 +655,26 @@ impl Comm {
         counts: &[usize],
         displs: &[usize],
     ) -> Collective<'a> {
-        self.allgather_blocks::<T>(Ok(()), send.values(), recv.values(), counts.to_vec(), displs.to_vec(), "allgatherv")
+        self.allgather_blocks::<T>(Ok(()), Some(send.values()), recv.values(), counts.to_vec(), displs.to_vec(), "allgatherv")
     }
 
+    /// An allgather around the [`Ring`] of the blocks `counts` and
+    /// `displs` lay over every rank's `recv`; `send` is this rank's
+    /// values, `None` (in place) where its block of `recv` holds them.
     fn allgather_blocks<'a, E: Element>(
         &self,
         checked: Result<()>,
-        send: E::Src<'_>,
+        send: Option<E::Src<'_>>,
         mut recv: E::Dst<'a>,
         counts: Vec<usize>,
         displs: Vec<usize>,
         what: &'static str,
     ) -> Collective<'a> {
         let call = Call::start(self);
-        let started = checked.and_then(|()| Ring::start::<E>(&call, &send, &mut recv, &counts, &displs, what));
+        let started = checked.and_then(|()| match &send {
+            Some(send) => Ring::start::<E>(&call, send, &mut recv, &counts, &displs, what),
+            None => Ring::start_in_place::<E>(&call, &mut recv, &counts, &displs, what),
+        });
         Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await })
     }
 
@@ -944,6 +980,164 @@ impl Comm {
         let buf = buf.values();
         let mine = buf.to_vec();
         self.alltoall(&mine[..], buf)
+    }
+
+    /// [`gather`](Comm::gather) where the root's own values already sit
+    /// in its block of `buf` (size × c values), which receives every other
+    /// rank's block and keeps the root's as it is (`MPI_IN_PLACE` at the
+    /// root). Any other rank sends its whole `buf` (c values), as `gather`
+    /// sends its `send`: those ranks may call either.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let me = comm.rank() as u32;
+    /// let mine = [10 * me, 10 * me + 1];
+    /// if me == 1 {
+    ///     let mut all = [0u32; 6];
+    ///     all[2..4].copy_from_slice(&mine); // the root's own block
+    ///     comm.gather_in_place(&mut all[..], 1).await?;
+    ///     assert_eq!(all, [0, 1, 10, 11, 20, 21]);
+    /// } else if me == 0 {
+    ///     comm.gather(&mine[..], &mut Vec::<u32>::new(), 1).await?;
+    /// } else {
+    ///     let mut mine = mine;
+    ///     comm.gather_in_place(&mut mine[..], 1).await?; // the same
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn gather_in_place<'a, T: Element>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
+        let buf = buf.values();
+        let n = self.size();
+        // The root's blocks: its buffer's count cut in n; elsewhere, `buf`
+        // is the values sent.
+        let count = if self.rank() == root { per_rank("gather_in_place: the root's buffer", T::dst_len(&buf), n) } else { Ok(T::dst_len(&buf)) };
+        let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
+        self.gather_blocks::<T>(count.map(drop), None, buf, counts, displs, root, "gather_in_place")
+    }
+
+    /// [`gatherv`](Comm::gatherv) where the root's own values already sit
+    /// in its block of `buf` (`counts[root]` values at `displs[root]`),
+    /// which stays as it is (`MPI_IN_PLACE` at the root). Any other rank
+    /// sends its whole `buf`, as `gatherv` sends its `send`: those ranks
+    /// may call either.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// // Rank r sends r + 1 copies of r; the root, rank 2, holds its own.
+    /// let me = comm.rank();
+    /// let (counts, displs) = ([1, 2, 3], [0, 1, 3]);
+    /// if me == 2 {
+    ///     let mut all = [9u32, 9, 9, 2, 2, 2];
+    ///     comm.gatherv_in_place(&mut all[..], &counts, &displs, 2).await?;
+    ///     assert_eq!(all, [0, 1, 1, 2, 2, 2]);
+    /// } else {
+    ///     let mut mine = vec![me as u32; me + 1];
+    ///     comm.gatherv_in_place(&mut mine, &counts, &displs, 2).await?;
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn gatherv_in_place<'a, T: Element>(&self, buf: impl CollMut<'a, T>, counts: &[usize], displs: &[usize], root: usize) -> Collective<'a> {
+        self.gather_blocks::<T>(Ok(()), None, buf.values(), counts.to_vec(), displs.to_vec(), root, "gatherv_in_place")
+    }
+
+    /// [`scatter`](Comm::scatter) where the root's `buf` (size × c values)
+    /// holds the blocks and keeps its own block where it is, receiving
+    /// nothing (`MPI_IN_PLACE` at the root). Any other rank's `buf`
+    /// (c values) receives its block, as `scatter`'s `recv` does: those
+    /// ranks may call either.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// let me = comm.rank() as u64;
+    /// if me == 1 {
+    ///     let mut work: Vec<u64> = (0..6).collect();
+    ///     comm.scatter_in_place(&mut work, 1).await?;
+    ///     assert_eq!(work, [0, 1, 2, 3, 4, 5]); // its own block, 2 and 3, is its part
+    /// } else {
+    ///     let mut mine = [0u64; 2];
+    ///     comm.scatter_in_place(&mut mine[..], 1).await?;
+    ///     assert_eq!(mine, [2 * me, 2 * me + 1]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn scatter_in_place<'a, T: Element>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
+        let buf = buf.values();
+        let n = self.size();
+        // The root's blocks: its buffer's count cut in n; elsewhere, `buf`
+        // is where the rank's block lands.
+        let count = if self.rank() == root { per_rank("scatter_in_place: the root's buffer", T::dst_len(&buf), n) } else { Ok(T::dst_len(&buf)) };
+        let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
+        self.scatter_blocks::<T>(count.map(drop), None, buf, counts, displs, root, "scatter_in_place")
+    }
+
+    /// [`scatterv`](Comm::scatterv) where the root's `buf` holds the
+    /// blocks (`counts[r]` values at `displs[r]` for rank `r`) and keeps
+    /// its own block where it is, receiving nothing (`MPI_IN_PLACE` at the
+    /// root). Any other rank's `buf` receives its block, as `scatterv`'s
+    /// `recv` does: those ranks may call either.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// // Rank r gets r + 1 values; the root, rank 0, keeps its one in place.
+    /// let me = comm.rank();
+    /// let (counts, displs) = ([1, 2, 3], [0, 1, 3]);
+    /// if me == 0 {
+    ///     let mut data: Vec<u32> = (0..6).collect();
+    ///     comm.scatterv_in_place(&mut data, &counts, &displs, 0).await?;
+    /// } else {
+    ///     let mut mine = vec![0u32; me + 1];
+    ///     comm.scatterv_in_place(&mut mine, &counts, &displs, 0).await?;
+    ///     let expected: [&[u32]; 2] = [&[1, 2], &[3, 4, 5]];
+    ///     assert_eq!(mine, expected[me - 1]);
+    /// }
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn scatterv_in_place<'a, T: Element>(&self, buf: impl CollMut<'a, T>, counts: &[usize], displs: &[usize], root: usize) -> Collective<'a> {
+        self.scatter_blocks::<T>(Ok(()), None, buf.values(), counts.to_vec(), displs.to_vec(), root, "scatterv_in_place")
+    }
+
+    /// [`allgatherv`](Comm::allgatherv) where each rank's own values
+    /// already sit in its block of `buf` (`counts[r]` values at
+    /// `displs[r]`), sent from there around the ring.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(3, |comm| async move {
+    /// // Rank r contributes r + 1 copies of r, already in its place.
+    /// let me = comm.rank();
+    /// let (counts, displs) = ([1, 2, 3], [0, 1, 3]);
+    /// let mut all = [9u8; 6];
+    /// all[displs[me]..displs[me] + counts[me]].fill(me as u8);
+    /// comm.allgatherv_in_place(&mut all[..], &counts, &displs).await?;
+    /// assert_eq!(all, [0, 1, 1, 2, 2, 2]);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn allgatherv_in_place<'a, T: Element>(&self, buf: impl CollMut<'a, T>, counts: &[usize], displs: &[usize]) -> Collective<'a> {
+        self.allgather_blocks::<T>(Ok(()), None, buf.values(), counts.to_vec(), displs.to_vec(), "allgatherv_in_place")
     }
 }
 

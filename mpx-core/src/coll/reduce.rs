@@ -546,6 +546,64 @@ impl Comm {
         self.reduce(&mine[..], buf, op, root)
     }
 
+    /// [`reduce_scatter_block`](Comm::reduce_scatter_block) with `buf`
+    /// (size × c values) as this rank's contribution: its block of the
+    /// result lands in the first c values of `buf`, and the rest is left
+    /// as it is.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx::coll::SUM;
+    /// let mut buf = [1u32, 2, 3, 4];
+    /// comm.reduce_scatter_block_in_place(&mut buf[..], SUM).await?;
+    /// assert_eq!(buf[..2], if comm.rank() == 0 { [2, 4] } else { [6, 8] });
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn reduce_scatter_block_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
+        let buf = buf.values();
+        let mine = buf.to_vec();
+        let n = self.size();
+        // A buffer that n blocks do not fill fails the check of the send
+        // buffer against their sum.
+        let count = buf.len() / n;
+        self.reduce_scatter_counts(&mine, &mut buf[..count], vec![count; n], op.into(), "reduce_scatter_block_in_place")
+    }
+
+    /// [`reduce_scatter`](Comm::reduce_scatter) with `buf` (the sum of
+    /// `counts` values) as this rank's contribution: its block of the
+    /// result (`counts[rank]` values) lands at the start of `buf`, and the
+    /// rest is left as it is.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// use mpx::coll::SUM;
+    /// // Rank 0 gets the first sum, rank 1 the other two.
+    /// let counts = [1, 2];
+    /// let mut buf = [1i64, 2, 3];
+    /// comm.reduce_scatter_in_place(&mut buf[..], &counts, SUM).await?;
+    /// let mine = &buf[..counts[comm.rank()]];
+    /// assert_eq!(mine, if comm.rank() == 0 { &[2][..] } else { &[4, 6][..] });
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`reduce`](Comm::reduce)).
+    pub fn reduce_scatter_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, counts: &[usize], op: impl Into<Op<T>>) -> Collective<'a> {
+        let buf = buf.values();
+        let mine = buf.to_vec();
+        // This rank's block; a count beyond `buf` fails the check of the
+        // send buffer against the counts' sum.
+        let own = counts.get(self.rank()).map_or(0, |&c| c.min(buf.len()));
+        self.reduce_scatter_counts(&mine, &mut buf[..own], counts.to_vec(), op.into(), "reduce_scatter_in_place")
+    }
+
     /// [`scan`](Comm::scan) with `buf` as both contribution and result.
     ///
     /// ```

@@ -71,6 +71,33 @@ pub enum GroupRelation {
     Unequal,
 }
 
+/// How two communicators compare (`MPI_Comm_compare`, see
+/// [`Comm::compare`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mpx::Result<()> {
+/// # mpx_net::loopback::launch(3, |comm| async move {
+/// use mpx::CommRelation;
+/// assert_eq!(comm.compare(&comm.clone()), CommRelation::Identical);
+/// assert_eq!(comm.compare(&comm.dup()), CommRelation::Congruent);
+/// # Ok(()) }).await?; Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommRelation {
+    /// Handles of one communicator: the same members in the same order,
+    /// and the same context (`MPI_IDENT`).
+    Identical,
+    /// The same members in the same order, with another context: a `dup`,
+    /// or a split or `create` that keeps every member in place
+    /// (`MPI_CONGRUENT`).
+    Congruent,
+    /// The same members in another order (`MPI_SIMILAR`).
+    Similar,
+    /// Other members (`MPI_UNEQUAL`).
+    Unequal,
+}
+
 impl Group {
     fn of(world: Vec<u32>) -> Group {
         Group { world: world.into() }
@@ -176,6 +203,103 @@ impl Group {
             }
         }
         Ok(Group::of(self.world.iter().zip(&out).filter(|(_, &o)| !o).map(|(&w, _)| w).collect()))
+    }
+
+    /// `MPI_Group_range_incl`: the members at the ranks `ranges` name, in
+    /// order. Each triplet `(first, last, stride)` names `first`,
+    /// `first + stride`, `first + 2 * stride`, ... as far as `last` (which
+    /// is named only if a step lands on it); a negative stride counts
+    /// down. As for [`incl`](Group::incl), a rank out of range or named
+    /// twice (by one triplet or by two) is an error, and so are a stride of
+    /// 0 and a triplet whose stride leads away from its last rank. Every
+    /// triplet is checked before any rank is listed: a triplet that would
+    /// name more ranks than the group has fails without listing them.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(6, |comm| async move {
+    /// let world = comm.group();
+    /// // The even ranks up, then the odd ranks down.
+    /// let zigzag = world.range_incl(&[(0, 4, 2), (5, 1, -2)])?;
+    /// assert_eq!(zigzag.ranks(), [0, 2, 4, 5, 3, 1]);
+    /// // Rank 5 is not on the way from 1 by steps of 3.
+    /// assert_eq!(world.range_incl(&[(1, 5, 3)])?, world.incl(&[1, 4])?);
+    /// assert!(world.range_incl(&[(0, 3, 0)]).is_err(), "a stride of 0");
+    /// assert!(world.range_incl(&[(3, 0, 1)]).is_err(), "away from rank 0");
+    /// assert!(world.range_incl(&[(0, 3, 1), (3, 5, 1)]).is_err(), "rank 3 twice");
+    /// assert!(world.range_incl(&[(4, 7, 1)]).is_err(), "past the last rank, 5");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    pub fn range_incl(&self, ranges: &[(usize, usize, isize)]) -> Result<Group> {
+        self.incl(&self.expand(ranges)?)
+    }
+
+    /// `MPI_Group_range_excl`: the members not at the ranks `ranges` name
+    /// (triplets as for [`range_incl`](Group::range_incl), with the same
+    /// errors: each rank named once at most), in this group's order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(6, |comm| async move {
+    /// let world = comm.group();
+    /// assert_eq!(world.range_excl(&[(0, 4, 2)])?.ranks(), [1, 3, 5]);
+    /// assert_eq!(world.range_excl(&[(5, 3, -1), (0, 0, 1)])?.ranks(), [1, 2]);
+    /// assert_eq!(world.range_excl(&[])?, world);
+    /// assert!(world.range_excl(&[(0, 2, 1), (2, 2, 1)]).is_err(), "rank 2 twice");
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    pub fn range_excl(&self, ranges: &[(usize, usize, isize)]) -> Result<Group> {
+        self.excl(&self.expand(ranges)?)
+    }
+
+    /// The ranks `ranges`' triplets name, in order (see
+    /// [`range_incl`](Group::range_incl)). Every triplet is checked, and
+    /// the ranks they name counted, before any is listed: more ranks in all
+    /// than the group has means some are named twice, an error.
+    fn expand(&self, ranges: &[(usize, usize, isize)]) -> Result<Vec<usize>> {
+        let size = self.size();
+        let mut total = 0usize;
+        for &triplet in ranges {
+            let (_, count) = self.triplet(triplet)?;
+            total = total.saturating_add(count);
+            if total > size {
+                return Err(Error::InvalidArgument(format!("the triplets name more ranks than the group's {size}: some are named twice")));
+            }
+        }
+        let mut ranks = Vec::with_capacity(total);
+        for &triplet in ranges {
+            let (step, count) = self.triplet(triplet)?;
+            let (first, up) = (triplet.0, triplet.2 > 0);
+            // Each rank lies between `first` and the last rank named, both
+            // checked by `triplet`: neither sum nor difference overflows.
+            ranks.extend((0..count).map(|k| if up { first + k * step } else { first - k * step }));
+        }
+        Ok(ranks)
+    }
+
+    /// A triplet `(first, last, stride)`, checked: the size of its stride
+    /// and how many ranks it names (at most the group's size). Its first
+    /// and its last rank named must be members; so, then, are those in
+    /// between.
+    fn triplet(&self, (first, last, stride): (usize, usize, isize)) -> Result<(usize, usize)> {
+        let wrong = |why: &str| Error::InvalidArgument(format!("the triplet ({first}, {last}, {stride}) {why}"));
+        if stride == 0 {
+            return Err(wrong("has a stride of 0"));
+        }
+        if (first < last && stride < 0) || (first > last && stride > 0) {
+            return Err(wrong("steps away from its last rank"));
+        }
+        let step = stride.unsigned_abs();
+        // From `first` to the last rank a step lands on, without passing
+        // `last`: within `first..=last` (or `last..=first`).
+        let span = first.abs_diff(last) / step * step;
+        let end = if stride > 0 { first + span } else { first - span };
+        self.member(first)?;
+        self.member(end)?;
+        // `span` < the group's size, as `end` (or `first`) is a member.
+        Ok((step, span / step + 1))
     }
 
     /// `MPI_Group_union`: this group's members, then `other`'s that are
@@ -396,6 +520,38 @@ impl Comm {
         match &self.members {
             Some(m) => m.group.clone(),
             None => Group::of((0..self.shared.size).collect()),
+        }
+    }
+
+    /// `MPI_Comm_compare`: local, no messages.
+    /// [`Identical`](CommRelation::Identical) for two handles of one
+    /// communicator (clones, on this rank's endpoint);
+    /// [`Congruent`](CommRelation::Congruent) for communicators over the
+    /// same members in the same order with contexts of their own (a `dup`);
+    /// otherwise their groups decide, as [`Group::compare`] does:
+    /// [`Similar`](CommRelation::Similar) for the same members in another
+    /// order, [`Unequal`](CommRelation::Unequal) for other members.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// use mpx::CommRelation;
+    /// let me = comm.rank();
+    /// assert_eq!(comm.compare(&comm.clone()), CommRelation::Identical);
+    /// assert_eq!(comm.compare(&comm.dup()), CommRelation::Congruent);
+    /// let backwards = comm.split(Some(0), -(me as i32)).await?.expect("a color");
+    /// assert_eq!(backwards.compare(&comm), CommRelation::Similar);
+    /// let half = comm.split(Some((me / 2) as u32), 0).await?.expect("a color");
+    /// assert_eq!(half.compare(&comm), CommRelation::Unequal);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    pub fn compare(&self, other: &Comm) -> CommRelation {
+        match self.group().compare(&other.group()) {
+            GroupRelation::Identical if Arc::ptr_eq(&self.shared, &other.shared) && self.context == other.context => CommRelation::Identical,
+            GroupRelation::Identical => CommRelation::Congruent,
+            GroupRelation::Similar => CommRelation::Similar,
+            GroupRelation::Unequal => CommRelation::Unequal,
         }
     }
 

@@ -142,7 +142,7 @@ pub use incoming::{Incoming, Receivable};
 pub use buffer::{RecvBuf, SendBuf};
 pub use data::{RecvData, SendData};
 pub use exchange::{Exchange, ExchangeBuf, Transfer};
-pub use group::{Group, GroupRelation};
+pub use group::{CommRelation, Group, GroupRelation};
 pub(crate) use group::Members;
 pub(crate) use group::Registration;
 pub use crate::request::Status;

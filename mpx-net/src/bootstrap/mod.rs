@@ -20,7 +20,14 @@
 //! Slurm, Open MPI) each rank makes a certificate of its own
 //! ([`RankCredential::self_signed`]) and trusts exactly the fingerprints
 //! published there ([`RankCredential::pin`]): the launcher's channel,
-//! private to the job's processes, carries the trust. A rank advertises
+//! private to the job's processes, carries the trust. Through a
+//! rendezvous directory (Open MPI, a plain `srun`) each rank writes the
+//! same card, with a random nonce of its process, to `rank-<rank>` in the
+//! job's own subdirectory, and trusts another rank's card only once that
+//! card shows the nonces this rank read from every card, its own new one
+//! among them: a card left behind by a killed rank of an earlier job under
+//! the same name (a reused Open MPI namespace or Slurm job id) never does,
+//! and is waited out until the job's own rank replaces it. A rank advertises
 //! `MPX_HOST` if set; else, when it reaches its launcher over TCP, its
 //! address on the route to the launcher; else the address its host name
 //! resolves to, else 127.0.0.1; it listens on every interface of that
@@ -72,8 +79,9 @@ pub mod env {
     /// Seconds a rank waits, at start-up, for its launcher and its peers
     /// (default 30).
     pub const START_TIMEOUT: &str = "MPX_START_TIMEOUT";
-    /// The secret `mpxrun` gives the ranks it starts on other hosts, which
-    /// they show when they connect to its PMI port.
+    /// The secret `mpxrun` gives each rank it starts on another host,
+    /// which the rank shows when it connects to `mpxrun`'s PMI port: each
+    /// rank's differs, and admits that rank alone.
     pub const PMI_TOKEN: &str = "MPX_PMI_TOKEN";
     /// `mpxrun` on every rank `mpxrun` starts: such a rank watches its
     /// PMI connection, and ends (its process group killed) if `mpxrun`
@@ -330,8 +338,9 @@ fn credential_pem() -> Result<Option<String>> {
 }
 
 /// What `mpxrun` writes on a remote rank's standard input: a first line
-/// `MPX_PMI_TOKEN=<token>` (kept off command lines, which every user of a
-/// host can read), then the rank's credential as PEM text.
+/// `MPX_PMI_TOKEN=<token>`, the rank's own token (kept off command lines,
+/// which every user of a host can read), then the rank's credential as
+/// PEM text.
 struct LauncherInput {
     token: Option<String>,
     pem: String,
@@ -521,11 +530,10 @@ fn mpxrun_gone(rank: u32) -> ! {
     std::process::exit(1)
 }
 
-/// The exchange through the rendezvous directory: on a blocking
-/// thread.
 /// A rank's card in a rendezvous directory, removed (and the job's
-/// directory with the last card) when the rank's endpoint ends: a later
-/// job under the same name never reads it.
+/// directory with the last card) when the rank's endpoint ends. A card
+/// that outlives its rank (one killed with SIGKILL) is never trusted by a
+/// later job under the same name: see [`through_directory`].
 struct PublishedCard {
     file: std::path::PathBuf,
     dir: std::path::PathBuf,
@@ -539,6 +547,70 @@ impl Drop for PublishedCard {
     }
 }
 
+/// `bytes` in lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A rank's card in a rendezvous directory (the file `rank-<r>`), three
+/// lines:
+///
+/// ```text
+/// <address>,<fingerprint>
+/// <nonce>
+/// <view>
+/// ```
+///
+/// The first is the card ranks publish under PMI too. The nonce (32 hex
+/// digits) is random, new in every process. The view is `-` until the
+/// rank has read a card of every rank, then the SHA-256 (64 hex digits)
+/// of the nonces it read, in rank order, joined by `,`: its own and each
+/// other rank's as it last read them.
+struct DirCard {
+    addr: SocketAddr,
+    fp: Fingerprint,
+    nonce: String,
+    view: String,
+}
+
+impl DirCard {
+    fn text(&self) -> String {
+        format!("{}\n{}\n{}\n", card(self.addr, &self.fp), self.nonce, self.view)
+    }
+
+    /// The card in `text`, or `None` if it is none of this form (a card
+    /// of another form is some other job's).
+    fn read(rank: u32, text: &str) -> Option<DirCard> {
+        let mut lines = text.lines();
+        let (addr, fp) = read_card(rank, lines.next()?).ok()?;
+        let nonce = lines.next()?.trim();
+        let view = lines.next()?.trim();
+        let hex_of = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hex_of(nonce, 32) || !(view == "-" || hex_of(view, 64)) || lines.any(|l| !l.trim().is_empty()) {
+            return None;
+        }
+        Some(DirCard { addr, fp, nonce: nonce.to_string(), view: view.to_string() })
+    }
+}
+
+/// The exchange through the rendezvous directory `dir` (the job's own):
+/// on a blocking thread.
+///
+/// Each rank writes its card ([`DirCard`], written whole and renamed into
+/// place, so that a reader sees one card or another, never part of one),
+/// then reads every other rank's, again and again, until each of them
+/// shows this rank's view. A card left by a rank of an earlier job under
+/// the same name (a rank killed with SIGKILL leaves its card behind) is
+/// never trusted: it cannot show this rank's view, which holds this
+/// rank's nonce, new in this process, so this rank keeps reading until
+/// the job's own rank replaces it. Whenever what a rank has read changes
+/// its view, it writes its card again with the new one. The cards only
+/// ever change from an earlier job's to this job's, so every rank's view
+/// comes to be the same, the nonces of this job's ranks alone, within a
+/// few readings of the last rank's first card; a rank whose view every
+/// other card shows has read this job's card from each. Ranks that are
+/// not all there within `timeout` fail, naming the first rank whose card
+/// is missing or not this job's.
 fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential, PublishedCard)> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let io = |what: String| move |e: std::io::Error| Error::transport(what, e);
@@ -554,29 +626,74 @@ fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Durati
     }
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(format!("creating {}", dir.display())))?;
     let (socket, addr, mut credential) = prepare(rank, job, None)?;
+    let mut nonce = [0u8; 16];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut nonce)
+        .map_err(|_| Error::InvalidArgument("no random numbers from the system for this rank's card".into()))?;
+    let mut own = DirCard { addr, fp: credential.fingerprint(), nonce: hex(&nonce), view: "-".into() };
     let file = |r: u32| dir.join(format!("rank-{r}"));
     let partial = dir.join(format!(".rank-{rank}.{}", std::process::id()));
-    std::fs::write(&partial, card(addr, &credential.fingerprint())).map_err(io(format!("writing {}", partial.display())))?;
-    std::fs::rename(&partial, file(rank)).map_err(io(format!("publishing {}", file(rank).display())))?;
+    let publish = |card: &DirCard| -> Result<()> {
+        std::fs::write(&partial, card.text()).map_err(io(format!("writing {}", partial.display())))?;
+        std::fs::rename(&partial, file(rank)).map_err(io(format!("publishing {}", file(rank).display())))
+    };
+    publish(&own)?;
     let published = PublishedCard { file: file(rank), dir: dir.to_path_buf() };
     let deadline = Instant::now() + timeout;
+    // Each other rank's card as last read (one that has gone since, its
+    // rank finished, is kept), and whether it shows this rank's view.
+    let mut cards: Vec<Option<DirCard>> = (0..size).map(|_| None).collect();
+    let mut confirmed = vec![false; size as usize];
+    confirmed[rank as usize] = true;
+    loop {
+        for r in (0..size).filter(|&r| !confirmed[r as usize]) {
+            match std::fs::read_to_string(file(r)) {
+                Ok(text) => {
+                    if let Some(c) = DirCard::read(r, &text) {
+                        cards[r as usize] = Some(c);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::transport(format!("reading rank {r}'s card {} in the rendezvous directory", file(r).display()), e)),
+            }
+        }
+        let view = {
+            let nonces: Option<Vec<&str>> = (0..size)
+                .map(|r| if r == rank { Some(own.nonce.as_str()) } else { cards[r as usize].as_ref().map(|c| c.nonce.as_str()) })
+                .collect();
+            nonces.map(|n| hex(&quic::fingerprint(n.join(",").as_bytes())))
+        };
+        if let Some(view) = view {
+            if view != own.view {
+                own.view = view;
+                publish(&own)?;
+            }
+            for r in (0..size).filter(|&r| r != rank) {
+                confirmed[r as usize] = cards[r as usize].as_ref().is_some_and(|c| c.view == own.view);
+            }
+            if confirmed.iter().all(|&c| c) {
+                break;
+            }
+        }
+        if Instant::now() >= deadline {
+            let r = (0..size).find(|&r| !confirmed[r as usize]).unwrap_or(rank);
+            let (what, why) = match &cards[r as usize] {
+                None => ("", "no card of this form there"),
+                Some(_) => (" to be this job's", "the card there never showed this rank's view: an earlier job's, or its rank never read every card"),
+            };
+            let context = format!("waiting for rank {r}'s card {}{what} in the rendezvous directory", file(r).display());
+            return Err(Error::transport(context, std::io::Error::new(std::io::ErrorKind::TimedOut, why)));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut addrs = Vec::with_capacity(size as usize);
     let mut pins = Vec::with_capacity(size as usize);
     for r in 0..size {
-        let text = loop {
-            match std::fs::read_to_string(file(r)) {
-                Ok(t) => break t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => {
-                    return Err(Error::transport(format!("waiting for rank {r}'s card {} in the rendezvous directory", file(r).display()), e))
-                }
-            }
-        };
-        let (a, f) = read_card(r, &text)?;
-        addrs.push(a);
-        pins.push(f);
+        let c = if r == rank { Some(&own) } else { cards[r as usize].as_ref() };
+        let c = c.ok_or_else(|| Error::Protocol(format!("rank {r}'s card vanished from the rendezvous exchange")))?;
+        addrs.push(c.addr);
+        pins.push(c.fp);
     }
     trust(&mut credential, pins)?;
     Ok((socket, addrs, credential, published))
@@ -769,6 +886,61 @@ mod tests {
         assert!(read_card(3, &format!("10.1.2.3:4567,{}", "zz".repeat(32))).is_err());
         // 64 bytes, but not 64 characters: an error, not a slice inside one.
         assert!(read_card(3, &format!("10.1.2.3:4567,{}", "é".repeat(32))).is_err());
+    }
+
+    #[test]
+    fn directory_cards_round_trip_and_other_forms_are_none() {
+        let addr: SocketAddr = "10.1.2.3:4567".parse().unwrap();
+        let c = DirCard { addr, fp: [0xab; 32], nonce: "0f".repeat(16), view: "-".into() };
+        let back = DirCard::read(1, &c.text()).expect("a card of this form");
+        assert_eq!((back.addr, back.fp, back.nonce.as_str(), back.view.as_str()), (addr, [0xab; 32], c.nonce.as_str(), "-"));
+        let seen = DirCard { view: "1e".repeat(32), ..c };
+        assert_eq!(DirCard::read(1, &seen.text()).expect("a card with a view").view, seen.view);
+        let line = card(addr, &[0xab; 32]);
+        // The one-line card of PMI, a short nonce, a view of neither form,
+        // and a line too many are some other job's.
+        for other in [
+            line.clone(),
+            format!("{line}\n{}\n-\n", "0f".repeat(15)),
+            format!("{line}\n{}\nsoon\n", "0f".repeat(16)),
+            format!("{line}\n{}\n-\nmore\n", "0f".repeat(16)),
+            format!("garbage\n{}\n-\n", "0f".repeat(16)),
+        ] {
+            assert!(DirCard::read(1, &other).is_none(), "{other:?}");
+        }
+    }
+
+    /// A card that a killed rank of an earlier job under the same name
+    /// left in the job's rendezvous directory (a dead address, a
+    /// fingerprint no rank has) is never trusted: rank 0 alone fails
+    /// waiting for rank 1's card to be this job's, and with rank 1 started
+    /// later, which replaces it, each rank gets the other's own address.
+    #[test]
+    fn a_card_an_earlier_job_left_in_the_rendezvous_directory_is_waited_out() {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir().join(format!("mpx-stale-card-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("job-reused");
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).unwrap();
+        let dead: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let stale = DirCard { addr: dead, fp: [0xab; 32], nonce: "cd".repeat(16), view: "ef".repeat(32) };
+        std::fs::write(dir.join("rank-1"), stale.text()).unwrap();
+        let alone = through_directory(0, 2, &dir, 7, Duration::from_millis(300)).err().expect("rank 1's card is an earlier job's");
+        assert!(alone.to_string().contains("rank 1's card") && alone.to_string().contains("to be this job's"), "{alone}");
+        assert!(dir.join("rank-1").exists() && !dir.join("rank-0").exists(), "a failed rank removes its own card alone");
+        let d = dir.clone();
+        let zero = std::thread::spawn(move || through_directory(0, 2, &d, 7, Duration::from_secs(10)));
+        // Rank 0 reads the stale card before rank 1 replaces it.
+        std::thread::sleep(Duration::from_millis(300));
+        let one = through_directory(1, 2, &dir, 7, Duration::from_secs(10)).unwrap();
+        let zero = zero.join().unwrap().unwrap();
+        let port = |socket: &UdpSocket| socket.local_addr().unwrap().port();
+        assert_ne!(zero.1[1], dead);
+        assert_eq!(zero.1[1].port(), port(&one.0), "rank 0 has rank 1's own address");
+        assert_eq!(one.1[0].port(), port(&zero.0), "rank 1 has rank 0's own address");
+        drop((zero, one));
+        assert!(!dir.exists(), "the last rank removes the job's directory");
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

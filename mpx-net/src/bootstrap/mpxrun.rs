@@ -12,11 +12,15 @@
 //! the `--launch` command (`{host}` replaced; default `ssh {host}`; tests
 //! use `ip netns exec {host}`), and reaches PMI over TCP instead:
 //! `PMI_PORT` (at `--pmi-host`, default this host's address), `PMI_ID`,
-//! and `MPX_PMI_TOKEN`, a secret of the job without which `mpxrun` drops
-//! the connection. Since `ssh` passes no environment, a remote rank's
-//! variables go on its command line after the launch command, through
-//! `env`, and its credential comes on its standard input
-//! (`MPX_CREDENTIAL=-`), never on a command line. Every process
+//! and `MPX_PMI_TOKEN`, the rank's own secret, without which `mpxrun`
+//! refuses the connection. Each rank's token differs (an HMAC-SHA256 of
+//! its rank under a random key of the job), and a connection that names
+//! rank `r` is taken only with rank `r`'s: a rank, or anyone who saw a
+//! rank's token on the network, cannot take another rank's place. Since
+//! `ssh` passes no environment, a remote rank's variables go on its
+//! command line after the launch command, through `env`, and its token
+//! and credential come on its standard input (`MPX_CREDENTIAL=-`), never
+//! on a command line. Every process
 //! also gets `PMI_RANK`, `PMI_SIZE`, and `MPX_CREDENTIAL`: its rank's credential
 //! under a CA made for this job ([`JobCredential`]), as PEM text, so peers
 //! authenticate each other with mutual TLS; ranks publish their addresses
@@ -205,15 +209,16 @@ async fn serve_rank(
 }
 
 /// Takes the PMI connections of ranks started on other hosts: each must
-/// name its rank and show the job's token first (`cmd=initack pmiid=<rank>
-/// token=<token>`); it is welcomed (`cmd=initack`, then its size, rank and
-/// debug level) and served. Anything else is refused. At most `4 × size +
-/// 16` connections are kept; beyond, the oldest not yet welcomed is
-/// dropped for the new one (a rank shows its token at once, and dials
-/// again if dropped).
+/// name its rank and show that rank's token first (`cmd=initack
+/// pmiid=<rank> token=<token>`, the token [`rank_token`] makes with `key`);
+/// it is welcomed (`cmd=initack`, then its size, rank and debug level) and
+/// served. Anything else, another rank's token among it, is refused. At
+/// most `4 × size + 16` connections are kept; beyond, the oldest not yet
+/// welcomed is dropped for the new one (a rank shows its token at once,
+/// and dials again if dropped).
 async fn accept_ranks(
     listener: tokio::net::TcpListener,
-    token: String,
+    key: ring::hmac::Key,
     kvs: Arc<Mutex<KvSpace>>,
     writers: Writers,
     failed: tokio::sync::mpsc::UnboundedSender<(u32, String)>,
@@ -246,7 +251,7 @@ async fn accept_ranks(
             }
         }
         let welcomed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (kvs, writers, failed, token, welcome_seen) = (kvs.clone(), writers.clone(), failed.clone(), token.clone(), welcomed.clone());
+        let (kvs, writers, failed, key, welcome_seen) = (kvs.clone(), writers.clone(), failed.clone(), key.clone(), welcomed.clone());
         let task = tasks.spawn(async move {
             let _ = stream.set_nodelay(true);
             let (r, mut w) = stream.into_split();
@@ -262,7 +267,8 @@ async fn accept_ranks(
                 return;
             };
             let rank = m.get("pmiid").and_then(|r| r.parse::<usize>().ok()).filter(|&r| r < size);
-            let shown = m.get("token").is_some_and(|t| same_secret(t, &token));
+            // The token of the rank the connection names, and no other's.
+            let shown = rank.is_some_and(|r| m.get("token").is_some_and(|t| same_secret(t, &rank_token(&key, r))));
             let (Some(rank), true) = (rank, m.cmd == "initack" && shown) else {
                 let _ = w.write_all(refusal).await;
                 return;
@@ -285,8 +291,15 @@ async fn accept_ranks(
     }
 }
 
-/// Whether `shown` is the job's token, comparing every byte whatever the
-/// first difference (the time taken says nothing about the token).
+/// Rank `rank`'s PMI token: the HMAC-SHA256 of its rank (8 bytes, little
+/// endian) under the job's `key`, in hex. Knowing one rank's token tells
+/// nothing of another's.
+fn rank_token(key: &ring::hmac::Key, rank: usize) -> String {
+    ring::hmac::sign(key, &(rank as u64).to_le_bytes()).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `shown` is the expected token, comparing every byte whatever
+/// the first difference (the time taken says nothing about the token).
 fn same_secret(shown: &str, token: &str) -> bool {
     shown.len() == token.len() && shown.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
@@ -314,7 +327,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         .fill(&mut secret)
         .map_err(|_| Error::InvalidArgument("no random numbers from the system for the job's secrets".into()))?;
     // The job id names the job in its certificates (which peers see);
-    // the token is the rest of the secret, never derived from the id.
+    // the key of the ranks' tokens is the rest of the secret, never
+    // derived from the id.
     let job_id = u64::from_le_bytes(secret[..8].try_into().expect("8 bytes"));
     let credential = JobCredential::generate(job_id)?;
     let kvs = Arc::new(Mutex::new(KvSpace::new(&format!("mpx-{job_id:016x}"), job.ranks as usize)));
@@ -323,19 +337,21 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let writers: Writers = Arc::new((0..job.ranks).map(|_| tokio::sync::Mutex::new(None)).collect());
     let mut serving = tokio::task::JoinSet::new();
     let mut outputs = tokio::task::JoinSet::new();
-    // Ranks on other hosts reach PMI over TCP, with a token of the job's.
+    // Ranks on other hosts reach PMI over TCP, each with a token of its own.
     let remote = match &job.hosts {
         Some(hosts) => {
             let ip = job.pmi_host.unwrap_or(super::advertised_ip()?);
             let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await.map_err(|e| Error::transport(format!("listening on {ip}"), e))?;
             let port = listener.local_addr().map_err(|e| Error::transport("the PMI port", e))?.port();
-            let token: String = secret[8..].iter().map(|b| format!("{b:02x}")).collect();
-            serving.spawn(accept_ranks(listener, token.clone(), kvs.clone(), writers.clone(), failed_tx.clone()));
-            Some((hosts.clone(), SocketAddr::new(ip, port), token))
+            let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret[8..]);
+            serving.spawn(accept_ranks(listener, key.clone(), kvs.clone(), writers.clone(), failed_tx.clone()));
+            Some((hosts.clone(), SocketAddr::new(ip, port), key))
         }
         None => None,
     };
     for rank in 0..job.ranks {
+        // A rank on another host: its PMI token, which admits it alone.
+        let token = remote.as_ref().map(|(_, _, key)| rank_token(key, rank as usize));
         let mut cmd = match &remote {
             None => Command::new(&job.command[0]),
             Some((hosts, addr, _)) => {
@@ -344,8 +360,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 let mut c = Command::new(words.next().ok_or_else(|| Error::InvalidArgument("an empty --launch".into()))?);
                 // A remote start (ssh) passes no environment: the rank's
                 // variables go on its command line through `env` (none of
-                // them secret), and the job's token and the rank's
-                // credential come on its standard input.
+                // them secret), and the rank's token and credential come
+                // on its standard input.
                 let mut vars = vec![
                     format!("PMI_RANK={rank}"),
                     format!("PMI_SIZE={}", job.ranks),
@@ -395,8 +411,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         }
         // This host: the rank's end of a socket pair. Others: the TCP port.
         let theirs = match &remote {
-            Some((_, addr, token)) => {
-                cmd.env("PMI_PORT", addr.to_string()).env("PMI_ID", rank.to_string()).env(super::env::PMI_TOKEN, token).env_remove("PMI_FD");
+            Some((_, addr, _)) => {
+                cmd.env("PMI_PORT", addr.to_string()).env("PMI_ID", rank.to_string()).env(super::env::PMI_TOKEN, token.as_deref().unwrap_or_default()).env_remove("PMI_FD");
                 None
             }
             None => {
@@ -426,9 +442,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         let mut child = cmd.spawn().map_err(|e| Error::transport(format!("starting {} (rank {rank})", job.command[0]), e))?;
         drop(theirs);
         if let Some(mut stdin) = child.stdin.take() {
-            // The token, the credential, then the end of the input.
-            let token = remote.as_ref().map(|(_, _, token)| token.as_str()).unwrap_or_default();
-            let input = format!("{}={token}\n{pem}", super::env::PMI_TOKEN);
+            // The rank's token, its credential, then the end of the input.
+            let input = format!("{}={}\n{pem}", super::env::PMI_TOKEN, token.as_deref().unwrap_or_default());
             let what = format!("handing rank {rank} its credential");
             stdin.write_all(input.as_bytes()).await.map_err(|e| Error::transport(what, e))?;
         }
@@ -581,13 +596,14 @@ mod tests {
         let writers: Writers = Arc::new((0..size).map(|_| tokio::sync::Mutex::new(None)).collect());
         let kvs = Arc::new(Mutex::new(KvSpace::new("job-1", size)));
         let (failed, _failures) = tokio::sync::mpsc::unbounded_channel();
-        let server = tokio::spawn(accept_ranks(listener, "token".into(), kvs, writers, failed));
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"the job's key");
+        let server = tokio::spawn(accept_ranks(listener, key.clone(), kvs, writers, failed));
         let mut silent = Vec::new();
         for _ in 0..4 * size + 16 + 4 {
             silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let channel = super::super::pmi::Channel::Port { addr: addr.to_string(), id: 1, token: Some("token".into()) };
+        let channel = super::super::pmi::Channel::Port { addr: addr.to_string(), id: 1, token: Some(rank_token(&key, 1)) };
         let started = std::time::Instant::now();
         // SAFETY: not a descriptor.
         let welcomed = tokio::task::spawn_blocking(move || unsafe { super::super::pmi::connect(&channel, Duration::from_secs(5)) }).await.unwrap();
@@ -597,8 +613,48 @@ mod tests {
         drop(silent);
     }
 
+    /// A rank's token admits that rank alone: rank 1's token cannot take
+    /// rank 0's place (the connection is refused, and rank 0's slot stays
+    /// free), and the real rank 0, with its own token, is welcomed after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_ranks_token_cannot_claim_another_ranks_place() {
+        use super::super::pmi::{connect, Channel};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let size = 2;
+        let writers: Writers = Arc::new((0..size).map(|_| tokio::sync::Mutex::new(None)).collect());
+        let kvs = Arc::new(Mutex::new(KvSpace::new("job-1", size)));
+        let (failed, _failures) = tokio::sync::mpsc::unbounded_channel();
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"the job's key");
+        assert_ne!(rank_token(&key, 0), rank_token(&key, 1));
+        let server = tokio::spawn(accept_ranks(listener, key.clone(), kvs, writers.clone(), failed));
+        let dial = |id: u32, token: Option<String>| {
+            let channel = Channel::Port { addr: addr.clone(), id, token };
+            // SAFETY: not a descriptor.
+            tokio::task::spawn_blocking(move || unsafe { connect(&channel, Duration::from_secs(5)) })
+        };
+        // Rank 1's token, naming rank 0: refused at once.
+        let started = std::time::Instant::now();
+        let impostor = dial(0, Some(rank_token(&key, 1))).await.unwrap();
+        let e = impostor.err().expect("rank 1's token does not admit rank 0");
+        assert!(e.to_string().contains("refused"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5), "refused, not left to time out");
+        assert!(writers[0].lock().await.is_none(), "rank 0's place stays free");
+        // No token, and another key's token for rank 0: refused too.
+        let other = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"another job's key");
+        assert!(dial(0, Some(rank_token(&other, 0))).await.unwrap().is_err());
+        assert!(dial(0, None).await.unwrap().is_err());
+        // The real rank 0, then rank 1, each with its own token.
+        let rank_0 = dial(0, Some(rank_token(&key, 0))).await.unwrap();
+        assert!(rank_0.is_ok(), "{:?}", rank_0.err());
+        let rank_1 = dial(1, Some(rank_token(&key, 1))).await.unwrap();
+        assert!(rank_1.is_ok(), "{:?}", rank_1.err());
+        assert!(writers[0].lock().await.is_some() && writers[1].lock().await.is_some());
+        server.abort();
+    }
+
     #[test]
-    fn only_the_jobs_token_is_the_same_secret() {
+    fn only_the_expected_token_is_the_same_secret() {
         assert!(same_secret("a1b2", "a1b2"));
         assert!(!same_secret("a1b3", "a1b2"));
         assert!(!same_secret("a1b", "a1b2"));

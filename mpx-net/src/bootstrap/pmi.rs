@@ -520,8 +520,9 @@ impl Duplex for std::net::TcpStream {
 /// `timeout` as the longest any one answer may take. Over `PMI_PORT` (a
 /// TCP `host:port`, for ranks on other hosts) the client first names
 /// itself (`cmd=initack pmiid=<id>`, with `token=<token>` when the
-/// launcher gave one: `mpxrun` refuses a connection without its job's),
-/// and the launcher answers `cmd=initack`, then `cmd=set` lines.
+/// launcher gave one: `mpxrun` refuses a connection without the token of
+/// the rank it names), and the launcher answers `cmd=initack`, then
+/// `cmd=set` lines.
 ///
 /// # Safety
 /// For [`Channel::Fd`], the descriptor must be open and owned by nothing
@@ -608,7 +609,7 @@ enum Dial {
 }
 
 /// One dial of the launcher at `target`: the connection, this rank's
-/// `initack` (its id and the job's token), and the launcher's welcome.
+/// `initack` (its id and its token), and the launcher's welcome.
 fn welcomed(target: &std::net::SocketAddr, what: &str, id: u32, token: Option<&str>, timeout: Duration) -> std::result::Result<std::net::TcpStream, Dial> {
     let again = |e: std::io::Error| Dial::Again(Error::transport(what.to_string(), e));
     let mut stream = std::net::TcpStream::connect_timeout(target, timeout).map_err(again)?;
@@ -650,14 +651,15 @@ fn welcomed(target: &std::net::SocketAddr, what: &str, id: u32, token: Option<&s
 pub enum Channel {
     /// An inherited socket (`PMI_FD`).
     Fd(i32),
-    /// A TCP address (`PMI_PORT`), with the rank's id (`PMI_ID`) and the
-    /// job's token (`MPX_PMI_TOKEN`), if any.
+    /// A TCP address (`PMI_PORT`), with the rank's id (`PMI_ID`) and its
+    /// token (`MPX_PMI_TOKEN`), if any.
     Port {
         /// `host:port`.
         addr: String,
         /// The id the rank names itself with.
         id: u32,
-        /// The job's secret, proving the rank was started by the launcher.
+        /// The rank's own secret, proving it is the rank the launcher
+        /// started under that id.
         token: Option<String>,
     },
 }
