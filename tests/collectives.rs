@@ -609,27 +609,38 @@ each_transport! {
 
     /// Allreduce counts that disagree across the size from which the data
     /// is cut in blocks (each rank chooses its algorithm from its own
-    /// count), sized so that rank 0's blocks are exactly the others' whole
-    /// data: every rank fails (none waits forever, none takes rank 0's
-    /// blocks for a result), and the communicator works on.
+    /// count), sized so that one rank's blocks are exactly the others'
+    /// whole data: every rank fails (none waits forever, none takes the
+    /// blocks for a result), whichever rank disagrees, whatever the rank
+    /// count (recursive doubling or a tree for the small data), on a
+    /// communicator numbered otherwise than the world too; and the
+    /// communicator works on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn allreduce_counts_that_disagree_across_algorithms_fail_on_every_rank() {
-        for ranks in [2usize, 3, 4] {
-            returns(launch(ranks, move |comm| async move {
-                // 8191 doubles are just under 64 KiB.
-                let count = if comm.rank() == 0 { 8191 * ranks } else { 8191 };
-                let send = vec![1.0f64; count];
-                let mut recv = vec![0.0f64; count];
-                let got = tokio::time::timeout(std::time::Duration::from_secs(20), comm.allreduce(&send[..], &mut recv[..], SUM)).await;
-                let got = got.unwrap_or_else(|_| panic!("rank {} of {ranks}: the allreduce hangs", comm.rank()));
-                assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { .. })), "rank {} of {ranks}: {got:?}", comm.rank());
-                comm.barrier().await?;
-                let mut total = 0usize;
-                comm.allreduce(&1usize, &mut total, SUM).await?;
-                assert_eq!(total, ranks);
-                Ok(())
-            }))
-            .await;
+        for ranks in 2usize..=5 {
+            for odd in 0..ranks {
+                returns(launch(ranks, move |world| async move {
+                    // Reversed: ranks are named otherwise than in the world.
+                    let comm = world.split(Some(0), -(world.rank() as i32)).await?.expect("a color");
+                    // 8191 doubles are just under 64 KiB.
+                    let count = if comm.rank() == odd { 8191 * ranks } else { 8191 };
+                    let send = vec![1.0f64; count];
+                    let mut recv = vec![0.0f64; count];
+                    let got = tokio::time::timeout(std::time::Duration::from_secs(20), comm.allreduce(&send[..], &mut recv[..], SUM)).await;
+                    let me = comm.rank();
+                    let got = got.unwrap_or_else(|_| panic!("rank {me} of {ranks} (rank {odd} odd): the allreduce hangs"));
+                    match got {
+                        Err(mpx::Error::CollectiveMismatch { rank, .. }) => assert!(rank < ranks && rank != me, "rank {me}: named {rank}"),
+                        other => panic!("rank {me} of {ranks} (rank {odd} odd): {other:?}"),
+                    }
+                    comm.barrier().await?;
+                    let mut total = 0usize;
+                    comm.allreduce(&1usize, &mut total, SUM).await?;
+                    assert_eq!(total, ranks);
+                    Ok(())
+                }))
+                .await;
+            }
         }
     }
 

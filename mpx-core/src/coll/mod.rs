@@ -281,6 +281,14 @@ pub(crate) struct Call {
     tag: i32,
     /// Sub-tags the call's receives use (1 but for neighbour collectives).
     pub(crate) subtags: usize,
+    /// Mixed into the signature of every message the call sends, and
+    /// expected in every message it receives (0: none). An algorithm that
+    /// ranks choose from their own arguments salts its messages its own
+    /// way ([`Call::salted`]), so that ranks that chose differently (the
+    /// call is then erroneous) fail with a type mismatch on each other's
+    /// messages rather than take them for their own where the sizes
+    /// happen to agree. Give-ups carry no signature, and stay as they are.
+    salt: u64,
 }
 
 impl Call {
@@ -294,25 +302,16 @@ impl Call {
         drop(st);
         // Each call has 64 tags to itself: its messages' sub-tags (a
         // neighbour collective's directions) never meet another call's.
-        Call { comm: comm.clone(), tag: ((u64::from(number) * Self::SUBTAGS) & 0x7fff_ffff) as i32, subtags: 1 }
+        Call { comm: comm.clone(), tag: ((u64::from(number) * Self::SUBTAGS) & 0x7fff_ffff) as i32, subtags: 1, salt: 0 }
     }
 
     /// Tags each call has for its messages.
     pub(crate) const SUBTAGS: u64 = 64;
 
-    /// The call with its messages under sub-tag `by` and up: for an
-    /// algorithm that ranks choose from their own arguments, so that ranks
-    /// that disagree never take each other's messages for their own (see
-    /// [`watching_other_algorithms`]).
-    pub(crate) fn shifted(&self, by: usize) -> Call {
-        debug_assert!((by as u64) < Self::SUBTAGS);
-        Call { comm: self.comm.clone(), tag: self.tag + by as i32, subtags: self.subtags }
-    }
-
-    /// The call, telling every other rank on its first `subtags` sub-tags
-    /// when it gives up.
-    pub(crate) fn giving_up_on(&self, subtags: usize) -> Call {
-        Call { subtags, ..self.clone() }
+    /// The call with its messages' signatures salted with `salt` (see
+    /// [`Call::salt`]).
+    pub(crate) fn salted(&self, salt: u64) -> Call {
+        Call { salt, ..self.clone() }
     }
 
     pub(crate) fn rank(&self) -> usize {
@@ -379,7 +378,13 @@ impl Call {
 
     fn send_packed(&self, pack: impl FnOnce(Repr) -> Result<Packed>, to: usize, sub: usize) -> Request<'static> {
         debug_assert!((sub as u64) < Self::SUBTAGS);
-        self.comm.start_send(pack, Peer::Rank(to), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1)
+        let salt = self.salt;
+        let salted = move |repr| {
+            let mut packed = pack(repr)?;
+            packed.signature = salt_signature(packed.signature, salt);
+            Ok(packed)
+        };
+        self.comm.start_send(salted, Peer::Rank(to), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1)
     }
 
     /// Tells every other rank that this rank gave up on the call: an
@@ -415,7 +420,7 @@ impl Call {
     pub(crate) fn post_typed(&self, from: usize, count: usize, datatype: &Datatype, sub: usize) -> Result<Posted> {
         let limit = capacity(datatype, count as u64);
         let id = self.comm.post_recv(from, self.tag + sub as i32, self.comm.context | 1, limit)?.expect("a rank, never the null process");
-        Ok(Posted { raw: RawRecv::new(self.shared().clone(), id), from, count })
+        Ok(Posted { raw: RawRecv::new(self.shared().clone(), id), from, count, salt: self.salt })
     }
 
     /// Posts the receive of `count` items of a destination buffer's
@@ -439,6 +444,9 @@ pub(crate) struct Posted {
     pub(crate) raw: RawRecv,
     pub(crate) from: usize,
     pub(crate) count: usize,
+    /// The salt of the call's messages ([`Call::salt`]), taken off when
+    /// the message arrives.
+    pub(crate) salt: u64,
 }
 
 impl Posted {
@@ -463,10 +471,10 @@ impl Posted {
     /// [`into_items`](Posted::into_items), giving back the message, for
     /// [`Call::forward_received`].
     pub(crate) async fn take_items<E: Element>(self, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<Delivered> {
-        let Posted { raw, from, count } = self;
+        let Posted { raw, from, count, salt } = self;
         debug_assert_eq!(items.len(), count);
         let msg = raw.await.map_err(|e| too_long(e, from, || format!("{count} of {}", E::name(dst))))?;
-        checked_into::<E>(msg, from, count, dst, items)
+        checked_into::<E>(unsalted(msg, salt), from, count, dst, items)
     }
 
     /// Waits for the message, `acc.len()` values of `T`, and combines them
@@ -479,10 +487,11 @@ impl Posted {
     /// takes any bytes (no padding, no value to validate); otherwise
     /// unpacked into a buffer first.
     pub(crate) async fn fold_into<T: MpiType>(self, op: &Op<T>, acc: &mut [T]) -> Result<()> {
-        let Posted { raw, from, count } = self;
+        let Posted { raw, from, count, salt } = self;
         debug_assert_eq!(acc.len(), count);
         let shared = raw.shared().clone();
         let msg = raw.await.map_err(|e| too_long(e, from, || format!("{count} of {}", std::any::type_name::<T>())))?;
+        let msg = unsalted(msg, salt);
         if let Some(theirs) = values_in_place::<T>(&msg, count) {
             op.apply(theirs, acc)?;
             shared.recycle(msg);
@@ -499,6 +508,22 @@ impl Posted {
     pub(crate) async fn signal(self) -> Result<()> {
         self.into::<u8>(&mut []).await
     }
+}
+
+/// `signature` with `salt` mixed in (or taken out again: it is its own
+/// inverse); 0 and untyped data leave it as it is.
+fn salt_signature(signature: Option<(u64, u64)>, salt: u64) -> Option<(u64, u64)> {
+    signature.map(|(hash, elements)| (hash ^ salt, elements))
+}
+
+/// `msg` with the salt of its call's messages taken off its signature (see
+/// [`Call::salt`]): a message of the same algorithm then has its own
+/// signature again; any other has one that matches nothing.
+fn unsalted(mut msg: Delivered, salt: u64) -> Delivered {
+    if salt != 0 {
+        msg.envelope.signature = salt_signature(msg.envelope.signature, salt);
+    }
+    msg
 }
 
 /// A collective's receive from `from` failed with `e`: a message too
@@ -551,48 +576,6 @@ fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut
         return Err(mismatch(format!("it sent {sent} bytes where {count} of {} ({expected} bytes) were expected", E::name(dst))));
     }
     Ok(msg)
-}
-
-/// Runs `run`, this rank's part of `call` by an algorithm whose messages
-/// go under sub-tag 1 and up ([`Call::shifted`]), while watching sub-tag 0,
-/// where the ranks that chose the call's other algorithm (for a count of
-/// their own: the call is erroneous) send theirs. Without it such ranks
-/// could take each other's messages as their own where the sizes happen
-/// to agree (a wrong result on one rank, another waiting forever); with
-/// it, a message from such a rank, or a rank's word that it gave up, is
-/// [`Error::CollectiveMismatch`] naming that rank. The caller's collective
-/// gives up on both sub-tags ([`Call::giving_up_on`]).
-pub(crate) async fn watching_other_algorithms<R>(call: Call, run: impl Future<Output = Result<R>>) -> Result<R> {
-    let id = call.comm.post_recv(crate::comm::Any, call.tag, call.comm.context | 1, None)?.expect("any source, never the null process");
-    let mut watch = Some(RawRecv::new(call.shared().clone(), id));
-    let mut run = std::pin::pin!(run);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(outcome) = run.as_mut().poll(cx) {
-            return Poll::Ready(outcome);
-        }
-        let Some(w) = watch.as_mut() else { return Poll::Pending };
-        match Pin::new(w).poll(cx) {
-            Poll::Ready(Ok(msg)) => {
-                watch = None;
-                let rank = call.comm.rank_of_sender(msg.envelope.source) as usize;
-                let detail = if msg.envelope.signature.is_none() {
-                    "it gave up on the collective (its own error says why)"
-                } else {
-                    "it passed another count, for which it chose another algorithm"
-                };
-                call.recycle(msg);
-                Poll::Ready(Err(Error::CollectiveMismatch { rank, detail: detail.into() }))
-            }
-            // Whatever failed the watch (a rank gone) fails the
-            // algorithm's own receives if it matters to them.
-            Poll::Ready(Err(_)) => {
-                watch = None;
-                Poll::Pending
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await
 }
 
 /// Awaits every request in `sends`, reporting the first error.

@@ -3,7 +3,7 @@
 
 
 use super::movement::{Bcast, Ring};
-use super::{check_len, sent, sent_after, watching_other_algorithms, Call, CollMut, CollRef, Collective, Op, Posted};
+use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -134,11 +134,13 @@ pub(super) const LARGE_ALLREDUCE: u64 = 64 << 10;
 /// for recursive doubling.
 ///
 /// Ranks choose between this and the algorithms for small data by their
-/// own counts: its messages go under the call's second sub-tag, and it
-/// watches the first for ranks that chose otherwise
-/// ([`watching_other_algorithms`]).
-fn scattered<'a, T: MpiType>(whole: Call, send: &[T], mut recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
-    let call = whole.shifted(1);
+/// own counts: its messages are salted ([`SCATTERED_SALT`]), so a rank
+/// that chose otherwise fails on the first of them it receives, and the
+/// ranks that chose this on the first of its messages, whatever their
+/// sizes (every rank receives from another in every algorithm, and a rank
+/// that fails tells every other).
+fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
+    let call = call.salted(SCATTERED_SALT);
     let (n, me) = (call.size(), call.rank());
     let counts: Vec<usize> = (0..n).map(|r| send.len() / n + usize::from(r < send.len() % n)).collect();
     let displs: Vec<usize> = (0..n).map(|r| counts[..r].iter().sum()).collect();
@@ -161,7 +163,7 @@ fn scattered<'a, T: MpiType>(whole: Call, send: &[T], mut recv: &'a mut [T], op:
         };
         Ok((posted, sends, own))
     })();
-    let run = async move {
+    Collective::new(call.clone(), async move {
         let (posted, sends, mut own) = started?;
         let mut posted = posted.into_iter().map(|(_, p)| p);
         // Every rank's contribution to this rank's block, folded in rank
@@ -200,9 +202,11 @@ fn scattered<'a, T: MpiType>(whole: Call, send: &[T], mut recv: &'a mut [T], op:
         sent(sends).await?;
         let ring = Ring::start_in_place::<T>(&call, &mut recv, &counts, &displs, "allreduce")?;
         ring.finish::<T>(&call, &mut recv).await
-    };
-    Collective::new(whole.giving_up_on(2), watching_other_algorithms(whole, run))
+    })
 }
+
+/// The salt of [`scattered`]'s messages (see [`Call::salted`]).
+const SCATTERED_SALT: u64 = 0x5ca7_7e2e_d0a1_12ed;
 
 impl Comm {
     /// `MPI_Reduce`: combines every rank's `send` with `op`, element by

@@ -29,7 +29,7 @@ impl Call {
     /// Posts the receive of a serde message from `from`, of any length.
     fn post_serialized(&self, from: usize) -> Result<Posted> {
         let id = self.comm.post_recv(from, self.tag, self.comm.context | 1, None)?.expect("a rank, never the null process");
-        Ok(Posted { raw: RawRecv::new(self.comm.shared.clone(), id), from, count: 0 })
+        Ok(Posted { raw: RawRecv::new(self.comm.shared.clone(), id), from, count: 0, salt: 0 })
     }
 }
 

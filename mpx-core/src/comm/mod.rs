@@ -224,10 +224,11 @@ impl Endpoint {
 /// an [`Incoming`] stream, a persistent request) is `MPI_Comm_free`: the
 /// endpoint forgets what it kept for it (its members, its count of
 /// collectives), so a program that makes and drops communicators in a
-/// loop keeps that state bounded. Statuses name senders in the
-/// communicator's numbering while it lives: keep a handle until the
-/// receives started on it are done. A message that arrives for it later
-/// waits unmatched, as MPI leaves a message no receive takes.
+/// loop keeps that state bounded. A receive started on it keeps that state
+/// until it completes, so its status names the sender in the
+/// communicator's numbering even if every handle is gone by then. A
+/// message that arrives for it later waits unmatched, as MPI leaves a
+/// message no receive takes.
 #[derive(Clone)]
 pub struct Comm {
     pub(crate) shared: Arc<Shared>,

@@ -504,7 +504,11 @@ fn hung_up(fd: &std::os::fd::OwnedFd, finalizing: &AtomicBool) -> bool {
             tracing::warn!(error = %e, "watching the PMI connection to mpxrun");
             return false;
         }
-        if ready > 0 && (watched.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL)) != 0 {
+        if ready > 0 && (watched.revents & libc::POLLNVAL) != 0 {
+            tracing::warn!("watching the PMI connection to mpxrun: the descriptor is not open");
+            return false;
+        }
+        if ready > 0 && (watched.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR)) != 0 {
             return true;
         }
     }

@@ -137,9 +137,16 @@ impl Engine {
     /// the sender's earlier messages, ahead of its later ones and of
     /// everything else.
     pub(super) fn restore(&mut self, u: Unexpected) {
-        if matches!(u.body, Body::Rts { .. }) && self.peers.get(u.envelope.source as usize).is_some_and(Peer::gave_up) {
-            // Its sender failed: the data never comes (as when the goodbye
-            // that said so dropped the requests queued then).
+        let source = u.envelope.source;
+        let lost = match u.body {
+            // Its sender failed: the data never comes (as when the failure,
+            // or the goodbye that said so, dropped the requests queued then).
+            Body::Rts { .. } => self.gone(source).is_some() || self.peers.get(source as usize).is_some_and(Peer::gave_up),
+            // Its data went with its sender.
+            Body::InFlight { transfer } => !self.transfers.contains_key(&transfer),
+            Body::Data { .. } => false,
+        };
+        if lost {
             return;
         }
         if let Some((id, limit)) = self.posted.take_match(&u.envelope) {

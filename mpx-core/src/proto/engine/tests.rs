@@ -829,6 +829,36 @@ fn a_message_too_long_for_a_dropped_receive_goes_back_whole() {
     }
 }
 
+/// A rendezvous request held for a receive too small for it whose sender
+/// fails before the receive is dropped is not given back (its data never
+/// comes): the next receive gets the messages of the ranks still alive.
+/// (Unsolicited data that came whole before the failure is a message like
+/// an eager one, and is given back.)
+#[test]
+fn a_held_request_of_a_failed_sender_is_not_given_back() {
+    let config = Config { eager_threshold: 8, ..Config::default() };
+    {
+        let mut e = pair(config);
+        e[0].post_send(1, SendMode::Standard, Outgoing { data: pattern(10_000, 3), ..msg(1, 0, b"") });
+        pump(&mut e);
+        e[1].post_recv_limited(5, spec(None, None), 10);
+        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { .. }) }]));
+        e[1].fail_peer(0, Error::Protocol("gone".into()));
+        let _ = events(&mut e[1]);
+        e[1].post_send(2, SendMode::Standard, msg(1, 0, b"hi"));
+        e[1].restore_truncated(5);
+        e[1].post_recv(6, spec(None, None));
+        let got: Vec<_> = events(&mut e[1])
+            .into_iter()
+            .filter_map(|ev| match ev {
+                Event::RecvDone { id, result } => Some((id, result.map(|d| d.data.to_vec()))),
+                _ => None,
+            })
+            .collect();
+        assert!(matches!(&got[..], [(6, Ok(d))] if d == b"hi"), "{:?}", got.iter().map(|(id, r)| (id, r.as_ref().map(Vec::len))).collect::<Vec<_>>());
+    }
+}
+
 /// A message in flight (its first receive withdrawn, part of its data in)
 /// that a receive too small for it takes over: the receive fails at once;
 /// taking the error drops what came and what is still coming, dropping
