@@ -135,7 +135,7 @@ fn counting_and_signatures_of_empty_types() {
             assert_eq!(t.signature_prefix(u64::MAX, 0), Some(Signature::EMPTY));
             assert_eq!(t.signature_prefix(u64::MAX, 1), None);
             assert_eq!(t.get_count(0), Some(0));
-            assert_eq!(t.get_count(4), None);
+            assert_eq!(t.get_count(4), Some(0), "a type of no data counts 0 items, whatever the bytes");
             assert_eq!(t.get_elements(u64::MAX), 0);
             let mut n = 0;
             t.for_each_entry(|_, _| {

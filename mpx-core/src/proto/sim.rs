@@ -137,7 +137,10 @@ pub enum Op {
         which: u8,
     },
     /// The program takes the `which`-th delivered message (giving its
-    /// credit back), or, with `requeue`, abandons it to the queue.
+    /// credit back), or, with `requeue`, abandons it to the queue; past
+    /// the delivered messages, `which` picks a receive that failed as
+    /// truncated, whose error the program takes (or, with `requeue`,
+    /// which it drops unread).
     Consume {
         /// Which delivered message.
         which: u8,
@@ -371,6 +374,9 @@ pub struct Node {
     streamed: HashMap<ReqId, Vec<u8>>,
     matched: Vec<Matched>,
     inbox: Vec<Delivered>,
+    /// Receives that failed as truncated, whose error the program has not
+    /// taken yet (their message waits in the engine).
+    truncated: Vec<ReqId>,
     sent: u64,
     /// Messages the program took, in order.
     pub received: Vec<Received>,
@@ -405,6 +411,7 @@ impl Node {
             streamed: HashMap::new(),
             matched: Vec::new(),
             inbox: Vec::new(),
+            truncated: Vec::new(),
             sent: 0,
             received: Vec::new(),
             errors: Vec::new(),
@@ -546,8 +553,16 @@ impl Node {
                 }
             }
             Op::Consume { which, requeue } => {
-                if !self.inbox.is_empty() {
-                    let d = self.inbox.remove(usize::from(which) % self.inbox.len());
+                let which = usize::from(which) % (self.inbox.len() + self.truncated.len()).max(1);
+                if let Some(&id) = which.checked_sub(self.inbox.len()).and_then(|t| self.truncated.get(t)) {
+                    self.truncated.retain(|&t| t != id);
+                    if requeue {
+                        self.engine.restore_truncated(id);
+                    } else {
+                        self.engine.consume_truncated(id);
+                    }
+                } else if !self.inbox.is_empty() {
+                    let d = self.inbox.remove(which);
                     if requeue {
                         self.requeued[d.envelope.source as usize] += d.data.len() as u64;
                         self.engine.requeue(d);
@@ -676,6 +691,9 @@ impl Node {
                         }
                         Err(e) => {
                             self.check_blame(id, &e);
+                            if matches!(e, crate::Error::Truncate { .. }) {
+                                self.truncated.push(id);
+                            }
                             self.errors.push((id, e));
                         }
                     }
