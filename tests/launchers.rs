@@ -21,6 +21,29 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
+/// Waits up to `limit` for every process of `ranks` to end, then takes
+/// their outputs, killing those still running: whether all ended in time,
+/// and the outputs in order.
+fn outputs_within(mut ranks: Vec<Launched>, limit: Duration) -> (bool, Vec<Output>) {
+    let deadline = Instant::now() + limit;
+    let mut finished = false;
+    while !finished && Instant::now() < deadline {
+        finished = ranks.iter_mut().all(|r| r.child().try_wait().expect("waiting").is_some());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let outputs = ranks
+        .into_iter()
+        .map(|r| {
+            let mut child = r.take();
+            if !finished {
+                let _ = child.kill();
+            }
+            child.wait_with_output().expect("its output")
+        })
+        .collect();
+    (finished, outputs)
+}
+
 fn mpxrun() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mpxrun"))
 }
@@ -642,7 +665,7 @@ fn a_program_started_by_hand_on_two_hosts_sends_64_kib_over_a_1500_byte_mtu() {
     let credentials = [rank_0.display().to_string(), job.issue(1).unwrap().to_pem()];
     let addrs = format!("{}:7000,{}:7000", hosts.address(0), hosts.address(1));
     let me = std::env::current_exe().unwrap();
-    let mut ranks: Vec<Launched> = (0..2)
+    let ranks: Vec<Launched> = (0..2)
         .map(|rank| {
             Launched::spawn(
                 Command::new("ip")
@@ -662,22 +685,7 @@ fn a_program_started_by_hand_on_two_hosts_sends_64_kib_over_a_1500_byte_mtu() {
             )
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut finished = false;
-    while !finished && Instant::now() < deadline {
-        finished = ranks.iter_mut().all(|r| r.child().try_wait().expect("waiting").is_some());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let outputs: Vec<Output> = ranks
-        .into_iter()
-        .map(|r| {
-            let mut child = r.take();
-            if !finished {
-                let _ = child.kill();
-            }
-            child.wait_with_output().expect("its output")
-        })
-        .collect();
+    let (finished, outputs) = outputs_within(ranks, Duration::from_secs(60));
     let _ = std::fs::remove_dir_all(&dir);
     let all: Vec<String> = outputs.iter().enumerate().map(|(rank, out)| format!("rank {rank}:\n{}", text(out))).collect();
     assert!(finished, "the ranks did not finish in 60 s:\n{}", all.join("\n"));
@@ -891,22 +899,7 @@ fn a_stale_card_in_the_rendezvous_directory_does_not_stop_the_next_job() {
     let mut ranks = vec![Launched::spawn(&mut rank(0, "20"))];
     std::thread::sleep(Duration::from_secs(1));
     ranks.push(Launched::spawn(&mut rank(1, "20")));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut finished = false;
-    while !finished && Instant::now() < deadline {
-        finished = ranks.iter_mut().all(|r| r.child().try_wait().expect("waiting").is_some());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let outputs: Vec<Output> = ranks
-        .into_iter()
-        .map(|r| {
-            let mut child = r.take();
-            if !finished {
-                let _ = child.kill();
-            }
-            child.wait_with_output().expect("its output")
-        })
-        .collect();
+    let (finished, outputs) = outputs_within(ranks, Duration::from_secs(60));
     let _ = std::fs::remove_dir_all(&base);
     let all: String = outputs.iter().enumerate().map(|(r, out)| format!("rank {r}:\n{}\n", text(out))).collect();
     assert!(finished, "the ranks did not finish in 60 s:\n{all}");
