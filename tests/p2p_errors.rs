@@ -113,6 +113,29 @@ async fn probes_and_any_source_receives_fail_when_peers_are_gone() {
     }
 }
 
+/// A rank alone: tests of an any-source receive only look (as MPI_Test
+/// does), however many, and the receive takes the message the rank sends
+/// itself afterwards; waiting on one with no message coming fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tests_of_an_orphaned_any_source_receive_only_look() {
+    launch(1, |comm| async move {
+        let mut got = 0u32;
+        let mut request = comm.irecv(&mut got, Any, 0);
+        for _ in 0..5 {
+            assert!(request.test().is_none(), "a test only looks");
+            tokio::task::yield_now().await;
+        }
+        comm.send(&5u32, 0, 0).await?;
+        let status = request.await?;
+        assert_eq!((got, status.source), (5, Some(0)));
+        let waited = tokio::time::timeout(Duration::from_secs(10), comm.recv::<u32>(Any, 0)).await.expect("no hang");
+        assert!(matches!(waited, Err(Error::ProcessFailed { .. }) | Err(Error::Finalized)), "{waited:?}");
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receive_buffer_too_small_for_its_count_consumes_no_message() {
     launch(1, |comm| async move {

@@ -57,7 +57,10 @@
 //! more) counts as two polls in a row. A send to self from another task of
 //! the same rank, spawned separately, is not "ready to run" in this sense
 //! on a multi-thread runtime: it may come after the second poll. A rank
-//! alone in its world is in this state from the start.
+//! alone in its world is in this state from the start. Tests
+//! ([`Request::test`](crate::Request::test), the `test_*` calls of a
+//! [`RequestSet`](crate::request::RequestSet)) only look, as `MPI_Test`
+//! does: they neither fail such a receive nor count as polls.
 //!
 //! # When operations start
 //!

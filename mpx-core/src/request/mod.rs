@@ -94,7 +94,7 @@ mod status;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 
@@ -626,7 +626,7 @@ pub trait Operation: Unpin {
         Self: Sized,
     {
         let _ = self.progress();
-        match self.poll_complete(&mut Context::from_waker(Waker::noop())) {
+        match self.poll_complete(&mut Context::from_waker(crate::runtime::LOOKING)) {
             Poll::Ready(()) => Some(self.take_output()),
             Poll::Pending => None,
         }

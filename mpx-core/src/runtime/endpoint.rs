@@ -721,10 +721,12 @@ impl Shared {
             return Poll::Pending;
         };
         *data_arrived = std::mem::take(arrived);
-        if st.engine.orphaned(id) {
-            // Only this rank can still match it. The first poll that finds
-            // it so lets everything else this rank has ready run (a send to
-            // itself may be among it); the second fails it.
+        if st.engine.orphaned(id) && !std::ptr::eq(cx.waker(), LOOKING) {
+            // Only this rank can still match it. The first poll that waits
+            // and finds it so lets everything else this rank has ready run
+            // (a send to itself may be among it); the second fails it. A
+            // test (a poll that does not wait: its waker does nothing)
+            // neither fails it nor counts, as MPI_Test only looks.
             if !std::mem::replace(orphan_polled, true) {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
@@ -907,6 +909,11 @@ impl Shared {
         tracing::trace!(rank = self.rank, id, "completed");
     }
 }
+
+/// The waker of a test (`MPI_Test`, and the tests of a request set): a
+/// poll with it only looks (see [`Shared::poll_recv`] on orphaned
+/// receives), and wakes nobody.
+pub(crate) static LOOKING: &Waker = Waker::noop();
 
 /// Keeps `cx`'s waker in `slot` (cloning it only if it changed).
 fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
