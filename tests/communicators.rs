@@ -224,6 +224,28 @@ each_transport! {
     /// Communicators made by every constructor and dropped, in a loop: the
     /// endpoint keeps no entries for those that are gone (those whose last
     /// handle went while it was busy go at the next constructor).
+    /// A receive too small for its message names the message in its
+    /// error as the communicator numbers its sender (reversed here), small
+    /// and large messages alike.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn truncation_errors_name_the_sender_as_the_communicator_does() {
+        returns(launch(2, |world| async move {
+            let me = world.rank();
+            let reversed = world.split(Some(0), -(me as i32)).await?.expect("a color");
+            let other = 1 - reversed.rank();
+            for (tag, len) in [(3, 64usize), (4, 1 << 20)] {
+                let sent = reversed.isend(vec![1u8; len], other, tag);
+                let mut small = [0u8; 8];
+                let err = reversed.recv_into(&mut small[..], other, tag).await.unwrap_err();
+                assert_eq!(err, mpx::Error::Truncate { needed: len as u64, available: 8, message: Some((other, tag)) }, "rank {me}");
+                sent.await?;
+            }
+            world.barrier().await?;
+            Ok(())
+        }))
+        .await;
+    }
+
     /// Receives started on a communicator whose handles are all dropped
     /// before they complete still name their senders in its numbering
     /// (reversed here, so the world's numbering would differ).

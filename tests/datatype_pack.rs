@@ -39,7 +39,7 @@ fn truncation_is_an_error_that_keeps_earlier_data() {
     pack(&[1.5f64], &mut buf, &mut pos).unwrap();
     let before = buf.clone();
     let err = pack(&[1u32, 2], &mut buf, &mut pos).unwrap_err();
-    assert_eq!(err, Error::Truncate { needed: 8, available: 4 });
+    assert_eq!(err, Error::Truncate { needed: 8, available: 4, message: None });
     assert_eq!(pos, 8, "position unchanged");
     assert_eq!(buf, before, "nothing written");
     let mut pos = 13;

@@ -116,7 +116,7 @@ async fn type_mismatch_and_truncation_are_errors_that_write_nothing() {
     })
     .await
     .unwrap();
-    assert_eq!(out[1][0], Error::Truncate { needed: 12, available: 8 });
+    assert_eq!(out[1][0], Error::Truncate { needed: 12, available: 8, message: Some((0, 0)) });
     assert_eq!(&out[1][1..], &[Error::TypeMismatch, Error::TypeMismatch, Error::TypeMismatch]);
 }
 

@@ -42,7 +42,7 @@ each_transport! {
                 return Ok(());
             }
             let e = refused(comm.recv_vec::<u8>(0, 0).await);
-            assert!(matches!(e, Error::Truncate { needed, available } if needed == 1 << 20 && available == 256 << 10), "{e:?}");
+            assert!(matches!(e, Error::Truncate { needed, available, .. } if needed == 1 << 20 && available == 256 << 10), "{e:?}");
             let e = refused(comm.recv_vec::<u64>(0, 1).await);
             assert!(matches!(e, Error::Truncate { .. }), "{e:?}");
             let e = refused(comm.irecv_bytes(0, 2).await).error;

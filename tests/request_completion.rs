@@ -247,7 +247,7 @@ async fn owned_buffers_give_static_spawnable_requests() {
             // A failed owned receive hands its buffer back.
             comm.send(&[1u64, 2, 3], 1, 2).await?;
             let err = comm.irecv_owned(vec![7u64; 2], 1, 2).await.unwrap_err();
-            assert_eq!(err.error, Error::Truncate { needed: 24, available: 16 });
+            assert_eq!(err.error, Error::Truncate { needed: 24, available: 16, message: Some((1, 2)) });
             assert_eq!(err.buffer, [7, 7]);
             Ok(())
         }

@@ -51,12 +51,18 @@ pub enum Error {
     #[error("invalid datatype: {0}")]
     InvalidDatatype(String),
     /// The output buffer is too small for the data (MPI_ERR_TRUNCATE).
-    #[error("truncated: {needed} bytes needed, {available} available")]
+    #[error("truncated: {needed} bytes needed, {available} available{}", message_text(.message))]
     Truncate {
         /// Bytes the operation needs.
         needed: u64,
         /// Bytes there are.
         available: u64,
+        /// For a receive, the message it took, as its status would name it
+        /// (MPI's status of a truncated receive): its sender's rank in the
+        /// communicator and its tag. `None` for packing and unpacking, and
+        /// where the receive no longer knows its message (one dropped part
+        /// way that failed taking its data).
+        message: Option<(usize, i32)>,
     },
     /// Input ended before the data it should contain (a short packed buffer,
     /// a short frame).
@@ -372,5 +378,13 @@ impl Error {
     /// ```
     pub fn transport(context: impl Into<String>, cause: impl std::error::Error + Send + Sync + 'static) -> Error {
         Error::Transport { context: context.into(), source: Cause::new(cause) }
+    }
+}
+
+/// The end of [`Error::Truncate`]'s text: the message, if a receive's.
+fn message_text(message: &Option<(usize, i32)>) -> String {
+    match message {
+        Some((source, tag)) => format!(" (the message from rank {source} with tag {tag})"),
+        None => String::new(),
     }
 }

@@ -414,7 +414,7 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
         datatype.pack_size(count)?
     };
     if msg.data.len() > capacity {
-        return Err(Error::Truncate { needed: msg.data.len() as u64, available: capacity as u64 });
+        return Err(Error::Truncate { needed: msg.data.len() as u64, available: capacity as u64, message: Some((env.source as usize, env.tag)) });
     }
     if let Some((hash, elements)) = env.signature {
         // Every basic element takes at least one byte in either
@@ -438,7 +438,7 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
         // sequence: both take the message in this rank's native form.
         let native = native_packed(msg)?;
         if datatype.is_packed() && native.len() > capacity {
-            return Err(Error::Truncate { needed: native.len() as u64, available: capacity as u64 });
+            return Err(Error::Truncate { needed: native.len() as u64, available: capacity as u64, message: Some((env.source as usize, env.tag)) });
         }
         datatype.unpack_message(&native, Repr::Native, region, count)?;
         return Ok(Status::of(env.source as usize, env.tag, native.len() as u64));

@@ -23,7 +23,7 @@ use crate::runtime::{Completion, Shared};
 /// use mpx::Error;
 /// comm.send(&[1u8, 2, 3], 0, 0).await?; // to itself
 /// let failed = comm.irecv_owned(vec![0u8; 2], 0, 0).await.unwrap_err();
-/// assert!(matches!(failed.error, Error::Truncate { needed: 3, available: 2 }));
+/// assert!(matches!(failed.error, Error::Truncate { needed: 3, available: 2, message: Some((0, 0)) }));
 /// assert_eq!(failed.buffer, [0, 0]); // the buffer comes back
 /// # Ok(()) }).await?; Ok(()) }
 /// ```

@@ -394,7 +394,7 @@ fn room(buf_len: usize, position: usize, needed: usize, reading: bool) -> Result
         return Err(if reading {
             Error::ShortInput { requested: n, available: a }
         } else {
-            Error::Truncate { needed: n, available: a }
+            Error::Truncate { needed: n, available: a, message: None }
         });
     }
     Ok(())
@@ -673,7 +673,7 @@ impl Datatype {
                 // Native data of one run of bytes, a partial last item
                 // included: the packed stream is the memory's image.
                 if data.len() > bytes {
-                    return Err(Error::Truncate { needed: data.len() as u64, available: bytes as u64 });
+                    return Err(Error::Truncate { needed: data.len() as u64, available: bytes as u64, message: None });
                 }
                 // SAFETY: `contiguous_span` proved `origin..origin + bytes`
                 // lies within the region, which is borrowed mutably (no
@@ -686,7 +686,7 @@ impl Datatype {
         let per_item = if repr == Repr::External32 { self.external32_size() } else { self.size() };
         let capacity = per_item as u128 * count as u128;
         if data.len() as u128 > capacity {
-            return Err(Error::Truncate { needed: data.len() as u64, available: capacity.min(u64::MAX as u128) as u64 });
+            return Err(Error::Truncate { needed: data.len() as u64, available: capacity.min(u64::MAX as u128) as u64, message: None });
         }
         let mem = dst.ptr.wrapping_add(dst.origin);
         if repr == Repr::External32 {
@@ -907,7 +907,7 @@ mod tests {
             // Room for two ints, a message of three: nothing is written.
             let mut mem = [0xa5u8; 8];
             let err = int.unpack_message(&data, repr, RegionMut::new(&mut mem), 2).unwrap_err();
-            assert!(matches!(err, Error::Truncate { needed: 12, available: 8 }), "{err:?}");
+            assert!(matches!(err, Error::Truncate { needed: 12, available: 8, message: None }), "{err:?}");
             assert_eq!(mem, [0xa5; 8]);
             // Two and a half ints into room for two: also too long.
             let mut mem = [0xa5u8; 8];
@@ -926,7 +926,7 @@ mod tests {
         for repr in [Repr::Native, Repr::External32] {
             assert!(matches!(
                 empty.unpack_message(&data[..1], repr, RegionMut::new(&mut mem), u64::MAX),
-                Err(Error::Truncate { needed: 1, available: 0 })
+                Err(Error::Truncate { needed: 1, available: 0, message: None })
             ));
             empty.unpack_message(&[], repr, RegionMut::new(&mut mem), u64::MAX).unwrap();
         }

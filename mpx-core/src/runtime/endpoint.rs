@@ -691,10 +691,16 @@ impl Shared {
         let entry = match st.requests.entry(id) {
             Entry::Occupied(entry) if matches!(entry.get(), Tracked::Done(_)) => {
                 let Tracked::Done(mut c) = entry.remove() else { unreachable!("matched above") };
-                if let Completion::Recv(Err(Error::Truncate { .. })) = &c {
-                    // The message too long for it counts as received now.
-                    st.engine.consume_truncated(id);
-                    self.flush(st);
+                if let Completion::Recv(Err(Error::Truncate { message, .. })) = &mut c {
+                    // A rendezvous message too long for it counts as
+                    // received now; its sender, named as the world numbers
+                    // it, is named as the receive's communicator does.
+                    if let Some(envelope) = st.engine.consume_truncated(id) {
+                        if let (Some((source, _)), Some(members)) = (message.as_mut(), st.groups.get(&envelope.context)) {
+                            *source = members.rank_of_sender(envelope.source) as usize;
+                        }
+                        self.flush(st);
+                    }
                 }
                 if let Completion::Recv(Ok(msg)) = &mut c {
                     if msg.credit > 0 {

@@ -189,8 +189,10 @@ impl Engine {
     /// answered, so that its sender completes, and its data is counted and
     /// dropped as it arrives; unsolicited data is dropped, and its credit
     /// goes back to the sender.
-    pub fn consume_truncated(&mut self, id: ReqId) {
-        let Some(u) = self.truncated.remove(&id) else { return };
+    /// Returns the message's envelope, if the receive failed so.
+    pub fn consume_truncated(&mut self, id: ReqId) -> Option<Envelope> {
+        let u = self.truncated.remove(&id)?;
+        let envelope = u.envelope;
         let source = u.envelope.source;
         match u.body {
             Body::Rts { send_id } => {
@@ -201,7 +203,7 @@ impl Engine {
                 if gone || (self.finished && source != self.rank) {
                     // Nobody sends the data (or this rank's goodbye tells
                     // the sender to give up on it).
-                    return;
+                    return Some(envelope);
                 }
                 // The transfer goes under the receive's id, which nothing
                 // else uses from now on.
@@ -226,6 +228,7 @@ impl Engine {
             Body::Data { .. } => unreachable!("eager messages are delivered, never held as truncated"),
         }
         self.handle_local();
+        Some(envelope)
     }
 
     /// Receive `id` was dropped without taking its error: if it failed
@@ -275,7 +278,10 @@ impl Engine {
         tracing::trace!(rank = self.rank, id, source = u.envelope.source, tag = u.envelope.tag, "matched");
         if let Some(available) = limit.filter(|&l| u.envelope.len > l && !matches!(u.body, Body::Data { .. })) {
             let needed = u.envelope.len;
-            self.events.push_back(Event::RecvDone { id, result: Err(Error::Truncate { needed, available }) });
+            // Its sender as the world numbers it; the runtime renumbers it
+            // for the receive's communicator when the error is taken.
+            let message = Some((u.envelope.source as usize, u.envelope.tag));
+            self.events.push_back(Event::RecvDone { id, result: Err(Error::Truncate { needed, available, message }) });
             self.truncated.insert(id, u);
             return;
         }

@@ -504,7 +504,7 @@ fn a_message_longer_than_its_receive_fails_it_at_once_and_is_counted_not_kept() 
     e[1].post_recv_limited(5, spec(Some(0), Some(0)), 16);
     pump(&mut e);
     let ev = events(&mut e[1]);
-    assert!(matches!(ev[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 10_000, available: 16 }) }]), "{ev:?}");
+    assert!(matches!(ev[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 10_000, available: 16, message: Some((0, 0)) }) }]), "{ev:?}");
     assert!(events(&mut e[0]).is_empty(), "unanswered until the receive's error is taken");
     e[1].consume_truncated(5);
     assert_eq!(stream(&mut e, None), 0, "nothing kept");
@@ -788,7 +788,7 @@ fn a_bounded_mrecv_keeps_no_rendezvous_data() {
     let message = e[1].improbe(&spec(Some(0), None)).expect("the rendezvous request");
     e[1].mrecv_limited(7, message, 16);
     let ev = events(&mut e[1]);
-    assert!(matches!(ev[..], [Event::RecvDone { id: 7, result: Err(Error::Truncate { needed, available: 16 }) }] if needed == LEN as u64), "{ev:?}");
+    assert!(matches!(ev[..], [Event::RecvDone { id: 7, result: Err(Error::Truncate { needed, available: 16, .. }) }] if needed == LEN as u64), "{ev:?}");
     e[1].consume_truncated(7);
     let (_, cts) = next_frame(&mut e[1]).unwrap();
     e[0].handle_frame(1, cts).unwrap();
@@ -1553,7 +1553,7 @@ fn an_unsolicited_message_too_long_for_its_receive_fails_it_and_gives_the_credit
     e[1].post_recv_limited(5, spec(Some(0), None), 100);
     e[0].post_send(1, SendMode::Standard, send_of(1, 0, pattern(300, 1)));
     pump(&mut e);
-    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 100 }) }]));
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 100, .. }) }]));
     e[1].consume_truncated(5);
     pump(&mut e);
     assert_eq!(e[1].unsolicited_bytes(0), (0, 0));
@@ -1631,7 +1631,7 @@ fn an_unsolicited_message_that_came_whole_is_bounded_by_the_receive_that_takes_i
     pump(&mut e);
     assert_eq!(e[1].unsolicited_bytes(0).0, 300, "whole, unmatched");
     e[1].post_recv_limited(5, spec(Some(0), None), 299);
-    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 299 }) }]));
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(Error::Truncate { needed: 300, available: 299, .. }) }]));
     assert_eq!(e[1].unsolicited_bytes(0).0, 300, "held until the error is taken");
     e[1].consume_truncated(5);
     assert_eq!(e[1].unsolicited_bytes(0), (0, 0));

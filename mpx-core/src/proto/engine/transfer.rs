@@ -188,7 +188,7 @@ impl Transfer {
     pub(super) fn into_result(self, pool: &mut BufferPool) -> Result<Delivered> {
         match self.received.into_kept(pool) {
             Ok(data) => Ok(Delivered::new(self.envelope, data, 0)),
-            Err(available) => Err(Error::Truncate { needed: self.envelope.len, available }),
+            Err(available) => Err(Error::Truncate { needed: self.envelope.len, available, message: None }),
         }
     }
 }

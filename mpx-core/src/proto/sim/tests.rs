@@ -420,7 +420,7 @@ fn regression_seeds() -> Vec<(&'static str, Script)> {
             let (world, script) = withdrawn_bounded_receive(chunks, then, last);
             let errors = &world.nodes[0].errors;
             assert!(
-                matches!(errors[..], [(_, crate::Error::Truncate { needed: 500, available: 10 })]),
+                matches!(errors[..], [(_, crate::Error::Truncate { needed: 500, available: 10, .. })]),
                 "{name}: {errors:?}"
             );
             assert_eq!(world.nodes[0].held(), (0, 0), "{name}: nothing was delivered");
