@@ -332,6 +332,52 @@ async fn a_broken_link_fails_the_peer_with_its_cause() {
     assert_eq!(chain(&e)[1..], ["transport error: reading from rank 2", "stream closed mid-frame"]);
 }
 
+/// A stream of messages from any source goes on when one sender fails
+/// while its message is on the way: it yields that failure, then the next
+/// message of a rank still alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_any_source_stream_outlives_a_failed_sender() {
+    use futures::StreamExt;
+    use mpx::proto::wire::Kind;
+    let config = Config { eager_threshold: 1024, unsolicited_credit: 0, ..Config::default() };
+    let (inboxes, receivers): (Vec<_>, Vec<_>) = (0..3).map(|_| unbounded_channel::<(usize, Frame)>()).unzip();
+    let unbroken = Arc::new(AtomicBool::new(false));
+    let eps: Vec<Endpoint> = (0..3)
+        .map(|r| Endpoint::new(r, 3, config, Breakable { me: r, inboxes: inboxes.clone(), broken: unbroken.clone() }).unwrap())
+        .collect();
+    for (r, (ep, mut rx)) in eps.iter().zip(receivers).enumerate() {
+        let weak = ep.downgrade();
+        tokio::spawn(async move {
+            while let Some((from, frame)) = rx.recv().await {
+                // Rank 1 takes nothing but hellos: the data of its message
+                // never moves.
+                if r == 1 && frame.header.kind != Kind::Hello {
+                    continue;
+                }
+                let Some(ep) = weak.upgrade() else { return };
+                let _ = ep.handle_frame(from, frame);
+            }
+        });
+    }
+    for ep in &eps {
+        ep.connected().await;
+    }
+    let mut stream = eps[0].world().incoming::<[u8; 2048]>(Any, 0);
+    let stuck = eps[1].world().isend(&[1u8; 2048], 0, 0);
+    // Rank 1's request to send reaches the stream's receive, which answers it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let io = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "stream closed mid-frame");
+    eps[0].peer_failed(1, Error::transport("reading from rank 1", io));
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("no hang");
+    assert!(matches!(first, Some(Err(Error::ProcessFailed { rank: 1, .. }))), "{first:?}");
+    let sent = eps[2].world().isend(&[2u8; 2048], 0, 0);
+    let next = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("no hang");
+    let (value, status) = next.expect("the stream goes on").expect("rank 2's message");
+    assert_eq!((value[0], status.source), (2, Some(2)));
+    sent.await.unwrap();
+    drop(stuck);
+}
+
 /// The endpoint keeps state for a request only while it is under way:
 /// receives polled and then cancelled (a `Request`, an `OwnedRecv`), a
 /// matched receive dropped before its poll (its message goes back and is

@@ -94,7 +94,10 @@ impl Comm {
     /// type, corrupt, too long) is yielded as its error and the stream goes
     /// on; when the messages it names can no longer come
     /// ([`Error::ProcessFailed`], [`Error::Finalized`]) it yields that error
-    /// and ends. From [`PROC_NULL`](super::PROC_NULL) it is empty.
+    /// and ends. A stream from [`Any`](super::Any) source yields a failed
+    /// sender's error and goes on while another rank may still send (a
+    /// server outlives a client that dies part way through a message); it
+    /// ends once none can. From [`PROC_NULL`](super::PROC_NULL) it is empty.
     ///
     /// ```
     /// use futures::StreamExt;
@@ -236,8 +239,11 @@ impl<T: Receivable> Stream for Incoming<T> {
                 T::decode(&msg)
             }
             // Errors that say the messages can no longer come end the
-            // stream; others concern one message.
-            Err(e @ (Error::ProcessFailed { .. } | Error::Finalized)) => Err(e),
+            // stream; others concern one message. A failed sender ends a
+            // stream of one source; one of any source goes on while
+            // another rank may still send.
+            Err(e @ Error::Finalized) => Err(e),
+            Err(e @ Error::ProcessFailed { .. }) if this.source != Source::Any || this.comm.others_gone() => Err(e),
             Err(e) => {
                 this.state = this.post();
                 Err(e)

@@ -362,6 +362,12 @@ impl Comm {
         self.registration.clone()
     }
 
+    /// Whether every other rank will send this one nothing more (failed,
+    /// or finished with all its messages in), or the endpoint is closed.
+    pub(crate) fn others_gone(&self) -> bool {
+        self.shared.lock().engine.others_gone().is_some()
+    }
+
     /// The communicator rank of the sender a matching engine names (by its
     /// world rank).
     pub(crate) fn rank_of_sender(&self, world: u32) -> u32 {
