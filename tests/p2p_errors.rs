@@ -128,6 +128,17 @@ async fn tests_of_an_orphaned_any_source_receive_only_look() {
         comm.send(&5u32, 0, 0).await?;
         let status = request.await?;
         assert_eq!((got, status.source), (5, Some(0)));
+        // The tests of a request set only look too.
+        let mut set = mpx::RequestSet::new();
+        set.push(comm.recv::<u8>(Any, 5));
+        for _ in 0..3 {
+            assert!(matches!(set.test_some(), mpx::request::Tested::Pending), "a set's test only looks");
+            assert!(set.test_all().is_none());
+            tokio::task::yield_now().await;
+        }
+        comm.send(&9u8, 0, 5).await?;
+        let (slot, outcome) = set.wait_any().await.expect("a request");
+        assert_eq!((slot, outcome?.0), (0, 9));
         let waited = tokio::time::timeout(Duration::from_secs(10), comm.recv::<u32>(Any, 0)).await.expect("no hang");
         assert!(matches!(waited, Err(Error::ProcessFailed { .. }) | Err(Error::Finalized)), "{waited:?}");
         Ok(())

@@ -626,7 +626,7 @@ pub trait Operation: Unpin {
         Self: Sized,
     {
         let _ = self.progress();
-        match self.poll_complete(&mut Context::from_waker(crate::runtime::LOOKING)) {
+        match crate::runtime::looking(|| self.poll_complete(&mut Context::from_waker(std::task::Waker::noop()))) {
             Poll::Ready(()) => Some(self.take_output()),
             Poll::Pending => None,
         }

@@ -419,7 +419,7 @@ impl<R: Operation> RequestSet<R> {
     /// ```
     pub fn test_some(&mut self) -> Tested<Vec<(usize, R::Output)>> {
         progress_endpoint(&self.slots);
-        match self.poll_ready(&mut Context::from_waker(crate::runtime::LOOKING)) {
+        match crate::runtime::looking(|| self.poll_ready(&mut Context::from_waker(Waker::noop()))) {
             Poll::Ready(None) => Tested::Inactive,
             Poll::Ready(Some(done)) => Tested::Done(done),
             Poll::Pending => Tested::Pending,
@@ -507,7 +507,7 @@ impl<R: Operation> RequestSet<R> {
     /// ```
     pub fn test_all(&mut self) -> Option<Vec<(usize, R::Output)>> {
         progress_endpoint(&self.slots);
-        match self.poll_all(&mut Context::from_waker(crate::runtime::LOOKING)) {
+        match crate::runtime::looking(|| self.poll_all(&mut Context::from_waker(Waker::noop()))) {
             Poll::Ready(all) => Some(all),
             Poll::Pending => None,
         }

@@ -727,7 +727,7 @@ impl Shared {
             return Poll::Pending;
         };
         *data_arrived = std::mem::take(arrived);
-        if st.engine.orphaned(id) && !std::ptr::eq(cx.waker(), LOOKING) {
+        if st.engine.orphaned(id) && !only_looking() {
             // Only this rank can still match it. The first poll that waits
             // and finds it so lets everything else this rank has ready run
             // (a send to itself may be among it); the second fails it. A
@@ -916,10 +916,29 @@ impl Shared {
     }
 }
 
-/// The waker of a test (`MPI_Test`, and the tests of a request set): a
-/// poll with it only looks (see [`Shared::poll_recv`] on orphaned
-/// receives), and wakes nobody.
-pub(crate) static LOOKING: &Waker = Waker::noop();
+thread_local! {
+    /// Whether this thread is testing requests (see [`looking`]).
+    static ONLY_LOOKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `test` as a test of requests (`MPI_Test`, the tests of a request
+/// set): its polls only look. An orphaned any-source receive (see
+/// [`Shared::poll_recv`]) is neither failed by them nor counts them.
+pub(crate) fn looking<R>(test: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ONLY_LOOKING.with(|l| l.set(self.0));
+        }
+    }
+    let _restore = Restore(ONLY_LOOKING.with(|l| l.replace(true)));
+    test()
+}
+
+/// Whether the polls now under way are a test's (see [`looking`]).
+fn only_looking() -> bool {
+    ONLY_LOOKING.with(Cell::get)
+}
 
 /// Keeps `cx`'s waker in `slot` (cloning it only if it changed).
 fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {

@@ -15,4 +15,4 @@ mod transport;
 pub use endpoint::{Endpoint, WeakEndpoint};
 pub use transport::{SendError, Transport};
 
-pub(crate) use endpoint::{Completion, Shared, Tracked, LOOKING};
+pub(crate) use endpoint::{looking, Completion, Shared, Tracked};
