@@ -72,12 +72,19 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 ///
 /// Bytes that do not decode into the type asked for (corrupt, or another
 /// type's value), or that hold more than one value, are
-/// [`Error::Serialization`], never a panic. Lengths inside the bytes cannot
-/// make a receive allocate more than the message holds: postcard reads
-/// strings and byte strings out of the message only after checking they are
-/// there, and reserves room for a sequence only when the message has at
-/// least as many bytes left as it claims elements (and serde caps any
-/// reservation, of a sequence or a map, at 1 MiB). Nor can they nest a
+/// [`Error::Serialization`], never a panic. postcard reads strings and
+/// byte strings out of the message only after checking they are there,
+/// and reserves room for a sequence only when the message has at least as
+/// many bytes left as it claims elements; serde caps any reservation, of a
+/// sequence or a map, at 1 MiB. Two limits of that: a map reserves room
+/// for the entries it claims whatever the bytes left (up to 1 MiB of
+/// entries, a few MiB with the table's own, from a 4-byte length), and so
+/// may every level of a recursive type at once; and a sequence of values
+/// that take no bytes (`()`, unit structs, empty arrays) is decoded for as
+/// many elements as it claims, up to 2^64, in the receiving task. Receive
+/// types without such sequences from peers you do not trust, or bound
+/// what a hostile message can claim with a type of your own. Nor can they
+/// nest a
 /// recursive type (a tree of itself) deep enough to overflow the stack: a
 /// decode stops with [`Error::Serialization`] once it has used 256 KiB of
 /// stack, which is some thousands of levels in release builds (5 000 of an
