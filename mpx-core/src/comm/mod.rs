@@ -132,6 +132,8 @@ mod send;
 mod sendrecv;
 #[cfg(feature = "serde")]
 mod serde;
+#[cfg(feature = "serde")]
+mod serde_bound;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -6,6 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::buffer::{status_of, Packed};
+use super::serde_bound::{Bounded, Budget};
 use super::data::SendData;
 use super::incoming::{sealed, Receivable};
 use super::Status;
@@ -76,15 +77,16 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// byte strings out of the message only after checking they are there,
 /// and reserves room for a sequence only when the message has at least as
 /// many bytes left as it claims elements; serde caps any reservation, of a
-/// sequence or a map, at 1 MiB. Two limits of that: a map reserves room
-/// for the entries it claims whatever the bytes left (up to 1 MiB of
-/// entries, a few MiB with the table's own, from a 4-byte length), and so
-/// may every level of a recursive type at once; and a sequence of values
-/// that take no bytes (`()`, unit structs, empty arrays) is decoded for as
-/// many elements as it claims, up to 2^64, in the receiving task. Receive
-/// types without such sequences from peers you do not trust, or bound
-/// what a hostile message can claim with a type of your own. Nor can they
-/// nest a
+/// sequence or a map, at 1 MiB. On top of that, a decode has a budget of
+/// 8 elements per byte of the message and 1024 more: each element of a
+/// sequence, each entry of a map, and each element's room a sequence or a
+/// map reserves takes one, at every level of nesting together; a message
+/// that claims more is [`Error::Serialization`]. So a map cannot reserve
+/// room for entries the bytes could never hold, nor a sequence of values
+/// that take no bytes (`()`, unit structs) claim 2^64 of them and keep its
+/// receiver decoding. A message of values that take bytes stays far inside
+/// the budget; a legitimate sequence of more than 8 values per byte of its
+/// message (a `Vec<()>` of a million) does not decode. Nor can they nest a
 /// recursive type (a tree of itself) deep enough to overflow the stack: a
 /// decode stops with [`Error::Serialization`] once it has used 256 KiB of
 /// stack, which is some thousands of levels in release builds (5 000 of an
@@ -157,7 +159,8 @@ pub(crate) fn serialized(data: Bytes) -> Packed {
 pub(crate) fn deserialize<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let fail = |what: String| Error::Serialization(format!("{}: {what}", std::any::type_name::<T>()));
     let mut deserializer = postcard::Deserializer::from_flavor(StackBounded::new(bytes));
-    let value = T::deserialize(&mut deserializer);
+    let budget = Budget::of(bytes.len());
+    let value = T::deserialize(Bounded { inner: &mut deserializer, budget: &budget });
     let (rest, too_deep) = deserializer.finalize().map_err(|e| fail(e.to_string()))?;
     match value {
         Err(_) if too_deep => Err(fail(format!("nested deeper than {} KiB of stack allow", DECODE_STACK >> 10))),
@@ -314,6 +317,58 @@ mod tests {
         assert_eq!(depth, 200);
         let err = deserialize::<Node>(&nested(10_000_000)).unwrap_err();
         assert!(matches!(&err, Error::Serialization(m) if m.contains("nested deeper")), "{err:?}");
+    }
+
+    /// A sequence of values that take no bytes, claiming 2^64 of them in
+    /// 10 bytes, fails at once (it decoded for as long as it claimed); a
+    /// legitimate one of some hundreds still decodes.
+    #[test]
+    fn lengths_of_values_without_bytes_are_bounded_by_the_message() {
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        struct Ack;
+        let claim = serialize(&u64::MAX).unwrap().data;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send((deserialize::<Vec<()>>(&claim).is_err(), deserialize::<Vec<Ack>>(&claim).is_err()));
+        });
+        let refused = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("decoding stops at once");
+        assert_eq!(refused, (true, true));
+        let some = serialize(&vec![(); 500]).unwrap().data;
+        assert_eq!(deserialize::<Vec<()>>(&some).unwrap().len(), 500);
+    }
+
+    /// The room a map or a sequence reserves for what it claims is bounded
+    /// by the message's budget, at every level of nesting together: a map
+    /// that claims 2^21 entries in 4 bytes sees a size hint of at most the
+    /// budget, and a second map after it only what is left.
+    #[test]
+    fn room_reserved_for_claimed_entries_is_bounded_by_the_message() {
+        use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+        /// Records the size hints its maps are given, and takes no entry.
+        #[derive(Debug)]
+        struct Hints(Vec<Option<usize>>);
+        impl<'de> Deserialize<'de> for Hints {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Hints, D::Error> {
+                struct Maps;
+                impl<'de> Visitor<'de> for Maps {
+                    type Value = Hints;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a map")
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<Hints, A::Error> {
+                        Ok(Hints(vec![map.size_hint(), map.size_hint()]))
+                    }
+                }
+                d.deserialize_map(Maps)
+            }
+        }
+        let claim = [0x80u8, 0x80, 0x80, 0x01]; // 2^21
+        let mut deserializer = postcard::Deserializer::from_bytes(&claim);
+        let budget = super::Budget::of(claim.len());
+        let hints = Hints::deserialize(super::Bounded { inner: &mut deserializer, budget: &budget }).unwrap();
+        assert_eq!(hints.0, [Some(4 * 8 + 1024), Some(0)]);
+        // The same claim as a real map fails once its entries run out.
+        assert!(deserialize::<BTreeMap<u8, u8>>(&claim).is_err());
     }
 
     #[test]

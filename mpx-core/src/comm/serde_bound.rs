@@ -1,0 +1,262 @@
+//! A serde deserializer that bounds what a message's lengths can make a
+//! decode do: it wraps another (postcard's) and every deserializer, seed and
+//! access it hands out, and charges each element of a sequence, each entry
+//! of a map and each room reserved for them to one budget of the message
+//! (see [`Budget`]). postcard alone reads a sequence of values that take no
+//! bytes (`()`, unit structs) for as many elements as the bytes claim, and
+//! lets a map reserve room for the entries it claims whatever the bytes
+//! left.
+
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
+
+/// Elements, entries and reserved room a decode may still take: 8 per
+/// byte of the message, and 1024 more. A value that takes at least a byte
+/// costs one unit for the room reserved for it and one for itself, so a
+/// message of such values stays far inside the budget; values that take no
+/// bytes cost their unit all the same.
+pub(super) struct Budget {
+    left: Cell<u64>,
+}
+
+impl Budget {
+    /// The budget of a message of `len` bytes.
+    pub(super) fn of(len: usize) -> Budget {
+        Budget { left: Cell::new((len as u64).saturating_mul(8).saturating_add(1024)) }
+    }
+
+    /// Takes one unit, or fails if none is left.
+    fn take<E: serde::de::Error>(&self) -> Result<(), E> {
+        match self.left.get().checked_sub(1) {
+            Some(left) => {
+                self.left.set(left);
+                Ok(())
+            }
+            None => Err(E::custom("the message claims more elements than its bytes can hold")),
+        }
+    }
+
+    /// The room a sequence or map that claims `hint` elements may reserve:
+    /// at most what is left, which it then costs.
+    fn reserve(&self, hint: Option<usize>) -> Option<usize> {
+        let granted = hint.map(|h| (h as u64).min(self.left.get()))?;
+        self.left.set(self.left.get() - granted);
+        Some(granted as usize)
+    }
+}
+
+/// A deserializer whose sequences and maps are charged to a [`Budget`].
+pub(super) struct Bounded<'b, D> {
+    pub(super) inner: D,
+    pub(super) budget: &'b Budget,
+}
+
+/// A visitor whose sequences, maps, enums and nested values are charged.
+struct Visiting<'b, V> {
+    inner: V,
+    budget: &'b Budget,
+}
+
+/// A seed whose deserializer is charged.
+struct Seeded<'b, S> {
+    inner: S,
+    budget: &'b Budget,
+}
+
+/// A sequence, map or enum access whose elements are charged.
+struct Access<'b, A> {
+    inner: A,
+    budget: &'b Budget,
+}
+
+macro_rules! forward_deserialize {
+    ($($method:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, Self::Error> {
+                self.inner.$method($($arg,)* Visiting { inner: visitor, budget: self.budget })
+            }
+        )*
+    };
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<'_, D> {
+    type Error = D::Error;
+
+    forward_deserialize! {
+        deserialize_any();
+        deserialize_bool();
+        deserialize_i8();
+        deserialize_i16();
+        deserialize_i32();
+        deserialize_i64();
+        deserialize_i128();
+        deserialize_u8();
+        deserialize_u16();
+        deserialize_u32();
+        deserialize_u64();
+        deserialize_u128();
+        deserialize_f32();
+        deserialize_f64();
+        deserialize_char();
+        deserialize_str();
+        deserialize_string();
+        deserialize_bytes();
+        deserialize_byte_buf();
+        deserialize_option();
+        deserialize_unit();
+        deserialize_unit_struct(name: &'static str);
+        deserialize_newtype_struct(name: &'static str);
+        deserialize_seq();
+        deserialize_tuple(len: usize);
+        deserialize_tuple_struct(name: &'static str, len: usize);
+        deserialize_map();
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+        deserialize_identifier();
+        deserialize_ignored_any();
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.inner.is_human_readable()
+    }
+}
+
+macro_rules! forward_visit {
+    ($($method:ident($ty:ty);)*) => {
+        $(
+            fn $method<E: serde::de::Error>(self, value: $ty) -> Result<Self::Value, E> {
+                self.inner.$method(value)
+            }
+        )*
+    };
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Visiting<'_, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.expecting(f)
+    }
+
+    forward_visit! {
+        visit_bool(bool);
+        visit_i8(i8);
+        visit_i16(i16);
+        visit_i32(i32);
+        visit_i64(i64);
+        visit_i128(i128);
+        visit_u8(u8);
+        visit_u16(u16);
+        visit_u32(u32);
+        visit_u64(u64);
+        visit_u128(u128);
+        visit_f32(f32);
+        visit_f64(f64);
+        visit_char(char);
+        visit_str(&str);
+        visit_borrowed_str(&'de str);
+        visit_string(String);
+        visit_bytes(&[u8]);
+        visit_borrowed_bytes(&'de [u8]);
+        visit_byte_buf(Vec<u8>);
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        self.inner.visit_none()
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        self.inner.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        self.inner.visit_some(Bounded { inner: deserializer, budget: self.budget })
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        self.inner.visit_newtype_struct(Bounded { inner: deserializer, budget: self.budget })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        self.inner.visit_seq(Access { inner: seq, budget: self.budget })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        self.inner.visit_map(Access { inner: map, budget: self.budget })
+    }
+
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Self::Value, A::Error> {
+        self.inner.visit_enum(Access { inner: data, budget: self.budget })
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Seeded<'_, S> {
+    type Value = S::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        self.inner.deserialize(Bounded { inner: deserializer, budget: self.budget })
+    }
+}
+
+impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Access<'_, A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, A::Error> {
+        self.budget.take()?;
+        self.inner.next_element_seed(Seeded { inner: seed, budget: self.budget })
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.budget.reserve(self.inner.size_hint())
+    }
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Access<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        self.budget.take()?;
+        self.inner.next_key_seed(Seeded { inner: seed, budget: self.budget })
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.inner.next_value_seed(Seeded { inner: seed, budget: self.budget })
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.budget.reserve(self.inner.size_hint())
+    }
+}
+
+impl<'b, 'de, A: EnumAccess<'de>> EnumAccess<'de> for Access<'b, A> {
+    type Error = A::Error;
+    type Variant = Access<'b, A::Variant>;
+
+    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self::Variant), A::Error> {
+        let budget = self.budget;
+        let (value, variant) = self.inner.variant_seed(Seeded { inner: seed, budget })?;
+        Ok((value, Access { inner: variant, budget }))
+    }
+}
+
+impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Access<'_, A> {
+    type Error = A::Error;
+
+    fn unit_variant(self) -> Result<(), A::Error> {
+        self.inner.unit_variant()
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, A::Error> {
+        self.inner.newtype_variant_seed(Seeded { inner: seed, budget: self.budget })
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
+        self.inner.tuple_variant(len, Visiting { inner: visitor, budget: self.budget })
+    }
+
+    fn struct_variant<V: Visitor<'de>>(self, fields: &'static [&'static str], visitor: V) -> Result<V::Value, A::Error> {
+        self.inner.struct_variant(fields, Visiting { inner: visitor, budget: self.budget })
+    }
+}
