@@ -328,7 +328,10 @@ pub struct PersistentRecv<'a, T> {
 }
 
 impl<T: MpiType> PersistentRecv<'_, T> {
-    /// The buffer, holding what the last completed start received.
+    /// The buffer, holding what the last completed start received (after
+    /// a start dropped part way through a large message, it may hold the
+    /// start of that message: see the module docs of
+    /// [`comm`](crate::comm) on buffers of dropped receives).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
