@@ -221,9 +221,6 @@ each_transport! {
         .await;
     }
 
-    /// Communicators made by every constructor and dropped, in a loop: the
-    /// endpoint keeps no entries for those that are gone (those whose last
-    /// handle went while it was busy go at the next constructor).
     /// A receive too small for its message names the message in its
     /// error as the communicator numbers its sender (reversed here), small
     /// and large messages alike.
@@ -273,6 +270,9 @@ each_transport! {
         .await;
     }
 
+    /// Communicators made by every constructor and dropped, in a loop: the
+    /// endpoint keeps no entries for those that are gone (those whose last
+    /// handle went while it was busy go at the next constructor).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dropped_communicators_leave_no_state_behind() {
         returns(launch(4, |world| async move {

@@ -139,6 +139,18 @@ async fn tests_of_an_orphaned_any_source_receive_only_look() {
         comm.send(&9u8, 0, 5).await?;
         let (slot, outcome) = set.wait_any().await.expect("a request");
         assert_eq!((slot, outcome?.0), (0, 9));
+        // Tested, then waited on with nothing coming: the wait fails it.
+        for wait_all in [false, true] {
+            let mut set = mpx::RequestSet::new();
+            set.push(comm.recv::<u8>(Any, 6));
+            assert!(matches!(set.test_some(), mpx::request::Tested::Pending));
+            let waited = if wait_all {
+                tokio::time::timeout(Duration::from_secs(10), set.wait_all()).await.expect("no hang").pop().map(|(_, o)| o)
+            } else {
+                tokio::time::timeout(Duration::from_secs(10), set.wait_any()).await.expect("no hang").map(|(_, o)| o)
+            };
+            assert!(matches!(waited, Some(Err(Error::ProcessFailed { .. }) | Err(Error::Finalized))), "{waited:?}");
+        }
         let waited = tokio::time::timeout(Duration::from_secs(10), comm.recv::<u32>(Any, 0)).await.expect("no hang");
         assert!(matches!(waited, Err(Error::ProcessFailed { .. }) | Err(Error::Finalized)), "{waited:?}");
         Ok(())

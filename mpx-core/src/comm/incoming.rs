@@ -97,7 +97,7 @@ impl Comm {
     /// and ends. A stream from [`Any`](super::Any) source yields a failed
     /// sender's error and goes on while another rank may still send (a
     /// server outlives a client that dies part way through a message); it
-    /// ends once none can. From [`PROC_NULL`](super::PROC_NULL) it is empty.
+    /// ends once no other member of the communicator can. From [`PROC_NULL`](super::PROC_NULL) it is empty.
     ///
     /// ```
     /// use futures::StreamExt;

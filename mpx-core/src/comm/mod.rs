@@ -364,10 +364,15 @@ impl Comm {
         self.registration.clone()
     }
 
-    /// Whether every other rank will send this one nothing more (failed,
-    /// or finished with all its messages in), or the endpoint is closed.
+    /// Whether every other member of the communicator will send this rank
+    /// nothing more (failed, or finished with all its messages in), or the
+    /// endpoint is closed.
     pub(crate) fn others_gone(&self) -> bool {
-        self.shared.lock().engine.others_gone().is_some()
+        let st = self.shared.lock();
+        match &self.members {
+            None => st.engine.others_gone().is_some(),
+            Some(m) => m.group.world.iter().filter(|&&w| w != self.shared.rank).all(|&w| st.engine.sends_nothing_more(w)),
+        }
     }
 
     /// The communicator rank of the sender a matching engine names (by its

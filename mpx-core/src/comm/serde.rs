@@ -80,7 +80,8 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// sequence or a map, at 1 MiB. On top of that, a decode has a budget of
 /// 8 elements per byte of the message and 1024 more: each element of a
 /// sequence, each entry of a map, and each element's room a sequence or a
-/// map reserves takes one, at every level of nesting together; a message
+/// map reserves takes one, at every level of nesting together (the fields
+/// of structs and tuples, which their types fix, take none); a message
 /// that claims more is [`Error::Serialization`]. So a map cannot reserve
 /// room for entries the bytes could never hold, nor a sequence of values
 /// that take no bytes (`()`, unit structs) claim 2^64 of them and keep its
@@ -335,6 +336,17 @@ mod tests {
         assert_eq!(refused, (true, true));
         let some = serialize(&vec![(); 500]).unwrap().data;
         assert_eq!(deserialize::<Vec<()>>(&some).unwrap().len(), 500);
+        // The fields of structs and tuples cost nothing (the type fixes
+        // how many there are): deep records of one byte each decode.
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct L1 { v: (L2, ()) }
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct L2 { v: [L3; 1] }
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct L3 { v: u8, nothing: (), marker: std::marker::PhantomData<u8> }
+        let records: Vec<L1> = (0..2000).map(|i| L1 { v: (L2 { v: [L3 { v: i as u8, nothing: (), marker: std::marker::PhantomData }] }, ()) }).collect();
+        let bytes = serialize(&records).unwrap().data;
+        assert_eq!(deserialize::<Vec<L1>>(&bytes).unwrap(), records);
     }
 
     /// The room a map or a sequence reserves for what it claims is bounded

@@ -57,6 +57,10 @@ pub(super) struct Bounded<'b, D> {
 struct Visiting<'b, V> {
     inner: V,
     budget: &'b Budget,
+    /// Whether the elements of a sequence it visits cost (a sequence's,
+    /// whose length the message claims); a tuple's and a struct's, whose
+    /// lengths the type fixes, do not.
+    charged: bool,
 }
 
 /// A seed whose deserializer is charged.
@@ -65,17 +69,19 @@ struct Seeded<'b, S> {
     budget: &'b Budget,
 }
 
-/// A sequence, map or enum access whose elements are charged.
+/// A sequence, map or enum access whose elements are charged (those of a
+/// sequence only if `charged`).
 struct Access<'b, A> {
     inner: A,
     budget: &'b Budget,
+    charged: bool,
 }
 
 macro_rules! forward_deserialize {
-    ($($method:ident($($arg:ident: $ty:ty),*);)*) => {
+    ($($method:ident($($arg:ident: $ty:ty),*) $charged:expr;)*) => {
         $(
             fn $method<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, Self::Error> {
-                self.inner.$method($($arg,)* Visiting { inner: visitor, budget: self.budget })
+                self.inner.$method($($arg,)* Visiting { inner: visitor, budget: self.budget, charged: $charged })
             }
         )*
     };
@@ -85,37 +91,37 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Bounded<'_, D> {
     type Error = D::Error;
 
     forward_deserialize! {
-        deserialize_any();
-        deserialize_bool();
-        deserialize_i8();
-        deserialize_i16();
-        deserialize_i32();
-        deserialize_i64();
-        deserialize_i128();
-        deserialize_u8();
-        deserialize_u16();
-        deserialize_u32();
-        deserialize_u64();
-        deserialize_u128();
-        deserialize_f32();
-        deserialize_f64();
-        deserialize_char();
-        deserialize_str();
-        deserialize_string();
-        deserialize_bytes();
-        deserialize_byte_buf();
-        deserialize_option();
-        deserialize_unit();
-        deserialize_unit_struct(name: &'static str);
-        deserialize_newtype_struct(name: &'static str);
-        deserialize_seq();
-        deserialize_tuple(len: usize);
-        deserialize_tuple_struct(name: &'static str, len: usize);
-        deserialize_map();
-        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
-        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
-        deserialize_identifier();
-        deserialize_ignored_any();
+        deserialize_any() true;
+        deserialize_bool() true;
+        deserialize_i8() true;
+        deserialize_i16() true;
+        deserialize_i32() true;
+        deserialize_i64() true;
+        deserialize_i128() true;
+        deserialize_u8() true;
+        deserialize_u16() true;
+        deserialize_u32() true;
+        deserialize_u64() true;
+        deserialize_u128() true;
+        deserialize_f32() true;
+        deserialize_f64() true;
+        deserialize_char() true;
+        deserialize_str() true;
+        deserialize_string() true;
+        deserialize_bytes() true;
+        deserialize_byte_buf() true;
+        deserialize_option() true;
+        deserialize_unit() true;
+        deserialize_unit_struct(name: &'static str) true;
+        deserialize_newtype_struct(name: &'static str) true;
+        deserialize_seq() true;
+        deserialize_tuple(len: usize) false;
+        deserialize_tuple_struct(name: &'static str, len: usize) false;
+        deserialize_map() true;
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]) false;
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]) true;
+        deserialize_identifier() true;
+        deserialize_ignored_any() true;
     }
 
     fn is_human_readable(&self) -> bool {
@@ -180,15 +186,15 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Visiting<'_, V> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        self.inner.visit_seq(Access { inner: seq, budget: self.budget })
+        self.inner.visit_seq(Access { inner: seq, budget: self.budget, charged: self.charged })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        self.inner.visit_map(Access { inner: map, budget: self.budget })
+        self.inner.visit_map(Access { inner: map, budget: self.budget, charged: true })
     }
 
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Self::Value, A::Error> {
-        self.inner.visit_enum(Access { inner: data, budget: self.budget })
+        self.inner.visit_enum(Access { inner: data, budget: self.budget, charged: true })
     }
 }
 
@@ -204,12 +210,18 @@ impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Access<'_, A> {
     type Error = A::Error;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, A::Error> {
-        self.budget.take()?;
+        if self.charged {
+            self.budget.take()?;
+        }
         self.inner.next_element_seed(Seeded { inner: seed, budget: self.budget })
     }
 
     fn size_hint(&self) -> Option<usize> {
-        self.budget.reserve(self.inner.size_hint())
+        if self.charged {
+            self.budget.reserve(self.inner.size_hint())
+        } else {
+            self.inner.size_hint()
+        }
     }
 }
 
@@ -237,7 +249,7 @@ impl<'b, 'de, A: EnumAccess<'de>> EnumAccess<'de> for Access<'b, A> {
     fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self::Variant), A::Error> {
         let budget = self.budget;
         let (value, variant) = self.inner.variant_seed(Seeded { inner: seed, budget })?;
-        Ok((value, Access { inner: variant, budget }))
+        Ok((value, Access { inner: variant, budget, charged: true }))
     }
 }
 
@@ -253,10 +265,10 @@ impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Access<'_, A> {
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
-        self.inner.tuple_variant(len, Visiting { inner: visitor, budget: self.budget })
+        self.inner.tuple_variant(len, Visiting { inner: visitor, budget: self.budget, charged: false })
     }
 
     fn struct_variant<V: Visitor<'de>>(self, fields: &'static [&'static str], visitor: V) -> Result<V::Value, A::Error> {
-        self.inner.struct_variant(fields, Visiting { inner: visitor, budget: self.budget })
+        self.inner.struct_variant(fields, Visiting { inner: visitor, budget: self.budget, charged: false })
     }
 }

@@ -727,13 +727,14 @@ impl Shared {
             return Poll::Pending;
         };
         *data_arrived = std::mem::take(arrived);
-        if st.engine.orphaned(id) && !only_looking() {
+        if st.engine.orphaned(id) {
             // Only this rank can still match it. The first poll that waits
             // and finds it so lets everything else this rank has ready run
             // (a send to itself may be among it); the second fails it. A
-            // test (a poll that does not wait: its waker does nothing)
-            // neither fails it nor counts, as MPI_Test only looks.
-            if !std::mem::replace(orphan_polled, true) {
+            // test (see `looking`) neither fails it nor counts, as MPI_Test
+            // only looks; it still wakes the poller, so that a set whose
+            // test found it so polls it again when it waits.
+            if only_looking() || !std::mem::replace(orphan_polled, true) {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }

@@ -156,6 +156,13 @@ impl Engine {
             .or_else(|| self.stalled(rank).then(|| Error::process_failed(rank, Self::stalled_reason())))
     }
 
+    /// Whether `rank` will send this one nothing more: it failed, stalled,
+    /// or finished with every data frame it announced in, or this engine
+    /// is closed.
+    pub fn sends_nothing_more(&self, rank: u32) -> bool {
+        self.closed || self.sends_no_more(rank) || self.stalled(rank)
+    }
+
     /// When every other rank will send nothing more (or there is none), the
     /// error an any-source receive that stays unmatched gets: only this
     /// rank's own messages could still match it.
