@@ -283,8 +283,12 @@ pub(crate) fn advertised_ip() -> Result<IpAddr> {
 
 /// What a rank publishes: its address and its certificate's fingerprint.
 fn card(addr: SocketAddr, fp: &Fingerprint) -> String {
-    let hex: String = fp.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{addr},{hex}")
+    format!("{addr},{}", hex(fp))
+}
+
+/// `bytes` in lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn read_card(rank: u32, text: &str) -> Result<(SocketAddr, Fingerprint)> {
@@ -549,11 +553,6 @@ impl Drop for PublishedCard {
         // Fails while other ranks' cards remain: the last rank removes it.
         let _ = std::fs::remove_dir(&self.dir);
     }
-}
-
-/// `bytes` in lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A rank's card in a rendezvous directory (the file `rank-<r>`), three

@@ -295,7 +295,7 @@ async fn accept_ranks(
 /// endian) under the job's `key`, in hex. Knowing one rank's token tells
 /// nothing of another's.
 fn rank_token(key: &ring::hmac::Key, rank: usize) -> String {
-    ring::hmac::sign(key, &(rank as u64).to_le_bytes()).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    super::hex(ring::hmac::sign(key, &(rank as u64).to_le_bytes()).as_ref())
 }
 
 /// Whether `shown` is the expected token, comparing every byte whatever
