@@ -1012,12 +1012,19 @@ impl Comm {
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     pub fn gather_in_place<'a, T: Element>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
         let buf = buf.values();
+        // Elsewhere than at the root, `buf` is the values sent.
+        let (checked, counts, displs) = self.even_in_place(T::dst_len(&buf), root, "gather_in_place: the root's buffer");
+        self.gather_blocks::<T>(checked, None, buf, counts, displs, root, "gather_in_place")
+    }
+
+    /// The even blocks of an in-place gather or scatter of `len` values
+    /// in this rank's buffer: at the root the buffer cut in `n` blocks
+    /// (an error, `what`, if it cannot be), elsewhere `len` values each.
+    fn even_in_place(&self, len: usize, root: usize, what: &str) -> (Result<()>, Vec<usize>, Vec<usize>) {
         let n = self.size();
-        // The root's blocks: its buffer's count cut in n; elsewhere, `buf`
-        // is the values sent.
-        let count = if self.rank() == root { per_rank("gather_in_place: the root's buffer", T::dst_len(&buf), n) } else { Ok(T::dst_len(&buf)) };
+        let count = if self.rank() == root { per_rank(what, len, n) } else { Ok(len) };
         let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
-        self.gather_blocks::<T>(count.map(drop), None, buf, counts, displs, root, "gather_in_place")
+        (count.map(drop), counts, displs)
     }
 
     /// [`gatherv`](Comm::gatherv) where the root's own values already sit
@@ -1077,12 +1084,9 @@ impl Comm {
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     pub fn scatter_in_place<'a, T: Element>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
         let buf = buf.values();
-        let n = self.size();
-        // The root's blocks: its buffer's count cut in n; elsewhere, `buf`
-        // is where the rank's block lands.
-        let count = if self.rank() == root { per_rank("scatter_in_place: the root's buffer", T::dst_len(&buf), n) } else { Ok(T::dst_len(&buf)) };
-        let (counts, displs) = even(n, *count.as_ref().unwrap_or(&0));
-        self.scatter_blocks::<T>(count.map(drop), None, buf, counts, displs, root, "scatter_in_place")
+        // Elsewhere than at the root, `buf` is where the rank's block lands.
+        let (checked, counts, displs) = self.even_in_place(T::dst_len(&buf), root, "scatter_in_place: the root's buffer");
+        self.scatter_blocks::<T>(checked, None, buf, counts, displs, root, "scatter_in_place")
     }
 
     /// [`scatterv`](Comm::scatterv) where the root's `buf` holds the

@@ -261,17 +261,17 @@ impl Group {
     fn expand(&self, ranges: &[(usize, usize, isize)]) -> Result<Vec<usize>> {
         let size = self.size();
         let mut total = 0usize;
+        let mut checked = Vec::with_capacity(ranges.len().min(size));
         for &triplet in ranges {
-            let (_, count) = self.triplet(triplet)?;
+            let (step, count) = self.triplet(triplet)?;
             total = total.saturating_add(count);
             if total > size {
                 return Err(Error::InvalidArgument(format!("the triplets name more ranks than the group's {size}: some are named twice")));
             }
+            checked.push((triplet.0, triplet.2 > 0, step, count));
         }
         let mut ranks = Vec::with_capacity(total);
-        for &triplet in ranges {
-            let (step, count) = self.triplet(triplet)?;
-            let (first, up) = (triplet.0, triplet.2 > 0);
+        for (first, up, step, count) in checked {
             // Each rank lies between `first` and the last rank named, both
             // checked by `triplet`: neither sum nor difference overflows.
             ranks.extend((0..count).map(|k| if up { first + k * step } else { first - k * step }));
