@@ -506,6 +506,16 @@ impl Locked<'_> {
 }
 
 impl State {
+    /// The sender of `envelope` as the communicator of its context numbers
+    /// it (as the world does, for the world's contexts).
+    #[inline]
+    fn sender_in_its_communicator(&self, envelope: &Envelope) -> u32 {
+        if self.groups.is_empty() {
+            return envelope.source;
+        }
+        self.groups.get(&envelope.context).map_or(envelope.source, |members| members.rank_of_sender(envelope.source))
+    }
+
     /// Probes wait for messages to appear in the queue: wake them.
     pub(crate) fn wake_probes(&mut self) {
         let probes = std::mem::take(&mut self.arrival_wakers);
@@ -696,8 +706,8 @@ impl Shared {
                     // received now; its sender, named as the world numbers
                     // it, is named as the receive's communicator does.
                     if let Some(envelope) = st.engine.consume_truncated(id) {
-                        if let (Some((source, _)), Some(members)) = (message.as_mut(), st.groups.get(&envelope.context)) {
-                            *source = members.rank_of_sender(envelope.source) as usize;
+                        if let Some((source, _)) = message.as_mut() {
+                            *source = st.sender_in_its_communicator(&envelope) as usize;
                         }
                         self.flush(st);
                     }
@@ -709,11 +719,7 @@ impl Shared {
                     }
                     // From here on the sender is named as its communicator
                     // numbers it (statuses are made from the envelope).
-                    if !st.groups.is_empty() {
-                        if let Some(members) = st.groups.get(&msg.envelope.context) {
-                            msg.envelope.source = members.rank_of_sender(msg.envelope.source);
-                        }
-                    }
+                    msg.envelope.source = st.sender_in_its_communicator(&msg.envelope);
                 }
                 return Poll::Ready(c);
             }
