@@ -3,12 +3,15 @@
 //! and alltoall at 8 B, 64 KiB and 1 MiB per rank, on 2 and 4 ranks.
 //!
 //! ```text
-//! cargo run --release --example coll_bench [multi_thread_2|current_thread]
+//! cargo run --release --example coll_bench [multi_thread_2|current_thread] [meet|messages]
 //! ```
 //!
 //! The ranks run as tasks of one tokio runtime: two worker threads by
 //! default (ranks run in parallel, on both cores of a 2-core machine), or
 //! one thread (`current_thread`: every rank in turn, no thread ever woken).
+//! Their collectives meet in memory (`meet`, the loopback's default), or
+//! exchange messages as between processes (`messages`): the `path` field
+//! of each line says which.
 //!
 //! Prints one JSON line per figure, as `../shared/reference-bench/run.sh
 //! coll` does for MPICH and Open MPI over shared memory: the median of 15
@@ -41,8 +44,9 @@ impl Op {
 
 /// Median microseconds per call of `op` with `bytes` per rank on `ranks`
 /// ranks, `iters` calls per trial.
-async fn measure(op: Op, ranks: usize, bytes: usize, iters: usize) -> mpx::Result<f64> {
-    let per_rank = mpx::launch_with(mpx::LaunchOptions::ranks(ranks), move |comm| async move {
+async fn measure(op: Op, ranks: usize, bytes: usize, iters: usize, meet: bool) -> mpx::Result<f64> {
+    let options = mpx::LaunchOptions { local_collectives: meet, ..mpx::LaunchOptions::ranks(ranks) };
+    let per_rank = mpx::launch_with(options, move |comm| async move {
         let n = bytes / 8;
         let size = comm.size();
         let input: Vec<f64> = (0..n * size).map(|i| comm.rank() as f64 + i as f64 * 0.5).collect();
@@ -85,14 +89,20 @@ fn runtime(name: &str) -> mpx::Result<tokio::runtime::Runtime> {
 
 fn main() -> mpx::Result<()> {
     let name = std::env::args().nth(1).unwrap_or_else(|| "multi_thread_2".into());
+    let path = std::env::args().nth(2).unwrap_or_else(|| "meet".into());
+    let meet = match path.as_str() {
+        "meet" => true,
+        "messages" => false,
+        other => return Err(mpx::Error::InvalidArgument(format!("unknown path {other:?}: meet or messages"))),
+    };
     runtime(&name)?.block_on(async {
         for ranks in [2, 4] {
-            let us = measure(Op::Barrier, ranks, 8, 2000).await?;
-            println!(r#"{{"lib":"mpx-loopback","bench":"coll","runtime":"{name}","op":"barrier","ranks":{ranks},"bytes":0,"us":{us:.3}}}"#);
+            let us = measure(Op::Barrier, ranks, 8, 2000, meet).await?;
+            println!(r#"{{"lib":"mpx-loopback","bench":"coll","runtime":"{name}","path":"{path}","op":"barrier","ranks":{ranks},"bytes":0,"us":{us:.3}}}"#);
             for op in [Op::Bcast, Op::Allreduce, Op::Allgather, Op::Alltoall] {
                 for (bytes, iters) in [(8, 2000), (64 << 10, 200), (1 << 20, 20)] {
-                    let us = measure(op, ranks, bytes, iters).await?;
-                    println!(r#"{{"lib":"mpx-loopback","bench":"coll","runtime":"{name}","op":"{}","ranks":{ranks},"bytes":{bytes},"us":{us:.3}}}"#, op.name());
+                    let us = measure(op, ranks, bytes, iters, meet).await?;
+                    println!(r#"{{"lib":"mpx-loopback","bench":"coll","runtime":"{name}","path":"{path}","op":"{}","ranks":{ranks},"bytes":{bytes},"us":{us:.3}}}"#, op.name());
                 }
             }
         }

@@ -568,7 +568,8 @@ each_transport! {
     /// sees it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn arguments_that_disagree_are_errors() {
-        returns(launch(3, |comm| async move {
+        let meets = options(3).local_collectives;
+        returns(launch(3, move |comm| async move {
             let mut x = [0.0f64; 2];
             assert!(matches!(comm.bcast(&mut x, 3).await, Err(mpx::Error::InvalidRank { rank: 3, size: 3 })));
             let err = comm.allreduce(&[1.0f64, 2.0], &mut x, mpx::coll::BOR).await.unwrap_err();
@@ -586,7 +587,11 @@ each_transport! {
             // data moves): a mismatch too, naming the root.
             let mut values = vec![0.0f64; if comm.rank() == 0 { 20_000 } else { 10_000 }];
             let got = comm.bcast(&mut values[..], 0).await;
-            if comm.rank() == 0 {
+            if comm.rank() == 0 && meets {
+                // Ranks that meet in memory each check every rank's part,
+                // a root with this much data too (it waits for the others).
+                assert!(matches!(&got, Err(mpx::Error::CollectiveMismatch { rank: 1, detail }) if detail.contains("80000 bytes")), "{got:?}");
+            } else if comm.rank() == 0 {
                 got?;
             } else {
                 assert!(matches!(&got, Err(mpx::Error::CollectiveMismatch { rank: 0, detail }) if detail.contains("160000 bytes")), "{got:?}");
@@ -861,6 +866,8 @@ each_transport! {
     /// naming the rank that gave up.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rank_that_fails_its_part_fails_every_rank() {
+        // Ranks that meet in memory each check every rank's part.
+        let meets = options(8).local_collectives;
         let failed = returns(launch(8, |comm| async move {
             let me = comm.rank();
             // Rank 4 broadcasts a buffer of another length than the root's.
@@ -876,12 +883,18 @@ each_transport! {
         .await;
         for (rank, (bcast, allgather)) in failed.iter().enumerate() {
             // Rank 4 and the ranks below it in the tree (5, 6, and 7 below 6)
-            // fail the broadcast.
-            assert_eq!(bcast.is_some(), rank >= 4, "rank {rank}: {bcast:?}");
+            // fail the broadcast; every rank but the root, which has
+            // finished, where they meet in memory.
+            assert_eq!(bcast.is_some(), rank >= 4 || (meets && rank > 0), "rank {rank}: {bcast:?}");
             assert!(allgather.is_some(), "rank {rank} must fail the allgather, not finish it");
         }
         assert!(matches!(failed[5].0, Some(mpx::Error::CollectiveMismatch { rank: 4, .. })), "{:?}", failed[5].0);
-        assert!(matches!(failed[7].0, Some(mpx::Error::CollectiveMismatch { rank: 6, .. })), "{:?}", failed[7].0);
+        let named = if meets { 4 } else { 6 };
+        assert!(matches!(failed[7].0, Some(mpx::Error::CollectiveMismatch { rank, .. }) if rank == named), "{:?}", failed[7].0);
+        if meets {
+            assert!(matches!(failed[1].0, Some(mpx::Error::CollectiveMismatch { rank: 4, .. })), "{:?}", failed[1].0);
+            assert!(matches!(failed[4].0, Some(mpx::Error::CollectiveMismatch { rank: 0, .. })), "{:?}", failed[4].0);
+        }
         assert!(matches!(failed[2].1, Some(mpx::Error::CollectiveMismatch { rank: 1, .. })), "{:?}", failed[2].1);
     }
 
@@ -1096,6 +1109,273 @@ each_transport! {
                 Ok(())
             }))
             .await;
+        }
+    }
+}
+
+/// Ranks in one process whose collectives meet in memory (the loopback's
+/// default: `LaunchOptions::local_collectives`): what meeting adds to
+/// the semantics every transport shares.
+mod meeting {
+    use super::support::returns;
+    use mpx::coll::{Op, SUM};
+    use mpx::Operation;
+
+    fn launch_with<F, Fut, R>(ranks: usize, f: F) -> impl std::future::Future<Output = mpx::Result<Vec<R>>>
+    where
+        F: Fn(mpx::Comm) -> Fut,
+        Fut: std::future::Future<Output = mpx::Result<R>> + Send + 'static,
+        R: Send + 'static,
+    {
+        let options = mpx::LaunchOptions::ranks(ranks);
+        assert!(options.local_collectives);
+        mpx::launch_with(options, f)
+    }
+
+    /// Which collective a test runs.
+    #[derive(Clone, Copy, Debug)]
+    enum Which {
+        Barrier,
+        Bcast,
+        Allreduce,
+        Allgather,
+        Alltoall,
+    }
+
+    const ALL: [Which; 5] = [Which::Barrier, Which::Bcast, Which::Allreduce, Which::Allgather, Which::Alltoall];
+
+    /// Starts `which` on `comm` with `values` per rank (a barrier: none).
+    async fn run(comm: &mpx::Comm, which: Which, values: usize) -> mpx::Result<()> {
+        let n = comm.size();
+        let mine = vec![comm.rank() as f64; values];
+        let mut out = vec![0.0f64; values * n];
+        match which {
+            Which::Barrier => comm.barrier().await,
+            Which::Bcast => comm.bcast(&mut out[..values], 0).await,
+            Which::Allreduce => comm.allreduce(&mine[..], &mut out[..values], SUM).await,
+            Which::Allgather => comm.allgather(&mine[..], &mut out[..]).await,
+            Which::Alltoall => comm.alltoall(&vec![1.0f64; values * n][..], &mut out[..]).await,
+        }
+    }
+
+    /// A rank gone without its part fails every other rank's call with
+    /// `ProcessFailed` naming it (a broadcast's root may have finished);
+    /// a rank that left its part and then went (its future dropped
+    /// unfinished) does not: the others finish, but for a large
+    /// allreduce, which needs a block the rank was to combine.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_gone_fails_the_call_only_if_its_part_is_missing() {
+        for which in ALL {
+            for values in [1, 20_000] {
+                let outcomes = returns(launch_with(4, move |comm| async move {
+                    match comm.rank() {
+                        // Gone before the call.
+                        2 => Ok(None),
+                        _ => Ok(Some(run(&comm, which, values).await)),
+                    }
+                }))
+                .await;
+                for (rank, outcome) in outcomes.iter().enumerate().filter(|&(r, _)| r != 2) {
+                    assert!(
+                        matches!(outcome, Some(Err(mpx::Error::ProcessFailed { rank: 2, .. }))) || (matches!(which, Which::Bcast) && rank == 0),
+                        "{which:?}, {values} values, rank {rank}: {outcome:?}"
+                    );
+                }
+                let outcomes = returns(launch_with(4, move |comm| async move {
+                    if comm.rank() == 2 {
+                        // Its part is left when the call starts; polled
+                        // once, before the others start, then dropped.
+                        let started = run(&comm, which, values);
+                        let mut started = Box::pin(started);
+                        assert!(futures::poll!(started.as_mut()).is_pending());
+                        drop(started);
+                        for other in [0, 1, 3] {
+                            comm.send(&1u8, other, 0).await?;
+                        }
+                        return Ok(None);
+                    }
+                    comm.recv::<u8>(2, 0).await?;
+                    Ok(Some(run(&comm, which, values).await))
+                }))
+                .await;
+                // A large allreduce's second round needs the block rank 2
+                // would have combined: there, its word that it gave up.
+                let two_rounds = matches!(which, Which::Allreduce) && values > 8192;
+                for (rank, outcome) in outcomes.iter().enumerate().filter(|&(r, _)| r != 2) {
+                    if two_rounds {
+                        assert!(matches!(outcome, Some(Err(mpx::Error::CollectiveMismatch { rank: 2, .. }))), "{which:?}, dropped part, rank {rank}: {outcome:?}");
+                    } else {
+                        assert!(matches!(outcome, Some(Ok(()))), "{which:?}, {values} values, dropped part, rank {rank}: {outcome:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ranks that call different collectives at one point, or whose parts
+    /// disagree, fail on every rank that sees the difference, naming the
+    /// rank; a rank whose own arguments are wrong fails with its own
+    /// error and the others name it. The communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parts_that_disagree_fail_every_rank() {
+        let outcomes = returns(launch_with(3, |comm| async move {
+            let me = comm.rank();
+            // Rank 1 calls a barrier where the others allreduce.
+            let kinds = if me == 1 { run(&comm, Which::Barrier, 0).await } else { run(&comm, Which::Allreduce, 2).await };
+            // Rank 2 allgathers 3 values where the others allgather 2.
+            let counts = run(&comm, Which::Allgather, if me == 2 { 3 } else { 2 }).await;
+            // Rank 0's receive buffer is too short for its send.
+            let mut short = [0.0f64; 1];
+            let own = if me == 0 { comm.allreduce(&[1.0f64, 2.0][..], &mut short[..], SUM).await } else { run(&comm, Which::Allreduce, 2).await };
+            run(&comm, Which::Allreduce, 2).await?;
+            Ok((kinds.err(), counts.err(), own.err()))
+        }))
+        .await;
+        let named = |e: &Option<mpx::Error>| match e {
+            Some(mpx::Error::CollectiveMismatch { rank, .. }) => Some(*rank),
+            _ => None,
+        };
+        assert_eq!(outcomes.iter().map(|o| named(&o.0)).collect::<Vec<_>>(), [Some(1), Some(0), Some(1)], "{outcomes:?}");
+        assert!(outcomes[0].0.as_ref().is_some_and(|e| e.to_string().contains("barrier")), "{outcomes:?}");
+        assert_eq!(outcomes.iter().map(|o| named(&o.1)).collect::<Vec<_>>(), [Some(2), Some(2), Some(0)], "{outcomes:?}");
+        assert!(matches!(outcomes[0].2, Some(mpx::Error::InvalidArgument(_))), "{outcomes:?}");
+        assert_eq!(named(&outcomes[1].2), Some(0), "{outcomes:?}");
+        assert_eq!(named(&outcomes[2].2), Some(0), "{outcomes:?}");
+    }
+
+    /// A large allreduce (two rounds: each rank combines a block) whose
+    /// future one rank drops between them fails on the others, naming it,
+    /// rather than waiting for the block it will never combine.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_allreduce_dropped_half_way_fails_the_others() {
+        let outcomes = returns(launch_with(3, |comm| async move {
+            let values = 3 * 8192;
+            let mine = vec![1.0f64; values];
+            let mut out = vec![0.0f64; values];
+            if comm.rank() == 1 {
+                // Polled while the others have not started: its first
+                // round cannot complete, it never combines its block.
+                let mut call = comm.allreduce(&mine[..], &mut out[..], SUM);
+                assert!(futures::poll!(&mut call).is_pending());
+                drop(call);
+                for other in [0, 2] {
+                    comm.send(&1u8, other, 0).await?;
+                }
+                return Ok(None);
+            }
+            comm.recv::<u8>(1, 0).await?;
+            Ok(Some(comm.allreduce(&mine[..], &mut out[..], SUM).await))
+        }))
+        .await;
+        for rank in [0, 2] {
+            assert!(matches!(outcomes[rank], Some(Err(mpx::Error::CollectiveMismatch { rank: 1, .. }))), "rank {rank}: {:?}", outcomes[rank]);
+        }
+    }
+
+    /// A rank whose part is left and whose communicator then goes (a
+    /// broadcast's root, done at once) leaves the part for the others,
+    /// who come to the communicator only later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_part_outlives_its_ranks_communicator() {
+        returns(launch_with(3, |comm| async move {
+            let sub = comm.dup();
+            if comm.rank() == 0 {
+                sub.bcast(&mut [7u32, 8][..], 0).await?;
+                drop(sub);
+                comm.send(&1u8, 1, 0).await?;
+                comm.send(&1u8, 2, 0).await?;
+            } else {
+                comm.recv::<u8>(0, 0).await?;
+                let mut got = [0u32; 2];
+                sub.bcast(&mut got[..], 0).await?;
+                assert_eq!(got, [7, 8]);
+            }
+            comm.barrier().await
+        }))
+        .await;
+    }
+
+    /// A rank that meets where another calls a collective that exchanges
+    /// messages (a programming error) fails, naming it, and tells it by
+    /// message: neither waits forever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_collective_that_meets_against_one_over_messages_fails_both() {
+        let outcomes = returns(launch_with(2, |comm| async move {
+            let got = if comm.rank() == 0 {
+                comm.barrier().await
+            } else {
+                let mut all = [0u8; 2];
+                comm.gather(&1u8, &mut all[..], 1).await
+            };
+            Ok(got.err())
+        }))
+        .await;
+        assert!(matches!(&outcomes[0], Some(mpx::Error::CollectiveMismatch { rank: 1, detail }) if detail.contains("exchanges messages")), "{outcomes:?}");
+        assert!(matches!(&outcomes[1], Some(mpx::Error::CollectiveMismatch { rank: 0, .. })), "{outcomes:?}");
+    }
+
+    /// A broadcast's root finishes once its data is there, up to 16 calls
+    /// ahead of the slowest rank, then waits; every rank gets every call's
+    /// data, in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_root_runs_ahead_a_bounded_way() {
+        returns(launch_with(2, |comm| async move {
+            if comm.rank() == 0 {
+                for k in 0..16u64 {
+                    comm.bcast(&mut [k][..], 0).await?;
+                }
+                let mut ahead = [16u64];
+                let mut seventeenth = comm.bcast(&mut ahead[..], 0);
+                assert!(seventeenth.test().is_none(), "16 calls ahead: the root waits");
+                comm.send(&1u8, 1, 0).await?;
+                seventeenth.await?;
+            } else {
+                comm.recv::<u8>(0, 0).await?;
+                for k in 0..17u64 {
+                    let mut got = [u64::MAX];
+                    comm.bcast(&mut got[..], 0).await?;
+                    assert_eq!(got, [k]);
+                }
+            }
+            comm.barrier().await
+        }))
+        .await;
+    }
+
+    /// Reductions meet in the pattern of the message algorithms: the
+    /// same bits as over messages, for a float sum whose value depends on
+    /// the grouping, on both sides of the size from which each rank
+    /// combines a block; and a non-commutative operation in rank order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn meeting_and_messages_give_the_same_bits() {
+        for n in [2, 3, 4, 5, 7, 8] {
+            for values in [3, 3 * 8192] {
+                let sums = |local_collectives: bool| async move {
+                    let options = mpx::LaunchOptions { local_collectives, ..mpx::LaunchOptions::ranks(n) };
+                    let got = returns(mpx::launch_with(options, move |comm| async move {
+                        let r = comm.rank();
+                        let mine: Vec<f64> = (0..values).map(|i| [1e16, 1.0, -1e16, 3.5, 1e-3][(r + i) % 5] * (1 + i % 3) as f64).collect();
+                        let mut sum = vec![0.0f64; values];
+                        comm.allreduce(&mine[..], &mut sum[..], SUM).await?;
+                        let strings: Vec<[i64; 4]> = (0..values).map(|i| [1, (r + i) as i64 % 3, (r * 2 + i) as i64 % 2, 1]).collect();
+                        let mut product = vec![[0i64; 4]; values];
+                        let matmul = Op::user(
+                            |a: &[[i64; 4]], b: &mut [[i64; 4]]| {
+                                for (x, y) in a.iter().zip(b.iter_mut()) {
+                                    *y = [x[0] * y[0] + x[1] * y[2], x[0] * y[1] + x[1] * y[3], x[2] * y[0] + x[3] * y[2], x[2] * y[1] + x[3] * y[3]];
+                                }
+                            },
+                            false,
+                        );
+                        comm.allreduce(&strings[..], &mut product[..], matmul).await?;
+                        Ok((sum.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), product))
+                    }))
+                    .await;
+                    assert!(got.windows(2).all(|w| w[0] == w[1]), "every rank the same bits");
+                    got.into_iter().next().expect("a rank")
+                };
+                assert_eq!(sums(true).await, sums(false).await, "{n} ranks, {values} values");
+            }
         }
     }
 }

@@ -55,7 +55,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use mpx_core::proto::engine::Config;
 use mpx_core::proto::wire::{Decoder, Frame};
-use mpx_core::runtime::{SendError, WeakEndpoint};
+use mpx_core::runtime::{LocalWorld, SendError, WeakEndpoint};
 use mpx_core::{Comm, Endpoint, Error, Result, Transport};
 use tokio::sync::Notify;
 
@@ -87,6 +87,11 @@ pub struct Options {
     pub link_capacity: usize,
     /// Frames travel as encoded bytes and are decoded on arrival.
     pub wire: bool,
+    /// Collectives meet in memory, without messages (`barrier`, `bcast`,
+    /// `allreduce`, `allgather`, `alltoall`: see
+    /// [`LocalWorld`]); `false`: they
+    /// exchange messages, as between processes.
+    pub local_collectives: bool,
 }
 
 impl Options {
@@ -94,7 +99,7 @@ impl Options {
     ///
     /// Frames travel as values, so a rendezvous chunk costs a pointer move
     /// however large: chunks are 64 MiB, and messages up to that size reach
-    /// the receiver without a copy.
+    /// the receiver without a copy. Collectives meet in memory.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -102,20 +107,21 @@ impl Options {
     /// use mpx_net::loopback::{launch_with, Options};
     /// let options = Options::ranks(3);
     /// assert!(!options.wire, "frames travel as values");
+    /// assert!(options.local_collectives);
     /// let ranks = launch_with(options, |comm| async move { Ok((comm.rank(), comm.size())) }).await?;
     /// assert_eq!(ranks, [(0, 3), (1, 3), (2, 3)]);
     /// # Ok(()) }
     /// ```
     pub fn ranks(ranks: usize) -> Options {
         let engine = Config { rndv_chunk: 64 << 20, ..Config::default() };
-        Options { ranks, engine, link_capacity: 16 << 20, wire: false }
+        Options { ranks, engine, link_capacity: 16 << 20, wire: false, local_collectives: true }
     }
 
     /// `ranks` ranks behaving as a network would: frames encoded to bytes
     /// and decoded on arrival, small credit, rendezvous data in small chunks,
     /// links of 256 KiB, typed data in external32 as between heterogeneous
     /// peers, and a 30-second idle timeout, so idle links carry pings and
-    /// the driver runs the engine's timers.
+    /// the driver runs the engine's timers. Collectives exchange messages.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -142,7 +148,7 @@ impl Options {
             idle_timeout: Some(Duration::from_secs(30)),
             ..Config::default()
         };
-        Options { ranks, engine, link_capacity: 256 * 1024, wire: true }
+        Options { ranks, engine, link_capacity: 256 * 1024, wire: true, local_collectives: false }
     }
 }
 
@@ -235,6 +241,8 @@ struct World {
     capacity: usize,
     wire: bool,
     decoder: Decoder,
+    /// Where collectives meet, if they do in memory.
+    local: Option<Arc<LocalWorld>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -455,6 +463,10 @@ impl Transport for Loopback {
         }
     }
 
+    fn local_world(&self) -> Option<Arc<LocalWorld>> {
+        self.world.local.clone()
+    }
+
     fn poll_flush(&self, _cx: &mut std::task::Context<'_>) -> Poll<Result<()>> {
         // Frames are in the receivers' queues as soon as `send` returns.
         Poll::Ready(Ok(()))
@@ -614,6 +626,7 @@ where
         capacity: options.link_capacity.max(1),
         wire: options.wire,
         decoder: Decoder::new(options.engine.max_payload()),
+        local: options.local_collectives.then(|| LocalWorld::new(n)),
     });
     let endpoints: Vec<Endpoint> = (0..n)
         .map(|rank| {

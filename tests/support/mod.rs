@@ -7,9 +7,11 @@
 //! adjust and pass to `launch_with`) and `launch(ranks, f)` launches on it.
 //! A new transport is one more arm here.
 //!
-//! * `loopback`: the in-memory transport, frames as values;
+//! * `loopback`: the in-memory transport, frames as values; collectives
+//!   meet in memory, without messages;
 //! * `network_like`: frames encoded to bytes and decoded, small credit,
 //!   rendezvous data in small chunks, external32 between the ranks;
+//!   collectives exchange messages;
 //! * `quic`: every rank its own QUIC endpoint on 127.0.0.1, mutual TLS
 //!   under a job credential, frames on QUIC streams.
 //!
@@ -81,8 +83,10 @@ macro_rules! each_transport {
 
 /// Launch options for `ranks` ranks over QUIC: the engine's defaults (the
 /// link settings of the loopback do not apply).
+/// Its ranks are processes of their own as far as collectives go: they
+/// exchange messages (`local_collectives` is false).
 pub fn quic_options(ranks: usize) -> mpx::LaunchOptions {
-    mpx::LaunchOptions { engine: mpx_net::quic::Options::local().engine, ..mpx::LaunchOptions::ranks(ranks) }
+    mpx::LaunchOptions { engine: mpx_net::quic::Options::local().engine, local_collectives: false, ..mpx::LaunchOptions::ranks(ranks) }
 }
 
 /// `launch_with` over QUIC on 127.0.0.1, with `options`' ranks and engine

@@ -29,7 +29,10 @@ impl Comm {
     /// the communicator are not confused by it (each call has its own
     /// number).
     pub fn barrier(&self) -> Collective<'static> {
-        let call = Call::start(self);
+        let call = Call::begin(self);
+        if call.local().is_some() {
+            return super::local::barrier(call);
+        }
         let (n, me) = (call.size(), call.rank());
         // Round k: a signal to the rank 2^k ahead, one from the rank 2^k
         // behind, for ⌈log₂ n⌉ rounds. Every round's receive is posted

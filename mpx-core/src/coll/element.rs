@@ -86,6 +86,8 @@ pub(crate) mod sealed {
         fn dst_len(dst: &Self::Dst<'_>) -> usize;
         /// The datatype of one item of the destination.
         fn item_type(dst: &Self::Dst<'_>) -> Datatype;
+        /// The datatype of one item of the source.
+        fn src_item_type(src: &Self::Src<'_>) -> Datatype;
         /// Names the items, for error messages.
         fn name(dst: &Self::Dst<'_>) -> String;
         /// Checks that the source's items `items` lie in its memory.
@@ -131,6 +133,10 @@ impl<T: MpiType> sealed::Blocks for T {
     }
 
     fn item_type(_: &&mut [T]) -> Datatype {
+        T::datatype()
+    }
+
+    fn src_item_type(_: &&[T]) -> Datatype {
         T::datatype()
     }
 
@@ -182,6 +188,10 @@ impl sealed::Blocks for Described {
 
     fn item_type(dst: &RecvBuf<'_>) -> Datatype {
         dst.datatype.clone()
+    }
+
+    fn src_item_type(src: &SendBuf<'_>) -> Datatype {
+        src.datatype.clone()
     }
 
     fn name(dst: &RecvBuf<'_>) -> String {

@@ -48,6 +48,21 @@
 //! | [`reduce_scatter_block`](Comm::reduce_scatter_block), [`reduce_scatter`](Comm::reduce_scatter) | `reduce` to rank 0, then `scatter` |
 //! | [`Cart::neighbor_allgather`], [`Cart::neighbor_alltoall`] | one message to and from each neighbour, tagged with its direction |
 //!
+//! Where every rank of the world lives in one process (the loopback,
+//! `mpx_net::loopback`, unless its options turn `local_collectives` off:
+//! see [`LocalWorld`](crate::runtime::LocalWorld)), `barrier`, `bcast`, `allreduce`,
+//! `allgather` and `alltoall` (their in-place forms and `alltoallv` too)
+//! send no messages: each rank packs its part when the call starts and
+//! leaves it where the others take it from, in their own polls (see the
+//! `local` module: one wake-up per rank and call). The results are those
+//! of the algorithms above, bit for bit for reductions, and so are the
+//! errors a legal program can meet, with two differences: every rank
+//! checks every rank's part, so a disagreement fails every rank that
+//! sees it (over messages, only the ranks that receive from the rank that
+//! disagrees), and a rank that drops its future after the call started
+//! leaves its part for the others (but for a large allreduce's second
+//! round, which fails on the others).
+//!
 //! Topologies: [`dims_create`], [`Comm::cart_create`] and [`Cart`].
 //!
 //! Reductions combine contributions in rank order (rank 0's first), for
@@ -59,6 +74,7 @@
 mod barrier;
 mod cart;
 mod element;
+mod local;
 mod movement;
 mod op;
 mod reduce;
@@ -84,7 +100,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::{Delivered, SendMode};
 use crate::request::{Operation, Request};
-use crate::runtime::Shared;
+use crate::runtime::{CommCollectives, LocalComm, Shared};
 
 /// Values a collective reads: `&T` (one value; an array `&[T; N]` is one
 /// value of `N` elements), `&[T]` or `&Vec<T>` of an [`MpiType`], or a
@@ -190,8 +206,10 @@ pub struct Collective<'a> {
 
 /// Where a [`Collective`] is.
 enum Running<'a> {
-    /// This rank's part of the call, under way.
-    Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>, Call),
+    /// This rank's part of the call, under way, and whether the others
+    /// must be told if it fails (not when the ranks meet in this process:
+    /// each sees every part, see `local`).
+    Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>, Call, bool),
     /// Finished: the outcome, until it is taken.
     Done(Option<Result<()>>),
 }
@@ -203,7 +221,14 @@ impl<'a> Collective<'a> {
     /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        Collective { state: Running::Part(Box::pin(run), call) }
+        Collective { state: Running::Part(Box::pin(run), call, true) }
+    }
+
+    /// The collective `call`, whose ranks meet in this process (see
+    /// `local`), runs as `run`: every rank has left its part, so a failure
+    /// tells nobody anything.
+    pub(crate) fn met(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
+        Collective { state: Running::Part(Box::pin(run), call, false) }
     }
 }
 
@@ -211,9 +236,9 @@ impl Operation for Collective<'_> {
     type Output = Result<()>;
 
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let Running::Part(run, call) = &mut self.state {
+        if let Running::Part(run, call, tells) = &mut self.state {
             let outcome = std::task::ready!(run.as_mut().poll(cx));
-            if outcome.is_err() {
+            if outcome.is_err() && *tells {
                 call.give_up();
             }
             // Dropping the part releases the memory it borrowed.
@@ -236,7 +261,7 @@ impl Operation for Collective<'_> {
 
     fn progress(&self) -> Option<usize> {
         match &self.state {
-            Running::Part(_, call) => {
+            Running::Part(_, call, _) => {
                 call.shared().progress();
                 Some(Arc::as_ptr(call.shared()) as usize)
             }
@@ -289,20 +314,45 @@ pub(crate) struct Call {
     /// messages rather than take them for their own where the sizes
     /// happen to agree. Give-ups carry no signature, and stay as they are.
     salt: u64,
+    /// The call's number on its communicator.
+    number: u32,
+    /// Where the communicator's ranks meet, if they all live in this
+    /// process (see `local`).
+    local: Option<Arc<LocalComm>>,
 }
 
 impl Call {
-    /// Numbers a new collective on `comm`.
+    /// Numbers a new collective on `comm` that exchanges messages. Where
+    /// the communicator's ranks meet in this process (see `local`), it
+    /// leaves a part there that says so, which a rank that called a
+    /// collective that meets at this point reports as a mismatch (and
+    /// tells this rank of, by message).
     pub(crate) fn start(comm: &Comm) -> Call {
+        let call = Call::begin(comm);
+        call.mark_messages();
+        call
+    }
+
+    /// Numbers a new collective on `comm`: one that meets where the
+    /// communicator's ranks meet in this process ([`Call::local`]), and
+    /// exchanges messages elsewhere.
+    pub(crate) fn begin(comm: &Comm) -> Call {
         let context = comm.context | 1;
         let mut st = comm.shared.lock();
-        let next = st.collectives.entry(context).or_insert(0);
-        let number = *next;
-        *next = next.wrapping_add(1);
+        let entry = st.collectives.entry(context).or_insert_with(|| CommCollectives { next: 0, local: None });
+        let number = entry.next;
+        entry.next = number.wrapping_add(1);
+        if entry.local.is_none() {
+            if let Some(world) = &comm.shared.local {
+                entry.local = Some(world.comm(context, comm.group().world_ranks(), comm.rank()));
+            }
+        }
+        let local = entry.local.as_ref().map(|member| member.comm.clone());
         drop(st);
         // Each call has 64 tags to itself: its messages' sub-tags (a
         // neighbour collective's directions) never meet another call's.
-        Call { comm: comm.clone(), tag: ((u64::from(number) * Self::SUBTAGS) & 0x7fff_ffff) as i32, subtags: 1, salt: 0 }
+        let tag = ((u64::from(number) * Self::SUBTAGS) & 0x7fff_ffff) as i32;
+        Call { comm: comm.clone(), tag, subtags: 1, salt: 0, number, local }
     }
 
     /// Tags each call has for its messages.

@@ -9,7 +9,7 @@ use super::{check_len, guarded, sent, sent_after, Call, CollMut, CollRef, Collec
 use crate::comm::{RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::pack::disjoint::{check_parts, Access, Part};
-use crate::pack::{Region, RegionMut};
+use crate::pack::{Region, RegionMut, Repr};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -270,6 +270,25 @@ impl Bruck {
     }
 }
 
+/// An allgather, as `call`, around the [`Ring`] of the blocks `counts` and
+/// `displs` lay over every rank's `recv`; `send` is this rank's values,
+/// `None` (in place) where its block of `recv` holds them.
+fn allgather_blocks<'a, E: Element>(
+    call: Call,
+    checked: Result<()>,
+    send: Option<E::Src<'_>>,
+    mut recv: E::Dst<'a>,
+    counts: Vec<usize>,
+    displs: Vec<usize>,
+    what: &'static str,
+) -> Collective<'a> {
+    let started = checked.and_then(|()| match &send {
+        Some(send) => Ring::start::<E>(&call, send, &mut recv, &counts, &displs, what),
+        None => Ring::start_in_place::<E>(&call, &mut recv, &counts, &displs, what),
+    });
+    Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await })
+}
+
 /// `count` values at `displ` of a buffer of `len`, checked. A block of no
 /// values touches no memory, wherever its displacement points (MPI reads
 /// and writes nothing for it): it is the empty range at the buffer's
@@ -352,12 +371,13 @@ impl Comm {
     /// broadcast unfinished, and ranks below it in the tree wait in vain.
     pub fn bcast<'a, T: Element>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
         let mut buf = buf.values();
-        let call = Call::start(self);
+        let call = Call::begin(self);
         let count = T::dst_len(&buf);
-        let started = call
-            .check_root(root)
-            .and_then(|()| T::check_dst(&buf, 0..count))
-            .and_then(|()| Bcast::start::<T>(&call, root, count, &T::item_type(&buf), Some(&buf)));
+        let checked = call.check_root(root).and_then(|()| T::check_dst(&buf, 0..count));
+        if call.local().is_some() {
+            return super::local::bcast::<T>(call, checked, root, buf);
+        }
+        let started = checked.and_then(|()| Bcast::start::<T>(&call, root, count, &T::item_type(&buf), Some(&buf)));
         Collective::new(call.clone(), async move { started?.finish::<T>(&call, &mut buf).await })
     }
 
@@ -620,14 +640,23 @@ impl Comm {
     /// arguments say otherwise), by [`Bruck`] for small blocks and
     /// otherwise around the [`Ring`].
     fn allgather_even<'a, E: Element>(&self, count: Result<usize>, send: E::Src<'_>, mut recv: E::Dst<'a>, what: &'static str) -> Collective<'a> {
+        let call = Call::begin(self);
+        let n = call.size();
+        if call.local().is_some() {
+            let prepared = count.and_then(|count| {
+                let layout = || even_blocks(what, n, count, E::dst_len(&recv));
+                let (mine, ranges) = Ring::checked_blocks::<E>(&call, &send, &recv, layout, what)?;
+                Ok((ranges, E::pack(&send, mine, Repr::Native)?))
+            });
+            return super::local::allgather::<E>(call, prepared, recv);
+        }
         let even_count = *count.as_ref().unwrap_or(&0);
-        if Bruck::suits(self.size(), even_count, E::item_type(&recv).size()) {
-            let call = Call::start(self);
+        if Bruck::suits(n, even_count, E::item_type(&recv).size()) {
             let started = count.and_then(|count| Bruck::start::<E>(&call, &send, &mut recv, count, what));
             return Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await });
         }
-        let (counts, displs) = even(self.size(), even_count);
-        self.allgather_blocks::<E>(count.map(drop), Some(send), recv, counts, displs, what)
+        let (counts, displs) = even(n, even_count);
+        allgather_blocks::<E>(call, count.map(drop), Some(send), recv, counts, displs, what)
     }
 
     /// `MPI_Allgatherv`: as [`allgather`](Comm::allgather), rank `r`'s
@@ -655,27 +684,7 @@ impl Comm {
         counts: &[usize],
         displs: &[usize],
     ) -> Collective<'a> {
-        self.allgather_blocks::<T>(Ok(()), Some(send.values()), recv.values(), counts.to_vec(), displs.to_vec(), "allgatherv")
-    }
-
-    /// An allgather around the [`Ring`] of the blocks `counts` and
-    /// `displs` lay over every rank's `recv`; `send` is this rank's
-    /// values, `None` (in place) where its block of `recv` holds them.
-    fn allgather_blocks<'a, E: Element>(
-        &self,
-        checked: Result<()>,
-        send: Option<E::Src<'_>>,
-        mut recv: E::Dst<'a>,
-        counts: Vec<usize>,
-        displs: Vec<usize>,
-        what: &'static str,
-    ) -> Collective<'a> {
-        let call = Call::start(self);
-        let started = checked.and_then(|()| match &send {
-            Some(send) => Ring::start::<E>(&call, send, &mut recv, &counts, &displs, what),
-            None => Ring::start_in_place::<E>(&call, &mut recv, &counts, &displs, what),
-        });
-        Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await })
+        allgather_blocks::<T>(Call::start(self), Ok(()), Some(send.values()), recv.values(), counts.to_vec(), displs.to_vec(), "allgatherv")
     }
 
     /// Numbers a collective this rank cannot take part in (its arguments
@@ -781,15 +790,21 @@ impl Comm {
         mut recv: E::Dst<'a>,
         what: &'static str,
     ) -> Collective<'a> {
-        let call = Call::start(self);
+        let call = Call::begin(self);
         let (n, me) = (call.size(), call.rank());
-        let started = (|| -> Result<_> {
-            let (out, into) = layout?;
+        let layout = layout.and_then(|(out, into)| {
             check_src_blocks::<E>(&send, &out)?;
             check_dst_blocks::<E>(&recv, &into)?;
             if E::ONE_TYPE {
                 check_len(format_args!("{what}: this rank's block to itself"), into[me].len(), out[me].len())?;
             }
+            Ok((out, into))
+        });
+        if call.local().is_some() {
+            return super::local::alltoall::<E>(call, layout, send, recv);
+        }
+        let started = (|| -> Result<_> {
+            let (out, into) = layout?;
             // Each rank starts with its right neighbour, so that the ranks
             // do not all send to rank 0 first.
             let order = (1..n).map(|k| (me + k) % n);
@@ -1141,7 +1156,7 @@ impl Comm {
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     pub fn allgatherv_in_place<'a, T: Element>(&self, buf: impl CollMut<'a, T>, counts: &[usize], displs: &[usize]) -> Collective<'a> {
-        self.allgather_blocks::<T>(Ok(()), None, buf.values(), counts.to_vec(), displs.to_vec(), "allgatherv_in_place")
+        allgather_blocks::<T>(Call::start(self), Ok(()), None, buf.values(), counts.to_vec(), displs.to_vec(), "allgatherv_in_place")
     }
 }
 

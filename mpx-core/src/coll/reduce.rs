@@ -299,7 +299,10 @@ impl Comm {
     /// Not cancel-safe (see [`reduce`](Comm::reduce)).
     pub fn allreduce<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
         let (send, recv, op) = (send.values(), recv.values(), op.into());
-        let call = Call::start(self);
+        let call = Call::begin(self);
+        if call.local().is_some() {
+            return super::local::allreduce(call, send, recv, op);
+        }
         let n = call.size();
         if n > 1 && send.len() >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE {
             return scattered(call, send, recv, op);

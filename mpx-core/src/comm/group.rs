@@ -103,6 +103,11 @@ impl Group {
         Group { world: world.into() }
     }
 
+    /// The members' world ranks, in group order.
+    pub(crate) fn world_ranks(&self) -> Arc<[u32]> {
+        self.world.clone()
+    }
+
     /// Number of members.
     ///
     /// ```
@@ -431,7 +436,7 @@ type Groups = FxHashMap<u64, Arc<Members>>;
 
 /// The endpoint's count of collectives by collective context
 /// (`State::collectives`, kept by `coll::Call::start`).
-type Collectives = FxHashMap<u64, u32>;
+type Collectives = FxHashMap<u64, crate::runtime::CommCollectives>;
 
 /// A communicator's entries in its endpoint's state, for every
 /// communicator but the world: its members under its context and its

@@ -69,9 +69,9 @@ pub(crate) struct State {
     /// (see [`Shared::start_send`]).
     pub(crate) starting: Option<ReqId>,
     pub(crate) started: Option<(ReqId, Completion)>,
-    /// Collectives started on each communicator context: the next one's
-    /// number, which its messages' tags carry.
-    pub(crate) collectives: HashMap<u64, u32>,
+    /// Collectives started on each communicator context (see
+    /// [`CommCollectives`]).
+    pub(crate) collectives: HashMap<u64, CommCollectives>,
     /// The members of each communicator context over a subgroup of the
     /// world: a delivered message's sender is renumbered into its
     /// communicator's numbering as its receive takes it.
@@ -86,6 +86,15 @@ pub(crate) struct State {
     /// told once the lock is released ([`Transport::deliver_offered`]).
     pub(crate) offered: bool,
     pub(crate) bsend: BsendBuffer,
+}
+
+/// A communicator's collectives on this endpoint.
+pub(crate) struct CommCollectives {
+    /// The next call's number, which its messages' tags carry.
+    pub(crate) next: u32,
+    /// Where its collectives meet, if every member lives in this process
+    /// (see [`LocalWorld`](super::LocalWorld)); looked up at its first call.
+    pub(crate) local: Option<super::local::LocalMember>,
 }
 
 /// What a task waits for in [`Endpoint::connected`] or
@@ -127,6 +136,26 @@ pub(crate) struct Shared {
     /// was locked: their entries in `state` go at the next chance (see
     /// `comm::group::Registration`).
     pub(crate) retired: Mutex<Vec<u64>>,
+    /// Where collectives meet when every rank of the world lives in this
+    /// process ([`Transport::local_world`]).
+    pub(crate) local: Option<Arc<super::LocalWorld>>,
+}
+
+impl Drop for Shared {
+    /// A rank whose endpoint goes fails the collectives that wait for it.
+    fn drop(&mut self) {
+        self.leave_local();
+    }
+}
+
+impl Shared {
+    /// This rank takes part in no more collectives: those of its world's
+    /// ranks in this process that wait for its part fail.
+    pub(crate) fn leave_local(&self) {
+        if let Some(world) = &self.local {
+            world.leave(self.rank);
+        }
+    }
 }
 
 /// One rank's connection to the world; see the [module docs](super).
@@ -181,9 +210,11 @@ impl Endpoint {
             offered: false,
             bsend: BsendBuffer::default(),
         };
+        let local = transport.local_world();
         let shared = Arc::new(Shared {
             rank,
             size,
+            local,
             reprs: (0..size).map(|_| AtomicU8::new(Repr::External32 as u8)).collect(),
             transport: Box::new(transport),
             state: Mutex::new(state),
@@ -397,6 +428,7 @@ impl Endpoint {
             st.engine.farewell(false);
             self.shared.flush(&mut st);
         }
+        self.shared.leave_local();
         self.engine_state(Awaited::Flushed).await;
         self.close();
         std::future::poll_fn(|cx| self.shared.transport.poll_flush(cx)).await
@@ -405,6 +437,7 @@ impl Endpoint {
     /// Ends this rank's part at once, without waiting for its sends: for a
     /// program that failed or panicked. Peers learn it failed.
     pub fn abort(&self) {
+        self.shared.leave_local();
         {
             let mut st = self.shared.lock();
             st.engine.farewell(true);
@@ -421,6 +454,7 @@ impl Endpoint {
     /// Closes the endpoint: every operation still waiting, and every later
     /// one, fails with [`Error::Finalized`](crate::Error::Finalized).
     pub fn close(&self) {
+        self.shared.leave_local();
         let mut st = self.shared.lock();
         st.engine.close();
         st.wake_probes();

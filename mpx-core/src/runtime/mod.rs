@@ -10,9 +10,12 @@
 //! them is polled, and its waker is called once the lock is released.
 
 mod endpoint;
+mod local;
 mod transport;
 
 pub use endpoint::{Endpoint, WeakEndpoint};
+pub use local::LocalWorld;
 pub use transport::{SendError, Transport};
 
-pub(crate) use endpoint::{looking, Completion, Shared, Tracked};
+pub(crate) use endpoint::{looking, CommCollectives, Completion, Shared, Tracked};
+pub(crate) use local::{recycle, Block, LocalComm, Part, Seat};

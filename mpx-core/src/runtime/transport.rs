@@ -1,7 +1,10 @@
 //! The boundary between an endpoint and the network (or memory) that
 //! carries its frames.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use super::LocalWorld;
 
 use crate::error::{Error, Result};
 use crate::proto::wire::Frame;
@@ -84,5 +87,14 @@ pub trait Transport: Send + Sync + 'static {
     fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let _ = cx;
         Poll::Ready(Ok(()))
+    }
+
+    /// Where the collectives of a world whose ranks all live in this
+    /// process meet, without messages (see [`LocalWorld`]): every
+    /// endpoint of the world must get the same one, and every rank of the
+    /// world must be an endpoint of this process. The default, `None`,
+    /// has collectives exchange messages.
+    fn local_world(&self) -> Option<Arc<LocalWorld>> {
+        None
     }
 }

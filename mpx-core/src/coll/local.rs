@@ -1,0 +1,501 @@
+//! Collectives among ranks of one process, without messages.
+//!
+//! When every rank of the world lives in this process (the in-memory
+//! loopback: [`Transport::local_world`](crate::Transport::local_world)),
+//! `barrier`, `bcast`, `allreduce`, `allgather` and `alltoall` (with their
+//! in-place forms, and `alltoallv`) meet at their communicator's
+//! [`LocalComm`] instead of exchanging messages: each rank packs what it
+//! contributes when the call starts and leaves it there, then, once every
+//! rank has left its part, takes what it needs from the others' parts
+//! into its own memory, in its own future's poll. One wake-up per rank
+//! and call, against a message per step of the message algorithms.
+//!
+//! Every rank waits for every other's part, so a rank can never run ahead
+//! of the others by more than the calls it starts without awaiting them;
+//! only a broadcast's root, which has nothing to take, finishes once its
+//! data is there, while at most 16 calls on the communicator are open
+//! ([`RUN_AHEAD`]) and its data is under 64 KiB. Every rank checks every part (the root of a broadcast
+//! that has finished checks none): ranks that
+//! called another collective, or whose blocks hold other types or counts,
+//! are reported on every rank ([`Error::CollectiveMismatch`]), and a rank
+//! that gave up on the call (its arguments were wrong) leaves a part that
+//! says so. A rank gone without its part ([`LocalWorld::leave`]) fails the
+//! call on the others with [`Error::ProcessFailed`].
+//!
+//! Reductions combine the parts as the message algorithms do, so a
+//! program gets the same bits on every transport: below 64 KiB (and on 2
+//! ranks) in the binomial pattern in rank order of recursive doubling and
+//! of the binomial tree to rank 0, computed by every rank; from 64 KiB on
+//! 3 ranks or more, each rank combines one block (1/n of the values) by a
+//! left fold in rank order, as the reduce-scatter does, and leaves it at a
+//! second round, from which every rank copies every block. Every rank
+//! computes the same operations on the same operands: every rank gets the
+//! same bits.
+//!
+//! [`LocalWorld::leave`]: crate::runtime::LocalWorld
+//! [`LocalComm`]: crate::runtime::LocalComm
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::reduce::LARGE_ALLREDUCE;
+use super::{checked_into, Call, Collective, Element, Op};
+use crate::comm::data::Packed;
+use crate::comm::SendBuf;
+use crate::datatype::Datatype;
+use crate::error::{Error, Result};
+use crate::mpi_type::MpiType;
+use crate::pack::Repr;
+use crate::proto::engine::{Delivered, Envelope};
+use crate::runtime::{recycle, Block, LocalComm, Part, Seat};
+
+/// Rounds that may be open on a communicator when a broadcast's root
+/// leaves its data and finishes without waiting for the others: beyond
+/// that it waits for every rank's part, so a root broadcasting in a loop
+/// holds at most this many calls' data.
+const RUN_AHEAD: usize = 16;
+
+/// A root runs ahead only with less data than this: larger data is packed
+/// into large buffers, reused from one call to the next only when the
+/// others are done with them.
+const RUN_AHEAD_BYTES: u64 = 64 << 10;
+
+/// What a part says about one of its blocks: type signature and bytes.
+type Shape = (Option<(u64, u64)>, u64);
+
+/// The shape of blocks that carry no data (a barrier's, an alltoall's,
+/// whose blocks each receiver checks against its own).
+const NO_SHAPE: Shape = (None, 0);
+
+impl Call {
+    /// Where this call's ranks meet, if they all live in this process.
+    pub(crate) fn local(&self) -> Option<&Arc<LocalComm>> {
+        self.local.as_ref()
+    }
+
+    /// Leaves this rank's part of phase `phase` of the call.
+    fn meet(&self, phase: u8, kind: (&'static str, usize), shape: Shape, blocks: Result<Vec<Block>>) -> Seat {
+        self.meet_sharing(phase, kind, shape, blocks, None)
+    }
+
+    /// [`meet`](Call::meet) with blocks that are slices of `whole`.
+    fn meet_sharing(&self, phase: u8, kind: (&'static str, usize), shape: Shape, blocks: Result<Vec<Block>>, whole: Option<Bytes>) -> Seat {
+        let local = self.local.as_ref().expect("a call that meets has a meeting place");
+        let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
+        local.sit((self.number, phase), self.rank(), part)
+    }
+}
+
+/// Packed native data as a block.
+fn block(packed: Packed) -> Block {
+    debug_assert_eq!(packed.desc_len, 0, "native data carries no type description");
+    Block { data: packed.data, signature: packed.signature }
+}
+
+/// `count` items of `datatype`, as a block of them would be.
+fn shape_of(datatype: &Datatype, count: usize) -> Shape {
+    let signature = datatype.signature().repeat(count as u64);
+    (Some((signature.hash(), signature.len())), datatype.size().saturating_mul(count as u64))
+}
+
+fn shape_of_block(block: &Block) -> Shape {
+    (block.signature, block.data.len() as u64)
+}
+
+/// The kind of part a collective that exchanges messages leaves (see
+/// [`Call::start`]).
+const MESSAGES: (&str, usize) = ("a collective that exchanges messages", 0);
+
+impl Call {
+    /// Leaves word at this call's round, if the ranks meet in this
+    /// process, that this rank's collective exchanges messages instead.
+    pub(super) fn mark_messages(&self) {
+        if self.local.is_some() {
+            drop(self.meet(0, MESSAGES, NO_SHAPE, Ok(Vec::new())));
+        }
+    }
+}
+
+/// Checks every rank's part against this rank's `kind` and `shape`: the
+/// first that disagrees, or gave up, fails the call on this rank. A rank
+/// whose collective exchanges messages waits for this one's: it is told
+/// by message that this rank gave up.
+fn agree(call: &Call, parts: &[Part], kind: (&'static str, usize), shape: Shape) -> Result<()> {
+    let mismatch = |rank: usize, detail: String| Err(Error::CollectiveMismatch { rank, detail });
+    for (r, part) in parts.iter().enumerate() {
+        if let Err(why) = &part.blocks {
+            return mismatch(r, format!("it gave up on the collective: {why}"));
+        }
+        if part.kind != kind {
+            if part.kind == MESSAGES {
+                call.give_up();
+            }
+            let name = |(what, root): (&str, usize)| if what == "bcast" { format!("{what} from root {root}") } else { what.to_string() };
+            return mismatch(r, format!("it called {} where this rank called {}", name(part.kind), name(kind)));
+        }
+        if part.shape != shape {
+            let describe = |(signature, bytes): Shape| match signature {
+                Some((_, elements)) => format!("{elements} basic values ({bytes} bytes)"),
+                None => format!("{bytes} bytes"),
+            };
+            return mismatch(r, format!("its block holds {} where this rank's holds {}", describe(part.shape), describe(shape)));
+        }
+    }
+    Ok(())
+}
+
+/// Rank `from`'s block `k`, as a delivered message of native data.
+fn delivered(parts: &[Part], from: usize, k: usize) -> Delivered {
+    let block = parts[from].blocks.as_ref().ok().and_then(|b| b.get(k)).expect("parts agreed: every block is there");
+    let envelope = Envelope {
+        context: 0,
+        source: from as u32,
+        tag: 0,
+        signature: block.signature,
+        repr: Repr::Native,
+        len: block.data.len() as u64,
+        desc_len: 0,
+        seq: 0,
+    };
+    Delivered { envelope, data: block.data.clone(), desc: None, credit: 0 }
+}
+
+/// A collective whose part failed before it met: its part says so, and
+/// it fails at once.
+fn refused<'a>(call: Call, kind: (&'static str, usize), e: Error) -> Collective<'a> {
+    drop(call.meet(0, kind, NO_SHAPE, Err(e.clone())));
+    Collective::met(call, async move { Err(e) })
+}
+
+/// `MPI_Barrier`.
+pub(super) fn barrier(call: Call) -> Collective<'static> {
+    let kind = ("barrier", 0);
+    let seat = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()));
+    let at = call.clone();
+    Collective::met(call, async move { agree(&at, &seat.await?, kind, NO_SHAPE) })
+}
+
+/// `MPI_Bcast` of `buf` from `root`; `checked`: the arguments' checks.
+pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize, mut buf: E::Dst<'a>) -> Collective<'a> {
+    let kind = ("bcast", root);
+    if let Err(e) = checked {
+        return refused(call, kind, e);
+    }
+    let count = E::dst_len(&buf);
+    let shape = shape_of(&E::item_type(&buf), count);
+    let me = call.rank();
+    let blocks = if me == root { E::pack_dst(&buf, 0..count, Repr::Native).map(|p| vec![block(p)]) } else { Ok(Vec::new()) };
+    let seat = call.meet(0, kind, shape, blocks);
+    if me == root && shape.1 < RUN_AHEAD_BYTES && seat.open_rounds() <= RUN_AHEAD {
+        // The root has nothing to take: it is done once its data is there
+        // for the others (as a root whose sends went eagerly is), unless
+        // the others are too far behind.
+        drop(seat);
+        return Collective::met(call, async { Ok(()) });
+    }
+    let at = call.clone();
+    Collective::met(call, async move {
+        let parts = seat.await?;
+        agree(&at, &parts, kind, shape)?;
+        if me != root {
+            checked_into::<E>(delivered(&parts, root, 0), root, count, &mut buf, 0..count)?;
+        }
+        recycle(parts);
+        Ok(())
+    })
+}
+
+/// `MPI_Allgather`: `prepared` is each rank's block of `recv` and this
+/// rank's packed contribution (or why the arguments are wrong).
+pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<usize>>, Packed)>, mut recv: E::Dst<'a>) -> Collective<'a> {
+    let kind = ("allgather", 0);
+    let (ranges, mine) = match prepared {
+        Ok((ranges, packed)) => (ranges, block(packed)),
+        Err(e) => return refused(call, kind, e),
+    };
+    let shape = shape_of_block(&mine);
+    let seat = call.meet(0, kind, shape, Ok(vec![mine]));
+    let at = call.clone();
+    Collective::met(call, async move {
+        let parts = seat.await?;
+        agree(&at, &parts, kind, shape)?;
+        for (r, items) in ranges.into_iter().enumerate() {
+            checked_into::<E>(delivered(&parts, r, 0), r, items.len(), &mut recv, items)?;
+        }
+        recycle(parts);
+        Ok(())
+    })
+}
+
+/// An alltoall's blocks: those of the send buffer for each rank in turn,
+/// and those of the receive buffer each rank's block lands in.
+pub(super) type Layout = (Vec<Range<usize>>, Vec<Range<usize>>);
+
+/// `MPI_Alltoall` (and `v`): `layout` is the blocks of `send` for each
+/// rank in turn and those of `recv` each rank's block lands in, checked.
+pub(super) fn alltoall<'a, E: Element>(
+    call: Call,
+    layout: Result<Layout>,
+    send: E::Src<'_>,
+    mut recv: E::Dst<'a>,
+) -> Collective<'a> {
+    let kind = ("alltoall", 0);
+    let packed = layout.and_then(|(out, into)| {
+        // Blocks of one size, one after another from the start (an
+        // alltoall's): packed as one buffer, which each block is a slice
+        // of (one allocation, reused for the next call if large).
+        let c = out.first().map_or(0, Range::len);
+        if c > 0 && out.iter().enumerate().all(|(r, items)| items.start == r * c && items.len() == c) {
+            let whole = E::pack(&send, 0..out.len() * c, Repr::Native)?.data;
+            let bytes = whole.len() / out.len();
+            let signature = shape_of(&E::src_item_type(&send), c).0;
+            let blocks = (0..out.len()).map(|r| Block { data: whole.slice(r * bytes..(r + 1) * bytes), signature }).collect();
+            return Ok((into, blocks, Some(whole)));
+        }
+        let blocks = out.into_iter().map(|items| E::pack(&send, items, Repr::Native).map(block)).collect::<Result<Vec<_>>>()?;
+        Ok((into, blocks, None))
+    });
+    let (into, blocks, whole) = match packed {
+        Ok(packed) => packed,
+        Err(e) => return refused(call, kind, e),
+    };
+    let seat = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole);
+    let me = call.rank();
+    let at = call.clone();
+    Collective::met(call, async move {
+        let parts = seat.await?;
+        agree(&at, &parts, kind, NO_SHAPE)?;
+        for (r, items) in into.into_iter().enumerate() {
+            checked_into::<E>(delivered(&parts, r, me), r, items.len(), &mut recv, items)?;
+        }
+        recycle(parts);
+        Ok(())
+    })
+}
+
+/// `MPI_Allreduce` of `send` into `recv` with `op`.
+pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
+    let kind = ("allreduce", 0);
+    let (n, count) = (call.size(), send.len());
+    let checked = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count));
+    let mine = match checked.and_then(|()| SendBuf::typed(send).pack(Repr::Native)) {
+        Ok(packed) => block(packed),
+        Err(e) => return refused(call, kind, e),
+    };
+    let shape = shape_of_block(&mine);
+    let seat = call.meet(0, kind, shape, Ok(vec![mine]));
+    let blocks = n > 2 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
+    let at = call.clone();
+    if !blocks {
+        return Collective::met(call, async move {
+            let parts = seat.await?;
+            agree(&at, &parts, kind, shape)?;
+            let values = values_of::<T>(&parts, recv, 0..count)?;
+            combine_tree(&op, &values, recv)?;
+            drop(values);
+            recycle(parts);
+            Ok(())
+        });
+    }
+    // Each rank combines its own block of the values, leaves it at the
+    // call's second round, and copies every rank's from there. A rank that
+    // fails (or is dropped) before it leaves its block leaves word of it.
+    let me = call.rank();
+    let block_of = move |r: usize| {
+        let start = r * (count / n) + r.min(count % n);
+        start..start + count / n + usize::from(r < count % n)
+    };
+    let mut owed = Owed { call: Some(call.clone()) };
+    Collective::met(call, async move {
+        let first = async {
+            let parts = seat.await?;
+            agree(&at, &parts, kind, shape)?;
+            let values = values_of::<T>(&parts, recv, block_of(me))?;
+            combine_in_order(&op, &values, me, &mut recv[block_of(me)])?;
+            drop(values);
+            recycle(parts);
+            Ok(())
+        };
+        if let Err(e) = first.await {
+            // Every rank saw the parts this rank saw, and failed as it
+            // did: none waits at the second round.
+            owed.waive();
+            return Err(e);
+        }
+        let combined = block(SendBuf::typed(&recv[block_of(me)]).pack(Repr::Native)?);
+        let seat = owed.pay(kind, Ok(vec![combined]));
+        let parts = seat.await?;
+        for (r, part) in parts.iter().enumerate() {
+            if let Err(why) = &part.blocks {
+                return Err(Error::CollectiveMismatch { rank: r, detail: format!("it gave up on the collective: {why}") });
+            }
+        }
+        for r in (0..n).filter(|&r| r != me) {
+            let items = block_of(r);
+            let (len, expected) = (items.len(), shape_of(&T::datatype(), items.len()));
+            if parts[r].shape != expected {
+                return Err(Error::CollectiveMismatch { rank: r, detail: format!("its combined block is not {len} values") });
+            }
+            checked_into::<T>(delivered(&parts, r, 0), r, len, &mut &mut recv[..], items)?;
+        }
+        recycle(parts);
+        Ok(())
+    })
+}
+
+/// The second round a large allreduce owes the others: paid with this
+/// rank's combined block, or, if the rank's part ends first, with word
+/// that it gave up.
+struct Owed {
+    call: Option<Call>,
+}
+
+impl Owed {
+    /// Nobody waits for the second round: nothing is owed.
+    fn waive(&mut self) {
+        self.call = None;
+    }
+
+    fn pay(&mut self, kind: (&'static str, usize), blocks: Result<Vec<Block>>) -> Seat {
+        let call = self.call.take().expect("paid once");
+        let shape = match &blocks {
+            Ok(b) => shape_of_block(&b[0]),
+            Err(_) => NO_SHAPE,
+        };
+        call.meet(1, kind, shape, blocks)
+    }
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        if self.call.is_some() {
+            drop(self.pay(("allreduce", 0), Err(Error::InvalidArgument("its part ended before it combined its block".into()))));
+        }
+    }
+}
+
+/// Items `items` of every rank's values (as many as `template` holds, a
+/// buffer of that many): read where they lie in the parts if they are
+/// plain native values of `T` at its alignment, unpacked otherwise.
+fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usize>) -> Result<Vec<Cow<'p, [T]>>> {
+    let count = template.len();
+    let block = |r: usize| parts[r].blocks.as_ref().ok().and_then(|b| b.first()).expect("parts agreed: every block is there");
+    // The parts agreed on their shape (signature and length), so one
+    // check of native values holds for every part.
+    let first = block(0);
+    let envelope = Envelope { context: 0, source: 0, tag: 0, signature: first.signature, repr: Repr::Native, len: 0, desc_len: 0, seq: 0 };
+    let plain = crate::comm::native_values_of::<T>(&envelope, first.data.len(), &T::datatype_ref()) == Some(count);
+    (0..parts.len())
+        .map(|r| {
+            let data = &block(r).data;
+            if plain && data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
+                // SAFETY: the block's bytes are `count` native values of
+                // `T` (its signature and length say so, checked above), a
+                // type without padding that any bytes make valid, at `T`'s
+                // alignment; the slice borrows `parts`, which holds them.
+                let all = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<T>(), count) };
+                return Ok(Cow::Borrowed(&all[items.clone()]));
+            }
+            let mut all = template.to_vec();
+            checked_into::<T>(delivered(parts, r, 0), r, count, &mut &mut all[..], 0..count)?;
+            Ok(Cow::Owned(all[items.clone()].to_vec()))
+        })
+        .collect()
+}
+
+/// Combines every rank's `values` into `out`, the block of rank `me`, by a
+/// left fold in rank order, `((v₀ ∘ v₁) ∘ v₂) ∘ …`, with each operation's
+/// operands in the order the message algorithm for large data gives them
+/// for this block (see `reduce::scattered`): where `lower ∘ theirs` is
+/// `theirs ∘ lower` bit for bit, another rank's values fold in as
+/// `theirs ∘ lower`, this rank's own and the last rank's as `lower ∘ …`.
+fn combine_in_order<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], me: usize, out: &mut [T]) -> Result<()> {
+    let last = values.len() - 1;
+    let from_message = op.commutes_exactly();
+    let mut acc: Option<Vec<T>> = None;
+    for (r, theirs) in values[..last].iter().enumerate() {
+        if let Some(lower) = acc.as_mut().filter(|_| from_message && r != me) {
+            op.apply(theirs, lower)?;
+            continue;
+        }
+        let mut part = theirs.to_vec();
+        if let Some(lower) = acc.take() {
+            op.apply(&lower, &mut part)?;
+        }
+        acc = Some(part);
+    }
+    out.copy_from_slice(&values[last]);
+    match acc {
+        Some(lower) => op.apply(&lower, out),
+        None => Ok(()),
+    }
+}
+
+/// `into ∘ right`, into `into`, as the message algorithms for small data
+/// compute it (the lower ranks' values on the left); `spare` is memory
+/// for the result.
+fn combine<T: MpiType>(op: &Op<T>, into: &mut [T], right: &[T], spare: &mut Option<Vec<T>>) -> Result<()> {
+    let result = spare.get_or_insert_with(Vec::new);
+    result.clear();
+    result.extend_from_slice(right);
+    op.apply(into, result)?;
+    into.copy_from_slice(result);
+    Ok(())
+}
+
+/// Combines every rank's `values` into `out` in the binomial pattern in
+/// rank order (see [`partial`]).
+fn combine_tree<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], out: &mut [T]) -> Result<()> {
+    partial(op, values, 0, values.len().next_power_of_two(), out)
+}
+
+/// The partial result of the ranks from `r` in a subtree of `width`
+/// ranks, into `into`: rank `r`'s values, then for each `mask` below
+/// `width` the partial result of the `mask` ranks from `r + mask` on the
+/// right. This is what the binomial tree to rank 0 computes at rank `r`,
+/// and what recursive doubling computes everywhere on a power of two.
+fn partial<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], r: usize, width: usize, into: &mut [T]) -> Result<()> {
+    into.copy_from_slice(&values[r]);
+    let (mut scratch, mut spare): (Option<Vec<T>>, Option<Vec<T>>) = (None, None);
+    let mut mask = 1;
+    while mask < width && r + mask < values.len() {
+        let right: &[T] = if mask == 1 {
+            &values[r + 1]
+        } else {
+            let scratch = scratch.get_or_insert_with(|| into.to_vec());
+            partial(op, values, r + mask, mask, scratch)?;
+            scratch
+        };
+        combine(op, into, right, &mut spare)?;
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coll::SUM;
+
+    /// The pattern is the binomial tree's: on 4 ranks `(a∘b)∘(c∘d)`, on 3
+    /// `(a∘b)∘c`, on 6 `((a∘b)∘(c∘d))∘(e∘f)`; checked with values whose
+    /// float sum depends on the grouping.
+    #[test]
+    fn reductions_group_as_the_binomial_tree() {
+        let sum = |values: &[f64]| {
+            let values: Vec<Cow<'_, [f64]>> = values.iter().map(|v| Cow::Owned(vec![*v])).collect();
+            let mut out = [0.0];
+            combine_tree(&SUM.into(), &values, &mut out).unwrap();
+            out[0]
+        };
+        let (a, b, c, d, e, f) = (1e16, 1.0, -1e16, 1.0, 3.0, 1e-3);
+        assert_eq!(sum(&[a, b, c, d]).to_bits(), ((a + b) + (c + d)).to_bits());
+        assert_eq!(sum(&[a, b, c]).to_bits(), ((a + b) + c).to_bits());
+        assert_eq!(sum(&[a, b, c, d, e, f]).to_bits(), (((a + b) + (c + d)) + (e + f)).to_bits());
+        assert_eq!(sum(&[a, b, c, d, e, f, b]).to_bits(), (((a + b) + (c + d)) + ((e + f) + b)).to_bits());
+        assert_ne!(((a + b) + (c + d)).to_bits(), (((a + b) + c) + d).to_bits(), "the grouping shows in the bits");
+    }
+}

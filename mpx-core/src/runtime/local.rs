@@ -1,0 +1,519 @@
+//! A meeting place for the ranks of one world that share one process.
+//!
+//! Ranks in one process need no messages for a collective: each rank
+//! leaves its part of a call (the values it contributes, packed) at a
+//! *round* that every member of the communicator sees, and once every
+//! member has left one, each takes the others' parts from it. A transport
+//! whose ranks all live in one process (the in-memory loopback) hands its
+//! endpoints one [`LocalWorld`] ([`Transport::local_world`]); collectives
+//! on such endpoints meet there (see `coll::local`), on other transports
+//! they exchange messages.
+//!
+//! A round completes when every member has left its part. It fails, on
+//! the ranks waiting at it, when a member that has not left its part is
+//! gone: its endpoint finalized, aborted, closed or dropped
+//! ([`LocalWorld::leave`]). Parts are values the round owns (no part
+//! points into a caller's memory), so a rank may drop its future at any
+//! time: what it left stays for the others.
+//!
+//! [`Transport::local_world`]: super::Transport::local_world
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The ranks of one world that live in one process, as their transport
+/// sees them: where their collectives meet.
+///
+/// Ranks in one process need no messages for a collective: each rank
+/// leaves its part of a call (the values it contributes, packed) at a
+/// round every member of the communicator sees, and once every member has
+/// left one, each takes what it needs from the others' parts into its own
+/// memory, in its own future's poll. A round fails, on the ranks waiting
+/// at it, when a member that has not left its part is gone: its endpoint
+/// finalized, aborted, closed or dropped. Parts are values the round
+/// owns, so a rank may drop its future at any time: what it left stays
+/// for the others. A transport whose ranks all live in one process hands
+/// every endpoint of the world the same `LocalWorld`
+/// ([`Transport::local_world`](super::Transport::local_world)).
+///
+/// ```
+/// use mpx_core::runtime::LocalWorld;
+/// let world = LocalWorld::new(4);
+/// assert_eq!(world.ranks(), 4);
+/// ```
+pub struct LocalWorld {
+    /// Per world rank: its endpoint has gone.
+    gone: Arc<[AtomicBool]>,
+    /// The communicators whose collectives meet here, by collective
+    /// context and members (world ranks, in communicator order).
+    comms: Mutex<HashMap<CommKey, Arc<LocalComm>>>,
+}
+
+impl std::fmt::Debug for LocalWorld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LocalWorld({} ranks)", self.ranks())
+    }
+}
+
+impl LocalWorld {
+    /// A world of `ranks` ranks in this process, for their transport to
+    /// hand to each of their endpoints.
+    pub fn new(ranks: usize) -> Arc<LocalWorld> {
+        Arc::new(LocalWorld { gone: (0..ranks).map(|_| AtomicBool::new(false)).collect(), comms: Mutex::new(HashMap::new()) })
+    }
+
+    /// The number of ranks.
+    pub fn ranks(&self) -> usize {
+        self.gone.len()
+    }
+
+    /// The meeting place of the communicator with collective context
+    /// `context` and `members`, for its member `me` (a communicator rank),
+    /// who holds it until it drops the returned [`LocalMember`].
+    pub(crate) fn comm(self: &Arc<Self>, context: u64, members: Arc<[u32]>, me: usize) -> LocalMember {
+        let mut comms = lock(&self.comms);
+        let comm = comms
+            .entry((context, members.clone()))
+            .or_insert_with(|| {
+                let n = members.len();
+                Arc::new(LocalComm {
+                    world: Arc::downgrade(self),
+                    context,
+                    gone: self.gone.clone(),
+                    members,
+                    state: Mutex::new(CommState { rounds: Vec::new(), spare: Vec::new(), holders: vec![false; n] }),
+                })
+            })
+            .clone();
+        lock(&comm.state).holders[me] = true;
+        LocalMember { comm, me }
+    }
+
+    /// World rank `rank`'s endpoint has gone: every round that waits for
+    /// a part it has not left fails (its waiting ranks are woken to see
+    /// it), and it leaves no more parts. Once gone, a rank stays gone.
+    pub(crate) fn leave(&self, rank: u32) {
+        let Some(flag) = self.gone.get(rank as usize) else { return };
+        if flag.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let comms: Vec<Arc<LocalComm>> = lock(&self.comms).values().filter(|c| c.members.contains(&rank)).cloned().collect();
+        for comm in comms {
+            let (wakers, idle) = {
+                let mut st = lock(&comm.state);
+                let mut wakers = st.sweep(&comm);
+                st.rounds.iter_mut().flat_map(|(_, round)| round.wakers.iter_mut().filter_map(Option::take)).for_each(|w| wakers.push(w));
+                (wakers, st.is_idle())
+            };
+            wakers.wake();
+            if idle {
+                comm.remove_if_idle();
+            }
+        }
+    }
+}
+
+/// A communicator as its meeting place is known: its collective context
+/// and its members (world ranks, in communicator order).
+type CommKey = (u64, Arc<[u32]>);
+
+/// One member's hold on its communicator's meeting place: the
+/// communicator's entry in its endpoint keeps it. The place goes once no
+/// member holds it and no round is open there (a member that dropped its
+/// communicator may have left parts the others have yet to take).
+pub(crate) struct LocalMember {
+    pub(crate) comm: Arc<LocalComm>,
+    me: usize,
+}
+
+impl Drop for LocalMember {
+    fn drop(&mut self) {
+        let idle = {
+            let mut st = lock(&self.comm.state);
+            st.holders[self.me] = false;
+            st.is_idle()
+        };
+        if idle {
+            self.comm.remove_if_idle();
+        }
+    }
+}
+
+/// A communicator's meeting place: its rounds, by call number and phase.
+pub(crate) struct LocalComm {
+    world: Weak<LocalWorld>,
+    context: u64,
+    gone: Arc<[AtomicBool]>,
+    /// World ranks, in communicator order.
+    members: Arc<[u32]>,
+    state: Mutex<CommState>,
+}
+
+struct CommState {
+    /// The open rounds, oldest first: few (the calls ranks have started
+    /// and not all finished), so they are searched in order.
+    rounds: Vec<(RoundKey, Round)>,
+    /// Rounds gone, emptied, for the next ones (their lists kept).
+    spare: Vec<Round>,
+    /// Per member: it holds the place ([`LocalMember`]).
+    holders: Vec<bool>,
+}
+
+/// A collective call's number on its communicator, and the phase of the
+/// call (0 for calls of one phase).
+pub(crate) type RoundKey = (u32, u8);
+
+/// One phase of one collective call.
+struct Round {
+    /// Each member's part, once left.
+    parts: Vec<Option<Part>>,
+    arrived: usize,
+    /// Every part, once all have arrived.
+    complete: Option<Arc<[Part]>>,
+    /// Members done with the round (took the parts, failed, or dropped
+    /// their [`Seat`]).
+    done: usize,
+    /// Members waiting for the round to complete.
+    wakers: Vec<Option<Waker>>,
+}
+
+/// What one rank leaves at a round.
+#[derive(Debug)]
+pub(crate) struct Part {
+    /// The collective the rank called, and its root (0 where there is none).
+    pub(crate) kind: (&'static str, usize),
+    /// What one block of the rank's part holds (or, where it sends none,
+    /// would hold): its type signature and bytes. Every rank's must agree.
+    pub(crate) shape: (Option<(u64, u64)>, u64),
+    /// The rank's blocks, in this process's native representation: one
+    /// for every rank, one for each rank in turn, or none; `Err` if the
+    /// rank gave up on the call, saying why.
+    pub(crate) blocks: std::result::Result<Vec<Block>, String>,
+    /// The buffer the blocks are slices of, if they share one (kept to
+    /// be reused, see [`recycle`]).
+    pub(crate) whole: Option<Bytes>,
+}
+
+/// Packed values a rank leaves for others: native bytes and their type
+/// signature.
+#[derive(Debug, Clone)]
+pub(crate) struct Block {
+    pub(crate) data: Bytes,
+    pub(crate) signature: Option<(u64, u64)>,
+}
+
+impl LocalComm {
+    /// The number of members.
+    pub(crate) fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Leaves member `me`'s `part` at round `key`; the returned seat waits
+    /// for the round to complete. The member that completes it wakes the
+    /// others. A member whose endpoint has gone leaves nothing: its seat
+    /// fails with [`Error::Finalized`].
+    pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part) -> Seat {
+        let n = self.size();
+        let refused = |error| Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) };
+        if self.is_gone(me) {
+            return refused(Error::Finalized);
+        }
+        let (wakers, open) = {
+            let mut st = lock(&self.state);
+            if st.round(key).is_none() {
+                let round = st.spare.pop().unwrap_or_else(|| Round {
+                    parts: (0..n).map(|_| None).collect(),
+                    arrived: 0,
+                    complete: None,
+                    done: 0,
+                    wakers: (0..n).map(|_| None).collect(),
+                });
+                st.rounds.push((key, round));
+            }
+            let open = st.rounds.len();
+            let round = st.round(key).expect("there now");
+            if round.complete.is_some() || round.parts[me].is_some() {
+                // Only if this member's call numbers came round to a call
+                // still open, four billion calls ago.
+                drop(st);
+                return refused(Error::InvalidArgument(format!("collective call {} is still open on this communicator", key.0)));
+            }
+            round.parts[me] = Some(part);
+            round.arrived += 1;
+            let mut wakers = Wakers::default();
+            if round.arrived == n {
+                round.complete = Some(round.parts.iter_mut().map(|p| p.take().expect("every part arrived")).collect());
+                round.wakers.iter_mut().filter_map(Option::take).for_each(|w| wakers.push(w));
+            }
+            (wakers, open)
+        };
+        wakers.wake();
+        Seat { comm: self.clone(), key, me, done: false, open, refused: None }
+    }
+
+    /// Member `r`'s endpoint has gone.
+    fn is_gone(&self, r: usize) -> bool {
+        self.gone[self.members[r] as usize].load(Ordering::SeqCst)
+    }
+
+    /// Removes this place from its world if no member holds it and no
+    /// round is open there.
+    fn remove_if_idle(self: &Arc<Self>) {
+        let Some(world) = self.world.upgrade() else { return };
+        let mut comms = lock(&world.comms);
+        let key = (self.context, self.members.clone());
+        if comms.get(&key).is_some_and(|c| Arc::ptr_eq(c, self)) && lock(&self.state).is_idle() {
+            comms.remove(&key);
+        }
+    }
+}
+
+impl CommState {
+    fn round(&mut self, key: RoundKey) -> Option<&mut Round> {
+        self.rounds.iter_mut().find(|(k, _)| *k == key).map(|(_, round)| round)
+    }
+
+    /// No member holds the place and no round is open.
+    fn is_idle(&self) -> bool {
+        self.rounds.is_empty() && !self.holders.iter().any(|&held| held)
+    }
+
+    /// Member `me` is done with round `key` (see [`CommState::sweep`]);
+    /// returns wakers to drop once the lock is released.
+    fn done_with(&mut self, comm: &LocalComm, key: RoundKey) -> Wakers {
+        match self.round(key) {
+            Some(round) => {
+                round.done += 1;
+                self.sweep(comm)
+            }
+            None => Wakers::default(),
+        }
+    }
+
+    /// Removes the rounds nobody needs any more: those every member is
+    /// done with, and failed ones every member that left a part is done
+    /// with while every member that did not is gone (a member still
+    /// alive will come, and must find the others' parts there). Returns
+    /// the wakers they held, to drop once the lock is released (dropping
+    /// a waker may drop a task, whose futures may lock this place).
+    fn sweep(&mut self, comm: &LocalComm) -> Wakers {
+        let finished = |round: &Round| match &round.complete {
+            Some(parts) => round.done >= parts.len(),
+            None => {
+                let missing = || round.parts.iter().enumerate().filter(|(_, p)| p.is_none());
+                round.done >= round.arrived && missing().all(|(r, _)| comm.is_gone(r))
+            }
+        };
+        let mut dropped = Wakers::default();
+        while let Some(at) = self.rounds.iter().position(|(_, round)| finished(round)) {
+            let (_, mut round) = self.rounds.remove(at);
+            round.parts.iter_mut().for_each(|p| *p = None);
+            round.wakers.iter_mut().filter_map(Option::take).for_each(|w| dropped.push(w));
+            (round.arrived, round.complete, round.done) = (0, None, 0);
+            self.spare.push(round);
+        }
+        dropped
+    }
+}
+
+/// A member is done reading `parts`: if it was the last to hold them,
+/// their large buffers go to this thread's spare buffers for the next
+/// large pack (see [`spare`](crate::pack::spare)), so that a collective
+/// of large blocks called in a loop does not fault in fresh pages for
+/// every call.
+pub(crate) fn recycle(mut parts: Arc<[Part]>) {
+    let Some(parts) = Arc::get_mut(&mut parts) else { return };
+    let give = |data: Bytes| {
+        if data.len() >= crate::pack::spare::MIN {
+            if let Ok(buffer) = data.try_into_mut() {
+                crate::pack::spare::give(Vec::from(buffer));
+            }
+        }
+    };
+    for part in parts.iter_mut() {
+        // The blocks first: slices of `whole` go before it is given.
+        if let Ok(blocks) = &mut part.blocks {
+            blocks.drain(..).for_each(|block| give(block.data));
+        }
+        part.whole.take().map(give);
+    }
+}
+
+/// Wakers to wake (or drop) once a lock is released: the first without
+/// an allocation (most rounds wake one member; the last to arrive wakes
+/// the others).
+#[derive(Default)]
+struct Wakers {
+    first: Option<Waker>,
+    rest: Vec<Waker>,
+}
+
+impl Wakers {
+    fn push(&mut self, waker: Waker) {
+        match self.first {
+            None => self.first = Some(waker),
+            Some(_) => self.rest.push(waker),
+        }
+    }
+
+    fn wake(self) {
+        self.first.into_iter().chain(self.rest).for_each(Waker::wake);
+    }
+}
+
+/// A member's place at a round, waiting for every part: a future of
+/// them all, in rank order.
+///
+/// # Cancel safety
+/// Dropping it is sound at any time; the part this member left stays for
+/// the others.
+#[must_use = "a seat waits for the round only when awaited"]
+pub(crate) struct Seat {
+    comm: Arc<LocalComm>,
+    key: RoundKey,
+    me: usize,
+    /// Done with the round (or never at it).
+    done: bool,
+    /// Rounds open on the communicator when this member sat down, this
+    /// one included.
+    open: usize,
+    /// Why this member could not leave its part, until the seat reports it.
+    refused: Option<Error>,
+}
+
+impl Seat {
+    /// Rounds open on the communicator when this member left its part,
+    /// its own included: how far the slowest member is behind.
+    pub(crate) fn open_rounds(&self) -> usize {
+        self.open
+    }
+
+    /// Done with the round: returns what to drop once the lock is released.
+    fn finish(&mut self, st: &mut CommState) -> (Wakers, bool) {
+        self.done = true;
+        let dropped = st.done_with(&self.comm, self.key);
+        (dropped, st.is_idle())
+    }
+
+    /// After [`finish`](Seat::finish), with the lock released.
+    fn finished(&self, (dropped, idle): (Wakers, bool)) {
+        drop(dropped);
+        if idle {
+            self.comm.remove_if_idle();
+        }
+    }
+}
+
+impl std::future::Future for Seat {
+    type Output = Result<Arc<[Part]>>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Arc<[Part]>>> {
+        let this = &mut *self;
+        if let Some(error) = this.refused.take() {
+            return Poll::Ready(Err(error));
+        }
+        assert!(!this.done, "a seat polled after it finished");
+        let comm = this.comm.clone();
+        let mut st = lock(&comm.state);
+        let outcome = match st.round(this.key) {
+            // This member's own endpoint has gone: as every operation on
+            // it, the call fails.
+            Some(_) if comm.is_gone(this.me) => Err(Error::Finalized),
+            Some(round) => match &round.complete {
+                Some(parts) => Ok(parts.clone()),
+                None => match round.parts.iter().enumerate().find(|&(r, p)| p.is_none() && comm.is_gone(r)) {
+                    Some((r, _)) => Err(Error::ProcessFailed { rank: r, reason: "it ended without taking part in the collective".into(), cause: None }),
+                    None => {
+                        let old = match &mut round.wakers[this.me] {
+                            Some(waker) if waker.will_wake(cx.waker()) => None,
+                            slot => slot.replace(cx.waker().clone()),
+                        };
+                        drop(st);
+                        drop(old);
+                        return Poll::Pending;
+                    }
+                },
+            },
+            None => Err(Error::InvalidArgument(format!("collective call {} is no longer open on this communicator", this.key.0))),
+        };
+        let after = this.finish(&mut st);
+        drop(st);
+        this.finished(after);
+        Poll::Ready(outcome)
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if !self.done {
+            let comm = self.comm.clone();
+            let mut st = lock(&comm.state);
+            let waker = st.round(self.key).and_then(|round| round.wakers[self.me].take());
+            let after = self.finish(&mut st);
+            drop(st);
+            drop(waker);
+            self.finished(after);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::pin::pin;
+
+    fn part(kind: &'static str) -> Part {
+        Part { kind: (kind, 0), shape: (None, 0), blocks: Ok(Vec::new()), whole: None }
+    }
+
+    fn poll(seat: &mut Seat) -> Poll<Result<Arc<[Part]>>> {
+        pin!(seat).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// A round completes once every member has left its part, whatever
+    /// the order, and goes once every member is done with it; a member
+    /// gone before leaving its part fails the others; one gone after it
+    /// does not.
+    #[test]
+    fn rounds_complete_fail_and_go() {
+        let world = LocalWorld::new(3);
+        let members: Arc<[u32]> = Arc::from(vec![2, 0, 1]);
+        let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(7, members.clone(), me)).collect();
+        let comm = holds[0].comm.clone();
+        let mut a = comm.sit((0, 0), 2, part("barrier"));
+        let mut b = comm.sit((0, 0), 0, part("barrier"));
+        assert!(poll(&mut a).is_pending());
+        drop(b);
+        let mut c = comm.sit((0, 0), 1, part("barrier"));
+        let parts = match poll(&mut c) {
+            Poll::Ready(Ok(parts)) => parts,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(parts.len(), 3);
+        assert!(matches!(poll(&mut a), Poll::Ready(Ok(_))));
+        assert!(lock(&comm.state).rounds.is_empty(), "every member done: the round goes");
+        // World rank 1 (member 2) leaves after its part, world rank 0
+        // (member 1) before: the round fails naming member 1.
+        b = comm.sit((1, 0), 2, part("barrier"));
+        world.leave(1);
+        let mut d = comm.sit((1, 0), 0, part("barrier"));
+        assert!(poll(&mut d).is_pending());
+        world.leave(0);
+        assert!(matches!(poll(&mut d), Poll::Ready(Err(Error::ProcessFailed { rank: 1, .. }))));
+        drop(b);
+        assert!(lock(&comm.state).rounds.is_empty(), "the members that came are done: the failed round goes");
+        drop(holds);
+        assert!(lock(&world.comms).is_empty(), "no member holds the place: it goes");
+    }
+}
