@@ -1314,6 +1314,30 @@ mod meeting {
         assert!(matches!(&outcomes[1], Some(mpx::Error::CollectiveMismatch { rank: 0, .. })), "{outcomes:?}");
     }
 
+    /// Allgather and alltoall meet only for blocks under 256 KiB, and
+    /// exchange messages for larger ones: ranks whose counts disagree
+    /// across that size fail, every one, none waiting forever (those that
+    /// meet find the other's word that it exchanges messages, and tell it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn counts_that_disagree_across_the_size_that_meets_fail_every_rank() {
+        for which in [Which::Allgather, Which::Alltoall] {
+            for odd in 0..3 {
+                let outcomes = returns(launch_with(3, move |comm| async move {
+                    // 20,000 doubles are 160,000 bytes; 40,000 are 320,000.
+                    let values = if comm.rank() == odd { 40_000 } else { 20_000 };
+                    Ok(run(&comm, which, values).await.err())
+                }))
+                .await;
+                for (rank, outcome) in outcomes.iter().enumerate() {
+                    assert!(outcome.is_some(), "{which:?}, rank {odd} odd: rank {rank} must fail");
+                    if rank != odd {
+                        assert!(matches!(outcome, Some(mpx::Error::CollectiveMismatch { rank, .. }) if *rank == odd), "{which:?}: {outcome:?}");
+                    }
+                }
+            }
+        }
+    }
+
     /// A broadcast's root finishes once its data is there, up to 16 calls
     /// ahead of the slowest rank, then waits; every rank gets every call's
     /// data, in order.

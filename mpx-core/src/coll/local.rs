@@ -3,7 +3,8 @@
 //! When every rank of the world lives in this process (the in-memory
 //! loopback: [`Transport::local_world`](crate::Transport::local_world)),
 //! `barrier`, `bcast`, `allreduce`, `allgather` and `alltoall` (with their
-//! in-place forms, and `alltoallv`) meet at their communicator's
+//! in-place forms, and `alltoallv`; `allgather` and `alltoall` only for
+//! blocks under 256 KiB, see [`MEET_BELOW`]) meet at their communicator's
 //! [`LocalComm`] instead of exchanging messages: each rank packs what it
 //! contributes when the call starts and leaves it there, then, once every
 //! rank has left its part, takes what it needs from the others' parts
@@ -63,6 +64,43 @@ const RUN_AHEAD: usize = 16;
 /// others are done with them.
 const RUN_AHEAD_BYTES: u64 = 64 << 10;
 
+/// Blocks of this many bytes or more (the same on every rank of a legal
+/// call) make `allgather` and `alltoall` exchange messages even where the
+/// ranks meet: every rank reads every other's large block after all have
+/// packed theirs, cold in the cache, where the ring and the pairwise
+/// exchange copy each block while it is fresh (at 1 MiB per rank on 4
+/// ranks, meeting took 1.3-1.6 times as long). A call whose ranks choose
+/// differently (their counts disagree) fails: the ranks that meet find
+/// the others' word that they exchange messages, and tell them.
+const MEET_BELOW: u64 = 256 << 10;
+
+/// Whether an `allgather` or `alltoall` of blocks of `block_bytes` meets
+/// where the ranks can (see [`MEET_BELOW`]).
+pub(super) fn meets(block_bytes: u64) -> bool {
+    block_bytes < MEET_BELOW
+}
+
+/// The collective a part is of, and its root: `(code, root)`, the codes
+/// those of [`name`].
+type Kind = (u8, usize);
+const BARRIER: u8 = 0;
+const BCAST: u8 = 1;
+const ALLGATHER: u8 = 2;
+const ALLTOALL: u8 = 3;
+const ALLREDUCE: u8 = 4;
+
+/// A kind of part, for error messages.
+fn name((code, root): Kind) -> String {
+    match code {
+        BARRIER => "barrier".into(),
+        BCAST => format!("bcast from root {root}"),
+        ALLGATHER => "allgather".into(),
+        ALLTOALL => "alltoall".into(),
+        ALLREDUCE => "allreduce".into(),
+        _ => "a collective that exchanges messages".into(),
+    }
+}
+
 /// What a part says about one of its blocks: type signature and bytes.
 type Shape = (Option<(u64, u64)>, u64);
 
@@ -77,12 +115,12 @@ impl Call {
     }
 
     /// Leaves this rank's part of phase `phase` of the call.
-    fn meet(&self, phase: u8, kind: (&'static str, usize), shape: Shape, blocks: Result<Vec<Block>>) -> Seat {
+    fn meet(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>) -> Seat {
         self.meet_sharing(phase, kind, shape, blocks, None)
     }
 
     /// [`meet`](Call::meet) with blocks that are slices of `whole`.
-    fn meet_sharing(&self, phase: u8, kind: (&'static str, usize), shape: Shape, blocks: Result<Vec<Block>>, whole: Option<Bytes>) -> Seat {
+    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Option<Bytes>) -> Seat {
         let local = self.local.as_ref().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
         local.sit((self.number, phase), self.rank(), part)
@@ -107,7 +145,7 @@ fn shape_of_block(block: &Block) -> Shape {
 
 /// The kind of part a collective that exchanges messages leaves (see
 /// [`Call::start`]).
-const MESSAGES: (&str, usize) = ("a collective that exchanges messages", 0);
+const MESSAGES: Kind = (5, 0);
 
 impl Call {
     /// Leaves word at this call's round, if the ranks meet in this
@@ -123,7 +161,7 @@ impl Call {
 /// first that disagrees, or gave up, fails the call on this rank. A rank
 /// whose collective exchanges messages waits for this one's: it is told
 /// by message that this rank gave up.
-fn agree(call: &Call, parts: &[Part], kind: (&'static str, usize), shape: Shape) -> Result<()> {
+fn agree(call: &Call, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
     let mismatch = |rank: usize, detail: String| Err(Error::CollectiveMismatch { rank, detail });
     for (r, part) in parts.iter().enumerate() {
         if let Err(why) = &part.blocks {
@@ -133,7 +171,6 @@ fn agree(call: &Call, parts: &[Part], kind: (&'static str, usize), shape: Shape)
             if part.kind == MESSAGES {
                 call.give_up();
             }
-            let name = |(what, root): (&str, usize)| if what == "bcast" { format!("{what} from root {root}") } else { what.to_string() };
             return mismatch(r, format!("it called {} where this rank called {}", name(part.kind), name(kind)));
         }
         if part.shape != shape {
@@ -165,22 +202,21 @@ fn delivered(parts: &[Part], from: usize, k: usize) -> Delivered {
 
 /// A collective whose part failed before it met: its part says so, and
 /// it fails at once.
-fn refused<'a>(call: Call, kind: (&'static str, usize), e: Error) -> Collective<'a> {
+fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
     drop(call.meet(0, kind, NO_SHAPE, Err(e.clone())));
-    Collective::met(call, async move { Err(e) })
+    Collective::met(async move { Err(e) })
 }
 
 /// `MPI_Barrier`.
 pub(super) fn barrier(call: Call) -> Collective<'static> {
-    let kind = ("barrier", 0);
+    let kind = (BARRIER, 0);
     let seat = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()));
-    let at = call.clone();
-    Collective::met(call, async move { agree(&at, &seat.await?, kind, NO_SHAPE) })
+    Collective::met(async move { agree(&call, &seat.await?, kind, NO_SHAPE) })
 }
 
 /// `MPI_Bcast` of `buf` from `root`; `checked`: the arguments' checks.
 pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize, mut buf: E::Dst<'a>) -> Collective<'a> {
-    let kind = ("bcast", root);
+    let kind = (BCAST, root);
     if let Err(e) = checked {
         return refused(call, kind, e);
     }
@@ -194,12 +230,11 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         // for the others (as a root whose sends went eagerly is), unless
         // the others are too far behind.
         drop(seat);
-        return Collective::met(call, async { Ok(()) });
+        return Collective::met(async { Ok(()) });
     }
-    let at = call.clone();
-    Collective::met(call, async move {
+    Collective::met(async move {
         let parts = seat.await?;
-        agree(&at, &parts, kind, shape)?;
+        agree(&call, &parts, kind, shape)?;
         if me != root {
             checked_into::<E>(delivered(&parts, root, 0), root, count, &mut buf, 0..count)?;
         }
@@ -211,17 +246,16 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
 /// `MPI_Allgather`: `prepared` is each rank's block of `recv` and this
 /// rank's packed contribution (or why the arguments are wrong).
 pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<usize>>, Packed)>, mut recv: E::Dst<'a>) -> Collective<'a> {
-    let kind = ("allgather", 0);
+    let kind = (ALLGATHER, 0);
     let (ranges, mine) = match prepared {
         Ok((ranges, packed)) => (ranges, block(packed)),
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
     let seat = call.meet(0, kind, shape, Ok(vec![mine]));
-    let at = call.clone();
-    Collective::met(call, async move {
+    Collective::met(async move {
         let parts = seat.await?;
-        agree(&at, &parts, kind, shape)?;
+        agree(&call, &parts, kind, shape)?;
         for (r, items) in ranges.into_iter().enumerate() {
             checked_into::<E>(delivered(&parts, r, 0), r, items.len(), &mut recv, items)?;
         }
@@ -242,7 +276,7 @@ pub(super) fn alltoall<'a, E: Element>(
     send: E::Src<'_>,
     mut recv: E::Dst<'a>,
 ) -> Collective<'a> {
-    let kind = ("alltoall", 0);
+    let kind = (ALLTOALL, 0);
     let packed = layout.and_then(|(out, into)| {
         // Blocks of one size, one after another from the start (an
         // alltoall's): packed as one buffer, which each block is a slice
@@ -264,10 +298,9 @@ pub(super) fn alltoall<'a, E: Element>(
     };
     let seat = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole);
     let me = call.rank();
-    let at = call.clone();
-    Collective::met(call, async move {
+    Collective::met(async move {
         let parts = seat.await?;
-        agree(&at, &parts, kind, NO_SHAPE)?;
+        agree(&call, &parts, kind, NO_SHAPE)?;
         for (r, items) in into.into_iter().enumerate() {
             checked_into::<E>(delivered(&parts, r, me), r, items.len(), &mut recv, items)?;
         }
@@ -278,7 +311,7 @@ pub(super) fn alltoall<'a, E: Element>(
 
 /// `MPI_Allreduce` of `send` into `recv` with `op`.
 pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
-    let kind = ("allreduce", 0);
+    let kind = (ALLREDUCE, 0);
     let (n, count) = (call.size(), send.len());
     let checked = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count));
     let mine = match checked.and_then(|()| SendBuf::typed(send).pack(Repr::Native)) {
@@ -288,11 +321,10 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
     let shape = shape_of_block(&mine);
     let seat = call.meet(0, kind, shape, Ok(vec![mine]));
     let blocks = n > 2 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
-    let at = call.clone();
     if !blocks {
-        return Collective::met(call, async move {
+        return Collective::met(async move {
             let parts = seat.await?;
-            agree(&at, &parts, kind, shape)?;
+            agree(&call, &parts, kind, shape)?;
             let values = values_of::<T>(&parts, recv, 0..count)?;
             combine_tree(&op, &values, recv)?;
             drop(values);
@@ -309,10 +341,10 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
         start..start + count / n + usize::from(r < count % n)
     };
     let mut owed = Owed { call: Some(call.clone()) };
-    Collective::met(call, async move {
+    Collective::met(async move {
         let first = async {
             let parts = seat.await?;
-            agree(&at, &parts, kind, shape)?;
+            agree(&call, &parts, kind, shape)?;
             let values = values_of::<T>(&parts, recv, block_of(me))?;
             combine_in_order(&op, &values, me, &mut recv[block_of(me)])?;
             drop(values);
@@ -359,7 +391,7 @@ impl Owed {
         self.call = None;
     }
 
-    fn pay(&mut self, kind: (&'static str, usize), blocks: Result<Vec<Block>>) -> Seat {
+    fn pay(&mut self, kind: Kind, blocks: Result<Vec<Block>>) -> Seat {
         let call = self.call.take().expect("paid once");
         let shape = match &blocks {
             Ok(b) => shape_of_block(&b[0]),
@@ -372,7 +404,7 @@ impl Owed {
 impl Drop for Owed {
     fn drop(&mut self) {
         if self.call.is_some() {
-            drop(self.pay(("allreduce", 0), Err(Error::InvalidArgument("its part ended before it combined its block".into()))));
+            drop(self.pay((ALLREDUCE, 0), Err(Error::InvalidArgument("its part ended before it combined its block".into()))));
         }
     }
 }

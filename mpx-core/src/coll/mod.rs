@@ -51,8 +51,9 @@
 //! Where every rank of the world lives in one process (the loopback,
 //! `mpx_net::loopback`, unless its options turn `local_collectives` off:
 //! see [`LocalWorld`](crate::runtime::LocalWorld)), `barrier`, `bcast`, `allreduce`,
-//! `allgather` and `alltoall` (their in-place forms and `alltoallv` too)
-//! send no messages: each rank packs its part when the call starts and
+//! `allgather` and `alltoall` (their in-place forms and `alltoallv` too;
+//! `allgather` and `alltoall` of blocks under 256 KiB) send no messages:
+//! each rank packs its part when the call starts and
 //! leaves it where the others take it from, in their own polls (see the
 //! `local` module: one wake-up per rank and call). The results are those
 //! of the algorithms above, bit for bit for reductions, and so are the
@@ -206,10 +207,11 @@ pub struct Collective<'a> {
 
 /// Where a [`Collective`] is.
 enum Running<'a> {
-    /// This rank's part of the call, under way, and whether the others
-    /// must be told if it fails (not when the ranks meet in this process:
-    /// each sees every part, see `local`).
-    Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>, Call, bool),
+    /// This rank's part of the call, under way, and the call if it
+    /// exchanges messages (its endpoint progresses, and the others are
+    /// told if this rank's part fails); `None` for a call whose ranks meet
+    /// in this process (see `local`: each sees every part).
+    Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>, Option<Call>),
     /// Finished: the outcome, until it is taken.
     Done(Option<Result<()>>),
 }
@@ -221,14 +223,14 @@ impl<'a> Collective<'a> {
     /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        Collective { state: Running::Part(Box::pin(run), call, true) }
+        Collective { state: Running::Part(Box::pin(run), Some(call)) }
     }
 
-    /// The collective `call`, whose ranks meet in this process (see
-    /// `local`), runs as `run`: every rank has left its part, so a failure
-    /// tells nobody anything.
-    pub(crate) fn met(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        Collective { state: Running::Part(Box::pin(run), call, false) }
+    /// A collective whose ranks meet in this process (see `local`) runs
+    /// as `run`: every rank has left its part, so a failure tells nobody
+    /// anything, and no endpoint needs to progress for it.
+    pub(crate) fn met(run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
+        Collective { state: Running::Part(Box::pin(run), None) }
     }
 }
 
@@ -236,9 +238,9 @@ impl Operation for Collective<'_> {
     type Output = Result<()>;
 
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let Running::Part(run, call, tells) = &mut self.state {
+        if let Running::Part(run, call) = &mut self.state {
             let outcome = std::task::ready!(run.as_mut().poll(cx));
-            if outcome.is_err() && *tells {
+            if let (Err(_), Some(call)) = (&outcome, call) {
                 call.give_up();
             }
             // Dropping the part releases the memory it borrowed.
@@ -261,11 +263,11 @@ impl Operation for Collective<'_> {
 
     fn progress(&self) -> Option<usize> {
         match &self.state {
-            Running::Part(_, call, _) => {
+            Running::Part(_, Some(call)) => {
                 call.shared().progress();
                 Some(Arc::as_ptr(call.shared()) as usize)
             }
-            Running::Done(_) => None,
+            Running::Part(_, None) | Running::Done(_) => None,
         }
     }
 

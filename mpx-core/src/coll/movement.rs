@@ -642,7 +642,8 @@ impl Comm {
     fn allgather_even<'a, E: Element>(&self, count: Result<usize>, send: E::Src<'_>, mut recv: E::Dst<'a>, what: &'static str) -> Collective<'a> {
         let call = Call::begin(self);
         let n = call.size();
-        if call.local().is_some() {
+        let block_bytes = E::item_type(&recv).size().saturating_mul(*count.as_ref().unwrap_or(&0) as u64);
+        if call.local().is_some() && super::local::meets(block_bytes) {
             let prepared = count.and_then(|count| {
                 let layout = || even_blocks(what, n, count, E::dst_len(&recv));
                 let (mine, ranges) = Ring::checked_blocks::<E>(&call, &send, &recv, layout, what)?;
@@ -650,6 +651,7 @@ impl Comm {
             });
             return super::local::allgather::<E>(call, prepared, recv);
         }
+        call.mark_messages();
         let even_count = *count.as_ref().unwrap_or(&0);
         if Bruck::suits(n, even_count, E::item_type(&recv).size()) {
             let started = count.and_then(|count| Bruck::start::<E>(&call, &send, &mut recv, count, what));
@@ -739,7 +741,8 @@ impl Comm {
         let layout = check_len("alltoall: the send buffer", send_len, n * scount)
             .and_then(|()| check_len("alltoall: the receive buffer", recv_len, n * rcount))
             .and_then(|()| Ok((even_blocks(what, n, scount, send_len)?, even_blocks(what, n, rcount, recv_len)?)));
-        self.alltoall_blocks::<T>(layout, send, recv, what)
+        let block_bytes = T::src_item_type(&send).size().saturating_mul(scount as u64);
+        self.alltoall_blocks::<T>(layout, send, recv, Some(block_bytes), what)
     }
 
     /// `MPI_Alltoallv`: `scounts[r]` values at `sdispls[r]` of each rank's
@@ -776,18 +779,21 @@ impl Comm {
         let (send, recv, n, what) = (send.values(), recv.values(), self.size(), "alltoallv");
         let layout = blocks(what, n, scounts, sdispls, T::src_len(&send), false)
             .and_then(|out| Ok((out, blocks(what, n, rcounts, rdispls, T::dst_len(&recv), true)?)));
-        self.alltoall_blocks::<T>(layout, send, recv, what)
+        self.alltoall_blocks::<T>(layout, send, recv, None, what)
     }
 
     /// An alltoall of the blocks `layout` gives (an error if the arguments
     /// say otherwise): those of `send` each rank sends to, then those of
-    /// `recv` each rank's block lands in.
+    /// `recv` each rank's block lands in. `block_bytes`: the bytes of every
+    /// block, where every rank's blocks have the same (`alltoall`), which
+    /// may then choose messages for large blocks where ranks meet.
     #[allow(clippy::type_complexity)]
     fn alltoall_blocks<'a, E: Element>(
         &self,
         layout: Result<(Vec<Range<usize>>, Vec<Range<usize>>)>,
         send: E::Src<'_>,
         mut recv: E::Dst<'a>,
+        block_bytes: Option<u64>,
         what: &'static str,
     ) -> Collective<'a> {
         let call = Call::begin(self);
@@ -800,9 +806,10 @@ impl Comm {
             }
             Ok((out, into))
         });
-        if call.local().is_some() {
+        if call.local().is_some() && block_bytes.is_none_or(super::local::meets) {
             return super::local::alltoall::<E>(call, layout, send, recv);
         }
+        call.mark_messages();
         let started = (|| -> Result<_> {
             let (out, into) = layout?;
             // Each rank starts with its right neighbour, so that the ranks

@@ -190,8 +190,9 @@ struct Round {
 /// What one rank leaves at a round.
 #[derive(Debug)]
 pub(crate) struct Part {
-    /// The collective the rank called, and its root (0 where there is none).
-    pub(crate) kind: (&'static str, usize),
+    /// The collective the rank called (a number the collectives give
+    /// themselves), and its root (0 where there is none).
+    pub(crate) kind: (u8, usize),
     /// What one block of the rank's part holds (or, where it sends none,
     /// would hold): its type signature and bytes. Every rank's must agree.
     pub(crate) shape: (Option<(u64, u64)>, u64),
@@ -288,41 +289,53 @@ impl CommState {
         self.rounds.is_empty() && !self.holders.iter().any(|&held| held)
     }
 
-    /// Member `me` is done with round `key` (see [`CommState::sweep`]);
-    /// returns wakers to drop once the lock is released.
+    /// Member `me` is done with round `key`, which goes if nobody needs
+    /// it any more (see [`CommState::sweep`]); returns wakers to drop once
+    /// the lock is released.
     fn done_with(&mut self, comm: &LocalComm, key: RoundKey) -> Wakers {
-        match self.round(key) {
-            Some(round) => {
-                round.done += 1;
-                self.sweep(comm)
-            }
-            None => Wakers::default(),
-        }
-    }
-
-    /// Removes the rounds nobody needs any more: those every member is
-    /// done with, and failed ones every member that left a part is done
-    /// with while every member that did not is gone (a member still
-    /// alive will come, and must find the others' parts there). Returns
-    /// the wakers they held, to drop once the lock is released (dropping
-    /// a waker may drop a task, whose futures may lock this place).
-    fn sweep(&mut self, comm: &LocalComm) -> Wakers {
-        let finished = |round: &Round| match &round.complete {
-            Some(parts) => round.done >= parts.len(),
-            None => {
-                let missing = || round.parts.iter().enumerate().filter(|(_, p)| p.is_none());
-                round.done >= round.arrived && missing().all(|(r, _)| comm.is_gone(r))
-            }
-        };
+        let Some(at) = self.rounds.iter().position(|(k, _)| *k == key) else { return Wakers::default() };
+        self.rounds[at].1.done += 1;
         let mut dropped = Wakers::default();
-        while let Some(at) = self.rounds.iter().position(|(_, round)| finished(round)) {
-            let (_, mut round) = self.rounds.remove(at);
-            round.parts.iter_mut().for_each(|p| *p = None);
-            round.wakers.iter_mut().filter_map(Option::take).for_each(|w| dropped.push(w));
-            (round.arrived, round.complete, round.done) = (0, None, 0);
-            self.spare.push(round);
+        if self.rounds[at].1.finished(comm) {
+            self.retire(at, &mut dropped);
         }
         dropped
+    }
+
+    /// Removes every round nobody needs any more (see [`Round::finished`]).
+    /// Returns the wakers they held, to drop once the lock is released
+    /// (dropping a waker may drop a task, whose futures may lock this
+    /// place).
+    fn sweep(&mut self, comm: &LocalComm) -> Wakers {
+        let mut dropped = Wakers::default();
+        while let Some(at) = self.rounds.iter().position(|(_, round)| round.finished(comm)) {
+            self.retire(at, &mut dropped);
+        }
+        dropped
+    }
+
+    /// Removes the round at `at`, keeping its lists for the next round.
+    fn retire(&mut self, at: usize, dropped: &mut Wakers) {
+        let (_, mut round) = self.rounds.remove(at);
+        round.parts.iter_mut().for_each(|p| *p = None);
+        round.wakers.iter_mut().filter_map(Option::take).for_each(|w| dropped.push(w));
+        (round.arrived, round.complete, round.done) = (0, None, 0);
+        self.spare.push(round);
+    }
+}
+
+impl Round {
+    /// Nobody needs the round any more: every member is done with it, or
+    /// it failed, every member that left a part is done with it, and every
+    /// member that did not is gone (a member still alive will come, and
+    /// must find the others' parts there).
+    fn finished(&self, comm: &LocalComm) -> bool {
+        match &self.complete {
+            Some(parts) => self.done >= parts.len(),
+            None => {
+                self.done >= self.arrived && self.parts.iter().enumerate().filter(|(_, p)| p.is_none()).all(|(r, _)| comm.is_gone(r))
+            }
+        }
     }
 }
 
@@ -473,8 +486,8 @@ mod tests {
     use std::future::Future;
     use std::pin::pin;
 
-    fn part(kind: &'static str) -> Part {
-        Part { kind: (kind, 0), shape: (None, 0), blocks: Ok(Vec::new()), whole: None }
+    fn part() -> Part {
+        Part { kind: (0, 0), shape: (None, 0), blocks: Ok(Vec::new()), whole: None }
     }
 
     fn poll(seat: &mut Seat) -> Poll<Result<Arc<[Part]>>> {
@@ -491,11 +504,11 @@ mod tests {
         let members: Arc<[u32]> = Arc::from(vec![2, 0, 1]);
         let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(7, members.clone(), me)).collect();
         let comm = holds[0].comm.clone();
-        let mut a = comm.sit((0, 0), 2, part("barrier"));
-        let mut b = comm.sit((0, 0), 0, part("barrier"));
+        let mut a = comm.sit((0, 0), 2, part());
+        let mut b = comm.sit((0, 0), 0, part());
         assert!(poll(&mut a).is_pending());
         drop(b);
-        let mut c = comm.sit((0, 0), 1, part("barrier"));
+        let mut c = comm.sit((0, 0), 1, part());
         let parts = match poll(&mut c) {
             Poll::Ready(Ok(parts)) => parts,
             other => panic!("{other:?}"),
@@ -505,9 +518,9 @@ mod tests {
         assert!(lock(&comm.state).rounds.is_empty(), "every member done: the round goes");
         // World rank 1 (member 2) leaves after its part, world rank 0
         // (member 1) before: the round fails naming member 1.
-        b = comm.sit((1, 0), 2, part("barrier"));
+        b = comm.sit((1, 0), 2, part());
         world.leave(1);
-        let mut d = comm.sit((1, 0), 0, part("barrier"));
+        let mut d = comm.sit((1, 0), 0, part());
         assert!(poll(&mut d).is_pending());
         world.leave(0);
         assert!(matches!(poll(&mut d), Poll::Ready(Err(Error::ProcessFailed { rank: 1, .. }))));
