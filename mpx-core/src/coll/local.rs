@@ -13,23 +13,25 @@
 //!
 //! Every rank waits for every other's part, so a rank can never run ahead
 //! of the others by more than the calls it starts without awaiting them;
-//! only a broadcast's root, which has nothing to take, finishes once its
-//! data is there, while at most 16 calls on the communicator are open
-//! ([`RUN_AHEAD`]) and its data is under 64 KiB. Every rank checks every part (the root of a broadcast
-//! that has finished checks none): ranks that
+//! but a broadcast's ranks other than the root wait only for the root's
+//! part, and the root, which has nothing to take, finishes once its data
+//! is there, while at most 16 calls on the communicator are open
+//! ([`RUN_AHEAD`]) and its data is under 64 KiB (otherwise it waits for
+//! every part). Every rank checks every part it waited for: ranks that
 //! called another collective, or whose blocks hold other types or counts,
-//! are reported on every rank ([`Error::CollectiveMismatch`]), and a rank
+//! are reported on every rank that checks them
+//! ([`Error::CollectiveMismatch`]), and a rank
 //! that gave up on the call (its arguments were wrong) leaves a part that
 //! says so. A rank gone without its part ([`LocalWorld::leave`]) fails the
 //! call on the others with [`Error::ProcessFailed`].
 //!
 //! Reductions combine the parts as the message algorithms do, so a
-//! program gets the same bits on every transport: below 64 KiB (and on 2
-//! ranks) in the binomial pattern in rank order of recursive doubling and
-//! of the binomial tree to rank 0, computed by every rank; from 64 KiB on
-//! 3 ranks or more, each rank combines one block (1/n of the values) by a
-//! left fold in rank order, as the reduce-scatter does, and leaves it at a
-//! second round, from which every rank copies every block. Every rank
+//! program gets the same bits on every transport: below 64 KiB in the
+//! binomial pattern in rank order of recursive doubling and of the
+//! binomial tree to rank 0, computed by every rank; from 64 KiB (and at
+//! least a value per rank), each rank combines one block (1/n of the
+//! values) by a left fold in rank order, as the reduce-scatter does, and
+//! leaves it at a second round, from which every rank copies every block. Every rank
 //! computes the same operations on the same operands: every rank gets the
 //! same bits.
 //!
@@ -51,7 +53,7 @@ use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::{Delivered, Envelope};
-use crate::runtime::{recycle, Block, LocalComm, Part, Seat};
+use crate::runtime::{recycle, recycle_bytes, Block, LocalComm, Part, Seat};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -162,24 +164,27 @@ impl Call {
 /// whose collective exchanges messages waits for this one's: it is told
 /// by message that this rank gave up.
 fn agree(call: &Call, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
-    let mismatch = |rank: usize, detail: String| Err(Error::CollectiveMismatch { rank, detail });
-    for (r, part) in parts.iter().enumerate() {
-        if let Err(why) = &part.blocks {
-            return mismatch(r, format!("it gave up on the collective: {why}"));
+    parts.iter().enumerate().try_for_each(|(r, part)| agree_with(call, r, (part.kind, part.shape, part.blocks.as_ref().err()), kind, shape))
+}
+
+/// [`agree`] for rank `r`'s part, of `(kind, shape, why it gave up)`.
+fn agree_with(call: &Call, r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option<&String>), kind: Kind, shape: Shape) -> Result<()> {
+    let mismatch = |detail: String| Err(Error::CollectiveMismatch { rank: r, detail });
+    if let Some(why) = gave_up {
+        return mismatch(format!("it gave up on the collective: {why}"));
+    }
+    if their_kind != kind {
+        if their_kind == MESSAGES {
+            call.give_up();
         }
-        if part.kind != kind {
-            if part.kind == MESSAGES {
-                call.give_up();
-            }
-            return mismatch(r, format!("it called {} where this rank called {}", name(part.kind), name(kind)));
-        }
-        if part.shape != shape {
-            let describe = |(signature, bytes): Shape| match signature {
-                Some((_, elements)) => format!("{elements} basic values ({bytes} bytes)"),
-                None => format!("{bytes} bytes"),
-            };
-            return mismatch(r, format!("its block holds {} where this rank's holds {}", describe(part.shape), describe(shape)));
-        }
+        return mismatch(format!("it called {} where this rank called {}", name(their_kind), name(kind)));
+    }
+    if their_shape != shape {
+        let describe = |(signature, bytes): Shape| match signature {
+            Some((_, elements)) => format!("{elements} basic values ({bytes} bytes)"),
+            None => format!("{bytes} bytes"),
+        };
+        return mismatch(format!("its block holds {} where this rank's holds {}", describe(their_shape), describe(shape)));
     }
     Ok(())
 }
@@ -187,6 +192,11 @@ fn agree(call: &Call, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
 /// Rank `from`'s block `k`, as a delivered message of native data.
 fn delivered(parts: &[Part], from: usize, k: usize) -> Delivered {
     let block = parts[from].blocks.as_ref().ok().and_then(|b| b.get(k)).expect("parts agreed: every block is there");
+    delivered_block(block, from)
+}
+
+/// `block`, from rank `from`, as a delivered message of native data.
+fn delivered_block(block: &Block, from: usize) -> Delivered {
     let envelope = Envelope {
         context: 0,
         source: from as u32,
@@ -232,13 +242,24 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         drop(seat);
         return Collective::met(async { Ok(()) });
     }
+    let mut seat = seat;
     Collective::met(async move {
-        let parts = seat.await?;
-        agree(&call, &parts, kind, shape)?;
-        if me != root {
-            checked_into::<E>(delivered(&parts, root, 0), root, count, &mut buf, 0..count)?;
+        if me == root {
+            // A root that waits (its data is large, or the others are far
+            // behind) checks every part.
+            let parts = seat.await?;
+            agree(&call, &parts, kind, shape)?;
+            recycle(parts);
+            return Ok(());
         }
-        recycle(parts);
+        // The others take the root's part as soon as it is there, without
+        // waiting for each other, and check only it.
+        let root_part = std::future::poll_fn(|cx| seat.poll_part(cx, root)).await?;
+        agree_with(&call, root, (root_part.kind, root_part.shape, root_part.block.as_ref().err()), kind, shape)?;
+        let block = root_part.block.ok().flatten().ok_or_else(|| Error::CollectiveMismatch { rank: root, detail: "its part holds no data".into() })?;
+        let msg = checked_into::<E>(delivered_block(&block, root), root, count, &mut buf, 0..count)?;
+        drop((msg, seat));
+        recycle_bytes(block.data);
         Ok(())
     })
 }
@@ -320,7 +341,7 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
     };
     let shape = shape_of_block(&mine);
     let seat = call.meet(0, kind, shape, Ok(vec![mine]));
-    let blocks = n > 2 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
+    let blocks = n > 1 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
     if !blocks {
         return Collective::met(async move {
             let parts = seat.await?;

@@ -112,7 +112,7 @@ impl LocalWorld {
             let (wakers, idle) = {
                 let mut st = lock(&comm.state);
                 let mut wakers = st.sweep(&comm);
-                st.rounds.iter_mut().flat_map(|(_, round)| round.wakers.iter_mut().filter_map(Option::take)).for_each(|w| wakers.push(w));
+                st.rounds.iter_mut().flat_map(|(_, round)| round.wakers.iter_mut().filter_map(Option::take)).for_each(|(w, _)| wakers.push(w));
                 (wakers, st.is_idle())
             };
             wakers.wake();
@@ -183,8 +183,9 @@ struct Round {
     /// Members done with the round (took the parts, failed, or dropped
     /// their [`Seat`]).
     done: usize,
-    /// Members waiting for the round to complete.
-    wakers: Vec<Option<Waker>>,
+    /// Members waiting: for the round to complete (`None`), or for one
+    /// member's part.
+    wakers: Vec<Option<(Waker, Option<usize>)>>,
 }
 
 /// What one rank leaves at a round.
@@ -252,9 +253,14 @@ impl LocalComm {
             round.parts[me] = Some(part);
             round.arrived += 1;
             let mut wakers = Wakers::default();
-            if round.arrived == n {
+            let complete = round.arrived == n;
+            if complete {
                 round.complete = Some(round.parts.iter_mut().map(|p| p.take().expect("every part arrived")).collect());
-                round.wakers.iter_mut().filter_map(Option::take).for_each(|w| wakers.push(w));
+            }
+            // Those waiting for the round, once it is complete, and those
+            // waiting for this member's part.
+            for slot in round.wakers.iter_mut().filter(|slot| slot.as_ref().is_some_and(|(_, wants)| complete || *wants == Some(me))) {
+                wakers.push(slot.take().expect("filtered").0);
             }
             (wakers, open)
         };
@@ -318,7 +324,7 @@ impl CommState {
     fn retire(&mut self, at: usize, dropped: &mut Wakers) {
         let (_, mut round) = self.rounds.remove(at);
         round.parts.iter_mut().for_each(|p| *p = None);
-        round.wakers.iter_mut().filter_map(Option::take).for_each(|w| dropped.push(w));
+        round.wakers.iter_mut().filter_map(Option::take).for_each(|(w, _)| dropped.push(w));
         (round.arrived, round.complete, round.done) = (0, None, 0);
         self.spare.push(round);
     }
@@ -346,19 +352,22 @@ impl Round {
 /// every call.
 pub(crate) fn recycle(mut parts: Arc<[Part]>) {
     let Some(parts) = Arc::get_mut(&mut parts) else { return };
-    let give = |data: Bytes| {
-        if data.len() >= crate::pack::spare::MIN {
-            if let Ok(buffer) = data.try_into_mut() {
-                crate::pack::spare::give(Vec::from(buffer));
-            }
-        }
-    };
     for part in parts.iter_mut() {
         // The blocks first: slices of `whole` go before it is given.
         if let Ok(blocks) = &mut part.blocks {
-            blocks.drain(..).for_each(|block| give(block.data));
+            blocks.drain(..).for_each(|block| recycle_bytes(block.data));
         }
-        part.whole.take().map(give);
+        part.whole.take().map(recycle_bytes);
+    }
+}
+
+/// [`recycle`] for a handle on one block's bytes: kept if large and held
+/// by nothing else.
+pub(crate) fn recycle_bytes(data: Bytes) {
+    if data.len() >= crate::pack::spare::MIN {
+        if let Ok(buffer) = data.try_into_mut() {
+            crate::pack::spare::give(Vec::from(buffer));
+        }
     }
 }
 
@@ -427,42 +436,94 @@ impl Seat {
     }
 }
 
+/// What a seat waits for: every part, or one member's.
+enum Want {
+    All,
+    One(usize),
+}
+
+/// What a seat got.
+enum Got {
+    All(Arc<[Part]>),
+    One(Glimpse),
+}
+
+/// One member's part, as a seat that waits for it alone sees it: its
+/// kind, shape and first block (a handle on the same bytes).
+pub(crate) struct Glimpse {
+    pub(crate) kind: (u8, usize),
+    pub(crate) shape: (Option<(u64, u64)>, u64),
+    pub(crate) block: std::result::Result<Option<Block>, String>,
+}
+
+impl Part {
+    fn glimpse(&self) -> Glimpse {
+        Glimpse { kind: self.kind, shape: self.shape, block: self.blocks.as_ref().map(|b| b.first().cloned()).map_err(Clone::clone) }
+    }
+}
+
+impl Seat {
+    /// Waits for member `from`'s part alone (the root's, for a member that
+    /// takes only the root's data), without waiting for the others.
+    pub(crate) fn poll_part(&mut self, cx: &mut Context<'_>, from: usize) -> Poll<Result<Glimpse>> {
+        self.poll_for(cx, Want::One(from)).map_ok(|got| match got {
+            Got::One(glimpse) => glimpse,
+            Got::All(_) => unreachable!("one part was wanted"),
+        })
+    }
+
+    fn poll_for(&mut self, cx: &mut Context<'_>, want: Want) -> Poll<Result<Got>> {
+        if let Some(error) = self.refused.take() {
+            return Poll::Ready(Err(error));
+        }
+        assert!(!self.done, "a seat polled after it finished");
+        let comm = self.comm.clone();
+        let mut st = lock(&comm.state);
+        let gone = |r: usize| Error::ProcessFailed { rank: r, reason: "it ended without taking part in the collective".into(), cause: None };
+        let outcome = match st.round(self.key) {
+            // This member's own endpoint has gone: as every operation on
+            // it, the call fails.
+            Some(_) if comm.is_gone(self.me) => Err(Error::Finalized),
+            Some(round) => match (&round.complete, &want) {
+                (Some(parts), Want::All) => Ok(Got::All(parts.clone())),
+                (Some(parts), Want::One(r)) => Ok(Got::One(parts[*r].glimpse())),
+                (None, Want::One(r)) if round.parts[*r].is_some() => Ok(Got::One(round.parts[*r].as_ref().expect("there").glimpse())),
+                (None, Want::One(r)) if comm.is_gone(*r) => Err(gone(*r)),
+                (None, Want::All) if round.parts.iter().enumerate().any(|(r, p)| p.is_none() && comm.is_gone(r)) => {
+                    let r = round.parts.iter().enumerate().position(|(r, p)| p.is_none() && comm.is_gone(r)).expect("found");
+                    Err(gone(r))
+                }
+                (None, _) => {
+                    let wants = match want {
+                        Want::All => None,
+                        Want::One(r) => Some(r),
+                    };
+                    let old = match &mut round.wakers[self.me] {
+                        Some((waker, w)) if *w == wants && waker.will_wake(cx.waker()) => None,
+                        slot => slot.replace((cx.waker().clone(), wants)),
+                    };
+                    drop(st);
+                    drop(old);
+                    return Poll::Pending;
+                }
+            },
+            None => Err(Error::InvalidArgument(format!("collective call {} is no longer open on this communicator", self.key.0))),
+        };
+        let after = self.finish(&mut st);
+        drop(st);
+        self.finished(after);
+        Poll::Ready(outcome)
+    }
+}
+
 impl std::future::Future for Seat {
     type Output = Result<Arc<[Part]>>;
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Arc<[Part]>>> {
-        let this = &mut *self;
-        if let Some(error) = this.refused.take() {
-            return Poll::Ready(Err(error));
-        }
-        assert!(!this.done, "a seat polled after it finished");
-        let comm = this.comm.clone();
-        let mut st = lock(&comm.state);
-        let outcome = match st.round(this.key) {
-            // This member's own endpoint has gone: as every operation on
-            // it, the call fails.
-            Some(_) if comm.is_gone(this.me) => Err(Error::Finalized),
-            Some(round) => match &round.complete {
-                Some(parts) => Ok(parts.clone()),
-                None => match round.parts.iter().enumerate().find(|&(r, p)| p.is_none() && comm.is_gone(r)) {
-                    Some((r, _)) => Err(Error::ProcessFailed { rank: r, reason: "it ended without taking part in the collective".into(), cause: None }),
-                    None => {
-                        let old = match &mut round.wakers[this.me] {
-                            Some(waker) if waker.will_wake(cx.waker()) => None,
-                            slot => slot.replace(cx.waker().clone()),
-                        };
-                        drop(st);
-                        drop(old);
-                        return Poll::Pending;
-                    }
-                },
-            },
-            None => Err(Error::InvalidArgument(format!("collective call {} is no longer open on this communicator", this.key.0))),
-        };
-        let after = this.finish(&mut st);
-        drop(st);
-        this.finished(after);
-        Poll::Ready(outcome)
+        self.poll_for(cx, Want::All).map_ok(|got| match got {
+            Got::All(parts) => parts,
+            Got::One(_) => unreachable!("every part was wanted"),
+        })
     }
 }
 
