@@ -1369,6 +1369,43 @@ mod meeting {
         .await;
     }
 
+    /// Three ranks at one call: one whose arguments are wrong (it meets,
+    /// and gives up), one that meets, one whose blocks are large enough
+    /// to exchange messages: every rank fails, none waits forever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_gives_up_a_rank_that_meets_and_one_over_messages_all_fail() {
+        let outcomes = returns(launch_with(3, |comm| async move {
+            let values = if comm.rank() == 2 { 40_000 } else { 20_000 };
+            let mine = vec![1.0f64; values];
+            // Rank 0's receive buffer is a value short.
+            let mut all = vec![0.0f64; 3 * values - usize::from(comm.rank() == 0)];
+            Ok(comm.allgather(&mine[..], &mut all[..]).await.err())
+        }))
+        .await;
+        assert!(matches!(outcomes[0], Some(mpx::Error::InvalidArgument(_))), "{outcomes:?}");
+        assert!(matches!(outcomes[1], Some(mpx::Error::CollectiveMismatch { rank: 0, .. })), "{outcomes:?}");
+        assert!(matches!(outcomes[2], Some(mpx::Error::CollectiveMismatch { .. })), "{outcomes:?}");
+    }
+
+    /// A neighbour collective (messages on sub-tags of its own) against a
+    /// barrier that meets: both fail, the neighbour collective told on
+    /// every sub-tag it receives on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_neighbour_collective_against_a_barrier_fails_both() {
+        let outcomes = returns(launch_with(2, |comm| async move {
+            let cart = comm.cart_create(&[2], &[true], false).await?.expect("every rank in the grid");
+            let got = if cart.rank() == 0 {
+                let mut from = [0u32; 2];
+                cart.neighbor_allgather(&7u32, &mut from[..]).await
+            } else {
+                cart.barrier().await
+            };
+            Ok(got.err())
+        }))
+        .await;
+        assert!(outcomes.iter().all(Option::is_some), "{outcomes:?}");
+    }
+
     /// A broadcast's root finishes once its data is there, up to 16 calls
     /// ahead of the slowest rank, then waits; every rank gets every call's
     /// data, in order.

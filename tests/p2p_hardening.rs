@@ -402,6 +402,8 @@ each_transport! {
         assert_eq!(tokio::time::timeout(quick, comm.probe(1, 0)).await.expect("no hang").unwrap_err(), Error::Finalized);
         assert_eq!(comm.buffer_attach(vec![0; 100]).unwrap_err(), Error::Finalized);
         assert_eq!(tokio::time::timeout(quick, comm.barrier()).await.expect("no hang"), Err(Error::Finalized));
+        // A broadcast's root, which need not wait for the others.
+        assert_eq!(tokio::time::timeout(quick, comm.bcast(&mut [1u8][..], 0)).await.expect("no hang"), Err(Error::Finalized));
     }
 
     /// `launch` returns only after sends that were dropped or freed have been

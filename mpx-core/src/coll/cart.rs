@@ -576,9 +576,10 @@ impl Cart {
     /// travels in, so two neighbours that are the same rank (a periodic
     /// dimension of 1 or 2) still fill the right blocks.
     fn neighbor_exchange<'a, T: MpiType>(&self, out: &[&[T]], recv: &'a mut [T], count: usize) -> Collective<'a> {
-        let mut call = Call::start(&self.comm);
+        let mut call = Call::begin(&self.comm);
         let dims = self.dims.len();
         call.subtags = 2 * dims;
+        call.mark_messages();
         let started = (|| -> Result<_> {
             let neighbors = self.neighbors()?;
             if out.len() != 2 * dims || out.iter().any(|b| b.len() != count) {

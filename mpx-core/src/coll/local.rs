@@ -90,9 +90,13 @@ const BCAST: u8 = 1;
 const ALLGATHER: u8 = 2;
 const ALLTOALL: u8 = 3;
 const ALLREDUCE: u8 = 4;
+/// A collective that exchanges messages: its root field is the number of
+/// sub-tags its messages use.
+const MESSAGES: u8 = 5;
 
 /// A kind of part, for error messages.
 fn name((code, root): Kind) -> String {
+    // A call that exchanges messages keeps its sub-tags where a root goes.
     match code {
         BARRIER => "barrier".into(),
         BCAST => format!("bcast from root {root}"),
@@ -145,17 +149,24 @@ fn shape_of_block(block: &Block) -> Shape {
     (block.signature, block.data.len() as u64)
 }
 
-/// The kind of part a collective that exchanges messages leaves (see
-/// [`Call::start`]).
-const MESSAGES: Kind = (5, 0);
-
 impl Call {
     /// Leaves word at this call's round, if the ranks meet in this
-    /// process, that this rank's collective exchanges messages instead.
+    /// process, that this rank's collective exchanges messages instead (a
+    /// part of kind `(MESSAGES, sub-tags its messages use)`).
     pub(super) fn mark_messages(&self) {
         if self.local.is_some() {
-            drop(self.meet(0, MESSAGES, NO_SHAPE, Ok(Vec::new())));
+            drop(self.meet(0, (MESSAGES, self.subtags), NO_SHAPE, Ok(Vec::new())));
         }
+    }
+}
+
+/// Tells the ranks whose call exchanges messages (they left word at the
+/// round: see [`Call::mark_messages`]) that this rank gave up on it: they
+/// wait for messages this rank will never send.
+fn tell_those_over_messages(call: &Call, parts: &[Part]) {
+    let subtags = parts.iter().filter(|p| p.kind.0 == MESSAGES).map(|p| p.kind.1).max();
+    if let Some(subtags) = subtags {
+        call.give_up_on(subtags);
     }
 }
 
@@ -164,19 +175,20 @@ impl Call {
 /// whose collective exchanges messages waits for this one's: it is told
 /// by message that this rank gave up.
 fn agree(call: &Call, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
-    parts.iter().enumerate().try_for_each(|(r, part)| agree_with(call, r, (part.kind, part.shape, part.blocks.as_ref().err()), kind, shape))
+    let agreed = parts.iter().enumerate().try_for_each(|(r, part)| agree_with(r, (part.kind, part.shape, part.blocks.as_ref().err()), kind, shape));
+    if agreed.is_err() {
+        tell_those_over_messages(call, parts);
+    }
+    agreed
 }
 
 /// [`agree`] for rank `r`'s part, of `(kind, shape, why it gave up)`.
-fn agree_with(call: &Call, r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option<&String>), kind: Kind, shape: Shape) -> Result<()> {
+fn agree_with(r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option<&String>), kind: Kind, shape: Shape) -> Result<()> {
     let mismatch = |detail: String| Err(Error::CollectiveMismatch { rank: r, detail });
     if let Some(why) = gave_up {
         return mismatch(format!("it gave up on the collective: {why}"));
     }
     if their_kind != kind {
-        if their_kind == MESSAGES {
-            call.give_up();
-        }
         return mismatch(format!("it called {} where this rank called {}", name(their_kind), name(kind)));
     }
     if their_shape != shape {
@@ -211,10 +223,16 @@ fn delivered_block(block: &Block, from: usize) -> Delivered {
 }
 
 /// A collective whose part failed before it met: its part says so, and
-/// it fails at once.
+/// it fails with `e`, once every rank has come (so that a rank whose call
+/// exchanges messages, and waits for this one's, is told).
 fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
-    drop(call.meet(0, kind, NO_SHAPE, Err(e.clone())));
-    Collective::met(async move { Err(e) })
+    let seat = call.meet(0, kind, NO_SHAPE, Err(e.clone()));
+    Collective::met(async move {
+        if let Ok(parts) = seat.await {
+            tell_those_over_messages(&call, &parts);
+        }
+        Err(e)
+    })
 }
 
 /// `MPI_Barrier`.
@@ -233,9 +251,15 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
     let count = E::dst_len(&buf);
     let shape = shape_of(&E::item_type(&buf), count);
     let me = call.rank();
-    let blocks = if me == root { E::pack_dst(&buf, 0..count, Repr::Native).map(|p| vec![block(p)]) } else { Ok(Vec::new()) };
-    let seat = call.meet(0, kind, shape, blocks);
-    if me == root && shape.1 < RUN_AHEAD_BYTES && seat.open_rounds() <= RUN_AHEAD {
+    let blocks = match me == root {
+        true => match E::pack_dst(&buf, 0..count, Repr::Native) {
+            Ok(packed) => vec![block(packed)],
+            Err(e) => return refused(call, kind, e),
+        },
+        false => Vec::new(),
+    };
+    let seat = call.meet(0, kind, shape, Ok(blocks));
+    if me == root && !seat.is_refused() && shape.1 < RUN_AHEAD_BYTES && seat.open_rounds() <= RUN_AHEAD {
         // The root has nothing to take: it is done once its data is there
         // for the others (as a root whose sends went eagerly is), unless
         // the others are too far behind.
@@ -255,7 +279,14 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         // The others take the root's part as soon as it is there, without
         // waiting for each other, and check only it.
         let root_part = std::future::poll_fn(|cx| seat.poll_part(cx, root)).await?;
-        agree_with(&call, root, (root_part.kind, root_part.shape, root_part.block.as_ref().err()), kind, shape)?;
+        if let Err(e) = agree_with(root, (root_part.kind, root_part.shape, root_part.block.as_ref().err()), kind, shape) {
+            if root_part.kind.0 == MESSAGES {
+                // The root's call exchanges messages: the ranks of its
+                // tree that do too may wait for this rank's.
+                call.give_up_on(root_part.kind.1);
+            }
+            return Err(e);
+        }
         let block = root_part.block.ok().flatten().ok_or_else(|| Error::CollectiveMismatch { rank: root, detail: "its part holds no data".into() })?;
         let msg = checked_into::<E>(delivered_block(&block, root), root, count, &mut buf, 0..count)?;
         drop((msg, seat));

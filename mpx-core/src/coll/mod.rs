@@ -58,11 +58,12 @@
 //! `local` module: one wake-up per rank and call). The results are those
 //! of the algorithms above, bit for bit for reductions, and so are the
 //! errors a legal program can meet, with two differences: every rank
-//! checks every rank's part, so a disagreement fails every rank that
-//! sees it (over messages, only the ranks that receive from the rank that
-//! disagrees), and a rank that drops its future after the call started
-//! leaves its part for the others (but for a large allreduce's second
-//! round, which fails on the others).
+//! checks every part it waits for (all of them but in a broadcast, whose
+//! ranks take the root's part alone), so a disagreement fails every rank
+//! that sees it (over messages, only the ranks that receive from the rank
+//! that disagrees), and a rank that drops its future after the call
+//! started leaves its part for the others (but for a large allreduce's
+//! second round, which fails on the others).
 //!
 //! Topologies: [`dims_create`], [`Comm::cart_create`] and [`Cart`].
 //!
@@ -210,7 +211,8 @@ enum Running<'a> {
     /// This rank's part of the call, under way, and the call if it
     /// exchanges messages (its endpoint progresses, and the others are
     /// told if this rank's part fails); `None` for a call whose ranks meet
-    /// in this process (see `local`: each sees every part).
+    /// in this process (see `local`: each rank left its part, which says
+    /// whether it gave up, when the call started).
     Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>, Option<Call>),
     /// Finished: the outcome, until it is taken.
     Done(Option<Result<()>>),
@@ -227,8 +229,10 @@ impl<'a> Collective<'a> {
     }
 
     /// A collective whose ranks meet in this process (see `local`) runs
-    /// as `run`: every rank has left its part, so a failure tells nobody
-    /// anything, and no endpoint needs to progress for it.
+    /// as `run`: this rank left its part when the call started, so a
+    /// failure needs no word to the others (`run` tells those whose call
+    /// exchanges messages itself), and no endpoint needs to progress for
+    /// it.
     pub(crate) fn met(run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
         Collective { state: Running::Part(Box::pin(run), None) }
     }
@@ -444,8 +448,15 @@ impl Call {
     /// collective has one), sent in the background. A rank that has
     /// finished its part by then never takes it.
     pub(crate) fn give_up(&self) {
+        self.give_up_on(self.subtags);
+    }
+
+    /// [`give_up`](Call::give_up) on the call's first `subtags` sub-tags
+    /// (another rank's call of the same number may use more than this
+    /// one's).
+    pub(crate) fn give_up_on(&self, subtags: usize) {
         for r in (0..self.size()).filter(|&r| r != self.rank()) {
-            for sub in 0..self.subtags {
+            for sub in 0..subtags.min(Self::SUBTAGS as usize) {
                 let quit = |_| Ok(Packed::untyped(bytes::Bytes::new()));
                 drop(self.comm.start_send(quit, Peer::Rank(r), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1));
             }

@@ -435,7 +435,7 @@ impl Members {
 type Groups = FxHashMap<u64, Arc<Members>>;
 
 /// The endpoint's count of collectives by collective context
-/// (`State::collectives`, kept by `coll::Call::start`).
+/// (`State::collectives`, kept by `coll::Call::begin`).
 type Collectives = FxHashMap<u64, crate::runtime::CommCollectives>;
 
 /// A communicator's entries in its endpoint's state, for every

@@ -2,17 +2,19 @@
 //!
 //! Ranks in one process need no messages for a collective: each rank
 //! leaves its part of a call (the values it contributes, packed) at a
-//! *round* that every member of the communicator sees, and once every
-//! member has left one, each takes the others' parts from it. A transport
+//! *round* that every member of the communicator sees, and once the parts
+//! it needs are there (every member's, or one member's, such as a
+//! broadcast's root), takes what it needs from them. A transport
 //! whose ranks all live in one process (the in-memory loopback) hands its
 //! endpoints one [`LocalWorld`] ([`Transport::local_world`]); collectives
 //! on such endpoints meet there (see `coll::local`), on other transports
 //! they exchange messages.
 //!
-//! A round completes when every member has left its part. It fails, on
-//! the ranks waiting at it, when a member that has not left its part is
-//! gone: its endpoint finalized, aborted, closed or dropped
-//! ([`LocalWorld::leave`]). Parts are values the round owns (no part
+//! A round completes when every member has left its part. A member waiting
+//! at it fails when a member whose part it waits for is gone without
+//! leaving it: its endpoint finalized, aborted, closed or dropped
+//! ([`LocalWorld::leave`]); a gone member's own calls fail with
+//! [`Error::Finalized`]. Parts are values the round owns (no part
 //! points into a caller's memory), so a rank may drop its future at any
 //! time: what it left stays for the others.
 //!
@@ -36,11 +38,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// Ranks in one process need no messages for a collective: each rank
 /// leaves its part of a call (the values it contributes, packed) at a
-/// round every member of the communicator sees, and once every member has
-/// left one, each takes what it needs from the others' parts into its own
-/// memory, in its own future's poll. A round fails, on the ranks waiting
-/// at it, when a member that has not left its part is gone: its endpoint
-/// finalized, aborted, closed or dropped. Parts are values the round
+/// round every member of the communicator sees, and once the parts it
+/// needs are there (every member's, or a broadcast's root's), takes what
+/// it needs from them into its own memory, in its own future's poll. A
+/// rank waiting at a round fails when a member whose part it waits for is
+/// gone without leaving it: its endpoint finalized, aborted, closed or
+/// dropped. Parts are values the round
 /// owns, so a rank may drop its future at any time: what it left stays
 /// for the others. A transport whose ranks all live in one process hands
 /// every endpoint of the world the same `LocalWorld`
@@ -221,17 +224,22 @@ impl LocalComm {
     }
 
     /// Leaves member `me`'s `part` at round `key`; the returned seat waits
-    /// for the round to complete. The member that completes it wakes the
-    /// others. A member whose endpoint has gone leaves nothing: its seat
+    /// for the round to complete (a [`Future`](std::future::Future)), or
+    /// for one member's part ([`Seat::poll_part`]). This member wakes
+    /// those waiting for its part, and every waiting member if it
+    /// completes the round. A member whose endpoint has gone leaves nothing: its seat
     /// fails with [`Error::Finalized`].
     pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part) -> Seat {
         let n = self.size();
         let refused = |error| Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) };
-        if self.is_gone(me) {
-            return refused(Error::Finalized);
-        }
         let (wakers, open) = {
             let mut st = lock(&self.state);
+            // Under the lock: `leave` marks a member gone before it takes
+            // the lock to fail the rounds that wait for it.
+            if self.is_gone(me) {
+                drop(st);
+                return refused(Error::Finalized);
+            }
             if st.round(key).is_none() {
                 let round = st.spare.pop().unwrap_or_else(|| Round {
                     parts: (0..n).map(|_| None).collect(),
@@ -332,8 +340,8 @@ impl CommState {
 
 impl Round {
     /// Nobody needs the round any more: every member is done with it, or
-    /// it failed, every member that left a part is done with it, and every
-    /// member that did not is gone (a member still alive will come, and
+    /// it is incomplete, every member that left a part is done with it,
+    /// and every member that did not is gone (a member still alive will come, and
     /// must find the others' parts there).
     fn finished(&self, comm: &LocalComm) -> bool {
         match &self.complete {
@@ -357,7 +365,9 @@ pub(crate) fn recycle(mut parts: Arc<[Part]>) {
         if let Ok(blocks) = &mut part.blocks {
             blocks.drain(..).for_each(|block| recycle_bytes(block.data));
         }
-        part.whole.take().map(recycle_bytes);
+        if let Some(whole) = part.whole.take() {
+            recycle_bytes(whole);
+        }
     }
 }
 
@@ -393,8 +403,8 @@ impl Wakers {
     }
 }
 
-/// A member's place at a round, waiting for every part: a future of
-/// them all, in rank order.
+/// A member's place at a round: a future of every part, in rank order,
+/// once the round completes (or of one member's: [`Seat::poll_part`]).
 ///
 /// # Cancel safety
 /// Dropping it is sound at any time; the part this member left stays for
@@ -418,6 +428,11 @@ impl Seat {
     /// its own included: how far the slowest member is behind.
     pub(crate) fn open_rounds(&self) -> usize {
         self.open
+    }
+
+    /// The member could not leave its part: the seat fails when polled.
+    pub(crate) fn is_refused(&self) -> bool {
+        self.refused.is_some()
     }
 
     /// Done with the round: returns what to drop once the lock is released.
