@@ -1406,6 +1406,73 @@ mod meeting {
         assert!(outcomes.iter().all(Option::is_some), "{outcomes:?}");
     }
 
+    /// Many collectives in flight at once, of every kind that meets and of
+    /// some that exchange messages, on the world and on a reversed split,
+    /// each rank awaiting them in an order of its own (the same calls in
+    /// the same order on every rank, as MPI requires): every result is
+    /// right, round after round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_collectives_in_flight_awaited_in_any_order() {
+        for n in [2, 3, 5, 8] {
+            returns(launch_with(n, move |world| async move {
+                let me = world.rank();
+                let split = world.split(Some(0), -(me as i32)).await?.expect("a color");
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+                let mut next = move || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                };
+                for round in 0..200u64 {
+                    let calls = 1 + (next() % 6) as usize;
+                    let kinds: Vec<(u64, bool)> = (0..calls).map(|_| (next() % 6, next() % 2 == 0)).collect();
+                    let mut outs: Vec<Vec<u64>> = kinds.iter().map(|_| vec![0; 3 * n]).collect();
+                    let mut pending = Vec::new();
+                    for ((kind, on_split), out) in kinds.iter().zip(outs.iter_mut()) {
+                        let comm = if *on_split { &split } else { &world };
+                        let r = comm.rank() as u64;
+                        let call = match kind {
+                            0 => comm.barrier(),
+                            1 => {
+                                if r == 1 % n as u64 {
+                                    out[..3].copy_from_slice(&[round, 7, 9]);
+                                }
+                                comm.bcast(&mut out[..3], 1 % n)
+                            }
+                            2 => comm.allreduce(&[r, round, 1][..], &mut out[..3], SUM),
+                            3 => comm.allgather(&[r + round][..], &mut out[..n]),
+                            4 => comm.alltoall(&(0..n as u64).map(|k| 100 * r + k).collect::<Vec<_>>()[..], &mut out[..n]),
+                            _ => comm.gather(&[r][..], &mut out[..if r == 0 { n } else { 0 }], 0),
+                        };
+                        pending.push(call);
+                    }
+                    // Awaited in an order that differs from rank to rank.
+                    let shift = me % pending.len();
+                    pending.rotate_left(shift);
+                    for call in pending {
+                        call.await?;
+                    }
+                    let total = (n * (n - 1) / 2) as u64;
+                    for ((kind, on_split), out) in kinds.iter().zip(&outs) {
+                        let comm = if *on_split { &split } else { &world };
+                        let r = comm.rank() as u64;
+                        match kind {
+                            1 => assert_eq!(out[..3], [round, 7, 9]),
+                            2 => assert_eq!(out[..3], [total, round * n as u64, n as u64]),
+                            3 => assert_eq!(out[..n], (0..n as u64).map(|s| s + round).collect::<Vec<_>>()[..]),
+                            4 => assert_eq!(out[..n], (0..n as u64).map(|s| 100 * s + r).collect::<Vec<_>>()[..]),
+                            5 if r == 0 => assert_eq!(out[..n], (0..n as u64).collect::<Vec<_>>()[..]),
+                            _ => {}
+                        }
+                    }
+                }
+                Ok(())
+            }))
+            .await;
+        }
+    }
+
     /// A broadcast's root finishes once its data is there, up to 16 calls
     /// ahead of the slowest rank, then waits; every rank gets every call's
     /// data, in order.
