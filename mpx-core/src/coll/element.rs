@@ -15,7 +15,7 @@ use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
-use crate::proto::engine::{Delivered, Envelope};
+use crate::proto::engine::Delivered;
 use crate::request::Status;
 
 /// The items of a collective's or a persistent request's buffers: every
@@ -230,17 +230,7 @@ impl sealed::Blocks for Described {
         // Through a message to itself: the same checks of signature and
         // room as a message from another rank.
         let packed = Self::pack(src, from, Repr::Native)?;
-        let envelope = Envelope {
-            context: 0,
-            source: 0,
-            tag: 0,
-            signature: packed.signature,
-            repr: Repr::Native,
-            len: packed.data.len() as u64,
-            desc_len: 0,
-            seq: 0,
-        };
-        let msg = Delivered { envelope, data: packed.data, desc: None, credit: 0 };
+        let msg = super::native_message(packed.data, packed.signature, 0);
         let status = Self::deliver(dst, to.clone(), &msg)?;
         let expected = dst.datatype.size().saturating_mul(to.len() as u64);
         if status.bytes != expected {

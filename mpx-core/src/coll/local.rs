@@ -45,14 +45,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::reduce::LARGE_ALLREDUCE;
-use super::{checked_into, Call, Collective, Element, Op};
+use super::{checked_into, native_message, Call, Collective, Element, Op};
 use crate::comm::data::Packed;
 use crate::comm::SendBuf;
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
-use crate::proto::engine::{Delivered, Envelope};
+use crate::proto::engine::Delivered;
 use crate::runtime::{recycle, recycle_bytes, Block, LocalComm, Part, Seat};
 
 /// Rounds that may be open on a communicator when a broadcast's root
@@ -209,17 +209,7 @@ fn delivered(parts: &[Part], from: usize, k: usize) -> Delivered {
 
 /// `block`, from rank `from`, as a delivered message of native data.
 fn delivered_block(block: &Block, from: usize) -> Delivered {
-    let envelope = Envelope {
-        context: 0,
-        source: from as u32,
-        tag: 0,
-        signature: block.signature,
-        repr: Repr::Native,
-        len: block.data.len() as u64,
-        desc_len: 0,
-        seq: 0,
-    };
-    Delivered { envelope, data: block.data.clone(), desc: None, credit: 0 }
+    native_message(block.data.clone(), block.signature, from)
 }
 
 /// A collective whose part failed before it met: its part says so, and
@@ -412,18 +402,11 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
         let combined = block(SendBuf::typed(&recv[block_of(me)]).pack(Repr::Native)?);
         let seat = owed.pay(kind, Ok(vec![combined]));
         let parts = seat.await?;
-        for (r, part) in parts.iter().enumerate() {
-            if let Err(why) = &part.blocks {
-                return Err(Error::CollectiveMismatch { rank: r, detail: format!("it gave up on the collective: {why}") });
-            }
-        }
         for r in (0..n).filter(|&r| r != me) {
-            let items = block_of(r);
-            let (len, expected) = (items.len(), shape_of(&T::datatype(), items.len()));
-            if parts[r].shape != expected {
-                return Err(Error::CollectiveMismatch { rank: r, detail: format!("its combined block is not {len} values") });
-            }
-            checked_into::<T>(delivered(&parts, r, 0), r, len, &mut &mut recv[..], items)?;
+            // Each rank's block is its own size: checked against it.
+            let (items, part) = (block_of(r), &parts[r]);
+            agree_with(r, (part.kind, part.shape, part.blocks.as_ref().err()), kind, shape_of(&T::datatype(), items.len()))?;
+            checked_into::<T>(delivered(&parts, r, 0), r, items.len(), &mut &mut recv[..], items)?;
         }
         recycle(parts);
         Ok(())
@@ -469,9 +452,7 @@ fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usi
     let block = |r: usize| parts[r].blocks.as_ref().ok().and_then(|b| b.first()).expect("parts agreed: every block is there");
     // The parts agreed on their shape (signature and length), so one
     // check of native values holds for every part.
-    let first = block(0);
-    let envelope = Envelope { context: 0, source: 0, tag: 0, signature: first.signature, repr: Repr::Native, len: 0, desc_len: 0, seq: 0 };
-    let plain = crate::comm::native_values_of::<T>(&envelope, first.data.len(), &T::datatype_ref()) == Some(count);
+    let plain = crate::comm::native_values::<T>(&delivered(parts, 0, 0), &T::datatype_ref()) == Some(count);
     (0..parts.len())
         .map(|r| {
             let data = &block(r).data;

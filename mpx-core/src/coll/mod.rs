@@ -100,7 +100,7 @@ use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
-use crate::proto::engine::{Delivered, SendMode};
+use crate::proto::engine::{Delivered, Envelope, SendMode};
 use crate::request::{Operation, Request};
 use crate::runtime::{CommCollectives, LocalComm, Shared};
 
@@ -639,6 +639,24 @@ fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut
         return Err(mismatch(format!("it sent {sent} bytes where {count} of {} ({expected} bytes) were expected", E::name(dst))));
     }
     Ok(msg)
+}
+
+/// Packed native `data` of `signature`, as a message from `source`: what
+/// a collective's ranks pass each other without the engine (a rank's
+/// block to itself, a part left where ranks meet), checked and unpacked as
+/// a delivered message is.
+pub(crate) fn native_message(data: bytes::Bytes, signature: Option<(u64, u64)>, source: usize) -> Delivered {
+    let envelope = Envelope {
+        context: 0,
+        source: source as u32,
+        tag: 0,
+        signature,
+        repr: Repr::Native,
+        len: data.len() as u64,
+        desc_len: 0,
+        seq: 0,
+    };
+    Delivered { envelope, data, desc: None, credit: 0 }
 }
 
 /// Awaits every request in `sends`, reporting the first error.

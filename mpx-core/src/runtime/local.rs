@@ -499,29 +499,35 @@ impl Seat {
             // This member's own endpoint has gone: as every operation on
             // it, the call fails.
             Some(_) if comm.is_gone(self.me) => Err(Error::Finalized),
-            Some(round) => match (&round.complete, &want) {
-                (Some(parts), Want::All) => Ok(Got::All(parts.clone())),
-                (Some(parts), Want::One(r)) => Ok(Got::One(parts[*r].glimpse())),
-                (None, Want::One(r)) if round.parts[*r].is_some() => Ok(Got::One(round.parts[*r].as_ref().expect("there").glimpse())),
-                (None, Want::One(r)) if comm.is_gone(*r) => Err(gone(*r)),
-                (None, Want::All) if round.parts.iter().enumerate().any(|(r, p)| p.is_none() && comm.is_gone(r)) => {
-                    let r = round.parts.iter().enumerate().position(|(r, p)| p.is_none() && comm.is_gone(r)).expect("found");
-                    Err(gone(r))
+            Some(round) => {
+                let wants = match want {
+                    Want::All => None,
+                    Want::One(r) => Some(r),
+                };
+                let got = match (&round.complete, wants) {
+                    (Some(parts), None) => Some(Got::All(parts.clone())),
+                    (Some(parts), Some(r)) => Some(Got::One(parts[r].glimpse())),
+                    (None, Some(r)) => round.parts[r].as_ref().map(|part| Got::One(part.glimpse())),
+                    (None, None) => None,
+                };
+                // Not there yet: a member waited for that is gone without
+                // its part fails the wait.
+                let waited_for = |r: usize| wants.is_none_or(|w| w == r);
+                let missing = || round.parts.iter().enumerate().find(|&(r, p)| p.is_none() && waited_for(r) && comm.is_gone(r));
+                match got.ok_or_else(missing) {
+                    Ok(got) => Ok(got),
+                    Err(Some((r, _))) => Err(gone(r)),
+                    Err(None) => {
+                        let old = match &mut round.wakers[self.me] {
+                            Some((waker, w)) if *w == wants && waker.will_wake(cx.waker()) => None,
+                            slot => slot.replace((cx.waker().clone(), wants)),
+                        };
+                        drop(st);
+                        drop(old);
+                        return Poll::Pending;
+                    }
                 }
-                (None, _) => {
-                    let wants = match want {
-                        Want::All => None,
-                        Want::One(r) => Some(r),
-                    };
-                    let old = match &mut round.wakers[self.me] {
-                        Some((waker, w)) if *w == wants && waker.will_wake(cx.waker()) => None,
-                        slot => slot.replace((cx.waker().clone(), wants)),
-                    };
-                    drop(st);
-                    drop(old);
-                    return Poll::Pending;
-                }
-            },
+            }
             None => Err(Error::InvalidArgument(format!("collective call {} is no longer open on this communicator", self.key.0))),
         };
         let after = self.finish(&mut st);
