@@ -122,11 +122,11 @@ impl Call {
 
     /// Leaves this rank's part of phase `phase` of the call.
     fn meet(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>) -> Seat {
-        self.meet_sharing(phase, kind, shape, blocks, None)
+        self.meet_sharing(phase, kind, shape, blocks, [None, None])
     }
 
     /// [`meet`](Call::meet) with blocks that are slices of `whole`.
-    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Option<Bytes>) -> Seat {
+    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: [Option<Bytes>; 2]) -> Seat {
         let local = self.local.as_ref().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
         local.sit((self.number, phase), self.rank(), part)
@@ -312,6 +312,9 @@ pub(super) type Layout = (Vec<Range<usize>>, Vec<Range<usize>>);
 
 /// `MPI_Alltoall` (and `v`): `layout` is the blocks of `send` for each
 /// rank in turn and those of `recv` each rank's block lands in, checked.
+/// A rank's block for itself is copied when the call starts, straight
+/// from `send` into `recv` (one copy, not a pack and an unpack); the
+/// others are packed and left at the round.
 pub(super) fn alltoall<'a, E: Element>(
     call: Call,
     layout: Result<Layout>,
@@ -319,31 +322,50 @@ pub(super) fn alltoall<'a, E: Element>(
     mut recv: E::Dst<'a>,
 ) -> Collective<'a> {
     let kind = (ALLTOALL, 0);
+    let me = call.rank();
     let packed = layout.and_then(|(out, into)| {
+        E::copy(&send, out[me].clone(), &mut recv, into[me].clone())?;
+        // Nobody reads a rank's block for itself.
+        let own = Block { data: Bytes::new(), signature: None };
         // Blocks of one size, one after another from the start (an
-        // alltoall's): packed as one buffer, which each block is a slice
-        // of (one allocation, reused for the next call if large).
+        // alltoall's): those before the rank's own and those after it
+        // packed as one buffer each, which each block is a slice of (at
+        // most two allocations, reused for the next call if large).
         let c = out.first().map_or(0, Range::len);
         if c > 0 && out.iter().enumerate().all(|(r, items)| items.start == r * c && items.len() == c) {
-            let whole = E::pack(&send, 0..out.len() * c, Repr::Native)?.data;
-            let bytes = whole.len() / out.len();
             let signature = shape_of(&E::src_item_type(&send), c).0;
-            let blocks = (0..out.len()).map(|r| Block { data: whole.slice(r * bytes..(r + 1) * bytes), signature }).collect();
-            return Ok((into, blocks, Some(whole)));
+            let mut blocks = Vec::with_capacity(out.len());
+            let mut whole = [None, None];
+            for (side, ranks) in [0..me, me + 1..out.len()].into_iter().enumerate() {
+                if side == 1 {
+                    blocks.push(own.clone());
+                }
+                if ranks.is_empty() {
+                    continue;
+                }
+                let packed = E::pack(&send, ranks.start * c..ranks.end * c, Repr::Native)?.data;
+                let bytes = packed.len() / ranks.len();
+                blocks.extend((0..ranks.len()).map(|i| Block { data: packed.slice(i * bytes..(i + 1) * bytes), signature }));
+                whole[side] = Some(packed);
+            }
+            return Ok((into, blocks, whole));
         }
-        let blocks = out.into_iter().map(|items| E::pack(&send, items, Repr::Native).map(block)).collect::<Result<Vec<_>>>()?;
-        Ok((into, blocks, None))
+        let blocks = out
+            .into_iter()
+            .enumerate()
+            .map(|(r, items)| if r == me { Ok(own.clone()) } else { E::pack(&send, items, Repr::Native).map(block) })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((into, blocks, [None, None]))
     });
     let (into, blocks, whole) = match packed {
         Ok(packed) => packed,
         Err(e) => return refused(call, kind, e),
     };
     let seat = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole);
-    let me = call.rank();
     Collective::met(async move {
         let parts = seat.await?;
         agree(&call, &parts, kind, NO_SHAPE)?;
-        for (r, items) in into.into_iter().enumerate() {
+        for (r, items) in into.into_iter().enumerate().filter(|&(r, _)| r != me) {
             checked_into::<E>(delivered(&parts, r, me), r, items.len(), &mut recv, items)?;
         }
         recycle(parts);

@@ -1,4 +1,4 @@
-//! Large buffers kept per thread for the next large pack.
+//! Buffers kept per thread for the next large pack.
 //!
 //! A message of a megabyte or more packed into a fresh allocation pays a
 //! page fault for every 4 KiB it fills whenever the allocator hands out
@@ -8,38 +8,70 @@
 //! message). So the receive that has unpacked a large message gives its
 //! buffer back ([`Engine::recycle`](crate::proto::engine::Engine::recycle),
 //! once the engine's own pool of gather buffers is full), and a large pack
-//! on the same thread takes it ([`take`]). At most [`KEEP`] buffers are kept
-//! per thread, the largest offered; a thread's buffers are freed when it
-//! ends.
+//! on the same thread takes it ([`take`]). At most [`KEEP`] buffers of
+//! [`LARGE`] bytes or more are kept per thread, the largest offered.
+//!
+//! Buffers from [`MEDIUM`] bytes up to [`LARGE`] are kept too, at most
+//! [`KEEP_MEDIUM`] (under 8 MiB in all): glibc serves them with `mmap`
+//! until its threshold adapts, and gives the top of its heap back to the
+//! system whenever more than twice that threshold is free there, so that
+//! several such buffers freed together fault in again when next packed
+//! (the parts of 4 ranks' alltoall of 64 KiB blocks, meeting on one
+//! thread, faulted 56 pages a call and took 3 times as long).
+//! A thread's buffers are freed when it ends.
 
 use std::cell::RefCell;
 
 use bytes::BytesMut;
 
-/// Smaller buffers are not worth keeping: the allocator reuses them well.
-pub(crate) const MIN: usize = 1 << 20;
+/// Buffers from this size on are large: at most [`KEEP`] are kept.
+pub(crate) const LARGE: usize = 1 << 20;
 
-/// Buffers kept per thread at most.
+/// Large buffers kept per thread at most.
 pub(crate) const KEEP: usize = 2;
 
+/// Smaller buffers are not worth keeping: the allocator reuses them well.
+pub(crate) const MEDIUM: usize = 64 << 10;
+
+/// Buffers of [`MEDIUM`] bytes and more, below [`LARGE`], kept per
+/// thread at most.
+pub(crate) const KEEP_MEDIUM: usize = 8;
+
+/// A thread's kept buffers: large and medium ones.
+struct Spare {
+    large: Kept<Vec<u8>>,
+    medium: Kept<Vec<u8>>,
+}
+
+impl Spare {
+    fn class(&mut self, len: usize) -> Option<&mut Kept<Vec<u8>>> {
+        match len {
+            _ if len >= LARGE => Some(&mut self.large),
+            _ if len >= MEDIUM => Some(&mut self.medium),
+            _ => None,
+        }
+    }
+}
+
 thread_local! {
-    static SPARE: RefCell<Kept<Vec<u8>>> = const { RefCell::new(Kept::new(KEEP)) };
+    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { large: Kept::new(KEEP), medium: Kept::new(KEEP_MEDIUM) }) };
 }
 
 /// An empty buffer with room for `len` bytes, if this thread keeps one
-/// (the smallest that has room).
+/// (the smallest of its class that has room).
 pub(crate) fn take(len: usize) -> Option<Vec<u8>> {
-    if len < MIN {
+    if len < MEDIUM {
         return None;
     }
-    SPARE.try_with(|spare| spare.borrow_mut().take(len)).ok().flatten()
+    SPARE.try_with(|spare| spare.borrow_mut().class(len)?.take(len)).ok().flatten()
 }
 
-/// Keeps `buffer` (emptied) for a later [`take`] if it is large, in place
-/// of the smallest kept one if [`KEEP`] are kept already.
+/// Keeps `buffer` (emptied) for a later [`take`] if it is large or
+/// medium, in place of the smallest kept one of its class if its class
+/// is full.
 pub(crate) fn give(buffer: Vec<u8>) {
-    if buffer.capacity() >= MIN {
-        let _ = SPARE.try_with(|spare| spare.borrow_mut().offer(buffer));
+    if buffer.capacity() >= MEDIUM {
+        let _ = SPARE.try_with(|spare| spare.borrow_mut().class(buffer.capacity()).map(|kept| kept.offer(buffer)));
     }
 }
 
@@ -110,26 +142,39 @@ mod tests {
 
     #[test]
     fn a_large_buffer_given_is_taken_by_a_pack_it_fits() {
-        let buffer = Vec::<u8>::with_capacity(2 * MIN);
+        let buffer = Vec::<u8>::with_capacity(2 * LARGE);
         let at = buffer.as_ptr();
         give(buffer);
-        assert!(take(3 * MIN).is_none(), "too small for the pack");
-        let taken = take(MIN + 1).expect("kept");
+        assert!(take(3 * LARGE).is_none(), "too small for the pack");
+        let taken = take(LARGE + 1).expect("kept");
         assert_eq!((taken.as_ptr(), taken.len()), (at, 0));
-        assert!(take(MIN).is_none(), "taken once");
+        assert!(take(LARGE).is_none(), "taken once");
     }
 
     #[test]
     fn small_buffers_are_not_kept_and_at_most_keep_large_ones_are() {
-        give(Vec::with_capacity(MIN - 1));
-        assert!(take(1).is_none() && take(MIN - 1).is_none());
-        for size in [MIN, 3 * MIN, 2 * MIN] {
+        give(Vec::with_capacity(MEDIUM - 1));
+        assert!(take(1).is_none() && take(MEDIUM - 1).is_none());
+        for size in [LARGE, 3 * LARGE, 2 * LARGE] {
             give(Vec::with_capacity(size));
         }
         // The two largest stay.
-        let mut kept: Vec<usize> = std::iter::from_fn(|| take(MIN)).map(|b| b.capacity()).collect();
+        let mut kept: Vec<usize> = std::iter::from_fn(|| take(LARGE)).map(|b| b.capacity()).collect();
         kept.sort_unstable();
         assert_eq!(kept.len(), KEEP);
-        assert!(kept[0] >= 2 * MIN && kept[1] >= 3 * MIN);
+        assert!(kept[0] >= 2 * LARGE && kept[1] >= 3 * LARGE);
+    }
+
+    #[test]
+    fn medium_buffers_are_kept_apart_from_large_ones() {
+        for _ in 0..KEEP_MEDIUM + 2 {
+            give(Vec::with_capacity(MEDIUM));
+        }
+        give(Vec::with_capacity(LARGE));
+        assert!(take(MEDIUM + 1).is_none(), "no medium buffer has room, and a large one serves large packs only");
+        let medium: Vec<Vec<u8>> = std::iter::from_fn(|| take(MEDIUM)).collect();
+        assert_eq!(medium.len(), KEEP_MEDIUM);
+        assert!(medium.iter().all(|b| b.capacity() < LARGE));
+        assert!(take(LARGE).is_some(), "the large one is still there");
     }
 }

@@ -204,9 +204,10 @@ pub(crate) struct Part {
     /// for every rank, one for each rank in turn, or none; `Err` if the
     /// rank gave up on the call, saying why.
     pub(crate) blocks: std::result::Result<Vec<Block>, String>,
-    /// The buffer the blocks are slices of, if they share one (kept to
-    /// be reused, see [`recycle`]).
-    pub(crate) whole: Option<Bytes>,
+    /// The buffers the blocks are slices of, if they share them (kept to
+    /// be reused, see [`recycle`]): an alltoall's blocks before and after
+    /// the rank's own.
+    pub(crate) whole: [Option<Bytes>; 2],
 }
 
 /// Packed values a rank leaves for others: native bytes and their type
@@ -365,16 +366,14 @@ pub(crate) fn recycle(mut parts: Arc<[Part]>) {
         if let Ok(blocks) = &mut part.blocks {
             blocks.drain(..).for_each(|block| recycle_bytes(block.data));
         }
-        if let Some(whole) = part.whole.take() {
-            recycle_bytes(whole);
-        }
+        part.whole.iter_mut().filter_map(Option::take).for_each(recycle_bytes);
     }
 }
 
 /// [`recycle`] for a handle on one block's bytes: kept if large and held
 /// by nothing else.
 pub(crate) fn recycle_bytes(data: Bytes) {
-    if data.len() >= crate::pack::spare::MIN {
+    if data.len() >= crate::pack::spare::MEDIUM {
         if let Ok(buffer) = data.try_into_mut() {
             crate::pack::spare::give(Vec::from(buffer));
         }
@@ -569,7 +568,7 @@ mod tests {
     use std::pin::pin;
 
     fn part() -> Part {
-        Part { kind: (0, 0), shape: (None, 0), blocks: Ok(Vec::new()), whole: None }
+        Part { kind: (0, 0), shape: (None, 0), blocks: Ok(Vec::new()), whole: [None, None] }
     }
 
     fn poll(seat: &mut Seat) -> Poll<Result<Arc<[Part]>>> {

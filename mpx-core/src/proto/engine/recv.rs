@@ -357,7 +357,7 @@ impl Engine {
     /// Messages shorter than this are not worth [`recycle`](Engine::recycle)-ing:
     /// the size from which a buffer is worth keeping, for a transfer's
     /// data here or for a pack on this thread.
-    pub const RECYCLE_MIN: usize = crate::pack::spare::MIN;
+    pub const RECYCLE_MIN: usize = crate::pack::spare::LARGE;
 
     /// A receive is done with `data`, a delivered message's or what it
     /// took as it arrived ([`take_arrived`](Engine::take_arrived)): its
