@@ -75,6 +75,18 @@ pub(crate) fn give(buffer: Vec<u8>) {
     }
 }
 
+/// A copy of `bytes`, in a kept buffer if this thread has one with room
+/// (see [`take`]).
+pub(crate) fn copy_of(bytes: &[u8]) -> Vec<u8> {
+    match take(bytes.len()) {
+        Some(mut buffer) => {
+            buffer.extend_from_slice(bytes);
+            buffer
+        }
+        None => bytes.to_vec(),
+    }
+}
+
 /// A buffer type [`Kept`] can hold.
 pub(crate) trait Reusable {
     fn room(&self) -> usize;
