@@ -51,6 +51,7 @@ use crate::comm::SendBuf;
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
+use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
 use crate::runtime::{recycle, recycle_bytes, Block, LocalComm, Part, Seat};
@@ -502,13 +503,13 @@ fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usi
 fn combine_in_order<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], me: usize, out: &mut [T]) -> Result<()> {
     let last = values.len() - 1;
     let from_message = op.commutes_exactly();
-    let mut acc: Option<Vec<T>> = None;
+    let mut acc: Option<Values<T>> = None;
     for (r, theirs) in values[..last].iter().enumerate() {
         if let Some(lower) = acc.as_mut().filter(|_| from_message && r != me) {
             op.apply(theirs, lower)?;
             continue;
         }
-        let mut part = theirs.to_vec();
+        let mut part = Values::copy_of(theirs);
         if let Some(lower) = acc.take() {
             op.apply(&lower, &mut part)?;
         }

@@ -7,6 +7,7 @@ use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op,
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
+use crate::pack::spare::Values;
 use crate::request::Request;
 
 /// A reduction to rank 0 under way, along the binomial tree of rank 0 in
@@ -159,7 +160,7 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
             recv[mine.clone()].copy_from_slice(&send[mine.clone()]);
             None
         } else {
-            Some(send[mine.clone()].to_vec())
+            Some(Values::copy_of(&send[mine.clone()]))
         };
         Ok((posted, sends, own))
     })();
@@ -169,8 +170,8 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
         // Every rank's contribution to this rank's block, folded in rank
         // order: `acc` is the fold of ranks 0..r, and a buffer the fold
         // is done with takes the next contribution received.
-        let mut acc: Option<Vec<T>> = None;
-        let mut spare: Option<Vec<T>> = None;
+        let mut acc: Option<Values<T>> = None;
+        let mut spare: Option<Values<T>> = None;
         // `lower op theirs` is `theirs op lower`, bit for bit: another
         // rank's part then folds into the accumulator straight from its
         // message, still the left fold in rank order.
@@ -183,7 +184,7 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
             let mut part = if r == me {
                 own.take().expect("this rank's own part, taken once")
             } else {
-                let mut theirs = spare.take().unwrap_or_else(|| recv[mine.clone()].to_vec());
+                let mut theirs = spare.take().unwrap_or_else(|| Values::copy_of(&recv[mine.clone()]));
                 posted.next().expect("a receive per other rank").into(&mut theirs).await?;
                 theirs
             };

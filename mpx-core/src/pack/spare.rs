@@ -8,11 +8,14 @@
 //! message). So the receive that has unpacked a large message gives its
 //! buffer back ([`Engine::recycle`](crate::proto::engine::Engine::recycle),
 //! once the engine's own pool of gather buffers is full), and a large pack
-//! on the same thread takes it ([`take`]). At most [`KEEP`] buffers of
-//! [`LARGE`] bytes or more are kept per thread, the largest offered.
+//! on the same thread takes it ([`take`]). Of buffers of [`LARGE`] bytes
+//! or more, the largest offered are kept per thread: [`KEEP`] of any
+//! size, up to [`KEEP_LARGE`] while they hold at most [`LARGE_BUDGET`]
+//! bytes (4 ranks' allreduce of 1 MiB meeting on one thread packs four
+//! parts a call: keeping two, it faulted 270 pages a call).
 //!
 //! Buffers from [`MEDIUM`] bytes up to [`LARGE`] are kept too, at most
-//! [`KEEP_MEDIUM`] (under 8 MiB in all): glibc serves them with `mmap`
+//! [`KEEP_MEDIUM`] (under 16 MiB in all): glibc serves them with `mmap`
 //! until its threshold adapts, and gives the top of its heap back to the
 //! system whenever more than twice that threshold is free there, so that
 //! several such buffers freed together fault in again when next packed
@@ -27,15 +30,23 @@ use bytes::BytesMut;
 /// Buffers from this size on are large: at most [`KEEP`] are kept.
 pub(crate) const LARGE: usize = 1 << 20;
 
-/// Large buffers kept per thread at most.
+/// Large buffers of any size kept per thread.
 pub(crate) const KEEP: usize = 2;
+
+/// Large buffers kept per thread at most, while they hold at most
+/// [`LARGE_BUDGET`] bytes in all (several ranks of one process on one
+/// thread each pack their part of a large collective).
+pub(crate) const KEEP_LARGE: usize = 8;
+
+/// Bytes the large buffers beyond [`KEEP`] may bring the kept ones to.
+pub(crate) const LARGE_BUDGET: usize = 64 << 20;
 
 /// Smaller buffers are not worth keeping: the allocator reuses them well.
 pub(crate) const MEDIUM: usize = 64 << 10;
 
 /// Buffers of [`MEDIUM`] bytes and more, below [`LARGE`], kept per
 /// thread at most.
-pub(crate) const KEEP_MEDIUM: usize = 8;
+pub(crate) const KEEP_MEDIUM: usize = 16;
 
 /// A thread's kept buffers: large and medium ones.
 struct Spare {
@@ -54,7 +65,7 @@ impl Spare {
 }
 
 thread_local! {
-    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { large: Kept::new(KEEP), medium: Kept::new(KEEP_MEDIUM) }) };
+    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { large: Kept::with_budget(KEEP, KEEP_LARGE, LARGE_BUDGET), medium: Kept::new(KEEP_MEDIUM) }) };
 }
 
 /// An empty buffer with room for `len` bytes, if this thread keeps one
@@ -87,6 +98,79 @@ pub(crate) fn copy_of(bytes: &[u8]) -> Vec<u8> {
     }
 }
 
+/// Vectors of values kept per thread at most (see [`Values`]).
+const KEEP_VALUES: usize = 4;
+
+thread_local! {
+    /// Kept vectors of values: each a `Vec<T>` for some `T`, with its
+    /// capacity in bytes.
+    static VALUES: RefCell<Vec<(usize, Box<dyn std::any::Any>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A vector of values whose memory, if [`MEDIUM`] bytes or more, goes
+/// back to this thread's kept vectors when it is dropped, for the next
+/// [`Values::copy_of`] of its type: the operands and partial results of
+/// large reductions, which would otherwise fault in fresh pages for every
+/// call (4 ranks' allreduce of 1 MiB on one thread: 250 faults a call).
+/// At most 4 are kept, the largest offered.
+#[derive(Debug)]
+pub(crate) struct Values<T: Copy + 'static>(Vec<T>);
+
+impl<T: Copy + 'static> Values<T> {
+    /// A copy of `values`, in a kept vector if this thread has one with
+    /// room.
+    pub(crate) fn copy_of(values: &[T]) -> Self {
+        let bytes = std::mem::size_of_val(values);
+        let kept = match bytes >= MEDIUM {
+            true => VALUES.try_with(|kept| take_values::<T>(&mut kept.borrow_mut(), bytes)).ok().flatten(),
+            false => None,
+        };
+        let mut vec = kept.unwrap_or_default();
+        vec.extend_from_slice(values);
+        Values(vec)
+    }
+}
+
+/// The smallest kept `Vec<T>` with room for `bytes`, emptied.
+fn take_values<T: 'static>(kept: &mut Vec<(usize, Box<dyn std::any::Any>)>, bytes: usize) -> Option<Vec<T>> {
+    let fits = kept.iter().enumerate().filter(|(_, (room, v))| *room >= bytes && v.is::<Vec<T>>()).min_by_key(|(_, (room, _))| *room)?.0;
+    let (_, vec) = kept.swap_remove(fits);
+    let mut vec = *vec.downcast::<Vec<T>>().ok()?;
+    vec.clear();
+    Some(vec)
+}
+
+impl<T: Copy + 'static> std::ops::Deref for Values<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T: Copy + 'static> std::ops::DerefMut for Values<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.0
+    }
+}
+
+impl<T: Copy + 'static> Drop for Values<T> {
+    fn drop(&mut self) {
+        let bytes = self.0.capacity() * std::mem::size_of::<T>();
+        if bytes < MEDIUM {
+            return;
+        }
+        let vec = std::mem::take(&mut self.0);
+        let _ = VALUES.try_with(|kept| {
+            let mut kept = kept.borrow_mut();
+            kept.push((bytes, Box::new(vec)));
+            if kept.len() > KEEP_VALUES {
+                let smallest = kept.iter().enumerate().min_by_key(|(_, (room, _))| *room).map(|(i, _)| i);
+                smallest.map(|i| kept.swap_remove(i));
+            }
+        });
+    }
+}
+
 /// A buffer type [`Kept`] can hold.
 pub(crate) trait Reusable {
     fn room(&self) -> usize;
@@ -112,16 +196,26 @@ impl Reusable for BytesMut {
 }
 
 /// At most `keep` buffers, the largest offered, for reuse by the next
-/// allocation they fit.
+/// allocation they fit: `keep_any` of any size, and more only while all
+/// kept hold at most `budget` bytes.
 #[derive(Debug)]
 pub(crate) struct Kept<B> {
     buffers: Vec<B>,
+    keep_any: usize,
     keep: usize,
+    budget: usize,
 }
 
 impl<B: Reusable> Kept<B> {
+    /// At most `keep` buffers of any size.
     pub(crate) const fn new(keep: usize) -> Self {
-        Kept { buffers: Vec::new(), keep }
+        Self::with_budget(keep, keep, usize::MAX)
+    }
+
+    /// `keep_any` buffers of any size, and up to `keep` while they hold at
+    /// most `budget` bytes in all.
+    pub(crate) const fn with_budget(keep_any: usize, keep: usize, budget: usize) -> Self {
+        Kept { buffers: Vec::new(), keep_any, keep, budget }
     }
 
     /// The smallest kept buffer with room for `room` bytes, emptied.
@@ -130,18 +224,22 @@ impl<B: Reusable> Kept<B> {
         Some(self.buffers.swap_remove(fits))
     }
 
-    /// Keeps `buffer` if fewer than `keep` are kept or it is larger than
-    /// the smallest kept one; returns the buffer not kept (`buffer` or the
-    /// one it displaced), if any.
+    /// Keeps `buffer` if there is a place for it (see [`Kept`]) or it is
+    /// larger than the smallest kept one; returns the buffer not kept
+    /// (`buffer` or the one it displaced), if any.
     pub(crate) fn offer(&mut self, mut buffer: B) -> Option<B> {
         buffer.empty();
-        if self.buffers.len() < self.keep {
+        let held: usize = self.buffers.iter().map(B::room).sum();
+        let within = |held: usize| self.buffers.len() < self.keep_any || held <= self.budget;
+        if self.buffers.len() < self.keep && within(held.saturating_add(buffer.room())) {
             self.buffers.push(buffer);
             return None;
         }
-        if let Some(smallest) = self.buffers.iter_mut().min_by_key(|b| b.room()) {
-            if smallest.room() < buffer.room() {
-                std::mem::swap(smallest, &mut buffer);
+        let smallest = self.buffers.iter().enumerate().min_by_key(|(_, b)| b.room()).map(|(i, b)| (i, b.room()));
+        if let Some((i, room)) = smallest {
+            let after = held - room + buffer.room();
+            if room < buffer.room() && (self.buffers.len() <= self.keep_any || after <= self.budget) {
+                std::mem::swap(&mut self.buffers[i], &mut buffer);
             }
         }
         Some(buffer)
@@ -164,17 +262,50 @@ mod tests {
     }
 
     #[test]
-    fn small_buffers_are_not_kept_and_at_most_keep_large_ones_are() {
+    fn small_buffers_are_not_kept_and_large_ones_within_the_budget() {
         give(Vec::with_capacity(MEDIUM - 1));
         assert!(take(1).is_none() && take(MEDIUM - 1).is_none());
         for size in [LARGE, 3 * LARGE, 2 * LARGE] {
             give(Vec::with_capacity(size));
         }
-        // The two largest stay.
         let mut kept: Vec<usize> = std::iter::from_fn(|| take(LARGE)).map(|b| b.capacity()).collect();
         kept.sort_unstable();
-        assert_eq!(kept.len(), KEEP);
-        assert!(kept[0] >= 2 * LARGE && kept[1] >= 3 * LARGE);
+        assert_eq!(kept, [LARGE, 2 * LARGE, 3 * LARGE]);
+        // Beyond the budget, the largest KEEP stay.
+        let huge = LARGE_BUDGET / 2;
+        for size in [huge, LARGE, huge + 1, huge + 2] {
+            give(Vec::with_capacity(size));
+        }
+        let mut kept: Vec<usize> = std::iter::from_fn(|| take(LARGE)).map(|b| b.capacity()).collect();
+        kept.sort_unstable();
+        assert_eq!(kept.len(), KEEP, "{kept:?}");
+        assert!(kept[0] >= huge + 1 && kept[1] >= huge + 2);
+    }
+
+    #[test]
+    fn at_most_keep_large_buffers_are_kept() {
+        for _ in 0..KEEP_LARGE + 3 {
+            give(Vec::with_capacity(LARGE));
+        }
+        assert_eq!(std::iter::from_fn(|| take(LARGE)).count(), KEEP_LARGE);
+    }
+
+    #[test]
+    fn values_dropped_are_copied_into_next() {
+        let n = MEDIUM / 8;
+        let first = Values::copy_of(&vec![1.5f64; n]);
+        let at = first.as_ptr();
+        drop(first);
+        let small = Values::copy_of(&[2u8; 10]);
+        assert_eq!(&small[..], [2; 10]);
+        assert!(Values::<u64>::copy_of(&vec![3; n])[..].iter().all(|&v| v == 3), "another type does not take it");
+        let again = Values::copy_of(&vec![2.5f64; n]);
+        assert_eq!(again.as_ptr(), at);
+        assert!(again.iter().all(|&v| v == 2.5));
+        for _ in 0..2 * KEEP_VALUES {
+            drop(Values::copy_of(&vec![0.0f64; n]));
+        }
+        assert!(VALUES.with(|kept| kept.borrow().len()) <= KEEP_VALUES);
     }
 
     #[test]

@@ -569,11 +569,15 @@ impl Shared {
         self.recycle_data(msg.data);
     }
 
-    /// A receive is done with `data` (see [`Engine::recycle`]); small data
-    /// is simply dropped, without taking the lock.
+    /// A receive is done with `data` (see [`Engine::recycle`]); medium
+    /// data goes to this thread's spare buffers for the next pack
+    /// ([`spare`](crate::pack::spare)), small data is simply dropped, both
+    /// without taking the lock.
     pub(crate) fn recycle_data(&self, data: Bytes) {
         if data.len() >= Engine::RECYCLE_MIN {
             self.lock().engine.recycle(data);
+        } else if data.len() >= crate::pack::spare::MEDIUM {
+            crate::runtime::recycle_bytes(data);
         }
     }
 
