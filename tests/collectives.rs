@@ -612,6 +612,40 @@ each_transport! {
         .await;
     }
 
+    /// Typed blocks of one size but another type (`u32` on rank 0, `f32`
+    /// elsewhere) are reported by every rank that takes a block of the
+    /// other type: never copied over as the bytes they are.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocks_of_another_type_of_the_same_size_are_errors() {
+        returns(launch(3, move |comm| async move {
+            let me = comm.rank();
+            let mismatch = |got: &mpx::Result<()>| matches!(got, Err(mpx::Error::CollectiveMismatch { .. }) | Err(mpx::Error::TypeMismatch));
+            let (ints, floats) = ([7u32; 6], [7.0f32; 6]);
+            let (mut int_out, mut float_out) = ([0u32; 6], [0.0f32; 6]);
+            let got = match me {
+                0 => comm.alltoall(&ints[..], &mut int_out[..]).await,
+                _ => comm.alltoall(&floats[..], &mut float_out[..]).await,
+            };
+            assert!(mismatch(&got), "alltoall, rank {me}: {got:?}");
+            let got = match me {
+                0 => comm.allgather(&ints[..2], &mut int_out[..]).await,
+                _ => comm.allgather(&floats[..2], &mut float_out[..]).await,
+            };
+            assert!(mismatch(&got), "allgather, rank {me}: {got:?}");
+            let got = match me {
+                0 => comm.bcast(&mut int_out[..], 0).await,
+                _ => comm.bcast(&mut float_out[..], 0).await,
+            };
+            // The root takes nothing; every other rank takes its block.
+            assert!(me == 0 || mismatch(&got), "bcast, rank {me}: {got:?}");
+            // Each rank's own block lands (7.0); rank 0's integers never do.
+            assert!(float_out.iter().all(|&x| x == 0.0 || x == 7.0), "rank {me}: {float_out:?}");
+            comm.barrier().await?;
+            Ok(())
+        }))
+        .await;
+    }
+
     /// Allreduce counts that disagree across the size from which the data
     /// is cut in blocks (each rank chooses its algorithm from its own
     /// count), sized so that one rank's blocks are exactly the others'

@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use crate::comm::data::Packed;
-use crate::comm::{unpack_typed_message, RecvBuf, SendBuf};
+use crate::comm::{native_values_of, unpack_typed_message, RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -104,6 +104,13 @@ pub(crate) mod sealed {
         /// Copies the source's items `from` into the destination's items
         /// `to` (a rank's block to itself); the type signatures must agree.
         fn copy(src: &Self::Src<'_>, from: Range<usize>, dst: &mut Self::Dst<'_>, to: Range<usize>) -> Result<()>;
+        /// Copies `data`, packed native data of type signature
+        /// `signature`, into the destination's items `items` as it lies,
+        /// if those items are plain values (a type without padding that
+        /// any bytes make valid) and `data` is exactly their values;
+        /// `false`, touching nothing, where it must be checked and
+        /// unpacked as a message ([`deliver`](Blocks::deliver)).
+        fn copy_native(dst: &mut Self::Dst<'_>, items: Range<usize>, signature: Option<(u64, u64)>, data: &[u8]) -> bool;
     }
 }
 
@@ -171,6 +178,21 @@ impl<T: MpiType> sealed::Blocks for T {
         dst[to].copy_from_slice(&src[from]);
         Ok(())
     }
+
+    fn copy_native(dst: &mut &mut [T], items: Range<usize>, signature: Option<(u64, u64)>, data: &[u8]) -> bool {
+        let Some(out) = dst.get_mut(items) else { return false };
+        let envelope = crate::coll::native_message_envelope(signature, data.len(), 0);
+        if native_values_of::<T>(&envelope, data.len(), &T::datatype_ref()) != Some(out.len()) {
+            return false;
+        }
+        // SAFETY: `data` is `out.len()` whole native values of `T`
+        // (`native_values_of`), a type without padding that any bytes make
+        // valid: copying its bytes writes exactly what unpacking them
+        // would. `data` (a part left by a rank) and the destination are
+        // distinct memory.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), data.len()) };
+        true
+    }
 }
 
 impl sealed::Blocks for Described {
@@ -237,6 +259,11 @@ impl sealed::Blocks for Described {
             return Err(Error::InvalidArgument(format!("{} bytes copied into room for {expected}", status.bytes)));
         }
         Ok(())
+    }
+
+    fn copy_native(_: &mut RecvBuf<'_>, _: Range<usize>, _: Option<(u64, u64)>, _: &[u8]) -> bool {
+        // Described items are unpacked through their datatype.
+        false
     }
 }
 

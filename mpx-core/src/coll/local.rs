@@ -202,15 +202,24 @@ fn agree_with(r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option
     Ok(())
 }
 
-/// Rank `from`'s block `k`, as a delivered message of native data.
-fn delivered(parts: &[Part], from: usize, k: usize) -> Delivered {
-    let block = parts[from].blocks.as_ref().ok().and_then(|b| b.get(k)).expect("parts agreed: every block is there");
-    delivered_block(block, from)
+/// Rank `from`'s block `k`.
+fn block_at(parts: &[Part], from: usize, k: usize) -> &Block {
+    parts[from].blocks.as_ref().ok().and_then(|b| b.get(k)).expect("parts agreed: every block is there")
 }
 
 /// `block`, from rank `from`, as a delivered message of native data.
 fn delivered_block(block: &Block, from: usize) -> Delivered {
     native_message(block.data.clone(), block.signature, from)
+}
+
+/// `block`, from rank `from`, into `items` of `dst`: copied as it lies if
+/// it is exactly plain values of the destination's type (most calls),
+/// checked and unpacked as a delivered message otherwise.
+fn take_block<E: Element>(block: &Block, from: usize, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<()> {
+    if E::copy_native(dst, items.clone(), block.signature, &block.data) {
+        return Ok(());
+    }
+    checked_into::<E>(delivered_block(block, from), from, items.len(), dst, items).map(drop)
 }
 
 /// A collective whose part failed before it met: its part says so, and
@@ -279,8 +288,8 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
             return Err(e);
         }
         let block = root_part.block.ok().flatten().ok_or_else(|| Error::CollectiveMismatch { rank: root, detail: "its part holds no data".into() })?;
-        let msg = checked_into::<E>(delivered_block(&block, root), root, count, &mut buf, 0..count)?;
-        drop((msg, seat));
+        take_block::<E>(&block, root, &mut buf, 0..count)?;
+        drop(seat);
         recycle_bytes(block.data);
         Ok(())
     })
@@ -300,7 +309,7 @@ pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<
         let parts = seat.await?;
         agree(&call, &parts, kind, shape)?;
         for (r, items) in ranges.into_iter().enumerate() {
-            checked_into::<E>(delivered(&parts, r, 0), r, items.len(), &mut recv, items)?;
+            take_block::<E>(block_at(&parts, r, 0), r, &mut recv, items)?;
         }
         recycle(parts);
         Ok(())
@@ -367,7 +376,7 @@ pub(super) fn alltoall<'a, E: Element>(
         let parts = seat.await?;
         agree(&call, &parts, kind, NO_SHAPE)?;
         for (r, items) in into.into_iter().enumerate().filter(|&(r, _)| r != me) {
-            checked_into::<E>(delivered(&parts, r, me), r, items.len(), &mut recv, items)?;
+            take_block::<E>(block_at(&parts, r, me), r, &mut recv, items)?;
         }
         recycle(parts);
         Ok(())
@@ -429,7 +438,7 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
             // Each rank's block is its own size: checked against it.
             let (items, part) = (block_of(r), &parts[r]);
             agree_with(r, (part.kind, part.shape, part.blocks.as_ref().err()), kind, shape_of(&T::datatype(), items.len()))?;
-            checked_into::<T>(delivered(&parts, r, 0), r, items.len(), &mut &mut recv[..], items)?;
+            take_block::<T>(block_at(&parts, r, 0), r, &mut &mut recv[..], items)?;
         }
         recycle(parts);
         Ok(())
@@ -472,10 +481,12 @@ impl Drop for Owed {
 /// plain native values of `T` at its alignment, unpacked otherwise.
 fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usize>) -> Result<Vec<Cow<'p, [T]>>> {
     let count = template.len();
-    let block = |r: usize| parts[r].blocks.as_ref().ok().and_then(|b| b.first()).expect("parts agreed: every block is there");
+    let block = |r: usize| block_at(parts, r, 0);
     // The parts agreed on their shape (signature and length), so one
     // check of native values holds for every part.
-    let plain = crate::comm::native_values::<T>(&delivered(parts, 0, 0), &T::datatype_ref()) == Some(count);
+    let first = block(0);
+    let envelope = crate::coll::native_message_envelope(first.signature, first.data.len(), 0);
+    let plain = crate::comm::native_values_of::<T>(&envelope, first.data.len(), &T::datatype_ref()) == Some(count);
     (0..parts.len())
         .map(|r| {
             let data = &block(r).data;
@@ -488,7 +499,7 @@ fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usi
                 return Ok(Cow::Borrowed(&all[items.clone()]));
             }
             let mut all = template.to_vec();
-            checked_into::<T>(delivered(parts, r, 0), r, count, &mut &mut all[..], 0..count)?;
+            take_block::<T>(block(r), r, &mut &mut all[..], 0..count)?;
             Ok(Cow::Owned(all[items.clone()].to_vec()))
         })
         .collect()
