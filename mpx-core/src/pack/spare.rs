@@ -101,6 +101,9 @@ pub(crate) fn copy_of(bytes: &[u8]) -> Vec<u8> {
 /// Vectors of values kept per thread at most (see [`Values`]).
 const KEEP_VALUES: usize = 4;
 
+/// Bytes the kept vectors of values may hold in all.
+const VALUES_BUDGET: usize = 64 << 20;
+
 thread_local! {
     /// Kept vectors of values: each a `Vec<T>` for some `T`, with its
     /// capacity in bytes.
@@ -112,7 +115,7 @@ thread_local! {
 /// [`Values::copy_of`] of its type: the operands and partial results of
 /// large reductions, which would otherwise fault in fresh pages for every
 /// call (4 ranks' allreduce of 1 MiB on one thread: 250 faults a call).
-/// At most 4 are kept, the largest offered.
+/// At most 4 are kept, the largest offered, holding at most 64 MiB.
 #[derive(Debug)]
 pub(crate) struct Values<T: Copy + 'static>(Vec<T>);
 
@@ -159,11 +162,15 @@ impl<T: Copy + 'static> Drop for Values<T> {
         if bytes < MEDIUM {
             return;
         }
+        if bytes > VALUES_BUDGET {
+            return;
+        }
         let vec = std::mem::take(&mut self.0);
         let _ = VALUES.try_with(|kept| {
             let mut kept = kept.borrow_mut();
             kept.push((bytes, Box::new(vec)));
-            if kept.len() > KEEP_VALUES {
+            // The smallest go first, until the rest fit.
+            while kept.len() > KEEP_VALUES || kept.iter().map(|(room, _)| room).sum::<usize>() > VALUES_BUDGET {
                 let smallest = kept.iter().enumerate().min_by_key(|(_, (room, _))| *room).map(|(i, _)| i);
                 smallest.map(|i| kept.swap_remove(i));
             }
@@ -306,6 +313,13 @@ mod tests {
             drop(Values::copy_of(&vec![0.0f64; n]));
         }
         assert!(VALUES.with(|kept| kept.borrow().len()) <= KEEP_VALUES);
+        // Within the budget: a vector larger than it is not kept, and the
+        // smallest make room for a large one.
+        drop(Values::copy_of(&vec![0u8; VALUES_BUDGET + 1]));
+        drop(Values::copy_of(&vec![0u8; VALUES_BUDGET - MEDIUM]));
+        let held: usize = VALUES.with(|kept| kept.borrow().iter().map(|(room, _)| *room).sum());
+        assert!(held <= VALUES_BUDGET, "{held}");
+        assert!(VALUES.with(|kept| kept.borrow().iter().any(|(room, _)| *room == VALUES_BUDGET - MEDIUM)));
     }
 
     #[test]
