@@ -514,22 +514,51 @@ fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usi
 fn combine_in_order<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], me: usize, out: &mut [T]) -> Result<()> {
     let last = values.len() - 1;
     let from_message = op.commutes_exactly();
-    let mut acc: Option<Values<T>> = None;
+    let mut acc: Option<Fold<'_, T>> = None;
     for (r, theirs) in values[..last].iter().enumerate() {
         if let Some(lower) = acc.as_mut().filter(|_| from_message && r != me) {
-            op.apply(theirs, lower)?;
+            op.apply(theirs, lower.to_mut())?;
             continue;
         }
-        let mut part = Values::copy_of(theirs);
-        if let Some(lower) = acc.take() {
-            op.apply(&lower, &mut part)?;
-        }
-        acc = Some(part);
+        acc = Some(match acc.take() {
+            None => Fold::Lying(theirs),
+            Some(lower) => {
+                let mut part = Values::copy_of(theirs);
+                op.apply(lower.as_slice(), &mut part)?;
+                Fold::Kept(part)
+            }
+        });
     }
     out.copy_from_slice(&values[last]);
     match acc {
-        Some(lower) => op.apply(&lower, out),
+        Some(lower) => op.apply(lower.as_slice(), out),
         None => Ok(()),
+    }
+}
+
+/// A fold's partial result: a rank's values as they lie in its part,
+/// until an operation writes it (one copy fewer), then values of its own.
+enum Fold<'v, T: Copy + 'static> {
+    Lying(&'v [T]),
+    Kept(Values<T>),
+}
+
+impl<T: Copy + 'static> Fold<'_, T> {
+    fn as_slice(&self) -> &[T] {
+        match self {
+            Fold::Lying(values) => values,
+            Fold::Kept(values) => values,
+        }
+    }
+
+    fn to_mut(&mut self) -> &mut [T] {
+        if let Fold::Lying(values) = self {
+            *self = Fold::Kept(Values::copy_of(values));
+        }
+        match self {
+            Fold::Kept(values) => values,
+            Fold::Lying(_) => unreachable!("made its own above"),
+        }
     }
 }
 
