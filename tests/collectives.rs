@@ -646,6 +646,46 @@ each_transport! {
         .await;
     }
 
+    /// A rank whose block to itself does not fit its own room (described
+    /// buffers, whose counts each side gives) fails alone, on every
+    /// transport: the others' blocks went as they should.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_block_to_itself_that_does_not_fit_fails_that_rank_alone() {
+        use mpx::{Datatype, RecvBuf, Region, RegionMut, SendBuf};
+        returns(launch(3, move |comm| async move {
+            let (me, n) = (comm.rank(), comm.size());
+            let int = Datatype::int();
+            let send: Vec<i32> = (0..2 * n as i32).map(|i| me as i32 * 10 + i).collect();
+            let mut recv = vec![-1i32; 3 * n];
+            let room = recv.len() as u64;
+            // Rank 0 makes room for 3 values from itself, which sends it 2.
+            let rcounts: Vec<usize> = (0..n).map(|s| if me == 0 && s == 0 { 3 } else { 2 }).collect();
+            let rdispls: Vec<usize> = (0..n).map(|s| 3 * s).collect();
+            let got = comm
+                .alltoallv(
+                    SendBuf::new(Region::of(&send), send.len() as u64, &int),
+                    &[2; 3][..n],
+                    &[0, 2, 4][..n],
+                    RecvBuf::new(RegionMut::of(&mut recv), room, &int),
+                    &rcounts,
+                    &rdispls,
+                )
+                .await;
+            if me == 0 {
+                assert!(got.is_err(), "{got:?}");
+            } else {
+                got?;
+                for s in 0..n {
+                    let from = s as i32 * 10 + 2 * me as i32;
+                    assert_eq!(recv[3 * s..3 * s + 2], [from, from + 1], "rank {me}, block from {s}");
+                }
+            }
+            comm.barrier().await?;
+            Ok(())
+        }))
+        .await;
+    }
+
     /// Allreduce counts that disagree across the size from which the data
     /// is cut in blocks (each rank chooses its algorithm from its own
     /// count), sized so that one rank's blocks are exactly the others'

@@ -323,8 +323,10 @@ pub(super) type Layout = (Vec<Range<usize>>, Vec<Range<usize>>);
 /// `MPI_Alltoall` (and `v`): `layout` is the blocks of `send` for each
 /// rank in turn and those of `recv` each rank's block lands in, checked.
 /// A rank's block for itself is copied when the call starts, straight
-/// from `send` into `recv` (one copy, not a pack and an unpack); the
-/// others are packed and left at the round.
+/// from `send` into `recv` (for typed buffers one copy, not a pack and an
+/// unpack); the others are packed and left at the round. A copy that
+/// fails (the block's type signatures disagree) fails this rank alone,
+/// as over messages: its part is left for the others all the same.
 pub(super) fn alltoall<'a, E: Element>(
     call: Call,
     layout: Result<Layout>,
@@ -333,8 +335,9 @@ pub(super) fn alltoall<'a, E: Element>(
 ) -> Collective<'a> {
     let kind = (ALLTOALL, 0);
     let me = call.rank();
+    let mut own_copy = Ok(());
     let packed = layout.and_then(|(out, into)| {
-        E::copy(&send, out[me].clone(), &mut recv, into[me].clone())?;
+        own_copy = E::copy(&send, out[me].clone(), &mut recv, into[me].clone());
         // Nobody reads a rank's block for itself.
         let own = Block { data: Bytes::new(), signature: None };
         // Blocks of one size, one after another from the start (an
@@ -372,6 +375,10 @@ pub(super) fn alltoall<'a, E: Element>(
         Err(e) => return refused(call, kind, e),
     };
     let seat = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole);
+    if let Err(e) = own_copy {
+        drop(seat);
+        return Collective::met(async { Err(e) });
+    }
     Collective::met(async move {
         let parts = seat.await?;
         agree(&call, &parts, kind, NO_SHAPE)?;

@@ -560,7 +560,7 @@ impl Posted {
             shared.recycle(msg);
             return Ok(());
         }
-        let mut theirs = acc.to_vec();
+        let mut theirs = crate::pack::spare::Values::copy_of(acc);
         let items = 0..count;
         let msg = checked_into::<T>(msg, from, count, &mut &mut theirs[..], items)?;
         shared.recycle(msg);

@@ -14,9 +14,9 @@ use crate::request::Request;
 /// rank order: each rank combines its children's partial results (each
 /// covering the ranks just above its own) after its own, lower ranks
 /// first, so every order of arrival gives the same bits.
-struct ToZero<T> {
+struct ToZero<T: Copy + 'static> {
     /// This rank's own values.
-    own: Vec<T>,
+    own: Values<T>,
     /// The children's partial results, smallest subtree first (ranks
     /// `me + 1`, `me + 2..me + 4`, ...).
     children: Vec<Posted>,
@@ -46,7 +46,7 @@ impl<T: MpiType> ToZero<T> {
             Some(p) if children.is_empty() => vec![call.send(send, p)],
             _ => Vec::new(),
         };
-        Ok(ToZero { own: send.to_vec(), children, parent, sends })
+        Ok(ToZero { own: Values::copy_of(send), children, parent, sends })
     }
 
     /// Combines the children's results with this rank's `send`: the
@@ -55,9 +55,9 @@ impl<T: MpiType> ToZero<T> {
     /// rank that receives something next awaits them after that receive,
     /// so that a rank that gave up on the call (and will never take the
     /// send) is heard of there.
-    async fn finish(self, call: &Call, op: &Op<T>) -> Result<(Option<Vec<T>>, Vec<Request<'static>>)> {
+    async fn finish(self, call: &Call, op: &Op<T>) -> Result<(Option<Values<T>>, Vec<Request<'static>>)> {
         let ToZero { own, children, parent, mut sends } = self;
-        let mut theirs = own.clone();
+        let mut theirs = Values::copy_of(&own);
         let mut acc = own;
         for child in children {
             child.into(&mut theirs).await?;
@@ -69,7 +69,7 @@ impl<T: MpiType> ToZero<T> {
             None => Ok((Some(acc), sends)),
             Some(p) => {
                 if sends.is_empty() {
-                    sends.push(call.send(&acc, p));
+                    sends.push(call.send(&acc[..], p));
                 }
                 Ok((None, sends))
             }
@@ -484,7 +484,7 @@ impl Comm {
             if me == 0 && inclusive {
                 recv.copy_from_slice(send);
             }
-            Ok((from_left, first, send.to_vec()))
+            Ok((from_left, first, Values::copy_of(send)))
         })();
         Collective::new(call.clone(), async move {
             let (from_left, first, own) = started?;
@@ -492,7 +492,7 @@ impl Comm {
                 return sent(first).await;
             };
             // The combination of the ranks before this one.
-            let mut before = own.clone();
+            let mut before = Values::copy_of(&own);
             posted.into(&mut before).await?;
             let mut upto = own;
             op.apply(&before, &mut upto)?;

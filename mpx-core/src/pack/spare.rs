@@ -1,4 +1,4 @@
-//! Buffers kept per thread for the next large pack.
+//! Memory kept per thread for the next large pack or reduction.
 //!
 //! A message of a megabyte or more packed into a fresh allocation pays a
 //! page fault for every 4 KiB it fills whenever the allocator hands out
@@ -20,14 +20,20 @@
 //! system whenever more than twice that threshold is free there, so that
 //! several such buffers freed together fault in again when next packed
 //! (the parts of 4 ranks' alltoall of 64 KiB blocks, meeting on one
-//! thread, faulted 56 pages a call and took 3 times as long).
-//! A thread's buffers are freed when it ends.
+//! thread, faulted 48-56 pages a call and took 3 times as long), and the
+//! vectors of values large reductions work in ([`Values`]), at most 4
+//! holding at most 64 MiB.
+//!
+//! A thread's buffers are freed when it ends: a thread keeps at most
+//! 64 MiB of large buffers (or its 2 largest, if larger), 16 MiB of medium
+//! ones and 64 MiB of values. A kept buffer serves only a request of at
+//! least a quarter of its size.
 
 use std::cell::RefCell;
 
 use bytes::BytesMut;
 
-/// Buffers from this size on are large: at most [`KEEP`] are kept.
+/// Buffers from this size on are large (see [`KEEP`] and [`KEEP_LARGE`]).
 pub(crate) const LARGE: usize = 1 << 20;
 
 /// Large buffers of any size kept per thread.
@@ -136,7 +142,12 @@ impl<T: Copy + 'static> Values<T> {
 
 /// The smallest kept `Vec<T>` with room for `bytes`, emptied.
 fn take_values<T: 'static>(kept: &mut Vec<(usize, Box<dyn std::any::Any>)>, bytes: usize) -> Option<Vec<T>> {
-    let fits = kept.iter().enumerate().filter(|(_, (room, v))| *room >= bytes && v.is::<Vec<T>>()).min_by_key(|(_, (room, _))| *room)?.0;
+    let fits = kept
+        .iter()
+        .enumerate()
+        .filter(|(_, (room, v))| *room >= bytes && *room / 4 <= bytes && v.is::<Vec<T>>())
+        .min_by_key(|(_, (room, _))| *room)?
+        .0;
     let (_, vec) = kept.swap_remove(fits);
     let mut vec = *vec.downcast::<Vec<T>>().ok()?;
     vec.clear();
@@ -225,31 +236,38 @@ impl<B: Reusable> Kept<B> {
         Kept { buffers: Vec::new(), keep_any, keep, budget }
     }
 
-    /// The smallest kept buffer with room for `room` bytes, emptied.
+    /// The smallest kept buffer with room for `room` bytes, emptied, if
+    /// it is at most 4 times that size (a small request does not tie up
+    /// a large buffer).
     pub(crate) fn take(&mut self, room: usize) -> Option<B> {
-        let fits = self.buffers.iter().enumerate().filter(|(_, b)| b.room() >= room).min_by_key(|(_, b)| b.room())?.0;
+        let fits = self
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.room() >= room && b.room() / 4 <= room)
+            .min_by_key(|(_, b)| b.room())?
+            .0;
         Some(self.buffers.swap_remove(fits))
     }
 
-    /// Keeps `buffer` if there is a place for it (see [`Kept`]) or it is
-    /// larger than the smallest kept one; returns the buffer not kept
-    /// (`buffer` or the one it displaced), if any.
+    /// Keeps `buffer` if it is among the largest offered that fit (see
+    /// [`Kept`]): the smallest kept go (the buffer itself, if it is the
+    /// smallest) until the rest fit. Returns the last buffer not kept, if
+    /// any (any other is freed).
     pub(crate) fn offer(&mut self, mut buffer: B) -> Option<B> {
         buffer.empty();
-        let held: usize = self.buffers.iter().map(B::room).sum();
-        let within = |held: usize| self.buffers.len() < self.keep_any || held <= self.budget;
-        if self.buffers.len() < self.keep && within(held.saturating_add(buffer.room())) {
-            self.buffers.push(buffer);
-            return None;
-        }
-        let smallest = self.buffers.iter().enumerate().min_by_key(|(_, b)| b.room()).map(|(i, b)| (i, b.room()));
-        if let Some((i, room)) = smallest {
-            let after = held - room + buffer.room();
-            if room < buffer.room() && (self.buffers.len() <= self.keep_any || after <= self.budget) {
-                std::mem::swap(&mut self.buffers[i], &mut buffer);
+        self.buffers.push(buffer);
+        let mut not_kept = None;
+        loop {
+            let over = self.buffers.len() > self.keep
+                || (self.buffers.len() > self.keep_any && self.buffers.iter().map(B::room).fold(0, usize::saturating_add) > self.budget);
+            if !over {
+                return not_kept;
             }
+            // Of buffers as small, the one kept longest goes.
+            let smallest = self.buffers.iter().enumerate().min_by_key(|(_, b)| b.room()).map(|(i, _)| i).expect("over: some kept");
+            not_kept = Some(self.buffers.remove(smallest));
         }
-        Some(buffer)
     }
 }
 
@@ -283,10 +301,24 @@ mod tests {
         for size in [huge, LARGE, huge + 1, huge + 2] {
             give(Vec::with_capacity(size));
         }
-        let mut kept: Vec<usize> = std::iter::from_fn(|| take(LARGE)).map(|b| b.capacity()).collect();
+        let mut kept: Vec<usize> = std::iter::from_fn(|| take(huge)).map(|b| b.capacity()).collect();
         kept.sort_unstable();
         assert_eq!(kept.len(), KEEP, "{kept:?}");
         assert!(kept[0] >= huge + 1 && kept[1] >= huge + 2);
+    }
+
+    #[test]
+    fn a_buffer_larger_than_the_budget_displaces_smaller_ones() {
+        for size in [LARGE, LARGE, LARGE] {
+            give(Vec::with_capacity(size));
+        }
+        give(Vec::with_capacity(100 * LARGE));
+        assert!(take(30 * LARGE).is_some(), "the large one is kept");
+        let rest: Vec<usize> = std::iter::from_fn(|| take(LARGE)).map(|b| b.capacity()).collect();
+        assert_eq!(rest, [LARGE], "the 2 largest of any size stay");
+        give(Vec::with_capacity(8 * LARGE));
+        assert!(take(LARGE).is_none(), "a request of under a quarter of a kept buffer's size does not take it");
+        assert!(take(2 * LARGE).is_some());
     }
 
     #[test]

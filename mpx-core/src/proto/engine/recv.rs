@@ -354,9 +354,10 @@ impl Engine {
         self.push_frame(source, Frame::control(header));
     }
 
-    /// Messages shorter than this are not worth [`recycle`](Engine::recycle)-ing:
-    /// the size from which a buffer is worth keeping, for a transfer's
-    /// data here or for a pack on this thread.
+    /// Messages shorter than this are not worth [`recycle`](Engine::recycle)-ing
+    /// here: the size from which a buffer is worth keeping for a
+    /// transfer's data (smaller ones, from 64 KiB, go straight to the
+    /// thread's spare buffers for packs).
     pub const RECYCLE_MIN: usize = crate::pack::spare::LARGE;
 
     /// A receive is done with `data`, a delivered message's or what it
