@@ -123,11 +123,11 @@ impl Call {
 
     /// Leaves this rank's part of phase `phase` of the call.
     fn meet(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>) -> Seat {
-        self.meet_sharing(phase, kind, shape, blocks, [None, None])
+        self.meet_sharing(phase, kind, shape, blocks, Vec::new())
     }
 
     /// [`meet`](Call::meet) with blocks that are slices of `whole`.
-    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: [Option<Bytes>; 2]) -> Seat {
+    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Vec<Bytes>) -> Seat {
         let local = self.local.as_ref().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
         local.sit((self.number, phase), self.rank(), part)
@@ -348,7 +348,7 @@ pub(super) fn alltoall<'a, E: Element>(
         if c > 0 && out.iter().enumerate().all(|(r, items)| items.start == r * c && items.len() == c) {
             let signature = shape_of(&E::src_item_type(&send), c).0;
             let mut blocks = Vec::with_capacity(out.len());
-            let mut whole = [None, None];
+            let mut whole = Vec::new();
             for (side, ranks) in [0..me, me + 1..out.len()].into_iter().enumerate() {
                 if side == 1 {
                     blocks.push(own.clone());
@@ -357,9 +357,18 @@ pub(super) fn alltoall<'a, E: Element>(
                     continue;
                 }
                 let packed = E::pack(&send, ranks.start * c..ranks.end * c, Repr::Native)?.data;
+                if ranks.len() == 1 {
+                    // A block of its own (slicing would share it, which
+                    // costs an allocation).
+                    blocks.push(Block { data: packed, signature });
+                    continue;
+                }
                 let bytes = packed.len() / ranks.len();
                 blocks.extend((0..ranks.len()).map(|i| Block { data: packed.slice(i * bytes..(i + 1) * bytes), signature }));
-                whole[side] = Some(packed);
+                if packed.len() >= crate::pack::spare::MEDIUM {
+                    // Worth reusing once every block is done with.
+                    whole.push(packed);
+                }
             }
             return Ok((into, blocks, whole));
         }
@@ -368,7 +377,7 @@ pub(super) fn alltoall<'a, E: Element>(
             .enumerate()
             .map(|(r, items)| if r == me { Ok(own.clone()) } else { E::pack(&send, items, Repr::Native).map(block) })
             .collect::<Result<Vec<_>>>()?;
-        Ok((into, blocks, [None, None]))
+        Ok((into, blocks, Vec::new()))
     });
     let (into, blocks, whole) = match packed {
         Ok(packed) => packed,

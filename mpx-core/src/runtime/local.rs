@@ -204,10 +204,10 @@ pub(crate) struct Part {
     /// for every rank, one for each rank in turn, or none; `Err` if the
     /// rank gave up on the call, saying why.
     pub(crate) blocks: std::result::Result<Vec<Block>, String>,
-    /// The buffers the blocks are slices of, if they share them (kept to
-    /// be reused, see [`recycle`]): an alltoall's blocks before and after
-    /// the rank's own.
-    pub(crate) whole: [Option<Bytes>; 2],
+    /// Large buffers the blocks are slices of, if they share them (kept
+    /// to be reused, see [`recycle`]): an alltoall's blocks before and
+    /// after the rank's own.
+    pub(crate) whole: Vec<Bytes>,
 }
 
 /// Packed values a rank leaves for others: native bytes and their type
@@ -366,7 +366,7 @@ pub(crate) fn recycle(mut parts: Arc<[Part]>) {
         if let Ok(blocks) = &mut part.blocks {
             blocks.drain(..).for_each(|block| recycle_bytes(block.data));
         }
-        part.whole.iter_mut().filter_map(Option::take).for_each(recycle_bytes);
+        part.whole.drain(..).for_each(recycle_bytes);
     }
 }
 
@@ -568,7 +568,7 @@ mod tests {
     use std::pin::pin;
 
     fn part() -> Part {
-        Part { kind: (0, 0), shape: (None, 0), blocks: Ok(Vec::new()), whole: [None, None] }
+        Part { kind: (0, 0), shape: (None, 0), blocks: Ok(Vec::new()), whole: Vec::new() }
     }
 
     fn poll(seat: &mut Seat) -> Poll<Result<Arc<[Part]>>> {
