@@ -21,6 +21,14 @@
 //!   and received contiguous, against the time of packing it plus a 1 MiB
 //!   contiguous send;
 //! - `rate`: 8-byte messages with 64 in flight, against the ping-pong;
+//! - `stream`: 1 MiB and 4 MiB borrowed sends one way, one after another
+//!   (each awaited, received with `recv_into`), against the borrowed
+//!   ping-pong of the same size: each trial of both in a fresh process
+//!   (this program run again), so that no earlier figure has warmed the
+//!   allocator; a stream frees each message's memory while the next is
+//!   packed, which a ping-pong hides (a stream of fresh pages ran at a
+//!   tenth of the ping-pong's pace; the target, at least 0.8 of it, says
+//!   there is no such storm);
 //! - `matching`: posting (and withdrawing) a receive of each shape with
 //!   0 to 100,000 unexpected messages of another communicator queued, and
 //!   a message's arrival with 0 to 100,000 receives of another
@@ -185,6 +193,69 @@ async fn windowed(window: usize, iters: usize) -> mpx::Result<f64> {
     Ok(out[0])
 }
 
+/// Seconds per message of `len` bytes sent one way: `iters` borrowed
+/// sends in a row, each awaited, received with `recv_into`, then an
+/// 8-byte answer.
+async fn stream(len: usize, iters: usize) -> mpx::Result<f64> {
+    let out = mpx::launch(2, move |comm| async move {
+        let other = 1 - comm.rank();
+        let mut buf = vec![1u8; len];
+        let mut answer = 0u64;
+        let start = Instant::now();
+        if comm.rank() == 0 {
+            for _ in 0..iters {
+                comm.send(&buf[..], other, 0).await?;
+            }
+            comm.recv_into(&mut answer, other, 1).await?;
+        } else {
+            for _ in 0..iters {
+                comm.recv_into(&mut buf[..], other, 0).await?;
+            }
+            comm.send(&answer, other, 1).await?;
+        }
+        Ok(start.elapsed().as_secs_f64() / iters as f64)
+    })
+    .await?;
+    Ok(out[0])
+}
+
+/// Set in a child run of this program that measures one `stream` or
+/// borrowed ping-pong trial in a fresh process: `stream|pingpong len iters
+/// runtime`; it prints the seconds per message.
+const FRESH: &str = "LOOPBACK_BENCH_FRESH";
+
+/// Seconds per message of one trial of `what` (`stream` or `pingpong`),
+/// measured by this program run again.
+fn fresh(what: &str, len: usize, iters: usize, runtime: &str) -> mpx::Result<f64> {
+    let exe = std::env::current_exe().map_err(|e| mpx::Error::transport("finding this program", e))?;
+    let out = std::process::Command::new(exe)
+        .env(FRESH, format!("{what} {len} {iters} {runtime}"))
+        .output()
+        .map_err(|e| mpx::Error::transport("running this program again", e))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim().parse().map_err(|_| mpx::Error::InvalidArgument(format!("a fresh {what} trial printed {text:?} ({})", out.status)))
+}
+
+/// The child's side of [`fresh`].
+fn fresh_child(spec: &str) -> mpx::Result<()> {
+    let parts: Vec<&str> = spec.split_whitespace().collect();
+    let bad = || mpx::Error::InvalidArgument(format!("{FRESH}={spec:?}"));
+    let [what, len, iters, runtime] = parts[..] else { return Err(bad()) };
+    let (len, iters): (usize, usize) = (len.parse().map_err(|_| bad())?, iters.parse().map_err(|_| bad())?);
+    let rt = match runtime {
+        "current_thread" => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        _ => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?,
+    };
+    let seconds = rt.block_on(async move {
+        match what {
+            "stream" => tokio::spawn(stream(len, iters)).await.expect("benchmark task"),
+            _ => tokio::spawn(pingpong(len, iters, Buffer::Borrowed)).await.expect("benchmark task"),
+        }
+    })?;
+    println!("{seconds}");
+    Ok(())
+}
+
 /// The four receive shapes: (any source, any tag).
 const SHAPES: [(&str, bool, bool); 4] = [
     ("source_tag", false, false),
@@ -263,6 +334,9 @@ fn paired(
 }
 
 fn main() -> mpx::Result<()> {
+    if let Ok(spec) = std::env::var(FRESH) {
+        return fresh_child(&spec);
+    }
     let trials: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(7).max(1);
     let only = std::env::args().nth(2);
     let wanted = |figure: &str| only.as_deref().is_none_or(|only| only == "all" || only == figure);
@@ -347,6 +421,20 @@ fn main() -> mpx::Result<()> {
             1.0 / single,
             single / window
         );
+        }
+        for (len, iters) in [(1usize << 20, 1000), (4 << 20, 250)].into_iter().filter(|_| wanted("stream")) {
+            let (ours, pingpong) = paired(
+                rt,
+                trials,
+                |_| fresh("stream", len, iters, name),
+                |_| fresh("pingpong", len, iters / 2, name).expect("a fresh ping-pong trial"),
+            )?;
+            println!(
+                "{{\"figure\":\"stream\",\"runtime\":\"{name}\",\"buffer\":\"borrowed\",\"bytes\":{len},\"stream_gb_per_s\":{:.2},\"pingpong_gb_per_s\":{:.2},\"ratio\":{:.2},\"target\":\">= 0.8\"}}",
+                len as f64 / ours / 1e9,
+                len as f64 / pingpong / 1e9,
+                pingpong / ours
+            );
         }
     }
     if !wanted("matching") {
