@@ -71,7 +71,7 @@ impl Spare {
 }
 
 thread_local! {
-    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { large: Kept::with_budget(KEEP, KEEP_LARGE, LARGE_BUDGET), medium: Kept::new(KEEP_MEDIUM) }) };
+    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { large: Kept::with_budget(KEEP, KEEP_LARGE, LARGE_BUDGET), medium: Kept::with_budget(KEEP_MEDIUM, KEEP_MEDIUM, usize::MAX) }) };
 }
 
 /// An empty buffer with room for `len` bytes, if this thread keeps one
@@ -215,39 +215,45 @@ impl Reusable for BytesMut {
 
 /// At most `keep` buffers, the largest offered, for reuse by the next
 /// allocation they fit: `keep_any` of any size, and more only while all
-/// kept hold at most `budget` bytes.
+/// kept hold at most `budget` bytes. A buffer serves only a request of
+/// at least `1 / share` of its room.
 #[derive(Debug)]
 pub(crate) struct Kept<B> {
     buffers: Vec<B>,
     keep_any: usize,
     keep: usize,
     budget: usize,
+    share: usize,
 }
 
 impl<B: Reusable> Kept<B> {
-    /// At most `keep` buffers of any size.
+    /// At most `keep` buffers of any size, each serving any request it
+    /// has room for (a transfer's gather buffer grows to the message's
+    /// length from a first guess).
     pub(crate) const fn new(keep: usize) -> Self {
-        Self::with_budget(keep, keep, usize::MAX)
+        Kept { buffers: Vec::new(), keep_any: keep, keep, budget: usize::MAX, share: usize::MAX }
     }
 
     /// `keep_any` buffers of any size, and up to `keep` while they hold at
-    /// most `budget` bytes in all.
+    /// most `budget` bytes in all; a buffer serves requests of at least a
+    /// quarter of its room (a small pack does not tie up a large buffer).
     pub(crate) const fn with_budget(keep_any: usize, keep: usize, budget: usize) -> Self {
-        Kept { buffers: Vec::new(), keep_any, keep, budget }
+        Kept { buffers: Vec::new(), keep_any, keep, budget, share: 4 }
     }
 
-    /// The smallest kept buffer with room for `room` bytes, emptied, if
-    /// it is at most 4 times that size (a small request does not tie up
-    /// a large buffer).
+    /// The smallest kept buffer with room for `room` bytes that serves a
+    /// request that size (see [`Kept`]), emptied.
     pub(crate) fn take(&mut self, room: usize) -> Option<B> {
+        // Of buffers as small, the one offered last: the likeliest still
+        // in the cache (kept in the order offered).
         let fits = self
             .buffers
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.room() >= room && b.room() / 4 <= room)
-            .min_by_key(|(_, b)| b.room())?
+            .filter(|(_, b)| b.room() >= room && b.room() / self.share <= room)
+            .min_by_key(|&(i, b)| (b.room(), std::cmp::Reverse(i)))?
             .0;
-        Some(self.buffers.swap_remove(fits))
+        Some(self.buffers.remove(fits))
     }
 
     /// Keeps `buffer` if it is among the largest offered that fit (see
@@ -264,8 +270,8 @@ impl<B: Reusable> Kept<B> {
             if !over {
                 return not_kept;
             }
-            // Of buffers as small, the one kept longest goes.
-            let smallest = self.buffers.iter().enumerate().min_by_key(|(_, b)| b.room()).map(|(i, _)| i).expect("over: some kept");
+            // Of buffers as small, the one offered last goes.
+            let smallest = self.buffers.iter().enumerate().min_by_key(|&(i, b)| (b.room(), std::cmp::Reverse(i))).map(|(i, _)| i).expect("over: some kept");
             not_kept = Some(self.buffers.remove(smallest));
         }
     }
