@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use crate::comm::data::Packed;
-use crate::comm::{native_values_of, unpack_typed_message, RecvBuf, SendBuf};
+use crate::comm::{native_values_in, unpack_typed_message, RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -181,12 +181,11 @@ impl<T: MpiType> sealed::Blocks for T {
 
     fn copy_native(dst: &mut &mut [T], items: Range<usize>, signature: Option<(u64, u64)>, data: &[u8]) -> bool {
         let Some(out) = dst.get_mut(items) else { return false };
-        let envelope = crate::coll::native_message_envelope(signature, data.len(), 0);
-        if native_values_of::<T>(&envelope, data.len(), &T::datatype_ref()) != Some(out.len()) {
+        if native_values_in::<T>(signature, data.len(), &T::datatype_ref()) != Some(out.len()) {
             return false;
         }
         // SAFETY: `data` is `out.len()` whole native values of `T`
-        // (`native_values_of`), a type without padding that any bytes make
+        // (`native_values_in`), a type without padding that any bytes make
         // valid: copying its bytes writes exactly what unpacking them
         // would. `data` (a part left by a rank) and the destination are
         // distinct memory.

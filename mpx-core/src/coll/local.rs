@@ -501,8 +501,7 @@ fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usi
     // The parts agreed on their shape (signature and length), so one
     // check of native values holds for every part.
     let first = block(0);
-    let envelope = crate::coll::native_message_envelope(first.signature, first.data.len(), 0);
-    let plain = crate::comm::native_values_of::<T>(&envelope, first.data.len(), &T::datatype_ref()) == Some(count);
+    let plain = crate::comm::native_values_in::<T>(first.signature, first.data.len(), &T::datatype_ref()) == Some(count);
     (0..parts.len())
         .map(|r| {
             let data = &block(r).data;

@@ -646,13 +646,17 @@ fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut
 /// block to itself, a part left where ranks meet), checked and unpacked as
 /// a delivered message is.
 pub(crate) fn native_message(data: bytes::Bytes, signature: Option<(u64, u64)>, source: usize) -> Delivered {
-    let envelope = native_message_envelope(signature, data.len(), source);
+    let envelope = Envelope {
+        context: 0,
+        source: source as u32,
+        tag: 0,
+        signature,
+        repr: Repr::Native,
+        len: data.len() as u64,
+        desc_len: 0,
+        seq: 0,
+    };
     Delivered { envelope, data, desc: None, credit: 0 }
-}
-
-/// The envelope of a [`native_message`] of `len` bytes.
-pub(crate) fn native_message_envelope(signature: Option<(u64, u64)>, len: usize, source: usize) -> Envelope {
-    Envelope { context: 0, source: source as u32, tag: 0, signature, repr: Repr::Native, len: len as u64, desc_len: 0, seq: 0 }
 }
 
 /// Awaits every request in `sends`, reporting the first error.

@@ -531,18 +531,21 @@ pub(crate) fn native_values<T: MpiType>(msg: &Delivered, datatype: &Datatype) ->
 /// [`native_values`] of a message with envelope `env` and `len` bytes of
 /// data, and no type description, before its data is in.
 pub(crate) fn native_values_of<T: MpiType>(env: &Envelope, len: usize, datatype: &Datatype) -> Option<usize> {
-    let size = std::mem::size_of::<T>();
-    if T::NEEDS_VALIDATION
-        || size == 0
-        || env.repr != Repr::Native
-        || env.desc_len != 0
-        || datatype.is_packed()
-        || !covers_every_byte::<T>(datatype)
-        || !len.is_multiple_of(size)
-    {
+    if env.repr != Repr::Native || env.desc_len != 0 {
         return None;
     }
-    let (hash, elements) = env.signature.filter(|&s| s != SERIALIZED_SIGNATURE)?;
+    native_values_in::<T>(env.signature, len, datatype)
+}
+
+/// [`native_values`] of `len` bytes of packed native data of type
+/// signature `signature`, without a type description (a block left where
+/// ranks meet, say).
+pub(crate) fn native_values_in<T: MpiType>(signature: Option<(u64, u64)>, len: usize, datatype: &Datatype) -> Option<usize> {
+    let size = std::mem::size_of::<T>();
+    if T::NEEDS_VALIDATION || size == 0 || datatype.is_packed() || !covers_every_byte::<T>(datatype) || !len.is_multiple_of(size) {
+        return None;
+    }
+    let (hash, elements) = signature.filter(|&s| s != SERIALIZED_SIGNATURE)?;
     let values = len / size;
     let signature = datatype.signature().repeat(values as u64);
     (signature.hash() == hash && signature.len() == elements).then_some(values)

@@ -111,9 +111,22 @@ const KEEP_VALUES: usize = 4;
 const VALUES_BUDGET: usize = 64 << 20;
 
 thread_local! {
-    /// Kept vectors of values: each a `Vec<T>` for some `T`, with its
-    /// capacity in bytes.
-    static VALUES: RefCell<Vec<(usize, Box<dyn std::any::Any>)>> = const { RefCell::new(Vec::new()) };
+    /// Kept vectors of values, each a `Vec<T>` for some `T`.
+    static VALUES: RefCell<Kept<KeptValues>> = const { RefCell::new(Kept::with_budget(0, KEEP_VALUES, VALUES_BUDGET)) };
+}
+
+/// A kept `Vec<T>`, for some `T`, and its capacity in bytes.
+struct KeptValues {
+    bytes: usize,
+    vec: Box<dyn std::any::Any>,
+}
+
+impl Reusable for KeptValues {
+    fn room(&self) -> usize {
+        self.bytes
+    }
+    /// Emptied when taken, as the `Vec<T>` it is.
+    fn empty(&mut self) {}
 }
 
 /// A vector of values whose memory, if [`MEDIUM`] bytes or more, goes
@@ -131,27 +144,14 @@ impl<T: Copy + 'static> Values<T> {
     pub(crate) fn copy_of(values: &[T]) -> Self {
         let bytes = std::mem::size_of_val(values);
         let kept = match bytes >= MEDIUM {
-            true => VALUES.try_with(|kept| take_values::<T>(&mut kept.borrow_mut(), bytes)).ok().flatten(),
+            true => VALUES.try_with(|kept| kept.borrow_mut().take_where(bytes, |kept| kept.vec.is::<Vec<T>>())).ok().flatten(),
             false => None,
         };
-        let mut vec = kept.unwrap_or_default();
+        let mut vec = kept.and_then(|kept| kept.vec.downcast::<Vec<T>>().ok()).map_or_else(Vec::new, |vec| *vec);
+        vec.clear();
         vec.extend_from_slice(values);
         Values(vec)
     }
-}
-
-/// The smallest kept `Vec<T>` with room for `bytes`, emptied.
-fn take_values<T: 'static>(kept: &mut Vec<(usize, Box<dyn std::any::Any>)>, bytes: usize) -> Option<Vec<T>> {
-    let fits = kept
-        .iter()
-        .enumerate()
-        .filter(|(_, (room, v))| *room >= bytes && *room / 4 <= bytes && v.is::<Vec<T>>())
-        .min_by_key(|(_, (room, _))| *room)?
-        .0;
-    let (_, vec) = kept.swap_remove(fits);
-    let mut vec = *vec.downcast::<Vec<T>>().ok()?;
-    vec.clear();
-    Some(vec)
 }
 
 impl<T: Copy + 'static> std::ops::Deref for Values<T> {
@@ -170,22 +170,12 @@ impl<T: Copy + 'static> std::ops::DerefMut for Values<T> {
 impl<T: Copy + 'static> Drop for Values<T> {
     fn drop(&mut self) {
         let bytes = self.0.capacity() * std::mem::size_of::<T>();
-        if bytes < MEDIUM {
+        // One larger than the budget would only displace the others.
+        if !(MEDIUM..=VALUES_BUDGET).contains(&bytes) {
             return;
         }
-        if bytes > VALUES_BUDGET {
-            return;
-        }
-        let vec = std::mem::take(&mut self.0);
-        let _ = VALUES.try_with(|kept| {
-            let mut kept = kept.borrow_mut();
-            kept.push((bytes, Box::new(vec)));
-            // The smallest go first, until the rest fit.
-            while kept.len() > KEEP_VALUES || kept.iter().map(|(room, _)| room).sum::<usize>() > VALUES_BUDGET {
-                let smallest = kept.iter().enumerate().min_by_key(|(_, (room, _))| *room).map(|(i, _)| i);
-                smallest.map(|i| kept.swap_remove(i));
-            }
-        });
+        let vec = Box::new(std::mem::take(&mut self.0));
+        let _ = VALUES.try_with(|kept| kept.borrow_mut().offer(KeptValues { bytes, vec }));
     }
 }
 
@@ -244,16 +234,20 @@ impl<B: Reusable> Kept<B> {
     /// The smallest kept buffer with room for `room` bytes that serves a
     /// request that size (see [`Kept`]), emptied.
     pub(crate) fn take(&mut self, room: usize) -> Option<B> {
-        // Of buffers as small, the one offered last: the likeliest still
-        // in the cache (kept in the order offered).
-        let fits = self
-            .buffers
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.room() >= room && b.room() / self.share <= room)
-            .min_by_key(|&(i, b)| (b.room(), std::cmp::Reverse(i)))?
-            .0;
-        Some(self.buffers.remove(fits))
+        self.take_where(room, |_| true)
+    }
+
+    /// [`take`](Kept::take) of a buffer that `fits` besides.
+    fn take_where(&mut self, room: usize, fits: impl Fn(&B) -> bool) -> Option<B> {
+        let at = self.smallest(|b| b.room() >= room && b.room() / self.share <= room && fits(b))?;
+        Some(self.buffers.remove(at))
+    }
+
+    /// Where the smallest kept buffer that `fits` is: of buffers as small,
+    /// the one offered last (kept in the order offered), the likeliest
+    /// still in the cache.
+    fn smallest(&self, fits: impl Fn(&B) -> bool) -> Option<usize> {
+        self.buffers.iter().enumerate().filter(|(_, b)| fits(b)).min_by_key(|&(i, b)| (b.room(), std::cmp::Reverse(i))).map(|(i, _)| i)
     }
 
     /// Keeps `buffer` if it is among the largest offered that fit (see
@@ -270,8 +264,7 @@ impl<B: Reusable> Kept<B> {
             if !over {
                 return not_kept;
             }
-            // Of buffers as small, the one offered last goes.
-            let smallest = self.buffers.iter().enumerate().min_by_key(|&(i, b)| (b.room(), std::cmp::Reverse(i))).map(|(i, _)| i).expect("over: some kept");
+            let smallest = self.smallest(|_| true).expect("over: some kept");
             not_kept = Some(self.buffers.remove(smallest));
         }
     }
@@ -350,14 +343,14 @@ mod tests {
         for _ in 0..2 * KEEP_VALUES {
             drop(Values::copy_of(&vec![0.0f64; n]));
         }
-        assert!(VALUES.with(|kept| kept.borrow().len()) <= KEEP_VALUES);
+        assert!(VALUES.with(|kept| kept.borrow().buffers.len()) <= KEEP_VALUES);
         // Within the budget: a vector larger than it is not kept, and the
         // smallest make room for a large one.
         drop(Values::copy_of(&vec![0u8; VALUES_BUDGET + 1]));
         drop(Values::copy_of(&vec![0u8; VALUES_BUDGET - MEDIUM]));
-        let held: usize = VALUES.with(|kept| kept.borrow().iter().map(|(room, _)| *room).sum());
+        let held: usize = VALUES.with(|kept| kept.borrow().buffers.iter().map(|v| v.bytes).sum());
         assert!(held <= VALUES_BUDGET, "{held}");
-        assert!(VALUES.with(|kept| kept.borrow().iter().any(|(room, _)| *room == VALUES_BUDGET - MEDIUM)));
+        assert!(VALUES.with(|kept| kept.borrow().buffers.iter().any(|v| v.bytes == VALUES_BUDGET - MEDIUM)));
     }
 
     #[test]

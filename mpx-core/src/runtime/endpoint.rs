@@ -576,7 +576,7 @@ impl Shared {
     pub(crate) fn recycle_data(&self, data: Bytes) {
         if data.len() >= Engine::RECYCLE_MIN {
             self.lock().engine.recycle(data);
-        } else if data.len() >= crate::pack::spare::MEDIUM {
+        } else {
             crate::runtime::recycle_bytes(data);
         }
     }
