@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::comm::data::Packed;
+use crate::comm::data::{Packed, SendData};
 use crate::comm::{native_values_in, unpack_typed_message, RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
@@ -160,11 +160,11 @@ impl<T: MpiType> sealed::Blocks for T {
     }
 
     fn pack(src: &&[T], items: Range<usize>, repr: Repr) -> Result<Packed> {
-        SendBuf::typed(&src[items]).pack(repr)
+        (&src[items]).into_packed(repr)
     }
 
     fn pack_dst(dst: &&mut [T], items: Range<usize>, repr: Repr) -> Result<Packed> {
-        SendBuf::typed(&dst[items]).pack(repr)
+        (&dst[items]).into_packed(repr)
     }
 
     fn deliver(dst: &mut &mut [T], items: Range<usize>, msg: &Delivered) -> Result<Status> {

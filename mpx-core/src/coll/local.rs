@@ -43,18 +43,18 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use super::reduce::LARGE_ALLREDUCE;
 use super::{checked_into, native_message, Call, Collective, Element, Op};
-use crate::comm::data::Packed;
-use crate::comm::SendBuf;
+use crate::comm::data::{Packed, SendData};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{recycle, recycle_bytes, Block, LocalComm, Part, Seat};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Block, LocalComm, Part, Seat};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -176,6 +176,10 @@ fn tell_those_over_messages(call: &Call, parts: &[Part]) {
 /// whose collective exchanges messages waits for this one's: it is told
 /// by message that this rank gave up.
 fn agree(call: &Call, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
+    if parts.iter().all(|part| part.kind == kind && part.shape == shape && part.blocks.is_ok()) {
+        // Every legal call: one pass, no error built.
+        return Ok(());
+    }
     let agreed = parts.iter().enumerate().try_for_each(|(r, part)| agree_with(r, (part.kind, part.shape, part.blocks.as_ref().err()), kind, shape));
     if agreed.is_err() {
         tell_those_over_messages(call, parts);
@@ -253,7 +257,7 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
     let me = call.rank();
     let blocks = match me == root {
         true => match E::pack_dst(&buf, 0..count, Repr::Native) {
-            Ok(packed) => vec![block(packed)],
+            Ok(packed) => one_block(block(packed)),
             Err(e) => return refused(call, kind, e),
         },
         false => Vec::new(),
@@ -264,7 +268,7 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         // for the others (as a root whose sends went eagerly is), unless
         // the others are too far behind.
         drop(seat);
-        return Collective::met(async { Ok(()) });
+        return Collective::finished(Ok(()));
     }
     let mut seat = seat;
     Collective::met(async move {
@@ -304,7 +308,7 @@ pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
-    let seat = call.meet(0, kind, shape, Ok(vec![mine]));
+    let seat = call.meet(0, kind, shape, Ok(one_block(mine)));
     Collective::met(async move {
         let parts = seat.await?;
         agree(&call, &parts, kind, shape)?;
@@ -347,7 +351,7 @@ pub(super) fn alltoall<'a, E: Element>(
         let c = out.first().map_or(0, Range::len);
         if c > 0 && out.iter().enumerate().all(|(r, items)| items.start == r * c && items.len() == c) {
             let signature = shape_of(&E::src_item_type(&send), c).0;
-            let mut blocks = Vec::with_capacity(out.len());
+            let mut blocks = block_list(out.len());
             let mut whole = Vec::new();
             for (side, ranks) in [0..me, me + 1..out.len()].into_iter().enumerate() {
                 if side == 1 {
@@ -386,7 +390,7 @@ pub(super) fn alltoall<'a, E: Element>(
     let seat = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole);
     if let Err(e) = own_copy {
         drop(seat);
-        return Collective::met(async { Err(e) });
+        return Collective::finished(Err(e));
     }
     Collective::met(async move {
         let parts = seat.await?;
@@ -404,18 +408,19 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
     let kind = (ALLREDUCE, 0);
     let (n, count) = (call.size(), send.len());
     let checked = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count));
-    let mine = match checked.and_then(|()| SendBuf::typed(send).pack(Repr::Native)) {
+    let mine = match checked.and_then(|()| send.into_packed(Repr::Native)) {
         Ok(packed) => block(packed),
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
-    let seat = call.meet(0, kind, shape, Ok(vec![mine]));
+    let seat = call.meet(0, kind, shape, Ok(one_block(mine)));
     let blocks = n > 1 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
     if !blocks {
         return Collective::met(async move {
             let parts = seat.await?;
             agree(&call, &parts, kind, shape)?;
-            let values = values_of::<T>(&parts, recv, 0..count)?;
+            let mut values = RankValues::new();
+            values_of::<T>(&parts, recv, 0..count, &mut values)?;
             combine_tree(&op, &values, recv)?;
             drop(values);
             recycle(parts);
@@ -435,7 +440,8 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
         let first = async {
             let parts = seat.await?;
             agree(&call, &parts, kind, shape)?;
-            let values = values_of::<T>(&parts, recv, block_of(me))?;
+            let mut values = RankValues::new();
+            values_of::<T>(&parts, recv, block_of(me), &mut values)?;
             combine_in_order(&op, &values, me, &mut recv[block_of(me)])?;
             drop(values);
             recycle(parts);
@@ -447,8 +453,8 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
             owed.waive();
             return Err(e);
         }
-        let combined = block(SendBuf::typed(&recv[block_of(me)]).pack(Repr::Native)?);
-        let seat = owed.pay(kind, Ok(vec![combined]));
+        let combined = block((&recv[block_of(me)]).into_packed(Repr::Native)?);
+        let seat = owed.pay(kind, Ok(one_block(combined)));
         let parts = seat.await?;
         for r in (0..n).filter(|&r| r != me) {
             // Each rank's block is its own size: checked against it.
@@ -492,32 +498,40 @@ impl Drop for Owed {
     }
 }
 
+/// Every rank's values, in rank order: held inline for up to 8 ranks.
+type RankValues<'p, T> = SmallVec<[Cow<'p, [T]>; 8]>;
+
+/// Values a fold works on beside its result: held inline up to 4 values.
+type Scratch<T> = SmallVec<[T; 4]>;
+
 /// Items `items` of every rank's values (as many as `template` holds, a
-/// buffer of that many): read where they lie in the parts if they are
-/// plain native values of `T` at its alignment, unpacked otherwise.
-fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usize>) -> Result<Vec<Cow<'p, [T]>>> {
+/// buffer of that many), into `values`: read where they lie in the parts
+/// if they are plain native values of `T` at its alignment, unpacked
+/// otherwise.
+fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usize>, values: &mut RankValues<'p, T>) -> Result<()> {
     let count = template.len();
     let block = |r: usize| block_at(parts, r, 0);
     // The parts agreed on their shape (signature and length), so one
     // check of native values holds for every part.
     let first = block(0);
     let plain = crate::comm::native_values_in::<T>(first.signature, first.data.len(), &T::datatype_ref()) == Some(count);
-    (0..parts.len())
-        .map(|r| {
-            let data = &block(r).data;
-            if plain && data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
-                // SAFETY: the block's bytes are `count` native values of
-                // `T` (its signature and length say so, checked above), a
-                // type without padding that any bytes make valid, at `T`'s
-                // alignment; the slice borrows `parts`, which holds them.
-                let all = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<T>(), count) };
-                return Ok(Cow::Borrowed(&all[items.clone()]));
-            }
-            let mut all = template.to_vec();
-            take_block::<T>(block(r), r, &mut &mut all[..], 0..count)?;
-            Ok(Cow::Owned(all[items.clone()].to_vec()))
-        })
-        .collect()
+    values.clear();
+    for r in 0..parts.len() {
+        let data = &block(r).data;
+        if plain && data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
+            // SAFETY: the block's bytes are `count` native values of `T`
+            // (its signature and length say so, checked above), a type
+            // without padding that any bytes make valid, at `T`'s
+            // alignment; the slice borrows `parts`, which holds them.
+            let all = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<T>(), count) };
+            values.push(Cow::Borrowed(&all[items.clone()]));
+            continue;
+        }
+        let mut all = template.to_vec();
+        take_block::<T>(block(r), r, &mut &mut all[..], 0..count)?;
+        values.push(Cow::Owned(all[items.clone()].to_vec()));
+    }
+    Ok(())
 }
 
 /// Combines every rank's `values` into `out`, the block of rank `me`, by a
@@ -580,8 +594,7 @@ impl<T: Copy + 'static> Fold<'_, T> {
 /// `into ∘ right`, into `into`, as the message algorithms for small data
 /// compute it (the lower ranks' values on the left); `spare` is memory
 /// for the result.
-fn combine<T: MpiType>(op: &Op<T>, into: &mut [T], right: &[T], spare: &mut Option<Vec<T>>) -> Result<()> {
-    let result = spare.get_or_insert_with(Vec::new);
+fn combine<T: MpiType>(op: &Op<T>, into: &mut [T], right: &[T], result: &mut Scratch<T>) -> Result<()> {
     result.clear();
     result.extend_from_slice(right);
     op.apply(into, result)?;
@@ -602,13 +615,13 @@ fn combine_tree<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], out: &mut [T]) 
 /// and what recursive doubling computes everywhere on a power of two.
 fn partial<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], r: usize, width: usize, into: &mut [T]) -> Result<()> {
     into.copy_from_slice(&values[r]);
-    let (mut scratch, mut spare): (Option<Vec<T>>, Option<Vec<T>>) = (None, None);
+    let (mut scratch, mut spare): (Option<Scratch<T>>, Scratch<T>) = (None, Scratch::new());
     let mut mask = 1;
     while mask < width && r + mask < values.len() {
         let right: &[T] = if mask == 1 {
             &values[r + 1]
         } else {
-            let scratch = scratch.get_or_insert_with(|| into.to_vec());
+            let scratch = scratch.get_or_insert_with(|| Scratch::from_slice(into));
             partial(op, values, r + mask, mask, scratch)?;
             scratch
         };

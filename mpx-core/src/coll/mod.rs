@@ -236,6 +236,13 @@ impl<'a> Collective<'a> {
     pub(crate) fn met(run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
         Collective { state: Running::Part(Box::pin(run), None) }
     }
+
+    /// A collective whose ranks meet in this process, finished on this
+    /// rank when the call started (a broadcast's root that left its data,
+    /// a rank whose arguments were refused): `outcome`.
+    pub(crate) fn finished(outcome: Result<()>) -> Collective<'a> {
+        Collective { state: Running::Done(Some(outcome)) }
+    }
 }
 
 impl Operation for Collective<'_> {

@@ -333,6 +333,10 @@ impl CommState {
     fn retire(&mut self, at: usize, dropped: &mut Wakers) {
         let (_, mut round) = self.rounds.remove(at);
         round.parts.iter_mut().for_each(|p| *p = None);
+        if let Some(parts) = round.complete.take() {
+            // The last to read them (a broadcast's root may never have).
+            recycle(parts);
+        }
         round.wakers.iter_mut().filter_map(Option::take).for_each(|(w, _)| dropped.push(w));
         (round.arrived, round.complete, round.done) = (0, None, 0);
         self.spare.push(round);
@@ -364,14 +368,65 @@ pub(crate) fn recycle(mut parts: Arc<[Part]>) {
     for part in parts.iter_mut() {
         // The blocks first: slices of `whole` go before it is given.
         if let Ok(blocks) = &mut part.blocks {
-            blocks.drain(..).for_each(|block| recycle_bytes(block.data));
+            while let Some(block) = blocks.pop() {
+                recycle_bytes(block.data);
+            }
+            give_block_list(std::mem::take(blocks));
         }
         part.whole.drain(..).for_each(recycle_bytes);
     }
 }
 
+thread_local! {
+    /// Emptied lists of blocks, from parts this thread was the last to
+    /// read, for the next parts it leaves: a part's list costs no
+    /// allocation per call.
+    static SPARE_BLOCK_LISTS: std::cell::RefCell<Vec<Vec<Block>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Lists of blocks kept per thread, at most.
+const KEEP_BLOCK_LISTS: usize = 16;
+
+/// A list of blocks longer than this is not kept.
+const KEEP_BLOCK_LIST_ROOM: usize = 64;
+
+/// An empty list of blocks with room for `room`, reused if this thread
+/// has one.
+pub(crate) fn block_list(room: usize) -> Vec<Block> {
+    let reused = SPARE_BLOCK_LISTS.try_with(|lists| lists.borrow_mut().pop()).ok().flatten();
+    let mut list = reused.unwrap_or_default();
+    list.reserve(room);
+    list
+}
+
+/// `block` alone, as a part's blocks.
+pub(crate) fn one_block(block: Block) -> Vec<Block> {
+    match SPARE_BLOCK_LISTS.try_with(|lists| lists.borrow_mut().pop()).ok().flatten() {
+        Some(mut list) => {
+            list.push(block);
+            list
+        }
+        None => vec![block],
+    }
+}
+
+/// Keeps an emptied list of blocks for [`block_list`].
+fn give_block_list(list: Vec<Block>) {
+    debug_assert!(list.is_empty());
+    if list.capacity() == 0 || list.capacity() > KEEP_BLOCK_LIST_ROOM {
+        return;
+    }
+    let _ = SPARE_BLOCK_LISTS.try_with(|lists| {
+        let mut lists = lists.borrow_mut();
+        if lists.len() < KEEP_BLOCK_LISTS {
+            lists.push(list);
+        }
+    });
+}
+
 /// [`recycle`] for a handle on one block's bytes: kept if large and held
 /// by nothing else.
+#[inline]
 pub(crate) fn recycle_bytes(data: Bytes) {
     if data.len() >= crate::pack::spare::MEDIUM {
         if let Ok(buffer) = data.try_into_mut() {
@@ -573,6 +628,40 @@ mod tests {
 
     fn poll(seat: &mut Seat) -> Poll<Result<Arc<[Part]>>> {
         pin!(seat).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// The list of blocks of a part whose round every member is done with
+    /// serves the next part this thread leaves (no allocation per call);
+    /// a list too long is not kept.
+    #[test]
+    fn finished_parts_lend_their_block_lists() {
+        let world = LocalWorld::new(2);
+        let members: Arc<[u32]> = Arc::from(vec![0, 1]);
+        let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(3, members.clone(), me)).collect();
+        let comm = holds[0].comm.clone();
+        let block = Block { data: Bytes::from_static(b"8 bytes!"), signature: None };
+        let list = one_block(block.clone());
+        let at = list.as_ptr();
+        let mut a = comm.sit((0, 0), 0, Part { blocks: Ok(list), ..part() });
+        let mut b = comm.sit((0, 0), 1, part());
+        for seat in [&mut a, &mut b] {
+            match poll(seat) {
+                Poll::Ready(Ok(parts)) => recycle(parts),
+                other => panic!("{other:?}"),
+            }
+        }
+        let again = one_block(block.clone());
+        assert_eq!(again.as_ptr(), at, "the finished part's list is reused");
+        let mut long = block_list(KEEP_BLOCK_LIST_ROOM + 1);
+        long.push(block);
+        let mut c = comm.sit((1, 0), 0, Part { blocks: Ok(long), ..part() });
+        let mut d = comm.sit((1, 0), 1, part());
+        for seat in [&mut c, &mut d] {
+            if let Poll::Ready(Ok(parts)) = poll(seat) {
+                recycle(parts);
+            }
+        }
+        assert!(block_list(1).capacity() <= KEEP_BLOCK_LIST_ROOM, "a list too long is not kept");
     }
 
     /// A round completes once every member has left its part, whatever
