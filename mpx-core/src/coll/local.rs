@@ -243,7 +243,12 @@ fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
 pub(super) fn barrier(call: Call) -> Collective<'static> {
     let kind = (BARRIER, 0);
     let seat = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()));
-    Collective::met(async move { agree(&call, &seat.await?, kind, NO_SHAPE) })
+    Collective::met(async move {
+        let parts = seat.await?;
+        agree(&call, &parts, kind, NO_SHAPE)?;
+        recycle(parts);
+        Ok(())
+    })
 }
 
 /// `MPI_Bcast` of `buf` from `root`; `checked`: the arguments' checks.

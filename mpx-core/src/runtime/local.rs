@@ -182,7 +182,7 @@ struct Round {
     parts: Vec<Option<Part>>,
     arrived: usize,
     /// Every part, once all have arrived.
-    complete: Option<Arc<[Part]>>,
+    complete: Option<Parts>,
     /// Members done with the round (took the parts, failed, or dropped
     /// their [`Seat`]).
     done: usize,
@@ -209,6 +209,10 @@ pub(crate) struct Part {
     /// after the rank's own.
     pub(crate) whole: Vec<Bytes>,
 }
+
+/// Every member's part of a complete round, in member order, shared by
+/// the members that read them.
+pub(crate) type Parts = Arc<Vec<Part>>;
 
 /// Packed values a rank leaves for others: native bytes and their type
 /// signature.
@@ -264,7 +268,10 @@ impl LocalComm {
             let mut wakers = Wakers::default();
             let complete = round.arrived == n;
             if complete {
-                round.complete = Some(round.parts.iter_mut().map(|p| p.take().expect("every part arrived")).collect());
+                let mut all = spare_parts(n);
+                let list = Arc::get_mut(&mut all).expect("a spare list of parts is held by nobody else");
+                list.extend(round.parts.iter_mut().map(|p| p.take().expect("every part arrived")));
+                round.complete = Some(all);
             }
             // Those waiting for the round, once it is complete, and those
             // waiting for this member's part.
@@ -362,9 +369,11 @@ impl Round {
 /// their large buffers go to this thread's spare buffers for the next
 /// large pack (see [`spare`](crate::pack::spare)), so that a collective
 /// of large blocks called in a loop does not fault in fresh pages for
-/// every call.
-pub(crate) fn recycle(mut parts: Arc<[Part]>) {
-    let Some(parts) = Arc::get_mut(&mut parts) else { return };
+/// every call; the emptied lists of blocks and of parts are kept for the
+/// next parts and rounds this thread makes ([`block_list`], [`one_block`]),
+/// so that a small collective allocates little per call.
+pub(crate) fn recycle(mut shared: Parts) {
+    let Some(parts) = Arc::get_mut(&mut shared) else { return };
     for part in parts.iter_mut() {
         // The blocks first: slices of `whole` go before it is given.
         if let Ok(blocks) = &mut part.blocks {
@@ -375,6 +384,24 @@ pub(crate) fn recycle(mut parts: Arc<[Part]>) {
         }
         part.whole.drain(..).for_each(recycle_bytes);
     }
+    parts.clear();
+    if parts.capacity() > KEEP_LIST_ROOM {
+        return;
+    }
+    let _ = SPARE_PART_LISTS.try_with(|lists| {
+        let mut lists = lists.borrow_mut();
+        if lists.len() < KEEP_LISTS {
+            lists.push(shared);
+        }
+    });
+}
+
+/// An empty list for a complete round's `n` parts, held by nobody else:
+/// one this thread read last (see [`recycle`]) if it has one.
+fn spare_parts(n: usize) -> Parts {
+    let mut list = SPARE_PART_LISTS.try_with(|lists| lists.borrow_mut().pop()).ok().flatten().unwrap_or_default();
+    Arc::get_mut(&mut list).expect("kept lists are held by nobody else").reserve_exact(n);
+    list
 }
 
 thread_local! {
@@ -382,13 +409,16 @@ thread_local! {
     /// read, for the next parts it leaves: a part's list costs no
     /// allocation per call.
     static SPARE_BLOCK_LISTS: std::cell::RefCell<Vec<Vec<Block>>> = const { std::cell::RefCell::new(Vec::new()) };
+
+    /// Emptied lists of a complete round's parts, likewise.
+    static SPARE_PART_LISTS: std::cell::RefCell<Vec<Parts>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Lists of blocks kept per thread, at most.
-const KEEP_BLOCK_LISTS: usize = 16;
+/// Lists of blocks, and lists of parts, kept per thread, at most.
+const KEEP_LISTS: usize = 16;
 
-/// A list of blocks longer than this is not kept.
-const KEEP_BLOCK_LIST_ROOM: usize = 64;
+/// A list with room for more than this is not kept.
+const KEEP_LIST_ROOM: usize = 64;
 
 /// An empty list of blocks with room for `room`, reused if this thread
 /// has one.
@@ -413,12 +443,12 @@ pub(crate) fn one_block(block: Block) -> Vec<Block> {
 /// Keeps an emptied list of blocks for [`block_list`].
 fn give_block_list(list: Vec<Block>) {
     debug_assert!(list.is_empty());
-    if list.capacity() == 0 || list.capacity() > KEEP_BLOCK_LIST_ROOM {
+    if list.capacity() == 0 || list.capacity() > KEEP_LIST_ROOM {
         return;
     }
     let _ = SPARE_BLOCK_LISTS.try_with(|lists| {
         let mut lists = lists.borrow_mut();
-        if lists.len() < KEEP_BLOCK_LISTS {
+        if lists.len() < KEEP_LISTS {
             lists.push(list);
         }
     });
@@ -513,7 +543,7 @@ enum Want {
 
 /// What a seat got.
 enum Got {
-    All(Arc<[Part]>),
+    All(Parts),
     One(Glimpse),
 }
 
@@ -592,9 +622,9 @@ impl Seat {
 }
 
 impl std::future::Future for Seat {
-    type Output = Result<Arc<[Part]>>;
+    type Output = Result<Parts>;
 
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Arc<[Part]>>> {
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Parts>> {
         self.poll_for(cx, Want::All).map_ok(|got| match got {
             Got::All(parts) => parts,
             Got::One(_) => unreachable!("every part was wanted"),
@@ -626,13 +656,14 @@ mod tests {
         Part { kind: (0, 0), shape: (None, 0), blocks: Ok(Vec::new()), whole: Vec::new() }
     }
 
-    fn poll(seat: &mut Seat) -> Poll<Result<Arc<[Part]>>> {
+    fn poll(seat: &mut Seat) -> Poll<Result<Parts>> {
         pin!(seat).poll(&mut Context::from_waker(Waker::noop()))
     }
 
     /// The list of blocks of a part whose round every member is done with
-    /// serves the next part this thread leaves (no allocation per call);
-    /// a list too long is not kept.
+    /// serves the next part this thread leaves, and the round's list of
+    /// parts the next round (no allocation per call); a list too long is
+    /// not kept.
     #[test]
     fn finished_parts_lend_their_block_lists() {
         let world = LocalWorld::new(2);
@@ -644,24 +675,29 @@ mod tests {
         let at = list.as_ptr();
         let mut a = comm.sit((0, 0), 0, Part { blocks: Ok(list), ..part() });
         let mut b = comm.sit((0, 0), 1, part());
+        let mut list_of_parts = None;
         for seat in [&mut a, &mut b] {
             match poll(seat) {
-                Poll::Ready(Ok(parts)) => recycle(parts),
+                Poll::Ready(Ok(parts)) => {
+                    list_of_parts = Some(Arc::as_ptr(&parts));
+                    recycle(parts);
+                }
                 other => panic!("{other:?}"),
             }
         }
         let again = one_block(block.clone());
         assert_eq!(again.as_ptr(), at, "the finished part's list is reused");
-        let mut long = block_list(KEEP_BLOCK_LIST_ROOM + 1);
+        let mut long = block_list(KEEP_LIST_ROOM + 1);
         long.push(block);
         let mut c = comm.sit((1, 0), 0, Part { blocks: Ok(long), ..part() });
         let mut d = comm.sit((1, 0), 1, part());
         for seat in [&mut c, &mut d] {
             if let Poll::Ready(Ok(parts)) = poll(seat) {
+                assert_eq!(Some(Arc::as_ptr(&parts)), list_of_parts, "the finished round's list of parts is reused");
                 recycle(parts);
             }
         }
-        assert!(block_list(1).capacity() <= KEEP_BLOCK_LIST_ROOM, "a list too long is not kept");
+        assert!(block_list(1).capacity() <= KEEP_LIST_ROOM, "a list too long is not kept");
     }
 
     /// A round completes once every member has left its part, whatever
