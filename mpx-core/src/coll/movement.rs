@@ -642,7 +642,10 @@ impl Comm {
     fn allgather_even<'a, E: Element>(&self, count: Result<usize>, send: E::Src<'_>, mut recv: E::Dst<'a>, what: &'static str) -> Collective<'a> {
         let call = Call::begin(self);
         let n = call.size();
-        let block_bytes = E::item_type(&recv).size().saturating_mul(*count.as_ref().unwrap_or(&0) as u64);
+        // The count as far as choosing the algorithm goes (wrong
+        // arguments fail either way).
+        let even_count = *count.as_ref().unwrap_or(&0);
+        let block_bytes = E::item_type(&recv).size().saturating_mul(even_count as u64);
         if call.local().is_some() && super::local::meets(block_bytes) {
             let prepared = count.and_then(|count| {
                 let layout = || even_blocks(what, n, count, E::dst_len(&recv));
@@ -652,7 +655,6 @@ impl Comm {
             return super::local::allgather::<E>(call, prepared, recv);
         }
         call.mark_messages();
-        let even_count = *count.as_ref().unwrap_or(&0);
         if Bruck::suits(n, even_count, E::item_type(&recv).size()) {
             let started = count.and_then(|count| Bruck::start::<E>(&call, &send, &mut recv, count, what));
             return Collective::new(call.clone(), async move { started?.finish::<E>(&call, &mut recv).await });

@@ -57,13 +57,17 @@ impl<T: MpiType> ToZero<T> {
     /// send) is heard of there.
     async fn finish(self, call: &Call, op: &Op<T>) -> Result<(Option<Values<T>>, Vec<Request<'static>>)> {
         let ToZero { own, children, parent, mut sends } = self;
-        let mut theirs = Values::copy_of(&own);
         let mut acc = own;
-        for child in children {
-            child.into(&mut theirs).await?;
-            // Lower ranks' values first: acc ∘ theirs, into theirs.
-            op.apply(&acc, &mut theirs)?;
-            std::mem::swap(&mut acc, &mut theirs);
+        if !children.is_empty() {
+            // Room for a child's values (a leaf, most ranks' place in
+            // large trees, needs none).
+            let mut theirs = Values::copy_of(&acc);
+            for child in children {
+                child.into(&mut theirs).await?;
+                // Lower ranks' values first: acc ∘ theirs, into theirs.
+                op.apply(&acc, &mut theirs)?;
+                std::mem::swap(&mut acc, &mut theirs);
+            }
         }
         match parent {
             None => Ok((Some(acc), sends)),
