@@ -238,8 +238,9 @@ impl<'a> Collective<'a> {
     }
 
     /// A collective whose ranks meet in this process, finished on this
-    /// rank when the call started (a broadcast's root that left its data,
-    /// a rank whose arguments were refused): `outcome`.
+    /// rank when the call started, its part left for the others (a
+    /// broadcast's root that ran ahead, an alltoall rank whose block for
+    /// itself could not be copied): `outcome`.
     pub(crate) fn finished(outcome: Result<()>) -> Collective<'a> {
         Collective { state: Running::Done(Some(outcome)) }
     }

@@ -73,7 +73,7 @@ impl<T: MpiType> SendData for &[T] {
         let datatype = T::datatype_ref();
         if repr == Repr::Native && !datatype.is_packed() {
             if let Some(bytes) = plain_bytes(self, &datatype) {
-                return Ok(Packed::native_values(Bytes::from(crate::pack::spare::copy_of(bytes)), self.len(), &datatype));
+                return Ok(Packed::native_values(Bytes::from(crate::pack::spare::copy_of(bytes)?), self.len(), &datatype));
             }
         }
         SendBuf::typed(self).pack(repr)

@@ -93,15 +93,19 @@ pub(crate) fn give(buffer: Vec<u8>) {
 }
 
 /// A copy of `bytes`, in a kept buffer if this thread has one with room
-/// (see [`take`]).
-pub(crate) fn copy_of(bytes: &[u8]) -> Vec<u8> {
-    match take(bytes.len()) {
-        Some(mut buffer) => {
-            buffer.extend_from_slice(bytes);
-            buffer
+/// (see [`take`]); [`Error::Overflow`](crate::Error::Overflow) if memory
+/// cannot hold it.
+pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<Vec<u8>> {
+    let mut buffer = match take(bytes.len()) {
+        Some(buffer) => buffer,
+        None => {
+            let mut fresh = Vec::new();
+            super::reserve_packed(&mut fresh, bytes.len())?;
+            fresh
         }
-        None => bytes.to_vec(),
-    }
+    };
+    buffer.extend_from_slice(bytes);
+    Ok(buffer)
 }
 
 /// Vectors of values kept per thread at most (see [`Values`]).

@@ -271,6 +271,7 @@ impl LocalComm {
                 let mut all = spare_parts(n);
                 let list = Arc::get_mut(&mut all).expect("a spare list of parts is held by nobody else");
                 list.extend(round.parts.iter_mut().map(|p| p.take().expect("every part arrived")));
+                debug_assert_eq!(list.len(), n, "a kept list of parts is empty");
                 round.complete = Some(all);
             }
             // Those waiting for the round, once it is complete, and those
@@ -345,7 +346,7 @@ impl CommState {
             recycle(parts);
         }
         round.wakers.iter_mut().filter_map(Option::take).for_each(|(w, _)| dropped.push(w));
-        (round.arrived, round.complete, round.done) = (0, None, 0);
+        (round.arrived, round.done) = (0, 0);
         self.spare.push(round);
     }
 }
@@ -357,7 +358,7 @@ impl Round {
     /// must find the others' parts there).
     fn finished(&self, comm: &LocalComm) -> bool {
         match &self.complete {
-            Some(parts) => self.done >= parts.len(),
+            Some(_) => self.done >= self.parts.len(),
             None => {
                 self.done >= self.arrived && self.parts.iter().enumerate().filter(|(_, p)| p.is_none()).all(|(r, _)| comm.is_gone(r))
             }
@@ -365,13 +366,14 @@ impl Round {
     }
 }
 
-/// A member is done reading `parts`: if it was the last to hold them,
-/// their large buffers go to this thread's spare buffers for the next
-/// large pack (see [`spare`](crate::pack::spare)), so that a collective
-/// of large blocks called in a loop does not fault in fresh pages for
-/// every call; the emptied lists of blocks and of parts are kept for the
-/// next parts and rounds this thread makes ([`block_list`], [`one_block`]),
-/// so that a small collective allocates little per call.
+/// A member (or the round, as it retires) is done with `parts`: if it was
+/// the last to hold them, their large buffers go to this thread's spare
+/// buffers for the next large pack (see [`spare`](crate::pack::spare)),
+/// so that a collective of large blocks called in a loop does not fault
+/// in fresh pages for every call; the emptied lists of blocks and of
+/// parts are kept for the next parts and rounds this thread makes
+/// ([`block_list`], [`one_block`], [`spare_parts`]), so that a small
+/// collective allocates little per call.
 pub(crate) fn recycle(mut shared: Parts) {
     let Some(parts) = Arc::get_mut(&mut shared) else { return };
     for part in parts.iter_mut() {
@@ -400,14 +402,17 @@ pub(crate) fn recycle(mut shared: Parts) {
 /// one this thread read last (see [`recycle`]) if it has one.
 fn spare_parts(n: usize) -> Parts {
     let mut list = SPARE_PART_LISTS.try_with(|lists| lists.borrow_mut().pop()).ok().flatten().unwrap_or_default();
-    Arc::get_mut(&mut list).expect("kept lists are held by nobody else").reserve_exact(n);
+    let parts = Arc::get_mut(&mut list).expect("kept lists are held by nobody else");
+    debug_assert!(parts.is_empty(), "kept lists are emptied");
+    parts.reserve_exact(n);
     list
 }
 
 thread_local! {
     /// Emptied lists of blocks, from parts this thread was the last to
-    /// read, for the next parts it leaves: a part's list costs no
-    /// allocation per call.
+    /// read, for the next parts it leaves: where one thread both reads a
+    /// round last and leaves the next part (every rank on a current-thread
+    /// runtime), a part's list costs no allocation per call.
     static SPARE_BLOCK_LISTS: std::cell::RefCell<Vec<Vec<Block>>> = const { std::cell::RefCell::new(Vec::new()) };
 
     /// Emptied lists of a complete round's parts, likewise.
@@ -666,38 +671,51 @@ mod tests {
     /// not kept.
     #[test]
     fn finished_parts_lend_their_block_lists() {
+        fn kept() -> (usize, usize) {
+            (SPARE_BLOCK_LISTS.with(|l| l.borrow().len()), SPARE_PART_LISTS.with(|l| l.borrow().len()))
+        }
+        fn complete(seat: &mut Seat) -> Parts {
+            match poll(seat) {
+                Poll::Ready(Ok(parts)) => parts,
+                other => panic!("{other:?}"),
+            }
+        }
         let world = LocalWorld::new(2);
         let members: Arc<[u32]> = Arc::from(vec![0, 1]);
         let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(3, members.clone(), me)).collect();
         let comm = holds[0].comm.clone();
         let block = Block { data: Bytes::from_static(b"8 bytes!"), signature: None };
-        let list = one_block(block.clone());
-        let at = list.as_ptr();
-        let mut a = comm.sit((0, 0), 0, Part { blocks: Ok(list), ..part() });
+        assert_eq!(kept(), (0, 0), "a fresh thread keeps nothing");
+        // A list told apart by its room (a fresh one-block list has less).
+        let mut marked = block_list(5);
+        marked.push(block.clone());
+        let room = marked.capacity();
+        let mut a = comm.sit((0, 0), 0, Part { blocks: Ok(marked), ..part() });
         let mut b = comm.sit((0, 0), 1, part());
-        let mut list_of_parts = None;
-        for seat in [&mut a, &mut b] {
-            match poll(seat) {
-                Poll::Ready(Ok(parts)) => {
-                    list_of_parts = Some(Arc::as_ptr(&parts));
-                    recycle(parts);
-                }
-                other => panic!("{other:?}"),
-            }
-        }
+        let (first, second) = (complete(&mut a), complete(&mut b));
+        assert_eq!(first.len(), 2);
+        let list_of_parts = Arc::as_ptr(&first);
+        recycle(first);
+        assert_eq!(kept(), (0, 0), "nothing is kept while another member reads");
+        recycle(second);
+        assert_eq!(kept(), (1, 1), "the last reader keeps the lists");
         let again = one_block(block.clone());
-        assert_eq!(again.as_ptr(), at, "the finished part's list is reused");
+        assert_eq!((again.capacity(), again.len(), kept().0), (room, 1, 0), "the finished part's list serves the next part");
+        // A list with too much room is not kept; the round's list of parts
+        // is the one kept, emptied.
         let mut long = block_list(KEEP_LIST_ROOM + 1);
         long.push(block);
         let mut c = comm.sit((1, 0), 0, Part { blocks: Ok(long), ..part() });
-        let mut d = comm.sit((1, 0), 1, part());
-        for seat in [&mut c, &mut d] {
-            if let Poll::Ready(Ok(parts)) = poll(seat) {
-                assert_eq!(Some(Arc::as_ptr(&parts)), list_of_parts, "the finished round's list of parts is reused");
-                recycle(parts);
-            }
-        }
-        assert!(block_list(1).capacity() <= KEEP_LIST_ROOM, "a list too long is not kept");
+        let mut d = comm.sit((1, 0), 1, Part { blocks: Ok(again), ..part() });
+        let (first, second) = (complete(&mut c), complete(&mut d));
+        assert_eq!(Arc::as_ptr(&first), list_of_parts, "the finished round's list of parts is reused");
+        assert_eq!(first.len(), 2, "emptied before reuse");
+        assert!(first.iter().all(|p| p.blocks.as_ref().is_ok_and(|b| b.len() == 1)), "each part holds its own block alone");
+        recycle(first);
+        recycle(second);
+        assert_eq!(kept(), (1, 1), "the long list is not kept");
+        assert_eq!(block_list(1).capacity(), room, "the list kept is the one with room for few");
+        assert!(lock(&comm.state).rounds.is_empty(), "both rounds retired");
     }
 
     /// A round completes once every member has left its part, whatever
