@@ -86,6 +86,7 @@ mod serde;
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -102,7 +103,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::{Delivered, Envelope, SendMode};
 use crate::request::{Operation, Request};
-use crate::runtime::{CommCollectives, LocalComm, Shared};
+use crate::runtime::{LocalComm, Shared};
 
 /// Values a collective reads: `&T` (one value; an array `&[T; N]` is one
 /// value of `N` elements), `&[T]` or `&Vec<T>` of an [`MpiType`], or a
@@ -352,17 +353,11 @@ impl Call {
     /// exchanges messages elsewhere.
     pub(crate) fn begin(comm: &Comm) -> Call {
         let context = comm.context | 1;
-        let mut st = comm.shared.lock();
-        let entry = st.collectives.entry(context).or_insert_with(|| CommCollectives { next: 0, local: None });
-        let number = entry.next;
-        entry.next = number.wrapping_add(1);
-        if entry.local.is_none() {
-            if let Some(world) = &comm.shared.local {
-                entry.local = Some(world.comm(context, comm.group().world_ranks(), comm.rank()));
-            }
-        }
-        let local = entry.local.as_ref().map(|member| member.comm.clone());
-        drop(st);
+        let collectives = comm.collectives();
+        // Wraps around after four billion calls, as the tags do.
+        let number = collectives.next.fetch_add(1, Ordering::Relaxed);
+        let member = collectives.local.get_or_init(|| comm.shared.local.as_ref().map(|world| world.comm(context, comm.group().world_ranks(), comm.rank())));
+        let local = member.as_ref().map(|member| member.comm.clone());
         // Each call has 64 tags to itself: its messages' sub-tags (a
         // neighbour collective's directions) never meet another call's.
         let tag = ((u64::from(number) * Self::SUBTAGS) & 0x7fff_ffff) as i32;

@@ -22,7 +22,7 @@ use rustc_hash::FxHashMap;
 
 use super::{derive_context, Comm};
 use crate::error::{Error, Result};
-use crate::runtime::Shared;
+use crate::runtime::{CommCollectives, Shared};
 
 /// An ordered set of ranks, each named by its rank in the world: what a
 /// communicator is over. Made from a communicator ([`Comm::group`]) and
@@ -434,14 +434,10 @@ impl Members {
 /// context and its collective context, each to its members).
 type Groups = FxHashMap<u64, Arc<Members>>;
 
-/// The endpoint's count of collectives by collective context
-/// (`State::collectives`, kept by `coll::Call::begin`).
-type Collectives = FxHashMap<u64, crate::runtime::CommCollectives>;
-
 /// A communicator's entries in its endpoint's state, for every
 /// communicator but the world: its members under its context and its
-/// collective context (a communicator over a subgroup), and the count of
-/// collectives under its collective context (once it has run one).
+/// collective context (a communicator over a subgroup); and its
+/// collectives' state (their count, where they meet), which goes with it.
 ///
 /// Every handle of the communicator shares one, and so does everything
 /// that holds a handle (a collective in flight, a matched probe's
@@ -451,6 +447,7 @@ type Collectives = FxHashMap<u64, crate::runtime::CommCollectives>;
 pub(crate) struct Registration {
     shared: Arc<Shared>,
     context: u64,
+    pub(crate) collectives: CommCollectives,
 }
 
 impl Drop for Registration {
@@ -470,8 +467,8 @@ impl Drop for Registration {
             }
         };
         let st = &mut *locked;
-        sweep(&self.shared, &mut st.groups, &mut st.collectives);
-        forget(&mut st.groups, &mut st.collectives, self.context);
+        sweep(&self.shared, &mut st.groups);
+        forget(&mut st.groups, self.context);
     }
 }
 
@@ -484,19 +481,18 @@ fn retired(shared: &Shared) -> std::sync::MutexGuard<'_, Vec<u64>> {
 
 /// Removes the entries of `shared`'s communicators whose removal was left
 /// for later (see [`Registration`]). Called with `shared`'s lock held.
-fn sweep(shared: &Shared, groups: &mut Groups, collectives: &mut Collectives) {
+fn sweep(shared: &Shared, groups: &mut Groups) {
     for context in retired(shared).drain(..) {
-        forget(groups, collectives, context);
+        forget(groups, context);
     }
 }
 
 /// Removes the entries of the communicator with `context` (a message that
 /// arrives on it later waits unmatched, as on any context no receive
 /// names; its sender keeps its world rank).
-fn forget(groups: &mut Groups, collectives: &mut Collectives, context: u64) {
+fn forget(groups: &mut Groups, context: u64) {
     groups.remove(&context);
     groups.remove(&(context | 1));
-    collectives.remove(&(context | 1));
 }
 
 /// A digest of `group`'s members in order, which ranks compare to tell
@@ -580,13 +576,13 @@ impl Comm {
         if members.is_some() || !retired(&self.shared).is_empty() {
             let mut locked = self.shared.lock();
             let st = &mut *locked;
-            sweep(&self.shared, &mut st.groups, &mut st.collectives);
+            sweep(&self.shared, &mut st.groups);
             if let Some(m) = &members {
                 st.groups.insert(context, m.clone());
                 st.groups.insert(context | 1, m.clone());
             }
         }
-        let registration = Some(Arc::new(Registration { shared: self.shared.clone(), context }));
+        let registration = Some(Arc::new(Registration { shared: self.shared.clone(), context, collectives: CommCollectives::default() }));
         Comm { shared: self.shared.clone(), context, dups: Arc::new(AtomicU64::new(0)), members, registration }
     }
 
@@ -736,11 +732,15 @@ mod tests {
         Endpoint::new(0, 1, Config::default(), Alone).expect("a world of one rank").world()
     }
 
-    /// The endpoint's entries for communicators: members by context, and
-    /// counts of collectives.
-    fn kept(comm: &Comm) -> (usize, usize) {
-        let st = comm.shared.lock();
-        (st.groups.len(), st.collectives.len())
+    /// The endpoint's entries for communicators: members by context.
+    fn kept(comm: &Comm) -> usize {
+        comm.shared.lock().groups.len()
+    }
+
+    /// A watch on `comm`'s registration (and so on its collectives'
+    /// state): gone once every handle is.
+    fn watch(comm: &Comm) -> std::sync::Weak<super::Registration> {
+        std::sync::Arc::downgrade(comm.registration.as_ref().expect("not the world"))
     }
 
     /// Communicators made by every constructor, each running a collective,
@@ -761,14 +761,17 @@ mod tests {
                 for comm in [&split, &made, &twin, &world_twin] {
                     comm.barrier().await.expect("a barrier of one");
                 }
+                let watches = [&split, &made, &twin, &world_twin].map(watch);
                 // Members under two contexts for each of the three over a
-                // subgroup, a count of collectives for each of the four.
-                assert_eq!(kept(&world), (before.0 + 6, before.1 + 4));
+                // subgroup.
+                assert_eq!(kept(&world), before + 6);
                 let clone = split.clone();
                 drop(split);
-                assert_eq!(kept(&world), (before.0 + 6, before.1 + 4), "a clone keeps the entries");
+                assert_eq!(kept(&world), before + 6, "a clone keeps the entries");
+                assert!(watches.iter().all(|w| w.upgrade().is_some()), "a clone keeps its collectives' state");
                 drop((clone, made, twin, world_twin));
                 assert_eq!(kept(&world), before);
+                assert!(watches.iter().all(|w| w.upgrade().is_none()), "the collectives' state goes with the last handle");
             }
         });
     }
@@ -787,7 +790,7 @@ mod tests {
             let held = world.shared.lock();
             drop(split);
             drop(held);
-            assert_eq!(kept(&world), (before.0 + 2, before.1 + 1), "left for later");
+            assert_eq!(kept(&world), before + 2, "left for later");
             drop(world.dup());
             assert_eq!(kept(&world), before);
         });
@@ -806,7 +809,7 @@ mod tests {
             let (got, status) = recv.await.expect("the message");
             assert_eq!((got, status.source, status.tag), (7, Some(0), Some(3)));
             sent.await.expect("sent to itself");
-            assert_eq!(kept(&world).0, 0);
+            assert_eq!(kept(&world), 0);
         });
     }
 

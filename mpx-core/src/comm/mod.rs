@@ -319,11 +319,13 @@ impl Comm {
     }
 
     /// Diagnostics: the entries this rank's endpoint keeps for its
-    /// communicators (the members of each over a subgroup, each one's
-    /// count of collectives). They go when a communicator's last handle is
-    /// dropped (at this rank's next communicator constructor, if the
-    /// endpoint was busy then), so a count that only grows as
-    /// communicators are made and dropped is a leak.
+    /// communicators (the members of each over a subgroup, under its
+    /// context and its collective context). They go when a communicator's
+    /// last handle is dropped (at this rank's next communicator
+    /// constructor, if the endpoint was busy then), so a count that only
+    /// grows as communicators are made and dropped is a leak. (A
+    /// communicator's collectives' state is its handles' own, and goes
+    /// with the last of them.)
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -341,8 +343,15 @@ impl Comm {
     /// ```
     #[doc(hidden)]
     pub fn kept_communicators(&self) -> usize {
-        let st = self.shared.lock();
-        st.groups.len() + st.collectives.len()
+        self.shared.lock().groups.len()
+    }
+
+    /// The communicator's collectives' state, shared by its handles.
+    pub(crate) fn collectives(&self) -> &crate::runtime::CommCollectives {
+        match &self.registration {
+            Some(registration) => &registration.collectives,
+            None => &self.shared.world_collectives,
+        }
     }
 
     /// The world rank of communicator rank `r`.

@@ -11,8 +11,8 @@ use rustc_hash::FxHashMap as HashMap;
 use std::collections::hash_map::Entry;
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -69,9 +69,6 @@ pub(crate) struct State {
     /// (see [`Shared::start_send`]).
     pub(crate) starting: Option<ReqId>,
     pub(crate) started: Option<(ReqId, Completion)>,
-    /// Collectives started on each communicator context (see
-    /// [`CommCollectives`]).
-    pub(crate) collectives: HashMap<u64, CommCollectives>,
     /// The members of each communicator context over a subgroup of the
     /// world: a delivered message's sender is renumbered into its
     /// communicator's numbering as its receive takes it.
@@ -88,13 +85,17 @@ pub(crate) struct State {
     pub(crate) bsend: BsendBuffer,
 }
 
-/// A communicator's collectives on this endpoint.
+/// A communicator's collectives on this endpoint, shared by every handle
+/// of the communicator (the world's kept by the endpoint, another's by
+/// its registration, and gone with its last handle): numbering a call
+/// takes no lock.
+#[derive(Default)]
 pub(crate) struct CommCollectives {
     /// The next call's number, which its messages' tags carry.
-    pub(crate) next: u32,
+    pub(crate) next: AtomicU32,
     /// Where its collectives meet, if every member lives in this process
     /// (see [`LocalWorld`](super::LocalWorld)); looked up at its first call.
-    pub(crate) local: Option<super::local::LocalMember>,
+    pub(crate) local: OnceLock<Option<super::local::LocalMember>>,
 }
 
 /// What a task waits for in [`Endpoint::connected`] or
@@ -132,6 +133,9 @@ pub(crate) struct Shared {
     /// split), through any of its handles: every [`Endpoint::world`] shares
     /// it, so two handles never derive the same context.
     pub(crate) world_dups: Arc<AtomicU64>,
+    /// The world communicator's collectives, shared by its handles (see
+    /// [`CommCollectives`]).
+    pub(crate) world_collectives: CommCollectives,
     /// Contexts of communicators whose last handle went while the state
     /// was locked: their entries in `state` go at the next chance (see
     /// `comm::group::Registration`).
@@ -202,7 +206,6 @@ impl Endpoint {
             requests: HashMap::default(),
             starting: None,
             started: None,
-            collectives: HashMap::default(),
             groups: HashMap::default(),
             arrival_wakers: Vec::new(),
             state_wakers: Vec::new(),
@@ -220,6 +223,7 @@ impl Endpoint {
             state: Mutex::new(state),
             owned: Mutex::new(Vec::new()),
             world_dups: Arc::new(AtomicU64::new(0)),
+            world_collectives: CommCollectives::default(),
             retired: Mutex::new(Vec::new()),
         });
         let mut st = shared.lock();
