@@ -367,6 +367,12 @@ impl Call {
     /// Tags each call has for its messages.
     pub(crate) const SUBTAGS: u64 = 64;
 
+    /// The call's number on its communicator.
+    #[cfg(test)]
+    pub(crate) fn number(&self) -> u32 {
+        self.number
+    }
+
     /// The call with its messages' signatures salted with `salt` (see
     /// [`Call::salt`]).
     pub(crate) fn salted(&self, salt: u64) -> Call {

@@ -8,10 +8,11 @@
 //! never meet its parent's.
 //!
 //! Every communicator but the world has entries in its endpoint's state
-//! (its members by context, for a communicator over a subgroup; its count
-//! of collectives), shared by its handles through a [`Registration`]: the
-//! last handle to go removes them, so a program that makes and drops
-//! communicators in a loop keeps that state bounded.
+//! (its members by context, for a communicator over a subgroup) and its
+//! collectives' state (their count, its hold on a meeting place), shared
+//! by its handles through a [`Registration`]: the last handle to go (or a
+//! receive started on it, once complete) removes them, so a program that
+//! makes and drops communicators in a loop keeps that state bounded.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -456,7 +457,9 @@ impl Drop for Registration {
     /// its next registration or removal ([`sweep`]): the lock may be held
     /// by another thread, or by this one, which must not wait for it (a
     /// task's waker, dropped under the lock, can be the last owner of the
-    /// task's future and so of a handle).
+    /// task's future and so of a handle). The collectives' state goes at
+    /// once either way: its hold on a meeting place takes only the meeting
+    /// place's own locks, which nothing holds while it takes another.
     fn drop(&mut self) {
         let mut locked = match self.shared.state.try_lock() {
             Ok(locked) => locked,
@@ -715,7 +718,8 @@ mod tests {
     use crate::comm::Comm;
     use crate::proto::engine::Config;
     use crate::proto::wire::Frame;
-    use crate::runtime::{Endpoint, SendError, Transport};
+    use crate::runtime::{Endpoint, LocalWorld, SendError, Transport};
+    use std::sync::Arc;
 
     /// The transport of a world of one rank, which has no peer to carry
     /// frames to.
@@ -735,6 +739,59 @@ mod tests {
     /// The endpoint's entries for communicators: members by context.
     fn kept(comm: &Comm) -> usize {
         comm.shared.lock().groups.len()
+    }
+
+    /// A transport for one rank whose collectives meet in this process.
+    struct AloneMeeting(Arc<LocalWorld>);
+
+    impl Transport for AloneMeeting {
+        fn send(&self, _dest: usize, _frame: Frame) -> Result<(), SendError> {
+            Ok(())
+        }
+
+        fn local_world(&self) -> Option<Arc<LocalWorld>> {
+            Some(self.0.clone())
+        }
+    }
+
+    /// Handles of one communicator number their collective calls in one
+    /// sequence (every handle of the world too, however it was got);
+    /// another communicator has its own.
+    #[test]
+    fn handles_of_a_communicator_share_its_call_numbers() {
+        let endpoint = Endpoint::new(0, 1, Config::default(), Alone).expect("a world of one rank");
+        let (a, b) = (endpoint.world(), endpoint.world());
+        let c = a.clone();
+        let numbers: Vec<u32> = [&a, &b, &c, &a].into_iter().map(|comm| crate::coll::Call::begin(comm).number()).collect();
+        assert_eq!(numbers, [0, 1, 2, 3]);
+        let dup = a.dup();
+        let twin = dup.clone();
+        let numbers: Vec<u32> = [&dup, &twin, &dup].into_iter().map(|comm| crate::coll::Call::begin(comm).number()).collect();
+        assert_eq!(numbers, [0, 1, 2], "a communicator of its own numbers from 0");
+        assert_eq!(crate::coll::Call::begin(&b).number(), 4);
+    }
+
+    /// A communicator's hold on its meeting place goes with its last
+    /// handle, also when that goes under its endpoint's lock (which must
+    /// not deadlock), while the endpoint's entries wait for later.
+    #[test]
+    fn a_meeting_place_goes_with_the_last_handle_even_under_the_lock() {
+        futures::executor::block_on(async {
+            let place = LocalWorld::new(1);
+            let world = Endpoint::new(0, 1, Config::default(), AloneMeeting(place.clone())).expect("a world of one rank").world();
+            world.barrier().await.expect("a barrier of one");
+            let before = (kept(&world), place.meeting_places());
+            let split = world.split(Some(0), 0).await.expect("a split of one").expect("a color");
+            split.barrier().await.expect("a barrier of one");
+            assert_eq!(place.meeting_places(), before.1 + 1, "the split meets in a place of its own");
+            let held = world.shared.lock();
+            drop(split);
+            assert_eq!(place.meeting_places(), before.1, "its place went at once");
+            drop(held);
+            assert_eq!(kept(&world), before.0 + 2, "its members wait for the next registration");
+            drop(world.dup());
+            assert_eq!((kept(&world), place.meeting_places()), before);
+        });
     }
 
     /// A watch on `comm`'s registration (and so on its collectives'

@@ -227,9 +227,10 @@ impl Endpoint {
 /// Dropping a communicator's last handle (every clone, and everything
 /// that holds one: a collective in flight, a matched probe's [`Message`],
 /// an [`Incoming`] stream, a persistent request) is `MPI_Comm_free`: the
-/// endpoint forgets what it kept for it (its members, its count of
-/// collectives), so a program that makes and drops communicators in a
-/// loop keeps that state bounded. A receive started on it keeps that state
+/// endpoint forgets what it kept for it (its members) and its
+/// collectives' state goes (their count, its hold on a meeting place), so
+/// a program that makes and drops communicators in a loop keeps that
+/// state bounded. A receive started on it keeps that state
 /// until it completes, so its status names the sender in the
 /// communicator's numbering even if every handle is gone by then. A
 /// message that arrives for it later waits unmatched, as MPI leaves a
@@ -242,8 +243,9 @@ pub struct Comm {
     /// The members, for a communicator over a subgroup of the world (or the
     /// world in another order); `None`: the world's ranks as they are.
     members: Option<Arc<Members>>,
-    /// The communicator's entries in the endpoint, removed when its last
-    /// handle goes; `None` for the world, which keeps its entries.
+    /// The communicator's entries in the endpoint and its collectives'
+    /// state, removed when its last handle goes; `None` for the world,
+    /// which keeps its entries (its collectives' state is the endpoint's).
     registration: Option<Arc<Registration>>,
 }
 
@@ -324,8 +326,9 @@ impl Comm {
     /// last handle is dropped (at this rank's next communicator
     /// constructor, if the endpoint was busy then), so a count that only
     /// grows as communicators are made and dropped is a leak. (A
-    /// communicator's collectives' state is its handles' own, and goes
-    /// with the last of them.)
+    /// communicator's collectives' state is its registration's, and goes
+    /// with its last handle or the last receive started on it; a duplicate
+    /// of the world, which has no members of its own, adds nothing here.)
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -366,9 +369,9 @@ impl Comm {
     }
 
     /// What keeps the endpoint's entries for this communicator (its
-    /// members, by which statuses name senders) while a receive started on
-    /// it is under way, whatever becomes of the communicator's handles;
-    /// `None` for the world's, which stay.
+    /// members, by which statuses name senders) and its collectives' state
+    /// while a receive started on it is under way, whatever becomes of the
+    /// communicator's handles; `None` for the world's, which stay.
     pub(crate) fn keep_alive(&self) -> Option<Arc<Registration>> {
         self.registration.clone()
     }

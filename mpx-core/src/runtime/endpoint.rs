@@ -87,8 +87,8 @@ pub(crate) struct State {
 
 /// A communicator's collectives on this endpoint, shared by every handle
 /// of the communicator (the world's kept by the endpoint, another's by
-/// its registration, and gone with its last handle): numbering a call
-/// takes no lock.
+/// its registration, gone with its last handle or the last receive
+/// started on it): numbering a call takes no lock.
 #[derive(Default)]
 pub(crate) struct CommCollectives {
     /// The next call's number, which its messages' tags carry.

@@ -80,6 +80,12 @@ impl LocalWorld {
         self.gone.len()
     }
 
+    /// The meeting places open (held, or with rounds open).
+    #[cfg(test)]
+    pub(crate) fn meeting_places(&self) -> usize {
+        lock(&self.comms).len()
+    }
+
     /// The meeting place of the communicator with collective context
     /// `context` and `members`, for its member `me` (a communicator rank),
     /// who holds it until it drops the returned [`LocalMember`].
@@ -131,7 +137,8 @@ impl LocalWorld {
 type CommKey = (u64, Arc<[u32]>);
 
 /// One member's hold on its communicator's meeting place: the
-/// communicator's entry in its endpoint keeps it. The place goes once no
+/// communicator's collectives' state keeps it (its registration's, or
+/// the endpoint's for the world). The place goes once no
 /// member holds it and no round is open there (a member that dropped its
 /// communicator may have left parts the others have yet to take).
 pub(crate) struct LocalMember {
