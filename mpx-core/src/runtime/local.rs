@@ -394,21 +394,15 @@ pub(crate) fn recycle(mut shared: Parts) {
         part.whole.drain(..).for_each(recycle_bytes);
     }
     parts.clear();
-    if parts.capacity() > KEEP_LIST_ROOM {
-        return;
+    if parts.capacity() <= KEEP_LIST_ROOM {
+        keep(&SPARE_PART_LISTS, shared);
     }
-    let _ = SPARE_PART_LISTS.try_with(|lists| {
-        let mut lists = lists.borrow_mut();
-        if lists.len() < KEEP_LISTS {
-            lists.push(shared);
-        }
-    });
 }
 
 /// An empty list for a complete round's `n` parts, held by nobody else:
 /// one this thread read last (see [`recycle`]) if it has one.
 fn spare_parts(n: usize) -> Parts {
-    let mut list = SPARE_PART_LISTS.try_with(|lists| lists.borrow_mut().pop()).ok().flatten().unwrap_or_default();
+    let mut list = reuse(&SPARE_PART_LISTS).unwrap_or_default();
     let parts = Arc::get_mut(&mut list).expect("kept lists are held by nobody else");
     debug_assert!(parts.is_empty(), "kept lists are emptied");
     parts.reserve_exact(n);
@@ -432,18 +426,32 @@ const KEEP_LISTS: usize = 16;
 /// A list with room for more than this is not kept.
 const KEEP_LIST_ROOM: usize = 64;
 
+/// The last list kept in `lists`, if any.
+fn reuse<T: 'static>(lists: &'static std::thread::LocalKey<std::cell::RefCell<Vec<T>>>) -> Option<T> {
+    lists.try_with(|lists| lists.borrow_mut().pop()).ok().flatten()
+}
+
+/// Keeps `list` in `lists` unless [`KEEP_LISTS`] are kept already.
+fn keep<T: 'static>(lists: &'static std::thread::LocalKey<std::cell::RefCell<Vec<T>>>, list: T) {
+    let _ = lists.try_with(|lists| {
+        let mut lists = lists.borrow_mut();
+        if lists.len() < KEEP_LISTS {
+            lists.push(list);
+        }
+    });
+}
+
 /// An empty list of blocks with room for `room`, reused if this thread
 /// has one.
 pub(crate) fn block_list(room: usize) -> Vec<Block> {
-    let reused = SPARE_BLOCK_LISTS.try_with(|lists| lists.borrow_mut().pop()).ok().flatten();
-    let mut list = reused.unwrap_or_default();
+    let mut list = reuse(&SPARE_BLOCK_LISTS).unwrap_or_default();
     list.reserve(room);
     list
 }
 
 /// `block` alone, as a part's blocks.
 pub(crate) fn one_block(block: Block) -> Vec<Block> {
-    match SPARE_BLOCK_LISTS.try_with(|lists| lists.borrow_mut().pop()).ok().flatten() {
+    match reuse(&SPARE_BLOCK_LISTS) {
         Some(mut list) => {
             list.push(block);
             list
@@ -455,15 +463,9 @@ pub(crate) fn one_block(block: Block) -> Vec<Block> {
 /// Keeps an emptied list of blocks for [`block_list`].
 fn give_block_list(list: Vec<Block>) {
     debug_assert!(list.is_empty());
-    if list.capacity() == 0 || list.capacity() > KEEP_LIST_ROOM {
-        return;
+    if (1..=KEEP_LIST_ROOM).contains(&list.capacity()) {
+        keep(&SPARE_BLOCK_LISTS, list);
     }
-    let _ = SPARE_BLOCK_LISTS.try_with(|lists| {
-        let mut lists = lists.borrow_mut();
-        if lists.len() < KEEP_LISTS {
-            lists.push(list);
-        }
-    });
 }
 
 /// [`recycle`] for a handle on one block's bytes: kept if large and held
