@@ -1579,6 +1579,88 @@ mod meeting {
     /// same bits as over messages, for a float sum whose value depends on
     /// the grouping, on both sides of the size from which each rank
     /// combines a block; and a non-commutative operation in rank order.
+    /// Every rank's results of `bcast` (from rank 1), `allreduce` (`MAX`),
+    /// `allgather` and `alltoall` of `count` values of `T` (`value(rank, i)`
+    /// each), where the ranks meet or over messages.
+    async fn small_results<T: mpx::MpiType + mpx::coll::Reducible + Default + PartialEq + std::fmt::Debug + Send + Sync>(
+        n: usize,
+        count: usize,
+        local_collectives: bool,
+        value: fn(usize, usize) -> T,
+    ) -> Vec<Vec<T>> {
+        let options = mpx::LaunchOptions { local_collectives, ..mpx::LaunchOptions::ranks(n) };
+        returns(mpx::launch_with(options, move |comm| async move {
+            let r = comm.rank();
+            let mine: Vec<T> = (0..count).map(|i| value(r, i)).collect();
+            let mut got = Vec::new();
+            let mut bcast = if r == 1 { mine.clone() } else { vec![T::default(); count] };
+            comm.bcast(&mut bcast[..], 1).await?;
+            let mut max = vec![T::default(); count];
+            comm.allreduce(&mine[..], &mut max[..], mpx::coll::MAX).await?;
+            let mut all = vec![T::default(); count * n];
+            comm.allgather(&mine[..], &mut all[..]).await?;
+            let blocks: Vec<T> = (0..count * n).map(|i| value(r * 7 + i / count, i)).collect();
+            let mut exchanged = vec![T::default(); count * n];
+            comm.alltoall(&blocks[..], &mut exchanged[..]).await?;
+            got.extend(bcast.into_iter().chain(max).chain(all).chain(exchanged));
+            Ok(got)
+        }))
+        .await
+    }
+
+    /// A value aligned to 16 bytes, without padding.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, PartialOrd, mpx::MpiType)]
+    #[repr(C, align(16))]
+    struct Wide(u64, u64);
+
+    impl mpx::coll::Reducible for Wide {
+        fn combine(op: mpx::coll::Builtin, input: &[Self], inout: &mut [Self]) -> mpx::Result<()> {
+            assert_eq!(op, mpx::coll::Builtin::Max);
+            for (a, b) in input.iter().zip(inout.iter_mut()) {
+                if *a > *b {
+                    *b = *a;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// Blocks of a few bytes, held in the part itself where ranks meet,
+    /// give what messages give for every size about the inline room (24
+    /// bytes) and every alignment (a 16-aligned value lies at 8 bytes
+    /// inline, and is copied out rather than read in place).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn small_blocks_held_inline_give_what_messages_give() {
+        for n in [2, 3, 4] {
+            for count in [1, 23, 24, 25] {
+                let bytes = |r: usize, i: usize| (r * 31 + i * 7) as u8;
+                let (met, sent) = (small_results(n, count, true, bytes).await, small_results(n, count, false, bytes).await);
+                assert_eq!(met, sent, "{n} ranks, {count} bytes");
+            }
+            for count in [1, 2] {
+                let wide = |r: usize, i: usize| Wide(r as u64 + 1, i as u64);
+                let (met, sent) = (small_results(n, count, true, wide).await, small_results(n, count, false, wide).await);
+                assert_eq!(met, sent, "{n} ranks, {count} 16-aligned values");
+            }
+            for count in [1, 3, 4] {
+                let doubles = |r: usize, i: usize| r as f64 * 0.5 - i as f64;
+                let (met, sent) = (small_results(n, count, true, doubles).await, small_results(n, count, false, doubles).await);
+                assert_eq!(met, sent, "{n} ranks, {count} f64");
+                // And what they must be: rank 1's values, the largest
+                // rank's, every rank's in turn, each rank's block for this one.
+                for (r, got) in met.iter().enumerate() {
+                    let expect: Vec<f64> = (0..count)
+                        .map(|i| doubles(1, i))
+                        .chain((0..count).map(|i| doubles(n - 1, i)))
+                        .chain((0..count * n).map(|k| doubles(k / count, k % count)))
+                        .chain((0..count * n).map(|k| doubles((k / count) * 7 + r, r * count + k % count)))
+                        .collect();
+                    assert_eq!(got, &expect, "rank {r} of {n}, {count} f64");
+                }
+            }
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn meeting_and_messages_give_the_same_bits() {
         for n in [2, 3, 4, 5, 7, 8] {

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::comm::data::{Packed, SendData};
+use crate::comm::data::{small_native_values, Packed, PlainBytes, SendData};
 use crate::comm::{native_values_in, unpack_typed_message, RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
@@ -98,6 +98,13 @@ pub(crate) mod sealed {
         fn pack(src: &Self::Src<'_>, items: Range<usize>, repr: Repr) -> Result<Packed>;
         /// Packs the destination's items `items` (data it received, passed on).
         fn pack_dst(dst: &Self::Dst<'_>, items: Range<usize>, repr: Repr) -> Result<Packed>;
+        /// The source's items `items` as the bytes they lie in and the
+        /// type signature of their packed native data, if they are plain
+        /// values (no padding) of at most `max` bytes: packed, they would
+        /// be those bytes.
+        fn plain_src<'b>(src: &'b Self::Src<'_>, items: Range<usize>, max: usize) -> Option<PlainBytes<'b>>;
+        /// [`plain_src`](Blocks::plain_src) of the destination's items.
+        fn plain_dst<'b>(dst: &'b Self::Dst<'_>, items: Range<usize>, max: usize) -> Option<PlainBytes<'b>>;
         /// Checks a delivered message against the destination's items
         /// `items` and unpacks it there.
         fn deliver(dst: &mut Self::Dst<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status>;
@@ -165,6 +172,14 @@ impl<T: MpiType> sealed::Blocks for T {
 
     fn pack_dst(dst: &&mut [T], items: Range<usize>, repr: Repr) -> Result<Packed> {
         (&dst[items]).into_packed(repr)
+    }
+
+    fn plain_src<'b>(src: &'b &[T], items: Range<usize>, max: usize) -> Option<PlainBytes<'b>> {
+        small_native_values(src.get(items)?, max)
+    }
+
+    fn plain_dst<'b>(dst: &'b &mut [T], items: Range<usize>, max: usize) -> Option<PlainBytes<'b>> {
+        small_native_values(dst.get(items)?, max)
     }
 
     fn deliver(dst: &mut &mut [T], items: Range<usize>, msg: &Delivered) -> Result<Status> {
@@ -237,6 +252,15 @@ impl sealed::Blocks for Described {
     fn pack_dst(dst: &RecvBuf<'_>, items: Range<usize>, repr: Repr) -> Result<Packed> {
         let (offset, count) = block_of(&dst.datatype, items);
         dst.pack_block(offset, count, repr)
+    }
+
+    fn plain_src<'b>(_: &'b SendBuf<'_>, _: Range<usize>, _: usize) -> Option<PlainBytes<'b>> {
+        // Described items are packed through their datatype.
+        None
+    }
+
+    fn plain_dst<'b>(_: &'b RecvBuf<'_>, _: Range<usize>, _: usize) -> Option<PlainBytes<'b>> {
+        None
     }
 
     fn deliver(dst: &mut RecvBuf<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status> {

@@ -54,7 +54,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Block, LocalComm, Part, Seat};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Block, BlockBytes, LocalComm, Part, Seat, INLINE};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -136,8 +136,32 @@ impl Call {
 
 /// Packed native data as a block.
 fn block(packed: Packed) -> Block {
-    debug_assert_eq!(packed.desc_len, 0, "native data carries no type description");
-    Block { data: packed.data, signature: packed.signature }
+    Block::from(packed)
+}
+
+impl From<Packed> for Block {
+    fn from(packed: Packed) -> Block {
+        debug_assert_eq!(packed.desc_len, 0, "native data carries no type description");
+        Block { data: packed.data.into(), signature: packed.signature }
+    }
+}
+
+/// Items `items` of a source buffer as a block: plain values of a few
+/// bytes copied into the block itself (no allocation), others packed as
+/// for a message.
+pub(super) fn pack_part<E: Element>(src: &E::Src<'_>, items: Range<usize>) -> Result<Block> {
+    match E::plain_src(src, items.clone(), INLINE) {
+        Some((bytes, signature)) => Ok(Block { data: BlockBytes::copy_of(bytes)?, signature }),
+        None => E::pack(src, items, Repr::Native).map(block),
+    }
+}
+
+/// [`pack_part`] of items of a destination buffer (a broadcast's root's).
+fn pack_dst_part<E: Element>(dst: &E::Dst<'_>, items: Range<usize>) -> Result<Block> {
+    match E::plain_dst(dst, items.clone(), INLINE) {
+        Some((bytes, signature)) => Ok(Block { data: BlockBytes::copy_of(bytes)?, signature }),
+        None => E::pack_dst(dst, items, Repr::Native).map(block),
+    }
 }
 
 /// `count` items of `datatype`, as a block of them would be.
@@ -213,7 +237,7 @@ fn block_at(parts: &[Part], from: usize, k: usize) -> &Block {
 
 /// `block`, from rank `from`, as a delivered message of native data.
 fn delivered_block(block: &Block, from: usize) -> Delivered {
-    native_message(block.data.clone(), block.signature, from)
+    native_message(block.data.to_shared(), block.signature, from)
 }
 
 /// `block`, from rank `from`, into `items` of `dst`: copied as it lies if
@@ -261,8 +285,8 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
     let shape = shape_of(&E::item_type(&buf), count);
     let me = call.rank();
     let blocks = match me == root {
-        true => match E::pack_dst(&buf, 0..count, Repr::Native) {
-            Ok(packed) => one_block(block(packed)),
+        true => match pack_dst_part::<E>(&buf, 0..count) {
+            Ok(block) => one_block(block),
             Err(e) => return refused(call, kind, e),
         },
         false => Vec::new(),
@@ -299,17 +323,19 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         let block = root_part.block.ok().flatten().ok_or_else(|| Error::CollectiveMismatch { rank: root, detail: "its part holds no data".into() })?;
         take_block::<E>(&block, root, &mut buf, 0..count)?;
         drop(seat);
-        recycle_bytes(block.data);
+        if let BlockBytes::Shared(data) = block.data {
+            recycle_bytes(data);
+        }
         Ok(())
     })
 }
 
 /// `MPI_Allgather`: `prepared` is each rank's block of `recv` and this
 /// rank's packed contribution (or why the arguments are wrong).
-pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<usize>>, Packed)>, mut recv: E::Dst<'a>) -> Collective<'a> {
+pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<usize>>, Block)>, mut recv: E::Dst<'a>) -> Collective<'a> {
     let kind = (ALLGATHER, 0);
     let (ranges, mine) = match prepared {
-        Ok((ranges, packed)) => (ranges, block(packed)),
+        Ok(prepared) => prepared,
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
@@ -348,13 +374,15 @@ pub(super) fn alltoall<'a, E: Element>(
     let packed = layout.and_then(|(out, into)| {
         own_copy = E::copy(&send, out[me].clone(), &mut recv, into[me].clone());
         // Nobody reads a rank's block for itself.
-        let own = Block { data: Bytes::new(), signature: None };
+        let own = Block { data: BlockBytes::EMPTY, signature: None };
         // Blocks of one size, one after another from the start (an
-        // alltoall's): those before the rank's own and those after it
-        // packed as one buffer each, which each block is a slice of (at
-        // most two allocations, reused for the next call if large).
+        // alltoall's), larger than a block holds inline: those before the
+        // rank's own and those after it packed as one buffer each, which
+        // each block is a slice of (at most two allocations, reused for
+        // the next call if large).
         let c = out.first().map_or(0, Range::len);
-        if c > 0 && out.iter().enumerate().all(|(r, items)| items.start == r * c && items.len() == c) {
+        let even = c > 0 && out.iter().enumerate().all(|(r, items)| items.start == r * c && items.len() == c);
+        if even && E::plain_src(&send, 0..c, INLINE).is_none() {
             let signature = shape_of(&E::src_item_type(&send), c).0;
             let mut blocks = block_list(out.len());
             let mut whole = Vec::new();
@@ -369,11 +397,11 @@ pub(super) fn alltoall<'a, E: Element>(
                 if ranks.len() == 1 {
                     // A block of its own (slicing would share it, which
                     // costs an allocation).
-                    blocks.push(Block { data: packed, signature });
+                    blocks.push(Block { data: packed.into(), signature });
                     continue;
                 }
                 let bytes = packed.len() / ranks.len();
-                blocks.extend((0..ranks.len()).map(|i| Block { data: packed.slice(i * bytes..(i + 1) * bytes), signature }));
+                blocks.extend((0..ranks.len()).map(|i| Block { data: packed.slice(i * bytes..(i + 1) * bytes).into(), signature }));
                 if packed.len() >= crate::pack::spare::MEDIUM {
                     // Worth reusing once every block is done with.
                     whole.push(packed);
@@ -381,11 +409,12 @@ pub(super) fn alltoall<'a, E: Element>(
             }
             return Ok((into, blocks, whole));
         }
-        let blocks = out
-            .into_iter()
-            .enumerate()
-            .map(|(r, items)| if r == me { Ok(own.clone()) } else { E::pack(&send, items, Repr::Native).map(block) })
-            .collect::<Result<Vec<_>>>()?;
+        // Otherwise (blocks of a few plain bytes, held inline, or blocks
+        // of several sizes) each block on its own.
+        let mut blocks = block_list(out.len());
+        for (r, items) in out.into_iter().enumerate() {
+            blocks.push(if r == me { own.clone() } else { pack_part::<E>(&send, items)? });
+        }
         Ok((into, blocks, Vec::new()))
     });
     let (into, blocks, whole) = match packed {
@@ -413,8 +442,8 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
     let kind = (ALLREDUCE, 0);
     let (n, count) = (call.size(), send.len());
     let checked = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count));
-    let mine = match checked.and_then(|()| send.into_packed(Repr::Native)) {
-        Ok(packed) => block(packed),
+    let mine = match checked.and_then(|()| pack_part::<T>(&send, 0..count)) {
+        Ok(block) => block,
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
@@ -506,7 +535,8 @@ impl Drop for Owed {
 /// Every rank's values, in rank order: held inline for up to 8 ranks.
 type RankValues<'p, T> = SmallVec<[Cow<'p, [T]>; 8]>;
 
-/// Values a fold works on beside its result: held inline up to 4 values.
+/// A partial result a fold keeps beside its output: held inline up to 4
+/// values.
 type Scratch<T> = SmallVec<[T; 4]>;
 
 /// Items `items` of every rank's values (as many as `template` holds, a
@@ -596,44 +626,39 @@ impl<T: Copy + 'static> Fold<'_, T> {
     }
 }
 
-/// `into ∘ right`, into `into`, as the message algorithms for small data
-/// compute it (the lower ranks' values on the left); `spare` is memory
-/// for the result.
-fn combine<T: MpiType>(op: &Op<T>, into: &mut [T], right: &[T], result: &mut Scratch<T>) -> Result<()> {
-    result.clear();
-    result.extend_from_slice(right);
-    op.apply(into, result)?;
-    into.copy_from_slice(result);
-    Ok(())
-}
-
 /// Combines every rank's `values` into `out` in the binomial pattern in
-/// rank order (see [`partial`]).
+/// rank order (see [`subtree`]).
 fn combine_tree<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], out: &mut [T]) -> Result<()> {
-    partial(op, values, 0, values.len().next_power_of_two(), out)
+    subtree(op, values, 0, values.len().next_power_of_two(), out)
 }
 
 /// The partial result of the ranks from `r` in a subtree of `width`
-/// ranks, into `into`: rank `r`'s values, then for each `mask` below
-/// `width` the partial result of the `mask` ranks from `r + mask` on the
-/// right. This is what the binomial tree to rank 0 computes at rank `r`,
-/// and what recursive doubling computes everywhere on a power of two.
-fn partial<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], r: usize, width: usize, into: &mut [T]) -> Result<()> {
-    into.copy_from_slice(&values[r]);
-    let (mut scratch, mut spare): (Option<Scratch<T>>, Scratch<T>) = (None, Scratch::new());
-    let mut mask = 1;
-    while mask < width && r + mask < values.len() {
-        let right: &[T] = if mask == 1 {
-            &values[r + 1]
-        } else {
-            let scratch = scratch.get_or_insert_with(|| Scratch::from_slice(into));
-            partial(op, values, r + mask, mask, scratch)?;
-            scratch
-        };
-        combine(op, into, right, &mut spare)?;
-        mask <<= 1;
+/// ranks, into `into`: the left half's result `∘` the right half's,
+/// halving down to single ranks' values (a half beyond the last rank
+/// left out). This is what the binomial tree to rank 0 computes at rank
+/// `r` (rank `r`'s values, then for each `mask` below `width` the partial
+/// result of the `mask` ranks from `r + mask` on the right), and what
+/// recursive doubling computes everywhere on a power of two. The right
+/// half goes into `into` first and the left is applied to it (`into =
+/// left ∘ into`), so a left half of one rank is used where it lies: 2
+/// ranks copy one rank's values and apply the other's, with no scratch.
+fn subtree<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], r: usize, width: usize, into: &mut [T]) -> Result<()> {
+    let half = width / 2;
+    if half == 0 {
+        into.copy_from_slice(&values[r]);
+        return Ok(());
     }
-    Ok(())
+    if r + half >= values.len() {
+        // No rank in the right half.
+        return subtree(op, values, r, half, into);
+    }
+    subtree(op, values, r + half, half, into)?;
+    if half == 1 {
+        return op.apply(&values[r], into);
+    }
+    let mut left = Scratch::from_slice(into);
+    subtree(op, values, r, half, &mut left)?;
+    op.apply(&left, into)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::{check_len, guarded, sent, sent_after, Call, CollMut, CollRef, Collec
 use crate::comm::{RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::pack::disjoint::{check_parts, Access, Part};
-use crate::pack::{Region, RegionMut, Repr};
+use crate::pack::{Region, RegionMut};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -650,7 +650,7 @@ impl Comm {
             let prepared = count.and_then(|count| {
                 let layout = || even_blocks(what, n, count, E::dst_len(&recv));
                 let (mine, ranges) = Ring::checked_blocks::<E>(&call, &send, &recv, layout, what)?;
-                Ok((ranges, E::pack(&send, mine, Repr::Native)?))
+                Ok((ranges, super::local::pack_part::<E>(&send, mine)?))
             });
             return super::local::allgather::<E>(call, prepared, recv);
         }

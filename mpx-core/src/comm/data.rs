@@ -80,6 +80,26 @@ impl<T: MpiType> SendData for &[T] {
     }
 }
 
+/// Plain values as the bytes they lie in, and the type signature (hash
+/// and length) of their packed native data.
+pub(crate) type PlainBytes<'b> = (&'b [u8], Option<(u64, u64)>);
+
+/// `values` as the bytes they lie in and the type signature of their
+/// packed native data, if they are plain values (no padding) of at most
+/// `max` bytes; `None` otherwise.
+pub(crate) fn small_native_values<T: MpiType>(values: &[T], max: usize) -> Option<PlainBytes<'_>> {
+    if std::mem::size_of_val(values) > max {
+        return None;
+    }
+    let datatype = T::datatype_ref();
+    if datatype.is_packed() {
+        return None;
+    }
+    let bytes = plain_bytes(values, &datatype)?;
+    let signature = datatype.signature().repeat(values.len() as u64);
+    Some((bytes, Some((signature.hash(), signature.len()))))
+}
+
 impl<T: MpiType> SendData for &Vec<T> {
     fn into_packed(self, repr: Repr) -> Result<Packed> {
         self.as_slice().into_packed(repr)

@@ -225,8 +225,69 @@ pub(crate) type Parts = Arc<Vec<Part>>;
 /// signature.
 #[derive(Debug, Clone)]
 pub(crate) struct Block {
-    pub(crate) data: Bytes,
+    pub(crate) data: BlockBytes,
     pub(crate) signature: Option<(u64, u64)>,
+}
+
+/// A block's bytes: up to [`INLINE`] of them held in the block itself (a
+/// small collective's values: no allocation, nothing shared), more in a
+/// shared buffer.
+#[derive(Debug, Clone)]
+pub(crate) enum BlockBytes {
+    Inline(InlineBytes),
+    Shared(Bytes),
+}
+
+/// The most bytes a block holds in itself.
+pub(crate) const INLINE: usize = 24;
+
+/// Up to [`INLINE`] bytes, aligned for every basic type of 8 bytes or
+/// fewer (values are read where they lie: see `coll::local`).
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(8))]
+pub(crate) struct InlineBytes {
+    bytes: [u8; INLINE],
+    len: u8,
+}
+
+impl BlockBytes {
+    /// No bytes.
+    pub(crate) const EMPTY: BlockBytes = BlockBytes::Inline(InlineBytes { bytes: [0; INLINE], len: 0 });
+
+    /// A copy of `bytes`, held inline if they fit.
+    pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<BlockBytes> {
+        if bytes.len() <= INLINE {
+            let mut inline = InlineBytes { bytes: [0; INLINE], len: bytes.len() as u8 };
+            inline.bytes[..bytes.len()].copy_from_slice(bytes);
+            return Ok(BlockBytes::Inline(inline));
+        }
+        Ok(BlockBytes::Shared(Bytes::from(crate::pack::spare::copy_of(bytes)?)))
+    }
+
+    /// The bytes as a shared buffer (copied if inline).
+    pub(crate) fn to_shared(&self) -> Bytes {
+        match self {
+            BlockBytes::Inline(_) => Bytes::copy_from_slice(self),
+            BlockBytes::Shared(bytes) => bytes.clone(),
+        }
+    }
+}
+
+impl std::ops::Deref for BlockBytes {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            BlockBytes::Inline(inline) => &inline.bytes[..usize::from(inline.len)],
+            BlockBytes::Shared(bytes) => bytes,
+        }
+    }
+}
+
+impl From<Bytes> for BlockBytes {
+    fn from(bytes: Bytes) -> BlockBytes {
+        BlockBytes::Shared(bytes)
+    }
 }
 
 impl LocalComm {
@@ -387,7 +448,9 @@ pub(crate) fn recycle(mut shared: Parts) {
         // The blocks first: slices of `whole` go before it is given.
         if let Ok(blocks) = &mut part.blocks {
             while let Some(block) = blocks.pop() {
-                recycle_bytes(block.data);
+                if let BlockBytes::Shared(data) = block.data {
+                    recycle_bytes(data);
+                }
             }
             give_block_list(std::mem::take(blocks));
         }
@@ -533,18 +596,18 @@ impl Seat {
         self.refused.is_some()
     }
 
-    /// Done with the round: returns what to drop once the lock is released.
-    fn finish(&mut self, st: &mut CommState) -> (Wakers, bool) {
-        self.done = true;
-        let dropped = st.done_with(&self.comm, self.key);
+    /// The seat at round `key` of `comm` is done with it: returns what to
+    /// drop once the lock is released.
+    fn finish(comm: &LocalComm, key: RoundKey, st: &mut CommState) -> (Wakers, bool) {
+        let dropped = st.done_with(comm, key);
         (dropped, st.is_idle())
     }
 
     /// After [`finish`](Seat::finish), with the lock released.
-    fn finished(&self, (dropped, idle): (Wakers, bool)) {
+    fn finished(comm: &Arc<LocalComm>, (dropped, idle): (Wakers, bool)) {
         drop(dropped);
         if idle {
-            self.comm.remove_if_idle();
+            comm.remove_if_idle();
         }
     }
 }
@@ -590,7 +653,7 @@ impl Seat {
             return Poll::Ready(Err(error));
         }
         assert!(!self.done, "a seat polled after it finished");
-        let comm = self.comm.clone();
+        let comm = &self.comm;
         let mut st = lock(&comm.state);
         let gone = |r: usize| Error::ProcessFailed { rank: r, reason: "it ended without taking part in the collective".into(), cause: None };
         let outcome = match st.round(self.key) {
@@ -628,9 +691,10 @@ impl Seat {
             }
             None => Err(Error::InvalidArgument(format!("collective call {} is no longer open on this communicator", self.key.0))),
         };
-        let after = self.finish(&mut st);
+        self.done = true;
+        let after = Seat::finish(comm, self.key, &mut st);
         drop(st);
-        self.finished(after);
+        Seat::finished(comm, after);
         Poll::Ready(outcome)
     }
 }
@@ -649,13 +713,13 @@ impl std::future::Future for Seat {
 impl Drop for Seat {
     fn drop(&mut self) {
         if !self.done {
-            let comm = self.comm.clone();
-            let mut st = lock(&comm.state);
+            self.done = true;
+            let mut st = lock(&self.comm.state);
             let waker = st.round(self.key).and_then(|round| round.wakers[self.me].take());
-            let after = self.finish(&mut st);
+            let after = Seat::finish(&self.comm, self.key, &mut st);
             drop(st);
             drop(waker);
-            self.finished(after);
+            Seat::finished(&self.comm, after);
         }
     }
 }
@@ -693,7 +757,7 @@ mod tests {
         let members: Arc<[u32]> = Arc::from(vec![0, 1]);
         let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(3, members.clone(), me)).collect();
         let comm = holds[0].comm.clone();
-        let block = Block { data: Bytes::from_static(b"8 bytes!"), signature: None };
+        let block = Block { data: Bytes::from_static(b"8 bytes!").into(), signature: None };
         assert_eq!(kept(), (0, 0), "a fresh thread keeps nothing");
         // A list told apart by its room (a fresh one-block list has less).
         let mut marked = block_list(5);
