@@ -8,8 +8,12 @@
 //! [`LocalComm`] instead of exchanging messages: each rank packs what it
 //! contributes when the call starts and leaves it there, then, once every
 //! rank has left its part, takes what it needs from the others' parts
-//! into its own memory, in its own future's poll. One wake-up per rank
-//! and call, against a message per step of the message algorithms.
+//! into its own memory, in its own future's poll. A rank whose call finds
+//! the parts it needs there already (it is the last to come, or, in a
+//! broadcast, the root's part is there) takes them in the call itself and
+//! returns a finished future: nothing to wait for, nothing boxed. At most
+//! one wake-up per rank and call, against a message per step of the
+//! message algorithms.
 //!
 //! Every rank waits for every other's part, so a rank can never run ahead
 //! of the others by more than the calls it starts without awaiting them;
@@ -54,7 +58,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Block, BlockBytes, LocalComm, Part, Seat, INLINE};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Block, BlockBytes, Glimpse, Got, LocalComm, Part, Parts, Seat, Want, INLINE};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -121,16 +125,18 @@ impl Call {
         self.local.as_ref()
     }
 
-    /// Leaves this rank's part of phase `phase` of the call.
-    fn meet(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>) -> Seat {
-        self.meet_sharing(phase, kind, shape, blocks, Vec::new())
+    /// Leaves this rank's part of phase `phase` of the call; returns its
+    /// seat, and what the rank `wants` if it is there already (see
+    /// [`LocalComm::sit`]).
+    fn meet(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, wants: Option<Want>) -> (Seat, Option<Got>) {
+        self.meet_sharing(phase, kind, shape, blocks, Vec::new(), wants)
     }
 
     /// [`meet`](Call::meet) with blocks that are slices of `whole`.
-    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Vec<Bytes>) -> Seat {
+    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Vec<Bytes>, wants: Option<Want>) -> (Seat, Option<Got>) {
         let local = self.local.as_ref().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
-        local.sit((self.number, phase), self.rank(), part)
+        local.sit((self.number, phase), self.rank(), part, wants)
     }
 }
 
@@ -180,7 +186,7 @@ impl Call {
     /// part of kind `(MESSAGES, sub-tags its messages use)`).
     pub(super) fn mark_messages(&self) {
         if self.local.is_some() {
-            drop(self.meet(0, (MESSAGES, self.subtags), NO_SHAPE, Ok(Vec::new())));
+            drop(self.meet(0, (MESSAGES, self.subtags), NO_SHAPE, Ok(Vec::new()), None).0);
         }
     }
 }
@@ -254,7 +260,7 @@ fn take_block<E: Element>(block: &Block, from: usize, dst: &mut E::Dst<'_>, item
 /// it fails with `e`, once every rank has come (so that a rank whose call
 /// exchanges messages, and waits for this one's, is told).
 fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
-    let seat = call.meet(0, kind, NO_SHAPE, Err(e.clone()));
+    let (seat, _) = call.meet(0, kind, NO_SHAPE, Err(e.clone()), None);
     Collective::met(async move {
         if let Ok(parts) = seat.await {
             tell_those_over_messages(&call, &parts);
@@ -266,13 +272,23 @@ fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
 /// `MPI_Barrier`.
 pub(super) fn barrier(call: Call) -> Collective<'static> {
     let kind = (BARRIER, 0);
-    let seat = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()));
-    Collective::met(async move {
-        let parts = seat.await?;
+    let (seat, got) = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()), Some(Want::All));
+    with_every_part(seat, got, move |parts| {
         agree(&call, &parts, kind, NO_SHAPE)?;
         recycle(parts);
         Ok(())
     })
+}
+
+/// This rank's part of a call that needs every rank's part: `finish`ed
+/// with them when the call starts if every other rank's part is there
+/// already (this rank completed the round: no future to run, no wait),
+/// otherwise by the returned future once they are.
+fn with_every_part<'a>(seat: Seat, got: Option<Got>, finish: impl FnOnce(Parts) -> Result<()> + Send + 'a) -> Collective<'a> {
+    match got {
+        Some(got) => Collective::finished(finish(got.all())),
+        None => Collective::met(async move { finish(seat.await?) }),
+    }
 }
 
 /// `MPI_Bcast` of `buf` from `root`; `checked`: the arguments' checks.
@@ -291,7 +307,7 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         },
         false => Vec::new(),
     };
-    let seat = call.meet(0, kind, shape, Ok(blocks));
+    let (seat, got) = call.meet(0, kind, shape, Ok(blocks), (me != root).then_some(Want::One(root)));
     if me == root && !seat.is_refused() && shape.1 < RUN_AHEAD_BYTES && seat.open_rounds() <= RUN_AHEAD {
         // The root has nothing to take: it is done once its data is there
         // for the others (as a root whose sends went eagerly is), unless
@@ -299,19 +315,20 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         drop(seat);
         return Collective::finished(Ok(()));
     }
-    let mut seat = seat;
-    Collective::met(async move {
-        if me == root {
-            // A root that waits (its data is large, or the others are far
-            // behind) checks every part.
+    if me == root {
+        // A root that waits (its data is large, or the others are far
+        // behind) checks every part.
+        return Collective::met(async move {
             let parts = seat.await?;
             agree(&call, &parts, kind, shape)?;
             recycle(parts);
-            return Ok(());
-        }
-        // The others take the root's part as soon as it is there, without
-        // waiting for each other, and check only it.
-        let root_part = std::future::poll_fn(|cx| seat.poll_part(cx, root)).await?;
+            Ok(())
+        });
+    }
+    // The others take the root's part as soon as it is there (when the
+    // call starts, if the root's call started first), without waiting
+    // for each other, and check only it.
+    let mut take = move |root_part: Glimpse| {
         if let Err(e) = agree_with(root, (root_part.kind, root_part.shape, root_part.block.as_ref().err()), kind, shape) {
             if root_part.kind.0 == MESSAGES {
                 // The root's call exchanges messages: the ranks of its
@@ -322,12 +339,22 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         }
         let block = root_part.block.ok().flatten().ok_or_else(|| Error::CollectiveMismatch { rank: root, detail: "its part holds no data".into() })?;
         take_block::<E>(&block, root, &mut buf, 0..count)?;
-        drop(seat);
         if let BlockBytes::Shared(data) = block.data {
             recycle_bytes(data);
         }
         Ok(())
-    })
+    };
+    let mut seat = seat;
+    match got {
+        Some(got) => Collective::finished(take(got.one())),
+        None => Collective::met(async move {
+            let root_part = std::future::poll_fn(|cx| seat.poll_part(cx, root)).await?;
+            // Done with the round before the block goes: the block's
+            // buffer is kept for reuse if this rank holds it last.
+            drop(seat);
+            take(root_part)
+        }),
+    }
 }
 
 /// `MPI_Allgather`: `prepared` is each rank's block of `recv` and this
@@ -339,9 +366,8 @@ pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
-    let seat = call.meet(0, kind, shape, Ok(one_block(mine)));
-    Collective::met(async move {
-        let parts = seat.await?;
+    let (seat, got) = call.meet(0, kind, shape, Ok(one_block(mine)), Some(Want::All));
+    with_every_part(seat, got, move |parts| {
         agree(&call, &parts, kind, shape)?;
         for (r, items) in ranges.into_iter().enumerate() {
             take_block::<E>(block_at(&parts, r, 0), r, &mut recv, items)?;
@@ -421,13 +447,13 @@ pub(super) fn alltoall<'a, E: Element>(
         Ok(packed) => packed,
         Err(e) => return refused(call, kind, e),
     };
-    let seat = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole);
+    let wants = own_copy.is_ok().then_some(Want::All);
+    let (seat, got) = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole, wants);
     if let Err(e) = own_copy {
         drop(seat);
         return Collective::finished(Err(e));
     }
-    Collective::met(async move {
-        let parts = seat.await?;
+    with_every_part(seat, got, move |parts| {
         agree(&call, &parts, kind, NO_SHAPE)?;
         for (r, items) in into.into_iter().enumerate().filter(|&(r, _)| r != me) {
             take_block::<E>(block_at(&parts, r, me), r, &mut recv, items)?;
@@ -447,11 +473,10 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
-    let seat = call.meet(0, kind, shape, Ok(one_block(mine)));
     let blocks = n > 1 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
+    let (seat, got) = call.meet(0, kind, shape, Ok(one_block(mine)), (!blocks).then_some(Want::All));
     if !blocks {
-        return Collective::met(async move {
-            let parts = seat.await?;
+        return with_every_part(seat, got, move |parts| {
             agree(&call, &parts, kind, shape)?;
             let mut values = RankValues::new();
             values_of::<T>(&parts, recv, 0..count, &mut values)?;
@@ -520,7 +545,7 @@ impl Owed {
             Ok(b) => shape_of_block(&b[0]),
             Err(_) => NO_SHAPE,
         };
-        call.meet(1, kind, shape, blocks)
+        call.meet(1, kind, shape, blocks, None).0
     }
 }
 

@@ -4,9 +4,10 @@
 //! first messages go out, and its receives are posted, before the future
 //! is first polled) and finishes when its future is awaited; the blocking
 //! form is the same call awaited at once. Like every request, a
-//! collective's future moves data into the caller's memory only when it is
-//! polled: dropping it is sound, but leaves the collective unfinished on
-//! this rank, and the other ranks' parts of it may then wait in vain.
+//! collective moves data into the caller's memory only in the call itself
+//! or in its future's polls, never from a background task: dropping the
+//! future is sound, but leaves the collective unfinished on this rank, and
+//! the other ranks' parts of it may then wait in vain.
 //!
 //! Values go in and out as typed slices (or a single value, or a `Vec`:
 //! [`CollRef`] and [`CollMut`]) of any [`MpiType`], derived ones (`#[derive(MpiType)]`)
@@ -54,8 +55,9 @@
 //! `allgather` and `alltoall` (their in-place forms and `alltoallv` too;
 //! `allgather` and `alltoall` of blocks under 256 KiB) send no messages:
 //! each rank packs its part when the call starts and
-//! leaves it where the others take it from, in their own polls (see the
-//! `local` module: one wake-up per rank and call). The results are those
+//! leaves it where the others take it from, in their own polls, or in
+//! their own calls where the parts they need are there already (see the
+//! `local` module: at most one wake-up per rank and call). The results are those
 //! of the algorithms above, bit for bit for reductions, and so are the
 //! errors a legal program can meet, with two differences: every rank
 //! checks every part it waits for (all of them but in a broadcast, whose

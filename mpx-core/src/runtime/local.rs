@@ -40,7 +40,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// leaves its part of a call (the values it contributes, packed) at a
 /// round every member of the communicator sees, and once the parts it
 /// needs are there (every member's, or a broadcast's root's), takes what
-/// it needs from them into its own memory, in its own future's poll. A
+/// it needs from them into its own memory, in its own call (if they were
+/// there when it left its part) or its own future's poll. A
 /// rank waiting at a round fails when a member whose part it waits for is
 /// gone without leaving it: its endpoint finalized, aborted, closed or
 /// dropped. Parts are values the round
@@ -302,10 +303,15 @@ impl LocalComm {
     /// those waiting for its part, and every waiting member if it
     /// completes the round. A member whose endpoint has gone leaves nothing: its seat
     /// fails with [`Error::Finalized`].
-    pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part) -> Seat {
+    ///
+    /// If what the member `wants` is there already (it completed the
+    /// round, or the part it waits for was left before its own), it is
+    /// returned beside the seat, which is then done with the round: the
+    /// member finishes its call without waiting, under this one lock.
+    pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, wants: Option<Want>) -> (Seat, Option<Got>) {
         let n = self.size();
-        let refused = |error| Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) };
-        let (wakers, open) = {
+        let refused = |error| (Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) }, None);
+        let (wakers, open, early) = {
             let mut st = lock(&self.state);
             // Under the lock: `leave` marks a member gone before it takes
             // the lock to fail the rounds that wait for it.
@@ -347,10 +353,23 @@ impl LocalComm {
             for slot in round.wakers.iter_mut().filter(|slot| slot.as_ref().is_some_and(|(_, wants)| complete || *wants == Some(me))) {
                 wakers.push(slot.take().expect("filtered").0);
             }
-            (wakers, open)
+            let got = match (wants, &round.complete) {
+                (Some(Want::All), Some(parts)) => Some(Got::All(parts.clone())),
+                (Some(Want::One(r)), Some(parts)) => Some(Got::One(parts[r].glimpse())),
+                (Some(Want::One(r)), None) => round.parts[r].as_ref().map(|part| Got::One(part.glimpse())),
+                (Some(Want::All), None) | (None, _) => None,
+            };
+            let early = got.map(|got| (got, Seat::finish(self, key, &mut st)));
+            (wakers, open, early)
         };
         wakers.wake();
-        Seat { comm: self.clone(), key, me, done: false, open, refused: None }
+        match early {
+            Some((got, after)) => {
+                Seat::finished(self, after);
+                (Seat { comm: self.clone(), key, me, done: true, open, refused: None }, Some(got))
+            }
+            None => (Seat { comm: self.clone(), key, me, done: false, open, refused: None }, None),
+        }
     }
 
     /// Member `r`'s endpoint has gone.
@@ -613,15 +632,34 @@ impl Seat {
 }
 
 /// What a seat waits for: every part, or one member's.
-enum Want {
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Want {
     All,
     One(usize),
 }
 
 /// What a seat got.
-enum Got {
+pub(crate) enum Got {
     All(Parts),
     One(Glimpse),
+}
+
+impl Got {
+    /// Every part (what a seat that wants them all gets).
+    pub(crate) fn all(self) -> Parts {
+        match self {
+            Got::All(parts) => parts,
+            Got::One(_) => unreachable!("every part was wanted"),
+        }
+    }
+
+    /// One member's part (what a seat that wants it alone gets).
+    pub(crate) fn one(self) -> Glimpse {
+        match self {
+            Got::One(glimpse) => glimpse,
+            Got::All(_) => unreachable!("one part was wanted"),
+        }
+    }
 }
 
 /// One member's part, as a seat that waits for it alone sees it: its
@@ -642,10 +680,7 @@ impl Seat {
     /// Waits for member `from`'s part alone (the root's, for a member that
     /// takes only the root's data), without waiting for the others.
     pub(crate) fn poll_part(&mut self, cx: &mut Context<'_>, from: usize) -> Poll<Result<Glimpse>> {
-        self.poll_for(cx, Want::One(from)).map_ok(|got| match got {
-            Got::One(glimpse) => glimpse,
-            Got::All(_) => unreachable!("one part was wanted"),
-        })
+        self.poll_for(cx, Want::One(from)).map_ok(Got::one)
     }
 
     fn poll_for(&mut self, cx: &mut Context<'_>, want: Want) -> Poll<Result<Got>> {
@@ -703,10 +738,7 @@ impl std::future::Future for Seat {
     type Output = Result<Parts>;
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Parts>> {
-        self.poll_for(cx, Want::All).map_ok(|got| match got {
-            Got::All(parts) => parts,
-            Got::One(_) => unreachable!("every part was wanted"),
-        })
+        self.poll_for(cx, Want::All).map_ok(Got::all)
     }
 }
 
@@ -763,8 +795,8 @@ mod tests {
         let mut marked = block_list(5);
         marked.push(block.clone());
         let room = marked.capacity();
-        let mut a = comm.sit((0, 0), 0, Part { blocks: Ok(marked), ..part() });
-        let mut b = comm.sit((0, 0), 1, part());
+        let mut a = comm.sit((0, 0), 0, Part { blocks: Ok(marked), ..part() }, None).0;
+        let mut b = comm.sit((0, 0), 1, part(), None).0;
         let (first, second) = (complete(&mut a), complete(&mut b));
         assert_eq!(first.len(), 2);
         let list_of_parts = Arc::as_ptr(&first);
@@ -778,8 +810,8 @@ mod tests {
         // is the one kept, emptied.
         let mut long = block_list(KEEP_LIST_ROOM + 1);
         long.push(block);
-        let mut c = comm.sit((1, 0), 0, Part { blocks: Ok(long), ..part() });
-        let mut d = comm.sit((1, 0), 1, Part { blocks: Ok(again), ..part() });
+        let mut c = comm.sit((1, 0), 0, Part { blocks: Ok(long), ..part() }, None).0;
+        let mut d = comm.sit((1, 0), 1, Part { blocks: Ok(again), ..part() }, None).0;
         let (first, second) = (complete(&mut c), complete(&mut d));
         assert_eq!(Arc::as_ptr(&first), list_of_parts, "the finished round's list of parts is reused");
         assert_eq!(first.len(), 2, "emptied before reuse");
@@ -789,6 +821,43 @@ mod tests {
         assert_eq!(kept(), (1, 1), "the long list is not kept");
         assert_eq!(block_list(1).capacity(), room, "the list kept is the one with room for few");
         assert!(lock(&comm.state).rounds.is_empty(), "both rounds retired");
+    }
+
+    /// A member that finds what it wants at the round when it leaves its
+    /// part (every part: it is the last to come; one member's: that part
+    /// is there) gets it at once, done with the round; the others wait as
+    /// before, and the round goes once every member is done.
+    #[test]
+    fn a_member_whose_parts_are_there_takes_them_as_it_sits() {
+        let world = LocalWorld::new(3);
+        let members: Arc<[u32]> = Arc::from(vec![0, 1, 2]);
+        let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(5, members.clone(), me)).collect();
+        let comm = holds[0].comm.clone();
+        // Member 1 waits for member 0's part alone, which is not there.
+        let (mut first, got) = comm.sit((0, 0), 1, part(), Some(Want::One(0)));
+        assert!(got.is_none());
+        // Member 2 wants member 1's part: there.
+        let (second, got) = comm.sit((0, 0), 2, Part { kind: (9, 1), ..part() }, Some(Want::One(1)));
+        assert!(matches!(got, Some(Got::One(Glimpse { kind: (0, 0), .. }))), "member 1's part");
+        assert!(second.done, "done with the round");
+        // Member 0 completes the round: every part, at once.
+        let (last, got) = comm.sit((0, 0), 0, part(), Some(Want::All));
+        let parts = got.expect("every part is there").all();
+        assert_eq!(parts.iter().map(|p| p.kind).collect::<Vec<_>>(), [(0, 0), (0, 0), (9, 1)]);
+        assert!(last.done);
+        assert_eq!(lock(&comm.state).rounds.len(), 1, "member 1 is not done yet");
+        let glimpse = match pin!(std::future::poll_fn(|cx| first.poll_part(cx, 0))).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(Ok(glimpse)) => glimpse,
+            _ => panic!("member 0's part is there"),
+        };
+        assert_eq!(glimpse.kind, (0, 0));
+        assert!(lock(&comm.state).rounds.is_empty(), "every member done: the round goes");
+        // A member whose endpoint has gone gets nothing, and its seat fails.
+        world.leave(2);
+        let (mut gone, got) = comm.sit((1, 0), 2, part(), Some(Want::All));
+        assert!(got.is_none());
+        assert!(matches!(poll(&mut gone), Poll::Ready(Err(Error::Finalized))));
+        drop((second, last, parts));
     }
 
     /// A round completes once every member has left its part, whatever
@@ -801,11 +870,11 @@ mod tests {
         let members: Arc<[u32]> = Arc::from(vec![2, 0, 1]);
         let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(7, members.clone(), me)).collect();
         let comm = holds[0].comm.clone();
-        let mut a = comm.sit((0, 0), 2, part());
-        let mut b = comm.sit((0, 0), 0, part());
+        let mut a = comm.sit((0, 0), 2, part(), None).0;
+        let mut b = comm.sit((0, 0), 0, part(), None).0;
         assert!(poll(&mut a).is_pending());
         drop(b);
-        let mut c = comm.sit((0, 0), 1, part());
+        let mut c = comm.sit((0, 0), 1, part(), None).0;
         let parts = match poll(&mut c) {
             Poll::Ready(Ok(parts)) => parts,
             other => panic!("{other:?}"),
@@ -815,9 +884,9 @@ mod tests {
         assert!(lock(&comm.state).rounds.is_empty(), "every member done: the round goes");
         // World rank 1 (member 2) leaves after its part, world rank 0
         // (member 1) before: the round fails naming member 1.
-        b = comm.sit((1, 0), 2, part());
+        b = comm.sit((1, 0), 2, part(), None).0;
         world.leave(1);
-        let mut d = comm.sit((1, 0), 0, part());
+        let mut d = comm.sit((1, 0), 0, part(), None).0;
         assert!(poll(&mut d).is_pending());
         world.leave(0);
         assert!(matches!(poll(&mut d), Poll::Ready(Err(Error::ProcessFailed { rank: 1, .. }))));
