@@ -171,8 +171,9 @@ pub(crate) struct LocalComm {
 }
 
 struct CommState {
-    /// The open rounds, oldest first: few (the calls ranks have started
-    /// and not all finished), so they are searched in order.
+    /// The open rounds, in call order: few (the calls ranks have started
+    /// and not all finished, at most a few more than
+    /// `coll::local::RUN_AHEAD` on a broadcast's root).
     rounds: Vec<(RoundKey, Round)>,
     /// Rounds gone, emptied, for the next ones (their lists kept).
     spare: Vec<Round>,
@@ -183,6 +184,15 @@ struct CommState {
 /// A collective call's number on its communicator, and the phase of the
 /// call (0 for calls of one phase).
 pub(crate) type RoundKey = (u32, u8);
+
+/// Round `a` belongs to a later call than `b`, or to a later phase of the
+/// same call. Call numbers wrap around: the open rounds of a
+/// communicator span far fewer than 2³¹ calls, so a number up to 2³¹
+/// ahead is later.
+fn newer(a: RoundKey, b: RoundKey) -> bool {
+    let ahead = a.0.wrapping_sub(b.0) as i32;
+    ahead > 0 || (ahead == 0 && a.1 > b.1)
+}
 
 /// One phase of one collective call.
 struct Round {
@@ -319,18 +329,22 @@ impl LocalComm {
                 drop(st);
                 return refused(Error::Finalized);
             }
-            if st.round(key).is_none() {
-                let round = st.spare.pop().unwrap_or_else(|| Round {
-                    parts: (0..n).map(|_| None).collect(),
-                    arrived: 0,
-                    complete: None,
-                    done: 0,
-                    wakers: (0..n).map(|_| None).collect(),
-                });
-                st.rounds.push((key, round));
-            }
+            let at = match st.find(key) {
+                Ok(at) => at,
+                Err(at) => {
+                    let round = st.spare.pop().unwrap_or_else(|| Round {
+                        parts: (0..n).map(|_| None).collect(),
+                        arrived: 0,
+                        complete: None,
+                        done: 0,
+                        wakers: (0..n).map(|_| None).collect(),
+                    });
+                    st.rounds.insert(at, (key, round));
+                    at
+                }
+            };
             let open = st.rounds.len();
-            let round = st.round(key).expect("there now");
+            let round = &mut st.rounds[at].1;
             if round.complete.is_some() || round.parts[me].is_some() {
                 // Only if this member's call numbers came round to a call
                 // still open, four billion calls ago.
@@ -391,7 +405,26 @@ impl LocalComm {
 
 impl CommState {
     fn round(&mut self, key: RoundKey) -> Option<&mut Round> {
-        self.rounds.iter_mut().find(|(k, _)| *k == key).map(|(_, round)| round)
+        let at = self.find(key).ok()?;
+        Some(&mut self.rounds[at].1)
+    }
+
+    /// Where round `key` is among the open rounds (`Ok`), or where it
+    /// goes to keep them in call order (`Err`). A member waits at the
+    /// oldest round or makes the newest (a broadcast's root running ahead
+    /// makes one every call), so both ends are looked at first.
+    fn find(&self, key: RoundKey) -> std::result::Result<usize, usize> {
+        match self.rounds.first() {
+            None => return Err(0),
+            Some((first, _)) if *first == key => return Ok(0),
+            Some(_) => {}
+        }
+        // The last round not newer than `key`, from the newest back.
+        match self.rounds.iter().rposition(|(k, _)| !newer(*k, key)) {
+            Some(at) if self.rounds[at].0 == key => Ok(at),
+            Some(at) => Err(at + 1),
+            None => Err(0),
+        }
     }
 
     /// No member holds the place and no round is open.
@@ -403,7 +436,7 @@ impl CommState {
     /// it any more (see [`CommState::sweep`]); returns wakers to drop once
     /// the lock is released.
     fn done_with(&mut self, comm: &LocalComm, key: RoundKey) -> Wakers {
-        let Some(at) = self.rounds.iter().position(|(k, _)| *k == key) else { return Wakers::default() };
+        let Ok(at) = self.find(key) else { return Wakers::default() };
         self.rounds[at].1.done += 1;
         let mut dropped = Wakers::default();
         if self.rounds[at].1.finished(comm) {
@@ -858,6 +891,31 @@ mod tests {
         assert!(got.is_none());
         assert!(matches!(poll(&mut gone), Poll::Ready(Err(Error::Finalized))));
         drop((second, last, parts));
+    }
+
+    /// Open rounds stay in call order whatever order they are made in (a
+    /// large allreduce's second phase after the next call's first), across
+    /// the wrap of call numbers, and each is found where it is.
+    #[test]
+    fn rounds_stay_in_call_order() {
+        assert!(newer((1, 0), (0, 0)) && newer((0, 1), (0, 0)) && newer((0, 0), (u32::MAX, 1)));
+        assert!(!newer((0, 0), (0, 0)) && !newer((u32::MAX, 0), (0, 0)));
+        let world = LocalWorld::new(2);
+        let members: Arc<[u32]> = Arc::from(vec![0, 1]);
+        let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(9, members.clone(), me)).collect();
+        let comm = holds[0].comm.clone();
+        let keys = [(u32::MAX - 1, 0), (u32::MAX, 0), (0, 0), (u32::MAX, 1), (u32::MAX - 1, 1), (1, 0)];
+        let seats: Vec<Seat> = keys.iter().map(|&key| comm.sit(key, 0, part(), None).0).collect();
+        let order: Vec<RoundKey> = lock(&comm.state).rounds.iter().map(|(k, _)| *k).collect();
+        assert_eq!(order, [(u32::MAX - 1, 0), (u32::MAX - 1, 1), (u32::MAX, 0), (u32::MAX, 1), (0, 0), (1, 0)]);
+        // Member 1 completes each round, found wherever it is.
+        for &key in keys.iter().rev() {
+            let (seat, got) = comm.sit(key, 1, part(), Some(Want::All));
+            assert_eq!(got.expect("complete").all().len(), 2, "{key:?}");
+            drop(seat);
+        }
+        drop(seats);
+        assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
     }
 
     /// A round completes once every member has left its part, whatever
