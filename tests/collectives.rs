@@ -1322,6 +1322,45 @@ mod meeting {
         assert_eq!(named(&outcomes[2].2), Some(0), "{outcomes:?}");
     }
 
+    /// A rank that comes last to a round, and so checks every part in the
+    /// call itself, reports what disagrees there, and tells a rank whose
+    /// collective exchanges messages that it gave up (that rank fails
+    /// rather than waits): the order is forced by a message sent once the
+    /// first rank's call has started.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_checks_the_parts_in_its_call_reports_what_disagrees() {
+        let outcomes = returns(launch_with(2, |comm| async move {
+            let me = comm.rank();
+            let (mut sum, mut all) = ([0.0f64; 2], [0u32; 2]);
+            let (counts, kinds);
+            if me == 0 {
+                // Rank 0 allreduces one value and rank 1 two.
+                let call = comm.allreduce(&[1.0f64][..], &mut sum[..1], SUM);
+                comm.send(&0u8, 1, 7).await?;
+                counts = call.await;
+                // Rank 0 gathers (over messages) where rank 1 barriers.
+                let gather = comm.gather(&5u32, &mut all[..], 0);
+                comm.send(&0u8, 1, 7).await?;
+                kinds = tokio::time::timeout(std::time::Duration::from_secs(20), gather).await.expect("told, not left waiting");
+            } else {
+                comm.recv::<u8>(0, 7).await?;
+                counts = comm.allreduce(&[1.0f64, 2.0][..], &mut sum[..], SUM).await;
+                comm.recv::<u8>(0, 7).await?;
+                kinds = comm.barrier().await;
+            }
+            Ok((counts.err(), kinds.err()))
+        }))
+        .await;
+        let named = |e: &Option<mpx::Error>| match e {
+            Some(mpx::Error::CollectiveMismatch { rank, .. }) => Some(*rank),
+            _ => None,
+        };
+        assert_eq!(outcomes.iter().map(|o| named(&o.0)).collect::<Vec<_>>(), [Some(1), Some(0)], "{outcomes:?}");
+        assert_eq!(named(&outcomes[1].1), Some(0), "{outcomes:?}");
+        assert!(outcomes[1].1.as_ref().is_some_and(|e| e.to_string().contains("exchanges messages")), "{outcomes:?}");
+        assert!(outcomes[0].1.is_some(), "the gather fails: {outcomes:?}");
+    }
+
     /// A large allreduce (two rounds: each rank combines a block) whose
     /// future one rank drops between them fails on the others, naming it,
     /// rather than waiting for the block it will never combine.
@@ -1575,10 +1614,6 @@ mod meeting {
         .await;
     }
 
-    /// Reductions meet in the pattern of the message algorithms: the
-    /// same bits as over messages, for a float sum whose value depends on
-    /// the grouping, on both sides of the size from which each rank
-    /// combines a block; and a non-commutative operation in rank order.
     /// Every rank's results of `bcast` (from rank 1), `allreduce` (`MAX`),
     /// `allgather` and `alltoall` of `count` values of `T` (`value(rank, i)`
     /// each), where the ranks meet or over messages.
@@ -1627,8 +1662,9 @@ mod meeting {
 
     /// Blocks of a few bytes, held in the part itself where ranks meet,
     /// give what messages give for every size about the inline room (24
-    /// bytes) and every alignment (a 16-aligned value lies at 8 bytes
-    /// inline, and is copied out rather than read in place).
+    /// bytes) and every alignment (values aligned to 16 bytes, which a
+    /// block held inline keeps at 8: read in place where they happen to
+    /// lie aligned, copied out where they do not).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn small_blocks_held_inline_give_what_messages_give() {
         for n in [2, 3, 4] {
@@ -1661,6 +1697,10 @@ mod meeting {
         }
     }
 
+    /// Reductions meet in the pattern of the message algorithms: the
+    /// same bits as over messages, for a float sum whose value depends on
+    /// the grouping, on both sides of the size from which each rank
+    /// combines a block; and a non-commutative operation in rank order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn meeting_and_messages_give_the_same_bits() {
         for n in [2, 3, 4, 5, 7, 8] {

@@ -10,10 +10,11 @@
 //! rank has left its part, takes what it needs from the others' parts
 //! into its own memory, in its own future's poll. A rank whose call finds
 //! the parts it needs there already (it is the last to come, or, in a
-//! broadcast, the root's part is there) takes them in the call itself and
-//! returns a finished future: nothing to wait for, nothing boxed. At most
-//! one wake-up per rank and call, against a message per step of the
-//! message algorithms.
+//! broadcast, the root's part is there), with less than 64 KiB to take
+//! from them ([`TAKE_IN_CALL_BELOW`]; not the two rounds of a large
+//! allreduce), takes them in the call itself and returns a finished
+//! future: nothing to wait for, nothing boxed. At most one wake-up per
+//! rank and call, against a message per step of the message algorithms.
 //!
 //! Every rank waits for every other's part, so a rank can never run ahead
 //! of the others by more than the calls it starts without awaiting them;
@@ -58,7 +59,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Block, BlockBytes, Glimpse, Got, LocalComm, Part, Parts, Seat, Want, INLINE};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, Part, Parts, Seat, Want, INLINE};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -125,15 +126,15 @@ impl Call {
         self.local.as_ref()
     }
 
-    /// Leaves this rank's part of phase `phase` of the call; returns its
-    /// seat, and what the rank `wants` if it is there already (see
-    /// [`LocalComm::sit`]).
-    fn meet(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, wants: Option<Want>) -> (Seat, Option<Got>) {
+    /// Leaves this rank's part of phase `phase` of the call: the rank
+    /// waits at its seat, or takes what it `wants` at once if it is there
+    /// already (see [`LocalComm::sit`]).
+    fn meet(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, wants: Option<Want>) -> Arrival {
         self.meet_sharing(phase, kind, shape, blocks, Vec::new(), wants)
     }
 
     /// [`meet`](Call::meet) with blocks that are slices of `whole`.
-    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Vec<Bytes>, wants: Option<Want>) -> (Seat, Option<Got>) {
+    fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Vec<Bytes>, wants: Option<Want>) -> Arrival {
         let local = self.local.as_ref().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
         local.sit((self.number, phase), self.rank(), part, wants)
@@ -186,7 +187,7 @@ impl Call {
     /// part of kind `(MESSAGES, sub-tags its messages use)`).
     pub(super) fn mark_messages(&self) {
         if self.local.is_some() {
-            drop(self.meet(0, (MESSAGES, self.subtags), NO_SHAPE, Ok(Vec::new()), None).0);
+            drop(self.meet(0, (MESSAGES, self.subtags), NO_SHAPE, Ok(Vec::new()), None));
         }
     }
 }
@@ -260,7 +261,7 @@ fn take_block<E: Element>(block: &Block, from: usize, dst: &mut E::Dst<'_>, item
 /// it fails with `e`, once every rank has come (so that a rank whose call
 /// exchanges messages, and waits for this one's, is told).
 fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
-    let (seat, _) = call.meet(0, kind, NO_SHAPE, Err(e.clone()), None);
+    let seat = call.meet(0, kind, NO_SHAPE, Err(e.clone()), None).seat();
     Collective::met(async move {
         if let Ok(parts) = seat.await {
             tell_those_over_messages(&call, &parts);
@@ -272,8 +273,8 @@ fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
 /// `MPI_Barrier`.
 pub(super) fn barrier(call: Call) -> Collective<'static> {
     let kind = (BARRIER, 0);
-    let (seat, got) = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()), Some(Want::All));
-    with_every_part(seat, got, move |parts| {
+    let arrival = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()), Some(Want::All));
+    with_every_part(arrival, move |parts| {
         agree(&call, &parts, kind, NO_SHAPE)?;
         recycle(parts);
         Ok(())
@@ -281,14 +282,26 @@ pub(super) fn barrier(call: Call) -> Collective<'static> {
 }
 
 /// This rank's part of a call that needs every rank's part: `finish`ed
-/// with them when the call starts if every other rank's part is there
-/// already (this rank completed the round: no future to run, no wait),
-/// otherwise by the returned future once they are.
-fn with_every_part<'a>(seat: Seat, got: Option<Got>, finish: impl FnOnce(Parts) -> Result<()> + Send + 'a) -> Collective<'a> {
-    match got {
-        Some(got) => Collective::finished(finish(got.all())),
-        None => Collective::met(async move { finish(seat.await?) }),
+/// with them when the call starts if it took them as it arrived (it
+/// completed the round: no future to run, no wait), otherwise by the
+/// returned future once they are there.
+fn with_every_part<'a>(arrival: Arrival, finish: impl FnOnce(Parts) -> Result<()> + Send + 'a) -> Collective<'a> {
+    match arrival {
+        Arrival::Took(got) => Collective::finished(finish(got.all())),
+        Arrival::Waits(seat) => Collective::met(async move { finish(seat.await?) }),
     }
+}
+
+/// A rank takes what it waits for in the call that starts the collective
+/// (if it is there) only if it is less than this many bytes: a larger
+/// copy waits for the future's poll, so that starting a nonblocking
+/// collective stays cheap.
+const TAKE_IN_CALL_BELOW: u64 = 64 << 10;
+
+/// What a rank that takes `bytes` wants at once: every part, if that is
+/// little (see [`TAKE_IN_CALL_BELOW`]).
+fn every_part_if_small(bytes: u64) -> Option<Want> {
+    (bytes < TAKE_IN_CALL_BELOW).then_some(Want::All)
 }
 
 /// `MPI_Bcast` of `buf` from `root`; `checked`: the arguments' checks.
@@ -307,15 +320,17 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         },
         false => Vec::new(),
     };
-    let (seat, got) = call.meet(0, kind, shape, Ok(blocks), (me != root).then_some(Want::One(root)));
-    if me == root && !seat.is_refused() && shape.1 < RUN_AHEAD_BYTES && seat.open_rounds() <= RUN_AHEAD {
-        // The root has nothing to take: it is done once its data is there
-        // for the others (as a root whose sends went eagerly is), unless
-        // the others are too far behind.
-        drop(seat);
-        return Collective::finished(Ok(()));
-    }
+    let wants = (me != root && shape.1 < TAKE_IN_CALL_BELOW).then_some(Want::One(root));
+    let arrival = call.meet(0, kind, shape, Ok(blocks), wants);
     if me == root {
+        let seat = arrival.seat();
+        if !seat.is_refused() && shape.1 < RUN_AHEAD_BYTES && seat.open_rounds() <= RUN_AHEAD {
+            // The root has nothing to take: it is done once its data is
+            // there for the others (as a root whose sends went eagerly
+            // is), unless the others are too far behind.
+            drop(seat);
+            return Collective::finished(Ok(()));
+        }
         // A root that waits (its data is large, or the others are far
         // behind) checks every part.
         return Collective::met(async move {
@@ -344,14 +359,10 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         }
         Ok(())
     };
-    let mut seat = seat;
-    match got {
-        Some(got) => Collective::finished(take(got.one())),
-        None => Collective::met(async move {
+    match arrival {
+        Arrival::Took(got) => Collective::finished(take(got.one())),
+        Arrival::Waits(mut seat) => Collective::met(async move {
             let root_part = std::future::poll_fn(|cx| seat.poll_part(cx, root)).await?;
-            // Done with the round before the block goes: the block's
-            // buffer is kept for reuse if this rank holds it last.
-            drop(seat);
             take(root_part)
         }),
     }
@@ -366,8 +377,9 @@ pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
-    let (seat, got) = call.meet(0, kind, shape, Ok(one_block(mine)), Some(Want::All));
-    with_every_part(seat, got, move |parts| {
+    let taken = ranges.iter().map(Range::len).sum::<usize>() as u64 * E::item_type(&recv).size();
+    let arrival = call.meet(0, kind, shape, Ok(one_block(mine)), every_part_if_small(taken));
+    with_every_part(arrival, move |parts| {
         agree(&call, &parts, kind, shape)?;
         for (r, items) in ranges.into_iter().enumerate() {
             take_block::<E>(block_at(&parts, r, 0), r, &mut recv, items)?;
@@ -447,13 +459,14 @@ pub(super) fn alltoall<'a, E: Element>(
         Ok(packed) => packed,
         Err(e) => return refused(call, kind, e),
     };
-    let wants = own_copy.is_ok().then_some(Want::All);
-    let (seat, got) = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole, wants);
+    let taken = into.iter().map(Range::len).sum::<usize>() as u64 * E::item_type(&recv).size();
+    let wants = own_copy.as_ref().ok().and_then(|()| every_part_if_small(taken));
+    let arrival = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole, wants);
     if let Err(e) = own_copy {
-        drop(seat);
+        drop(arrival);
         return Collective::finished(Err(e));
     }
-    with_every_part(seat, got, move |parts| {
+    with_every_part(arrival, move |parts| {
         agree(&call, &parts, kind, NO_SHAPE)?;
         for (r, items) in into.into_iter().enumerate().filter(|&(r, _)| r != me) {
             take_block::<E>(block_at(&parts, r, me), r, &mut recv, items)?;
@@ -474,9 +487,10 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
     };
     let shape = shape_of_block(&mine);
     let blocks = n > 1 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
-    let (seat, got) = call.meet(0, kind, shape, Ok(one_block(mine)), (!blocks).then_some(Want::All));
+    let wants = if blocks { None } else { every_part_if_small(shape.1.saturating_mul(n as u64)) };
+    let arrival = call.meet(0, kind, shape, Ok(one_block(mine)), wants);
     if !blocks {
-        return with_every_part(seat, got, move |parts| {
+        return with_every_part(arrival, move |parts| {
             agree(&call, &parts, kind, shape)?;
             let mut values = RankValues::new();
             values_of::<T>(&parts, recv, 0..count, &mut values)?;
@@ -495,6 +509,7 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
         start..start + count / n + usize::from(r < count % n)
     };
     let mut owed = Owed { call: Some(call.clone()) };
+    let seat = arrival.seat();
     Collective::met(async move {
         let first = async {
             let parts = seat.await?;
@@ -545,7 +560,7 @@ impl Owed {
             Ok(b) => shape_of_block(&b[0]),
             Err(_) => NO_SHAPE,
         };
-        call.meet(1, kind, shape, blocks, None).0
+        call.meet(1, kind, shape, blocks, None).seat()
     }
 }
 
@@ -690,6 +705,35 @@ fn subtree<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], r: usize, width: usi
 mod tests {
     use super::*;
     use crate::coll::SUM;
+
+    /// For every rank count, the tree groups and orders operands as the
+    /// binomial tree to rank 0 does at its root (rank `r`'s values, then
+    /// for each `mask` the subtree of `mask` ranks from `r + mask` on the
+    /// right): checked with an operation that neither commutes nor
+    /// associates, so any other grouping or order shows.
+    #[test]
+    fn the_tree_keeps_the_binomial_pattern_for_every_rank_count() {
+        fn mix(a: u64, b: u64) -> u64 {
+            a.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) ^ b.wrapping_add(0x5555)
+        }
+        fn binomial(values: &[u64], r: usize, width: usize) -> u64 {
+            let mut acc = values[r];
+            let mut mask = 1;
+            while mask < width && r + mask < values.len() {
+                acc = mix(acc, binomial(values, r + mask, mask));
+                mask <<= 1;
+            }
+            acc
+        }
+        let op = Op::user(|a: &[u64], b: &mut [u64]| b.iter_mut().zip(a).for_each(|(b, a)| *b = mix(*a, *b)), false);
+        for n in 1..=17usize {
+            let values: Vec<u64> = (0..n as u64).map(|r| r * 1_000_003 + 7).collect();
+            let cows: Vec<Cow<'_, [u64]>> = values.iter().map(|v| Cow::Owned(vec![*v])).collect();
+            let mut out = [0u64];
+            combine_tree(&op, &cows, &mut out).unwrap();
+            assert_eq!(out[0], binomial(&values, 0, n.next_power_of_two()), "{n} ranks");
+        }
+    }
 
     /// The pattern is the binomial tree's: on 4 ranks `(a∘b)∘(c∘d)`, on 3
     /// `(a∘b)∘c`, on 6 `((a∘b)∘(c∘d))∘(e∘f)`; checked with values whose

@@ -241,9 +241,11 @@ impl<'a> Collective<'a> {
     }
 
     /// A collective whose ranks meet in this process, finished on this
-    /// rank when the call started, its part left for the others (a
+    /// rank when the call started, its part left for the others: a rank
+    /// that found every part it needs there already (it completed the
+    /// round, or, in a broadcast, the root's part was there), a
     /// broadcast's root that ran ahead, an alltoall rank whose block for
-    /// itself could not be copied): `outcome`.
+    /// itself could not be copied. `outcome` is how it finished.
     pub(crate) fn finished(outcome: Result<()>) -> Collective<'a> {
         Collective { state: Running::Done(Some(outcome)) }
     }

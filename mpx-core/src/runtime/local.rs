@@ -171,9 +171,8 @@ pub(crate) struct LocalComm {
 }
 
 struct CommState {
-    /// The open rounds, in call order: few (the calls ranks have started
-    /// and not all finished, at most a few more than
-    /// `coll::local::RUN_AHEAD` on a broadcast's root).
+    /// The open rounds, in call order: usually few (the calls ranks have
+    /// started and not all finished).
     rounds: Vec<(RoundKey, Round)>,
     /// Rounds gone, emptied, for the next ones (their lists kept).
     spare: Vec<Round>,
@@ -315,12 +314,12 @@ impl LocalComm {
     /// fails with [`Error::Finalized`].
     ///
     /// If what the member `wants` is there already (it completed the
-    /// round, or the part it waits for was left before its own), it is
-    /// returned beside the seat, which is then done with the round: the
-    /// member finishes its call without waiting, under this one lock.
-    pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, wants: Option<Want>) -> (Seat, Option<Got>) {
+    /// round, or the part it waits for was left before its own), the
+    /// member takes it now, done with the round ([`Arrival::Took`]): it
+    /// finishes its call without waiting, under this one lock.
+    pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, wants: Option<Want>) -> Arrival {
         let n = self.size();
-        let refused = |error| (Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) }, None);
+        let refused = |error| Arrival::Waits(Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) });
         let (wakers, open, early) = {
             let mut st = lock(&self.state);
             // Under the lock: `leave` marks a member gone before it takes
@@ -340,6 +339,7 @@ impl LocalComm {
                         wakers: (0..n).map(|_| None).collect(),
                     });
                     st.rounds.insert(at, (key, round));
+                    debug_assert!(st.rounds.windows(2).all(|w| newer(w[1].0, w[0].0)), "open rounds in call order");
                     at
                 }
             };
@@ -380,9 +380,9 @@ impl LocalComm {
         match early {
             Some((got, after)) => {
                 Seat::finished(self, after);
-                (Seat { comm: self.clone(), key, me, done: true, open, refused: None }, Some(got))
+                Arrival::Took(got)
             }
-            None => (Seat { comm: self.clone(), key, me, done: false, open, refused: None }, None),
+            None => Arrival::Waits(Seat { comm: self.clone(), key, me, done: false, open, refused: None }),
         }
     }
 
@@ -664,6 +664,23 @@ impl Seat {
     }
 }
 
+/// A member that left its part: it waits at its seat, or took what it
+/// wanted at once (see [`LocalComm::sit`]).
+pub(crate) enum Arrival {
+    Waits(Seat),
+    Took(Got),
+}
+
+impl Arrival {
+    /// The seat of a member that wanted nothing at once.
+    pub(crate) fn seat(self) -> Seat {
+        match self {
+            Arrival::Waits(seat) => seat,
+            Arrival::Took(_) => unreachable!("a member that wants nothing takes nothing"),
+        }
+    }
+}
+
 /// What a seat waits for: every part, or one member's.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Want {
@@ -828,8 +845,8 @@ mod tests {
         let mut marked = block_list(5);
         marked.push(block.clone());
         let room = marked.capacity();
-        let mut a = comm.sit((0, 0), 0, Part { blocks: Ok(marked), ..part() }, None).0;
-        let mut b = comm.sit((0, 0), 1, part(), None).0;
+        let mut a = comm.sit((0, 0), 0, Part { blocks: Ok(marked), ..part() }, None).seat();
+        let mut b = comm.sit((0, 0), 1, part(), None).seat();
         let (first, second) = (complete(&mut a), complete(&mut b));
         assert_eq!(first.len(), 2);
         let list_of_parts = Arc::as_ptr(&first);
@@ -843,8 +860,8 @@ mod tests {
         // is the one kept, emptied.
         let mut long = block_list(KEEP_LIST_ROOM + 1);
         long.push(block);
-        let mut c = comm.sit((1, 0), 0, Part { blocks: Ok(long), ..part() }, None).0;
-        let mut d = comm.sit((1, 0), 1, Part { blocks: Ok(again), ..part() }, None).0;
+        let mut c = comm.sit((1, 0), 0, Part { blocks: Ok(long), ..part() }, None).seat();
+        let mut d = comm.sit((1, 0), 1, Part { blocks: Ok(again), ..part() }, None).seat();
         let (first, second) = (complete(&mut c), complete(&mut d));
         assert_eq!(Arc::as_ptr(&first), list_of_parts, "the finished round's list of parts is reused");
         assert_eq!(first.len(), 2, "emptied before reuse");
@@ -858,39 +875,46 @@ mod tests {
 
     /// A member that finds what it wants at the round when it leaves its
     /// part (every part: it is the last to come; one member's: that part
-    /// is there) gets it at once, done with the round; the others wait as
-    /// before, and the round goes once every member is done.
+    /// is there) takes it at once, done with the round; the others wait as
+    /// before, are woken as before, and the round goes once every member
+    /// is done.
     #[test]
     fn a_member_whose_parts_are_there_takes_them_as_it_sits() {
+        struct Flag(std::sync::atomic::AtomicBool);
+        impl std::task::Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
         let world = LocalWorld::new(3);
         let members: Arc<[u32]> = Arc::from(vec![0, 1, 2]);
         let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(5, members.clone(), me)).collect();
         let comm = holds[0].comm.clone();
         // Member 1 waits for member 0's part alone, which is not there.
-        let (mut first, got) = comm.sit((0, 0), 1, part(), Some(Want::One(0)));
-        assert!(got.is_none());
+        let Arrival::Waits(mut first) = comm.sit((0, 0), 1, part(), Some(Want::One(0))) else { panic!("member 0's part is not there") };
+        let flag = Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let wait = |seat: &mut Seat| pin!(std::future::poll_fn(|cx| seat.poll_part(cx, 0))).poll(&mut Context::from_waker(&waker));
+        assert!(wait(&mut first).is_pending());
         // Member 2 wants member 1's part: there.
-        let (second, got) = comm.sit((0, 0), 2, Part { kind: (9, 1), ..part() }, Some(Want::One(1)));
-        assert!(matches!(got, Some(Got::One(Glimpse { kind: (0, 0), .. }))), "member 1's part");
-        assert!(second.done, "done with the round");
-        // Member 0 completes the round: every part, at once.
-        let (last, got) = comm.sit((0, 0), 0, part(), Some(Want::All));
-        let parts = got.expect("every part is there").all();
+        let Arrival::Took(Got::One(glimpse)) = comm.sit((0, 0), 2, Part { kind: (9, 1), ..part() }, Some(Want::One(1))) else { panic!("member 1's part is there") };
+        assert_eq!(glimpse.kind, (0, 0), "member 1's part");
+        assert!(!flag.0.load(Ordering::SeqCst), "member 1 waits for member 0 alone");
+        // Member 0 completes the round: every part, at once; member 1,
+        // waiting for it, is woken.
+        let Arrival::Took(got) = comm.sit((0, 0), 0, part(), Some(Want::All)) else { panic!("every part is there") };
+        let parts = got.all();
         assert_eq!(parts.iter().map(|p| p.kind).collect::<Vec<_>>(), [(0, 0), (0, 0), (9, 1)]);
-        assert!(last.done);
+        assert!(flag.0.load(Ordering::SeqCst), "the waiting member is woken");
         assert_eq!(lock(&comm.state).rounds.len(), 1, "member 1 is not done yet");
-        let glimpse = match pin!(std::future::poll_fn(|cx| first.poll_part(cx, 0))).poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(Ok(glimpse)) => glimpse,
-            _ => panic!("member 0's part is there"),
-        };
+        let Poll::Ready(Ok(glimpse)) = wait(&mut first) else { panic!("member 0's part is there") };
         assert_eq!(glimpse.kind, (0, 0));
         assert!(lock(&comm.state).rounds.is_empty(), "every member done: the round goes");
-        // A member whose endpoint has gone gets nothing, and its seat fails.
+        // A member whose endpoint has gone takes nothing, and its seat fails.
         world.leave(2);
-        let (mut gone, got) = comm.sit((1, 0), 2, part(), Some(Want::All));
-        assert!(got.is_none());
+        let mut gone = comm.sit((1, 0), 2, part(), Some(Want::All)).seat();
         assert!(matches!(poll(&mut gone), Poll::Ready(Err(Error::Finalized))));
-        drop((second, last, parts));
+        drop(parts);
     }
 
     /// Open rounds stay in call order whatever order they are made in (a
@@ -905,14 +929,13 @@ mod tests {
         let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(9, members.clone(), me)).collect();
         let comm = holds[0].comm.clone();
         let keys = [(u32::MAX - 1, 0), (u32::MAX, 0), (0, 0), (u32::MAX, 1), (u32::MAX - 1, 1), (1, 0)];
-        let seats: Vec<Seat> = keys.iter().map(|&key| comm.sit(key, 0, part(), None).0).collect();
+        let seats: Vec<Seat> = keys.iter().map(|&key| comm.sit(key, 0, part(), None).seat()).collect();
         let order: Vec<RoundKey> = lock(&comm.state).rounds.iter().map(|(k, _)| *k).collect();
         assert_eq!(order, [(u32::MAX - 1, 0), (u32::MAX - 1, 1), (u32::MAX, 0), (u32::MAX, 1), (0, 0), (1, 0)]);
         // Member 1 completes each round, found wherever it is.
         for &key in keys.iter().rev() {
-            let (seat, got) = comm.sit(key, 1, part(), Some(Want::All));
-            assert_eq!(got.expect("complete").all().len(), 2, "{key:?}");
-            drop(seat);
+            let Arrival::Took(got) = comm.sit(key, 1, part(), Some(Want::All)) else { panic!("{key:?} is complete") };
+            assert_eq!(got.all().len(), 2, "{key:?}");
         }
         drop(seats);
         assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
@@ -928,11 +951,11 @@ mod tests {
         let members: Arc<[u32]> = Arc::from(vec![2, 0, 1]);
         let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(7, members.clone(), me)).collect();
         let comm = holds[0].comm.clone();
-        let mut a = comm.sit((0, 0), 2, part(), None).0;
-        let mut b = comm.sit((0, 0), 0, part(), None).0;
+        let mut a = comm.sit((0, 0), 2, part(), None).seat();
+        let mut b = comm.sit((0, 0), 0, part(), None).seat();
         assert!(poll(&mut a).is_pending());
         drop(b);
-        let mut c = comm.sit((0, 0), 1, part(), None).0;
+        let mut c = comm.sit((0, 0), 1, part(), None).seat();
         let parts = match poll(&mut c) {
             Poll::Ready(Ok(parts)) => parts,
             other => panic!("{other:?}"),
@@ -942,9 +965,9 @@ mod tests {
         assert!(lock(&comm.state).rounds.is_empty(), "every member done: the round goes");
         // World rank 1 (member 2) leaves after its part, world rank 0
         // (member 1) before: the round fails naming member 1.
-        b = comm.sit((1, 0), 2, part(), None).0;
+        b = comm.sit((1, 0), 2, part(), None).seat();
         world.leave(1);
-        let mut d = comm.sit((1, 0), 0, part(), None).0;
+        let mut d = comm.sit((1, 0), 0, part(), None).seat();
         assert!(poll(&mut d).is_pending());
         world.leave(0);
         assert!(matches!(poll(&mut d), Poll::Ready(Err(Error::ProcessFailed { rank: 1, .. }))));
