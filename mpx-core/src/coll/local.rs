@@ -59,7 +59,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, Part, Parts, Seat, Want, INLINE};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, MemberParts, Part, Parts, Seat, SmallArrival, SmallPart, Want, INLINE};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -211,7 +211,7 @@ fn agree(call: &Call, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
         // Every legal call: one pass, no error built.
         return Ok(());
     }
-    let agreed = parts.iter().enumerate().try_for_each(|(r, part)| agree_with(r, (part.kind, part.shape, part.blocks.as_ref().err()), kind, shape));
+    let agreed = parts.iter().enumerate().try_for_each(|(r, part)| agree_with(r, (part.kind, part.shape, part.blocks.as_ref().err().map(String::as_str)), kind, shape));
     if agreed.is_err() {
         tell_those_over_messages(call, parts);
     }
@@ -219,7 +219,7 @@ fn agree(call: &Call, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
 }
 
 /// [`agree`] for rank `r`'s part, of `(kind, shape, why it gave up)`.
-fn agree_with(r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option<&String>), kind: Kind, shape: Shape) -> Result<()> {
+fn agree_with(r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option<&str>), kind: Kind, shape: Shape) -> Result<()> {
     let mismatch = |detail: String| Err(Error::CollectiveMismatch { rank: r, detail });
     if let Some(why) = gave_up {
         return mismatch(format!("it gave up on the collective: {why}"));
@@ -235,6 +235,57 @@ fn agree_with(r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option
         return mismatch(format!("its block holds {} where this rank's holds {}", describe(their_shape), describe(shape)));
     }
     Ok(())
+}
+
+/// Why a small call failed, as [`agree_small`] finds it under the round's
+/// lock: the error, and the sub-tags of a rank whose collective exchanges
+/// messages, if one does (it waits for this rank's messages: it must be
+/// told, once the lock is released).
+type Disagreement = (Error, Option<usize>);
+
+/// [`agree`] over the parts of a round of small parts, read under its lock.
+fn agree_small(parts: &MemberParts<'_>, kind: Kind, shape: Shape) -> std::result::Result<(), Disagreement> {
+    if (0..parts.len()).all(|r| parts.agrees(r, kind, shape)) {
+        // Every legal call: one pass, no error built.
+        return Ok(());
+    }
+    let agreed = (0..parts.len()).try_for_each(|r| {
+        let part = parts.get(r);
+        agree_with(r, (part.kind, part.shape, part.block.err()), kind, shape)
+    });
+    agreed.map_err(|e| (e, (0..parts.len()).map(|r| parts.get(r).kind).filter(|k| k.0 == MESSAGES).map(|k| k.1).max()))
+}
+
+/// The outcome of a small call, once the lock is released: a rank whose
+/// collective exchanges messages is told that this one gave up.
+fn told<T>(call: &Call, outcome: std::result::Result<T, Disagreement>) -> Result<T> {
+    outcome.map_err(|(e, subtags)| {
+        if let Some(subtags) = subtags {
+            call.give_up_on(subtags);
+        }
+        e
+    })
+}
+
+/// This rank's part of a small call (see [`SmallPart`]): `finish`ed with
+/// what `read` reads from every part under the round's lock, at once if
+/// they are all there when the call starts, otherwise by the returned
+/// future once they are.
+fn with_small_parts<'a, R: Send + 'a>(
+    call: Call,
+    part: SmallPart,
+    read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a,
+    finish: impl FnOnce(R) -> Result<()> + Send + 'a,
+) -> Collective<'a> {
+    let local = call.local.as_ref().expect("a call that meets has a meeting place");
+    let mut read = Some(read);
+    match local.sit_small((call.number, 0), call.rank(), part, &mut read) {
+        SmallArrival::Took(outcome) => Collective::finished(told(&call, outcome).and_then(finish)),
+        SmallArrival::Waits(mut seat) => Collective::met(async move {
+            let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, &mut read)).await?;
+            told(&call, outcome).and_then(finish)
+        }),
+    }
 }
 
 /// Rank `from`'s block `k`.
@@ -273,12 +324,8 @@ fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
 /// `MPI_Barrier`.
 pub(super) fn barrier(call: Call) -> Collective<'static> {
     let kind = (BARRIER, 0);
-    let arrival = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()), Some(Want::All));
-    with_every_part(arrival, move |parts| {
-        agree(&call, &parts, kind, NO_SHAPE)?;
-        recycle(parts);
-        Ok(())
-    })
+    let part = SmallPart::new(kind, NO_SHAPE, &[], None).expect("no bytes fit");
+    with_small_parts(call, part, move |parts| agree_small(&parts, kind, NO_SHAPE), Ok)
 }
 
 /// This rank's part of a call that needs every rank's part: `finish`ed
@@ -344,7 +391,7 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
     // call starts, if the root's call started first), without waiting
     // for each other, and check only it.
     let mut take = move |root_part: Glimpse| {
-        if let Err(e) = agree_with(root, (root_part.kind, root_part.shape, root_part.block.as_ref().err()), kind, shape) {
+        if let Err(e) = agree_with(root, (root_part.kind, root_part.shape, root_part.block.as_ref().err().map(String::as_str)), kind, shape) {
             if root_part.kind.0 == MESSAGES {
                 // The root's call exchanges messages: the ranks of its
                 // tree that do too may wait for this rank's.
@@ -480,8 +527,29 @@ pub(super) fn alltoall<'a, E: Element>(
 pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
     let kind = (ALLREDUCE, 0);
     let (n, count) = (call.size(), send.len());
-    let checked = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count));
-    let mine = match checked.and_then(|()| pack_part::<T>(&send, 0..count)) {
+    if let Err(e) = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count)) {
+        return refused(call, kind, e);
+    }
+    let small = crate::comm::data::small_native_values(send, INLINE)
+        .filter(|&(bytes, signature)| crate::comm::native_values_in::<T>(signature, bytes.len(), &T::datatype_ref()) == Some(count));
+    if let Some((bytes, signature)) = small {
+        // A few plain values: every rank's are copied out under the
+        // round's lock, and combined once it is released.
+        let shape = (signature, bytes.len() as u64);
+        let part = SmallPart::new(kind, shape, bytes, signature).expect("few enough bytes");
+        let read = move |parts: MemberParts<'_>| {
+            agree_small(&parts, kind, shape)?;
+            let mut all = SmallValues::<T>::with_capacity(parts.len() * count);
+            for r in 0..parts.len() {
+                push_plain(&mut all, parts.bytes(r), count);
+            }
+            Ok(all)
+        };
+        return with_small_parts(call, part, read, move |all: SmallValues<T>| {
+            combine_tree(&op, n, &|r| &all[r * count..(r + 1) * count], recv)
+        });
+    }
+    let mine = match pack_part::<T>(&send, 0..count) {
         Ok(block) => block,
         Err(e) => return refused(call, kind, e),
     };
@@ -494,7 +562,7 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
             agree(&call, &parts, kind, shape)?;
             let mut values = RankValues::new();
             values_of::<T>(&parts, recv, 0..count, &mut values)?;
-            combine_tree(&op, &values, recv)?;
+            combine_tree(&op, values.len(), &|r| &values[r], recv)?;
             drop(values);
             recycle(parts);
             Ok(())
@@ -533,7 +601,7 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
         for r in (0..n).filter(|&r| r != me) {
             // Each rank's block is its own size: checked against it.
             let (items, part) = (block_of(r), &parts[r]);
-            agree_with(r, (part.kind, part.shape, part.blocks.as_ref().err()), kind, shape_of(&T::datatype(), items.len()))?;
+            agree_with(r, (part.kind, part.shape, part.blocks.as_ref().err().map(String::as_str)), kind, shape_of(&T::datatype(), items.len()))?;
             take_block::<T>(block_at(&parts, r, 0), r, &mut &mut recv[..], items)?;
         }
         recycle(parts);
@@ -569,6 +637,29 @@ impl Drop for Owed {
         if self.call.is_some() {
             drop(self.pay((ALLREDUCE, 0), Err(Error::InvalidArgument("its part ended before it combined its block".into()))));
         }
+    }
+}
+
+/// Every rank's few values of a small allreduce, one after another: held
+/// inline up to 8 values.
+type SmallValues<T> = SmallVec<[T; 8]>;
+
+/// Appends the `count` values of `T` that `bytes` hold to `all`. `T` must
+/// be plain (a type without padding that any bytes make valid, as
+/// `native_values_in` checks), and `bytes` exactly `count` of its native
+/// values (a part whose shape agrees with a part of `count` such values).
+fn push_plain<T: MpiType>(all: &mut SmallValues<T>, bytes: &[u8], count: usize) {
+    assert_eq!(bytes.len(), count * std::mem::size_of::<T>(), "parts that agree hold as many values");
+    all.reserve(count);
+    // SAFETY: `bytes` is `count` whole native values of `T` (checked
+    // above, and by the caller: `T` is plain, the part's signature is
+    // `T`'s repeated), which any bytes make valid; `all` has room for
+    // them past its length (reserved above), and its memory is distinct
+    // from `bytes` (a part's, under the round's lock). The new length
+    // covers exactly the values written.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), all.as_mut_ptr().add(all.len()).cast::<u8>(), bytes.len());
+        all.set_len(all.len() + count);
     }
 }
 
@@ -666,10 +757,11 @@ impl<T: Copy + 'static> Fold<'_, T> {
     }
 }
 
-/// Combines every rank's `values` into `out` in the binomial pattern in
-/// rank order (see [`subtree`]).
-fn combine_tree<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], out: &mut [T]) -> Result<()> {
-    subtree(op, values, 0, values.len().next_power_of_two(), out)
+/// Combines the values of every one of `n` ranks (rank `r`'s:
+/// `values(r)`) into `out` in the binomial pattern in rank order (see
+/// [`subtree`]).
+fn combine_tree<'v, T: MpiType>(op: &Op<T>, n: usize, values: &dyn Fn(usize) -> &'v [T], out: &mut [T]) -> Result<()> {
+    subtree(op, (n, values), 0, n.next_power_of_two(), out)
 }
 
 /// The partial result of the ranks from `r` in a subtree of `width`
@@ -682,19 +774,20 @@ fn combine_tree<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], out: &mut [T]) 
 /// half goes into `into` first and the left is applied to it (`into =
 /// left ∘ into`), so a left half of one rank is used where it lies: 2
 /// ranks copy one rank's values and apply the other's, with no scratch.
-fn subtree<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], r: usize, width: usize, into: &mut [T]) -> Result<()> {
+fn subtree<'v, T: MpiType>(op: &Op<T>, values: (usize, &dyn Fn(usize) -> &'v [T]), r: usize, width: usize, into: &mut [T]) -> Result<()> {
+    let (n, value) = values;
     let half = width / 2;
     if half == 0 {
-        into.copy_from_slice(&values[r]);
+        into.copy_from_slice(value(r));
         return Ok(());
     }
-    if r + half >= values.len() {
+    if r + half >= n {
         // No rank in the right half.
         return subtree(op, values, r, half, into);
     }
     subtree(op, values, r + half, half, into)?;
     if half == 1 {
-        return op.apply(&values[r], into);
+        return op.apply(value(r), into);
     }
     let mut left = Scratch::from_slice(into);
     subtree(op, values, r, half, &mut left)?;
@@ -730,7 +823,7 @@ mod tests {
             let values: Vec<u64> = (0..n as u64).map(|r| r * 1_000_003 + 7).collect();
             let cows: Vec<Cow<'_, [u64]>> = values.iter().map(|v| Cow::Owned(vec![*v])).collect();
             let mut out = [0u64];
-            combine_tree(&op, &cows, &mut out).unwrap();
+            combine_tree(&op, cows.len(), &|r| &cows[r], &mut out).unwrap();
             assert_eq!(out[0], binomial(&values, 0, n.next_power_of_two()), "{n} ranks");
         }
     }
@@ -743,7 +836,7 @@ mod tests {
         let sum = |values: &[f64]| {
             let values: Vec<Cow<'_, [f64]>> = values.iter().map(|v| Cow::Owned(vec![*v])).collect();
             let mut out = [0.0];
-            combine_tree(&SUM.into(), &values, &mut out).unwrap();
+            combine_tree(&SUM.into(), values.len(), &|r| &values[r], &mut out).unwrap();
             out[0]
         };
         let (a, b, c, d, e, f) = (1e16, 1.0, -1e16, 1.0, 3.0, 1e-3);

@@ -184,6 +184,19 @@ struct CommState {
 /// call (0 for calls of one phase).
 pub(crate) type RoundKey = (u32, u8);
 
+/// A part as it is left: a [`Part`], or a [`SmallPart`].
+enum Placed {
+    Part(Part),
+    Small(SmallPart),
+}
+
+/// A member that left a small part: it waits at its seat, or read every
+/// part at once (see [`LocalComm::sit_small`]).
+pub(crate) enum SmallArrival<R> {
+    Waits(Seat),
+    Took(R),
+}
+
 /// Round `a` belongs to a later call than `b`, or to a later phase of the
 /// same call. Call numbers wrap around: the open rounds of a
 /// communicator span far fewer than 2³¹ calls, so a number up to 2³¹
@@ -195,10 +208,14 @@ fn newer(a: RoundKey, b: RoundKey) -> bool {
 
 /// One phase of one collective call.
 struct Round {
-    /// Each member's part, once left.
+    /// Each member's part, once left (unless it is small).
     parts: Vec<Option<Part>>,
+    /// Each member's small part, once left (see [`SmallPart`]).
+    small: Vec<Option<SmallPart>>,
     arrived: usize,
-    /// Every part, once all have arrived.
+    /// Every part, shared with the members that read them, once all have
+    /// arrived, unless every part is small (small parts are read where
+    /// they lie, under the lock).
     complete: Option<Parts>,
     /// Members done with the round (took the parts, failed, or dropped
     /// their [`Seat`]).
@@ -225,6 +242,102 @@ pub(crate) struct Part {
     /// to be reused, see [`recycle`]): an alltoall's blocks before and
     /// after the rank's own.
     pub(crate) whole: Vec<Bytes>,
+}
+
+/// What one rank leaves at a round for a call of a few plain bytes: its
+/// kind and shape, as a [`Part`]'s, and its one block's bytes held in
+/// itself, with no list and no shared buffer. A round whose parts are all
+/// small is read under its lock by each member in turn (see
+/// [`LocalComm::sit_small`]): no list of parts to share and recycle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SmallPart {
+    pub(crate) kind: (u8, usize),
+    pub(crate) shape: (Option<(u64, u64)>, u64),
+    pub(crate) data: InlineBytes,
+    pub(crate) signature: Option<(u64, u64)>,
+}
+
+impl SmallPart {
+    /// A part of `kind` and `shape` whose one block is `bytes` of type
+    /// signature `signature`, if they are few enough ([`INLINE`]).
+    pub(crate) fn new(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), bytes: &[u8], signature: Option<(u64, u64)>) -> Option<SmallPart> {
+        let len = u8::try_from(bytes.len()).ok().filter(|&len| usize::from(len) <= INLINE)?;
+        let mut data = InlineBytes { bytes: [0; INLINE], len };
+        data.bytes[..bytes.len()].copy_from_slice(bytes);
+        Some(SmallPart { kind, shape, data, signature })
+    }
+
+    /// The part as a [`Part`] of one block.
+    fn into_part(self) -> Part {
+        Part { kind: self.kind, shape: self.shape, blocks: Ok(one_block(Block { data: BlockBytes::Inline(self.data), signature: self.signature })), whole: Vec::new() }
+    }
+}
+
+/// One member's part, as a member reading a complete round under its lock
+/// sees it: kind, shape, and its first block (bytes and signature), or
+/// why it gave up.
+pub(crate) struct MemberPart<'r> {
+    pub(crate) kind: (u8, usize),
+    pub(crate) shape: (Option<(u64, u64)>, u64),
+    pub(crate) block: std::result::Result<BlockView<'r>, &'r str>,
+}
+
+/// A block as a reader sees it: its bytes and their type signature.
+pub(crate) type BlockView<'r> = (&'r [u8], Option<(u64, u64)>);
+
+/// Every member's part of a complete round, as a member reading it under
+/// the round's lock sees them.
+pub(crate) struct MemberParts<'r> {
+    round: &'r Round,
+}
+
+impl<'r> MemberParts<'r> {
+    /// The number of members.
+    pub(crate) fn len(&self) -> usize {
+        self.round.parts.len()
+    }
+
+    /// Member `r`'s part is of `kind` and `shape`, and did not give up.
+    #[inline]
+    pub(crate) fn agrees(&self, r: usize, kind: (u8, usize), shape: (Option<(u64, u64)>, u64)) -> bool {
+        match &self.round.small[r] {
+            Some(small) => small.kind == kind && small.shape == shape,
+            None => {
+                let part = self.get(r);
+                part.kind == kind && part.shape == shape && part.block.is_ok()
+            }
+        }
+    }
+
+    /// Member `r`'s first block's bytes (none if it gave up).
+    #[inline]
+    pub(crate) fn bytes(&self, r: usize) -> &'r [u8] {
+        match &self.round.small[r] {
+            Some(small) => &small.data.bytes[..usize::from(small.data.len)],
+            None => self.get(r).block.map_or(&[][..], |(bytes, _)| bytes),
+        }
+    }
+
+    /// Member `r`'s part.
+    pub(crate) fn get(&self, r: usize) -> MemberPart<'r> {
+        let general = |part: &'r Part| MemberPart {
+            kind: part.kind,
+            shape: part.shape,
+            block: match &part.blocks {
+                Ok(blocks) => Ok(blocks.first().map_or((&[][..], None), |b| (&b.data[..], b.signature))),
+                Err(why) => Err(why.as_str()),
+            },
+        };
+        let round = self.round;
+        if let Some(parts) = &round.complete {
+            return general(&parts[r]);
+        }
+        match (&round.small[r], &round.parts[r]) {
+            (Some(small), _) => MemberPart { kind: small.kind, shape: small.shape, block: Ok((&small.data.bytes[..usize::from(small.data.len)], small.signature)) },
+            (None, Some(part)) => general(part),
+            (None, None) => unreachable!("a complete round has every part"),
+        }
+    }
 }
 
 /// Every member's part of a complete round, in member order, shared by
@@ -318,64 +431,22 @@ impl LocalComm {
     /// member takes it now, done with the round ([`Arrival::Took`]): it
     /// finishes its call without waiting, under this one lock.
     pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, wants: Option<Want>) -> Arrival {
-        let n = self.size();
-        let refused = |error| Arrival::Waits(Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) });
-        let (wakers, open, early) = {
-            let mut st = lock(&self.state);
-            // Under the lock: `leave` marks a member gone before it takes
-            // the lock to fail the rounds that wait for it.
-            if self.is_gone(me) {
+        let mut st = lock(&self.state);
+        let (at, open, wakers) = match self.place(&mut st, key, me, Placed::Part(part)) {
+            Ok(placed) => placed,
+            Err(error) => {
                 drop(st);
-                return refused(Error::Finalized);
+                return Arrival::Waits(self.refused(key, me, error));
             }
-            let at = match st.find(key) {
-                Ok(at) => at,
-                Err(at) => {
-                    let round = st.spare.pop().unwrap_or_else(|| Round {
-                        parts: (0..n).map(|_| None).collect(),
-                        arrived: 0,
-                        complete: None,
-                        done: 0,
-                        wakers: (0..n).map(|_| None).collect(),
-                    });
-                    st.rounds.insert(at, (key, round));
-                    debug_assert!(st.rounds.windows(2).all(|w| newer(w[1].0, w[0].0)), "open rounds in call order");
-                    at
-                }
-            };
-            let open = st.rounds.len();
-            let round = &mut st.rounds[at].1;
-            if round.complete.is_some() || round.parts[me].is_some() {
-                // Only if this member's call numbers came round to a call
-                // still open, four billion calls ago.
-                drop(st);
-                return refused(Error::InvalidArgument(format!("collective call {} is still open on this communicator", key.0)));
-            }
-            round.parts[me] = Some(part);
-            round.arrived += 1;
-            let mut wakers = Wakers::default();
-            let complete = round.arrived == n;
-            if complete {
-                let mut all = spare_parts(n);
-                let list = Arc::get_mut(&mut all).expect("a spare list of parts is held by nobody else");
-                list.extend(round.parts.iter_mut().map(|p| p.take().expect("every part arrived")));
-                debug_assert_eq!(list.len(), n, "a kept list of parts is empty");
-                round.complete = Some(all);
-            }
-            // Those waiting for the round, once it is complete, and those
-            // waiting for this member's part.
-            for slot in round.wakers.iter_mut().filter(|slot| slot.as_ref().is_some_and(|(_, wants)| complete || *wants == Some(me))) {
-                wakers.push(slot.take().expect("filtered").0);
-            }
-            let got = match (wants, &round.complete) {
-                (Some(Want::All), Some(parts)) => Some(Got::All(parts.clone())),
-                (Some(Want::One(r)), Some(parts)) => Some(Got::One(parts[r].glimpse())),
-                (Some(Want::One(r)), None) => round.parts[r].as_ref().map(|part| Got::One(part.glimpse())),
-                (Some(Want::All), None) | (None, _) => None,
-            };
-            let early = got.map(|got| (got, Seat::finish(self, key, &mut st)));
-            (wakers, open, early)
         };
+        let round = &mut st.rounds[at].1;
+        let got = match wants {
+            Some(Want::All) => round.shared_parts().map(Got::All),
+            Some(Want::One(r)) => round.glimpse(r).map(Got::One),
+            None => None,
+        };
+        let early = got.map(|got| (got, Seat::finish(self, key, &mut st)));
+        drop(st);
         wakers.wake();
         match early {
             Some((got, after)) => {
@@ -384,6 +455,94 @@ impl LocalComm {
             }
             None => Arrival::Waits(Seat { comm: self.clone(), key, me, done: false, open, refused: None }),
         }
+    }
+
+    /// Leaves member `me`'s small `part` at round `key` (see
+    /// [`SmallPart`]); if every member's part is there now, reads them
+    /// with `read` under the lock, done with the round
+    /// ([`SmallArrival::Took`]); otherwise the member waits at its seat,
+    /// and reads them with [`Seat::poll_read`]. Otherwise as
+    /// [`sit`](LocalComm::sit).
+    pub(crate) fn sit_small<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: SmallPart, read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>) -> SmallArrival<R> {
+        let mut st = lock(&self.state);
+        let (at, open, wakers) = match self.place(&mut st, key, me, Placed::Small(part)) {
+            Ok(placed) => placed,
+            Err(error) => {
+                drop(st);
+                return SmallArrival::Waits(self.refused(key, me, error));
+            }
+        };
+        let round = &st.rounds[at].1;
+        let early = round.is_complete().then(|| read.take().expect("read once")(MemberParts { round })).map(|got| (got, Seat::finish(self, key, &mut st)));
+        drop(st);
+        wakers.wake();
+        match early {
+            Some((got, after)) => {
+                Seat::finished(self, after);
+                SmallArrival::Took(got)
+            }
+            None => SmallArrival::Waits(Seat { comm: self.clone(), key, me, done: false, open, refused: None }),
+        }
+    }
+
+    /// A seat that failed to leave its part, with `error`.
+    fn refused(self: &Arc<Self>, key: RoundKey, me: usize, error: Error) -> Seat {
+        Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) }
+    }
+
+    /// Leaves member `me`'s `part` at round `key`, making the round if it
+    /// is not open: returns where the round is, how many are open, and
+    /// whom to wake (every waiting member if this part completes the
+    /// round, those waiting for this member's part otherwise) once the
+    /// lock is released. A member whose endpoint has gone leaves nothing.
+    fn place(&self, st: &mut CommState, key: RoundKey, me: usize, part: Placed) -> Result<(usize, usize, Wakers)> {
+        let n = self.size();
+        // Under the lock: `leave` marks a member gone before it takes the
+        // lock to fail the rounds that wait for it.
+        if self.is_gone(me) {
+            return Err(Error::Finalized);
+        }
+        let at = match st.find(key) {
+            Ok(at) => at,
+            Err(at) => {
+                let round = st.spare.pop().unwrap_or_else(|| Round {
+                    parts: (0..n).map(|_| None).collect(),
+                    small: (0..n).map(|_| None).collect(),
+                    arrived: 0,
+                    complete: None,
+                    done: 0,
+                    wakers: (0..n).map(|_| None).collect(),
+                });
+                st.rounds.insert(at, (key, round));
+                debug_assert!(st.rounds.windows(2).all(|w| newer(w[1].0, w[0].0)), "open rounds in call order");
+                at
+            }
+        };
+        let open = st.rounds.len();
+        let round = &mut st.rounds[at].1;
+        if round.is_complete() || round.has_part(me) {
+            // Only if this member's call numbers came round to a call
+            // still open, four billion calls ago.
+            return Err(Error::InvalidArgument(format!("collective call {} is still open on this communicator", key.0)));
+        }
+        match part {
+            Placed::Part(part) => round.parts[me] = Some(part),
+            Placed::Small(part) => round.small[me] = Some(part),
+        }
+        round.arrived += 1;
+        let complete = round.is_complete();
+        if complete && round.parts.iter().any(Option::is_some) {
+            // Some part is not small: the parts are shared with the
+            // members that read them.
+            round.share_parts();
+        }
+        // Those waiting for the round, once it is complete, and those
+        // waiting for this member's part.
+        let mut wakers = Wakers::default();
+        for slot in round.wakers.iter_mut().filter(|slot| slot.as_ref().is_some_and(|(_, wants)| complete || *wants == Some(me))) {
+            wakers.push(slot.take().expect("filtered").0);
+        }
+        Ok((at, open, wakers))
     }
 
     /// Member `r`'s endpoint has gone.
@@ -461,6 +620,7 @@ impl CommState {
     fn retire(&mut self, at: usize, dropped: &mut Wakers) {
         let (_, mut round) = self.rounds.remove(at);
         round.parts.iter_mut().for_each(|p| *p = None);
+        round.small.iter_mut().for_each(|p| *p = None);
         if let Some(parts) = round.complete.take() {
             // The last to read them (a broadcast's root may never have).
             recycle(parts);
@@ -477,11 +637,63 @@ impl Round {
     /// and every member that did not is gone (a member still alive will come, and
     /// must find the others' parts there).
     fn finished(&self, comm: &LocalComm) -> bool {
-        match &self.complete {
-            Some(_) => self.done >= self.parts.len(),
-            None => {
-                self.done >= self.arrived && self.parts.iter().enumerate().filter(|(_, p)| p.is_none()).all(|(r, _)| comm.is_gone(r))
-            }
+        match self.is_complete() {
+            true => self.done >= self.parts.len(),
+            false => self.done >= self.arrived && (0..self.parts.len()).filter(|&r| !self.has_part(r)).all(|r| comm.is_gone(r)),
+        }
+    }
+
+    /// Every member has left its part.
+    fn is_complete(&self) -> bool {
+        self.arrived == self.parts.len()
+    }
+
+    /// Member `r` has left its part.
+    fn has_part(&self, r: usize) -> bool {
+        self.complete.is_some() || self.parts[r].is_some() || self.small[r].is_some()
+    }
+
+    /// Moves every part of a complete round into the list its members
+    /// share (small parts as parts of one block).
+    fn share_parts(&mut self) {
+        let mut all = spare_parts(self.parts.len());
+        let list = Arc::get_mut(&mut all).expect("a spare list of parts is held by nobody else");
+        for (part, small) in self.parts.iter_mut().zip(self.small.iter_mut()) {
+            list.push(match (part.take(), small.take()) {
+                (Some(part), _) => part,
+                (None, Some(small)) => small.into_part(),
+                (None, None) => unreachable!("every part arrived"),
+            });
+        }
+        self.complete = Some(all);
+    }
+
+    /// Every part, shared, if the round is complete.
+    fn shared_parts(&mut self) -> Option<Parts> {
+        if !self.is_complete() {
+            return None;
+        }
+        if self.complete.is_none() {
+            // Every part is small, and this member reads them shared
+            // (its own part was not small: only in a call whose ranks
+            // disagree).
+            self.share_parts();
+        }
+        self.complete.clone()
+    }
+
+    /// Member `r`'s part, as a seat that waits for it alone sees it, if
+    /// it is there.
+    fn glimpse(&self, r: usize) -> Option<Glimpse> {
+        match (&self.complete, &self.parts[r], &self.small[r]) {
+            (Some(parts), _, _) => Some(parts[r].glimpse()),
+            (None, Some(part), _) => Some(part.glimpse()),
+            (None, None, Some(small)) => Some(Glimpse {
+                kind: small.kind,
+                shape: small.shape,
+                block: Ok(Some(Block { data: BlockBytes::Inline(small.data), signature: small.signature })),
+            }),
+            (None, None, None) => None,
         }
     }
 }
@@ -734,6 +946,30 @@ impl Seat {
     }
 
     fn poll_for(&mut self, cx: &mut Context<'_>, want: Want) -> Poll<Result<Got>> {
+        let wants = match want {
+            Want::All => None,
+            Want::One(r) => Some(r),
+        };
+        self.poll_with(cx, wants, |round| match want {
+            Want::All => round.shared_parts().map(Got::All),
+            Want::One(r) => round.glimpse(r).map(Got::One),
+        })
+    }
+
+    /// Waits for every part of a round of small parts (see
+    /// [`LocalComm::sit_small`]), and reads them with `read` under the
+    /// lock, once.
+    pub(crate) fn poll_read<R>(&mut self, cx: &mut Context<'_>, read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>) -> Poll<Result<R>> {
+        self.poll_with(cx, None, |round| match round.is_complete() {
+            true => Some(read.take().expect("read once")(MemberParts { round })),
+            false => None,
+        })
+    }
+
+    /// Waits until `take` takes what the member waits for (every part, or
+    /// member `wants`'s) from its round, under the lock; fails if a
+    /// member it waits for is gone without its part.
+    fn poll_with<R>(&mut self, cx: &mut Context<'_>, wants: Option<usize>, take: impl FnOnce(&mut Round) -> Option<R>) -> Poll<Result<R>> {
         if let Some(error) = self.refused.take() {
             return Poll::Ready(Err(error));
         }
@@ -745,35 +981,26 @@ impl Seat {
             // This member's own endpoint has gone: as every operation on
             // it, the call fails.
             Some(_) if comm.is_gone(self.me) => Err(Error::Finalized),
-            Some(round) => {
-                let wants = match want {
-                    Want::All => None,
-                    Want::One(r) => Some(r),
-                };
-                let got = match (&round.complete, wants) {
-                    (Some(parts), None) => Some(Got::All(parts.clone())),
-                    (Some(parts), Some(r)) => Some(Got::One(parts[r].glimpse())),
-                    (None, Some(r)) => round.parts[r].as_ref().map(|part| Got::One(part.glimpse())),
-                    (None, None) => None,
-                };
-                // Not there yet: a member waited for that is gone without
-                // its part fails the wait.
-                let waited_for = |r: usize| wants.is_none_or(|w| w == r);
-                let missing = || round.parts.iter().enumerate().find(|&(r, p)| p.is_none() && waited_for(r) && comm.is_gone(r));
-                match got.ok_or_else(missing) {
-                    Ok(got) => Ok(got),
-                    Err(Some((r, _))) => Err(gone(r)),
-                    Err(None) => {
-                        let old = match &mut round.wakers[self.me] {
-                            Some((waker, w)) if *w == wants && waker.will_wake(cx.waker()) => None,
-                            slot => slot.replace((cx.waker().clone(), wants)),
-                        };
-                        drop(st);
-                        drop(old);
-                        return Poll::Pending;
+            Some(round) => match take(round) {
+                Some(got) => Ok(got),
+                None => {
+                    // Not there yet: a member waited for that is gone
+                    // without its part fails the wait.
+                    let waited_for = |r: usize| wants.is_none_or(|w| w == r);
+                    match (0..round.parts.len()).find(|&r| !round.has_part(r) && waited_for(r) && comm.is_gone(r)) {
+                        Some(r) => Err(gone(r)),
+                        None => {
+                            let old = match &mut round.wakers[self.me] {
+                                Some((waker, w)) if *w == wants && waker.will_wake(cx.waker()) => None,
+                                slot => slot.replace((cx.waker().clone(), wants)),
+                            };
+                            drop(st);
+                            drop(old);
+                            return Poll::Pending;
+                        }
                     }
                 }
-            }
+            },
             None => Err(Error::InvalidArgument(format!("collective call {} is no longer open on this communicator", self.key.0))),
         };
         self.done = true;
@@ -915,6 +1142,46 @@ mod tests {
         let mut gone = comm.sit((1, 0), 2, part(), Some(Want::All)).seat();
         assert!(matches!(poll(&mut gone), Poll::Ready(Err(Error::Finalized))));
         drop(parts);
+    }
+
+    /// Small parts are read where they lie, under the lock; a round where
+    /// small parts meet parts that are not (a call whose ranks disagree,
+    /// or typed and described buffers of the same values) shares every
+    /// part as a part, small ones as parts of one block, and both kinds of
+    /// reader see the same kinds, shapes and bytes.
+    #[test]
+    fn small_parts_are_read_in_place_and_shared_with_parts() {
+        let world = LocalWorld::new(2);
+        let members: Arc<[u32]> = Arc::from(vec![0, 1]);
+        let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(11, members.clone(), me)).collect();
+        let comm = holds[0].comm.clone();
+        let small = |me: u8| SmallPart::new((4, 0), (None, 3), &[me, me, me], Some((7, 3))).expect("3 bytes fit");
+        let read = |parts: MemberParts<'_>| (0..parts.len()).map(|r| (parts.get(r).kind, parts.bytes(r).to_vec())).collect::<Vec<_>>();
+        // Two small parts: read in place, nothing shared.
+        let SmallArrival::Waits(mut first) = comm.sit_small((0, 0), 0, small(0), &mut Some(read)) else { panic!("alone") };
+        let SmallArrival::Took(got) = comm.sit_small((0, 0), 1, small(1), &mut Some(read)) else { panic!("complete") };
+        assert_eq!(got, [((4, 0), vec![0; 3]), ((4, 0), vec![1; 3])]);
+        assert!(lock(&comm.state).rounds[0].1.complete.is_none(), "small parts are not shared");
+        let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), &mut Some(read)) else { panic!("complete") };
+        assert_eq!(got, [((4, 0), vec![0; 3]), ((4, 0), vec![1; 3])]);
+        assert!(lock(&comm.state).rounds.is_empty());
+        // A small part, then a part: shared, the small one as a block.
+        let SmallArrival::Waits(mut first) = comm.sit_small((1, 0), 0, small(0), &mut Some(read)) else { panic!("alone") };
+        let Arrival::Took(got) = comm.sit((1, 0), 1, Part { kind: (5, 2), ..part() }, Some(Want::All)) else { panic!("complete") };
+        let parts = got.all();
+        assert_eq!(parts[0].kind, (4, 0));
+        assert!(parts[0].blocks.as_ref().is_ok_and(|b| b.len() == 1 && b[0].data[..] == [0; 3] && b[0].signature == Some((7, 3))));
+        let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), &mut Some(read)) else { panic!("complete") };
+        assert_eq!(got, [((4, 0), vec![0; 3]), ((5, 2), vec![])]);
+        drop(parts);
+        // A part, then a small part that completes the round.
+        let mut first = comm.sit((2, 0), 0, Part { kind: (5, 2), ..part() }, None).seat();
+        let SmallArrival::Took(got) = comm.sit_small((2, 0), 1, small(1), &mut Some(read)) else { panic!("complete") };
+        assert_eq!(got, [((5, 2), vec![]), ((4, 0), vec![1; 3])]);
+        let Poll::Ready(Ok(parts)) = poll(&mut first) else { panic!("complete") };
+        assert_eq!(parts[1].kind, (4, 0));
+        drop(parts);
+        assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
     }
 
     /// Open rounds stay in call order whatever order they are made in (a
