@@ -1322,6 +1322,34 @@ mod meeting {
         assert_eq!(named(&outcomes[2].2), Some(0), "{outcomes:?}");
     }
 
+    /// Typed and described buffers of the same few values meet in one
+    /// call (a legal mix: the type signatures agree): a broadcast and an
+    /// allgather, every rank's results whatever the mix and whichever
+    /// rank comes first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn typed_and_described_buffers_of_few_values_meet_in_one_call() {
+        use mpx::{Datatype, RecvBuf, Region, RegionMut, SendBuf};
+        for described in [[false, true], [true, false], [true, true]] {
+            let outcomes = returns(launch_with(2, move |comm| async move {
+                let me = comm.rank();
+                let double = Datatype::double();
+                let mut value = [if me == 1 { 2.5f64 } else { 0.0 }];
+                let mine = [me as f64 + 0.25];
+                let mut all = [0.0f64; 2];
+                if described[me] {
+                    comm.bcast(RecvBuf::new(RegionMut::of(&mut value), 1, &double), 1).await?;
+                    comm.allgather(SendBuf::new(Region::of(&mine), 1, &double), RecvBuf::new(RegionMut::of(&mut all), 2, &double)).await?;
+                } else {
+                    comm.bcast(&mut value[..], 1).await?;
+                    comm.allgather(&mine[..], &mut all[..]).await?;
+                }
+                Ok((value[0], all))
+            }))
+            .await;
+            assert_eq!(outcomes, [(2.5, [0.25, 1.25]); 2], "described: {described:?}");
+        }
+    }
+
     /// A rank that comes last to a round, and so checks every part in the
     /// call itself, reports what disagrees there, and tells a rank whose
     /// collective exchanges messages that it gave up (that rank fails

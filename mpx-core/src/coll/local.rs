@@ -277,12 +277,23 @@ fn with_small_parts<'a, R: Send + 'a>(
     read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a,
     finish: impl FnOnce(R) -> Result<()> + Send + 'a,
 ) -> Collective<'a> {
+    with_small_part_of(call, part, None, read, finish)
+}
+
+/// [`with_small_parts`] reading member `from`'s part alone, if given.
+fn with_small_part_of<'a, R: Send + 'a>(
+    call: Call,
+    part: SmallPart,
+    from: Option<usize>,
+    read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a,
+    finish: impl FnOnce(R) -> Result<()> + Send + 'a,
+) -> Collective<'a> {
     let local = call.local.as_ref().expect("a call that meets has a meeting place");
     let mut read = Some(read);
-    match local.sit_small((call.number, 0), call.rank(), part, &mut read) {
+    match local.sit_small((call.number, 0), call.rank(), part, from, &mut read) {
         SmallArrival::Took(outcome) => Collective::finished(told(&call, outcome).and_then(finish)),
         SmallArrival::Waits(mut seat) => Collective::met(async move {
-            let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, &mut read)).await?;
+            let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, from, &mut read)).await?;
             told(&call, outcome).and_then(finish)
         }),
     }
@@ -360,6 +371,14 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
     let count = E::dst_len(&buf);
     let shape = shape_of(&E::item_type(&buf), count);
     let me = call.rank();
+    if let Some((bytes, signature)) = E::plain_dst(&buf, 0..count, INLINE) {
+        // A few plain values: the small lane.
+        let part = match me == root {
+            true => SmallPart::new(kind, shape, bytes, signature),
+            false => SmallPart::new(kind, shape, &[], None),
+        };
+        return small_bcast::<E>(call, part.expect("few enough bytes"), root, buf);
+    }
     let blocks = match me == root {
         true => match pack_dst_part::<E>(&buf, 0..count) {
             Ok(block) => one_block(block),
@@ -415,6 +434,50 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
     }
 }
 
+/// [`bcast`] of a few plain values: the root leaves them in a small
+/// part, and the others take them from it under the round's lock.
+fn small_bcast<'a, E: Element>(call: Call, part: SmallPart, root: usize, mut buf: E::Dst<'a>) -> Collective<'a> {
+    let (kind, shape) = (part.kind, part.shape);
+    let count = E::dst_len(&buf);
+    if call.rank() == root {
+        let local = call.local.as_ref().expect("a call that meets has a meeting place");
+        let no_read = &mut None::<fn(MemberParts<'_>) -> std::result::Result<(), Disagreement>>;
+        let SmallArrival::Waits(seat) = local.sit_small((call.number, 0), root, part, None, no_read) else { unreachable!("the root reads nothing at once") };
+        if !seat.is_refused() && seat.open_rounds() <= RUN_AHEAD {
+            // The root has nothing to take (see `bcast`).
+            return Collective::finished(Ok(()));
+        }
+        let mut seat = seat;
+        let mut read = Some(move |parts: MemberParts<'_>| agree_small(&parts, kind, shape));
+        return Collective::met(async move {
+            let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, None, &mut read)).await?;
+            told(&call, outcome)
+        });
+    }
+    let take = move |parts: MemberParts<'_>| {
+        let root_part = parts.get(root);
+        if let Err(e) = agree_with(root, (root_part.kind, root_part.shape, root_part.block.err()), kind, shape) {
+            // A root whose call exchanges messages: the ranks of its tree
+            // that do too may wait for this rank's.
+            return Err((e, (root_part.kind.0 == MESSAGES).then_some(root_part.kind.1)));
+        }
+        let (bytes, signature) = root_part.block.expect("agreed: the root did not give up");
+        take_bytes::<E>(bytes, signature, root, &mut buf, 0..count).map_err(|e| (e, None))
+    };
+    with_small_part_of(call, part, Some(root), take, Ok)
+}
+
+/// `bytes` of native data of type signature `signature`, from rank
+/// `from`, into `items` of `dst`: copied as they lie if they are exactly
+/// plain values of the destination's type, checked and unpacked as a
+/// delivered message otherwise.
+fn take_bytes<E: Element>(bytes: &[u8], signature: Option<(u64, u64)>, from: usize, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<()> {
+    if E::copy_native(dst, items.clone(), signature, bytes) {
+        return Ok(());
+    }
+    checked_into::<E>(native_message(Bytes::copy_from_slice(bytes), signature, from), from, items.len(), dst, items).map(drop)
+}
+
 /// `MPI_Allgather`: `prepared` is each rank's block of `recv` and this
 /// rank's packed contribution (or why the arguments are wrong).
 pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<usize>>, Block)>, mut recv: E::Dst<'a>) -> Collective<'a> {
@@ -424,6 +487,21 @@ pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
+    let me = call.rank();
+    let small = SmallPart::of_block(kind, shape, &mine).filter(|_| E::plain_dst(&recv, ranges[me].clone(), INLINE).is_some());
+    if let Some(part) = small {
+        // A block of a few plain values each: the small lane, every
+        // rank's block taken where it lies, under the round's lock.
+        let read = move |parts: MemberParts<'_>| {
+            agree_small(&parts, kind, shape)?;
+            for (r, items) in ranges.into_iter().enumerate() {
+                let (bytes, signature) = parts.get(r).block.expect("the parts agreed: none gave up");
+                take_bytes::<E>(bytes, signature, r, &mut recv, items).map_err(|e| (e, None))?;
+            }
+            Ok(())
+        };
+        return with_small_parts(call, part, read, Ok);
+    }
     let taken = ranges.iter().map(Range::len).sum::<usize>() as u64 * E::item_type(&recv).size();
     let arrival = call.meet(0, kind, shape, Ok(one_block(mine)), every_part_if_small(taken));
     with_every_part(arrival, move |parts| {

@@ -258,6 +258,15 @@ pub(crate) struct SmallPart {
 }
 
 impl SmallPart {
+    /// A part of `kind` and `shape` of `block`, if its bytes are held
+    /// inline.
+    pub(crate) fn of_block(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), block: &Block) -> Option<SmallPart> {
+        match block.data {
+            BlockBytes::Inline(data) => Some(SmallPart { kind, shape, data, signature: block.signature }),
+            BlockBytes::Shared(_) => None,
+        }
+    }
+
     /// A part of `kind` and `shape` whose one block is `bytes` of type
     /// signature `signature`, if they are few enough ([`INLINE`]).
     pub(crate) fn new(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), bytes: &[u8], signature: Option<(u64, u64)>) -> Option<SmallPart> {
@@ -285,8 +294,9 @@ pub(crate) struct MemberPart<'r> {
 /// A block as a reader sees it: its bytes and their type signature.
 pub(crate) type BlockView<'r> = (&'r [u8], Option<(u64, u64)>);
 
-/// Every member's part of a complete round, as a member reading it under
-/// the round's lock sees them.
+/// The members' parts of a round, as a member reading them under the
+/// round's lock sees them: every part of a complete round, or the part
+/// the member waits for alone.
 pub(crate) struct MemberParts<'r> {
     round: &'r Round,
 }
@@ -335,7 +345,7 @@ impl<'r> MemberParts<'r> {
         match (&round.small[r], &round.parts[r]) {
             (Some(small), _) => MemberPart { kind: small.kind, shape: small.shape, block: Ok((&small.data.bytes[..usize::from(small.data.len)], small.signature)) },
             (None, Some(part)) => general(part),
-            (None, None) => unreachable!("a complete round has every part"),
+            (None, None) => unreachable!("a part read is there"),
         }
     }
 }
@@ -458,12 +468,19 @@ impl LocalComm {
     }
 
     /// Leaves member `me`'s small `part` at round `key` (see
-    /// [`SmallPart`]); if every member's part is there now, reads them
-    /// with `read` under the lock, done with the round
-    /// ([`SmallArrival::Took`]); otherwise the member waits at its seat,
-    /// and reads them with [`Seat::poll_read`]. Otherwise as
-    /// [`sit`](LocalComm::sit).
-    pub(crate) fn sit_small<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: SmallPart, read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>) -> SmallArrival<R> {
+    /// [`SmallPart`]); if the parts the member waits for are there now
+    /// (every member's, or member `from`'s), reads them with `read` under
+    /// the lock, done with the round ([`SmallArrival::Took`]); otherwise
+    /// (or with no `read`) the member waits at its seat, and reads them
+    /// with [`Seat::poll_read`]. Otherwise as [`sit`](LocalComm::sit).
+    pub(crate) fn sit_small<R>(
+        self: &Arc<Self>,
+        key: RoundKey,
+        me: usize,
+        part: SmallPart,
+        from: Option<usize>,
+        read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>,
+    ) -> SmallArrival<R> {
         let mut st = lock(&self.state);
         let (at, open, wakers) = match self.place(&mut st, key, me, Placed::Small(part)) {
             Ok(placed) => placed,
@@ -473,7 +490,8 @@ impl LocalComm {
             }
         };
         let round = &st.rounds[at].1;
-        let early = round.is_complete().then(|| read.take().expect("read once")(MemberParts { round })).map(|got| (got, Seat::finish(self, key, &mut st)));
+        let there = read.is_some() && round.has(from);
+        let early = there.then(|| read.take().expect("read once")(MemberParts { round })).map(|got| (got, Seat::finish(self, key, &mut st)));
         drop(st);
         wakers.wake();
         match early {
@@ -495,6 +513,7 @@ impl LocalComm {
     /// whom to wake (every waiting member if this part completes the
     /// round, those waiting for this member's part otherwise) once the
     /// lock is released. A member whose endpoint has gone leaves nothing.
+    #[inline]
     fn place(&self, st: &mut CommState, key: RoundKey, me: usize, part: Placed) -> Result<(usize, usize, Wakers)> {
         let n = self.size();
         // Under the lock: `leave` marks a member gone before it takes the
@@ -643,6 +662,11 @@ impl Round {
         }
     }
 
+    /// Member `from` has left its part, or every member has (`None`).
+    fn has(&self, from: Option<usize>) -> bool {
+        from.map_or_else(|| self.is_complete(), |r| self.has_part(r))
+    }
+
     /// Every member has left its part.
     fn is_complete(&self) -> bool {
         self.arrived == self.parts.len()
@@ -659,11 +683,10 @@ impl Round {
         let mut all = spare_parts(self.parts.len());
         let list = Arc::get_mut(&mut all).expect("a spare list of parts is held by nobody else");
         for (part, small) in self.parts.iter_mut().zip(self.small.iter_mut()) {
-            list.push(match (part.take(), small.take()) {
-                (Some(part), _) => part,
-                (None, Some(small)) => small.into_part(),
-                (None, None) => unreachable!("every part arrived"),
-            });
+            match part.take() {
+                Some(part) => list.push(part),
+                None => list.push(small.take().expect("every part arrived").into_part()),
+            }
         }
         self.complete = Some(all);
     }
@@ -956,11 +979,12 @@ impl Seat {
         })
     }
 
-    /// Waits for every part of a round of small parts (see
+    /// Waits for every part of a round (or member `from`'s part alone),
+    /// as a member that left a small part does (see
     /// [`LocalComm::sit_small`]), and reads them with `read` under the
     /// lock, once.
-    pub(crate) fn poll_read<R>(&mut self, cx: &mut Context<'_>, read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>) -> Poll<Result<R>> {
-        self.poll_with(cx, None, |round| match round.is_complete() {
+    pub(crate) fn poll_read<R>(&mut self, cx: &mut Context<'_>, from: Option<usize>, read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>) -> Poll<Result<R>> {
+        self.poll_with(cx, from, |round| match round.has(from) {
             true => Some(read.take().expect("read once")(MemberParts { round })),
             false => None,
         })
@@ -1158,25 +1182,25 @@ mod tests {
         let small = |me: u8| SmallPart::new((4, 0), (None, 3), &[me, me, me], Some((7, 3))).expect("3 bytes fit");
         let read = |parts: MemberParts<'_>| (0..parts.len()).map(|r| (parts.get(r).kind, parts.bytes(r).to_vec())).collect::<Vec<_>>();
         // Two small parts: read in place, nothing shared.
-        let SmallArrival::Waits(mut first) = comm.sit_small((0, 0), 0, small(0), &mut Some(read)) else { panic!("alone") };
-        let SmallArrival::Took(got) = comm.sit_small((0, 0), 1, small(1), &mut Some(read)) else { panic!("complete") };
+        let SmallArrival::Waits(mut first) = comm.sit_small((0, 0), 0, small(0), None, &mut Some(read)) else { panic!("alone") };
+        let SmallArrival::Took(got) = comm.sit_small((0, 0), 1, small(1), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((4, 0), vec![0; 3]), ((4, 0), vec![1; 3])]);
         assert!(lock(&comm.state).rounds[0].1.complete.is_none(), "small parts are not shared");
-        let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), &mut Some(read)) else { panic!("complete") };
+        let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((4, 0), vec![0; 3]), ((4, 0), vec![1; 3])]);
         assert!(lock(&comm.state).rounds.is_empty());
         // A small part, then a part: shared, the small one as a block.
-        let SmallArrival::Waits(mut first) = comm.sit_small((1, 0), 0, small(0), &mut Some(read)) else { panic!("alone") };
+        let SmallArrival::Waits(mut first) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(read)) else { panic!("alone") };
         let Arrival::Took(got) = comm.sit((1, 0), 1, Part { kind: (5, 2), ..part() }, Some(Want::All)) else { panic!("complete") };
         let parts = got.all();
         assert_eq!(parts[0].kind, (4, 0));
         assert!(parts[0].blocks.as_ref().is_ok_and(|b| b.len() == 1 && b[0].data[..] == [0; 3] && b[0].signature == Some((7, 3))));
-        let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), &mut Some(read)) else { panic!("complete") };
+        let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((4, 0), vec![0; 3]), ((5, 2), vec![])]);
         drop(parts);
         // A part, then a small part that completes the round.
         let mut first = comm.sit((2, 0), 0, Part { kind: (5, 2), ..part() }, None).seat();
-        let SmallArrival::Took(got) = comm.sit_small((2, 0), 1, small(1), &mut Some(read)) else { panic!("complete") };
+        let SmallArrival::Took(got) = comm.sit_small((2, 0), 1, small(1), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((5, 2), vec![]), ((4, 0), vec![1; 3])]);
         let Poll::Ready(Ok(parts)) = poll(&mut first) else { panic!("complete") };
         assert_eq!(parts[1].kind, (4, 0));
