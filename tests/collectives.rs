@@ -1324,29 +1324,43 @@ mod meeting {
 
     /// Typed and described buffers of the same few values meet in one
     /// call (a legal mix: the type signatures agree): a broadcast and an
-    /// allgather, every rank's results whatever the mix and whichever
-    /// rank comes first.
+    /// allgather, every rank's results whatever the mix, with each rank
+    /// first in turn (the other starts its calls once a message says the
+    /// first has started its own).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn typed_and_described_buffers_of_few_values_meet_in_one_call() {
         use mpx::{Datatype, RecvBuf, Region, RegionMut, SendBuf};
         for described in [[false, true], [true, false], [true, true]] {
-            let outcomes = returns(launch_with(2, move |comm| async move {
-                let me = comm.rank();
-                let double = Datatype::double();
-                let mut value = [if me == 1 { 2.5f64 } else { 0.0 }];
-                let mine = [me as f64 + 0.25];
-                let mut all = [0.0f64; 2];
-                if described[me] {
-                    comm.bcast(RecvBuf::new(RegionMut::of(&mut value), 1, &double), 1).await?;
-                    comm.allgather(SendBuf::new(Region::of(&mine), 1, &double), RecvBuf::new(RegionMut::of(&mut all), 2, &double)).await?;
-                } else {
-                    comm.bcast(&mut value[..], 1).await?;
-                    comm.allgather(&mine[..], &mut all[..]).await?;
-                }
-                Ok((value[0], all))
-            }))
-            .await;
-            assert_eq!(outcomes, [(2.5, [0.25, 1.25]); 2], "described: {described:?}");
+            for first in [0, 1] {
+                let outcomes = returns(launch_with(2, move |comm| async move {
+                    let me = comm.rank();
+                    let double = Datatype::double();
+                    let mut value = [if me == 1 { 2.5f64 } else { 0.0 }];
+                    let mine = [me as f64 + 0.25];
+                    let mut all = [0.0f64; 2];
+                    if me != first {
+                        comm.recv::<u8>(first, 9).await?;
+                    }
+                    let (bcast, allgather) = if described[me] {
+                        (
+                            comm.bcast(RecvBuf::new(RegionMut::of(&mut value), 1, &double), 1),
+                            comm.allgather(SendBuf::new(Region::of(&mine), 1, &double), RecvBuf::new(RegionMut::of(&mut all), 2, &double)),
+                        )
+                    } else {
+                        (comm.bcast(&mut value[..], 1), comm.allgather(&mine[..], &mut all[..]))
+                    };
+                    if me == first {
+                        comm.send(&0u8, 1 - first, 9).await?;
+                    }
+                    let both = async { (bcast.await, allgather.await) };
+                    let (bcast, allgather) = tokio::time::timeout(std::time::Duration::from_secs(20), both).await.expect("no hang");
+                    bcast?;
+                    allgather?;
+                    Ok((value[0], all))
+                }))
+                .await;
+                assert_eq!(outcomes, [(2.5, [0.25, 1.25]); 2], "described: {described:?}, rank {first} first");
+            }
         }
     }
 

@@ -30,6 +30,17 @@
 //! says so. A rank gone without its part ([`LocalWorld::leave`]) fails the
 //! call on the others with [`Error::ProcessFailed`].
 //!
+//! Calls of a few plain values (at most 24 bytes a block: [`INLINE`]) of
+//! barrier, bcast, allreduce and allgather take a small lane
+//! ([`SmallPart`]): each rank leaves its values in a small part, held in
+//! the round itself with no list and nothing shared, and reads every part
+//! it needs where it lies, under the round's lock, copying out only what
+//! it needs (an allreduce's operands, combined once the lock is
+//! released: no operation of the user's runs under it). A round where
+//! small parts meet others (typed and described buffers of the same
+//! values, or ranks that disagree) shares them all as parts, so every
+//! reader sees every part as before.
+//!
 //! Reductions combine the parts as the message algorithms do, so a
 //! program gets the same bits on every transport: below 64 KiB in the
 //! binomial pattern in rank order of recursive doubling and of the
@@ -335,6 +346,14 @@ fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
 /// `MPI_Barrier`.
 pub(super) fn barrier(call: Call) -> Collective<'static> {
     let kind = (BARRIER, 0);
+    if call.size() > SMALL_LANE_RANKS {
+        let arrival = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()), Some(Want::All));
+        return with_every_part(arrival, move |parts| {
+            agree(&call, &parts, kind, NO_SHAPE)?;
+            recycle(parts);
+            Ok(())
+        });
+    }
     let part = SmallPart::new(kind, NO_SHAPE, &[], None).expect("no bytes fit");
     with_small_parts(call, part, move |parts| agree_small(&parts, kind, NO_SHAPE), Ok)
 }
@@ -349,6 +368,11 @@ fn with_every_part<'a>(arrival: Arrival, finish: impl FnOnce(Parts) -> Result<()
         Arrival::Waits(seat) => Collective::met(async move { finish(seat.await?) }),
     }
 }
+
+/// Communicators of more ranks than this take the small lane for none of
+/// their calls: each rank reads every rank's part under the round's
+/// lock, work that grows as the square of the ranks.
+const SMALL_LANE_RANKS: usize = 64;
 
 /// A rank takes what it waits for in the call that starts the collective
 /// (if it is there) only if it is less than this many bytes: a larger
@@ -371,7 +395,7 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
     let count = E::dst_len(&buf);
     let shape = shape_of(&E::item_type(&buf), count);
     let me = call.rank();
-    if let Some((bytes, signature)) = E::plain_dst(&buf, 0..count, INLINE) {
+    if let Some((bytes, signature)) = E::plain_dst(&buf, 0..count, INLINE).filter(|_| call.size() <= SMALL_LANE_RANKS) {
         // A few plain values: the small lane.
         let part = match me == root {
             true => SmallPart::new(kind, shape, bytes, signature),
@@ -488,7 +512,7 @@ pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<
     };
     let shape = shape_of_block(&mine);
     let me = call.rank();
-    let small = SmallPart::of_block(kind, shape, &mine).filter(|_| E::plain_dst(&recv, ranges[me].clone(), INLINE).is_some());
+    let small = SmallPart::of_block(kind, shape, &mine).filter(|_| ranges.len() <= SMALL_LANE_RANKS && E::plain_dst(&recv, ranges[me].clone(), INLINE).is_some());
     if let Some(part) = small {
         // A block of a few plain values each: the small lane, every
         // rank's block taken where it lies, under the round's lock.
@@ -609,6 +633,7 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
         return refused(call, kind, e);
     }
     let small = crate::comm::data::small_native_values(send, INLINE)
+        .filter(|_| n <= SMALL_LANE_RANKS)
         .filter(|&(bytes, signature)| crate::comm::native_values_in::<T>(signature, bytes.len(), &T::datatype_ref()) == Some(count));
     if let Some((bytes, signature)) = small {
         // A few plain values: every rank's are copied out under the
@@ -619,7 +644,9 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
             agree_small(&parts, kind, shape)?;
             let mut all = SmallValues::<T>::with_capacity(parts.len() * count);
             for r in 0..parts.len() {
-                push_plain(&mut all, parts.bytes(r), count);
+                // SAFETY: `T` is plain: `native_values_in` said so for
+                // this rank's own values above.
+                unsafe { push_plain(&mut all, parts.bytes(r), count) };
             }
             Ok(all)
         };
@@ -722,19 +749,20 @@ impl Drop for Owed {
 /// inline up to 8 values.
 type SmallValues<T> = SmallVec<[T; 8]>;
 
-/// Appends the `count` values of `T` that `bytes` hold to `all`. `T` must
-/// be plain (a type without padding that any bytes make valid, as
-/// `native_values_in` checks), and `bytes` exactly `count` of its native
-/// values (a part whose shape agrees with a part of `count` such values).
-fn push_plain<T: MpiType>(all: &mut SmallValues<T>, bytes: &[u8], count: usize) {
+/// Appends the `count` values of `T` that `bytes` hold to `all`.
+///
+/// # Safety
+/// `T` must be plain: a type without padding that any bytes make valid
+/// (`native_values_in` says so for `T`'s own data), so that any `count`
+/// values' worth of bytes are `count` valid values. The length is checked.
+unsafe fn push_plain<T: MpiType>(all: &mut SmallValues<T>, bytes: &[u8], count: usize) {
     assert_eq!(bytes.len(), count * std::mem::size_of::<T>(), "parts that agree hold as many values");
     all.reserve(count);
-    // SAFETY: `bytes` is `count` whole native values of `T` (checked
-    // above, and by the caller: `T` is plain, the part's signature is
-    // `T`'s repeated), which any bytes make valid; `all` has room for
-    // them past its length (reserved above), and its memory is distinct
-    // from `bytes` (a part's, under the round's lock). The new length
-    // covers exactly the values written.
+    // SAFETY: `bytes` is `count` values' worth of bytes of `T` (checked
+    // above), which any bytes make valid (the caller's contract); `all`
+    // has room for them past its length (reserved above), and its memory
+    // is distinct from `bytes` (a part's, under the round's lock). The new
+    // length covers exactly the values written.
     unsafe {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), all.as_mut_ptr().add(all.len()).cast::<u8>(), bytes.len());
         all.set_len(all.len() + count);

@@ -246,9 +246,11 @@ pub(crate) struct Part {
 
 /// What one rank leaves at a round for a call of a few plain bytes: its
 /// kind and shape, as a [`Part`]'s, and its one block's bytes held in
-/// itself, with no list and no shared buffer. A round whose parts are all
-/// small is read under its lock by each member in turn (see
-/// [`LocalComm::sit_small`]): no list of parts to share and recycle.
+/// itself, with no list and no shared buffer. A member that left one reads
+/// the parts it needs under the round's lock (see
+/// [`LocalComm::sit_small`]), so a round whose parts are all small shares
+/// no list of parts to recycle; where small parts meet others, the round
+/// shares them all as parts (small ones of one block).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SmallPart {
     pub(crate) kind: (u8, usize),
@@ -282,9 +284,9 @@ impl SmallPart {
     }
 }
 
-/// One member's part, as a member reading a complete round under its lock
-/// sees it: kind, shape, and its first block (bytes and signature), or
-/// why it gave up.
+/// One member's part, as a member reading a round under its lock sees it
+/// (see [`MemberParts`]): kind, shape, and its first block (bytes and
+/// signature), or why it gave up.
 pub(crate) struct MemberPart<'r> {
     pub(crate) kind: (u8, usize),
     pub(crate) shape: (Option<(u64, u64)>, u64),
@@ -688,6 +690,7 @@ impl Round {
                 None => list.push(small.take().expect("every part arrived").into_part()),
             }
         }
+        debug_assert_eq!(list.len(), self.parts.len(), "a kept list of parts is empty");
         self.complete = Some(all);
     }
 
@@ -697,9 +700,9 @@ impl Round {
             return None;
         }
         if self.complete.is_none() {
-            // Every part is small, and this member reads them shared
-            // (its own part was not small: only in a call whose ranks
-            // disagree).
+            // Every part is small: a reader of shared parts leaves a part
+            // that is not, so `place` has shared them already; kept so
+            // that any reader gets every part.
             self.share_parts();
         }
         self.complete.clone()
@@ -852,7 +855,9 @@ impl Wakers {
 }
 
 /// A member's place at a round: a future of every part, in rank order,
-/// once the round completes (or of one member's: [`Seat::poll_part`]).
+/// once the round completes (or of one member's: [`Seat::poll_part`]; or
+/// read under the round's lock, for a member that left a small part:
+/// [`Seat::poll_read`]).
 ///
 /// # Cancel safety
 /// Dropping it is sound at any time; the part this member left stays for
@@ -1206,6 +1211,53 @@ mod tests {
         assert_eq!(parts[1].kind, (4, 0));
         drop(parts);
         assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
+    }
+
+    /// A member that left a small part and waits for one member's part
+    /// alone takes it at once if it is there, or is woken when it comes;
+    /// one waiting for every part fails if a member is gone without its
+    /// part; a seat dropped counts as done, and the round goes.
+    #[test]
+    fn small_seats_wait_for_one_part_fail_and_go() {
+        struct Flag(std::sync::atomic::AtomicBool);
+        impl std::task::Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let world = LocalWorld::new(3);
+        let members: Arc<[u32]> = Arc::from(vec![0, 1, 2]);
+        let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(13, members.clone(), me)).collect();
+        let comm = holds[0].comm.clone();
+        let small = |me: u8| SmallPart::new((1, 0), (None, 1), &[me], Some((3, 1))).expect("1 byte fits");
+        let root_byte = |parts: MemberParts<'_>| parts.bytes(0).to_vec();
+        // Member 1 waits for member 0's part alone; member 0 comes and
+        // wakes it; member 2 finds member 0's part there.
+        let SmallArrival::Waits(mut waiting) = comm.sit_small((0, 0), 1, small(1), Some(0), &mut Some(root_byte)) else { panic!("not there") };
+        let flag = Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        assert!(waiting.poll_read(&mut Context::from_waker(&waker), Some(0), &mut Some(root_byte)).is_pending());
+        let no_read = &mut None::<fn(MemberParts<'_>)>;
+        let SmallArrival::Waits(root) = comm.sit_small((0, 0), 0, small(7), None, no_read) else { panic!("reads nothing") };
+        assert!(flag.0.load(Ordering::SeqCst), "the member waiting for this part is woken");
+        let Poll::Ready(Ok(got)) = waiting.poll_read(&mut Context::from_waker(&waker), Some(0), &mut Some(root_byte)) else { panic!("there") };
+        assert_eq!(got, [7]);
+        let SmallArrival::Took(got) = comm.sit_small((0, 0), 2, small(2), Some(0), &mut Some(root_byte)) else { panic!("there") };
+        assert_eq!(got, [7]);
+        assert_eq!(lock(&comm.state).rounds.len(), 1, "the root is not done yet");
+        drop(root);
+        assert!(lock(&comm.state).rounds.is_empty(), "a dropped seat is done: the round goes");
+        // Member 0 waits for every part; member 2 is gone without its part.
+        let every = |parts: MemberParts<'_>| parts.len();
+        let SmallArrival::Waits(mut waiting) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(every)) else { panic!("alone") };
+        let SmallArrival::Waits(second) = comm.sit_small((1, 0), 1, small(1), None, no_read) else { panic!("reads nothing") };
+        world.leave(2);
+        assert!(matches!(waiting.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(Error::ProcessFailed { rank: 2, .. }))));
+        drop(second);
+        assert!(lock(&comm.state).rounds.is_empty(), "the members that came are done: the round goes");
+        // A member whose endpoint has gone leaves nothing, and fails.
+        let SmallArrival::Waits(mut gone) = comm.sit_small((2, 0), 2, small(2), None, &mut Some(every)) else { panic!("refused") };
+        assert!(matches!(gone.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(Error::Finalized))));
     }
 
     /// Open rounds stay in call order whatever order they are made in (a
