@@ -172,10 +172,11 @@ pub(crate) struct LocalComm {
 
 struct CommState {
     /// The open rounds, in call order: usually few (the calls ranks have
-    /// started and not all finished).
-    rounds: Vec<(RoundKey, Round)>,
+    /// started and not all finished). Boxed, so that a round made or
+    /// retired moves a pointer, not the round.
+    rounds: Vec<(RoundKey, Box<Round>)>,
     /// Rounds gone, emptied, for the next ones (their lists kept).
-    spare: Vec<Round>,
+    spare: Vec<Box<Round>>,
     /// Per member: it holds the place ([`LocalMember`]).
     holders: Vec<bool>,
 }
@@ -526,14 +527,14 @@ impl LocalComm {
         let at = match st.find(key) {
             Ok(at) => at,
             Err(at) => {
-                let round = st.spare.pop().unwrap_or_else(|| Round {
+                let round = st.spare.pop().unwrap_or_else(|| Box::new(Round {
                     parts: (0..n).map(|_| None).collect(),
                     small: (0..n).map(|_| None).collect(),
                     arrived: 0,
                     complete: None,
                     done: 0,
                     wakers: (0..n).map(|_| None).collect(),
-                });
+                }));
                 st.rounds.insert(at, (key, round));
                 debug_assert!(st.rounds.windows(2).all(|w| newer(w[1].0, w[0].0)), "open rounds in call order");
                 at
