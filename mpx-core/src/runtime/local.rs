@@ -175,7 +175,10 @@ struct CommState {
     /// started and not all finished). Boxed, so that a round made or
     /// retired moves a pointer, not the round.
     rounds: Vec<(RoundKey, Box<Round>)>,
-    /// Rounds gone, emptied, for the next ones (their lists kept).
+    /// Rounds gone, emptied, for the next ones (their lists kept): boxed
+    /// as the open ones are, so that they move between the two lists as
+    /// pointers.
+    #[allow(clippy::vec_box)]
     spare: Vec<Box<Round>>,
     /// Per member: it holds the place ([`LocalMember`]).
     holders: Vec<bool>,
