@@ -632,9 +632,10 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
     if let Err(e) = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count)) {
         return refused(call, kind, e);
     }
-    let small = crate::comm::data::small_native_values(send, INLINE)
-        .filter(|_| n <= SMALL_LANE_RANKS)
-        .filter(|&(bytes, signature)| crate::comm::native_values_in::<T>(signature, bytes.len(), &T::datatype_ref()) == Some(count));
+    // Plain values (no padding, checked by `small_native_values`) that
+    // any bytes make valid: what `native_values_in` says of them.
+    let plain = !T::NEEDS_VALIDATION && std::mem::size_of::<T>() > 0;
+    let small = crate::comm::data::small_native_values(send, INLINE).filter(|_| plain && n <= SMALL_LANE_RANKS);
     if let Some((bytes, signature)) = small {
         // A few plain values: every rank's are copied out under the
         // round's lock, and combined once it is released.
@@ -644,8 +645,9 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
             agree_small(&parts, kind, shape)?;
             let mut all = SmallValues::<T>::with_capacity(parts.len() * count);
             for r in 0..parts.len() {
-                // SAFETY: `T` is plain: `native_values_in` said so for
-                // this rank's own values above.
+                // SAFETY: `T` is plain: no padding (`small_native_values`)
+                // and any bytes valid (not `NEEDS_VALIDATION`), checked
+                // above.
                 unsafe { push_plain(&mut all, parts.bytes(r), count) };
             }
             Ok(all)
