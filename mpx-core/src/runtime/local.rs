@@ -1080,6 +1080,33 @@ mod tests {
         pin!(seat).poll(&mut Context::from_waker(Waker::noop()))
     }
 
+    /// A world of as many ranks as `members`, and the meeting place of the
+    /// communicator of `members` (world ranks) with collective context
+    /// `context`, held by every member.
+    fn place(members: &[u32], context: u64) -> (Arc<LocalWorld>, Vec<LocalMember>, Arc<LocalComm>) {
+        let world = LocalWorld::new(members.len());
+        let members: Arc<[u32]> = Arc::from(members);
+        let holds: Vec<LocalMember> = (0..members.len()).map(|me| world.comm(context, members.clone(), me)).collect();
+        let comm = holds[0].comm.clone();
+        (world, holds, comm)
+    }
+
+    /// A waker that records that it was woken.
+    struct Flag(std::sync::atomic::AtomicBool);
+
+    impl Flag {
+        fn new() -> (Arc<Flag>, Waker) {
+            let flag = Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
+            (flag.clone(), Waker::from(flag))
+        }
+    }
+
+    impl std::task::Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// The list of blocks of a part whose round every member is done with
     /// serves the next part this thread leaves, and the round's list of
     /// parts the next round (no allocation per call); a list too long is
@@ -1095,10 +1122,7 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        let world = LocalWorld::new(2);
-        let members: Arc<[u32]> = Arc::from(vec![0, 1]);
-        let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(3, members.clone(), me)).collect();
-        let comm = holds[0].comm.clone();
+        let (_world, _holds, comm) = place(&[0, 1], 3);
         let block = Block { data: Bytes::from_static(b"8 bytes!").into(), signature: None };
         assert_eq!(kept(), (0, 0), "a fresh thread keeps nothing");
         // A list told apart by its room (a fresh one-block list has less).
@@ -1140,20 +1164,10 @@ mod tests {
     /// is done.
     #[test]
     fn a_member_whose_parts_are_there_takes_them_as_it_sits() {
-        struct Flag(std::sync::atomic::AtomicBool);
-        impl std::task::Wake for Flag {
-            fn wake(self: Arc<Self>) {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-        let world = LocalWorld::new(3);
-        let members: Arc<[u32]> = Arc::from(vec![0, 1, 2]);
-        let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(5, members.clone(), me)).collect();
-        let comm = holds[0].comm.clone();
+        let (world, _holds, comm) = place(&[0, 1, 2], 5);
         // Member 1 waits for member 0's part alone, which is not there.
         let Arrival::Waits(mut first) = comm.sit((0, 0), 1, part(), Some(Want::One(0))) else { panic!("member 0's part is not there") };
-        let flag = Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
-        let waker = Waker::from(flag.clone());
+        let (flag, waker) = Flag::new();
         let wait = |seat: &mut Seat| pin!(std::future::poll_fn(|cx| seat.poll_part(cx, 0))).poll(&mut Context::from_waker(&waker));
         assert!(wait(&mut first).is_pending());
         // Member 2 wants member 1's part: there.
@@ -1184,10 +1198,7 @@ mod tests {
     /// reader see the same kinds, shapes and bytes.
     #[test]
     fn small_parts_are_read_in_place_and_shared_with_parts() {
-        let world = LocalWorld::new(2);
-        let members: Arc<[u32]> = Arc::from(vec![0, 1]);
-        let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(11, members.clone(), me)).collect();
-        let comm = holds[0].comm.clone();
+        let (_world, _holds, comm) = place(&[0, 1], 11);
         let small = |me: u8| SmallPart::new((4, 0), (None, 3), &[me, me, me], Some((7, 3))).expect("3 bytes fit");
         let read = |parts: MemberParts<'_>| (0..parts.len()).map(|r| (parts.get(r).kind, parts.bytes(r).to_vec())).collect::<Vec<_>>();
         // Two small parts: read in place, nothing shared.
@@ -1223,23 +1234,13 @@ mod tests {
     /// part; a seat dropped counts as done, and the round goes.
     #[test]
     fn small_seats_wait_for_one_part_fail_and_go() {
-        struct Flag(std::sync::atomic::AtomicBool);
-        impl std::task::Wake for Flag {
-            fn wake(self: Arc<Self>) {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-        let world = LocalWorld::new(3);
-        let members: Arc<[u32]> = Arc::from(vec![0, 1, 2]);
-        let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(13, members.clone(), me)).collect();
-        let comm = holds[0].comm.clone();
+        let (world, _holds, comm) = place(&[0, 1, 2], 13);
         let small = |me: u8| SmallPart::new((1, 0), (None, 1), &[me], Some((3, 1))).expect("1 byte fits");
         let root_byte = |parts: MemberParts<'_>| parts.bytes(0).to_vec();
         // Member 1 waits for member 0's part alone; member 0 comes and
         // wakes it; member 2 finds member 0's part there.
         let SmallArrival::Waits(mut waiting) = comm.sit_small((0, 0), 1, small(1), Some(0), &mut Some(root_byte)) else { panic!("not there") };
-        let flag = Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
-        let waker = Waker::from(flag.clone());
+        let (flag, waker) = Flag::new();
         assert!(waiting.poll_read(&mut Context::from_waker(&waker), Some(0), &mut Some(root_byte)).is_pending());
         let no_read = &mut None::<fn(MemberParts<'_>)>;
         let SmallArrival::Waits(root) = comm.sit_small((0, 0), 0, small(7), None, no_read) else { panic!("reads nothing") };
@@ -1271,10 +1272,7 @@ mod tests {
     fn rounds_stay_in_call_order() {
         assert!(newer((1, 0), (0, 0)) && newer((0, 1), (0, 0)) && newer((0, 0), (u32::MAX, 1)));
         assert!(!newer((0, 0), (0, 0)) && !newer((u32::MAX, 0), (0, 0)));
-        let world = LocalWorld::new(2);
-        let members: Arc<[u32]> = Arc::from(vec![0, 1]);
-        let holds: Vec<LocalMember> = (0..2).map(|me| world.comm(9, members.clone(), me)).collect();
-        let comm = holds[0].comm.clone();
+        let (_world, _holds, comm) = place(&[0, 1], 9);
         let keys = [(u32::MAX - 1, 0), (u32::MAX, 0), (0, 0), (u32::MAX, 1), (u32::MAX - 1, 1), (1, 0)];
         let seats: Vec<Seat> = keys.iter().map(|&key| comm.sit(key, 0, part(), None).seat()).collect();
         let order: Vec<RoundKey> = lock(&comm.state).rounds.iter().map(|(k, _)| *k).collect();
@@ -1294,10 +1292,7 @@ mod tests {
     /// does not.
     #[test]
     fn rounds_complete_fail_and_go() {
-        let world = LocalWorld::new(3);
-        let members: Arc<[u32]> = Arc::from(vec![2, 0, 1]);
-        let holds: Vec<LocalMember> = (0..3).map(|me| world.comm(7, members.clone(), me)).collect();
-        let comm = holds[0].comm.clone();
+        let (world, holds, comm) = place(&[2, 0, 1], 7);
         let mut a = comm.sit((0, 0), 2, part(), None).seat();
         let mut b = comm.sit((0, 0), 0, part(), None).seat();
         assert!(poll(&mut a).is_pending());
