@@ -276,10 +276,7 @@ impl SmallPart {
     /// A part of `kind` and `shape` whose one block is `bytes` of type
     /// signature `signature`, if they are few enough ([`INLINE`]).
     pub(crate) fn new(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), bytes: &[u8], signature: Option<(u64, u64)>) -> Option<SmallPart> {
-        let len = u8::try_from(bytes.len()).ok().filter(|&len| usize::from(len) <= INLINE)?;
-        let mut data = InlineBytes { bytes: [0; INLINE], len };
-        data.bytes[..bytes.len()].copy_from_slice(bytes);
-        Some(SmallPart { kind, shape, data, signature })
+        Some(SmallPart { kind, shape, data: InlineBytes::copy_of(bytes)?, signature })
     }
 
     /// The part as a [`Part`] of one block.
@@ -329,7 +326,7 @@ impl<'r> MemberParts<'r> {
     #[inline]
     pub(crate) fn bytes(&self, r: usize) -> &'r [u8] {
         match &self.round.small[r] {
-            Some(small) => &small.data.bytes[..usize::from(small.data.len)],
+            Some(small) => small.data.as_slice(),
             None => self.get(r).block.map_or(&[][..], |(bytes, _)| bytes),
         }
     }
@@ -349,7 +346,7 @@ impl<'r> MemberParts<'r> {
             return general(&parts[r]);
         }
         match (&round.small[r], &round.parts[r]) {
-            (Some(small), _) => MemberPart { kind: small.kind, shape: small.shape, block: Ok((&small.data.bytes[..usize::from(small.data.len)], small.signature)) },
+            (Some(small), _) => MemberPart { kind: small.kind, shape: small.shape, block: Ok((small.data.as_slice(), small.signature)) },
             (None, Some(part)) => general(part),
             (None, None) => unreachable!("a part read is there"),
         }
@@ -389,15 +386,30 @@ pub(crate) struct InlineBytes {
     len: u8,
 }
 
+impl InlineBytes {
+    /// A copy of `bytes`, if they fit.
+    #[inline]
+    fn copy_of(bytes: &[u8]) -> Option<InlineBytes> {
+        let len = u8::try_from(bytes.len()).ok().filter(|&len| usize::from(len) <= INLINE)?;
+        let mut inline = InlineBytes { bytes: [0; INLINE], len };
+        inline.bytes[..bytes.len()].copy_from_slice(bytes);
+        Some(inline)
+    }
+
+    /// The bytes held.
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
 impl BlockBytes {
     /// No bytes.
     pub(crate) const EMPTY: BlockBytes = BlockBytes::Inline(InlineBytes { bytes: [0; INLINE], len: 0 });
 
     /// A copy of `bytes`, held inline if they fit.
     pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<BlockBytes> {
-        if bytes.len() <= INLINE {
-            let mut inline = InlineBytes { bytes: [0; INLINE], len: bytes.len() as u8 };
-            inline.bytes[..bytes.len()].copy_from_slice(bytes);
+        if let Some(inline) = InlineBytes::copy_of(bytes) {
             return Ok(BlockBytes::Inline(inline));
         }
         Ok(BlockBytes::Shared(Bytes::from(crate::pack::spare::copy_of(bytes)?)))
@@ -417,7 +429,7 @@ impl std::ops::Deref for BlockBytes {
     #[inline]
     fn deref(&self) -> &[u8] {
         match self {
-            BlockBytes::Inline(inline) => &inline.bytes[..usize::from(inline.len)],
+            BlockBytes::Inline(inline) => inline.as_slice(),
             BlockBytes::Shared(bytes) => bytes,
         }
     }
