@@ -70,7 +70,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, MemberParts, Part, Parts, Seat, SmallArrival, SmallPart, Want, INLINE};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, MemberParts, Part, Parts, Seat, SmallPart, Want, INLINE};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -302,8 +302,8 @@ fn with_small_part_of<'a, R: Send + 'a>(
     let local = call.local.as_ref().expect("a call that meets has a meeting place");
     let mut read = Some(read);
     match local.sit_small((call.number, 0), call.rank(), part, from, &mut read) {
-        SmallArrival::Took(outcome) => Collective::finished(told(&call, outcome).and_then(finish)),
-        SmallArrival::Waits(mut seat) => Collective::met(async move {
+        Arrival::Took(outcome) => Collective::finished(told(&call, outcome).and_then(finish)),
+        Arrival::Waits(mut seat) => Collective::met(async move {
             let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, from, &mut read)).await?;
             told(&call, outcome).and_then(finish)
         }),
@@ -466,7 +466,7 @@ fn small_bcast<'a, E: Element>(call: Call, part: SmallPart, root: usize, mut buf
     if call.rank() == root {
         let local = call.local.as_ref().expect("a call that meets has a meeting place");
         let no_read = &mut None::<fn(MemberParts<'_>) -> std::result::Result<(), Disagreement>>;
-        let SmallArrival::Waits(seat) = local.sit_small((call.number, 0), root, part, None, no_read) else { unreachable!("the root reads nothing at once") };
+        let Arrival::Waits(seat) = local.sit_small((call.number, 0), root, part, None, no_read) else { unreachable!("the root reads nothing at once") };
         if !seat.is_refused() && seat.open_rounds() <= RUN_AHEAD {
             // The root has nothing to take (see `bcast`).
             return Collective::finished(Ok(()));

@@ -194,13 +194,6 @@ enum Placed {
     Small(SmallPart),
 }
 
-/// A member that left a small part: it waits at its seat, or read every
-/// part at once (see [`LocalComm::sit_small`]).
-pub(crate) enum SmallArrival<R> {
-    Waits(Seat),
-    Took(R),
-}
-
 /// Round `a` belongs to a later call than `b`, or to a later phase of the
 /// same call. Call numbers wrap around: the open rounds of a
 /// communicator span far fewer than 2³¹ calls, so a number up to 2³¹
@@ -459,21 +452,46 @@ impl LocalComm {
     /// member takes it now, done with the round ([`Arrival::Took`]): it
     /// finishes its call without waiting, under this one lock.
     pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, wants: Option<Want>) -> Arrival {
+        self.sit_with(key, me, Placed::Part(part), |round| match wants {
+            Some(Want::All) => round.shared_parts().map(Got::All),
+            Some(Want::One(r)) => round.glimpse(r).map(Got::One),
+            None => None,
+        })
+    }
+
+    /// Leaves member `me`'s small `part` at round `key` (see
+    /// [`SmallPart`]); if the parts the member waits for are there now
+    /// (every member's, or member `from`'s), reads them with `read` under
+    /// the lock, done with the round ([`Arrival::Took`]); otherwise (or
+    /// with no `read`) the member waits at its seat, and reads them with
+    /// [`Seat::poll_read`]. Otherwise as [`sit`](LocalComm::sit).
+    pub(crate) fn sit_small<R>(
+        self: &Arc<Self>,
+        key: RoundKey,
+        me: usize,
+        part: SmallPart,
+        from: Option<usize>,
+        read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>,
+    ) -> Arrival<R> {
+        self.sit_with(key, me, Placed::Small(part), |round| match read.is_some() && round.has(from) {
+            true => Some(read.take().expect("read once")(MemberParts { round })),
+            false => None,
+        })
+    }
+
+    /// Leaves member `me`'s `part` at round `key`, then takes what `take`
+    /// takes from the round under the lock, if anything: done with the
+    /// round then, or waiting at its seat otherwise.
+    fn sit_with<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: Placed, take: impl FnOnce(&mut Round) -> Option<R>) -> Arrival<R> {
         let mut st = lock(&self.state);
-        let (at, open, wakers) = match self.place(&mut st, key, me, Placed::Part(part)) {
+        let (at, open, wakers) = match self.place(&mut st, key, me, part) {
             Ok(placed) => placed,
             Err(error) => {
                 drop(st);
                 return Arrival::Waits(self.refused(key, me, error));
             }
         };
-        let round = &mut st.rounds[at].1;
-        let got = match wants {
-            Some(Want::All) => round.shared_parts().map(Got::All),
-            Some(Want::One(r)) => round.glimpse(r).map(Got::One),
-            None => None,
-        };
-        let early = got.map(|got| (got, Seat::finish(self, key, &mut st)));
+        let early = take(&mut st.rounds[at].1).map(|got| (got, Seat::finish(self, key, &mut st)));
         drop(st);
         wakers.wake();
         match early {
@@ -482,42 +500,6 @@ impl LocalComm {
                 Arrival::Took(got)
             }
             None => Arrival::Waits(Seat { comm: self.clone(), key, me, done: false, open, refused: None }),
-        }
-    }
-
-    /// Leaves member `me`'s small `part` at round `key` (see
-    /// [`SmallPart`]); if the parts the member waits for are there now
-    /// (every member's, or member `from`'s), reads them with `read` under
-    /// the lock, done with the round ([`SmallArrival::Took`]); otherwise
-    /// (or with no `read`) the member waits at its seat, and reads them
-    /// with [`Seat::poll_read`]. Otherwise as [`sit`](LocalComm::sit).
-    pub(crate) fn sit_small<R>(
-        self: &Arc<Self>,
-        key: RoundKey,
-        me: usize,
-        part: SmallPart,
-        from: Option<usize>,
-        read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>,
-    ) -> SmallArrival<R> {
-        let mut st = lock(&self.state);
-        let (at, open, wakers) = match self.place(&mut st, key, me, Placed::Small(part)) {
-            Ok(placed) => placed,
-            Err(error) => {
-                drop(st);
-                return SmallArrival::Waits(self.refused(key, me, error));
-            }
-        };
-        let round = &st.rounds[at].1;
-        let there = read.is_some() && round.has(from);
-        let early = there.then(|| read.take().expect("read once")(MemberParts { round })).map(|got| (got, Seat::finish(self, key, &mut st)));
-        drop(st);
-        wakers.wake();
-        match early {
-            Some((got, after)) => {
-                Seat::finished(self, after);
-                SmallArrival::Took(got)
-            }
-            None => SmallArrival::Waits(Seat { comm: self.clone(), key, me, done: false, open, refused: None }),
         }
     }
 
@@ -921,13 +903,13 @@ impl Seat {
 }
 
 /// A member that left its part: it waits at its seat, or took what it
-/// wanted at once (see [`LocalComm::sit`]).
-pub(crate) enum Arrival {
+/// wanted at once ([`LocalComm::sit`], [`LocalComm::sit_small`]).
+pub(crate) enum Arrival<T = Got> {
     Waits(Seat),
-    Took(Got),
+    Took(T),
 }
 
-impl Arrival {
+impl<T> Arrival<T> {
     /// The seat of a member that wanted nothing at once.
     pub(crate) fn seat(self) -> Seat {
         match self {
@@ -1214,15 +1196,15 @@ mod tests {
         let small = |me: u8| SmallPart::new((4, 0), (None, 3), &[me, me, me], Some((7, 3))).expect("3 bytes fit");
         let read = |parts: MemberParts<'_>| (0..parts.len()).map(|r| (parts.get(r).kind, parts.bytes(r).to_vec())).collect::<Vec<_>>();
         // Two small parts: read in place, nothing shared.
-        let SmallArrival::Waits(mut first) = comm.sit_small((0, 0), 0, small(0), None, &mut Some(read)) else { panic!("alone") };
-        let SmallArrival::Took(got) = comm.sit_small((0, 0), 1, small(1), None, &mut Some(read)) else { panic!("complete") };
+        let Arrival::Waits(mut first) = comm.sit_small((0, 0), 0, small(0), None, &mut Some(read)) else { panic!("alone") };
+        let Arrival::Took(got) = comm.sit_small((0, 0), 1, small(1), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((4, 0), vec![0; 3]), ((4, 0), vec![1; 3])]);
         assert!(lock(&comm.state).rounds[0].1.complete.is_none(), "small parts are not shared");
         let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((4, 0), vec![0; 3]), ((4, 0), vec![1; 3])]);
         assert!(lock(&comm.state).rounds.is_empty());
         // A small part, then a part: shared, the small one as a block.
-        let SmallArrival::Waits(mut first) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(read)) else { panic!("alone") };
+        let Arrival::Waits(mut first) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(read)) else { panic!("alone") };
         let Arrival::Took(got) = comm.sit((1, 0), 1, Part { kind: (5, 2), ..part() }, Some(Want::All)) else { panic!("complete") };
         let parts = got.all();
         assert_eq!(parts[0].kind, (4, 0));
@@ -1232,7 +1214,7 @@ mod tests {
         drop(parts);
         // A part, then a small part that completes the round.
         let mut first = comm.sit((2, 0), 0, Part { kind: (5, 2), ..part() }, None).seat();
-        let SmallArrival::Took(got) = comm.sit_small((2, 0), 1, small(1), None, &mut Some(read)) else { panic!("complete") };
+        let Arrival::Took(got) = comm.sit_small((2, 0), 1, small(1), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((5, 2), vec![]), ((4, 0), vec![1; 3])]);
         let Poll::Ready(Ok(parts)) = poll(&mut first) else { panic!("complete") };
         assert_eq!(parts[1].kind, (4, 0));
@@ -1251,29 +1233,29 @@ mod tests {
         let root_byte = |parts: MemberParts<'_>| parts.bytes(0).to_vec();
         // Member 1 waits for member 0's part alone; member 0 comes and
         // wakes it; member 2 finds member 0's part there.
-        let SmallArrival::Waits(mut waiting) = comm.sit_small((0, 0), 1, small(1), Some(0), &mut Some(root_byte)) else { panic!("not there") };
+        let Arrival::Waits(mut waiting) = comm.sit_small((0, 0), 1, small(1), Some(0), &mut Some(root_byte)) else { panic!("not there") };
         let (flag, waker) = Flag::new();
         assert!(waiting.poll_read(&mut Context::from_waker(&waker), Some(0), &mut Some(root_byte)).is_pending());
         let no_read = &mut None::<fn(MemberParts<'_>)>;
-        let SmallArrival::Waits(root) = comm.sit_small((0, 0), 0, small(7), None, no_read) else { panic!("reads nothing") };
+        let Arrival::Waits(root) = comm.sit_small((0, 0), 0, small(7), None, no_read) else { panic!("reads nothing") };
         assert!(flag.0.load(Ordering::SeqCst), "the member waiting for this part is woken");
         let Poll::Ready(Ok(got)) = waiting.poll_read(&mut Context::from_waker(&waker), Some(0), &mut Some(root_byte)) else { panic!("there") };
         assert_eq!(got, [7]);
-        let SmallArrival::Took(got) = comm.sit_small((0, 0), 2, small(2), Some(0), &mut Some(root_byte)) else { panic!("there") };
+        let Arrival::Took(got) = comm.sit_small((0, 0), 2, small(2), Some(0), &mut Some(root_byte)) else { panic!("there") };
         assert_eq!(got, [7]);
         assert_eq!(lock(&comm.state).rounds.len(), 1, "the root is not done yet");
         drop(root);
         assert!(lock(&comm.state).rounds.is_empty(), "a dropped seat is done: the round goes");
         // Member 0 waits for every part; member 2 is gone without its part.
         let every = |parts: MemberParts<'_>| parts.len();
-        let SmallArrival::Waits(mut waiting) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(every)) else { panic!("alone") };
-        let SmallArrival::Waits(second) = comm.sit_small((1, 0), 1, small(1), None, no_read) else { panic!("reads nothing") };
+        let Arrival::Waits(mut waiting) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(every)) else { panic!("alone") };
+        let Arrival::Waits(second) = comm.sit_small((1, 0), 1, small(1), None, no_read) else { panic!("reads nothing") };
         world.leave(2);
         assert!(matches!(waiting.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(Error::ProcessFailed { rank: 2, .. }))));
         drop(second);
         assert!(lock(&comm.state).rounds.is_empty(), "the members that came are done: the round goes");
         // A member whose endpoint has gone leaves nothing, and fails.
-        let SmallArrival::Waits(mut gone) = comm.sit_small((2, 0), 2, small(2), None, &mut Some(every)) else { panic!("refused") };
+        let Arrival::Waits(mut gone) = comm.sit_small((2, 0), 2, small(2), None, &mut Some(every)) else { panic!("refused") };
         assert!(matches!(gone.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(Error::Finalized))));
     }
 
