@@ -303,11 +303,24 @@ fn with_small_part_of<'a, R: Send + 'a>(
     let mut read = Some(read);
     match local.sit_small((call.number, 0), call.rank(), part, from, &mut read) {
         Arrival::Took(outcome) => Collective::finished(told(&call, outcome).and_then(finish)),
-        Arrival::Waits(mut seat) => Collective::met(async move {
-            let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, from, &mut read)).await?;
-            told(&call, outcome).and_then(finish)
-        }),
+        Arrival::Waits(seat) => read_when_there(call, seat, from, read, finish),
     }
+}
+
+/// The future of a rank waiting at `seat` of a small call: `read` (once)
+/// reads the parts under the round's lock when they are there, and
+/// `finish` finishes with what it read.
+fn read_when_there<'a, R: Send + 'a>(
+    call: Call,
+    mut seat: Seat,
+    from: Option<usize>,
+    mut read: Option<impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a>,
+    finish: impl FnOnce(R) -> Result<()> + Send + 'a,
+) -> Collective<'a> {
+    Collective::met(async move {
+        let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, from, &mut read)).await?;
+        told(&call, outcome).and_then(finish)
+    })
 }
 
 /// Rank `from`'s block `k`.
@@ -466,17 +479,13 @@ fn small_bcast<'a, E: Element>(call: Call, part: SmallPart, root: usize, mut buf
     if call.rank() == root {
         let local = call.local.as_ref().expect("a call that meets has a meeting place");
         let no_read = &mut None::<fn(MemberParts<'_>) -> std::result::Result<(), Disagreement>>;
-        let Arrival::Waits(seat) = local.sit_small((call.number, 0), root, part, None, no_read) else { unreachable!("the root reads nothing at once") };
+        let seat = local.sit_small((call.number, 0), root, part, None, no_read).seat();
         if !seat.is_refused() && seat.open_rounds() <= RUN_AHEAD {
             // The root has nothing to take (see `bcast`).
             return Collective::finished(Ok(()));
         }
-        let mut seat = seat;
-        let mut read = Some(move |parts: MemberParts<'_>| agree_small(&parts, kind, shape));
-        return Collective::met(async move {
-            let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, None, &mut read)).await?;
-            told(&call, outcome)
-        });
+        // A root that waits checks every part.
+        return read_when_there(call, seat, None, Some(move |parts: MemberParts<'_>| agree_small(&parts, kind, shape)), Ok);
     }
     let take = move |parts: MemberParts<'_>| {
         let root_part = parts.get(root);
