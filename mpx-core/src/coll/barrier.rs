@@ -1,6 +1,6 @@
 //! `MPI_Barrier`.
 
-use super::{sent_after, Call, Collective};
+use super::{sent_after, Collective, Starting};
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -29,10 +29,11 @@ impl Comm {
     /// the communicator are not confused by it (each call has its own
     /// number).
     pub fn barrier(&self) -> Collective<'static> {
-        let call = Call::begin(self);
-        if call.local().is_some() {
-            return super::local::barrier(call);
+        let start = Starting::new(self);
+        if start.local().is_some() {
+            return super::local::barrier(start);
         }
+        let call = start.call();
         let (n, me) = (call.size(), call.rank());
         // Round k: a signal to the rank 2^k ahead, one from the rank 2^k
         // behind, for ⌈log₂ n⌉ rounds. Every round's receive is posted

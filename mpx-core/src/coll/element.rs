@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::comm::data::{small_native_values, Packed, PlainBytes, SendData};
+use crate::comm::data::{small_native_values, Packed, SendData};
 use crate::comm::{native_values_in, unpack_typed_message, RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
@@ -17,6 +17,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
 use crate::request::Status;
+use sealed::{AnyBytes, PlainItems};
 
 /// The items of a collective's or a persistent request's buffers: every
 /// [`MpiType`] (typed slices, single values and `Vec`s), and [`Described`]
@@ -68,6 +69,35 @@ pub enum Described {}
 pub(crate) mod sealed {
     use super::*;
 
+    /// Items of a collective's buffer that are plain values of at most a
+    /// few bytes ([`Blocks::plain_src`], [`Blocks::plain_dst`]): the bytes
+    /// they lie in, which packed they would be, and the type signature of
+    /// that packed data.
+    pub struct PlainItems<'b, E> {
+        pub(crate) bytes: &'b [u8],
+        pub(crate) signature: Option<(u64, u64)>,
+        /// Whether any bytes make valid values of the items' type (no
+        /// `bool` or `char` in it): proof of it, for
+        /// [`Blocks::copy_agreed`].
+        pub(crate) any_bytes: Option<AnyBytes<E>>,
+    }
+
+    /// Proof that values of a collective's element `E` are plain (no
+    /// padding, laid out as their packed native data) and that any bytes
+    /// make valid values of them: made only by [`Blocks::plain_src`] and
+    /// [`Blocks::plain_dst`], where both were checked, and asked for by
+    /// [`Blocks::copy_agreed`], which then copies bytes into such values
+    /// as they lie.
+    pub struct AnyBytes<E>(pub(super) std::marker::PhantomData<fn() -> E>);
+
+    impl<E> Clone for AnyBytes<E> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+
+    impl<E> Copy for AnyBytes<E> {}
+
     /// What the algorithms do with a buffer of items (a detail of mpx).
     pub trait Blocks: Sized {
         /// Whether a collective's send and receive items are of one type
@@ -102,9 +132,9 @@ pub(crate) mod sealed {
         /// type signature of their packed native data, if they are plain
         /// values (no padding) of at most `max` bytes: packed, they would
         /// be those bytes.
-        fn plain_src<'b>(src: &'b Self::Src<'_>, items: Range<usize>, max: usize) -> Option<PlainBytes<'b>>;
+        fn plain_src<'b>(src: &'b Self::Src<'_>, items: Range<usize>, max: usize) -> Option<PlainItems<'b, Self>>;
         /// [`plain_src`](Blocks::plain_src) of the destination's items.
-        fn plain_dst<'b>(dst: &'b Self::Dst<'_>, items: Range<usize>, max: usize) -> Option<PlainBytes<'b>>;
+        fn plain_dst<'b>(dst: &'b Self::Dst<'_>, items: Range<usize>, max: usize) -> Option<PlainItems<'b, Self>>;
         /// Checks a delivered message against the destination's items
         /// `items` and unpacks it there.
         fn deliver(dst: &mut Self::Dst<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status>;
@@ -118,6 +148,13 @@ pub(crate) mod sealed {
         /// `false`, touching nothing, where it must be checked and
         /// unpacked as a message ([`deliver`](Blocks::deliver)).
         fn copy_native(dst: &mut Self::Dst<'_>, items: Range<usize>, signature: Option<(u64, u64)>, data: &[u8]) -> bool;
+        /// Copies `data` into the destination's items `items` as it lies,
+        /// if it is as long as they are: values of a type that any bytes
+        /// make valid (the proof), `data` being packed native data of
+        /// their type signature (a part that agreed with this rank's, of
+        /// the same shape), so that no signature is compared here.
+        /// `false`, touching nothing, if the lengths differ.
+        fn copy_agreed(dst: &mut Self::Dst<'_>, items: Range<usize>, data: &[u8], proof: AnyBytes<Self>) -> bool;
     }
 }
 
@@ -174,12 +211,12 @@ impl<T: MpiType> sealed::Blocks for T {
         (&dst[items]).into_packed(repr)
     }
 
-    fn plain_src<'b>(src: &'b &[T], items: Range<usize>, max: usize) -> Option<PlainBytes<'b>> {
-        small_native_values(src.get(items)?, max)
+    fn plain_src<'b>(src: &'b &[T], items: Range<usize>, max: usize) -> Option<PlainItems<'b, T>> {
+        plain_values(src.get(items)?, max)
     }
 
-    fn plain_dst<'b>(dst: &'b &mut [T], items: Range<usize>, max: usize) -> Option<PlainBytes<'b>> {
-        small_native_values(dst.get(items)?, max)
+    fn plain_dst<'b>(dst: &'b &mut [T], items: Range<usize>, max: usize) -> Option<PlainItems<'b, T>> {
+        plain_values(dst.get(items)?, max)
     }
 
     fn deliver(dst: &mut &mut [T], items: Range<usize>, msg: &Delivered) -> Result<Status> {
@@ -207,6 +244,30 @@ impl<T: MpiType> sealed::Blocks for T {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), data.len()) };
         true
     }
+
+    fn copy_agreed(dst: &mut &mut [T], items: Range<usize>, data: &[u8], _: AnyBytes<T>) -> bool {
+        let Some(out) = dst.get_mut(items) else { return false };
+        if std::mem::size_of_val(out) != data.len() {
+            return false;
+        }
+        // SAFETY: `T` has no padding and any bytes make valid values of it
+        // (the proof, made by `plain_values` only where both hold), and
+        // `data` is exactly as many bytes as `out` holds (checked above):
+        // writing them makes valid values. `data` (a part left by a rank)
+        // and the destination are distinct memory.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), data.len()) };
+        true
+    }
+}
+
+/// `values` as plain items (see [`PlainItems`]), if they are plain values
+/// of at most `max` bytes, with proof that any bytes make valid values of
+/// `T` where they do.
+fn plain_values<T: MpiType>(values: &[T], max: usize) -> Option<PlainItems<'_, T>> {
+    let (bytes, signature) = small_native_values(values, max)?;
+    // `small_native_values` checked that `T` has no padding.
+    let any_bytes = (!T::NEEDS_VALIDATION).then_some(AnyBytes(std::marker::PhantomData));
+    Some(PlainItems { bytes, signature, any_bytes })
 }
 
 impl sealed::Blocks for Described {
@@ -254,12 +315,12 @@ impl sealed::Blocks for Described {
         dst.pack_block(offset, count, repr)
     }
 
-    fn plain_src<'b>(_: &'b SendBuf<'_>, _: Range<usize>, _: usize) -> Option<PlainBytes<'b>> {
+    fn plain_src<'b>(_: &'b SendBuf<'_>, _: Range<usize>, _: usize) -> Option<PlainItems<'b, Described>> {
         // Described items are packed through their datatype.
         None
     }
 
-    fn plain_dst<'b>(_: &'b RecvBuf<'_>, _: Range<usize>, _: usize) -> Option<PlainBytes<'b>> {
+    fn plain_dst<'b>(_: &'b RecvBuf<'_>, _: Range<usize>, _: usize) -> Option<PlainItems<'b, Described>> {
         None
     }
 
@@ -286,6 +347,11 @@ impl sealed::Blocks for Described {
 
     fn copy_native(_: &mut RecvBuf<'_>, _: Range<usize>, _: Option<(u64, u64)>, _: &[u8]) -> bool {
         // Described items are unpacked through their datatype.
+        false
+    }
+
+    fn copy_agreed(_: &mut RecvBuf<'_>, _: Range<usize>, _: &[u8], _: AnyBytes<Described>) -> bool {
+        // No proof is made for described items (`plain_dst` gives none).
         false
     }
 }

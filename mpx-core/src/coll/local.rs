@@ -56,13 +56,13 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
 
 use super::reduce::LARGE_ALLREDUCE;
-use super::{checked_into, native_message, Call, Collective, Element, Op};
+use super::element::sealed::AnyBytes;
+use super::{checked_into, native_message, Call, Collective, Element, Op, Starting};
 use crate::comm::data::{Packed, SendData};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
@@ -70,7 +70,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, MemberParts, Part, Parts, Seat, SmallPart, Want, INLINE};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, MemberParts, Part, Parts, Seat, SmallPart, Want, INLINE};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -131,12 +131,7 @@ type Shape = (Option<(u64, u64)>, u64);
 /// whose blocks each receiver checks against its own).
 const NO_SHAPE: Shape = (None, 0);
 
-impl Call {
-    /// Where this call's ranks meet, if they all live in this process.
-    pub(crate) fn local(&self) -> Option<&Arc<LocalComm>> {
-        self.local.as_ref()
-    }
-
+impl Starting<'_> {
     /// Leaves this rank's part of phase `phase` of the call: the rank
     /// waits at its seat, or takes what it `wants` at once if it is there
     /// already (see [`LocalComm::sit`]).
@@ -146,9 +141,9 @@ impl Call {
 
     /// [`meet`](Call::meet) with blocks that are slices of `whole`.
     fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Vec<Bytes>, wants: Option<Want>) -> Arrival {
-        let local = self.local.as_ref().expect("a call that meets has a meeting place");
+        let local = self.local().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
-        local.sit((self.number, phase), self.rank(), part, wants)
+        local.sit((self.number(), phase), self.rank(), part, wants)
     }
 }
 
@@ -169,7 +164,7 @@ impl From<Packed> for Block {
 /// for a message.
 pub(super) fn pack_part<E: Element>(src: &E::Src<'_>, items: Range<usize>) -> Result<Block> {
     match E::plain_src(src, items.clone(), INLINE) {
-        Some((bytes, signature)) => Ok(Block { data: BlockBytes::copy_of(bytes)?, signature }),
+        Some(plain) => Ok(Block { data: BlockBytes::copy_of(plain.bytes)?, signature: plain.signature }),
         None => E::pack(src, items, Repr::Native).map(block),
     }
 }
@@ -177,7 +172,7 @@ pub(super) fn pack_part<E: Element>(src: &E::Src<'_>, items: Range<usize>) -> Re
 /// [`pack_part`] of items of a destination buffer (a broadcast's root's).
 fn pack_dst_part<E: Element>(dst: &E::Dst<'_>, items: Range<usize>) -> Result<Block> {
     match E::plain_dst(dst, items.clone(), INLINE) {
-        Some((bytes, signature)) => Ok(Block { data: BlockBytes::copy_of(bytes)?, signature }),
+        Some(plain) => Ok(Block { data: BlockBytes::copy_of(plain.bytes)?, signature: plain.signature }),
         None => E::pack_dst(dst, items, Repr::Native).map(block),
     }
 }
@@ -198,7 +193,7 @@ impl Call {
     /// part of kind `(MESSAGES, sub-tags its messages use)`).
     pub(super) fn mark_messages(&self) {
         if self.local.is_some() {
-            drop(self.meet(0, (MESSAGES, self.subtags), NO_SHAPE, Ok(Vec::new()), None));
+            drop(self.starting().meet(0, (MESSAGES, self.subtags), NO_SHAPE, Ok(Vec::new()), None));
         }
     }
 }
@@ -206,7 +201,7 @@ impl Call {
 /// Tells the ranks whose call exchanges messages (they left word at the
 /// round: see [`Call::mark_messages`]) that this rank gave up on it: they
 /// wait for messages this rank will never send.
-fn tell_those_over_messages(call: &Call, parts: &[Part]) {
+fn tell_those_over_messages(call: Starting<'_>, parts: &[Part]) {
     let subtags = parts.iter().filter(|p| p.kind.0 == MESSAGES).map(|p| p.kind.1).max();
     if let Some(subtags) = subtags {
         call.give_up_on(subtags);
@@ -217,7 +212,7 @@ fn tell_those_over_messages(call: &Call, parts: &[Part]) {
 /// first that disagrees, or gave up, fails the call on this rank. A rank
 /// whose collective exchanges messages waits for this one's: it is told
 /// by message that this rank gave up.
-fn agree(call: &Call, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
+fn agree(call: Starting<'_>, parts: &[Part], kind: Kind, shape: Shape) -> Result<()> {
     if parts.iter().all(|part| part.kind == kind && part.shape == shape && part.blocks.is_ok()) {
         // Every legal call: one pass, no error built.
         return Ok(());
@@ -269,7 +264,7 @@ fn agree_small(parts: &MemberParts<'_>, kind: Kind, shape: Shape) -> std::result
 
 /// The outcome of a small call, once the lock is released: a rank whose
 /// collective exchanges messages is told that this one gave up.
-fn told<T>(call: &Call, outcome: std::result::Result<T, Disagreement>) -> Result<T> {
+fn told<T>(call: Starting<'_>, outcome: std::result::Result<T, Disagreement>) -> Result<T> {
     outcome.map_err(|(e, subtags)| {
         if let Some(subtags) = subtags {
             call.give_up_on(subtags);
@@ -283,7 +278,7 @@ fn told<T>(call: &Call, outcome: std::result::Result<T, Disagreement>) -> Result
 /// they are all there when the call starts, otherwise by the returned
 /// future once they are.
 fn with_small_parts<'a, R: Send + 'a>(
-    call: Call,
+    call: Starting<'_>,
     part: SmallPart,
     read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a,
     finish: impl FnOnce(R) -> Result<()> + Send + 'a,
@@ -293,17 +288,17 @@ fn with_small_parts<'a, R: Send + 'a>(
 
 /// [`with_small_parts`] reading member `from`'s part alone, if given.
 fn with_small_part_of<'a, R: Send + 'a>(
-    call: Call,
+    call: Starting<'_>,
     part: SmallPart,
     from: Option<usize>,
     read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a,
     finish: impl FnOnce(R) -> Result<()> + Send + 'a,
 ) -> Collective<'a> {
-    let local = call.local.as_ref().expect("a call that meets has a meeting place");
+    let local = call.local().expect("a call that meets has a meeting place");
     let mut read = Some(read);
-    match local.sit_small((call.number, 0), call.rank(), part, from, &mut read) {
-        Arrival::Took(outcome) => Collective::finished(told(&call, outcome).and_then(finish)),
-        Arrival::Waits(seat) => read_when_there(call, seat, from, read, finish),
+    match local.sit_small((call.number(), 0), call.rank(), part, from, &mut read) {
+        Arrival::Took(outcome) => Collective::finished(told(call, outcome).and_then(finish)),
+        Arrival::Waits(seat) => read_when_there(call.call(), seat, from, read, finish),
     }
 }
 
@@ -319,7 +314,7 @@ fn read_when_there<'a, R: Send + 'a>(
 ) -> Collective<'a> {
     Collective::met(async move {
         let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, from, &mut read)).await?;
-        told(&call, outcome).and_then(finish)
+        told(call.starting(), outcome).and_then(finish)
     })
 }
 
@@ -346,23 +341,24 @@ fn take_block<E: Element>(block: &Block, from: usize, dst: &mut E::Dst<'_>, item
 /// A collective whose part failed before it met: its part says so, and
 /// it fails with `e`, once every rank has come (so that a rank whose call
 /// exchanges messages, and waits for this one's, is told).
-fn refused<'a>(call: Call, kind: Kind, e: Error) -> Collective<'a> {
-    let seat = call.meet(0, kind, NO_SHAPE, Err(e.clone()), None).seat();
+fn refused<'a>(start: Starting<'_>, kind: Kind, e: Error) -> Collective<'a> {
+    let seat = start.meet(0, kind, NO_SHAPE, Err(e.clone()), None).seat();
+    let call = start.call();
     Collective::met(async move {
         if let Ok(parts) = seat.await {
-            tell_those_over_messages(&call, &parts);
+            tell_those_over_messages(call.starting(), &parts);
         }
         Err(e)
     })
 }
 
 /// `MPI_Barrier`.
-pub(super) fn barrier(call: Call) -> Collective<'static> {
+pub(super) fn barrier(call: Starting<'_>) -> Collective<'static> {
     let kind = (BARRIER, 0);
     if call.size() > SMALL_LANE_RANKS {
         let arrival = call.meet(0, kind, NO_SHAPE, Ok(Vec::new()), Some(Want::All));
-        return with_every_part(arrival, move |parts| {
-            agree(&call, &parts, kind, NO_SHAPE)?;
+        return with_every_part(call, arrival, move |call, parts| {
+            agree(call, &parts, kind, NO_SHAPE)?;
             recycle(parts);
             Ok(())
         });
@@ -375,10 +371,13 @@ pub(super) fn barrier(call: Call) -> Collective<'static> {
 /// with them when the call starts if it took them as it arrived (it
 /// completed the round: no future to run, no wait), otherwise by the
 /// returned future once they are there.
-fn with_every_part<'a>(arrival: Arrival, finish: impl FnOnce(Parts) -> Result<()> + Send + 'a) -> Collective<'a> {
+fn with_every_part<'a>(call: Starting<'_>, arrival: Arrival, finish: impl FnOnce(Starting<'_>, Parts) -> Result<()> + Send + 'a) -> Collective<'a> {
     match arrival {
-        Arrival::Took(got) => Collective::finished(finish(got.all())),
-        Arrival::Waits(seat) => Collective::met(async move { finish(seat.await?) }),
+        Arrival::Took(got) => Collective::finished(finish(call, got.all())),
+        Arrival::Waits(seat) => {
+            let call = call.call();
+            Collective::met(async move { finish(call.starting(), seat.await?) })
+        }
     }
 }
 
@@ -400,31 +399,33 @@ fn every_part_if_small(bytes: u64) -> Option<Want> {
 }
 
 /// `MPI_Bcast` of `buf` from `root`; `checked`: the arguments' checks.
-pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize, mut buf: E::Dst<'a>) -> Collective<'a> {
+pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, root: usize, mut buf: E::Dst<'a>) -> Collective<'a> {
     let kind = (BCAST, root);
     if let Err(e) = checked {
-        return refused(call, kind, e);
+        return refused(start, kind, e);
     }
     let count = E::dst_len(&buf);
     let shape = shape_of(&E::item_type(&buf), count);
-    let me = call.rank();
-    if let Some((bytes, signature)) = E::plain_dst(&buf, 0..count, INLINE).filter(|_| call.size() <= SMALL_LANE_RANKS) {
+    let me = start.rank();
+    if let Some(plain) = E::plain_dst(&buf, 0..count, INLINE).filter(|_| start.size() <= SMALL_LANE_RANKS) {
         // A few plain values: the small lane.
         let part = match me == root {
-            true => SmallPart::new(kind, shape, bytes, signature),
+            true => SmallPart::new(kind, shape, plain.bytes, plain.signature),
             false => SmallPart::new(kind, shape, &[], None),
         };
-        return small_bcast::<E>(call, part.expect("few enough bytes"), root, buf);
+        let any_bytes = plain.any_bytes;
+        return small_bcast::<E>(start, part.expect("few enough bytes"), root, buf, any_bytes);
     }
     let blocks = match me == root {
         true => match pack_dst_part::<E>(&buf, 0..count) {
             Ok(block) => one_block(block),
-            Err(e) => return refused(call, kind, e),
+            Err(e) => return refused(start, kind, e),
         },
         false => Vec::new(),
     };
     let wants = (me != root && shape.1 < TAKE_IN_CALL_BELOW).then_some(Want::One(root));
-    let arrival = call.meet(0, kind, shape, Ok(blocks), wants);
+    let arrival = start.meet(0, kind, shape, Ok(blocks), wants);
+    let call = start.call();
     if me == root {
         let seat = arrival.seat();
         if !seat.is_refused() && shape.1 < RUN_AHEAD_BYTES && seat.open_rounds() <= RUN_AHEAD {
@@ -438,7 +439,7 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
         // behind) checks every part.
         return Collective::met(async move {
             let parts = seat.await?;
-            agree(&call, &parts, kind, shape)?;
+            agree(call.starting(), &parts, kind, shape)?;
             recycle(parts);
             Ok(())
         });
@@ -473,19 +474,18 @@ pub(super) fn bcast<'a, E: Element>(call: Call, checked: Result<()>, root: usize
 
 /// [`bcast`] of a few plain values: the root leaves them in a small
 /// part, and the others take them from it under the round's lock.
-fn small_bcast<'a, E: Element>(call: Call, part: SmallPart, root: usize, mut buf: E::Dst<'a>) -> Collective<'a> {
+fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize, mut buf: E::Dst<'a>, any_bytes: Option<AnyBytes<E>>) -> Collective<'a> {
     let (kind, shape) = (part.kind, part.shape);
     let count = E::dst_len(&buf);
     if call.rank() == root {
-        let local = call.local.as_ref().expect("a call that meets has a meeting place");
-        let no_read = &mut None::<fn(MemberParts<'_>) -> std::result::Result<(), Disagreement>>;
-        let seat = local.sit_small((call.number, 0), root, part, None, no_read).seat();
-        if !seat.is_refused() && seat.open_rounds() <= RUN_AHEAD {
-            // The root has nothing to take (see `bcast`).
+        let local = call.local().expect("a call that meets has a meeting place");
+        // The root has nothing to take (see `bcast`): it is done once its
+        // part is left, unless too many calls are open.
+        let Arrival::Waits(seat) = local.leave_small((call.number(), 0), root, part, RUN_AHEAD) else {
             return Collective::finished(Ok(()));
-        }
+        };
         // A root that waits checks every part.
-        return read_when_there(call, seat, None, Some(move |parts: MemberParts<'_>| agree_small(&parts, kind, shape)), Ok);
+        return read_when_there(call.call(), seat, None, Some(move |parts: MemberParts<'_>| agree_small(&parts, kind, shape)), Ok);
     }
     let take = move |parts: MemberParts<'_>| {
         let root_part = parts.get(root);
@@ -495,51 +495,63 @@ fn small_bcast<'a, E: Element>(call: Call, part: SmallPart, root: usize, mut buf
             return Err((e, (root_part.kind.0 == MESSAGES).then_some(root_part.kind.1)));
         }
         let (bytes, signature) = root_part.block.expect("agreed: the root did not give up");
-        take_bytes::<E>(bytes, signature, root, &mut buf, 0..count).map_err(|e| (e, None))
+        take_bytes::<E>((bytes, signature, any_bytes), root, &mut buf, 0..count).map_err(|e| (e, None))
     };
     with_small_part_of(call, part, Some(root), take, Ok)
 }
 
+/// Bytes of a part to take, as [`take_bytes`] takes them: the bytes, their
+/// type signature, and the proof that the destination's items take any
+/// bytes, if it does.
+type TakenBytes<'b, E> = (&'b [u8], Option<(u64, u64)>, Option<AnyBytes<E>>);
+
 /// `bytes` of native data of type signature `signature`, from rank
-/// `from`, into `items` of `dst`: copied as they lie if they are exactly
-/// plain values of the destination's type, checked and unpacked as a
-/// delivered message otherwise.
-fn take_bytes<E: Element>(bytes: &[u8], signature: Option<(u64, u64)>, from: usize, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<()> {
-    if E::copy_native(dst, items.clone(), signature, bytes) {
+/// `from`'s part, which agreed with this rank's, into `items` of `dst`:
+/// copied as they lie if they are plain values of the destination's type,
+/// which any bytes make valid (the proof, given by `plain_dst`, says so:
+/// the signatures agreed), or if their signature shows them to be
+/// (`copy_native`); checked and unpacked as a delivered message
+/// otherwise.
+fn take_bytes<E: Element>((bytes, signature, any_bytes): TakenBytes<'_, E>, from: usize, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<()> {
+    if any_bytes.is_some_and(|proof| E::copy_agreed(dst, items.clone(), bytes, proof)) || E::copy_native(dst, items.clone(), signature, bytes) {
         return Ok(());
     }
     checked_into::<E>(native_message(Bytes::copy_from_slice(bytes), signature, from), from, items.len(), dst, items).map(drop)
 }
 
-/// `MPI_Allgather`: `prepared` is each rank's block of `recv` and this
+/// `MPI_Allgather`: `prepared` is the items of each rank's block of
+/// `recv` (the blocks one after another from the start, checked) and this
 /// rank's packed contribution (or why the arguments are wrong).
-pub(super) fn allgather<'a, E: Element>(call: Call, prepared: Result<(Vec<Range<usize>>, Block)>, mut recv: E::Dst<'a>) -> Collective<'a> {
+pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, prepared: Result<(usize, Block)>, mut recv: E::Dst<'a>) -> Collective<'a> {
     let kind = (ALLGATHER, 0);
-    let (ranges, mine) = match prepared {
+    let (count, mine) = match prepared {
         Ok(prepared) => prepared,
         Err(e) => return refused(call, kind, e),
     };
+    let n = call.size();
+    let ranges = move || (0..n).map(move |r| r * count..(r + 1) * count).enumerate();
     let shape = shape_of_block(&mine);
     let me = call.rank();
-    let small = SmallPart::of_block(kind, shape, &mine).filter(|_| ranges.len() <= SMALL_LANE_RANKS && E::plain_dst(&recv, ranges[me].clone(), INLINE).is_some());
-    if let Some(part) = small {
+    let small = SmallPart::of_block(kind, shape, &mine).filter(|_| n <= SMALL_LANE_RANKS);
+    let plain = small.and_then(|_| E::plain_dst(&recv, me * count..(me + 1) * count, INLINE)).map(|plain| plain.any_bytes);
+    if let (Some(part), Some(any_bytes)) = (small, plain) {
         // A block of a few plain values each: the small lane, every
         // rank's block taken where it lies, under the round's lock.
         let read = move |parts: MemberParts<'_>| {
             agree_small(&parts, kind, shape)?;
-            for (r, items) in ranges.into_iter().enumerate() {
+            for (r, items) in ranges() {
                 let (bytes, signature) = parts.get(r).block.expect("the parts agreed: none gave up");
-                take_bytes::<E>(bytes, signature, r, &mut recv, items).map_err(|e| (e, None))?;
+                take_bytes::<E>((bytes, signature, any_bytes), r, &mut recv, items).map_err(|e| (e, None))?;
             }
             Ok(())
         };
         return with_small_parts(call, part, read, Ok);
     }
-    let taken = ranges.iter().map(Range::len).sum::<usize>() as u64 * E::item_type(&recv).size();
+    let taken = (n * count) as u64 * E::item_type(&recv).size();
     let arrival = call.meet(0, kind, shape, Ok(one_block(mine)), every_part_if_small(taken));
-    with_every_part(arrival, move |parts| {
-        agree(&call, &parts, kind, shape)?;
-        for (r, items) in ranges.into_iter().enumerate() {
+    with_every_part(call, arrival, move |call, parts| {
+        agree(call, &parts, kind, shape)?;
+        for (r, items) in ranges() {
             take_block::<E>(block_at(&parts, r, 0), r, &mut recv, items)?;
         }
         recycle(parts);
@@ -559,7 +571,7 @@ pub(super) type Layout = (Vec<Range<usize>>, Vec<Range<usize>>);
 /// fails (the block's type signatures disagree) fails this rank alone,
 /// as over messages: its part is left for the others all the same.
 pub(super) fn alltoall<'a, E: Element>(
-    call: Call,
+    call: Starting<'_>,
     layout: Result<Layout>,
     send: E::Src<'_>,
     mut recv: E::Dst<'a>,
@@ -624,8 +636,8 @@ pub(super) fn alltoall<'a, E: Element>(
         drop(arrival);
         return Collective::finished(Err(e));
     }
-    with_every_part(arrival, move |parts| {
-        agree(&call, &parts, kind, NO_SHAPE)?;
+    with_every_part(call, arrival, move |call, parts| {
+        agree(call, &parts, kind, NO_SHAPE)?;
         for (r, items) in into.into_iter().enumerate().filter(|&(r, _)| r != me) {
             take_block::<E>(block_at(&parts, r, me), r, &mut recv, items)?;
         }
@@ -635,7 +647,7 @@ pub(super) fn alltoall<'a, E: Element>(
 }
 
 /// `MPI_Allreduce` of `send` into `recv` with `op`.
-pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
+pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
     let kind = (ALLREDUCE, 0);
     let (n, count) = (call.size(), send.len());
     if let Err(e) = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count)) {
@@ -674,8 +686,8 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
     let wants = if blocks { None } else { every_part_if_small(shape.1.saturating_mul(n as u64)) };
     let arrival = call.meet(0, kind, shape, Ok(one_block(mine)), wants);
     if !blocks {
-        return with_every_part(arrival, move |parts| {
-            agree(&call, &parts, kind, shape)?;
+        return with_every_part(call, arrival, move |call, parts| {
+            agree(call, &parts, kind, shape)?;
             let mut values = RankValues::new();
             values_of::<T>(&parts, recv, 0..count, &mut values)?;
             combine_tree(&op, values.len(), &|r| &values[r], recv)?;
@@ -692,12 +704,13 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T
         let start = r * (count / n) + r.min(count % n);
         start..start + count / n + usize::from(r < count % n)
     };
+    let call = call.call();
     let mut owed = Owed { call: Some(call.clone()) };
     let seat = arrival.seat();
     Collective::met(async move {
         let first = async {
             let parts = seat.await?;
-            agree(&call, &parts, kind, shape)?;
+            agree(call.starting(), &parts, kind, shape)?;
             let mut values = RankValues::new();
             values_of::<T>(&parts, recv, block_of(me), &mut values)?;
             combine_in_order(&op, &values, me, &mut recv[block_of(me)])?;
@@ -744,7 +757,7 @@ impl Owed {
             Ok(b) => shape_of_block(&b[0]),
             Err(_) => NO_SHAPE,
         };
-        call.meet(1, kind, shape, blocks, None).seat()
+        call.starting().meet(1, kind, shape, blocks, None).seat()
     }
 }
 

@@ -317,6 +317,72 @@ pub(crate) async fn guarded<T>(call: Call, run: impl Future<Output = Result<T>>)
     outcome
 }
 
+/// A collective call as it starts: numbered on its communicator, which it
+/// borrows, with the place where its ranks meet if they all live in this
+/// process. A rank that finishes a call that meets inside the call that
+/// starts it needs nothing more (no handle cloned, no reference count
+/// touched); a call that exchanges messages, or a rank that waits for the
+/// others, holds a [`Call`] ([`Starting::call`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Starting<'c> {
+    pub(crate) comm: &'c Comm,
+    number: u32,
+    local: Option<&'c Arc<LocalComm>>,
+}
+
+impl<'c> Starting<'c> {
+    /// Numbers a new collective on `comm`: one that meets where the
+    /// communicator's ranks meet in this process ([`Starting::local`]),
+    /// and exchanges messages elsewhere.
+    pub(crate) fn new(comm: &'c Comm) -> Starting<'c> {
+        let collectives = comm.collectives();
+        // Wraps around after four billion calls, as the tags do.
+        let number = collectives.next.fetch_add(1, Ordering::Relaxed);
+        let member = collectives.local.get_or_init(|| comm.shared.local.as_ref().map(|world| world.comm(comm.context | 1, comm.group().world_ranks(), comm.rank())));
+        Starting { comm, number, local: member.as_ref().map(|member| &member.comm) }
+    }
+
+    /// Where the call's ranks meet, if they all live in this process.
+    pub(crate) fn local(&self) -> Option<&'c Arc<LocalComm>> {
+        self.local
+    }
+
+    /// The call, holding its communicator (for its messages, or for a
+    /// future that outlives the borrow).
+    pub(crate) fn call(&self) -> Call {
+        // Each call has 64 tags to itself: its messages' sub-tags (a
+        // neighbour collective's directions) never meet another call's.
+        let tag = ((u64::from(self.number) * Call::SUBTAGS) & 0x7fff_ffff) as i32;
+        Call { comm: self.comm.clone(), tag, subtags: 1, salt: 0, number: self.number, local: self.local.cloned() }
+    }
+
+    pub(crate) fn number(&self) -> u32 {
+        self.number
+    }
+
+    pub(crate) fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    /// Checks a root argument.
+    pub(crate) fn check_root(&self, root: usize) -> Result<()> {
+        if root >= self.size() {
+            return Err(Error::InvalidRank { rank: root, size: self.size() });
+        }
+        Ok(())
+    }
+
+    /// Tells every other rank that this one gave up on the call's first
+    /// `subtags` sub-tags (see [`Call::give_up_on`]).
+    pub(crate) fn give_up_on(&self, subtags: usize) {
+        self.call().give_up_on(subtags);
+    }
+}
+
 /// One collective call on a communicator: its messages go on the
 /// collective context with a tag of the call's number.
 #[derive(Clone)]
@@ -356,16 +422,12 @@ impl Call {
     /// communicator's ranks meet in this process ([`Call::local`]), and
     /// exchanges messages elsewhere.
     pub(crate) fn begin(comm: &Comm) -> Call {
-        let context = comm.context | 1;
-        let collectives = comm.collectives();
-        // Wraps around after four billion calls, as the tags do.
-        let number = collectives.next.fetch_add(1, Ordering::Relaxed);
-        let member = collectives.local.get_or_init(|| comm.shared.local.as_ref().map(|world| world.comm(context, comm.group().world_ranks(), comm.rank())));
-        let local = member.as_ref().map(|member| member.comm.clone());
-        // Each call has 64 tags to itself: its messages' sub-tags (a
-        // neighbour collective's directions) never meet another call's.
-        let tag = ((u64::from(number) * Self::SUBTAGS) & 0x7fff_ffff) as i32;
-        Call { comm: comm.clone(), tag, subtags: 1, salt: 0, number, local }
+        Starting::new(comm).call()
+    }
+
+    /// The call as [`Starting`] sees it (borrowed: nothing cloned).
+    pub(crate) fn starting(&self) -> Starting<'_> {
+        Starting { comm: &self.comm, number: self.number, local: self.local.as_ref() }
     }
 
     /// Tags each call has for its messages.
@@ -507,10 +569,7 @@ impl Call {
 
     /// Checks a root argument.
     pub(crate) fn check_root(&self, root: usize) -> Result<()> {
-        if root >= self.size() {
-            return Err(Error::InvalidRank { rank: root, size: self.size() });
-        }
-        Ok(())
+        self.starting().check_root(root)
     }
 }
 

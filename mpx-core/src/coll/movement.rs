@@ -5,7 +5,7 @@ use std::future::Future;
 use std::ops::Range;
 
 use super::element::sealed::Blocks;
-use super::{check_len, guarded, sent, sent_after, Call, CollMut, CollRef, Collective, Described, Element, Posted};
+use super::{check_len, guarded, sent, sent_after, Call, CollMut, CollRef, Collective, Described, Element, Posted, Starting};
 use crate::comm::{RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::pack::disjoint::{check_parts, Access, Part};
@@ -91,7 +91,7 @@ impl Ring {
     pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, counts: &[usize], displs: &[usize], what: &str) -> Result<Ring> {
         let (n, me) = (call.size(), call.rank());
         let layout = || blocks(what, call.size(), counts, displs, E::dst_len(recv), true);
-        let (mine, ranges) = Ring::checked_blocks::<E>(call, send, recv, layout, what)?;
+        let (mine, ranges) = Ring::checked_blocks::<E>(call.rank(), send, recv, layout, what)?;
         let posted = Ring::post::<E>(call, recv, counts)?;
         let first = (n > 1).then(|| call.send_items::<E>(send, mine.clone(), (me + 1) % n));
         E::copy(send, mine, recv, ranges[me].clone())?;
@@ -113,7 +113,7 @@ impl Ring {
     /// before it sends anything. `layout` lays the blocks out, one per
     /// rank, checked against `recv`'s length.
     fn checked_blocks<E: Element>(
-        call: &Call,
+        me: usize,
         send: &E::Src<'_>,
         recv: &E::Dst<'_>,
         layout: impl FnOnce() -> Result<Vec<Range<usize>>>,
@@ -124,9 +124,24 @@ impl Ring {
         let ranges = layout()?;
         check_dst_blocks::<E>(recv, &ranges)?;
         if E::ONE_TYPE {
-            check_len(format_args!("{what}: this rank's send"), mine.len(), ranges[call.rank()].len())?;
+            check_len(format_args!("{what}: this rank's send"), mine.len(), ranges[me].len())?;
         }
         Ok((mine, ranges))
+    }
+
+    /// [`checked_blocks`](Ring::checked_blocks) of `n` blocks of `count`
+    /// items one after another (an allgather's), each checked as it is
+    /// laid out, with no list of them made: this rank's `send` items.
+    pub(super) fn checked_even<E: Element>(me: usize, send: &E::Src<'_>, recv: &E::Dst<'_>, (n, count): (usize, usize), what: &str) -> Result<Range<usize>> {
+        let mine = 0..E::src_len(send);
+        E::check_src(send, mine.clone())?;
+        for r in 0..n {
+            E::check_dst(recv, block(what, r.saturating_mul(count), count, E::dst_len(recv))?)?;
+        }
+        if E::ONE_TYPE && me < n {
+            check_len(format_args!("{what}: this rank's send"), mine.len(), count)?;
+        }
+        Ok(mine)
     }
 
     /// Each rank's block of `recv`, checked.
@@ -230,7 +245,7 @@ impl Bruck {
     pub(super) fn start<E: Element>(call: &Call, send: &E::Src<'_>, recv: &mut E::Dst<'_>, count: usize, what: &str) -> Result<Bruck> {
         let (n, me) = (call.size(), call.rank());
         let layout = || even_blocks(what, n, count, E::dst_len(recv));
-        let (mine, ranges) = Ring::checked_blocks::<E>(call, send, recv, layout, what)?;
+        let (mine, ranges) = Ring::checked_blocks::<E>(call.rank(), send, recv, layout, what)?;
         let posted = (0..Bruck::steps(n))
             .map(|k| {
                 let (m, _, below) = Bruck::step(n, me, k);
@@ -371,12 +386,13 @@ impl Comm {
     /// broadcast unfinished, and ranks below it in the tree wait in vain.
     pub fn bcast<'a, T: Element>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
         let mut buf = buf.values();
-        let call = Call::begin(self);
+        let start = Starting::new(self);
         let count = T::dst_len(&buf);
-        let checked = call.check_root(root).and_then(|()| T::check_dst(&buf, 0..count));
-        if call.local().is_some() {
-            return super::local::bcast::<T>(call, checked, root, buf);
+        let checked = start.check_root(root).and_then(|()| T::check_dst(&buf, 0..count));
+        if start.local().is_some() {
+            return super::local::bcast::<T>(start, checked, root, buf);
         }
+        let call = start.call();
         let started = checked.and_then(|()| Bcast::start::<T>(&call, root, count, &T::item_type(&buf), Some(&buf)));
         Collective::new(call.clone(), async move { started?.finish::<T>(&call, &mut buf).await })
     }
@@ -640,20 +656,20 @@ impl Comm {
     /// arguments say otherwise), by [`Bruck`] for small blocks and
     /// otherwise around the [`Ring`].
     fn allgather_even<'a, E: Element>(&self, count: Result<usize>, send: E::Src<'_>, mut recv: E::Dst<'a>, what: &'static str) -> Collective<'a> {
-        let call = Call::begin(self);
-        let n = call.size();
+        let start = Starting::new(self);
+        let n = start.size();
         // The count as far as choosing the algorithm goes (wrong
         // arguments fail either way).
         let even_count = *count.as_ref().unwrap_or(&0);
         let block_bytes = E::item_type(&recv).size().saturating_mul(even_count as u64);
-        if call.local().is_some() && super::local::meets(block_bytes) {
+        if start.local().is_some() && super::local::meets(block_bytes) {
             let prepared = count.and_then(|count| {
-                let layout = || even_blocks(what, n, count, E::dst_len(&recv));
-                let (mine, ranges) = Ring::checked_blocks::<E>(&call, &send, &recv, layout, what)?;
-                Ok((ranges, super::local::pack_part::<E>(&send, mine)?))
+                let mine = Ring::checked_even::<E>(start.rank(), &send, &recv, (n, count), what)?;
+                Ok((count, super::local::pack_part::<E>(&send, mine)?))
             });
-            return super::local::allgather::<E>(call, prepared, recv);
+            return super::local::allgather::<E>(start, prepared, recv);
         }
+        let call = start.call();
         call.mark_messages();
         if Bruck::suits(n, even_count, E::item_type(&recv).size()) {
             let started = count.and_then(|count| Bruck::start::<E>(&call, &send, &mut recv, count, what));
@@ -798,8 +814,8 @@ impl Comm {
         block_bytes: Option<u64>,
         what: &'static str,
     ) -> Collective<'a> {
-        let call = Call::begin(self);
-        let (n, me) = (call.size(), call.rank());
+        let start = Starting::new(self);
+        let (n, me) = (start.size(), start.rank());
         let layout = layout.and_then(|(out, into)| {
             check_src_blocks::<E>(&send, &out)?;
             check_dst_blocks::<E>(&recv, &into)?;
@@ -808,9 +824,10 @@ impl Comm {
             }
             Ok((out, into))
         });
-        if call.local().is_some() && block_bytes.is_none_or(super::local::meets) {
-            return super::local::alltoall::<E>(call, layout, send, recv);
+        if start.local().is_some() && block_bytes.is_none_or(super::local::meets) {
+            return super::local::alltoall::<E>(start, layout, send, recv);
         }
+        let call = start.call();
         call.mark_messages();
         let started = (|| -> Result<_> {
             let (out, into) = layout?;

@@ -3,7 +3,7 @@
 
 
 use super::movement::{Bcast, Ring};
-use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted};
+use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted, Starting};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::mpi_type::MpiType;
@@ -304,10 +304,11 @@ impl Comm {
     /// Not cancel-safe (see [`reduce`](Comm::reduce)).
     pub fn allreduce<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
         let (send, recv, op) = (send.values(), recv.values(), op.into());
-        let call = Call::begin(self);
-        if call.local().is_some() {
-            return super::local::allreduce(call, send, recv, op);
+        let start = Starting::new(self);
+        if start.local().is_some() {
+            return super::local::allreduce(start, send, recv, op);
         }
+        let call = start.call();
         let n = call.size();
         if n > 1 && send.len() >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE {
             return scattered(call, send, recv, op);

@@ -452,7 +452,7 @@ impl LocalComm {
     /// member takes it now, done with the round ([`Arrival::Took`]): it
     /// finishes its call without waiting, under this one lock.
     pub(crate) fn sit(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, wants: Option<Want>) -> Arrival {
-        self.sit_with(key, me, Placed::Part(part), |round| match wants {
+        self.sit_with(key, me, Placed::Part(part), |round, _| match wants {
             Some(Want::All) => round.shared_parts().map(Got::All),
             Some(Want::One(r)) => round.glimpse(r).map(Got::One),
             None => None,
@@ -473,16 +473,26 @@ impl LocalComm {
         from: Option<usize>,
         read: &mut Option<impl FnOnce(MemberParts<'_>) -> R>,
     ) -> Arrival<R> {
-        self.sit_with(key, me, Placed::Small(part), |round| match read.is_some() && round.has(from) {
+        self.sit_with(key, me, Placed::Small(part), |round, _| match read.is_some() && round.has(from) {
             true => Some(read.take().expect("read once")(MemberParts { round })),
             false => None,
         })
     }
 
+    /// Leaves member `me`'s small `part` at round `key` and is done with
+    /// the round at once ([`Arrival::Took`]) if at most `open` rounds are
+    /// open with it (a broadcast's root, which has nothing to take, runs
+    /// ahead so); waits at its seat otherwise, as
+    /// [`sit_small`](LocalComm::sit_small).
+    pub(crate) fn leave_small(self: &Arc<Self>, key: RoundKey, me: usize, part: SmallPart, open: usize) -> Arrival<()> {
+        self.sit_with(key, me, Placed::Small(part), |_, now_open| (now_open <= open).then_some(()))
+    }
+
     /// Leaves member `me`'s `part` at round `key`, then takes what `take`
-    /// takes from the round under the lock, if anything: done with the
-    /// round then, or waiting at its seat otherwise.
-    fn sit_with<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: Placed, take: impl FnOnce(&mut Round) -> Option<R>) -> Arrival<R> {
+    /// takes from the round under the lock (given the number of rounds
+    /// open), if anything: done with the round then, or waiting at its
+    /// seat otherwise.
+    fn sit_with<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: Placed, take: impl FnOnce(&mut Round, usize) -> Option<R>) -> Arrival<R> {
         let mut st = lock(&self.state);
         let (at, open, wakers) = match self.place(&mut st, key, me, part) {
             Ok(placed) => placed,
@@ -491,7 +501,7 @@ impl LocalComm {
                 return Arrival::Waits(self.refused(key, me, error));
             }
         };
-        let early = take(&mut st.rounds[at].1).map(|got| (got, Seat::finish(self, key, &mut st)));
+        let early = take(&mut st.rounds[at].1, open).map(|got| (got, Seat::finish(self, key, &mut st)));
         drop(st);
         wakers.wake();
         match early {
@@ -847,8 +857,12 @@ impl Wakers {
         }
     }
 
+    #[inline]
     fn wake(self) {
-        self.first.into_iter().chain(self.rest).for_each(Waker::wake);
+        if let Some(first) = self.first {
+            first.wake();
+            self.rest.into_iter().for_each(Waker::wake);
+        }
     }
 }
 
