@@ -1323,8 +1323,8 @@ mod meeting {
     }
 
     /// Typed and described buffers of the same few values meet in one
-    /// call (a legal mix: the type signatures agree): a broadcast and an
-    /// allgather, every rank's results whatever the mix, with each rank
+    /// call (a legal mix: the type signatures agree): a broadcast, an
+    /// allgather and an alltoall, every rank's results whatever the mix, with each rank
     /// first in turn (the other starts its calls once a message says the
     /// first has started its own).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1338,28 +1338,32 @@ mod meeting {
                     let mut value = [if me == 1 { 2.5f64 } else { 0.0 }];
                     let mine = [me as f64 + 0.25];
                     let mut all = [0.0f64; 2];
+                    let blocks = [me as f64 * 10.0, me as f64 * 10.0 + 1.0];
+                    let mut exchanged = [0.0f64; 2];
                     if me != first {
                         comm.recv::<u8>(first, 9).await?;
                     }
-                    let (bcast, allgather) = if described[me] {
+                    let (bcast, allgather, alltoall) = if described[me] {
                         (
                             comm.bcast(RecvBuf::new(RegionMut::of(&mut value), 1, &double), 1),
                             comm.allgather(SendBuf::new(Region::of(&mine), 1, &double), RecvBuf::new(RegionMut::of(&mut all), 2, &double)),
+                            comm.alltoall(SendBuf::new(Region::of(&blocks), 2, &double), RecvBuf::new(RegionMut::of(&mut exchanged), 2, &double)),
                         )
                     } else {
-                        (comm.bcast(&mut value[..], 1), comm.allgather(&mine[..], &mut all[..]))
+                        (comm.bcast(&mut value[..], 1), comm.allgather(&mine[..], &mut all[..]), comm.alltoall(&blocks[..], &mut exchanged[..]))
                     };
                     if me == first {
                         comm.send(&0u8, 1 - first, 9).await?;
                     }
-                    let both = async { (bcast.await, allgather.await) };
-                    let (bcast, allgather) = tokio::time::timeout(std::time::Duration::from_secs(20), both).await.expect("no hang");
+                    let all_three = async { (bcast.await, allgather.await, alltoall.await) };
+                    let (bcast, allgather, alltoall) = tokio::time::timeout(std::time::Duration::from_secs(20), all_three).await.expect("no hang");
                     bcast?;
                     allgather?;
-                    Ok((value[0], all))
+                    alltoall?;
+                    Ok((value[0], all, exchanged))
                 }))
                 .await;
-                assert_eq!(outcomes, [(2.5, [0.25, 1.25]); 2], "described: {described:?}, rank {first} first");
+                assert_eq!(outcomes, [(2.5, [0.25, 1.25], [0.0, 10.0]), (2.5, [0.25, 1.25], [1.0, 11.0])], "described: {described:?}, rank {first} first");
             }
         }
     }

@@ -561,7 +561,32 @@ pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, prepared: Result<(us
 
 /// An alltoall's blocks: those of the send buffer for each rank in turn,
 /// and those of the receive buffer each rank's block lands in.
-pub(super) type Layout = (Vec<Range<usize>>, Vec<Range<usize>>);
+pub(super) enum Layout {
+    /// As many items for each rank, one block after another from the
+    /// start of each buffer (an alltoall's): the items of a block of the
+    /// send buffer, and of the receive buffer.
+    Even(usize, usize),
+    /// Each rank's block of each buffer (an alltoallv's).
+    Listed(Vec<Range<usize>>, Vec<Range<usize>>),
+}
+
+impl Layout {
+    /// Rank `r`'s block of the send buffer, and of the receive buffer.
+    pub(super) fn block(&self, r: usize) -> (Range<usize>, Range<usize>) {
+        match self {
+            Layout::Even(out, into) => (r * out..(r + 1) * out, r * into..(r + 1) * into),
+            Layout::Listed(out, into) => (out[r].clone(), into[r].clone()),
+        }
+    }
+
+    /// Every rank's block of each buffer, as lists.
+    pub(super) fn listed(self, n: usize) -> (Vec<Range<usize>>, Vec<Range<usize>>) {
+        match self {
+            Layout::Even(..) => (0..n).map(|r| self.block(r)).unzip(),
+            Layout::Listed(out, into) => (out, into),
+        }
+    }
+}
 
 /// `MPI_Alltoall` (and `v`): `layout` is the blocks of `send` for each
 /// rank in turn and those of `recv` each rank's block lands in, checked.
@@ -577,9 +602,34 @@ pub(super) fn alltoall<'a, E: Element>(
     mut recv: E::Dst<'a>,
 ) -> Collective<'a> {
     let kind = (ALLTOALL, 0);
-    let me = call.rank();
+    let (n, me) = (call.size(), call.rank());
+    if let Some((c, part, signature, any_bytes)) = small_alltoall::<E>(call, &layout, &send, &recv) {
+        // A few plain values for every rank: the small lane. This rank's
+        // block to itself is copied now; each other rank's part holds a
+        // block for every rank, this one's taken where it lies, under the
+        // round's lock.
+        if let Err(e) = E::copy(&send, me * c..(me + 1) * c, &mut recv, me * c..(me + 1) * c) {
+            // This rank alone fails (see above); its part is left all the same.
+            let local = call.local().expect("a call that meets has a meeting place");
+            drop(local.leave_small((call.number(), 0), me, part, usize::MAX));
+            return Collective::finished(Err(e));
+        }
+        let read = move |parts: MemberParts<'_>| {
+            agree_small(&parts, kind, NO_SHAPE)?;
+            for r in (0..n).filter(|&r| r != me) {
+                let (bytes, theirs) = parts.get_block(r, me).block.expect("the parts agreed: none gave up");
+                // Each receiver checks each block against its own items:
+                // copied on proof where the signatures agree.
+                let proof = any_bytes.filter(|_| theirs == signature);
+                take_bytes::<E>((bytes, theirs, proof), r, &mut recv, r * c..(r + 1) * c).map_err(|e| (e, None))?;
+            }
+            Ok(())
+        };
+        return with_small_parts(call, part, read, Ok);
+    }
     let mut own_copy = Ok(());
-    let packed = layout.and_then(|(out, into)| {
+    let packed = layout.and_then(|layout| {
+        let (out, into) = layout.listed(n);
         own_copy = E::copy(&send, out[me].clone(), &mut recv, into[me].clone());
         // Nobody reads a rank's block for itself.
         let own = Block { data: BlockBytes::EMPTY, signature: None };
@@ -644,6 +694,29 @@ pub(super) fn alltoall<'a, E: Element>(
         recycle(parts);
         Ok(())
     })
+}
+
+/// The small lane of an alltoall (see [`alltoall`]), if it takes it:
+/// blocks of `c` items for every rank one after another from the start of
+/// both buffers (an even layout), plain values of at most [`INLINE`] bytes in all, on a
+/// communicator of at most [`SMALL_LANE_RANKS`]. Returns `c`, this rank's
+/// part (every block it sends, each of the type signature of `c` items),
+/// that signature, and the proof that the receive buffer's items take any
+/// bytes, if they do.
+#[allow(clippy::type_complexity)]
+fn small_alltoall<E: Element>(call: Starting<'_>, layout: &Result<Layout>, send: &E::Src<'_>, recv: &E::Dst<'_>) -> Option<(usize, SmallPart, Option<(u64, u64)>, Option<AnyBytes<E>>)> {
+    let Ok(Layout::Even(c, into)) = *layout else { return None };
+    let (n, me) = (call.size(), call.rank());
+    if n > SMALL_LANE_RANKS || into != c {
+        return None;
+    }
+    let all = E::plain_src(send, 0..n * c, INLINE)?;
+    // Typed buffers (the only plain ones) hold items of one type on both
+    // sides: a block of the receive buffer has the signature of a block
+    // of the send buffer.
+    let mine = E::plain_dst(recv, me * c..(me + 1) * c, INLINE)?;
+    let part = SmallPart::of_blocks((ALLTOALL, 0), NO_SHAPE, all.bytes, mine.signature, n)?;
+    Some((c, part, mine.signature, mine.any_bytes))
 }
 
 /// `MPI_Allreduce` of `send` into `recv` with `op`.

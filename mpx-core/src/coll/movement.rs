@@ -5,6 +5,7 @@ use std::future::Future;
 use std::ops::Range;
 
 use super::element::sealed::Blocks;
+use super::local::Layout;
 use super::{check_len, guarded, sent, sent_after, Call, CollMut, CollRef, Collective, Described, Element, Posted, Starting};
 use crate::comm::{RecvBuf, SendBuf};
 use crate::datatype::Datatype;
@@ -756,9 +757,11 @@ impl Comm {
         // Described buffers: each side's blocks by its own count.
         let rcount = if T::ONE_TYPE { scount } else { recv_len / n.max(1) };
         let what = "alltoall";
+        // Blocks of `scount` and `rcount` items one after another, which
+        // the lengths hold exactly.
         let layout = check_len("alltoall: the send buffer", send_len, n * scount)
             .and_then(|()| check_len("alltoall: the receive buffer", recv_len, n * rcount))
-            .and_then(|()| Ok((even_blocks(what, n, scount, send_len)?, even_blocks(what, n, rcount, recv_len)?)));
+            .map(|()| Layout::Even(scount, rcount));
         let block_bytes = T::src_item_type(&send).size().saturating_mul(scount as u64);
         self.alltoall_blocks::<T>(layout, send, recv, Some(block_bytes), what)
     }
@@ -796,7 +799,7 @@ impl Comm {
     ) -> Collective<'a> {
         let (send, recv, n, what) = (send.values(), recv.values(), self.size(), "alltoallv");
         let layout = blocks(what, n, scounts, sdispls, T::src_len(&send), false)
-            .and_then(|out| Ok((out, blocks(what, n, rcounts, rdispls, T::dst_len(&recv), true)?)));
+            .and_then(|out| Ok(Layout::Listed(out, blocks(what, n, rcounts, rdispls, T::dst_len(&recv), true)?)));
         self.alltoall_blocks::<T>(layout, send, recv, None, what)
     }
 
@@ -805,10 +808,9 @@ impl Comm {
     /// `recv` each rank's block lands in. `block_bytes`: the bytes of every
     /// block, where every rank's blocks have the same (`alltoall`), which
     /// may then choose messages for large blocks where ranks meet.
-    #[allow(clippy::type_complexity)]
     fn alltoall_blocks<'a, E: Element>(
         &self,
-        layout: Result<(Vec<Range<usize>>, Vec<Range<usize>>)>,
+        layout: Result<Layout>,
         send: E::Src<'_>,
         mut recv: E::Dst<'a>,
         block_bytes: Option<u64>,
@@ -816,13 +818,17 @@ impl Comm {
     ) -> Collective<'a> {
         let start = Starting::new(self);
         let (n, me) = (start.size(), start.rank());
-        let layout = layout.and_then(|(out, into)| {
-            check_src_blocks::<E>(&send, &out)?;
-            check_dst_blocks::<E>(&recv, &into)?;
-            if E::ONE_TYPE {
-                check_len(format_args!("{what}: this rank's block to itself"), into[me].len(), out[me].len())?;
+        let layout = layout.and_then(|layout| {
+            for r in 0..n {
+                let (out, into) = layout.block(r);
+                E::check_src(&send, out)?;
+                E::check_dst(&recv, into)?;
             }
-            Ok((out, into))
+            if E::ONE_TYPE {
+                let (out, into) = layout.block(me);
+                check_len(format_args!("{what}: this rank's block to itself"), into.len(), out.len())?;
+            }
+            Ok(layout)
         });
         if start.local().is_some() && block_bytes.is_none_or(super::local::meets) {
             return super::local::alltoall::<E>(start, layout, send, recv);
@@ -830,7 +836,7 @@ impl Comm {
         let call = start.call();
         call.mark_messages();
         let started = (|| -> Result<_> {
-            let (out, into) = layout?;
+            let (out, into) = layout?.listed(n);
             // Each rank starts with its right neighbour, so that the ranks
             // do not all send to rank 0 first.
             let order = (1..n).map(|k| (me + k) % n);

@@ -242,18 +242,22 @@ pub(crate) struct Part {
 }
 
 /// What one rank leaves at a round for a call of a few plain bytes: its
-/// kind and shape, as a [`Part`]'s, and its one block's bytes held in
-/// itself, with no list and no shared buffer. A member that left one reads
-/// the parts it needs under the round's lock (see
+/// kind and shape, as a [`Part`]'s, and its blocks' bytes held in itself
+/// (one block, or a few of one size one after another, as an alltoall's
+/// for each rank in turn), with no list and no shared buffer. A member
+/// that left one reads the parts it needs under the round's lock (see
 /// [`LocalComm::sit_small`]), so a round whose parts are all small shares
 /// no list of parts to recycle; where small parts meet others, the round
-/// shares them all as parts (small ones of one block).
+/// shares them all as parts (small ones of their few blocks).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SmallPart {
     pub(crate) kind: (u8, usize),
     pub(crate) shape: (Option<(u64, u64)>, u64),
     pub(crate) data: InlineBytes,
+    /// The type signature of each block.
     pub(crate) signature: Option<(u64, u64)>,
+    /// How many blocks of one size `data` holds (at least 1).
+    blocks: u8,
 }
 
 impl SmallPart {
@@ -261,7 +265,7 @@ impl SmallPart {
     /// inline.
     pub(crate) fn of_block(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), block: &Block) -> Option<SmallPart> {
         match block.data {
-            BlockBytes::Inline(data) => Some(SmallPart { kind, shape, data, signature: block.signature }),
+            BlockBytes::Inline(data) => Some(SmallPart { kind, shape, data, signature: block.signature, blocks: 1 }),
             BlockBytes::Shared(_) => None,
         }
     }
@@ -269,12 +273,41 @@ impl SmallPart {
     /// A part of `kind` and `shape` whose one block is `bytes` of type
     /// signature `signature`, if they are few enough ([`INLINE`]).
     pub(crate) fn new(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), bytes: &[u8], signature: Option<(u64, u64)>) -> Option<SmallPart> {
-        Some(SmallPart { kind, shape, data: InlineBytes::copy_of(bytes)?, signature })
+        SmallPart::of_blocks(kind, shape, bytes, signature, 1)
     }
 
-    /// The part as a [`Part`] of one block.
+    /// A part of `kind` and `shape` whose `blocks` blocks of one size are
+    /// `bytes`, one after another, each of type signature `signature`, if
+    /// they are few enough ([`INLINE`]) and cut evenly.
+    pub(crate) fn of_blocks(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), bytes: &[u8], signature: Option<(u64, u64)>, blocks: usize) -> Option<SmallPart> {
+        let blocks = u8::try_from(blocks).ok().filter(|&b| b > 0 && bytes.len().is_multiple_of(usize::from(b)))?;
+        Some(SmallPart { kind, shape, data: InlineBytes::copy_of(bytes)?, signature, blocks })
+    }
+
+    /// Block `k`'s bytes and type signature, if the part has that many.
+    #[inline]
+    fn block(&self, k: usize) -> Option<BlockView<'_>> {
+        let data = self.data.as_slice();
+        if self.blocks == 1 {
+            return (k == 0).then_some((data, self.signature));
+        }
+        let size = data.len() / usize::from(self.blocks);
+        (k < usize::from(self.blocks)).then(|| (&data[k * size..(k + 1) * size], self.signature))
+    }
+
+    /// The part as a [`Part`] of its blocks.
     fn into_part(self) -> Part {
-        Part { kind: self.kind, shape: self.shape, blocks: Ok(one_block(Block { data: BlockBytes::Inline(self.data), signature: self.signature })), whole: Vec::new() }
+        let blocks = match self.blocks {
+            1 => one_block(Block { data: BlockBytes::Inline(self.data), signature: self.signature }),
+            n => {
+                let mut list = block_list(usize::from(n));
+                for (data, signature) in (0..usize::from(n)).filter_map(|k| self.block(k)) {
+                    list.push(Block { data: BlockBytes::Inline(InlineBytes::copy_of(data).expect("a block of inline bytes fits")), signature });
+                }
+                list
+            }
+        };
+        Part { kind: self.kind, shape: self.shape, blocks: Ok(blocks), whole: Vec::new() }
     }
 }
 
@@ -319,18 +352,23 @@ impl<'r> MemberParts<'r> {
     #[inline]
     pub(crate) fn bytes(&self, r: usize) -> &'r [u8] {
         match &self.round.small[r] {
-            Some(small) => small.data.as_slice(),
+            Some(small) => small.block(0).map_or(&[][..], |(bytes, _)| bytes),
             None => self.get(r).block.map_or(&[][..], |(bytes, _)| bytes),
         }
     }
 
-    /// Member `r`'s part.
+    /// Member `r`'s part, with its first block.
     pub(crate) fn get(&self, r: usize) -> MemberPart<'r> {
+        self.get_block(r, 0)
+    }
+
+    /// Member `r`'s part, with its block `k` (empty if it has none).
+    pub(crate) fn get_block(&self, r: usize, k: usize) -> MemberPart<'r> {
         let general = |part: &'r Part| MemberPart {
             kind: part.kind,
             shape: part.shape,
             block: match &part.blocks {
-                Ok(blocks) => Ok(blocks.first().map_or((&[][..], None), |b| (&b.data[..], b.signature))),
+                Ok(blocks) => Ok(blocks.get(k).map_or((&[][..], None), |b| (&b.data[..], b.signature))),
                 Err(why) => Err(why.as_str()),
             },
         };
@@ -339,7 +377,7 @@ impl<'r> MemberParts<'r> {
             return general(&parts[r]);
         }
         match (&round.small[r], &round.parts[r]) {
-            (Some(small), _) => MemberPart { kind: small.kind, shape: small.shape, block: Ok((small.data.as_slice(), small.signature)) },
+            (Some(small), _) => MemberPart { kind: small.kind, shape: small.shape, block: Ok(small.block(k).unwrap_or((&[][..], None))) },
             (None, Some(part)) => general(part),
             (None, None) => unreachable!("a part read is there"),
         }
@@ -725,7 +763,7 @@ impl Round {
             (None, None, Some(small)) => Some(Glimpse {
                 kind: small.kind,
                 shape: small.shape,
-                block: Ok(Some(Block { data: BlockBytes::Inline(small.data), signature: small.signature })),
+                block: Ok(small.block(0).map(|(data, signature)| Block { data: BlockBytes::Inline(InlineBytes::copy_of(data).expect("a block of inline bytes fits")), signature })),
             }),
             (None, None, None) => None,
         }
@@ -1232,6 +1270,40 @@ mod tests {
         assert_eq!(got, [((5, 2), vec![]), ((4, 0), vec![1; 3])]);
         let Poll::Ready(Ok(parts)) = poll(&mut first) else { panic!("complete") };
         assert_eq!(parts[1].kind, (4, 0));
+        drop(parts);
+        assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
+    }
+
+    /// A small part of several blocks (an alltoall's, one for each member)
+    /// is read block by block in place, and shared block by block where
+    /// it meets a part; bytes that do not cut evenly, or too many blocks,
+    /// make no part.
+    #[test]
+    fn small_parts_of_several_blocks_are_read_and_shared_block_by_block() {
+        assert!(SmallPart::of_blocks((3, 0), (None, 0), &[1, 2, 3], None, 2).is_none(), "3 bytes in 2 blocks");
+        assert!(SmallPart::of_blocks((3, 0), (None, 0), &[], None, 0).is_none(), "no blocks");
+        assert!(SmallPart::of_blocks((3, 0), (None, 0), &[], None, 256).is_none(), "256 blocks");
+        let (_world, _holds, comm) = place(&[0, 1], 12);
+        let small = |me: u8| SmallPart::of_blocks((3, 0), (None, 0), &[me, me, me + 10, me + 10], Some((9, 2)), 2).expect("4 bytes in 2 blocks");
+        let read = |me: usize| move |parts: MemberParts<'_>| (0..parts.len()).map(|r| parts.get_block(r, me).block.map(|(b, s)| (b.to_vec(), s)).map_err(str::to_owned)).collect::<Vec<_>>();
+        let Arrival::Waits(mut first) = comm.sit_small((0, 0), 0, small(0), None, &mut Some(read(0))) else { panic!("alone") };
+        let Arrival::Took(got) = comm.sit_small((0, 0), 1, small(1), None, &mut Some(read(1))) else { panic!("complete") };
+        assert_eq!(got, [Ok((vec![10, 10], Some((9, 2)))), Ok((vec![11, 11], Some((9, 2))))]);
+        let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read(0))) else { panic!("complete") };
+        assert_eq!(got, [Ok((vec![0, 0], Some((9, 2)))), Ok((vec![1, 1], Some((9, 2))))]);
+        // A block past the last reads as empty.
+        let Arrival::Waits(mut first) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(read(0))) else { panic!("alone") };
+        let Arrival::Took(got) = comm.sit_small((1, 0), 1, small(1), None, &mut Some(read(2))) else { panic!("complete") };
+        assert_eq!(got, [Ok((vec![], None)), Ok((vec![], None))]);
+        drop(first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read(0))));
+        // Met by a part: shared as a part of two blocks of their own.
+        let Arrival::Waits(mut first) = comm.sit_small((2, 0), 0, small(0), None, &mut Some(read(0))) else { panic!("alone") };
+        let Arrival::Took(got) = comm.sit((2, 0), 1, Part { kind: (3, 0), ..part() }, Some(Want::All)) else { panic!("complete") };
+        let parts = got.all();
+        let blocks = parts[0].blocks.as_ref().expect("did not give up");
+        assert_eq!(blocks.iter().map(|b| (b.data.to_vec(), b.signature)).collect::<Vec<_>>(), [(vec![0, 0], Some((9, 2))), (vec![10, 10], Some((9, 2)))]);
+        let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read(1))) else { panic!("complete") };
+        assert_eq!(got, [Ok((vec![10, 10], Some((9, 2)))), Ok((vec![], None))]);
         drop(parts);
         assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
     }
