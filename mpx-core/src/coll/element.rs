@@ -109,7 +109,7 @@ pub(crate) mod sealed {
         /// Memory a collective reads.
         type Src<'s>: Sync;
         /// Memory a collective writes.
-        type Dst<'d>: Send;
+        type Dst<'d>: Send + Unpin;
         /// Items the source holds.
         fn src_len(src: &Self::Src<'_>) -> usize;
         /// Items the destination holds.

@@ -280,8 +280,8 @@ fn told<T>(call: Starting<'_>, outcome: std::result::Result<T, Disagreement>) ->
 fn with_small_parts<'a, R: Send + 'a>(
     call: Starting<'_>,
     part: SmallPart,
-    read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a,
-    finish: impl FnOnce(R) -> Result<()> + Send + 'a,
+    read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + Unpin + 'a,
+    finish: impl FnOnce(R) -> Result<()> + Send + Unpin + 'a,
 ) -> Collective<'a> {
     with_small_part_of(call, part, None, read, finish)
 }
@@ -291,8 +291,8 @@ fn with_small_part_of<'a, R: Send + 'a>(
     call: Starting<'_>,
     part: SmallPart,
     from: Option<usize>,
-    read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a,
-    finish: impl FnOnce(R) -> Result<()> + Send + 'a,
+    read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + Unpin + 'a,
+    finish: impl FnOnce(R) -> Result<()> + Send + Unpin + 'a,
 ) -> Collective<'a> {
     let local = call.local().expect("a call that meets has a meeting place");
     let mut read = Some(read);
@@ -307,15 +307,36 @@ fn with_small_part_of<'a, R: Send + 'a>(
 /// `finish` finishes with what it read.
 fn read_when_there<'a, R: Send + 'a>(
     call: Call,
-    mut seat: Seat,
+    seat: Seat,
     from: Option<usize>,
-    mut read: Option<impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + 'a>,
-    finish: impl FnOnce(R) -> Result<()> + Send + 'a,
+    read: Option<impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + Unpin + 'a>,
+    finish: impl FnOnce(R) -> Result<()> + Send + Unpin + 'a,
 ) -> Collective<'a> {
-    Collective::met(async move {
-        let outcome = std::future::poll_fn(|cx| seat.poll_read(cx, from, &mut read)).await?;
-        told(call.starting(), outcome).and_then(finish)
-    })
+    Collective::met(ReadWhenThere { call, seat, from, read, finish: Some(finish) })
+}
+
+/// The future [`read_when_there`] makes.
+struct ReadWhenThere<F, G> {
+    call: Call,
+    seat: Seat,
+    from: Option<usize>,
+    read: Option<F>,
+    finish: Option<G>,
+}
+
+impl<R, F, G> std::future::Future for ReadWhenThere<F, G>
+where
+    F: FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Unpin,
+    G: FnOnce(R) -> Result<()> + Unpin,
+{
+    type Output = Result<()>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
+        let this = self.get_mut();
+        let outcome = std::task::ready!(this.seat.poll_read(cx, this.from, &mut this.read))?;
+        let finish = this.finish.take().expect("a collective polled after it finished");
+        std::task::Poll::Ready(told(this.call.starting(), outcome).and_then(finish))
+    }
 }
 
 /// Rank `from`'s block `k`.

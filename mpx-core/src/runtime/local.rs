@@ -101,7 +101,7 @@ impl LocalWorld {
                     context,
                     gone: self.gone.clone(),
                     members,
-                    state: Mutex::new(CommState { rounds: Vec::new(), spare: Vec::new(), holders: vec![false; n] }),
+                    state: Mutex::new(CommState::new(n)),
                 })
             })
             .clone();
@@ -122,7 +122,7 @@ impl LocalWorld {
             let (wakers, idle) = {
                 let mut st = lock(&comm.state);
                 let mut wakers = st.sweep(&comm);
-                st.rounds.iter_mut().flat_map(|(_, round)| round.wakers.iter_mut().filter_map(Option::take)).for_each(|(w, _)| wakers.push(w));
+                st.open_rounds_mut().flat_map(|round| round.wakers.iter_mut().filter_map(Option::take)).for_each(|(w, _)| wakers.push(w));
                 (wakers, st.is_idle())
             };
             wakers.wake();
@@ -171,36 +171,43 @@ pub(crate) struct LocalComm {
 }
 
 struct CommState {
-    /// The open rounds, in call order: usually few (the calls ranks have
-    /// started and not all finished). Boxed, so that a round made or
-    /// retired moves a pointer, not the round.
-    rounds: Vec<(RoundKey, Box<Round>)>,
-    /// Rounds gone, emptied, for the next ones (their lists kept): boxed
-    /// as the open ones are, so that they move between the two lists as
-    /// pointers.
-    #[allow(clippy::vec_box)]
-    spare: Vec<Box<Round>>,
+    /// The rounds, each at the slot its key gives ([`CommState::slot_of`]):
+    /// a ring of a power of two slots, grown whenever two open rounds
+    /// would share a slot, so that a round is found, made and retired in
+    /// place, without a search. Open rounds are usually few (the calls
+    /// ranks have started and not all finished); a slot keeps its round,
+    /// emptied, for the next round there (its lists kept).
+    slots: Vec<Slot>,
+    /// Rounds open.
+    open: usize,
     /// Per member: it holds the place ([`LocalMember`]).
     holders: Vec<bool>,
 }
 
+/// A slot of [`CommState::slots`]: the round there, if one is open, and
+/// the round itself (made at the slot's first use).
+#[derive(Default)]
+struct Slot {
+    key: Option<RoundKey>,
+    round: Option<Box<Round>>,
+}
+
 /// A collective call's number on its communicator, and the phase of the
-/// call (0 for calls of one phase).
+/// call (0 for calls of one phase, 0 and 1 for those of two: see
+/// [`PHASES`]).
 pub(crate) type RoundKey = (u32, u8);
+
+/// Phases a call may have.
+const PHASES: usize = 2;
+
+/// Slots of a communicator's ring of rounds at first (see
+/// [`CommState::slots`]).
+const FIRST_SLOTS: usize = 8;
 
 /// A part as it is left: a [`Part`], or a [`SmallPart`].
 enum Placed {
     Part(Part),
     Small(SmallPart),
-}
-
-/// Round `a` belongs to a later call than `b`, or to a later phase of the
-/// same call. Call numbers wrap around: the open rounds of a
-/// communicator span far fewer than 2³¹ calls, so a number up to 2³¹
-/// ahead is later.
-fn newer(a: RoundKey, b: RoundKey) -> bool {
-    let ahead = a.0.wrapping_sub(b.0) as i32;
-    ahead > 0 || (ahead == 0 && a.1 > b.1)
 }
 
 /// One phase of one collective call.
@@ -209,6 +216,8 @@ struct Round {
     parts: Vec<Option<Part>>,
     /// Each member's small part, once left (see [`SmallPart`]).
     small: Vec<Option<SmallPart>>,
+    /// Some member left a part that is not small.
+    any_part: bool,
     arrived: usize,
     /// Every part, shared with the members that read them, once all have
     /// arrived, unless every part is small (small parts are read where
@@ -530,6 +539,7 @@ impl LocalComm {
     /// takes from the round under the lock (given the number of rounds
     /// open), if anything: done with the round then, or waiting at its
     /// seat otherwise.
+    #[inline]
     fn sit_with<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: Placed, take: impl FnOnce(&mut Round, usize) -> Option<R>) -> Arrival<R> {
         let mut st = lock(&self.state);
         let (at, open, wakers) = match self.place(&mut st, key, me, part) {
@@ -539,7 +549,7 @@ impl LocalComm {
                 return Arrival::Waits(self.refused(key, me, error));
             }
         };
-        let early = take(&mut st.rounds[at].1, open).map(|got| (got, Seat::finish(self, key, &mut st)));
+        let early = take(st.round_at(at), open).map(|got| (got, Seat::finish(self, key, &mut st)));
         drop(st);
         wakers.wake();
         match early {
@@ -570,35 +580,26 @@ impl LocalComm {
             return Err(Error::Finalized);
         }
         let at = match st.find(key) {
-            Ok(at) => at,
-            Err(at) => {
-                let round = st.spare.pop().unwrap_or_else(|| Box::new(Round {
-                    parts: (0..n).map(|_| None).collect(),
-                    small: (0..n).map(|_| None).collect(),
-                    arrived: 0,
-                    complete: None,
-                    done: 0,
-                    wakers: (0..n).map(|_| None).collect(),
-                }));
-                st.rounds.insert(at, (key, round));
-                debug_assert!(st.rounds.windows(2).all(|w| newer(w[1].0, w[0].0)), "open rounds in call order");
-                at
-            }
+            Some(at) => at,
+            None => st.open_round(key, n),
         };
-        let open = st.rounds.len();
-        let round = &mut st.rounds[at].1;
+        let open = st.open;
+        let round = st.round_at(at);
         if round.is_complete() || round.has_part(me) {
             // Only if this member's call numbers came round to a call
             // still open, four billion calls ago.
             return Err(Error::InvalidArgument(format!("collective call {} is still open on this communicator", key.0)));
         }
         match part {
-            Placed::Part(part) => round.parts[me] = Some(part),
+            Placed::Part(part) => {
+                round.parts[me] = Some(part);
+                round.any_part = true;
+            }
             Placed::Small(part) => round.small[me] = Some(part),
         }
         round.arrived += 1;
         let complete = round.is_complete();
-        if complete && round.parts.iter().any(Option::is_some) {
+        if complete && round.any_part {
             // Some part is not small: the parts are shared with the
             // members that read them.
             round.share_parts();
@@ -613,6 +614,7 @@ impl LocalComm {
     }
 
     /// Member `r`'s endpoint has gone.
+    #[inline]
     fn is_gone(&self, r: usize) -> bool {
         self.gone[self.members[r] as usize].load(Ordering::SeqCst)
     }
@@ -630,42 +632,95 @@ impl LocalComm {
 }
 
 impl CommState {
-    fn round(&mut self, key: RoundKey) -> Option<&mut Round> {
-        let at = self.find(key).ok()?;
-        Some(&mut self.rounds[at].1)
+    fn new(members: usize) -> CommState {
+        CommState { slots: (0..FIRST_SLOTS).map(|_| Slot::default()).collect(), open: 0, holders: vec![false; members] }
     }
 
-    /// Where round `key` is among the open rounds (`Ok`), or where it
-    /// goes to keep them in call order (`Err`). A member waits at the
-    /// oldest round or makes the newest (a broadcast's root running ahead
-    /// makes one every call), so both ends are looked at first.
-    fn find(&self, key: RoundKey) -> std::result::Result<usize, usize> {
-        match self.rounds.first() {
-            None => return Err(0),
-            Some((first, _)) if *first == key => return Ok(0),
-            Some(_) => {}
+    /// The slot of round `key` in a ring of `slots` slots (a power of
+    /// two): consecutive calls' rounds at consecutive slots.
+    #[inline]
+    fn slot_of(key: RoundKey, slots: usize) -> usize {
+        debug_assert!(usize::from(key.1) < PHASES, "a call has at most {PHASES} phases");
+        (key.0 as usize).wrapping_mul(PHASES).wrapping_add(usize::from(key.1)) & (slots - 1)
+    }
+
+    /// The open round `key`, if it is.
+    fn round(&mut self, key: RoundKey) -> Option<&mut Round> {
+        let at = self.find(key)?;
+        Some(self.round_at(at))
+    }
+
+    /// The round at slot `at`, which is open.
+    #[inline]
+    fn round_at(&mut self, at: usize) -> &mut Round {
+        self.slots[at].round.as_mut().expect("an open round's slot holds it")
+    }
+
+    /// The slot of open round `key`, if it is open.
+    #[inline]
+    fn find(&self, key: RoundKey) -> Option<usize> {
+        let at = CommState::slot_of(key, self.slots.len());
+        (self.slots[at].key == Some(key)).then_some(at)
+    }
+
+    /// Opens round `key` (not open) for `n` members: its slot, the ring
+    /// grown first if another open round holds it.
+    fn open_round(&mut self, key: RoundKey, n: usize) -> usize {
+        let mut at = CommState::slot_of(key, self.slots.len());
+        while self.slots[at].key.is_some() {
+            self.grow();
+            at = CommState::slot_of(key, self.slots.len());
         }
-        // The last round not newer than `key`, from the newest back.
-        match self.rounds.iter().rposition(|(k, _)| !newer(*k, key)) {
-            Some(at) if self.rounds[at].0 == key => Ok(at),
-            Some(at) => Err(at + 1),
-            None => Err(0),
+        let slot = &mut self.slots[at];
+        slot.key = Some(key);
+        slot.round.get_or_insert_with(|| {
+            Box::new(Round {
+                parts: (0..n).map(|_| None).collect(),
+                small: (0..n).map(|_| None).collect(),
+                any_part: false,
+                arrived: 0,
+                complete: None,
+                done: 0,
+                wakers: (0..n).map(|_| None).collect(),
+            })
+        });
+        self.open += 1;
+        at
+    }
+
+    /// Doubles the ring, each open round moved to its slot there (none
+    /// share one: a ring twice as large spreads the slots of one ring).
+    fn grow(&mut self) {
+        let len = self.slots.len() * 2;
+        let mut slots: Vec<Slot> = (0..len).map(|_| Slot::default()).collect();
+        for slot in self.slots.drain(..).filter(|slot| slot.key.is_some()) {
+            let at = CommState::slot_of(slot.key.expect("filtered"), len);
+            debug_assert!(slots[at].key.is_none(), "open rounds never share a slot of the grown ring");
+            slots[at] = slot;
         }
+        self.slots = slots;
+    }
+
+    /// The open rounds, in no particular order.
+    fn open_rounds_mut(&mut self) -> impl Iterator<Item = &mut Round> {
+        self.slots.iter_mut().filter(|slot| slot.key.is_some()).filter_map(|slot| slot.round.as_deref_mut())
     }
 
     /// No member holds the place and no round is open.
     fn is_idle(&self) -> bool {
-        self.rounds.is_empty() && !self.holders.iter().any(|&held| held)
+        self.open == 0 && !self.holders.iter().any(|&held| held)
     }
 
     /// Member `me` is done with round `key`, which goes if nobody needs
     /// it any more (see [`CommState::sweep`]); returns wakers to drop once
     /// the lock is released.
+    #[inline]
     fn done_with(&mut self, comm: &LocalComm, key: RoundKey) -> Wakers {
-        let Ok(at) = self.find(key) else { return Wakers::default() };
-        self.rounds[at].1.done += 1;
+        let Some(at) = self.find(key) else { return Wakers::default() };
+        let round = self.round_at(at);
+        round.done += 1;
         let mut dropped = Wakers::default();
-        if self.rounds[at].1.finished(comm) {
+        if round.finished(comm) {
             self.retire(at, &mut dropped);
         }
         dropped
@@ -677,16 +732,25 @@ impl CommState {
     /// place).
     fn sweep(&mut self, comm: &LocalComm) -> Wakers {
         let mut dropped = Wakers::default();
-        while let Some(at) = self.rounds.iter().position(|(_, round)| round.finished(comm)) {
-            self.retire(at, &mut dropped);
+        for at in 0..self.slots.len() {
+            if self.slots[at].key.is_some() && self.round_at(at).finished(comm) {
+                self.retire(at, &mut dropped);
+            }
         }
         dropped
     }
 
-    /// Removes the round at `at`, keeping its lists for the next round.
+    /// Closes the round at slot `at`, emptied in place for the next round
+    /// there (its lists kept).
+    #[inline]
     fn retire(&mut self, at: usize, dropped: &mut Wakers) {
-        let (_, mut round) = self.rounds.remove(at);
-        round.parts.iter_mut().for_each(|p| *p = None);
+        self.slots[at].key = None;
+        self.open -= 1;
+        let round = self.round_at(at);
+        if round.any_part {
+            round.parts.iter_mut().for_each(|p| *p = None);
+            round.any_part = false;
+        }
         round.small.iter_mut().for_each(|p| *p = None);
         if let Some(parts) = round.complete.take() {
             // The last to read them (a broadcast's root may never have).
@@ -694,7 +758,6 @@ impl CommState {
         }
         round.wakers.iter_mut().filter_map(Option::take).for_each(|(w, _)| dropped.push(w));
         (round.arrived, round.done) = (0, 0);
-        self.spare.push(round);
     }
 }
 
@@ -940,12 +1003,14 @@ impl Seat {
 
     /// The seat at round `key` of `comm` is done with it: returns what to
     /// drop once the lock is released.
+    #[inline]
     fn finish(comm: &LocalComm, key: RoundKey, st: &mut CommState) -> (Wakers, bool) {
         let dropped = st.done_with(comm, key);
         (dropped, st.is_idle())
     }
 
     /// After [`finish`](Seat::finish), with the lock released.
+    #[inline]
     fn finished(comm: &Arc<LocalComm>, (dropped, idle): (Wakers, bool)) {
         drop(dropped);
         if idle {
@@ -1048,6 +1113,7 @@ impl Seat {
     /// Waits until `take` takes what the member waits for (every part, or
     /// member `wants`'s) from its round, under the lock; fails if a
     /// member it waits for is gone without its part.
+    #[inline]
     fn poll_with<R>(&mut self, cx: &mut Context<'_>, wants: Option<usize>, take: impl FnOnce(&mut Round) -> Option<R>) -> Poll<Result<R>> {
         if let Some(error) = self.refused.take() {
             return Poll::Ready(Err(error));
@@ -1200,7 +1266,7 @@ mod tests {
         recycle(second);
         assert_eq!(kept(), (1, 1), "the long list is not kept");
         assert_eq!(block_list(1).capacity(), room, "the list kept is the one with room for few");
-        assert!(lock(&comm.state).rounds.is_empty(), "both rounds retired");
+        assert_eq!(lock(&comm.state).open, 0, "both rounds retired");
     }
 
     /// A member that finds what it wants at the round when it leaves its
@@ -1226,10 +1292,10 @@ mod tests {
         let parts = got.all();
         assert_eq!(parts.iter().map(|p| p.kind).collect::<Vec<_>>(), [(0, 0), (0, 0), (9, 1)]);
         assert!(flag.0.load(Ordering::SeqCst), "the waiting member is woken");
-        assert_eq!(lock(&comm.state).rounds.len(), 1, "member 1 is not done yet");
+        assert_eq!(lock(&comm.state).open, 1, "member 1 is not done yet");
         let Poll::Ready(Ok(glimpse)) = wait(&mut first) else { panic!("member 0's part is there") };
         assert_eq!(glimpse.kind, (0, 0));
-        assert!(lock(&comm.state).rounds.is_empty(), "every member done: the round goes");
+        assert_eq!(lock(&comm.state).open, 0, "every member done: the round goes");
         // A member whose endpoint has gone takes nothing, and its seat fails.
         world.leave(2);
         let mut gone = comm.sit((1, 0), 2, part(), Some(Want::All)).seat();
@@ -1251,10 +1317,10 @@ mod tests {
         let Arrival::Waits(mut first) = comm.sit_small((0, 0), 0, small(0), None, &mut Some(read)) else { panic!("alone") };
         let Arrival::Took(got) = comm.sit_small((0, 0), 1, small(1), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((4, 0), vec![0; 3]), ((4, 0), vec![1; 3])]);
-        assert!(lock(&comm.state).rounds[0].1.complete.is_none(), "small parts are not shared");
+        assert!(lock(&comm.state).round((0, 0)).is_some_and(|round| round.complete.is_none()), "small parts are not shared");
         let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read)) else { panic!("complete") };
         assert_eq!(got, [((4, 0), vec![0; 3]), ((4, 0), vec![1; 3])]);
-        assert!(lock(&comm.state).rounds.is_empty());
+        assert_eq!(lock(&comm.state).open, 0);
         // A small part, then a part: shared, the small one as a block.
         let Arrival::Waits(mut first) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(read)) else { panic!("alone") };
         let Arrival::Took(got) = comm.sit((1, 0), 1, Part { kind: (5, 2), ..part() }, Some(Want::All)) else { panic!("complete") };
@@ -1271,7 +1337,7 @@ mod tests {
         let Poll::Ready(Ok(parts)) = poll(&mut first) else { panic!("complete") };
         assert_eq!(parts[1].kind, (4, 0));
         drop(parts);
-        assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
+        assert_eq!(lock(&comm.state).open, 0, "every round done with");
     }
 
     /// A small part of several blocks (an alltoall's, one for each member)
@@ -1305,7 +1371,7 @@ mod tests {
         let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read(1))) else { panic!("complete") };
         assert_eq!(got, [Ok((vec![10, 10], Some((9, 2)))), Ok((vec![], None))]);
         drop(parts);
-        assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
+        assert_eq!(lock(&comm.state).open, 0, "every round done with");
     }
 
     /// A member that left a small part and waits for one member's part
@@ -1329,9 +1395,9 @@ mod tests {
         assert_eq!(got, [7]);
         let Arrival::Took(got) = comm.sit_small((0, 0), 2, small(2), Some(0), &mut Some(root_byte)) else { panic!("there") };
         assert_eq!(got, [7]);
-        assert_eq!(lock(&comm.state).rounds.len(), 1, "the root is not done yet");
+        assert_eq!(lock(&comm.state).open, 1, "the root is not done yet");
         drop(root);
-        assert!(lock(&comm.state).rounds.is_empty(), "a dropped seat is done: the round goes");
+        assert_eq!(lock(&comm.state).open, 0, "a dropped seat is done: the round goes");
         // Member 0 waits for every part; member 2 is gone without its part.
         let every = |parts: MemberParts<'_>| parts.len();
         let Arrival::Waits(mut waiting) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(every)) else { panic!("alone") };
@@ -1339,31 +1405,38 @@ mod tests {
         world.leave(2);
         assert!(matches!(waiting.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(Error::ProcessFailed { rank: 2, .. }))));
         drop(second);
-        assert!(lock(&comm.state).rounds.is_empty(), "the members that came are done: the round goes");
+        assert_eq!(lock(&comm.state).open, 0, "the members that came are done: the round goes");
         // A member whose endpoint has gone leaves nothing, and fails.
         let Arrival::Waits(mut gone) = comm.sit_small((2, 0), 2, small(2), None, &mut Some(every)) else { panic!("refused") };
         assert!(matches!(gone.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(Error::Finalized))));
     }
 
-    /// Open rounds stay in call order whatever order they are made in (a
-    /// large allreduce's second phase after the next call's first), across
-    /// the wrap of call numbers, and each is found where it is.
+    /// Open rounds are found wherever their calls' numbers put them in
+    /// the ring of slots, whatever order they are made in (a large
+    /// allreduce's second phase after the next call's first), across the
+    /// wrap of call numbers; rounds that would share a slot grow the ring
+    /// (forty calls open at once), and every round, found again, completes.
     #[test]
-    fn rounds_stay_in_call_order() {
-        assert!(newer((1, 0), (0, 0)) && newer((0, 1), (0, 0)) && newer((0, 0), (u32::MAX, 1)));
-        assert!(!newer((0, 0), (0, 0)) && !newer((u32::MAX, 0), (0, 0)));
+    fn open_rounds_are_found_in_a_ring_that_grows() {
         let (_world, _holds, comm) = place(&[0, 1], 9);
-        let keys = [(u32::MAX - 1, 0), (u32::MAX, 0), (0, 0), (u32::MAX, 1), (u32::MAX - 1, 1), (1, 0)];
+        let mut keys = vec![(u32::MAX - 1, 0), (u32::MAX, 0), (0, 0), (u32::MAX, 1), (u32::MAX - 1, 1), (1, 0)];
+        keys.extend((2..36).map(|k| (k, 0)));
+        keys.push((2, 1));
         let seats: Vec<Seat> = keys.iter().map(|&key| comm.sit(key, 0, part(), None).seat()).collect();
-        let order: Vec<RoundKey> = lock(&comm.state).rounds.iter().map(|(k, _)| *k).collect();
-        assert_eq!(order, [(u32::MAX - 1, 0), (u32::MAX - 1, 1), (u32::MAX, 0), (u32::MAX, 1), (0, 0), (1, 0)]);
+        {
+            let st = lock(&comm.state);
+            assert_eq!(st.open, keys.len());
+            assert!(st.slots.len() >= keys.len() && st.slots.len().is_power_of_two(), "the ring grew: {} slots", st.slots.len());
+            assert!(keys.iter().all(|&key| st.find(key).is_some()), "every open round found");
+            assert!(st.find((36, 0)).is_none() && st.find((3, 1)).is_none(), "rounds not open are not found");
+        }
         // Member 1 completes each round, found wherever it is.
         for &key in keys.iter().rev() {
             let Arrival::Took(got) = comm.sit(key, 1, part(), Some(Want::All)) else { panic!("{key:?} is complete") };
             assert_eq!(got.all().len(), 2, "{key:?}");
         }
         drop(seats);
-        assert!(lock(&comm.state).rounds.is_empty(), "every round done with");
+        assert_eq!(lock(&comm.state).open, 0, "every round done with");
     }
 
     /// A round completes once every member has left its part, whatever
@@ -1384,7 +1457,7 @@ mod tests {
         };
         assert_eq!(parts.len(), 3);
         assert!(matches!(poll(&mut a), Poll::Ready(Ok(_))));
-        assert!(lock(&comm.state).rounds.is_empty(), "every member done: the round goes");
+        assert_eq!(lock(&comm.state).open, 0, "every member done: the round goes");
         // World rank 1 (member 2) leaves after its part, world rank 0
         // (member 1) before: the round fails naming member 1.
         b = comm.sit((1, 0), 2, part(), None).seat();
@@ -1394,7 +1467,7 @@ mod tests {
         world.leave(0);
         assert!(matches!(poll(&mut d), Poll::Ready(Err(Error::ProcessFailed { rank: 1, .. }))));
         drop(b);
-        assert!(lock(&comm.state).rounds.is_empty(), "the members that came are done: the failed round goes");
+        assert_eq!(lock(&comm.state).open, 0, "the members that came are done: the failed round goes");
         drop(holds);
         assert!(lock(&world.comms).is_empty(), "no member holds the place: it goes");
     }
