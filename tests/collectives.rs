@@ -1368,6 +1368,51 @@ mod meeting {
         }
     }
 
+    /// A rank whose collective exchanges messages (a gather to itself)
+    /// where the others broadcast, which meets, fails rather than waits for
+    /// messages that never come, in every order of arrival (forced by
+    /// messages), for a broadcast of a few values (the small lane) and of
+    /// more: whichever rank comes last sees the others' parts and reports
+    /// the disagreement (a broadcast's root may have finished before it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_over_messages_among_ranks_that_broadcast_is_told() {
+        let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+        for values in [1usize, 1024] {
+            for order in orders {
+                let outcomes = returns(launch_with(3, move |comm| async move {
+                    let me = comm.rank();
+                    let at = order.iter().position(|&r| r == me).expect("every rank has its turn");
+                    if at > 0 {
+                        comm.recv::<u8>(order[at - 1], 5).await?;
+                    }
+                    let mut data = vec![me as f64; values];
+                    let mut gathered = vec![0.0f64; 3 * values];
+                    let call = match me {
+                        // Rank 2 gathers to itself: it waits for the others' values.
+                        2 => comm.gather(&data.clone()[..], &mut gathered[..], 2),
+                        _ => comm.bcast(&mut data[..], 0),
+                    };
+                    if at < 2 {
+                        comm.send(&0u8, order[at + 1], 5).await?;
+                    }
+                    let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), call).await.expect("told, not left waiting");
+                    // The others stay until rank 2 is done: its gather
+                    // must not fail only because they finished.
+                    match me {
+                        2 => {
+                            comm.send(&0u8, 0, 6).await?;
+                            comm.send(&0u8, 1, 6).await?;
+                        }
+                        _ => drop(comm.recv::<u8>(2, 6).await?),
+                    }
+                    Ok(outcome.err().map(|e| e.to_string()))
+                }))
+                .await;
+                assert!(outcomes[2].as_ref().is_some_and(|e| !e.contains("finished")), "{values} values, order {order:?}: the gather fails: {outcomes:?}");
+            }
+        }
+    }
+
     /// A rank that comes last to a round, and so checks every part in the
     /// call itself, reports what disagrees there, and tells a rank whose
     /// collective exchanges messages that it gave up (that rank fails

@@ -70,7 +70,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, MemberParts, Part, Parts, Seat, SmallPart, Want, INLINE};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, MemberParts, Mixed, Part, Parts, Seat, SmallPart, Want, INLINE, MESSAGES};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -107,9 +107,6 @@ const BCAST: u8 = 1;
 const ALLGATHER: u8 = 2;
 const ALLTOALL: u8 = 3;
 const ALLREDUCE: u8 = 4;
-/// A collective that exchanges messages: its root field is the number of
-/// sub-tags its messages use.
-const MESSAGES: u8 = 5;
 
 /// A kind of part, for error messages.
 fn name((code, root): Kind) -> String {
@@ -190,10 +187,29 @@ fn shape_of_block(block: &Block) -> Shape {
 impl Call {
     /// Leaves word at this call's round, if the ranks meet in this
     /// process, that this rank's collective exchanges messages instead (a
-    /// part of kind `(MESSAGES, sub-tags its messages use)`).
-    pub(super) fn mark_messages(&self) {
-        if self.local.is_some() {
-            drop(self.starting().meet(0, (MESSAGES, self.subtags), NO_SHAPE, Ok(Vec::new()), None));
+    /// part of kind `(MESSAGES, sub-tags its messages use)`). If a rank
+    /// whose collective meets has left its part already, this rank's call
+    /// fails at once ([`Call::mismatch`]): that rank may be done with the
+    /// call (a broadcast's ranks take the root's part alone), and would
+    /// never tell it. A rank that meets and comes later tells it.
+    pub(super) fn mark_messages(&mut self) {
+        let Some(local) = self.local.clone() else { return };
+        let part = Part { kind: (MESSAGES, self.subtags), shape: NO_SHAPE, blocks: Ok(Vec::new()), whole: Vec::new() };
+        if let Arrival::Took(Some(mixed)) = local.leave((self.number, 0), self.rank(), part, usize::MAX) {
+            let detail = "it called a collective that meets where this rank called one that exchanges messages".into();
+            self.mismatch = Some(Error::CollectiveMismatch { rank: mixed.meets, detail });
+        }
+    }
+}
+
+impl Starting<'_> {
+    /// Tells the ranks whose collective exchanges messages that the call
+    /// failed, if they had left their word at the round when this rank
+    /// looked (see [`Mixed`]): for ranks that do not check every part (a
+    /// broadcast's).
+    fn tell_if_mixed(&self, mixed: Option<Mixed>) {
+        if let Some(mixed) = mixed {
+            self.give_up_on(mixed.subtags);
         }
     }
 }
@@ -281,7 +297,7 @@ fn with_small_parts<'a, R: Send + 'a>(
     call: Starting<'_>,
     part: SmallPart,
     read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + Unpin + 'a,
-    finish: impl FnOnce(R) -> Result<()> + Send + Unpin + 'a,
+    finish: impl FnOnce(Starting<'_>, R) -> Result<()> + Send + Unpin + 'a,
 ) -> Collective<'a> {
     with_small_part_of(call, part, None, read, finish)
 }
@@ -292,12 +308,12 @@ fn with_small_part_of<'a, R: Send + 'a>(
     part: SmallPart,
     from: Option<usize>,
     read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + Unpin + 'a,
-    finish: impl FnOnce(R) -> Result<()> + Send + Unpin + 'a,
+    finish: impl FnOnce(Starting<'_>, R) -> Result<()> + Send + Unpin + 'a,
 ) -> Collective<'a> {
     let local = call.local().expect("a call that meets has a meeting place");
     let mut read = Some(read);
     match local.sit_small((call.number(), 0), call.rank(), part, from, &mut read) {
-        Arrival::Took(outcome) => Collective::finished(told(call, outcome).and_then(finish)),
+        Arrival::Took(outcome) => Collective::finished(told(call, outcome).and_then(|r| finish(call, r))),
         Arrival::Waits(seat) => read_when_there(call.call(), seat, from, read, finish),
     }
 }
@@ -310,9 +326,14 @@ fn read_when_there<'a, R: Send + 'a>(
     seat: Seat,
     from: Option<usize>,
     read: Option<impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + Unpin + 'a>,
-    finish: impl FnOnce(R) -> Result<()> + Send + Unpin + 'a,
+    finish: impl FnOnce(Starting<'_>, R) -> Result<()> + Send + Unpin + 'a,
 ) -> Collective<'a> {
     Collective::met(ReadWhenThere { call, seat, from, read, finish: Some(finish) })
+}
+
+/// The `finish` of a small call that is done once it has read the parts.
+fn read_is_all(_: Starting<'_>, (): ()) -> Result<()> {
+    Ok(())
 }
 
 /// The future [`read_when_there`] makes.
@@ -327,7 +348,7 @@ struct ReadWhenThere<F, G> {
 impl<R, F, G> std::future::Future for ReadWhenThere<F, G>
 where
     F: FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Unpin,
-    G: FnOnce(R) -> Result<()> + Unpin,
+    G: FnOnce(Starting<'_>, R) -> Result<()> + Unpin,
 {
     type Output = Result<()>;
 
@@ -335,7 +356,8 @@ where
         let this = self.get_mut();
         let outcome = std::task::ready!(this.seat.poll_read(cx, this.from, &mut this.read))?;
         let finish = this.finish.take().expect("a collective polled after it finished");
-        std::task::Poll::Ready(told(this.call.starting(), outcome).and_then(finish))
+        let call = this.call.starting();
+        std::task::Poll::Ready(told(call, outcome).and_then(|r| finish(call, r)))
     }
 }
 
@@ -385,7 +407,7 @@ pub(super) fn barrier(call: Starting<'_>) -> Collective<'static> {
         });
     }
     let part = SmallPart::new(kind, NO_SHAPE, &[], None).expect("no bytes fit");
-    with_small_parts(call, part, move |parts| agree_small(&parts, kind, NO_SHAPE), Ok)
+    with_small_parts(call, part, move |parts| agree_small(&parts, kind, NO_SHAPE), read_is_all)
 }
 
 /// This rank's part of a call that needs every rank's part: `finish`ed
@@ -444,20 +466,22 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
         },
         false => Vec::new(),
     };
-    let wants = (me != root && shape.1 < TAKE_IN_CALL_BELOW).then_some(Want::One(root));
-    let arrival = start.meet(0, kind, shape, Ok(blocks), wants);
-    let call = start.call();
     if me == root {
-        let seat = arrival.seat();
-        if !seat.is_refused() && shape.1 < RUN_AHEAD_BYTES && seat.open_rounds() <= RUN_AHEAD {
-            // The root has nothing to take: it is done once its data is
-            // there for the others (as a root whose sends went eagerly
-            // is), unless the others are too far behind.
-            drop(seat);
-            return Collective::finished(Ok(()));
-        }
-        // A root that waits (its data is large, or the others are far
-        // behind) checks every part.
+        // The root has nothing to take: it is done once its data is there
+        // for the others (as a root whose sends went eagerly is), unless
+        // its data is large or the others are too far behind.
+        let local = start.local().expect("a call that meets has a meeting place");
+        let part = Part { kind, shape, blocks: Ok(blocks), whole: Vec::new() };
+        let run_ahead = if shape.1 < RUN_AHEAD_BYTES { RUN_AHEAD } else { 0 };
+        let seat = match local.leave((start.number(), 0), me, part, run_ahead) {
+            Arrival::Took(mixed) => {
+                start.tell_if_mixed(mixed);
+                return Collective::finished(Ok(()));
+            }
+            Arrival::Waits(seat) => seat,
+        };
+        // A root that waits checks every part.
+        let call = start.call();
         return Collective::met(async move {
             let parts = seat.await?;
             agree(call.starting(), &parts, kind, shape)?;
@@ -468,6 +492,9 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
     // The others take the root's part as soon as it is there (when the
     // call starts, if the root's call started first), without waiting
     // for each other, and check only it.
+    let wants = (shape.1 < TAKE_IN_CALL_BELOW).then_some(Want::One(root));
+    let arrival = start.meet(0, kind, shape, Ok(blocks), wants);
+    let call = start.call();
     let mut take = move |root_part: Glimpse| {
         if let Err(e) = agree_with(root, (root_part.kind, root_part.shape, root_part.block.as_ref().err().map(String::as_str)), kind, shape) {
             if root_part.kind.0 == MESSAGES {
@@ -482,6 +509,8 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
         if let BlockBytes::Shared(data) = block.data {
             recycle_bytes(data);
         }
+        // Those over messages that have come are told.
+        call.starting().tell_if_mixed(root_part.mixed);
         Ok(())
     };
     match arrival {
@@ -502,11 +531,15 @@ fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize,
         let local = call.local().expect("a call that meets has a meeting place");
         // The root has nothing to take (see `bcast`): it is done once its
         // part is left, unless too many calls are open.
-        let Arrival::Waits(seat) = local.leave_small((call.number(), 0), root, part, RUN_AHEAD) else {
-            return Collective::finished(Ok(()));
+        let seat = match local.leave_small((call.number(), 0), root, part, RUN_AHEAD) {
+            Arrival::Took(mixed) => {
+                call.tell_if_mixed(mixed);
+                return Collective::finished(Ok(()));
+            }
+            Arrival::Waits(seat) => seat,
         };
         // A root that waits checks every part.
-        return read_when_there(call.call(), seat, None, Some(move |parts: MemberParts<'_>| agree_small(&parts, kind, shape)), Ok);
+        return read_when_there(call.call(), seat, None, Some(move |parts: MemberParts<'_>| agree_small(&parts, kind, shape)), read_is_all);
     }
     let take = move |parts: MemberParts<'_>| {
         let root_part = parts.get(root);
@@ -516,9 +549,15 @@ fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize,
             return Err((e, (root_part.kind.0 == MESSAGES).then_some(root_part.kind.1)));
         }
         let (bytes, signature) = root_part.block.expect("agreed: the root did not give up");
-        take_bytes::<E>((bytes, signature, any_bytes), root, &mut buf, 0..count).map_err(|e| (e, None))
+        take_bytes::<E>((bytes, signature, any_bytes), root, &mut buf, 0..count).map_err(|e| (e, None))?;
+        // Taken: this rank checks no other part, but those over messages
+        // that have come are told.
+        Ok(parts.mixed())
     };
-    with_small_part_of(call, part, Some(root), take, Ok)
+    with_small_part_of(call, part, Some(root), take, |call, mixed| {
+        call.tell_if_mixed(mixed);
+        Ok(())
+    })
 }
 
 /// Bytes of a part to take, as [`take_bytes`] takes them: the bytes, their
@@ -566,7 +605,7 @@ pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, prepared: Result<(us
             }
             Ok(())
         };
-        return with_small_parts(call, part, read, Ok);
+        return with_small_parts(call, part, read, read_is_all);
     }
     let taken = (n * count) as u64 * E::item_type(&recv).size();
     let arrival = call.meet(0, kind, shape, Ok(one_block(mine)), every_part_if_small(taken));
@@ -632,7 +671,9 @@ pub(super) fn alltoall<'a, E: Element>(
         if let Err(e) = E::copy(&send, me * c..(me + 1) * c, &mut recv, me * c..(me + 1) * c) {
             // This rank alone fails (see above); its part is left all the same.
             let local = call.local().expect("a call that meets has a meeting place");
-            drop(local.leave_small((call.number(), 0), me, part, usize::MAX));
+            if let Arrival::Took(mixed) = local.leave_small((call.number(), 0), me, part, usize::MAX) {
+                call.tell_if_mixed(mixed);
+            }
             return Collective::finished(Err(e));
         }
         let read = move |parts: MemberParts<'_>| {
@@ -646,7 +687,7 @@ pub(super) fn alltoall<'a, E: Element>(
             }
             Ok(())
         };
-        return with_small_parts(call, part, read, Ok);
+        return with_small_parts(call, part, read, read_is_all);
     }
     let mut own_copy = Ok(());
     let packed = layout.and_then(|layout| {
@@ -767,7 +808,7 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
             }
             Ok(all)
         };
-        return with_small_parts(call, part, read, move |all: SmallValues<T>| {
+        return with_small_parts(call, part, read, move |_, all: SmallValues<T>| {
             combine_tree(&op, n, &|r| &all[r * count..(r + 1) * count], recv)
         });
     }

@@ -228,6 +228,10 @@ impl<'a> Collective<'a> {
     /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
+        if let Some(e) = call.mismatch.clone() {
+            call.give_up();
+            return Collective::finished(Err(e));
+        }
         Collective { state: Running::Part(Box::pin(run), Some(call)) }
     }
 
@@ -310,6 +314,10 @@ impl std::fmt::Debug for Collective<'_> {
 /// Runs this rank's part of `call`; if it fails, tells every other rank
 /// (see [`Collective::new`]).
 pub(crate) async fn guarded<T>(call: Call, run: impl Future<Output = Result<T>>) -> Result<T> {
+    if let Some(e) = call.mismatch.clone() {
+        call.give_up();
+        return Err(e);
+    }
     let outcome = run.await;
     if outcome.is_err() {
         call.give_up();
@@ -353,7 +361,7 @@ impl<'c> Starting<'c> {
         // Each call has 64 tags to itself: its messages' sub-tags (a
         // neighbour collective's directions) never meet another call's.
         let tag = ((u64::from(self.number) * Call::SUBTAGS) & 0x7fff_ffff) as i32;
-        Call { comm: self.comm.clone(), tag, subtags: 1, salt: 0, number: self.number, local: self.local.cloned() }
+        Call { comm: self.comm.clone(), tag, subtags: 1, salt: 0, number: self.number, local: self.local.cloned(), mismatch: None }
     }
 
     pub(crate) fn number(&self) -> u32 {
@@ -404,6 +412,11 @@ pub(crate) struct Call {
     /// Where the communicator's ranks meet, if they all live in this
     /// process (see `local`).
     local: Option<Arc<LocalComm>>,
+    /// Why the call fails at once, if it does: the ranks that meet in
+    /// this process called a collective that meets where this rank's
+    /// exchanges messages, and nobody may be left to tell it (see
+    /// `Call::mark_messages`).
+    mismatch: Option<Error>,
 }
 
 impl Call {
@@ -413,7 +426,7 @@ impl Call {
     /// collective that meets at this point reports as a mismatch (and
     /// tells this rank of, by message).
     pub(crate) fn start(comm: &Comm) -> Call {
-        let call = Call::begin(comm);
+        let mut call = Call::begin(comm);
         call.mark_messages();
         call
     }

@@ -670,7 +670,7 @@ impl Comm {
             });
             return super::local::allgather::<E>(start, prepared, recv);
         }
-        let call = start.call();
+        let mut call = start.call();
         call.mark_messages();
         if Bruck::suits(n, even_count, E::item_type(&recv).size()) {
             let started = count.and_then(|count| Bruck::start::<E>(&call, &send, &mut recv, count, what));
@@ -833,7 +833,7 @@ impl Comm {
         if start.local().is_some() && block_bytes.is_none_or(super::local::meets) {
             return super::local::alltoall::<E>(start, layout, send, recv);
         }
-        let call = start.call();
+        let mut call = start.call();
         call.mark_messages();
         let started = (|| -> Result<_> {
             let (out, into) = layout?.listed(n);

@@ -200,6 +200,23 @@ pub(crate) type RoundKey = (u32, u8);
 /// Phases a call may have.
 const PHASES: usize = 2;
 
+/// A round where members whose collective exchanges messages and members
+/// whose collective meets have left parts (see [`MESSAGES`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mixed {
+    /// The most sub-tags the members over messages use.
+    pub(crate) subtags: usize,
+    /// A member that meets.
+    pub(crate) meets: usize,
+}
+
+/// The kind of part a member leaves whose collective exchanges messages
+/// instead of meeting (its kind's second field: the sub-tags its messages
+/// use): where such parts meet parts of members that meet, the call is
+/// erroneous, and the members over messages must be told (see
+/// [`Round::mixed`]).
+pub(crate) const MESSAGES: u8 = 5;
+
 /// Slots of a communicator's ring of rounds at first (see
 /// [`CommState::slots`]).
 const FIRST_SLOTS: usize = 8;
@@ -210,6 +227,15 @@ enum Placed {
     Small(SmallPart),
 }
 
+impl Placed {
+    fn kind(&self) -> (u8, usize) {
+        match self {
+            Placed::Part(part) => part.kind,
+            Placed::Small(part) => part.kind,
+        }
+    }
+}
+
 /// One phase of one collective call.
 struct Round {
     /// Each member's part, once left (unless it is small).
@@ -218,6 +244,9 @@ struct Round {
     small: Vec<Option<SmallPart>>,
     /// Some member left a part that is not small.
     any_part: bool,
+    /// Members whose part says their collective exchanges messages (of
+    /// kind [`MESSAGES`]), and the most sub-tags any of them uses.
+    over_messages: (usize, usize),
     arrived: usize,
     /// Every part, shared with the members that read them, once all have
     /// arrived, unless every part is small (small parts are read where
@@ -364,6 +393,13 @@ impl<'r> MemberParts<'r> {
             Some(small) => small.block(0).map_or(&[][..], |(bytes, _)| bytes),
             None => self.get(r).block.map_or(&[][..], |(bytes, _)| bytes),
         }
+    }
+
+    /// If members whose collective exchanges messages and members whose
+    /// collective meets have both left parts: what [`Mixed`] says, to tell
+    /// the former that the call failed.
+    pub(crate) fn mixed(&self) -> Option<Mixed> {
+        self.round.mixed()
     }
 
     /// Member `r`'s part, with its first block.
@@ -530,9 +566,16 @@ impl LocalComm {
     /// the round at once ([`Arrival::Took`]) if at most `open` rounds are
     /// open with it (a broadcast's root, which has nothing to take, runs
     /// ahead so); waits at its seat otherwise, as
-    /// [`sit_small`](LocalComm::sit_small).
-    pub(crate) fn leave_small(self: &Arc<Self>, key: RoundKey, me: usize, part: SmallPart, open: usize) -> Arrival<()> {
-        self.sit_with(key, me, Placed::Small(part), |_, now_open| (now_open <= open).then_some(()))
+    /// [`sit_small`](LocalComm::sit_small). A member done at once takes
+    /// what [`MemberParts::mixed`] says once its part is left.
+    pub(crate) fn leave_small(self: &Arc<Self>, key: RoundKey, me: usize, part: SmallPart, open: usize) -> Arrival<Option<Mixed>> {
+        self.sit_with(key, me, Placed::Small(part), |round, now_open| (now_open <= open).then(|| round.mixed()))
+    }
+
+    /// [`leave_small`](LocalComm::leave_small) of a `part` that is not
+    /// small.
+    pub(crate) fn leave(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, open: usize) -> Arrival<Option<Mixed>> {
+        self.sit_with(key, me, Placed::Part(part), |round, now_open| (now_open <= open).then(|| round.mixed()))
     }
 
     /// Leaves member `me`'s `part` at round `key`, then takes what `take`
@@ -557,13 +600,13 @@ impl LocalComm {
                 Seat::finished(self, after);
                 Arrival::Took(got)
             }
-            None => Arrival::Waits(Seat { comm: self.clone(), key, me, done: false, open, refused: None }),
+            None => Arrival::Waits(Seat { comm: self.clone(), key, me, done: false, refused: None }),
         }
     }
 
     /// A seat that failed to leave its part, with `error`.
     fn refused(self: &Arc<Self>, key: RoundKey, me: usize, error: Error) -> Seat {
-        Seat { comm: self.clone(), key, me, done: true, open: 0, refused: Some(error) }
+        Seat { comm: self.clone(), key, me, done: true, refused: Some(error) }
     }
 
     /// Leaves member `me`'s `part` at round `key`, making the round if it
@@ -589,6 +632,9 @@ impl LocalComm {
             // Only if this member's call numbers came round to a call
             // still open, four billion calls ago.
             return Err(Error::InvalidArgument(format!("collective call {} is still open on this communicator", key.0)));
+        }
+        if part.kind().0 == MESSAGES {
+            round.over_messages = (round.over_messages.0 + 1, round.over_messages.1.max(part.kind().1));
         }
         match part {
             Placed::Part(part) => {
@@ -678,6 +724,7 @@ impl CommState {
                 parts: (0..n).map(|_| None).collect(),
                 small: (0..n).map(|_| None).collect(),
                 any_part: false,
+                over_messages: (0, 0),
                 arrived: 0,
                 complete: None,
                 done: 0,
@@ -757,7 +804,7 @@ impl CommState {
             recycle(parts);
         }
         round.wakers.iter_mut().filter_map(Option::take).for_each(|(w, _)| dropped.push(w));
-        (round.arrived, round.done) = (0, 0);
+        (round.arrived, round.done, round.over_messages) = (0, 0, (0, 0));
     }
 }
 
@@ -771,6 +818,20 @@ impl Round {
             true => self.done >= self.parts.len(),
             false => self.done >= self.arrived && (0..self.parts.len()).filter(|&r| !self.has_part(r)).all(|r| comm.is_gone(r)),
         }
+    }
+
+    /// If members whose collective exchanges messages and members whose
+    /// collective meets have both left parts (an erroneous call): the most
+    /// sub-tags the former use, to tell them by message that the call
+    /// failed (they wait for messages the others never send), and a
+    /// member that meets.
+    fn mixed(&self) -> Option<Mixed> {
+        let (over_messages, subtags) = self.over_messages;
+        if over_messages == 0 || over_messages == self.arrived {
+            return None;
+        }
+        let meets = (0..self.parts.len()).find(|&r| self.has_part(r) && MemberParts { round: self }.get(r).kind.0 != MESSAGES)?;
+        Some(Mixed { subtags, meets })
     }
 
     /// Member `from` has left its part, or every member has (`None`).
@@ -820,6 +881,12 @@ impl Round {
     /// Member `r`'s part, as a seat that waits for it alone sees it, if
     /// it is there.
     fn glimpse(&self, r: usize) -> Option<Glimpse> {
+        let mut glimpse = self.glimpse_of(r)?;
+        glimpse.mixed = self.mixed();
+        Some(glimpse)
+    }
+
+    fn glimpse_of(&self, r: usize) -> Option<Glimpse> {
         match (&self.complete, &self.parts[r], &self.small[r]) {
             (Some(parts), _, _) => Some(parts[r].glimpse()),
             (None, Some(part), _) => Some(part.glimpse()),
@@ -827,6 +894,7 @@ impl Round {
                 kind: small.kind,
                 shape: small.shape,
                 block: Ok(small.block(0).map(|(data, signature)| Block { data: BlockBytes::Inline(InlineBytes::copy_of(data).expect("a block of inline bytes fits")), signature })),
+                mixed: None,
             }),
             (None, None, None) => None,
         }
@@ -982,25 +1050,11 @@ pub(crate) struct Seat {
     me: usize,
     /// Done with the round (or never at it).
     done: bool,
-    /// Rounds open on the communicator when this member sat down, this
-    /// one included.
-    open: usize,
     /// Why this member could not leave its part, until the seat reports it.
     refused: Option<Error>,
 }
 
 impl Seat {
-    /// Rounds open on the communicator when this member left its part,
-    /// its own included: how far the slowest member is behind.
-    pub(crate) fn open_rounds(&self) -> usize {
-        self.open
-    }
-
-    /// The member could not leave its part: the seat fails when polled.
-    pub(crate) fn is_refused(&self) -> bool {
-        self.refused.is_some()
-    }
-
     /// The seat at round `key` of `comm` is done with it: returns what to
     /// drop once the lock is released.
     #[inline]
@@ -1073,11 +1127,13 @@ pub(crate) struct Glimpse {
     pub(crate) kind: (u8, usize),
     pub(crate) shape: (Option<(u64, u64)>, u64),
     pub(crate) block: std::result::Result<Option<Block>, String>,
+    /// What [`MemberParts::mixed`] says of the round, as the part is taken.
+    pub(crate) mixed: Option<Mixed>,
 }
 
 impl Part {
     fn glimpse(&self) -> Glimpse {
-        Glimpse { kind: self.kind, shape: self.shape, block: self.blocks.as_ref().map(|b| b.first().cloned()).map_err(Clone::clone) }
+        Glimpse { kind: self.kind, shape: self.shape, block: self.blocks.as_ref().map(|b| b.first().cloned()).map_err(Clone::clone), mixed: None }
     }
 }
 
@@ -1371,6 +1427,33 @@ mod tests {
         let Poll::Ready(Ok(got)) = first.poll_read(&mut Context::from_waker(Waker::noop()), None, &mut Some(read(1))) else { panic!("complete") };
         assert_eq!(got, [Ok((vec![10, 10], Some((9, 2)))), Ok((vec![], None))]);
         drop(parts);
+        assert_eq!(lock(&comm.state).open, 0, "every round done with");
+    }
+
+    /// A round where a member over messages (a part of kind
+    /// [`MESSAGES`]) and members that meet have both left parts says so to
+    /// whoever looks after its own part is left, naming a member that
+    /// meets and the most sub-tags used; a round of one sort says nothing.
+    #[test]
+    fn rounds_where_messages_meet_meeting_say_so() {
+        let (_world, _holds, comm) = place(&[0, 1, 2], 13);
+        let small = |me: u8| SmallPart::new((1, 0), (None, 1), &[me], None).expect("1 byte fits");
+        let word = |subtags: usize| Part { kind: (MESSAGES, subtags), ..part() };
+        // Member 0 meets, alone: nothing to say.
+        let Arrival::Took(None) = comm.leave_small((0, 0), 0, small(0), usize::MAX) else { panic!("done at once, nothing mixed") };
+        // Member 2 over messages finds member 0's part.
+        let Arrival::Took(Some(mixed)) = comm.leave((0, 0), 2, word(3), usize::MAX) else { panic!("mixed") };
+        assert_eq!(mixed, Mixed { subtags: 3, meets: 0 });
+        // Member 1, meeting, sees it too.
+        let mixed_read = |parts: MemberParts<'_>| parts.mixed();
+        let Arrival::Took(Some(mixed)) = comm.sit_small((0, 0), 1, small(1), Some(0), &mut Some(mixed_read)) else { panic!("read") };
+        assert_eq!(mixed, Mixed { subtags: 3, meets: 0 });
+        // Members over messages alone: nothing to say.
+        let Arrival::Took(None) = comm.leave((1, 0), 0, word(1), usize::MAX) else { panic!("nothing mixed") };
+        let Arrival::Took(None) = comm.leave((1, 0), 1, word(2), usize::MAX) else { panic!("nothing mixed") };
+        // A member that meets comes last: it names the most sub-tags.
+        let Arrival::Took(Some(mixed)) = comm.leave_small((1, 0), 2, small(2), usize::MAX) else { panic!("mixed") };
+        assert_eq!(mixed, Mixed { subtags: 2, meets: 2 });
         assert_eq!(lock(&comm.state).open, 0, "every round done with");
     }
 
