@@ -189,15 +189,14 @@ impl Call {
     /// process, that this rank's collective exchanges messages instead (a
     /// part of kind `(MESSAGES, sub-tags its messages use)`). If a rank
     /// whose collective meets has left its part already, this rank's call
-    /// fails at once ([`Call::mismatch`]): that rank may be done with the
+    /// fails at once (`Call::met_elsewhere`): that rank may be done with the
     /// call (a broadcast's ranks take the root's part alone), and would
     /// never tell it. A rank that meets and comes later tells it.
     pub(super) fn mark_messages(&mut self) {
         let Some(local) = self.local.clone() else { return };
         let part = Part { kind: (MESSAGES, self.subtags), shape: NO_SHAPE, blocks: Ok(Vec::new()), whole: Vec::new() };
         if let Arrival::Took(Some(mixed)) = local.leave((self.number, 0), self.rank(), part, usize::MAX) {
-            let detail = "it called a collective that meets where this rank called one that exchanges messages".into();
-            self.mismatch = Some(Error::CollectiveMismatch { rank: mixed.meets, detail });
+            self.met_elsewhere = Some(mixed.meets);
         }
     }
 }
@@ -207,6 +206,7 @@ impl Starting<'_> {
     /// failed, if they had left their word at the round when this rank
     /// looked (see [`Mixed`]): for ranks that do not check every part (a
     /// broadcast's).
+    #[inline]
     fn tell_if_mixed(&self, mixed: Option<Mixed>) {
         if let Some(mixed) = mixed {
             self.give_up_on(mixed.subtags);

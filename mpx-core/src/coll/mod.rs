@@ -228,7 +228,7 @@ impl<'a> Collective<'a> {
     /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        if let Some(e) = call.mismatch.clone() {
+        if let Some(e) = call.mismatch() {
             call.give_up();
             return Collective::finished(Err(e));
         }
@@ -314,7 +314,7 @@ impl std::fmt::Debug for Collective<'_> {
 /// Runs this rank's part of `call`; if it fails, tells every other rank
 /// (see [`Collective::new`]).
 pub(crate) async fn guarded<T>(call: Call, run: impl Future<Output = Result<T>>) -> Result<T> {
-    if let Some(e) = call.mismatch.clone() {
+    if let Some(e) = call.mismatch() {
         call.give_up();
         return Err(e);
     }
@@ -361,7 +361,7 @@ impl<'c> Starting<'c> {
         // Each call has 64 tags to itself: its messages' sub-tags (a
         // neighbour collective's directions) never meet another call's.
         let tag = ((u64::from(self.number) * Call::SUBTAGS) & 0x7fff_ffff) as i32;
-        Call { comm: self.comm.clone(), tag, subtags: 1, salt: 0, number: self.number, local: self.local.cloned(), mismatch: None }
+        Call { comm: self.comm.clone(), tag, subtags: 1, salt: 0, number: self.number, local: self.local.cloned(), met_elsewhere: None }
     }
 
     pub(crate) fn number(&self) -> u32 {
@@ -412,11 +412,12 @@ pub(crate) struct Call {
     /// Where the communicator's ranks meet, if they all live in this
     /// process (see `local`).
     local: Option<Arc<LocalComm>>,
-    /// Why the call fails at once, if it does: the ranks that meet in
-    /// this process called a collective that meets where this rank's
-    /// exchanges messages, and nobody may be left to tell it (see
-    /// `Call::mark_messages`).
-    mismatch: Option<Error>,
+    /// Set if the call fails at once: the ranks that meet in this process
+    /// called a collective that meets where this rank's exchanges
+    /// messages, and nobody may be left to tell it (see
+    /// `Call::mark_messages`); one of them. (A rank, not the error, so
+    /// that a call stays small to move.)
+    met_elsewhere: Option<usize>,
 }
 
 impl Call {
@@ -445,6 +446,12 @@ impl Call {
 
     /// Tags each call has for its messages.
     pub(crate) const SUBTAGS: u64 = 64;
+
+    /// Why the call fails at once, if it does (see `met_elsewhere`).
+    fn mismatch(&self) -> Option<Error> {
+        let detail = "it called a collective that meets where this rank called one that exchanges messages";
+        self.met_elsewhere.map(|rank| Error::CollectiveMismatch { rank, detail: detail.into() })
+    }
 
     /// The call's number on its communicator.
     #[cfg(test)]

@@ -398,6 +398,7 @@ impl<'r> MemberParts<'r> {
     /// If members whose collective exchanges messages and members whose
     /// collective meets have both left parts: what [`Mixed`] says, to tell
     /// the former that the call failed.
+    #[inline]
     pub(crate) fn mixed(&self) -> Option<Mixed> {
         self.round.mixed()
     }
@@ -825,11 +826,19 @@ impl Round {
     /// sub-tags the former use, to tell them by message that the call
     /// failed (they wait for messages the others never send), and a
     /// member that meets.
+    #[inline]
     fn mixed(&self) -> Option<Mixed> {
-        let (over_messages, subtags) = self.over_messages;
-        if over_messages == 0 || over_messages == self.arrived {
-            return None;
+        match self.over_messages {
+            (0, _) => None,
+            (over_messages, _) if over_messages == self.arrived => None,
+            (_, subtags) => self.a_member_that_meets(subtags),
         }
+    }
+
+    /// [`mixed`](Round::mixed), once members over messages and members that
+    /// meet have both left parts.
+    #[cold]
+    fn a_member_that_meets(&self, subtags: usize) -> Option<Mixed> {
         let meets = (0..self.parts.len()).find(|&r| self.has_part(r) && MemberParts { round: self }.get(r).kind.0 != MESSAGES)?;
         Some(Mixed { subtags, meets })
     }
