@@ -1368,6 +1368,32 @@ mod meeting {
         }
     }
 
+    /// Values whose bytes are checked (`bool`, `char`) take the general
+    /// way where ranks meet, and arrive intact: a broadcast, an allgather
+    /// and an alltoall of a few of them, on 2 and 3 ranks.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn few_values_whose_bytes_are_checked_meet_intact() {
+        for n in [2usize, 3] {
+            let outcomes = returns(launch_with(n, move |comm| async move {
+                let me = comm.rank();
+                let mut flags = [me == 1, me != 1, true];
+                comm.bcast(&mut flags[..], 1).await?;
+                let mut letters = vec![' '; n];
+                comm.allgather(&char::from(b'a' + me as u8), &mut letters[..]).await?;
+                let mine: Vec<bool> = (0..n).map(|r| (me + r) % 2 == 0).collect();
+                let mut theirs = vec![false; n];
+                comm.alltoall(&mine[..], &mut theirs[..]).await?;
+                Ok((flags, letters, theirs))
+            }))
+            .await;
+            for (me, (flags, letters, theirs)) in outcomes.into_iter().enumerate() {
+                assert_eq!(flags, [true, false, true], "{n} ranks, rank {me}");
+                assert_eq!(letters, (0..n).map(|r| char::from(b'a' + r as u8)).collect::<Vec<_>>());
+                assert_eq!(theirs, (0..n).map(|r| (r + me) % 2 == 0).collect::<Vec<_>>());
+            }
+        }
+    }
+
     /// A rank whose collective exchanges messages (a gather to itself)
     /// where the others broadcast, which meets, fails rather than waits for
     /// messages that never come, in every order of arrival (forced by

@@ -30,8 +30,10 @@
 //! says so. A rank gone without its part ([`LocalWorld::leave`]) fails the
 //! call on the others with [`Error::ProcessFailed`].
 //!
-//! Calls of a few plain values (at most 24 bytes a block: [`INLINE`]) of
-//! barrier, bcast, allreduce and allgather take a small lane
+//! Calls of a few plain values that any bytes make valid (at most 24 bytes
+//! a block: [`INLINE`]; no `bool` or `char`, whose values are checked
+//! outside the lock, in the general way) of barrier, bcast, allreduce,
+//! allgather and alltoall (24 bytes in all) take a small lane
 //! ([`SmallPart`]): each rank leaves its values in a small part, held in
 //! the round itself with no list and nothing shared, and reads every part
 //! it needs where it lies, under the round's lock, copying out only what
@@ -450,13 +452,13 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
     let count = E::dst_len(&buf);
     let shape = shape_of(&E::item_type(&buf), count);
     let me = start.rank();
-    if let Some(plain) = E::plain_dst(&buf, 0..count, INLINE).filter(|_| start.size() <= SMALL_LANE_RANKS) {
-        // A few plain values: the small lane.
+    let plain = E::plain_dst(&buf, 0..count, INLINE).filter(|_| start.size() <= SMALL_LANE_RANKS);
+    if let Some((bytes, signature, any_bytes)) = plain.and_then(|plain| Some((plain.bytes, plain.signature, plain.any_bytes?))) {
+        // A few plain values that any bytes make valid: the small lane.
         let part = match me == root {
-            true => SmallPart::new(kind, shape, plain.bytes, plain.signature),
+            true => SmallPart::new(kind, shape, bytes, signature),
             false => SmallPart::new(kind, shape, &[], None),
         };
-        let any_bytes = plain.any_bytes;
         return small_bcast::<E>(start, part.expect("few enough bytes"), root, buf, any_bytes);
     }
     let blocks = match me == root {
@@ -524,7 +526,7 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
 
 /// [`bcast`] of a few plain values: the root leaves them in a small
 /// part, and the others take them from it under the round's lock.
-fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize, mut buf: E::Dst<'a>, any_bytes: Option<AnyBytes<E>>) -> Collective<'a> {
+fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize, mut buf: E::Dst<'a>, any_bytes: AnyBytes<E>) -> Collective<'a> {
     let (kind, shape) = (part.kind, part.shape);
     let count = E::dst_len(&buf);
     if call.rank() == root {
@@ -549,7 +551,7 @@ fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize,
             return Err((e, (root_part.kind.0 == MESSAGES).then_some(root_part.kind.1)));
         }
         let (bytes, signature) = root_part.block.expect("agreed: the root did not give up");
-        take_bytes::<E>((bytes, signature, any_bytes), root, &mut buf, 0..count).map_err(|e| (e, None))?;
+        take_bytes::<E>((bytes, signature, Some(any_bytes)), root, &mut buf, 0..count).map_err(|e| (e, None))?;
         // Taken: this rank checks no other part, but those over messages
         // that have come are told.
         Ok(parts.mixed())
@@ -593,7 +595,7 @@ pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, prepared: Result<(us
     let shape = shape_of_block(&mine);
     let me = call.rank();
     let small = SmallPart::of_block(kind, shape, &mine).filter(|_| n <= SMALL_LANE_RANKS);
-    let plain = small.and_then(|_| E::plain_dst(&recv, me * count..(me + 1) * count, INLINE)).map(|plain| plain.any_bytes);
+    let plain = small.and_then(|_| E::plain_dst(&recv, me * count..(me + 1) * count, INLINE)).and_then(|plain| plain.any_bytes);
     if let (Some(part), Some(any_bytes)) = (small, plain) {
         // A block of a few plain values each: the small lane, every
         // rank's block taken where it lies, under the round's lock.
@@ -601,7 +603,7 @@ pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, prepared: Result<(us
             agree_small(&parts, kind, shape)?;
             for (r, items) in ranges() {
                 let (bytes, signature) = parts.get(r).block.expect("the parts agreed: none gave up");
-                take_bytes::<E>((bytes, signature, any_bytes), r, &mut recv, items).map_err(|e| (e, None))?;
+                take_bytes::<E>((bytes, signature, Some(any_bytes)), r, &mut recv, items).map_err(|e| (e, None))?;
             }
             Ok(())
         };
@@ -682,7 +684,7 @@ pub(super) fn alltoall<'a, E: Element>(
                 let (bytes, theirs) = parts.get_block(r, me).block.expect("the parts agreed: none gave up");
                 // Each receiver checks each block against its own items:
                 // copied on proof where the signatures agree.
-                let proof = any_bytes.filter(|_| theirs == signature);
+                let proof = Some(any_bytes).filter(|_| theirs == signature);
                 take_bytes::<E>((bytes, theirs, proof), r, &mut recv, r * c..(r + 1) * c).map_err(|e| (e, None))?;
             }
             Ok(())
@@ -761,12 +763,12 @@ pub(super) fn alltoall<'a, E: Element>(
 /// The small lane of an alltoall (see [`alltoall`]), if it takes it:
 /// blocks of `c` items for every rank one after another from the start of
 /// both buffers (an even layout), plain values of at most [`INLINE`] bytes in all, on a
-/// communicator of at most [`SMALL_LANE_RANKS`]. Returns `c`, this rank's
-/// part (every block it sends, each of the type signature of `c` items),
-/// that signature, and the proof that the receive buffer's items take any
-/// bytes, if they do.
+/// communicator of at most [`SMALL_LANE_RANKS`], of a type that any bytes
+/// make valid. Returns `c`, this rank's part (every block it sends, each
+/// of the type signature of `c` items), that signature, and the proof
+/// that the receive buffer's items take any bytes.
 #[allow(clippy::type_complexity)]
-fn small_alltoall<E: Element>(call: Starting<'_>, layout: &Result<Layout>, send: &E::Src<'_>, recv: &E::Dst<'_>) -> Option<(usize, SmallPart, Option<(u64, u64)>, Option<AnyBytes<E>>)> {
+fn small_alltoall<E: Element>(call: Starting<'_>, layout: &Result<Layout>, send: &E::Src<'_>, recv: &E::Dst<'_>) -> Option<(usize, SmallPart, Option<(u64, u64)>, AnyBytes<E>)> {
     let Ok(Layout::Even(c, into)) = *layout else { return None };
     let (n, me) = (call.size(), call.rank());
     if n > SMALL_LANE_RANKS || into != c {
@@ -778,7 +780,7 @@ fn small_alltoall<E: Element>(call: Starting<'_>, layout: &Result<Layout>, send:
     // of the send buffer.
     let mine = E::plain_dst(recv, me * c..(me + 1) * c, INLINE)?;
     let part = SmallPart::of_blocks((ALLTOALL, 0), NO_SHAPE, all.bytes, mine.signature, n)?;
-    Some((c, part, mine.signature, mine.any_bytes))
+    Some((c, part, mine.signature, mine.any_bytes?))
 }
 
 /// `MPI_Allreduce` of `send` into `recv` with `op`.
