@@ -450,17 +450,19 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
         return refused(start, kind, e);
     }
     let count = E::dst_len(&buf);
-    let shape = shape_of(&E::item_type(&buf), count);
     let me = start.rank();
     let plain = E::plain_dst(&buf, 0..count, INLINE).filter(|_| start.size() <= SMALL_LANE_RANKS);
     if let Some((bytes, signature, any_bytes)) = plain.and_then(|plain| Some((plain.bytes, plain.signature, plain.any_bytes?))) {
         // A few plain values that any bytes make valid: the small lane.
+        // Their packed data is their bytes: that is the block's shape.
+        let shape = (signature, bytes.len() as u64);
         let part = match me == root {
             true => SmallPart::new(kind, shape, bytes, signature),
             false => SmallPart::new(kind, shape, &[], None),
         };
         return small_bcast::<E>(start, part.expect("few enough bytes"), root, buf, any_bytes);
     }
+    let shape = shape_of(&E::item_type(&buf), count);
     let blocks = match me == root {
         true => match pack_dst_part::<E>(&buf, 0..count) {
             Ok(block) => one_block(block),
