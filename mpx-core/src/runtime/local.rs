@@ -310,6 +310,7 @@ impl SmallPart {
 
     /// A part of `kind` and `shape` whose one block is `bytes` of type
     /// signature `signature`, if they are few enough ([`INLINE`]).
+    #[inline(always)]
     pub(crate) fn new(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), bytes: &[u8], signature: Option<(u64, u64)>) -> Option<SmallPart> {
         SmallPart::of_blocks(kind, shape, bytes, signature, 1)
     }
@@ -317,6 +318,7 @@ impl SmallPart {
     /// A part of `kind` and `shape` whose `blocks` blocks of one size are
     /// `bytes`, one after another, each of type signature `signature`, if
     /// they are few enough ([`INLINE`]) and cut evenly.
+    #[inline(always)]
     pub(crate) fn of_blocks(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), bytes: &[u8], signature: Option<(u64, u64)>, blocks: usize) -> Option<SmallPart> {
         let blocks = u8::try_from(blocks).ok().filter(|&b| b > 0 && bytes.len().is_multiple_of(usize::from(b)))?;
         Some(SmallPart { kind, shape, data: InlineBytes::copy_of(bytes)?, signature, blocks })
@@ -585,20 +587,25 @@ impl LocalComm {
     /// seat otherwise.
     #[inline]
     fn sit_with<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: Placed, take: impl FnOnce(&mut Round, usize) -> Option<R>) -> Arrival<R> {
+        // Whom to wake, and wakers to drop, once the lock is released
+        // (filled in place: a list of wakers copied out of a call stalls
+        // the processor on its fresh stores).
+        let (mut wakers, mut dropped) = (Wakers::default(), Wakers::default());
         let mut st = lock(&self.state);
-        let (at, open, wakers) = match self.place(&mut st, key, me, part) {
+        let (at, open) = match self.place(&mut st, key, me, part, &mut wakers) {
             Ok(placed) => placed,
             Err(error) => {
                 drop(st);
                 return Arrival::Waits(self.refused(key, me, error));
             }
         };
-        let early = take(st.round_at(at), open).map(|got| (got, Seat::finish(self, key, &mut st)));
+        let early = take(st.round_at(at), open).map(|got| (got, Seat::finish(self, key, &mut st, &mut dropped)));
         drop(st);
         wakers.wake();
+        drop(dropped);
         match early {
-            Some((got, after)) => {
-                Seat::finished(self, after);
+            Some((got, idle)) => {
+                Seat::finished(self, idle);
                 Arrival::Took(got)
             }
             None => Arrival::Waits(Seat { comm: self.clone(), key, me, done: false, refused: None }),
@@ -616,7 +623,7 @@ impl LocalComm {
     /// round, those waiting for this member's part otherwise) once the
     /// lock is released. A member whose endpoint has gone leaves nothing.
     #[inline]
-    fn place(&self, st: &mut CommState, key: RoundKey, me: usize, part: Placed) -> Result<(usize, usize, Wakers)> {
+    fn place(&self, st: &mut CommState, key: RoundKey, me: usize, part: Placed, wakers: &mut Wakers) -> Result<(usize, usize)> {
         let n = self.size();
         // Under the lock: `leave` marks a member gone before it takes the
         // lock to fail the rounds that wait for it.
@@ -653,11 +660,10 @@ impl LocalComm {
         }
         // Those waiting for the round, once it is complete, and those
         // waiting for this member's part.
-        let mut wakers = Wakers::default();
         for slot in round.wakers.iter_mut().filter(|slot| slot.as_ref().is_some_and(|(_, wants)| complete || *wants == Some(me))) {
             wakers.push(slot.take().expect("filtered").0);
         }
-        Ok((at, open, wakers))
+        Ok((at, open))
     }
 
     /// Member `r`'s endpoint has gone.
@@ -760,18 +766,16 @@ impl CommState {
     }
 
     /// Member `me` is done with round `key`, which goes if nobody needs
-    /// it any more (see [`CommState::sweep`]); returns wakers to drop once
-    /// the lock is released.
+    /// it any more (see [`CommState::sweep`]); adds to `dropped` the
+    /// wakers to drop once the lock is released.
     #[inline]
-    fn done_with(&mut self, comm: &LocalComm, key: RoundKey) -> Wakers {
-        let Some(at) = self.find(key) else { return Wakers::default() };
+    fn done_with(&mut self, comm: &LocalComm, key: RoundKey, dropped: &mut Wakers) {
+        let Some(at) = self.find(key) else { return };
         let round = self.round_at(at);
         round.done += 1;
-        let mut dropped = Wakers::default();
         if round.finished(comm) {
-            self.retire(at, &mut dropped);
+            self.retire(at, dropped);
         }
-        dropped
     }
 
     /// Removes every round nobody needs any more (see [`Round::finished`]).
@@ -1064,18 +1068,19 @@ pub(crate) struct Seat {
 }
 
 impl Seat {
-    /// The seat at round `key` of `comm` is done with it: returns what to
-    /// drop once the lock is released.
+    /// The seat at round `key` of `comm` is done with it: adds to
+    /// `dropped` the wakers to drop once the lock is released, and says
+    /// whether the place is idle.
     #[inline]
-    fn finish(comm: &LocalComm, key: RoundKey, st: &mut CommState) -> (Wakers, bool) {
-        let dropped = st.done_with(comm, key);
-        (dropped, st.is_idle())
+    fn finish(comm: &LocalComm, key: RoundKey, st: &mut CommState, dropped: &mut Wakers) -> bool {
+        st.done_with(comm, key, dropped);
+        st.is_idle()
     }
 
-    /// After [`finish`](Seat::finish), with the lock released.
+    /// After [`finish`](Seat::finish), with the lock released and the
+    /// wakers dropped.
     #[inline]
-    fn finished(comm: &Arc<LocalComm>, (dropped, idle): (Wakers, bool)) {
-        drop(dropped);
+    fn finished(comm: &Arc<LocalComm>, idle: bool) {
         if idle {
             comm.remove_if_idle();
         }
@@ -1214,9 +1219,11 @@ impl Seat {
             None => Err(Error::InvalidArgument(format!("collective call {} is no longer open on this communicator", self.key.0))),
         };
         self.done = true;
-        let after = Seat::finish(comm, self.key, &mut st);
+        let mut dropped = Wakers::default();
+        let idle = Seat::finish(comm, self.key, &mut st, &mut dropped);
         drop(st);
-        Seat::finished(comm, after);
+        drop(dropped);
+        Seat::finished(comm, idle);
         Poll::Ready(outcome)
     }
 }
@@ -1235,10 +1242,11 @@ impl Drop for Seat {
             self.done = true;
             let mut st = lock(&self.comm.state);
             let waker = st.round(self.key).and_then(|round| round.wakers[self.me].take());
-            let after = Seat::finish(&self.comm, self.key, &mut st);
+            let mut dropped = Wakers::default();
+            let idle = Seat::finish(&self.comm, self.key, &mut st, &mut dropped);
             drop(st);
-            drop(waker);
-            Seat::finished(&self.comm, after);
+            drop((waker, dropped));
+            Seat::finished(&self.comm, idle);
         }
     }
 }
