@@ -381,3 +381,20 @@ impl SendBuf<'_> {
         Ok(SendBuf::new(region, count, &self.datatype))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A proof that any bytes make valid values comes with plain values of
+    /// types without `bool` or `char` in them, and with no others.
+    #[test]
+    fn only_values_that_take_any_bytes_come_with_the_proof() {
+        assert!(plain_values(&[1.5f64, 2.0], 24).is_some_and(|p| p.any_bytes.is_some() && p.bytes.len() == 16));
+        assert!(plain_values(&[[7u8; 3]], 24).is_some_and(|p| p.any_bytes.is_some()));
+        assert!(plain_values(&[true, false], 24).is_some_and(|p| p.any_bytes.is_none()));
+        assert!(plain_values(&['a'], 24).is_some_and(|p| p.any_bytes.is_none()));
+        assert!(plain_values(&[[true; 2]], 24).is_some_and(|p| p.any_bytes.is_none()));
+        assert!(plain_values(&[1.5f64; 4], 24).is_none(), "more than 24 bytes");
+    }
+}

@@ -91,8 +91,9 @@ const RUN_AHEAD_BYTES: u64 = 64 << 10;
 /// packed theirs, cold in the cache, where the ring and the pairwise
 /// exchange copy each block while it is fresh (at 1 MiB per rank on 4
 /// ranks, meeting took 1.3-1.6 times as long). A call whose ranks choose
-/// differently (their counts disagree) fails: the ranks that meet find
-/// the others' word that they exchange messages, and tell them.
+/// differently (their counts disagree) fails: whichever side comes later
+/// finds the other's part (a rank over messages fails at once; a rank
+/// that meets tells those over messages).
 const MEET_BELOW: u64 = 256 << 10;
 
 /// Whether an `allgather` or `alltoall` of blocks of `block_bytes` meets
@@ -138,7 +139,7 @@ impl Starting<'_> {
         self.meet_sharing(phase, kind, shape, blocks, Vec::new(), wants)
     }
 
-    /// [`meet`](Call::meet) with blocks that are slices of `whole`.
+    /// [`meet`](Starting::meet) with blocks that are slices of `whole`.
     fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Vec<Bytes>, wants: Option<Want>) -> Arrival {
         let local = self.local().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
@@ -498,8 +499,7 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
     // for each other, and check only it.
     let wants = (shape.1 < TAKE_IN_CALL_BELOW).then_some(Want::One(root));
     let arrival = start.meet(0, kind, shape, Ok(blocks), wants);
-    let call = start.call();
-    let mut take = move |root_part: Glimpse| {
+    let mut take = move |call: Starting<'_>, root_part: Glimpse| {
         if let Err(e) = agree_with(root, (root_part.kind, root_part.shape, root_part.block.as_ref().err().map(String::as_str)), kind, shape) {
             if root_part.kind.0 == MESSAGES {
                 // The root's call exchanges messages: the ranks of its
@@ -514,15 +514,18 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
             recycle_bytes(data);
         }
         // Those over messages that have come are told.
-        call.starting().tell_if_mixed(root_part.mixed);
+        call.tell_if_mixed(root_part.mixed);
         Ok(())
     };
     match arrival {
-        Arrival::Took(got) => Collective::finished(take(got.one())),
-        Arrival::Waits(mut seat) => Collective::met(async move {
-            let root_part = std::future::poll_fn(|cx| seat.poll_part(cx, root)).await?;
-            take(root_part)
-        }),
+        Arrival::Took(got) => Collective::finished(take(start, got.one())),
+        Arrival::Waits(mut seat) => {
+            let call = start.call();
+            Collective::met(async move {
+                let root_part = std::future::poll_fn(|cx| seat.poll_part(cx, root)).await?;
+                take(call.starting(), root_part)
+            })
+        }
     }
 }
 
@@ -746,12 +749,17 @@ pub(super) fn alltoall<'a, E: Element>(
         Err(e) => return refused(call, kind, e),
     };
     let taken = into.iter().map(Range::len).sum::<usize>() as u64 * E::item_type(&recv).size();
-    let wants = own_copy.as_ref().ok().and_then(|()| every_part_if_small(taken));
-    let arrival = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole, wants);
     if let Err(e) = own_copy {
-        drop(arrival);
+        // This rank alone fails; its part is left all the same, and ranks
+        // over messages that have come are told.
+        let local = call.local().expect("a call that meets has a meeting place");
+        let part = Part { kind, shape: NO_SHAPE, blocks: Ok(blocks), whole };
+        if let Arrival::Took(mixed) = local.leave((call.number(), 0), me, part, usize::MAX) {
+            call.tell_if_mixed(mixed);
+        }
         return Collective::finished(Err(e));
     }
+    let arrival = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole, every_part_if_small(taken));
     with_every_part(call, arrival, move |call, parts| {
         agree(call, &parts, kind, NO_SHAPE)?;
         for (r, items) in into.into_iter().enumerate().filter(|&(r, _)| r != me) {

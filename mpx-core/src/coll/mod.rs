@@ -424,8 +424,9 @@ impl Call {
     /// Numbers a new collective on `comm` that exchanges messages. Where
     /// the communicator's ranks meet in this process (see `local`), it
     /// leaves a part there that says so, which a rank that called a
-    /// collective that meets at this point reports as a mismatch (and
-    /// tells this rank of, by message).
+    /// collective that meets at this point and comes later reports as a
+    /// mismatch (and tells this rank of, by message); if such a rank came
+    /// first, this call fails at once (see `Call::mark_messages`).
     pub(crate) fn start(comm: &Comm) -> Call {
         let mut call = Call::begin(comm);
         call.mark_messages();
@@ -433,7 +434,7 @@ impl Call {
     }
 
     /// Numbers a new collective on `comm`: one that meets where the
-    /// communicator's ranks meet in this process ([`Call::local`]), and
+    /// communicator's ranks meet in this process ([`Starting::local`]), and
     /// exchanges messages elsewhere.
     pub(crate) fn begin(comm: &Comm) -> Call {
         Starting::new(comm).call()
