@@ -58,6 +58,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -72,7 +73,7 @@ use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
-use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, MemberParts, Mixed, Part, Parts, Seat, SmallPart, Want, INLINE, MESSAGES};
+use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, MemberParts, Mixed, Part, Parts, Seat, SmallPart, Want, INLINE, MESSAGES};
 
 /// Rounds that may be open on a communicator when a broadcast's root
 /// leaves its data and finishes without waiting for the others: beyond
@@ -132,6 +133,31 @@ type Shape = (Option<(u64, u64)>, u64);
 const NO_SHAPE: Shape = (None, 0);
 
 impl Starting<'_> {
+    /// Where the call's ranks meet (a call that meets has one).
+    fn place(&self) -> &Arc<LocalComm> {
+        self.local().expect("a call that meets has a meeting place")
+    }
+
+    /// Leaves this rank's `part` of the call and is done with it at once
+    /// if at most `open` calls are open (see [`LocalComm::leave`]).
+    fn leave(&self, part: Part, open: usize) -> Arrival<Option<Mixed>> {
+        self.place().leave((self.number(), 0), self.rank(), part, open)
+    }
+
+    /// [`leave`](Starting::leave) of a small part.
+    fn leave_small(&self, part: SmallPart, open: usize) -> Arrival<Option<Mixed>> {
+        self.place().leave_small((self.number(), 0), self.rank(), part, open)
+    }
+
+    /// This rank alone fails with `e`, its part (`left`) left all the same
+    /// and done with: ranks over messages that have come are told.
+    fn fails_alone<'a>(&self, left: Arrival<Option<Mixed>>, e: Error) -> Collective<'a> {
+        if let Arrival::Took(mixed) = left {
+            self.tell_if_mixed(mixed);
+        }
+        Collective::finished(Err(e))
+    }
+
     /// Leaves this rank's part of phase `phase` of the call: the rank
     /// waits at its seat, or takes what it `wants` at once if it is there
     /// already (see [`LocalComm::sit`]).
@@ -141,9 +167,8 @@ impl Starting<'_> {
 
     /// [`meet`](Starting::meet) with blocks that are slices of `whole`.
     fn meet_sharing(&self, phase: u8, kind: Kind, shape: Shape, blocks: Result<Vec<Block>>, whole: Vec<Bytes>, wants: Option<Want>) -> Arrival {
-        let local = self.local().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: blocks.map_err(|e| e.to_string()), whole };
-        local.sit((self.number(), phase), self.rank(), part, wants)
+        self.place().sit((self.number(), phase), self.rank(), part, wants)
     }
 }
 
@@ -196,9 +221,11 @@ impl Call {
     /// call (a broadcast's ranks take the root's part alone), and would
     /// never tell it. A rank that meets and comes later tells it.
     pub(super) fn mark_messages(&mut self) {
-        let Some(local) = self.local.clone() else { return };
+        if self.local.is_none() {
+            return;
+        }
         let part = Part { kind: (MESSAGES, self.subtags), shape: NO_SHAPE, blocks: Ok(Vec::new()), whole: Vec::new() };
-        if let Arrival::Took(Some(mixed)) = local.leave((self.number, 0), self.rank(), part, usize::MAX) {
+        if let Arrival::Took(Some(mixed)) = self.starting().leave(part, usize::MAX) {
             self.met_elsewhere = Some(mixed.meets);
         }
     }
@@ -278,7 +305,7 @@ fn agree_small(parts: &MemberParts<'_>, kind: Kind, shape: Shape) -> std::result
         let part = parts.get(r);
         agree_with(r, (part.kind, part.shape, part.block.err()), kind, shape)
     });
-    agreed.map_err(|e| (e, (0..parts.len()).map(|r| parts.get(r).kind).filter(|k| k.0 == MESSAGES).map(|k| k.1).max()))
+    agreed.map_err(|e| (e, parts.over_messages()))
 }
 
 /// The outcome of a small call, once the lock is released: a rank whose
@@ -313,9 +340,8 @@ fn with_small_part_of<'a, R: Send + 'a>(
     read: impl FnOnce(MemberParts<'_>) -> std::result::Result<R, Disagreement> + Send + Unpin + 'a,
     finish: impl FnOnce(Starting<'_>, R) -> Result<()> + Send + Unpin + 'a,
 ) -> Collective<'a> {
-    let local = call.local().expect("a call that meets has a meeting place");
     let mut read = Some(read);
-    match local.sit_small((call.number(), 0), call.rank(), part, from, &mut read) {
+    match call.place().sit_small((call.number(), 0), call.rank(), part, from, &mut read) {
         Arrival::Took(outcome) => Collective::finished(told(call, outcome).and_then(|r| finish(call, r))),
         Arrival::Waits(seat) => read_when_there(call.call(), seat, from, read, finish),
     }
@@ -475,10 +501,9 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
         // The root has nothing to take: it is done once its data is there
         // for the others (as a root whose sends went eagerly is), unless
         // its data is large or the others are too far behind.
-        let local = start.local().expect("a call that meets has a meeting place");
         let part = Part { kind, shape, blocks: Ok(blocks), whole: Vec::new() };
         let run_ahead = if shape.1 < RUN_AHEAD_BYTES { RUN_AHEAD } else { 0 };
-        let seat = match local.leave((start.number(), 0), me, part, run_ahead) {
+        let seat = match start.leave(part, run_ahead) {
             Arrival::Took(mixed) => {
                 start.tell_if_mixed(mixed);
                 return Collective::finished(Ok(()));
@@ -535,10 +560,9 @@ fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize,
     let (kind, shape) = (part.kind, part.shape);
     let count = E::dst_len(&buf);
     if call.rank() == root {
-        let local = call.local().expect("a call that meets has a meeting place");
         // The root has nothing to take (see `bcast`): it is done once its
         // part is left, unless too many calls are open.
-        let seat = match local.leave_small((call.number(), 0), root, part, RUN_AHEAD) {
+        let seat = match call.leave_small(part, RUN_AHEAD) {
             Arrival::Took(mixed) => {
                 call.tell_if_mixed(mixed);
                 return Collective::finished(Ok(()));
@@ -676,12 +700,8 @@ pub(super) fn alltoall<'a, E: Element>(
         // block for every rank, this one's taken where it lies, under the
         // round's lock.
         if let Err(e) = E::copy(&send, me * c..(me + 1) * c, &mut recv, me * c..(me + 1) * c) {
-            // This rank alone fails (see above); its part is left all the same.
-            let local = call.local().expect("a call that meets has a meeting place");
-            if let Arrival::Took(mixed) = local.leave_small((call.number(), 0), me, part, usize::MAX) {
-                call.tell_if_mixed(mixed);
-            }
-            return Collective::finished(Err(e));
+            // This rank alone fails (see above).
+            return call.fails_alone(call.leave_small(part, usize::MAX), e);
         }
         let read = move |parts: MemberParts<'_>| {
             agree_small(&parts, kind, NO_SHAPE)?;
@@ -750,14 +770,8 @@ pub(super) fn alltoall<'a, E: Element>(
     };
     let taken = into.iter().map(Range::len).sum::<usize>() as u64 * E::item_type(&recv).size();
     if let Err(e) = own_copy {
-        // This rank alone fails; its part is left all the same, and ranks
-        // over messages that have come are told.
-        let local = call.local().expect("a call that meets has a meeting place");
-        let part = Part { kind, shape: NO_SHAPE, blocks: Ok(blocks), whole };
-        if let Arrival::Took(mixed) = local.leave((call.number(), 0), me, part, usize::MAX) {
-            call.tell_if_mixed(mixed);
-        }
-        return Collective::finished(Err(e));
+        // This rank alone fails.
+        return call.fails_alone(call.leave(Part { kind, shape: NO_SHAPE, blocks: Ok(blocks), whole }, usize::MAX), e);
     }
     let arrival = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole, every_part_if_small(taken));
     with_every_part(call, arrival, move |call, parts| {

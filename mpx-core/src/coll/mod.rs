@@ -228,8 +228,7 @@ impl<'a> Collective<'a> {
     /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        if let Some(e) = call.mismatch() {
-            call.give_up();
+        if let Some(e) = call.failed_at_once() {
             return Collective::finished(Err(e));
         }
         Collective { state: Running::Part(Box::pin(run), Some(call)) }
@@ -314,8 +313,7 @@ impl std::fmt::Debug for Collective<'_> {
 /// Runs this rank's part of `call`; if it fails, tells every other rank
 /// (see [`Collective::new`]).
 pub(crate) async fn guarded<T>(call: Call, run: impl Future<Output = Result<T>>) -> Result<T> {
-    if let Some(e) = call.mismatch() {
-        call.give_up();
+    if let Some(e) = call.failed_at_once() {
         return Err(e);
     }
     let outcome = run.await;
@@ -448,10 +446,13 @@ impl Call {
     /// Tags each call has for its messages.
     pub(crate) const SUBTAGS: u64 = 64;
 
-    /// Why the call fails at once, if it does (see `met_elsewhere`).
-    fn mismatch(&self) -> Option<Error> {
+    /// Why the call fails at once, if it does (see `met_elsewhere`): every
+    /// other rank is then told that this one gave up.
+    fn failed_at_once(&self) -> Option<Error> {
+        let rank = self.met_elsewhere?;
+        self.give_up();
         let detail = "it called a collective that meets where this rank called one that exchanges messages";
-        self.met_elsewhere.map(|rank| Error::CollectiveMismatch { rank, detail: detail.into() })
+        Some(Error::CollectiveMismatch { rank, detail: detail.into() })
     }
 
     /// The call's number on its communicator.

@@ -398,6 +398,13 @@ impl<'r> MemberParts<'r> {
         self.round.mixed()
     }
 
+    /// The most sub-tags a member whose collective exchanges messages
+    /// uses (see [`MESSAGES`]), if any such member has left its part.
+    pub(crate) fn over_messages(&self) -> Option<usize> {
+        let (members, subtags) = self.round.over_messages;
+        (members > 0).then_some(subtags)
+    }
+
     /// Member `r`'s part, with its first block.
     pub(crate) fn get(&self, r: usize) -> MemberPart<'r> {
         self.get_block(r, 0)
