@@ -82,7 +82,7 @@ fn runtime(name: &str) -> mpx::Result<tokio::runtime::Runtime> {
     let built = match name {
         "multi_thread_2" => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build(),
         "current_thread" => tokio::runtime::Builder::new_current_thread().enable_all().build(),
-        other => return Err(mpx::Error::InvalidArgument(format!("unknown runtime {other:?}: multi_thread_2 or current_thread"))),
+        other => return Err(mpx::ErrorKind::InvalidArgument(format!("unknown runtime {other:?}: multi_thread_2 or current_thread")).into()),
     };
     built.map_err(|e| mpx::Error::transport("building the runtime", e))
 }
@@ -93,7 +93,7 @@ fn main() -> mpx::Result<()> {
     let meet = match path.as_str() {
         "meet" => true,
         "messages" => false,
-        other => return Err(mpx::Error::InvalidArgument(format!("unknown path {other:?}: meet or messages"))),
+        other => return Err(mpx::ErrorKind::InvalidArgument(format!("unknown path {other:?}: meet or messages")).into()),
     };
     runtime(&name)?.block_on(async {
         for ranks in [2, 4] {

@@ -234,13 +234,13 @@ fn fresh(what: &str, len: usize, iters: usize, runtime: &str) -> mpx::Result<f64
         .output()
         .map_err(|e| mpx::Error::transport("running this program again", e))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    text.trim().parse().map_err(|_| mpx::Error::InvalidArgument(format!("a fresh {what} trial printed {text:?} ({})", out.status)))
+    text.trim().parse().map_err(|_| mpx::ErrorKind::InvalidArgument(format!("a fresh {what} trial printed {text:?} ({})", out.status)).into())
 }
 
 /// The child's side of [`fresh`].
 fn fresh_child(spec: &str) -> mpx::Result<()> {
     let parts: Vec<&str> = spec.split_whitespace().collect();
-    let bad = || mpx::Error::InvalidArgument(format!("{FRESH}={spec:?}"));
+    let bad = || -> Error { mpx::ErrorKind::InvalidArgument(format!("{FRESH}={spec:?}")).into() };
     let [what, len, iters, runtime] = parts[..] else { return Err(bad()) };
     let (len, iters): (usize, usize) = (len.parse().map_err(|_| bad())?, iters.parse().map_err(|_| bad())?);
     let rt = match runtime {

@@ -117,7 +117,7 @@ pub use bytes::Bytes;
 /// // 7 is not a declared `Species`: the unpack fails and changes nothing.
 /// buf[25..29].copy_from_slice(&7u32.to_ne_bytes());
 /// let err = mpx::unpack(&buf, &mut 0, &mut received).unwrap_err();
-/// assert!(matches!(err, mpx::Error::InvalidValue { item: 0, .. }));
+/// assert!(matches!(err.kind(), mpx::ErrorKind::InvalidValue { item: 0, .. }));
 /// assert_eq!(received, sent);
 /// # Ok::<(), mpx::Error>(())
 /// ```
@@ -154,7 +154,7 @@ pub use mpx_derive::MpiType;
 pub mod prelude {
     pub use crate::MpiType;
     pub use mpx_core::{
-        start_all, wait_all, Any, Basic, Comm, Datatype, DistArg, Distribution, Error, ExchangeBuf, Incoming, Message,
+        start_all, wait_all, Any, Basic, Comm, Datatype, DistArg, Distribution, Error, ErrorKind, ExchangeBuf, Incoming, Message,
         Order, OwnedRecv, Peer, Persistent, Receivable, RecvBuf, RecvData, RecvError, Region, RegionMut, Request,
         RequestSet, Result, SendBuf, SendData, Source, Status, Tested, Transfer, ValueRecv, PROC_NULL,
     };

@@ -61,7 +61,7 @@ struct OwnMatrix([i64; 4]);
 impl Reducible for OwnMatrix {
     fn combine(op: Builtin, input: &[Self], inout: &mut [Self]) -> mpx::Result<()> {
         if op != Builtin::Prod {
-            return Err(mpx::Error::InvalidArgument(format!("{op:?} of matrices")));
+            return Err(mpx::ErrorKind::InvalidArgument(format!("{op:?} of matrices")).into());
         }
         for (a, b) in input.iter().zip(inout.iter_mut()) {
             b.0 = matmul(&a.0, &b.0);
@@ -571,15 +571,15 @@ each_transport! {
         let meets = options(3).local_collectives;
         returns(launch(3, move |comm| async move {
             let mut x = [0.0f64; 2];
-            assert!(matches!(comm.bcast(&mut x, 3).await, Err(mpx::Error::InvalidRank { rank: 3, size: 3 })));
+            assert!(matches!(comm.bcast(&mut x, 3).await, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::InvalidRank { rank: 3, size: 3 })));
             let err = comm.allreduce(&[1.0f64, 2.0], &mut x, mpx::coll::BOR).await.unwrap_err();
-            assert!(matches!(err, mpx::Error::InvalidArgument(_)), "{err}");
+            assert!(matches!(err.kind(), mpx::ErrorKind::InvalidArgument(_)), "{err}");
             // Rank 2 sends 3 values where the root expects 2.
             let mine = vec![comm.rank() as u8; if comm.rank() == 2 { 3 } else { 2 }];
             let mut all = vec![0u8; if comm.rank() == 0 { 6 } else { 0 }];
             let got = comm.gather(&mine, &mut all, 0).await;
             if comm.rank() == 0 {
-                assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { rank: 2, .. })), "{got:?}");
+                assert!(matches!(got, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: 2, .. })), "{got:?}");
             } else {
                 got?;
             }
@@ -590,22 +590,22 @@ each_transport! {
             if comm.rank() == 0 && meets {
                 // Ranks that meet in memory each check every rank's part,
                 // a root with this much data too (it waits for the others).
-                assert!(matches!(&got, Err(mpx::Error::CollectiveMismatch { rank: 1, detail }) if detail.contains("80000 bytes")), "{got:?}");
+                assert!(matches!(got.as_ref().map_err(mpx::Error::kind), Err(mpx::ErrorKind::CollectiveMismatch { rank: 1, detail }) if detail.contains("80000 bytes")), "{got:?}");
             } else if comm.rank() == 0 {
                 got?;
             } else {
-                assert!(matches!(&got, Err(mpx::Error::CollectiveMismatch { rank: 0, detail }) if detail.contains("160000 bytes")), "{got:?}");
+                assert!(matches!(got.as_ref().map_err(mpx::Error::kind), Err(mpx::ErrorKind::CollectiveMismatch { rank: 0, detail }) if detail.contains("160000 bytes")), "{got:?}");
             }
             // Blocks that overlap at the root.
             let mut all = vec![0u8; 4];
             let got = comm.gatherv(&1u8, &mut all, &[1, 1, 1], &[0, 1, 1], 0).await;
             if comm.rank() == 0 {
-                assert!(matches!(got, Err(mpx::Error::InvalidArgument(_))), "{got:?}");
+                assert!(matches!(got, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::InvalidArgument(_))), "{got:?}");
             }
             // Counts whose sum cannot be counted (values without bytes make
             // any length free): an error on every rank, not a wrapped sum.
             let got = comm.reduce_scatter(&[[0u8; 0]; 0][..], &mut [[0u8; 0]; 1][..], &[usize::MAX, 1, 1], mpx::coll::BOR).await;
-            assert!(matches!(got, Err(mpx::Error::Overflow(_))), "{got:?}");
+            assert!(matches!(got, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::Overflow(_))), "{got:?}");
             comm.barrier().await?;
             Ok(())
         }))
@@ -619,7 +619,7 @@ each_transport! {
     async fn blocks_of_another_type_of_the_same_size_are_errors() {
         returns(launch(3, move |comm| async move {
             let me = comm.rank();
-            let mismatch = |got: &mpx::Result<()>| matches!(got, Err(mpx::Error::CollectiveMismatch { .. }) | Err(mpx::Error::TypeMismatch));
+            let mismatch = |got: &mpx::Result<()>| matches!(got.as_ref().map_err(mpx::Error::kind), Err(mpx::ErrorKind::CollectiveMismatch { .. }) | Err(mpx::ErrorKind::TypeMismatch));
             let (ints, floats) = ([7u32; 6], [7.0f32; 6]);
             let (mut int_out, mut float_out) = ([0u32; 6], [0.0f32; 6]);
             let got = match me {
@@ -708,8 +708,8 @@ each_transport! {
                     let got = tokio::time::timeout(std::time::Duration::from_secs(20), comm.allreduce(&send[..], &mut recv[..], SUM)).await;
                     let me = comm.rank();
                     let got = got.unwrap_or_else(|_| panic!("rank {me} of {ranks} (rank {odd} odd): the allreduce hangs"));
-                    match got {
-                        Err(mpx::Error::CollectiveMismatch { rank, .. }) => assert!(rank < ranks && rank != me, "rank {me}: named {rank}"),
+                    match got.map_err(mpx::Error::into_kind) {
+                        Err(mpx::ErrorKind::CollectiveMismatch { rank, .. }) => assert!(rank < ranks && rank != me, "rank {me}: named {rank}"),
                         other => panic!("rank {me} of {ranks} (rank {odd} odd): {other:?}"),
                     }
                     comm.barrier().await?;
@@ -825,13 +825,13 @@ each_transport! {
                     let mut doubles = vec![0.0f64; 2 * n];
                     let send = if me == 0 { SendBuf::new(Region::of(&ints), 2, &Datatype::int()) } else { SendBuf::new(Region::of(&matrix), 2, &double) };
                     let got = comm.allgather(send, RecvBuf::new(RegionMut::of(&mut doubles), (2 * n) as u64, &double)).await;
-                    assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { .. }) | Err(mpx::Error::TypeMismatch)), "rank {me}: {got:?}");
+                    assert!(matches!(got.as_ref().map_err(mpx::Error::kind), Err(mpx::ErrorKind::CollectiveMismatch { .. }) | Err(mpx::ErrorKind::TypeMismatch)), "rank {me}: {got:?}");
                     comm.barrier().await?;
                         // Packed data has no signature to check: refused at once
                     // (on every rank here, so none waits).
                     let raw = [0u8; 16];
                     let got = comm.bcast(RecvBuf::new(RegionMut::of(&mut [0u8; 16]), 16, &Datatype::packed()), 0).await;
-                    assert!(matches!(got, Err(mpx::Error::InvalidArgument(_))), "{got:?}");
+                    assert!(matches!(got, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::InvalidArgument(_))), "{got:?}");
                     let got = comm.allgather(SendBuf::packed(&raw), RecvBuf::new(RegionMut::of(&mut vec![0u8; 16 * n]), (16 * n) as u64, &Datatype::byte())).await;
                     assert!(got.is_err(), "{got:?}");
                     comm.barrier().await?;
@@ -840,9 +840,9 @@ each_transport! {
                     let overlapping: Vec<Block> = (0..n).map(|s| Block::new(n as u64, &double, if me == n - 1 { 0 } else { (s * n * 8) as isize })).collect();
                     let got = comm.alltoallw(Region::of(&matrix), &sends, RegionMut::of(&mut out), &overlapping).await;
                     if me == n - 1 {
-                        assert!(matches!(got, Err(mpx::Error::Overlap { .. })), "{got:?}");
+                        assert!(matches!(got, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::Overlap { .. })), "{got:?}");
                     } else {
-                        assert!(matches!(got, Err(mpx::Error::CollectiveMismatch { .. })), "rank {me}: {got:?}");
+                        assert!(matches!(got, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { .. })), "rank {me}: {got:?}");
                     }
                     comm.barrier().await?;
                 }
@@ -963,12 +963,12 @@ each_transport! {
             assert!(allgather.is_some(), "rank {rank} must fail the allgather, not finish it");
         }
         if meets {
-            assert!(matches!(failed[4].0, Some(mpx::Error::CollectiveMismatch { rank: 0, .. })), "{:?}", failed[4].0);
+            assert!(matches!(failed[4].0.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: 0, .. })), "{:?}", failed[4].0);
         } else {
-            assert!(matches!(failed[5].0, Some(mpx::Error::CollectiveMismatch { rank: 4, .. })), "{:?}", failed[5].0);
-            assert!(matches!(failed[7].0, Some(mpx::Error::CollectiveMismatch { rank: 6, .. })), "{:?}", failed[7].0);
+            assert!(matches!(failed[5].0.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: 4, .. })), "{:?}", failed[5].0);
+            assert!(matches!(failed[7].0.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: 6, .. })), "{:?}", failed[7].0);
         }
-        assert!(matches!(failed[2].1, Some(mpx::Error::CollectiveMismatch { rank: 1, .. })), "{:?}", failed[2].1);
+        assert!(matches!(failed[2].1.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: 1, .. })), "{:?}", failed[2].1);
     }
 
     /// A rank that finishes without taking part: every other rank's
@@ -1257,7 +1257,7 @@ mod meeting {
                     if unaffected {
                         assert!(matches!(outcome, Some(Ok(()))), "{which:?}, {values} values, rank {rank}: {outcome:?}");
                     } else {
-                        assert!(matches!(outcome, Some(Err(mpx::Error::ProcessFailed { rank: 2, .. }))), "{which:?}, {values} values, rank {rank}: {outcome:?}");
+                        assert!(matches!(outcome, Some(Err(ref e)) if matches!(e.kind(), mpx::ErrorKind::ProcessFailed { rank: 2, .. })), "{which:?}, {values} values, rank {rank}: {outcome:?}");
                     }
                 }
                 let outcomes = returns(launch_with(4, move |comm| async move {
@@ -1282,7 +1282,7 @@ mod meeting {
                 let two_rounds = matches!(which, Which::Allreduce) && values > 8192;
                 for (rank, outcome) in outcomes.iter().enumerate().filter(|&(r, _)| r != 2) {
                     if two_rounds {
-                        assert!(matches!(outcome, Some(Err(mpx::Error::CollectiveMismatch { rank: 2, .. }))), "{which:?}, dropped part, rank {rank}: {outcome:?}");
+                        assert!(matches!(outcome, Some(Err(ref e)) if matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: 2, .. })), "{which:?}, dropped part, rank {rank}: {outcome:?}");
                     } else {
                         assert!(matches!(outcome, Some(Ok(()))), "{which:?}, {values} values, dropped part, rank {rank}: {outcome:?}");
                     }
@@ -1310,14 +1310,14 @@ mod meeting {
             Ok((kinds.err(), counts.err(), own.err()))
         }))
         .await;
-        let named = |e: &Option<mpx::Error>| match e {
-            Some(mpx::Error::CollectiveMismatch { rank, .. }) => Some(*rank),
+        let named = |e: &Option<mpx::Error>| match e.as_ref().map(mpx::Error::kind) {
+            Some(mpx::ErrorKind::CollectiveMismatch { rank, .. }) => Some(*rank),
             _ => None,
         };
         assert_eq!(outcomes.iter().map(|o| named(&o.0)).collect::<Vec<_>>(), [Some(1), Some(0), Some(1)], "{outcomes:?}");
         assert!(outcomes[0].0.as_ref().is_some_and(|e| e.to_string().contains("barrier")), "{outcomes:?}");
         assert_eq!(outcomes.iter().map(|o| named(&o.1)).collect::<Vec<_>>(), [Some(2), Some(2), Some(0)], "{outcomes:?}");
-        assert!(matches!(outcomes[0].2, Some(mpx::Error::InvalidArgument(_))), "{outcomes:?}");
+        assert!(matches!(outcomes[0].2.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::InvalidArgument(_))), "{outcomes:?}");
         assert_eq!(named(&outcomes[1].2), Some(0), "{outcomes:?}");
         assert_eq!(named(&outcomes[2].2), Some(0), "{outcomes:?}");
     }
@@ -1434,7 +1434,7 @@ mod meeting {
                     Ok(outcome.err())
                 }))
                 .await;
-                assert!(matches!(outcomes[2], Some(mpx::Error::CollectiveMismatch { .. })), "{values} values, order {order:?}: the gather fails: {outcomes:?}");
+                assert!(matches!(outcomes[2].as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "{values} values, order {order:?}: the gather fails: {outcomes:?}");
                 // The broadcast between ranks 0 and 1 is whole: each checks
                 // the root's part alone.
                 assert!(outcomes[0].is_none() && outcomes[1].is_none(), "{values} values, order {order:?}: {outcomes:?}");
@@ -1471,8 +1471,8 @@ mod meeting {
             Ok((counts.err(), kinds.err()))
         }))
         .await;
-        let named = |e: &Option<mpx::Error>| match e {
-            Some(mpx::Error::CollectiveMismatch { rank, .. }) => Some(*rank),
+        let named = |e: &Option<mpx::Error>| match e.as_ref().map(mpx::Error::kind) {
+            Some(mpx::ErrorKind::CollectiveMismatch { rank, .. }) => Some(*rank),
             _ => None,
         };
         assert_eq!(outcomes.iter().map(|o| named(&o.0)).collect::<Vec<_>>(), [Some(1), Some(0)], "{outcomes:?}");
@@ -1506,7 +1506,7 @@ mod meeting {
         }))
         .await;
         for rank in [0, 2] {
-            assert!(matches!(outcomes[rank], Some(Err(mpx::Error::CollectiveMismatch { rank: 1, .. }))), "rank {rank}: {:?}", outcomes[rank]);
+            assert!(matches!(outcomes[rank], Some(Err(ref e)) if matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: 1, .. })), "rank {rank}: {:?}", outcomes[rank]);
         }
     }
 
@@ -1548,8 +1548,8 @@ mod meeting {
             Ok(got.err())
         }))
         .await;
-        assert!(matches!(&outcomes[0], Some(mpx::Error::CollectiveMismatch { rank: 1, detail }) if detail.contains("exchanges messages")), "{outcomes:?}");
-        assert!(matches!(&outcomes[1], Some(mpx::Error::CollectiveMismatch { rank: 0, .. })), "{outcomes:?}");
+        assert!(matches!(outcomes[0].as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: 1, detail }) if detail.contains("exchanges messages")), "{outcomes:?}");
+        assert!(matches!(outcomes[1].as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: 0, .. })), "{outcomes:?}");
     }
 
     /// Allgather and alltoall meet only for blocks under 256 KiB, and
@@ -1569,7 +1569,7 @@ mod meeting {
                 for (rank, outcome) in outcomes.iter().enumerate() {
                     assert!(outcome.is_some(), "{which:?}, rank {odd} odd: rank {rank} must fail");
                     if rank != odd {
-                        assert!(matches!(outcome, Some(mpx::Error::CollectiveMismatch { rank, .. }) if *rank == odd), "{which:?}: {outcome:?}");
+                        assert!(matches!(outcome.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank, .. }) if *rank == odd), "{which:?}: {outcome:?}");
                     }
                 }
             }
@@ -1615,9 +1615,9 @@ mod meeting {
             Ok(comm.allgather(&mine[..], &mut all[..]).await.err())
         }))
         .await;
-        assert!(matches!(outcomes[0], Some(mpx::Error::InvalidArgument(_))), "{outcomes:?}");
-        assert!(matches!(outcomes[1], Some(mpx::Error::CollectiveMismatch { rank: 0, .. })), "{outcomes:?}");
-        assert!(matches!(outcomes[2], Some(mpx::Error::CollectiveMismatch { .. })), "{outcomes:?}");
+        assert!(matches!(outcomes[0].as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::InvalidArgument(_))), "{outcomes:?}");
+        assert!(matches!(outcomes[1].as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: 0, .. })), "{outcomes:?}");
+        assert!(matches!(outcomes[2].as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "{outcomes:?}");
     }
 
     /// A neighbour collective (messages on sub-tags of its own) against a

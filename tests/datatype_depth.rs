@@ -4,7 +4,7 @@
 
 use std::ops::ControlFlow;
 
-use mpx::{Basic, Combiner, Datatype, Error, Order, Region, RegionMut};
+use mpx::{Basic, Combiner, Datatype, ErrorKind, Order, Region, RegionMut};
 
 const LEVELS: usize = 100_000;
 
@@ -221,7 +221,7 @@ fn nesting_past_the_limit_is_an_error() {
         assert!(max >= 100_000);
         let deepest = chain(&Datatype::int(), &[CONTIGUOUS, DUP, STRUCT, RESIZED], max);
         assert_eq!(deepest.depth(), max);
-        let too_deep = |r: mpx::Result<Datatype>| matches!(r, Err(Error::InvalidDatatype(_)));
+        let too_deep = |r: mpx::Result<Datatype>| matches!(r, Err(ref e) if matches!(e.kind(), ErrorKind::InvalidDatatype(_)));
         for level in [CONTIGUOUS, VECTOR, HVECTOR, RESIZED, DUP, STRUCT, INDEXED, HINDEXED_BLOCK] {
             assert!(too_deep(level(&deepest)));
         }

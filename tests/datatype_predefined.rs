@@ -10,7 +10,7 @@
 use std::mem::{align_of, offset_of, size_of};
 use std::ops::ControlFlow;
 
-use mpx::{Basic, Combiner, Datatype, Error, Predefined, Region, RegionMut};
+use mpx::{Basic, Combiner, Datatype, ErrorKind, Predefined, Region, RegionMut};
 
 /// C's `long double` on x86-64: 16 bytes, aligned to 16.
 #[repr(C, align(16))]
@@ -287,7 +287,7 @@ fn external32_wide_characters_are_two_bytes_or_an_error() {
     for bad in [0x10000i32, 0x1f600, -1] {
         let mem = [chars[0].to_ne_bytes(), bad.to_ne_bytes()].concat();
         let err = external32(&t, &mem, 2).unwrap_err();
-        assert_eq!(err, Error::Conversion { what: "wchar", representation: "external32" }, "{bad:#x}");
+        assert_eq!(err, ErrorKind::Conversion { what: "wchar", representation: "external32" }, "{bad:#x}");
     }
 }
 
@@ -377,7 +377,7 @@ fn long_double_encodings_with_no_value_do_not_pack() {
     ] {
         let mem = [one, bad].concat();
         let err = external32(&t, &mem, 2).unwrap_err();
-        assert_eq!(err, Error::Conversion { what: "long_double", representation: "external32" }, "{what}");
+        assert_eq!(err, ErrorKind::Conversion { what: "long_double", representation: "external32" }, "{what}");
         // Natively they are bytes like any other.
         assert_eq!(t.pack_to_vec(Region::new(&mem), 2).unwrap(), mem);
     }
@@ -398,7 +398,7 @@ fn binary128_values_x87_cannot_hold_fail_and_write_nothing() {
         let data = [good, good, bad].concat();
         let mut mem = vec![0x5a; 48];
         let err = t.unpack_external(&data, &mut 0, RegionMut::new(&mut mem), 3).unwrap_err();
-        assert!(matches!(err, Error::Conversion { what: "long_double", .. }), "{what}: {err:?}");
+        assert!(matches!(err.kind(), ErrorKind::Conversion { what: "long_double", .. }), "{what}: {err:?}");
         assert_eq!(mem, vec![0x5a; 48], "{what}: nothing written");
     }
     // 1 + 2^-63 has 64 significant bits: it fits.

@@ -85,7 +85,7 @@ async fn complex_numbers_match_only_the_same_complex_type() {
     })
     .await
     .unwrap();
-    assert_eq!(out[1], [Error::TypeMismatch, Error::TypeMismatch]);
+    assert_eq!(out[1], [ErrorKind::TypeMismatch, ErrorKind::TypeMismatch]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,7 +121,7 @@ async fn fortran_types_match_by_name() {
     .await
     .unwrap();
     assert_eq!(out[1].0, b"abcdeABCDE");
-    assert_eq!(out[1].1, [Error::TypeMismatch, Error::TypeMismatch]);
+    assert_eq!(out[1].1, [ErrorKind::TypeMismatch, ErrorKind::TypeMismatch]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

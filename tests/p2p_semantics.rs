@@ -55,7 +55,7 @@ async fn a_large_standard_send_within_the_unsolicited_credit_completes_before_it
             comm.recv_vec::<u8>(0, 9).await?;
             let mut small = vec![0u32; 10];
             let e = comm.recv_into(&mut small, 0, 1).await.unwrap_err();
-            assert!(matches!(e, Error::Truncate { needed: 400_000, available: 40, message: Some((0, 1)) }), "{e:?}");
+            assert!(matches!(e.kind(), ErrorKind::Truncate { needed: 400_000, available: 40, message: Some((0, 1)) }), "{e:?}");
             let (first, _) = comm.recv_vec::<u32>(0, 0).await?;
             let (second, _) = comm.recv_vec::<u32>(0, 0).await?;
             assert!(first.len() == 10_000 && first.iter().all(|&x| x == 7));
@@ -290,7 +290,7 @@ async fn sendrecv_replace_takes_values_and_described_buffers() {
         // A buffer its datatype does not fit is refused before anything is sent.
         let mut short = [0.0f64; 5];
         let refused = comm.sendrecv_replace(RecvBuf::new(RegionMut::of(&mut short), 1, &diagonal), other, 2, other, 2).await;
-        assert!(matches!(refused, Err(Error::OutOfBounds { .. })), "{refused:?}");
+        assert!(matches!(refused, Err(ref e) if matches!(e.kind(), ErrorKind::OutOfBounds { .. })), "{refused:?}");
         comm.barrier().await?;
         assert!(comm.iprobe(other, 2)?.is_none(), "the refused call sent nothing");
         Ok(())

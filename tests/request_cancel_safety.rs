@@ -124,7 +124,7 @@ async fn a_truncating_receive_dropped_unread_gives_its_message_back_whole() {
             assert!(whole.iter().all(|&b| b == 0), "{len}: the first message, whole");
             // Its error taken: the second message is received (truncated).
             let err = comm.recv_into(&mut small[..], 0, 0).await.unwrap_err();
-            assert!(matches!(err, mpx::Error::Truncate { available: 16, .. }), "{len}: {err:?}");
+            assert!(matches!(err.kind(), mpx::ErrorKind::Truncate { available: 16, .. }), "{len}: {err:?}");
             assert_eq!(small, [0u8; 16], "{len}: a truncated receive writes nothing");
             comm.recv_into(&mut whole[..], 0, 0).await?;
             assert!(whole.iter().all(|&b| b == 2), "{len}: the third message");

@@ -1,7 +1,10 @@
 //! The one error type of mpx.
 //!
-//! Every fallible operation returns [`Result<T>`](Result). Variants follow MPI's
-//! error classes so that a user who knows MPI can tell at a glance what went
+//! Every fallible operation returns [`Result<T>`](Result). An [`Error`] is
+//! one pointer wide (its [`ErrorKind`] lives in a box), so that a
+//! `Result<()>` travels in registers through every layer of a future
+//! instead of being copied through memory. Its kind follows MPI's error
+//! classes so that a user who knows MPI can tell at a glance what went
 //! wrong; each carries the values that explain it.
 
 
@@ -18,19 +21,37 @@
 /// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Everything that can go wrong in mpx.
+/// Everything that can go wrong in mpx: an [`ErrorKind`], boxed.
 ///
 /// `Error` is `Send + Sync + 'static` so it crosses tasks and threads, and it
-/// implements [`std::error::Error`].
+/// implements [`std::error::Error`]. Look at what went wrong with
+/// [`kind`](Error::kind) (or take it with [`into_kind`](Error::into_kind));
+/// an error compares equal to its kind, and any kind converts into an error
+/// with `into()` or `?`.
 ///
 /// ```
-/// use mpx::{Datatype, Error};
+/// use mpx::{Datatype, Error, ErrorKind};
 /// let err = Datatype::contiguous(-1, &Datatype::double()).unwrap_err();
-/// assert!(matches!(err, Error::InvalidCount { .. }));
+/// assert!(matches!(err.kind(), ErrorKind::InvalidCount { value: -1, .. }));
+/// assert_eq!(Error::from(ErrorKind::TypeMismatch), ErrorKind::TypeMismatch);
+/// assert_eq!(std::mem::size_of::<mpx::Result<()>>(), std::mem::size_of::<usize>());
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error(Box<ErrorKind>);
+
+/// What went wrong: the variants of an [`Error`], after MPI's error classes.
+///
+/// ```
+/// use mpx::{Datatype, ErrorKind};
+/// let err = Datatype::contiguous(-1, &Datatype::double()).unwrap_err();
+/// match err.kind() {
+///     ErrorKind::InvalidCount { what, value } => assert_eq!(*value, -1, "{what}"),
+///     other => panic!("unexpected {other}"),
+/// }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ErrorKind {
     /// A count argument is negative or otherwise out of range (MPI_ERR_COUNT).
     #[error("invalid count {value} for {what}")]
     InvalidCount {
@@ -174,8 +195,8 @@ pub enum Error {
         /// What happened.
         reason: String,
         /// The error that made this rank fail the peer, if one did (its
-        /// connection broke: an [`Error::Transport`] with the I/O or TLS
-        /// error inside; it broke the protocol: an [`Error::Protocol`]),
+        /// connection broke: an [`ErrorKind::Transport`] with the I/O or TLS
+        /// error inside; it broke the protocol: an [`ErrorKind::Protocol`]),
         /// kept as the error's [`source`](std::error::Error::source).
         #[source]
         cause: Option<Cause>,
@@ -215,7 +236,7 @@ pub enum Error {
     ///     Ok(n)
     /// }
     /// let e = rank_program(Some("42")).unwrap_err();
-    /// assert!(matches!(&e, mpx::Error::User(cause) if cause.0.is::<std::io::Error>()));
+    /// assert!(matches!(e.kind(), mpx::ErrorKind::User(cause) if cause.0.is::<std::io::Error>()));
     /// assert_eq!(rank_program(Some("x")).unwrap_err().to_string(), "invalid digit found in string");
     /// assert_eq!(rank_program(None).unwrap_err().to_string(), "no reply in time");
     /// ```
@@ -236,8 +257,8 @@ pub enum Error {
     },
 }
 
-/// An error from outside mpx (the cause of an [`Error::Transport`], or a
-/// program's own error in [`Error::User`]), shared so that [`Error`] stays
+/// An error from outside mpx (the cause of an [`ErrorKind::Transport`], or a
+/// program's own error in [`ErrorKind::User`]), shared so that [`Error`] stays
 /// `Clone`.
 #[derive(Debug, Clone)]
 pub struct Cause(pub std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>);
@@ -246,12 +267,12 @@ impl Cause {
     /// Wraps any error.
     ///
     /// ```
-    /// use mpx::{Cause, Error};
+    /// use mpx::{Cause, Error, ErrorKind};
     /// let cause = Cause::new(std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply"));
     /// assert!(cause.0.downcast_ref::<std::io::Error>().is_some());
-    /// let e = Error::User(cause.clone());
+    /// let e = Error::from(ErrorKind::User(cause.clone()));
     /// assert_eq!(e.to_string(), "no reply");
-    /// assert_eq!(e, Error::User(cause)); // causes compare by identity
+    /// assert_eq!(e, ErrorKind::User(cause)); // causes compare by identity
     /// ```
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Cause {
         Cause(std::sync::Arc::new(error))
@@ -279,6 +300,146 @@ impl PartialEq for Cause {
 
 impl Eq for Cause {}
 
+impl Error {
+    /// What went wrong.
+    ///
+    /// ```
+    /// use mpx::{Datatype, ErrorKind};
+    /// let err = Datatype::contiguous(-1, &Datatype::double()).unwrap_err();
+    /// assert!(matches!(err.kind(), ErrorKind::InvalidCount { .. }));
+    /// ```
+    #[inline]
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0
+    }
+
+    /// What went wrong, to change in place.
+    #[inline]
+    pub(crate) fn kind_mut(&mut self) -> &mut ErrorKind {
+        &mut self.0
+    }
+
+    /// What went wrong, taken out of the error.
+    ///
+    /// ```
+    /// use mpx::{Error, ErrorKind};
+    /// let e = Error::from(ErrorKind::InvalidTag(-3));
+    /// let ErrorKind::InvalidTag(tag) = e.into_kind() else { unreachable!() };
+    /// assert_eq!(tag, -3);
+    /// ```
+    #[inline]
+    pub fn into_kind(self) -> ErrorKind {
+        *self.0
+    }
+
+    /// The program's own error `e` as an mpx error: [`ErrorKind::User`], or
+    /// `e` itself if it is already an mpx error (an [`Error`] or an
+    /// [`ErrorKind`]). Any error type, a `String` or a `&str` converts.
+    ///
+    /// ```
+    /// use mpx::{Error, ErrorKind};
+    /// #[derive(Debug)]
+    /// struct Overheated(f64);
+    /// impl std::fmt::Display for Overheated {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         write!(f, "{} degrees", self.0)
+    ///     }
+    /// }
+    /// impl std::error::Error for Overheated {}
+    ///
+    /// let e = Error::user(Overheated(451.0));
+    /// assert!(matches!(e.kind(), ErrorKind::User(cause) if cause.0.downcast_ref::<Overheated>().is_some()));
+    /// assert_eq!(e.to_string(), "451 degrees");
+    /// assert_eq!(Error::user("no reply in time").to_string(), "no reply in time");
+    /// assert_eq!(Error::user(Error::from(ErrorKind::TypeMismatch)), ErrorKind::TypeMismatch);
+    /// assert_eq!(Error::user(ErrorKind::TypeMismatch), ErrorKind::TypeMismatch);
+    /// ```
+    pub fn user(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Error {
+        let e = match e.into().downcast::<Error>() {
+            Ok(mpx) => return *mpx,
+            Err(other) => other,
+        };
+        match e.downcast::<ErrorKind>() {
+            Ok(kind) => Error(kind),
+            Err(other) => ErrorKind::User(Cause(std::sync::Arc::from(other))).into(),
+        }
+    }
+
+    /// Rank `rank` failed or finished, for `reason`, with no underlying
+    /// error.
+    pub(crate) fn process_failed(rank: u32, reason: impl Into<String>) -> Error {
+        ErrorKind::ProcessFailed { rank: rank as usize, reason: reason.into(), cause: None }.into()
+    }
+
+    /// What an operation that depends on rank `rank` gets once `cause`
+    /// made this rank fail it: [`ErrorKind::ProcessFailed`] naming the
+    /// rank, with `cause` as its source (or `cause` itself if it already
+    /// says that rank failed).
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// use mpx::{Error, ErrorKind};
+    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+    /// let e = Error::peer_failure(3, Error::transport("reading from rank 3", io));
+    /// assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 3, .. }));
+    /// let cause = e.source().unwrap();
+    /// assert_eq!(cause.to_string(), "transport error: reading from rank 3");
+    /// assert_eq!(cause.source().unwrap().to_string(), "reset by peer");
+    /// ```
+    pub fn peer_failure(rank: usize, cause: Error) -> Error {
+        match cause.kind() {
+            ErrorKind::ProcessFailed { rank: r, .. } if *r == rank => cause,
+            _ => ErrorKind::ProcessFailed { rank, reason: cause.to_string(), cause: Some(Cause::new(cause)) }.into(),
+        }
+    }
+
+    /// A transport error with its cause.
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+    /// let e = mpx::Error::transport("writing to rank 3", io);
+    /// assert_eq!(e.source().unwrap().to_string(), "reset by peer");
+    /// ```
+    pub fn transport(context: impl Into<String>, cause: impl std::error::Error + Send + Sync + 'static) -> Error {
+        ErrorKind::Transport { context: context.into(), source: Cause::new(cause) }.into()
+    }
+}
+
+impl From<ErrorKind> for Error {
+    #[inline]
+    fn from(kind: ErrorKind) -> Error {
+        Error(Box::new(kind))
+    }
+}
+
+impl PartialEq<ErrorKind> for Error {
+    /// An error equals its kind.
+    fn eq(&self, kind: &ErrorKind) -> bool {
+        *self.0 == *kind
+    }
+}
+
+impl std::fmt::Debug for Error {
+    /// As its kind's.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Display for Error {
+    /// As its kind's.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 impl From<Box<dyn std::error::Error + Send + Sync + 'static>> for Error {
     /// As [`Error::user`].
     fn from(e: Box<dyn std::error::Error + Send + Sync + 'static>) -> Error {
@@ -287,7 +448,7 @@ impl From<Box<dyn std::error::Error + Send + Sync + 'static>> for Error {
 }
 
 // The errors a rank's program most often meets besides mpx's own: see
-// `Error::User`.
+// `ErrorKind::User`.
 macro_rules! user_errors {
     ($($t:ty),*) => {$(
         impl From<$t> for Error {
@@ -311,77 +472,7 @@ user_errors!(
     tokio::task::JoinError
 );
 
-impl Error {
-    /// The program's own error `e` as an mpx error: [`Error::User`], or
-    /// `e` itself if it is already an mpx error. Any error type, a
-    /// `String` or a `&str` converts.
-    ///
-    /// ```
-    /// use mpx::Error;
-    /// #[derive(Debug)]
-    /// struct Overheated(f64);
-    /// impl std::fmt::Display for Overheated {
-    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-    ///         write!(f, "{} degrees", self.0)
-    ///     }
-    /// }
-    /// impl std::error::Error for Overheated {}
-    ///
-    /// let e = Error::user(Overheated(451.0));
-    /// assert!(matches!(&e, Error::User(cause) if cause.0.downcast_ref::<Overheated>().is_some()));
-    /// assert_eq!(e.to_string(), "451 degrees");
-    /// assert_eq!(Error::user("no reply in time").to_string(), "no reply in time");
-    /// assert_eq!(Error::user(Error::TypeMismatch), Error::TypeMismatch);
-    /// ```
-    pub fn user(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Error {
-        match e.into().downcast::<Error>() {
-            Ok(mpx) => *mpx,
-            Err(other) => Error::User(Cause(std::sync::Arc::from(other))),
-        }
-    }
-
-    /// Rank `rank` failed or finished, for `reason`, with no underlying
-    /// error.
-    pub(crate) fn process_failed(rank: u32, reason: impl Into<String>) -> Error {
-        Error::ProcessFailed { rank: rank as usize, reason: reason.into(), cause: None }
-    }
-
-    /// What an operation that depends on rank `rank` gets once `cause`
-    /// made this rank fail it: [`Error::ProcessFailed`] naming the rank,
-    /// with `cause` as its source (or `cause` itself if it already says
-    /// that rank failed).
-    ///
-    /// ```
-    /// use std::error::Error as _;
-    /// use mpx::Error;
-    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
-    /// let e = Error::peer_failure(3, Error::transport("reading from rank 3", io));
-    /// assert!(matches!(e, Error::ProcessFailed { rank: 3, .. }));
-    /// let cause = e.source().unwrap();
-    /// assert_eq!(cause.to_string(), "transport error: reading from rank 3");
-    /// assert_eq!(cause.source().unwrap().to_string(), "reset by peer");
-    /// ```
-    pub fn peer_failure(rank: usize, cause: Error) -> Error {
-        match cause {
-            same @ Error::ProcessFailed { rank: r, .. } if r == rank => same,
-            other => Error::ProcessFailed { rank, reason: other.to_string(), cause: Some(Cause::new(other)) },
-        }
-    }
-
-    /// A transport error with its cause.
-    ///
-    /// ```
-    /// use std::error::Error as _;
-    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
-    /// let e = mpx::Error::transport("writing to rank 3", io);
-    /// assert_eq!(e.source().unwrap().to_string(), "reset by peer");
-    /// ```
-    pub fn transport(context: impl Into<String>, cause: impl std::error::Error + Send + Sync + 'static) -> Error {
-        Error::Transport { context: context.into(), source: Cause::new(cause) }
-    }
-}
-
-/// The end of [`Error::Truncate`]'s text: the message, if a receive's.
+/// The end of [`ErrorKind::Truncate`]'s text: the message, if a receive's.
 fn message_text(message: &Option<(usize, i32)>) -> String {
     match message {
         Some((source, tag)) => format!(" (the message from rank {source} with tag {tag})"),

@@ -58,7 +58,7 @@ pub use request::{
     wait_all, Operation, Request, RequestSet, Status, Tested, WaitAll,
 };
 pub use runtime::{Endpoint, Transport};
-pub use error::{Error, Result, Cause};
+pub use error::{Cause, Error, ErrorKind, Result};
 pub use mpi_type::MpiType;
 /// The `bytemuck` crate, whose `Pod` bound [`Region::of`] and
 /// [`RegionMut::of`] take and whose casts (`bytemuck::cast_slice`) give a

@@ -56,7 +56,7 @@ use bytes::{Bytes, BytesMut};
 use mpx_core::proto::engine::Config;
 use mpx_core::proto::wire::{Decoder, Frame};
 use mpx_core::runtime::{LocalWorld, SendError, WeakEndpoint};
-use mpx_core::{Comm, Endpoint, Error, Result, Transport};
+use mpx_core::{Comm, Endpoint, ErrorKind, Result, Transport};
 use tokio::sync::Notify;
 
 /// Options for [`launch_with`].
@@ -405,7 +405,7 @@ impl Transport for Loopback {
     fn send(&self, dest: usize, frame: Frame) -> std::result::Result<(), SendError> {
         let world = &*self.world;
         let (Some(station), Ok(dest)) = (world.stations.get(dest), u32::try_from(dest)) else {
-            return Err(SendError::Failed(Error::InvalidRank { rank: dest, size: world.ranks }));
+            return Err(SendError::Failed(ErrorKind::InvalidRank { rank: dest, size: world.ranks }.into()));
         };
         let link = world.link(self.me, dest);
         let size = frame.wire_len();
@@ -511,22 +511,22 @@ async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32, timers: bool)
 /// [`finalize`](Endpoint::finalize): `launch` returns once every rank's
 /// sends, including dropped and freed ones, are delivered or failed. A
 /// communicator kept past that point fails every operation with
-/// [`Error::Finalized`].
+/// [`ErrorKind::Finalized`].
 ///
 /// If ranks fail, the error is the root cause: a rank's panic
-/// ([`Error::RankPanicked`]) before any error, and an error of a rank's own
-/// before a [`Error::ProcessFailed`] that may be its consequence (the
+/// ([`ErrorKind::RankPanicked`]) before any error, and an error of a rank's own
+/// before a [`ErrorKind::ProcessFailed`] that may be its consequence (the
 /// lowest rank's, among equals). Peers of a failed rank are told at once,
 /// so operations that wait for it fail instead of hanging.
 ///
 /// A rank's program returns [`mpx_core::Result`], so `?` works on every
 /// mpx call without annotations. Its own errors of any type go in with
-/// [`Error::user`] (or `?` on a `Box<dyn Error + Send + Sync>`), and come
-/// out of `launch` as [`Error::User`], from which the original error can
+/// [`Error::user`](mpx_core::Error::user) (or `?` on a `Box<dyn Error + Send + Sync>`), and come
+/// out of `launch` as [`ErrorKind::User`], from which the original error can
 /// be downcast:
 ///
 /// ```
-/// use mpx_core::Error;
+/// use mpx_core::{Error, ErrorKind};
 /// #[derive(Debug)]
 /// struct NoReply;
 /// impl std::fmt::Display for NoReply {
@@ -546,8 +546,8 @@ async fn drive(endpoint: WeakEndpoint, world: Arc<World>, me: u32, timers: bool)
 ///     }
 ///     Ok(())
 /// });
-/// match run.await {
-///     Err(Error::User(cause)) => assert!(cause.0.downcast_ref::<NoReply>().is_some()),
+/// match run.await.map_err(Error::into_kind) {
+///     Err(ErrorKind::User(cause)) => assert!(cause.0.downcast_ref::<NoReply>().is_some()),
 ///     other => panic!("{other:?}"),
 /// }
 /// # }
@@ -571,8 +571,8 @@ where
 pub const MAX_RANKS: usize = 4096;
 
 /// [`launch`] with explicit [`Options`]. More than [`MAX_RANKS`] ranks, or
-/// fewer than one, is [`Error::InvalidArgument`]; memory for the world's
-/// links that cannot be had is [`Error::Overflow`].
+/// fewer than one, is [`ErrorKind::InvalidArgument`]; memory for the world's
+/// links that cannot be had is [`ErrorKind::Overflow`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -604,10 +604,10 @@ where
 {
     let n = options.ranks;
     if n == 0 || n > MAX_RANKS {
-        return Err(Error::InvalidArgument(format!("cannot launch {n} ranks in one process (at most {MAX_RANKS})")));
+        return Err(ErrorKind::InvalidArgument(format!("cannot launch {n} ranks in one process (at most {MAX_RANKS})")).into());
     }
     let mut links = Vec::new();
-    links.try_reserve_exact(n * n).map_err(|_| Error::Overflow("the links of an in-process world"))?;
+    links.try_reserve_exact(n * n).map_err(|_| ErrorKind::Overflow("the links of an in-process world"))?;
     links.extend((0..n * n).map(|_| Link::default()));
     let stations = (0..n)
         .map(|_| Station {

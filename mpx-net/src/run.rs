@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use mpx_core::{Comm, Endpoint, Error, Result};
+use mpx_core::{Comm, Endpoint, Error, ErrorKind, Result};
 use tokio::task::AbortHandle;
 
 /// Aborts the tasks of a launch when dropped.
@@ -81,15 +81,15 @@ where
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a non-string panic payload".into());
-                errors.push(Error::RankPanicked { rank, message });
+                errors.push(ErrorKind::RankPanicked { rank, message }.into());
             }
             Err(join) => errors.push(Error::transport(format!("rank {rank}'s task"), join)),
         }
     }
     drop(tasks);
-    let rank_of = |e: &Error| match e {
-        Error::RankPanicked { .. } => 0,
-        Error::ProcessFailed { .. } => 2,
+    let rank_of = |e: &Error| match e.kind() {
+        ErrorKind::RankPanicked { .. } => 0,
+        ErrorKind::ProcessFailed { .. } => 2,
         _ => 1,
     };
     match errors.into_iter().min_by_key(rank_of) {

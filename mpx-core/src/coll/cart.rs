@@ -8,7 +8,7 @@ use std::ops::Deref;
 use super::{sent, Call, CollMut, CollRef, Collective, Posted};
 use crate::comm::{Comm, Peer};
 use crate::datatype::{int, ints, Integer};
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
 
 /// `MPI_Dims_create`: a grid of `nodes` ranks in `dims.len()` dimensions,
@@ -43,12 +43,12 @@ use crate::mpi_type::MpiType;
 pub fn dims_create(nodes: usize, dims: &[usize]) -> Result<Vec<usize>> {
     if nodes == 0 || u32::try_from(nodes).is_err() {
         // mpx numbers ranks in 32 bits.
-        return Err(Error::InvalidArgument(format!("a grid of {nodes} ranks")));
+        return Err(ErrorKind::InvalidArgument(format!("a grid of {nodes} ranks")).into());
     }
     let fixed = grid_size(dims.iter().copied().filter(|&d| d > 0));
     let free = dims.iter().filter(|&&d| d == 0).count();
     let Some(fixed) = fixed.filter(|&f| f > 0 && nodes.is_multiple_of(f) && (free > 0 || f == nodes)) else {
-        return Err(Error::InvalidArgument(format!("{nodes} ranks do not fill a grid of {dims:?}")));
+        return Err(ErrorKind::InvalidArgument(format!("{nodes} ranks do not fill a grid of {dims:?}")).into());
     };
     // `nodes` fits in 32 bits, and so does each factor of it: both casts
     // are exact.
@@ -280,13 +280,13 @@ impl Comm {
         let (dims, periods) = (dims.to_vec(), periods.to_vec());
         let nodes = grid_size(dims.iter().copied());
         let comm = self.clone();
-        let checked = if 2 * dims.len() > Call::SUBTAGS as usize {
-            Err(Error::InvalidArgument(format!("a grid of {} dimensions (mpx takes up to {})", dims.len(), Call::SUBTAGS / 2)))
+        let checked: Result<()> = if 2 * dims.len() > Call::SUBTAGS as usize {
+            Err(ErrorKind::InvalidArgument(format!("a grid of {} dimensions (mpx takes up to {})", dims.len(), Call::SUBTAGS / 2)).into())
         } else if dims.len() != periods.len() {
-            Err(Error::InvalidArgument(format!("{} dimensions, {} periodicity flags", dims.len(), periods.len())))
+            Err(ErrorKind::InvalidArgument(format!("{} dimensions, {} periodicity flags", dims.len(), periods.len())).into())
         } else if nodes.is_none_or(|n| n > self.size()) {
             let needs = nodes.map_or_else(|| "more than can be counted".to_string(), |n| n.to_string());
-            Err(Error::InvalidArgument(format!("a grid of {dims:?} needs {needs} ranks, the communicator has {}", self.size())))
+            Err(ErrorKind::InvalidArgument(format!("a grid of {dims:?} needs {needs} ranks, the communicator has {}", self.size())).into())
         } else {
             Ok(())
         };
@@ -367,7 +367,7 @@ impl Cart {
     /// ```
     pub fn coords(&self, rank: usize) -> Result<Vec<usize>> {
         if rank >= self.size() {
-            return Err(Error::InvalidRank { rank, size: self.size() });
+            return Err(ErrorKind::InvalidRank { rank, size: self.size() }.into());
         }
         let mut left = rank;
         let mut coords = vec![0; self.dims.len()];
@@ -396,12 +396,12 @@ impl Cart {
     /// ```
     pub fn rank_of<I: Integer>(&self, coords: &[I]) -> Result<usize> {
         let coords = ints("coordinate", coords)?;
-        self.try_rank_of(&coords)?.ok_or_else(|| Error::InvalidArgument(format!("{coords:?} is off the grid {:?}", self.dims)))
+        self.try_rank_of(&coords)?.ok_or_else(|| ErrorKind::InvalidArgument(format!("{coords:?} is off the grid {:?}", self.dims)).into())
     }
 
     fn try_rank_of(&self, coords: &[i64]) -> Result<Option<usize>> {
         if coords.len() != self.dims.len() {
-            return Err(Error::InvalidArgument(format!("{} coordinates for a grid of {} dimensions", coords.len(), self.dims.len())));
+            return Err(ErrorKind::InvalidArgument(format!("{} coordinates for a grid of {} dimensions", coords.len(), self.dims.len())).into());
         }
         let mut rank = 0usize;
         for ((&c, &d), &periodic) in coords.iter().zip(&self.dims).zip(&self.periods) {
@@ -435,7 +435,7 @@ impl Cart {
     /// ```
     pub fn shift(&self, dim: usize, disp: impl Integer) -> Result<(Peer, Peer)> {
         if dim >= self.dims.len() {
-            return Err(Error::InvalidArgument(format!("dimension {dim} of a grid of {}", self.dims.len())));
+            return Err(ErrorKind::InvalidArgument(format!("dimension {dim} of a grid of {}", self.dims.len())).into());
         }
         let disp = int("displacement", disp)?;
         // A step of a whole period or more lands where its remainder does
@@ -472,9 +472,9 @@ impl Cart {
         let cart = self.clone();
         let remain = remain.to_vec();
         // The split starts now, like every collective.
-        let split = (|| {
+        let split = (|| -> Result<_> {
             if remain.len() != cart.dims.len() {
-                return Err(Error::InvalidArgument(format!("{} flags for a grid of {} dimensions", remain.len(), cart.dims.len())));
+                return Err(ErrorKind::InvalidArgument(format!("{} flags for a grid of {} dimensions", remain.len(), cart.dims.len())).into());
             }
             let coords = cart.coords(cart.rank())?;
             // Ranks that agree on every dropped coordinate share a sub-grid.
@@ -583,9 +583,9 @@ impl Cart {
         let started = (|| -> Result<_> {
             let neighbors = self.neighbors()?;
             if out.len() != 2 * dims || out.iter().any(|b| b.len() != count) {
-                return Err(Error::InvalidArgument(format!("the send buffer holds no {} blocks of {count}", 2 * dims)));
+                return Err(ErrorKind::InvalidArgument(format!("the send buffer holds no {} blocks of {count}", 2 * dims)).into());
             }
-            let needed = count.checked_mul(2 * dims).ok_or(Error::Overflow("the neighbour collective's receive buffer"))?;
+            let needed = count.checked_mul(2 * dims).ok_or(ErrorKind::Overflow("the neighbour collective's receive buffer"))?;
             super::check_len("the neighbour collective's receive buffer", recv.len(), needed)?;
             // Block k = 2d (behind) receives what that neighbour sent ahead
             // (direction 2d + 1), and block 2d + 1 what was sent behind.

@@ -12,7 +12,7 @@ use std::ops::Range;
 use crate::comm::data::{small_native_values, Packed, SendData};
 use crate::comm::{native_values_in, unpack_typed_message, RecvBuf, SendBuf};
 use crate::datatype::Datatype;
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
@@ -165,7 +165,7 @@ fn len_of(count: u64) -> usize {
 /// Block `items` of a typed slice, checked.
 fn typed_block(len: usize, items: &Range<usize>) -> Result<()> {
     if items.start > items.end || items.end > len {
-        return Err(Error::InvalidArgument(format!("items {items:?} of a buffer of {len}")));
+        return Err(ErrorKind::InvalidArgument(format!("items {items:?} of a buffer of {len}")).into());
     }
     Ok(())
 }
@@ -225,7 +225,7 @@ impl<T: MpiType> sealed::Blocks for T {
 
     fn copy(src: &&[T], from: Range<usize>, dst: &mut &mut [T], to: Range<usize>) -> Result<()> {
         if from.len() != to.len() {
-            return Err(Error::InvalidArgument(format!("{} values copied into room for {}", from.len(), to.len())));
+            return Err(ErrorKind::InvalidArgument(format!("{} values copied into room for {}", from.len(), to.len())).into());
         }
         dst[to].copy_from_slice(&src[from]);
         Ok(())
@@ -340,7 +340,7 @@ impl sealed::Blocks for Described {
         let status = Self::deliver(dst, to.clone(), &msg)?;
         let expected = dst.datatype.size().saturating_mul(to.len() as u64);
         if status.bytes != expected {
-            return Err(Error::InvalidArgument(format!("{} bytes copied into room for {expected}", status.bytes)));
+            return Err(ErrorKind::InvalidArgument(format!("{} bytes copied into room for {expected}", status.bytes)).into());
         }
         Ok(())
     }
@@ -361,7 +361,7 @@ impl sealed::Blocks for Described {
 /// `packed` data (which has none) cannot take part.
 fn typed_only(datatype: &Datatype) -> Result<()> {
     if datatype.is_packed() {
-        return Err(Error::InvalidArgument("collectives move typed data: a packed buffer has no type signature to check".into()));
+        return Err(ErrorKind::InvalidArgument("collectives move typed data: a packed buffer has no type signature to check".into()).into());
     }
     Ok(())
 }

@@ -25,10 +25,10 @@
 //! every part). Every rank checks every part it waited for: ranks that
 //! called another collective, or whose blocks hold other types or counts,
 //! are reported on every rank that checks them
-//! ([`Error::CollectiveMismatch`]), and a rank
+//! ([`ErrorKind::CollectiveMismatch`]), and a rank
 //! that gave up on the call (its arguments were wrong) leaves a part that
 //! says so. A rank gone without its part ([`LocalWorld::leave`]) fails the
-//! call on the others with [`Error::ProcessFailed`].
+//! call on the others with [`ErrorKind::ProcessFailed`].
 //!
 //! Calls of a few plain values that any bytes make valid (at most 24 bytes
 //! a block: [`INLINE`]; no `bool` or `char`, whose values are checked
@@ -68,7 +68,7 @@ use super::element::sealed::AnyBytes;
 use super::{checked_into, native_message, Call, Collective, Element, Op, Starting};
 use crate::comm::data::{Packed, SendData};
 use crate::datatype::Datatype;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::pack::Repr;
@@ -272,7 +272,7 @@ fn agree(call: Starting<'_>, parts: &[Part], kind: Kind, shape: Shape) -> Result
 
 /// [`agree`] for rank `r`'s part, of `(kind, shape, why it gave up)`.
 fn agree_with(r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option<&str>), kind: Kind, shape: Shape) -> Result<()> {
-    let mismatch = |detail: String| Err(Error::CollectiveMismatch { rank: r, detail });
+    let mismatch = |detail: String| Err(ErrorKind::CollectiveMismatch { rank: r, detail }.into());
     if let Some(why) = gave_up {
         return mismatch(format!("it gave up on the collective: {why}"));
     }
@@ -533,7 +533,7 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
             }
             return Err(e);
         }
-        let block = root_part.block.ok().flatten().ok_or_else(|| Error::CollectiveMismatch { rank: root, detail: "its part holds no data".into() })?;
+        let block = root_part.block.ok().flatten().ok_or_else(|| ErrorKind::CollectiveMismatch { rank: root, detail: "its part holds no data".into() })?;
         take_block::<E>(&block, root, &mut buf, 0..count)?;
         if let BlockBytes::Shared(data) = block.data {
             recycle_bytes(data);
@@ -925,7 +925,7 @@ impl Owed {
 impl Drop for Owed {
     fn drop(&mut self) {
         if self.call.is_some() {
-            drop(self.pay((ALLREDUCE, 0), Err(Error::InvalidArgument("its part ended before it combined its block".into()))));
+            drop(self.pay((ALLREDUCE, 0), Err(ErrorKind::InvalidArgument("its part ended before it combined its block".into()).into())));
         }
     }
 }

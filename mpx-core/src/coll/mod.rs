@@ -30,7 +30,7 @@
 //! rank must call the same collectives on a communicator in the same
 //! order, with matching arguments; a rank whose part does not match what
 //! it receives (another count or type) fails with
-//! [`Error::CollectiveMismatch`]. Calling different collectives at the
+//! [`ErrorKind::CollectiveMismatch`]. Calling different collectives at the
 //! same point (say `allgather` on some ranks and `allgatherv` on others)
 //! is not detected in general: those ranks may wait for each other
 //! forever.
@@ -100,7 +100,7 @@ pub use op::{Builtin, Loc, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX,
 use crate::comm::data::Packed;
 use crate::comm::{capacity, Comm, Peer, RawRecv, RecvBuf, SendBuf, SendData};
 use crate::datatype::Datatype;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::{Delivered, Envelope, SendMode};
@@ -225,7 +225,7 @@ impl<'a> Collective<'a> {
     /// The collective `call` runs as `run`. If this rank's part fails, it
     /// tells every other rank, so that none waits in vain for what this
     /// rank would have sent: each gets
-    /// [`Error::CollectiveMismatch`] naming this rank, and tells the others
+    /// [`ErrorKind::CollectiveMismatch`] naming this rank, and tells the others
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
         if let Some(e) = call.failed_at_once() {
@@ -377,7 +377,7 @@ impl<'c> Starting<'c> {
     /// Checks a root argument.
     pub(crate) fn check_root(&self, root: usize) -> Result<()> {
         if root >= self.size() {
-            return Err(Error::InvalidRank { rank: root, size: self.size() });
+            return Err(ErrorKind::InvalidRank { rank: root, size: self.size() }.into());
         }
         Ok(())
     }
@@ -452,7 +452,7 @@ impl Call {
         let rank = self.met_elsewhere?;
         self.give_up();
         let detail = "it called a collective that meets where this rank called one that exchanges messages";
-        Some(Error::CollectiveMismatch { rank, detail: detail.into() })
+        Some(ErrorKind::CollectiveMismatch { rank, detail: detail.into() }.into())
     }
 
     /// The call's number on its communicator.
@@ -609,7 +609,7 @@ pub(crate) struct Posted {
 impl Posted {
     /// Waits for the message and unpacks it into `into`, which must be
     /// exactly the count posted: a message of another count or type is
-    /// [`Error::CollectiveMismatch`].
+    /// [`ErrorKind::CollectiveMismatch`].
     pub(crate) async fn into<T: MpiType>(self, mut into: &mut [T]) -> Result<()> {
         let items = 0..into.len();
         self.into_items::<T>(&mut into, items).await
@@ -617,7 +617,7 @@ impl Posted {
 
     /// Waits for the message and unpacks it into items `items` of `dst`,
     /// which must be exactly the count posted: a message of another count
-    /// or type is [`Error::CollectiveMismatch`].
+    /// or type is [`ErrorKind::CollectiveMismatch`].
     pub(crate) async fn into_items<E: Element>(self, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<()> {
         let shared = self.raw.shared().clone();
         let msg = self.take_items::<E>(dst, items).await?;
@@ -685,14 +685,14 @@ fn unsalted(mut msg: Delivered, salt: u64) -> Delivered {
 
 /// A collective's receive from `from` failed with `e`: a message too
 /// long for it (a large one fails the receive before its data moves) is
-/// [`Error::CollectiveMismatch`], as a short or long one that arrived is;
+/// [`ErrorKind::CollectiveMismatch`], as a short or long one that arrived is;
 /// `expected` describes what the receive holds.
 fn too_long(e: Error, from: usize, expected: impl FnOnce() -> String) -> Error {
-    match e {
-        Error::Truncate { needed, .. } => {
-            Error::CollectiveMismatch { rank: from, detail: format!("it sent {needed} bytes where {} were expected", expected()) }
+    match e.kind() {
+        ErrorKind::Truncate { needed, .. } => {
+            ErrorKind::CollectiveMismatch { rank: from, detail: format!("it sent {needed} bytes where {} were expected", expected()) }.into()
         }
-        e => e,
+        _ => e,
     }
 }
 
@@ -713,19 +713,21 @@ fn values_in_place<T: MpiType>(msg: &Delivered, count: usize) -> Option<&[T]> {
 
 /// Unpacks the message a collective's receive from `from` took into items
 /// `items` of `dst`, which must be exactly the `count` posted: a message of
-/// another count or type is [`Error::CollectiveMismatch`].
+/// another count or type is [`ErrorKind::CollectiveMismatch`].
 fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<Delivered> {
-    let mismatch = |detail: String| Error::CollectiveMismatch { rank: from, detail };
+    let mismatch = |detail: String| -> Error { ErrorKind::CollectiveMismatch { rank: from, detail }.into() };
     if msg.envelope.signature.is_none() {
         return Err(mismatch("it gave up on the collective (its own error says why)".into()));
     }
     let status = match E::deliver(dst, items, &msg) {
         Ok(status) => status,
-        Err(Error::TypeMismatch) => return Err(mismatch(format!("it sent other types than {count} of {}", E::name(dst)))),
-        Err(Error::Truncate { needed, .. }) => {
-            return Err(mismatch(format!("it sent {needed} bytes where {count} of {} were expected", E::name(dst))))
+        Err(e) => {
+            return Err(match e.kind() {
+                ErrorKind::TypeMismatch => mismatch(format!("it sent other types than {count} of {}", E::name(dst))),
+                ErrorKind::Truncate { needed, .. } => mismatch(format!("it sent {needed} bytes where {count} of {} were expected", E::name(dst))),
+                _ => e,
+            })
         }
-        Err(e) => return Err(e),
     };
     let expected = E::item_type(dst).size() * count as u64;
     if status.bytes != expected {
@@ -780,7 +782,7 @@ pub(crate) async fn sent_after(first: Option<Request<'static>>, later: Vec<Reque
 /// Checks that a buffer holds `want` values.
 pub(crate) fn check_len(what: impl std::fmt::Display, have: usize, want: usize) -> Result<()> {
     if have != want {
-        return Err(Error::InvalidArgument(format!("{what} holds {have} values, where the collective needs {want}")));
+        return Err(ErrorKind::InvalidArgument(format!("{what} holds {have} values, where the collective needs {want}")).into());
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use crate::datatype::Datatype;
 use crate::pack::disjoint::{check_parts, Access, Part};
 use crate::pack::{Region, RegionMut};
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::request::Request;
 
@@ -314,7 +314,7 @@ fn block(what: &str, displ: usize, count: usize, len: usize) -> Result<Range<usi
         return Ok(0..0);
     }
     let end = displ.checked_add(count).filter(|&e| e <= len);
-    end.map(|e| displ..e).ok_or_else(|| Error::InvalidArgument(format!("{what}: {count} values at {displ} overrun a buffer of {len}")))
+    end.map(|e| displ..e).ok_or_else(|| ErrorKind::InvalidArgument(format!("{what}: {count} values at {displ} overrun a buffer of {len}")).into())
 }
 
 /// The blocks `counts` and `displs` lay over a buffer of `len`, one per
@@ -323,14 +323,14 @@ fn block(what: &str, displ: usize, count: usize, len: usize) -> Result<Range<usi
 /// range and overlap nothing.
 fn blocks(what: &str, n: usize, counts: &[usize], displs: &[usize], len: usize, disjoint: bool) -> Result<Vec<Range<usize>>> {
     if counts.len() != n || displs.len() != n {
-        return Err(Error::InvalidArgument(format!("{what}: {} counts and {} displacements for {n} ranks", counts.len(), displs.len())));
+        return Err(ErrorKind::InvalidArgument(format!("{what}: {} counts and {} displacements for {n} ranks", counts.len(), displs.len())).into());
     }
     let ranges = (0..n).map(|r| block(what, displs[r], counts[r], len)).collect::<Result<Vec<_>>>()?;
     if disjoint {
         let mut sorted: Vec<&Range<usize>> = ranges.iter().filter(|r| !r.is_empty()).collect();
         sorted.sort_by_key(|r| r.start);
         if let Some(w) = sorted.windows(2).find(|w| w[0].end > w[1].start) {
-            return Err(Error::InvalidArgument(format!("{what}: blocks {:?} and {:?} overlap", w[0], w[1])));
+            return Err(ErrorKind::InvalidArgument(format!("{what}: blocks {:?} and {:?} overlap", w[0], w[1])).into());
         }
     }
     Ok(ranges)
@@ -339,7 +339,7 @@ fn blocks(what: &str, n: usize, counts: &[usize], displs: &[usize], len: usize, 
 /// The count of each of `n` even blocks of a buffer of `len` items.
 fn per_rank(what: &str, len: usize, n: usize) -> Result<usize> {
     if n == 0 || !len.is_multiple_of(n) {
-        return Err(Error::InvalidArgument(format!("{what} of {len} items cannot be cut in {n} even blocks")));
+        return Err(ErrorKind::InvalidArgument(format!("{what} of {len} items cannot be cut in {n} even blocks")).into());
     }
     Ok(len / n)
 }
@@ -942,7 +942,7 @@ impl Comm {
         let (n, me) = (call.size(), call.rank());
         let started = (|| -> Result<_> {
             if sends.len() != n || recvs.len() != n {
-                return Err(Error::InvalidArgument(format!("alltoallw: {} send blocks and {} receive blocks for {n} ranks", sends.len(), recvs.len())));
+                return Err(ErrorKind::InvalidArgument(format!("alltoallw: {} send blocks and {} receive blocks for {n} ranks", sends.len(), recvs.len())).into());
             }
             // Blocks of no items write nothing, and overlap nothing.
             let parts: Vec<Part<'_>> = recvs

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_type::MpiType;
 
 /// MPI's built-in reduction operations (`MPI_SUM`, ...). Each is
@@ -68,7 +68,7 @@ pub const MAXLOC: Builtin = Builtin::MaxLoc;
 /// A type MPI's built-in operations apply to: `combine` computes
 /// `inout[i] = input[i] op inout[i]` for each `i`, or refuses an operation
 /// the type does not take (`MPI_BAND` of doubles, say) with
-/// [`Error::InvalidArgument`].
+/// [`ErrorKind::InvalidArgument`].
 ///
 /// ```
 /// use mpx::coll::{Builtin, Reducible};
@@ -84,7 +84,7 @@ pub trait Reducible: MpiType + Copy {
 }
 
 fn refused<T>(op: Builtin) -> Error {
-    Error::InvalidArgument(format!("{op:?} does not apply to {}", std::any::type_name::<T>()))
+    ErrorKind::InvalidArgument(format!("{op:?} does not apply to {}", std::any::type_name::<T>())).into()
 }
 
 /// `inout[i] = f(input[i], inout[i])`.
@@ -375,7 +375,7 @@ impl<T> Op<T> {
     /// contributions.
     pub(crate) fn apply(&self, input: &[T], inout: &mut [T]) -> Result<()> {
         if input.len() != inout.len() {
-            return Err(Error::InvalidArgument(format!("combining {} values with {}", input.len(), inout.len())));
+            return Err(ErrorKind::InvalidArgument(format!("combining {} values with {}", input.len(), inout.len())).into());
         }
         match &self.kind {
             Kind::Builtin(b, combine) => combine(*b, input, inout),

@@ -5,7 +5,7 @@
 use super::movement::{Bcast, Ring};
 use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted, Starting};
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::spare::Values;
 use crate::request::Request;
@@ -404,7 +404,7 @@ impl Comm {
         let started = (|| -> Result<_> {
             op.check()?;
             check_len(format_args!("{what}: the counts"), counts.len(), n)?;
-            let total = counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c)).ok_or(Error::Overflow("the counts' sum"))?;
+            let total = counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c)).ok_or(ErrorKind::Overflow("the counts' sum"))?;
             check_len(format_args!("{what}: the send buffer"), send.len(), total)?;
             check_len(format_args!("{what}: the receive buffer"), recv.len(), counts[me])?;
             let tree = ToZero::start(&call, send)?;

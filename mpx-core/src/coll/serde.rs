@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::movement::binomial;
 use super::{guarded, sent, Call, Collective, Posted};
 use crate::comm::{deserialize, serialize, serialized, Comm, Peer, RawRecv};
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::proto::engine::SendMode;
 use crate::proto::wire::SERIALIZED_SIGNATURE;
 use crate::request::Request;
@@ -40,8 +40,8 @@ impl Posted {
         let msg = raw.await?;
         match msg.envelope.signature {
             Some(SERIALIZED_SIGNATURE) => Ok(msg.data),
-            None => Err(Error::CollectiveMismatch { rank: from, detail: "it gave up on the collective (its own error says why)".into() }),
-            Some(_) => Err(Error::CollectiveMismatch { rank: from, detail: "it sent typed data where a serde value was expected".into() }),
+            None => Err(ErrorKind::CollectiveMismatch { rank: from, detail: "it gave up on the collective (its own error says why)".into() }.into()),
+            Some(_) => Err(ErrorKind::CollectiveMismatch { rank: from, detail: "it sent typed data where a serde value was expected".into() }.into()),
         }
     }
 }

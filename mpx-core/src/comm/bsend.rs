@@ -2,7 +2,7 @@
 //! `MPI_Buffer_detach`).
 
 use super::Comm;
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 
 /// Bytes of bookkeeping each buffered send takes from the attached buffer
 /// besides its packed data (`MPI_BSEND_OVERHEAD`): size buffers as
@@ -12,12 +12,12 @@ use crate::error::{Error, Result};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx::{Error, MpiType, BSEND_OVERHEAD};
+/// use mpx::{ErrorKind, MpiType, BSEND_OVERHEAD};
 /// let data = [1.0f64; 10];
 /// let packed = f64::datatype().pack_size(data.len() as u64)?;
 /// comm.buffer_attach(vec![0; packed])?; // room for the data, not its bookkeeping
 /// let err = comm.bsend(&data[..], 0, 0).await.unwrap_err();
-/// assert!(matches!(err, Error::BufferExhausted { needed, .. } if needed as usize == packed + BSEND_OVERHEAD));
+/// assert!(matches!(err.kind(), ErrorKind::BufferExhausted { needed, .. } if *needed as usize == packed + BSEND_OVERHEAD));
 /// comm.buffer_detach().await?;
 /// comm.buffer_attach(vec![0; packed + BSEND_OVERHEAD])?;
 /// comm.bsend(&data[..], 0, 0).await?; // to itself
@@ -55,10 +55,10 @@ impl Comm {
     pub fn buffer_attach(&self, buffer: Vec<u8>) -> Result<()> {
         let mut st = self.shared.lock();
         if st.engine.is_closed() {
-            return Err(Error::Finalized);
+            return Err(ErrorKind::Finalized.into());
         }
         if st.bsend.attached.is_some() {
-            return Err(Error::BufferState("a buffer is already attached"));
+            return Err(ErrorKind::BufferState("a buffer is already attached").into());
         }
         st.bsend.attached = Some(buffer);
         Ok(())
@@ -84,7 +84,7 @@ impl Comm {
         async move {
             // With no buffer attached nothing is in flight, so this returns at once.
             let mut st = std::future::poll_fn(|cx| shared.poll_bsend_drained(cx)).await;
-            st.bsend.attached.take().ok_or(Error::BufferState("no buffer is attached"))
+            st.bsend.attached.take().ok_or(ErrorKind::BufferState("no buffer is attached").into())
         }
     }
 }

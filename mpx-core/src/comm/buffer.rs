@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::datatype::Datatype;
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::{Region, RegionMut, Repr, TypeSequence};
 use crate::proto::engine::{Delivered, Envelope};
@@ -70,7 +70,7 @@ impl<'a> SendBuf<'a> {
     /// other element, a field of each struct, ...). The datatype may only
     /// touch bytes that hold `T`'s data, never padding: that is checked
     /// here, element by element, and a violation is
-    /// [`Error::InvalidDatatype`]. For plain-old-data types
+    /// [`ErrorKind::InvalidDatatype`]. For plain-old-data types
     /// `SendBuf::new(Region::of(..), ..)` needs no check.
     ///
     /// ```
@@ -151,7 +151,7 @@ impl<'a> SendBuf<'a> {
                 crate::pack::reserve_packed(&mut out, size.saturating_add(1 << 10))?;
                 let max_desc = crate::proto::engine::MAX_DESC_LEN as usize;
                 let sequence = TypeSequence::within(&self.datatype, self.count, max_desc)
-                    .ok_or_else(|| Error::InvalidDatatype("the type has too many runs of basic types to describe".into()))?;
+                    .ok_or_else(|| ErrorKind::InvalidDatatype("the type has too many runs of basic types to describe".into()))?;
                 sequence.encode_into(&mut out);
                 let desc_len = out.len() as u32;
                 self.datatype.pack_external_append(self.region, self.count, &mut out)?;
@@ -266,10 +266,10 @@ impl<'a> RecvBuf<'a> {
     /// ```
     pub fn typed_with<T: MpiType>(values: &'a mut [T], count: u64, datatype: &Datatype) -> Result<RecvBuf<'a>> {
         if T::NEEDS_VALIDATION {
-            return Err(Error::InvalidDatatype(format!(
+            return Err(ErrorKind::InvalidDatatype(format!(
                 "{} has invalid bit patterns: receive it with its own datatype",
                 std::any::type_name::<T>()
-            )));
+            )).into());
         }
         check_typemap_bytes::<T>(values.len(), count, datatype)?;
         // SAFETY: every byte the datatype writes holds data of `T`, where
@@ -391,10 +391,10 @@ pub(crate) fn check_typemap_bytes<T: MpiType>(len: usize, count: u64, datatype: 
             }
         });
         if let Some(offset) = bad {
-            return Err(Error::InvalidDatatype(format!(
+            return Err(ErrorKind::InvalidDatatype(format!(
                 "the datatype touches byte {offset} of the slice, which is padding of {}",
                 std::any::type_name::<T>()
-            )));
+            )).into());
         }
     }
     Ok(())
@@ -406,7 +406,7 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
     let env = &msg.envelope;
     if env.signature == Some(SERIALIZED_SIGNATURE) && !datatype.is_packed() {
         // Serde bytes have no datatype: a type mismatch whatever their length.
-        return Err(Error::TypeMismatch);
+        return Err(ErrorKind::TypeMismatch.into());
     }
     let capacity = if env.repr == Repr::External32 {
         datatype.pack_external_size(count)?
@@ -414,19 +414,19 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
         datatype.pack_size(count)?
     };
     if msg.data.len() > capacity {
-        return Err(Error::Truncate { needed: msg.data.len() as u64, available: capacity as u64, message: Some((env.source as usize, env.tag)) });
+        return Err(ErrorKind::Truncate { needed: msg.data.len() as u64, available: capacity as u64, message: Some((env.source as usize, env.tag)) }.into());
     }
     if let Some((hash, elements)) = env.signature {
         // Every basic element takes at least one byte in either
         // representation: a message claiming more elements than bytes lies,
         // and must not make the receiver walk them.
         if elements > msg.data.len() as u64 {
-            return Err(Error::TypeMismatch);
+            return Err(ErrorKind::TypeMismatch.into());
         }
         if !datatype.is_packed() {
             match datatype.signature_prefix(count, elements) {
                 Some(prefix) if prefix.hash() == hash => {}
-                _ => return Err(Error::TypeMismatch),
+                _ => return Err(ErrorKind::TypeMismatch.into()),
             }
         }
     }
@@ -438,7 +438,7 @@ pub(crate) fn deliver_into(msg: &Delivered, datatype: &Datatype, count: u64, reg
         // sequence: both take the message in this rank's native form.
         let native = native_packed(msg)?;
         if datatype.is_packed() && native.len() > capacity {
-            return Err(Error::Truncate { needed: native.len() as u64, available: capacity as u64, message: Some((env.source as usize, env.tag)) });
+            return Err(ErrorKind::Truncate { needed: native.len() as u64, available: capacity as u64, message: Some((env.source as usize, env.tag)) }.into());
         }
         datatype.unpack_message(&native, Repr::Native, region, count)?;
         return Ok(Status::of(env.source as usize, env.tag, native.len() as u64));
@@ -463,7 +463,7 @@ pub(crate) fn native_packed(msg: &Delivered) -> Result<Bytes> {
             let sequence = TypeSequence::decode(msg.type_desc())?;
             let s = sequence.signature();
             if s.hash() != hash || s.len() != elements {
-                return Err(Error::Protocol("a type sequence that does not match its message's signature".into()));
+                return Err(ErrorKind::Protocol("a type sequence that does not match its message's signature".into()).into());
             }
             Ok(Bytes::from(sequence.external32_to_native(&msg.data)?))
         }
@@ -639,10 +639,10 @@ mod tests {
         let values = [Loc { value: 0.0f64, index: 0 }; 2];
         let d = Datatype::double();
         let huge = Datatype::hvector(1i64 << 40, 1, 0, &d).unwrap();
-        assert!(matches!(SendBuf::typed_with(&values, 1, &huge), Err(Error::Overflow(_))));
+        assert!(matches!(SendBuf::typed_with(&values, 1, &huge), Err(ref e) if matches!(e.kind(), ErrorKind::Overflow(_))));
         let thrice = Datatype::hvector(3, 1, 0, &d).unwrap();
         assert!(SendBuf::typed_with(&values, 1, &thrice).is_ok());
         let into_padding = Datatype::hindexed(&[1], &[12], &Datatype::int()).unwrap();
-        assert!(matches!(SendBuf::typed_with(&values, 1, &into_padding), Err(Error::InvalidDatatype(_))));
+        assert!(matches!(SendBuf::typed_with(&values, 1, &into_padding), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidDatatype(_))));
     }
 }

@@ -106,7 +106,7 @@ impl Transfer {
 /// In a typed buffer, every part must touch only bytes that hold data of
 /// the element type (never its padding), and receives need a type that
 /// accepts every bit pattern there (no `bool`, `char` or enums); breaking
-/// either is [`Error::InvalidDatatype`].
+/// either is [`ErrorKind::InvalidDatatype`](crate::ErrorKind::InvalidDatatype).
 ///
 /// ```
 /// use mpx::{comm::ExchangeBuf, RegionMut};
@@ -173,9 +173,9 @@ impl<'a> ExchangeBuf<'a> {
     /// datatype each) and send buffers, for operations of the caller's
     /// choice (any mode, persistent or not, each awaited on its own). No
     /// receive may overlap another receive (or itself) or a send:
-    /// [`Error::Overlap`] otherwise, whose positions count the receives
+    /// [`ErrorKind::Overlap`](crate::ErrorKind::Overlap) otherwise, whose positions count the receives
     /// first, then the sends. A part outside the buffer is
-    /// [`Error::OutOfBounds`].
+    /// [`ErrorKind::OutOfBounds`](crate::ErrorKind::OutOfBounds).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -226,7 +226,7 @@ impl Comm {
     /// `Vec` (see [`ExchangeBuf`]). Before anything starts, the call checks
     /// the peers and tags, that every transfer lies inside the buffer, and
     /// that no receive overlaps another receive (or itself) or a send
-    /// ([`Error::Overlap`], naming the transfers by their positions in the
+    /// ([`ErrorKind::Overlap`](crate::ErrorKind::Overlap), naming the transfers by their positions in the
     /// list); if any check fails, nothing is started and the future
     /// resolves to that error. The check costs `O(r log r)` for the `r`
     /// byte runs of the datatypes' compiled programs, never their element
@@ -267,7 +267,7 @@ impl Comm {
     /// // Receiving into the half being sent is rejected before anything starts.
     /// let clash = [Transfer::send(1, &half, right, 1), Transfer::recv(1, &half, left, 1)];
     /// let err = comm.exchange(&mut data, &clash).await.unwrap_err();
-    /// assert_eq!(err, mpx::Error::Overlap { first: 0, second: 1, byte: 0 });
+    /// assert_eq!(err, mpx::ErrorKind::Overlap { first: 0, second: 1, byte: 0 });
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     ///

@@ -22,7 +22,7 @@ use std::sync::{Arc, TryLockError};
 use rustc_hash::FxHashMap;
 
 use super::{derive_context, Comm};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::runtime::{CommCollectives, Shared};
 
 /// An ordered set of ranks, each named by its rank in the world: what a
@@ -157,7 +157,7 @@ impl Group {
     }
 
     fn member(&self, r: usize) -> Result<u32> {
-        self.world.get(r).copied().ok_or(Error::InvalidRank { rank: r, size: self.size() })
+        self.world.get(r).copied().ok_or(ErrorKind::InvalidRank { rank: r, size: self.size() }.into())
     }
 
     /// `MPI_Group_incl`: the members at `ranks` (this group's ranks), in
@@ -181,7 +181,7 @@ impl Group {
         for &r in ranks {
             let w = self.member(r)?;
             if std::mem::replace(&mut seen[r], true) {
-                return Err(Error::InvalidArgument(format!("rank {r} is named twice")));
+                return Err(ErrorKind::InvalidArgument(format!("rank {r} is named twice")).into());
             }
             world.push(w);
         }
@@ -205,7 +205,7 @@ impl Group {
         for &r in ranks {
             self.member(r)?;
             if std::mem::replace(&mut out[r], true) {
-                return Err(Error::InvalidArgument(format!("rank {r} is named twice")));
+                return Err(ErrorKind::InvalidArgument(format!("rank {r} is named twice")).into());
             }
         }
         Ok(Group::of(self.world.iter().zip(&out).filter(|(_, &o)| !o).map(|(&w, _)| w).collect()))
@@ -272,7 +272,7 @@ impl Group {
             let (step, count) = self.triplet(triplet)?;
             total = total.saturating_add(count);
             if total > size {
-                return Err(Error::InvalidArgument(format!("the triplets name more ranks than the group's {size}: some are named twice")));
+                return Err(ErrorKind::InvalidArgument(format!("the triplets name more ranks than the group's {size}: some are named twice")).into());
             }
             checked.push((triplet.0, triplet.2 > 0, step, count));
         }
@@ -290,7 +290,7 @@ impl Group {
     /// and its last rank named must be members; so, then, are those in
     /// between.
     fn triplet(&self, (first, last, stride): (usize, usize, isize)) -> Result<(usize, usize)> {
-        let wrong = |why: &str| Error::InvalidArgument(format!("the triplet ({first}, {last}, {stride}) {why}"));
+        let wrong = |why: &str| -> Error { ErrorKind::InvalidArgument(format!("the triplet ({first}, {last}, {stride}) {why}")).into() };
         if stride == 0 {
             return Err(wrong("has a stride of 0"));
         }
@@ -651,14 +651,14 @@ impl Comm {
     /// communicator, each with a context of its own.
     ///
     /// Each rank checks the group it passed against what its members
-    /// passed: it fails with [`Error::CollectiveMismatch`], naming that
+    /// passed: it fails with [`ErrorKind::CollectiveMismatch`], naming that
     /// member, if a member of its group passed another group (the empty
     /// group among them, or the same ranks in another order). Whatever
     /// ranks outside its group pass changes nothing for it. So
     /// when the members of a group disagree, every one of them that passed
     /// it fails, and so does every rank outside it that named it; a rank
     /// whose own group its members all passed carries on. A group with a
-    /// rank outside this communicator is [`Error::InvalidArgument`].
+    /// rank outside this communicator is [`ErrorKind::InvalidArgument`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -695,7 +695,7 @@ impl Comm {
             let mut differs = None;
             for &w in group.world.iter() {
                 let Some(r) = comm.member_rank(w) else {
-                    return Err(Error::InvalidArgument(format!("world rank {w} of the group is not in the communicator")));
+                    return Err(ErrorKind::InvalidArgument(format!("world rank {w} of the group is not in the communicator")).into());
                 };
                 if differs.is_none() && digests[r] != mine {
                     differs = Some(r);
@@ -703,7 +703,7 @@ impl Comm {
             }
             if let Some(rank) = differs {
                 let detail = format!("it is a member of the group this rank passed to create ({} ranks) but passed another group", group.size());
-                return Err(Error::CollectiveMismatch { rank, detail });
+                return Err(ErrorKind::CollectiveMismatch { rank, detail }.into());
             }
             Ok(comm.derive(number, group, mine))
         }
@@ -877,7 +877,7 @@ mod tests {
         futures::executor::block_on(async {
             let world = alone();
             let beyond = Group { world: vec![0, 5].into() };
-            assert!(matches!(world.create(&beyond).await, Err(crate::Error::InvalidArgument(_))));
+            assert!(matches!(world.create(&beyond).await, Err(ref e) if matches!(e.kind(), crate::ErrorKind::InvalidArgument(_))));
             assert!(world.create(&world.group()).await.expect("a create of one").is_some());
         });
     }

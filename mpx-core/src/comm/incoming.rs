@@ -12,7 +12,7 @@ use super::buffer::{capacity, unpack_typed_message_uninit};
 use super::recv_owned::RawRecv;
 use super::selectors::{Source, TagSel};
 use super::{Comm, Status};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::proto::engine::Delivered;
 
@@ -27,8 +27,8 @@ pub(super) mod sealed {
 /// [`Comm::incoming`].
 ///
 /// * `T: MpiType` yields a `T`. The message must hold exactly one
-///   `T`: a longer one is [`Error::Truncate`], one with less is
-///   [`Error::ShortInput`], one of another type [`Error::TypeMismatch`];
+///   `T`: a longer one is [`ErrorKind::Truncate`], one with less is
+///   [`ErrorKind::ShortInput`], one of another type [`ErrorKind::TypeMismatch`];
 /// * `Serde<T>` yields a `T: DeserializeOwned` from a serde message of any
 ///   length (see the [module docs](super)).
 ///
@@ -64,7 +64,7 @@ impl<T: MpiType> Receivable for T {
         let mut value = std::mem::MaybeUninit::<T>::uninit();
         let (status, whole) = unpack_typed_message_uninit(msg, std::slice::from_mut(&mut value))?;
         if whole == 0 && std::mem::size_of::<T>() > 0 {
-            return Err(Error::ShortInput { requested: T::datatype().size(), available: status.bytes });
+            return Err(ErrorKind::ShortInput { requested: T::datatype().size(), available: status.bytes }.into());
         }
         // SAFETY: the unpack succeeded and wrote every typemap byte of one
         // value, which it validated (or `T` has no bytes to write): by
@@ -93,7 +93,7 @@ impl Comm {
     /// the next poll. A message that does not become a value (of another
     /// type, corrupt, too long) is yielded as its error and the stream goes
     /// on; when the messages it names can no longer come
-    /// ([`Error::ProcessFailed`], [`Error::Finalized`]) it yields that error
+    /// ([`ErrorKind::ProcessFailed`], [`ErrorKind::Finalized`]) it yields that error
     /// and ends. A stream from [`Any`](super::Any) source yields a failed
     /// sender's error and goes on while another rank may still send (a
     /// server outlives a client that dies part way through a message); it
@@ -242,8 +242,8 @@ impl<T: Receivable> Stream for Incoming<T> {
             // stream; others concern one message. A failed sender ends a
             // stream of one source; one of any source goes on while
             // another rank may still send.
-            Err(e @ Error::Finalized) => Err(e),
-            Err(e @ Error::ProcessFailed { .. }) if this.source != Source::Any || this.comm.others_gone() => Err(e),
+            Err(e) if matches!(e.kind(), ErrorKind::Finalized) => Err(e),
+            Err(e) if matches!(e.kind(), ErrorKind::ProcessFailed { .. }) && (this.source != Source::Any || this.comm.others_gone()) => Err(e),
             Err(e) => {
                 this.state = this.post();
                 Err(e)

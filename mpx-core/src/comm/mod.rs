@@ -44,7 +44,7 @@
 //!
 //! Only this rank's own messages can still match such a receive, and a send
 //! to self is matched before the call that sent it returns. So the receive
-//! fails ([`Error::ProcessFailed`]) only when
+//! fails ([`ErrorKind::ProcessFailed`]) only when
 //! it is still unmatched on the second poll in a row that finds no match and
 //! no live sender: the first such poll wakes the task again, so everything
 //! else it (or the runtime) had ready to run, a send to self among it, runs
@@ -111,7 +111,7 @@
 //!   before the first receive was dropped, the returned message now comes
 //!   after it;
 //! * a receive that failed because its message is too long for it
-//!   ([`Error::Truncate`]), dropped before the error was taken, gives the
+//!   ([`ErrorKind::Truncate`]), dropped before the error was taken, gives the
 //!   message back the same way, whole, small or large; once the error is
 //!   taken, the message counts as received (as in MPI): its sender
 //!   completes, and its data is dropped;
@@ -138,7 +138,7 @@ mod serde_bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::proto::engine::MatchSpec;
 use crate::runtime::{Endpoint, Shared};
 
@@ -360,7 +360,7 @@ impl Comm {
     /// The world rank of communicator rank `r`.
     fn check_rank(&self, r: usize) -> Result<u32> {
         if r >= self.size() {
-            return Err(Error::InvalidRank { rank: r, size: self.size() });
+            return Err(ErrorKind::InvalidRank { rank: r, size: self.size() }.into());
         }
         Ok(match &self.members {
             Some(m) => m.group.world[r],
@@ -404,7 +404,7 @@ impl Comm {
     fn tag(t: TagSel) -> Result<Option<i32>> {
         match t {
             TagSel::Tag(t) if t >= 0 => Ok(Some(t)),
-            TagSel::Tag(t) => Err(Error::InvalidTag(t)),
+            TagSel::Tag(t) => Err(ErrorKind::InvalidTag(t).into()),
             TagSel::Any => Ok(None),
         }
     }

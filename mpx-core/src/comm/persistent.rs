@@ -36,7 +36,7 @@
 use super::data::{Packed, RecvData, RecvTarget};
 use super::{Comm, Peer, RecvBuf, SendBuf, Source, TagSel};
 use crate::coll::{Described, Element};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::SendMode;
@@ -184,7 +184,7 @@ pub(crate) mod sealed {
     }
 
     fn mismatched() -> Error {
-        Error::InvalidArgument("a persistent buffer that does not hold its element type".into())
+        ErrorKind::InvalidArgument("a persistent buffer that does not hold its element type".into()).into()
     }
 
     impl<T: MpiType> Stored for T {
@@ -420,9 +420,9 @@ impl Comm {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
-    /// use mpx::{Error, Persistent, BSEND_OVERHEAD};
+    /// use mpx::{ErrorKind, Persistent, BSEND_OVERHEAD};
     /// let mut send = comm.bsend_init(vec![0u64; 2], 0, 0); // to itself
-    /// assert!(matches!(send.start().await, Err(Error::BufferExhausted { .. })), "no buffer attached");
+    /// assert!(matches!(send.start().await, Err(ref e) if matches!(e.kind(), ErrorKind::BufferExhausted { .. })), "no buffer attached");
     /// comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
     /// for step in 1..=2u64 {
     ///     send.buffer_mut().fill(step);

@@ -38,7 +38,7 @@ impl Comm {
         let Some(spec) = self.spec(source.into(), tag.into(), self.context)? else { return Ok(Some(Status::empty())) };
         let st = self.shared.lock();
         if st.engine.is_closed() {
-            return Err(crate::Error::Finalized);
+            return Err(crate::ErrorKind::Finalized.into());
         }
         Ok(st.engine.iprobe(&spec).map(|e| Status::of(self.rank_of_sender(e.source) as usize, e.tag, e.len)))
     }
@@ -99,7 +99,7 @@ impl Comm {
         let Some(spec) = self.spec(source.into(), tag.into(), self.context)? else { return Ok(Some(Message::null(self))) };
         let mut st = self.shared.lock();
         if st.engine.is_closed() {
-            return Err(crate::Error::Finalized);
+            return Err(crate::ErrorKind::Finalized.into());
         }
         Ok(st.engine.improbe(&spec).map(|m| Message { comm: self.clone(), matched: Some(m) }))
     }
@@ -155,7 +155,7 @@ async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl
             None => st.engine.others_gone(),
         };
         if let Some(e) = dead {
-            if spec.source.is_some() || matches!(e, crate::Error::Finalized) || orphan_polls > 0 {
+            if spec.source.is_some() || matches!(e.kind(), crate::ErrorKind::Finalized) || orphan_polls > 0 {
                 return Poll::Ready(Err(e));
             }
             orphan_polls += 1;

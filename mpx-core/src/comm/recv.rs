@@ -57,9 +57,9 @@ impl Comm {
     /// `i32` or [`Any`](super::Any). The buffer stays mutably borrowed until
     /// the request completes; the data is written into it only when the
     /// request is polled, never by a background task. A longer message is
-    /// [`Error::Truncate`](crate::Error::Truncate), a message of another
-    /// type [`Error::TypeMismatch`](crate::Error::TypeMismatch), and values
-    /// invalid for the type [`Error::InvalidValue`](crate::Error::InvalidValue);
+    /// [`ErrorKind::Truncate`](crate::ErrorKind::Truncate), a message of another
+    /// type [`ErrorKind::TypeMismatch`](crate::ErrorKind::TypeMismatch), and values
+    /// invalid for the type [`ErrorKind::InvalidValue`](crate::ErrorKind::InvalidValue);
     /// in each case the buffer is left unchanged.
     ///
     /// ```
@@ -121,11 +121,11 @@ impl Comm {
     /// of an [`MpiType`] `T` with `recv::<T>`, or (with the `serde`
     /// feature) any `DeserializeOwned` value `T` of a serde message with
     /// `recv::<Serde<T>>` (see [`Receivable`]). A message of more values
-    /// is [`Error::Truncate`](crate::Error::Truncate), one of none
-    /// [`Error::ShortInput`](crate::Error::ShortInput), one of another
-    /// type [`Error::TypeMismatch`](crate::Error::TypeMismatch). From
+    /// is [`ErrorKind::Truncate`](crate::ErrorKind::Truncate), one of none
+    /// [`ErrorKind::ShortInput`](crate::ErrorKind::ShortInput), one of another
+    /// type [`ErrorKind::TypeMismatch`](crate::ErrorKind::TypeMismatch). From
     /// [`PROC_NULL`](super::PROC_NULL) there is no value:
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

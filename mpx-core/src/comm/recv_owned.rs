@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use super::incoming::Receivable;
 use super::selectors::{Source, TagSel};
 use super::{Comm, Status};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::proto::engine::{Delivered, ReqId};
 use crate::request::Operation;
 use crate::runtime::{Completion, Shared};
@@ -20,10 +20,10 @@ use crate::runtime::{Completion, Shared};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx::Error;
+/// use mpx::ErrorKind;
 /// comm.send(&[1u8, 2, 3], 0, 0).await?; // to itself
 /// let failed = comm.irecv_owned(vec![0u8; 2], 0, 0).await.unwrap_err();
-/// assert!(matches!(failed.error, Error::Truncate { needed: 3, available: 2, message: Some((0, 0)) }));
+/// assert!(matches!(failed.error.kind(), ErrorKind::Truncate { needed: 3, available: 2, message: Some((0, 0)) }));
 /// assert_eq!(failed.buffer, [0, 0]); // the buffer comes back
 /// # Ok(()) }).await?; Ok(()) }
 /// ```
@@ -102,7 +102,7 @@ impl Future for RawRecv {
         self.finished = true;
         Poll::Ready(match completion {
             Completion::Recv(r) => r,
-            Completion::Cancelled => Err(Error::Cancelled),
+            Completion::Cancelled => Err(ErrorKind::Cancelled.into()),
             Completion::Send(_) => unreachable!("a receive completes as a receive"),
         })
     }
@@ -330,13 +330,13 @@ impl<R: Receivable> Unpin for ValueRecv<R> {}
 impl<R: Receivable> ValueRecv<R> {
     pub(crate) fn start(comm: &Comm, source: Source, tag: TagSel) -> ValueRecv<R> {
         let posted = Posted::start(comm, source, tag, R::limit(), |now| {
-            now.and(Err(Error::InvalidArgument("a receive of one value from PROC_NULL has no value to return".into())))
+            now.and(Err(ErrorKind::InvalidArgument("a receive of one value from PROC_NULL has no value to return".into()).into()))
         });
         ValueRecv { posted }
     }
 
     /// `MPI_Cancel`: withdraws the receive if it has not matched; it then
-    /// completes with [`Error::Cancelled`] (there is no value). Returns
+    /// completes with [`ErrorKind::Cancelled`] (there is no value). Returns
     /// whether it was cancelled.
     ///
     /// ```
@@ -345,11 +345,11 @@ impl<R: Receivable> ValueRecv<R> {
     /// # mpx_net::loopback::launch(1, |comm| async move {
     /// let mut recv = comm.recv::<u32>(0, 0);
     /// assert!(recv.cancel());
-    /// assert!(matches!(recv.await, Err(mpx::Error::Cancelled)));
+    /// assert!(matches!(recv.await, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::Cancelled)));
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn cancel(&mut self) -> bool {
-        self.posted.cancel(|| Err(Error::Cancelled))
+        self.posted.cancel(|| Err(ErrorKind::Cancelled.into()))
     }
 }
 

@@ -12,10 +12,10 @@
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mpx::Result<()> {
 /// # mpx_net::loopback::launch(1, |comm| async move {
-/// use mpx::{Error, TAG_UB};
+/// use mpx::{ErrorKind, TAG_UB};
 /// comm.send(&1u8, 0, TAG_UB).await?; // to itself
 /// assert_eq!(comm.recv::<u8>(0, TAG_UB).await?.1.tag, Some(TAG_UB));
-/// assert!(matches!(comm.send(&1u8, 0, -1).await, Err(Error::InvalidTag(-1))), "tags are 0..=TAG_UB");
+/// assert!(matches!(comm.send(&1u8, 0, -1).await, Err(ref e) if matches!(e.kind(), ErrorKind::InvalidTag(-1))), "tags are 0..=TAG_UB");
 /// # Ok(()) }).await?; Ok(()) }
 /// ```
 pub const TAG_UB: i32 = i32::MAX;
@@ -63,7 +63,7 @@ pub struct ProcNull;
 /// `irecv_bytes`, a stream of [`Comm::incoming`](crate::Comm::incoming)
 /// (empty), probes). The one exception is [`Comm::recv`](crate::Comm::recv)
 /// of a single value, which has no value to return: it fails with
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument), so a
+/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument), so a
 /// neighbour that may be null receives into a buffer instead.
 ///
 /// ```

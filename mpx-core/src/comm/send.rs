@@ -8,7 +8,7 @@ use super::buffer::Packed;
 use super::data::SendData;
 use super::selectors::Peer;
 use super::{Comm, Status, BSEND_OVERHEAD};
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::pack::Repr;
 use crate::proto::engine::{Outgoing, SendMode};
 use crate::request::{Kind, Request};
@@ -27,7 +27,7 @@ impl Comm {
         mode: SendMode,
         context: u64,
     ) -> Request<'a> {
-        let posted = (|| {
+        let posted = (|| -> Result<Option<u64>> {
             let tag = Comm::tag(tag.into())?.expect("a concrete tag");
             let Some(dest) = self.dest(dest)? else { return Ok(None) };
             let Packed { data, repr, signature, desc_len } = pack(self.shared.repr_for(dest))?;
@@ -41,7 +41,7 @@ impl Comm {
                 let capacity = b.attached.as_ref().map_or(0, Vec::len);
                 if b.used + need > capacity {
                     let available = capacity.saturating_sub(b.used) as u64;
-                    return Err(Error::BufferExhausted { needed: need as u64, available });
+                    return Err(ErrorKind::BufferExhausted { needed: need as u64, available }.into());
                 }
                 b.used += need;
                 b.in_flight += 1;
@@ -105,7 +105,7 @@ impl Comm {
 
     /// `MPI_Ibsend`: copies the data into the attached buffer (see
     /// [`buffer_attach`](Comm::buffer_attach)); the request is complete at
-    /// once, or failed with [`Error::BufferExhausted`].
+    /// once, or failed with [`ErrorKind::BufferExhausted`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -155,7 +155,7 @@ impl Comm {
 
     /// `MPI_Irsend`: valid only if the matching receive is already posted
     /// when the message arrives; if it is not, the message is not delivered
-    /// and the request fails with [`Error::NotReady`] (MPI leaves this
+    /// and the request fails with [`ErrorKind::NotReady`] (MPI leaves this
     /// undefined; mpx reports it).
     ///
     /// ```
@@ -210,16 +210,16 @@ impl Comm {
 
     /// `MPI_Bsend`: copies the data into the attached buffer and returns at
     /// once. A send that does not fit (or with no buffer attached) is
-    /// [`Error::BufferExhausted`] and sends nothing. See
+    /// [`ErrorKind::BufferExhausted`] and sends nothing. See
     /// [`ibsend`](Comm::ibsend).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx::{Error, BSEND_OVERHEAD};
+    /// use mpx::{ErrorKind, BSEND_OVERHEAD};
     /// if comm.rank() == 0 {
-    ///     assert!(matches!(comm.bsend(&7u64, 1, 0).await, Err(Error::BufferExhausted { .. })), "no buffer");
+    ///     assert!(matches!(comm.bsend(&7u64, 1, 0).await, Err(ref e) if matches!(e.kind(), ErrorKind::BufferExhausted { .. })), "no buffer");
     ///     comm.buffer_attach(vec![0; 64 + BSEND_OVERHEAD])?;
     ///     comm.bsend(&7u64, 1, 0).await?; // copied: returns at once
     ///     comm.buffer_detach().await?;
@@ -264,10 +264,10 @@ impl Comm {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
     /// # mpx_net::loopback::launch(2, |comm| async move {
-    /// use mpx::Error;
+    /// use mpx::ErrorKind;
     /// if comm.rank() == 0 {
     ///     // Rank 1 posts no receive for tag 0: the send fails, nothing is delivered.
-    ///     assert!(matches!(comm.rsend(&1u8, 1, 0).await, Err(Error::NotReady)));
+    ///     assert!(matches!(comm.rsend(&1u8, 1, 0).await, Err(ref e) if matches!(e.kind(), ErrorKind::NotReady)));
     ///     comm.send(&2u8, 1, 1).await?;
     /// } else {
     ///     assert_eq!(comm.recv::<u8>(0, 1).await?.0, 2);

@@ -10,7 +10,7 @@ use super::serde_bound::{Bounded, Budget};
 use super::data::SendData;
 use super::incoming::{sealed, Receivable};
 use super::Status;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
 use crate::proto::wire::SERIALIZED_SIGNATURE;
@@ -26,7 +26,7 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// message of any length: mpx's form of mpi4py's lowercase, any-object
 /// API. The value is serialized when the send starts, so the request
 /// borrows nothing; a value that cannot be serialized fails the send with
-/// [`Error::Serialization`].
+/// [`ErrorKind::Serialization`].
 ///
 /// ```
 /// use std::collections::BTreeMap;
@@ -54,10 +54,10 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 ///
 /// A serde message carries its own type signature,
 /// [`SERIALIZED_SIGNATURE`], which no datatype has. So a typed receive of
-/// it fails with [`Error::TypeMismatch`] (a bounded receive too small for
-/// a large message's bytes may report [`Error::Truncate`] first), and a
+/// it fails with [`ErrorKind::TypeMismatch`] (a bounded receive too small for
+/// a large message's bytes may report [`ErrorKind::Truncate`] first), and a
 /// serde receive of a typed or `packed` message fails with
-/// [`Error::TypeMismatch`]. A receive as `packed` bytes
+/// [`ErrorKind::TypeMismatch`]. A receive as `packed` bytes
 /// ([`Comm::irecv_bytes`](crate::Comm::irecv_bytes), [`RecvBuf::packed`](crate::RecvBuf::packed))
 /// takes any message, serde ones included, as its postcard bytes. The
 /// bytes travel as they are in every representation: postcard's format does
@@ -73,7 +73,7 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 ///
 /// Bytes that do not decode into the type asked for (corrupt, or another
 /// type's value), or that hold more than one value, are
-/// [`Error::Serialization`], never a panic. postcard reads strings and
+/// [`ErrorKind::Serialization`], never a panic. postcard reads strings and
 /// byte strings out of the message only after checking they are there,
 /// and reserves room for a sequence only when the message has at least as
 /// many bytes left as it claims elements; serde caps any reservation, of a
@@ -82,14 +82,14 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// sequence, each entry of a map, and each element's room a sequence or a
 /// map reserves takes one, at every level of nesting together (the fields
 /// of structs and tuples, which their types fix, take none); a message
-/// that claims more is [`Error::Serialization`]. So a map cannot reserve
+/// that claims more is [`ErrorKind::Serialization`]. So a map cannot reserve
 /// room for entries the bytes could never hold, nor a sequence of values
 /// that take no bytes (`()`, unit structs) claim 2^64 of them and keep its
 /// receiver decoding. A message of values that take bytes stays far inside
 /// the budget; a legitimate sequence of more than 8 values per byte of its
 /// message (a `Vec<()>` of a million) does not decode. Nor can they nest a
 /// recursive type (a tree of itself) deep enough to overflow the stack: a
-/// decode stops with [`Error::Serialization`] once it has used 256 KiB of
+/// decode stops with [`ErrorKind::Serialization`] once it has used 256 KiB of
 /// stack, which is some thousands of levels in release builds (5 000 of an
 /// `Option<Box<Self>>`, 2 000 of an enum holding a `Vec<Self>`) and some
 /// hundreds in debug builds.
@@ -138,7 +138,7 @@ impl<T: DeserializeOwned + Send + 'static> Receivable for Serde<T> {
 
     fn decode(msg: &Delivered) -> Result<(T, Status)> {
         if msg.envelope.signature != Some(SERIALIZED_SIGNATURE) {
-            return Err(Error::TypeMismatch);
+            return Err(ErrorKind::TypeMismatch.into());
         }
         Ok((deserialize(&msg.data)?, status_of(msg)))
     }
@@ -147,7 +147,7 @@ impl<T: DeserializeOwned + Send + 'static> Receivable for Serde<T> {
 /// `value` in postcard's format, ready to send as a serde message.
 pub(crate) fn serialize<T: Serialize + ?Sized>(value: &T) -> Result<Packed> {
     let data = postcard::to_allocvec(value)
-        .map_err(|e| Error::Serialization(format!("{}: {e}", std::any::type_name::<T>())))?;
+        .map_err(|e| ErrorKind::Serialization(format!("{}: {e}", std::any::type_name::<T>())))?;
     Ok(serialized(Bytes::from(data)))
 }
 
@@ -158,7 +158,7 @@ pub(crate) fn serialized(data: Bytes) -> Packed {
 
 /// The one `T` that `bytes` hold in postcard's format.
 pub(crate) fn deserialize<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    let fail = |what: String| Error::Serialization(format!("{}: {what}", std::any::type_name::<T>()));
+    let fail = |what: String| -> Error { ErrorKind::Serialization(format!("{}: {what}", std::any::type_name::<T>())).into() };
     let mut deserializer = postcard::Deserializer::from_flavor(StackBounded::new(bytes));
     let budget = Budget::of(bytes.len());
     let value = T::deserialize(Bounded { inner: &mut deserializer, budget: &budget });
@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn leftover_bytes_are_an_error() {
         let packed = serialize(&(7u8, 9u8)).unwrap();
-        assert!(matches!(deserialize::<u8>(&packed.data), Err(Error::Serialization(_))));
+        assert!(matches!(deserialize::<u8>(&packed.data), Err(ref e) if matches!(e.kind(), ErrorKind::Serialization(_))));
     }
 
     /// A hostile length: far more elements or bytes than the message holds
@@ -273,10 +273,10 @@ mod tests {
     #[test]
     fn hostile_lengths_fail_without_allocating() {
         let huge = serialize(&u64::MAX).unwrap().data;
-        assert!(matches!(deserialize::<Vec<u8>>(&huge), Err(Error::Serialization(_))));
-        assert!(matches!(deserialize::<String>(&huge), Err(Error::Serialization(_))));
-        assert!(matches!(deserialize::<Vec<u64>>(&huge), Err(Error::Serialization(_))));
-        assert!(matches!(deserialize::<BTreeMap<String, Vec<u8>>>(&huge), Err(Error::Serialization(_))));
+        assert!(matches!(deserialize::<Vec<u8>>(&huge), Err(ref e) if matches!(e.kind(), ErrorKind::Serialization(_))));
+        assert!(matches!(deserialize::<String>(&huge), Err(ref e) if matches!(e.kind(), ErrorKind::Serialization(_))));
+        assert!(matches!(deserialize::<Vec<u64>>(&huge), Err(ref e) if matches!(e.kind(), ErrorKind::Serialization(_))));
+        assert!(matches!(deserialize::<BTreeMap<String, Vec<u8>>>(&huge), Err(ref e) if matches!(e.kind(), ErrorKind::Serialization(_))));
     }
 
     /// Every byte string, decoded as a few shapes of value, is a value or an
@@ -317,7 +317,7 @@ mod tests {
         }
         assert_eq!(depth, 200);
         let err = deserialize::<Node>(&nested(10_000_000)).unwrap_err();
-        assert!(matches!(&err, Error::Serialization(m) if m.contains("nested deeper")), "{err:?}");
+        assert!(matches!(err.kind(), ErrorKind::Serialization(m) if m.contains("nested deeper")), "{err:?}");
     }
 
     /// A sequence of values that take no bytes, claiming 2^64 of them in

@@ -11,7 +11,7 @@
 
 use super::layout::LayoutBuilder;
 use super::{check_count, int, ints, Ctor, Datatype, Integer};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Storage order of a multidimensional array.
 ///
@@ -113,15 +113,15 @@ enum IndexSet {
 }
 
 fn arg_error(msg: String) -> Error {
-    Error::InvalidArgument(msg)
+    ErrorKind::InvalidArgument(msg).into()
 }
 
 fn mul(a: i64, b: i64) -> Result<i64> {
-    a.checked_mul(b).ok_or(Error::Overflow("array extent"))
+    a.checked_mul(b).ok_or(ErrorKind::Overflow("array extent").into())
 }
 
 fn add(a: i64, b: i64) -> Result<i64> {
-    a.checked_add(b).ok_or(Error::Overflow("array extent"))
+    a.checked_add(b).ok_or(ErrorKind::Overflow("array extent").into())
 }
 
 /// Copies of `child` at `offset + i * stride` for `i` in `0..len`.
@@ -278,7 +278,7 @@ impl Datatype {
             if p < 1 {
                 return Err(arg_error(format!("darray: psizes[{d}] = {p} must be at least 1")));
             }
-            grid = grid.checked_mul(p).ok_or(Error::Overflow("process grid size"))?;
+            grid = grid.checked_mul(p).ok_or(ErrorKind::Overflow("process grid size"))?;
         }
         if grid != size {
             return Err(arg_error(format!("darray: psizes multiply to {grid}, but size is {size}")));
@@ -326,7 +326,7 @@ impl Datatype {
                 Distribution::Cyclic => {
                     let b = darg.unwrap_or(1);
                     let start = c.saturating_mul(b);
-                    let period = b.checked_mul(p).ok_or(Error::Overflow("darray period"))?;
+                    let period = b.checked_mul(p).ok_or(ErrorKind::Overflow("darray period"))?;
                     if start >= g {
                         IndexSet::Range { start: 0, len: 0 }
                     } else {

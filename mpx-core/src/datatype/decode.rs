@@ -6,7 +6,7 @@
 
 use super::darray::{DistArg, Distribution, Order};
 use super::{Ctor, Datatype};
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 
 /// Integer encodings of the enumerated arguments in [`Contents::integers`],
 /// with MPICH's values.
@@ -183,7 +183,7 @@ impl Datatype {
     /// ```
     pub fn contents(&self) -> Result<Contents> {
         self.contents_parts().map(|(_, c)| c).ok_or_else(|| {
-            Error::InvalidDatatype("a predefined datatype has no contents to decode".into())
+            ErrorKind::InvalidDatatype("a predefined datatype has no contents to decode".into()).into()
         })
     }
 

@@ -1,7 +1,7 @@
 //! [`Integer`]: the integer arguments of datatype constructors, in whatever
 //! integer type the caller has.
 
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 
 mod sealed {
     pub trait Sealed {}
@@ -12,7 +12,7 @@ mod sealed {
 /// `usize` lengths and `i32` offsets a program has without casting. MPI
 /// defines these values as (at most) 64-bit signed integers, so a value
 /// outside `i64` (a `u64` or `usize` above `i64::MAX`) is an
-/// [`Error::InvalidArgument`]. An unsuffixed literal is an `i32`, as
+/// [`ErrorKind::InvalidArgument`]. An unsuffixed literal is an `i32`, as
 /// everywhere in Rust: write `1i64 << 40`, not `1 << 40` (which the
 /// compiler rejects as an overflow), and give an empty slice its type
 /// (`&[] as &[i64]`).
@@ -46,7 +46,7 @@ integers!(i8 i16 i32 i64 i128 isize u8 u16 u32 u64 u128 usize);
 
 /// `value` (the argument called `what`) as an `i64`, or why not.
 pub(crate) fn int(what: &str, value: impl Integer) -> Result<i64> {
-    value.to_i64().ok_or_else(|| Error::InvalidArgument(format!("{what} {value} does not fit in a 64-bit signed integer")))
+    value.to_i64().ok_or_else(|| ErrorKind::InvalidArgument(format!("{what} {value} does not fit in a 64-bit signed integer")).into())
 }
 
 /// Every value of `values` (the argument called `what`) as an `i64`.

@@ -5,7 +5,7 @@
 //! basic entries, its sticky lb/ub markers and its alignment. A constructor's
 //! layout follows from its children's layouts and the *extreme* displacements
 //! at which it places copies of them, so `contiguous(2^40)` costs the same as
-//! `contiguous(2)`. All arithmetic is checked; overflow is [`Error::Overflow`].
+//! `contiguous(2)`. All arithmetic is checked; overflow is [`ErrorKind::Overflow`].
 //!
 //! The rules (MPI-4.1 §5.1 plus the MPI-1 markers):
 //! * `lb` is the lowest lb marker if there is one, else the lowest
@@ -16,7 +16,7 @@
 //!   is not an entry: replicating a padded type contributes its entries only;
 //! * `true_lb`/`true_ub` are the span of the basic entries, ignoring markers.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The size, bounds and counts of one item of a datatype.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ impl Layout {
 }
 
 fn overflow(what: &'static str) -> Error {
-    Error::Overflow(what)
+    ErrorKind::Overflow(what).into()
 }
 
 pub(crate) fn to_i64(v: i128, what: &'static str) -> Result<i64> {
@@ -266,6 +266,6 @@ mod tests {
         let c = c.finish().unwrap();
         assert_eq!(c.size, 8 << 40);
         let mut c2 = LayoutBuilder::new();
-        assert_eq!(c2.strided(&c, 0, 1 << 30, c.extent(), 1), Err(Error::Overflow("size")));
+        assert_eq!(c2.strided(&c, 0, 1 << 30, c.extent(), 1), Err(ErrorKind::Overflow("size").into()));
     }
 }

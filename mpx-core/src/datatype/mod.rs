@@ -52,7 +52,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, LazyLock, OnceLock};
 
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use layout::{Layout, LayoutBuilder};
 
 /// An MPI datatype: a typemap (basic types at byte displacements) plus
@@ -81,7 +81,7 @@ use layout::{Layout, LayoutBuilder};
 /// [`Datatype::MAX_DEPTH`] levels: every operation on them (building,
 /// committing, packing, external32, signatures, counts, decoding, dropping)
 /// works without recursion, so on any thread's stack. A constructor whose
-/// result would be deeper returns [`Error::InvalidDatatype`].
+/// result would be deeper returns [`ErrorKind::InvalidDatatype`].
 ///
 /// ```
 /// use mpx::Datatype;
@@ -233,7 +233,7 @@ fn all_packed(signature: Signature, elements: u64) -> bool {
 
 fn check_count(what: &'static str, value: i64) -> Result<()> {
     if value < 0 {
-        Err(Error::InvalidCount { what, value })
+        Err(ErrorKind::InvalidCount { what, value }.into())
     } else {
         Ok(())
     }
@@ -241,15 +241,15 @@ fn check_count(what: &'static str, value: i64) -> Result<()> {
 
 fn check_lengths(what: &str, a: usize, b: usize) -> Result<()> {
     if a != b {
-        return Err(Error::InvalidArgument(format!(
+        return Err(ErrorKind::InvalidArgument(format!(
             "{what}: blocklengths has {a} entries but displacements has {b}"
-        )));
+        )).into());
     }
     Ok(())
 }
 
 fn mul(a: i64, b: i64, what: &'static str) -> Result<i64> {
-    a.checked_mul(b).ok_or(Error::Overflow(what))
+    a.checked_mul(b).ok_or(ErrorKind::Overflow(what).into())
 }
 
 impl Datatype {
@@ -261,10 +261,10 @@ impl Datatype {
         let below = ctor.children().map(|c| c.0.depth).max().unwrap_or(0);
         let depth = below + 1;
         if depth as usize > Datatype::MAX_DEPTH {
-            return Err(Error::InvalidDatatype(format!(
+            return Err(ErrorKind::InvalidDatatype(format!(
                 "the type would be nested {depth} levels deep, more than the {} levels a datatype may have",
                 Datatype::MAX_DEPTH
-            )));
+            )).into());
         }
         let packed = all_packed(signature, layout.elements);
         Ok(Datatype(Arc::new(Node { ctor, layout, signature, packed, depth, compiled: OnceLock::new() })))
@@ -654,11 +654,11 @@ impl Datatype {
         let displacements_bytes = &ints("displacement", displacements_bytes)?;
         check_lengths("struct", blocklengths.len(), displacements_bytes.len())?;
         if types.len() != blocklengths.len() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(ErrorKind::InvalidArgument(format!(
                 "struct: blocklengths has {} entries but types has {}",
                 blocklengths.len(),
                 types.len()
-            )));
+            )).into());
         }
         let (layout, sig) = Datatype::struct_layout(blocklengths, displacements_bytes, types)?;
         Datatype::build(
@@ -683,7 +683,7 @@ impl Datatype {
     /// ```
     pub fn resized(lb: impl Integer, extent: impl Integer, old: &Datatype) -> Result<Datatype> {
         let (lb, extent) = (int("lb", lb)?, int("extent", extent)?);
-        let ub = lb.checked_add(extent).ok_or(Error::Overflow("upper bound"))?;
+        let ub = lb.checked_add(extent).ok_or(ErrorKind::Overflow("upper bound"))?;
         let mut b = LayoutBuilder::new();
         b.copy(old.layout(), 0)?;
         b.set_markers(lb, ub);
@@ -1000,12 +1000,12 @@ mod tests {
     #[test]
     fn invalid_arguments_are_errors() {
         let d = Datatype::double();
-        assert!(matches!(Datatype::vector(1, -1, 1, &d), Err(Error::InvalidCount { .. })));
-        assert!(matches!(Datatype::indexed(&[1, 2], &[0], &d), Err(Error::InvalidArgument(_))));
-        assert!(matches!(Datatype::indexed(&[-1], &[0], &d), Err(Error::InvalidCount { .. })));
-        assert!(matches!(Datatype::structure(&[1], &[0], &[]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(Datatype::hvector(2, 1, i64::MAX, &d), Err(Error::Overflow(_))));
-        assert!(matches!(Datatype::resized(i64::MAX, 1, &d), Err(Error::Overflow(_))));
+        assert!(matches!(Datatype::vector(1, -1, 1, &d), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidCount { .. })));
+        assert!(matches!(Datatype::indexed(&[1, 2], &[0], &d), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))));
+        assert!(matches!(Datatype::indexed(&[-1], &[0], &d), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidCount { .. })));
+        assert!(matches!(Datatype::structure(&[1], &[0], &[]), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))));
+        assert!(matches!(Datatype::hvector(2, 1, i64::MAX, &d), Err(ref e) if matches!(e.kind(), ErrorKind::Overflow(_))));
+        assert!(matches!(Datatype::resized(i64::MAX, 1, &d), Err(ref e) if matches!(e.kind(), ErrorKind::Overflow(_))));
     }
 
     #[test]

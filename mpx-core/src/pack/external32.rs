@@ -6,7 +6,7 @@
 //! basic type, converting element by element; a complex number converts
 //! as its two components, real part first, each big-endian. Integers that
 //! shrink (`long` to 4 bytes, `wchar` to 2) are range-checked: a value that
-//! does not fit is an [`Error::Conversion`], never silently truncated.
+//! does not fit is an [`ErrorKind::Conversion`], never silently truncated.
 //! Integers that grow on unpack are sign- or zero-extended. `long double`
 //! converts exactly between x87 extended and binary128, or fails
 //! ([`long_double`] says which values cannot convert); unpacking writes its
@@ -15,7 +15,7 @@
 mod long_double;
 
 use crate::datatype::{Basic, NumClass};
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 
 use super::program::Op;
 use long_double::X87_BYTES;
@@ -88,7 +88,7 @@ unsafe fn encode(kind: Basic, src: *const u8, dst: *mut u8) -> Result<()> {
         // `part.size()` and of `part.external32_size()` bytes.
         let fits = unsafe { encode_scalar(part, src.add(i * part.size()), dst.add(i * part.external32_size())) };
         if !fits {
-            return Err(Error::Conversion { what: kind.name(), representation: "external32" });
+            return Err(ErrorKind::Conversion { what: kind.name(), representation: "external32" }.into());
         }
     }
     Ok(())
@@ -96,7 +96,7 @@ unsafe fn encode(kind: Basic, src: *const u8, dst: *mut u8) -> Result<()> {
 
 /// Whether this target's C `long double` is x87 extended precision in 16
 /// bytes, the one native format the conversions know. Elsewhere a `long
-/// double` converts to or from external32 as an [`Error::Conversion`],
+/// double` converts to or from external32 as an [`ErrorKind::Conversion`],
 /// never as wrong values.
 const NATIVE_LONG_DOUBLE_IS_X87: bool = cfg!(all(target_arch = "x86_64", not(target_env = "msvc")));
 
@@ -150,7 +150,7 @@ unsafe fn decode<const WRITE: bool>(kind: Basic, src: *const u8, dst: *mut u8) -
             decode_scalar::<WRITE>(part, src.add(i * part.external32_size()), dst.wrapping_add(i * part.size()))
         };
         if !fits {
-            return Err(Error::Conversion { what: kind.name(), representation: "native (x87 extended)" });
+            return Err(ErrorKind::Conversion { what: kind.name(), representation: "native (x87 extended)" }.into());
         }
     }
     Ok(())

@@ -15,8 +15,8 @@
 //!
 //! The safe entry points check, before touching anything, that the bytes
 //! `count` items of the datatype touch lie inside the region (an
-//! [`Error::OutOfBounds`] otherwise) and that the output has room (an
-//! [`Error::Truncate`] that leaves the output, including data packed there
+//! [`ErrorKind::OutOfBounds`] otherwise) and that the output has room (an
+//! [`ErrorKind::Truncate`] that leaves the output, including data packed there
 //! earlier, untouched).
 //!
 //! # Position semantics
@@ -83,7 +83,7 @@ use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
 use crate::datatype::Datatype;
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
 
 /// Memory a datatype is read from: bytes plus the offset of the datatype's
@@ -141,7 +141,7 @@ unsafe impl Sync for RegionMut<'_> {}
 
 fn check_origin(origin: usize, len: usize) -> Result<()> {
     if origin > len {
-        return Err(Error::InvalidArgument(format!("origin {origin} is past the end of a {len}-byte region")));
+        return Err(ErrorKind::InvalidArgument(format!("origin {origin} is past the end of a {len}-byte region")).into());
     }
     Ok(())
 }
@@ -329,7 +329,7 @@ impl<'a> RegionMut<'a> {
 fn shift_origin(origin: usize, offset: i128, len: usize) -> Result<usize> {
     let moved = origin as i128 + offset;
     if moved < 0 || moved > len as i128 {
-        return Err(Error::InvalidArgument(format!("an origin {moved} bytes into a {len}-byte region: past its ends")));
+        return Err(ErrorKind::InvalidArgument(format!("an origin {moved} bytes into a {len}-byte region: past its ends")).into());
     }
     Ok(moved as usize)
 }
@@ -358,7 +358,7 @@ pub(crate) fn check_span(dt: &Datatype, count: u64, origin: usize, len: usize) -
     let low = origin as i128 + lo as i128 + last.min(0);
     let high = origin as i128 + hi as i128 + last.max(0);
     if low < 0 || high > len as i128 {
-        return Err(Error::OutOfBounds { low, high, len });
+        return Err(ErrorKind::OutOfBounds { low, high, len }.into());
     }
     Ok(())
 }
@@ -367,16 +367,16 @@ fn total(per_item: u64, count: u64) -> Result<usize> {
     per_item
         .checked_mul(count)
         .and_then(|n| usize::try_from(n).ok())
-        .ok_or(Error::Overflow("packed size"))
+        .ok_or(ErrorKind::Overflow("packed size").into())
 }
 
 /// Reserves room for `bytes` more packed bytes in `out`, or fails with
-/// [`Error::Overflow`] if memory cannot hold them.
+/// [`ErrorKind::Overflow`] if memory cannot hold them.
 pub(crate) fn reserve_packed(out: &mut Vec<u8>, bytes: usize) -> Result<()> {
-    out.try_reserve_exact(bytes).map_err(|_| Error::Overflow("packed buffer allocation"))
+    out.try_reserve_exact(bytes).map_err(|_| ErrorKind::Overflow("packed buffer allocation").into())
 }
 
-/// Fails with [`Error::Overflow`] unless memory can hold `bytes` of packed
+/// Fails with [`ErrorKind::Overflow`] unless memory can hold `bytes` of packed
 /// data: a bound, before work that grows with the data (walking a type's
 /// elements), that sending or receiving that data would meet anyway.
 pub(crate) fn fits_in_memory(bytes: usize) -> Result<()> {
@@ -386,15 +386,15 @@ pub(crate) fn fits_in_memory(bytes: usize) -> Result<()> {
 /// Checks `position` and that `needed` bytes fit after it; returns the room.
 fn room(buf_len: usize, position: usize, needed: usize, reading: bool) -> Result<()> {
     if position > buf_len {
-        return Err(Error::InvalidArgument(format!("position {position} is past the end of a {buf_len}-byte buffer")));
+        return Err(ErrorKind::InvalidArgument(format!("position {position} is past the end of a {buf_len}-byte buffer")).into());
     }
     let available = buf_len - position;
     if needed > available {
         let (n, a) = (needed as u64, available as u64);
         return Err(if reading {
-            Error::ShortInput { requested: n, available: a }
+            ErrorKind::ShortInput { requested: n, available: a }.into()
         } else {
-            Error::Truncate { needed: n, available: a, message: None }
+            ErrorKind::Truncate { needed: n, available: a, message: None }.into()
         });
     }
     Ok(())
@@ -633,7 +633,7 @@ impl Datatype {
     /// `MPI_Pack_external("external32", ...)`: like
     /// [`pack_into`](Datatype::pack_into) in the big-endian external32
     /// representation. A value that external32 cannot hold (a `long` beyond
-    /// 32 bits) is an [`Error::Conversion`].
+    /// 32 bits) is an [`ErrorKind::Conversion`].
     ///
     /// ```
     /// use mpx::{Datatype, Region};
@@ -666,14 +666,14 @@ impl Datatype {
     /// holds `count` items: whole items first, then the part of the last
     /// item that arrived (a message may be shorter than the receive buffer,
     /// and may end inside an item). A message longer than `count` items is
-    /// an [`Error::Truncate`] that writes nothing.
+    /// an [`ErrorKind::Truncate`] that writes nothing.
     pub(crate) fn unpack_message(&self, data: &[u8], repr: Repr, dst: RegionMut<'_>, count: u64) -> Result<()> {
         if repr == Repr::Native {
             if let Some(bytes) = self.contiguous_span(count, dst.origin, dst.len) {
                 // Native data of one run of bytes, a partial last item
                 // included: the packed stream is the memory's image.
                 if data.len() > bytes {
-                    return Err(Error::Truncate { needed: data.len() as u64, available: bytes as u64, message: None });
+                    return Err(ErrorKind::Truncate { needed: data.len() as u64, available: bytes as u64, message: None }.into());
                 }
                 // SAFETY: `contiguous_span` proved `origin..origin + bytes`
                 // lies within the region, which is borrowed mutably (no
@@ -686,13 +686,13 @@ impl Datatype {
         let per_item = if repr == Repr::External32 { self.external32_size() } else { self.size() };
         let capacity = per_item as u128 * count as u128;
         if data.len() as u128 > capacity {
-            return Err(Error::Truncate { needed: data.len() as u64, available: capacity.min(u64::MAX as u128) as u64, message: None });
+            return Err(ErrorKind::Truncate { needed: data.len() as u64, available: capacity.min(u64::MAX as u128) as u64, message: None }.into());
         }
         let mem = dst.ptr.wrapping_add(dst.origin);
         if repr == Repr::External32 {
             let size = self.external32_size().max(1);
             if !(data.len() as u64).is_multiple_of(size) || data.len() as u64 / size > count {
-                return Err(Error::Protocol("external32 message does not hold whole items".into()));
+                return Err(ErrorKind::Protocol("external32 message does not hold whole items".into()).into());
             }
             // SAFETY: check_span covers all `count` items, and the stream's
             // `data.len()` bytes are whole items, at most `count` of them.
@@ -817,13 +817,13 @@ pub fn pack<T: MpiType>(src: &[T], out: &mut [u8], position: &mut usize) -> Resu
 /// `MPI_Unpack` into a typed slice with its own datatype: fills all of `dst`
 /// from `inbuf` at `*position`. Values are validated first: if any is
 /// invalid for `T` (a `bool` byte other than 0 or 1, ...) the result is
-/// [`Error::InvalidValue`] and `dst` is unchanged.
+/// [`ErrorKind::InvalidValue`] and `dst` is unchanged.
 ///
 /// ```
 /// let bytes = [1u8, 0, 7];
 /// let mut flags = [false; 3];
 /// let err = mpx::unpack(&bytes, &mut 0, &mut flags).unwrap_err();
-/// assert!(matches!(err, mpx::Error::InvalidValue { item: 2, .. }));
+/// assert!(matches!(err.kind(), mpx::ErrorKind::InvalidValue { item: 2, .. }));
 /// assert_eq!(flags, [false; 3]);
 /// ```
 pub fn unpack<T: MpiType>(inbuf: &[u8], position: &mut usize, dst: &mut [T]) -> Result<()> {
@@ -858,7 +858,7 @@ pub(crate) unsafe fn unpack_typed<T: MpiType>(dst: &mut [T], fill: impl FnOnce(R
         // SAFETY: each item's typemap bytes are initialised (from a valid T
         // or from the unpack).
         if !unsafe { T::is_valid(item.as_ptr().cast()) } {
-            return Err(Error::InvalidValue { type_name: std::any::type_name::<T>(), item: i });
+            return Err(ErrorKind::InvalidValue { type_name: std::any::type_name::<T>(), item: i }.into());
         }
     }
     for (d, s) in dst.iter_mut().zip(&scratch) {
@@ -888,7 +888,7 @@ pub(crate) unsafe fn unpack_typed_uninit<T: MpiType>(
             // SAFETY: the item was written whole by `fill` (our caller's
             // promise), so its typemap bytes are initialised.
             if !unsafe { T::is_valid(item.as_ptr().cast()) } {
-                return Err(Error::InvalidValue { type_name: std::any::type_name::<T>(), item: i });
+                return Err(ErrorKind::InvalidValue { type_name: std::any::type_name::<T>(), item: i }.into());
             }
         }
     }
@@ -907,7 +907,7 @@ mod tests {
             // Room for two ints, a message of three: nothing is written.
             let mut mem = [0xa5u8; 8];
             let err = int.unpack_message(&data, repr, RegionMut::new(&mut mem), 2).unwrap_err();
-            assert!(matches!(err, Error::Truncate { needed: 12, available: 8, message: None }), "{err:?}");
+            assert!(matches!(err.kind(), ErrorKind::Truncate { needed: 12, available: 8, message: None }), "{err:?}");
             assert_eq!(mem, [0xa5; 8]);
             // Two and a half ints into room for two: also too long.
             let mut mem = [0xa5u8; 8];
@@ -924,10 +924,8 @@ mod tests {
         // An empty type holds no data at all, however many items.
         let empty = Datatype::contiguous(0, &int).unwrap();
         for repr in [Repr::Native, Repr::External32] {
-            assert!(matches!(
-                empty.unpack_message(&data[..1], repr, RegionMut::new(&mut mem), u64::MAX),
-                Err(Error::Truncate { needed: 1, available: 0, message: None })
-            ));
+            assert!(matches!(empty.unpack_message(&data[..1], repr, RegionMut::new(&mut mem), u64::MAX),
+                Err(ref e) if matches!(e.kind(), ErrorKind::Truncate { needed: 1, available: 0, message: None })));
             empty.unpack_message(&[], repr, RegionMut::new(&mut mem), u64::MAX).unwrap();
         }
     }

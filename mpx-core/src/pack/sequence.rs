@@ -17,7 +17,7 @@
 
 use super::RegionMut;
 use crate::datatype::{Basic, Datatype, Signature};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Bytes of the fixed part of an encoded sequence.
 const FIXED: usize = 12;
@@ -118,9 +118,9 @@ impl TypeSequence {
 
     /// Decodes an encoded sequence that fills `bytes` exactly. Malformed
     /// input (a bad length, an unknown basic type, an empty run, a marker
-    /// type) is an [`Error::Protocol`].
+    /// type) is an [`ErrorKind::Protocol`].
     pub fn decode(bytes: &[u8]) -> Result<TypeSequence> {
-        let bad = |what: &str| Error::Protocol(format!("malformed type sequence: {what}"));
+        let bad = |what: &str| -> Error { ErrorKind::Protocol(format!("malformed type sequence: {what}")).into() };
         if bytes.len() < FIXED {
             return Err(bad("shorter than its header"));
         }
@@ -150,7 +150,7 @@ impl TypeSequence {
     /// form (what `pack` of the same values gives on this machine). The
     /// data must hold the whole sequence exactly.
     pub fn external32_to_native(&self, data: &[u8]) -> Result<Vec<u8>> {
-        let mismatch = || Error::Protocol("external32 data does not match its type sequence".into());
+        let mismatch = || -> Error { ErrorKind::Protocol("external32 data does not match its type sequence".into()).into() };
         let (mut ext, mut native) = (0u64, 0u64);
         for &(b, n) in &self.runs {
             ext = n.checked_mul(b.external32_size() as u64).and_then(|s| ext.checked_add(s)).ok_or_else(mismatch)?;

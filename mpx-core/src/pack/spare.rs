@@ -93,7 +93,7 @@ pub(crate) fn give(buffer: Vec<u8>) {
 }
 
 /// A copy of `bytes`, in a kept buffer if this thread has one with room
-/// (see [`take`]); [`Error::Overflow`](crate::Error::Overflow) if memory
+/// (see [`take`]); [`ErrorKind::Overflow`](crate::ErrorKind::Overflow) if memory
 /// cannot hold it.
 pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<Vec<u8>> {
     let mut buffer = match take(bytes.len()) {

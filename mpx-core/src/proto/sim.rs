@@ -33,7 +33,7 @@
 //!   receive could match it, that sender is not checked;
 //! * a message delivered successfully is whole: its data and description
 //!   have the lengths its envelope gives;
-//! * a request fails with [`ProcessFailed`](crate::Error::ProcessFailed)
+//! * a request fails with [`ProcessFailed`](crate::ErrorKind::ProcessFailed)
 //!   only once the rank it names has failed or finished;
 //! * no receive waits on a failed peer;
 //! * every request completes at most once, and only requests that were
@@ -691,7 +691,7 @@ impl Node {
                         }
                         Err(e) => {
                             self.check_blame(id, &e);
-                            if matches!(e, crate::Error::Truncate { .. }) {
+                            if matches!(e.kind(), crate::ErrorKind::Truncate { .. }) {
                                 self.truncated.push(id);
                             }
                             self.errors.push((id, e));
@@ -721,7 +721,7 @@ impl Node {
     /// finished (or the engine closed); this rank itself, once it has said
     /// farewell.
     fn check_blame(&self, id: ReqId, e: &crate::Error) {
-        if let crate::Error::ProcessFailed { rank, reason, .. } = e {
+        if let crate::ErrorKind::ProcessFailed { rank, reason, .. } = e.kind() {
             let gone = if *rank == self.rank() as usize { self.engine.is_finished() } else { self.engine.dead(*rank as u32, true).is_some() };
             assert!(gone, "request {id} failed for rank {rank}, which is alive: {reason}");
         }

@@ -26,13 +26,13 @@
 //! stream ([`Decoder`]): it takes whole frames off the front of a buffer,
 //! waits for more bytes when a frame is incomplete, and refuses a payload
 //! above its cap before buffering it. Decoding is bounds-checked and never
-//! panics: a malformed frame is an [`Error::Protocol`], and the engine treats
+//! panics: a malformed frame is an [`ErrorKind::Protocol`], and the engine treats
 //! the peer that sent it as failed. On the in-memory transport frames travel
 //! as values; the byte form is what stream transports carry.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 
 /// Wire format version.
 pub const VERSION: u8 = 2;
@@ -179,22 +179,22 @@ impl Header {
     /// Decodes a header; returns it with the payload length it announces.
     pub fn decode(mut bytes: &[u8]) -> Result<(Header, u64)> {
         if bytes.len() < HEADER_LEN {
-            return Err(Error::Protocol(format!("header of {} bytes is shorter than {HEADER_LEN}", bytes.len())));
+            return Err(ErrorKind::Protocol(format!("header of {} bytes is shorter than {HEADER_LEN}", bytes.len())).into());
         }
         let version = bytes.get_u8();
         if version != VERSION {
-            return Err(Error::Protocol(format!("unknown wire version {version}")));
+            return Err(ErrorKind::Protocol(format!("unknown wire version {version}")).into());
         }
         let kind_byte = bytes.get_u8();
-        let kind = Kind::from_u8(kind_byte).ok_or_else(|| Error::Protocol(format!("unknown frame kind {kind_byte}")))?;
+        let kind = Kind::from_u8(kind_byte).ok_or_else(|| ErrorKind::Protocol(format!("unknown frame kind {kind_byte}")))?;
         let repr = match bytes.get_u8() {
             0 => Repr::Native,
             1 => Repr::External32,
-            r => return Err(Error::Protocol(format!("unknown data representation {r}"))),
+            r => return Err(ErrorKind::Protocol(format!("unknown data representation {r}")).into()),
         };
         let flags = bytes.get_u8();
         if flags > 1 {
-            return Err(Error::Protocol(format!("unknown frame flags {flags:#x}")));
+            return Err(ErrorKind::Protocol(format!("unknown frame flags {flags:#x}")).into());
         }
         let tag = bytes.get_i32_le();
         let context = bytes.get_u64_le();
@@ -271,10 +271,10 @@ impl Frame {
     pub fn decode(bytes: Bytes) -> Result<Frame> {
         let (header, payload_len) = Header::decode(&bytes)?;
         if payload_len != (bytes.len() - HEADER_LEN) as u64 {
-            return Err(Error::Protocol(format!(
+            return Err(ErrorKind::Protocol(format!(
                 "frame says {payload_len} payload bytes but carries {}",
                 bytes.len() - HEADER_LEN
-            )));
+            )).into());
         }
         Ok(Frame { header, payload: bytes.slice(HEADER_LEN..) })
     }
@@ -333,10 +333,10 @@ impl Decoder {
     fn header(&self, bytes: &[u8]) -> Result<(Header, u64)> {
         let (header, payload_len) = Header::decode(bytes)?;
         if payload_len > self.max_payload {
-            return Err(Error::Protocol(format!(
+            return Err(ErrorKind::Protocol(format!(
                 "frame payload of {payload_len} bytes is above the {}-byte cap",
                 self.max_payload
-            )));
+            )).into());
         }
         Ok((header, payload_len))
     }
@@ -434,10 +434,10 @@ impl ChunkDecoder {
                 // The pieces' offsets are worked out here, before the
                 // engine checks them: they must not overflow.
                 if header.seq.checked_add(payload_len).is_none() {
-                    return Err(Error::Protocol(format!(
+                    return Err(ErrorKind::Protocol(format!(
                         "rendezvous data at offset {} of {payload_len} bytes runs past the largest offset",
                         header.seq
-                    )));
+                    )).into());
                 }
                 if in_place {
                     chunk.advance(HEADER_LEN);
@@ -530,7 +530,7 @@ mod tests {
         for i in 0..4 {
             let mut b = bytes.to_vec();
             b[i] = 0xee;
-            assert!(matches!(Frame::decode(b.into()), Err(Error::Protocol(_))), "byte {i}");
+            assert!(matches!(Frame::decode(b.into()), Err(ref e) if matches!(e.kind(), ErrorKind::Protocol(_))), "byte {i}");
         }
         // Pseudo-random garbage of every length up to 200 bytes.
         let mut x = 0x1234_5678u32;
@@ -571,7 +571,7 @@ mod tests {
         let mut f = sample();
         f.payload = Bytes::from(vec![0u8; 65]);
         let mut buf = BytesMut::from(&f.encode_header()[..]);
-        assert!(matches!(Decoder::new(64).decode(&mut buf), Err(Error::Protocol(_))));
+        assert!(matches!(Decoder::new(64).decode(&mut buf), Err(ref e) if matches!(e.kind(), ErrorKind::Protocol(_))));
         // A forged length near u64::MAX reserves nothing.
         let mut h = f.encode_header();
         h[72..80].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -650,7 +650,7 @@ mod tests {
             let header = Header::control(kind, 1).encode(1 << 40);
             let mut decoder = ChunkDecoder::new(1024);
             let err = decoder.push(Bytes::copy_from_slice(&header), &mut |_| Ok(())).unwrap_err();
-            assert!(matches!(err, Error::Protocol(_)), "{err}");
+            assert!(matches!(err.kind(), ErrorKind::Protocol(_)), "{err}");
         }
         let mut decoder = ChunkDecoder::new(1024);
         let mut bad = Header::control(Kind::Eager, 1).encode(0);
@@ -721,7 +721,7 @@ mod tests {
                     Ok(())
                 })
                 .unwrap_err();
-            assert!(matches!(err, Error::Protocol(_)), "{err}");
+            assert!(matches!(err.kind(), ErrorKind::Protocol(_)), "{err}");
             assert_eq!(pieces, 0);
         }
         // The last byte of the largest offset is still data.

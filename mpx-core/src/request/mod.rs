@@ -98,7 +98,7 @@ use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 
-use crate::error::{Error, Result};
+use crate::error::{ErrorKind, Result};
 use crate::proto::engine::{Delivered, Envelope, ReqId};
 use crate::runtime::{Completion, Shared, Tracked};
 
@@ -193,7 +193,7 @@ impl<'a> Finish<'a> {
                 let FinishInto::Slice { streamed, .. } = this.0 else { unreachable!("a slice") };
                 let env = &msg.envelope;
                 if streamed as u64 != env.len {
-                    return Err(Error::Protocol(format!("a receive took {streamed} bytes of a {}-byte message", env.len)));
+                    return Err(ErrorKind::Protocol(format!("a receive took {streamed} bytes of a {}-byte message", env.len)).into());
                 }
                 Ok(Status::of(env.source as usize, env.tag, env.len))
             }
@@ -228,7 +228,7 @@ impl<'a> Finish<'a> {
         let FinishInto::Slice { ptr, bytes: room, streamed, .. } = &mut self.0 else { return Ok(()) };
         let room = *room;
         if data.len() > room - *streamed {
-            return Err(Error::Protocol(format!("{} bytes of data past a {room}-byte receive's {}", data.len(), *streamed)));
+            return Err(ErrorKind::Protocol(format!("{} bytes of data past a {room}-byte receive's {}", data.len(), *streamed)).into());
         }
         // SAFETY: the slice is the `&'a mut [T]` given to `Finish::slice`,
         // still borrowed (`'a`), `room` bytes long; `streamed + data.len()`
@@ -317,12 +317,12 @@ impl<'a> Request<'a> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mpx::Result<()> {
-    /// use mpx::{Error, Request, Status};
+    /// use mpx::{ErrorKind, Request, Status};
     /// let done: Request<'static> = Request::completed(Ok(Status::of(0, 3, 8)));
     /// assert!(done.is_complete());
     /// assert_eq!(done.await?.tag, Some(3));
-    /// let failed = Request::completed(Err(Error::InvalidArgument("no such peer".into())));
-    /// assert!(matches!(failed.await, Err(Error::InvalidArgument(_))));
+    /// let failed = Request::completed(Err(ErrorKind::InvalidArgument("no such peer".into()).into()));
+    /// assert!(matches!(failed.await, Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))));
     /// # Ok(()) }
     /// ```
     pub fn completed(outcome: Result<Status>) -> Request<'a> {

@@ -173,12 +173,12 @@ impl<R: Operation> RequestSet<R> {
     /// ```
     ///
     /// A slot the set does not have is
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), and
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument), and
     /// `request` is dropped (a receive is withdrawn, a send completes on
     /// its own).
     pub fn set(&mut self, index: usize, request: R) -> crate::Result<()> {
         if index >= self.slots.len() {
-            return Err(crate::Error::InvalidArgument(format!("slot {index} of a set of {}", self.slots.len())));
+            return Err(crate::ErrorKind::InvalidArgument(format!("slot {index} of a set of {}", self.slots.len())).into());
         }
         self.put(index, request);
         Ok(())

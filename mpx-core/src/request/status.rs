@@ -78,9 +78,9 @@ impl Status {
     /// `error` is set.
     ///
     /// ```
-    /// use mpx::{Error, Status};
-    /// let st = Status::from_outcome(Err(Error::TypeMismatch));
-    /// assert_eq!(st.error, Some(Error::TypeMismatch));
+    /// use mpx::{ErrorKind, Status};
+    /// let st = Status::from_outcome(Err(ErrorKind::TypeMismatch.into()));
+    /// assert_eq!(st.error.unwrap(), ErrorKind::TypeMismatch);
     /// ```
     pub fn from_outcome(outcome: Result<Status>) -> Status {
         outcome.unwrap_or_else(|e| Status { error: Some(e), ..Status::empty() })

@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use super::transport::{SendError, Transport};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::pack::Repr;
 use crate::proto::engine::{Arrived, Config, Delivered, Engine, Envelope, Event, Outgoing, ReqId, SendMode};
 use crate::proto::wire::Frame;
@@ -197,10 +197,10 @@ fn wire_rank(rank: usize) -> u32 {
 impl Endpoint {
     /// An endpoint for `rank` of `size` ranks over `transport`. Its engine
     /// queues a hello to every peer at once. A rank outside the world
-    /// (`rank >= size`) is [`Error::InvalidRank`](crate::Error::InvalidRank).
+    /// (`rank >= size`) is [`ErrorKind::InvalidRank`](crate::ErrorKind::InvalidRank).
     pub fn new(rank: usize, size: usize, config: Config, transport: impl Transport) -> Result<Endpoint> {
-        let size = u32::try_from(size).map_err(|_| crate::Error::InvalidArgument(format!("a world of {size} ranks")))?;
-        let rank = u32::try_from(rank).map_err(|_| crate::Error::InvalidRank { rank, size: size as usize })?;
+        let size = u32::try_from(size).map_err(|_| crate::ErrorKind::InvalidArgument(format!("a world of {size} ranks")))?;
+        let rank = u32::try_from(rank).map_err(|_| crate::ErrorKind::InvalidRank { rank, size: size as usize })?;
         let state = State {
             engine: Engine::new(rank, size, config)?,
             requests: HashMap::default(),
@@ -255,7 +255,7 @@ impl Endpoint {
     /// transport may drop that peer's connection). A frame said to come
     /// from outside the world or from this rank itself (whose messages to
     /// itself never reach a transport) is refused with an
-    /// [`Error::Protocol`](crate::Error::Protocol) and changes nothing.
+    /// [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) and changes nothing.
     pub fn handle_frame(&self, from: usize, frame: Frame) -> Result<()> {
         self.shared.deliver(wire_rank(from), frame)
     }
@@ -269,8 +269,8 @@ impl Endpoint {
     }
 
     /// The transport lost rank `rank` because of `cause` (typically an
-    /// [`Error::Transport`] carrying the I/O or TLS error): everything
-    /// that depends on it fails with [`Error::ProcessFailed`] naming the
+    /// [`ErrorKind::Transport`] carrying the I/O or TLS error): everything
+    /// that depends on it fails with [`ErrorKind::ProcessFailed`] naming the
     /// rank, whose [`source`](std::error::Error::source) is `cause`.
     pub fn peer_failed(&self, rank: usize, cause: Error) {
         let mut st = self.shared.lock();
@@ -394,7 +394,7 @@ impl Endpoint {
     /// dropped and freed ones and buffered sends, has been delivered to the
     /// transport or failed. Then the endpoint closes (receives still posted
     /// fail, and every later operation on it fails with
-    /// [`Error::Finalized`](crate::Error::Finalized)), its last goodbyes go
+    /// [`ErrorKind::Finalized`](crate::ErrorKind::Finalized)), its last goodbyes go
     /// to the transport, and it waits for the transport to flush
     /// everything it took. Over QUIC that includes waiting until every peer
     /// has finalized too (MPI's finalize is collective): a finished rank
@@ -419,7 +419,7 @@ impl Endpoint {
     /// });
     /// done?;
     /// assert_eq!(got?.0.len(), 100_000);
-    /// assert_eq!(zero.world().send(&1u8, 1, 1).await, Err(mpx::Error::Finalized));
+    /// assert_eq!(zero.world().send(&1u8, 1, 1).await.unwrap_err(), mpx::ErrorKind::Finalized);
     /// # Ok(()) }
     /// ```
     ///
@@ -456,7 +456,7 @@ impl Endpoint {
     }
 
     /// Closes the endpoint: every operation still waiting, and every later
-    /// one, fails with [`Error::Finalized`](crate::Error::Finalized).
+    /// one, fails with [`ErrorKind::Finalized`](crate::ErrorKind::Finalized).
     pub fn close(&self) {
         self.shared.leave_local();
         let mut st = self.shared.lock();
@@ -743,15 +743,18 @@ impl Shared {
         let entry = match st.requests.entry(id) {
             Entry::Occupied(entry) if matches!(entry.get(), Tracked::Done(_)) => {
                 let Tracked::Done(mut c) = entry.remove() else { unreachable!("matched above") };
-                if let Completion::Recv(Err(Error::Truncate { message, .. })) = &mut c {
-                    // A rendezvous message too long for it counts as
-                    // received now; its sender, named as the world numbers
-                    // it, is named as the receive's communicator does.
-                    if let Some(envelope) = st.engine.consume_truncated(id) {
-                        if let Some((source, _)) = message.as_mut() {
-                            *source = st.sender_in_its_communicator(&envelope) as usize;
+                if let Completion::Recv(Err(e)) = &mut c {
+                    if let ErrorKind::Truncate { message, .. } = e.kind_mut() {
+                        // A rendezvous message too long for it counts as
+                        // received now; its sender, named as the world
+                        // numbers it, is named as the receive's
+                        // communicator does.
+                        if let Some(envelope) = st.engine.consume_truncated(id) {
+                            if let Some((source, _)) = message.as_mut() {
+                                *source = st.sender_in_its_communicator(&envelope) as usize;
+                            }
+                            self.flush(st);
                         }
-                        self.flush(st);
                     }
                 }
                 if let Completion::Recv(Ok(msg)) = &mut c {
@@ -788,7 +791,7 @@ impl Shared {
             }
             st.requests.remove(&id);
             st.engine.cancel_recv(id);
-            let error = st.engine.others_gone().unwrap_or(Error::Finalized);
+            let error = st.engine.others_gone().unwrap_or(ErrorKind::Finalized.into());
             return Poll::Ready(Completion::Recv(Err(error)));
         }
         register(waker, cx);
@@ -899,7 +902,7 @@ impl Shared {
             Some(Tracked::Done(Completion::Send(Err(e)))) => {
                 tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed");
             }
-            Some(Tracked::Done(Completion::Recv(Err(Error::Truncate { .. })))) => {
+            Some(Tracked::Done(Completion::Recv(Err(e)))) if matches!(e.kind(), ErrorKind::Truncate { .. }) => {
                 // Its message, too long for it, goes back unread.
                 st.engine.restore_truncated(id);
                 st.wake_probes();

@@ -14,7 +14,7 @@
 //! at it fails when a member whose part it waits for is gone without
 //! leaving it: its endpoint finalized, aborted, closed or dropped
 //! ([`LocalWorld::leave`]); a gone member's own calls fail with
-//! [`Error::Finalized`]. Parts are values the round owns (no part
+//! [`ErrorKind::Finalized`]. Parts are values the round owns (no part
 //! points into a caller's memory), so a rank may drop its future at any
 //! time: what it left stays for the others.
 //!
@@ -27,7 +27,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -531,7 +531,7 @@ impl LocalComm {
     /// for one member's part ([`Seat::poll_part`]). This member wakes
     /// those waiting for its part, and every waiting member if it
     /// completes the round. A member whose endpoint has gone leaves nothing: its seat
-    /// fails with [`Error::Finalized`].
+    /// fails with [`ErrorKind::Finalized`].
     ///
     /// If what the member `wants` is there already (it completed the
     /// round, or the part it waits for was left before its own), the
@@ -628,7 +628,7 @@ impl LocalComm {
         // Under the lock: `leave` marks a member gone before it takes the
         // lock to fail the rounds that wait for it.
         if self.is_gone(me) {
-            return Err(Error::Finalized);
+            return Err(ErrorKind::Finalized.into());
         }
         let at = match st.find(key) {
             Ok(at) => at,
@@ -639,7 +639,7 @@ impl LocalComm {
         if round.is_complete() || round.has_part(me) {
             // Only if this member's call numbers came round to a call
             // still open, four billion calls ago.
-            return Err(Error::InvalidArgument(format!("collective call {} is still open on this communicator", key.0)));
+            return Err(ErrorKind::InvalidArgument(format!("collective call {} is still open on this communicator", key.0)).into());
         }
         if part.kind().0 == MESSAGES {
             round.over_messages = (round.over_messages.0 + 1, round.over_messages.1.max(part.kind().1));
@@ -1174,11 +1174,11 @@ impl Seat {
         assert!(!self.done, "a seat polled after it finished");
         let comm = &self.comm;
         let mut st = lock(&comm.state);
-        let gone = |r: usize| Error::ProcessFailed { rank: r, reason: "it ended without taking part in the collective".into(), cause: None };
+        let gone = |r: usize| -> Error { ErrorKind::ProcessFailed { rank: r, reason: "it ended without taking part in the collective".into(), cause: None }.into() };
         let outcome = match st.round(self.key) {
             // This member's own endpoint has gone: as every operation on
             // it, the call fails.
-            Some(_) if comm.is_gone(self.me) => Err(Error::Finalized),
+            Some(_) if comm.is_gone(self.me) => Err(ErrorKind::Finalized.into()),
             Some(round) => match take(round) {
                 Some(got) => Ok(got),
                 None => {
@@ -1199,7 +1199,7 @@ impl Seat {
                     }
                 }
             },
-            None => Err(Error::InvalidArgument(format!("collective call {} is no longer open on this communicator", self.key.0))),
+            None => Err(ErrorKind::InvalidArgument(format!("collective call {} is no longer open on this communicator", self.key.0)).into()),
         };
         self.done = true;
         let mut dropped = Wakers::default();
@@ -1355,7 +1355,7 @@ mod tests {
         // A member whose endpoint has gone takes nothing, and its seat fails.
         world.leave(2);
         let mut gone = comm.sit((1, 0), 2, part(), Some(Want::All)).seat();
-        assert!(matches!(poll(&mut gone), Poll::Ready(Err(Error::Finalized))));
+        assert!(matches!(poll(&mut gone), Poll::Ready(Err(e)) if matches!(e.kind(), ErrorKind::Finalized)));
         drop(parts);
     }
 
@@ -1486,12 +1486,12 @@ mod tests {
         let Arrival::Waits(mut waiting) = comm.sit_small((1, 0), 0, small(0), None, &mut Some(every)) else { panic!("alone") };
         let Arrival::Waits(second) = comm.sit_small((1, 0), 1, small(1), None, no_read) else { panic!("reads nothing") };
         world.leave(2);
-        assert!(matches!(waiting.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(Error::ProcessFailed { rank: 2, .. }))));
+        assert!(matches!(waiting.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(e)) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 2, .. })));
         drop(second);
         assert_eq!(lock(&comm.state).rounds.len(), 0, "the members that came are done: the round goes");
         // A member whose endpoint has gone leaves nothing, and fails.
         let Arrival::Waits(mut gone) = comm.sit_small((2, 0), 2, small(2), None, &mut Some(every)) else { panic!("refused") };
-        assert!(matches!(gone.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(Error::Finalized))));
+        assert!(matches!(gone.poll_read(&mut Context::from_waker(&waker), None, &mut Some(every)), Poll::Ready(Err(e)) if matches!(e.kind(), ErrorKind::Finalized)));
     }
 
     /// Open rounds stay in call order whatever order they are made in (a
@@ -1541,7 +1541,7 @@ mod tests {
         let mut d = comm.sit((1, 0), 0, part(), None).seat();
         assert!(poll(&mut d).is_pending());
         world.leave(0);
-        assert!(matches!(poll(&mut d), Poll::Ready(Err(Error::ProcessFailed { rank: 1, .. }))));
+        assert!(matches!(poll(&mut d), Poll::Ready(Err(e)) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })));
         drop(b);
         assert_eq!(lock(&comm.state).rounds.len(), 0, "the members that came are done: the failed round goes");
         drop(holds);

@@ -17,7 +17,7 @@ pub enum SendError {
     /// for that peer once it can. Frames to other peers still go.
     Full(Frame),
     /// The peer is unreachable; the endpoint fails it, and what depends on
-    /// it gets [`Error::ProcessFailed`] with this error as its source
+    /// it gets [`ErrorKind::ProcessFailed`](crate::ErrorKind::ProcessFailed) with this error as its source
     /// (see [`Error::peer_failure`]).
     Failed(Error),
 }

@@ -63,7 +63,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mpx_core::{Comm, Endpoint, Error, Result};
+use mpx_core::{Comm, Endpoint, Error, ErrorKind, Result};
 
 use crate::quic::{self, Fingerprint, RankCredential};
 
@@ -147,8 +147,8 @@ fn number<T: std::str::FromStr>(name: &str) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    let v = var(name).ok_or_else(|| Error::InvalidArgument(format!("{name} is not set")))?;
-    v.trim().parse().map_err(|e| Error::InvalidArgument(format!("{name}={v:?}: {e}")))
+    let v = var(name).ok_or_else(|| ErrorKind::InvalidArgument(format!("{name} is not set")))?;
+    v.trim().parse().map_err(|e| ErrorKind::InvalidArgument(format!("{name}={v:?}: {e}")).into())
 }
 
 impl Start {
@@ -166,10 +166,10 @@ impl Start {
         let start = Self::from_env()?;
         if let Start::Env { rank, size } | Start::Pmi { rank, size, .. } | Start::Rendezvous { rank, size, .. } = &start {
             if *size == 0 || *size > Self::MAX_RANKS || rank >= size {
-                return Err(Error::InvalidArgument(format!(
+                return Err(ErrorKind::InvalidArgument(format!(
                     "the launcher's environment says rank {rank} of {size} (mpx takes 1 to {} ranks)",
                     Self::MAX_RANKS
-                )));
+                )).into());
             }
         }
         Ok(start)
@@ -198,7 +198,7 @@ impl Start {
         if var("OMPI_COMM_WORLD_RANK").is_some() {
             let job = var("PMIX_NAMESPACE")
                 .or_else(|| var("OMPI_MCA_ess_base_jobid"))
-                .ok_or_else(|| Error::InvalidArgument("Open MPI gave no job id (PMIX_NAMESPACE)".into()))?;
+                .ok_or_else(|| ErrorKind::InvalidArgument("Open MPI gave no job id (PMIX_NAMESPACE)".into()))?;
             return Start::rendezvous("mpirun", number("OMPI_COMM_WORLD_RANK")?, number("OMPI_COMM_WORLD_SIZE")?, &job);
         }
         if var("SLURM_PROCID").is_some() && var("SLURM_NTASKS").is_some() && var("SLURM_STEP_ID").is_some() {
@@ -221,7 +221,7 @@ impl Start {
                 ),
                 _ => format!("pass a private directory, `mpirun -x {}=$(mktemp -d) ...`", env::RENDEZVOUS),
             };
-            Error::InvalidArgument(format!("started by {launcher} without {}: {how}", env::RENDEZVOUS))
+            ErrorKind::InvalidArgument(format!("started by {launcher} without {}: {how}", env::RENDEZVOUS))
         })?;
         let dir = Path::new(&base).join(format!("job-{}", job.replace(['/', '\\'], "_")));
         Ok(Start::Rendezvous { launcher, rank, size, dir, job: job_id(job) })
@@ -256,7 +256,7 @@ fn seconds(name: &str, default: Duration) -> Result<Duration> {
     const LONGEST: f64 = 86_400.0;
     let s = number::<f64>(name)?;
     if s.is_nan() || !(0.0..=LONGEST).contains(&s) {
-        return Err(Error::InvalidArgument(format!("{name}={s}: not a number of seconds up to {LONGEST}")));
+        return Err(ErrorKind::InvalidArgument(format!("{name}={s}: not a number of seconds up to {LONGEST}")).into());
     }
     Ok(Duration::from_secs_f64(s.max(0.001)))
 }
@@ -274,7 +274,7 @@ fn local_route(addr: &str) -> Option<IpAddr> {
 /// name's, else 127.0.0.1.
 pub(crate) fn advertised_ip() -> Result<IpAddr> {
     if let Some(host) = var(env::HOST) {
-        return host.trim().parse().map_err(|e| Error::InvalidArgument(format!("{}={host:?}: {e}", env::HOST)));
+        return host.trim().parse().map_err(|e| ErrorKind::InvalidArgument(format!("{}={host:?}: {e}", env::HOST)).into());
     }
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().or_else(|| var("HOSTNAME"));
     let resolved = name.and_then(|n| (n.trim(), 0).to_socket_addrs().ok()).and_then(|mut a| a.find(|a| a.is_ipv4()));
@@ -292,7 +292,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn read_card(rank: u32, text: &str) -> Result<(SocketAddr, Fingerprint)> {
-    let bad = || Error::Protocol(format!("rank {rank} published {text:?}, not an address and a fingerprint"));
+    let bad = || -> Error { ErrorKind::Protocol(format!("rank {rank} published {text:?}, not an address and a fingerprint")).into() };
     let (addr, hex) = text.trim().rsplit_once(',').ok_or_else(bad)?;
     let addr: SocketAddr = addr.parse().map_err(|_| bad())?;
     if hex.len() != 64 || !hex.is_ascii() {
@@ -313,7 +313,7 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
         Some(pem) => {
             let c = RankCredential::from_pem(&pem)?;
             if c.rank() != rank {
-                return Err(Error::InvalidArgument(format!("{} is rank {}'s, not rank {rank}'s", env::CREDENTIAL, c.rank())));
+                return Err(ErrorKind::InvalidArgument(format!("{} is rank {}'s, not rank {rank}'s", env::CREDENTIAL, c.rank())).into());
             }
             c
         }
@@ -378,7 +378,7 @@ fn launcher_input() -> Result<Option<&'static LauncherInput>> {
             _ => LauncherInput { token: None, pem: text },
         })
     });
-    input.as_ref().map(Some).map_err(|e| Error::InvalidArgument(e.clone()))
+    input.as_ref().map(Some).map_err(|e| ErrorKind::InvalidArgument(e.clone()).into())
 }
 
 /// Pins the published fingerprints if the credential is this rank's own.
@@ -430,7 +430,7 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
     let stream = unsafe { pmi::connect(channel, timeout)? };
     let mut client = pmi::Client::init(stream, rank, version)?;
     if let Some(told) = client.size().filter(|&n| n != size) {
-        return Err(Error::Protocol(format!("PMI_SIZE says {size} ranks, but the launcher's PMI says {told}")));
+        return Err(ErrorKind::Protocol(format!("PMI_SIZE says {size} ranks, but the launcher's PMI says {told}")).into());
     }
     let (socket, addr, mut credential) = prepare(rank, job_id(client.job_name()), route)?;
     client.put(&format!("mpx-{rank}"), &card(addr, &credential.fingerprint()))?;
@@ -622,10 +622,10 @@ fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Durati
     // The process's own directory in /proc belongs to its effective user.
     let me = std::fs::metadata("/proc/self").map_err(io("/proc/self".into()))?.uid();
     if meta.uid() != me || meta.permissions().mode() & 0o077 != 0 {
-        return Err(Error::InvalidArgument(format!(
+        return Err(ErrorKind::InvalidArgument(format!(
             "the rendezvous directory {} must belong to this user and be private (mode 0700): it carries the job's trust",
             base.display()
-        )));
+        )).into());
     }
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(format!("creating {}", dir.display())))?;
     let (socket, addr, mut credential) = prepare(rank, job, None)?;
@@ -633,7 +633,7 @@ fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Durati
     rustls::crypto::ring::default_provider()
         .secure_random
         .fill(&mut nonce)
-        .map_err(|_| Error::InvalidArgument("no random numbers from the system for this rank's card".into()))?;
+        .map_err(|_| ErrorKind::InvalidArgument("no random numbers from the system for this rank's card".into()))?;
     let mut own = DirCard { addr, fp: credential.fingerprint(), nonce: hex(&nonce), view: "-".into() };
     let file = |r: u32| dir.join(format!("rank-{r}"));
     let partial = dir.join(format!(".rank-{rank}.{}", std::process::id()));
@@ -694,7 +694,7 @@ fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Durati
     let mut pins = Vec::with_capacity(size as usize);
     for r in 0..size {
         let c = if r == rank { Some(&own) } else { cards[r as usize].as_ref() };
-        let c = c.ok_or_else(|| Error::Protocol(format!("rank {r}'s card vanished from the rendezvous exchange")))?;
+        let c = c.ok_or_else(|| ErrorKind::Protocol(format!("rank {r}'s card vanished from the rendezvous exchange")))?;
         addrs.push(c.addr);
         pins.push(c.fp);
     }
@@ -728,7 +728,7 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
         return Ok(None);
     }
     if STARTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        return Err(Error::InvalidArgument("this process has started its rank already".into()));
+        return Err(ErrorKind::InvalidArgument("this process has started its rank already".into()).into());
     }
     let timeout = start_timeout()?;
     let options = quic::Options { connect_timeout: timeout, ..*options };
@@ -742,7 +742,7 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
     let endpoint = match start {
         Start::Alone => unreachable!("returned above"),
         Start::Env { .. } => {
-            quic::start_from_env_with(&options, for_path)?.ok_or_else(|| Error::InvalidArgument("MPX_RANK vanished".into()))?
+            quic::start_from_env_with(&options, for_path)?.ok_or_else(|| ErrorKind::InvalidArgument("MPX_RANK vanished".into()))?
         }
         Start::Pmi { rank, size, channel } => {
             blocking(Box::new(move || {
@@ -810,12 +810,12 @@ fn for_path(options: quic::Options, addrs: &[SocketAddr]) -> quic::Options {
 /// with [`Error::user`] for any error, and with `?` for an error type of
 /// the program's own once it converts (`impl From<MyError> for Error`,
 /// calling [`Error::user`]). They come out of `launch` as
-/// [`Error::User`], from which the original error can be downcast. If
+/// [`ErrorKind::User`], from which the original error can be downcast. If
 /// several ranks fail, `launch` reports the root cause (see
 /// [`loopback::launch`](crate::loopback::launch)).
 ///
 /// ```
-/// use mpx_core::Error;
+/// use mpx_core::{Error, ErrorKind};
 /// #[derive(Debug)]
 /// struct Overheated(f64);
 /// impl std::fmt::Display for Overheated {
@@ -840,8 +840,8 @@ fn for_path(options: quic::Options, addrs: &[SocketAddr]) -> quic::Options {
 ///     world.barrier().await?;
 ///     Ok(t)
 /// });
-/// match run.await {
-///     Err(Error::User(cause)) => assert_eq!(cause.0.downcast_ref::<Overheated>().map(|o| o.0), Some(110.0)),
+/// match run.await.map_err(Error::into_kind) {
+///     Err(ErrorKind::User(cause)) => assert_eq!(cause.0.downcast_ref::<Overheated>().map(|o| o.0), Some(110.0)),
 ///     other => panic!("{other:?}"),
 /// }
 /// # }
@@ -858,9 +858,9 @@ where
     let start = Start::detect()?;
     let Some(size) = start.size() else { return crate::loopback::launch(ranks, f).await };
     if size as usize != ranks {
-        return Err(Error::InvalidArgument(format!(
+        return Err(ErrorKind::InvalidArgument(format!(
             "the program runs {ranks} ranks, but its launcher started {size} processes: start it with {ranks}"
-        )));
+        )).into());
     }
     let endpoint = start_launched().await?;
     crate::run::run_ranks(vec![endpoint], crate::run::Tasks(Vec::new()), start_timeout()?, f).await
@@ -869,7 +869,7 @@ where
 async fn start_launched() -> Result<Endpoint> {
     let mut options = if var(env::HOST).is_some() { quic::Options::network() } else { quic::Options::local() };
     options.idle_timeout = seconds(env::IDLE_TIMEOUT, options.idle_timeout)?;
-    start(&options).await?.ok_or_else(|| Error::InvalidArgument("the launcher's environment vanished".into()))
+    start(&options).await?.ok_or_else(|| ErrorKind::InvalidArgument("the launcher's environment vanished".into()).into())
 }
 
 #[cfg(test)]

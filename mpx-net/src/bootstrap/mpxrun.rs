@@ -48,7 +48,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 use std::sync::{Arc, Mutex};
 
-use mpx_core::{Error, Result};
+use mpx_core::{Error, ErrorKind, Result};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -90,7 +90,7 @@ impl Job {
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Job> {
-        let bad = |why: String| Error::InvalidArgument(format!("{why}\n{USAGE}"));
+        let bad = |why: String| -> Error { ErrorKind::InvalidArgument(format!("{why}\n{USAGE}")).into() };
         let mut args = args.into_iter();
         let (mut ranks, mut prefix, mut keep_going) = (None, true, false);
         let (mut hosts, mut launch, mut pmi_host) = (None, "ssh {host}".to_string(), None);
@@ -325,7 +325,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     rustls::crypto::ring::default_provider()
         .secure_random
         .fill(&mut secret)
-        .map_err(|_| Error::InvalidArgument("no random numbers from the system for the job's secrets".into()))?;
+        .map_err(|_| ErrorKind::InvalidArgument("no random numbers from the system for the job's secrets".into()))?;
     // The job id names the job in its certificates (which peers see);
     // the key of the ranks' tokens is the rest of the secret, never
     // derived from the id.
@@ -357,7 +357,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             Some((hosts, addr, _)) => {
                 let host = &hosts[rank as usize % hosts.len()];
                 let mut words = job.launch.split_whitespace().map(|w| w.replace("{host}", host));
-                let mut c = Command::new(words.next().ok_or_else(|| Error::InvalidArgument("an empty --launch".into()))?);
+                let mut c = Command::new(words.next().ok_or_else(|| ErrorKind::InvalidArgument("an empty --launch".into()))?);
                 // A remote start (ssh) passes no environment: the rank's
                 // variables go on its command line through `env` (none of
                 // them secret), and the rank's token and credential come

@@ -48,7 +48,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use mpx_core::{Error, Result};
+use mpx_core::{Error, ErrorKind, Result};
 
 /// Longest message either side accepts: a launcher's answer, or a
 /// client's request to `mpxrun`.
@@ -77,7 +77,7 @@ impl Version {
         match text.trim() {
             "1" => Ok(Version::V1),
             "2" => Ok(Version::V2),
-            other => Err(Error::InvalidArgument(format!("PMI version {other:?}: mpx speaks 1 and 2"))),
+            other => Err(ErrorKind::InvalidArgument(format!("PMI version {other:?}: mpx speaks 1 and 2")).into()),
         }
     }
 
@@ -160,7 +160,7 @@ impl Message {
     /// Parses one PMI-1 line (its newline optional). A line that does not
     /// start with `cmd=`, or has a field without `=`, is an error.
     pub fn parse(line: &str) -> Result<Message> {
-        let bad = || Error::Protocol(format!("a malformed PMI line: {:?}", truncated(line)));
+        let bad = || -> Error { ErrorKind::Protocol(format!("a malformed PMI line: {:?}", truncated(line))).into() };
         let mut words = line.trim_end_matches(['\n', '\r']).split(' ').filter(|w| !w.is_empty());
         let cmd = words.next().and_then(|w| w.strip_prefix("cmd=")).ok_or_else(bad)?;
         let fields = words
@@ -173,7 +173,7 @@ impl Message {
     /// ended by `;`, `;;` standing for a `;` inside one. The first field
     /// must be `cmd=`, and every field must hold a `=`.
     pub fn parse_v2(body: &str) -> Result<Message> {
-        let bad = || Error::Protocol(format!("a malformed PMI-2 message: {:?}", truncated(body)));
+        let bad = || -> Error { ErrorKind::Protocol(format!("a malformed PMI-2 message: {:?}", truncated(body))).into() };
         let mut fields = Vec::new();
         let mut field = String::new();
         let mut chars = body.chars().peekable();
@@ -202,17 +202,17 @@ impl Message {
     fn ok(self, context: &str) -> Result<Message> {
         match self.get("rc") {
             None | Some("0") => Ok(self),
-            Some(rc) => Err(Error::Protocol(format!(
+            Some(rc) => Err(ErrorKind::Protocol(format!(
                 "the launcher refused {context} (rc={rc}{})",
                 self.get("msg").or(self.get("errmsg")).map(|m| format!(": {m}")).unwrap_or_default()
-            ))),
+            )).into()),
         }
     }
 
     /// The integer in field `key`.
     fn number(&self, key: &str) -> Result<u32> {
-        let v = self.get(key).ok_or_else(|| Error::Protocol(format!("the launcher's {:?} gave no {key}", self.cmd)))?;
-        v.trim().parse().map_err(|_| Error::Protocol(format!("the launcher's {:?} gave {key}={v:?}", self.cmd)))
+        let v = self.get(key).ok_or_else(|| ErrorKind::Protocol(format!("the launcher's {:?} gave no {key}", self.cmd)))?;
+        v.trim().parse().map_err(|_| ErrorKind::Protocol(format!("the launcher's {:?} gave {key}={v:?}", self.cmd)).into())
     }
 }
 
@@ -227,7 +227,7 @@ fn truncated(s: &str) -> &str {
 /// non-empty, no spaces, newlines or `=`, and at most `max` bytes.
 pub fn check_value(value: &str, max: usize) -> Result<()> {
     if value.is_empty() || value.len() > max || value.contains([' ', '\n', '\r', '=']) {
-        return Err(Error::InvalidArgument(format!("{:?} cannot be a PMI value (at most {max} bytes, no spaces)", truncated(value))));
+        return Err(ErrorKind::InvalidArgument(format!("{:?} cannot be a PMI value (at most {max} bytes, no spaces)", truncated(value))).into());
     }
     Ok(())
 }
@@ -269,7 +269,7 @@ impl Decoder {
             Version::V1 => match self.buf.iter().position(|&b| b == b'\n') {
                 Some(i) if i < MAX_LINE => (0, i + 1),
                 None if self.buf.len() <= MAX_LINE => return Ok(None),
-                _ => return Err(Error::Protocol("a PMI line over the length limit".into())),
+                _ => return Err(ErrorKind::Protocol("a PMI line over the length limit".into()).into()),
             },
             Version::V2 => {
                 let Some(header) = self.buf.get(..6) else { return Ok(None) };
@@ -278,9 +278,9 @@ impl Decoder {
                     .map(|h| h.trim_matches(' '))
                     .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_digit()))
                     .and_then(|h| h.parse::<usize>().ok())
-                    .ok_or_else(|| Error::Protocol(format!("a PMI-2 message whose length reads {:?}", String::from_utf8_lossy(header))))?;
+                    .ok_or_else(|| ErrorKind::Protocol(format!("a PMI-2 message whose length reads {:?}", String::from_utf8_lossy(header))))?;
                 if len > MAX_LINE {
-                    return Err(Error::Protocol(format!("a PMI-2 message of {len} bytes, over the limit of {MAX_LINE}")));
+                    return Err(ErrorKind::Protocol(format!("a PMI-2 message of {len} bytes, over the limit of {MAX_LINE}")).into());
                 }
                 if self.buf.len() < 6 + len {
                     return Ok(None);
@@ -288,7 +288,7 @@ impl Decoder {
                 (6, 6 + len)
             }
         };
-        let text = std::str::from_utf8(&self.buf[start..end]).map_err(|_| Error::Protocol("a PMI message that is not UTF-8".into()))?;
+        let text = std::str::from_utf8(&self.buf[start..end]).map_err(|_| ErrorKind::Protocol("a PMI message that is not UTF-8".into()))?;
         let message = match version {
             Version::V1 => Message::parse(text),
             Version::V2 => Message::parse_v2(text),
@@ -364,17 +364,17 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
                 // Declined: ask again for PMI-1.
                 match greet(&mut client, Version::V1)? {
                     (Some(v), rc) if v == "1" && matches!(rc.as_deref(), None | Some("0")) => Version::V1,
-                    (v, _) => return Err(Error::Protocol(format!("the launcher speaks PMI version {v:?}, neither 2 nor 1"))),
+                    (v, _) => return Err(ErrorKind::Protocol(format!("the launcher speaks PMI version {v:?}, neither 2 nor 1")).into()),
                 }
             }
-            (Version::V1, v, _) => return Err(Error::Protocol(format!("the launcher speaks PMI version {v:?}, not 1"))),
+            (Version::V1, v, _) => return Err(ErrorKind::Protocol(format!("the launcher speaks PMI version {v:?}, not 1")).into()),
         };
         match client.version {
             Version::V1 => {
                 let maxes = client.call(Message::new("get_maxes"), "maxes", "the key-value limits")?;
                 client.vallen_max = maxes.get("vallen_max").and_then(|v| v.parse().ok()).unwrap_or(256);
                 let name = client.call(Message::new("get_my_kvsname"), "my_kvsname", "the job's key-value space")?;
-                client.job = name.get("kvsname").ok_or_else(|| Error::Protocol("the launcher named no key-value space".into()))?.to_string();
+                client.job = name.get("kvsname").ok_or_else(|| ErrorKind::Protocol("the launcher named no key-value space".into()))?.to_string();
             }
             Version::V2 => {
                 let jobid = std::env::var("PMI_JOBID").unwrap_or_else(|_| "0".into());
@@ -382,12 +382,12 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
                 let answer = client.call(init, "fullinit-response", "the launcher's welcome")?;
                 let given = answer.number("rank")?;
                 if given != rank {
-                    return Err(Error::Protocol(format!("the launcher calls this process rank {given}, its environment rank {rank}")));
+                    return Err(ErrorKind::Protocol(format!("the launcher calls this process rank {given}, its environment rank {rank}")).into());
                 }
                 client.size = Some(answer.number("size")?);
                 client.vallen_max = 1024; // PMI2_MAX_VALLEN
                 let id = client.call(Message::new("job-getid"), "job-getid-response", "the job's id")?;
-                client.job = id.get("jobid").ok_or_else(|| Error::Protocol("the launcher named no job id".into()))?.to_string();
+                client.job = id.get("jobid").ok_or_else(|| ErrorKind::Protocol("the launcher named no job id".into()))?.to_string();
             }
         }
         Ok(client)
@@ -449,7 +449,7 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
     /// error.
     pub fn get(&mut self, key: &str) -> Result<String> {
         let what = format!("the value of {key}");
-        let missing = || Error::Protocol(format!("the launcher has no value for {key}"));
+        let missing = || -> Error { ErrorKind::Protocol(format!("the launcher has no value for {key}")).into() };
         match self.version {
             Version::V1 => {
                 let m = Message::new("get").with("kvsname", &self.job).with("key", key);
@@ -483,9 +483,9 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
         self.stream.flush().map_err(|e| waiting(what, e))?;
         let answer = receive(&mut self.stream, &mut self.decoder, version)
             .map_err(|e| waiting(what, e))?
-            .ok_or_else(|| Error::Protocol(format!("the launcher closed PMI while this rank waited for {what}")))?;
+            .ok_or_else(|| ErrorKind::Protocol(format!("the launcher closed PMI while this rank waited for {what}")))?;
         if answer.cmd != expect {
-            return Err(Error::Protocol(format!("the launcher answered {:?} to {:?} (waiting for {what})", answer.cmd, request.cmd)));
+            return Err(ErrorKind::Protocol(format!("the launcher answered {:?} to {:?} (waiting for {what})", answer.cmd, request.cmd)).into());
         }
         if request.cmd == "init" {
             return Ok(answer);
@@ -537,7 +537,7 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
             use std::os::fd::FromRawFd;
             // Standard input, output and error are never the launcher's
             // socket, and what is not an open socket is not one either.
-            let not_socket = || Error::InvalidArgument(format!("PMI_FD={fd} is not a socket this process was given"));
+            let not_socket = || -> Error { ErrorKind::InvalidArgument(format!("PMI_FD={fd} is not a socket this process was given")).into() };
             if *fd <= 2 {
                 return Err(not_socket());
             }
@@ -575,7 +575,7 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
                 .to_socket_addrs()
                 .map_err(|e| Error::transport(what.clone(), e))?
                 .next()
-                .ok_or_else(|| Error::InvalidArgument(format!("PMI_PORT={addr:?} names no address")))?;
+                .ok_or_else(|| ErrorKind::InvalidArgument(format!("PMI_PORT={addr:?} names no address")))?;
             // A launcher with more connections waiting than its ranks could
             // make (strangers among them) drops new ones unanswered: dial
             // again until the timeout, a little later each time. (A refusal
@@ -627,7 +627,7 @@ fn welcomed(target: &std::net::SocketAddr, what: &str, id: u32, token: Option<&s
     loop {
         let m = match receive(&mut stream, &mut decoder, Version::V1) {
             Ok(Some(m)) => m,
-            Ok(None) => return Err(Dial::Again(Error::Protocol("the launcher refused this rank's PMI connection".into()))),
+            Ok(None) => return Err(Dial::Again(ErrorKind::Protocol("the launcher refused this rank's PMI connection".into()).into())),
             Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
                 return Err(Dial::Again(waiting(what, e)))
             }
@@ -637,11 +637,11 @@ fn welcomed(target: &std::net::SocketAddr, what: &str, id: u32, token: Option<&s
             "initack" => m.ok("this rank's PMI connection").map(drop).map_err(Dial::Fatal)?,
             "set" if m.get("size").is_some() || m.get("rank").is_some() => {}
             "set" if m.get("debug").is_some() => break,
-            other => return Err(Dial::Fatal(Error::Protocol(format!("the launcher's welcome held {other:?}")))),
+            other => return Err(Dial::Fatal(ErrorKind::Protocol(format!("the launcher's welcome held {other:?}")).into())),
         }
     }
     if decoder.pending() > 0 {
-        return Err(Dial::Fatal(Error::Protocol("the launcher spoke before it was asked".into())));
+        return Err(Dial::Fatal(ErrorKind::Protocol("the launcher spoke before it was asked".into()).into()));
     }
     Ok(stream)
 }
@@ -732,12 +732,12 @@ impl KvSpace {
     /// this launcher does not serve, is an error (the launcher then fails
     /// the job).
     pub fn receive(&mut self, rank: usize, bytes: &[u8]) -> Result<Vec<(usize, Vec<u8>)>> {
-        let (decoder, _) = self.ranks.get_mut(rank).ok_or_else(|| Error::InvalidArgument(format!("rank {rank} of {}", self.size)))?;
+        let (decoder, _) = self.ranks.get_mut(rank).ok_or_else(|| ErrorKind::InvalidArgument(format!("rank {rank} of {}", self.size)))?;
         decoder.feed(bytes);
         let mut out = Vec::new();
         loop {
             let (decoder, version) = &mut self.ranks[rank];
-            let Some(m) = decoder.next(*version).map_err(|e| Error::Protocol(format!("rank {rank}: {e}")))? else { return Ok(out) };
+            let Some(m) = decoder.next(*version).map_err(|e| ErrorKind::Protocol(format!("rank {rank}: {e}")))? else { return Ok(out) };
             self.joined[rank] = true;
             out.extend(self.handle(rank, m)?);
         }
@@ -863,7 +863,7 @@ impl KvSpace {
                 }
             }
             (Version::V2, "finalize") => reply(self, Message::new("finalize-response").with("rc", 0)),
-            (_, other) => Err(Error::Protocol(format!("rank {rank} sent the PMI command {other:?}, which mpxrun does not serve over {version:?}"))),
+            (_, other) => Err(ErrorKind::Protocol(format!("rank {rank} sent the PMI command {other:?}, which mpxrun does not serve over {version:?}")).into()),
         }
     }
 }
@@ -887,7 +887,7 @@ mod tests {
         // SAFETY: `connect` refuses the descriptor (what this test checks)
         // rather than taking it; were it taken, `mine` would close it twice.
         let refused = unsafe { connect(&Channel::Fd(fd), Duration::from_secs(1)) };
-        assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{:?}", refused.err());
+        assert!(matches!(refused, Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))), "{:?}", refused.err());
         // SAFETY: F_GETFD only reads the flags of a descriptor `mine` owns.
         assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1, "still open");
         drop(mine);

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use mpx_core::proto::wire::ChunkDecoder;
 use mpx_core::runtime::WeakEndpoint;
-use mpx_core::{Error, Result};
+use mpx_core::{Error, ErrorKind, Result};
 use quinn::VarInt;
 use rustls::pki_types::CertificateDer;
 use tokio::sync::Notify;
@@ -213,7 +213,7 @@ impl BulkArrivals {
                 match std::mem::replace(slot, BulkSlot::Taken) {
                     BulkSlot::Arrived(lane) => return Ok(*lane),
                     BulkSlot::Open | BulkSlot::Awaited => *slot = BulkSlot::Awaited,
-                    BulkSlot::Taken => return Err(Error::Protocol(format!("rank {peer}'s bulk connection was taken already"))),
+                    BulkSlot::Taken => return Err(ErrorKind::Protocol(format!("rank {peer}'s bulk connection was taken already")).into()),
                 }
             }
             notified.await;
@@ -310,13 +310,13 @@ fn client_certificates(conn: &quinn::Connection) -> Result<Vec<CertificateDer<'s
     conn.peer_identity()
         .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
         .map(|certs| *certs)
-        .ok_or_else(|| Error::Protocol("a connecting peer showed no certificate".into()))
+        .ok_or_else(|| ErrorKind::Protocol("a connecting peer showed no certificate".into()).into())
 }
 
 /// Closes `conn` with `code` and says why.
 fn refuse<T>(conn: &quinn::Connection, code: u32, why: String) -> Result<T> {
     conn.close(VarInt::from_u32(code), why.as_bytes());
-    Err(Error::Protocol(why))
+    Err(ErrorKind::Protocol(why).into())
 }
 
 /// One incoming control connection: TLS (the client's certificate checked
@@ -339,7 +339,7 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     let hello = loop {
         let chunk = match control_in.read_chunk(64 << 10, true).await.map_err(|e| io_error("reading a hello".into(), e))? {
             Some(chunk) => chunk.bytes,
-            None => return Err(Error::Protocol("a connecting peer closed its stream before its hello".into())),
+            None => return Err(ErrorKind::Protocol("a connecting peer closed its stream before its hello".into()).into()),
         };
         match greeting.push(&chunk) {
             Ok(Some(hello)) => break hello,
@@ -349,7 +349,7 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     };
     let claimed = hello.header.source;
     let buf = greeting.into_rest();
-    if let Err(e) = certs.first().map_or(Err(Error::Protocol("no certificate".into())), |c| shared.credential.check_names(c, claimed)) {
+    if let Err(e) = certs.first().map_or(Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.check_names(c, claimed)) {
         return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
     }
     let duplicate = || format!("rank {claimed} is already connected, or was given up on");
@@ -396,7 +396,7 @@ async fn accept_bulk(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<
         Ok(rank) => rank,
         Err(e) => return refuse(&conn, code::PROTOCOL, e.to_string()),
     };
-    if let Err(e) = certs.first().map_or(Err(Error::Protocol("no certificate".into())), |c| shared.credential.check_names(c, claimed)) {
+    if let Err(e) = certs.first().map_or(Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.check_names(c, claimed)) {
         return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
     }
     if shared.connected.lock().unwrap_or_else(|e| e.into_inner())[claimed as usize] {
@@ -554,7 +554,7 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
             if watched.accept_uni().await.is_ok() {
                 // The reason first: closing makes the readers fail the
                 // peer too, for the connection's loss.
-                watcher.fail(peer, Error::Protocol(format!("rank {peer} opened a stream beyond its control and bulk streams")));
+                watcher.fail(peer, ErrorKind::Protocol(format!("rank {peer} opened a stream beyond its control and bulk streams")).into());
                 watched.close(VarInt::from_u32(code::PROTOCOL), b"a stream beyond the setup");
             }
             let why = watched.closed().await;

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use mpx_core::{Error, Result};
+use mpx_core::{Error, ErrorKind, Result};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -199,11 +199,11 @@ impl RankCredential {
     /// by [`self_signed`](RankCredential::self_signed).
     pub fn pin(&mut self, fingerprints: Vec<Fingerprint>) -> Result<()> {
         if fingerprints.get(self.rank as usize) != Some(&self.fingerprint()) {
-            return Err(Error::InvalidArgument(format!("the fingerprints pinned do not give rank {} its own", self.rank)));
+            return Err(ErrorKind::InvalidArgument(format!("the fingerprints pinned do not give rank {} its own", self.rank)).into());
         }
         match &mut self.trust {
             Trust::Pinned(pins) => *pins = Arc::new(fingerprints),
-            Trust::Ca(_) => return Err(Error::InvalidArgument("a credential of a job CA trusts its CA, not pins".into())),
+            Trust::Ca(_) => return Err(ErrorKind::InvalidArgument("a credential of a job CA trusts its CA, not pins".into()).into()),
         }
         Ok(())
     }
@@ -237,7 +237,7 @@ impl RankCredential {
 
     /// Reads what [`to_pem`](RankCredential::to_pem) wrote.
     pub fn from_pem(text: &str) -> Result<RankCredential> {
-        let bad = |why: &str| Error::InvalidArgument(format!("not an mpx rank credential: {why}"));
+        let bad = |why: &str| -> Error { ErrorKind::InvalidArgument(format!("not an mpx rank credential: {why}")).into() };
         let first = text.lines().next().unwrap_or_default();
         let fields = first.strip_prefix(PEM_LABEL).ok_or_else(|| bad("no header line"))?;
         let mut job = None;
@@ -264,19 +264,19 @@ impl RankCredential {
         if let Trust::Pinned(pins) = &self.trust {
             return match pins.get(rank as usize) {
                 Some(pin) if *pin == fingerprint(cert) => Ok(()),
-                _ => Err(Error::Protocol(format!("the peer's certificate is not rank {rank}'s"))),
+                _ => Err(ErrorKind::Protocol(format!("the peer's certificate is not rank {rank}'s")).into()),
             };
         }
         let name = ServerName::try_from(rank_name(self.job, rank)).map_err(|e| tls_error("a rank's name", e))?;
         let end = webpki::EndEntityCert::try_from(cert).map_err(|e| tls_error("reading a peer's certificate", e))?;
         end.verify_is_valid_for_subject_name(&name)
-            .map_err(|_| Error::Protocol(format!("the peer's certificate does not name rank {rank} of this job")))
+            .map_err(|_| ErrorKind::Protocol(format!("the peer's certificate does not name rank {rank} of this job")).into())
     }
 
     fn roots(&self) -> Result<Arc<rustls::RootCertStore>> {
         let mut roots = rustls::RootCertStore::empty();
         let Trust::Ca(ca) = &self.trust else {
-            return Err(Error::InvalidArgument("a pinned credential has no CA".into()));
+            return Err(ErrorKind::InvalidArgument("a pinned credential has no CA".into()).into());
         };
         roots.add(ca.clone()).map_err(|e| tls_error("the job's CA certificate", e))?;
         Ok(Arc::new(roots))

@@ -7,7 +7,7 @@
 
 use bytes::BytesMut;
 use mpx_core::proto::wire::{Decoder, Frame, Kind};
-use mpx_core::{Error, Result};
+use mpx_core::{ErrorKind, Result};
 
 /// What leads each stream, before its first frame: which lane the stream
 /// carries, and what the peer must know to set up the rest.
@@ -58,7 +58,7 @@ impl StreamHead {
             0 => Ok(3),
             1 => Ok(1),
             2 => Ok(5),
-            other => Err(Error::Protocol(format!("a stream of unknown kind {other}"))),
+            other => Err(ErrorKind::Protocol(format!("a stream of unknown kind {other}")).into()),
         }
     }
 
@@ -85,16 +85,16 @@ impl StreamHead {
     pub fn bulk_dialler(self, me: u32, size: u32) -> Result<u32> {
         match self {
             StreamHead::BulkConnection { rank } => check_dialler(rank, me, size).map(|()| rank),
-            other => Err(Error::Protocol(format!("a bulk connection led by {other:?}"))),
+            other => Err(ErrorKind::Protocol(format!("a bulk connection led by {other:?}")).into()),
         }
     }
 
     /// The head in `bytes`, which must be exactly as long as
     /// [`len`](StreamHead::len) of its first byte says.
     pub fn decode(bytes: &[u8]) -> Result<StreamHead> {
-        let first = *bytes.first().ok_or_else(|| Error::Protocol("a stream ended before its head".into()))?;
+        let first = *bytes.first().ok_or_else(|| ErrorKind::Protocol("a stream ended before its head".into()))?;
         if bytes.len() != StreamHead::len(first)? {
-            return Err(Error::Protocol(format!("a stream head of {} bytes", bytes.len())));
+            return Err(ErrorKind::Protocol(format!("a stream head of {} bytes", bytes.len())).into());
         }
         Ok(match first {
             0 => StreamHead::Control { bulk_port: u16::from_le_bytes([bytes[1], bytes[2]]) },
@@ -108,7 +108,7 @@ impl StreamHead {
 /// higher ranks dial lower ones, so only a higher rank of the world does.
 fn check_dialler(claimed: u32, me: u32, size: u32) -> Result<()> {
     if claimed <= me || claimed >= size {
-        return Err(Error::Protocol(format!("a connecting peer claims rank {claimed}: rank {me} of {size} is dialled by higher ranks only")));
+        return Err(ErrorKind::Protocol(format!("a connecting peer claims rank {claimed}: rank {me} of {size} is dialled by higher ranks only")).into());
     }
     Ok(())
 }
@@ -155,7 +155,7 @@ impl Greeting {
         let Some(frame) = self.decoder.decode(&mut self.buf)? else { return Ok(None) };
         let claimed = frame.header.source;
         if frame.header.kind != Kind::Hello {
-            return Err(Error::Protocol(format!("a connecting peer's first frame is a {:?}, not a hello", frame.header.kind)));
+            return Err(ErrorKind::Protocol(format!("a connecting peer's first frame is a {:?}, not a hello", frame.header.kind)).into());
         }
         check_dialler(claimed, self.me, self.size)?;
         Ok(Some(frame))

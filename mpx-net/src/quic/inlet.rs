@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mpx_core::proto::wire::ChunkDecoder;
-use mpx_core::Error;
+use mpx_core::{Error, ErrorKind};
 use quinn::VarInt;
 
 use super::connection::{code, Shared};
@@ -106,7 +106,7 @@ impl Reader {
                     }
                     Poll::Ready(Ok(None)) => {
                         let peer = self.peer;
-                        self.shared.fail(peer, Error::Protocol(format!("rank {peer}'s stream ended inside a frame")));
+                        self.shared.fail(peer, ErrorKind::Protocol(format!("rank {peer}'s stream ended inside a frame")).into());
                         return Read::Ended;
                     }
                     Poll::Ready(Err(e)) => {

@@ -18,7 +18,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use mpx_core::proto::wire::{Frame, Kind};
 use mpx_core::runtime::{SendError, Transport};
-use mpx_core::{Error, Result};
+use mpx_core::{Error, ErrorKind, Result};
 
 use super::inlet::Inlet;
 
@@ -355,7 +355,7 @@ impl Transport for QuicTransport {
     fn send(&self, dest: usize, frame: Frame) -> std::result::Result<(), SendError> {
         match self.outboxes.get(dest) {
             Some(outbox) if dest != self.me as usize => outbox.push(frame),
-            _ => Err(SendError::Failed(Error::InvalidRank { rank: dest, size: self.outboxes.len() })),
+            _ => Err(SendError::Failed(ErrorKind::InvalidRank { rank: dest, size: self.outboxes.len() }.into())),
         }
     }
 

@@ -44,7 +44,7 @@
 //! I/O error, QUIC's idle timeout: [`Options::idle_timeout`], a peer
 //! dropped without finalizing) closes the peer's other connection and
 //! fails the peer with
-//! [`Error::ProcessFailed`], whose source
+//! [`ErrorKind::ProcessFailed`], whose source
 //! is the transport error.
 //!
 //! ```
@@ -77,7 +77,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mpx_core::proto::engine::Config;
-use mpx_core::{Comm, Endpoint, Error, Result};
+use mpx_core::{Comm, Endpoint, Error, ErrorKind, Result};
 
 pub use credential::{fingerprint, rank_name, Fingerprint, JobCredential, RankCredential};
 pub use greeting::{Greeting, StreamHead};
@@ -138,7 +138,7 @@ pub struct Options {
     /// (the default), one the system picks. Set it where a firewall must
     /// let the bulk connections through. Peers learn the port from the
     /// rank's control stream, so nothing else needs to know it; a range
-    /// with no such port fails [`start`] with [`Error::Transport`]. A rank
+    /// with no such port fails [`start`] with [`ErrorKind::Transport`]. A rank
     /// started from the environment takes it from `MPX_PORT_RANGE`
     /// ([`env::PORT_RANGE`]) when that is set. Unused without a bulk
     /// socket (`bulk_connection` off, or a world of one rank).
@@ -203,7 +203,7 @@ impl Options {
         t.receive_window(quinn::VarInt::from_u64(4 * u64::from(window)).unwrap_or(quinn::VarInt::MAX));
         t.send_window(64 << 20);
         let idle = quinn::IdleTimeout::try_from(self.idle_timeout)
-            .map_err(|e| Error::InvalidArgument(format!("idle timeout {:?}: {e}", self.idle_timeout)))?;
+            .map_err(|e| ErrorKind::InvalidArgument(format!("idle timeout {:?}: {e}", self.idle_timeout)))?;
         t.max_idle_timeout(Some(idle));
         t.keep_alive_interval(Some(self.idle_timeout / 4));
         let mtu = self.mtu.max(1200);
@@ -280,9 +280,9 @@ pub(crate) fn unspecified_like(ip: std::net::IpAddr) -> std::net::IpAddr {
 /// ```
 pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential, options: &Options) -> Result<Endpoint> {
     let me = credential.rank();
-    let size = u32::try_from(addrs.len()).map_err(|_| Error::InvalidArgument("too many ranks".into()))?;
+    let size = u32::try_from(addrs.len()).map_err(|_| ErrorKind::InvalidArgument("too many ranks".into()))?;
     if me >= size {
-        return Err(Error::InvalidRank { rank: me as usize, size: size as usize });
+        return Err(ErrorKind::InvalidRank { rank: me as usize, size: size as usize }.into());
     }
     let transport = Arc::new(options.transport()?);
     let mut server = credential.server_config()?;
@@ -292,8 +292,8 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     let mut endpoint_config = quinn::EndpointConfig::default();
     endpoint_config
         .max_udp_payload_size(options.mtu.max(1200))
-        .map_err(|e| Error::InvalidArgument(format!("mtu {}: {e}", options.mtu)))?;
-    let runtime = quinn::default_runtime().ok_or_else(|| Error::InvalidArgument("no tokio runtime".into()))?;
+        .map_err(|e| ErrorKind::InvalidArgument(format!("mtu {}: {e}", options.mtu)))?;
+    let runtime = quinn::default_runtime().ok_or_else(|| ErrorKind::InvalidArgument("no tokio runtime".into()))?;
     let accepts = me + 1 < size;
     let bulk_thread = (options.bulk_connection && options.bulk_thread && size > 1).then(|| BulkThread::start(credential.job(), me)).transpose()?;
     let bulk = if options.bulk_connection && size > 1 {
@@ -396,7 +396,7 @@ where
     R: Send + 'static,
 {
     if ranks == 0 || ranks > u32::MAX as usize {
-        return Err(Error::InvalidArgument(format!("cannot launch {ranks} ranks")));
+        return Err(ErrorKind::InvalidArgument(format!("cannot launch {ranks} ranks")).into());
     }
     let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
     let sockets: Vec<UdpSocket> = (0..ranks)
@@ -453,7 +453,7 @@ pub(crate) fn credential_text(value: &str) -> Result<String> {
     if start.starts_with('#') || start.starts_with("-----BEGIN") {
         return Ok(value.to_string());
     }
-    let bad = |why: String| Error::InvalidArgument(format!("{}: {value}: {why}", env::CREDENTIAL));
+    let bad = |why: String| -> Error { ErrorKind::InvalidArgument(format!("{}: {value}: {why}", env::CREDENTIAL)).into() };
     let file = std::fs::File::open(value).map_err(|e| bad(e.to_string()))?;
     let mut text = String::new();
     file.take(LONGEST + 1).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
@@ -475,9 +475,9 @@ pub(crate) fn with_port_range_from_env(options: &Options) -> Result<Options> {
 pub(crate) fn port_range_from_env() -> Result<Option<PortRange>> {
     match std::env::var(env::PORT_RANGE) {
         Ok(range) if !range.trim().is_empty() => {
-            range.parse().map(Some).map_err(|e| Error::InvalidArgument(format!("{}: {e}", env::PORT_RANGE)))
+            range.parse().map(Some).map_err(|e| ErrorKind::InvalidArgument(format!("{}: {e}", env::PORT_RANGE)).into())
         }
-        Err(std::env::VarError::NotUnicode(v)) => Err(Error::InvalidArgument(format!("{}: {v:?} is no range", env::PORT_RANGE))),
+        Err(std::env::VarError::NotUnicode(v)) => Err(ErrorKind::InvalidArgument(format!("{}: {v:?} is no range", env::PORT_RANGE)).into()),
         _ => Ok(None),
     }
 }
@@ -508,7 +508,7 @@ pub fn start_from_env(options: &Options) -> Result<Option<Endpoint>> {
 /// [`start_from_env`], with the options `choose` makes of `options` (its
 /// bulk ports from `MPX_PORT_RANGE` already) and every rank's address.
 pub(crate) fn start_from_env_with(options: &Options, choose: impl FnOnce(Options, &[SocketAddr]) -> Options) -> Result<Option<Endpoint>> {
-    let bad = |what: &str, why: String| Error::InvalidArgument(format!("{what}: {why}"));
+    let bad = |what: &str, why: String| -> Error { ErrorKind::InvalidArgument(format!("{what}: {why}")).into() };
     let Ok(rank) = std::env::var(env::RANK) else { return Ok(None) };
     let rank: u32 = rank.trim().parse().map_err(|e| bad(env::RANK, format!("{rank:?}: {e}")))?;
     let addrs = std::env::var(env::ADDRS).map_err(|e| bad(env::ADDRS, e.to_string()))?;
@@ -519,7 +519,7 @@ pub(crate) fn start_from_env_with(options: &Options, choose: impl FnOnce(Options
             a.trim().to_socket_addrs().ok().and_then(|mut all| all.next()).ok_or_else(|| bad(env::ADDRS, format!("{a:?} is no address")))
         })
         .collect::<Result<_>>()?;
-    let own = *addrs.get(rank as usize).ok_or(Error::InvalidRank { rank: rank as usize, size: addrs.len() })?;
+    let own = *addrs.get(rank as usize).ok_or(ErrorKind::InvalidRank { rank: rank as usize, size: addrs.len() })?;
     let credential = std::env::var(env::CREDENTIAL).map_err(|e| bad(env::CREDENTIAL, e.to_string()))?;
     let credential = RankCredential::from_pem(&credential_text(&credential)?)?;
     if credential.rank() != rank {

@@ -12,7 +12,7 @@ impl Engine {
     /// goodbye lowers the count). `failed` says the program failed rather
     /// than returned: this rank then serves nothing more, and its sends
     /// still waiting, or waiting for a clear-to-send, or streaming
-    /// rendezvous data, fail with [`Error::Finalized`].
+    /// rendezvous data, fail with [`ErrorKind::Finalized`].
     pub fn farewell(&mut self, failed: bool) {
         if self.finished {
             return;
@@ -35,7 +35,7 @@ impl Engine {
             }
             dropped.extend(rendezvous);
             for id in dropped {
-                self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+                self.events.push_back(Event::SendDone { id, result: Err(ErrorKind::Finalized.into()) });
             }
         }
         // Sends to itself that still need a match never get one now.
@@ -65,7 +65,7 @@ impl Engine {
     }
 
     /// Closes the engine: every operation still waiting fails with
-    /// [`Error::Finalized`], and every later one too, and the frames still
+    /// [`ErrorKind::Finalized`], and every later one too, and the frames still
     /// queued are dropped. A live peer still gets this rank's last goodbye
     /// once its link can take it, even if an earlier one was among the
     /// frames dropped: it counts the data frames that did go to the peer,
@@ -101,14 +101,14 @@ impl Engine {
         self.closed = true;
         self.next_tick = None;
         for id in self.posted.remove_where(|_| true) {
-            self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+            self.events.push_back(Event::RecvDone { id, result: Err(ErrorKind::Finalized.into()) });
         }
         self.unsolicited.clear();
         self.early.clear();
         self.truncated.clear();
         for (_, t) in self.transfers.drain() {
             if let Some(id) = t.owner {
-                self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+                self.events.push_back(Event::RecvDone { id, result: Err(ErrorKind::Finalized.into()) });
             }
         }
         let mut failed: Vec<ReqId> = self.sends.drain().map(|(id, _)| id).collect();
@@ -120,7 +120,7 @@ impl Engine {
             p.answers = 0;
         }
         for id in failed {
-            self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+            self.events.push_back(Event::SendDone { id, result: Err(ErrorKind::Finalized.into()) });
         }
         self.unexpected.clear();
         for dest in 0..self.size() {
@@ -150,7 +150,7 @@ impl Engine {
     pub(super) fn peer_finished(&mut self, rank: u32, failed: bool, last: u64) -> Result<()> {
         let p = &mut self.peers[rank as usize];
         if let Some(announced) = p.final_seq.filter(|&announced| last > announced) {
-            return Err(Error::Protocol(format!("rank {rank} raised the count in its goodbye from {announced} to {last}")));
+            return Err(ErrorKind::Protocol(format!("rank {rank} raised the count in its goodbye from {announced} to {last}")).into());
         }
         let again = p.finished;
         p.finished = true;

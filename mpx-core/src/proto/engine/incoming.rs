@@ -8,17 +8,17 @@ impl Engine {
     /// error) and is returned as the error; frames from a peer that has
     /// already failed are dropped. A frame said to come from outside the
     /// world, or from this rank itself (whose frames never leave the
-    /// engine), is refused with an [`Error::Protocol`] and changes nothing.
+    /// engine), is refused with an [`ErrorKind::Protocol`] and changes nothing.
     pub fn handle_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
         if from as usize >= self.peers.len() {
-            return Err(Error::Protocol(format!("frame from rank {from}, outside a world of {}", self.peers.len())));
+            return Err(ErrorKind::Protocol(format!("frame from rank {from}, outside a world of {}", self.peers.len())).into());
         }
         if from == self.rank {
-            return Err(Error::Protocol(format!(
+            return Err(ErrorKind::Protocol(format!(
                 "a {:?} frame from rank {from} came in through the transport, but rank {from} is this rank: \
                  frames to itself never leave the engine",
                 frame.header.kind
-            )));
+            )).into());
         }
         self.handle_peer_frame(from, frame)
     }
@@ -80,19 +80,19 @@ impl Engine {
     pub(super) fn process_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
         let h = frame.header;
         if h.source != from {
-            return Err(Error::Protocol(format!("frame from rank {from} claims source {}", h.source)));
+            return Err(ErrorKind::Protocol(format!("frame from rank {from} claims source {}", h.source)).into());
         }
         if !frame.payload.is_empty() && !matches!(h.kind, Kind::Eager | Kind::Ready | Kind::RndvData) {
             // A payload nothing reads would still be held while the frame
             // is handled, and by a transport that kept it as a slice.
-            return Err(Error::Protocol(format!("{:?} frame from rank {from} carries a payload", h.kind)));
+            return Err(ErrorKind::Protocol(format!("{:?} frame from rank {from} carries a payload", h.kind)).into());
         }
         let peer = &self.peers[from as usize];
         // Unsolicited data may overtake the hello, on a connection of its
         // own; it waits for its RTS, which cannot.
         let unsolicited_data = h.kind == Kind::RndvData && h.recv_id == 0;
         if peer.hello.is_none() && h.kind != Kind::Hello && !unsolicited_data {
-            return Err(Error::Protocol(format!("{:?} frame from rank {from} before its hello", h.kind)));
+            return Err(ErrorKind::Protocol(format!("{:?} frame from rank {from} before its hello", h.kind)).into());
         }
         let data_frame = matches!(h.kind, Kind::Eager | Kind::Rts | Kind::Ready);
         let still_owed = data_frame && peer.final_seq.is_some_and(|last| h.seq < last);
@@ -100,7 +100,7 @@ impl Engine {
             && !still_owed
             && !matches!(h.kind, Kind::Cts | Kind::RndvData | Kind::ReadyAck | Kind::Credit | Kind::Ping | Kind::Bye)
         {
-            return Err(Error::Protocol(format!("{:?} frame from rank {from} after its goodbye", h.kind)));
+            return Err(ErrorKind::Protocol(format!("{:?} frame from rank {from} after its goodbye", h.kind)).into());
         }
         if h.kind == Kind::Hello {
             return self.hello(from, h);
@@ -110,10 +110,10 @@ impl Engine {
             Kind::Hello => unreachable!("handled above"),
             Kind::Eager | Kind::Rts | Kind::Ready => {
                 if h.seq != peer.expected_seq {
-                    return Err(Error::Protocol(format!(
+                    return Err(ErrorKind::Protocol(format!(
                         "frame {} from rank {from} arrived when {} was due",
                         h.seq, peer.expected_seq
-                    )));
+                    )).into());
                 }
                 peer.expected_seq += 1;
                 match h.kind {
@@ -121,17 +121,17 @@ impl Engine {
                         let limit = peer.hello.map_or(0, |p| p.eager_limit);
                         let cost = eager_cost(frame.payload.len());
                         if frame.payload.len() as u64 > limit {
-                            return Err(Error::Protocol(format!(
+                            return Err(ErrorKind::Protocol(format!(
                                 "eager message of {} bytes from rank {from}, above its {limit}-byte limit",
                                 frame.payload.len()
-                            )));
+                            )).into());
                         }
                         if peer.credit_in_use + cost > self.config.eager_credit {
-                            return Err(Error::Protocol(format!(
+                            return Err(ErrorKind::Protocol(format!(
                                 "rank {from} sent {} bytes of eager data beyond the {} granted",
                                 peer.credit_in_use + cost - self.config.eager_credit,
                                 self.config.eager_credit
-                            )));
+                            )).into());
                         }
                         peer.credit_in_use += cost;
                         let envelope = Envelope::from_header(&h, frame.payload.len() as u64)?;
@@ -144,9 +144,9 @@ impl Engine {
                         }
                         let granted = self.config.rndv_slots.saturating_add(peer.extra_slots);
                         if peer.slots_in_use >= granted {
-                            return Err(Error::Protocol(format!(
+                            return Err(ErrorKind::Protocol(format!(
                                 "rank {from} sent more than the {granted} rendezvous requests granted"
-                            )));
+                            )).into());
                         }
                         let envelope = Envelope::from_header(&h, h.data_len)?;
                         self.peers[from as usize].slots_in_use += 1;
@@ -154,7 +154,7 @@ impl Engine {
                         match h.recv_id {
                             0 => self.arrive(u),
                             1 => self.arrive_ready_request(u, h.send_id),
-                            other => return Err(Error::Protocol(format!("RTS from rank {from} with mode {other}"))),
+                            other => return Err(ErrorKind::Protocol(format!("RTS from rank {from} with mode {other}")).into()),
                         }
                     }
                     _ => {
@@ -163,10 +163,10 @@ impl Engine {
                         // as eager messages are.
                         let limit = peer.hello.map_or(0, |p| p.eager_limit);
                         if frame.payload.len() as u64 > limit {
-                            return Err(Error::Protocol(format!(
+                            return Err(ErrorKind::Protocol(format!(
                                 "ready message of {} bytes from rank {from}, above its {limit}-byte limit",
                                 frame.payload.len()
-                            )));
+                            )).into());
                         }
                         self.arrive_ready(h, frame.payload)?
                     }
@@ -175,7 +175,7 @@ impl Engine {
             Kind::Cts => {
                 match self.sends.get(&h.send_id) {
                     Some(PendingSend::Rendezvous { dest, .. }) if *dest == from => {}
-                    Some(_) => return Err(Error::Protocol(format!("CTS from rank {from} for send {} it does not hold", h.send_id))),
+                    Some(_) => return Err(ErrorKind::Protocol(format!("CTS from rank {from} for send {} it does not hold", h.send_id)).into()),
                     None => return self.unknown_send(from, h.send_id),
                 }
                 let Some(PendingSend::Rendezvous { data, .. }) = self.sends.remove(&h.send_id) else {
@@ -207,7 +207,7 @@ impl Engine {
                     return Ok(());
                 }
                 if !solicited {
-                    return Err(Error::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id)));
+                    return Err(ErrorKind::Protocol(format!("rank {from} sent data for receive {} it was not asked for", h.recv_id)).into());
                 }
                 self.rendezvous_data(from, h.recv_id, h, frame.payload)?;
             }
@@ -217,15 +217,15 @@ impl Engine {
                     Some(PendingSend::Rendezvous { dest, ready: true, .. }) if *dest == from && h.data_len == 0 => {
                         self.peers[from as usize].slots += 1;
                         self.sends.remove(&h.send_id);
-                        self.events.push_back(Event::SendDone { id: h.send_id, result: Err(Error::NotReady) });
+                        self.events.push_back(Event::SendDone { id: h.send_id, result: Err(ErrorKind::NotReady.into()) });
                         self.start_held(from);
                         return Ok(());
                     }
-                    Some(_) => return Err(Error::Protocol(format!("ready answer from rank {from} for send {} it does not hold", h.send_id))),
+                    Some(_) => return Err(ErrorKind::Protocol(format!("ready answer from rank {from} for send {} it does not hold", h.send_id)).into()),
                     None => return self.unknown_send(from, h.send_id),
                 }
                 self.sends.remove(&h.send_id);
-                let result = if h.data_len == 1 { Ok(()) } else { Err(Error::NotReady) };
+                let result = if h.data_len == 1 { Ok(()) } else { Err(ErrorKind::NotReady.into()) };
                 self.events.push_back(Event::SendDone { id: h.send_id, result });
             }
             Kind::Credit => {
@@ -237,11 +237,11 @@ impl Engine {
                 let slots = peer.slots.checked_add(h.recv_id).filter(|&s| s <= most_slots);
                 let unsolicited = peer.unsolicited.checked_add(h.seq).filter(|&u| u <= peer.unsolicited_granted);
                 let (Some(credit), Some(slots), Some(unsolicited)) = (credit, slots, unsolicited) else {
-                    return Err(Error::Protocol(format!(
+                    return Err(ErrorKind::Protocol(format!(
                         "rank {from} gave back {} bytes of credit, {} of unsolicited credit and {} slots, \
                          more than this rank spent",
                         h.data_len, h.seq, h.recv_id
-                    )));
+                    )).into());
                 };
                 peer.credit = credit;
                 peer.slots = slots;
@@ -264,19 +264,19 @@ impl Engine {
         let size = self.peers.len() as u64;
         let peer = &mut self.peers[from as usize];
         if peer.hello.is_some() {
-            return Err(Error::Protocol(format!("a second hello from rank {from}")));
+            return Err(ErrorKind::Protocol(format!("a second hello from rank {from}")).into());
         }
         if h.context != self.config.job {
-            return Err(Error::Protocol(format!("rank {from} belongs to job {:#x}, not {:#x}", h.context, self.config.job)));
+            return Err(ErrorKind::Protocol(format!("rank {from} belongs to job {:#x}, not {:#x}", h.context, self.config.job)).into());
         }
         if h.data_len != size {
-            return Err(Error::Protocol(format!("rank {from} is in a world of {} ranks, not {size}", h.data_len)));
+            return Err(ErrorKind::Protocol(format!("rank {from} is in a world of {} ranks, not {size}", h.data_len)).into());
         }
         let accepts = u64::from(h.desc_len);
         if accepts < MIN_PAYLOAD as u64 {
-            return Err(Error::Protocol(format!(
+            return Err(ErrorKind::Protocol(format!(
                 "rank {from} accepts frames of {accepts} payload bytes, below the {MIN_PAYLOAD} every rank must accept"
-            )));
+            )).into());
         }
         let native = h.sig_hash == self.config.repr_id.unwrap_or_else(native_repr_id);
         // Its eager messages are refused above what this rank accepts in a
@@ -284,7 +284,7 @@ impl Engine {
         let eager_limit = h.send_id.min(self.config.max_payload() as u64);
         peer.hello = Some(PeerHello { eager_limit, accepts, native });
         if h.recv_id == 0 {
-            return Err(Error::Protocol(format!("rank {from} grants no rendezvous slot: no large message could reach it")));
+            return Err(ErrorKind::Protocol(format!("rank {from} grants no rendezvous slot: no large message could reach it")).into());
         }
         peer.credit_granted = h.sig_len.min(MAX_GRANTED_CREDIT);
         peer.slots_granted = h.recv_id.min(MAX_GRANTED_SLOTS);
@@ -301,7 +301,7 @@ impl Engine {
     /// A chunk of the data of `transfer`, which came from `from`.
     pub(super) fn rendezvous_data(&mut self, from: u32, transfer: ReqId, h: Header, payload: Bytes) -> Result<()> {
         let Some(t) = self.transfers.get_mut(&transfer).filter(|t| t.envelope.source == from && !t.complete) else {
-            return Err(Error::Protocol(format!("rank {from} sent data for a message it was not asked for")));
+            return Err(ErrorKind::Protocol(format!("rank {from} sent data for a message it was not asked for")).into());
         };
         let total = t.envelope.wire_len();
         check_next_chunk(from, &h, payload.len(), total, t.received.len())?;
@@ -325,7 +325,7 @@ impl Engine {
                 // place in the queue, or waits in the transfer while a
                 // matched probe holds the message. Data that was dropped
                 // (see `withdraw_recv`) stays so: the message stays in
-                // flight, and whoever receives it gets `Error::Truncate`.
+                // flight, and whoever receives it gets `ErrorKind::Truncate`.
                 // So does the data of an unsolicited message that no
                 // receive has matched yet, which holds its credit until one
                 // does.
@@ -351,16 +351,16 @@ impl Engine {
     pub(super) fn arrive_unsolicited(&mut self, from: u32, send_id: u64, envelope: Envelope) -> Result<()> {
         let key = (from, send_id);
         if self.unsolicited.contains_key(&key) {
-            return Err(Error::Protocol(format!("rank {from} sent a second RTS for send {send_id}")));
+            return Err(ErrorKind::Protocol(format!("rank {from} sent a second RTS for send {send_id}")).into());
         }
         let total = envelope.wire_len();
         let early = match self.early.remove(&key) {
             Some(early) if early.total == total => early,
             Some(early) => {
-                return Err(Error::Protocol(format!(
+                return Err(ErrorKind::Protocol(format!(
                     "rank {from} announced {total} bytes for send {send_id} after sending data of {}",
                     early.total
-                )))
+                )).into())
             }
             None => {
                 let credit = self.charge_unsolicited(from, total)?;
@@ -400,7 +400,7 @@ impl Engine {
         }
         let early = self.early.get_mut(&key).expect("inserted above");
         if payload.is_empty() {
-            return Err(Error::Protocol(format!("empty unsolicited data from rank {from}")));
+            return Err(ErrorKind::Protocol(format!("empty unsolicited data from rank {from}")).into());
         }
         check_next_chunk(from, &h, payload.len(), early.total, early.received.len())?;
         // The credit it holds covers the whole message.
@@ -416,10 +416,10 @@ impl Engine {
         let peer = &mut self.peers[from as usize];
         let cost = unsolicited_cost(total);
         if total == 0 || peer.unsolicited_in_use.saturating_add(cost) > granted {
-            return Err(Error::Protocol(format!(
+            return Err(ErrorKind::Protocol(format!(
                 "rank {from} sent a {total}-byte message unsolicited with {} bytes of the {granted} granted in use",
                 peer.unsolicited_in_use
-            )));
+            )).into());
         }
         peer.unsolicited_in_use += cost;
         Ok(cost)
@@ -432,7 +432,7 @@ impl Engine {
             // Or this rank failed and dropped it (see `farewell`).
             return Ok(());
         }
-        Err(Error::Protocol(format!("answer from rank {from} for unknown send {send_id}")))
+        Err(ErrorKind::Protocol(format!("answer from rank {from} for unknown send {send_id}")).into())
     }
 
     /// A data message arrived: match it to the first posted receive that
@@ -485,10 +485,10 @@ impl Engine {
 /// are in.
 fn check_next_chunk(from: u32, h: &Header, len: usize, total: u64, got: u64) -> Result<()> {
     if h.data_len != total || h.seq != got || got + len as u64 > total {
-        return Err(Error::Protocol(format!(
+        return Err(ErrorKind::Protocol(format!(
             "rendezvous data from rank {from}: {len} bytes at offset {} of {}, for a {total}-byte message with {got} bytes in",
             h.seq, h.data_len
-        )));
+        )).into());
     }
     Ok(())
 }

@@ -64,7 +64,7 @@
 //! * **Ready**: the data travels with a request for an answer; the receiver
 //!   delivers it only if a matching receive is already posted and answers
 //!   either way, so the sender learns whether it was erroneous
-//!   ([`Error::NotReady`]) instead of the message going astray. Unmatched
+//!   ([`ErrorKind::NotReady`]) instead of the message going astray. Unmatched
 //!   ready data is dropped at once, so it needs no credit.
 //!
 //! A send that finds no credit or slot waits in its peer's order (later
@@ -97,7 +97,7 @@
 //! (out of order, beyond the credit granted, above the announced eager
 //! limit, answering nothing, rendezvous data of the wrong length) fails
 //! that peer: every operation that depends on it completes with
-//! [`Error::ProcessFailed`], and its later frames are dropped. A peer that
+//! [`ErrorKind::ProcessFailed`], and its later frames are dropped. A peer that
 //! lets more than [`MAX_QUEUED_FRAMES`] answers pile up (it stopped
 //! reading) fails too. With [`Config::idle_timeout`] set, a peer that
 //! sends nothing for that long fails too; idle connections carry pings
@@ -152,7 +152,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::matching::{PostedQueue, Queued, UnexpectedQueue};
 use super::wire::{Frame, Header, Kind, Repr, HEADER_LEN};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Identifies a send or receive operation within one engine: one
 /// [`Engine::next_id`] gave out. Ids start at 1 and stay below 2^63: id 0
@@ -273,7 +273,7 @@ pub struct Config {
     /// The longest rendezvous message a receive without a limit of its
     /// own keeps (`recv_vec`, `recv_bytes`, serde receives, a matched
     /// probe's receive): a longer one fails the receive with
-    /// [`Error::Truncate`] before its data moves (see
+    /// [`ErrorKind::Truncate`] before its data moves (see
     /// [`Engine::post_recv_limited`]). `None` (the default): any
     /// length, as MPI's receives of a probed size. A service that takes
     /// messages of any size from peers it does not trust bounds its memory
@@ -447,25 +447,25 @@ impl Envelope {
     /// external32 typed data and fits in the message.
     fn from_header(h: &Header, total: u64) -> Result<Envelope> {
         if h.desc_len > 0 && (h.untyped || h.repr != Repr::External32) {
-            return Err(Error::Protocol(format!("rank {} sent a type description with untyped or native data", h.source)));
+            return Err(ErrorKind::Protocol(format!("rank {} sent a type description with untyped or native data", h.source)).into());
         }
         if h.desc_len > MAX_DESC_LEN {
-            return Err(Error::Protocol(format!("rank {} sent a {}-byte type description", h.source, h.desc_len)));
+            return Err(ErrorKind::Protocol(format!("rank {} sent a {}-byte type description", h.source, h.desc_len)).into());
         }
         if u64::from(h.desc_len) > total {
-            return Err(Error::Protocol(format!(
+            return Err(ErrorKind::Protocol(format!(
                 "rank {} sent a {}-byte type description in a {total}-byte message",
                 h.source, h.desc_len
-            )));
+            )).into());
         }
         // A description longer than its data needs would let a small
         // message (and a receive that asked for little) hold a large one.
         let data = total - u64::from(h.desc_len);
         if h.desc_len > 0 && u64::from(h.desc_len) > crate::pack::TypeSequence::max_encoded_len(data) {
-            return Err(Error::Protocol(format!(
+            return Err(ErrorKind::Protocol(format!(
                 "rank {} sent a {}-byte type description for {data} bytes of data",
                 h.source, h.desc_len
-            )));
+            )).into());
         }
         Ok(Envelope {
             context: h.context,
@@ -600,7 +600,7 @@ pub struct Engine {
     /// (or, for unsolicited data, an id of [`UNSOLICITED_KEYS`]).
     transfers: HashMap<ReqId, Transfer>,
     /// Rendezvous messages that receives matched but cannot hold, by
-    /// receive: each receive has failed ([`Error::Truncate`]), and its
+    /// receive: each receive has failed ([`ErrorKind::Truncate`]), and its
     /// message waits here unanswered until the receive's owner takes the
     /// error ([`consume_truncated`](Engine::consume_truncated): the message
     /// is then received, its data dropped) or drops the receive unread
@@ -639,10 +639,10 @@ pub struct Engine {
 impl Engine {
     /// An engine for `rank` of a world of `size` ranks. Its hellos are the
     /// first frames queued for every peer. A rank outside the world is
-    /// [`Error::InvalidRank`].
+    /// [`ErrorKind::InvalidRank`].
     pub fn new(rank: u32, size: u32, config: Config) -> Result<Engine> {
         if rank >= size {
-            return Err(Error::InvalidRank { rank: rank as usize, size: size as usize });
+            return Err(ErrorKind::InvalidRank { rank: rank as usize, size: size as usize }.into());
         }
         // A rank granting no slot could receive no large message at all; and
         // it grants no more than a peer takes (MAX_GRANTED_*), or the

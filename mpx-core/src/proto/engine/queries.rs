@@ -110,7 +110,7 @@ impl Engine {
     /// that depends on `rank` once it has failed.
     pub(super) fn gone(&self, rank: u32) -> Option<Error> {
         if self.closed {
-            return Some(Error::Finalized);
+            return Some(ErrorKind::Finalized.into());
         }
         self.peers.get(rank as usize)?.failed.clone()
     }
@@ -168,7 +168,7 @@ impl Engine {
     /// rank's own messages could still match it.
     pub fn others_gone(&self) -> Option<Error> {
         if self.closed {
-            return Some(Error::Finalized);
+            return Some(ErrorKind::Finalized.into());
         }
         let mut last = None;
         for r in 0..self.size() as usize {

@@ -16,11 +16,11 @@ impl Engine {
     fn post(&mut self, id: ReqId, spec: MatchSpec, limit: Option<u64>) {
         tracing::trace!(rank = self.rank, id, ?spec, "receive posted");
         if self.closed {
-            self.events.push_back(Event::RecvDone { id, result: Err(Error::Finalized) });
+            self.events.push_back(Event::RecvDone { id, result: Err(ErrorKind::Finalized.into()) });
             return;
         }
         if let Some(source) = spec.source.filter(|&s| s >= self.size()) {
-            let error = Error::InvalidRank { rank: source as usize, size: self.size() as usize };
+            let error = ErrorKind::InvalidRank { rank: source as usize, size: self.size() as usize }.into();
             self.events.push_back(Event::RecvDone { id, result: Err(error) });
             return;
         }
@@ -41,7 +41,7 @@ impl Engine {
 
     /// [`post_recv`](Engine::post_recv) for a receive that holds at most
     /// `limit` bytes of data. A longer rendezvous message that it matches
-    /// fails it at once with [`Error::Truncate`], before any of the data
+    /// fails it at once with [`ErrorKind::Truncate`], before any of the data
     /// moves, and waits unanswered for what the receive's owner does: once
     /// the error is taken ([`consume_truncated`](Engine::consume_truncated))
     /// the message counts as received, as MPI says (its sender completes;
@@ -74,7 +74,7 @@ impl Engine {
     /// arrived ([`take_arrived`](Engine::take_arrived)) gives it back with
     /// [`give_back`](Engine::give_back) first; if it does not, the message
     /// can never be delivered whole, and whoever takes it fails with
-    /// [`Error::Truncate`].
+    /// [`ErrorKind::Truncate`].
     ///
     /// A rendezvous transfer's memory is bounded by the limit of the
     /// receive that matched it (see [`post_recv_limited`](Engine::post_recv_limited)),
@@ -281,7 +281,7 @@ impl Engine {
             // Its sender as the world numbers it; the runtime renumbers it
             // for the receive's communicator when the error is taken.
             let message = Some((u.envelope.source as usize, u.envelope.tag));
-            self.events.push_back(Event::RecvDone { id, result: Err(Error::Truncate { needed, available, message }) });
+            self.events.push_back(Event::RecvDone { id, result: Err(ErrorKind::Truncate { needed, available, message }.into()) });
             self.truncated.insert(id, u);
             return;
         }
@@ -344,7 +344,7 @@ impl Engine {
             // This rank's program has ended: the sender gives up on the
             // message when the goodbye reaches it, before any clear-to-send
             // sent now would.
-            self.events.push_back(Event::RecvDone { id: recv_id, result: Err(Error::Finalized) });
+            self.events.push_back(Event::RecvDone { id: recv_id, result: Err(ErrorKind::Finalized.into()) });
             return;
         }
         let header = Header { send_id, recv_id, ..Header::control(Kind::Cts, self.rank) };

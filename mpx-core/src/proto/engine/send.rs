@@ -46,13 +46,13 @@ impl Engine {
     pub fn post_send(&mut self, id: ReqId, mode: SendMode, msg: Outgoing) {
         tracing::trace!(rank = self.rank, id, dest = msg.dest, tag = msg.tag, len = msg.data.len(), ?mode, "send posted");
         if msg.dest >= self.size() {
-            let error = Error::InvalidRank { rank: msg.dest as usize, size: self.size() as usize };
+            let error = ErrorKind::InvalidRank { rank: msg.dest as usize, size: self.size() as usize }.into();
             self.events.push_back(Event::SendDone { id, result: Err(error) });
             return;
         }
         if self.finished && msg.dest != self.rank {
             // The goodbye said how many messages follow it.
-            self.events.push_back(Event::SendDone { id, result: Err(Error::Finalized) });
+            self.events.push_back(Event::SendDone { id, result: Err(ErrorKind::Finalized.into()) });
             return;
         }
         // A send that cannot go eagerly needs the peer to match it.

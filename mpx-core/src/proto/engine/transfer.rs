@@ -183,12 +183,12 @@ impl Transfer {
 
     /// What the receive that owns the complete transfer gets: the message
     /// (only the part it did not take, if it streamed), or
-    /// [`Error::Truncate`] if its data was dropped (never a message with
+    /// [`ErrorKind::Truncate`] if its data was dropped (never a message with
     /// part of its data missing).
     pub(super) fn into_result(self, pool: &mut BufferPool) -> Result<Delivered> {
         match self.received.into_kept(pool) {
             Ok(data) => Ok(Delivered::new(self.envelope, data, 0)),
-            Err(available) => Err(Error::Truncate { needed: self.envelope.len, available, message: None }),
+            Err(available) => Err(ErrorKind::Truncate { needed: self.envelope.len, available, message: None }.into()),
         }
     }
 }
@@ -224,7 +224,7 @@ pub(super) enum Received {
     /// `counted` bytes counted and dropped: the message is longer than
     /// `limit`, the most a receive that matched it holds. It is never
     /// delivered: whichever receive owns it when its last byte arrives
-    /// fails with [`Error::Truncate`].
+    /// fails with [`ErrorKind::Truncate`].
     Discarded { counted: u64, limit: u64 },
     /// One chunk, kept without a copy (the whole message, once complete).
     One(Bytes),
