@@ -209,16 +209,71 @@ pub struct Collective<'a> {
     state: Running<'a>,
 }
 
-/// Where a [`Collective`] is.
+/// Where a [`Collective`] is. (Three words: a collective is moved into
+/// its caller's future, and often finished when made.)
 enum Running<'a> {
-    /// This rank's part of the call, under way, and the call if it
-    /// exchanges messages (its endpoint progresses, and the others are
-    /// told if this rank's part fails); `None` for a call whose ranks meet
-    /// in this process (see `local`: each rank left its part, which says
-    /// whether it gave up, when the call started).
-    Part(Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>, Option<Call>),
+    /// This rank's part of the call, under way.
+    Part(Pin<Box<dyn Part + 'a>>),
     /// Finished: the outcome, until it is taken.
     Done(Option<Result<()>>),
+}
+
+/// This rank's part of a collective call, under way.
+trait Part: Future<Output = Result<()>> + Send {
+    /// The call, if it exchanges messages: its endpoint progresses, and
+    /// the others are told if this rank's part fails. `None` for a call
+    /// whose ranks meet in this process (see `local`: each rank left its
+    /// part, which says whether it gave up, when the call started).
+    fn call(&self) -> Option<&Call>;
+}
+
+pin_project_lite::pin_project! {
+    /// A part over messages: `run`, which tells every other rank when it
+    /// fails (see [`Collective::new`]).
+    struct OverMessages<F> {
+        call: Call,
+        #[pin]
+        run: F,
+    }
+}
+
+impl<F: Future<Output = Result<()>>> Future for OverMessages<F> {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.project();
+        let outcome = std::task::ready!(this.run.poll(cx));
+        if outcome.is_err() {
+            this.call.give_up();
+        }
+        Poll::Ready(outcome)
+    }
+}
+
+impl<F: Future<Output = Result<()>> + Send> Part for OverMessages<F> {
+    fn call(&self) -> Option<&Call> {
+        Some(&self.call)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A part whose ranks meet in this process.
+    struct Met<F> {
+        #[pin]
+        run: F,
+    }
+}
+
+impl<F: Future<Output = Result<()>>> Future for Met<F> {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.project().run.poll(cx)
+    }
+}
+
+impl<F: Future<Output = Result<()>> + Send> Part for Met<F> {
+    fn call(&self) -> Option<&Call> {
+        None
+    }
 }
 
 impl<'a> Collective<'a> {
@@ -231,7 +286,7 @@ impl<'a> Collective<'a> {
         if let Some(e) = call.failed_at_once() {
             return Collective::finished(Err(e));
         }
-        Collective { state: Running::Part(Box::pin(run), Some(call)) }
+        Collective { state: Running::Part(Box::pin(OverMessages { call, run })) }
     }
 
     /// A collective whose ranks meet in this process (see `local`) runs
@@ -240,7 +295,7 @@ impl<'a> Collective<'a> {
     /// exchanges messages itself), and no endpoint needs to progress for
     /// it.
     pub(crate) fn met(run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
-        Collective { state: Running::Part(Box::pin(run), None) }
+        Collective { state: Running::Part(Box::pin(Met { run })) }
     }
 
     /// A collective whose ranks meet in this process, finished on this
@@ -258,11 +313,8 @@ impl Operation for Collective<'_> {
     type Output = Result<()>;
 
     fn poll_complete(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let Running::Part(run, call) = &mut self.state {
-            let outcome = std::task::ready!(run.as_mut().poll(cx));
-            if let (Err(_), Some(call)) = (&outcome, call) {
-                call.give_up();
-            }
+        if let Running::Part(part) = &mut self.state {
+            let outcome = std::task::ready!(part.as_mut().poll(cx));
             // Dropping the part releases the memory it borrowed.
             self.state = Running::Done(Some(outcome));
         }
@@ -282,13 +334,10 @@ impl Operation for Collective<'_> {
     }
 
     fn progress(&self) -> Option<usize> {
-        match &self.state {
-            Running::Part(_, Some(call)) => {
-                call.shared().progress();
-                Some(Arc::as_ptr(call.shared()) as usize)
-            }
-            Running::Part(_, None) | Running::Done(_) => None,
-        }
+        let Running::Part(part) = &self.state else { return None };
+        let call = part.call()?;
+        call.shared().progress();
+        Some(Arc::as_ptr(call.shared()) as usize)
     }
 
     fn moves_when_polled(&self) -> bool {
