@@ -622,17 +622,20 @@ pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, prepared: Result<(us
     let n = call.size();
     let ranges = move || (0..n).map(move |r| r * count..(r + 1) * count).enumerate();
     let shape = shape_of_block(&mine);
-    let me = call.rank();
     let small = SmallPart::of_block(kind, shape, &mine).filter(|_| n <= SMALL_LANE_RANKS);
-    let plain = small.and_then(|_| E::plain_dst(&recv, me * count..(me + 1) * count, INLINE)).and_then(|plain| plain.any_bytes);
+    let plain = small.and_then(|_| E::any_bytes_dst(&recv));
     if let (Some(part), Some(any_bytes)) = (small, plain) {
         // A block of a few plain values each: the small lane, every
         // rank's block taken where it lies, under the round's lock.
         let read = move |parts: MemberParts<'_>| {
             agree_small(&parts, kind, shape)?;
             for (r, items) in ranges() {
-                let (bytes, signature) = parts.get(r).block.expect("the parts agreed: none gave up");
-                take_bytes::<E>((bytes, signature, Some(any_bytes)), r, &mut recv, items).map_err(|e| (e, None))?;
+                // Every part agreed with this rank's: its block is as
+                // long as this rank's items.
+                let (bytes, signature) = parts.block(r, 0);
+                if !E::copy_agreed(&mut recv, items.clone(), bytes, any_bytes) {
+                    take_bytes::<E>((bytes, signature, None), r, &mut recv, items).map_err(|e| (e, None))?;
+                }
             }
             Ok(())
         };
@@ -706,11 +709,13 @@ pub(super) fn alltoall<'a, E: Element>(
         let read = move |parts: MemberParts<'_>| {
             agree_small(&parts, kind, NO_SHAPE)?;
             for r in (0..n).filter(|&r| r != me) {
-                let (bytes, theirs) = parts.get_block(r, me).block.expect("the parts agreed: none gave up");
+                let (bytes, theirs) = parts.block(r, me);
                 // Each receiver checks each block against its own items:
                 // copied on proof where the signatures agree.
-                let proof = Some(any_bytes).filter(|_| theirs == signature);
-                take_bytes::<E>((bytes, theirs, proof), r, &mut recv, r * c..(r + 1) * c).map_err(|e| (e, None))?;
+                let items = r * c..(r + 1) * c;
+                if theirs != signature || !E::copy_agreed(&mut recv, items.clone(), bytes, any_bytes) {
+                    take_bytes::<E>((bytes, theirs, None), r, &mut recv, items).map_err(|e| (e, None))?;
+                }
             }
             Ok(())
         };

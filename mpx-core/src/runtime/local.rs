@@ -384,9 +384,18 @@ impl<'r> MemberParts<'r> {
     /// Member `r`'s first block's bytes (none if it gave up).
     #[inline]
     pub(crate) fn bytes(&self, r: usize) -> &'r [u8] {
+        self.block(r, 0).0
+    }
+
+    /// Member `r`'s block `k`: its bytes and type signature (none if it
+    /// gave up or has no such block). A small part's is read where it
+    /// lies, without the rest of [`get_block`](MemberParts::get_block).
+    #[inline]
+    pub(crate) fn block(&self, r: usize, k: usize) -> BlockView<'r> {
+        let none = (&[][..], None);
         match &self.round.small[r] {
-            Some(small) => small.block(0).map_or(&[][..], |(bytes, _)| bytes),
-            None => self.get(r).block.map_or(&[][..], |(bytes, _)| bytes),
+            Some(small) => small.block(k).unwrap_or(none),
+            None => self.get_block(r, k).block.unwrap_or(none),
         }
     }
 
