@@ -96,6 +96,12 @@ pub(crate) fn give(buffer: Vec<u8>) {
 /// (see [`take`]); [`ErrorKind::Overflow`](crate::ErrorKind::Overflow) if memory
 /// cannot hold it.
 pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<Vec<u8>> {
+    if bytes.len() < MEDIUM {
+        // Nothing is kept for so few bytes, and an allocation this small
+        // that fails aborts anyway (a vector built field by field here
+        // would cost the processor more than the copy).
+        return Ok(bytes.to_vec());
+    }
     let mut buffer = match take(bytes.len()) {
         Some(buffer) => buffer,
         None => {
