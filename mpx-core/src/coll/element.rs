@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use crate::comm::data::{small_native_values, Packed, SendData};
-use crate::comm::{covers_every_byte, native_values_in, unpack_typed_message, RecvBuf, SendBuf};
+use crate::comm::{native_values_in, unpack_typed_message, RecvBuf, SendBuf};
 use crate::datatype::Datatype;
 use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
@@ -135,10 +135,6 @@ pub(crate) mod sealed {
         fn plain_src<'b>(src: &'b Self::Src<'_>, items: Range<usize>, max: usize) -> Option<PlainItems<'b, Self>>;
         /// [`plain_src`](Blocks::plain_src) of the destination's items.
         fn plain_dst<'b>(dst: &'b Self::Dst<'_>, items: Range<usize>, max: usize) -> Option<PlainItems<'b, Self>>;
-        /// The proof [`plain_dst`](Blocks::plain_dst) gives with any of
-        /// the destination's items (it depends on their type alone),
-        /// without looking at them.
-        fn any_bytes_dst(dst: &Self::Dst<'_>) -> Option<AnyBytes<Self>>;
         /// Checks a delivered message against the destination's items
         /// `items` and unpacks it there.
         fn deliver(dst: &mut Self::Dst<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status>;
@@ -223,16 +219,6 @@ impl<T: MpiType> sealed::Blocks for T {
         plain_values(dst.get(items)?, max)
     }
 
-    fn any_bytes_dst(_: &&mut [T]) -> Option<AnyBytes<T>> {
-        let datatype = T::datatype_ref();
-        // What `small_native_values` checks of the type, then the proof
-        // as `plain_values` gives it.
-        if datatype.is_packed() || !covers_every_byte::<T>(&datatype) {
-            return None;
-        }
-        any_bytes_of::<T>()
-    }
-
     fn deliver(dst: &mut &mut [T], items: Range<usize>, msg: &Delivered) -> Result<Status> {
         unpack_typed_message(msg, &mut dst[items])
     }
@@ -280,13 +266,8 @@ impl<T: MpiType> sealed::Blocks for T {
 fn plain_values<T: MpiType>(values: &[T], max: usize) -> Option<PlainItems<'_, T>> {
     let (bytes, signature) = small_native_values(values, max)?;
     // `small_native_values` checked that `T` has no padding.
-    Some(PlainItems { bytes, signature, any_bytes: any_bytes_of::<T>() })
-}
-
-/// The proof that any bytes make valid values of `T`, if they do, for a
-/// `T` known to have no padding.
-fn any_bytes_of<T: MpiType>() -> Option<AnyBytes<T>> {
-    (!T::NEEDS_VALIDATION).then_some(AnyBytes(std::marker::PhantomData))
+    let any_bytes = (!T::NEEDS_VALIDATION).then_some(AnyBytes(std::marker::PhantomData));
+    Some(PlainItems { bytes, signature, any_bytes })
 }
 
 impl sealed::Blocks for Described {
@@ -340,10 +321,6 @@ impl sealed::Blocks for Described {
     }
 
     fn plain_dst<'b>(_: &'b RecvBuf<'_>, _: Range<usize>, _: usize) -> Option<PlainItems<'b, Described>> {
-        None
-    }
-
-    fn any_bytes_dst(_: &RecvBuf<'_>) -> Option<AnyBytes<Described>> {
         None
     }
 

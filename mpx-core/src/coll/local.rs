@@ -610,21 +610,26 @@ fn take_bytes<E: Element>((bytes, signature, any_bytes): TakenBytes<'_, E>, from
     checked_into::<E>(native_message(Bytes::copy_from_slice(bytes), signature, from), from, items.len(), dst, items).map(drop)
 }
 
-/// `MPI_Allgather`: `prepared` is the items of each rank's block of
-/// `recv` (the blocks one after another from the start, checked) and this
-/// rank's packed contribution (or why the arguments are wrong).
-pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, prepared: Result<(usize, Block)>, mut recv: E::Dst<'a>) -> Collective<'a> {
+/// `MPI_Allgather`: `checked` is the items of each rank's block of
+/// `recv` (the blocks one after another from the start) and this rank's
+/// items of `send`, checked (or why the arguments are wrong).
+pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, checked: Result<(usize, Range<usize>)>, send: &E::Src<'_>, mut recv: E::Dst<'a>) -> Collective<'a> {
     let kind = (ALLGATHER, 0);
-    let (count, mine) = match prepared {
-        Ok(prepared) => prepared,
+    let (count, mine) = match checked {
+        Ok(checked) => checked,
         Err(e) => return refused(call, kind, e),
     };
     let n = call.size();
     let ranges = move || (0..n).map(move |r| r * count..(r + 1) * count).enumerate();
-    let shape = shape_of_block(&mine);
-    let small = SmallPart::of_block(kind, shape, &mine).filter(|_| n <= SMALL_LANE_RANKS);
-    let plain = small.and_then(|_| E::any_bytes_dst(&recv));
-    if let (Some(part), Some(any_bytes)) = (small, plain) {
+    // A block of plain values comes with the proof that any bytes make
+    // valid items of its type: the receive buffer's type too (only typed
+    // buffers give one, and they hold one type on both sides).
+    let plain = E::plain_src(send, mine.clone(), INLINE).filter(|_| n <= SMALL_LANE_RANKS);
+    let small = plain.and_then(|plain| {
+        let shape = (plain.signature, plain.bytes.len() as u64);
+        Some((SmallPart::new(kind, shape, plain.bytes, plain.signature)?, shape, plain.any_bytes?))
+    });
+    if let Some((part, shape, any_bytes)) = small {
         // A block of a few plain values each: the small lane, every
         // rank's block taken where it lies, under the round's lock.
         let read = move |parts: MemberParts<'_>| {
@@ -641,6 +646,11 @@ pub(super) fn allgather<'a, E: Element>(call: Starting<'_>, prepared: Result<(us
         };
         return with_small_parts(call, part, read, read_is_all);
     }
+    let mine = match pack_part::<E>(send, mine) {
+        Ok(block) => block,
+        Err(e) => return refused(call, kind, e),
+    };
+    let shape = shape_of_block(&mine);
     let taken = (n * count) as u64 * E::item_type(&recv).size();
     let arrival = call.meet(0, kind, shape, Ok(one_block(mine)), every_part_if_small(taken));
     with_every_part(call, arrival, move |call, parts| {

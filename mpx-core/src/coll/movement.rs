@@ -664,11 +664,8 @@ impl Comm {
         let even_count = *count.as_ref().unwrap_or(&0);
         let block_bytes = E::item_type(&recv).size().saturating_mul(even_count as u64);
         if start.local().is_some() && super::local::meets(block_bytes) {
-            let prepared = count.and_then(|count| {
-                let mine = Ring::checked_even::<E>(start.rank(), &send, &recv, (n, count), what)?;
-                Ok((count, super::local::pack_part::<E>(&send, mine)?))
-            });
-            return super::local::allgather::<E>(start, prepared, recv);
+            let checked = count.and_then(|count| Ok((count, Ring::checked_even::<E>(start.rank(), &send, &recv, (n, count), what)?)));
+            return super::local::allgather::<E>(start, checked, &send, recv);
         }
         let mut call = start.call();
         call.mark_messages();

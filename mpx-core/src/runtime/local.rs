@@ -292,15 +292,6 @@ pub(crate) struct SmallPart {
 }
 
 impl SmallPart {
-    /// A part of `kind` and `shape` of `block`, if its bytes are held
-    /// inline.
-    pub(crate) fn of_block(kind: (u8, usize), shape: (Option<(u64, u64)>, u64), block: &Block) -> Option<SmallPart> {
-        match block.data {
-            BlockBytes::Inline(data) => Some(SmallPart { kind, shape, data, signature: block.signature, blocks: 1 }),
-            BlockBytes::Shared(_) => None,
-        }
-    }
-
     /// A part of `kind` and `shape` whose one block is `bytes` of type
     /// signature `signature`, if they are few enough ([`INLINE`]).
     #[inline(always)]
