@@ -3,9 +3,9 @@
 //! Every fallible operation returns [`Result<T>`](Result). An [`Error`] is
 //! one pointer wide (its [`ErrorKind`] lives in a box), so that a
 //! `Result<()>` travels in registers through every layer of a future
-//! instead of being copied through memory. Its kind follows MPI's error
+//! instead of being copied through memory. Its kinds follow MPI's error
 //! classes so that a user who knows MPI can tell at a glance what went
-//! wrong; each carries the values that explain it.
+//! wrong; each kind carries the values that explain it.
 
 
 /// Shorthand for `Result<T, mpx::Error>`.
@@ -26,14 +26,18 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// `Error` is `Send + Sync + 'static` so it crosses tasks and threads, and it
 /// implements [`std::error::Error`]. Look at what went wrong with
 /// [`kind`](Error::kind) (or take it with [`into_kind`](Error::into_kind));
-/// an error compares equal to its kind, and any kind converts into an error
-/// with `into()` or `?`.
+/// an error and its kind compare equal (either way round), and any kind
+/// converts into an error with `into()` or `?`. mpx hands out `Error`s
+/// only: an `ErrorKind` is an error too, but one boxed as a
+/// `dyn std::error::Error` downcasts to `ErrorKind`, not to `Error`
+/// ([`Error::user`] takes either back).
 ///
 /// ```
 /// use mpx::{Datatype, Error, ErrorKind};
 /// let err = Datatype::contiguous(-1, &Datatype::double()).unwrap_err();
 /// assert!(matches!(err.kind(), ErrorKind::InvalidCount { value: -1, .. }));
 /// assert_eq!(Error::from(ErrorKind::TypeMismatch), ErrorKind::TypeMismatch);
+/// assert_eq!(ErrorKind::TypeMismatch, Error::from(ErrorKind::TypeMismatch));
 /// assert_eq!(std::mem::size_of::<mpx::Result<()>>(), std::mem::size_of::<usize>());
 /// ```
 #[derive(Clone, PartialEq, Eq)]
@@ -417,6 +421,21 @@ impl PartialEq<ErrorKind> for Error {
     /// An error equals its kind.
     fn eq(&self, kind: &ErrorKind) -> bool {
         *self.0 == *kind
+    }
+}
+
+impl PartialEq<Error> for ErrorKind {
+    /// A kind equals an error of that kind.
+    fn eq(&self, error: &Error) -> bool {
+        *self == *error.0
+    }
+}
+
+impl From<Error> for ErrorKind {
+    /// As [`Error::into_kind`].
+    #[inline]
+    fn from(error: Error) -> ErrorKind {
+        error.into_kind()
     }
 }
 

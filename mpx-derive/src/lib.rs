@@ -46,7 +46,7 @@
 //! `NEEDS_VALIDATION` is true, and `is_valid` accepts exactly the declared
 //! discriminants (`Enum::Variant as u8`, so explicit and implicit
 //! discriminants both work): unpacking any other value is an
-//! `ErrorKind::InvalidValue`, never an invalid enum.
+//! `mpx::ErrorKind::InvalidValue`, never an invalid enum.
 //!
 //! Compile-time assertions check the layout facts the impl relies on (a
 //! `packed` struct has no padding, an enum has its repr's size).

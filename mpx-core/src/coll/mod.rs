@@ -462,8 +462,7 @@ pub(crate) struct Call {
     /// Set if the call fails at once: the ranks that meet in this process
     /// called a collective that meets where this rank's exchanges
     /// messages, and nobody may be left to tell it (see
-    /// `Call::mark_messages`); one of them. (A rank, not the error, so
-    /// that a call stays small to move.)
+    /// `Call::mark_messages`); one of them.
     met_elsewhere: Option<usize>,
 }
 

@@ -84,7 +84,7 @@ impl Comm {
         async move {
             // With no buffer attached nothing is in flight, so this returns at once.
             let mut st = std::future::poll_fn(|cx| shared.poll_bsend_drained(cx)).await;
-            st.bsend.attached.take().ok_or(ErrorKind::BufferState("no buffer is attached").into())
+            st.bsend.attached.take().ok_or_else(|| ErrorKind::BufferState("no buffer is attached").into())
         }
     }
 }

@@ -157,7 +157,7 @@ impl Group {
     }
 
     fn member(&self, r: usize) -> Result<u32> {
-        self.world.get(r).copied().ok_or(ErrorKind::InvalidRank { rank: r, size: self.size() }.into())
+        self.world.get(r).copied().ok_or_else(|| ErrorKind::InvalidRank { rank: r, size: self.size() }.into())
     }
 
     /// `MPI_Group_incl`: the members at `ranks` (this group's ranks), in

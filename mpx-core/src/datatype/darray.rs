@@ -117,11 +117,11 @@ fn arg_error(msg: String) -> Error {
 }
 
 fn mul(a: i64, b: i64) -> Result<i64> {
-    a.checked_mul(b).ok_or(ErrorKind::Overflow("array extent").into())
+    a.checked_mul(b).ok_or_else(|| ErrorKind::Overflow("array extent").into())
 }
 
 fn add(a: i64, b: i64) -> Result<i64> {
-    a.checked_add(b).ok_or(ErrorKind::Overflow("array extent").into())
+    a.checked_add(b).ok_or_else(|| ErrorKind::Overflow("array extent").into())
 }
 
 /// Copies of `child` at `offset + i * stride` for `i` in `0..len`.

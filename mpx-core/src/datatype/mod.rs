@@ -249,7 +249,7 @@ fn check_lengths(what: &str, a: usize, b: usize) -> Result<()> {
 }
 
 fn mul(a: i64, b: i64, what: &'static str) -> Result<i64> {
-    a.checked_mul(b).ok_or(ErrorKind::Overflow(what).into())
+    a.checked_mul(b).ok_or_else(|| ErrorKind::Overflow(what).into())
 }
 
 impl Datatype {

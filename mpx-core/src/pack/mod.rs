@@ -367,7 +367,7 @@ fn total(per_item: u64, count: u64) -> Result<usize> {
     per_item
         .checked_mul(count)
         .and_then(|n| usize::try_from(n).ok())
-        .ok_or(ErrorKind::Overflow("packed size").into())
+        .ok_or_else(|| ErrorKind::Overflow("packed size").into())
 }
 
 /// Reserves room for `bytes` more packed bytes in `out`, or fails with

@@ -93,8 +93,9 @@ pub(crate) fn give(buffer: Vec<u8>) {
 }
 
 /// A copy of `bytes`, in a kept buffer if this thread has one with room
-/// (see [`take`]); [`ErrorKind::Overflow`](crate::ErrorKind::Overflow) if memory
-/// cannot hold it.
+/// (see [`take`]); from [`MEDIUM`] bytes on,
+/// [`ErrorKind::Overflow`](crate::ErrorKind::Overflow) if memory cannot
+/// hold it (fewer are allocated as any small vector is).
 pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<Vec<u8>> {
     if bytes.len() < MEDIUM {
         // Nothing is kept for so few bytes, and an allocation this small

@@ -791,7 +791,7 @@ impl Shared {
             }
             st.requests.remove(&id);
             st.engine.cancel_recv(id);
-            let error = st.engine.others_gone().unwrap_or(ErrorKind::Finalized.into());
+            let error = st.engine.others_gone().unwrap_or_else(|| ErrorKind::Finalized.into());
             return Poll::Ready(Completion::Recv(Err(error)));
         }
         register(waker, cx);

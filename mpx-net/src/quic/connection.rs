@@ -349,7 +349,7 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     };
     let claimed = hello.header.source;
     let buf = greeting.into_rest();
-    if let Err(e) = certs.first().map_or(Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.check_names(c, claimed)) {
+    if let Err(e) = certs.first().map_or_else(|| Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.check_names(c, claimed)) {
         return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
     }
     let duplicate = || format!("rank {claimed} is already connected, or was given up on");
@@ -396,7 +396,7 @@ async fn accept_bulk(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<
         Ok(rank) => rank,
         Err(e) => return refuse(&conn, code::PROTOCOL, e.to_string()),
     };
-    if let Err(e) = certs.first().map_or(Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.check_names(c, claimed)) {
+    if let Err(e) = certs.first().map_or_else(|| Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.check_names(c, claimed)) {
         return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
     }
     if shared.connected.lock().unwrap_or_else(|e| e.into_inner())[claimed as usize] {
