@@ -838,8 +838,8 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
         // round's lock, and combined once it is released.
         let shape = (signature, bytes.len() as u64);
         let part = SmallPart::new(kind, shape, bytes, signature).expect("few enough bytes");
-        let read = move |parts: MemberParts<'_>| {
-            agree_small(&parts, kind, shape)?;
+        let gather = move |parts: &MemberParts<'_>| {
+            agree_small(parts, kind, shape)?;
             let mut all = SmallValues::<T>::with_capacity(parts.len() * count);
             for r in 0..parts.len() {
                 // SAFETY: `T` is plain: no padding (`small_native_values`)
@@ -849,6 +849,18 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
             }
             Ok(all)
         };
+        if op.is_builtin() {
+            // One of MPI's operations, quick and never calling back into
+            // mpx: the values are combined under the round's lock, and
+            // only the outcome leaves it.
+            let read = move |parts: MemberParts<'_>| {
+                let all = gather(&parts)?;
+                Ok(combine_tree(&op, n, &|r| &all[r * count..(r + 1) * count], recv))
+            };
+            return with_small_parts(call, part, read, |_, combined: Result<()>| combined);
+        }
+        // A user's function runs once the lock is released.
+        let read = move |parts: MemberParts<'_>| gather(&parts);
         return with_small_parts(call, part, read, move |_, all: SmallValues<T>| {
             combine_tree(&op, n, &|r| &all[r * count..(r + 1) * count], recv)
         });

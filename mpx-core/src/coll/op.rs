@@ -361,6 +361,12 @@ impl<T: 'static> Op<T> {
 }
 
 impl<T> Op<T> {
+    /// Whether the operation is one of MPI's (quick, and never calls back
+    /// into mpx), not a user's function.
+    pub(crate) fn is_builtin(&self) -> bool {
+        matches!(self.kind, Kind::Builtin(..))
+    }
+
     /// Checks that the operation applies to `T` before a collective sends
     /// anything (a built-in the type does not take is an error on every
     /// rank alike).
