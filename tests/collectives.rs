@@ -1442,6 +1442,47 @@ mod meeting {
         }
     }
 
+    /// A rank whose collective exchanges messages, coming to a round where
+    /// ranks whose collective meets have left their parts, fails at once
+    /// and sends none of its data: nothing of it waits in another rank's
+    /// queue (the word that it gave up carries no data).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_fails_at_once_over_messages_sends_no_data() {
+        for order in [[0, 1, 2], [1, 0, 2]] {
+            let outcomes = returns(launch_with(3, move |comm| async move {
+                let me = comm.rank();
+                let at = order.iter().position(|&r| r == me).expect("every rank has its turn");
+                if at > 0 {
+                    comm.recv::<u8>(order[at - 1], 5).await?;
+                }
+                let mut data = vec![me as f64; 4];
+                let mut gathered = vec![0.0f64; 3 * 4];
+                let call = match me {
+                    // Rank 2 gathers to rank 0: it would send its values there.
+                    2 => comm.gather(&data.clone()[..], &mut gathered[..], 0),
+                    _ => comm.bcast(&mut data[..], 0),
+                };
+                if at < 2 {
+                    comm.send(&0u8, order[at + 1], 5).await?;
+                }
+                let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), call).await.expect("told, not left waiting");
+                match me {
+                    2 => {
+                        comm.send(&0u8, 0, 6).await?;
+                        comm.send(&0u8, 1, 6).await?;
+                    }
+                    _ => drop(comm.recv::<u8>(2, 6).await?),
+                }
+                Ok((outcome.err(), comm.queued().1))
+            }))
+            .await;
+            let (failed, _) = &outcomes[2];
+            assert!(matches!(failed.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "order {order:?}: {outcomes:?}");
+            assert!(outcomes[0].0.is_none() && outcomes[1].0.is_none(), "order {order:?}: {outcomes:?}");
+            assert_eq!(outcomes[0].1, 0, "order {order:?}: rank 2's values wait at rank 0");
+        }
+    }
+
     /// A rank that comes last to a round, and so checks every part in the
     /// call itself, reports what disagrees there, and tells a rank whose
     /// collective exchanges messages that it gave up (that rank fails

@@ -497,8 +497,17 @@ impl Call {
     /// Why the call fails at once, if it does (see `met_elsewhere`): every
     /// other rank is then told that this one gave up.
     fn failed_at_once(&self) -> Option<Error> {
-        let rank = self.met_elsewhere?;
+        let error = self.fails_at_once()?;
         self.give_up();
+        Some(error)
+    }
+
+    /// The error of a call that fails at once (see `met_elsewhere`),
+    /// without a word to the others. Such a call sends no data and posts
+    /// no receive (its algorithm may try before [`Collective::new`] sees
+    /// that it failed): nothing of it is left to hold a peer's memory.
+    fn fails_at_once(&self) -> Option<Error> {
+        let rank = self.met_elsewhere?;
         let detail = "it called a collective that meets where this rank called one that exchanges messages";
         Some(ErrorKind::CollectiveMismatch { rank, detail: detail.into() }.into())
     }
@@ -579,6 +588,9 @@ impl Call {
 
     fn send_packed(&self, pack: impl FnOnce(Repr) -> Result<Packed>, to: usize, sub: usize) -> Request<'static> {
         debug_assert!((sub as u64) < Self::SUBTAGS);
+        if let Some(e) = self.fails_at_once() {
+            return Request::completed(Err(e));
+        }
         let salt = self.salt;
         let salted = move |repr| {
             let mut packed = pack(repr)?;
@@ -626,6 +638,9 @@ impl Call {
 
     /// Posts the receive of `count` items of `datatype` from `from`.
     pub(crate) fn post_typed(&self, from: usize, count: usize, datatype: &Datatype, sub: usize) -> Result<Posted> {
+        if let Some(e) = self.fails_at_once() {
+            return Err(e);
+        }
         let limit = capacity(datatype, count as u64);
         let id = self.comm.post_recv(from, self.tag + sub as i32, self.comm.context | 1, limit)?.expect("a rank, never the null process");
         Ok(Posted { raw: RawRecv::new(self.shared().clone(), id), from, count, salt: self.salt })

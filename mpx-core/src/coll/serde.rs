@@ -22,12 +22,18 @@ use crate::request::Request;
 impl Call {
     /// Sends serialized `bytes` to `to`, as a serde message.
     fn send_serialized(&self, bytes: &Bytes, to: usize) -> Request<'static> {
+        if let Some(e) = self.fails_at_once() {
+            return Request::completed(Err(e));
+        }
         let packed = |_| Ok(serialized(bytes.clone()));
         self.comm.start_send(packed, Peer::Rank(to), self.tag, SendMode::Standard, self.comm.context | 1)
     }
 
     /// Posts the receive of a serde message from `from`, of any length.
     fn post_serialized(&self, from: usize) -> Result<Posted> {
+        if let Some(e) = self.fails_at_once() {
+            return Err(e);
+        }
         let id = self.comm.post_recv(from, self.tag, self.comm.context | 1, None)?.expect("a rank, never the null process");
         Ok(Posted { raw: RawRecv::new(self.comm.shared.clone(), id), from, count: 0, salt: 0 })
     }
