@@ -18,7 +18,8 @@ impl Comm {
     // ----- sends ------------------------------------------------------------------
 
     /// Checks the arguments, packs the data in the representation the
-    /// destination takes (`pack`), and posts it: the start of every send.
+    /// destination takes (`pack`), and posts it: the start of every send,
+    /// as a request.
     pub(crate) fn start_send<'a>(
         &self,
         pack: impl FnOnce(Repr) -> Result<Packed>,
@@ -27,47 +28,51 @@ impl Comm {
         mode: SendMode,
         context: u64,
     ) -> Request<'a> {
-        let posted = (|| -> Result<Option<u64>> {
-            let tag = Comm::tag(tag.into())?.expect("a concrete tag");
-            let Some(dest) = self.dest(dest)? else { return Ok(None) };
-            let Packed { data, repr, signature, desc_len } = pack(self.shared.repr_for(dest))?;
-            let mut st = self.shared.lock();
-            let id = st.engine.next_id();
-            if mode == SendMode::Buffered {
-                // The data as MPI counts it (pack_size), not the type description
-                // that may lead it on the wire.
-                let need = data.len() - desc_len as usize + BSEND_OVERHEAD;
-                let b = &mut st.bsend;
-                let capacity = b.attached.as_ref().map_or(0, Vec::len);
-                if b.used + need > capacity {
-                    let available = capacity.saturating_sub(b.used) as u64;
-                    return Err(ErrorKind::BufferExhausted { needed: need as u64, available }.into());
-                }
-                b.used += need;
-                b.in_flight += 1;
-                st.requests.insert(id, Tracked::Buffered(need));
-            }
-            let msg = Outgoing { dest, context, tag, signature, repr, desc_len, data };
-            if mode == SendMode::Buffered {
-                st.engine.post_send(id, mode, msg);
-                self.shared.flush(&mut st);
-                return Ok(None);
-            }
-            // An eager send is usually complete already: its request needs
-            // no second look at the endpoint.
-            match self.shared.start_send(&mut st, id, mode, msg) {
-                Some(Completion::Send(result)) => result.map(|()| None),
-                Some(other) => {
-                    st.requests.insert(id, Tracked::Done(other));
-                    Ok(Some(id))
-                }
-                None => Ok(Some(id)),
-            }
-        })();
-        match posted {
+        match self.post_send(pack, dest, tag, mode, context) {
             Ok(Some(id)) => Request::active(self.shared.clone(), id, Kind::Send, None),
             Ok(None) => Request::completed(Ok(Status::empty())),
             Err(e) => Request::completed(Err(e)),
+        }
+    }
+
+    /// [`start_send`](Comm::start_send)'s work: the send's id while it is
+    /// under way, `None` if it completed as it started.
+    #[inline]
+    fn post_send(&self, pack: impl FnOnce(Repr) -> Result<Packed>, dest: Peer, tag: i32, mode: SendMode, context: u64) -> Result<Option<u64>> {
+        let tag = Comm::tag(tag.into())?.expect("a concrete tag");
+        let Some(dest) = self.dest(dest)? else { return Ok(None) };
+        let Packed { data, repr, signature, desc_len } = pack(self.shared.repr_for(dest))?;
+        let mut st = self.shared.lock();
+        let id = st.engine.next_id();
+        if mode == SendMode::Buffered {
+            // The data as MPI counts it (pack_size), not the type description
+            // that may lead it on the wire.
+            let need = data.len() - desc_len as usize + BSEND_OVERHEAD;
+            let b = &mut st.bsend;
+            let capacity = b.attached.as_ref().map_or(0, Vec::len);
+            if b.used + need > capacity {
+                let available = capacity.saturating_sub(b.used) as u64;
+                return Err(ErrorKind::BufferExhausted { needed: need as u64, available }.into());
+            }
+            b.used += need;
+            b.in_flight += 1;
+            st.requests.insert(id, Tracked::Buffered(need));
+        }
+        let msg = Outgoing { dest, context, tag, signature, repr, desc_len, data };
+        if mode == SendMode::Buffered {
+            st.engine.post_send(id, mode, msg);
+            self.shared.flush(&mut st);
+            return Ok(None);
+        }
+        // An eager send is usually complete already: its request needs
+        // no second look at the endpoint.
+        match self.shared.start_send(&mut st, id, mode, msg) {
+            Some(Completion::Send(result)) => result.map(|()| None),
+            Some(other) => {
+                st.requests.insert(id, Tracked::Done(other));
+                Ok(Some(id))
+            }
+            None => Ok(Some(id)),
         }
     }
 
@@ -205,7 +210,7 @@ impl Comm {
     /// the future is first polled: dropping the future at any point lets the
     /// send complete in the background.
     pub fn send(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
-        Self::completion(self.isend(data, dest, tag))
+        self.completion(data, dest.into(), tag, SendMode::Standard)
     }
 
     /// `MPI_Bsend`: copies the data into the attached buffer and returns at
@@ -232,7 +237,7 @@ impl Comm {
     /// # Cancel safety
     /// Completes on its first poll.
     pub fn bsend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
-        Self::completion(self.ibsend(data, dest, tag))
+        self.completion(data, dest.into(), tag, SendMode::Buffered)
     }
 
     /// `MPI_Ssend`: completes only once a matching receive has started. See
@@ -254,7 +259,7 @@ impl Comm {
     /// As [`send`](Comm::send): a dropped synchronous send is still matched
     /// and delivered.
     pub fn ssend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
-        Self::completion(self.issend(data, dest, tag))
+        self.completion(data, dest.into(), tag, SendMode::Synchronous)
     }
 
     /// `MPI_Rsend`: valid only if the matching receive is already posted.
@@ -279,25 +284,39 @@ impl Comm {
     /// # Cancel safety
     /// As [`send`](Comm::send).
     pub fn rsend(&self, data: impl SendData, dest: impl Into<Peer>, tag: i32) -> impl Future<Output = Result<()>> + Send + 'static {
-        Self::completion(self.irsend(data, dest, tag))
+        self.completion(data, dest.into(), tag, SendMode::Ready)
     }
 
-    /// A send request as a future of `()`.
-    fn completion(request: Request<'static>) -> SendCompletion {
-        SendCompletion(request)
+    /// A blocking send's future: the send starts now, and the future
+    /// resolves to `()`.
+    fn completion(&self, data: impl SendData, dest: Peer, tag: i32, mode: SendMode) -> SendCompletion {
+        match self.post_send(|repr| data.into_packed(repr), dest, tag, mode, self.context) {
+            Ok(None) => SendCompletion::Done(Some(Ok(()))),
+            Ok(Some(id)) => SendCompletion::Waiting(Box::new(Request::active(self.shared.clone(), id, Kind::Send, None))),
+            Err(e) => SendCompletion::Done(Some(Err(e))),
+        }
     }
 }
 
-/// What the blocking sends return: their request, resolving to `()`. (A
-/// plain future rather than an `async fn`'s state machine: a send that
-/// completed as it started is ready at its first poll, and that poll is
-/// on every small message's path.)
-struct SendCompletion(Request<'static>);
+/// What the blocking sends return: resolves to `()`. (A plain future
+/// rather than an `async fn`'s state machine, and two words: a send that
+/// completed as it started, as most small messages do, is moved into its
+/// caller's future and is ready at its first poll, without a request.)
+enum SendCompletion {
+    /// Completed as it started: the outcome, until it is taken.
+    Done(Option<Result<()>>),
+    /// Under way: its request (dropping it abandons the send, as
+    /// dropping the request does).
+    Waiting(Box<Request<'static>>),
+}
 
 impl Future for SendCompletion {
     type Output = Result<()>;
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|outcome| outcome.map(drop))
+        match &mut *self {
+            SendCompletion::Done(outcome) => std::task::Poll::Ready(outcome.take().unwrap_or(Ok(()))),
+            SendCompletion::Waiting(request) => std::pin::Pin::new(&mut **request).poll(cx).map(|outcome| outcome.map(drop)),
+        }
     }
 }
