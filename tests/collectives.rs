@@ -1456,7 +1456,7 @@ mod meeting {
                     comm.recv::<u8>(order[at - 1], 5).await?;
                 }
                 let mut data = vec![me as f64; 4];
-                let mut gathered = vec![0.0f64; 3 * 4];
+                let mut gathered = [0.0f64; 3 * 4];
                 let call = match me {
                     // Rank 2 gathers to rank 0: it would send its values there.
                     2 => comm.gather(&data.clone()[..], &mut gathered[..], 0),
