@@ -1394,50 +1394,58 @@ mod meeting {
         }
     }
 
-    /// A rank whose collective exchanges messages (a gather to itself)
-    /// where the others broadcast, which meets, fails rather than waits for
-    /// messages that never come, in every order of arrival (forced by
-    /// messages), for a broadcast of a few values (the small lane) and of
-    /// more: whichever rank comes last sees the others' parts and reports
-    /// the disagreement (a broadcast's root may have finished before it).
+    /// Ranks 0 and 1 broadcast `values` values from rank 0, which meets,
+    /// where rank 2 gathers them to `root`, which exchanges messages; the
+    /// ranks start their calls in `order` (forced by messages), and ranks
+    /// 0 and 1 stay until rank 2 is done (its gather must not fail only
+    /// because they finished). Each rank's error, if any, and the bytes of
+    /// data waiting in its queue at the end.
+    async fn rank_2_gathers_where_the_others_broadcast(order: [usize; 3], values: usize, root: usize) -> Vec<(Option<mpx::Error>, u64)> {
+        returns(launch_with(3, move |comm| async move {
+            let me = comm.rank();
+            let at = order.iter().position(|&r| r == me).expect("every rank has its turn");
+            if at > 0 {
+                comm.recv::<u8>(order[at - 1], 5).await?;
+            }
+            let mut data = vec![me as f64; values];
+            let mut gathered = vec![0.0f64; 3 * values];
+            let call = match me {
+                2 => comm.gather(&data.clone()[..], &mut gathered[..], root),
+                _ => comm.bcast(&mut data[..], 0),
+            };
+            if at < 2 {
+                comm.send(&0u8, order[at + 1], 5).await?;
+            }
+            let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), call).await.expect("told, not left waiting");
+            match me {
+                2 => {
+                    comm.send(&0u8, 0, 6).await?;
+                    comm.send(&0u8, 1, 6).await?;
+                }
+                _ => drop(comm.recv::<u8>(2, 6).await?),
+            }
+            Ok((outcome.err(), comm.queued().1))
+        }))
+        .await
+    }
+
+    /// A rank whose collective exchanges messages (a gather to itself: it
+    /// waits for the others' values) where the others broadcast, which
+    /// meets, fails rather than waits for messages that never come, in
+    /// every order of arrival, for a broadcast of a few values (the small
+    /// lane) and of more: whichever rank comes last sees the others' parts
+    /// and reports the disagreement (a broadcast's root may have finished
+    /// before it).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rank_over_messages_among_ranks_that_broadcast_is_told() {
         let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
         for values in [1usize, 1024] {
             for order in orders {
-                let outcomes = returns(launch_with(3, move |comm| async move {
-                    let me = comm.rank();
-                    let at = order.iter().position(|&r| r == me).expect("every rank has its turn");
-                    if at > 0 {
-                        comm.recv::<u8>(order[at - 1], 5).await?;
-                    }
-                    let mut data = vec![me as f64; values];
-                    let mut gathered = vec![0.0f64; 3 * values];
-                    let call = match me {
-                        // Rank 2 gathers to itself: it waits for the others' values.
-                        2 => comm.gather(&data.clone()[..], &mut gathered[..], 2),
-                        _ => comm.bcast(&mut data[..], 0),
-                    };
-                    if at < 2 {
-                        comm.send(&0u8, order[at + 1], 5).await?;
-                    }
-                    let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), call).await.expect("told, not left waiting");
-                    // The others stay until rank 2 is done: its gather
-                    // must not fail only because they finished.
-                    match me {
-                        2 => {
-                            comm.send(&0u8, 0, 6).await?;
-                            comm.send(&0u8, 1, 6).await?;
-                        }
-                        _ => drop(comm.recv::<u8>(2, 6).await?),
-                    }
-                    Ok(outcome.err())
-                }))
-                .await;
-                assert!(matches!(outcomes[2].as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "{values} values, order {order:?}: the gather fails: {outcomes:?}");
+                let outcomes = rank_2_gathers_where_the_others_broadcast(order, values, 2).await;
+                assert!(matches!(outcomes[2].0.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "{values} values, order {order:?}: the gather fails: {outcomes:?}");
                 // The broadcast between ranks 0 and 1 is whole: each checks
                 // the root's part alone.
-                assert!(outcomes[0].is_none() && outcomes[1].is_none(), "{values} values, order {order:?}: {outcomes:?}");
+                assert!(outcomes[0].0.is_none() && outcomes[1].0.is_none(), "{values} values, order {order:?}: {outcomes:?}");
             }
         }
     }
@@ -1449,35 +1457,9 @@ mod meeting {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rank_that_fails_at_once_over_messages_sends_no_data() {
         for order in [[0, 1, 2], [1, 0, 2]] {
-            let outcomes = returns(launch_with(3, move |comm| async move {
-                let me = comm.rank();
-                let at = order.iter().position(|&r| r == me).expect("every rank has its turn");
-                if at > 0 {
-                    comm.recv::<u8>(order[at - 1], 5).await?;
-                }
-                let mut data = vec![me as f64; 4];
-                let mut gathered = [0.0f64; 3 * 4];
-                let call = match me {
-                    // Rank 2 gathers to rank 0: it would send its values there.
-                    2 => comm.gather(&data.clone()[..], &mut gathered[..], 0),
-                    _ => comm.bcast(&mut data[..], 0),
-                };
-                if at < 2 {
-                    comm.send(&0u8, order[at + 1], 5).await?;
-                }
-                let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), call).await.expect("told, not left waiting");
-                match me {
-                    2 => {
-                        comm.send(&0u8, 0, 6).await?;
-                        comm.send(&0u8, 1, 6).await?;
-                    }
-                    _ => drop(comm.recv::<u8>(2, 6).await?),
-                }
-                Ok((outcome.err(), comm.queued().1))
-            }))
-            .await;
-            let (failed, _) = &outcomes[2];
-            assert!(matches!(failed.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "order {order:?}: {outcomes:?}");
+            // Rank 2 gathers to rank 0: it would send its values there.
+            let outcomes = rank_2_gathers_where_the_others_broadcast(order, 4, 0).await;
+            assert!(matches!(outcomes[2].0.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "order {order:?}: {outcomes:?}");
             assert!(outcomes[0].0.is_none() && outcomes[1].0.is_none(), "order {order:?}: {outcomes:?}");
             assert_eq!(outcomes[0].1, 0, "order {order:?}: rank 2's values wait at rank 0");
         }

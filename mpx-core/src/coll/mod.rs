@@ -229,7 +229,8 @@ trait Part: Future<Output = Result<()>> + Send {
 
 pin_project_lite::pin_project! {
     /// A part over messages: `run`, which tells every other rank when it
-    /// fails (see [`Collective::new`]).
+    /// fails (see [`Collective::new`]; [`guarded`] runs one that yields a
+    /// value).
     struct OverMessages<F> {
         call: Call,
         #[pin]
@@ -237,9 +238,9 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F: Future<Output = Result<()>>> Future for OverMessages<F> {
-    type Output = Result<()>;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+impl<T, F: Future<Output = Result<T>>> Future for OverMessages<F> {
+    type Output = Result<T>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let this = self.project();
         let outcome = std::task::ready!(this.run.poll(cx));
         if outcome.is_err() {
@@ -365,11 +366,7 @@ pub(crate) async fn guarded<T>(call: Call, run: impl Future<Output = Result<T>>)
     if let Some(e) = call.failed_at_once() {
         return Err(e);
     }
-    let outcome = run.await;
-    if outcome.is_err() {
-        call.give_up();
-    }
-    outcome
+    OverMessages { call, run }.await
 }
 
 /// A collective call as it starts: numbered on its communicator, which it
