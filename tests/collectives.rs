@@ -1394,13 +1394,15 @@ mod meeting {
         }
     }
 
-    /// Ranks 0 and 1 broadcast `values` values from rank 0, which meets,
-    /// where rank 2 gathers them to `root`, which exchanges messages; the
+    /// Ranks 0 and 1 broadcast `values` values from rank `from` (0, or a
+    /// rank that does not exist: they then give up on the call), which
+    /// meets, where rank 2 gathers them to `root`, which exchanges
+    /// messages; the
     /// ranks start their calls in `order` (forced by messages), and ranks
     /// 0 and 1 stay until rank 2 is done (its gather must not fail only
     /// because they finished). Each rank's error, if any, and the bytes of
     /// data waiting in its queue at the end.
-    async fn rank_2_gathers_where_the_others_broadcast(order: [usize; 3], values: usize, root: usize) -> Vec<(Option<mpx::Error>, u64)> {
+    async fn rank_2_gathers_where_the_others_broadcast(order: [usize; 3], values: usize, from: usize, root: usize) -> Vec<(Option<mpx::Error>, u64)> {
         returns(launch_with(3, move |comm| async move {
             let me = comm.rank();
             let at = order.iter().position(|&r| r == me).expect("every rank has its turn");
@@ -1411,7 +1413,7 @@ mod meeting {
             let mut gathered = vec![0.0f64; 3 * values];
             let call = match me {
                 2 => comm.gather(&data.clone()[..], &mut gathered[..], root),
-                _ => comm.bcast(&mut data[..], 0),
+                _ => comm.bcast(&mut data[..], from),
             };
             if at < 2 {
                 comm.send(&0u8, order[at + 1], 5).await?;
@@ -1441,7 +1443,7 @@ mod meeting {
         let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
         for values in [1usize, 1024] {
             for order in orders {
-                let outcomes = rank_2_gathers_where_the_others_broadcast(order, values, 2).await;
+                let outcomes = rank_2_gathers_where_the_others_broadcast(order, values, 0, 2).await;
                 assert!(matches!(outcomes[2].0.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "{values} values, order {order:?}: the gather fails: {outcomes:?}");
                 // The broadcast between ranks 0 and 1 is whole: each checks
                 // the root's part alone.
@@ -1458,10 +1460,31 @@ mod meeting {
     async fn a_rank_that_fails_at_once_over_messages_sends_no_data() {
         for order in [[0, 1, 2], [1, 0, 2]] {
             // Rank 2 gathers to rank 0: it would send its values there.
-            let outcomes = rank_2_gathers_where_the_others_broadcast(order, 4, 0).await;
+            let outcomes = rank_2_gathers_where_the_others_broadcast(order, 4, 0, 0).await;
             assert!(matches!(outcomes[2].0.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { .. })), "order {order:?}: {outcomes:?}");
             assert!(outcomes[0].0.is_none() && outcomes[1].0.is_none(), "order {order:?}: {outcomes:?}");
             assert_eq!(outcomes[0].1, 0, "order {order:?}: rank 2's values wait at rank 0");
+        }
+    }
+
+    /// A rank whose collective exchanges messages, coming to a round where
+    /// ranks whose collective meets gave up on it (their arguments were
+    /// wrong), fails at once, saying that they gave up and why, as a rank
+    /// that meets and finds their parts does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_over_messages_where_the_others_gave_up_says_why() {
+        for order in [[0, 1, 2], [1, 0, 2]] {
+            let outcomes = rank_2_gathers_where_the_others_broadcast(order, 4, 7, 2).await;
+            for (r, (error, _)) in outcomes[..2].iter().enumerate() {
+                assert!(matches!(error.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::InvalidRank { rank: 7, size: 3 })), "order {order:?}: rank {r}: {outcomes:?}");
+            }
+            match outcomes[2].0.as_ref().map(mpx::Error::kind) {
+                Some(mpx::ErrorKind::CollectiveMismatch { rank, detail }) => {
+                    assert!(*rank < 2, "order {order:?}: a rank that gave up is named: {rank}");
+                    assert!(detail.starts_with("it gave up on the collective: ") && detail.contains("rank 7"), "order {order:?}: {detail}");
+                }
+                other => panic!("order {order:?}: {other:?}"),
+            }
         }
     }
 

@@ -144,6 +144,12 @@ impl Starting<'_> {
         self.place().leave((self.number(), 0), self.rank(), part, open)
     }
 
+    /// Leaves this rank's word that its collective exchanges messages
+    /// (see [`LocalComm::leave_word`]).
+    fn leave_word(&self, part: Part) -> Arrival<Option<Error>> {
+        self.place().leave_word((self.number(), 0), self.rank(), part)
+    }
+
     /// [`leave`](Starting::leave) of a small part.
     fn leave_small(&self, part: SmallPart, open: usize) -> Arrival<Option<Mixed>> {
         self.place().leave_small((self.number(), 0), self.rank(), part, open)
@@ -217,7 +223,7 @@ impl Call {
     /// process, that this rank's collective exchanges messages instead (a
     /// part of kind `(MESSAGES, sub-tags its messages use)`). If a rank
     /// whose collective meets has left its part already, this rank's call
-    /// fails at once (`Call::met_elsewhere`): that rank may be done with the
+    /// fails at once (`Call::fails_with`): that rank may be done with the
     /// call (a broadcast's ranks take the root's part alone), and would
     /// never tell it. A rank that meets and comes later tells it.
     pub(super) fn mark_messages(&mut self) {
@@ -225,8 +231,8 @@ impl Call {
             return;
         }
         let part = Part { kind: (MESSAGES, self.subtags), shape: NO_SHAPE, blocks: Ok(Vec::new()), whole: Vec::new() };
-        if let Arrival::Took(Some(mixed)) = self.starting().leave(part, usize::MAX) {
-            self.met_elsewhere = Some(mixed.meets);
+        if let Arrival::Took(Some(error)) = self.starting().leave_word(part) {
+            self.fails_with = Some(error);
         }
     }
 }

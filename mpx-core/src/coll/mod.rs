@@ -405,7 +405,7 @@ impl<'c> Starting<'c> {
         // Each call has 64 tags to itself: its messages' sub-tags (a
         // neighbour collective's directions) never meet another call's.
         let tag = ((u64::from(self.number) * Call::SUBTAGS) & 0x7fff_ffff) as i32;
-        Call { comm: self.comm.clone(), tag, subtags: 1, salt: 0, number: self.number, local: self.local.cloned(), met_elsewhere: None }
+        Call { comm: self.comm.clone(), tag, subtags: 1, salt: 0, number: self.number, local: self.local.cloned(), fails_with: None }
     }
 
     pub(crate) fn number(&self) -> u32 {
@@ -456,11 +456,12 @@ pub(crate) struct Call {
     /// Where the communicator's ranks meet, if they all live in this
     /// process (see `local`).
     local: Option<Arc<LocalComm>>,
-    /// Set if the call fails at once: the ranks that meet in this process
-    /// called a collective that meets where this rank's exchanges
-    /// messages, and nobody may be left to tell it (see
-    /// `Call::mark_messages`); one of them.
-    met_elsewhere: Option<usize>,
+    /// Set if the call fails at once, saying why: a rank that meets in this
+    /// process came first to the call, where this rank's collective
+    /// exchanges messages, and may be done with it, so that nobody is left
+    /// to tell this one (see `Call::mark_messages`). That rank called a
+    /// collective that meets, or gave up on the call.
+    fails_with: Option<Error>,
 }
 
 impl Call {
@@ -491,7 +492,7 @@ impl Call {
     /// Tags each call has for its messages.
     pub(crate) const SUBTAGS: u64 = 64;
 
-    /// Why the call fails at once, if it does (see `met_elsewhere`): every
+    /// Why the call fails at once, if it does (see `fails_with`): every
     /// other rank is then told that this one gave up.
     fn failed_at_once(&self) -> Option<Error> {
         let error = self.fails_at_once()?;
@@ -499,14 +500,12 @@ impl Call {
         Some(error)
     }
 
-    /// The error of a call that fails at once (see `met_elsewhere`),
+    /// The error of a call that fails at once (see `fails_with`),
     /// without a word to the others. Such a call sends no data and posts
     /// no receive (its algorithm may try before [`Collective::new`] sees
     /// that it failed): nothing of it is left to hold a peer's memory.
     fn fails_at_once(&self) -> Option<Error> {
-        let rank = self.met_elsewhere?;
-        let detail = "it called a collective that meets where this rank called one that exchanges messages";
-        Some(ErrorKind::CollectiveMismatch { rank, detail: detail.into() }.into())
+        self.fails_with.clone()
     }
 
     /// The call's number on its communicator.

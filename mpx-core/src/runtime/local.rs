@@ -581,6 +581,14 @@ impl LocalComm {
         self.sit_with(key, me, Placed::Part(part), |round, now_open| (now_open <= open).then(|| round.mixed()))
     }
 
+    /// Leaves the word of member `me`, whose collective exchanges messages
+    /// (a `part` of kind [`MESSAGES`]), at round `key`, and is done with the
+    /// round at once: takes why its call fails, if a member whose
+    /// collective meets has left its part already (see [`Round::why_mixed`]).
+    pub(crate) fn leave_word(self: &Arc<Self>, key: RoundKey, me: usize, part: Part) -> Arrival<Option<Error>> {
+        self.sit_with(key, me, Placed::Part(part), |round, _| Some(round.mixed().map(|mixed| round.why_mixed(mixed.meets))))
+    }
+
     /// Leaves member `me`'s `part` at round `key`, then takes what `take`
     /// takes from the round under the lock (given the number of rounds
     /// open), if anything: done with the round then, or waiting at its
@@ -828,6 +836,19 @@ impl Round {
     fn a_member_that_meets(&self, subtags: usize) -> Option<Mixed> {
         let meets = (0..self.parts.len()).find(|&r| self.has_part(r) && MemberParts { round: self }.get(r).kind.0 != MESSAGES)?;
         Some(Mixed { subtags, meets })
+    }
+
+    /// Why the call of a member whose collective exchanges messages fails
+    /// where member `meets`, whose collective meets, has left its part: it
+    /// gave up on the call (its arguments were wrong: its part says why),
+    /// or it called a collective that meets.
+    #[cold]
+    fn why_mixed(&self, meets: usize) -> Error {
+        let detail = match (MemberParts { round: self }).get(meets).block {
+            Err(why) => format!("it gave up on the collective: {why}"),
+            Ok(_) => "it called a collective that meets where this rank called one that exchanges messages".to_string(),
+        };
+        ErrorKind::CollectiveMismatch { rank: meets, detail }.into()
     }
 
     /// Member `from` has left its part, or every member has (`None`).
