@@ -1488,6 +1488,105 @@ mod meeting {
         }
     }
 
+    /// A value whose `Reducible::combine` (a user's code) panics.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, mpx::MpiType)]
+    #[repr(C)]
+    struct Touchy(u64);
+
+    impl mpx::coll::Reducible for Touchy {
+        fn combine(_: mpx::coll::Builtin, input: &[Self], _: &mut [Self]) -> mpx::Result<()> {
+            // (Asked with no values first: whether the operation applies.)
+            assert!(input.is_empty(), "touchy values do not combine");
+            Ok(())
+        }
+    }
+
+    /// A built-in operation on a user's `Reducible` type runs the user's
+    /// `combine`, so not under the round's lock where ranks meet: when it
+    /// panics, the rank that waited for the round is woken all the same
+    /// (it then panics too), and the launch reports its panic instead of
+    /// waiting for ever (rank 0 catches its own, and waits for rank 1). Rank 1 leaves its part first and waits (its
+    /// waker left with the round); rank 0 completes the round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_users_combine_that_panics_strands_no_rank() {
+        let run = launch_with(2, |comm| async move {
+            let mut out = [Touchy::default(); 2];
+            if comm.rank() == 1 {
+                let mut call = std::pin::pin!(comm.allreduce(&[Touchy(1), Touchy(2)][..], &mut out[..], mpx::coll::MAX));
+                // Waiting, its waker with the round, before rank 0 comes.
+                assert!(futures::poll!(call.as_mut()).is_pending());
+                comm.send(&0u8, 0, 5).await?;
+                call.await?;
+            } else {
+                comm.recv::<u8>(1, 5).await?;
+                // Rank 0's own panic caught: the launch waits for rank 1.
+                let call = async { comm.allreduce(&[Touchy(3), Touchy(4)][..], &mut out[..], mpx::coll::MAX).await };
+                let caught = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(call)).await;
+                assert!(caught.is_err(), "rank 0 runs the panicking combine");
+                // Alive until rank 1 is done: its end wakes nothing there.
+                assert!(comm.recv::<u8>(1, 6).await.is_err(), "rank 1 panics too, and sends nothing");
+            }
+            Ok(())
+        });
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), run).await.expect("no rank left waiting");
+        assert!(
+            matches!(outcome.as_ref().map_err(mpx::Error::kind), Err(mpx::ErrorKind::RankPanicked { rank: 1, message }) if message.contains("touchy")),
+            "{outcome:?}"
+        );
+    }
+
+    /// A value whose `Reducible::combine` refuses negative values: a
+    /// user's code that fails on some values only.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, mpx::MpiType)]
+    #[repr(C)]
+    struct Picky(i64);
+
+    impl mpx::coll::Reducible for Picky {
+        fn combine(_: mpx::coll::Builtin, input: &[Self], inout: &mut [Self]) -> mpx::Result<()> {
+            for (a, b) in input.iter().zip(inout.iter_mut()) {
+                if a.0 < 0 || b.0 < 0 {
+                    return Err(mpx::ErrorKind::InvalidArgument("a negative value".into()).into());
+                }
+                b.0 += a.0;
+            }
+            Ok(())
+        }
+    }
+
+    /// A large allreduce where ranks meet combines each rank's block of
+    /// the values in that rank's call: where a user's `combine` refuses
+    /// the values of one rank's block only, that rank fails, and the
+    /// others, whose blocks combined, fail too (told that it gave up, and
+    /// why) rather than wait for its combined block.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_allreduce_whose_combine_fails_in_one_block_fails_every_rank() {
+        for n in [2, 3] {
+            let count = 16_384; // 128 KiB of values: each rank combines a block.
+            let outcomes = returns(launch_with(n, move |comm| async move {
+                let mut mine = vec![Picky(comm.rank() as i64); count];
+                // In the last rank's block only.
+                mine[count - 1] = Picky(-1);
+                let mut sum = vec![Picky::default(); count];
+                let call = comm.allreduce(&mine[..], &mut sum[..], SUM);
+                Ok(tokio::time::timeout(std::time::Duration::from_secs(20), call).await.expect("no rank left waiting").err())
+            }))
+            .await;
+            for (r, error) in outcomes.iter().enumerate() {
+                let error = error.as_ref().unwrap_or_else(|| panic!("{n} ranks: rank {r} fails: {outcomes:?}"));
+                let why = if r == n - 1 { error.to_string() } else {
+                    match error.kind() {
+                        mpx::ErrorKind::CollectiveMismatch { rank, detail } => {
+                            assert_eq!(*rank, n - 1, "{n} ranks: rank {r}: {error}");
+                            detail.clone()
+                        }
+                        other => panic!("{n} ranks: rank {r}: {other:?}"),
+                    }
+                };
+                assert!(why.contains("a negative value"), "{n} ranks: rank {r}: {why}");
+            }
+        }
+    }
+
     /// A rank that comes last to a round, and so checks every part in the
     /// call itself, reports what disagrees there, and tells a rank whose
     /// collective exchanges messages that it gave up (that rank fails

@@ -855,17 +855,19 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
             }
             Ok(all)
         };
-        if op.is_builtin() {
-            // One of MPI's operations, quick and never calling back into
-            // mpx: the values are combined under the round's lock, and
-            // only the outcome leaves it.
+        if op.runs_only_mpx_code() {
+            // One of MPI's operations on one of mpx's types, quick, never
+            // panicking nor calling back into mpx: the values are combined
+            // under the round's lock, and only the outcome leaves it.
             let read = move |parts: MemberParts<'_>| {
                 let all = gather(&parts)?;
                 Ok(combine_tree(&op, n, &|r| &all[r * count..(r + 1) * count], recv))
             };
             return with_small_parts(call, part, read, |_, combined: Result<()>| combined);
         }
-        // A user's function runs once the lock is released.
+        // A user's code (a function, or the `combine` of a user's
+        // `Reducible` type) runs once the lock is released: a panic there
+        // must not strand the members waiting to be woken.
         let read = move |parts: MemberParts<'_>| gather(&parts);
         return with_small_parts(call, part, read, move |_, all: SmallValues<T>| {
             combine_tree(&op, n, &|r| &all[r * count..(r + 1) * count], recv)
@@ -910,12 +912,13 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
             combine_in_order(&op, &values, me, &mut recv[block_of(me)])?;
             drop(values);
             recycle(parts);
-            Ok(())
+            Ok::<(), Error>(())
         };
         if let Err(e) = first.await {
-            // Every rank saw the parts this rank saw, and failed as it
-            // did: none waits at the second round.
-            owed.waive();
+            // Others may have combined their blocks where this rank failed
+            // (a user's `Reducible` may refuse some values only): they wait
+            // at the second round for word of this one's.
+            drop(owed.pay(kind, Err(e.clone())));
             return Err(e);
         }
         let combined = block((&recv[block_of(me)]).into_packed(Repr::Native)?);
@@ -940,11 +943,6 @@ struct Owed {
 }
 
 impl Owed {
-    /// Nobody waits for the second round: nothing is owed.
-    fn waive(&mut self) {
-        self.call = None;
-    }
-
     fn pay(&mut self, kind: Kind, blocks: Result<Vec<Block>>) -> Seat {
         let call = self.call.take().expect("paid once");
         let shape = match &blocks {

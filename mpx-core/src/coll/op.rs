@@ -340,32 +340,72 @@ impl<T: 'static> Op<T> {
     /// `MINLOC`/`MAXLOC`, nor `MIN`/`MAX` of floats (which zero or NaN a
     /// tie keeps depends on the order).
     pub(crate) fn commutes_exactly(&self) -> bool {
-        use std::any::TypeId;
         let Kind::Builtin(op, _) = &self.kind else { return false };
-        let t = TypeId::of::<T>();
-        let integers = [
-            TypeId::of::<u8>(),
-            TypeId::of::<i8>(),
-            TypeId::of::<u16>(),
-            TypeId::of::<i16>(),
-            TypeId::of::<u32>(),
-            TypeId::of::<i32>(),
-            TypeId::of::<u64>(),
-            TypeId::of::<i64>(),
-            TypeId::of::<usize>(),
-            TypeId::of::<isize>(),
-        ];
-        let floats = [TypeId::of::<f32>(), TypeId::of::<f64>()];
-        integers.contains(&t) || (floats.contains(&t) && matches!(op, Builtin::Sum | Builtin::Prod))
+        match own_type::<T>() {
+            Some(OwnType::Integer) => true,
+            Some(OwnType::Float) => matches!(op, Builtin::Sum | Builtin::Prod),
+            Some(OwnType::Other) | None => false,
+        }
+    }
+
+    /// Whether combining runs mpx's code alone (quick, never panicking,
+    /// never calling back into mpx): a built-in on one of the types mpx
+    /// makes [`Reducible`]. Not a user's function, nor a built-in on a
+    /// user's [`Reducible`] type (its `combine` is the user's code), nor
+    /// on an array (whose elements may be a user's type).
+    pub(crate) fn runs_only_mpx_code(&self) -> bool {
+        matches!(self.kind, Kind::Builtin(..)) && own_type::<T>().is_some()
+    }
+}
+
+/// Which of the types mpx makes [`Reducible`] `T` is, if it is one.
+enum OwnType {
+    /// A primitive integer.
+    Integer,
+    /// `f32` or `f64`.
+    Float,
+    /// `bool`, a complex number, a value-and-index pair.
+    Other,
+}
+
+fn own_type<T: 'static>() -> Option<OwnType> {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    let integers = [
+        TypeId::of::<u8>(),
+        TypeId::of::<i8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<i16>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<usize>(),
+        TypeId::of::<isize>(),
+    ];
+    let floats = [TypeId::of::<f32>(), TypeId::of::<f64>()];
+    let others = [
+        TypeId::of::<bool>(),
+        #[cfg(feature = "num-complex")]
+        TypeId::of::<num_complex::Complex<f32>>(),
+        #[cfg(feature = "num-complex")]
+        TypeId::of::<num_complex::Complex<f64>>(),
+        TypeId::of::<Loc<f32>>(),
+        TypeId::of::<Loc<f64>>(),
+        TypeId::of::<Loc<i32>>(),
+        TypeId::of::<Loc<i16>>(),
+        TypeId::of::<Loc<i64>>(),
+    ];
+    if integers.contains(&t) {
+        Some(OwnType::Integer)
+    } else if floats.contains(&t) {
+        Some(OwnType::Float)
+    } else {
+        others.contains(&t).then_some(OwnType::Other)
     }
 }
 
 impl<T> Op<T> {
-    /// Whether the operation is one of MPI's (quick, and never calls back
-    /// into mpx), not a user's function.
-    pub(crate) fn is_builtin(&self) -> bool {
-        matches!(self.kind, Kind::Builtin(..))
-    }
 
     /// Checks that the operation applies to `T` before a collective sends
     /// anything (a built-in the type does not take is an error on every
