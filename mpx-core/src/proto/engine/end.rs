@@ -116,8 +116,6 @@ impl Engine {
             failed.extend(p.held.drain(..).map(|h| h.id));
             failed.extend(p.bulk.drain(..).map(|b| b.send_id));
             p.queue.clear();
-            p.queued_bytes = 0;
-            p.answers = 0;
         }
         for id in failed {
             self.events.push_back(Event::SendDone { id, result: Err(ErrorKind::Finalized.into()) });
@@ -233,8 +231,6 @@ impl Engine {
         let p = &mut self.peers[rank as usize];
         p.failed = Some(error.clone());
         p.queue.clear();
-        p.queued_bytes = 0;
-        p.answers = 0;
         p.bulk_back = None;
         let bulk: Vec<ReqId> = p.bulk.drain(..).map(|b| b.send_id).collect();
         // Tell it, so that it does not wait for this rank (best effort: the

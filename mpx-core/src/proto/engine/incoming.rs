@@ -229,10 +229,12 @@ impl Engine {
                 self.events.push_back(Event::SendDone { id: h.send_id, result });
             }
             Kind::Credit => {
-                // Credit comes back only for what this rank spent; slots
-                // too, and a finished rank may be granted a bounded number
-                // more (see `grant_after_goodbye`).
-                let credit = peer.credit.checked_add(h.data_len).filter(|&c| c <= peer.credit_granted);
+                // Credit comes back only for messages that have left this
+                // rank (not for those still queued: a peer that gave those
+                // back could make the queue grow without bound); slots
+                // only for what this rank spent, and a finished rank may be
+                // granted a bounded number more (see `grant_after_goodbye`).
+                let credit = peer.credit.checked_add(h.data_len).filter(|&c| c.saturating_add(peer.queue.eager_credit()) <= peer.credit_granted);
                 let most_slots = peer.slots_granted.saturating_add(MAX_AFTER_GOODBYE);
                 let slots = peer.slots.checked_add(h.recv_id).filter(|&s| s <= most_slots);
                 let unsolicited = peer.unsolicited.checked_add(h.seq).filter(|&u| u <= peer.unsolicited_granted);

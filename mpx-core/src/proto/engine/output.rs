@@ -14,10 +14,8 @@ impl Engine {
         if p.failed.is_some() {
             return;
         }
-        p.queued_bytes += frame.payload.len();
-        p.answers += usize::from(is_answer(frame.header.kind));
         p.queue.push_back(frame);
-        let too_many = p.answers > MAX_QUEUED_FRAMES;
+        let too_many = p.queue.answers() > MAX_QUEUED_FRAMES;
         self.schedule(dest);
         if too_many {
             self.fail_peer(dest, Error::process_failed(dest, "it stopped reading: too many answers wait for it"));
@@ -72,8 +70,6 @@ impl Engine {
         }
         if !p.blocked {
             if let Some(frame) = p.queue.pop_front() {
-                p.queued_bytes -= frame.payload.len();
-                p.answers -= usize::from(is_answer(frame.header.kind));
                 p.sent = true;
                 return Some(frame);
             }
@@ -128,8 +124,6 @@ impl Engine {
             p.bulk_back = Some(frame);
             p.bulk_blocked = true;
         } else {
-            p.queued_bytes += frame.payload.len();
-            p.answers += usize::from(is_answer(frame.header.kind));
             p.queue.push_front(frame);
             p.blocked = true;
         }
@@ -148,7 +142,7 @@ impl Engine {
     /// Payload bytes queued for `dest` (not counting rendezvous data not yet
     /// cut into chunks, which the sends own).
     pub fn queued_bytes(&self, dest: u32) -> usize {
-        self.peers.get(dest as usize).map_or(0, |p| p.queued_bytes)
+        self.peers.get(dest as usize).map_or(0, |p| p.queue.bytes())
     }
 
     /// Whether nothing this rank started is still on its way: no send

@@ -34,6 +34,85 @@ pub(super) struct Bulk {
     pub(super) offset: usize,
 }
 
+/// Frames ready to go to a peer, in order, with what they hold.
+#[derive(Default)]
+pub(super) struct FrameQueue {
+    frames: VecDeque<Frame>,
+    /// Payload bytes in `frames`.
+    bytes: usize,
+    /// Answers to the peer among them (see [`MAX_QUEUED_FRAMES`]).
+    answers: usize,
+    /// The eager credit their messages spent: credit the peer cannot give
+    /// back, since they have not left this rank.
+    eager_credit: u64,
+}
+
+impl FrameQueue {
+    pub(super) fn push_back(&mut self, frame: Frame) {
+        self.count(&frame, true);
+        self.frames.push_back(frame);
+    }
+
+    /// Puts back a frame the transport refused: it goes first.
+    pub(super) fn push_front(&mut self, frame: Frame) {
+        self.count(&frame, true);
+        self.frames.push_front(frame);
+    }
+
+    pub(super) fn pop_front(&mut self) -> Option<Frame> {
+        let frame = self.frames.pop_front()?;
+        self.count(&frame, false);
+        Some(frame)
+    }
+
+    pub(super) fn clear(&mut self) {
+        *self = FrameQueue::default();
+    }
+
+    fn count(&mut self, frame: &Frame, added: bool) {
+        let bytes = frame.payload.len();
+        let answer = usize::from(is_answer(frame.header.kind));
+        let credit = if frame.header.kind == Kind::Eager { eager_cost(bytes) } else { 0 };
+        if added {
+            self.bytes += bytes;
+            self.answers += answer;
+            self.eager_credit += credit;
+        } else {
+            self.bytes -= bytes;
+            self.answers -= answer;
+            self.eager_credit -= credit;
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Frame> {
+        self.frames.iter()
+    }
+
+    /// Payload bytes queued.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Answers to the peer queued (see [`MAX_QUEUED_FRAMES`]).
+    pub(super) fn answers(&self) -> usize {
+        self.answers
+    }
+
+    /// Eager credit the queued messages spent.
+    pub(super) fn eager_credit(&self) -> u64 {
+        self.eager_credit
+    }
+}
+
 /// What a peer said in its hello.
 #[derive(Clone, Copy)]
 pub(super) struct PeerHello {
@@ -70,13 +149,9 @@ pub(super) struct Peer {
     /// Sends waiting for credit, a slot or the hello, in order.
     pub(super) held: VecDeque<Held>,
     /// Frames ready to go, in order.
-    pub(super) queue: VecDeque<Frame>,
-    /// Payload bytes in `queue`.
-    pub(super) queued_bytes: usize,
+    pub(super) queue: FrameQueue,
     /// Rendezvous data to stream, in chunks, after `queue`.
     pub(super) bulk: VecDeque<Bulk>,
-    /// Answers to the peer in `queue` (see [`MAX_QUEUED_FRAMES`]).
-    pub(super) answers: usize,
     /// The last frame for the peer, sent once its link can take it even
     /// though nothing else goes to it any more: why this rank failed it, or,
     /// once this rank is closed, its last goodbye.
