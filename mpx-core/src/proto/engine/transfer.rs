@@ -226,7 +226,8 @@ pub(super) enum Received {
     /// delivered: whichever receive owns it when its last byte arrives
     /// fails with [`ErrorKind::Truncate`].
     Discarded { counted: u64, limit: u64 },
-    /// One chunk, kept without a copy (the whole message, once complete).
+    /// One chunk, kept without a copy if it is large (the whole message,
+    /// once complete).
     One(Bytes),
     /// Several chunks, gathered.
     Gathered(BytesMut),
@@ -286,6 +287,10 @@ impl Received {
     pub(super) fn push(&mut self, chunk: Bytes, total: u64, reserve: u64, pool: &mut BufferPool) {
         *self = match std::mem::replace(self, Received::Nothing) {
             Received::Discarded { counted, limit } => Received::Discarded { counted: counted + chunk.len() as u64, limit },
+            // A small first piece is copied: kept as it came, it would
+            // keep the whole buffer its transport received it in alive (a
+            // datagram), beyond the credit it was charged.
+            Received::Nothing if (chunk.len() as u64) < crate::proto::wire::COPY_PAYLOAD_MAX => Received::One(Bytes::copy_from_slice(&chunk)),
             Received::Nothing => Received::One(chunk),
             Received::One(first) => {
                 // Room in proportion to what has really arrived (the length
@@ -391,5 +396,28 @@ impl BufferPool {
 impl super::Queued for Unexpected {
     fn envelope(&self) -> &Envelope {
         &self.envelope
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small first piece is kept as a copy, not as a slice of the buffer
+    /// it came in (which it would keep alive); a large one as it came.
+    #[test]
+    fn a_small_first_piece_is_copied_out_of_its_buffer() {
+        let mut pool = BufferPool::default();
+        let datagram = Bytes::from(vec![7u8; 6550]);
+        let within = |b: &Bytes| datagram.as_ptr_range().contains(&b.as_ptr());
+        let mut small = Received::Nothing;
+        small.push(datagram.slice(100..101), 1, 1, &mut pool);
+        let Received::One(kept) = &small else { panic!("one piece") };
+        assert!(!within(kept) && kept[..] == [7]);
+        let large = Bytes::from(vec![8u8; 64 << 10]);
+        let mut big = Received::Nothing;
+        big.push(large.slice(..32 << 10), 64 << 10, 64 << 10, &mut pool);
+        let Received::One(kept) = &big else { panic!("one piece") };
+        assert_eq!(kept.as_ptr(), large.as_ptr(), "a large piece is kept as it came");
     }
 }
