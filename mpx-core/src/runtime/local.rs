@@ -177,12 +177,18 @@ struct CommState {
     rounds: Vec<(RoundKey, Box<Round>)>,
     /// Rounds gone, emptied, for the next ones (their lists kept): boxed
     /// as the open ones are, so that they move between the two lists as
-    /// pointers. Never more than the most rounds open at once.
+    /// pointers. At most [`SPARE_ROUNDS`] (a program that once left many
+    /// rounds open, dropping calls that ran ahead, keeps no more).
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Round>>,
     /// Per member: it holds the place ([`LocalMember`]).
     holders: Vec<bool>,
 }
+
+/// Emptied rounds a meeting place keeps for its next calls: a broadcast's
+/// root runs at most 16 calls ahead of the others, and a large allreduce
+/// opens two rounds a call.
+const SPARE_ROUNDS: usize = 32;
 
 /// A collective call's number on its communicator, and the phase of the
 /// call (0 for calls of one phase).
@@ -800,7 +806,9 @@ impl CommState {
         }
         round.wakers.iter_mut().filter_map(Option::take).for_each(|(w, _)| dropped.push(w));
         (round.arrived, round.done, round.over_messages) = (0, 0, (0, 0));
-        self.spare.push(round);
+        if self.spare.len() < SPARE_ROUNDS {
+            self.spare.push(round);
+        }
     }
 }
 
@@ -1294,6 +1302,21 @@ mod tests {
         fn wake(self: Arc<Self>) {
             self.0.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// A meeting place keeps at most [`SPARE_ROUNDS`] emptied rounds, however
+    /// many were once open at the same time.
+    #[test]
+    fn a_place_keeps_a_bounded_number_of_spare_rounds() {
+        let (_world, _holds, comm) = place(&[0, 1], 3);
+        for member in [0, 1] {
+            for call in 0..100 {
+                drop(comm.sit((call, 0), member, part(), None).seat());
+            }
+        }
+        let st = lock(&comm.state);
+        assert!(st.rounds.is_empty(), "every round done with");
+        assert_eq!(st.spare.len(), SPARE_ROUNDS, "100 rounds were open at once");
     }
 
     /// The list of blocks of a part whose round every member is done with
