@@ -38,7 +38,8 @@
 //! the round itself with no list and nothing shared, and reads every part
 //! it needs where it lies, under the round's lock, copying out only what
 //! it needs (an allreduce's operands, combined once the lock is
-//! released: no operation of the user's runs under it). A round where
+//! released, but for a built-in operation on one of mpx's own types: no
+//! code of the user's runs under it). A round where
 //! small parts meet others (typed and described buffers of the same
 //! values, or ranks that disagree) shares them all as parts, so every
 //! reader sees every part as before.
