@@ -990,6 +990,57 @@ each_transport! {
         }
     }
 
+    /// A rank that drops its part of a collective before it finished
+    /// tells the others it gave up: a broadcast's rank below it in the
+    /// tree fails, naming it, rather than wait for ever for data that
+    /// never comes (where ranks meet in memory, every rank takes the
+    /// root's part alone, and it finishes). The communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_drops_its_part_unfinished_tells_the_others() {
+        let meets = options(4).local_collectives;
+        let outcomes = returns(launch(4, |comm| async move {
+            let me = comm.rank();
+            let mut buf = [if me == 0 { 7u32 } else { 0 }; 3];
+            let bcast = match me {
+                // Started, then dropped before it could pass the root's
+                // data on to rank 3 (the root sends only once told).
+                2 => {
+                    drop(comm.bcast(&mut buf, 0));
+                    comm.send(&1u8, 0, 5).await?;
+                    None
+                }
+                0 => {
+                    comm.recv::<u8>(2, 5).await?;
+                    Some(comm.bcast(&mut buf, 0).await)
+                }
+                _ => Some(comm.bcast(&mut buf, 0).await),
+            };
+            // Rank 2 lives on until rank 3's broadcast has returned (a rank
+            // that finishes fails its peers' calls anyway).
+            if me == 3 {
+                comm.send(&1u8, 2, 6).await?;
+            }
+            if me == 2 {
+                comm.recv::<u8>(3, 6).await?;
+            }
+            let mut ranks = 0u32;
+            comm.allreduce(&1u32, &mut ranks, SUM).await?;
+            Ok((bcast, buf, ranks))
+        }))
+        .await;
+        for (rank, (bcast, buf, ranks)) in outcomes.iter().enumerate() {
+            assert_eq!(*ranks, 4, "rank {rank}: the allreduce after it");
+            match rank {
+                2 => assert!(bcast.is_none()),
+                3 if !meets => assert!(matches!(bcast, Some(Err(ref e)) if matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: 2, .. })), "rank 3: {bcast:?}"),
+                _ => {
+                    assert!(matches!(bcast, Some(Ok(()))), "rank {rank}: {bcast:?}");
+                    assert_eq!(*buf, [7; 3], "rank {rank}");
+                }
+            }
+        }
+    }
+
     /// The in-place forms against their two-buffer forms.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn in_place_forms_match_the_two_buffer_forms() {

@@ -24,10 +24,11 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe: a barrier dropped half-way has sent only part of
-    /// its messages, so the other ranks' barrier (and so their program)
-    /// waits for this rank's rest, which never comes. Later collectives on
-    /// the communicator are not confused by it (each call has its own
-    /// number).
+    /// its messages, and the other ranks are told it gave up: those whose
+    /// barrier waits for it fail with
+    /// [`ErrorKind::CollectiveMismatch`](crate::ErrorKind::CollectiveMismatch)
+    /// naming this rank. Later collectives on the communicator are not
+    /// confused by it (each call has its own number).
     pub fn barrier(&self) -> Collective<'static> {
         let start = Starting::new(self);
         if start.local().is_some() {

@@ -6,8 +6,11 @@
 //! form is the same call awaited at once. Like every request, a
 //! collective moves data into the caller's memory only in the call itself
 //! or in its future's polls, never from a background task: dropping the
-//! future is sound, but leaves the collective unfinished on this rank, and
-//! the other ranks' parts of it may then wait in vain.
+//! future is sound, but leaves the collective unfinished on this rank. The
+//! other ranks are told it gave up, and those whose parts wait for its
+//! messages fail with [`ErrorKind::CollectiveMismatch`] naming it rather
+//! than wait for ever (where ranks meet in this process, a rank's part is
+//! left when its call starts, and the others finish: see below).
 //!
 //! Values go in and out as typed slices (or a single value, or a `Vec`:
 //! [`CollRef`] and [`CollMut`]) of any [`MpiType`], derived ones (`#[derive(MpiType)]`)
@@ -229,12 +232,35 @@ trait Part: Future<Output = Result<()>> + Send {
 
 pin_project_lite::pin_project! {
     /// A part over messages: `run`, which tells every other rank when it
-    /// fails (see [`Collective::new`]; [`guarded`] runs one that yields a
-    /// value).
+    /// fails, or when it is dropped before it finished (see
+    /// [`Collective::new`]; [`guarded`] runs one that yields a value).
     struct OverMessages<F> {
         call: Call,
+        // Set once `run` has finished: nothing more to tell the others.
+        finished: bool,
         #[pin]
         run: F,
+    }
+
+    impl<F> PinnedDrop for OverMessages<F> {
+        /// A part dropped unfinished may owe other ranks messages (a
+        /// broadcast's inner rank has not passed the data on): they are
+        /// told it gave up, rather than wait for ever. A rank that did
+        /// not need this one's messages never takes the word; it waits
+        /// in that rank's queue of unexpected messages (one empty
+        /// message per rank and sub-tag, for each call dropped).
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if !*this.finished {
+                this.call.give_up();
+            }
+        }
+    }
+}
+
+impl<F> OverMessages<F> {
+    fn new(call: Call, run: F) -> OverMessages<F> {
+        OverMessages { call, finished: false, run }
     }
 }
 
@@ -243,6 +269,7 @@ impl<T, F: Future<Output = Result<T>>> Future for OverMessages<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let this = self.project();
         let outcome = std::task::ready!(this.run.poll(cx));
+        *this.finished = true;
         if outcome.is_err() {
             this.call.give_up();
         }
@@ -287,7 +314,7 @@ impl<'a> Collective<'a> {
         if let Some(e) = call.failed_at_once() {
             return Collective::finished(Err(e));
         }
-        Collective { state: Running::Part(Box::pin(OverMessages { call, run })) }
+        Collective { state: Running::Part(Box::pin(OverMessages::new(call, run))) }
     }
 
     /// A collective whose ranks meet in this process (see `local`) runs
@@ -366,7 +393,7 @@ pub(crate) async fn guarded<T>(call: Call, run: impl Future<Output = Result<T>>)
     if let Some(e) = call.failed_at_once() {
         return Err(e);
     }
-    OverMessages { call, run }.await
+    OverMessages::new(call, run).await
 }
 
 /// A collective call as it starts: numbered on its communicator, which it
@@ -770,13 +797,20 @@ fn values_in_place<T: MpiType>(msg: &Delivered, count: usize) -> Option<&[T]> {
     readable.then(|| unsafe { std::slice::from_raw_parts(msg.data.as_ptr().cast::<T>(), count) })
 }
 
+/// What a rank's call fails with where it receives rank `from`'s word
+/// that it gave up (see [`Call::give_up`]).
+fn gave_up(from: usize) -> Error {
+    let detail = "it gave up on the collective: its call failed (its own error says why) or was dropped unfinished";
+    ErrorKind::CollectiveMismatch { rank: from, detail: detail.into() }.into()
+}
+
 /// Unpacks the message a collective's receive from `from` took into items
 /// `items` of `dst`, which must be exactly the `count` posted: a message of
 /// another count or type is [`ErrorKind::CollectiveMismatch`].
 fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<Delivered> {
     let mismatch = |detail: String| -> Error { ErrorKind::CollectiveMismatch { rank: from, detail }.into() };
     if msg.envelope.signature.is_none() {
-        return Err(mismatch("it gave up on the collective (its own error says why)".into()));
+        return Err(gave_up(from));
     }
     let status = match E::deliver(dst, items, &msg) {
         Ok(status) => status,

@@ -384,7 +384,8 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe: dropped before it finishes, this rank leaves the
-    /// broadcast unfinished, and ranks below it in the tree wait in vain.
+    /// broadcast unfinished, and the ranks below it in the tree fail with
+    /// [`ErrorKind::CollectiveMismatch`] naming it (see [`crate::coll`]).
     pub fn bcast<'a, T: Element>(&self, buf: impl CollMut<'a, T>, root: usize) -> Collective<'a> {
         let mut buf = buf.values();
         let start = Starting::new(self);

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::movement::binomial;
-use super::{guarded, sent, Call, Collective, Posted};
+use super::{gave_up, guarded, sent, Call, Collective, Posted};
 use crate::comm::{deserialize, serialize, serialized, Comm, Peer, RawRecv};
 use crate::error::{ErrorKind, Result};
 use crate::proto::engine::SendMode;
@@ -46,7 +46,7 @@ impl Posted {
         let msg = raw.await?;
         match msg.envelope.signature {
             Some(SERIALIZED_SIGNATURE) => Ok(msg.data),
-            None => Err(ErrorKind::CollectiveMismatch { rank: from, detail: "it gave up on the collective (its own error says why)".into() }.into()),
+            None => Err(gave_up(from)),
             Some(_) => Err(ErrorKind::CollectiveMismatch { rank: from, detail: "it sent typed data where a serde value was expected".into() }.into()),
         }
     }
