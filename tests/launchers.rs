@@ -255,6 +255,55 @@ fn a_failing_rank_fails_mpxrun_naming_it() {
     assert_eq!(out.status.code(), Some(2), "a bad command line");
 }
 
+/// A rank that leaves a process of its own behind, outside its process
+/// group (`setsid`), holding its output open: mpxrun forwards what the
+/// rank wrote and exits with it, rather than wait for that process.
+#[test]
+fn mpxrun_does_not_wait_for_output_held_by_a_process_that_left_the_rank() {
+    if Command::new("setsid").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        assert!(std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(), "setsid (util-linux) is required (MPX_REQUIRE_LAUNCHERS) but not installed");
+        eprintln!("setsid is not installed: not tested here");
+        return;
+    }
+    let started = Instant::now();
+    let out = run(mpxrun().args(["-n", "1", "sh", "-c", "setsid sleep 30 & echo hi"]), Duration::from_secs(25));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[0] hi"), "{}", text(&out));
+    assert!(started.elapsed() < Duration::from_secs(10), "mpxrun waited {:?} for the process left behind", started.elapsed());
+}
+
+/// Through `ssh`, whose server has the user's shell run the command line
+/// it is given (played here by a script called `ssh` that drops the host
+/// and runs the rest with `sh -c`), a remote program gets its arguments
+/// as given: spaces, quotes and `;` included.
+#[test]
+fn a_remote_program_gets_its_arguments_through_a_remote_shell_intact() {
+    let dir = std::env::temp_dir().join(format!("mpx-ssh-like-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ssh = dir.join("ssh");
+    std::fs::write(&ssh, "#!/bin/sh\nshift\nexec sh -c \"$*\"\n").unwrap();
+    std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // A script just written may be "busy" to exec while another test's
+    // fork holds it open: wait until it runs.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Command::new(&ssh).args(["host", "true"]).status().map(|s| !s.success()).unwrap_or(true) {
+        assert!(Instant::now() < deadline, "{} never ran", ssh.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let check = r#"test "$1" = "a b" && test "$2" = "it's" && test "$3" = 'x;touch gone' && test "$4" = '$HOME' && echo intact"#;
+    let out = run(
+        mpxrun()
+            .args(["-n", "1", "--hosts", "127.0.0.1", "--pmi-host", "127.0.0.1", "--launch"])
+            .arg(format!("{} {{host}}", ssh.display()))
+            .args(["sh", "-c", check, "x", "a b", "it's", "x;touch gone", "$HOME"]),
+        Duration::from_secs(20),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[0] intact"), "{}", text(&out));
+}
+
 /// `kill -9` of one rank in the middle of a flood: the others' operations
 /// that depend on it fail (they do not hang), and mpxrun exits non-zero
 /// naming the rank.

@@ -11,7 +11,8 @@
 //! `mpxrun`). With `--hosts`, rank `r` starts on host `r % hosts` through
 //! the `--launch` command (`{host}` replaced; default `ssh {host}`; tests
 //! use `ip netns exec {host}`), and reaches PMI over TCP instead:
-//! `PMI_PORT` (at `--pmi-host`, default this host's address), `PMI_ID`,
+//! `PMI_PORT` (at `--pmi-host`; default `MPX_HOST`, else this host's
+//! address on its route to the first host), `PMI_ID`,
 //! and `MPX_PMI_TOKEN`, the rank's own secret, without which `mpxrun`
 //! refuses the connection. Each rank's token differs (an HMAC-SHA256 of
 //! its rank under a random key of the job), and a connection that names
@@ -20,7 +21,11 @@
 //! `ssh` passes no environment, a remote rank's variables go on its
 //! command line after the launch command, through `env`, and its token
 //! and credential come on its standard input (`MPX_CREDENTIAL=-`), never
-//! on a command line. Every process
+//! on a command line. `ssh` (or `rsh`) has the remote user's shell run
+//! that command line: through them, mpxrun quotes each word of it, so
+//! that the program gets its arguments as given (spaces, quotes and `;`
+//! included); the program's path is the remote shell's to resolve (from
+//! the remote user's home directory). Every process
 //! also gets `PMI_RANK`, `PMI_SIZE`, and `MPX_CREDENTIAL`: its rank's credential
 //! under a CA made for this job ([`JobCredential`]), as PEM text, so peers
 //! authenticate each other with mutual TLS; ranks publish their addresses
@@ -73,7 +78,8 @@ pub struct Job {
     /// the host (default `ssh {host}`).
     pub launch: String,
     /// The address ranks on other hosts reach `mpxrun`'s PMI port at
-    /// (default: this host's, as ranks advertise theirs).
+    /// (default: `MPX_HOST`, else this host's address on its route to the
+    /// first host, else its host name's).
     pub pmi_host: Option<IpAddr>,
 }
 
@@ -126,6 +132,59 @@ impl Job {
     }
 }
 
+impl Job {
+    /// Checks what [`run`] relies on: a program, 1 to
+    /// [`Start::MAX_RANKS`](super::Start::MAX_RANKS) ranks, and at least
+    /// one host and a launch command where hosts are given.
+    pub fn check(&self) -> Result<()> {
+        let bad = |why: String| -> Result<()> { Err(ErrorKind::InvalidArgument(why).into()) };
+        let max = super::Start::MAX_RANKS;
+        if self.command.is_empty() {
+            return bad("no program given".into());
+        }
+        if self.ranks == 0 || self.ranks > max {
+            return bad(format!("{} processes (1 to {max})", self.ranks));
+        }
+        if let Some(hosts) = &self.hosts {
+            if hosts.is_empty() {
+                return bad("an empty list of hosts".into());
+            }
+            if self.launch.split_whitespace().next().is_none() {
+                return bad("an empty --launch".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `launch` (a `--launch` command) has a remote shell run the
+/// command line it is given, as `ssh` and `rsh` do (sshd passes it to the
+/// user's shell), rather than run it word by word.
+fn through_remote_shell(launch: &str) -> bool {
+    let program = launch.split_whitespace().next().unwrap_or_default();
+    matches!(program.rsplit('/').next(), Some("ssh" | "rsh"))
+}
+
+/// `word` as one word of a POSIX shell's command line: as it is if it
+/// holds nothing a shell treats specially, else in single quotes (a
+/// quote inside as `'\''`).
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// `host` as the host part of `host:port` (an IPv6 address in brackets).
+fn bracketed(host: &str) -> String {
+    match host.parse::<std::net::Ipv6Addr>() {
+        Ok(_) => format!("[{host}]"),
+        Err(_) => host.to_string(),
+    }
+}
+
 /// How the job ended.
 #[derive(Debug)]
 pub struct Outcome {
@@ -145,6 +204,11 @@ impl Outcome {
         }
     }
 }
+
+/// How long `mpxrun` forwards output after its last rank has ended: a
+/// pipe that stays open longer is held by a process that left its rank's
+/// process group, which mpxrun does not wait for.
+const OUTPUT_AFTER_RANKS: Duration = Duration::from_secs(2);
 
 /// Forwards one stream of a rank's output, line by line.
 async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool) {
@@ -321,6 +385,7 @@ fn kill_group(leader: Option<u32>) {
 /// # Cancel safety
 /// Dropping the future kills the processes started (`kill_on_drop`).
 pub async fn run(job: &Job) -> Result<Outcome> {
+    job.check()?;
     let mut secret = [0u8; 40];
     rustls::crypto::ring::default_provider()
         .secure_random
@@ -340,7 +405,16 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     // Ranks on other hosts reach PMI over TCP, each with a token of its own.
     let remote = match &job.hosts {
         Some(hosts) => {
-            let ip = job.pmi_host.unwrap_or(super::advertised_ip()?);
+            let ip = match job.pmi_host {
+                Some(ip) => ip,
+                None if super::var(super::env::HOST).is_some() => super::advertised_ip()?,
+                // The address the first host reaches this one at (a host
+                // name may resolve to a loopback address, 127.0.1.1).
+                None => match super::local_route(&format!("{}:9", bracketed(&hosts[0]))) {
+                    Some(ip) => ip,
+                    None => super::advertised_ip()?,
+                },
+            };
             let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await.map_err(|e| Error::transport(format!("listening on {ip}"), e))?;
             let port = listener.local_addr().map_err(|e| Error::transport("the PMI port", e))?.port();
             let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret[8..]);
@@ -375,11 +449,18 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                         vars.push(format!("{name}={v}"));
                     }
                 }
-                c.args(words).arg("env").args(vars).arg(&job.command[0]);
+                let line = std::iter::once("env".to_string()).chain(vars).chain(job.command.iter().cloned());
+                match through_remote_shell(&job.launch) {
+                    true => c.args(words).args(line.map(|w| shell_word(&w))),
+                    false => c.args(words).args(line),
+                };
                 c
             }
         };
-        cmd.args(&job.command[1..])
+        if remote.is_none() {
+            cmd.args(&job.command[1..]);
+        }
+        cmd
             .env("PMI_RANK", rank.to_string())
             .env("PMI_SIZE", job.ranks.to_string())
             // The rank dies with mpxrun, wherever it runs (it watches its PMI connection).
@@ -534,7 +615,14 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         }
     }
     serving.abort_all();
-    while outputs.join_next().await.is_some() {}
+    // Output still open once every rank is gone and its process group
+    // killed comes from processes that left the group (a daemon a rank
+    // started with `setsid`): what the ranks wrote is forwarded, and
+    // mpxrun waits no longer than `OUTPUT_AFTER_RANKS` for the rest.
+    let forwarded = async { while outputs.join_next().await.is_some() {} };
+    if tokio::time::timeout(OUTPUT_AFTER_RANKS, forwarded).await.is_err() {
+        outputs.abort_all();
+    }
     let statuses: Vec<ExitStatus> = statuses.into_iter().map(|s| s.expect("every rank was waited for")).collect();
     if remote.is_some() {
         // A rank on another host that never spoke PMI either is no mpx
@@ -651,6 +739,41 @@ mod tests {
         assert!(rank_1.is_ok(), "{:?}", rank_1.err());
         assert!(writers[0].lock().await.is_some() && writers[1].lock().await.is_some());
         server.abort();
+    }
+
+    /// A job built by hand that `run` could not start is an error, not a
+    /// panic: no program, no ranks, an empty list of hosts or launch
+    /// command.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_run_cannot_start_is_an_error() {
+        let good = Job { ranks: 1, command: vec!["true".into()], prefix: true, keep_going: false, hosts: None, launch: "ssh {host}".into(), pmi_host: None };
+        let bad = [
+            Job { command: Vec::new(), ..good.clone() },
+            Job { ranks: 0, ..good.clone() },
+            Job { ranks: u32::MAX, ..good.clone() },
+            Job { hosts: Some(Vec::new()), ..good.clone() },
+            Job { hosts: Some(vec!["h".into()]), launch: " ".into(), ..good.clone() },
+        ];
+        for job in bad {
+            let e = run(&job).await.expect_err("refused");
+            assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)), "{job:?}: {e}");
+        }
+        assert!(run(&good).await.expect("runs").failed.is_none());
+    }
+
+    /// Words of a remote command line come out of a POSIX shell as they
+    /// went in.
+    #[test]
+    fn shell_words_survive_a_shell() {
+        let words = ["plain", "a b", "it's", "x;rm -rf ~", "$HOME", "", "\\n", "\"q\"", "PMI_PORT=10.0.0.1:80"];
+        let line: Vec<String> = words.iter().map(|w| shell_word(w)).collect();
+        let script = format!("for w in {}; do printf '%s\\0' \"$w\"; done", line.join(" "));
+        let out = std::process::Command::new("sh").arg("-c").arg(&script).output().unwrap();
+        let back: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().split_terminator('\0').collect();
+        assert_eq!(back, words);
+        assert_eq!(shell_word("PMI_RANK=3"), "PMI_RANK=3", "plain words stay as they are");
+        assert!(through_remote_shell("/usr/bin/ssh -p 2222 {host}") && through_remote_shell("rsh {host}"));
+        assert!(!through_remote_shell("ip netns exec {host}") && !through_remote_shell("sh sshd-like {host}"));
     }
 
     #[test]
