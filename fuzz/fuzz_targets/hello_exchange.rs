@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
         Err(e) => panic!("a head of the length its first byte names was refused: {e}"),
     }
     let config = sim::config(Repr::Native);
-    let mut greeting = Greeting::new(me, size, config.max_payload());
+    let mut greeting = Greeting::new(me, size);
     let mut chunks = rest.chunks(piece);
     let hello = loop {
         let Some(chunk) = chunks.next() else { return };

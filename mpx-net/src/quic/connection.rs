@@ -273,6 +273,12 @@ pub(crate) enum Socket {
 pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, socket: Socket) {
     let setups = Arc::new(tokio::sync::Semaphore::new(shared.max_setups));
     while let Some(incoming) = quic.accept().await {
+        // Every rank that dials this one has connected (or was given up
+        // on): nobody is left to set up.
+        if shared.connected.lock().unwrap_or_else(|e| e.into_inner()).iter().skip(shared.me as usize + 1).all(|&c| c) {
+            incoming.refuse();
+            continue;
+        }
         // An address not shown to be real yet (its client has not echoed
         // a retry token) is asked to: a stranger spoofing addresses then
         // never gets to take one of the setups.
@@ -335,7 +341,7 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port }).await?;
     let own_connection = shared.bulk_port != 0 && their_bulk != 0;
     let same_connection = if own_connection { None } else { Some(exchange_heads(&conn, None, StreamHead::Bulk, StreamHead::Bulk, "a connection's second stream").await?) };
-    let mut greeting = Greeting::new(shared.me, shared.size, shared.max_payload);
+    let mut greeting = Greeting::new(shared.me, shared.size);
     let hello = loop {
         let chunk = match control_in.read_chunk(64 << 10, true).await.map_err(|e| io_error("reading a hello".into(), e))? {
             Some(chunk) => chunk.bytes,

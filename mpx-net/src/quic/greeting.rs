@@ -126,11 +126,11 @@ fn check_dialler(claimed: u32, me: u32, size: u32) -> Result<()> {
 ///     .find(|(dest, _)| *dest == 0).unwrap().1;
 /// let mut bytes = hello.encode_header().to_vec();
 /// bytes.extend_from_slice(&hello.payload);
-/// let mut greeting = Greeting::new(0, 3, Config::default().max_payload());
+/// let mut greeting = Greeting::new(0, 3);
 /// assert!(greeting.push(&bytes[..10])?.is_none());
 /// assert_eq!(greeting.push(&bytes[10..])?.unwrap().header.source, 2);
 /// // Rank 2, the highest, is dialled by nobody: it refuses the same hello.
-/// assert!(Greeting::new(2, 3, 4096).push(&bytes).is_err());
+/// assert!(Greeting::new(2, 3).push(&bytes).is_err());
 /// # Ok::<(), mpx_core::Error>(())
 /// ```
 pub struct Greeting {
@@ -141,10 +141,11 @@ pub struct Greeting {
 }
 
 impl Greeting {
-    /// The greeting of a peer connecting to rank `me` of `size`, whose
-    /// frames carry at most `max_payload` bytes.
-    pub fn new(me: u32, size: u32, max_payload: usize) -> Greeting {
-        Greeting { me, size, decoder: Decoder::new(max_payload), buf: BytesMut::new() }
+    /// The greeting of a peer connecting to rank `me` of `size`. A hello
+    /// carries no payload: a header announcing one refuses the peer before
+    /// its bytes are taken.
+    pub fn new(me: u32, size: u32) -> Greeting {
+        Greeting { me, size, decoder: Decoder::new(0), buf: BytesMut::new() }
     }
 
     /// Takes the next bytes of the control stream: the hello once it is

@@ -106,7 +106,9 @@ pub struct Options {
     /// ([`Config::unsolicited_credit`]): a rendezvous message that fits
     /// starts its data without waiting a round trip for the receiver's
     /// clear-to-send. Change fields of `Options::local().engine` rather
-    /// than starting from `Config::default()`, which grants none.
+    /// than starting from `Config::default()`, which grants none. Its
+    /// `idle_timeout` must stay `None`: over QUIC a silent peer fails
+    /// after [`Options::idle_timeout`].
     pub engine: Config,
     /// The UDP payload size of every packet (QUIC's MTU), fixed: at least
     /// 1200; 1472 fits any Ethernet path. Above 6550 a batch of packets
@@ -114,6 +116,7 @@ pub struct Options {
     pub mtu: u16,
     /// A connection that hears nothing for this long fails its peer
     /// (keep-alives go four times as often, so a live peer never does).
+    /// Not zero (to QUIC, zero would mean no timeout at all).
     pub idle_timeout: Duration,
     /// How long connecting to every peer may take, retries included.
     pub connect_timeout: Duration,
@@ -197,6 +200,12 @@ impl Options {
     /// quinn's transport settings: the flow-control windows, the fixed
     /// MTU, and a congestion window that starts at ten packets.
     fn transport(&self) -> Result<quinn::TransportConfig> {
+        if self.idle_timeout.is_zero() {
+            return Err(ErrorKind::InvalidArgument("an idle timeout of 0 (a silent peer must fail after some time)".into()).into());
+        }
+        if let Some(engine_idle) = self.engine.idle_timeout {
+            return Err(ErrorKind::InvalidArgument(format!("an engine idle timeout ({engine_idle:?}): over QUIC, Options::idle_timeout bounds a silent peer")).into());
+        }
         let mut t = quinn::TransportConfig::default();
         let window = self.stream_window.max(1200);
         t.stream_receive_window(quinn::VarInt::from_u32(window));
@@ -217,6 +226,8 @@ impl Options {
         // unless the bulk lane has a connection of its own.
         t.max_concurrent_uni_streams(quinn::VarInt::from_u32(2));
         t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(0));
+        // mpx sends no datagrams, and reads none a peer sends.
+        t.datagram_receive_buffer_size(None);
         Ok(t)
     }
 }
@@ -312,7 +323,10 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     } else {
         None
     };
-    let quic = quinn::Endpoint::new(endpoint_config, Some(server), socket, runtime)
+    // The highest rank dials every peer and accepts none: with no server
+    // configuration, quinn refuses a connection attempt at once rather
+    // than queue it for an accept that never comes.
+    let quic = quinn::Endpoint::new(endpoint_config, accepts.then_some(server), socket, runtime)
         .map_err(|e| Error::transport("opening the QUIC endpoint", e))?;
     let outboxes: Arc<Vec<Arc<Outbox>>> = Arc::new((0..size).map(|_| Arc::new(Outbox::default())).collect());
     let inlets: Arc<Vec<Arc<Inlet>>> = Arc::new((0..size).map(|_| Arc::new(Inlet::default())).collect());

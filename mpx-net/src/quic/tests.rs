@@ -286,6 +286,43 @@ async fn a_first_packet_from_an_unproven_address_gets_a_retry() {
     assert!(n > 0 && answer[0] & 0xf0 == 0xf0, "not a retry: first byte {:#04x}", answer[0]);
 }
 
+/// A rank with nobody left to accept sets up no connection, even for a
+/// peer holding the job's credential: a rank whose diallers have all
+/// connected refuses it at once, and the highest rank (it dials every
+/// other, and accepts none) has no server side at all: quinn drops the
+/// attempt, which times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_with_nobody_left_to_accept_refuse_connections() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(31).unwrap();
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options()).unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    ping_pong(&zero, &one).await;
+    let impatient = Options { idle_timeout: Duration::from_secs(1), ..options() };
+    for target in [0u32, 1] {
+        let (quic, client) = hand_client(&job, 1 - target, bind(([127, 0, 0, 1], 0).into()).unwrap(), &impatient);
+        let attempt = quic.connect_with(client, addrs[target as usize], &rank_name(31, target)).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), attempt).await.expect("the attempt ended");
+        match target {
+            0 => assert!(matches!(outcome, Err(quinn::ConnectionError::ConnectionClosed(_))), "rank 0: {outcome:?}"),
+            _ => assert!(matches!(outcome, Err(quinn::ConnectionError::TimedOut)), "rank 1: {outcome:?}"),
+        }
+    }
+    ping_pong(&zero, &one).await;
+}
+
+/// An idle timeout of zero (to QUIC: none at all) and an engine idle
+/// timeout (which QUIC's replaces) are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_without_a_bound_on_silent_peers_is_refused() {
+    let job = JobCredential::generate(32).unwrap();
+    for options in [Options { idle_timeout: Duration::ZERO, ..options() }, Options { engine: Config { idle_timeout: Some(Duration::from_secs(1)), ..options().engine }, ..options() }] {
+        let (mut sockets, addrs) = sockets(1);
+        let e = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options).err().expect("refused");
+        assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)) && e.to_string().contains("idle timeout"), "{e}");
+    }
+}
+
 /// A peer that opens a stream beyond its control and bulk streams (data
 /// nobody would read, held in quinn's buffers up to the stream's window) is
 /// cut off: the connection is closed and the peer failed.
@@ -527,7 +564,7 @@ fn hello_exchange_corpus() {
                 }
             }
         }
-        let mut greeting = Greeting::new(me, size, config.max_payload());
+        let mut greeting = Greeting::new(me, size);
         assert_eq!(greeting.push(&stream).unwrap().unwrap().header.source, claimed);
         // The target's header: rank, world size - 2, piece size; then the
         // control stream's head.
@@ -916,12 +953,11 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     assert!(chain(&e).contains("waiting for rank 1 to connect"), "{}", chain(&e));
     assert!(chain(&e).contains(&format!("its hello came, but no bulk connection within 500ms (can it reach UDP port {bulk_port} here?)")), "{}", chain(&e));
 
-    // Its bulk connection, come too late, is refused.
-    let late = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &name).unwrap().await.unwrap();
-    let mut s = late.open_uni().await.unwrap();
-    s.write_all(&StreamHead::BulkConnection { rank: 1 }.encode()).await.unwrap();
-    let why = tokio::time::timeout(Duration::from_secs(5), late.closed()).await.expect("rank 0 closes it").to_string();
-    assert!(why.contains("given up on"), "{why}");
+    // Its bulk connection, come too late, is refused: rank 0 has nobody
+    // left to accept.
+    let late = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &name).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), late).await.expect("refused at once");
+    assert!(matches!(outcome, Err(quinn::ConnectionError::ConnectionClosed(_))), "{outcome:?}");
 }
 
 /// A rank with a bulk socket dials the bulk socket its lower peer
