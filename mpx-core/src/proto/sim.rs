@@ -712,7 +712,7 @@ impl Node {
                         }
                     }
                 }
-                Event::Connected { .. } => {}
+                Event::Connected { .. } | Event::PeerFailed { .. } => {}
             }
         }
     }

@@ -279,6 +279,18 @@ impl Endpoint {
         self.shared.flush(&mut st);
     }
 
+    /// Rank `rank`'s stream of frames has ended, every frame of it handed
+    /// to [`handle_frame`](Endpoint::handle_frame): a peer that has not
+    /// said goodbye fails (a peer that ends its streams without one would
+    /// otherwise be waited for until the transport's idle timeout, and
+    /// for ever where the connection stays alive).
+    pub fn peer_ended(&self, rank: usize) {
+        let mut st = self.shared.lock();
+        st.engine.peer_ended(wire_rank(rank));
+        st.wake_probes();
+        self.shared.flush(&mut st);
+    }
+
     /// When the engine next wants [`handle_timeout`](Endpoint::handle_timeout)
     /// (see [`Engine::poll_timeout`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -638,6 +650,7 @@ impl Shared {
                     Event::Connected { rank, repr } => {
                         self.reprs[rank as usize].store(repr as u8, Ordering::Relaxed);
                     }
+                    Event::PeerFailed { rank } => self.transport.peer_lost(rank as usize),
                 }
             }
             if !progressed {

@@ -80,6 +80,16 @@ pub trait Transport: Send + Sync + 'static {
         let _ = cx;
     }
 
+    /// The endpoint has failed rank `rank` (on its own finding, or on the
+    /// transport's word): nothing more is owed to it or awaited from it.
+    /// What was offered for it before (its parting goodbye) may still go
+    /// out, but [`poll_flush`](Transport::poll_flush) waits for it no
+    /// more. Called with the endpoint's lock held: it must not call into
+    /// the endpoint. The default does nothing.
+    fn peer_lost(&self, rank: usize) {
+        let _ = rank;
+    }
+
     /// Ready once every frame taken by [`send`](Transport::send) has left
     /// this process (or its peer has failed); `finalize` waits for it,
     /// after the endpoint has closed, so no frame but a last goodbye

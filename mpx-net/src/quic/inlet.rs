@@ -102,6 +102,13 @@ impl Reader {
                     Poll::Ready(Ok(Some(c))) => c.bytes,
                     Poll::Ready(Ok(None)) if self.decoder.is_idle() => {
                         self.shared.outboxes[self.peer as usize].ended(self.lane);
+                        if self.lane == Lane::Control {
+                            // Its goodbye travels here: without it, the
+                            // peer fails.
+                            if let Some(ep) = self.shared.endpoint.upgrade() {
+                                ep.peer_ended(self.peer as usize);
+                            }
+                        }
                         return Read::Ended;
                     }
                     Poll::Ready(Ok(None)) => {

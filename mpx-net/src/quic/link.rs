@@ -130,6 +130,9 @@ struct OutState {
     refused: [Option<usize>; 2],
     /// The peer failed: frames for it are refused with this error.
     failed: Option<Error>,
+    /// The endpoint failed the peer on its own finding (see
+    /// [`Outbox::lost`]): the flush no longer waits for it.
+    lost: bool,
     /// `finalize` is flushing: once drained, writers finish their streams.
     closing: bool,
     /// The tasks waiting for the flush to end.
@@ -310,6 +313,16 @@ impl Outbox {
         st.wake_flush_waiters();
     }
 
+    /// The endpoint has failed the peer on its own finding (a breach of
+    /// the protocol its frames did not show the transport, a peer that
+    /// stopped reading): what is queued for it (its parting goodbye)
+    /// still goes, but the flush waits for it no more.
+    pub(crate) fn lost(&self) {
+        let mut st = self.lock();
+        st.lost = true;
+        st.wake_flush_waiters();
+    }
+
     /// Starts the flush: writers finish their streams once drained. Ready
     /// when both streams are finished and acknowledged and the peer's two
     /// have been read to their ends (it has finalized too), or the peer
@@ -324,7 +337,7 @@ impl Outbox {
                 }
             }
         }
-        if st.failed.is_some() || st.lanes.iter().all(|q| q.finished && q.ended) {
+        if st.failed.is_some() || st.lost || st.lanes.iter().all(|q| q.finished && q.ended) {
             return Poll::Ready(());
         }
         if !st.flush_waiters.iter().any(|w| w.will_wake(cx.waker())) {
@@ -356,6 +369,12 @@ impl Transport for QuicTransport {
         match self.outboxes.get(dest) {
             Some(outbox) if dest != self.me as usize => outbox.push(frame),
             _ => Err(SendError::Failed(ErrorKind::InvalidRank { rank: dest, size: self.outboxes.len() }.into())),
+        }
+    }
+
+    fn peer_lost(&self, rank: usize) {
+        if let Some(outbox) = self.outboxes.get(rank) {
+            outbox.lost();
         }
     }
 

@@ -260,6 +260,61 @@ async fn a_peer_sending_garbage_is_cut_off_and_nobody_else_is_affected() {
     ping_pong(&zero, &one).await;
 }
 
+/// Rank 1 played by hand, connected to rank 0 of a world of 2 at `addr`
+/// (job `job_id`), both its streams on one connection, its hello sent:
+/// the connection and its control and bulk streams.
+async fn hand_rank_one(job: &JobCredential, job_id: u64, socket: UdpSocket, addr: SocketAddr) -> (quinn::Connection, quinn::SendStream, quinn::SendStream) {
+    let (quic, client) = hand_client(job, 1, socket, &options());
+    let conn = quic.connect_with(client, addr, &rank_name(job_id, 0)).unwrap().await.unwrap();
+    let mut control = conn.open_uni().await.unwrap();
+    control.write_all(&StreamHead::Control { bulk_port: 0 }.encode()).await.unwrap();
+    let mut bulk = conn.open_uni().await.unwrap();
+    bulk.write_all(&StreamHead::Bulk.encode()).await.unwrap();
+    let hello = hello_to_zero(1, 2);
+    control.write_all(&hello.encode_header()).await.unwrap();
+    control.write_all(&hello.payload).await.unwrap();
+    (conn, control, bulk)
+}
+
+/// A peer the engine fails on a frame that breaks no framing (a goodbye
+/// saying it cut this rank off), whose connection stays open and whose
+/// streams never end, does not hold up this rank's finalize.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(33).unwrap();
+    let hostile = sockets.pop().unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    let (_conn, mut control, _bulk) = hand_rank_one(&job, 33, hostile, addrs[0]).await;
+    let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
+        data_len: 2,
+        ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
+    });
+    control.write_all(&bye.encode_header()).await.unwrap();
+    let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 said it cut rank 0 off");
+    assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
+    let finalized = tokio::time::timeout(Duration::from_secs(10), zero.finalize()).await;
+    assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
+}
+
+/// A peer that ends its streams without a goodbye, its connection kept
+/// open (keep-alives answered, so no idle timeout comes), fails: a
+/// receive from it ends with `ProcessFailed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_ends_its_streams_without_a_goodbye_fails() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(34).unwrap();
+    let hostile = sockets.pop().unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    let (_conn, mut control, mut bulk) = hand_rank_one(&job, 34, hostile, addrs[0]).await;
+    control.finish().unwrap();
+    bulk.finish().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), zero.world().recv::<u32>(1, 0)).await.expect("the receive ended");
+    let e = got.expect_err("rank 1 ended its streams without a goodbye");
+    assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
+    assert!(chain(&e).contains("ended before its goodbye"), "{}", chain(&e));
+}
+
 /// A stranger's first packet, from an address it has not shown to be its
 /// own, is answered with a QUIC retry (a token the client must echo from
 /// that address), never with the handshake: packets with forged source

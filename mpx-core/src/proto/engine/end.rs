@@ -243,6 +243,15 @@ impl Engine {
         self.fail_sends_to(rank, &error);
         self.fail_recvs_from(rank, &error);
         self.drop_served_by(rank, &error);
+        self.events.push_back(Event::PeerFailed { rank });
+    }
+
+    /// Rank `rank`'s stream of frames has ended, every frame of it handled:
+    /// a peer that has not said goodbye by then never will, and fails.
+    pub fn peer_ended(&mut self, rank: u32) {
+        if (rank as usize) < self.peers.len() && !self.peers[rank as usize].finished {
+            self.fail_peer(rank, Error::process_failed(rank, "its stream ended before its goodbye"));
+        }
     }
 
     /// Fails the sends that need `rank` to match or answer.

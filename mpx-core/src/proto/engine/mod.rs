@@ -577,6 +577,13 @@ pub enum Event {
         /// The receive.
         id: ReqId,
     },
+    /// Rank `rank` has failed (see [`Engine::fail_peer`]): nothing more
+    /// is owed to it or awaited from it, and its parting goodbye, if it
+    /// can still have one, has been handed out before this event.
+    PeerFailed {
+        /// The peer.
+        rank: u32,
+    },
     /// Rank `rank`'s hello arrived: send it typed data in `repr`.
     Connected {
         /// The peer.

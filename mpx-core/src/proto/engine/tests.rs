@@ -145,14 +145,15 @@ fn a_failed_peer_fails_what_depends_on_it() {
     e[1].post_send(3, SendMode::Synchronous, msg(0, 0, b"x"));
     e[1].fail_peer(0, Error::process_failed(0, "connection lost"));
     let ev = events(&mut e[1]);
-    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert!(matches!(ev[2], Event::PeerFailed { rank: 0 }), "the runtime is told last: {ev:?}");
     assert_eq!(e[1].posted_len(), 1, "the any-source receive stays posted: rank 2 may still send");
     e[1].post_recv(4, spec(Some(0), None));
     assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 4, result: Err(ref e) }] if matches!(e.kind(), ErrorKind::ProcessFailed { .. })));
     // Once every other rank is gone, any-source receives fail too.
     e[1].fail_peer(2, Error::process_failed(2, "connection lost"));
     // Not failed yet: rank 1 may still send to itself.
-    assert!(matches!(events(&mut e[1])[..], [Event::Orphaned { id: 2 }]));
+    assert!(matches!(events(&mut e[1])[..], [Event::Orphaned { id: 2 }, Event::PeerFailed { rank: 2 }]));
     assert!(e[1].orphaned(2));
     e[1].post_recv(5, spec(Some(1), None));
     assert!(events(&mut e[1]).is_empty(), "a receive from itself can still match");
@@ -381,7 +382,7 @@ fn rendezvous_data_of_the_wrong_length_fails_the_receive() {
         } else {
             assert!(outcome.is_err(), "{wrong:?}");
         }
-        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(ref e) }] if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 0, .. })));
+        assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(ref e) }, Event::PeerFailed { rank: 0 }] if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 0, .. })));
         assert!(!e[1].anything_waits_on(0));
     }
 }
@@ -1587,7 +1588,7 @@ fn a_sender_failing_part_way_drops_its_unsolicited_data_and_fails_the_receive() 
     assert!(events(&mut e[1]).is_empty());
     assert_eq!(e[1].unsolicited_bytes(0).0, 100, "the second message's first chunk");
     e[1].fail_peer(0, ErrorKind::Protocol("gone".into()).into());
-    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(ref e) }] if matches!(e.kind(), ErrorKind::ProcessFailed { .. })));
+    assert!(matches!(&events(&mut e[1])[..], [Event::RecvDone { id: 5, result: Err(ref e) }, Event::PeerFailed { rank: 0 }] if matches!(e.kind(), ErrorKind::ProcessFailed { .. })));
     assert_eq!(e[1].unsolicited_bytes(0).0, 0);
     assert_eq!(e[1].unexpected_len(), 0);
 }
