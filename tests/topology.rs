@@ -130,6 +130,26 @@ each_transport! {
             world.barrier().await?;
             let again = world.cart_create(&[6], &[true], false).await?.expect("6 ranks");
             check_grid(&again).await?;
+            // A dimension of 0 is an error on every rank, not a grid that
+            // leaves every rank out.
+            assert!(world.cart_create(&[0, 2], &[false, false], false).await.is_err());
+            // Grids of the same size but other shapes, or periodicity, on
+            // some ranks: every rank of the grid fails, naming one that
+            // disagrees, rather than a neighbour exchange waiting for ever.
+            let shapes: [(&[usize], &[bool]); 3] = [(&[6], &[false]), (&[3, 2], &[false, false]), (&[6], &[true])];
+            for (dims, periods) in shapes.into_iter().skip(1) {
+                let (dims, periods) = if world.rank() == 2 { (dims, periods) } else { shapes[0] };
+                let got = world.cart_create(dims, periods, false).await;
+                let named = match &got {
+                    Err(e) => match e.kind() {
+                        mpx::ErrorKind::CollectiveMismatch { rank, .. } => Some(*rank),
+                        _ => None,
+                    },
+                    Ok(_) => None,
+                };
+                assert_eq!(named, Some(if world.rank() == 2 { 0 } else { 2 }), "rank {}: {got:?}", world.rank());
+            }
+            check_grid(&again).await?;
             Ok(())
         }))
         .await;

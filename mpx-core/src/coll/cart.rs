@@ -6,7 +6,7 @@ use std::future::Future;
 use std::ops::Deref;
 
 use super::{sent, Call, CollMut, CollRef, Collective, Posted};
-use crate::comm::{Comm, Peer};
+use crate::comm::{derive_context, Comm, Peer};
 use crate::datatype::{int, ints, Integer};
 use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
@@ -258,7 +258,10 @@ impl Comm {
     /// along the dimensions whose `periods` entry is `true`; the others
     /// get `None`. `reorder` lets an implementation renumber ranks for a
     /// better fit to the machine; mpx keeps their order. A grid larger than
-    /// the communicator is an error.
+    /// the communicator, or with a dimension of 0, is an error, and ranks of
+    /// the grid that passed different shapes fail with
+    /// [`ErrorKind::CollectiveMismatch`] (their neighbour exchanges would
+    /// wait for each other for ever).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -284,6 +287,8 @@ impl Comm {
             Err(ErrorKind::InvalidArgument(format!("a grid of {} dimensions (mpx takes up to {})", dims.len(), Call::SUBTAGS / 2)).into())
         } else if dims.len() != periods.len() {
             Err(ErrorKind::InvalidArgument(format!("{} dimensions, {} periodicity flags", dims.len(), periods.len())).into())
+        } else if dims.contains(&0) {
+            Err(ErrorKind::InvalidArgument(format!("a grid of {dims:?}: every dimension needs at least one rank")).into())
         } else if nodes.is_none_or(|n| n > self.size()) {
             let needs = nodes.map_or_else(|| "more than can be counted".to_string(), |n| n.to_string());
             Err(ErrorKind::InvalidArgument(format!("a grid of {dims:?} needs {needs} ranks, the communicator has {}", self.size())).into())
@@ -296,10 +301,26 @@ impl Comm {
         // fail it rather than wait for this rank.
         let split = checked.map(|()| comm.split(color, comm.rank() as i32)).map_err(|e| comm.refuse_split(e));
         async move {
-            let grid = split?.await?;
-            Ok(grid.map(|comm| Cart { comm, dims, periods }))
+            let Some(comm) = split?.await? else { return Ok(None) };
+            // The grid's ranks check that they agree on its shape: ranks
+            // that disagree would take each other's neighbours for others
+            // and wait for ever in a neighbour exchange.
+            let mine = shape_digest(&dims, &periods);
+            let shapes = comm.allgather_owned(mine).await?;
+            if let Some(rank) = shapes.iter().position(|&theirs| theirs != mine) {
+                let detail = format!("it passed another grid than this rank's {dims:?} (periodic {periods:?})");
+                return Err(ErrorKind::CollectiveMismatch { rank, detail }.into());
+            }
+            Ok(Some(Cart { comm, dims, periods }))
         }
     }
+}
+
+/// A digest of a grid's shape, its dimensions and their periodicity: the
+/// same on every rank that passes the same shape.
+fn shape_digest(dims: &[usize], periods: &[bool]) -> u64 {
+    let start = derive_context(0x6361_7274_0000_0000, dims.len() as u64);
+    dims.iter().zip(periods).fold(start, |h, (&d, &p)| derive_context(derive_context(h, d as u64), u64::from(p)))
 }
 
 impl Cart {

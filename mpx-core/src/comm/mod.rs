@@ -257,7 +257,7 @@ impl std::fmt::Debug for Comm {
 
 /// Mixes `parent` and `n` into a new context id (even: odd ids are the
 /// collective contexts of their even neighbours).
-fn derive_context(parent: u64, n: u64) -> u64 {
+pub(crate) fn derive_context(parent: u64, n: u64) -> u64 {
     let mut x = parent ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xd1b5_4a32_d192_ed03;
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

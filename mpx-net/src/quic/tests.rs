@@ -373,7 +373,7 @@ async fn a_rank_without_a_bound_on_silent_peers_is_refused() {
     let job = JobCredential::generate(32).unwrap();
     for options in [Options { idle_timeout: Duration::ZERO, ..options() }, Options { engine: Config { idle_timeout: Some(Duration::from_secs(1)), ..options().engine }, ..options() }] {
         let (mut sockets, addrs) = sockets(1);
-        let e = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options).err().expect("refused");
+        let Err(e) = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options) else { panic!("refused") };
         assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)) && e.to_string().contains("idle timeout"), "{e}");
     }
 }
