@@ -28,7 +28,8 @@ impl Comm {
     /// barrier waits for it fail with
     /// [`ErrorKind::CollectiveMismatch`](crate::ErrorKind::CollectiveMismatch)
     /// naming this rank. Later collectives on the communicator are not
-    /// confused by it (each call has its own number).
+    /// confused by it (each call has its own tags; see [`crate::coll`] for
+    /// what the word costs the ranks that did not need it).
     pub fn barrier(&self) -> Collective<'static> {
         let start = Starting::new(self);
         if start.local().is_some() {

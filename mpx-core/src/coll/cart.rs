@@ -295,23 +295,26 @@ impl Comm {
         } else {
             Ok(())
         };
-        // The split starts now, like every collective.
+        // Every rank checks that all agree on the grid's shape (ranks that
+        // disagree would take each other's neighbours for others, and wait
+        // for ever in a neighbour exchange; or leave themselves out of a
+        // grid the others count them in): an allgather of its digest, then
+        // the split, both started now, like every collective.
+        let mine = shape_digest(&dims, &periods);
+        let shapes = comm.allgather_owned(mine);
         let color = (comm.rank() < nodes.unwrap_or(0)).then_some(0);
         // A rank whose arguments are wrong refuses the split: the others
         // fail it rather than wait for this rank.
         let split = checked.map(|()| comm.split(color, comm.rank() as i32)).map_err(|e| comm.refuse_split(e));
         async move {
-            let Some(comm) = split?.await? else { return Ok(None) };
-            // The grid's ranks check that they agree on its shape: ranks
-            // that disagree would take each other's neighbours for others
-            // and wait for ever in a neighbour exchange.
-            let mine = shape_digest(&dims, &periods);
-            let shapes = comm.allgather_owned(mine).await?;
-            if let Some(rank) = shapes.iter().position(|&theirs| theirs != mine) {
+            // Dropped unfinished, either collective tells the others.
+            let split = split?;
+            if let Some(rank) = shapes.await?.iter().position(|&theirs| theirs != mine) {
                 let detail = format!("it passed another grid than this rank's {dims:?} (periodic {periods:?})");
                 return Err(ErrorKind::CollectiveMismatch { rank, detail }.into());
             }
-            Ok(Some(Cart { comm, dims, periods }))
+            let grid = split.await?;
+            Ok(grid.map(|comm| Cart { comm, dims, periods }))
         }
     }
 }

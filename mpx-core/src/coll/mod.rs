@@ -10,7 +10,10 @@
 //! other ranks are told it gave up, and those whose parts wait for its
 //! messages fail with [`ErrorKind::CollectiveMismatch`] naming it rather
 //! than wait for ever (where ranks meet in this process, a rank's part is
-//! left when its call starts, and the others finish: see below).
+//! left when its call starts, and the others finish: see below). Ranks
+//! that needed nothing more from it keep the word unread, and a little of
+//! this rank's eager credit with it: a program should not make a habit of
+//! dropping collectives.
 //!
 //! Values go in and out as typed slices (or a single value, or a `Vec`:
 //! [`CollRef`] and [`CollMut`]) of any [`MpiType`], derived ones (`#[derive(MpiType)]`)
@@ -238,6 +241,9 @@ pin_project_lite::pin_project! {
         call: Call,
         // Set once `run` has finished: nothing more to tell the others.
         finished: bool,
+        // The error of a call that failed at once (see `guarded`), which
+        // the first poll returns: `run` never runs.
+        failed_at_once: Option<Error>,
         #[pin]
         run: F,
     }
@@ -248,7 +254,11 @@ pin_project_lite::pin_project! {
         /// told it gave up, rather than wait for ever. A rank that did
         /// not need this one's messages never takes the word; it waits
         /// in that rank's queue of unexpected messages (one empty
-        /// message per rank and sub-tag, for each call dropped).
+        /// message per rank and sub-tag, for each call dropped), holding
+        /// 80 bytes of this rank's eager credit there (1 MiB by default:
+        /// thousands of dropped calls before sends to that rank stop
+        /// going eagerly), until the call 2^25 calls later on the
+        /// communicator, whose tag is the same, takes it and fails.
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if !*this.finished {
@@ -260,7 +270,7 @@ pin_project_lite::pin_project! {
 
 impl<F> OverMessages<F> {
     fn new(call: Call, run: F) -> OverMessages<F> {
-        OverMessages { call, finished: false, run }
+        OverMessages { call, finished: false, failed_at_once: None, run }
     }
 }
 
@@ -268,6 +278,9 @@ impl<T, F: Future<Output = Result<T>>> Future for OverMessages<F> {
     type Output = Result<T>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let this = self.project();
+        if let Some(e) = this.failed_at_once.take() {
+            return Poll::Ready(Err(e));
+        }
         let outcome = std::task::ready!(this.run.poll(cx));
         *this.finished = true;
         if outcome.is_err() {
@@ -387,13 +400,12 @@ impl std::fmt::Debug for Collective<'_> {
     }
 }
 
-/// Runs this rank's part of `call`; if it fails, tells every other rank
-/// (see [`Collective::new`]).
-pub(crate) async fn guarded<T>(call: Call, run: impl Future<Output = Result<T>>) -> Result<T> {
-    if let Some(e) = call.failed_at_once() {
-        return Err(e);
-    }
-    OverMessages::new(call, run).await
+/// Runs this rank's part of `call`; if it fails, or is dropped
+/// unfinished (polled or not), tells every other rank (see
+/// [`Collective::new`]).
+pub(crate) fn guarded<T, F: Future<Output = Result<T>>>(call: Call, run: F) -> impl Future<Output = Result<T>> {
+    let failed_at_once = call.failed_at_once();
+    OverMessages { call, finished: failed_at_once.is_some(), failed_at_once, run }
 }
 
 /// A collective call as it starts: numbered on its communicator, which it
@@ -415,7 +427,8 @@ impl<'c> Starting<'c> {
     /// and exchanges messages elsewhere.
     pub(crate) fn new(comm: &'c Comm) -> Starting<'c> {
         let collectives = comm.collectives();
-        // Wraps around after four billion calls, as the tags do.
+        // Wraps around after four billion calls; the tags, 64 a call in
+        // 31 bits, every 2^25 calls.
         let number = collectives.next.fetch_add(1, Ordering::Relaxed);
         let member = collectives.local.get_or_init(|| comm.shared.local.as_ref().map(|world| world.comm(comm.context | 1, comm.group().world_ranks(), comm.rank())));
         Starting { comm, number, local: member.as_ref().map(|member| &member.comm) }

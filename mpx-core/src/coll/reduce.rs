@@ -239,8 +239,9 @@ impl Comm {
     ///
     /// # Cancel safety
     /// Not cancel-safe: dropped before it finishes, this rank leaves the
-    /// reduction unfinished, and the ranks that wait for its part wait in
-    /// vain.
+    /// reduction unfinished, and the ranks that wait for its part fail
+    /// with [`ErrorKind::CollectiveMismatch`] naming it (see
+    /// [`crate::coll`]).
     pub fn reduce<'a, 's, T: MpiType>(
         &self,
         send: impl CollRef<'s, T>,

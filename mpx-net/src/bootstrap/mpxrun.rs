@@ -51,6 +51,7 @@ use std::os::unix::net::UnixStream;
 use std::net::{IpAddr, SocketAddr};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mpx_core::{Error, ErrorKind, Result};
@@ -205,13 +206,15 @@ impl Outcome {
     }
 }
 
-/// How long `mpxrun` forwards output after its last rank has ended: a
-/// pipe that stays open longer is held by a process that left its rank's
-/// process group, which mpxrun does not wait for.
-const OUTPUT_AFTER_RANKS: Duration = Duration::from_secs(2);
+/// How long `mpxrun`, its last rank ended, waits for output while none
+/// comes: a pipe that stays open and silent this long is held by a
+/// process that left its rank's process group, which mpxrun does not wait
+/// for. Output that keeps coming is forwarded to its end.
+const OUTPUT_IDLE_AFTER_RANKS: Duration = Duration::from_secs(5);
 
-/// Forwards one stream of a rank's output, line by line.
-async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool) {
+/// Forwards one stream of a rank's output, line by line, counting the
+/// lines in `lines_out`.
+async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool, lines_out: Arc<AtomicU64>) {
     // A line longer than this goes out in pieces of this length.
     const LONGEST: u64 = 64 << 10;
     let mut lines = BufReader::new(from);
@@ -221,6 +224,7 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
         match (&mut lines).take(LONGEST).read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {
+                lines_out.fetch_add(1, Ordering::Relaxed);
                 let mut out: Box<dyn Write> = if to_stderr { Box::new(std::io::stderr().lock()) } else { Box::new(std::io::stdout().lock()) };
                 if prefix {
                     let _ = write!(out, "[{rank}] ");
@@ -402,6 +406,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let writers: Writers = Arc::new((0..job.ranks).map(|_| tokio::sync::Mutex::new(None)).collect());
     let mut serving = tokio::task::JoinSet::new();
     let mut outputs = tokio::task::JoinSet::new();
+    let lines_out = Arc::new(AtomicU64::new(0));
     // Ranks on other hosts reach PMI over TCP, each with a token of its own.
     let remote = match &job.hosts {
         Some(hosts) => {
@@ -409,10 +414,11 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 Some(ip) => ip,
                 None if super::var(super::env::HOST).is_some() => super::advertised_ip()?,
                 // The address the first host reaches this one at (a host
-                // name may resolve to a loopback address, 127.0.1.1).
+                // name may resolve to a loopback address, 127.0.1.1), but
+                // for a first host that is this one by a loopback name.
                 None => match super::local_route(&format!("{}:9", bracketed(&hosts[0]))) {
-                    Some(ip) => ip,
-                    None => super::advertised_ip()?,
+                    Some(ip) if !ip.is_loopback() => ip,
+                    _ => super::advertised_ip()?,
                 },
             };
             let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await.map_err(|e| Error::transport(format!("listening on {ip}"), e))?;
@@ -529,10 +535,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             stdin.write_all(input.as_bytes()).await.map_err(|e| Error::transport(what, e))?;
         }
         if let Some(out) = child.stdout.take() {
-            outputs.spawn(forward(rank, job.prefix, out, false));
+            outputs.spawn(forward(rank, job.prefix, out, false, lines_out.clone()));
         }
         if let Some(err) = child.stderr.take() {
-            outputs.spawn(forward(rank, job.prefix, err, true));
+            outputs.spawn(forward(rank, job.prefix, err, true, lines_out.clone()));
         }
         children.push(child);
     }
@@ -617,11 +623,26 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     serving.abort_all();
     // Output still open once every rank is gone and its process group
     // killed comes from processes that left the group (a daemon a rank
-    // started with `setsid`): what the ranks wrote is forwarded, and
-    // mpxrun waits no longer than `OUTPUT_AFTER_RANKS` for the rest.
-    let forwarded = async { while outputs.join_next().await.is_some() {} };
-    if tokio::time::timeout(OUTPUT_AFTER_RANKS, forwarded).await.is_err() {
-        outputs.abort_all();
+    // started with `setsid`): it is forwarded while it comes, and mpxrun
+    // stops once it has been silent for `OUTPUT_IDLE_AFTER_RANKS`, or
+    // when interrupted.
+    loop {
+        let before = lines_out.load(Ordering::Relaxed);
+        tokio::select! {
+            next = outputs.join_next() => if next.is_none() { break },
+            _ = tokio::time::sleep(OUTPUT_IDLE_AFTER_RANKS) => if lines_out.load(Ordering::Relaxed) == before {
+                outputs.abort_all();
+                break;
+            },
+            _ = interrupt.recv() => {
+                outputs.abort_all();
+                break;
+            }
+            _ = terminate.recv() => {
+                outputs.abort_all();
+                break;
+            }
+        }
     }
     let statuses: Vec<ExitStatus> = statuses.into_iter().map(|s| s.expect("every rank was waited for")).collect();
     if remote.is_some() {

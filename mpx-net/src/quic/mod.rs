@@ -324,8 +324,8 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         None
     };
     // The highest rank dials every peer and accepts none: with no server
-    // configuration, quinn refuses a connection attempt at once rather
-    // than queue it for an accept that never comes.
+    // configuration, quinn drops a connection attempt (it times out at
+    // the client) rather than queue it for an accept that never comes.
     let quic = quinn::Endpoint::new(endpoint_config, accepts.then_some(server), socket, runtime)
         .map_err(|e| Error::transport("opening the QUIC endpoint", e))?;
     let outboxes: Arc<Vec<Arc<Outbox>>> = Arc::new((0..size).map(|_| Arc::new(Outbox::default())).collect());

@@ -247,9 +247,10 @@ impl Engine {
     }
 
     /// Rank `rank`'s stream of frames has ended, every frame of it handled:
-    /// a peer that has not said goodbye by then never will, and fails.
+    /// a peer that has not said goodbye by then never will, and fails. A
+    /// closed engine fails nobody: it drops every frame, a goodbye too.
     pub fn peer_ended(&mut self, rank: u32) {
-        if (rank as usize) < self.peers.len() && !self.peers[rank as usize].finished {
+        if !self.closed && (rank as usize) < self.peers.len() && !self.peers[rank as usize].finished {
             self.fail_peer(rank, Error::process_failed(rank, "its stream ended before its goodbye"));
         }
     }

@@ -578,8 +578,9 @@ pub enum Event {
         id: ReqId,
     },
     /// Rank `rank` has failed (see [`Engine::fail_peer`]): nothing more
-    /// is owed to it or awaited from it, and its parting goodbye, if it
-    /// can still have one, has been handed out before this event.
+    /// is owed to it or awaited from it. Its parting goodbye, if it can
+    /// still have one, is queued for it before this event (and offered to
+    /// the transport first, unless the transport is full).
     PeerFailed {
         /// The peer.
         rank: u32,

@@ -258,6 +258,31 @@ fn sends_to_a_finished_peer_that_need_it_fail() {
     assert!(e[0].is_flushed() || e[0].queued_bytes(1) > 0);
 }
 
+/// A peer whose stream of frames ends before its goodbye fails; one that
+/// said goodbye first does not, nor does any peer of an engine that has
+/// closed (it drops every frame, goodbyes too).
+#[test]
+fn a_peer_whose_stream_ends_fails_only_without_a_goodbye() {
+    let mut e = pair(Config::default());
+    e[1].post_recv(1, spec(Some(0), None));
+    e[1].peer_ended(0);
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 1, result: Err(ref err) }, Event::PeerFailed { rank: 0 }] if matches!(err.kind(), ErrorKind::ProcessFailed { rank: 0, .. })), "{ev:?}");
+    assert!(format!("{:?}", ev[0]).contains("ended before its goodbye"), "{ev:?}");
+
+    let mut e = pair(Config::default());
+    e[0].farewell(false);
+    pump(&mut e);
+    events(&mut e[1]);
+    e[1].peer_ended(0);
+    assert!(events(&mut e[1]).is_empty(), "rank 0 said goodbye");
+
+    let mut e = pair(Config::default());
+    e[1].close();
+    e[1].peer_ended(0);
+    assert!(events(&mut e[1]).iter().all(|ev| !matches!(ev, Event::PeerFailed { .. })), "a closed engine fails nobody");
+}
+
 #[test]
 fn the_goodbye_follows_sends_held_for_credit() {
     let config = Config { eager_threshold: 0, rndv_slots: 1, ..Config::default() };
