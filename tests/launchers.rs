@@ -44,6 +44,17 @@ fn outputs_within(mut ranks: Vec<Launched>, limit: Duration) -> (bool, Vec<Outpu
     (finished, outputs)
 }
 
+/// Whether `setsid` (util-linux) is installed; required under
+/// `MPX_REQUIRE_LAUNCHERS`.
+fn have_setsid() -> bool {
+    if Command::new("setsid").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok() {
+        return true;
+    }
+    assert!(std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(), "setsid (util-linux) is required (MPX_REQUIRE_LAUNCHERS) but not installed");
+    eprintln!("setsid is not installed: not tested here");
+    false
+}
+
 fn mpxrun() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mpxrun"))
 }
@@ -260,9 +271,7 @@ fn a_failing_rank_fails_mpxrun_naming_it() {
 /// rank wrote and exits with it, rather than wait for that process.
 #[test]
 fn mpxrun_does_not_wait_for_output_held_by_a_process_that_left_the_rank() {
-    if Command::new("setsid").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-        assert!(std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(), "setsid (util-linux) is required (MPX_REQUIRE_LAUNCHERS) but not installed");
-        eprintln!("setsid is not installed: not tested here");
+    if !have_setsid() {
         return;
     }
     let started = Instant::now();
@@ -1012,9 +1021,7 @@ fn outliving(pids: &[u32], limit: Duration) -> Vec<u32> {
 /// seconds, saying why.
 #[test]
 fn remote_ranks_die_with_an_interrupted_mpxrun() {
-    if Command::new("setsid").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-        assert!(std::env::var_os("MPX_REQUIRE_LAUNCHERS").is_none(), "setsid (util-linux) is required (MPX_REQUIRE_LAUNCHERS) but not installed");
-        eprintln!("setsid is not installed: not tested here");
+    if !have_setsid() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("mpx-sshd-like-{}", std::process::id()));

@@ -240,16 +240,7 @@ async fn a_peer_sending_garbage_is_cut_off_and_nobody_else_is_affected() {
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
 
     // Rank 2 by hand: a real hello, then bytes that are no frame header.
-    let (quic, client) = hand_client(&job, 2, hostile_socket, &options());
-    let conn = quic.connect_with(client, addrs[0], &rank_name(4, 0)).unwrap().await.unwrap();
-    let hello = hello_to_zero(2, 3);
-    // No bulk socket: both streams on this connection.
-    let mut control = conn.open_uni().await.unwrap();
-    control.write_all(&StreamHead::Control { bulk_port: 0 }.encode()).await.unwrap();
-    let mut bulk = conn.open_uni().await.unwrap();
-    bulk.write_all(&StreamHead::Bulk.encode()).await.unwrap();
-    control.write_all(&hello.encode_header()).await.unwrap();
-    control.write_all(&hello.payload).await.unwrap();
+    let (conn, mut control, _bulk) = hand_rank_greeting_zero(&job, 4, 2, 3, hostile_socket, addrs[0]).await;
     control.write_all(&[0xff; 200]).await.unwrap();
 
     // Rank 0 fails rank 2 with the decoder's error and closes the connection.
@@ -260,17 +251,18 @@ async fn a_peer_sending_garbage_is_cut_off_and_nobody_else_is_affected() {
     ping_pong(&zero, &one).await;
 }
 
-/// Rank 1 played by hand, connected to rank 0 of a world of 2 at `addr`
-/// (job `job_id`), both its streams on one connection, its hello sent:
-/// the connection and its control and bulk streams.
-async fn hand_rank_one(job: &JobCredential, job_id: u64, socket: UdpSocket, addr: SocketAddr) -> (quinn::Connection, quinn::SendStream, quinn::SendStream) {
-    let (quic, client) = hand_client(job, 1, socket, &options());
+/// Rank `rank` of a world of `size` played by hand, connected to rank 0
+/// at `addr` (job `job_id`) with no bulk socket (both its streams on one
+/// connection), its hello sent: the connection and its control and bulk
+/// streams.
+async fn hand_rank_greeting_zero(job: &JobCredential, job_id: u64, rank: u32, size: u32, socket: UdpSocket, addr: SocketAddr) -> (quinn::Connection, quinn::SendStream, quinn::SendStream) {
+    let (quic, client) = hand_client(job, rank, socket, &options());
     let conn = quic.connect_with(client, addr, &rank_name(job_id, 0)).unwrap().await.unwrap();
     let mut control = conn.open_uni().await.unwrap();
     control.write_all(&StreamHead::Control { bulk_port: 0 }.encode()).await.unwrap();
     let mut bulk = conn.open_uni().await.unwrap();
     bulk.write_all(&StreamHead::Bulk.encode()).await.unwrap();
-    let hello = hello_to_zero(1, 2);
+    let hello = hello_to_zero(rank, size);
     control.write_all(&hello.encode_header()).await.unwrap();
     control.write_all(&hello.payload).await.unwrap();
     (conn, control, bulk)
@@ -285,7 +277,7 @@ async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
     let job = JobCredential::generate(33).unwrap();
     let hostile = sockets.pop().unwrap();
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
-    let (_conn, mut control, _bulk) = hand_rank_one(&job, 33, hostile, addrs[0]).await;
+    let (_conn, mut control, _bulk) = hand_rank_greeting_zero(&job, 33, 1, 2, hostile, addrs[0]).await;
     let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
         data_len: 2,
         ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
@@ -306,7 +298,7 @@ async fn a_peer_that_ends_its_streams_without_a_goodbye_fails() {
     let job = JobCredential::generate(34).unwrap();
     let hostile = sockets.pop().unwrap();
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
-    let (_conn, mut control, mut bulk) = hand_rank_one(&job, 34, hostile, addrs[0]).await;
+    let (_conn, mut control, mut bulk) = hand_rank_greeting_zero(&job, 34, 1, 2, hostile, addrs[0]).await;
     control.finish().unwrap();
     bulk.finish().unwrap();
     let got = tokio::time::timeout(Duration::from_secs(10), zero.world().recv::<u32>(1, 0)).await.expect("the receive ended");
