@@ -343,8 +343,23 @@ impl Decoder {
 }
 
 /// Payloads up to this many bytes that [`ChunkDecoder`] finds whole in a
-/// chunk are copied out of it rather than sliced (see there).
+/// chunk, and first pieces of rendezvous data up to it, are copied out of
+/// their buffer rather than sliced: a slice would keep the whole buffer
+/// alive.
 pub const COPY_PAYLOAD_MAX: u64 = 16 << 10;
+
+/// `bytes`, a part of a buffer received from a transport, to keep past
+/// that buffer: up to [`COPY_PAYLOAD_MAX`] bytes a copy, larger ones as
+/// the slice of it `slice` makes. A slice keeps the whole buffer alive (a
+/// QUIC stack receives many packets into one), while what is kept may be
+/// charged only its own bytes (an unexpected message's credit).
+pub(crate) fn kept(bytes: &[u8], slice: impl FnOnce() -> Bytes) -> Bytes {
+    if bytes.len() as u64 <= COPY_PAYLOAD_MAX {
+        Bytes::copy_from_slice(bytes)
+    } else {
+        slice()
+    }
+}
 
 /// Takes frames off a byte stream that arrives in chunks (as a QUIC
 /// stream's do), copying as little as it can: a frame whole inside one
@@ -475,19 +490,11 @@ impl ChunkDecoder {
     }
 }
 
-/// The payload of a whole frame's bytes: a slice of them, or, up to
-/// [`COPY_PAYLOAD_MAX`] bytes, a copy. A slice keeps the whole buffer the
-/// bytes lie in alive (a QUIC stack receives many packets into one, and a
-/// frame gathered across chunks lies in the decoder's buffer, which a
-/// large frame may have grown), and a message may wait long as unexpected,
-/// its credit counting only its own bytes.
+/// The payload of a whole frame's bytes, to keep (see [`kept`]): a frame
+/// gathered across chunks lies in the decoder's buffer, and a message may
+/// wait long as unexpected.
 fn payload_of(whole: &Bytes) -> Bytes {
-    let payload = &whole[HEADER_LEN..];
-    if payload.len() as u64 <= COPY_PAYLOAD_MAX {
-        Bytes::copy_from_slice(payload)
-    } else {
-        whole.slice(HEADER_LEN..)
-    }
+    kept(&whole[HEADER_LEN..], || whole.slice(HEADER_LEN..))
 }
 
 #[cfg(test)]

@@ -290,8 +290,7 @@ impl Received {
             // A small first piece is copied: kept as it came, it would
             // keep the whole buffer its transport received it in alive (a
             // datagram), beyond the credit it was charged.
-            Received::Nothing if (chunk.len() as u64) < crate::proto::wire::COPY_PAYLOAD_MAX => Received::One(Bytes::copy_from_slice(&chunk)),
-            Received::Nothing => Received::One(chunk),
+            Received::Nothing => Received::One(crate::proto::wire::kept(&chunk, || chunk.clone())),
             Received::One(first) => {
                 // Room in proportion to what has really arrived (the length
                 // is the sender's claim): a few times the first chunks, up
