@@ -53,6 +53,28 @@ async fn null_and_inactive_entries() {
         assert!(set.wait_any().await.is_none());
         assert_eq!((set.len(), set.active()), (2, 0));
         assert_eq!(comm.recv::<u8>(0, 0).await?.0, 1);
+        // wait_any, wait_some, test_any and test_some pass over null and
+        // inactive requests (MPI-4.1 §3.7.5): with one active request
+        // beside them, they return it and then report nothing active.
+        let mut x = 0u8;
+        let mut set = RequestSet::new();
+        set.push(Request::inactive());
+        let recv = set.push(comm.irecv(&mut x, 0, 5));
+        set.push(Request::inactive());
+        assert_eq!(set.active(), 1);
+        assert!(matches!(set.test_any(), Tested::Pending), "the receive has no message yet");
+        comm.send(&4u8, 0, 5).await?;
+        assert!(matches!(set.wait_any().await, Some((slot, Ok(_))) if slot == recv));
+        assert!(set.wait_any().await.is_none());
+        assert!(set.wait_some().await.is_none());
+        assert!(matches!(set.test_any(), Tested::Inactive));
+        assert!(matches!(set.test_some(), Tested::Inactive));
+        assert_eq!((set.len(), set.active()), (3, 0));
+        let all = set.wait_all().await;
+        assert_eq!(all.iter().map(|(slot, _)| *slot).collect::<Vec<_>>(), [0, 2]);
+        assert!(all.iter().all(|(_, st)| matches!(st, Ok(st) if *st == Status::empty())));
+        drop(set);
+        assert_eq!(x, 4);
         // wait_all over slots: None entries are null requests, with no outcome.
         let mut slots: Vec<Option<Request>> = vec![None, None];
         assert!(wait_all(&mut slots).await.iter().all(Option::is_none));
@@ -430,9 +452,12 @@ async fn inactive_persistent_requests_and_owned_modes() {
         let mut reqs = vec![Some(Request::inactive()), None];
         let results = wait_all(&mut reqs).await;
         assert!(matches!(&results[0], Some(Ok(st)) if *st == Status::empty()));
+        // A set of inactive requests has none to wait for (MPI_UNDEFINED);
+        // wait_all gives each an empty status.
         let mut set: RequestSet<_> = [Request::inactive()].into_iter().collect();
-        assert!(matches!(set.wait_any().await, Some((0, Ok(st))) if st == Status::empty()));
         assert!(set.wait_any().await.is_none());
+        assert!(matches!(&set.wait_all().await[..], [(0, Ok(st))] if *st == Status::empty()));
+        assert!(set.wait_all().await.is_empty());
         for round in 0..5u16 {
             ssend.buffer_mut()[1] = round;
             let mut reqs = start_all([&mut recv as &mut dyn Persistent, &mut ssend]);

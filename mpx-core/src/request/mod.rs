@@ -330,7 +330,9 @@ impl<'a> Request<'a> {
     }
 
     /// An inactive request (MPI's null or inactive persistent request):
-    /// awaiting it gives an empty status at once.
+    /// awaiting it gives an empty status at once, as does
+    /// [`wait_all`](crate::wait_all); in a [`RequestSet`], `wait_any`,
+    /// `wait_some`, `test_any` and `test_some` pass over it, as MPI's do.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -600,6 +602,17 @@ pub trait Operation: Unpin {
         false
     }
 
+    /// Whether this is MPI's null or an inactive persistent request
+    /// ([`Request::inactive`], a `None` slot, a request whose outcome was
+    /// taken): the completion functions that return one request, or some,
+    /// pass over it ([`RequestSet::wait_any`] and the others), while the
+    /// ones that return all give it an empty status, as MPI-4.1 §3.7.3 and
+    /// §3.7.5 have them. A detail of mpx.
+    #[doc(hidden)]
+    fn is_inactive(&self) -> bool {
+        false
+    }
+
     /// `MPI_Test`: the outcome if the operation has completed, without
     /// waiting (processing arrived frames first), for every kind of
     /// request: [`Request::test`] does the same for a [`Request`].
@@ -658,6 +671,10 @@ impl<R: Operation + ?Sized> Operation for &mut R {
     fn moves_when_polled(&self) -> bool {
         (**self).moves_when_polled()
     }
+
+    fn is_inactive(&self) -> bool {
+        (**self).is_inactive()
+    }
 }
 
 /// A slot that may hold MPI's null request (`None`): complete at once with
@@ -684,6 +701,10 @@ impl<R: Operation> Operation for Option<R> {
     fn moves_when_polled(&self) -> bool {
         self.as_ref().is_some_and(R::moves_when_polled)
     }
+
+    fn is_inactive(&self) -> bool {
+        self.as_ref().is_none_or(R::is_inactive)
+    }
 }
 
 impl Operation for Request<'_> {
@@ -706,6 +727,10 @@ impl Operation for Request<'_> {
             s.progress();
             Arc::as_ptr(s) as usize
         })
+    }
+
+    fn is_inactive(&self) -> bool {
+        matches!(self.state, State::Complete(None))
     }
 }
 

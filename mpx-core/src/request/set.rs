@@ -184,10 +184,14 @@ impl<R: Operation> RequestSet<R> {
         Ok(())
     }
 
-    /// Puts `request` in slot `index`, which exists, and has it polled.
+    /// Puts `request` in slot `index`, which exists, and has it polled
+    /// (an inactive request has nothing to poll: it waits for `wait_all`).
     fn put(&mut self, index: usize, request: R) {
+        let active = !request.is_inactive();
         self.slots[index] = Some(request);
-        self.queue.push(index);
+        if active {
+            self.queue.push(index);
+        }
     }
 
     /// Number of slots (active or not).
@@ -222,7 +226,9 @@ impl<R: Operation> RequestSet<R> {
         self.slots.is_empty()
     }
 
-    /// Number of requests not yet returned.
+    /// Number of active requests not yet returned (null and inactive
+    /// ones, such as [`Request::inactive`](crate::Request::inactive), are
+    /// not counted: `wait_any` and `wait_some` pass over them).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -240,7 +246,7 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn active(&self) -> usize {
-        self.slots.iter().flatten().count() + self.finished.len()
+        self.slots.iter().flatten().filter(|r| !r.is_inactive()).count() + self.finished.len()
     }
 
     /// Total number of request polls the set has made (a measure of the
@@ -268,7 +274,8 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Polls the woken slots (each with its slot's waker) and returns the
-    /// ones that completed, their slots emptied.
+    /// ones that completed, their slots emptied. Inactive requests stay in
+    /// their slots, for `wait_all`.
     ///
     /// Each slot is polled at most once per call: a request that wakes
     /// itself while polled (an any-source receive that only this rank's
@@ -279,6 +286,9 @@ impl<R: Operation> RequestSet<R> {
         let mut done = Vec::new();
         for i in self.queue.take_all() {
             let Some(r) = &mut self.slots[i] else { continue };
+            if r.is_inactive() {
+                continue;
+            }
             self.polls += 1;
             if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_ready() {
                 let outcome = r.take_output();
@@ -289,9 +299,9 @@ impl<R: Operation> RequestSet<R> {
         done
     }
 
-    /// Whether a slot still holds a request that has not completed.
+    /// Whether a slot still holds an active request that has not completed.
     fn any_pending(&self) -> bool {
-        self.slots.iter().any(Option::is_some)
+        self.slots.iter().flatten().any(|r| !r.is_inactive())
     }
 
     /// Arranges for `cx` to be woken when a slot is: at once if slots woke
@@ -331,6 +341,12 @@ impl<R: Operation> RequestSet<R> {
             return Poll::Pending;
         }
         let mut all: Vec<_> = self.finished.drain(..).collect();
+        // Null and inactive requests: an empty outcome each (MPI_Waitall).
+        for (slot, request) in self.slots.iter_mut().enumerate() {
+            if let Some(mut inactive) = request.take() {
+                all.push((slot, inactive.take_output()));
+            }
+        }
         all.sort_by_key(|(slot, _)| *slot);
         Poll::Ready(all)
     }
@@ -338,7 +354,9 @@ impl<R: Operation> RequestSet<R> {
     /// `MPI_Waitsome` over the set: waits until at least one request
     /// completes and returns every completed one (slot index and outcome),
     /// in completion order; the slots become empty. `None` if no slot is
-    /// active.
+    /// active (as MPI, it passes over null and inactive requests, such as
+    /// [`Request::inactive`](crate::Request::inactive): they stay in their
+    /// slots, and `wait_all` returns them).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -366,7 +384,8 @@ impl<R: Operation> RequestSet<R> {
 
     /// `MPI_Waitany` over the set: the first request to complete (in
     /// completion order; others that completed stay ready for the next
-    /// call). `None` if no slot is active.
+    /// call). `None` if no slot holds an active request (MPI_UNDEFINED:
+    /// null and inactive requests are passed over, as in `wait_some`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -457,9 +476,10 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// `MPI_Waitall` over the set: waits until no slot holds an incomplete
-    /// request and returns every outcome not returned yet, in slot order;
-    /// every slot is empty afterwards (an empty vector if none was
-    /// active). For requests that need no slots, the free function
+    /// request and returns every outcome not returned yet, in slot order,
+    /// null and inactive requests included (an empty outcome each, as
+    /// MPI's empty status); every slot is empty afterwards (an empty vector
+    /// if every slot was). For requests that need no slots, the free function
     /// [`wait_all`](crate::wait_all) does the same over any collection.
     ///
     /// ```
