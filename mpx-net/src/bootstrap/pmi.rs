@@ -46,7 +46,7 @@
 //! in and bytes out, used by `mpxrun`.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mpx_core::{Error, ErrorKind, Result};
 
@@ -298,14 +298,37 @@ impl Decoder {
     }
 }
 
-/// Reads from `stream` until `decoder` holds a whole message.
-fn receive<S: std::io::Read>(stream: &mut S, decoder: &mut Decoder, version: Version) -> std::io::Result<Option<Message>> {
+/// Reads from `stream` until `decoder` holds a whole message. With a
+/// `deadline`, each read waits only for what is left of it (a launcher
+/// dribbling its answer a byte at a time cannot stretch the wait), and the
+/// stream is left with the read timeout it had.
+fn receive<S: Duplex + ?Sized>(stream: &mut S, decoder: &mut Decoder, version: Version, deadline: Option<Instant>) -> std::io::Result<Option<Message>> {
+    let restore = match deadline {
+        Some(_) => Duplex::read_timeout(stream)?,
+        None => None,
+    };
+    let answer = read_message(stream, decoder, version, deadline);
+    if let Some(timeout) = restore {
+        Duplex::set_read_timeout(stream, timeout)?;
+    }
+    answer
+}
+
+/// [`receive`], leaving the stream's timeout as the deadline set it.
+fn read_message<S: Duplex + ?Sized>(stream: &mut S, decoder: &mut Decoder, version: Version, deadline: Option<Instant>) -> std::io::Result<Option<Message>> {
     let mut chunk = [0u8; 4096];
     loop {
         match decoder.next(version) {
             Ok(Some(m)) => return Ok(Some(m)),
             Ok(None) => {}
             Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        }
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            Duplex::set_read_timeout(stream, left)?;
         }
         let n = stream.read(&mut chunk)?;
         if n == 0 {
@@ -317,7 +340,7 @@ fn receive<S: std::io::Read>(stream: &mut S, decoder: &mut Decoder, version: Ver
 
 /// A rank's side of PMI, over the socket its launcher handed it, with
 /// blocking I/O (it runs at start-up, on a thread of its own).
-pub struct Client<S: std::io::Read + std::io::Write> {
+pub struct Client<S: Duplex> {
     stream: S,
     decoder: Decoder,
     version: Version,
@@ -329,7 +352,7 @@ pub struct Client<S: std::io::Read + std::io::Write> {
     size: Option<u32>,
 }
 
-impl<S: std::io::Read + std::io::Write> std::fmt::Debug for Client<S> {
+impl<S: Duplex> std::fmt::Debug for Client<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("pmi::Client").field("version", &self.version).field("job", &self.job).finish()
     }
@@ -344,7 +367,7 @@ fn waiting(what: &str, e: std::io::Error) -> Error {
     Error::transport(format!("PMI: {what}"), why)
 }
 
-impl<S: std::io::Read + std::io::Write> Client<S> {
+impl<S: Duplex> Client<S> {
     /// Greets the launcher on `stream` as rank `rank`, in the `prefer`red
     /// form if the launcher speaks it and in PMI-1 otherwise, and learns
     /// the job's name (and, over PMI-2, its size). Over PMI-2, a launcher
@@ -475,13 +498,15 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
     }
 
     /// Sends `request` and reads the answer, which must be `expect` with
-    /// `rc` 0 (the opening `init` is answered whatever its `rc`).
+    /// `rc` 0 (the opening `init` is answered whatever its `rc`). The whole
+    /// answer takes at most the socket's read timeout, however it arrives.
     fn call(&mut self, request: Message, expect: &str, what: &str) -> Result<Message> {
         // The opening line is PMI-1 in either form.
         let version = if request.cmd == "init" { Version::V1 } else { self.version };
         self.stream.write_all(&request.encode(version)).map_err(|e| waiting(what, e))?;
         self.stream.flush().map_err(|e| waiting(what, e))?;
-        let answer = receive(&mut self.stream, &mut self.decoder, version)
+        let deadline = Duplex::read_timeout(&self.stream).map_err(|e| waiting(what, e))?.map(|t| Instant::now() + t);
+        let answer = receive(&mut self.stream, &mut self.decoder, version, deadline)
             .map_err(|e| waiting(what, e))?
             .ok_or_else(|| ErrorKind::Protocol(format!("the launcher closed PMI while this rank waited for {what}")))?;
         if answer.cmd != expect {
@@ -498,8 +523,11 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
 /// descriptor too, which a rank of `mpxrun` watches for a hang-up: see
 /// the [bootstrap module docs](super)).
 pub trait Duplex: std::io::Read + std::io::Write + Send + std::os::fd::AsFd {
-    /// The longest a read may wait.
+    /// The longest a read (and a write) may wait.
     fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()>;
+
+    /// The longest a read may wait; `None` for no limit.
+    fn read_timeout(&self) -> std::io::Result<Option<Duration>>;
 }
 
 impl Duplex for std::os::unix::net::UnixStream {
@@ -507,12 +535,30 @@ impl Duplex for std::os::unix::net::UnixStream {
         std::os::unix::net::UnixStream::set_read_timeout(self, Some(timeout))?;
         self.set_write_timeout(Some(timeout))
     }
+
+    fn read_timeout(&self) -> std::io::Result<Option<Duration>> {
+        std::os::unix::net::UnixStream::read_timeout(self)
+    }
 }
 
 impl Duplex for std::net::TcpStream {
     fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()> {
         std::net::TcpStream::set_read_timeout(self, Some(timeout))?;
         self.set_write_timeout(Some(timeout))
+    }
+
+    fn read_timeout(&self) -> std::io::Result<Option<Duration>> {
+        std::net::TcpStream::read_timeout(self)
+    }
+}
+
+impl<D: Duplex + ?Sized> Duplex for Box<D> {
+    fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        (**self).set_read_timeout(timeout)
+    }
+
+    fn read_timeout(&self) -> std::io::Result<Option<Duration>> {
+        (**self).read_timeout()
     }
 }
 
@@ -580,13 +626,13 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
             // make (strangers among them) drops new ones unanswered: dial
             // again until the timeout, a little later each time. (A refusal
             // it answers, a wrong token say, fails at once.)
-            let deadline = std::time::Instant::now() + timeout;
+            let deadline = Instant::now() + timeout;
             let mut pause = Duration::from_millis(20);
             let stream = loop {
-                let left = deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
+                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
                 match welcomed(&target, &what, *id, token.as_deref(), left) {
                     Ok(stream) => break stream,
-                    Err(Dial::Again(e)) if std::time::Instant::now() + pause < deadline => {
+                    Err(Dial::Again(e)) if Instant::now() + pause < deadline => {
                         tracing::debug!(error = %e, "PMI: dialling the launcher again");
                         std::thread::sleep(pause);
                         pause = (pause * 2).min(Duration::from_millis(500));
@@ -622,10 +668,11 @@ fn welcomed(target: &std::net::SocketAddr, what: &str, id: u32, token: Option<&s
     let what = "the launcher's welcome";
     std::io::Write::write_all(&mut stream, &hello.encode(Version::V1)).map_err(|e| Dial::Again(waiting(what, e)))?;
     // The welcome: initack, then the launcher's settings (size, rank,
-    // debug: the last).
+    // debug: the last), all within the timeout.
     let mut decoder = Decoder::default();
+    let deadline = Some(Instant::now() + timeout);
     loop {
-        let m = match receive(&mut stream, &mut decoder, Version::V1) {
+        let m = match receive(&mut stream, &mut decoder, Version::V1, deadline) {
             Ok(Some(m)) => m,
             Ok(None) => return Err(Dial::Again(ErrorKind::Protocol("the launcher refused this rank's PMI connection".into()).into())),
             Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
@@ -927,7 +974,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         std::thread::spawn(move || listener.incoming().for_each(drop));
         let channel = Channel::Port { addr, id: 2, token: None };
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         // SAFETY: not a descriptor.
         let refused = unsafe { connect(&channel, Duration::from_millis(500)) };
         let e = refused.err().expect("an error once the time is up");
@@ -939,8 +986,8 @@ mod tests {
         let launcher = std::thread::spawn(move || {
             let mut dials = 0;
             listener.set_nonblocking(true).unwrap();
-            let until = std::time::Instant::now() + Duration::from_secs(2);
-            while std::time::Instant::now() < until {
+            let until = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < until {
                 if let Ok((mut stream, _)) = listener.accept() {
                     dials += 1;
                     stream.set_nonblocking(false).unwrap();
@@ -1089,7 +1136,7 @@ mod tests {
         let launcher = std::thread::spawn(move || {
             let mut kvs = KvSpace::new("old", 1);
             let mut d = Decoder::default();
-            let first = receive(&mut server, &mut d, Version::V1).unwrap().unwrap();
+            let first = receive(&mut server, &mut d, Version::V1, None).unwrap().unwrap();
             assert_eq!(first.get("pmi_version"), Some("2"));
             server.write_all(b"cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=-1\n").unwrap();
             // From here on, an ordinary PMI-1 launcher.
@@ -1111,6 +1158,31 @@ mod tests {
         assert_eq!(c.get("k").unwrap(), "v");
         c.finalize().unwrap();
         drop(c);
+        launcher.join().unwrap();
+    }
+
+    #[test]
+    fn an_answer_dribbled_a_byte_at_a_time_still_times_out() {
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let launcher = std::thread::spawn(move || {
+            let mut d = Decoder::default();
+            receive(&mut server, &mut d, Version::V1, None).unwrap().unwrap();
+            // Each byte well within the timeout, the whole answer far beyond it.
+            for byte in b"cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n" {
+                if server.write_all(&[*byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Duplex::set_read_timeout(&client, Duration::from_millis(400)).unwrap();
+        let started = Instant::now();
+        let err = Client::init(client, 0, Version::V2).unwrap_err();
+        // The greeting itself timed out (not a later question, asked after
+        // the whole dribbled answer came in).
+        let why = std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default();
+        assert!(why.contains("in time while waiting for init"), "{err}: {why}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         launcher.join().unwrap();
     }
 
