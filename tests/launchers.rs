@@ -281,6 +281,55 @@ fn mpxrun_does_not_wait_for_output_held_by_a_process_that_left_the_rank() {
     assert!(started.elapsed() < Duration::from_secs(10), "mpxrun waited {:?} for the process left behind", started.elapsed());
 }
 
+/// A reader of mpxrun's output that stops reading holds up only the
+/// ranks that write (their pipes fill): mpxrun still sees the rank that
+/// fails and takes the others down, and once the output is read again it
+/// writes all of it and exits with the failure.
+#[test]
+fn a_reader_that_stops_reading_the_output_does_not_stop_mpxrun_reaping_ranks() {
+    let dir = std::env::temp_dir().join(format!("mpx-stalled-reader-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Ranks 0 and 1 flood mpxrun's output, then linger; rank 2 fails.
+    let script = format!(
+        r#"if [ "$PMI_RANK" = 2 ]; then sleep 1; exit 3; fi; echo $$ > {}/pid-$PMI_RANK; yes flood | head -c 20000000; exec sleep 60"#,
+        dir.display()
+    );
+    let mut launched = Launched::spawn(mpxrun().args(["-n", "3", "sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    let alive = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pids: Vec<String> = (0..2)
+        .map(|rank| loop {
+            if let Ok(pid) = std::fs::read_to_string(dir.join(format!("pid-{rank}"))) {
+                if !pid.trim().is_empty() {
+                    break pid.trim().to_string();
+                }
+            }
+            assert!(Instant::now() < deadline, "rank {rank} never started");
+            std::thread::sleep(Duration::from_millis(20));
+        })
+        .collect();
+    // Nobody reads mpxrun's output: the flooding ranks are taken down anyway.
+    while pids.iter().any(|pid| alive(pid)) {
+        assert!(Instant::now() < deadline, "the flooding ranks outlived the failed one while mpxrun's output was not read");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let child = launched.child();
+    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reading = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
+        text
+    });
+    let written = std::io::copy(&mut stdout, &mut std::io::sink()).unwrap();
+    let status = launched.take().wait().unwrap();
+    let errors = reading.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status.code(), Some(3), "{errors}");
+    assert!(errors.contains("rank 2"), "{errors}");
+    assert!(written > 64 << 10, "the output read before the failure was written ({written} bytes)");
+}
+
 /// Through `ssh`, whose server has the user's shell run the command line
 /// it is given (played here by a script called `ssh` that drops the host
 /// and runs the rest with `sh -c`), a remote program gets its arguments

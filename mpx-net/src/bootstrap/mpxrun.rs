@@ -212,28 +212,58 @@ impl Outcome {
 /// for. Output that keeps coming is forwarded to its end.
 const OUTPUT_IDLE_AFTER_RANKS: Duration = Duration::from_secs(5);
 
-/// Forwards one stream of a rank's output, line by line, counting the
-/// lines in `lines_out`.
-async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool, lines_out: Arc<AtomicU64>) {
+/// A line of a rank's output, for mpxrun's standard error (`true`) or
+/// standard output, prefixed and ending in a newline.
+type OutputLine = (bool, Vec<u8>);
+
+/// Lines of output queued for the terminal thread before the ranks'
+/// forwarders wait (and the ranks, once their pipes fill).
+const OUTPUT_QUEUE: usize = 256;
+
+/// Starts the thread that writes the ranks' output lines to mpxrun's
+/// standard output and error, whole, in the order they are queued; the
+/// returned receiver fires once every sender is gone and the lines are
+/// written. Writes that block (a reader of mpxrun's output that stops
+/// reading) block that thread alone: the ranks that write wait as their
+/// pipes fill, while PMI and the reaping of ranks go on.
+fn terminal() -> Result<(tokio::sync::mpsc::Sender<OutputLine>, tokio::sync::oneshot::Receiver<()>)> {
+    let (lines, mut queued) = tokio::sync::mpsc::channel::<OutputLine>(OUTPUT_QUEUE);
+    let (written, done) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("mpxrun-output".into())
+        .spawn(move || {
+            while let Some((to_stderr, line)) = queued.blocking_recv() {
+                let _ = if to_stderr { std::io::stderr().write_all(&line) } else { std::io::stdout().write_all(&line) };
+                if queued.is_empty() {
+                    let _ = std::io::stdout().flush();
+                }
+            }
+            let _ = std::io::stdout().flush();
+            let _ = written.send(());
+        })
+        .map_err(|e| Error::transport("starting mpxrun's output thread", e))?;
+    Ok((lines, done))
+}
+
+/// Forwards one stream of a rank's output, line by line, to the
+/// [`terminal`] thread, counting the lines in `lines_out`.
+async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool, out: tokio::sync::mpsc::Sender<OutputLine>, lines_out: Arc<AtomicU64>) {
     // A line longer than this goes out in pieces of this length.
     const LONGEST: u64 = 64 << 10;
     let mut lines = BufReader::new(from);
-    let mut line = Vec::new();
     loop {
-        line.clear();
+        let mut line = if prefix { format!("[{rank}] ").into_bytes() } else { Vec::new() };
+        let start = line.len();
         match (&mut lines).take(LONGEST).read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {
                 lines_out.fetch_add(1, Ordering::Relaxed);
-                let mut out: Box<dyn Write> = if to_stderr { Box::new(std::io::stderr().lock()) } else { Box::new(std::io::stdout().lock()) };
-                if prefix {
-                    let _ = write!(out, "[{rank}] ");
+                if line[start..].last() != Some(&b'\n') {
+                    line.push(b'\n');
                 }
-                let _ = out.write_all(&line);
-                if line.last() != Some(&b'\n') {
-                    let _ = out.write_all(b"\n");
+                if out.send((to_stderr, line)).await.is_err() {
+                    return;
                 }
-                let _ = out.flush();
             }
         }
     }
@@ -407,6 +437,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let mut serving = tokio::task::JoinSet::new();
     let mut outputs = tokio::task::JoinSet::new();
     let lines_out = Arc::new(AtomicU64::new(0));
+    let (output, output_written) = terminal()?;
     // Ranks on other hosts reach PMI over TCP, each with a token of its own.
     let remote = match &job.hosts {
         Some(hosts) => {
@@ -535,10 +566,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             stdin.write_all(input.as_bytes()).await.map_err(|e| Error::transport(what, e))?;
         }
         if let Some(out) = child.stdout.take() {
-            outputs.spawn(forward(rank, job.prefix, out, false, lines_out.clone()));
+            outputs.spawn(forward(rank, job.prefix, out, false, output.clone(), lines_out.clone()));
         }
         if let Some(err) = child.stderr.take() {
-            outputs.spawn(forward(rank, job.prefix, err, true, lines_out.clone()));
+            outputs.spawn(forward(rank, job.prefix, err, true, output.clone(), lines_out.clone()));
         }
         children.push(child);
     }
@@ -624,24 +655,39 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     // Output still open once every rank is gone and its process group
     // killed comes from processes that left the group (a daemon a rank
     // started with `setsid`): it is forwarded while it comes, and mpxrun
-    // stops once it has been silent for `OUTPUT_IDLE_AFTER_RANKS`, or
+    // stops once it has been silent for `OUTPUT_IDLE_AFTER_RANKS` (lines
+    // queued for a reader that is slow to take them are not silence), or
     // when interrupted.
+    let mut interrupted = false;
     loop {
         let before = lines_out.load(Ordering::Relaxed);
         tokio::select! {
             next = outputs.join_next() => if next.is_none() { break },
-            _ = tokio::time::sleep(OUTPUT_IDLE_AFTER_RANKS) => if lines_out.load(Ordering::Relaxed) == before {
-                outputs.abort_all();
-                break;
-            },
+            _ = tokio::time::sleep(OUTPUT_IDLE_AFTER_RANKS) => {
+                if lines_out.load(Ordering::Relaxed) == before && output.capacity() == output.max_capacity() {
+                    break;
+                }
+            }
             _ = interrupt.recv() => {
-                outputs.abort_all();
+                interrupted = true;
                 break;
             }
             _ = terminate.recv() => {
-                outputs.abort_all();
+                interrupted = true;
                 break;
             }
+        }
+    }
+    outputs.abort_all();
+    while outputs.join_next().await.is_some() {}
+    // What was read is written before mpxrun exits, unless it is told to
+    // stop (its reader may never read again).
+    drop(output);
+    if !interrupted {
+        tokio::select! {
+            _ = output_written => {}
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
         }
     }
     let statuses: Vec<ExitStatus> = statuses.into_iter().map(|s| s.expect("every rank was waited for")).collect();
