@@ -95,29 +95,37 @@ impl Drop for Launched {
     }
 }
 
-/// Runs `cmd` to its end, at most `limit`.
+/// Runs `cmd` to its end, at most `limit`, reading its output as it comes
+/// (a launcher writing more than a pipe holds is not held up).
 fn run(cmd: &mut Command, limit: Duration) -> Output {
     let started = Instant::now();
     let mut launched = Launched::spawn(cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
-    loop {
+    let read_all = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read_all(Box::new(launched.child().stdout.take().expect("piped")));
+    let stderr = read_all(Box::new(launched.child().stderr.take().expect("piped")));
+    let status = loop {
         if launched.child().try_wait().expect("waiting").is_some() {
-            return launched.take().wait_with_output().expect("its output");
+            break launched.take().wait().expect("its status");
         }
         if started.elapsed() > limit {
-            drop(launched.child().stdin.take());
             let mut child = launched.take();
             let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
             std::thread::sleep(Duration::from_secs(2));
             let _ = child.kill();
-            let out = child.wait_with_output().expect("its output");
-            panic!(
-                "{cmd:?} did not finish in {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let _ = child.wait();
+            // What it wrote until now (its ranks, gone with it, close the pipes).
+            let lossy = |reader: std::thread::JoinHandle<Vec<u8>>| String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned();
+            panic!("{cmd:?} did not finish in {limit:?}\nstdout:\n{}\nstderr:\n{}", lossy(stdout), lossy(stderr));
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    Output { status, stdout: stdout.join().expect("reading stdout"), stderr: stderr.join().expect("reading stderr") }
 }
 
 /// The lines of a child's output as they come, read on a thread of their own.
@@ -296,24 +304,10 @@ fn a_reader_that_stops_reading_the_output_does_not_stop_mpxrun_reaping_ranks() {
         dir.display()
     );
     let mut launched = Launched::spawn(mpxrun().args(["-n", "3", "sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
-    let alive = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let pids: Vec<String> = (0..2)
-        .map(|rank| loop {
-            if let Ok(pid) = std::fs::read_to_string(dir.join(format!("pid-{rank}"))) {
-                if !pid.trim().is_empty() {
-                    break pid.trim().to_string();
-                }
-            }
-            assert!(Instant::now() < deadline, "rank {rank} never started");
-            std::thread::sleep(Duration::from_millis(20));
-        })
-        .collect();
+    let pids = pids_written(&dir, 2);
     // Nobody reads mpxrun's output: the flooding ranks are taken down anyway.
-    while pids.iter().any(|pid| alive(pid)) {
-        assert!(Instant::now() < deadline, "the flooding ranks outlived the failed one while mpxrun's output was not read");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let left = outliving(&pids, Duration::from_secs(15));
+    assert!(left.is_empty(), "the flooding ranks {left:?} outlived the failed one while mpxrun's output was not read");
     let child = launched.child();
     let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let reading = std::thread::spawn(move || {
@@ -328,6 +322,61 @@ fn a_reader_that_stops_reading_the_output_does_not_stop_mpxrun_reaping_ranks() {
     assert_eq!(status.code(), Some(3), "{errors}");
     assert!(errors.contains("rank 2"), "{errors}");
     assert!(written > 64 << 10, "the output read before the failure was written ({written} bytes)");
+}
+
+/// The process ids ranks `0..ranks` wrote to `dir/pid-<rank>`, waited for.
+fn pids_written(dir: &std::path::Path, ranks: usize) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    (0..ranks)
+        .map(|rank| loop {
+            if let Some(pid) = std::fs::read_to_string(dir.join(format!("pid-{rank}"))).ok().and_then(|p| p.trim().parse().ok()) {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "rank {rank} never started");
+            std::thread::sleep(Duration::from_millis(20));
+        })
+        .collect()
+}
+
+/// Asked to stop (SIGTERM, as a batch system ending a job), mpxrun kills
+/// every rank's process group and exits with a failure at once; a rank
+/// killed by a signal fails the job with code 1, naming the signal; a
+/// line longer than 64 KiB reaches mpxrun's output in prefixed pieces,
+/// nothing lost.
+#[test]
+fn mpxrun_stops_on_sigterm_reports_signals_and_splits_long_lines() {
+    let dir = std::env::temp_dir().join(format!("mpx-sigterm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!("echo $$ > {}/pid-$PMI_RANK; sleep 60 & sleep 60", dir.display());
+    let mut launched = Launched::spawn(mpxrun().args(["-n", "2", "sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()));
+    let pids = pids_written(&dir, 2);
+    let started = Instant::now();
+    let child = launched.child();
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let status = launched.take().wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!status.success() && stderr.contains("terminated; killing every rank"), "{status}: {stderr}");
+    assert!(started.elapsed() < Duration::from_secs(10), "mpxrun took {:?} to stop", started.elapsed());
+    let left = outliving(&pids, Duration::from_secs(5));
+    assert!(left.is_empty(), "ranks {left:?} outlived a terminated mpxrun");
+
+    let out = run(mpxrun().args(["-n", "2", "sh", "-c", "if [ \"$PMI_RANK\" = 1 ]; then kill -9 $$; fi; sleep 30"]), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("rank 1 of 2 failed") && text(&out).contains("signal: 9"), "{}", text(&out));
+
+    let out = run(mpxrun().args(["-n", "1", "sh", "-c", "head -c 200000 /dev/zero | tr '\\0' x; echo; echo after"]), Duration::from_secs(20));
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.iter().all(|l| l.starts_with("[0] ")), "every piece is prefixed");
+    let pieces: Vec<&str> = lines.iter().map(|l| &l[4..]).collect();
+    assert_eq!(pieces.last(), Some(&"after"));
+    let xs = &pieces[..pieces.len() - 1];
+    assert!(xs.len() >= 4 && xs.iter().all(|p| p.len() <= 64 << 10 && p.bytes().all(|b| b == b'x')), "{:?}", xs.iter().map(|p| p.len()).collect::<Vec<_>>());
+    assert_eq!(xs.iter().map(|p| p.len()).sum::<usize>(), 200_000);
 }
 
 /// Through `ssh`, whose server has the user's shell run the command line

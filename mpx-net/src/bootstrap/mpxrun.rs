@@ -420,6 +420,12 @@ fn kill_group(leader: Option<u32>) {
 /// Dropping the future kills the processes started (`kill_on_drop`).
 pub async fn run(job: &Job) -> Result<Outcome> {
     job.check()?;
+    // From here on SIGINT and SIGTERM are mpxrun's to act on: one that
+    // comes while ranks start takes them down once they have.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| Error::transport("SIGINT", e))?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::transport("SIGTERM", e))?;
     let mut secret = [0u8; 40];
     rustls::crypto::ring::default_provider()
         .secure_random
@@ -581,10 +587,6 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let mut waits = tokio::task::JoinSet::new();
     let mut killers = Vec::new();
     let mut groups = Vec::new();
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| Error::transport("SIGINT", e))?;
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Error::transport("SIGTERM", e))?;
     for (rank, mut child) in children.into_iter().enumerate() {
         let (kill_tx, mut kill_rx) = tokio::sync::oneshot::channel::<()>();
         killers.push(Some(kill_tx));
@@ -799,6 +801,20 @@ mod tests {
         let other = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"another job's key");
         assert!(dial(0, Some(rank_token(&other, 0))).await.unwrap().is_err());
         assert!(dial(0, None).await.unwrap().is_err());
+        // Malformed hellos (not UTF-8, not a message, no rank, a rank out
+        // of range, a line longer than a hello, another command): each
+        // refused, or its connection closed, and nobody takes a place.
+        let long = format!("cmd=initack pmiid=0 token={}\n", "x".repeat(4000));
+        let hellos: [&[u8]; 6] = [b"\xff\xfe\n", b"hello\n", b"cmd=initack token=t\n", b"cmd=initack pmiid=9 token=t\n", long.as_bytes(), b"cmd=init pmi_version=1\n"];
+        for hello in hellos {
+            let mut stranger = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let _ = stranger.write_all(hello).await;
+            let mut answer = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(5), stranger.read_to_end(&mut answer)).await;
+            assert!(read.is_ok(), "{:?}: the connection was neither refused nor closed", String::from_utf8_lossy(hello));
+            assert!(answer.is_empty() || answer.starts_with(b"cmd=initack rc=-1"), "{:?}", String::from_utf8_lossy(&answer));
+        }
+        assert!(writers[0].lock().await.is_none() && writers[1].lock().await.is_none());
         // The real rank 0, then rank 1, each with its own token.
         let rank_0 = dial(0, Some(rank_token(&key, 0))).await.unwrap();
         assert!(rank_0.is_ok(), "{:?}", rank_0.err());

@@ -1161,6 +1161,32 @@ mod tests {
         launcher.join().unwrap();
     }
 
+    /// A PMI-2 launcher that says whether a key was found as `flag=`
+    /// (older PMI-2 servers) rather than `found=` is understood either way.
+    #[test]
+    fn a_pmi_2_launcher_saying_flag_for_found_is_understood() {
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let launcher = std::thread::spawn(move || {
+            let mut d = Decoder::default();
+            let answer = |server: &mut UnixStream, version: Version, m: Message| server.write_all(&m.encode(version)).unwrap();
+            receive(&mut server, &mut d, Version::V1, None).unwrap().unwrap();
+            answer(&mut server, Version::V1, Message::new("response_to_init").with("pmi_version", 2).with("pmi_subversion", 0).with("rc", 0));
+            receive(&mut server, &mut d, Version::V2, None).unwrap().unwrap();
+            answer(&mut server, Version::V2, Message::new("fullinit-response").with("rank", 0).with("size", 1).with("rc", 0));
+            receive(&mut server, &mut d, Version::V2, None).unwrap().unwrap();
+            answer(&mut server, Version::V2, Message::new("job-getid-response").with("jobid", "j").with("rc", 0));
+            for (flag, value) in [("TRUE", "here"), ("FALSE", "stale")] {
+                let get = receive(&mut server, &mut d, Version::V2, None).unwrap().unwrap();
+                assert_eq!(get.cmd, "kvs-get");
+                answer(&mut server, Version::V2, Message::new("kvs-get-response").with("flag", flag).with("value", value).with("rc", 0));
+            }
+        });
+        let mut c = Client::init(client, 0, Version::V2).unwrap();
+        assert_eq!(c.get("k").unwrap(), "here");
+        assert!(c.get("k").is_err(), "flag=FALSE: not found, whatever the value says");
+        launcher.join().unwrap();
+    }
+
     #[test]
     fn an_answer_dribbled_a_byte_at_a_time_still_times_out() {
         let (client, mut server) = UnixStream::pair().unwrap();
