@@ -299,6 +299,113 @@ async fn freed_sends_still_deliver() {
     assert_eq!(out[1], (0..100).collect::<Vec<_>>());
 }
 
+/// `MPI_Request_free` of a receive (MPI-4.1 §3.7.3): it stays posted and
+/// takes the message it matches, whether freed before the message came,
+/// after it matched, for a rendezvous message, or too short for it; its
+/// buffer is never written, and the next receive gets the next message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freed_receives_still_take_their_messages() {
+    const BIG: usize = 1 << 20;
+    launch(2, |comm| async move {
+        let comm = &comm;
+        let go = |tag| async move { comm.send(&[0u8], 1 - comm.rank(), 100 + tag).await };
+        let wait_go = |tag| async move { comm.recv::<u8>(1 - comm.rank(), 100 + tag).await.map(drop) };
+        if comm.rank() == 0 {
+            wait_go(0).await?;
+            comm.send(&[1u8, 1], 1, 0).await?;
+            comm.send(&[2u8, 2], 1, 0).await?;
+            comm.ssend(&[3u8, 3], 1, 1).await?; // matched once this returns
+            go(1).await?;
+            wait_go(2).await?;
+            comm.send(&[4u8, 4], 1, 1).await?;
+            comm.send(&vec![1u8; BIG][..], 1, 2).await?; // completes: taken by the freed receive
+            comm.send(&vec![7u8; BIG][..], 1, 2).await?;
+            comm.send(&[5u8; 3], 1, 3).await?; // too long for the freed receive
+            comm.send(&[6u8], 1, 3).await?;
+            for i in 0..64u8 {
+                comm.send(&vec![i; 64 << 10][..], 1, 4).await?;
+            }
+            comm.send(&[9u8], 1, 4).await?;
+        } else {
+            let (mut before, mut matched, mut big, mut short) = ([0u8; 2], [0u8; 2], vec![0u8; BIG], [0u8; 1]);
+            let mut many = vec![[0u8; 64 << 10]; 64];
+            comm.irecv(&mut before, 0, 0).free();
+            let matching = comm.irecv(&mut matched, 0, 1);
+            comm.irecv(&mut big[..], 0, 2).free();
+            comm.irecv(&mut short, 0, 3).free();
+            for buf in many.iter_mut() {
+                comm.irecv(&mut buf[..], 0, 4).free();
+            }
+            go(0).await?;
+            assert_eq!(comm.recv::<[u8; 2]>(0, 0).await?.0, [2, 2], "the freed receive took the first message");
+            wait_go(1).await?;
+            matching.free();
+            go(2).await?;
+            assert_eq!(comm.recv::<[u8; 2]>(0, 1).await?.0, [4, 4], "the message it matched went with it");
+            let (data, _) = comm.recv_vec::<u8>(0, 2).await?;
+            assert!(data.len() == BIG && data.iter().all(|&b| b == 7), "the freed receive took the first large message");
+            assert_eq!(comm.recv_vec::<u8>(0, 3).await?.0, [6], "a message too long for it is still taken");
+            assert_eq!(comm.recv_vec::<u8>(0, 4).await?.0, [9], "64 freed receives took 64 messages");
+            assert_eq!((before, matched, short), ([0; 2], [0; 2], [0]), "no freed receive's buffer is written");
+            assert!(big.iter().all(|&b| b == 0) && many.iter().all(|b| b.iter().all(|&x| x == 0)));
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+/// Messages taken by freed receives give their eager credit back, whether
+/// they were queued when the receives were freed or came after: with
+/// credit for eight 1 KiB messages and a little more, eight go to freed
+/// receives, and a ninth still goes eagerly (its send completes before
+/// its receive is posted), where credit held for ever would make it wait
+/// for a receive that comes only after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freed_receives_give_their_credit_back() {
+    let mut opts = options(2);
+    opts.engine.eager_credit = 8 * 1200;
+    let run = launch_with(opts, |comm| async move {
+        let comm = &comm;
+        // Phase 0: the messages are queued before their receives are
+        // posted and freed; phase 1: the receives are freed first.
+        for phase in 0..2 {
+            let tag = |t: i32| 10 * phase + t;
+            if comm.rank() == 0 {
+                comm.recv::<u8>(1, tag(0)).await?; // go
+                for i in 0..8u8 {
+                    comm.send(&[i; 1024][..], 1, tag(1)).await?;
+                }
+                comm.send(&[0u8], 1, tag(2)).await?; // all sent
+                comm.recv::<u8>(1, tag(3)).await?; // the freed receives have their messages
+                comm.send(&[5u8; 1024][..], 1, tag(4)).await?; // eager: completes unreceived
+                comm.send(&[0u8], 1, tag(5)).await?;
+            } else {
+                let mut bufs = vec![[0u8; 1024]; 8];
+                if phase == 1 {
+                    for buf in bufs.iter_mut() {
+                        comm.irecv(&mut buf[..], 0, tag(1)).free();
+                    }
+                }
+                comm.send(&[0u8], 0, tag(0)).await?;
+                comm.recv::<u8>(0, tag(2)).await?;
+                if phase == 0 {
+                    for buf in bufs.iter_mut() {
+                        comm.irecv(&mut buf[..], 0, tag(1)).free();
+                    }
+                }
+                comm.send(&[0u8], 0, tag(3)).await?;
+                comm.recv::<u8>(0, tag(5)).await?;
+                assert_eq!(comm.recv_vec::<u8>(0, tag(4)).await?.0, [5u8; 1024]);
+                assert!(comm.iprobe(0, tag(1))?.is_none(), "phase {phase}: every message went to a freed receive");
+                assert!(bufs.iter().all(|b| b.iter().all(|&x| x == 0)));
+            }
+        }
+        Ok(())
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(20), run).await.expect("credit held by freed receives came back").unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persistent_requests_take_described_buffers() {
     launch(2, |comm| async move {

@@ -83,9 +83,10 @@
 //! # Cancel safety
 //!
 //! Dropping a request at any point is sound and loses no message: see the
-//! rules in [`crate::comm`]. [`Request::free`] is `MPI_Request_free` for
-//! sends (the send completes on its own; a failure is reported through
-//! `tracing`). [`Request::cancel`] is `MPI_Cancel`.
+//! rules in [`crate::comm`]. [`Request::free`] is `MPI_Request_free`: a
+//! send completes on its own (a failure is reported through `tracing`), a
+//! receive stays posted and takes its message, whose data is dropped.
+//! [`Request::cancel`] is `MPI_Cancel`.
 
 mod completion;
 mod set;
@@ -518,9 +519,11 @@ impl<'a> Request<'a> {
 
     /// `MPI_Request_free`: lets the operation finish on its own. A send
     /// still delivers its message (its data is already owned by the
-    /// engine), and a failure is reported through `tracing`. A receive is
-    /// withdrawn, as when it is dropped: mpx never writes into a buffer
-    /// after its borrow has ended.
+    /// engine), and a failure is reported through `tracing`. A receive
+    /// stays posted and takes the message it matches, as MPI has it, but
+    /// that message's data is dropped: mpx never writes into a buffer after
+    /// its borrow has ended. (Dropping a receive instead withdraws it, as
+    /// a cancel does: the message waits for the next receive.)
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -529,14 +532,19 @@ impl<'a> Request<'a> {
     /// comm.isend(&[1u8, 2], 0, 0).free(); // to itself: still delivered
     /// assert_eq!(comm.recv::<[u8; 2]>(0, 0).await?.0, [1, 2]);
     /// let mut buf = [0u8; 2];
-    /// comm.irecv(&mut buf, 0, 1).free(); // a receive is withdrawn
-    /// comm.send(&[3u8, 4], 0, 1).await?;
-    /// assert_eq!(comm.recv::<[u8; 2]>(0, 1).await?.0, [3, 4]); // not lost
-    /// assert_eq!(buf, [0, 0]); // and never written there
+    /// comm.irecv(&mut buf, 0, 1).free(); // still posted
+    /// comm.send(&[3u8, 4], 0, 1).await?; // taken by the freed receive
+    /// comm.send(&[5u8, 6], 0, 1).await?;
+    /// assert_eq!(comm.recv::<[u8; 2]>(0, 1).await?.0, [5, 6]);
+    /// assert_eq!(buf, [0, 0]); // never written there
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
-    pub fn free(self) {
-        drop(self)
+    pub fn free(mut self) {
+        if let State::Active { shared, id, kind: Kind::Recv(_), .. } = &self.state {
+            shared.free_recv(*id);
+            // Given up: nothing is left for the drop to withdraw.
+            self.state = State::Complete(None);
+        }
     }
 }
 

@@ -40,8 +40,10 @@ pub(crate) enum Tracked {
     Waiting { waker: Option<Waker>, orphan_polled: bool, data_arrived: bool },
     /// Finished: the completion, until the request takes it.
     Done(Completion),
-    /// A send whose request was dropped or freed before completing: its
-    /// completion is discarded (a failure is traced).
+    /// A send whose request was dropped or freed before completing, or a
+    /// receive whose request was freed (`MPI_Request_free`): its
+    /// completion is discarded (a send's failure is traced, a received
+    /// message's credit given back).
     Abandoned,
     /// A buffered send in flight, holding this many bytes of the attached
     /// buffer.
@@ -895,6 +897,43 @@ impl Shared {
     /// bytes of its message, `head`, as they arrived
     /// ([`take_arrived`](Shared::take_arrived)): they go back with the
     /// message.
+    /// `MPI_Request_free` of receive `id`: unlike a withdrawal, the receive
+    /// stays posted and takes the message it matches (or has matched), as
+    /// MPI has it, but that message's data is dropped: the buffer's borrow
+    /// ended with the request, and mpx never writes into it afterwards.
+    /// Data it took as it arrived is dropped with it.
+    pub(crate) fn free_recv(&self, id: ReqId) {
+        let mut st = self.lock();
+        match st.requests.remove(&id) {
+            Some(Tracked::Done(Completion::Recv(received))) => {
+                Self::discard_received(&mut st, id, received);
+                self.flush(&mut st);
+            }
+            Some(Tracked::Done(_)) => {}
+            Some(kept @ (Tracked::Abandoned | Tracked::Buffered(_))) => {
+                st.requests.insert(id, kept);
+            }
+            Some(Tracked::Waiting { .. }) | None => {
+                if st.engine.receiving(id) {
+                    st.requests.insert(id, Tracked::Abandoned);
+                }
+            }
+        }
+    }
+
+    /// Consumes what freed receive `id` got, as a receive that takes it
+    /// would: a message's eager credit goes back to its sender, a message
+    /// too long for it counts as received.
+    fn discard_received(st: &mut State, id: ReqId, received: Result<Delivered>) {
+        match received {
+            Ok(msg) => st.engine.release_credit(msg.envelope.source, msg.credit),
+            Err(e) if matches!(e.kind(), ErrorKind::Truncate { .. }) => {
+                st.engine.consume_truncated(id);
+            }
+            Err(_) => {}
+        }
+    }
+
     pub(crate) fn withdraw_streamed(&self, id: ReqId, mut head: BytesMut) {
         let mut st = self.lock();
         if !head.is_empty() {
@@ -961,8 +1000,10 @@ impl Shared {
                 }
                 Tracked::Abandoned => {
                     entry.remove();
-                    if let Completion::Send(Err(e)) = completion {
-                        tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed");
+                    match completion {
+                        Completion::Send(Err(e)) => tracing::warn!(rank = self.rank, id, error = %e, "dropped or freed send failed"),
+                        Completion::Recv(received) => Self::discard_received(st, id, received),
+                        Completion::Send(Ok(())) | Completion::Cancelled => {}
                     }
                 }
                 &mut Tracked::Buffered(bytes) => {

@@ -101,6 +101,12 @@ impl Engine {
         true
     }
 
+    /// Whether receive `id` is still the engine's: posted, or owning a
+    /// rendezvous message whose data is coming.
+    pub fn receiving(&self, id: ReqId) -> bool {
+        self.posted.spec(id).is_some() || self.transfers.values().any(|t| t.owner == Some(id))
+    }
+
     /// The data of receive `id`'s rendezvous message that has arrived
     /// since it last took some, for the receive to put in its buffer
     /// itself while the rest arrives, rather than all of it once the last
