@@ -352,6 +352,7 @@ async fn accept_ranks(
         let (kvs, writers, failed, key, welcome_seen) = (kvs.clone(), writers.clone(), failed.clone(), key.clone(), welcomed.clone());
         let task = tasks.spawn(async move {
             let _ = stream.set_nodelay(true);
+            super::pmi::keep_alive(&stream);
             let (r, mut w) = stream.into_split();
             let mut lines = BufReader::new(r);
             let mut line = Vec::new();
@@ -818,6 +819,10 @@ mod tests {
         // The real rank 0, then rank 1, each with its own token.
         let rank_0 = dial(0, Some(rank_token(&key, 0))).await.unwrap();
         assert!(rank_0.is_ok(), "{:?}", rank_0.err());
+        // A host that vanishes is found out (TCP keep-alive).
+        let socket = socket2::SockRef::from(rank_0.as_ref().unwrap());
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(socket.tcp_keepalive_time().unwrap(), super::super::pmi::KEEP_ALIVE_AFTER);
         let rank_1 = dial(1, Some(rank_token(&key, 1))).await.unwrap();
         assert!(rank_1.is_ok(), "{:?}", rank_1.err());
         assert!(writers[0].lock().await.is_some() && writers[1].lock().await.is_some());

@@ -661,6 +661,7 @@ fn welcomed(target: &std::net::SocketAddr, what: &str, id: u32, token: Option<&s
     let mut stream = std::net::TcpStream::connect_timeout(target, timeout).map_err(again)?;
     Duplex::set_read_timeout(&stream, timeout).map_err(|e| Dial::Fatal(Error::transport("PMI socket", e)))?;
     let _ = stream.set_nodelay(true);
+    keep_alive(&stream);
     let mut hello = Message::new("initack").with("pmiid", id);
     if let Some(token) = token {
         hello = hello.with("token", token);
@@ -692,6 +693,25 @@ fn welcomed(target: &std::net::SocketAddr, what: &str, id: u32, token: Option<&s
     }
     Ok(stream)
 }
+
+/// TCP keep-alive on a PMI connection between hosts: an end whose host
+/// vanishes without closing it (powered off, cut off) is found out within
+/// about [`KEEP_ALIVE_AFTER`] plus three probes [`KEEP_ALIVE_EVERY`] apart,
+/// and the connection fails, where it would wait for ever: a rank then
+/// ends as it does when `mpxrun` is gone, and `mpxrun` stops serving it.
+pub(crate) fn keep_alive(stream: &impl std::os::fd::AsFd) {
+    let probes = socket2::TcpKeepalive::new().with_time(KEEP_ALIVE_AFTER).with_interval(KEEP_ALIVE_EVERY).with_retries(3);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&probes) {
+        tracing::warn!(error = %e, "PMI: no TCP keep-alive on the connection");
+    }
+}
+
+/// Silence on a PMI connection between hosts before its first keep-alive
+/// probe (see [`keep_alive`]).
+pub(crate) const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(10);
+
+/// Time between unanswered keep-alive probes (see [`keep_alive`]).
+pub(crate) const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(5);
 
 /// How a rank reaches its launcher's PMI server.
 #[derive(Debug, Clone, PartialEq, Eq)]
