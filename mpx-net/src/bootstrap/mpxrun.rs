@@ -324,7 +324,7 @@ async fn accept_ranks(
     let size = writers.len();
     let mut tasks = tokio::task::JoinSet::new();
     // Connections that have not shown the token yet, oldest first, each
-    // with whether it has been welcomed since: at capacity the oldest
+    // with whether it has shown one since: at capacity the oldest
     // gives way, so strangers that connect and say nothing cannot keep a
     // rank, which shows the token at once, out.
     let mut pending: std::collections::VecDeque<(tokio::task::AbortHandle, Arc<std::sync::atomic::AtomicBool>)> = Default::default();
@@ -339,17 +339,17 @@ async fn accept_ranks(
             }
         };
         while tasks.try_join_next().is_some() {}
-        pending.retain(|(task, welcomed)| !task.is_finished() && !welcomed.load(std::sync::atomic::Ordering::Relaxed));
+        pending.retain(|(task, token_shown)| !task.is_finished() && !token_shown.load(std::sync::atomic::Ordering::Relaxed));
         if tasks.len() >= 4 * size + 16 {
-            // More connections than ranks could make: the oldest still
-            // unwelcomed goes, or this one if every slot serves a rank.
+            // More connections than ranks could make: the oldest that has
+            // shown no token goes, or this one if every slot serves a rank.
             match pending.pop_front() {
                 Some((oldest, _)) => oldest.abort(),
                 None => continue,
             }
         }
-        let welcomed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (kvs, writers, failed, key, welcome_seen) = (kvs.clone(), writers.clone(), failed.clone(), key.clone(), welcomed.clone());
+        let token_shown = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (kvs, writers, failed, key, vouched) = (kvs.clone(), writers.clone(), failed.clone(), key.clone(), token_shown.clone());
         let task = tasks.spawn(async move {
             let _ = stream.set_nodelay(true);
             super::pmi::keep_alive(&stream);
@@ -372,6 +372,11 @@ async fn accept_ranks(
                 let _ = w.write_all(refusal).await;
                 return;
             };
+            // Shown a rank's token: no longer a stranger that may be evicted
+            // (an eviction later, between taking the rank's place and
+            // serving it, would leave the rank welcomed and never answered).
+            // Set before the next await, the only place an abort takes effect.
+            vouched.store(true, std::sync::atomic::Ordering::Relaxed);
             let mut slot = writers[rank].lock().await;
             if slot.is_some() {
                 let _ = w.write_all(refusal).await; // rank already connected
@@ -383,10 +388,9 @@ async fn accept_ranks(
             }
             *slot = Some(Box::new(w));
             drop(slot);
-            welcome_seen.store(true, std::sync::atomic::Ordering::Relaxed);
             serve_rank(rank, lines, kvs, writers, failed).await;
         });
-        pending.push_back((task, welcomed));
+        pending.push_back((task, token_shown));
     }
 }
 
