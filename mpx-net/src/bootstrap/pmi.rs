@@ -757,8 +757,9 @@ pub struct KvSpace {
     name: String,
     size: usize,
     values: HashMap<String, String>,
-    /// Bytes each rank stored: its keys and values together stay within
-    /// [`KvSpace::PER_RANK`], so no rank can fill the space for the others.
+    /// Bytes each rank stored: its keys and values, with
+    /// [`KvSpace::ENTRY_COST`] for each, stay within [`KvSpace::PER_RANK`],
+    /// so no rank can fill the space for the others.
     stored: Vec<usize>,
     in_barrier: Vec<bool>,
     /// Each rank's connection: its framing and the form it chose.
@@ -772,8 +773,14 @@ impl KvSpace {
     pub const KEYLEN_MAX: usize = 64;
     /// Longest value.
     pub const VALLEN_MAX: usize = 1024;
-    /// Bytes of keys and values each rank may store.
+    /// Bytes of keys and values each rank may store (with
+    /// [`KvSpace::ENTRY_COST`] counted for each).
     pub const PER_RANK: usize = 64 << 10;
+    /// What an entry costs beside its key's and value's bytes (two strings'
+    /// headers, their allocations' least size, the table's slot): counted
+    /// against the rank's share, so that empty keys and values cannot hold
+    /// far more memory than the share says.
+    pub const ENTRY_COST: usize = 96;
 
     /// The space of a job of `size` ranks, named `name` (its PMI-1
     /// key-value space and PMI-2 job id).
@@ -822,11 +829,11 @@ impl KvSpace {
         let others_card = key.strip_prefix("mpx-").and_then(|r| r.parse::<usize>().ok()).is_some_and(|r| r != rank);
         let fits = key.len() <= Self::KEYLEN_MAX
             && value.len() <= Self::VALLEN_MAX
-            && self.stored[rank] + key.len() + value.len() <= Self::PER_RANK;
+            && self.stored[rank] + Self::ENTRY_COST + key.len() + value.len() <= Self::PER_RANK;
         if !fits || others_card || self.values.contains_key(key) {
             return false;
         }
-        self.stored[rank] += key.len() + value.len();
+        self.stored[rank] += Self::ENTRY_COST + key.len() + value.len();
         self.values.insert(key.to_string(), value.to_string());
         true
     }
@@ -1053,19 +1060,27 @@ mod tests {
     /// its own to put.
     #[test]
     fn a_rank_can_neither_fill_the_space_nor_take_anothers_card() {
-        let mut kvs = KvSpace::new("job-1", 2);
+        let mut kvs = KvSpace::new("job-1", 3);
         let put = |kvs: &mut KvSpace, rank: usize, key: &str| {
-            let line = format!("cmd=put kvsname=job-1 key={key} value={}\n", "v".repeat(1000));
+            let value = if rank == 2 { String::new() } else { "v".repeat(1000) };
+            let line = format!("cmd=put kvsname=job-1 key={key} value={value}\n");
             let out = kvs.receive(rank, line.as_bytes()).unwrap();
             out == [(rank, b"cmd=put_result rc=0\n".to_vec())]
         };
         kvs.receive(0, b"cmd=init pmi_version=1 pmi_subversion=1\n").unwrap();
         kvs.receive(1, b"cmd=init pmi_version=1 pmi_subversion=1\n").unwrap();
+        kvs.receive(2, b"cmd=init pmi_version=1 pmi_subversion=1\n").unwrap();
         let mut stored = 0;
         while put(&mut kvs, 0, &format!("k{stored:03}")) {
             stored += 1;
         }
-        assert_eq!(stored, KvSpace::PER_RANK / 1004, "rank 0's share, then refusals");
+        assert_eq!(stored, KvSpace::PER_RANK / (1004 + KvSpace::ENTRY_COST), "rank 0's share, then refusals");
+        // Empty values and short keys count what their entries cost.
+        let mut tiny = 0;
+        while put(&mut kvs, 2, &format!("{tiny:x}")) {
+            tiny += 1;
+        }
+        assert!(tiny <= KvSpace::PER_RANK / KvSpace::ENTRY_COST, "{tiny} empty entries");
         assert!(put(&mut kvs, 1, "mpx-1"), "rank 1 still has its share");
         assert!(!put(&mut kvs, 1, "mpx-0"), "rank 0's card is rank 0's");
         assert!(!put(&mut kvs, 1, "mpx-1"), "stored already");
