@@ -303,25 +303,23 @@ fn a_reader_that_stops_reading_the_output_does_not_stop_mpxrun_reaping_ranks() {
         r#"if [ "$PMI_RANK" = 2 ]; then sleep 1; exit 3; fi; echo $$ > {}/pid-$PMI_RANK; yes flood | head -c 20000000; exec sleep 60"#,
         dir.display()
     );
-    let mut launched = Launched::spawn(mpxrun().args(["-n", "3", "sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    // Standard output and error into one pipe (`2>&1`): mpxrun's own lines
+    // meet the stalled reader too.
+    let (mut output, into) = std::io::pipe().unwrap();
+    let launched = Launched::spawn(mpxrun().args(["-n", "3", "sh", "-c", &script]).stdin(Stdio::null()).stdout(into.try_clone().unwrap()).stderr(into));
     let pids = pids_written(&dir, 2);
     // Nobody reads mpxrun's output: the flooding ranks are taken down anyway.
     let left = outliving(&pids, Duration::from_secs(15));
     assert!(left.is_empty(), "the flooding ranks {left:?} outlived the failed one while mpxrun's output was not read");
-    let child = launched.child();
-    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let reading = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
-        text
-    });
-    let written = std::io::copy(&mut stdout, &mut std::io::sink()).unwrap();
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut output, &mut text).unwrap();
     let status = launched.take().wait().unwrap();
-    let errors = reading.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(status.code(), Some(3), "{errors}");
-    assert!(errors.contains("rank 2"), "{errors}");
-    assert!(written > 64 << 10, "the output read before the failure was written ({written} bytes)");
+    let text = String::from_utf8_lossy(&text);
+    let said: Vec<&str> = text.lines().filter(|l| l.starts_with("mpxrun:")).collect();
+    assert_eq!(status.code(), Some(3), "{said:?}");
+    assert!(said.iter().any(|l| l.contains("rank 2 of 3 failed")), "{said:?}");
+    assert!(text.len() > 64 << 10, "the output read before the failure was written ({} bytes)", text.len());
 }
 
 /// The process ids ranks `0..ranks` wrote to `dir/pid-<rank>`, waited for.

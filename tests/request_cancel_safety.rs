@@ -293,6 +293,67 @@ async fn a_receive_dropped_while_its_data_arrives_gives_it_back() {
     }
 }
 
+/// A receive freed (`MPI_Request_free`) part way through its message's
+/// data, or matched by a large message too long for it, still takes that
+/// message: its sender completes, its buffer is written no further, and
+/// the next receive gets the next message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_freed_while_its_data_arrives_still_takes_it() {
+    const LEN: usize = 1 << 19; // 4 MiB of u64
+    let mut opts = options(2);
+    opts.engine.eager_threshold = 64;
+    opts.engine.rndv_chunk = 16 << 10;
+    opts.engine.stream_step = 32 << 10;
+    let run = launch_with(opts, |comm| async move {
+        let pattern = |m: u64| (0..LEN as u64).map(|i| m << 32 | i).collect::<Vec<u64>>();
+        if comm.rank() == 0 {
+            for m in 0..4u64 {
+                comm.send(&pattern(m), 1, 0).await?;
+                comm.send(&pattern(m + 100), 1, 0).await?;
+            }
+            comm.send(&pattern(7), 1, 1).await?; // too long for the freed receive
+            comm.send(&[9u8], 1, 1).await?;
+            return Ok(0);
+        }
+        let mut freed_with_data = 0;
+        for m in 0..4u64 {
+            let mut buf = vec![0u64; LEN];
+            let mut req = comm.irecv(&mut buf, 0, 0);
+            let mut done = false;
+            while req.bytes_taken_early() == 0 {
+                if req.test().is_some() {
+                    done = true;
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            if !done {
+                let taken = req.bytes_taken_early();
+                req.free();
+                freed_with_data += 1;
+                let copy = buf.clone();
+                let mut next = vec![0u64; LEN];
+                comm.recv_into(&mut next, 0, 0).await?;
+                assert!(next == pattern(m + 100), "message {m}: the freed receive did not take its message whole");
+                assert_eq!(buf, copy, "written after it was freed");
+                assert!(buf[..taken / 8] == pattern(m)[..taken / 8], "what it took before it was freed");
+            } else {
+                drop(req);
+                comm.recv_into(&mut buf, 0, 0).await?;
+            }
+        }
+        let mut short = [0u64; 4];
+        comm.irecv(&mut short, 0, 1).free();
+        assert_eq!(comm.recv_vec::<u8>(0, 1).await?.0, [9]);
+        assert_eq!(short, [0; 4]);
+        Ok(freed_with_data)
+    });
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run).await.expect("every send completed").unwrap();
+    if module_path!().ends_with("quic") {
+        assert!(out[1] >= 1, "no receive was freed holding data");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_async_functions_lose_nothing() {
     dropping_async_functions(true).await;

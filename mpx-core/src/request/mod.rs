@@ -332,7 +332,7 @@ impl<'a> Request<'a> {
 
     /// An inactive request (MPI's null or inactive persistent request):
     /// awaiting it gives an empty status at once, as does
-    /// [`wait_all`](crate::wait_all); in a [`RequestSet`], `wait_any`,
+    /// [`wait_all`]; in a [`RequestSet`], `wait_any`,
     /// `wait_some`, `test_any` and `test_some` pass over it, as MPI's do.
     ///
     /// ```
@@ -611,8 +611,8 @@ pub trait Operation: Unpin {
     }
 
     /// Whether this is MPI's null or an inactive persistent request
-    /// ([`Request::inactive`], a `None` slot, a request whose outcome was
-    /// taken): the completion functions that return one request, or some,
+    /// ([`Request::inactive`], a `None` slot, a [`Request`] whose outcome
+    /// was taken): the completion functions that return one request, or some,
     /// pass over it ([`RequestSet::wait_any`] and the others), while the
     /// ones that return all give it an empty status, as MPI-4.1 §3.7.3 and
     /// §3.7.5 have them. A detail of mpx.

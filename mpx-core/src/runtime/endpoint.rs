@@ -893,10 +893,6 @@ impl Shared {
         self.withdraw_streamed(id, BytesMut::new())
     }
 
-    /// [`withdraw`](Shared::withdraw) for a receive that took the first
-    /// bytes of its message, `head`, as they arrived
-    /// ([`take_arrived`](Shared::take_arrived)): they go back with the
-    /// message.
     /// `MPI_Request_free` of receive `id`: unlike a withdrawal, the receive
     /// stays posted and takes the message it matches (or has matched), as
     /// MPI has it, but that message's data is dropped: the buffer's borrow
@@ -934,6 +930,10 @@ impl Shared {
         }
     }
 
+    /// [`withdraw`](Shared::withdraw) for a receive that took the first
+    /// bytes of its message, `head`, as they arrived
+    /// ([`take_arrived`](Shared::take_arrived)): they go back with the
+    /// message.
     pub(crate) fn withdraw_streamed(&self, id: ReqId, mut head: BytesMut) {
         let mut st = self.lock();
         if !head.is_empty() {

@@ -212,42 +212,75 @@ impl Outcome {
 /// for. Output that keeps coming is forwarded to its end.
 const OUTPUT_IDLE_AFTER_RANKS: Duration = Duration::from_secs(5);
 
-/// A line of a rank's output, for mpxrun's standard error (`true`) or
-/// standard output, prefixed and ending in a newline.
-type OutputLine = (bool, Vec<u8>);
+/// A line for mpxrun's standard error (`true`) or standard output,
+/// ending in a newline, and whether it is a rank's (it gives its room in
+/// the queue back once written).
+type OutputLine = (bool, Vec<u8>, bool);
 
-/// Lines of output queued for the terminal thread before the ranks'
-/// forwarders wait (and the ranks, once their pipes fill).
+/// Lines of the ranks' output queued for the terminal thread before the
+/// ranks' forwarders wait (and the ranks, once their pipes fill).
 const OUTPUT_QUEUE: usize = 256;
 
-/// Starts the thread that writes the ranks' output lines to mpxrun's
-/// standard output and error, whole, in the order they are queued; the
-/// returned receiver fires once every sender is gone and the lines are
-/// written. Writes that block (a reader of mpxrun's output that stops
-/// reading) block that thread alone: the ranks that write wait as their
-/// pipes fill, while PMI and the reaping of ranks go on.
-fn terminal() -> Result<(tokio::sync::mpsc::Sender<OutputLine>, tokio::sync::oneshot::Receiver<()>)> {
-    let (lines, mut queued) = tokio::sync::mpsc::channel::<OutputLine>(OUTPUT_QUEUE);
-    let (written, done) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("mpxrun-output".into())
-        .spawn(move || {
-            while let Some((to_stderr, line)) = queued.blocking_recv() {
-                let _ = if to_stderr { std::io::stderr().write_all(&line) } else { std::io::stdout().write_all(&line) };
-                if queued.is_empty() {
-                    let _ = std::io::stdout().flush();
+/// mpxrun's standard output and error, written by a thread of their own
+/// ([`Terminal::start`]): writes that block (a reader of mpxrun's output
+/// that stops reading) block that thread alone. The ranks that write wait
+/// as their pipes fill, while PMI, the reaping of ranks and the handling
+/// of signals go on: mpxrun's own lines never wait (a few per rank), and
+/// come out after the ranks' lines queued before them.
+#[derive(Clone)]
+struct Terminal {
+    lines: tokio::sync::mpsc::UnboundedSender<OutputLine>,
+    /// Room for ranks' lines: [`OUTPUT_QUEUE`] less those queued.
+    room: Arc<tokio::sync::Semaphore>,
+}
+
+impl Terminal {
+    /// Starts the writing thread; the receiver fires once every
+    /// [`Terminal`] is gone and every line queued is written.
+    fn start() -> Result<(Terminal, tokio::sync::oneshot::Receiver<()>)> {
+        let (lines, mut queued) = tokio::sync::mpsc::unbounded_channel::<OutputLine>();
+        let room = Arc::new(tokio::sync::Semaphore::new(OUTPUT_QUEUE));
+        let (written, done) = tokio::sync::oneshot::channel();
+        let freed = room.clone();
+        std::thread::Builder::new()
+            .name("mpxrun-output".into())
+            .spawn(move || {
+                while let Some((to_stderr, line, a_ranks)) = queued.blocking_recv() {
+                    // Errors (a reader gone: EPIPE) drop the line.
+                    let _ = if to_stderr { std::io::stderr().write_all(&line) } else { std::io::stdout().write_all(&line) };
+                    if a_ranks {
+                        freed.add_permits(1);
+                    }
                 }
-            }
-            let _ = std::io::stdout().flush();
-            let _ = written.send(());
-        })
-        .map_err(|e| Error::transport("starting mpxrun's output thread", e))?;
-    Ok((lines, done))
+                let _ = std::io::stdout().flush();
+                let _ = written.send(());
+            })
+            .map_err(|e| Error::transport("starting mpxrun's output thread", e))?;
+        Ok((Terminal { lines, room }, done))
+    }
+
+    /// Queues one of mpxrun's own lines for its standard error, at once.
+    fn say(&self, text: impl std::fmt::Display) {
+        let _ = self.lines.send((true, format!("mpxrun: {text}\n").into_bytes(), false));
+    }
+
+    /// Queues a rank's line, once there is room; `false` if the terminal
+    /// thread is gone.
+    async fn pass(&self, to_stderr: bool, line: Vec<u8>) -> bool {
+        let Ok(permit) = self.room.acquire().await else { return false };
+        permit.forget();
+        self.lines.send((to_stderr, line, true)).is_ok()
+    }
+
+    /// Whether no rank's line waits to be written.
+    fn drained(&self) -> bool {
+        self.room.available_permits() == OUTPUT_QUEUE
+    }
 }
 
 /// Forwards one stream of a rank's output, line by line, to the
-/// [`terminal`] thread, counting the lines in `lines_out`.
-async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool, out: tokio::sync::mpsc::Sender<OutputLine>, lines_out: Arc<AtomicU64>) {
+/// [`Terminal`], counting the lines in `lines_out`.
+async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool, out: Terminal, lines_out: Arc<AtomicU64>) {
     // A line longer than this goes out in pieces of this length.
     const LONGEST: u64 = 64 << 10;
     let mut lines = BufReader::new(from);
@@ -261,7 +294,7 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
                 if line[start..].last() != Some(&b'\n') {
                     line.push(b'\n');
                 }
-                if out.send((to_stderr, line)).await.is_err() {
+                if !out.pass(to_stderr, line).await {
                     return;
                 }
             }
@@ -323,11 +356,16 @@ async fn accept_ranks(
 ) {
     let size = writers.len();
     let mut tasks = tokio::task::JoinSet::new();
-    // Connections that have not shown the token yet, oldest first, each
-    // with whether it has shown one since: at capacity the oldest
-    // gives way, so strangers that connect and say nothing cannot keep a
-    // rank, which shows the token at once, out.
-    let mut pending: std::collections::VecDeque<(tokio::task::AbortHandle, Arc<std::sync::atomic::AtomicBool>)> = Default::default();
+    // Connections that have not shown a token yet, oldest first, each with
+    // its standing (STRANGER, VOUCHED or EVICTED): at capacity the oldest
+    // stranger gives way, so strangers that connect and say nothing cannot
+    // keep a rank, which shows its token at once, out. A connection's task
+    // and this loop each move it on from STRANGER with a compare-exchange,
+    // so one that showed its token is never evicted, however close the two.
+    const STRANGER: u8 = 0;
+    const VOUCHED: u8 = 1;
+    const EVICTED: u8 = 2;
+    let mut pending: std::collections::VecDeque<(tokio::task::AbortHandle, Arc<std::sync::atomic::AtomicU8>)> = Default::default();
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -339,17 +377,19 @@ async fn accept_ranks(
             }
         };
         while tasks.try_join_next().is_some() {}
-        pending.retain(|(task, token_shown)| !task.is_finished() && !token_shown.load(std::sync::atomic::Ordering::Relaxed));
+        pending.retain(|(task, standing)| !task.is_finished() && standing.load(Ordering::SeqCst) == STRANGER);
         if tasks.len() >= 4 * size + 16 {
-            // More connections than ranks could make: the oldest that has
-            // shown no token goes, or this one if every slot serves a rank.
-            match pending.pop_front() {
+            // More connections than ranks could make: the oldest stranger
+            // goes, or this one if every slot serves a rank.
+            let evicted = std::iter::from_fn(|| pending.pop_front())
+                .find(|(_, standing)| standing.compare_exchange(STRANGER, EVICTED, Ordering::SeqCst, Ordering::SeqCst).is_ok());
+            match evicted {
                 Some((oldest, _)) => oldest.abort(),
                 None => continue,
             }
         }
-        let token_shown = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (kvs, writers, failed, key, vouched) = (kvs.clone(), writers.clone(), failed.clone(), key.clone(), token_shown.clone());
+        let standing = Arc::new(std::sync::atomic::AtomicU8::new(STRANGER));
+        let (kvs, writers, failed, key, vouched) = (kvs.clone(), writers.clone(), failed.clone(), key.clone(), standing.clone());
         let task = tasks.spawn(async move {
             let _ = stream.set_nodelay(true);
             super::pmi::keep_alive(&stream);
@@ -374,9 +414,11 @@ async fn accept_ranks(
             };
             // Shown a rank's token: no longer a stranger that may be evicted
             // (an eviction later, between taking the rank's place and
-            // serving it, would leave the rank welcomed and never answered).
-            // Set before the next await, the only place an abort takes effect.
-            vouched.store(true, std::sync::atomic::Ordering::Relaxed);
+            // serving it, would leave the rank welcomed and never answered),
+            // unless evicted already (it ends here, before taking a place).
+            if vouched.compare_exchange(STRANGER, VOUCHED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+                return;
+            }
             let mut slot = writers[rank].lock().await;
             if slot.is_some() {
                 let _ = w.write_all(refusal).await; // rank already connected
@@ -390,7 +432,7 @@ async fn accept_ranks(
             drop(slot);
             serve_rank(rank, lines, kvs, writers, failed).await;
         });
-        pending.push_back((task, token_shown));
+        pending.push_back((task, standing));
     }
 }
 
@@ -448,7 +490,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let mut serving = tokio::task::JoinSet::new();
     let mut outputs = tokio::task::JoinSet::new();
     let lines_out = Arc::new(AtomicU64::new(0));
-    let (output, output_written) = terminal()?;
+    let (output, output_written) = Terminal::start()?;
     // Ranks on other hosts reach PMI over TCP, each with a token of its own.
     let remote = match &job.hosts {
         Some(hosts) => {
@@ -625,7 +667,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 killers[rank] = None;
                 if !status.success() && failed.is_none() {
                     failed = Some(rank as u32);
-                    eprintln!("mpxrun: rank {rank} failed ({status})");
+                    output.say(format_args!("rank {rank} failed ({status})"));
                     if !job.keep_going {
                         kill_all(&mut killers);
                     }
@@ -635,17 +677,17 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 kill_group(groups[rank]);
             }
             _ = interrupt.recv() => {
-                eprintln!("mpxrun: interrupted; killing every rank");
+                output.say("interrupted; killing every rank");
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
             }
             _ = terminate.recv() => {
-                eprintln!("mpxrun: terminated; killing every rank");
+                output.say("terminated; killing every rank");
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
             }
             Some((rank, why)) = failed_rx.recv() => {
-                eprintln!("mpxrun: rank {rank} {why}");
+                output.say(format_args!("rank {rank} {why}"));
                 if failed.is_none() {
                     failed = Some(rank);
                 }
@@ -671,7 +713,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         tokio::select! {
             next = outputs.join_next() => if next.is_none() { break },
             _ = tokio::time::sleep(OUTPUT_IDLE_AFTER_RANKS) => {
-                if lines_out.load(Ordering::Relaxed) == before && output.capacity() == output.max_capacity() {
+                if lines_out.load(Ordering::Relaxed) == before && output.drained() {
                     break;
                 }
             }
@@ -687,6 +729,22 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     }
     outputs.abort_all();
     while outputs.join_next().await.is_some() {}
+    let statuses: Vec<ExitStatus> = statuses.into_iter().map(|s| s.expect("every rank was waited for")).collect();
+    if remote.is_some() {
+        // A rank on another host that never spoke PMI either is no mpx
+        // program or lost its variables on the way (a launch command that
+        // drops `env`'s arguments): say so, since it ran on its own.
+        let kvs = kvs.lock().unwrap_or_else(|e| e.into_inner());
+        for rank in (0..statuses.len()).filter(|&r| !kvs.joined(r)) {
+            output.say(format_args!("rank {rank} never reached the job's PMI port: it ran outside the job (not an mpx program, or its launch command lost its variables)"));
+        }
+    }
+    if failed.is_none() {
+        failed = statuses.iter().position(|s| !s.success()).map(|r| r as u32);
+    }
+    if let Some(rank) = failed {
+        output.say(format_args!("rank {rank} of {} failed: {}", job.ranks, statuses[rank as usize]));
+    }
     // What was read is written before mpxrun exits, unless it is told to
     // stop (its reader may never read again).
     drop(output);
@@ -696,19 +754,6 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-    }
-    let statuses: Vec<ExitStatus> = statuses.into_iter().map(|s| s.expect("every rank was waited for")).collect();
-    if remote.is_some() {
-        // A rank on another host that never spoke PMI either is no mpx
-        // program or lost its variables on the way (a launch command that
-        // drops `env`'s arguments): say so, since it ran on its own.
-        let kvs = kvs.lock().unwrap_or_else(|e| e.into_inner());
-        for rank in (0..statuses.len()).filter(|&r| !kvs.joined(r)) {
-            eprintln!("mpxrun: rank {rank} never reached the job's PMI port: it ran outside the job (not an mpx program, or its launch command lost its variables)");
-        }
-    }
-    if failed.is_none() {
-        failed = statuses.iter().position(|s| !s.success()).map(|r| r as u32);
     }
     Ok(Outcome { statuses, failed })
 }
@@ -731,12 +776,7 @@ pub fn main() -> ! {
         }
     };
     match runtime.block_on(run(&job)) {
-        Ok(outcome) => {
-            if let Some(rank) = outcome.failed {
-                eprintln!("mpxrun: rank {rank} of {} failed: {}", job.ranks, outcome.statuses[rank as usize]);
-            }
-            std::process::exit(outcome.code())
-        }
+        Ok(outcome) => std::process::exit(outcome.code()),
         Err(e) => {
             eprintln!("mpxrun: {e}");
             std::process::exit(1);

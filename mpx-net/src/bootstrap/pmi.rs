@@ -309,7 +309,10 @@ fn receive<S: Duplex + ?Sized>(stream: &mut S, decoder: &mut Decoder, version: V
     };
     let answer = read_message(stream, decoder, version, deadline);
     if let Some(timeout) = restore {
-        Duplex::set_read_timeout(stream, timeout)?;
+        // The answer (or why there is none) matters more than this.
+        if let Err(e) = Duplex::set_read_timeout(stream, timeout) {
+            tracing::warn!(error = %e, "PMI: the socket's read timeout could not be restored");
+        }
     }
     answer
 }
