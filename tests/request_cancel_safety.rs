@@ -228,6 +228,24 @@ async fn dropping_async_functions(sender_waits: bool) {
     assert!(out[1] > 100, "the test dropped futures ({} times)", out[1]);
 }
 
+/// Length, in `u64`s, of the large messages of the streaming tests (4 MiB).
+const LEN: usize = 1 << 19;
+
+/// Message `m` of the streaming tests: each value says its message and place.
+fn pattern(m: u64) -> Vec<u64> {
+    (0..LEN as u64).map(|i| m << 32 | i).collect()
+}
+
+/// Two ranks whose large messages go by rendezvous in small chunks, and
+/// whose receives take their data as it arrives, in small steps.
+fn streaming_options() -> mpx::LaunchOptions {
+    let mut opts = options(2);
+    opts.engine.eager_threshold = 64;
+    opts.engine.rndv_chunk = 16 << 10;
+    opts.engine.stream_step = 32 << 10;
+    opts
+}
+
 /// A receive of a large message puts the data in its buffer as it
 /// arrives (over a network); dropped part way, it gives what it took
 /// back, and the next receive gets the whole message. One message each way of ending: the
@@ -235,13 +253,7 @@ async fn dropping_async_functions(sender_waits: bool) {
 /// awaited to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receive_dropped_while_its_data_arrives_gives_it_back() {
-    const LEN: usize = 1 << 19; // 4 MiB of u64
-    let mut opts = options(2);
-    opts.engine.eager_threshold = 64;
-    opts.engine.rndv_chunk = 16 << 10;
-    opts.engine.stream_step = 32 << 10;
-    let run = launch_with(opts, |comm| async move {
-        let pattern = |m: u64| (0..LEN as u64).map(|i| m << 32 | i).collect::<Vec<u64>>();
+    let run = launch_with(streaming_options(), |comm| async move {
         if comm.rank() == 0 {
             for m in 0..6u64 {
                 comm.send(&pattern(m), 1, 0).await?;
@@ -299,13 +311,7 @@ async fn a_receive_dropped_while_its_data_arrives_gives_it_back() {
 /// the next receive gets the next message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receive_freed_while_its_data_arrives_still_takes_it() {
-    const LEN: usize = 1 << 19; // 4 MiB of u64
-    let mut opts = options(2);
-    opts.engine.eager_threshold = 64;
-    opts.engine.rndv_chunk = 16 << 10;
-    opts.engine.stream_step = 32 << 10;
-    let run = launch_with(opts, |comm| async move {
-        let pattern = |m: u64| (0..LEN as u64).map(|i| m << 32 | i).collect::<Vec<u64>>();
+    let run = launch_with(streaming_options(), |comm| async move {
         if comm.rank() == 0 {
             for m in 0..4u64 {
                 comm.send(&pattern(m), 1, 0).await?;
