@@ -232,6 +232,8 @@ struct Terminal {
     lines: tokio::sync::mpsc::UnboundedSender<OutputLine>,
     /// Room for ranks' lines: [`OUTPUT_QUEUE`] less those queued.
     room: Arc<tokio::sync::Semaphore>,
+    /// Ranks' lines queued so far.
+    passed: Arc<AtomicU64>,
 }
 
 impl Terminal {
@@ -256,7 +258,7 @@ impl Terminal {
                 let _ = written.send(());
             })
             .map_err(|e| Error::transport("starting mpxrun's output thread", e))?;
-        Ok((Terminal { lines, room }, done))
+        Ok((Terminal { lines, room, passed: Arc::default() }, done))
     }
 
     /// Queues one of mpxrun's own lines for its standard error, at once.
@@ -269,7 +271,13 @@ impl Terminal {
     async fn pass(&self, to_stderr: bool, line: Vec<u8>) -> bool {
         let Ok(permit) = self.room.acquire().await else { return false };
         permit.forget();
+        self.passed.fetch_add(1, Ordering::Relaxed);
         self.lines.send((to_stderr, line, true)).is_ok()
+    }
+
+    /// Ranks' lines queued so far.
+    fn passed(&self) -> u64 {
+        self.passed.load(Ordering::Relaxed)
     }
 
     /// Whether no rank's line waits to be written.
@@ -279,8 +287,8 @@ impl Terminal {
 }
 
 /// Forwards one stream of a rank's output, line by line, to the
-/// [`Terminal`], counting the lines in `lines_out`.
-async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool, out: Terminal, lines_out: Arc<AtomicU64>) {
+/// [`Terminal`].
+async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpin, to_stderr: bool, out: Terminal) {
     // A line longer than this goes out in pieces of this length.
     const LONGEST: u64 = 64 << 10;
     let mut lines = BufReader::new(from);
@@ -290,7 +298,6 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
         match (&mut lines).take(LONGEST).read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {
-                lines_out.fetch_add(1, Ordering::Relaxed);
                 if line[start..].last() != Some(&b'\n') {
                     line.push(b'\n');
                 }
@@ -460,6 +467,17 @@ fn kill_group(leader: Option<u32>) {
     }
 }
 
+/// Waits for SIGINT or SIGTERM, and says which came.
+///
+/// # Cancel safety
+/// Cancel-safe: a signal that comes while it is not waited for is kept.
+async fn stopped(interrupt: &mut tokio::signal::unix::Signal, terminate: &mut tokio::signal::unix::Signal) -> &'static str {
+    tokio::select! {
+        _ = interrupt.recv() => "interrupted",
+        _ = terminate.recv() => "terminated",
+    }
+}
+
 /// Runs `job`: starts its processes, serves them, forwards their output,
 /// and waits for them all.
 ///
@@ -489,7 +507,6 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let writers: Writers = Arc::new((0..job.ranks).map(|_| tokio::sync::Mutex::new(None)).collect());
     let mut serving = tokio::task::JoinSet::new();
     let mut outputs = tokio::task::JoinSet::new();
-    let lines_out = Arc::new(AtomicU64::new(0));
     let (output, output_written) = Terminal::start()?;
     // Ranks on other hosts reach PMI over TCP, each with a token of its own.
     let remote = match &job.hosts {
@@ -619,10 +636,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             stdin.write_all(input.as_bytes()).await.map_err(|e| Error::transport(what, e))?;
         }
         if let Some(out) = child.stdout.take() {
-            outputs.spawn(forward(rank, job.prefix, out, false, output.clone(), lines_out.clone()));
+            outputs.spawn(forward(rank, job.prefix, out, false, output.clone()));
         }
         if let Some(err) = child.stderr.take() {
-            outputs.spawn(forward(rank, job.prefix, err, true, output.clone(), lines_out.clone()));
+            outputs.spawn(forward(rank, job.prefix, err, true, output.clone()));
         }
         children.push(child);
     }
@@ -676,13 +693,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 // What the rank left running (holding its output open) ends with it.
                 kill_group(groups[rank]);
             }
-            _ = interrupt.recv() => {
-                output.say("interrupted; killing every rank");
-                groups.iter().for_each(|&g| kill_group(g));
-                kill_all(&mut killers);
-            }
-            _ = terminate.recv() => {
-                output.say("terminated; killing every rank");
+            how = stopped(&mut interrupt, &mut terminate) => {
+                output.say(format_args!("{how}; killing every rank"));
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
             }
@@ -709,19 +721,15 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     // when interrupted.
     let mut interrupted = false;
     loop {
-        let before = lines_out.load(Ordering::Relaxed);
+        let before = output.passed();
         tokio::select! {
             next = outputs.join_next() => if next.is_none() { break },
             _ = tokio::time::sleep(OUTPUT_IDLE_AFTER_RANKS) => {
-                if lines_out.load(Ordering::Relaxed) == before && output.drained() {
+                if output.passed() == before && output.drained() {
                     break;
                 }
             }
-            _ = interrupt.recv() => {
-                interrupted = true;
-                break;
-            }
-            _ = terminate.recv() => {
+            _ = stopped(&mut interrupt, &mut terminate) => {
                 interrupted = true;
                 break;
             }
@@ -751,8 +759,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     if !interrupted {
         tokio::select! {
             _ = output_written => {}
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
+            _ = stopped(&mut interrupt, &mut terminate) => {}
         }
     }
     Ok(Outcome { statuses, failed })

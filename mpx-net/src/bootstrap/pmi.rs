@@ -830,13 +830,12 @@ impl KvSpace {
     /// `mpx-<r>` is rank `r`'s alone, so no rank can take another's first).
     fn put(&mut self, rank: usize, key: &str, value: &str) -> bool {
         let others_card = key.strip_prefix("mpx-").and_then(|r| r.parse::<usize>().ok()).is_some_and(|r| r != rank);
-        let fits = key.len() <= Self::KEYLEN_MAX
-            && value.len() <= Self::VALLEN_MAX
-            && self.stored[rank] + Self::ENTRY_COST + key.len() + value.len() <= Self::PER_RANK;
+        let cost = Self::ENTRY_COST + key.len() + value.len();
+        let fits = key.len() <= Self::KEYLEN_MAX && value.len() <= Self::VALLEN_MAX && self.stored[rank] + cost <= Self::PER_RANK;
         if !fits || others_card || self.values.contains_key(key) {
             return false;
         }
-        self.stored[rank] += Self::ENTRY_COST + key.len() + value.len();
+        self.stored[rank] += cost;
         self.values.insert(key.to_string(), value.to_string());
         true
     }
