@@ -268,16 +268,33 @@ const SHAPES: [(&str, bool, bool); 4] = [
 /// Seconds to post and withdraw one receive of `shape` with `queued`
 /// unexpected messages of another communicator waiting, and seconds for
 /// one message to arrive and be received with `posted` receives of
-/// another communicator waiting.
+/// another communicator waiting. Rank 0 measures; half the queued messages
+/// are its own, half rank 1's: the eager credit one sender may hold
+/// (`MAX_GRANTED_CREDIT`, 64 MiB, each message counting its bookkeeping)
+/// keeps at most about 65,000 queued, and beyond it they would wait in the
+/// sender as rendezvous requests, holding back its later messages to the
+/// same rank.
 async fn matching(queued: usize, posted: usize, iters: usize) -> mpx::Result<Vec<f64>> {
-    // Credit for every queued message to stay eager (beyond it they would
-    // wait in the sender as rendezvous requests, holding back its later
-    // messages to the same rank).
-    let mut options = mpx::LaunchOptions::ranks(1);
-    options.engine.eager_credit = 64 << 20;
+    const QUEUED: i32 = 7;
+    const ALL_QUEUED: i32 = 8;
+    const DONE: i32 = 99;
+    let mut options = mpx::LaunchOptions::ranks(2);
+    options.engine.eager_credit = mpx::proto::engine::MAX_GRANTED_CREDIT;
     let out = mpx::launch_with(options, move |comm| async move {
         let elsewhere = comm.dup();
-        let sends: Vec<_> = (0..queued).map(|i| elsewhere.isend(&(i as u64), 0, 7)).collect();
+        let own = queued / 2;
+        if comm.rank() == 1 {
+            let sends: Vec<_> = (own..queued).map(|i| elsewhere.isend(&(i as u64), 0, QUEUED)).collect();
+            elsewhere.send(&0u8, 0, ALL_QUEUED).await?;
+            comm.recv::<u8>(0, DONE).await?;
+            for outcome in mpx::wait_all(sends).await {
+                outcome?;
+            }
+            return Ok(Vec::new());
+        }
+        let sends: Vec<_> = (0..own).map(|i| elsewhere.isend(&(i as u64), 0, QUEUED)).collect();
+        // Non-overtaking: rank 1's messages are all queued once this is in.
+        elsewhere.recv::<u8>(1, ALL_QUEUED).await?;
         let mut figures = Vec::new();
         for (_, any_source, any_tag) in SHAPES {
             let source = if any_source { Source::from(Any) } else { Source::from(0) };
@@ -303,15 +320,16 @@ async fn matching(queued: usize, posted: usize, iters: usize) -> mpx::Result<Vec
         drop(waiting);
         let mut slot = 0u64;
         for _ in 0..queued {
-            elsewhere.recv_into(&mut slot, 0, 7).await?;
+            elsewhere.recv_into(&mut slot, Any, QUEUED).await?;
         }
         for outcome in mpx::wait_all(sends).await {
             outcome?;
         }
+        comm.send(&0u8, 1, DONE).await?;
         Ok(figures)
     })
     .await?;
-    Ok(out.into_iter().next().expect("one rank"))
+    Ok(out.into_iter().next().expect("rank 0's figures"))
 }
 
 fn median(mut samples: Vec<f64>) -> f64 {

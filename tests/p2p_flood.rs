@@ -114,8 +114,8 @@ async fn empty_messages_are_bounded_by_credit_too() {
     })
     .await
     .unwrap();
-    // Each queued empty message costs its header (80 bytes) of credit; at
-    // most one more waits as a rendezvous request.
-    assert!(out[1] <= 4096 / 80 + 2, "{} empty messages queued", out[1]);
+    // Each queued empty message costs EAGER_OVERHEAD of credit; at most
+    // one more waits as a rendezvous request.
+    assert!(out[1] as u64 <= 4096 / mpx::proto::engine::EAGER_OVERHEAD + 2, "{} empty messages queued", out[1]);
 }
 }

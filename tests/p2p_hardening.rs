@@ -216,7 +216,7 @@ each_transport! {
     async fn sends_to_a_finished_rank_fail_instead_of_hanging() {
         let mut opts = options(2);
         opts.engine.eager_threshold = 64;
-        opts.engine.eager_credit = 400;
+        opts.engine.eager_credit = 2 * mpx::proto::engine::EAGER_OVERHEAD + 400;
         let run = launch_with(opts, |comm| async move {
             if comm.rank() == 1 {
                 return Ok(vec![]);

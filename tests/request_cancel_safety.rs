@@ -95,7 +95,7 @@ async fn dropped_receives_and_sends_lose_nothing_under_rendezvous() {
 #[tokio::test(flavor = "current_thread")]
 async fn dropped_receives_on_a_current_thread_runtime() {
     let mut opts = options(2);
-    opts.engine.eager_credit = 512;
+    opts.engine.eager_credit = 4 * mpx::proto::engine::EAGER_OVERHEAD;
     dropping_receives(opts).await;
 }
 

@@ -364,7 +364,11 @@ async fn freed_receives_still_take_their_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn freed_receives_give_their_credit_back() {
     let mut opts = options(2);
-    opts.engine.eager_credit = 8 * 1200;
+    // Each message costs its length, its type description (external32
+    // sends one, under 128 bytes) and EAGER_OVERHEAD: credit for the eight
+    // and the "all sent" after them, but not a ninth 1 KiB message.
+    let cost = |len: u64| len + 128 + mpx::proto::engine::EAGER_OVERHEAD;
+    opts.engine.eager_credit = 8 * cost(1024) + cost(1) + 128;
     let run = launch_with(opts, |comm| async move {
         let comm = &comm;
         // Phase 0: the messages are queued before their receives are

@@ -61,7 +61,7 @@ pub const SIZE: u32 = 3;
 pub fn config(repr: Repr) -> Config {
     Config {
         eager_threshold: 64,
-        eager_credit: 512,
+        eager_credit: 4 * super::engine::EAGER_OVERHEAD + 512,
         rndv_slots: 4,
         rndv_chunk: 48,
         repr,

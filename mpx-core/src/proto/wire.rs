@@ -34,8 +34,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::{ErrorKind, Result};
 
-/// Wire format version.
-pub const VERSION: u8 = 2;
+/// Wire format version: 3 since an eager message counts
+/// [`EAGER_OVERHEAD`](super::engine::EAGER_OVERHEAD) of credit beyond its
+/// data (2 counted its 80-byte header).
+pub const VERSION: u8 = 3;
 /// Bytes in an encoded header.
 pub const HEADER_LEN: usize = 80;
 

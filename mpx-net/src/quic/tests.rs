@@ -592,7 +592,7 @@ async fn a_killed_peer_process_fails_its_operations_within_the_bound() {
 fn hello_exchange_corpus() {
     use mpx_core::proto::engine::{MatchSpec, Outgoing, SendMode};
     use mpx_core::Repr;
-    let config = mpx_core::proto::engine::Config { eager_threshold: 64, eager_credit: 512, rndv_slots: 4, rndv_chunk: 48, ..Config::default() };
+    let config = mpx_core::proto::engine::Config { eager_threshold: 64, eager_credit: 4096, rndv_slots: 4, rndv_chunk: 48, ..Config::default() };
     let mut seeds = Vec::new();
     for (me, size, claimed) in [(0u32, 2u32, 1u32), (0, 3, 2), (1, 4, 3)] {
         let mut sender = Engine::new(claimed, size, config).unwrap();

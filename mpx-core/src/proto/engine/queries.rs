@@ -59,7 +59,8 @@ impl Engine {
 
     /// Bytes of unsolicited data (see [`Config::unsolicited_credit`]) from
     /// `source` held for messages no receive has matched yet, and
-    /// unsolicited credit (bytes, headers included) those messages hold:
+    /// unsolicited credit (bytes, each message counted with
+    /// [`UNSOLICITED_OVERHEAD`](super::UNSOLICITED_OVERHEAD)) those messages hold:
     /// the data never above the credit, the credit never above
     /// [`Config::unsolicited_credit`].
     pub fn unsolicited_bytes(&self, source: u32) -> (u64, u64) {
@@ -69,7 +70,8 @@ impl Engine {
         (held, self.peers.get(source as usize).map_or(0, |p| p.unsolicited_in_use))
     }
 
-    /// Eager credit (bytes, headers included) `source` has spent here and
+    /// Eager credit (bytes, each message counted with
+    /// [`EAGER_OVERHEAD`](super::EAGER_OVERHEAD)) `source` has spent here and
     /// not been given back: never above [`Config::eager_credit`].
     pub fn credit_in_use(&self, source: u32) -> u64 {
         self.peers.get(source as usize).map_or(0, |p| p.credit_in_use)

@@ -95,7 +95,8 @@ fn rendezvous_completes_the_send_only_after_a_match() {
 
 #[test]
 fn credit_bounds_unexpected_data_then_falls_back_to_rendezvous() {
-    let mut e = pair(Config { eager_threshold: 100, eager_credit: 150, ..Config::default() });
+    // Credit for one 8-byte message, not two.
+    let mut e = pair(Config { eager_threshold: 100, eager_credit: eager_cost(8) + 50, ..Config::default() });
     e[0].post_send(1, SendMode::Standard, msg(1, 0, b"12345678"));
     e[0].post_send(2, SendMode::Standard, msg(1, 0, b"abcdefgh"));
     pump(&mut e);
@@ -161,7 +162,7 @@ fn a_failed_peer_fails_what_depends_on_it() {
 
 #[test]
 fn a_withdrawn_rendezvous_receive_keeps_the_message_in_place() {
-    let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
+    let mut e = pair(Config { eager_threshold: 2, eager_credit: 4 * EAGER_OVERHEAD, ..Config::default() });
     e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one")); // rendezvous
     e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s")); // eager, later
     e[1].post_recv(5, spec(None, None));
@@ -179,7 +180,7 @@ fn a_withdrawn_rendezvous_receive_keeps_the_message_in_place() {
 
 #[test]
 fn data_of_a_withdrawn_receive_lands_in_the_messages_place() {
-    let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
+    let mut e = pair(Config { eager_threshold: 2, eager_credit: 4 * EAGER_OVERHEAD, ..Config::default() });
     e[0].post_send(1, SendMode::Standard, msg(1, 0, b"big one"));
     e[0].post_send(2, SendMode::Standard, msg(1, 0, b"s"));
     e[1].post_recv(5, spec(None, None));
@@ -198,7 +199,7 @@ fn data_of_a_withdrawn_receive_lands_in_the_messages_place() {
 
 #[test]
 fn rendezvous_data_reaches_a_message_held_by_a_matched_probe() {
-    let mut e = pair(Config { eager_threshold: 2, eager_credit: 1024, ..Config::default() });
+    let mut e = pair(Config { eager_threshold: 2, eager_credit: 4 * EAGER_OVERHEAD, ..Config::default() });
     e[0].post_send(1, SendMode::Standard, msg(1, 0, b"held"));
     e[1].post_recv(5, spec(None, None));
     let (_, rts) = next_frame(&mut e[0]).unwrap();
@@ -231,7 +232,7 @@ fn process_failed(ev: &[Event]) -> usize {
 
 #[test]
 fn sends_to_a_finished_peer_that_need_it_fail() {
-    let config = Config { eager_threshold: 16, eager_credit: 200, ..Config::default() };
+    let config = Config { eager_threshold: 16, eager_credit: 2 * eager_cost(10) + 20, ..Config::default() };
     let mut e = pair(config);
     // A rendezvous send waiting for its match when the peer finishes.
     e[0].post_send(1, SendMode::Standard, msg(1, 0, b"rendezvous-sized data"));
@@ -254,7 +255,7 @@ fn sends_to_a_finished_peer_that_need_it_fail() {
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(eager_ok, 2, "200 bytes of credit hold two 90-byte messages");
+    assert_eq!(eager_ok, 2, "the credit holds two 10-byte messages");
     assert!(e[0].is_flushed() || e[0].queued_bytes(1) > 0);
 }
 
@@ -332,7 +333,7 @@ fn forged(kind: Kind, seq: u64, payload: &'static [u8]) -> Frame {
 
 #[test]
 fn eager_data_beyond_the_credit_fails_the_peer_and_stays_bounded() {
-    let config = Config { eager_threshold: 100, eager_credit: 1000, ..Config::default() };
+    let config = Config { eager_threshold: 100, eager_credit: 5 * eager_cost(100) + 100, ..Config::default() };
     let mut e = pair(config);
     e[1].post_recv(9, spec(Some(0), Some(5)));
     let mut seq = 0;
@@ -344,8 +345,8 @@ fn eager_data_beyond_the_credit_fails_the_peer_and_stays_bounded() {
         assert!(seq < 100);
     };
     assert!(matches!(violation.kind(), ErrorKind::Protocol(_)));
-    assert_eq!(seq, 5, "five 180-byte messages fit in 1000 bytes of credit");
-    assert!(e[1].credit_in_use(0) <= 1000);
+    assert_eq!(seq, 5, "the credit holds five 100-byte messages");
+    assert!(e[1].credit_in_use(0) <= config.eager_credit);
     // Later frames are dropped, and what waited on the peer failed.
     for s in seq..seq + 100 {
         e[1].handle_frame(0, forged(Kind::Eager, s, &[1; 100])).unwrap();
@@ -1066,7 +1067,7 @@ fn a_finished_peer_gets_slots_for_what_it_still_sends_up_to_a_bound() {
 
 #[test]
 fn crossing_goodbyes_lower_the_count_of_sends_that_fail() {
-    let config = Config { eager_threshold: 100, eager_credit: 300, rndv_slots: 1, ..Config::default() };
+    let config = Config { eager_threshold: 100, eager_credit: 3 * eager_cost(10) + 30, rndv_slots: 1, ..Config::default() };
     let mut e = pair(config);
     // Three eager sends spend the credit, the fourth takes the one slot,
     // the fifth waits.
@@ -1220,7 +1221,8 @@ fn refused_rendezvous_data_holds_back_only_rendezvous_data() {
 /// posted the usual way.
 #[test]
 fn a_send_goes_at_once_only_when_nothing_is_ahead_of_it() {
-    let config = Config { eager_threshold: 64, eager_credit: 1024, ..Config::default() };
+    // Credit for the five short messages below and a few more.
+    let config = Config { eager_threshold: 64, eager_credit: 8 * eager_cost(8), ..Config::default() };
     // Before the hello: held back.
     let mut lone = Engine::new(0, 2, config).unwrap();
     assert!(lone.send_eager_now(1, SendMode::Standard, msg(1, 0, b"early")).is_err());
@@ -1254,7 +1256,7 @@ fn a_send_goes_at_once_only_when_nothing_is_ahead_of_it() {
     e[0].post_send(6, SendMode::Standard, msg(1, 0, b"five"));
     e[0].writable(1);
     pump(&mut e);
-    // Credit runs out: 1 KiB of it, each message costing its length and a header.
+    // Credit runs out, each message costing its length and EAGER_OVERHEAD.
     let mut spent = 0;
     while let Ok(frame) = e[0].send_eager_now(100 + spent, SendMode::Standard, msg(1, 1, &[1; 60])) {
         e[1].handle_frame(0, frame).unwrap();
