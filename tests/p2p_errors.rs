@@ -194,3 +194,33 @@ async fn huge_counts_are_errors_not_aborts() {
     .unwrap();
 }
 }
+
+/// One byte of data in a value of 4 KiB: a type whose values take far
+/// more memory than their data.
+#[derive(MpiType, Clone, Copy, Debug, PartialEq)]
+#[repr(C, align(4096))]
+struct Page {
+    byte: u8,
+}
+
+/// A sender's length cannot make `recv_vec` abort the receiver: 64 MiB of
+/// bytes received as `Page`s would take 256 GiB, more than the system
+/// gives (the vector is reserved fallibly), so the receive fails with an
+/// error and the rank goes on; a message that fits is received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recv_vec_of_values_larger_than_their_data_fails_instead_of_aborting() {
+    mpx::launch_with(mpx::LaunchOptions::ranks(2), |comm| async move {
+        if comm.rank() == 0 {
+            comm.send(&vec![1u8; 64 << 20][..], 1, 0).await?;
+            comm.send(&[2u8; 3][..], 1, 1).await?;
+        } else {
+            let err = comm.recv_vec::<Page>(0, 0).await.expect_err("256 GiB of pages");
+            assert!(matches!(err.kind(), mpx::ErrorKind::InvalidArgument(_)), "{err}");
+            let (pages, _) = comm.recv_vec::<Page>(0, 1).await?;
+            assert_eq!(pages, [Page { byte: 2 }; 3]);
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+}

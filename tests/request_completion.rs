@@ -87,6 +87,58 @@ async fn null_and_inactive_entries() {
     .unwrap();
 }
 
+/// Receives of a value, owned receives and collectives whose outcome was
+/// taken are inactive, as a taken `Request` is: a set passes over them
+/// rather than reporting them again (or panicking); `wait_all` gives a
+/// spent value receive an error and an owned receive, whose buffer went
+/// with its outcome, nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spent_receives_and_collectives_are_inactive() {
+    launch(1, |comm| async move {
+        use mpx::{OwnedRecv, Operation, ValueRecv};
+        comm.send(&1u8, 0, 0).await?;
+        comm.send(&[2u8; 3], 0, 1).await?;
+        let mut value: ValueRecv<u8> = comm.recv(0, 0);
+        assert_eq!((&mut value).await?.0, 1);
+        let mut owned: OwnedRecv<Vec<u8>> = comm.irecv_owned(vec![0; 3], 0, 1);
+        assert_eq!((&mut owned).await.map_err(|e| e.error)?.0, [2; 3]);
+        let mut barrier = comm.barrier();
+        (&mut barrier).await?;
+        assert!(value.is_inactive() && owned.is_inactive() && barrier.is_inactive());
+        assert!(matches!(value.take_output(), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))));
+
+        let mut values = RequestSet::new();
+        values.push(value);
+        let pending = values.push(comm.recv::<u8>(0, 2));
+        assert_eq!(values.active(), 1);
+        assert!(matches!(values.test_any(), Tested::Pending));
+        comm.send(&3u8, 0, 2).await?;
+        assert!(matches!(values.wait_any().await, Some((slot, Ok((3, _)))) if slot == pending));
+        assert!(values.wait_any().await.is_none(), "the spent receive is passed over");
+        assert!(matches!(&values.wait_all().await[..], [(0, Err(_))]));
+
+        let mut owneds = RequestSet::new();
+        owneds.push(owned);
+        assert!(owneds.wait_some().await.is_none());
+        assert!(matches!(owneds.test_some(), Tested::Inactive));
+        assert!(owneds.wait_all().await.is_empty(), "no outcome left to give");
+        let mut slots = [Some(comm.irecv_owned(vec![0u8; 1], 0, 3))];
+        comm.send(&[4u8], 0, 3).await?;
+        assert!(matches!(&wait_all(&mut slots).await[..], [Some(Ok((v, _)))] if *v == [4]));
+        assert!(matches!(&wait_all(&mut slots).await[..], [None]), "taken: nothing left");
+
+        let mut collectives = RequestSet::new();
+        collectives.push(barrier);
+        assert_eq!(collectives.active(), 0);
+        assert!(collectives.wait_any().await.is_none(), "the finished barrier is not reported again");
+        let again = collectives.push(comm.barrier());
+        assert!(matches!(collectives.wait_any().await, Some((slot, Ok(()))) if slot == again));
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_request_reports_its_own_error() {
     launch(2, |comm| async move {

@@ -384,6 +384,12 @@ impl Operation for Collective<'_> {
     fn moves_when_polled(&self) -> bool {
         true
     }
+
+    /// A collective whose outcome was taken is inactive: a set passes over
+    /// it.
+    fn is_inactive(&self) -> bool {
+        matches!(self.state, Running::Done(None))
+    }
 }
 
 impl Future for Collective<'_> {

@@ -11,7 +11,7 @@ use super::recv_owned::{OwnedRecv, RawRecv, ValueRecv};
 use super::selectors::{Source, TagSel};
 use super::incoming::Receivable;
 use super::{Comm, Status};
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::ReqId;
@@ -178,8 +178,14 @@ impl Comm {
                 Repr::External32 => T::datatype().external32_size(),
             }
             .max(1) as usize;
-            let mut out = Vec::with_capacity(msg.data.len().div_ceil(size));
             let room = msg.data.len().div_ceil(size);
+            // A type's values may take far more memory than their data (a
+            // large alignment): the sender's length must not abort this
+            // rank by asking for more memory than the system gives.
+            let mut out = Vec::new();
+            out.try_reserve_exact(room).map_err(|_| {
+                ErrorKind::InvalidArgument(format!("recv_vec: no memory for {room} values of {} bytes each", std::mem::size_of::<T>()))
+            })?;
             let (status, whole) = unpack_typed_message_uninit(&msg, &mut out.spare_capacity_mut()[..room])?;
             // SAFETY: the first `whole` values were written whole and validated.
             unsafe { out.set_len(whole) };

@@ -141,6 +141,11 @@ impl<O> Posted<O> {
         matches!(self, Posted::Complete(_))
     }
 
+    /// Whether its outcome was taken: nothing is left to wait for or take.
+    fn is_spent(&self) -> bool {
+        matches!(self, Posted::Complete(None))
+    }
+
     /// Once the receive has completed, makes its outcome with `finish`.
     fn poll_with(&mut self, cx: &mut Context<'_>, finish: impl FnOnce(&Arc<Shared>, Result<Delivered>) -> O) -> Poll<()> {
         let Posted::Active(raw) = self else { return Poll::Ready(()) };
@@ -284,6 +289,18 @@ impl<B> Operation for OwnedRecv<B> {
     fn progress(&self) -> Option<usize> {
         self.posted.progress()
     }
+
+    /// A receive whose outcome was taken (it returned its buffer) is
+    /// inactive: a set passes over it.
+    fn is_inactive(&self) -> bool {
+        self.posted.is_spent()
+    }
+
+    /// Nothing for a receive whose outcome was taken: it has no buffer left
+    /// to return.
+    fn take_inactive(&mut self) -> Option<Self::Output> {
+        (!self.posted.is_spent()).then(|| self.posted.take())
+    }
 }
 
 impl<B> Future for OwnedRecv<B> {
@@ -370,12 +387,21 @@ impl<R: Receivable> Operation for ValueRecv<R> {
         self.posted.is_complete()
     }
 
+    /// The value and status; an error if they were taken already.
     fn take_output(&mut self) -> Self::Output {
+        if self.posted.is_spent() {
+            return Err(ErrorKind::InvalidArgument("the outcome of this receive was taken already".into()).into());
+        }
         self.posted.take()
     }
 
     fn progress(&self) -> Option<usize> {
         self.posted.progress()
+    }
+
+    /// A receive whose outcome was taken is inactive: a set passes over it.
+    fn is_inactive(&self) -> bool {
+        self.posted.is_spent()
     }
 }
 

@@ -32,18 +32,26 @@ pub struct TypeSequence {
 }
 
 impl TypeSequence {
-    /// The sequence of `count` items of `datatype`.
+    /// The sequence of `count` items of `datatype`. It is built by walking
+    /// one item's elements: an item whose data could not be held in memory
+    /// (a vector of 2^40 elements, say) is [`ErrorKind::Overflow`] rather
+    /// than a walk of hours.
     ///
     /// ```
     /// use mpx::{pack::TypeSequence, Datatype};
     /// let pair = Datatype::structure(&[1, 2], &[0, 8], &[Datatype::int(), Datatype::double()])?.commit();
-    /// let seq = TypeSequence::of(&pair, 10);
+    /// let seq = TypeSequence::of(&pair, 10)?;
     /// assert_eq!(seq.elements(), Some(30));
     /// assert_eq!(seq.signature(), pair.signature().repeat(10));
+    /// let huge = Datatype::hvector(1u64 << 40, 1, 0, &Datatype::int())?;
+    /// assert!(TypeSequence::of(&huge, 1).is_err());
     /// # Ok::<(), mpx::Error>(())
     /// ```
-    pub fn of(datatype: &Datatype, count: u64) -> TypeSequence {
-        TypeSequence::within(datatype, count, usize::MAX).expect("no bound on the encoded length")
+    pub fn of(datatype: &Datatype, count: u64) -> Result<TypeSequence> {
+        if count > 0 {
+            super::fits_in_memory(usize::try_from(datatype.size()).map_err(|_| ErrorKind::Overflow("one item's data"))?)?;
+        }
+        Ok(TypeSequence::within(datatype, count, usize::MAX).expect("no bound on the encoded length"))
     }
 
     /// [`of`](TypeSequence::of), if its encoded form takes at most
@@ -90,9 +98,9 @@ impl TypeSequence {
     /// ```
     /// use mpx::{pack::TypeSequence, Datatype};
     /// let pair = Datatype::structure(&[1, 2], &[0, 8], &[Datatype::int(), Datatype::double()])?;
-    /// let encoded = TypeSequence::of(&pair, 3).encode().len() as u64;
+    /// let encoded = TypeSequence::of(&pair, 3)?.encode().len() as u64;
     /// assert!(encoded <= TypeSequence::max_encoded_len(pair.external32_size() * 3));
-    /// assert_eq!(TypeSequence::of(&pair, 0).encode().len() as u64, TypeSequence::max_encoded_len(0));
+    /// assert_eq!(TypeSequence::of(&pair, 0)?.encode().len() as u64, TypeSequence::max_encoded_len(0));
     /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn max_encoded_len(data: u64) -> u64 {
@@ -212,7 +220,7 @@ mod tests {
         }
         let native = if longs_ok { native } else { t.pack_to_vec(Region::new(&mem), 5).unwrap() };
         t.pack_external(Region::new(&mem), 5, &mut ext, &mut 0).unwrap();
-        let seq = TypeSequence::decode(&TypeSequence::of(&t, 5).encode()).unwrap();
+        let seq = TypeSequence::decode(&TypeSequence::of(&t, 5).unwrap().encode()).unwrap();
         assert_eq!(seq.signature(), t.signature().repeat(5));
         assert_eq!(seq.external32_to_native(&ext).unwrap(), native);
         assert!(seq.external32_to_native(&ext[1..]).is_err());
@@ -220,7 +228,7 @@ mod tests {
 
     #[test]
     fn malformed_sequences_are_errors() {
-        let good = TypeSequence::of(&Datatype::int(), 3).encode();
+        let good = TypeSequence::of(&Datatype::int(), 3).unwrap().encode();
         assert!(TypeSequence::decode(&good).is_ok());
         for cut in 0..good.len() {
             assert!(TypeSequence::decode(&good[..cut]).is_err());

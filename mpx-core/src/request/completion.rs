@@ -68,8 +68,9 @@ pub enum Tested<T> {
 /// `None` entries are MPI's null requests (no outcome), and `&mut`
 /// requests are waited for in place (their outcomes are taken: awaiting a
 /// [`Request`](crate::Request) again gives an empty status, as MPI's null
-/// request does; an owned or single-value receive's outcome cannot be
-/// taken twice, and doing so panics):
+/// request does, a single-value receive an error; an owned receive's
+/// outcome, its buffer, cannot be taken twice, and doing so panics, but
+/// an owned receive held in an `Option` gives `None` once taken):
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -82,6 +83,10 @@ pub enum Tested<T> {
 /// assert_eq!(world.recv::<u8>(0, 0).await?.0, 1);
 /// # Ok(()) }).await?; Ok(()) }
 /// ```
+///
+/// # Panics
+/// When it completes, if an owned receive ([`OwnedRecv`](crate::OwnedRecv))
+/// lent to it by `&mut` had its outcome taken already.
 pub fn wait_all<R: Operation>(requests: impl IntoIterator<Item = R>) -> WaitAll<R> {
     WaitAll { requests: requests.into_iter().collect(), complete: 0 }
 }
@@ -125,6 +130,10 @@ impl<R: Operation> Future for WaitAll<R> {
             }
             this.complete += 1;
         }
-        Poll::Ready(std::mem::take(&mut this.requests).into_iter().map(|mut r| r.take_output()).collect())
+        let outcome = |mut r: R| match r.is_inactive() {
+            true => r.take_inactive().expect("an owned receive's outcome is taken once"),
+            false => r.take_output(),
+        };
+        Poll::Ready(std::mem::take(&mut this.requests).into_iter().map(outcome).collect())
     }
 }

@@ -621,6 +621,16 @@ pub trait Operation: Unpin {
         false
     }
 
+    /// The outcome [`wait_all`] and [`RequestSet::wait_all`] give an
+    /// inactive request: its [`take_output`](Operation::take_output), or
+    /// nothing for a kind of request that has no outcome to give once its
+    /// own was taken (an owned receive, whose buffer went with it). A
+    /// detail of mpx.
+    #[doc(hidden)]
+    fn take_inactive(&mut self) -> Option<Self::Output> {
+        Some(self.take_output())
+    }
+
     /// `MPI_Test`: the outcome if the operation has completed, without
     /// waiting (processing arrived frames first), for every kind of
     /// request: [`Request::test`] does the same for a [`Request`].
@@ -683,6 +693,10 @@ impl<R: Operation + ?Sized> Operation for &mut R {
     fn is_inactive(&self) -> bool {
         (**self).is_inactive()
     }
+
+    fn take_inactive(&mut self) -> Option<R::Output> {
+        (**self).take_inactive()
+    }
 }
 
 /// A slot that may hold MPI's null request (`None`): complete at once with
@@ -712,6 +726,12 @@ impl<R: Operation> Operation for Option<R> {
 
     fn is_inactive(&self) -> bool {
         self.as_ref().is_none_or(R::is_inactive)
+    }
+
+    /// `None` for an empty slot, and for a request with no outcome left
+    /// to give.
+    fn take_inactive(&mut self) -> Option<Option<R::Output>> {
+        Some(self.take().and_then(|mut r| r.take_inactive()))
     }
 }
 

@@ -341,10 +341,11 @@ impl<R: Operation> RequestSet<R> {
             return Poll::Pending;
         }
         let mut all: Vec<_> = self.finished.drain(..).collect();
-        // Null and inactive requests: an empty outcome each (MPI_Waitall).
+        // Null and inactive requests: an empty outcome each (MPI_Waitall),
+        // where the kind of request has one to give.
         for (slot, request) in self.slots.iter_mut().enumerate() {
-            if let Some(mut inactive) = request.take() {
-                all.push((slot, inactive.take_output()));
+            if let Some(outcome) = request.take().and_then(|mut inactive| inactive.take_inactive()) {
+                all.push((slot, outcome));
             }
         }
         all.sort_by_key(|(slot, _)| *slot);

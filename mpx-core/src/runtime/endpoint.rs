@@ -1063,7 +1063,10 @@ impl Shared {
         if st.bsend.in_flight == 0 {
             Poll::Ready(st)
         } else {
-            st.bsend.detach_waiters.push(cx.waker().clone());
+            // One entry per waiting task, however often it polls.
+            if !st.bsend.detach_waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                st.bsend.detach_waiters.push(cx.waker().clone());
+            }
             Poll::Pending
         }
     }
