@@ -344,17 +344,19 @@ impl Decoder {
     }
 }
 
-/// Payloads up to this many bytes that [`ChunkDecoder`] finds whole in a
-/// chunk, and first pieces of rendezvous data up to it, are copied out of
-/// their buffer rather than sliced: a slice would keep the whole buffer
-/// alive.
+/// First pieces of rendezvous data for a receive up to this many bytes
+/// are copied out of their buffer rather than sliced: a slice would keep
+/// the whole buffer alive. (Payloads of other frames, and data no receive
+/// has claimed yet, are always copied: they may wait long, charged only
+/// their own bytes.)
 pub const COPY_PAYLOAD_MAX: u64 = 16 << 10;
 
 /// `bytes`, a part of a buffer received from a transport, to keep past
-/// that buffer: up to [`COPY_PAYLOAD_MAX`] bytes a copy, larger ones as
-/// the slice of it `slice` makes. A slice keeps the whole buffer alive (a
-/// QUIC stack receives many packets into one), while what is kept may be
-/// charged only its own bytes (an unexpected message's credit).
+/// that buffer while a receive takes it: up to [`COPY_PAYLOAD_MAX`] bytes
+/// a copy, larger ones as the slice of it `slice` makes. A slice keeps the
+/// whole buffer alive (a QUIC stack receives many packets into one, and
+/// may gather a stream's out-of-order pieces into a buffer of many
+/// megabytes), so only data about to be taken is kept so.
 pub(crate) fn kept(bytes: &[u8], slice: impl FnOnce() -> Bytes) -> Bytes {
     if bytes.len() as u64 <= COPY_PAYLOAD_MAX {
         Bytes::copy_from_slice(bytes)
@@ -487,16 +489,18 @@ impl ChunkDecoder {
             if self.partial.len() < total {
                 return Ok(());
             }
-            each(Frame { header, payload: payload_of(&self.partial.split_to(total).freeze()) })?;
+            // Its own buffer: the payload is kept as a slice of it.
+            each(Frame { header, payload: self.partial.split_to(total).freeze().slice(HEADER_LEN..) })?;
         }
     }
 }
 
-/// The payload of a whole frame's bytes, to keep (see [`kept`]): a frame
-/// gathered across chunks lies in the decoder's buffer, and a message may
-/// wait long as unexpected.
+/// The payload of a whole frame's bytes found in a transport's chunk, to
+/// keep: a copy, since a message may wait long as unexpected, charged only
+/// its own bytes, while a slice would keep the whole buffer the chunk lies
+/// in alive (see [`kept`]). Such payloads are at most the eager threshold.
 fn payload_of(whole: &Bytes) -> Bytes {
-    kept(&whole[HEADER_LEN..], || whole.slice(HEADER_LEN..))
+    Bytes::copy_from_slice(&whole[HEADER_LEN..])
 }
 
 #[cfg(test)]
@@ -667,10 +671,11 @@ mod tests {
         assert!(decoder.push(Bytes::copy_from_slice(&bad), &mut |_| Ok(())).is_err(), "a bad version");
     }
 
-    /// A small frame whole in a chunk is copied out of it (so it does not
-    /// keep the chunk's buffer alive); a large one is a slice of it.
+    /// A frame whole in a chunk is copied out of it, small or large, so
+    /// that it does not keep the chunk's buffer alive (a transport may
+    /// receive many frames, or a stream's out-of-order pieces, into one).
     #[test]
-    fn a_chunk_decoder_copies_small_payloads_out_of_their_chunk() {
+    fn a_chunk_decoder_copies_payloads_out_of_their_chunk() {
         let small = Frame { header: Header::control(Kind::Eager, 1), payload: Bytes::from(vec![3u8; 8]) };
         let large = Frame { header: Header::control(Kind::Eager, 1), payload: Bytes::from(vec![4u8; COPY_PAYLOAD_MAX as usize + 1]) };
         let mut stream = small.to_bytes().to_vec();
@@ -684,7 +689,7 @@ mod tests {
         }).unwrap();
         assert_eq!(frames.len(), 2);
         assert_eq!((&frames[0].payload[..], inside(&frames[0].payload)), (&small.payload[..], false));
-        assert_eq!((&frames[1].payload[..], inside(&frames[1].payload)), (&large.payload[..], true));
+        assert!(frames[1].payload == large.payload && !inside(&frames[1].payload), "the large payload is copied too");
     }
 
     /// A frame that spans chunks is gathered in a buffer of exactly its

@@ -406,7 +406,7 @@ impl Engine {
         }
         check_next_chunk(from, &h, payload.len(), early.total, early.received.len())?;
         // The credit it holds covers the whole message.
-        early.received.push(payload, early.total, early.total, &mut self.pool);
+        early.received.push(payload, early.total, early.total, true, &mut self.pool);
         Ok(())
     }
 

@@ -119,7 +119,7 @@ impl Transfer {
     /// it may take now ([`Engine::take_arrived`]), if one is due a word.
     pub(super) fn push(&mut self, chunk: Bytes, pool: &mut BufferPool, step: u64) -> Option<ReqId> {
         let total = self.envelope.wire_len();
-        self.received.push(chunk, total, self.reserve, pool);
+        self.received.push(chunk, total, self.reserve, self.owner.is_none(), pool);
         let due = match &self.received {
             Received::Streaming { queued, .. } => *queued >= step,
             Received::One(_) | Received::Gathered(_) => self.received.len() >= step && self.envelope.desc_len == 0,
@@ -283,13 +283,15 @@ impl Received {
     }
 
     /// Adds the next chunk of a `total`-byte message, reserving up to
-    /// `reserve` bytes at once (see [`Transfer::reserve`]).
-    pub(super) fn push(&mut self, chunk: Bytes, total: u64, reserve: u64, pool: &mut BufferPool) {
+    /// `reserve` bytes at once (see [`Transfer::reserve`]). `unclaimed`:
+    /// no receive owns the message yet, so what is kept may wait long.
+    pub(super) fn push(&mut self, chunk: Bytes, total: u64, reserve: u64, unclaimed: bool, pool: &mut BufferPool) {
         *self = match std::mem::replace(self, Received::Nothing) {
             Received::Discarded { counted, limit } => Received::Discarded { counted: counted + chunk.len() as u64, limit },
-            // A small first piece is copied: kept as it came, it would
-            // keep the whole buffer its transport received it in alive (a
-            // datagram), beyond the credit it was charged.
+            // A first piece is copied if small or unclaimed: kept as it
+            // came, it would keep the whole buffer its transport received
+            // it in alive, beyond the credit it was charged.
+            Received::Nothing if unclaimed => Received::One(Bytes::copy_from_slice(&chunk)),
             Received::Nothing => Received::One(crate::proto::wire::kept(&chunk, || chunk.clone())),
             Received::One(first) => {
                 // Room in proportion to what has really arrived (the length
@@ -403,20 +405,26 @@ mod tests {
     use super::*;
 
     /// A small first piece is kept as a copy, not as a slice of the buffer
-    /// it came in (which it would keep alive); a large one as it came.
+    /// it came in (which it would keep alive); a large one as it came, if a
+    /// receive owns the message (it takes the data soon), copied too if
+    /// none does (the data may wait long).
     #[test]
-    fn a_small_first_piece_is_copied_out_of_its_buffer() {
+    fn a_small_or_unclaimed_first_piece_is_copied_out_of_its_buffer() {
         let mut pool = BufferPool::default();
         let datagram = Bytes::from(vec![7u8; 6550]);
         let within = |b: &Bytes| datagram.as_ptr_range().contains(&b.as_ptr());
         let mut small = Received::Nothing;
-        small.push(datagram.slice(100..101), 1, 1, &mut pool);
+        small.push(datagram.slice(100..101), 1, 1, false, &mut pool);
         let Received::One(kept) = &small else { panic!("one piece") };
         assert!(!within(kept) && kept[..] == [7]);
         let large = Bytes::from(vec![8u8; 64 << 10]);
         let mut big = Received::Nothing;
-        big.push(large.slice(..32 << 10), 64 << 10, 64 << 10, &mut pool);
+        big.push(large.slice(..32 << 10), 64 << 10, 64 << 10, false, &mut pool);
         let Received::One(kept) = &big else { panic!("one piece") };
         assert_eq!(kept.as_ptr(), large.as_ptr(), "a large piece is kept as it came");
+        let mut unclaimed = Received::Nothing;
+        unclaimed.push(large.slice(..32 << 10), 64 << 10, 64 << 10, true, &mut pool);
+        let Received::One(kept) = &unclaimed else { panic!("one piece") };
+        assert!(!large.as_ptr_range().contains(&kept.as_ptr()) && kept.len() == 32 << 10, "an unclaimed piece is copied");
     }
 }
