@@ -1041,6 +1041,61 @@ each_transport! {
         }
     }
 
+    /// A root that rejects its own arguments gives up on the call, and
+    /// the messages its leaves sent it are received and dropped: a leaf
+    /// whose data goes by rendezvous (80 KB, above the eager threshold)
+    /// is not left waiting for an answer, and both ranks go on to the
+    /// next calls. (Before, the leaf's request to send stayed in the
+    /// root's queue and the leaf waited for ever.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn senders_are_answered_when_the_root_gives_up() {
+        let outcomes = returns(launch(2, |comm| async move {
+            let send = vec![1.0f64; 10_000];
+            let mut recv = vec![0.0f64; if comm.rank() == 0 { 9_999 } else { 0 }];
+            let reduce = comm.reduce(&send[..], &mut recv[..], SUM, 0).await;
+            let mut ranks = 0u32;
+            comm.allreduce(&1u32, &mut ranks, SUM).await?;
+            let other = 1 - comm.rank();
+            let mut got = 0u32;
+            comm.sendrecv(&7u32, other, 3, &mut got, other, 3).await?;
+            Ok((reduce, ranks, got))
+        }))
+        .await;
+        assert!(matches!(outcomes[0].0, Err(ref e) if matches!(e.kind(), mpx::ErrorKind::InvalidArgument(_))), "{:?}", outcomes[0].0);
+        assert!(outcomes.iter().all(|(_, ranks, got)| (*ranks, *got) == (2, 7)));
+    }
+
+    /// Calls a root drops leave nothing behind: the data its leaf sent it
+    /// and the word it sends the leaf are dropped by the rank that no
+    /// longer needs them, so that neither holds the other's eager credit
+    /// or rendezvous slots. With credit for a few dozen messages and four
+    /// slots, 300 dropped calls used to stop every send between the two.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropped_calls_leave_no_messages_behind() {
+        let mut opts = options(2);
+        opts.engine.eager_credit = 32 * 1024;
+        opts.engine.rndv_slots = 4;
+        let queued = returns(launch_with(opts, |comm| async move {
+            let other = 1 - comm.rank();
+            for _ in 0..300 {
+                let (send, mut recv) = ([2u64; 4], [0u64; 4]);
+                let reduce = comm.reduce(&send[..], &mut recv[..], SUM, 0);
+                if comm.rank() == 0 {
+                    drop(reduce);
+                } else {
+                    reduce.await?;
+                }
+            }
+            let mut got = 0u32;
+            comm.sendrecv(&9u32, other, 3, &mut got, other, 3).await?;
+            let mut ranks = 0u32;
+            comm.allreduce(&1u32, &mut ranks, SUM).await?;
+            Ok((got, ranks))
+        }))
+        .await;
+        assert!(queued.iter().all(|&(got, ranks)| (got, ranks) == (9, 2)));
+    }
+
     /// The in-place forms against their two-buffer forms.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn in_place_forms_match_the_two_buffer_forms() {

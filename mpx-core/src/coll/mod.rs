@@ -252,17 +252,15 @@ pin_project_lite::pin_project! {
         /// A part dropped unfinished may owe other ranks messages (a
         /// broadcast's inner rank has not passed the data on): they are
         /// told it gave up, rather than wait for ever. A rank that did
-        /// not need this one's messages never takes the word; it waits
-        /// in that rank's queue of unexpected messages (one empty
-        /// message per rank and sub-tag, for each call dropped), holding
-        /// 80 bytes of this rank's eager credit there (1 MiB by default:
-        /// thousands of dropped calls before sends to that rank stop
-        /// going eagerly), until the call 2^25 calls later on the
-        /// communicator, whose tag is the same, takes it and fails.
+        /// not need this one's messages never takes the word: its engine
+        /// drops it as a late message of a call it has finished (see
+        /// [`Call::over`]), as this rank's drops those still to come for
+        /// the dropped call.
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if !*this.finished {
                 this.call.give_up();
+                this.call.over();
             }
         }
     }
@@ -286,6 +284,7 @@ impl<T, F: Future<Output = Result<T>>> Future for OverMessages<F> {
         if outcome.is_err() {
             this.call.give_up();
         }
+        this.call.over();
         Poll::Ready(outcome)
     }
 }
@@ -660,6 +659,20 @@ impl Call {
                 drop(self.comm.start_send(quit, Peer::Rank(r), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1));
             }
         }
+    }
+
+    /// This rank's part of the call is over (finished, failed or
+    /// dropped): messages of the call that still come, or wait unmatched,
+    /// are received and dropped (see [`Engine::discard_call`]), so that
+    /// they hold no credit or rendezvous slot of their senders', and the
+    /// call 2^25 calls later, whose tags are the same, never takes them.
+    ///
+    /// [`Engine::discard_call`]: crate::proto::engine::Engine::discard_call
+    pub(crate) fn over(&self) {
+        let shared = &self.comm.shared;
+        let mut st = shared.lock();
+        st.engine.discard_call(self.comm.context | 1, self.tag, Self::SUBTAGS as u32);
+        shared.flush(&mut st);
     }
 
     /// An empty message to `to`, carrying no data.

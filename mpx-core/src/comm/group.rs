@@ -19,11 +19,9 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, TryLockError};
 
-use rustc_hash::FxHashMap;
-
 use super::{derive_context, Comm};
 use crate::error::{Error, ErrorKind, Result};
-use crate::runtime::{CommCollectives, Shared};
+use crate::runtime::{CommCollectives, Shared, State};
 
 /// An ordered set of ranks, each named by its rank in the world: what a
 /// communicator is over. Made from a communicator ([`Comm::group`]) and
@@ -431,10 +429,6 @@ impl Members {
     }
 }
 
-/// The endpoint's members by context (`State::groups`: a communicator's
-/// context and its collective context, each to its members).
-type Groups = FxHashMap<u64, Arc<Members>>;
-
 /// A communicator's entries in its endpoint's state, for every
 /// communicator but the world: its members under its context and its
 /// collective context (a communicator over a subgroup); and its
@@ -470,8 +464,8 @@ impl Drop for Registration {
             }
         };
         let st = &mut *locked;
-        sweep(&self.shared, &mut st.groups);
-        forget(&mut st.groups, self.context);
+        sweep(&self.shared, st);
+        forget(st, self.context);
     }
 }
 
@@ -484,18 +478,20 @@ fn retired(shared: &Shared) -> std::sync::MutexGuard<'_, Vec<u64>> {
 
 /// Removes the entries of `shared`'s communicators whose removal was left
 /// for later (see [`Registration`]). Called with `shared`'s lock held.
-fn sweep(shared: &Shared, groups: &mut Groups) {
+fn sweep(shared: &Shared, st: &mut State) {
     for context in retired(shared).drain(..) {
-        forget(groups, context);
+        forget(st, context);
     }
 }
 
-/// Removes the entries of the communicator with `context` (a message that
+/// Removes the entries of the communicator with `context`, and the
+/// engine's record of its finished collective calls (a message that
 /// arrives on it later waits unmatched, as on any context no receive
 /// names; its sender keeps its world rank).
-fn forget(groups: &mut Groups, context: u64) {
-    groups.remove(&context);
-    groups.remove(&(context | 1));
+fn forget(st: &mut State, context: u64) {
+    st.groups.remove(&context);
+    st.groups.remove(&(context | 1));
+    st.engine.forget_calls(context | 1);
 }
 
 /// A digest of `group`'s members in order, which ranks compare to tell
@@ -579,7 +575,7 @@ impl Comm {
         if members.is_some() || !retired(&self.shared).is_empty() {
             let mut locked = self.shared.lock();
             let st = &mut *locked;
-            sweep(&self.shared, &mut st.groups);
+            sweep(&self.shared, st);
             if let Some(m) = &members {
                 st.groups.insert(context, m.clone());
                 st.groups.insert(context | 1, m.clone());

@@ -442,6 +442,7 @@ impl Engine {
     pub(super) fn arrive(&mut self, u: Unexpected) {
         match self.posted.take_match(&u.envelope) {
             Some((id, limit)) => self.take_unexpected(id, u, limit),
+            None if self.is_late(&u.envelope) => self.drop_unexpected(u),
             None => {
                 tracing::trace!(rank = self.rank, source = u.envelope.source, tag = u.envelope.tag, "queued unexpected");
                 self.unexpected.push_back(u);

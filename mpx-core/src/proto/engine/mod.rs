@@ -311,6 +311,7 @@ impl Config {
 }
 
 mod end;
+mod finished_calls;
 mod incoming;
 mod native;
 mod output;
@@ -322,6 +323,7 @@ mod time;
 mod transfer;
 
 pub use native::{native_repr_id, repr_id_with};
+pub use finished_calls::REMEMBERED_CALLS;
 pub use transfer::Arrived;
 use peer::*;
 use transfer::*;
@@ -630,6 +632,9 @@ pub struct Engine {
     /// ([`restore_truncated`](Engine::restore_truncated): the message goes
     /// back to the queue, whole).
     truncated: HashMap<ReqId, Unexpected>,
+    /// Collective calls this rank has finished, by context: their late
+    /// messages are dropped (see [`discard_call`](Engine::discard_call)).
+    finished_calls: finished_calls::Finished,
     /// The transfers of unsolicited messages whose RTS has come and whose
     /// data is still arriving, by sender and send id.
     unsolicited: KeyedHashMap<(u32, u64), ReqId>,
@@ -687,6 +692,7 @@ impl Engine {
             sends: HashMap::default(),
             transfers: HashMap::default(),
             truncated: HashMap::default(),
+            finished_calls: HashMap::default(),
             unsolicited: KeyedHashMap::default(),
             early: KeyedHashMap::default(),
             next_unsolicited: 0,
