@@ -331,9 +331,14 @@ impl Decoder {
         Ok(Some(Frame { header, payload }))
     }
 
-    /// Decodes a header and checks its payload length against the cap.
+    /// Decodes a header and checks its payload length against the cap
+    /// (none for a kind that carries no payload: refused before a byte of
+    /// it is buffered).
     fn header(&self, bytes: &[u8]) -> Result<(Header, u64)> {
         let (header, payload_len) = Header::decode(bytes)?;
+        if payload_len > 0 && !matches!(header.kind, Kind::Eager | Kind::Ready | Kind::RndvData) {
+            return Err(ErrorKind::Protocol(format!("{:?} frame with a payload of {payload_len} bytes", header.kind)).into());
+        }
         if payload_len > self.max_payload {
             return Err(ErrorKind::Protocol(format!(
                 "frame payload of {payload_len} bytes is above the {}-byte cap",
@@ -669,6 +674,19 @@ mod tests {
         let mut bad = Header::control(Kind::Eager, 1).encode(0);
         bad[0] = 0xEE;
         assert!(decoder.push(Bytes::copy_from_slice(&bad), &mut |_| Ok(())).is_err(), "a bad version");
+    }
+
+    /// A kind that carries no payload announcing one is refused at its
+    /// header, before any of the payload is buffered.
+    #[test]
+    fn a_control_frame_announcing_a_payload_is_refused_at_its_header() {
+        for kind in [Kind::Ping, Kind::Credit, Kind::Cts, Kind::Hello] {
+            let header = Header::control(kind, 1).encode(1 << 20);
+            let mut decoder = ChunkDecoder::new(1 << 20);
+            assert!(decoder.push(Bytes::copy_from_slice(&header), &mut |_| Ok(())).is_err(), "{kind:?}");
+            let mut stream = BytesMut::from(&header[..]);
+            assert!(Decoder::new(1 << 20).decode(&mut stream).is_err(), "{kind:?}");
+        }
     }
 
     /// A frame whole in a chunk is copied out of it, small or large, so

@@ -34,6 +34,9 @@ pub(super) struct Bulk {
     pub(super) offset: usize,
 }
 
+/// Frames an emptied [`FrameQueue`] keeps room for.
+const SHRINK_ABOVE: usize = 256;
+
 /// Frames ready to go to a peer, in order, with what they hold.
 #[derive(Default)]
 pub(super) struct FrameQueue {
@@ -62,6 +65,11 @@ impl FrameQueue {
     pub(super) fn pop_front(&mut self) -> Option<Frame> {
         let frame = self.frames.pop_front()?;
         self.count(&frame, false);
+        if self.frames.is_empty() && self.frames.capacity() > SHRINK_ABOVE {
+            // A peer that made this rank queue many answers (it did not
+            // read) does not keep their memory once they have gone.
+            self.frames.shrink_to(SHRINK_ABOVE);
+        }
         Some(frame)
     }
 
