@@ -68,7 +68,10 @@ fn net(n: usize, config: Config, stall: &Arc<Stall>) -> (Vec<Endpoint>, Vec<Unbo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_stops_reading_holds_back_only_its_own_frames() {
-    let config = Config { eager_threshold: 1024, eager_credit: 64 * 1024, rndv_chunk: 4096, rndv_slots: 64, ..Config::default() };
+    // Credit for 100 of the 500-byte messages below: more than the link
+    // holds.
+    let eager_credit = 100 * (500 + mpx::proto::engine::EAGER_OVERHEAD);
+    let config = Config { eager_threshold: 1024, eager_credit, rndv_chunk: 4096, rndv_slots: 64, ..Config::default() };
     let stall = Arc::new(Stall { on: AtomicBool::new(true), held: Mutex::new((Vec::new(), 0)), sender: OnceLock::new() });
     let (endpoints, senders) = net(3, config, &stall);
     let _ = stall.sender.set(endpoints[0].downgrade());
