@@ -204,9 +204,10 @@ struct Page {
 }
 
 /// A sender's length cannot make `recv_vec` abort the receiver: 64 MiB of
-/// bytes received as `Page`s would take 256 GiB, more than the system
-/// gives (the vector is reserved fallibly), so the receive fails with an
-/// error and the rank goes on; a message that fits is received.
+/// bytes received as `Page`s would take 256 GiB, far more than the message
+/// (the most it takes is 16 times the message and 1 MiB), so the receive
+/// fails with an error and the rank goes on; a message that fits is
+/// received.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recv_vec_of_values_larger_than_their_data_fails_instead_of_aborting() {
     mpx::launch_with(mpx::LaunchOptions::ranks(2), |comm| async move {

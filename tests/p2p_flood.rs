@@ -16,7 +16,7 @@ const PER_PAIR: u64 = 1800; // 8 * 7 * 1800 = 100,800 messages
 async fn eight_rank_flood_of_over_100k_messages() {
     let mut opts = options(RANKS);
     // Small credit and threshold so eager, credit exhaustion and rendezvous all happen.
-    opts.engine.eager_credit = 4096;
+    opts.engine.eager_credit = 40 * (96 + mpx::proto::engine::EAGER_OVERHEAD);
     opts.engine.eager_threshold = 96;
     let run = launch_with(opts, |comm| async move {
         let me = comm.rank();

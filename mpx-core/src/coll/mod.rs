@@ -324,6 +324,7 @@ impl<'a> Collective<'a> {
     /// in turn.
     pub(crate) fn new(call: Call, run: impl Future<Output = Result<()>> + Send + 'a) -> Collective<'a> {
         if let Some(e) = call.failed_at_once() {
+            call.over();
             return Collective::finished(Err(e));
         }
         Collective { state: Running::Part(Box::pin(OverMessages::new(call, run))) }
@@ -410,6 +411,9 @@ impl std::fmt::Debug for Collective<'_> {
 /// [`Collective::new`]).
 pub(crate) fn guarded<T, F: Future<Output = Result<T>>>(call: Call, run: F) -> impl Future<Output = Result<T>> {
     let failed_at_once = call.failed_at_once();
+    if failed_at_once.is_some() {
+        call.over();
+    }
     OverMessages { call, finished: failed_at_once.is_some(), failed_at_once, run }
 }
 

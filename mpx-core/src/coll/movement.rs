@@ -710,7 +710,9 @@ impl Comm {
     /// are wrong) and gives up on it at once, so that the other ranks fail
     /// it rather than wait; returns `e`.
     pub(crate) fn refuse_collective(&self, e: Error) -> Error {
-        Call::start(self).give_up();
+        let call = Call::start(self);
+        call.give_up();
+        call.over();
         e
     }
 

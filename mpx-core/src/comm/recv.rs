@@ -15,6 +15,13 @@ use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::ReqId;
+
+/// The most memory [`Comm::recv_vec`] takes for a message: this many times
+/// its length, plus [`RECV_VEC_ALLOWANCE`] (a type whose values outweigh
+/// their data, by padding or alignment, needs more than the message).
+const RECV_VEC_GROWTH: usize = 16;
+/// See [`RECV_VEC_GROWTH`].
+const RECV_VEC_ALLOWANCE: usize = 1 << 20;
 use crate::request::{Finish, Kind, Request};
 
 impl Comm {
@@ -180,8 +187,17 @@ impl Comm {
             .max(1) as usize;
             let room = msg.data.len().div_ceil(size);
             // A type's values may take far more memory than their data (a
-            // large alignment): the sender's length must not abort this
-            // rank by asking for more memory than the system gives.
+            // large alignment): the sender's length must not make this rank
+            // take, or ask the system for, many times what it sent.
+            let needed = room.saturating_mul(std::mem::size_of::<T>());
+            if needed > msg.data.len().saturating_mul(RECV_VEC_GROWTH).saturating_add(RECV_VEC_ALLOWANCE) {
+                return Err(ErrorKind::InvalidArgument(format!(
+                    "recv_vec: {room} values of {} bytes each for a message of {} bytes",
+                    std::mem::size_of::<T>(),
+                    msg.data.len()
+                ))
+                .into());
+            }
             let mut out = Vec::new();
             out.try_reserve_exact(room).map_err(|_| {
                 ErrorKind::InvalidArgument(format!("recv_vec: no memory for {room} values of {} bytes each", std::mem::size_of::<T>()))

@@ -296,10 +296,9 @@ impl<B> Operation for OwnedRecv<B> {
         self.posted.is_spent()
     }
 
-    /// Nothing for a receive whose outcome was taken: it has no buffer left
-    /// to return.
+    /// Nothing: its outcome, with its buffer, was taken.
     fn take_inactive(&mut self) -> Option<Self::Output> {
-        (!self.posted.is_spent()).then(|| self.posted.take())
+        None
     }
 }
 
@@ -402,6 +401,11 @@ impl<R: Receivable> Operation for ValueRecv<R> {
     /// A receive whose outcome was taken is inactive: a set passes over it.
     fn is_inactive(&self) -> bool {
         self.posted.is_spent()
+    }
+
+    /// Nothing: its outcome was taken.
+    fn take_inactive(&mut self) -> Option<Self::Output> {
+        None
     }
 }
 

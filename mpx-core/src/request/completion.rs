@@ -85,8 +85,9 @@ pub enum Tested<T> {
 /// ```
 ///
 /// # Panics
-/// When it completes, if an owned receive ([`OwnedRecv`](crate::OwnedRecv))
-/// lent to it by `&mut` had its outcome taken already.
+/// When it completes, if it holds an owned receive
+/// ([`OwnedRecv`](crate::OwnedRecv)) whose outcome was taken already
+/// (one lent by `&mut`, or tested first): it has no buffer left to give.
 pub fn wait_all<R: Operation>(requests: impl IntoIterator<Item = R>) -> WaitAll<R> {
     WaitAll { requests: requests.into_iter().collect(), complete: 0 }
 }
@@ -131,7 +132,7 @@ impl<R: Operation> Future for WaitAll<R> {
             this.complete += 1;
         }
         let outcome = |mut r: R| match r.is_inactive() {
-            true => r.take_inactive().expect("an owned receive's outcome is taken once"),
+            true => r.take_inactive().unwrap_or_else(|| r.take_output()),
             false => r.take_output(),
         };
         Poll::Ready(std::mem::take(&mut this.requests).into_iter().map(outcome).collect())

@@ -591,7 +591,8 @@ pub trait Operation: Unpin {
     /// Takes the outcome of a completed operation.
     ///
     /// # Panics
-    /// If the operation is not complete or its outcome was already taken.
+    /// If the operation is not complete, or, for an owned receive, its
+    /// outcome was taken already.
     fn take_output(&mut self) -> Self::Output;
 
     /// Processes frames that have already arrived at the operation's
@@ -622,10 +623,11 @@ pub trait Operation: Unpin {
     }
 
     /// The outcome [`wait_all`] and [`RequestSet::wait_all`] give an
-    /// inactive request: its [`take_output`](Operation::take_output), or
-    /// nothing for a kind of request that has no outcome to give once its
-    /// own was taken (an owned receive, whose buffer went with it). A
-    /// detail of mpx.
+    /// inactive request: its [`take_output`](Operation::take_output) (an
+    /// empty status for a [`Request`]), or nothing for a kind of request
+    /// that has no empty outcome (a receive of a value, or into an owned
+    /// buffer, whose outcome was taken): the set leaves it out. A detail of
+    /// mpx.
     #[doc(hidden)]
     fn take_inactive(&mut self) -> Option<Self::Output> {
         Some(self.take_output())
@@ -651,7 +653,9 @@ pub trait Operation: Unpin {
     /// ```
     ///
     /// # Panics
-    /// If the outcome was taken already.
+    /// For an owned receive ([`OwnedRecv`](crate::OwnedRecv)) whose
+    /// outcome was taken already (a receive of a value gives an error
+    /// then, a collective `Ok(())`, a [`Request`] an empty status).
     fn test(&mut self) -> Option<Self::Output>
     where
         Self: Sized,

@@ -82,7 +82,7 @@ impl Engine {
         if self.unexpected.first(&anything).is_none() {
             return;
         }
-        for tag in first..first.saturating_add(span as i32) {
+        for tag in first..=first + (span as i32 - 1) {
             let spec = MatchSpec { context, source: None, tag: Some(tag) };
             while let Some(u) = self.unexpected.take_first(&spec) {
                 self.drop_unexpected(u);

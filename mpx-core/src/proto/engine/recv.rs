@@ -159,6 +159,11 @@ impl Engine {
             self.take_unexpected(id, u, limit);
             return;
         }
+        if self.is_late(&u.envelope) {
+            // Given back by a receive of a call this rank has finished.
+            self.drop_unexpected(u);
+            return;
+        }
         let (source, seq) = (u.envelope.source, u.envelope.seq);
         self.unexpected.put_back(
             u,

@@ -1723,3 +1723,35 @@ fn a_rank_closed_holding_a_chunk_its_transport_gave_back_says_it_failed() {
     e[1].handle_frame(0, rest[0].clone()).unwrap();
     assert!(matches!(events(&mut e[1])[..], [Event::RecvDone { id: 9, result: Err(ref e) }] if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 0, .. })));
 }
+
+/// Messages of a call rank 1 has finished (context 0, tags 64..128) are
+/// received and dropped, queued or still to come: eager ones give their
+/// credit back, a rendezvous sender is answered and completes, and
+/// messages of other calls stay queued.
+#[test]
+fn late_messages_of_a_finished_call_are_dropped() {
+    let config = Config { eager_threshold: 16, eager_credit: 4 * EAGER_OVERHEAD, ..Config::default() };
+    let mut e = pair(config);
+    e[0].post_send(1, SendMode::Standard, msg(1, 64, b"queued"));
+    e[0].post_send(2, SendMode::Standard, msg(1, 65, b"a rendezvous message, queued"));
+    e[0].post_send(3, SendMode::Standard, msg(1, 128, b"next call"));
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[0])[..], [Event::SendDone { id: 1, .. }, Event::SendDone { id: 3, .. }]), "the rendezvous send waits");
+    assert!(e[1].credit_in_use(0) > 0);
+    e[1].discard_call(0, 64, 64);
+    pump(&mut e);
+    assert!(matches!(&events(&mut e[0])[..], [Event::SendDone { id: 2, result: Ok(()) }]), "answered, its data dropped");
+    // Still to come: dropped as it arrives.
+    e[0].post_send(4, SendMode::Standard, msg(1, 127, b"late"));
+    e[0].post_send(5, SendMode::Standard, msg(1, 66, b"a late rendezvous message"));
+    pump(&mut e);
+    assert_eq!(events(&mut e[0]).len(), 2, "both sends complete");
+    // Only the next call's message is left, and only its credit held.
+    e[1].post_recv(9, spec(Some(0), None));
+    assert_eq!(deliveries(&mut e[1]), [(9, Bytes::from_static(b"next call"))]);
+    e[1].post_recv(10, spec(Some(0), None));
+    assert!(events(&mut e[1]).is_empty(), "nothing else queued");
+    assert!(!e[1].discards(0, 128) && e[1].discards(0, 127));
+    e[1].forget_calls(0);
+    assert!(!e[1].discards(0, 64));
+}
