@@ -254,8 +254,8 @@ pin_project_lite::pin_project! {
         /// told it gave up, rather than wait for ever. A rank that did
         /// not need this one's messages never takes the word: its engine
         /// drops it as a late message of a call it has finished (see
-        /// [`Call::over`]), as this rank's drops those still to come for
-        /// the dropped call.
+        /// [`Call::over`]), and this rank's engine drops the messages
+        /// still to come for the dropped call.
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if !*this.finished {
