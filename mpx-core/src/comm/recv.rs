@@ -11,7 +11,7 @@ use super::recv_owned::{OwnedRecv, RawRecv, ValueRecv};
 use super::selectors::{Source, TagSel};
 use super::incoming::Receivable;
 use super::{Comm, Status};
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::ReqId;
@@ -191,7 +191,7 @@ impl Comm {
             // take, or ask the system for, many times what it sent.
             let needed = room.saturating_mul(std::mem::size_of::<T>());
             if needed > msg.data.len().saturating_mul(RECV_VEC_GROWTH).saturating_add(RECV_VEC_ALLOWANCE) {
-                return Err(ErrorKind::InvalidArgument(format!(
+                return Err(crate::error::ErrorKind::InvalidArgument(format!(
                     "recv_vec: {room} values of {} bytes each for a message of {} bytes",
                     std::mem::size_of::<T>(),
                     msg.data.len()
@@ -200,7 +200,7 @@ impl Comm {
             }
             let mut out = Vec::new();
             out.try_reserve_exact(room).map_err(|_| {
-                ErrorKind::InvalidArgument(format!("recv_vec: no memory for {room} values of {} bytes each", std::mem::size_of::<T>()))
+                crate::error::ErrorKind::InvalidArgument(format!("recv_vec: no memory for {room} values of {} bytes each", std::mem::size_of::<T>()))
             })?;
             let (status, whole) = unpack_typed_message_uninit(&msg, &mut out.spare_capacity_mut()[..room])?;
             // SAFETY: the first `whole` values were written whole and validated.

@@ -60,7 +60,7 @@ impl Engine {
     /// Bytes of unsolicited data (see [`Config::unsolicited_credit`]) from
     /// `source` held for messages no receive has matched yet, and
     /// unsolicited credit (bytes, each message counted with
-    /// [`UNSOLICITED_OVERHEAD`](super::UNSOLICITED_OVERHEAD)) those messages hold:
+    /// [`UNSOLICITED_OVERHEAD`]) those messages hold:
     /// the data never above the credit, the credit never above
     /// [`Config::unsolicited_credit`].
     pub fn unsolicited_bytes(&self, source: u32) -> (u64, u64) {
@@ -71,7 +71,7 @@ impl Engine {
     }
 
     /// Eager credit (bytes, each message counted with
-    /// [`EAGER_OVERHEAD`](super::EAGER_OVERHEAD)) `source` has spent here and
+    /// [`EAGER_OVERHEAD`]) `source` has spent here and
     /// not been given back: never above [`Config::eager_credit`].
     pub fn credit_in_use(&self, source: u32) -> u64 {
         self.peers.get(source as usize).map_or(0, |p| p.credit_in_use)
