@@ -18,7 +18,9 @@
 //! and its data dropped. The engine remembers the last
 //! [`REMEMBERED_CALLS`] finished calls of each context.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashSet as HashSet;
 
 use super::{Body, Engine, Envelope, HashMap, MatchSpec, Unexpected};
 
@@ -88,7 +90,6 @@ impl Engine {
                 self.drop_unexpected(u);
             }
         }
-        self.handle_local();
     }
 
     /// Whether a message on `context` with `tag` belongs to a call this
