@@ -15,6 +15,8 @@
 //! that the client's certificate names that rank before anything reaches
 //! the endpoint.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -113,9 +115,12 @@ pub(crate) struct Shared {
     /// The bulk connections higher ranks have made, on their way from the
     /// bulk endpoint's accept loop to the setup of the control connection.
     pub(crate) bulk_arrivals: BulkArrivals,
-    /// How many incoming connections each socket sets up at once at most
-    /// (see [`accept_loop`]).
-    pub(crate) max_setups: usize,
+    /// How many TLS handshakes each socket runs at once at most from one
+    /// IP address (see [`accept_loop`]).
+    pub(crate) max_handshakes: usize,
+    /// The connection-level receive window of a connection once it is set
+    /// up (an accepted one starts with [`SETUP_RECEIVE_WINDOW`]).
+    pub(crate) receive_window: VarInt,
     /// The runtime of the bulk socket's connections, when they have a
     /// thread of their own ([`Options::bulk_thread`](super::Options::bulk_thread)):
     /// the bulk streams' readers and writers run there too.
@@ -123,9 +128,9 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// [`Shared::max_setups`] for a world of `size`: every higher rank at
-    /// once, twice over, and some room for strangers' attempts.
-    pub(crate) fn max_setups(size: u32) -> usize {
+    /// [`Shared::max_handshakes`] for a world of `size`: every higher rank
+    /// at once, twice over, and some room.
+    pub(crate) fn max_handshakes(size: u32) -> usize {
         2 * size as usize + 16
     }
 
@@ -263,15 +268,34 @@ pub(crate) enum Socket {
 /// endpoint lives.
 ///
 /// A connection from an address not validated yet gets a QUIC retry
-/// first, so packets with forged source addresses take nothing here. At
-/// most [`Shared::max_setups`] connections are being set up at once
-/// (from the TLS handshake to the hello, each within the connect
-/// timeout); a connection beyond them is refused at once, so a flood of
-/// connections, or credentialed peers that connect and say nothing, hold
-/// a bounded amount of memory. A rank refused so dials again until its
-/// own connect timeout.
+/// first, so packets with forged source addresses take nothing here.
+/// What a connection may hold before it is known is bounded in two
+/// steps:
+///
+/// - *The TLS handshake*, before the peer has shown a certificate: at
+///   most [`Shared::max_handshakes`] from one IP address at once (every
+///   higher rank of one host, twice over, and some room), and eight times
+///   that in all. A stranger that starts handshakes and never finishes
+///   them, or a flood of them, takes the slots of its own address: ranks
+///   on other hosts still connect. (Ranks on the stranger's own host
+///   share its address; a stranger there can do worse in any case.)
+/// - *The setup*, from the handshake to the hello: once TLS has checked
+///   the client's certificate, the rank it names is known
+///   ([`RankCredential::rank_of`]), and each higher rank sets up at most
+///   [`SETUPS_PER_RANK`] connections to a socket at a time; a rank
+///   already connected, or one that is not a higher rank, is refused at
+///   once. Until its setup is over, a connection may send this rank at
+///   most [`SETUP_RECEIVE_WINDOW`] bytes in all, whatever its streams'
+///   windows. So even a holder of the job's credential, connecting again
+///   and again with one rank's certificate and saying nothing, holds a
+///   few setups' worth of memory.
+///
+/// Every step runs within the connect timeout; a connection refused for
+/// want of a slot is refused at once, and a rank refused so dials again
+/// until its own connect timeout.
 pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, socket: Socket) {
-    let setups = Arc::new(tokio::sync::Semaphore::new(shared.max_setups));
+    let handshakes = Arc::new(Handshakes::new(shared.max_handshakes));
+    let setups = Arc::new(Setups(Mutex::new(vec![0; shared.size as usize])));
     while let Some(incoming) = quic.accept().await {
         // Every rank that dials this one has connected (or was given up
         // on): nobody is left to set up.
@@ -281,33 +305,146 @@ pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, sock
         }
         // An address not shown to be real yet (its client has not echoed
         // a retry token) is asked to: a stranger spoofing addresses then
-        // never gets to take one of the setups.
+        // never gets to take one of the handshakes.
         if !incoming.remote_address_validated() && incoming.may_retry() {
             let _ = incoming.retry();
             continue;
         }
-        let Ok(permit) = setups.clone().try_acquire_owned() else {
-            tracing::warn!(rank = shared.me, from = %incoming.remote_address(), "refused a connection: too many being set up");
+        let from = incoming.remote_address().ip();
+        let Some(handshake) = handshakes.try_start(from) else {
+            tracing::warn!(rank = shared.me, %from, "refused a connection: too many handshakes under way from its address");
             incoming.refuse();
             continue;
         };
-        let shared2 = shared.clone();
+        let (shared2, setups) = (shared.clone(), setups.clone());
         spawn_in(&shared.registry, async move {
-            let _permit = permit;
-            let deadline = shared2.connect_timeout;
             let accepted = async {
+                let conn = incoming.await.map_err(|e| io_error("accepting a connection".into(), e))?;
+                drop(handshake);
+                let rank = dialler(&conn, &shared2)?;
+                let Some(_setup) = setups.try_start(rank) else {
+                    return refuse(&conn, code::DUPLICATE, format!("rank {rank} is setting up {SETUPS_PER_RANK} connections already"));
+                };
                 match socket {
-                    Socket::Control => accept_one(incoming, &shared2).await,
-                    Socket::Bulk => accept_bulk(incoming, &shared2).await,
+                    Socket::Control => accept_one(conn, rank, &shared2).await,
+                    Socket::Bulk => accept_bulk(conn, rank, &shared2).await,
                 }
             };
-            match tokio::time::timeout(deadline, accepted).await {
+            match tokio::time::timeout(shared2.connect_timeout, accepted).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(rank = shared2.me, error = %e, "refused a connection"),
-                Err(_) => tracing::warn!(rank = shared2.me, "a connecting peer did not finish its handshake in time"),
+                Err(_) => tracing::warn!(rank = shared2.me, "a connecting peer did not finish its setup in time"),
             }
         });
     }
+}
+
+/// The TLS handshakes under way on one socket, counted per IP address
+/// (see [`accept_loop`]).
+struct Handshakes {
+    per_address: Mutex<HashMap<IpAddr, usize>>,
+    /// At most this many from one address, and eight times as many in all.
+    limit: usize,
+}
+
+impl Handshakes {
+    fn new(limit: usize) -> Handshakes {
+        Handshakes { per_address: Mutex::new(HashMap::new()), limit }
+    }
+
+    /// A slot for a handshake from `from`, if its address and the socket
+    /// have one free; given back when dropped.
+    fn try_start(self: &Arc<Self>, from: IpAddr) -> Option<Handshake> {
+        let mut counts = self.per_address.lock().unwrap_or_else(|e| e.into_inner());
+        let total: usize = counts.values().sum();
+        let count = counts.entry(from).or_insert(0);
+        if *count >= self.limit || total >= 8 * self.limit {
+            if *count == 0 {
+                counts.remove(&from);
+            }
+            return None;
+        }
+        *count += 1;
+        Some(Handshake { handshakes: self.clone(), from })
+    }
+}
+
+/// One handshake's slot (see [`Handshakes::try_start`]).
+struct Handshake {
+    handshakes: Arc<Handshakes>,
+    from: IpAddr,
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        let mut counts = self.handshakes.per_address.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = counts.get_mut(&self.from) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.from);
+            }
+        }
+    }
+}
+
+/// The connection-level receive window of a connection this rank
+/// accepts, until its setup is over: the dialler's stream heads and hello
+/// (a few dozen bytes), and room for the first frames it sends once its
+/// own side is set up.
+pub(crate) const SETUP_RECEIVE_WINDOW: u32 = 256 << 10;
+
+/// How many connections one rank's certificate sets up to one socket at
+/// once: an honest rank sets up one (it dials again only once an attempt
+/// has failed), and a dishonest holder of its certificate (one that
+/// claims another rank in its hello) does not keep it out by racing it.
+pub(crate) const SETUPS_PER_RANK: u8 = 4;
+
+/// The connections each rank is setting up to one socket (see
+/// [`accept_loop`]).
+struct Setups(Mutex<Vec<u8>>);
+
+impl Setups {
+    /// A slot of `rank`'s, unless it is setting up
+    /// [`SETUPS_PER_RANK`] connections already; given back when dropped.
+    fn try_start(self: &Arc<Self>, rank: u32) -> Option<Setup> {
+        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = &mut counts[rank as usize];
+        (*count < SETUPS_PER_RANK).then(|| {
+            *count += 1;
+            Setup { setups: self.clone(), rank }
+        })
+    }
+}
+
+/// One rank's setup slot (see [`Setups::try_start`]).
+struct Setup {
+    setups: Arc<Setups>,
+    rank: u32,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        self.setups.0.lock().unwrap_or_else(|e| e.into_inner())[self.rank as usize] -= 1;
+    }
+}
+
+/// The rank that dialled `conn`, as its certificate names it: a higher
+/// rank (only those dial this one) not connected yet; otherwise the
+/// connection is closed.
+fn dialler(conn: &quinn::Connection, shared: &Shared) -> Result<u32> {
+    let certs = client_certificates(conn)?;
+    let named = certs.first().map_or_else(|| Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.rank_of(c));
+    let rank = match named {
+        Ok(rank) => rank,
+        Err(e) => return refuse(conn, code::IDENTITY, format!("a connecting peer: {e}")),
+    };
+    if rank <= shared.me || rank >= shared.size {
+        return refuse(conn, code::IDENTITY, format!("rank {rank} dials this rank {}: only higher ranks do", shared.me));
+    }
+    if shared.connected.lock().unwrap_or_else(|e| e.into_inner())[rank as usize] {
+        return refuse(conn, code::DUPLICATE, format!("rank {rank} is already connected, or was given up on"));
+    }
+    Ok(rank)
 }
 
 /// The certificate chain a connection's client showed (TLS has checked it
@@ -325,13 +462,11 @@ fn refuse<T>(conn: &quinn::Connection, code: u32, why: String) -> Result<T> {
     Err(ErrorKind::Protocol(why).into())
 }
 
-/// One incoming control connection: TLS (the client's certificate checked
-/// against the job's CA), then the client's control stream and hello,
-/// the check that its certificate names the rank the hello claims, and
-/// its bulk lane (on this connection or its own).
-async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<()> {
-    let conn = incoming.await.map_err(|e| io_error("accepting a connection".into(), e))?;
-    let certs = client_certificates(&conn)?;
+/// One incoming control connection of rank `rank` (as its certificate,
+/// checked by TLS against the job's CA, names it): the client's control
+/// stream and hello, which must come from that rank, and its bulk lane
+/// (on this connection or its own).
+async fn accept_one(conn: quinn::Connection, rank: u32, shared: &Arc<Shared>) -> Result<()> {
     let (mut control_in, head) = accept_stream(&conn).await?;
     let StreamHead::Control { bulk_port: their_bulk } = head else {
         return refuse(&conn, code::PROTOCOL, format!("a connection's first stream is a {head:?}, not its control stream"));
@@ -355,8 +490,8 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     };
     let claimed = hello.header.source;
     let buf = greeting.into_rest();
-    if let Err(e) = certs.first().map_or_else(|| Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.check_names(c, claimed)) {
-        return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
+    if claimed != rank {
+        return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: its certificate does not name rank {claimed} (it names rank {rank})"));
     }
     let duplicate = || format!("rank {claimed} is already connected, or was given up on");
     let connected = || shared.connected.lock().unwrap_or_else(|e| e.into_inner());
@@ -367,7 +502,12 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     // peer that never brings it is failed by the connect timeout.
     let (bulk_conn, bulk, bulk_in) = match same_connection {
         Some((bulk, bulk_in)) => (None, bulk, bulk_in),
-        None => match shared.bulk_arrivals.take(claimed).await {
+        // A dialler whose control connection closes meanwhile is failed
+        // now, not at the connect timeout.
+        None => match tokio::select! {
+            lane = shared.bulk_arrivals.take(claimed) => lane,
+            why = conn.closed() => return Err(io_error(format!("rank {claimed}'s connection closed before its bulk connection came"), why)),
+        } {
             Ok(lane) => (Some(lane.conn), lane.send, lane.recv),
             Err(e) => return refuse(&conn, code::DUPLICATE, e.to_string()),
         },
@@ -390,20 +530,18 @@ async fn accept_one(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<(
     Ok(())
 }
 
-/// One incoming bulk connection: TLS, then the client's bulk stream,
-/// whose head names its rank, checked against its certificate; this
-/// side's bulk stream is opened on it and both wait for the rank's
+/// One incoming bulk connection of rank `rank` (as its certificate
+/// names it): the client's bulk stream, whose head must name that rank;
+/// this side's bulk stream is opened on it and both wait for the rank's
 /// control connection.
-async fn accept_bulk(incoming: quinn::Incoming, shared: &Arc<Shared>) -> Result<()> {
-    let conn = incoming.await.map_err(|e| io_error("accepting a bulk connection".into(), e))?;
-    let certs = client_certificates(&conn)?;
+async fn accept_bulk(conn: quinn::Connection, rank: u32, shared: &Arc<Shared>) -> Result<()> {
     let (recv, head) = accept_stream(&conn).await?;
     let claimed = match head.bulk_dialler(shared.me, shared.size) {
         Ok(rank) => rank,
         Err(e) => return refuse(&conn, code::PROTOCOL, e.to_string()),
     };
-    if let Err(e) = certs.first().map_or_else(|| Err(ErrorKind::Protocol("no certificate".into()).into()), |c| shared.credential.check_names(c, claimed)) {
-        return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: {e}"));
+    if claimed != rank {
+        return refuse(&conn, code::IDENTITY, format!("a peer claiming rank {claimed}: its certificate does not name rank {claimed} (it names rank {rank})"));
     }
     if shared.connected.lock().unwrap_or_else(|e| e.into_inner())[claimed as usize] {
         return refuse(&conn, code::DUPLICATE, format!("rank {claimed} is already connected, or was given up on"));
@@ -452,7 +590,21 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
     match result {
         Ok(lanes) => {
             shared.connected.lock().unwrap_or_else(|e| e.into_inner())[peer as usize] = true;
+            let control = lanes.control.clone();
             run(&shared, peer, lanes);
+            // The peer sends its hello once its side is set up, at once:
+            // a peer that keeps its connection alive and says nothing
+            // fails after the connect timeout.
+            let registry = shared.registry.clone();
+            spawn_in(&registry, async move {
+                tokio::time::sleep(shared.connect_timeout).await;
+                let Some(ep) = shared.endpoint.upgrade() else { return };
+                if ep.awaiting_hello().contains(&(peer as usize)) {
+                    let silent = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no hello within {:?} of the connection's setup", shared.connect_timeout));
+                    shared.fail(peer, io_error(format!("waiting for rank {peer}'s hello"), silent));
+                    control.close(VarInt::from_u32(code::PROTOCOL), b"no hello");
+                }
+            });
         }
         Err(e) => shared.fail(peer, e),
     }
@@ -544,6 +696,11 @@ struct Lanes {
 fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
     let Lanes { control, bulk, writers, readers } = lanes;
     let conns: Vec<quinn::Connection> = std::iter::once(control.clone()).chain(bulk.clone()).collect();
+    // A connection this rank accepted had a small window while it was set
+    // up (see `accept_loop`); the peer is known now.
+    for conn in &conns {
+        conn.set_receive_window(shared.receive_window);
+    }
     // However a connection ends, the peer is gone (and its other
     // connection with it): its streams may have ended cleanly (a peer
     // dropped without finalizing) before the close, and nothing else
@@ -575,15 +732,16 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
         Lane::Bulk if bulk.is_some() => shared.bulk_thread.as_ref(),
         _ => None,
     };
+    let conn_of = |lane| match (lane, &bulk) {
+        (Lane::Bulk, Some(bulk)) => bulk.clone(),
+        _ => control.clone(),
+    };
     for (lane, stream) in [Lane::Control, Lane::Bulk].into_iter().zip(writers) {
         shared.outboxes[peer as usize].attach(lane, stream);
-        spawn_on(runtime(lane), &shared.registry, write(shared.clone(), peer, lane));
+        spawn_on(runtime(lane), &shared.registry, write(shared.clone(), peer, lane, conn_of(lane)));
     }
     for ((stream, buf), lane) in readers.into_iter().zip([Lane::Control, Lane::Bulk]) {
-        let conn = match (lane, &bulk) {
-            (Lane::Bulk, Some(bulk)) => bulk.clone(),
-            _ => control.clone(),
-        };
+        let conn = conn_of(lane);
         let mut reader = Reader {
             shared: shared.clone(),
             peer,
@@ -608,8 +766,9 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
 /// whenever the stream has room (frames that find the queue empty go
 /// straight in, without this task); once the endpoint is flushing and the
 /// lane is drained, finishes the stream and waits for the peer to
-/// acknowledge it.
-async fn write(shared: Arc<Shared>, peer: u32, lane: Lane) {
+/// acknowledge it. A stream that fails (the peer stopped it) fails the
+/// peer, and closes `conn`, the lane's connection, to tell it.
+async fn write(shared: Arc<Shared>, peer: u32, lane: Lane, conn: quinn::Connection) {
     let outbox = shared.outboxes[peer as usize].clone();
     loop {
         match std::future::poll_fn(|cx| outbox.poll_drain(lane, cx)).await {
@@ -619,7 +778,10 @@ async fn write(shared: Arc<Shared>, peer: u32, lane: Lane) {
                 }
             }
             Drained::Failed(e) => {
+                // The reason first: the close makes the readers fail the
+                // peer too, for the connection's loss.
                 shared.fail(peer, io_error(format!("writing to rank {peer}"), e));
+                conn.close(VarInt::from_u32(code::PROTOCOL), b"a stream failed");
                 return;
             }
             Drained::Finish(mut stream) => {

@@ -4,10 +4,10 @@
 //! A rank's certificate carries one DNS name, `rank-<r>.job-<id>.mpx`
 //! (the job id in 16 hex digits), signed by the job's CA. A rank dialling
 //! rank `r` asks for that name, so TLS itself refuses a server holding
-//! another rank's certificate; a rank accepting a connection checks that
-//! the client's certificate names the rank its hello claims
-//! ([`RankCredential::check_names`]). A certificate of another job's CA
-//! fails the handshake both ways.
+//! another rank's certificate; a rank accepting a connection learns from
+//! the client's certificate which rank it is ([`RankCredential::rank_of`])
+//! and refuses a hello or a bulk stream that claims another. A
+//! certificate of another job's CA fails the handshake both ways.
 
 use std::sync::Arc;
 
@@ -258,6 +258,29 @@ impl RankCredential {
         Ok(RankCredential { job, rank, cert, key, trust: Trust::Ca(ca), pem: text.to_string() })
     }
 
+    /// The rank of this job that `cert` (a peer's end-entity certificate,
+    /// already verified by TLS against the job's CA or the pinned
+    /// fingerprints) names: what a connection's peer is known to be as
+    /// soon as its handshake is over, before it has sent anything.
+    pub(crate) fn rank_of(&self, cert: &CertificateDer<'_>) -> Result<u32> {
+        let unnamed = || -> Error { ErrorKind::Protocol("the peer's certificate names no rank of this job".into()).into() };
+        match &self.trust {
+            Trust::Pinned(pins) => {
+                let print = fingerprint(cert);
+                pins.iter().position(|pin| *pin == print).and_then(|r| u32::try_from(r).ok()).ok_or_else(unnamed)
+            }
+            Trust::Ca(_) => {
+                let end = webpki::EndEntityCert::try_from(cert).map_err(|e| tls_error("reading a peer's certificate", e))?;
+                let suffix = format!(".job-{:016x}.mpx", self.job);
+                // The names only suggest a rank: each is checked as TLS
+                // checks a name.
+                let suggested: Vec<u32> =
+                    end.valid_dns_names().filter_map(|name| name.strip_prefix("rank-")?.strip_suffix(suffix.as_str())?.parse().ok()).collect();
+                suggested.into_iter().find(|&rank| self.check_names(cert, rank).is_ok()).ok_or_else(unnamed)
+            }
+        }
+    }
+
     /// Fails unless `cert` (a peer's end-entity certificate, already
     /// verified against the job's CA by TLS) names rank `rank` of this job.
     pub(crate) fn check_names(&self, cert: &CertificateDer<'_>, rank: u32) -> Result<()> {
@@ -329,8 +352,8 @@ impl RankCredential {
 /// fingerprint is the one its rank published, and its handshake signature
 /// checks out against it. A dialled rank is known by the name dialled
 /// ([`rank_name`]); an accepting rank takes any of the job's certificates
-/// in the handshake and checks the hello's rank against it afterwards
-/// ([`RankCredential::check_names`]).
+/// in the handshake and learns the rank from it afterwards
+/// ([`RankCredential::rank_of`]).
 mod pinned {
     use std::sync::Arc;
 

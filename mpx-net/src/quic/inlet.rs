@@ -111,13 +111,18 @@ impl Reader {
                         }
                         return Read::Ended;
                     }
+                    // The peer is failed, and told so by the connection's
+                    // close (its reason first: the close makes the other
+                    // readers fail the peer too, for the connection's loss).
                     Poll::Ready(Ok(None)) => {
                         let peer = self.peer;
                         self.shared.fail(peer, ErrorKind::Protocol(format!("rank {peer}'s stream ended inside a frame")).into());
+                        self.conn.close(VarInt::from_u32(code::PROTOCOL), b"a stream ended inside a frame");
                         return Read::Ended;
                     }
                     Poll::Ready(Err(e)) => {
                         self.shared.fail(self.peer, Error::transport(format!("reading from rank {}", self.peer), e));
+                        self.conn.close(VarInt::from_u32(code::PROTOCOL), b"a stream failed");
                         return Read::Ended;
                     }
                 },
@@ -136,7 +141,16 @@ impl Reader {
         let peer = self.peer;
         // Set when the engine refused a frame (rather than the decoder).
         let mut refused = None;
-        let pushed = self.decoder.push(chunk, &mut |frame| ep.handle_frame(peer as usize, frame).inspect_err(|e| refused = Some(e.clone())));
+        let lane = self.lane;
+        let pushed = self.decoder.push(chunk, &mut |frame| {
+            // An honest peer sends each kind of frame in its own lane
+            // ([`Lane::of`]): rendezvous data in the bulk stream, every
+            // other frame in the control stream.
+            if Lane::of(&frame) != lane {
+                return Err(ErrorKind::Protocol(format!("rank {peer} sent a {:?} frame in its {lane:?} stream", frame.header.kind)).into());
+            }
+            ep.handle_frame(peer as usize, frame).inspect_err(|e| refused = Some(e.clone()))
+        });
         drop(ep);
         match (pushed, refused) {
             (Ok(()), _) => true,
@@ -291,9 +305,11 @@ impl Inlet {
     }
 
     /// The inlet's own task, until the stream ends; dropping it (aborted
-    /// with the endpoint) drops the reader, and with it the stream and
-    /// the connection.
-    pub(crate) async fn run(self: Arc<Self>) {
+    /// with the endpoint), polled or not, drops the reader, and with it
+    /// the stream and the connection (the reader holds the transport's
+    /// state, which holds the inlet: a task dropped before its first poll
+    /// must break that cycle too).
+    pub(crate) fn run(self: Arc<Self>) -> impl std::future::Future<Output = ()> + Send + 'static {
         struct Detach(Arc<Inlet>);
         impl Drop for Detach {
             fn drop(&mut self) {
@@ -302,8 +318,10 @@ impl Inlet {
             }
         }
         let inlet = Detach(self);
-        let mut watch = Watch::default();
-        std::future::poll_fn(|cx| inlet.0.poll_task(cx, &mut watch)).await;
+        async move {
+            let mut watch = Watch::default();
+            std::future::poll_fn(|cx| inlet.0.poll_task(cx, &mut watch)).await;
+        }
     }
 
     /// Whether a program task may read here: the connection is up and its

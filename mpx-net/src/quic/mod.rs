@@ -114,8 +114,11 @@ pub struct Options {
     /// 1200; 1472 fits any Ethernet path. Above 6550 a batch of packets
     /// exceeds what the kernel sends at once with segmentation offload.
     pub mtu: u16,
-    /// A connection that hears nothing for this long fails its peer
-    /// (keep-alives go four times as often, so a live peer never does).
+    /// A peer whose connection hears nothing for this long fails, and
+    /// everything pending on it with it (keep-alives go five times as
+    /// often, so a live peer never does): the bound on noticing a dead
+    /// peer or a lost path. QUIC's own idle timeout is set to four fifths
+    /// of it, since QUIC restarts its timer when a keep-alive goes out.
     /// Not zero (to QUIC, zero would mean no timeout at all).
     pub idle_timeout: Duration,
     /// How long connecting to every peer may take, retries included.
@@ -197,6 +200,11 @@ impl Options {
         }
     }
 
+    /// A connection's receive window: four streams' worth.
+    fn receive_window(&self) -> quinn::VarInt {
+        quinn::VarInt::from_u64(4 * u64::from(self.stream_window.max(1200))).unwrap_or(quinn::VarInt::MAX)
+    }
+
     /// quinn's transport settings: the flow-control windows, the fixed
     /// MTU, and a congestion window that starts at ten packets.
     fn transport(&self) -> Result<quinn::TransportConfig> {
@@ -209,12 +217,17 @@ impl Options {
         let mut t = quinn::TransportConfig::default();
         let window = self.stream_window.max(1200);
         t.stream_receive_window(quinn::VarInt::from_u32(window));
-        t.receive_window(quinn::VarInt::from_u64(4 * u64::from(window)).unwrap_or(quinn::VarInt::MAX));
+        t.receive_window(self.receive_window());
         t.send_window(64 << 20);
-        let idle = quinn::IdleTimeout::try_from(self.idle_timeout)
+        // A silent peer fails within `idle_timeout`: QUIC restarts its
+        // idle timer when it sends the first ack-eliciting packet after a
+        // receipt, which a keep-alive makes happen within one interval, so
+        // QUIC's own timeout is the bound less that interval.
+        let keep_alive = self.idle_timeout / 5;
+        let idle = quinn::IdleTimeout::try_from(self.idle_timeout - keep_alive)
             .map_err(|e| ErrorKind::InvalidArgument(format!("idle timeout {:?}: {e}", self.idle_timeout)))?;
         t.max_idle_timeout(Some(idle));
-        t.keep_alive_interval(Some(self.idle_timeout / 4));
+        t.keep_alive_interval(Some(keep_alive));
         let mtu = self.mtu.max(1200);
         t.initial_mtu(mtu);
         t.min_mtu(mtu);
@@ -295,11 +308,16 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     if me >= size {
         return Err(ErrorKind::InvalidRank { rank: me as usize, size: size as usize }.into());
     }
-    let transport = Arc::new(options.transport()?);
+    let transport = options.transport()?;
+    // A connection this rank accepts may send it little until its setup
+    // is over (see `connection::accept_loop`); `connection::run` opens the
+    // window.
+    let mut setup = options.transport()?;
+    setup.receive_window(quinn::VarInt::from_u32(connection::SETUP_RECEIVE_WINDOW));
     let mut server = credential.server_config()?;
-    server.transport_config(transport.clone());
+    server.transport_config(Arc::new(setup));
     let mut client = credential.client_config()?;
-    client.transport_config(transport);
+    client.transport_config(Arc::new(transport));
     let mut endpoint_config = quinn::EndpointConfig::default();
     endpoint_config
         .max_udp_payload_size(options.mtu.max(1200))
@@ -349,7 +367,8 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         bulk_port: bulk_port(&bulk)?,
         bulk: bulk.clone(),
         bulk_arrivals: BulkArrivals::new(size),
-        max_setups: Shared::max_setups(size),
+        max_handshakes: Shared::max_handshakes(size),
+        receive_window: options.receive_window(),
         bulk_thread: bulk_thread.as_ref().map(BulkThread::handle),
     });
     if accepts {
