@@ -1096,6 +1096,37 @@ each_transport! {
         assert!(queued.iter().all(|&(got, ranks)| (got, ranks) == (9, 2)));
     }
 
+    /// A communicator freed on one rank leaves nothing of its collectives
+    /// behind there: the data a leaf sends a root that freed its handle
+    /// without joining the call is dropped, queued or still to come, so it
+    /// holds none of the leaf's eager credit or rendezvous slots. With
+    /// credit for a few dozen messages and four slots, 300 such calls used
+    /// to stop every send between the two (over QUIC, unsolicited credit
+    /// sends the data unasked, so it passes either way).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_freed_communicator_drops_the_late_messages_of_its_collectives() {
+        let mut opts = options(2);
+        opts.engine.eager_credit = 32 * 1024;
+        opts.engine.rndv_slots = 4;
+        let done = returns(launch_with(opts, |comm| async move {
+            let other = 1 - comm.rank();
+            for _ in 0..300 {
+                let freed = comm.dup();
+                if comm.rank() == 1 {
+                    let (send, mut recv) = ([2u64; 4], [0u64; 4]);
+                    freed.reduce(&send[..], &mut recv[..], SUM, 0).await?;
+                }
+            }
+            let mut got = 0u32;
+            comm.sendrecv(&9u32, other, 3, &mut got, other, 3).await?;
+            let mut ranks = 0u32;
+            comm.allreduce(&1u32, &mut ranks, SUM).await?;
+            Ok((got, ranks))
+        }))
+        .await;
+        assert!(done.iter().all(|&(got, ranks)| (got, ranks) == (9, 2)));
+    }
+
     /// The in-place forms against their two-buffer forms.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn in_place_forms_match_the_two_buffer_forms() {

@@ -484,14 +484,15 @@ fn sweep(shared: &Shared, st: &mut State) {
     }
 }
 
-/// Removes the entries of the communicator with `context`, and the
-/// engine's record of its finished collective calls (a message that
-/// arrives on it later waits unmatched, as on any context no receive
-/// names; its sender keeps its world rank).
+/// Removes the entries of the communicator with `context`, and closes its
+/// collective context: the late words of its collectives, queued or
+/// still to come, are dropped (see `Engine::close_context`). A
+/// point-to-point message that arrives on it later waits unmatched, as on
+/// any context no receive names (its sender keeps its world rank).
 fn forget(st: &mut State, context: u64) {
     st.groups.remove(&context);
     st.groups.remove(&(context | 1));
-    st.engine.forget_calls(context | 1);
+    st.engine.close_context(context | 1);
 }
 
 /// A digest of `group`'s members in order, which ranks compare to tell

@@ -16,7 +16,10 @@
 //! messages, those queued and those still to come, as a receive that is
 //! freed would: eager credit goes back, a rendezvous sender is answered
 //! and its data dropped. The engine remembers the last
-//! [`REMEMBERED_CALLS`] finished calls of each context.
+//! [`REMEMBERED_CALLS`] finished calls of each context. A communicator
+//! that goes closes its collective context whole
+//! ([`Engine::close_context`]): words still on their way to it are
+//! dropped as they come.
 
 use std::collections::VecDeque;
 
@@ -27,6 +30,11 @@ use super::{Body, Engine, Envelope, HashMap, MatchSpec, Unexpected};
 /// Finished calls remembered per context: a late message of a call
 /// finished longer ago waits in the queue, as any unmatched message.
 pub const REMEMBERED_CALLS: usize = 1024;
+
+/// Closed contexts remembered (see [`Engine::close_context`]): a late
+/// message on a context closed longer ago waits in the queue, as any
+/// unmatched message.
+pub const REMEMBERED_CLOSED: usize = 1024;
 
 /// The finished calls of one context.
 #[derive(Debug, Default)]
@@ -45,8 +53,15 @@ impl FinishedCalls {
     }
 }
 
-/// The finished calls of every context that has some.
-pub(super) type Finished = HashMap<u64, FinishedCalls>;
+/// The finished calls of every context that has some, and the contexts
+/// closed whole.
+#[derive(Debug, Default)]
+pub(super) struct Finished {
+    calls: HashMap<u64, FinishedCalls>,
+    /// Closed contexts, oldest first, and as a set.
+    closed_order: VecDeque<u64>,
+    closed: HashSet<u64>,
+}
 
 impl Engine {
     /// The call whose messages on `context` have the `span` tags from
@@ -66,7 +81,10 @@ impl Engine {
             debug_assert!(false, "a call's tags are an aligned block: {first}, {span}");
             return;
         }
-        let calls = self.finished_calls.entry(context).or_default();
+        if self.finished_calls.closed.contains(&context) {
+            return;
+        }
+        let calls = self.finished_calls.calls.entry(context).or_default();
         if calls.span != span {
             // A context's calls all have blocks of one size.
             *calls = FinishedCalls { span, ..FinishedCalls::default() };
@@ -93,14 +111,42 @@ impl Engine {
     }
 
     /// Whether a message on `context` with `tag` belongs to a call this
-    /// rank has finished (see [`discard_call`](Engine::discard_call)).
+    /// rank has finished (see [`discard_call`](Engine::discard_call)), or
+    /// to a context closed whole (see [`close_context`](Engine::close_context)).
     pub fn discards(&self, context: u64, tag: i32) -> bool {
-        !self.finished_calls.is_empty() && self.finished_calls.get(&context).is_some_and(|calls| calls.holds(tag))
+        let finished = &self.finished_calls;
+        (!finished.calls.is_empty() && finished.calls.get(&context).is_some_and(|calls| calls.holds(tag)))
+            || (!finished.closed.is_empty() && finished.closed.contains(&context))
     }
 
-    /// Forgets the finished calls of `context` (its communicator is gone).
-    pub fn forget_calls(&mut self, context: u64) {
-        self.finished_calls.remove(&context);
+    /// Nothing will receive on `context` any more (the communicator whose
+    /// collective context it is has gone): every message on it, queued or
+    /// still to come, is received and dropped, as by a freed receive, and
+    /// the record of its finished calls goes. The last
+    /// [`REMEMBERED_CLOSED`] contexts closed are remembered.
+    ///
+    /// ```
+    /// use mpx::proto::engine::{Config, Engine};
+    /// let mut engine = Engine::new(0, 1, Config::default())?;
+    /// engine.discard_call(1, 64, 64);
+    /// engine.close_context(1);
+    /// assert!(engine.discards(1, 5) && engine.discards(1, 64) && !engine.discards(3, 64));
+    /// # Ok::<(), mpx::Error>(())
+    /// ```
+    pub fn close_context(&mut self, context: u64) {
+        let finished = &mut self.finished_calls;
+        finished.calls.remove(&context);
+        if finished.closed.insert(context) {
+            finished.closed_order.push_back(context);
+            if finished.closed_order.len() > REMEMBERED_CLOSED {
+                let oldest = finished.closed_order.pop_front().expect("over the limit");
+                finished.closed.remove(&oldest);
+            }
+        }
+        let anything = MatchSpec { context, source: None, tag: None };
+        while let Some(u) = self.unexpected.take_first(&anything) {
+            self.drop_unexpected(u);
+        }
     }
 
     /// Whether a message that matched no receive is of a finished call.

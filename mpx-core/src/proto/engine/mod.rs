@@ -323,7 +323,7 @@ mod time;
 mod transfer;
 
 pub use native::{native_repr_id, repr_id_with};
-pub use finished_calls::REMEMBERED_CALLS;
+pub use finished_calls::{REMEMBERED_CALLS, REMEMBERED_CLOSED};
 pub use transfer::Arrived;
 use peer::*;
 use transfer::*;
@@ -692,7 +692,7 @@ impl Engine {
             sends: HashMap::default(),
             transfers: HashMap::default(),
             truncated: HashMap::default(),
-            finished_calls: HashMap::default(),
+            finished_calls: finished_calls::Finished::default(),
             unsolicited: KeyedHashMap::default(),
             early: KeyedHashMap::default(),
             next_unsolicited: 0,

@@ -1752,6 +1752,18 @@ fn late_messages_of_a_finished_call_are_dropped() {
     e[1].post_recv(10, spec(Some(0), None));
     assert!(events(&mut e[1]).is_empty(), "nothing else queued");
     assert!(!e[1].discards(0, 128) && e[1].discards(0, 127));
-    e[1].forget_calls(0);
-    assert!(!e[1].discards(0, 64));
+    // A closed context drops everything, queued or to come.
+    assert!(e[1].cancel_recv(10));
+    let held = e[1].credit_in_use(0);
+    e[0].post_send(6, SendMode::Standard, msg(1, 3, b"queued"));
+    pump(&mut e);
+    assert!(e[1].credit_in_use(0) > held);
+    e[1].close_context(0);
+    assert_eq!(e[1].credit_in_use(0), held, "its credit given back");
+    e[0].post_send(7, SendMode::Standard, msg(1, 2, b"a rendezvous message to a closed context"));
+    pump(&mut e);
+    assert_eq!(events(&mut e[0]).len(), 2, "both sends complete");
+    e[1].post_recv(11, spec(Some(0), None));
+    assert!(events(&mut e[1]).is_empty(), "nothing queued");
+    assert!(e[1].discards(0, 64) && e[1].discards(0, 5));
 }
