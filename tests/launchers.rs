@@ -274,6 +274,29 @@ fn a_failing_rank_fails_mpxrun_naming_it() {
     assert_eq!(out.status.code(), Some(2), "a bad command line");
 }
 
+/// A rank that speaks PMI and then ends without its PMI finalize (a
+/// program that returned before finishing, or died) fails the job at
+/// once: the ranks waiting for it at the start-up barrier are answered
+/// with an error then, not after their start-up timeout, and mpxrun names
+/// the rank. (A program that never speaks PMI, such as `true`, is no mpx
+/// program, and may end as it likes.)
+#[test]
+fn a_rank_that_leaves_before_its_pmi_finalize_fails_the_job_at_once() {
+    let ring = example("quic_ring");
+    let script = format!(
+        "if [ \"$PMI_RANK\" = 2 ]; then cat >/dev/null; printf 'cmd=init pmi_version=1 pmi_subversion=1\\n' >&\"$PMI_FD\"; exit 0; fi; exec {}",
+        ring.display()
+    );
+    let started = Instant::now();
+    let out = run(mpxrun().args(["-n", "3", "--keep-going", "bash", "-c", &script]), Duration::from_secs(60));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("rank 2 closed its PMI connection before its PMI finalize"), "{}", text(&out));
+    assert!(text(&out).contains("rank-2-left-the-job-before-its-PMI-finalize"), "the ranks say why they failed:\n{}", text(&out));
+    assert!(started.elapsed() < Duration::from_secs(20), "the others failed at once, not after their 30 s start-up timeout");
+    let out = run(mpxrun().args(["-n", "2", "true"]), Duration::from_secs(20));
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// A rank that leaves a process of its own behind, outside its process
 /// group (`setsid`), holding its output open: mpxrun forwards what the
 /// rank wrote and exits with it, rather than wait for that process.

@@ -33,7 +33,11 @@
 //! line by line, prefixed `[rank] ` unless `--no-prefix`. When a process
 //! fails (a non-zero status or a signal), the others are killed, unless
 //! `--keep-going`; `mpxrun` then exits with status 1 (or the failed
-//! process's own status) and names the rank.
+//! process's own status) and names the rank. A process that spoke PMI and
+//! closed its connection before its PMI finalize (a program that returned
+//! without finishing, whatever its status) fails the job too, and the
+//! ranks waiting for it at the start-up barrier fail at once; a process
+//! that never speaks PMI (no mpx program) may end as it likes.
 //!
 //! Ranks die with `mpxrun`, however it ends. On this host `mpxrun` kills
 //! each rank's process group (on a failure, SIGINT or SIGTERM), and the
@@ -309,39 +313,67 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
     }
 }
 
+/// A rank that fails the job through PMI (see [`serve_rank`]).
+struct RankFailure {
+    rank: u32,
+    why: String,
+    /// It closed its PMI connection (its process is ending): not killed,
+    /// so that it may say why itself.
+    gone: bool,
+}
+
 type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 type Writers = Arc<Vec<tokio::sync::Mutex<Option<Writer>>>>;
 
 /// Serves PMI to one rank: passes the bytes it sends to the job's
 /// [`KvSpace`] and writes each answer to the rank it is for. A rank that
-/// breaks the protocol fails the job.
+/// breaks the protocol fails the job, and so does one that spoke PMI and
+/// closed its connection before its finalize (its program returned early
+/// or died; see [`KvSpace::leave`]): the ranks in the start-up barrier
+/// fail at once instead of waiting for it until their timeout.
+///
+/// # Cancel safety
+/// Not cancel-safe: dropped while it writes an answer, the rank it was
+/// for may get part of it (mpxrun drops it only once the job is over).
 async fn serve_rank(
     rank: usize,
     mut reader: impl tokio::io::AsyncRead + Unpin,
     kvs: Arc<Mutex<KvSpace>>,
     writers: Writers,
-    failed: tokio::sync::mpsc::UnboundedSender<(u32, String)>,
+    failed: tokio::sync::mpsc::UnboundedSender<RankFailure>,
 ) {
     let mut chunk = vec![0u8; 4096];
     loop {
         let n = match reader.read(&mut chunk).await {
-            // The rank closed PMI (finished, or died: its exit status tells).
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let answer = kvs.lock().unwrap_or_else(|e| e.into_inner()).receive(rank, &chunk[..n]);
-        match answer {
-            Ok(replies) => {
-                for (to, bytes) in replies {
-                    if let Some(w) = writers[to].lock().await.as_mut() {
-                        let _ = w.write_all(&bytes).await;
-                    }
+            // The rank closed PMI: finished, or died (its exit status
+            // tells), or returned without finishing.
+            Ok(0) | Err(_) => {
+                let left = kvs.lock().unwrap_or_else(|e| e.into_inner()).leave(rank);
+                if let Some(replies) = left {
+                    let why = "closed its PMI connection before its PMI finalize (it returned without finishing, or died)".into();
+                    let _ = failed.send(RankFailure { rank: rank as u32, why, gone: true });
+                    answer(&writers, replies).await;
                 }
-            }
-            Err(e) => {
-                let _ = failed.send((rank as u32, format!("broke the PMI protocol: {e}")));
                 return;
             }
+            Ok(n) => n,
+        };
+        let replies = kvs.lock().unwrap_or_else(|e| e.into_inner()).receive(rank, &chunk[..n]);
+        match replies {
+            Ok(replies) => answer(&writers, replies).await,
+            Err(e) => {
+                let _ = failed.send(RankFailure { rank: rank as u32, why: format!("broke the PMI protocol: {e}"), gone: false });
+                return;
+            }
+        }
+    }
+}
+
+/// Writes each of `replies` to the rank it is for.
+async fn answer(writers: &Writers, replies: Vec<(usize, Vec<u8>)>) {
+    for (to, bytes) in replies {
+        if let Some(w) = writers[to].lock().await.as_mut() {
+            let _ = w.write_all(&bytes).await;
         }
     }
 }
@@ -359,7 +391,7 @@ async fn accept_ranks(
     key: ring::hmac::Key,
     kvs: Arc<Mutex<KvSpace>>,
     writers: Writers,
-    failed: tokio::sync::mpsc::UnboundedSender<(u32, String)>,
+    failed: tokio::sync::mpsc::UnboundedSender<RankFailure>,
 ) {
     let size = writers.len();
     let mut tasks = tokio::task::JoinSet::new();
@@ -502,7 +534,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let job_id = u64::from_le_bytes(secret[..8].try_into().expect("8 bytes"));
     let credential = JobCredential::generate(job_id)?;
     let kvs = Arc::new(Mutex::new(KvSpace::new(&format!("mpx-{job_id:016x}"), job.ranks as usize)));
-    let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
+    let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<RankFailure>();
     let mut children: Vec<Child> = Vec::new();
     let writers: Writers = Arc::new((0..job.ranks).map(|_| tokio::sync::Mutex::new(None)).collect());
     let mut serving = tokio::task::JoinSet::new();
@@ -698,12 +730,14 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
             }
-            Some((rank, why)) = failed_rx.recv() => {
+            Some(RankFailure { rank, why, gone }) = failed_rx.recv() => {
                 output.say(format_args!("rank {rank} {why}"));
                 if failed.is_none() {
                     failed = Some(rank);
                 }
-                if let Some(k) = killers[rank as usize].take() {
+                // A rank still speaking PMI is taken down; one that left
+                // is left to end (and say why).
+                if let Some(k) = killers[rank as usize].take_if(|_| !gone) {
                     let _ = k.send(());
                 }
                 if !job.keep_going {

@@ -769,6 +769,11 @@ pub struct KvSpace {
     ranks: Vec<(Decoder, Version)>,
     /// The ranks that have sent a whole message.
     joined: Vec<bool>,
+    /// The ranks that have said PMI finalize.
+    finalized: Vec<bool>,
+    /// A rank that spoke PMI and left without its finalize (see
+    /// [`KvSpace::leave`]): no barrier completes any more.
+    lost: Option<usize>,
 }
 
 impl KvSpace {
@@ -796,6 +801,47 @@ impl KvSpace {
             in_barrier: vec![false; size],
             ranks: (0..size).map(|_| (Decoder::default(), Version::V1)).collect(),
             joined: vec![false; size],
+            finalized: vec![false; size],
+            lost: None,
+        }
+    }
+
+    /// `rank`'s connection has ended. A rank that spoke PMI and had not
+    /// said finalize has left the job early (its program returned without
+    /// finishing, or died): the ranks in the barrier, and those that enter
+    /// it from now on, are answered with an error at once, as the barrier
+    /// can never complete. Returns those answers, or `None` when the rank
+    /// left as it should (finalized, or never spoke PMI: a program of the
+    /// job that is no mpx program).
+    ///
+    /// ```
+    /// use mpx_net::bootstrap::pmi::KvSpace;
+    /// let mut kvs = KvSpace::new("job-1", 3);
+    /// assert!(kvs.leave(2).is_none(), "rank 2 never spoke PMI: no mpx program, gone as it may");
+    /// kvs.receive(1, b"cmd=get_appnum\n")?;
+    /// assert!(kvs.receive(0, b"cmd=barrier_in\n")?.is_empty());
+    /// let answers = kvs.leave(1).expect("rank 1 spoke PMI and left without its finalize");
+    /// assert_eq!(answers, [(0, b"cmd=barrier_out rc=-1 msg=rank-1-left-the-job-before-its-PMI-finalize\n".to_vec())]);
+    /// // A rank that enters the barrier later is answered at once too.
+    /// assert_eq!(kvs.receive(2, b"cmd=barrier_in\n")?.len(), 1);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
+    pub fn leave(&mut self, rank: usize) -> Option<Vec<(usize, Vec<u8>)>> {
+        if !self.joined(rank) || self.finalized[rank] {
+            return None;
+        }
+        self.lost.get_or_insert(rank);
+        let waiting: Vec<usize> = (0..self.size).filter(|&r| self.in_barrier[r]).collect();
+        Some(waiting.into_iter().map(|r| self.barrier_failed(r)).collect())
+    }
+
+    /// The answer to `rank`'s barrier once a rank has left early.
+    fn barrier_failed(&mut self, rank: usize) -> (usize, Vec<u8>) {
+        self.in_barrier[rank] = false;
+        let why = format!("rank-{}-left-the-job-before-its-PMI-finalize", self.lost.unwrap_or(rank));
+        match self.ranks[rank].1 {
+            Version::V1 => self.to(rank, Message::new("barrier_out").with("rc", -1).with("msg", why)),
+            Version::V2 => self.to(rank, Message::new("kvs-fence-response").with("rc", -1).with("errmsg", why)),
         }
     }
 
@@ -843,6 +889,9 @@ impl KvSpace {
     /// Enters `rank` into the barrier: every rank's release once all are
     /// in.
     fn barrier(&mut self, rank: usize) -> Vec<(usize, Vec<u8>)> {
+        if self.lost.is_some() {
+            return vec![self.barrier_failed(rank)];
+        }
         self.in_barrier[rank] = true;
         if !self.in_barrier.iter().all(|&b| b) {
             return Vec::new();
@@ -902,7 +951,10 @@ impl KvSpace {
                 }
             }
             (Version::V1, "barrier_in") | (Version::V2, "kvs-fence") => Ok(self.barrier(rank)),
-            (Version::V1, "finalize") => reply(self, Message::new("finalize_ack")),
+            (Version::V1, "finalize") => {
+                self.finalized[rank] = true;
+                reply(self, Message::new("finalize_ack"))
+            }
             (Version::V2, "fullinit") => {
                 // The rank the process believes it is must be the one its
                 // connection was made for.
@@ -938,7 +990,10 @@ impl KvSpace {
                     None => reply(self, answer.with("found", "FALSE")),
                 }
             }
-            (Version::V2, "finalize") => reply(self, Message::new("finalize-response").with("rc", 0)),
+            (Version::V2, "finalize") => {
+                self.finalized[rank] = true;
+                reply(self, Message::new("finalize-response").with("rc", 0))
+            }
             (_, other) => Err(ErrorKind::Protocol(format!("rank {rank} sent the PMI command {other:?}, which mpxrun does not serve over {version:?}")).into()),
         }
     }
