@@ -872,12 +872,16 @@ impl KvSpace {
     }
 
     /// Stores a value `rank` puts; `false` if refused (too long, beyond the
-    /// rank's share, a key stored already, or another rank's card: a key
-    /// `mpx-<r>` is rank `r`'s alone, so no rank can take another's first).
+    /// rank's share, a key stored already, another rank's card: a key
+    /// `mpx-<r>` is rank `r`'s alone, so no rank can take another's first;
+    /// or a key or value that is no PMI value: a PMI-2 rank may send
+    /// spaces and line ends in a value, which a PMI-1 rank reading it
+    /// would take as fields and lines of their own).
     fn put(&mut self, rank: usize, key: &str, value: &str) -> bool {
         let others_card = key.strip_prefix("mpx-").and_then(|r| r.parse::<usize>().ok()).is_some_and(|r| r != rank);
         let cost = Self::ENTRY_COST + key.len() + value.len();
-        let fits = key.len() <= Self::KEYLEN_MAX && value.len() <= Self::VALLEN_MAX && self.stored[rank] + cost <= Self::PER_RANK;
+        let well_formed = check_value(key, Self::KEYLEN_MAX).is_ok() && check_value(value, Self::VALLEN_MAX).is_ok() && !key.contains(';');
+        let fits = well_formed && self.stored[rank] + cost <= Self::PER_RANK;
         if !fits || others_card || self.values.contains_key(key) {
             return false;
         }
@@ -1119,7 +1123,7 @@ mod tests {
     fn a_rank_can_neither_fill_the_space_nor_take_anothers_card() {
         let mut kvs = KvSpace::new("job-1", 3);
         let put = |kvs: &mut KvSpace, rank: usize, key: &str| {
-            let value = if rank == 2 { String::new() } else { "v".repeat(1000) };
+            let value = if rank == 2 { "v".to_string() } else { "v".repeat(1000) };
             let line = format!("cmd=put kvsname=job-1 key={key} value={value}\n");
             let out = kvs.receive(rank, line.as_bytes()).unwrap();
             out == [(rank, b"cmd=put_result rc=0\n".to_vec())]
@@ -1132,15 +1136,36 @@ mod tests {
             stored += 1;
         }
         assert_eq!(stored, KvSpace::PER_RANK / (1004 + KvSpace::ENTRY_COST), "rank 0's share, then refusals");
-        // Empty values and short keys count what their entries cost.
+        // One-byte values and short keys count what their entries cost.
         let mut tiny = 0;
         while put(&mut kvs, 2, &format!("{tiny:x}")) {
             tiny += 1;
         }
-        assert!(tiny <= KvSpace::PER_RANK / KvSpace::ENTRY_COST, "{tiny} empty entries");
+        assert!(tiny > 0 && tiny <= KvSpace::PER_RANK / KvSpace::ENTRY_COST, "{tiny} tiny entries");
         assert!(put(&mut kvs, 1, "mpx-1"), "rank 1 still has its share");
         assert!(!put(&mut kvs, 1, "mpx-0"), "rank 0's card is rank 0's");
         assert!(!put(&mut kvs, 1, "mpx-1"), "stored already");
+    }
+
+    /// A PMI-2 rank cannot store a value (or key) that a PMI-1 rank
+    /// reading it would take as more fields or lines: a line end, a space
+    /// or an `=` in it is refused, and the PMI-1 rank finds no such key.
+    #[test]
+    fn a_pmi_2_rank_cannot_put_lines_into_a_pmi_1_ranks_answers() {
+        let mut kvs = KvSpace::new("job-1", 2);
+        kvs.receive(0, b"cmd=init pmi_version=1 pmi_subversion=1\n").unwrap();
+        kvs.receive(1, b"cmd=init pmi_version=2 pmi_subversion=0\n").unwrap();
+        for (key, value) in [("mpx-1", "10.0.0.1:1\ncmd=get_result rc=0 value=10.9.9.9:1"), ("mpx-1", "a b"), ("mpx-1", "a=b"), ("mpx 1", "x"), ("", "x")] {
+            let put = Message::new("kvs-put").with("key", key).with("value", value).encode(Version::V2);
+            let out = kvs.receive(1, &put).unwrap();
+            assert_eq!(out, [(1, Message::new("kvs-put-response").with("rc", 6).encode(Version::V2))], "{key:?} = {value:?}");
+        }
+        let out = kvs.receive(0, b"cmd=get kvsname=job-1 key=mpx-1\n").unwrap();
+        assert_eq!(out, [(0, b"cmd=get_result rc=-1 msg=key_not_found\n".to_vec())]);
+        let put = Message::new("kvs-put").with("key", "mpx-1").with("value", "10.0.0.1:1;fingerprint").encode(Version::V2);
+        assert_eq!(kvs.receive(1, &put).unwrap(), [(1, Message::new("kvs-put-response").with("rc", 0).encode(Version::V2))]);
+        let out = kvs.receive(0, b"cmd=get kvsname=job-1 key=mpx-1\n").unwrap();
+        assert_eq!(out, [(0, b"cmd=get_result rc=0 value=10.0.0.1:1;fingerprint\n".to_vec())]);
     }
 
     #[test]
