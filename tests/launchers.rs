@@ -290,7 +290,7 @@ fn a_rank_that_leaves_before_its_pmi_finalize_fails_the_job_at_once() {
     let started = Instant::now();
     let out = run(mpxrun().args(["-n", "3", "--keep-going", "bash", "-c", &script]), Duration::from_secs(60));
     assert!(!out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("rank 2 closed its PMI connection before its PMI finalize"), "{}", text(&out));
+    assert!(text(&out).contains("rank 2 failed: it closed its PMI connection before its PMI finalize"), "{}", text(&out));
     assert!(text(&out).contains("rank-2-left-the-job-before-its-PMI-finalize"), "the ranks say why they failed:\n{}", text(&out));
     assert!(started.elapsed() < Duration::from_secs(20), "the others failed at once, not after their 30 s start-up timeout");
     let out = run(mpxrun().args(["-n", "2", "true"]), Duration::from_secs(20));
@@ -360,8 +360,9 @@ fn pids_written(dir: &std::path::Path, ranks: usize) -> Vec<u32> {
 }
 
 /// Asked to stop (SIGTERM, as a batch system ending a job), mpxrun kills
-/// every rank's process group and exits with a failure at once; a rank
-/// killed by a signal fails the job with code 1, naming the signal; a
+/// every rank's process group and exits at once with 143 (128 + SIGTERM);
+/// a rank killed by a signal fails the job with 128 + the signal, naming
+/// it; a
 /// line longer than 64 KiB reaches mpxrun's output in prefixed pieces,
 /// nothing lost.
 #[test]
@@ -379,13 +380,13 @@ fn mpxrun_stops_on_sigterm_reports_signals_and_splits_long_lines() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     let status = launched.take().wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(!status.success() && stderr.contains("terminated; killing every rank"), "{status}: {stderr}");
+    assert!(status.code() == Some(143) && stderr.contains("terminated; killing every rank"), "{status}: {stderr}");
     assert!(started.elapsed() < Duration::from_secs(10), "mpxrun took {:?} to stop", started.elapsed());
     let left = outliving(&pids, Duration::from_secs(5));
     assert!(left.is_empty(), "ranks {left:?} outlived a terminated mpxrun");
 
     let out = run(mpxrun().args(["-n", "2", "sh", "-c", "if [ \"$PMI_RANK\" = 1 ]; then kill -9 $$; fi; sleep 30"]), Duration::from_secs(20));
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(137), "128 + SIGKILL, as a shell says: {}", text(&out));
     assert!(text(&out).contains("rank 1 of 2 failed") && text(&out).contains("signal: 9"), "{}", text(&out));
 
     let out = run(mpxrun().args(["-n", "1", "sh", "-c", "head -c 200000 /dev/zero | tr '\\0' x; echo; echo after"]), Duration::from_secs(20));

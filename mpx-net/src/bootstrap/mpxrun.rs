@@ -32,8 +32,10 @@
 //! in the job's key-value space. Standard output and error are forwarded
 //! line by line, prefixed `[rank] ` unless `--no-prefix`. When a process
 //! fails (a non-zero status or a signal), the others are killed, unless
-//! `--keep-going`; `mpxrun` then exits with status 1 (or the failed
-//! process's own status) and names the rank. A process that spoke PMI and
+//! `--keep-going`; `mpxrun` then exits with the failed process's status
+//! as a shell reports it (its code, or 128 + the signal that killed it;
+//! 1 for a status of 0) and names the rank. Stopped by SIGINT or SIGTERM,
+//! it kills every rank and exits with 130 or 143. A process that spoke PMI and
 //! closed its connection before its PMI finalize (a program that returned
 //! without finishing, whatever its status) fails the job too, and the
 //! ranks waiting for it at the start-up barrier fail at once; a process
@@ -197,15 +199,39 @@ pub struct Outcome {
     pub statuses: Vec<ExitStatus>,
     /// The first rank that failed, if any.
     pub failed: Option<u32>,
+    /// The signal that stopped `mpxrun` itself (SIGINT or SIGTERM), if one
+    /// did.
+    pub stopped_by: Option<i32>,
 }
 
 impl Outcome {
-    /// The status `mpxrun` exits with: 0 if every rank succeeded, else the
-    /// first failed rank's code (1 if it was killed by a signal).
+    /// The status `mpxrun` exits with, as a shell reports a command's:
+    /// 128 + the signal if a SIGINT or SIGTERM stopped it (130, 143);
+    /// else 0 if every rank succeeded; else the first failed rank's code,
+    /// 128 + the signal if a signal killed it (137 for SIGKILL), or 1 if
+    /// it failed with status 0 (it left PMI before its finalize).
+    ///
+    /// ```
+    /// use std::os::unix::process::ExitStatusExt;
+    /// use std::process::ExitStatus;
+    /// use mpx_net::bootstrap::mpxrun::Outcome;
+    /// let killed = Outcome { statuses: vec![ExitStatus::from_raw(0), ExitStatus::from_raw(9)], failed: Some(1), stopped_by: None };
+    /// assert_eq!(killed.code(), 137);
+    /// let exited = Outcome { statuses: vec![ExitStatus::from_raw(3 << 8)], failed: Some(0), stopped_by: None };
+    /// assert_eq!(exited.code(), 3);
+    /// assert_eq!(Outcome { stopped_by: Some(15), ..exited }.code(), 143);
+    /// ```
     pub fn code(&self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = self.stopped_by {
+            return 128 + signal;
+        }
         match self.failed {
             None => 0,
-            Some(r) => self.statuses[r as usize].code().filter(|&c| c != 0).unwrap_or(1),
+            Some(r) => {
+                let status = &self.statuses[r as usize];
+                status.code().filter(|&c| c != 0).or(status.signal().map(|s| 128 + s)).unwrap_or(1)
+            }
         }
     }
 }
@@ -314,12 +340,13 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
 }
 
 /// A rank that fails the job through PMI (see [`serve_rank`]).
-struct RankFailure {
-    rank: u32,
-    why: String,
-    /// It closed its PMI connection (its process is ending): not killed,
-    /// so that it may say why itself.
-    gone: bool,
+enum RankFailure {
+    /// It broke the protocol: it is killed, and fails the job.
+    Broke { rank: u32, why: String },
+    /// It closed its PMI connection before its finalize: it fails the job
+    /// once its process ends, whatever its status (it is not killed, so
+    /// that it may say why itself).
+    Left { rank: u32 },
 }
 
 type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
@@ -350,8 +377,7 @@ async fn serve_rank(
             Ok(0) | Err(_) => {
                 let left = kvs.lock().unwrap_or_else(|e| e.into_inner()).leave(rank);
                 if let Some(replies) = left {
-                    let why = "closed its PMI connection before its PMI finalize (it returned without finishing, or died)".into();
-                    let _ = failed.send(RankFailure { rank: rank as u32, why, gone: true });
+                    let _ = failed.send(RankFailure::Left { rank: rank as u32 });
                     answer(&writers, replies).await;
                 }
                 return;
@@ -362,7 +388,7 @@ async fn serve_rank(
         match replies {
             Ok(replies) => answer(&writers, replies).await,
             Err(e) => {
-                let _ = failed.send(RankFailure { rank: rank as u32, why: format!("broke the PMI protocol: {e}"), gone: false });
+                let _ = failed.send(RankFailure::Broke { rank: rank as u32, why: format!("broke the PMI protocol: {e}") });
                 return;
             }
         }
@@ -499,14 +525,15 @@ fn kill_group(leader: Option<u32>) {
     }
 }
 
-/// Waits for SIGINT or SIGTERM, and says which came.
+/// Waits for SIGINT or SIGTERM, and says which came (a word, and the
+/// signal's number).
 ///
 /// # Cancel safety
 /// Cancel-safe: a signal that comes while it is not waited for is kept.
-async fn stopped(interrupt: &mut tokio::signal::unix::Signal, terminate: &mut tokio::signal::unix::Signal) -> &'static str {
+async fn stopped(interrupt: &mut tokio::signal::unix::Signal, terminate: &mut tokio::signal::unix::Signal) -> (&'static str, i32) {
     tokio::select! {
-        _ = interrupt.recv() => "interrupted",
-        _ = terminate.recv() => "terminated",
+        _ = interrupt.recv() => ("interrupted", libc::SIGINT),
+        _ = terminate.recv() => ("terminated", libc::SIGTERM),
     }
 }
 
@@ -680,6 +707,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     // Wait for every rank; the first failure kills the rest.
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
     let mut failed: Option<u32> = None;
+    let mut stopped_by: Option<i32> = None;
+    let mut left_early = vec![false; job.ranks as usize];
     let mut waits = tokio::task::JoinSet::new();
     let mut killers = Vec::new();
     let mut groups = Vec::new();
@@ -708,41 +737,59 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         }
     };
     loop {
-        tokio::select! {
+        // A rank that ended, or left PMI, and may have failed the job now.
+        let ended: Option<usize> = tokio::select! {
             next = waits.join_next() => {
                 let Some(joined) = next else { break };
                 let (rank, status) = joined.map_err(|e| Error::transport("waiting for a rank", e))?;
                 let status = status.map_err(|e| Error::transport(format!("waiting for rank {rank}"), e))?;
                 killers[rank] = None;
-                if !status.success() && failed.is_none() {
-                    failed = Some(rank as u32);
-                    output.say(format_args!("rank {rank} failed ({status})"));
-                    if !job.keep_going {
-                        kill_all(&mut killers);
-                    }
-                }
                 statuses[rank] = Some(status);
                 // What the rank left running (holding its output open) ends with it.
                 kill_group(groups[rank]);
+                Some(rank)
             }
-            how = stopped(&mut interrupt, &mut terminate) => {
+            (how, signal) = stopped(&mut interrupt, &mut terminate) => {
+                stopped_by.get_or_insert(signal);
                 output.say(format_args!("{how}; killing every rank"));
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
+                None
             }
-            Some(RankFailure { rank, why, gone }) = failed_rx.recv() => {
-                output.say(format_args!("rank {rank} {why}"));
-                if failed.is_none() {
-                    failed = Some(rank);
+            Some(failure) = failed_rx.recv() => match failure {
+                RankFailure::Left { rank } => {
+                    left_early[rank as usize] = true;
+                    Some(rank as usize)
                 }
-                // A rank still speaking PMI is taken down; one that left
-                // is left to end (and say why).
-                if let Some(k) = killers[rank as usize].take_if(|_| !gone) {
-                    let _ = k.send(());
+                RankFailure::Broke { rank, why } => {
+                    output.say(format_args!("rank {rank} {why}"));
+                    if failed.is_none() {
+                        failed = Some(rank);
+                    }
+                    if let Some(k) = killers[rank as usize].take() {
+                        let _ = k.send(());
+                    }
+                    if !job.keep_going {
+                        kill_all(&mut killers);
+                    }
+                    None
                 }
-                if !job.keep_going {
-                    kill_all(&mut killers);
-                }
+            },
+        };
+        // A rank fails the job once its process has ended with a failure,
+        // or with success after it left PMI before its finalize (whichever
+        // of the two mpxrun learns of last).
+        let Some((rank, status)) = ended.and_then(|rank| statuses[rank].map(|status| (rank, status))) else { continue };
+        let left = left_early[rank] || kvs.lock().unwrap_or_else(|e| e.into_inner()).left_early(rank);
+        if (!status.success() || left) && failed.is_none() {
+            failed = Some(rank as u32);
+            if status.success() {
+                output.say(format_args!("rank {rank} failed: it closed its PMI connection before its PMI finalize, then exited with status 0"));
+            } else {
+                output.say(format_args!("rank {rank} failed ({status})"));
+            }
+            if !job.keep_going {
+                kill_all(&mut killers);
             }
         }
     }
@@ -763,7 +810,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     break;
                 }
             }
-            _ = stopped(&mut interrupt, &mut terminate) => {
+            (_, signal) = stopped(&mut interrupt, &mut terminate) => {
+                stopped_by.get_or_insert(signal);
                 interrupted = true;
                 break;
             }
@@ -793,10 +841,12 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     if !interrupted {
         tokio::select! {
             _ = output_written => {}
-            _ = stopped(&mut interrupt, &mut terminate) => {}
+            (_, signal) = stopped(&mut interrupt, &mut terminate) => {
+                stopped_by.get_or_insert(signal);
+            }
         }
     }
-    Ok(Outcome { statuses, failed })
+    Ok(Outcome { statuses, failed, stopped_by })
 }
 
 /// `mpxrun`'s `main`: parses the command line, runs the job, and exits

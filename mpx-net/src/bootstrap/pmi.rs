@@ -806,6 +806,12 @@ impl KvSpace {
         }
     }
 
+    /// Whether `rank` has spoken PMI and not said finalize (see
+    /// [`leave`](KvSpace::leave)).
+    pub fn left_early(&self, rank: usize) -> bool {
+        self.joined(rank) && !self.finalized[rank]
+    }
+
     /// `rank`'s connection has ended. A rank that spoke PMI and had not
     /// said finalize has left the job early (its program returned without
     /// finishing, or died): the ranks in the barrier, and those that enter
@@ -827,7 +833,7 @@ impl KvSpace {
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
     pub fn leave(&mut self, rank: usize) -> Option<Vec<(usize, Vec<u8>)>> {
-        if !self.joined(rank) || self.finalized[rank] {
+        if !self.left_early(rank) {
             return None;
         }
         self.lost.get_or_insert(rank);
