@@ -123,3 +123,18 @@ fn a_symbolic_link_in_place_of_a_rank_file_is_refused_and_its_target_untouched()
     // Nothing else written either.
     assert_eq!(entries(&dir), [dir.join("rank-1.pem")]);
 }
+
+/// A number of ranks no job can have (none, or more than mpx takes) is
+/// refused before anything is made, instead of an empty directory or an
+/// allocation the system cannot give.
+#[test]
+fn a_number_of_ranks_no_job_has_is_refused() {
+    let scratch = Scratch::new("ranks");
+    for ranks in [0, mpx_net::bootstrap::Start::MAX_RANKS + 1, 4_000_000_000] {
+        let dir = scratch.0.join(format!("job-{ranks}"));
+        let out = mpx_credential(ranks, &dir);
+        assert_eq!(out.status.code(), Some(2), "{ranks}: {}", text(&out));
+        assert!(text(&out).contains("a job has 1 to"), "{}", text(&out));
+        assert!(!dir.exists(), "{ranks}: nothing made");
+    }
+}

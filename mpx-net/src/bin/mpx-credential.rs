@@ -31,6 +31,10 @@ fn main() {
 fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let [ranks, dir, rest @ ..] = args else { return Err("two arguments needed".into()) };
     let ranks: u32 = ranks.parse()?;
+    let most = mpx_net::bootstrap::Start::MAX_RANKS;
+    if ranks == 0 || ranks > most {
+        return Err(format!("{ranks} ranks: a job has 1 to {most}").into());
+    }
     let job = match rest {
         [] => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64,
         [id] => u64::from_str_radix(id, 16)?,

@@ -537,6 +537,28 @@ async fn stopped(interrupt: &mut tokio::signal::unix::Signal, terminate: &mut to
     }
 }
 
+/// The limit on open files `mpxrun` started with, if it raised its own
+/// (see [`raise_open_file_limit`]): the ranks on this host get it back.
+static STARTED_WITH: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// Raises this process's limit on open files to the most it may have:
+/// mpxrun holds a few descriptors per rank (its PMI socket, its output
+/// pipes, on other hosts its `ssh`), and the PMI port's connections, so a
+/// job of a few hundred ranks passes the usual soft limit of 1,024. Its
+/// ranks get the limit it started with.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes only into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur >= limit.rlim_max {
+        return;
+    }
+    let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+    // SAFETY: setrlimit only reads the struct it is given.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        let _ = STARTED_WITH.set(limit);
+    }
+}
+
 /// Runs `job`: starts its processes, serves them, forwards their output,
 /// and waits for them all.
 ///
@@ -671,7 +693,9 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 let fd = theirs.as_raw_fd();
                 cmd.env("PMI_FD", fd.to_string()).env_remove("PMI_PORT");
                 // SAFETY: the closure runs in the child between fork and
-                // exec, and calls only fcntl, which is async-signal-safe;
+                // exec, and calls only fcntl and setrlimit, which are
+                // async-signal-safe, and reads a `OnceLock` set before
+                // any rank is started (an atomic load, no allocation);
                 // `fd` is open there (the child inherits every descriptor)
                 // and stays open in the parent until the spawn returns.
                 unsafe {
@@ -679,6 +703,12 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                         // Let the child keep its end of the PMI socket across exec.
                         if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
                             return Err(std::io::Error::last_os_error());
+                        }
+                        // The rank's limit on open files is the one mpxrun
+                        // started with (an atomic load and a system call:
+                        // safe between fork and exec).
+                        if let Some(limit) = STARTED_WITH.get() {
+                            libc::setrlimit(libc::RLIMIT_NOFILE, limit);
                         }
                         Ok(())
                     });
@@ -709,6 +739,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let mut failed: Option<u32> = None;
     let mut stopped_by: Option<i32> = None;
     let mut left_early = vec![false; job.ranks as usize];
+    // Whether the first failed rank has been named.
+    let mut named = false;
     let mut waits = tokio::task::JoinSet::new();
     let mut killers = Vec::new();
     let mut groups = Vec::new();
@@ -745,8 +777,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 let status = status.map_err(|e| Error::transport(format!("waiting for rank {rank}"), e))?;
                 killers[rank] = None;
                 statuses[rank] = Some(status);
-                // What the rank left running (holding its output open) ends with it.
-                kill_group(groups[rank]);
+                // What the rank left running (holding its output open)
+                // ends with it; its group is not named again (its number
+                // may go to another group).
+                kill_group(groups[rank].take());
                 Some(rank)
             }
             (how, signal) = stopped(&mut interrupt, &mut terminate) => {
@@ -757,8 +791,17 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 None
             }
             Some(failure) = failed_rx.recv() => match failure {
+                // The first rank to leave PMI early fails the job then
+                // (before the ranks its departure fails in turn); it is
+                // named once its process has ended.
                 RankFailure::Left { rank } => {
                     left_early[rank as usize] = true;
+                    if failed.is_none() {
+                        failed = Some(rank);
+                        if !job.keep_going {
+                            kill_all(&mut killers);
+                        }
+                    }
                     Some(rank as usize)
                 }
                 RankFailure::Broke { rank, why } => {
@@ -777,19 +820,22 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             },
         };
         // A rank fails the job once its process has ended with a failure,
-        // or with success after it left PMI before its finalize (whichever
-        // of the two mpxrun learns of last).
+        // or once it has left PMI before its finalize, whatever its
+        // status; the first to fail is named once both are known.
         let Some((rank, status)) = ended.and_then(|rank| statuses[rank].map(|status| (rank, status))) else { continue };
         let left = left_early[rank] || kvs.lock().unwrap_or_else(|e| e.into_inner()).left_early(rank);
         if (!status.success() || left) && failed.is_none() {
             failed = Some(rank as u32);
+            if !job.keep_going {
+                kill_all(&mut killers);
+            }
+        }
+        if failed == Some(rank as u32) && !named {
+            named = true;
             if status.success() {
                 output.say(format_args!("rank {rank} failed: it closed its PMI connection before its PMI finalize, then exited with status 0"));
             } else {
                 output.say(format_args!("rank {rank} failed ({status})"));
-            }
-            if !job.keep_going {
-                kill_all(&mut killers);
             }
         }
     }
@@ -859,6 +905,7 @@ pub fn main() -> ! {
             std::process::exit(2);
         }
     };
+    raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
