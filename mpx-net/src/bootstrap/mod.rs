@@ -291,6 +291,21 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The text of a card file in the rendezvous directory: a regular file
+/// (not followed if a link, not waited on if a FIFO) of at most 4 KiB
+/// (a card is a few hundred bytes; more is read as no card at all).
+fn read_card_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a regular file"));
+    }
+    let mut text = String::new();
+    file.take(4096).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 fn read_card(rank: u32, text: &str) -> Result<(SocketAddr, Fingerprint)> {
     let bad = || -> Error { ErrorKind::Protocol(format!("rank {rank} published {text:?}, not an address and a fingerprint")).into() };
     let (addr, hex) = text.trim().rsplit_once(',').ok_or_else(bad)?;
@@ -651,7 +666,7 @@ fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Durati
     confirmed[rank as usize] = true;
     loop {
         for r in (0..size).filter(|&r| !confirmed[r as usize]) {
-            match std::fs::read_to_string(file(r)) {
+            match read_card_file(&file(r)) {
                 Ok(text) => {
                     if let Some(c) = DirCard::read(r, &text) {
                         cards[r as usize] = Some(c);
@@ -875,6 +890,32 @@ async fn start_launched() -> Result<Endpoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A card in the rendezvous directory is read only from a regular
+    /// file, and only its first 4 KiB: a FIFO is refused at once (no
+    /// wait for a writer), a link is not followed, a huge file costs
+    /// 4 KiB.
+    #[test]
+    fn a_card_file_is_a_regular_file_read_in_bounded_memory() {
+        let dir = std::env::temp_dir().join(format!("mpx-card-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let card = dir.join("card");
+        std::fs::write(&card, "127.0.0.1:5,ab").unwrap();
+        assert_eq!(read_card_file(&card).unwrap(), "127.0.0.1:5,ab");
+        let fifo = dir.join("fifo");
+        let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path it is given.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        assert!(read_card_file(&fifo).is_err(), "a FIFO is no card");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&card, &link).unwrap();
+        assert!(read_card_file(&link).is_err(), "a link is not followed");
+        let huge = dir.join("huge");
+        std::fs::write(&huge, vec![b'x'; 1 << 20]).unwrap();
+        assert_eq!(read_card_file(&huge).unwrap().len(), 4096);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn cards_round_trip_and_bad_ones_are_errors() {
