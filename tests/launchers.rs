@@ -275,7 +275,7 @@ fn a_failing_rank_fails_mpxrun_naming_it() {
 }
 
 /// A rank that speaks PMI and then ends without its PMI finalize (a
-/// program that returned before finishing, or died) fails the job at
+/// rank that died, or failed in its start-up) fails the job at
 /// once: the ranks waiting for it at the start-up barrier are answered
 /// with an error then, not after their start-up timeout, and mpxrun names
 /// the rank. (A program that never speaks PMI, such as `true`, is no mpx
@@ -293,6 +293,16 @@ fn a_rank_that_leaves_before_its_pmi_finalize_fails_the_job_at_once() {
     assert!(text(&out).contains("rank 2 failed: it closed its PMI connection before its PMI finalize"), "{}", text(&out));
     assert!(text(&out).contains("rank-2-left-the-job-before-its-PMI-finalize"), "the ranks say why they failed:\n{}", text(&out));
     assert!(started.elapsed() < Duration::from_secs(20), "the others failed at once, not after their 30 s start-up timeout");
+    // Without --keep-going the others are killed, but not the rank that
+    // left: it may still say why.
+    let script = format!(
+        "if [ \"$PMI_RANK\" = 2 ]; then cat >/dev/null; printf 'cmd=init pmi_version=1 pmi_subversion=1\\n' >&\"$PMI_FD\"; exec {{PMI_FD}}>&-; sleep 0.5; echo 'rank 2 explains' >&2; exit 0; fi; exec {}",
+        ring.display()
+    );
+    let out = run(mpxrun().args(["-n", "3", "bash", "-c", &script]), Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("rank 2 failed: it closed its PMI connection before its PMI finalize"), "{}", text(&out));
+    assert!(text(&out).contains("[2] rank 2 explains"), "the rank that left was not killed:\n{}", text(&out));
     let out = run(mpxrun().args(["-n", "2", "true"]), Duration::from_secs(20));
     assert!(out.status.success(), "{}", text(&out));
 }

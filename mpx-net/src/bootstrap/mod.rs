@@ -93,7 +93,7 @@ pub mod env {
     pub const PMI_VERSION: &str = "MPX_PMI_VERSION";
     /// Seconds of silence after which a peer counts as failed, and every
     /// operation that depends on it fails with `ProcessFailed` (default
-    /// 10; keep-alives go out at a quarter of it). Read by `launch` under
+    /// 10; keep-alives go out at a fifth of it). Read by `launch` under
     /// a launcher.
     pub const IDLE_TIMEOUT: &str = "MPX_IDLE_TIMEOUT";
     pub use crate::quic::env::{ADDRS, CREDENTIAL, PORT_RANGE, RANK};

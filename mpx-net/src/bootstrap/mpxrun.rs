@@ -35,11 +35,13 @@
 //! `--keep-going`; `mpxrun` then exits with the failed process's status
 //! as a shell reports it (its code, or 128 + the signal that killed it;
 //! 1 for a status of 0) and names the rank. Stopped by SIGINT or SIGTERM,
-//! it kills every rank and exits with 130 or 143. A process that spoke PMI and
-//! closed its connection before its PMI finalize (a program that returned
-//! without finishing, whatever its status) fails the job too, and the
-//! ranks waiting for it at the start-up barrier fail at once; a process
-//! that never speaks PMI (no mpx program) may end as it likes.
+//! it kills every rank and exits with 130 or 143. A process that spoke
+//! PMI and whose connection ended before its PMI finalize fails the job
+//! too, whatever its status, and the ranks waiting for it at the start-up
+//! barrier fail at once: a rank that died, failed in its start-up, or
+//! left with `process::exit` while its endpoint was up (an mpx program's
+//! endpoint says finalize whenever it is dropped). A process that never
+//! speaks PMI (no mpx program) may end as it likes.
 //!
 //! Ranks die with `mpxrun`, however it ends. On this host `mpxrun` kills
 //! each rank's process group (on a failure, SIGINT or SIGTERM), and the
@@ -343,10 +345,10 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
 enum RankFailure {
     /// It broke the protocol: it is killed, and fails the job.
     Broke { rank: u32, why: String },
-    /// It closed its PMI connection before its finalize: it fails the job
-    /// once its process ends, whatever its status (it is not killed, so
-    /// that it may say why itself).
-    Left { rank: u32 },
+    /// Its PMI connection has ended, `early` if before its finalize: then
+    /// it fails the job, whatever its status (it is not killed, so that
+    /// it may say why itself).
+    Ended { rank: u32, early: bool },
 }
 
 type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
@@ -355,9 +357,10 @@ type Writers = Arc<Vec<tokio::sync::Mutex<Option<Writer>>>>;
 /// Serves PMI to one rank: passes the bytes it sends to the job's
 /// [`KvSpace`] and writes each answer to the rank it is for. A rank that
 /// breaks the protocol fails the job, and so does one that spoke PMI and
-/// closed its connection before its finalize (its program returned early
-/// or died; see [`KvSpace::leave`]): the ranks in the start-up barrier
-/// fail at once instead of waiting for it until their timeout.
+/// closed its connection before its finalize (it died, or failed in its
+/// start-up; see [`KvSpace::leave`]): the ranks in the start-up barrier
+/// fail at once instead of waiting for it until their timeout. How the
+/// connection ended is reported either way.
 ///
 /// # Cancel safety
 /// Not cancel-safe: dropped while it writes an answer, the rank it was
@@ -373,11 +376,11 @@ async fn serve_rank(
     loop {
         let n = match reader.read(&mut chunk).await {
             // The rank closed PMI: finished, or died (its exit status
-            // tells), or returned without finishing.
+            // tells), or failed in its start-up.
             Ok(0) | Err(_) => {
                 let left = kvs.lock().unwrap_or_else(|e| e.into_inner()).leave(rank);
+                let _ = failed.send(RankFailure::Ended { rank: rank as u32, early: left.is_some() });
                 if let Some(replies) = left {
-                    let _ = failed.send(RankFailure::Left { rank: rank as u32 });
                     answer(&writers, replies).await;
                 }
                 return;
@@ -739,6 +742,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let mut failed: Option<u32> = None;
     let mut stopped_by: Option<i32> = None;
     let mut left_early = vec![false; job.ranks as usize];
+    // Whether each rank's PMI connection has ended (see [`serve_rank`]).
+    let mut pmi_ended = vec![false; job.ranks as usize];
     // Whether the first failed rank has been named.
     let mut named = false;
     let mut waits = tokio::task::JoinSet::new();
@@ -768,11 +773,57 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             }
         }
     };
+    // Once every process has ended, how long mpxrun still waits to learn
+    // how the PMI connections of ranks that spoke PMI ended (a rank's
+    // finalize may still be unread when its process is reaped).
+    const PMI_ENDS_AFTER_RANKS: Duration = Duration::from_secs(2);
+    let mut grace: Option<tokio::time::Instant> = None;
     loop {
-        // A rank that ended, or left PMI, and may have failed the job now.
+        if waits.is_empty() {
+            let kvs = kvs.lock().unwrap_or_else(|e| e.into_inner());
+            if (0..job.ranks as usize).all(|r| pmi_ended[r] || !kvs.joined(r)) {
+                break;
+            }
+            grace.get_or_insert_with(|| tokio::time::Instant::now() + PMI_ENDS_AFTER_RANKS);
+        }
+        // A rank that ended, or whose PMI connection ended, and may have
+        // failed the job now. What PMI says comes first: a rank that left
+        // early fails the job before the ranks its departure fails in turn.
         let ended: Option<usize> = tokio::select! {
-            next = waits.join_next() => {
-                let Some(joined) = next else { break };
+            biased;
+            Some(event) = failed_rx.recv() => match event {
+                RankFailure::Ended { rank, early } => {
+                    pmi_ended[rank as usize] = true;
+                    left_early[rank as usize] = early;
+                    // The first rank to leave early fails the job then; it
+                    // is not killed itself (it is ending, and may say
+                    // why), and it is named once its process has ended.
+                    if early && failed.is_none() {
+                        failed = Some(rank);
+                        if !job.keep_going {
+                            let own = killers[rank as usize].take();
+                            kill_all(&mut killers);
+                            killers[rank as usize] = own;
+                        }
+                    }
+                    Some(rank as usize)
+                }
+                RankFailure::Broke { rank, why } => {
+                    pmi_ended[rank as usize] = true;
+                    output.say(format_args!("rank {rank} {why}"));
+                    if failed.is_none() {
+                        failed = Some(rank);
+                    }
+                    if let Some(k) = killers[rank as usize].take() {
+                        let _ = k.send(());
+                    }
+                    if !job.keep_going {
+                        kill_all(&mut killers);
+                    }
+                    None
+                }
+            },
+            Some(joined) = waits.join_next() => {
                 let (rank, status) = joined.map_err(|e| Error::transport("waiting for a rank", e))?;
                 let status = status.map_err(|e| Error::transport(format!("waiting for rank {rank}"), e))?;
                 killers[rank] = None;
@@ -790,41 +841,17 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 kill_all(&mut killers);
                 None
             }
-            Some(failure) = failed_rx.recv() => match failure {
-                // The first rank to leave PMI early fails the job then
-                // (before the ranks its departure fails in turn); it is
-                // named once its process has ended.
-                RankFailure::Left { rank } => {
-                    left_early[rank as usize] = true;
-                    if failed.is_none() {
-                        failed = Some(rank);
-                        if !job.keep_going {
-                            kill_all(&mut killers);
-                        }
-                    }
-                    Some(rank as usize)
-                }
-                RankFailure::Broke { rank, why } => {
-                    output.say(format_args!("rank {rank} {why}"));
-                    if failed.is_none() {
-                        failed = Some(rank);
-                    }
-                    if let Some(k) = killers[rank as usize].take() {
-                        let _ = k.send(());
-                    }
-                    if !job.keep_going {
-                        kill_all(&mut killers);
-                    }
-                    None
-                }
-            },
+            // A PMI connection a process left behind (held open by a
+            // process the rank started) is not waited for past the grace.
+            _ = tokio::time::sleep_until(grace.unwrap_or_else(tokio::time::Instant::now)), if grace.is_some() => break,
         };
         // A rank fails the job once its process has ended with a failure,
-        // or once it has left PMI before its finalize, whatever its
-        // status; the first to fail is named once both are known.
+        // or, whatever its status, once its PMI connection has ended
+        // before its finalize; the first to fail is named once both its
+        // process and its connection have ended (or the connection was
+        // never opened).
         let Some((rank, status)) = ended.and_then(|rank| statuses[rank].map(|status| (rank, status))) else { continue };
-        let left = left_early[rank] || kvs.lock().unwrap_or_else(|e| e.into_inner()).left_early(rank);
-        if (!status.success() || left) && failed.is_none() {
+        if (!status.success() || left_early[rank]) && failed.is_none() {
             failed = Some(rank as u32);
             if !job.keep_going {
                 kill_all(&mut killers);

@@ -813,8 +813,8 @@ impl KvSpace {
     }
 
     /// `rank`'s connection has ended. A rank that spoke PMI and had not
-    /// said finalize has left the job early (its program returned without
-    /// finishing, or died): the ranks in the barrier, and those that enter
+    /// said finalize has left the job early (it died, or failed in its
+    /// start-up): the ranks in the barrier, and those that enter
     /// it from now on, are answered with an error at once, as the barrier
     /// can never complete. Returns those answers, or `None` when the rank
     /// left as it should (finalized, or never spoke PMI: a program of the

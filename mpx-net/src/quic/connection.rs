@@ -10,10 +10,10 @@
 //! socket from its own, and each side opens its bulk stream on that
 //! connection, led by its rank; otherwise each opens its bulk stream on
 //! the control stream's connection. With two connections, a small message
-//! never waits in a socket's queue behind rendezvous data. The accepting side learns who
-//! dialled from the hello (and from a bulk connection's head) and checks
-//! that the client's certificate names that rank before anything reaches
-//! the endpoint.
+//! never waits in a socket's queue behind rendezvous data. The accepting
+//! side learns who dialled from the client's certificate, once TLS has
+//! checked it, and holds the hello (and a bulk connection's head) to that
+//! rank before anything reaches the endpoint.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -39,8 +39,9 @@ pub(crate) mod code {
     /// The peer broke mpx's protocol (a bad frame, a bad hello or stream
     /// head).
     pub const PROTOCOL: u32 = 1;
-    /// The peer's certificate does not name the rank its hello (or its
-    /// bulk connection's head) claims.
+    /// The peer's certificate names no rank of the job, or a rank that
+    /// does not dial this one (a lower rank, or this rank itself), or
+    /// not the rank its hello (or its bulk connection's head) claims.
     pub const IDENTITY: u32 = 2;
     /// A second connection (or bulk connection) from a rank already
     /// connected, or one from a rank given up on (after the connect
@@ -277,8 +278,9 @@ pub(crate) enum Socket {
 ///   higher rank of one host, twice over, and some room), and eight times
 ///   that in all. A stranger that starts handshakes and never finishes
 ///   them, or a flood of them, takes the slots of its own address: ranks
-///   on other hosts still connect. (Ranks on the stranger's own host
-///   share its address; a stranger there can do worse in any case.)
+///   on other hosts still connect, unless the stranger has eight
+///   addresses or more that pass the retry. (Ranks on the stranger's own
+///   host share its address; a stranger there can do worse in any case.)
 /// - *The setup*, from the handshake to the hello: once TLS has checked
 ///   the client's certificate, the rank it names is known
 ///   ([`RankCredential::rank_of`]), and each higher rank sets up at most

@@ -119,7 +119,7 @@ pub struct Options {
     /// often, so a live peer never does): the bound on noticing a dead
     /// peer or a lost path. QUIC's own idle timeout is set to four fifths
     /// of it, since QUIC restarts its timer when a keep-alive goes out.
-    /// Not zero (to QUIC, zero would mean no timeout at all).
+    /// At least 10 ms (to QUIC, zero would mean no timeout at all).
     pub idle_timeout: Duration,
     /// How long connecting to every peer may take, retries included.
     pub connect_timeout: Duration,
@@ -208,8 +208,10 @@ impl Options {
     /// quinn's transport settings: the flow-control windows, the fixed
     /// MTU, and a congestion window that starts at ten packets.
     fn transport(&self) -> Result<quinn::TransportConfig> {
-        if self.idle_timeout.is_zero() {
-            return Err(ErrorKind::InvalidArgument("an idle timeout of 0 (a silent peer must fail after some time)".into()).into());
+        // QUIC counts in whole milliseconds, and a timeout that rounds to
+        // 0 means none at all.
+        if self.idle_timeout < Duration::from_millis(10) {
+            return Err(ErrorKind::InvalidArgument(format!("an idle timeout of {:?} (at least 10 ms: a silent peer must fail after some time)", self.idle_timeout)).into());
         }
         if let Some(engine_idle) = self.engine.idle_timeout {
             return Err(ErrorKind::InvalidArgument(format!("an engine idle timeout ({engine_idle:?}): over QUIC, Options::idle_timeout bounds a silent peer")).into());
