@@ -1065,66 +1065,75 @@ each_transport! {
         assert!(outcomes.iter().all(|(_, ranks, got)| (*ranks, *got) == (2, 7)));
     }
 
-    /// Calls a root drops leave nothing behind: the data its leaf sent it
-    /// and the word it sends the leaf are dropped by the rank that no
-    /// longer needs them, so that neither holds the other's eager credit
-    /// or rendezvous slots. With credit for a few dozen messages and four
-    /// slots, 300 dropped calls used to stop every send between the two.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn dropped_calls_leave_no_messages_behind() {
+    /// Two ranks with credit for a few dozen small messages and four
+    /// rendezvous slots each run `calls` 300 times, then check that they
+    /// still talk: a message each way and an allreduce. Messages that
+    /// `calls` leaves queued for good would hold that credit and stop
+    /// every send between them.
+    async fn still_talking_after<F, Fut>(calls: F)
+    where
+        F: Fn(mpx::Comm) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = mpx::Result<()>> + Send + 'static,
+    {
         let mut opts = options(2);
         opts.engine.eager_credit = 32 * 1024;
         opts.engine.rndv_slots = 4;
-        let queued = returns(launch_with(opts, |comm| async move {
-            let other = 1 - comm.rank();
-            for _ in 0..300 {
-                let (send, mut recv) = ([2u64; 4], [0u64; 4]);
-                let reduce = comm.reduce(&send[..], &mut recv[..], SUM, 0);
-                if comm.rank() == 0 {
-                    drop(reduce);
-                } else {
-                    reduce.await?;
+        let calls = std::sync::Arc::new(calls);
+        let talked = returns(launch_with(opts, move |comm| {
+            let calls = calls.clone();
+            async move {
+                let other = 1 - comm.rank();
+                for _ in 0..300 {
+                    calls(comm.clone()).await?;
                 }
+                let mut got = 0u32;
+                comm.sendrecv(&9u32, other, 3, &mut got, other, 3).await?;
+                let mut ranks = 0u32;
+                comm.allreduce(&1u32, &mut ranks, SUM).await?;
+                Ok((got, ranks))
             }
-            let mut got = 0u32;
-            comm.sendrecv(&9u32, other, 3, &mut got, other, 3).await?;
-            let mut ranks = 0u32;
-            comm.allreduce(&1u32, &mut ranks, SUM).await?;
-            Ok((got, ranks))
         }))
         .await;
-        assert!(queued.iter().all(|&(got, ranks)| (got, ranks) == (9, 2)));
+        assert!(talked.iter().all(|&(got, ranks)| (got, ranks) == (9, 2)));
+    }
+
+    /// Calls a root drops leave nothing behind: the data its leaf sent it
+    /// and the word it sends the leaf are dropped by the rank that no
+    /// longer needs them, so that neither holds the other's eager credit
+    /// or rendezvous slots (300 dropped calls used to stop every send
+    /// between the two).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropped_calls_leave_no_messages_behind() {
+        still_talking_after(|comm| async move {
+            let (send, mut recv) = ([2u64; 4], [0u64; 4]);
+            let reduce = comm.reduce(&send[..], &mut recv[..], SUM, 0);
+            if comm.rank() == 0 {
+                drop(reduce);
+                Ok(())
+            } else {
+                reduce.await
+            }
+        })
+        .await;
     }
 
     /// A communicator freed on one rank leaves nothing of its collectives
     /// behind there: the data a leaf sends a root that freed its handle
     /// without joining the call is dropped, queued or still to come, so it
-    /// holds none of the leaf's eager credit or rendezvous slots. With
-    /// credit for a few dozen messages and four slots, 300 such calls used
-    /// to stop every send between the two (over QUIC, unsolicited credit
-    /// sends the data unasked, so it passes either way).
+    /// holds none of the leaf's eager credit or rendezvous slots (300 such
+    /// calls used to stop every send between the two; over QUIC,
+    /// unsolicited credit sends the data unasked, so it passes either way).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_freed_communicator_drops_the_late_messages_of_its_collectives() {
-        let mut opts = options(2);
-        opts.engine.eager_credit = 32 * 1024;
-        opts.engine.rndv_slots = 4;
-        let done = returns(launch_with(opts, |comm| async move {
-            let other = 1 - comm.rank();
-            for _ in 0..300 {
-                let freed = comm.dup();
-                if comm.rank() == 1 {
-                    let (send, mut recv) = ([2u64; 4], [0u64; 4]);
-                    freed.reduce(&send[..], &mut recv[..], SUM, 0).await?;
-                }
+        still_talking_after(|comm| async move {
+            let freed = comm.dup();
+            if comm.rank() == 1 {
+                let (send, mut recv) = ([2u64; 4], [0u64; 4]);
+                freed.reduce(&send[..], &mut recv[..], SUM, 0).await?;
             }
-            let mut got = 0u32;
-            comm.sendrecv(&9u32, other, 3, &mut got, other, 3).await?;
-            let mut ranks = 0u32;
-            comm.allreduce(&1u32, &mut ranks, SUM).await?;
-            Ok((got, ranks))
-        }))
+            Ok(())
+        })
         .await;
-        assert!(done.iter().all(|&(got, ranks)| (got, ranks) == (9, 2)));
     }
 
     /// The in-place forms against their two-buffer forms.
