@@ -21,7 +21,7 @@ use std::sync::{Arc, TryLockError};
 
 use super::{derive_context, Comm};
 use crate::error::{Error, ErrorKind, Result};
-use crate::runtime::{CommCollectives, Shared, State};
+use crate::runtime::{CommCollectives, Shared};
 
 /// An ordered set of ranks, each named by its rank in the world: what a
 /// communicator is over. Made from a communicator ([`Comm::group`]) and
@@ -448,7 +448,7 @@ pub(crate) struct Registration {
 impl Drop for Registration {
     /// Removes the entries at once if the endpoint's lock is free.
     /// Otherwise they wait in the endpoint's list of retired contexts for
-    /// its next registration or removal ([`sweep`]): the lock may be held
+    /// the lock's next hold ([`Shared::retire`]): the lock may be held
     /// by another thread, or by this one, which must not wait for it (a
     /// task's waker, dropped under the lock, can be the last owner of the
     /// task's future and so of a handle). The collectives' state goes at
@@ -459,40 +459,15 @@ impl Drop for Registration {
             Ok(locked) => locked,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                retired(&self.shared).push(self.context);
+                self.shared.retire(self.context);
                 return;
             }
         };
+        // Taken without `Shared::lock`: what waits in the list goes too.
         let st = &mut *locked;
-        sweep(&self.shared, st);
-        forget(st, self.context);
+        self.shared.sweep_retired(st);
+        st.forget_communicator(self.context);
     }
-}
-
-/// `shared`'s contexts whose communicator's last handle went while the
-/// endpoint's lock was held (see [`Registration`]). Its lock is taken
-/// either alone or under the endpoint's, never the other way round.
-fn retired(shared: &Shared) -> std::sync::MutexGuard<'_, Vec<u64>> {
-    shared.retired.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Removes the entries of `shared`'s communicators whose removal was left
-/// for later (see [`Registration`]). Called with `shared`'s lock held.
-fn sweep(shared: &Shared, st: &mut State) {
-    for context in retired(shared).drain(..) {
-        forget(st, context);
-    }
-}
-
-/// Removes the entries of the communicator with `context`, and closes its
-/// collective context: the late words of its collectives, queued or
-/// still to come, are dropped (see `Engine::close_context`). A
-/// point-to-point message that arrives on it later waits unmatched, as on
-/// any context no receive names (its sender keeps its world rank).
-fn forget(st: &mut State, context: u64) {
-    st.groups.remove(&context);
-    st.groups.remove(&(context | 1));
-    st.engine.close_context(context | 1);
 }
 
 /// A digest of `group`'s members in order, which ranks compare to tell
@@ -570,17 +545,12 @@ impl Comm {
     /// `members` (`None`: the world's ranks as they are), its members
     /// entered in the endpoint's state so that the statuses of its
     /// receives name senders in its numbering. Its last handle removes
-    /// its entries (see [`Registration`]); this also removes those whose
-    /// removal was left for later.
+    /// its entries (see [`Registration`]).
     pub(super) fn register(&self, context: u64, members: Option<Arc<Members>>) -> Comm {
-        if members.is_some() || !retired(&self.shared).is_empty() {
-            let mut locked = self.shared.lock();
-            let st = &mut *locked;
-            sweep(&self.shared, st);
-            if let Some(m) = &members {
-                st.groups.insert(context, m.clone());
-                st.groups.insert(context | 1, m.clone());
-            }
+        if let Some(m) = &members {
+            let mut st = self.shared.lock();
+            st.groups.insert(context, m.clone());
+            st.groups.insert(context | 1, m.clone());
         }
         let registration = Some(Arc::new(Registration { shared: self.shared.clone(), context, collectives: CommCollectives::default() }));
         Comm { shared: self.shared.clone(), context, dups: Arc::new(AtomicU64::new(0)), members, registration }
@@ -784,9 +754,8 @@ mod tests {
             let held = world.shared.lock();
             drop(split);
             assert_eq!(place.meeting_places(), before.1, "its place went at once");
+            assert_eq!(held.groups.len(), before.0 + 2, "its members wait for the lock's next hold");
             drop(held);
-            assert_eq!(kept(&world), before.0 + 2, "its members wait for the next registration");
-            drop(world.dup());
             assert_eq!((kept(&world), place.meeting_places()), before);
         });
     }
@@ -831,10 +800,12 @@ mod tests {
     }
 
     /// A communicator whose last handle goes while its endpoint's lock is
-    /// held (here by the same thread) leaves its entries for the
-    /// endpoint's next registration to remove.
+    /// held (here by the same thread) leaves its entries for the lock's
+    /// next hold to remove, whatever takes it (before, only the next
+    /// communicator constructor did: a program that made none kept them,
+    /// and the late messages of their collectives held credit).
     #[test]
-    fn a_communicator_dropped_under_the_lock_goes_at_the_next_registration() {
+    fn a_communicator_dropped_under_the_lock_goes_at_the_next_hold_of_the_lock() {
         futures::executor::block_on(async {
             let world = alone();
             world.barrier().await.expect("a barrier of one");
@@ -843,10 +814,9 @@ mod tests {
             split.barrier().await.expect("a barrier of one");
             let held = world.shared.lock();
             drop(split);
+            assert_eq!(held.groups.len(), before + 2, "left for later");
             drop(held);
-            assert_eq!(kept(&world), before + 2, "left for later");
-            drop(world.dup());
-            assert_eq!(kept(&world), before);
+            assert_eq!(kept(&world), before, "gone at the next hold");
         });
     }
 

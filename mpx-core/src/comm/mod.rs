@@ -323,8 +323,8 @@ impl Comm {
     /// Diagnostics: the entries this rank's endpoint keeps for its
     /// communicators (the members of each over a subgroup, under its
     /// context and its collective context). They go when a communicator's
-    /// last handle is dropped (at this rank's next communicator
-    /// constructor, if the endpoint was busy then), so a count that only
+    /// last handle is dropped (at the endpoint's next use, if it was busy
+    /// then), so a count that only
     /// grows as communicators are made and dropped is a leak. (A
     /// communicator's collectives' state is its registration's, and goes
     /// with its last handle or the last receive started on it; a duplicate

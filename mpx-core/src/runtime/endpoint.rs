@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::collections::hash_map::Entry;
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -139,9 +139,13 @@ pub(crate) struct Shared {
     /// [`CommCollectives`]).
     pub(crate) world_collectives: CommCollectives,
     /// Contexts of communicators whose last handle went while the state
-    /// was locked: their entries in `state` go at the next chance (see
-    /// `comm::group::Registration`).
+    /// was locked: their entries in `state` go at the next hold of the
+    /// lock (see `comm::group::Registration`). Its lock is taken either
+    /// alone or under the state's, never the other way round.
     pub(crate) retired: Mutex<Vec<u64>>,
+    /// Whether `retired` may hold contexts: looked at, without its lock,
+    /// at every hold of the state's lock.
+    pub(crate) any_retired: AtomicBool,
     /// Where collectives meet when every rank of the world lives in this
     /// process ([`Transport::local_world`]).
     pub(crate) local: Option<Arc<super::LocalWorld>>,
@@ -227,6 +231,7 @@ impl Endpoint {
             world_dups: Arc::new(AtomicU64::new(0)),
             world_collectives: CommCollectives::default(),
             retired: Mutex::new(Vec::new()),
+            any_retired: AtomicBool::new(false),
         });
         let mut st = shared.lock();
         shared.flush(&mut st);
@@ -558,6 +563,18 @@ impl Locked<'_> {
 }
 
 impl State {
+    /// Removes the entries of the communicator with `context`, and closes
+    /// its collective context: the late messages of its collectives,
+    /// queued or still to come, are dropped (see
+    /// [`Engine::close_context`]). A point-to-point message that arrives
+    /// on it later waits unmatched, as on any context no receive names
+    /// (its sender keeps its world rank).
+    pub(crate) fn forget_communicator(&mut self, context: u64) {
+        self.groups.remove(&context);
+        self.groups.remove(&(context | 1));
+        self.engine.close_context(context | 1);
+    }
+
     /// The sender of `envelope` as the communicator of its context numbers
     /// it (as the world does, for the world's contexts).
     #[inline]
@@ -579,7 +596,32 @@ impl Shared {
     pub(crate) fn lock(&self) -> Locked<'_> {
         // A panic while holding the lock cannot leave the engine half-updated
         // in a way that matters more than the panic itself.
-        Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())), transport: &*self.transport }
+        let mut locked = Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())), transport: &*self.transport };
+        if self.any_retired.load(Ordering::Relaxed) {
+            self.sweep_retired(&mut locked);
+        }
+        locked
+    }
+
+    /// A communicator's last handle went while the state was locked:
+    /// `context`'s entries go at the next hold of the lock.
+    pub(crate) fn retire(&self, context: u64) {
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(context);
+        self.any_retired.store(true, Ordering::Release);
+    }
+
+    /// Removes the entries of the communicators retired while the state
+    /// was locked (see [`retire`](Shared::retire)), the state locked.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn sweep_retired(&self, st: &mut State) {
+        // Cleared before the list is taken: a context retired meanwhile
+        // sets it again.
+        self.any_retired.store(false, Ordering::Relaxed);
+        let contexts = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        for context in contexts {
+            st.forget_communicator(context);
+        }
     }
 
     /// A receive is done with `msg` (see [`Engine::recycle`]).

@@ -17,5 +17,5 @@ pub use endpoint::{Endpoint, WeakEndpoint};
 pub use local::LocalWorld;
 pub use transport::{SendError, Transport};
 
-pub(crate) use endpoint::{looking, CommCollectives, Completion, Shared, State, Tracked};
+pub(crate) use endpoint::{looking, CommCollectives, Completion, Shared, Tracked};
 pub(crate) use local::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, MemberParts, Mixed, Part, Parts, Seat, SmallPart, Want, INLINE, MESSAGES};
