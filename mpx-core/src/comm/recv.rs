@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::mpi_type::MpiType;
 use crate::pack::Repr;
 use crate::proto::engine::ReqId;
+use crate::request::{Finish, Kind, Request};
 
 /// The most memory [`Comm::recv_vec`] takes for a message: this many times
 /// its length, plus [`RECV_VEC_ALLOWANCE`] (a type whose values outweigh
@@ -22,7 +23,6 @@ use crate::proto::engine::ReqId;
 const RECV_VEC_GROWTH: usize = 16;
 /// See [`RECV_VEC_GROWTH`].
 const RECV_VEC_ALLOWANCE: usize = 1 << 20;
-use crate::request::{Finish, Kind, Request};
 
 impl Comm {
     // ----- receives ----------------------------------------------------------------

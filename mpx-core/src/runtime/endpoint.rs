@@ -597,9 +597,7 @@ impl Shared {
         // A panic while holding the lock cannot leave the engine half-updated
         // in a way that matters more than the panic itself.
         let mut locked = Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())), transport: &*self.transport };
-        if self.any_retired.load(Ordering::Relaxed) {
-            self.sweep_retired(&mut locked);
-        }
+        self.sweep_retired(&mut locked);
         locked
     }
 
@@ -611,10 +609,18 @@ impl Shared {
     }
 
     /// Removes the entries of the communicators retired while the state
-    /// was locked (see [`retire`](Shared::retire)), the state locked.
+    /// was locked (see [`retire`](Shared::retire)), if any, the state
+    /// locked: a look at a flag, at every hold of the lock.
+    #[inline]
+    pub(crate) fn sweep_retired(&self, st: &mut State) {
+        if self.any_retired.load(Ordering::Relaxed) {
+            self.sweep_retired_now(st);
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    pub(crate) fn sweep_retired(&self, st: &mut State) {
+    fn sweep_retired_now(&self, st: &mut State) {
         // Cleared before the list is taken: a context retired meanwhile
         // sets it again.
         self.any_retired.store(false, Ordering::Relaxed);

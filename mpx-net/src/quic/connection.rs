@@ -296,8 +296,10 @@ pub(crate) enum Socket {
 /// want of a slot is refused at once, and a rank refused so dials again
 /// until its own connect timeout.
 pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, socket: Socket) {
-    let handshakes = Arc::new(Handshakes::new(shared.max_handshakes));
-    let setups = Arc::new(Setups(Mutex::new(vec![0; shared.size as usize])));
+    // Handshakes by source address; setups by rank (a few per rank, so
+    // no bound in all is needed).
+    let handshakes: Arc<Slots<IpAddr>> = Slots::new(shared.max_handshakes, 8 * shared.max_handshakes);
+    let setups: Arc<Slots<u32>> = Slots::new(SETUPS_PER_RANK, usize::MAX);
     while let Some(incoming) = quic.accept().await {
         // Every rank that dials this one has connected (or was given up
         // on): nobody is left to set up.
@@ -313,7 +315,7 @@ pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, sock
             continue;
         }
         let from = incoming.remote_address().ip();
-        let Some(handshake) = handshakes.try_start(from) else {
+        let Some(handshake) = handshakes.try_take(from) else {
             tracing::warn!(rank = shared.me, %from, "refused a connection: too many handshakes under way from its address");
             incoming.refuse();
             continue;
@@ -324,7 +326,7 @@ pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, sock
                 let conn = incoming.await.map_err(|e| io_error("accepting a connection".into(), e))?;
                 drop(handshake);
                 let rank = dialler(&conn, &shared2)?;
-                let Some(_setup) = setups.try_start(rank) else {
+                let Some(_setup) = setups.try_take(rank) else {
                     return refuse(&conn, code::DUPLICATE, format!("rank {rank} is setting up {SETUPS_PER_RANK} connections already"));
                 };
                 match socket {
@@ -341,49 +343,45 @@ pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, sock
     }
 }
 
-/// The TLS handshakes under way on one socket, counted per IP address
-/// (see [`accept_loop`]).
-struct Handshakes {
-    per_address: Mutex<HashMap<IpAddr, usize>>,
-    /// At most this many from one address, and eight times as many in all.
-    limit: usize,
+/// Slots counted per key (a source address, a rank): at most `per_key`
+/// taken for one key and `total` in all; each taken slot gives itself back
+/// when dropped (see [`accept_loop`]).
+struct Slots<K> {
+    counts: Mutex<HashMap<K, usize>>,
+    per_key: usize,
+    total: usize,
 }
 
-impl Handshakes {
-    fn new(limit: usize) -> Handshakes {
-        Handshakes { per_address: Mutex::new(HashMap::new()), limit }
+impl<K: std::hash::Hash + Eq + Copy> Slots<K> {
+    fn new(per_key: usize, total: usize) -> Arc<Slots<K>> {
+        Arc::new(Slots { counts: Mutex::new(HashMap::new()), per_key, total })
     }
 
-    /// A slot for a handshake from `from`, if its address and the socket
-    /// have one free; given back when dropped.
-    fn try_start(self: &Arc<Self>, from: IpAddr) -> Option<Handshake> {
-        let mut counts = self.per_address.lock().unwrap_or_else(|e| e.into_inner());
+    /// A slot for `key`, if it and the whole have one free.
+    fn try_take(self: &Arc<Self>, key: K) -> Option<Slot<K>> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let total: usize = counts.values().sum();
-        let count = counts.entry(from).or_insert(0);
-        if *count >= self.limit || total >= 8 * self.limit {
-            if *count == 0 {
-                counts.remove(&from);
-            }
+        if counts.get(&key).copied().unwrap_or(0) >= self.per_key || total >= self.total {
             return None;
         }
-        *count += 1;
-        Some(Handshake { handshakes: self.clone(), from })
+        *counts.entry(key).or_insert(0) += 1;
+        Some(Slot { slots: self.clone(), key })
     }
 }
 
-/// One handshake's slot (see [`Handshakes::try_start`]).
-struct Handshake {
-    handshakes: Arc<Handshakes>,
-    from: IpAddr,
+/// One taken slot (see [`Slots::try_take`]).
+struct Slot<K: std::hash::Hash + Eq + Copy> {
+    slots: Arc<Slots<K>>,
+    key: K,
 }
 
-impl Drop for Handshake {
+impl<K: std::hash::Hash + Eq + Copy> Drop for Slot<K> {
     fn drop(&mut self) {
-        let mut counts = self.handshakes.per_address.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = counts.get_mut(&self.from) {
+        let mut counts = self.slots.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = counts.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {
-                counts.remove(&self.from);
+                counts.remove(&self.key);
             }
         }
     }
@@ -399,36 +397,7 @@ pub(crate) const SETUP_RECEIVE_WINDOW: u32 = 256 << 10;
 /// once: an honest rank sets up one (it dials again only once an attempt
 /// has failed), and a dishonest holder of its certificate (one that
 /// claims another rank in its hello) does not keep it out by racing it.
-pub(crate) const SETUPS_PER_RANK: u8 = 4;
-
-/// The connections each rank is setting up to one socket (see
-/// [`accept_loop`]).
-struct Setups(Mutex<Vec<u8>>);
-
-impl Setups {
-    /// A slot of `rank`'s, unless it is setting up
-    /// [`SETUPS_PER_RANK`] connections already; given back when dropped.
-    fn try_start(self: &Arc<Self>, rank: u32) -> Option<Setup> {
-        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let count = &mut counts[rank as usize];
-        (*count < SETUPS_PER_RANK).then(|| {
-            *count += 1;
-            Setup { setups: self.clone(), rank }
-        })
-    }
-}
-
-/// One rank's setup slot (see [`Setups::try_start`]).
-struct Setup {
-    setups: Arc<Setups>,
-    rank: u32,
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        self.setups.0.lock().unwrap_or_else(|e| e.into_inner())[self.rank as usize] -= 1;
-    }
-}
+pub(crate) const SETUPS_PER_RANK: usize = 4;
 
 /// The rank that dialled `conn`, as its certificate names it: a higher
 /// rank (only those dial this one) not connected yet; otherwise the

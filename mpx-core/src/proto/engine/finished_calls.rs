@@ -36,15 +36,44 @@ pub const REMEMBERED_CALLS: usize = 1024;
 /// unmatched message.
 pub const REMEMBERED_CLOSED: usize = 1024;
 
+/// The last `N` keys inserted, as a set: the oldest goes when one more
+/// comes.
+#[derive(Debug)]
+struct Recent<T, const N: usize> {
+    order: VecDeque<T>,
+    set: HashSet<T>,
+}
+
+impl<T, const N: usize> Default for Recent<T, N> {
+    fn default() -> Self {
+        Recent { order: VecDeque::new(), set: HashSet::default() }
+    }
+}
+
+impl<T: std::hash::Hash + Eq + Copy, const N: usize> Recent<T, N> {
+    fn insert(&mut self, key: T) {
+        if self.set.insert(key) {
+            self.order.push_back(key);
+            if self.order.len() > N {
+                let oldest = self.order.pop_front().expect("over the limit");
+                self.set.remove(&oldest);
+            }
+        }
+    }
+
+    fn contains(&self, key: &T) -> bool {
+        !self.set.is_empty() && self.set.contains(key)
+    }
+}
+
 /// The finished calls of one context.
 #[derive(Debug, Default)]
 pub(super) struct FinishedCalls {
     /// Each call's block of tags is this many, starting at a multiple of it
     /// (a power of two).
     span: u32,
-    /// The first tags of the calls' blocks, oldest first, and as a set.
-    order: VecDeque<i32>,
-    firsts: HashSet<i32>,
+    /// The first tags of the calls' blocks.
+    firsts: Recent<i32, REMEMBERED_CALLS>,
 }
 
 impl FinishedCalls {
@@ -58,9 +87,7 @@ impl FinishedCalls {
 #[derive(Debug, Default)]
 pub(super) struct Finished {
     calls: HashMap<u64, FinishedCalls>,
-    /// Closed contexts, oldest first, and as a set.
-    closed_order: VecDeque<u64>,
-    closed: HashSet<u64>,
+    closed: Recent<u64, REMEMBERED_CLOSED>,
 }
 
 impl Engine {
@@ -89,13 +116,7 @@ impl Engine {
             // A context's calls all have blocks of one size.
             *calls = FinishedCalls { span, ..FinishedCalls::default() };
         }
-        if calls.firsts.insert(first) {
-            calls.order.push_back(first);
-            if calls.order.len() > REMEMBERED_CALLS {
-                let oldest = calls.order.pop_front().expect("over the limit");
-                calls.firsts.remove(&oldest);
-            }
-        }
+        calls.firsts.insert(first);
         // Its messages already queued: looked up tag by tag, and only if
         // anything at all waits on the context.
         let anything = MatchSpec { context, source: None, tag: None };
@@ -116,7 +137,7 @@ impl Engine {
     pub fn discards(&self, context: u64, tag: i32) -> bool {
         let finished = &self.finished_calls;
         (!finished.calls.is_empty() && finished.calls.get(&context).is_some_and(|calls| calls.holds(tag)))
-            || (!finished.closed.is_empty() && finished.closed.contains(&context))
+            || finished.closed.contains(&context)
     }
 
     /// Nothing will receive on `context` any more (the communicator whose
@@ -134,15 +155,8 @@ impl Engine {
     /// # Ok::<(), mpx::Error>(())
     /// ```
     pub fn close_context(&mut self, context: u64) {
-        let finished = &mut self.finished_calls;
-        finished.calls.remove(&context);
-        if finished.closed.insert(context) {
-            finished.closed_order.push_back(context);
-            if finished.closed_order.len() > REMEMBERED_CLOSED {
-                let oldest = finished.closed_order.pop_front().expect("over the limit");
-                finished.closed.remove(&oldest);
-            }
-        }
+        self.finished_calls.calls.remove(&context);
+        self.finished_calls.closed.insert(context);
         let anything = MatchSpec { context, source: None, tag: None };
         while let Some(u) = self.unexpected.take_first(&anything) {
             self.drop_unexpected(u);
