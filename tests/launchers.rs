@@ -98,8 +98,18 @@ impl Drop for Launched {
 /// Runs `cmd` to its end, at most `limit`, reading its output as it comes
 /// (a launcher writing more than a pipe holds is not held up).
 fn run(cmd: &mut Command, limit: Duration) -> Output {
+    run_fed(cmd, None, limit)
+}
+
+/// [`run`], with `input` (if any) written to the command's standard input
+/// on a thread of its own, then closed.
+fn run_fed(cmd: &mut Command, input: Option<Vec<u8>>, limit: Duration) -> Output {
     let started = Instant::now();
-    let mut launched = Launched::spawn(cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    let stdin = if input.is_some() { Stdio::piped() } else { Stdio::null() };
+    let mut launched = Launched::spawn(cmd.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    if let (Some(input), Some(mut pipe)) = (input, launched.child().stdin.take()) {
+        std::thread::spawn(move || std::io::Write::write_all(&mut pipe, &input));
+    }
     let read_all = |mut pipe: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -390,7 +400,7 @@ fn mpxrun_stops_on_sigterm_reports_signals_and_splits_long_lines() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     let status = launched.take().wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(status.code() == Some(143) && stderr.contains("terminated; killing every rank"), "{status}: {stderr}");
+    assert!(status.code() == Some(143) && stderr.contains("terminated; passing SIGTERM to every rank"), "{status}: {stderr}");
     assert!(started.elapsed() < Duration::from_secs(10), "mpxrun took {:?} to stop", started.elapsed());
     let left = outliving(&pids, Duration::from_secs(5));
     assert!(left.is_empty(), "ranks {left:?} outlived a terminated mpxrun");
@@ -409,6 +419,118 @@ fn mpxrun_stops_on_sigterm_reports_signals_and_splits_long_lines() {
     let xs = &pieces[..pieces.len() - 1];
     assert!(xs.len() >= 4 && xs.iter().all(|p| p.len() <= 64 << 10 && p.bytes().all(|b| b == b'x')), "{:?}", xs.iter().map(|p| p.len()).collect::<Vec<_>>());
     assert_eq!(xs.iter().map(|p| p.len()).sum::<usize>(), 200_000);
+}
+
+/// mpxrun's standard input reaches rank 0, or the rank `--stdin` names,
+/// and no other; `--stdin none` gives it to none; a rank that does not
+/// read it does not hold mpxrun up.
+#[test]
+fn mpxrun_passes_its_input_to_one_rank() {
+    let script = "cat; echo end-$PMI_RANK";
+    let input = || Some(b"one\ntwo\n".to_vec());
+    let out = run_fed(mpxrun().args(["-n", "3", "sh", "-c", script]), input(), Duration::from_secs(20));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", text(&out));
+    let read: Vec<&str> = stdout.lines().filter(|l| l.ends_with("one") || l.ends_with("two")).collect();
+    assert_eq!(read, ["[0] one", "[0] two"], "{stdout}");
+    assert!((0..3).all(|r| stdout.contains(&format!("[{r}] end-{r}"))), "{stdout}");
+
+    let out = run_fed(mpxrun().args(["-n", "3", "--stdin", "2", "sh", "-c", script]), input(), Duration::from_secs(20));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let read: Vec<&str> = stdout.lines().filter(|l| l.ends_with("one") || l.ends_with("two")).collect();
+    assert_eq!(read, ["[2] one", "[2] two"], "{stdout}");
+
+    let out = run_fed(mpxrun().args(["-n", "2", "--stdin", "none", "sh", "-c", script]), input(), Duration::from_secs(20));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && !stdout.contains("one") && stdout.contains("[0] end-0"), "{stdout}");
+
+    // Rank 0 ends without reading 4 MiB of input: the job ends with it.
+    let started = Instant::now();
+    let out = run_fed(mpxrun().args(["-n", "1", "true"]), Some(vec![b'x'; 4 << 20]), Duration::from_secs(20));
+    assert!(out.status.success() && started.elapsed() < Duration::from_secs(10), "{:?}: {}", started.elapsed(), text(&out));
+
+    let out = run(mpxrun().args(["-n", "2", "--stdin", "2", "true"]), Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(2), "no rank 2 among 2: {}", text(&out));
+}
+
+/// Starts `mpxrun` with `args` on `ranks` copies of `sh -c script` (which
+/// writes its process id into `dir/pid-<rank>` once its traps are set),
+/// waits for every rank's process id, sends mpxrun `signals` (each a
+/// `kill` option, `delay` apart), and gives its status, its standard
+/// output and error, the time from the first signal to its end, and the
+/// ranks still alive 5 s after that.
+fn signalled(tag: &str, ranks: usize, args: &[&str], script: &str, signals: &[&str], delay: Duration) -> (std::process::ExitStatus, String, String, Duration, Vec<u32>) {
+    let dir = std::env::temp_dir().join(format!("mpx-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!("{script}; echo $$ > {}/pid-$PMI_RANK; while :; do sleep 0.1; done", dir.display());
+    let n = ranks.to_string();
+    let mut launched = Launched::spawn(mpxrun().args(["-n", &n]).args(args).args(["sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    let read_all = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = read_all(Box::new(launched.child().stdout.take().unwrap()));
+    let stderr = read_all(Box::new(launched.child().stderr.take().unwrap()));
+    let pids = pids_written(&dir, ranks);
+    let id = launched.child().id().to_string();
+    let started = Instant::now();
+    for (i, signal) in signals.iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(delay);
+        }
+        Command::new("kill").args([*signal, &id]).status().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while launched.child().try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = started.elapsed();
+    let status = launched.take().wait().unwrap();
+    let left = outliving(&pids, Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(&dir);
+    (status, stdout.join().unwrap(), stderr.join().unwrap(), took, left)
+}
+
+/// Stopped by SIGTERM or SIGINT, mpxrun passes the signal to every rank
+/// (which may clean up), kills those left after `--kill-after` (at once
+/// on a second signal), and exits with 128 + the signal; SIGUSR1 and
+/// SIGUSR2 reach the ranks, and the job goes on.
+#[test]
+fn mpxrun_passes_signals_to_its_ranks_before_killing_them() {
+    // Ranks that clean up when told.
+    let cleans = "trap 'echo cleaning-$PMI_RANK; exit 3' TERM INT";
+    let (status, stdout, stderr, took, left) = signalled("term", 2, &[], cleans, &["-TERM"], Duration::ZERO);
+    assert_eq!(status.code(), Some(143), "{stdout}{stderr}");
+    assert!(stdout.contains("[0] cleaning-0") && stdout.contains("[1] cleaning-1"), "the ranks cleaned up: {stdout}{stderr}");
+    assert!(stderr.contains("terminated; passing SIGTERM to every rank") && !stderr.contains("killing the ranks left"), "{stderr}");
+    assert!(took < Duration::from_secs(4) && left.is_empty(), "{took:?}, {left:?} left");
+    let (status, stdout, _, _, left) = signalled("int", 2, &[], cleans, &["-INT"], Duration::ZERO);
+    assert_eq!(status.code(), Some(130), "{stdout}");
+    assert!(stdout.contains("[0] cleaning-0") && stdout.contains("[1] cleaning-1") && left.is_empty(), "{stdout}");
+
+    // Ranks that ignore it are killed after the while given, or at the
+    // second signal.
+    let deaf = "trap '' TERM";
+    let (status, _, stderr, took, left) = signalled("deaf", 2, &["--kill-after", "1"], deaf, &["-TERM"], Duration::ZERO);
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("killing the ranks left") && left.is_empty(), "{stderr}, {left:?} left");
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(5), "killed {took:?} after SIGTERM with --kill-after 1");
+    let (status, _, stderr, took, left) = signalled("twice", 2, &["--kill-after", "60"], deaf, &["-TERM", "-TERM"], Duration::from_millis(300));
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("terminated; killing every rank") && left.is_empty() && took < Duration::from_secs(5), "{took:?}: {stderr}");
+
+    // SIGUSR1 and SIGUSR2 reach every rank; the job ends as they do.
+    let listens = "trap 'echo usr1-$PMI_RANK' USR1; trap 'echo usr2-$PMI_RANK; exit 0' USR2";
+    let (status, stdout, stderr, _, left) = signalled("usr", 2, &[], listens, &["-USR1", "-USR2"], Duration::from_millis(300));
+    assert!(status.success(), "{status}: {stdout}{stderr}");
+    for r in 0..2 {
+        assert!(stdout.contains(&format!("[{r}] usr1-{r}")) && stdout.contains(&format!("[{r}] usr2-{r}")), "{stdout}");
+    }
+    assert!(left.is_empty());
 }
 
 /// Through `ssh`, whose server has the user's shell run the command line

@@ -3,7 +3,7 @@
 //! for the job.
 //!
 //! ```text
-//! mpxrun -n N [--no-prefix] [--keep-going] program [args...]
+//! mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] program [args...]
 //! mpxrun -n N --hosts h1,h2,... [--launch 'ssh {host}'] [--pmi-host IP] program [args...]
 //! ```
 //!
@@ -35,7 +35,14 @@
 //! `--keep-going`; `mpxrun` then exits with the failed process's status
 //! as a shell reports it (its code, or 128 + the signal that killed it;
 //! 1 for a status of 0) and names the rank. Stopped by SIGINT or SIGTERM,
-//! it kills every rank and exits with 130 or 143. A process that spoke
+//! it passes the signal to every rank's process group, kills those left
+//! after `--kill-after` seconds (default 5; 0 kills at once, as does a
+//! second signal), and exits with 130 or 143; SIGUSR1 and SIGUSR2 are
+//! passed to every rank's process group and the job goes on (on this
+//! host only: with `--hosts` they are not passed on). Its standard input
+//! goes to rank 0, or the rank `--stdin` names, and the others' input is
+//! empty (`--stdin none`: every rank's; with `--hosts` a rank's input
+//! carries its credential, so no rank reads mpxrun's). A process that spoke
 //! PMI and whose connection ended before its PMI finalize fails the job
 //! too, whatever its status, and the ranks waiting for it at the start-up
 //! barrier fail at once: a rank that died, failed in its start-up, or
@@ -44,7 +51,7 @@
 //! speaks PMI (no mpx program) may end as it likes.
 //!
 //! Ranks die with `mpxrun`, however it ends. On this host `mpxrun` kills
-//! each rank's process group (on a failure, SIGINT or SIGTERM), and the
+//! each rank's process group (on a failure, or after SIGINT or SIGTERM), and the
 //! process it started dies with it (`PR_SET_PDEATHSIG`). On another host
 //! neither reaches the rank (killing the local `ssh` tells the remote
 //! command nothing), nor, anywhere, a program a wrapper started (`sh -c
@@ -90,9 +97,21 @@ pub struct Job {
     /// (default: `MPX_HOST`, else this host's address on its route to the
     /// first host, else its host name's).
     pub pmi_host: Option<IpAddr>,
+    /// The rank that reads `mpxrun`'s standard input (default rank 0 on
+    /// this host; `None`, as with `--stdin none` and always with `--hosts`:
+    /// every rank's input is empty).
+    pub stdin: Option<u32>,
+    /// How long ranks stopped with the signal that stopped `mpxrun`
+    /// (SIGINT or SIGTERM) have to end before they are killed (default
+    /// [`KILL_AFTER`]).
+    pub kill_after: Duration,
 }
 
-const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] [--hosts h1,h2,... [--launch 'ssh {host}'] [--pmi-host IP]] program [args...]";
+/// How long ranks have to end, by default, once `mpxrun` has passed them
+/// the SIGINT or SIGTERM that stopped it, before it kills them.
+pub const KILL_AFTER: Duration = Duration::from_secs(5);
+
+const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] [--hosts h1,h2,... [--launch 'ssh {host}'] [--pmi-host IP]] program [args...]";
 
 impl Job {
     /// Reads the command line (without the program name).
@@ -101,6 +120,9 @@ impl Job {
     /// use mpx_net::bootstrap::mpxrun::Job;
     /// let job = Job::parse(["-n", "4", "--no-prefix", "./ring", "-v"].map(String::from))?;
     /// assert_eq!((job.ranks, job.prefix, job.command.len()), (4, false, 2));
+    /// assert_eq!(job.stdin, Some(0), "rank 0 reads mpxrun's input");
+    /// let job = Job::parse(["-n", "2", "--stdin", "none", "--kill-after", "0.5", "./ring"].map(String::from))?;
+    /// assert_eq!((job.stdin, job.kill_after.as_millis()), (None, 500));
     /// assert!(Job::parse(["./ring"].map(String::from)).is_err(), "-n is needed");
     /// # Ok::<(), mpx_core::Error>(())
     /// ```
@@ -109,6 +131,7 @@ impl Job {
         let mut args = args.into_iter();
         let (mut ranks, mut prefix, mut keep_going) = (None, true, false);
         let (mut hosts, mut launch, mut pmi_host) = (None, "ssh {host}".to_string(), None);
+        let (mut stdin, mut kill_after) = (None, KILL_AFTER);
         let command = loop {
             let Some(arg) = args.next() else { return Err(bad("no program given".into())) };
             match arg.as_str() {
@@ -132,12 +155,36 @@ impl Job {
                     pmi_host = Some(ip.parse().map_err(|e| bad(format!("--pmi-host {ip}: {e}")))?);
                 }
                 "--keep-going" => keep_going = true,
+                "--stdin" => {
+                    let to = args.next().ok_or_else(|| bad("--stdin needs a rank or none".into()))?;
+                    stdin = Some(match to.as_str() {
+                        "none" => None,
+                        rank => Some(rank.parse::<u32>().map_err(|_| bad(format!("--stdin {rank}: neither a rank nor none")))?),
+                    });
+                }
+                "--kill-after" => {
+                    let after = args.next().ok_or_else(|| bad("--kill-after needs a number of seconds".into()))?;
+                    kill_after = after
+                        .parse::<f64>()
+                        .ok()
+                        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                        .filter(|d| *d <= Duration::from_secs(3600))
+                        .ok_or_else(|| bad(format!("--kill-after {after}: not a number of seconds from 0 to 3600")))?;
+                }
                 "-h" | "--help" => return Err(bad("".into())),
                 flag if flag.starts_with('-') => return Err(bad(format!("unknown option {flag}"))),
                 _ => break std::iter::once(arg).chain(args).collect::<Vec<_>>(),
             }
         };
-        Ok(Job { ranks: ranks.ok_or_else(|| bad("-n is needed".into()))?, command, prefix, keep_going, hosts, launch, pmi_host })
+        // Rank 0 reads the input unless told otherwise, on this host.
+        let stdin = stdin.unwrap_or(if hosts.is_none() { Some(0) } else { None });
+        let job = Job { ranks: ranks.ok_or_else(|| bad("-n is needed".into()))?, command, prefix, keep_going, hosts, launch, pmi_host, stdin, kill_after };
+        // What the options say together (`--stdin` of a rank beyond `-n`).
+        job.check().map_err(|e| match e.kind() {
+            ErrorKind::InvalidArgument(why) => bad(why.clone()),
+            _ => e,
+        })?;
+        Ok(job)
     }
 }
 
@@ -161,6 +208,13 @@ impl Job {
             if self.launch.split_whitespace().next().is_none() {
                 return bad("an empty --launch".into());
             }
+            if let Some(rank) = self.stdin {
+                // A remote rank's input carries its token and credential.
+                return bad(format!("--stdin {rank}: with --hosts no rank reads mpxrun's input (--stdin none)"));
+            }
+        }
+        if let Some(rank) = self.stdin.filter(|&r| r >= self.ranks) {
+            return bad(format!("--stdin {rank}: no such rank among {}", self.ranks));
         }
         Ok(())
     }
@@ -520,12 +574,43 @@ fn same_secret(shown: &str, token: &str) -> bool {
 /// Kills the process group a rank leads (the rank and whatever it
 /// started).
 fn kill_group(leader: Option<u32>) {
+    signal_group(leader, libc::SIGKILL);
+}
+
+/// Sends `signal` to the process group a rank leads.
+fn signal_group(leader: Option<u32>, signal: i32) {
     let Some(pid) = leader.and_then(|p| libc::pid_t::try_from(p).ok()) else { return };
     // SAFETY: kill has no memory-safety preconditions; a negative pid names
     // the process group the rank leads (it was started with its own).
     unsafe {
-        libc::kill(-pid, libc::SIGKILL);
+        libc::kill(-pid, signal);
     }
+}
+
+/// Waits for SIGUSR1 or SIGUSR2, which mpxrun passes on to its ranks, and
+/// says which came.
+///
+/// # Cancel safety
+/// Cancel-safe: a signal that comes while it is not waited for is kept.
+async fn passed_on(user1: &mut tokio::signal::unix::Signal, user2: &mut tokio::signal::unix::Signal) -> (&'static str, i32) {
+    tokio::select! {
+        _ = user1.recv() => ("SIGUSR1", libc::SIGUSR1),
+        _ = user2.recv() => ("SIGUSR2", libc::SIGUSR2),
+    }
+}
+
+/// Copies `mpxrun`'s standard input to `to` (the reading rank's), on a
+/// thread of its own, until the input ends (then the rank's does) or the
+/// rank closes its end. The thread is not joined: blocked on a terminal,
+/// it ends with the process.
+fn pass_input(mut to: std::io::PipeWriter) -> Result<()> {
+    std::thread::Builder::new()
+        .name("mpxrun-stdin".into())
+        .spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to);
+        })
+        .map(drop)
+        .map_err(|e| Error::transport("a thread for the standard input", e))
 }
 
 /// Waits for SIGINT or SIGTERM, and says which came (a word, and the
@@ -575,6 +660,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         .map_err(|e| Error::transport("SIGINT", e))?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Error::transport("SIGTERM", e))?;
+    let mut user1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).map_err(|e| Error::transport("SIGUSR1", e))?;
+    let mut user2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).map_err(|e| Error::transport("SIGUSR2", e))?;
     let mut secret = [0u8; 40];
     rustls::crypto::ring::default_provider()
         .secure_random
@@ -662,6 +749,15 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             // started too (and their hold on its output).
             .process_group(0)
             .kill_on_drop(true);
+        // The rank that reads mpxrun's input (on this host) gets a pipe.
+        let input = match job.stdin == Some(rank) && remote.is_none() {
+            true => {
+                let (reader, writer) = std::io::pipe().map_err(|e| Error::transport("a pipe for the standard input", e))?;
+                cmd.stdin(reader);
+                Some(writer)
+            }
+            false => None,
+        };
         let pem = credential.issue(rank)?.to_pem();
         match remote {
             Some(_) => cmd.env(crate::quic::env::CREDENTIAL, "-"),
@@ -721,6 +817,11 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         };
         let mut child = cmd.spawn().map_err(|e| Error::transport(format!("starting {} (rank {rank})", job.command[0]), e))?;
         drop(theirs);
+        // Its end of the pipe went with the spawn (the command held it).
+        drop(cmd);
+        if let Some(input) = input {
+            pass_input(input)?;
+        }
         if let Some(mut stdin) = child.stdin.take() {
             // The rank's token, its credential, then the end of the input.
             let input = format!("{}={}\n{pem}", super::env::PMI_TOKEN, token.as_deref().unwrap_or_default());
@@ -778,6 +879,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     // finalize may still be unread when its process is reaped).
     const PMI_ENDS_AFTER_RANKS: Duration = Duration::from_secs(2);
     let mut grace: Option<tokio::time::Instant> = None;
+    // Once mpxrun is stopped and has passed the signal on: when the ranks
+    // left are killed. Until then a rank that ends (of the signal, most
+    // likely) does not take the others down with it.
+    let mut kill_at: Option<tokio::time::Instant> = None;
     loop {
         if waits.is_empty() {
             let kvs = kvs.lock().unwrap_or_else(|e| e.into_inner());
@@ -800,7 +905,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     // why), and it is named once its process has ended.
                     if early && failed.is_none() {
                         failed = Some(rank);
-                        if !job.keep_going {
+                        if !job.keep_going && kill_at.is_none() {
                             let own = killers[rank as usize].take();
                             kill_all(&mut killers);
                             killers[rank as usize] = own;
@@ -817,7 +922,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     if let Some(k) = killers[rank as usize].take() {
                         let _ = k.send(());
                     }
-                    if !job.keep_going {
+                    if !job.keep_going && kill_at.is_none() {
                         kill_all(&mut killers);
                     }
                     None
@@ -835,10 +940,35 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 Some(rank)
             }
             (how, signal) = stopped(&mut interrupt, &mut terminate) => {
+                // The first time, the ranks get the signal and a while to
+                // end; the second time, or with no while, they are killed.
                 stopped_by.get_or_insert(signal);
-                output.say(format_args!("{how}; killing every rank"));
+                if kill_at.is_none() && !job.kill_after.is_zero() {
+                    let name = if signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
+                    output.say(format_args!("{how}; passing {name} to every rank, killing those left after {:?}", job.kill_after));
+                    groups.iter().for_each(|&g| signal_group(g, signal));
+                    kill_at = Some(tokio::time::Instant::now() + job.kill_after);
+                } else {
+                    output.say(format_args!("{how}; killing every rank"));
+                    groups.iter().for_each(|&g| kill_group(g));
+                    kill_all(&mut killers);
+                }
+                None
+            }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)), if kill_at.is_some() && killers.iter().any(Option::is_some) => {
+                output.say("killing the ranks left");
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
+                None
+            }
+            (name, signal) = passed_on(&mut user1, &mut user2) => {
+                // Ranks on other hosts are out of reach (their groups
+                // here are their launch commands').
+                if remote.is_none() {
+                    groups.iter().for_each(|&g| signal_group(g, signal));
+                } else {
+                    output.say(format_args!("{name} not passed on: the ranks run on other hosts"));
+                }
                 None
             }
             // A PMI connection a process left behind (held open by a
@@ -853,7 +983,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         let Some((rank, status)) = ended.and_then(|rank| statuses[rank].map(|status| (rank, status))) else { continue };
         if (!status.success() || left_early[rank]) && failed.is_none() {
             failed = Some(rank as u32);
-            if !job.keep_going {
+            if !job.keep_going && kill_at.is_none() {
                 kill_all(&mut killers);
             }
         }
@@ -1040,16 +1170,19 @@ mod tests {
 
     /// A job built by hand that `run` could not start is an error, not a
     /// panic: no program, no ranks, an empty list of hosts or launch
-    /// command.
+    /// command, a rank to read the input that is not there or is on
+    /// another host.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_run_cannot_start_is_an_error() {
-        let good = Job { ranks: 1, command: vec!["true".into()], prefix: true, keep_going: false, hosts: None, launch: "ssh {host}".into(), pmi_host: None };
+        let good = Job { ranks: 1, command: vec!["true".into()], prefix: true, keep_going: false, hosts: None, launch: "ssh {host}".into(), pmi_host: None, stdin: None, kill_after: KILL_AFTER };
         let bad = [
             Job { command: Vec::new(), ..good.clone() },
             Job { ranks: 0, ..good.clone() },
             Job { ranks: u32::MAX, ..good.clone() },
             Job { hosts: Some(Vec::new()), ..good.clone() },
             Job { hosts: Some(vec!["h".into()]), launch: " ".into(), ..good.clone() },
+            Job { hosts: Some(vec!["h".into()]), stdin: Some(0), ..good.clone() },
+            Job { stdin: Some(1), ..good.clone() },
         ];
         for job in bad {
             let e = run(&job).await.expect_err("refused");
