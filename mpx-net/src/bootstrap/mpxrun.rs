@@ -396,6 +396,7 @@ async fn forward(rank: u32, prefix: bool, from: impl tokio::io::AsyncRead + Unpi
 }
 
 /// A rank that fails the job through PMI (see [`serve_rank`]).
+#[derive(Debug)]
 enum RankFailure {
     /// It broke the protocol: it is killed, and fails the job.
     Broke { rank: u32, why: String },
@@ -405,11 +406,65 @@ enum RankFailure {
     Ended { rank: u32, early: bool },
 }
 
-type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
-type Writers = Arc<Vec<tokio::sync::Mutex<Option<Writer>>>>;
+/// Each rank's [`Outbox`], once its PMI connection is open.
+type Writers = Arc<Vec<tokio::sync::Mutex<Option<Outbox>>>>;
+
+/// Bytes of answers a rank may leave unread on its PMI connection, beyond
+/// what the connection itself holds: an answer is a line of at most a few
+/// KiB, and a rank reads each before it asks again, but for the release
+/// of a barrier. A rank that leaves more has stopped reading, and breaks
+/// the protocol.
+const MOST_UNREAD_ANSWERS: usize = 1 << 20;
+
+/// Where a rank's PMI answers go: a queue that a task of the rank's own
+/// writes to its connection in order, so that a rank that stops reading
+/// holds up nobody else's answers (a barrier's release goes to every
+/// rank, and a full connection would stop the release of those after it).
+struct Outbox {
+    queue: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    /// Bytes queued and not yet written to the connection.
+    unwritten: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether the rank has been reported for leaving too much unread.
+    reported: std::sync::atomic::AtomicBool,
+}
+
+impl Outbox {
+    /// Starts the task that writes the answers queued to `to`.
+    fn start(to: impl tokio::io::AsyncWrite + Send + Unpin + 'static) -> Outbox {
+        let (queue, mut answers) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+        let unwritten = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let written = unwritten.clone();
+        tokio::spawn(async move {
+            let mut to = to;
+            while let Some(answer) = answers.recv().await {
+                if to.write_all(&answer).await.is_err() {
+                    return;
+                }
+                written.fetch_sub(answer.len(), Ordering::SeqCst);
+            }
+        });
+        Outbox { queue, unwritten, reported: false.into() }
+    }
+
+    /// Queues `answer` for rank `rank`, unless the rank has left
+    /// [`MOST_UNREAD_ANSWERS`] unread: then it is reported to `failed`
+    /// (once) as breaking the protocol, and the answer dropped.
+    fn send(&self, rank: usize, answer: Vec<u8>, failed: &tokio::sync::mpsc::UnboundedSender<RankFailure>) {
+        let unwritten = self.unwritten.fetch_add(answer.len(), Ordering::SeqCst) + answer.len();
+        if unwritten > MOST_UNREAD_ANSWERS {
+            self.unwritten.fetch_sub(answer.len(), Ordering::SeqCst);
+            if !self.reported.swap(true, Ordering::SeqCst) {
+                let why = format!("broke the PMI protocol: it left more than {MOST_UNREAD_ANSWERS} bytes of answers unread");
+                let _ = failed.send(RankFailure::Broke { rank: rank as u32, why });
+            }
+            return;
+        }
+        let _ = self.queue.send(answer);
+    }
+}
 
 /// Serves PMI to one rank: passes the bytes it sends to the job's
-/// [`KvSpace`] and writes each answer to the rank it is for. A rank that
+/// [`KvSpace`] and queues each answer for the rank it is for. A rank that
 /// breaks the protocol fails the job, and so does one that spoke PMI and
 /// closed its connection before its finalize (it died, or failed in its
 /// start-up; see [`KvSpace::leave`]): the ranks in the start-up barrier
@@ -417,8 +472,9 @@ type Writers = Arc<Vec<tokio::sync::Mutex<Option<Writer>>>>;
 /// connection ended is reported either way.
 ///
 /// # Cancel safety
-/// Not cancel-safe: dropped while it writes an answer, the rank it was
-/// for may get part of it (mpxrun drops it only once the job is over).
+/// Not cancel-safe: dropped between reading a request and queueing its
+/// answers, the answers are lost (mpxrun drops it only once the job is
+/// over).
 async fn serve_rank(
     rank: usize,
     mut reader: impl tokio::io::AsyncRead + Unpin,
@@ -435,7 +491,7 @@ async fn serve_rank(
                 let left = kvs.lock().unwrap_or_else(|e| e.into_inner()).leave(rank);
                 let _ = failed.send(RankFailure::Ended { rank: rank as u32, early: left.is_some() });
                 if let Some(replies) = left {
-                    answer(&writers, replies).await;
+                    answer(&writers, replies, &failed).await;
                 }
                 return;
             }
@@ -443,7 +499,7 @@ async fn serve_rank(
         };
         let replies = kvs.lock().unwrap_or_else(|e| e.into_inner()).receive(rank, &chunk[..n]);
         match replies {
-            Ok(replies) => answer(&writers, replies).await,
+            Ok(replies) => answer(&writers, replies, &failed).await,
             Err(e) => {
                 let _ = failed.send(RankFailure::Broke { rank: rank as u32, why: format!("broke the PMI protocol: {e}") });
                 return;
@@ -452,11 +508,11 @@ async fn serve_rank(
     }
 }
 
-/// Writes each of `replies` to the rank it is for.
-async fn answer(writers: &Writers, replies: Vec<(usize, Vec<u8>)>) {
+/// Queues each of `replies` for the rank it is for (see [`Outbox`]).
+async fn answer(writers: &Writers, replies: Vec<(usize, Vec<u8>)>, failed: &tokio::sync::mpsc::UnboundedSender<RankFailure>) {
     for (to, bytes) in replies {
-        if let Some(w) = writers[to].lock().await.as_mut() {
-            let _ = w.write_all(&bytes).await;
+        if let Some(outbox) = writers[to].lock().await.as_ref() {
+            outbox.send(to, bytes, failed);
         }
     }
 }
@@ -550,7 +606,7 @@ async fn accept_ranks(
             if w.write_all(welcome.as_bytes()).await.is_err() {
                 return;
             }
-            *slot = Some(Box::new(w));
+            *slot = Some(Outbox::start(w));
             drop(slot);
             serve_rank(rank, lines, kvs, writers, failed).await;
         });
@@ -787,7 +843,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 let (ours, theirs) = UnixStream::pair().map_err(|e| Error::transport("a PMI socket pair", e))?;
                 ours.set_nonblocking(true).map_err(|e| Error::transport("a PMI socket", e))?;
                 let (r, w) = tokio::net::UnixStream::from_std(ours).map_err(|e| Error::transport("a PMI socket", e))?.into_split();
-                *writers[rank as usize].lock().await = Some(Box::new(w));
+                *writers[rank as usize].lock().await = Some(Outbox::start(w));
                 serving.spawn(serve_rank(rank as usize, r, kvs.clone(), writers.clone(), failed_tx.clone()));
                 let fd = theirs.as_raw_fd();
                 cmd.env("PMI_FD", fd.to_string()).env_remove("PMI_PORT");
@@ -1108,6 +1164,45 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         server.abort();
         drop(silent);
+    }
+
+    /// A rank that stops reading its PMI answers holds up no other rank's:
+    /// with rank 1's connection full, ranks 0 and 2 still get the release
+    /// of the barrier rank 1 entered too; and once rank 1 has left more
+    /// than [`MOST_UNREAD_ANSWERS`] unread, it is reported as breaking the
+    /// protocol, its answers no longer kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_stops_reading_holds_up_no_other_rank() {
+        let size = 3;
+        let writers: Writers = Arc::new((0..size).map(|_| tokio::sync::Mutex::new(None)).collect());
+        let kvs = Arc::new(Mutex::new(KvSpace::new("job-1", size)));
+        let (failed, mut failures) = tokio::sync::mpsc::unbounded_channel();
+        let mut ranks = Vec::new();
+        for rank in 0..size {
+            let (ours, theirs) = tokio::net::UnixStream::pair().unwrap();
+            let (r, w) = ours.into_split();
+            *writers[rank].lock().await = Some(Outbox::start(w));
+            tokio::spawn(serve_rank(rank, r, kvs.clone(), writers.clone(), failed.clone()));
+            ranks.push(theirs);
+        }
+        let [mut rank_0, mut rank_1, mut rank_2]: [tokio::net::UnixStream; 3] = ranks.try_into().unwrap();
+        // Rank 1 asks, reading no answer, until its connection is full
+        // (about 400 KiB of answers), then enters the barrier.
+        let asks = b"cmd=get_maxes\n".repeat(5_000);
+        rank_1.write_all(&asks).await.unwrap();
+        rank_1.write_all(b"cmd=barrier_in\n").await.unwrap();
+        rank_2.write_all(b"cmd=barrier_in\n").await.unwrap();
+        rank_0.write_all(b"cmd=barrier_in\n").await.unwrap();
+        for rank in [&mut rank_0, &mut rank_2] {
+            let mut answer = vec![0u8; 64];
+            let n = tokio::time::timeout(Duration::from_secs(5), rank.read(&mut answer)).await.expect("released").unwrap();
+            assert!(String::from_utf8_lossy(&answer[..n]).starts_with("cmd=barrier_out"), "{:?}", String::from_utf8_lossy(&answer[..n]));
+        }
+        assert!(failures.try_recv().is_err(), "nobody failed yet");
+        // More unread answers than mpxrun keeps: rank 1 broke the protocol.
+        rank_1.write_all(&b"cmd=get_maxes\n".repeat(30_000)).await.unwrap();
+        let failure = tokio::time::timeout(Duration::from_secs(5), failures.recv()).await.expect("reported").unwrap();
+        assert!(matches!(&failure, RankFailure::Broke { rank: 1, why } if why.contains("unread")), "{failure:?}");
     }
 
     /// A rank's token admits that rank alone: rank 1's token cannot take
