@@ -1468,6 +1468,29 @@ mod meeting {
         assert_eq!(named(&outcomes[2].2), Some(0), "{outcomes:?}");
     }
 
+    /// Two ranks that both call themselves a broadcast's root, each
+    /// finishing without waiting for the other: the later fails, naming
+    /// the earlier, for a few values (the small lane) and for more; the
+    /// communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_ranks_that_both_call_themselves_the_root_fail() {
+        for values in [1usize, 1000] {
+            let outcomes = returns(launch_with(2, move |comm| async move {
+                let me = comm.rank();
+                let mut data = vec![me as f64; values];
+                let called = comm.bcast(&mut data[..], me).await;
+                run(&comm, Which::Allreduce, 2).await?;
+                Ok(called.err())
+            }))
+            .await;
+            let failed: Vec<(usize, &mpx::Error)> = outcomes.iter().enumerate().filter_map(|(r, e)| Some((r, e.as_ref()?))).collect();
+            assert_eq!(failed.len(), 1, "{values} values: {outcomes:?}");
+            let (later, e) = failed[0];
+            assert!(matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank, .. } if *rank == 1 - later), "{e}");
+            assert!(e.to_string().contains(&format!("bcast from root {}", 1 - later)), "{e}");
+        }
+    }
+
     /// Typed and described buffers of the same few values meet in one
     /// call (a legal mix: the type signatures agree): a broadcast, an
     /// allgather and an alltoall, every rank's results whatever the mix, with each rank

@@ -140,9 +140,10 @@ impl Starting<'_> {
     }
 
     /// Leaves this rank's `part` of the call and is done with it at once
-    /// if at most `open` calls are open (see [`LocalComm::leave`]).
-    fn leave(&self, part: Part, open: usize) -> Arrival<Option<Mixed>> {
-        self.place().leave((self.number(), 0), self.rank(), part, open)
+    /// if at most `open` calls are open (see [`LocalComm::leave`]), with
+    /// what `look` sees of the parts there then.
+    fn leave<R>(&self, part: Part, open: usize, look: impl FnOnce(MemberParts<'_>) -> R) -> Arrival<R> {
+        self.place().leave((self.number(), 0), self.rank(), part, open, look)
     }
 
     /// Leaves this rank's word that its collective exchanges messages
@@ -152,8 +153,8 @@ impl Starting<'_> {
     }
 
     /// [`leave`](Starting::leave) of a small part.
-    fn leave_small(&self, part: SmallPart, open: usize) -> Arrival<Option<Mixed>> {
-        self.place().leave_small((self.number(), 0), self.rank(), part, open)
+    fn leave_small<R>(&self, part: SmallPart, open: usize, look: impl FnOnce(MemberParts<'_>) -> R) -> Arrival<R> {
+        self.place().leave_small((self.number(), 0), self.rank(), part, open, look)
     }
 
     /// This rank alone fails with `e`, its part (`left`) left all the same
@@ -294,6 +295,32 @@ fn agree_with(r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option
         return mismatch(format!("its block holds {} where this rank's holds {}", describe(their_shape), describe(shape)));
     }
     Ok(())
+}
+
+/// Why a broadcast's root that finishes at once, without waiting for the
+/// others' parts, fails: the first part left before its own (but those
+/// of ranks over messages, which [`MemberParts::mixed`] covers) that
+/// disagrees with its `kind` and `shape`. So of two ranks that both call
+/// themselves the root, the later fails, naming the earlier (which may
+/// have finished already, and the ranks that take its data with it).
+#[inline]
+fn disagreeing(parts: &MemberParts<'_>, me: usize, kind: Kind, shape: Shape) -> Option<Error> {
+    match parts.arrived() == 1 || (0..parts.len()).all(|r| r == me || !parts.has(r) || parts.agrees(r, kind, shape)) {
+        true => None,
+        false => first_disagreeing(parts, me, kind, shape),
+    }
+}
+
+/// [`disagreeing`], once some part does.
+#[cold]
+fn first_disagreeing(parts: &MemberParts<'_>, me: usize, kind: Kind, shape: Shape) -> Option<Error> {
+    (0..parts.len()).filter(|&r| r != me && parts.has(r) && !parts.agrees(r, kind, shape)).find_map(|r| {
+        let part = parts.get(r);
+        if part.kind.0 == MESSAGES {
+            return None;
+        }
+        agree_with(r, (part.kind, part.shape, part.block.err()), kind, shape).err()
+    })
 }
 
 /// Why a small call failed, as [`agree_small`] finds it under the round's
@@ -510,10 +537,10 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
         // its data is large or the others are too far behind.
         let part = Part { kind, shape, blocks: Ok(blocks), whole: Vec::new() };
         let run_ahead = if shape.1 < RUN_AHEAD_BYTES { RUN_AHEAD } else { 0 };
-        let seat = match start.leave(part, run_ahead) {
-            Arrival::Took(mixed) => {
+        let seat = match start.leave(part, run_ahead, |parts| (parts.mixed(), disagreeing(&parts, me, kind, shape))) {
+            Arrival::Took((mixed, disagreement)) => {
                 start.tell_if_mixed(mixed);
-                return Collective::finished(Ok(()));
+                return Collective::finished(disagreement.map_or(Ok(()), Err));
             }
             Arrival::Waits(seat) => seat,
         };
@@ -569,10 +596,11 @@ fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize,
     if call.rank() == root {
         // The root has nothing to take (see `bcast`): it is done once its
         // part is left, unless too many calls are open.
-        let seat = match call.leave_small(part, RUN_AHEAD) {
-            Arrival::Took(mixed) => {
+        let me = call.rank();
+        let seat = match call.leave_small(part, RUN_AHEAD, |parts| (parts.mixed(), disagreeing(&parts, me, kind, shape))) {
+            Arrival::Took((mixed, disagreement)) => {
                 call.tell_if_mixed(mixed);
-                return Collective::finished(Ok(()));
+                return Collective::finished(disagreement.map_or(Ok(()), Err));
             }
             Arrival::Waits(seat) => seat,
         };
@@ -721,7 +749,7 @@ pub(super) fn alltoall<'a, E: Element>(
         // round's lock.
         if let Err(e) = E::copy(&send, me * c..(me + 1) * c, &mut recv, me * c..(me + 1) * c) {
             // This rank alone fails (see above).
-            return call.fails_alone(call.leave_small(part, usize::MAX), e);
+            return call.fails_alone(call.leave_small(part, usize::MAX, |parts| parts.mixed()), e);
         }
         let read = move |parts: MemberParts<'_>| {
             agree_small(&parts, kind, NO_SHAPE)?;
@@ -793,7 +821,7 @@ pub(super) fn alltoall<'a, E: Element>(
     let taken = into.iter().map(Range::len).sum::<usize>() as u64 * E::item_type(&recv).size();
     if let Err(e) = own_copy {
         // This rank alone fails.
-        return call.fails_alone(call.leave(Part { kind, shape: NO_SHAPE, blocks: Ok(blocks), whole }, usize::MAX), e);
+        return call.fails_alone(call.leave(Part { kind, shape: NO_SHAPE, blocks: Ok(blocks), whole }, usize::MAX, |parts| parts.mixed()), e);
     }
     let arrival = call.meet_sharing(0, kind, NO_SHAPE, Ok(blocks), whole, every_part_if_small(taken));
     with_every_part(call, arrival, move |call, parts| {

@@ -366,6 +366,19 @@ impl<'r> MemberParts<'r> {
         self.round.parts.len()
     }
 
+    /// The number of members that have left their parts.
+    #[inline]
+    pub(crate) fn arrived(&self) -> usize {
+        self.round.arrived
+    }
+
+    /// Member `r` has left its part (every member has, in a round a
+    /// member reads whole).
+    #[inline]
+    pub(crate) fn has(&self, r: usize) -> bool {
+        self.round.has_part(r)
+    }
+
     /// Member `r`'s part is of `kind` and `shape`, and did not give up.
     #[inline]
     pub(crate) fn agrees(&self, r: usize, kind: (u8, usize), shape: (Option<(u64, u64)>, u64)) -> bool {
@@ -576,15 +589,16 @@ impl LocalComm {
     /// open with it (a broadcast's root, which has nothing to take, runs
     /// ahead so); waits at its seat otherwise, as
     /// [`sit_small`](LocalComm::sit_small). A member done at once takes
-    /// what [`MemberParts::mixed`] says once its part is left.
-    pub(crate) fn leave_small(self: &Arc<Self>, key: RoundKey, me: usize, part: SmallPart, open: usize) -> Arrival<Option<Mixed>> {
-        self.sit_with(key, me, Placed::Small(part), |round, now_open| (now_open <= open).then(|| round.mixed()))
+    /// what `look` sees of the parts there (those left before its own, and
+    /// its own) once its part is left.
+    pub(crate) fn leave_small<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: SmallPart, open: usize, look: impl FnOnce(MemberParts<'_>) -> R) -> Arrival<R> {
+        self.sit_with(key, me, Placed::Small(part), |round, now_open| (now_open <= open).then(|| look(MemberParts { round })))
     }
 
     /// [`leave_small`](LocalComm::leave_small) of a `part` that is not
     /// small.
-    pub(crate) fn leave(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, open: usize) -> Arrival<Option<Mixed>> {
-        self.sit_with(key, me, Placed::Part(part), |round, now_open| (now_open <= open).then(|| round.mixed()))
+    pub(crate) fn leave<R>(self: &Arc<Self>, key: RoundKey, me: usize, part: Part, open: usize, look: impl FnOnce(MemberParts<'_>) -> R) -> Arrival<R> {
+        self.sit_with(key, me, Placed::Part(part), |round, now_open| (now_open <= open).then(|| look(MemberParts { round })))
     }
 
     /// Leaves the word of member `me`, whose collective exchanges messages
@@ -1484,19 +1498,19 @@ mod tests {
         let small = |me: u8| SmallPart::new((1, 0), (None, 1), &[me], None).expect("1 byte fits");
         let word = |subtags: usize| Part { kind: (MESSAGES, subtags), ..part() };
         // Member 0 meets, alone: nothing to say.
-        let Arrival::Took(None) = comm.leave_small((0, 0), 0, small(0), usize::MAX) else { panic!("done at once, nothing mixed") };
+        let Arrival::Took(None) = comm.leave_small((0, 0), 0, small(0), usize::MAX, |parts| parts.mixed()) else { panic!("done at once, nothing mixed") };
         // Member 2 over messages finds member 0's part.
-        let Arrival::Took(Some(mixed)) = comm.leave((0, 0), 2, word(3), usize::MAX) else { panic!("mixed") };
+        let Arrival::Took(Some(mixed)) = comm.leave((0, 0), 2, word(3), usize::MAX, |parts| parts.mixed()) else { panic!("mixed") };
         assert_eq!(mixed, Mixed { subtags: 3, meets: 0 });
         // Member 1, meeting, sees it too.
         let mixed_read = |parts: MemberParts<'_>| parts.mixed();
         let Arrival::Took(Some(mixed)) = comm.sit_small((0, 0), 1, small(1), Some(0), &mut Some(mixed_read)) else { panic!("read") };
         assert_eq!(mixed, Mixed { subtags: 3, meets: 0 });
         // Members over messages alone: nothing to say.
-        let Arrival::Took(None) = comm.leave((1, 0), 0, word(1), usize::MAX) else { panic!("nothing mixed") };
-        let Arrival::Took(None) = comm.leave((1, 0), 1, word(2), usize::MAX) else { panic!("nothing mixed") };
+        let Arrival::Took(None) = comm.leave((1, 0), 0, word(1), usize::MAX, |parts| parts.mixed()) else { panic!("nothing mixed") };
+        let Arrival::Took(None) = comm.leave((1, 0), 1, word(2), usize::MAX, |parts| parts.mixed()) else { panic!("nothing mixed") };
         // A member that meets comes last: it names the most sub-tags.
-        let Arrival::Took(Some(mixed)) = comm.leave_small((1, 0), 2, small(2), usize::MAX) else { panic!("mixed") };
+        let Arrival::Took(Some(mixed)) = comm.leave_small((1, 0), 2, small(2), usize::MAX, |parts| parts.mixed()) else { panic!("mixed") };
         assert_eq!(mixed, Mixed { subtags: 2, meets: 2 });
         assert_eq!(lock(&comm.state).rounds.len(), 0, "every round done with");
     }
