@@ -533,6 +533,29 @@ fn mpxrun_passes_signals_to_its_ranks_before_killing_them() {
     assert!(left.is_empty());
 }
 
+/// A rank that cannot be started ends mpxrun at once with an error, and
+/// the ranks started before it go with what they started (their process
+/// groups). Ranks 0 to 19 start through `timeout` (the launch command
+/// `{host} 60`, their "host" `timeout`), each a shell that leaves a
+/// `sleep` behind; rank 20's launch command does not exist.
+#[test]
+fn a_rank_that_cannot_start_takes_the_ranks_started_before_it_down() {
+    let dir = std::env::temp_dir().join(format!("mpx-no-start-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!("sleep 60 & echo $! > {}/pid-$PMI_RANK; wait", dir.display());
+    let hosts = format!("{}/nonexistent/launcher", "timeout,".repeat(20));
+    let out = run(mpxrun().args(["-n", "21", "--hosts", &hosts, "--pmi-host", "127.0.0.1", "--launch", "{host} 60", "sh", "-c", &script]), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("starting the launch command \"/nonexistent/launcher\" (rank 20)"), "{}", text(&out));
+    std::thread::sleep(Duration::from_millis(200));
+    let pids: Vec<u32> = (0..20).filter_map(|r| std::fs::read_to_string(dir.join(format!("pid-{r}"))).ok()?.trim().parse().ok()).collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!pids.is_empty(), "no rank got as far as starting its sleep");
+    let left = outliving(&pids, Duration::from_secs(5));
+    assert!(left.is_empty(), "the sleeps {left:?} of {pids:?} outlived mpxrun");
+}
+
 /// Through `ssh`, whose server has the user's shell run the command line
 /// it is given (played here by a script called `ssh` that drops the host
 /// and runs the rest with `sh -c`), a remote program gets its arguments

@@ -633,6 +633,16 @@ fn kill_group(leader: Option<u32>) {
     signal_group(leader, libc::SIGKILL);
 }
 
+/// The process groups of the ranks started so far, killed if dropped
+/// before it is emptied.
+struct StartedGroups(Vec<Option<u32>>);
+
+impl Drop for StartedGroups {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|&leader| kill_group(leader));
+    }
+}
+
 /// Sends `signal` to the process group a rank leads.
 fn signal_group(leader: Option<u32>, signal: i32) {
     let Some(pid) = leader.and_then(|p| libc::pid_t::try_from(p).ok()) else { return };
@@ -757,6 +767,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         }
         None => None,
     };
+    // Should a rank fail to start (or to take its credential), mpxrun
+    // returns at once: the ranks started before it go with their process
+    // groups (`kill_on_drop` reaches only the processes themselves).
+    let mut started = StartedGroups(Vec::new());
     for rank in 0..job.ranks {
         // A rank on another host: its PMI token, which admits it alone.
         let token = remote.as_ref().map(|(_, _, key)| rank_token(key, rank as usize));
@@ -871,7 +885,12 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 Some(theirs)
             }
         };
-        let mut child = cmd.spawn().map_err(|e| Error::transport(format!("starting {} (rank {rank})", job.command[0]), e))?;
+        let starting = match &remote {
+            None => format!("starting {} (rank {rank})", job.command[0]),
+            Some(_) => format!("starting the launch command {:?} (rank {rank})", cmd.as_std().get_program()),
+        };
+        let mut child = cmd.spawn().map_err(|e| Error::transport(starting, e))?;
+        started.0.push(child.id());
         drop(theirs);
         // Its end of the pipe went with the spawn (the command held it).
         drop(cmd);
@@ -893,6 +912,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         children.push(child);
     }
     drop(failed_tx);
+    // Every rank started: from here on their groups are killed as they end.
+    started.0.clear();
 
     // Wait for every rank; the first failure kills the rest.
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
