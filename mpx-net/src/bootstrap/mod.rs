@@ -756,8 +756,13 @@ pub async fn start(options: &quic::Options) -> Result<Option<Endpoint>> {
     let runtime = tokio::runtime::Handle::current();
     let endpoint = match start {
         Start::Alone => unreachable!("returned above"),
+        // Peers' addresses may be names to look up: on a blocking thread too.
         Start::Env { .. } => {
-            quic::start_from_env_with(&options, for_path)?.ok_or_else(|| ErrorKind::InvalidArgument("MPX_RANK vanished".into()))?
+            blocking(Box::new(move || {
+                let _inside = runtime.enter();
+                quic::start_from_env_with(&options, for_path)?.ok_or_else(|| ErrorKind::InvalidArgument("MPX_RANK vanished".into()).into())
+            }))
+            .await?
         }
         Start::Pmi { rank, size, channel } => {
             blocking(Box::new(move || {
@@ -863,7 +868,10 @@ fn for_path(options: quic::Options, addrs: &[SocketAddr]) -> quic::Options {
 /// ```
 ///
 /// # Cancel safety
-/// Dropping the returned future aborts every task it started.
+/// Dropping the returned future aborts every task it started. Under a
+/// launcher, a start-up exchange still under way goes on on its blocking
+/// thread until it ends or times out (see [`start`]); its endpoint is
+/// dropped then.
 pub async fn launch<F, Fut, R>(ranks: usize, f: F) -> Result<Vec<R>>
 where
     F: Fn(Comm) -> Fut,
