@@ -274,13 +274,15 @@ pub(crate) enum Socket {
 /// steps:
 ///
 /// - *The TLS handshake*, before the peer has shown a certificate: at
-///   most [`Shared::max_handshakes`] from one IP address at once (every
-///   higher rank of one host, twice over, and some room), and eight times
-///   that in all. A stranger that starts handshakes and never finishes
-///   them, or a flood of them, takes the slots of its own address: ranks
-///   on other hosts still connect, unless the stranger has eight
-///   addresses or more that pass the retry. (Ranks on the stranger's own
-///   host share its address; a stranger there can do worse in any case.)
+///   most [`Shared::max_handshakes`] from one source at once (every
+///   higher rank, twice over, and some room), and eight times that in
+///   all; a source is an IPv4 address or an IPv6 /64 network (see
+///   [`handshake_source`]). A stranger that starts handshakes and never
+///   finishes them, or a flood of them, takes the slots of its own
+///   source: ranks elsewhere still connect, unless the stranger has eight
+///   sources or more that pass the retry. (Ranks on the stranger's own
+///   host or /64 share its source; a stranger there can do worse in any
+///   case.)
 /// - *The setup*, from the handshake to the hello: once TLS has checked
 ///   the client's certificate, the rank it names is known
 ///   ([`RankCredential::rank_of`]), and each higher rank sets up at most
@@ -314,7 +316,7 @@ pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, sock
             let _ = incoming.retry();
             continue;
         }
-        let from = incoming.remote_address().ip();
+        let from = handshake_source(incoming.remote_address().ip());
         let Some(handshake) = handshakes.try_take(from) else {
             tracing::warn!(rank = shared.me, %from, "refused a connection: too many handshakes under way from its address");
             incoming.refuse();
@@ -340,6 +342,20 @@ pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, sock
                 Err(_) => tracing::warn!(rank = shared2.me, "a connecting peer did not finish its setup in time"),
             }
         });
+    }
+}
+
+/// What a connection's TLS handshake counts against in [`accept_loop`]:
+/// its IPv4 address (an IPv4-mapped IPv6 address's too), or the /64
+/// network of its IPv6 address, since a host commonly holds a whole /64
+/// and could otherwise take every slot with addresses of its own.
+fn handshake_source(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !(u64::MAX as u128))),
+        },
     }
 }
 
@@ -763,5 +779,29 @@ async fn write(shared: Arc<Shared>, peer: u32, lane: Lane, conn: quinn::Connecti
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Handshakes count against an IPv4 address, or an IPv6 address's /64:
+    /// addresses of one /64 are one source, of two /64s two, and an
+    /// IPv4-mapped address is its IPv4 address.
+    #[test]
+    fn handshakes_count_per_ipv4_address_and_per_ipv6_network() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(handshake_source(ip("2001:db8:1:2::1")), handshake_source(ip("2001:db8:1:2:ffff:1:2:3")));
+        assert_eq!(handshake_source(ip("2001:db8:1:2::1")), ip("2001:db8:1:2::"));
+        assert_ne!(handshake_source(ip("2001:db8:1:2::1")), handshake_source(ip("2001:db8:1:3::1")));
+        assert_eq!(handshake_source(ip("10.0.0.7")), ip("10.0.0.7"));
+        assert_ne!(handshake_source(ip("10.0.0.7")), handshake_source(ip("10.0.0.8")));
+        assert_eq!(handshake_source(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
+        let slots: Arc<Slots<IpAddr>> = Slots::new(2, 100);
+        let taken: Vec<_> = ["2001:db8::1", "2001:db8::2"].iter().map(|a| slots.try_take(handshake_source(ip(a))).expect("a slot")).collect();
+        assert!(slots.try_take(handshake_source(ip("2001:db8::3"))).is_none(), "a third from one /64");
+        assert!(slots.try_take(handshake_source(ip("2001:db8:0:1::3"))).is_some(), "another /64");
+        drop(taken);
     }
 }
