@@ -556,6 +556,53 @@ fn a_rank_that_cannot_start_takes_the_ranks_started_before_it_down() {
     assert!(left.is_empty(), "the sleeps {left:?} of {pids:?} outlived mpxrun");
 }
 
+/// The rank of the test below (a no-op unless started as one): a program
+/// that starts its rank, then prints each line of its standard input.
+#[test]
+fn input_reading_child() {
+    if std::env::var_os("MPX_TEST_INPUT").is_none() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(mpx::launch(1, |world| async move { world.barrier().await })).expect("its rank starts");
+    for line in std::io::BufRead::lines(std::io::stdin().lock()) {
+        println!("read: {}", line.unwrap());
+    }
+}
+
+/// A rank on another host reads its token and credential from its
+/// standard input, then mpxrun's input, whole, as its own: through a
+/// launch command that passes its input on (as `ssh` does), the rank's
+/// program reads mpxrun's input and nothing of its credential.
+#[test]
+fn a_rank_on_another_host_reads_mpxruns_input_after_its_credential() {
+    let dir = std::env::temp_dir().join(format!("mpx-remote-input-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // `sh <script> {host} env VAR=... program args`: the host dropped.
+    let script = dir.join("ssh-like");
+    std::fs::write(&script, "shift\nexec \"$@\"\n").unwrap();
+    let me = std::env::current_exe().unwrap();
+    let input: Vec<u8> = (0..2000).map(|i| format!("line {i} of the input\n")).collect::<String>().into_bytes();
+    let out = run_fed(
+        mpxrun()
+            .env("MPX_TEST_INPUT", "1")
+            .args(["-n", "1", "--hosts", "127.0.0.1", "--pmi-host", "127.0.0.1", "--launch"])
+            .arg(format!("sh {} {{host}}", script.display()))
+            .arg(&me)
+            .args(["--exact", "input_reading_child", "--nocapture"]),
+        Some(input),
+        Duration::from_secs(60),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", text(&out));
+    let read: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("[0] read: ")).collect();
+    assert_eq!(read.len(), 2000, "{}", text(&out));
+    assert!(read.iter().enumerate().all(|(i, l)| *l == format!("line {i} of the input")), "{read:?}");
+    assert!(!stdout.contains("MPX_PMI_TOKEN") && !stdout.contains("PRIVATE KEY") && !stdout.contains("MPX_LAUNCHER_INPUT_END"), "{stdout}");
+}
+
 /// Through `ssh`, whose server has the user's shell run the command line
 /// it is given (played here by a script called `ssh` that drops the host
 /// and runs the rest with `sh -c`), a remote program gets its arguments

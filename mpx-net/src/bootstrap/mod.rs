@@ -347,8 +347,9 @@ fn prepare(rank: u32, job: u64, route: Option<IpAddr>) -> Result<(UdpSocket, Soc
 
 /// The credential `MPX_CREDENTIAL` gives: its PEM text or a file's
 /// ([`env::CREDENTIAL`]); when that is `-`, read from standard input to
-/// its end (how `mpxrun` hands a rank on another host its key: never on a
-/// command line), within the start-up time.
+/// its end or to a line [`INPUT_END`] (how `mpxrun` hands a rank on
+/// another host its key: never on a command line), within the start-up
+/// time.
 fn credential_pem() -> Result<Option<String>> {
     match launcher_input()? {
         Some(input) => Ok(Some(input.pem.clone())),
@@ -356,10 +357,17 @@ fn credential_pem() -> Result<Option<String>> {
     }
 }
 
+/// The line that ends what a launcher writes on a rank's standard input
+/// (see [`LauncherInput`]): what follows it is the program's, as
+/// `mpxrun`'s own input is for the rank that reads it. Read through the
+/// standard library's shared buffer of standard input, so that the
+/// program's `std::io::stdin()` gets what followed it.
+pub(crate) const INPUT_END: &str = "MPX_LAUNCHER_INPUT_END";
+
 /// What `mpxrun` writes on a remote rank's standard input: a first line
 /// `MPX_PMI_TOKEN=<token>`, the rank's own token (kept off command lines,
 /// which every user of a host can read), then the rank's credential as
-/// PEM text.
+/// PEM text, then a line [`INPUT_END`] (or the end of the input).
 struct LauncherInput {
     token: Option<String>,
     pem: String,
@@ -377,9 +385,22 @@ fn launcher_input() -> Result<Option<&'static LauncherInput>> {
     let input = INPUT.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            use std::io::Read;
+            use std::io::{BufRead, Read};
+            // Line by line, to the end line or the end of the input, at
+            // most LONGEST bytes: what follows stays in the buffer of
+            // standard input for the program.
             let mut text = String::new();
-            let read = std::io::stdin().lock().take(LONGEST).read_to_string(&mut text).map(|_| text);
+            let mut stdin = std::io::stdin().lock();
+            let read = loop {
+                let mut line = String::new();
+                let left = LONGEST.saturating_sub(text.len() as u64);
+                match (&mut stdin).take(left).read_line(&mut line) {
+                    Ok(0) => break Ok(text),
+                    Ok(_) if line.trim_end() == INPUT_END => break Ok(text),
+                    Ok(_) => text.push_str(&line),
+                    Err(e) => break Err(e),
+                }
+            };
             let _ = tx.send(read);
         });
         let text = match rx.recv_timeout(timeout) {

@@ -41,8 +41,9 @@
 //! passed to every rank's process group and the job goes on (on this
 //! host only: with `--hosts` they are not passed on). Its standard input
 //! goes to rank 0, or the rank `--stdin` names, and the others' input is
-//! empty (`--stdin none`: every rank's; with `--hosts` a rank's input
-//! carries its credential, so no rank reads mpxrun's). A process that spoke
+//! empty (`--stdin none`: every rank's); on another host, after the
+//! rank's token and credential (see below), which the rank reads to a
+//! line of its own, leaving the rest to the program. A process that spoke
 //! PMI and whose connection ended before its PMI finalize fails the job
 //! too, whatever its status, and the ranks waiting for it at the start-up
 //! barrier fail at once: a rank that died, failed in its start-up, or
@@ -97,9 +98,8 @@ pub struct Job {
     /// (default: `MPX_HOST`, else this host's address on its route to the
     /// first host, else its host name's).
     pub pmi_host: Option<IpAddr>,
-    /// The rank that reads `mpxrun`'s standard input (default rank 0 on
-    /// this host; `None`, as with `--stdin none` and always with `--hosts`:
-    /// every rank's input is empty).
+    /// The rank that reads `mpxrun`'s standard input (default rank 0;
+    /// `None`, as with `--stdin none`: every rank's input is empty).
     pub stdin: Option<u32>,
     /// How long ranks stopped with the signal that stopped `mpxrun`
     /// (SIGINT or SIGTERM) have to end before they are killed (default
@@ -176,8 +176,8 @@ impl Job {
                 _ => break std::iter::once(arg).chain(args).collect::<Vec<_>>(),
             }
         };
-        // Rank 0 reads the input unless told otherwise, on this host.
-        let stdin = stdin.unwrap_or(if hosts.is_none() { Some(0) } else { None });
+        // Rank 0 reads the input unless told otherwise.
+        let stdin = stdin.unwrap_or(Some(0));
         let job = Job { ranks: ranks.ok_or_else(|| bad("-n is needed".into()))?, command, prefix, keep_going, hosts, launch, pmi_host, stdin, kill_after };
         // What the options say together (`--stdin` of a rank beyond `-n`).
         job.check().map_err(|e| match e.kind() {
@@ -207,10 +207,6 @@ impl Job {
             }
             if self.launch.split_whitespace().next().is_none() {
                 return bad("an empty --launch".into());
-            }
-            if let Some(rank) = self.stdin {
-                // A remote rank's input carries its token and credential.
-                return bad(format!("--stdin {rank}: with --hosts no rank reads mpxrun's input (--stdin none)"));
             }
         }
         if let Some(rank) = self.stdin.filter(|&r| r >= self.ranks) {
@@ -814,13 +810,14 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             // The rank dies with mpxrun, wherever it runs (it watches its PMI connection).
             .env(super::env::LAUNCHER, "mpxrun")
             .env_remove(crate::quic::env::RANK)
-            .stdin(if remote.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(Stdio::null())
             // Its own process group, so that killing the rank kills what it
             // started too (and their hold on its output).
             .process_group(0)
             .kill_on_drop(true);
-        // The rank that reads mpxrun's input (on this host) gets a pipe.
-        let input = match job.stdin == Some(rank) && remote.is_none() {
+        // A rank on another host (its token and credential come on its
+        // input), and the rank that reads mpxrun's input, get a pipe.
+        let input = match remote.is_some() || job.stdin == Some(rank) {
             true => {
                 let (reader, writer) = std::io::pipe().map_err(|e| Error::transport("a pipe for the standard input", e))?;
                 cmd.stdin(reader);
@@ -894,14 +891,18 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         drop(theirs);
         // Its end of the pipe went with the spawn (the command held it).
         drop(cmd);
-        if let Some(input) = input {
-            pass_input(input)?;
-        }
-        if let Some(mut stdin) = child.stdin.take() {
-            // The rank's token, its credential, then the end of the input.
-            let input = format!("{}={}\n{pem}", super::env::PMI_TOKEN, token.as_deref().unwrap_or_default());
-            let what = format!("handing rank {rank} its credential");
-            stdin.write_all(input.as_bytes()).await.map_err(|e| Error::transport(what, e))?;
+        if let Some(mut input) = input {
+            if remote.is_some() {
+                // The rank's token, its credential, then the end line (a
+                // few KiB into an empty pipe: the write does not wait).
+                let handed = format!("{}={}\n{pem}{}\n", super::env::PMI_TOKEN, token.as_deref().unwrap_or_default(), super::INPUT_END);
+                input.write_all(handed.as_bytes()).map_err(|e| Error::transport(format!("handing rank {rank} its credential"), e))?;
+            }
+            // Then mpxrun's own input, for the rank that reads it; the
+            // others' input ends here.
+            if job.stdin == Some(rank) {
+                pass_input(input)?;
+            }
         }
         if let Some(out) = child.stdout.take() {
             outputs.spawn(forward(rank, job.prefix, out, false, output.clone()));
@@ -1286,8 +1287,7 @@ mod tests {
 
     /// A job built by hand that `run` could not start is an error, not a
     /// panic: no program, no ranks, an empty list of hosts or launch
-    /// command, a rank to read the input that is not there or is on
-    /// another host.
+    /// command, a rank to read the input that is not there.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_run_cannot_start_is_an_error() {
         let good = Job { ranks: 1, command: vec!["true".into()], prefix: true, keep_going: false, hosts: None, launch: "ssh {host}".into(), pmi_host: None, stdin: None, kill_after: KILL_AFTER };
@@ -1297,7 +1297,6 @@ mod tests {
             Job { ranks: u32::MAX, ..good.clone() },
             Job { hosts: Some(Vec::new()), ..good.clone() },
             Job { hosts: Some(vec!["h".into()]), launch: " ".into(), ..good.clone() },
-            Job { hosts: Some(vec!["h".into()]), stdin: Some(0), ..good.clone() },
             Job { stdin: Some(1), ..good.clone() },
         ];
         for job in bad {
