@@ -379,11 +379,11 @@ fn pids_written(dir: &std::path::Path, ranks: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Asked to stop (SIGTERM, as a batch system ending a job), mpxrun kills
-/// every rank's process group and exits at once with 143 (128 + SIGTERM);
-/// a rank killed by a signal fails the job with 128 + the signal, naming
-/// it; a
-/// line longer than 64 KiB reaches mpxrun's output in prefixed pieces,
+/// Asked to stop (SIGTERM, as a batch system ending a job), mpxrun passes
+/// it to every rank's process group (ranks that do not catch it end at
+/// once) and exits with 143 (128 + SIGTERM); a rank killed by a signal
+/// fails the job with 128 + the signal, naming it; a line longer than
+/// 64 KiB reaches mpxrun's output in prefixed pieces,
 /// nothing lost.
 #[test]
 fn mpxrun_stops_on_sigterm_reports_signals_and_splits_long_lines() {
@@ -451,6 +451,23 @@ fn mpxrun_passes_its_input_to_one_rank() {
 
     let out = run(mpxrun().args(["-n", "2", "--stdin", "2", "true"]), Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(2), "no rank 2 among 2: {}", text(&out));
+}
+
+/// Started in the background of an interactive shell on a terminal (a
+/// pseudo-terminal of `script`), mpxrun does not stop when it reads the
+/// terminal for rank 0 (the kernel stops a background reader with
+/// SIGTTIN): rank 0's input is empty, and the job ends.
+#[test]
+fn mpxrun_in_the_background_of_a_terminal_runs_on() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("no `script` here: skipped");
+        return;
+    }
+    let mpxrun = env!("CARGO_BIN_EXE_mpxrun");
+    let line = format!("bash --norc -ic '{mpxrun} -n 1 wc -c & wait $!; echo rc=$?'");
+    let out = run(Command::new("script").args(["-qc", &line, "/dev/null"]), Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("[0] 0") && stdout.contains("rc=0"), "{}", text(&out));
 }
 
 /// Starts `mpxrun` with `args` on `ranks` copies of `sh -c script` (which
@@ -545,15 +562,24 @@ fn a_rank_that_cannot_start_takes_the_ranks_started_before_it_down() {
     std::fs::create_dir_all(&dir).unwrap();
     let script = format!("sleep 60 & echo $! > {}/pid-$PMI_RANK; wait", dir.display());
     let hosts = format!("{}/nonexistent/launcher", "timeout,".repeat(20));
-    let out = run(mpxrun().args(["-n", "21", "--hosts", &hosts, "--pmi-host", "127.0.0.1", "--launch", "{host} 60", "sh", "-c", &script]), Duration::from_secs(20));
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("starting the launch command \"/nonexistent/launcher\" (rank 20)"), "{}", text(&out));
-    std::thread::sleep(Duration::from_millis(200));
-    let pids: Vec<u32> = (0..20).filter_map(|r| std::fs::read_to_string(dir.join(format!("pid-{r}"))).ok()?.trim().parse().ok()).collect();
+    // The ranks' groups may all go before any shell has started its
+    // sleep (a loaded machine): then the run is repeated.
+    for _ in 0..10 {
+        let out = run(mpxrun().args(["-n", "21", "--hosts", &hosts, "--pmi-host", "127.0.0.1", "--launch", "{host} 60", "sh", "-c", &script]), Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(text(&out).contains("starting the launch command \"/nonexistent/launcher\" (rank 20)"), "{}", text(&out));
+        std::thread::sleep(Duration::from_millis(200));
+        let pids: Vec<u32> = (0..20).filter_map(|r| std::fs::read_to_string(dir.join(format!("pid-{r}"))).ok()?.trim().parse().ok()).collect();
+        if pids.is_empty() {
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let left = outliving(&pids, Duration::from_secs(5));
+        assert!(left.is_empty(), "the sleeps {left:?} of {pids:?} outlived mpxrun");
+        return;
+    }
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(!pids.is_empty(), "no rank got as far as starting its sleep");
-    let left = outliving(&pids, Duration::from_secs(5));
-    assert!(left.is_empty(), "the sleeps {left:?} of {pids:?} outlived mpxrun");
+    panic!("in 10 runs no rank got as far as starting its sleep");
 }
 
 /// The rank of the test below (a no-op unless started as one): a program

@@ -302,7 +302,10 @@ fn agree_with(r: usize, (their_kind, their_shape, gave_up): (Kind, Shape, Option
 /// of ranks over messages, which [`MemberParts::mixed`] covers) that
 /// disagrees with its `kind` and `shape`. So of two ranks that both call
 /// themselves the root, the later fails, naming the earlier (which may
-/// have finished already, and the ranks that take its data with it).
+/// have finished already, and the ranks that take its data with it). A
+/// rank that gave up, or whose part disagrees, fails such a root only if
+/// its part came first (a root that waits checks every part), as
+/// erroneous calls fail whichever ranks see the difference.
 #[inline]
 fn disagreeing(parts: &MemberParts<'_>, me: usize, kind: Kind, shape: Shape) -> Option<Error> {
     match parts.arrived() == 1 || (0..parts.len()).all(|r| r == me || !parts.has(r) || parts.agrees(r, kind, shape)) {

@@ -38,8 +38,10 @@
 //! it passes the signal to every rank's process group, kills those left
 //! after `--kill-after` seconds (default 5; 0 kills at once, as does a
 //! second signal), and exits with 130 or 143; SIGUSR1 and SIGUSR2 are
-//! passed to every rank's process group and the job goes on (on this
-//! host only: with `--hosts` they are not passed on). Its standard input
+//! passed to every rank's process group and the job goes on. With
+//! `--hosts` those groups are the launch commands' (`ssh`): SIGINT and
+//! SIGTERM end them, and the ranks end as their PMI connections close
+//! (below); SIGUSR1 and SIGUSR2 are not passed on. Its standard input
 //! goes to rank 0, or the rank `--stdin` names, and the others' input is
 //! empty (`--stdin none`: every rank's); on another host, after the
 //! rank's token and credential (see below), which the rank reads to a
@@ -417,6 +419,9 @@ const MOST_UNREAD_ANSWERS: usize = 1 << 20;
 /// holds up nobody else's answers (a barrier's release goes to every
 /// rank, and a full connection would stop the release of those after it).
 struct Outbox {
+    /// The task writing the answers, stopped when the outbox goes (at the
+    /// end of the job).
+    writer: tokio::task::AbortHandle,
     queue: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
     /// Bytes queued and not yet written to the connection.
     unwritten: Arc<std::sync::atomic::AtomicUsize>,
@@ -430,7 +435,7 @@ impl Outbox {
         let (queue, mut answers) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
         let unwritten = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let written = unwritten.clone();
-        tokio::spawn(async move {
+        let writer = tokio::spawn(async move {
             let mut to = to;
             while let Some(answer) = answers.recv().await {
                 if to.write_all(&answer).await.is_err() {
@@ -438,8 +443,9 @@ impl Outbox {
                 }
                 written.fetch_sub(answer.len(), Ordering::SeqCst);
             }
-        });
-        Outbox { queue, unwritten, reported: false.into() }
+        })
+        .abort_handle();
+        Outbox { writer, queue, unwritten, reported: false.into() }
     }
 
     /// Queues `answer` for rank `rank`, unless the rank has left
@@ -501,6 +507,12 @@ async fn serve_rank(
                 return;
             }
         }
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        self.writer.abort();
     }
 }
 
@@ -664,8 +676,19 @@ async fn passed_on(user1: &mut tokio::signal::unix::Signal, user2: &mut tokio::s
 /// Copies `mpxrun`'s standard input to `to` (the reading rank's), on a
 /// thread of its own, until the input ends (then the rank's does) or the
 /// rank closes its end. The thread is not joined: blocked on a terminal,
-/// it ends with the process.
+/// it ends with the process; it holds the process's standard input until
+/// then.
+///
+/// mpxrun ignores SIGTTIN from here on: run in the background of a
+/// terminal, reading it would otherwise stop the whole of mpxrun (its
+/// PMI service, its forwarding of output); ignored, the read fails and
+/// the rank's input ends. (Its ranks get SIGTTIN's default back.)
 fn pass_input(mut to: std::io::PipeWriter) -> Result<()> {
+    // SAFETY: signal has no memory-safety preconditions; SIG_IGN is a
+    // valid disposition for SIGTTIN.
+    unsafe {
+        libc::signal(libc::SIGTTIN, libc::SIG_IGN);
+    }
     std::thread::Builder::new()
         .name("mpxrun-stdin".into())
         .spawn(move || {
@@ -716,8 +739,9 @@ fn raise_open_file_limit() {
 /// Dropping the future kills the processes started (`kill_on_drop`).
 pub async fn run(job: &Job) -> Result<Outcome> {
     job.check()?;
-    // From here on SIGINT and SIGTERM are mpxrun's to act on: one that
-    // comes while ranks start takes them down once they have.
+    // From here on SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 are mpxrun's to
+    // act on: one that comes while ranks start is acted on once they have
+    // (repeats of one signal meanwhile count as one).
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| Error::transport("SIGINT", e))?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -834,13 +858,17 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         // SAFETY: the closure runs in the child between fork and exec and
-        // calls only prctl, which is async-signal-safe.
+        // calls only prctl and signal, which are async-signal-safe.
         unsafe {
             cmd.pre_exec(|| {
                 // The rank dies with mpxrun, however mpxrun ends.
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // Reading a terminal in the background stops the rank, as
+                // it would any program (mpxrun ignores SIGTTIN itself:
+                // see `pass_input`).
+                libc::signal(libc::SIGTTIN, libc::SIG_DFL);
                 Ok(())
             });
         }
@@ -1202,6 +1230,10 @@ mod tests {
         let mut ranks = Vec::new();
         for rank in 0..size {
             let (ours, theirs) = tokio::net::UnixStream::pair().unwrap();
+            // Small buffers, whatever the system's defaults: a few KiB of
+            // unread answers fill the connection.
+            socket2::SockRef::from(&ours).set_send_buffer_size(4096).unwrap();
+            socket2::SockRef::from(&theirs).set_recv_buffer_size(4096).unwrap();
             let (r, w) = ours.into_split();
             *writers[rank].lock().await = Some(Outbox::start(w));
             tokio::spawn(serve_rank(rank, r, kvs.clone(), writers.clone(), failed.clone()));
@@ -1209,10 +1241,16 @@ mod tests {
         }
         let [mut rank_0, mut rank_1, mut rank_2]: [tokio::net::UnixStream; 3] = ranks.try_into().unwrap();
         // Rank 1 asks, reading no answer, until its connection is full
-        // (about 400 KiB of answers), then enters the barrier.
+        // (its buffers made small), then enters the barrier.
         let asks = b"cmd=get_maxes\n".repeat(5_000);
         rank_1.write_all(&asks).await.unwrap();
         rank_1.write_all(b"cmd=barrier_in\n").await.unwrap();
+        // Its connection is full: answers wait in its outbox.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while writers[1].lock().await.as_ref().unwrap().unwritten.load(Ordering::SeqCst) == 0 {
+            assert!(std::time::Instant::now() < deadline, "rank 1's connection never filled");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         rank_2.write_all(b"cmd=barrier_in\n").await.unwrap();
         rank_0.write_all(b"cmd=barrier_in\n").await.unwrap();
         for rank in [&mut rank_0, &mut rank_2] {

@@ -117,7 +117,7 @@ pub(crate) struct Shared {
     /// bulk endpoint's accept loop to the setup of the control connection.
     pub(crate) bulk_arrivals: BulkArrivals,
     /// How many TLS handshakes each socket runs at once at most from one
-    /// IP address (see [`accept_loop`]).
+    /// source, an IPv4 address or an IPv6 /64 (see [`accept_loop`]).
     pub(crate) max_handshakes: usize,
     /// The connection-level receive window of a connection once it is set
     /// up (an accepted one starts with [`SETUP_RECEIVE_WINDOW`]).
@@ -281,8 +281,9 @@ pub(crate) enum Socket {
 ///   finishes them, or a flood of them, takes the slots of its own
 ///   source: ranks elsewhere still connect, unless the stranger has eight
 ///   sources or more that pass the retry. (Ranks on the stranger's own
-///   host or /64 share its source; a stranger there can do worse in any
-///   case.)
+///   host or /64 share its source, and so do all link-local IPv6 peers:
+///   they are still let in while the stranger holds fewer than the
+///   bound, which every higher rank fits in twice over.)
 /// - *The setup*, from the handshake to the hello: once TLS has checked
 ///   the client's certificate, the rank it names is known
 ///   ([`RankCredential::rank_of`]), and each higher rank sets up at most
@@ -318,7 +319,7 @@ pub(crate) async fn accept_loop(quic: quinn::Endpoint, shared: Arc<Shared>, sock
         }
         let from = handshake_source(incoming.remote_address().ip());
         let Some(handshake) = handshakes.try_take(from) else {
-            tracing::warn!(rank = shared.me, %from, "refused a connection: too many handshakes under way from its address");
+            tracing::warn!(rank = shared.me, %from, "refused a connection: too many handshakes under way from its address or network");
             incoming.refuse();
             continue;
         };
