@@ -338,9 +338,7 @@ fn mpxrun_does_not_wait_for_output_held_by_a_process_that_left_the_rank() {
 /// writes all of it and exits with the failure.
 #[test]
 fn a_reader_that_stops_reading_the_output_does_not_stop_mpxrun_reaping_ranks() {
-    let dir = std::env::temp_dir().join(format!("mpx-stalled-reader-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("stalled-reader");
     // Ranks 0 and 1 flood mpxrun's output, then linger; rank 2 fails.
     let script = format!(
         r#"if [ "$PMI_RANK" = 2 ]; then sleep 1; exit 3; fi; echo $$ > {}/pid-$PMI_RANK; yes flood | head -c 20000000; exec sleep 60"#,
@@ -365,6 +363,15 @@ fn a_reader_that_stops_reading_the_output_does_not_stop_mpxrun_reaping_ranks() {
     assert!(text.len() > 64 << 10, "the output read before the failure was written ({} bytes)", text.len());
 }
 
+/// A fresh, empty directory of this test process's for `name` (in the
+/// system's temporary directory).
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mpx-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The process ids ranks `0..ranks` wrote to `dir/pid-<rank>`, waited for.
 fn pids_written(dir: &std::path::Path, ranks: usize) -> Vec<u32> {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -387,9 +394,7 @@ fn pids_written(dir: &std::path::Path, ranks: usize) -> Vec<u32> {
 /// nothing lost.
 #[test]
 fn mpxrun_stops_on_sigterm_reports_signals_and_splits_long_lines() {
-    let dir = std::env::temp_dir().join(format!("mpx-sigterm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("sigterm");
     let script = format!("echo $$ > {}/pid-$PMI_RANK; sleep 60 & sleep 60", dir.display());
     let mut launched = Launched::spawn(mpxrun().args(["-n", "2", "sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()));
     let pids = pids_written(&dir, 2);
@@ -477,9 +482,7 @@ fn mpxrun_in_the_background_of_a_terminal_runs_on() {
 /// output and error, the time from the first signal to its end, and the
 /// ranks still alive 5 s after that.
 fn signalled(tag: &str, ranks: usize, args: &[&str], script: &str, signals: &[&str], delay: Duration) -> (std::process::ExitStatus, String, String, Duration, Vec<u32>) {
-    let dir = std::env::temp_dir().join(format!("mpx-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir(tag);
     let script = format!("{script}; echo $$ > {}/pid-$PMI_RANK; while :; do sleep 0.1; done", dir.display());
     let n = ranks.to_string();
     let mut launched = Launched::spawn(mpxrun().args(["-n", &n]).args(args).args(["sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
@@ -557,9 +560,7 @@ fn mpxrun_passes_signals_to_its_ranks_before_killing_them() {
 /// `sleep` behind; rank 20's launch command does not exist.
 #[test]
 fn a_rank_that_cannot_start_takes_the_ranks_started_before_it_down() {
-    let dir = std::env::temp_dir().join(format!("mpx-no-start-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("no-start");
     let script = format!("sleep 60 & echo $! > {}/pid-$PMI_RANK; wait", dir.display());
     let hosts = format!("{}/nonexistent/launcher", "timeout,".repeat(20));
     // The ranks' groups may all go before any shell has started its
@@ -602,9 +603,7 @@ fn input_reading_child() {
 /// program reads mpxrun's input and nothing of its credential.
 #[test]
 fn a_rank_on_another_host_reads_mpxruns_input_after_its_credential() {
-    let dir = std::env::temp_dir().join(format!("mpx-remote-input-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("remote-input");
     // `sh <script> {host} env VAR=... program args`: the host dropped.
     let script = dir.join("ssh-like");
     std::fs::write(&script, "shift\nexec \"$@\"\n").unwrap();
@@ -635,9 +634,7 @@ fn a_rank_on_another_host_reads_mpxruns_input_after_its_credential() {
 /// as given: spaces, quotes and `;` included.
 #[test]
 fn a_remote_program_gets_its_arguments_through_a_remote_shell_intact() {
-    let dir = std::env::temp_dir().join(format!("mpx-ssh-like-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("ssh-like");
     let ssh = dir.join("ssh");
     std::fs::write(&ssh, "#!/bin/sh\nshift\nexec sh -c \"$*\"\n").unwrap();
     std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -1372,9 +1369,7 @@ fn remote_ranks_die_with_an_interrupted_mpxrun() {
     if !have_setsid() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("mpx-sshd-like-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("sshd-like");
     // `sh <script> {host} env VAR=... program args`: the host dropped, the
     // rest run as sshd runs a command, with the credential on its input
     // (kept in descriptor 3, as a background command's own input is
