@@ -599,8 +599,7 @@ fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize,
     if call.rank() == root {
         // The root has nothing to take (see `bcast`): it is done once its
         // part is left, unless too many calls are open.
-        let me = call.rank();
-        let seat = match call.leave_small(part, RUN_AHEAD, |parts| (parts.mixed(), disagreeing(&parts, me, kind, shape))) {
+        let seat = match call.leave_small(part, RUN_AHEAD, |parts| (parts.mixed(), disagreeing(&parts, root, kind, shape))) {
             Arrival::Took((mixed, disagreement)) => {
                 call.tell_if_mixed(mixed);
                 return Collective::finished(disagreement.map_or(Ok(()), Err));

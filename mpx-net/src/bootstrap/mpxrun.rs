@@ -941,8 +941,9 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         children.push(child);
     }
     drop(failed_tx);
-    // Every rank started: from here on their groups are killed as they end.
-    started.0.clear();
+    // Every rank started: from here on their groups (in rank order) are
+    // killed as they end.
+    let mut groups = std::mem::take(&mut started.0);
 
     // Wait for every rank; the first failure kills the rest.
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
@@ -955,11 +956,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     let mut named = false;
     let mut waits = tokio::task::JoinSet::new();
     let mut killers = Vec::new();
-    let mut groups = Vec::new();
     for (rank, mut child) in children.into_iter().enumerate() {
         let (kill_tx, mut kill_rx) = tokio::sync::oneshot::channel::<()>();
         killers.push(Some(kill_tx));
-        let group = child.id();
+        let group = groups[rank];
         waits.spawn(async move {
             let status = tokio::select! {
                 s = child.wait() => s,
@@ -971,7 +971,6 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             };
             (rank, status)
         });
-        groups.push(group);
     }
     let kill_all = |killers: &mut Vec<Option<tokio::sync::oneshot::Sender<()>>>| {
         for k in killers.iter_mut() {
