@@ -150,13 +150,25 @@ impl Engine {
         if let Some(announced) = p.final_seq.filter(|&announced| last > announced) {
             return Err(ErrorKind::Protocol(format!("rank {rank} raised the count in its goodbye from {announced} to {last}")).into());
         }
+        if failed && last > p.expected_seq {
+            // A rank that fails drops what it had not sent and counts what
+            // it did, all of which went ahead of this goodbye (data frames
+            // and goodbyes share one ordered lane): data frames still to
+            // come would be requests nobody serves, each one more walk of
+            // the queues to drop it.
+            return Err(ErrorKind::Protocol(format!(
+                "rank {rank} said it failed with data frames {} to {last} still to come",
+                p.expected_seq
+            ))
+            .into());
+        }
         let again = p.finished;
         p.finished = true;
         p.final_seq = Some(last.max(p.expected_seq));
         let error = if failed { Self::gave_up_error(rank) } else { Error::process_failed(rank, "its program returned before matching") };
         let p = &mut self.peers[rank as usize];
-        if failed && p.served_dropped_at != Some(p.expected_seq) {
-            p.served_dropped_at = Some(p.expected_seq);
+        if failed && !p.said_it_failed {
+            p.said_it_failed = true;
             self.drop_served_by(rank, &error);
         }
         if !again {

@@ -120,7 +120,10 @@
 //! A goodbye that says the rank failed means it serves nothing more: its
 //! unanswered rendezvous requests and its data in flight are dropped (a
 //! receive that owns one fails), unsolicited data included, whose credit
-//! is freed, and its data that still arrives is dropped. Unsolicited data
+//! is freed, and its data that still arrives is dropped. Such a goodbye
+//! counts only the data frames that went ahead of it (a failing rank
+//! drops what it had not sent), so one that leaves any still to come
+//! breaks the protocol. Unsolicited data
 //! that no RTS can claim any more (its sender finished and all its
 //! messages have arrived) is dropped too.
 //!

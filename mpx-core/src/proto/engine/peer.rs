@@ -208,18 +208,18 @@ pub(super) struct Peer {
     pub(super) final_seq: Option<u64>,
     /// The peer failed: the error of every operation that depends on it.
     pub(super) failed: Option<Error>,
-    /// `expected_seq` when what only the peer could complete was last
-    /// dropped after a goodbye saying it failed: until another data frame
-    /// comes, a further such goodbye finds nothing to drop (and costs a
-    /// peer that repeats it nothing).
-    pub(super) served_dropped_at: Option<u64>,
+    /// The peer said in a goodbye that it failed, and what only it could
+    /// complete was dropped then. Such a goodbye counts every data frame
+    /// already here (nothing follows it), so nothing of the peer's needs
+    /// dropping again: a further such goodbye costs nothing.
+    pub(super) said_it_failed: bool,
 }
 
 impl Peer {
     /// Whether the peer said in a goodbye that it failed: it serves
     /// nothing more (its rendezvous requests are never answered).
     pub(super) fn gave_up(&self) -> bool {
-        self.served_dropped_at.is_some()
+        self.said_it_failed
     }
 
     /// Frees `credit` bytes of the unsolicited credit the peer spent here.
