@@ -227,7 +227,7 @@ impl<T: MpiType> sealed::Blocks for T {
         if from.len() != to.len() {
             return Err(ErrorKind::InvalidArgument(format!("{} values copied into room for {}", from.len(), to.len())).into());
         }
-        dst[to].copy_from_slice(&src[from]);
+        crate::pack::copy::copy_slice(&mut dst[to], &src[from]);
         Ok(())
     }
 
@@ -241,7 +241,7 @@ impl<T: MpiType> sealed::Blocks for T {
         // valid: copying its bytes writes exactly what unpacking them
         // would. `data` (a part left by a rank) and the destination are
         // distinct memory.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), data.len()) };
+        unsafe { crate::pack::copy::copy_raw(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), data.len()) };
         true
     }
 
@@ -255,7 +255,7 @@ impl<T: MpiType> sealed::Blocks for T {
         // `data` is exactly as many bytes as `out` holds (checked above):
         // writing them makes valid values. `data` (a part left by a rank)
         // and the destination are distinct memory.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), data.len()) };
+        unsafe { crate::pack::copy::copy_raw(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), data.len()) };
         true
     }
 }

@@ -1011,7 +1011,7 @@ unsafe fn push_plain<T: MpiType>(all: &mut SmallValues<T>, bytes: &[u8], count: 
     // is distinct from `bytes` (a part's, under the round's lock). The new
     // length covers exactly the values written.
     unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), all.as_mut_ptr().add(all.len()).cast::<u8>(), bytes.len());
+        crate::pack::copy::copy_raw(bytes.as_ptr(), all.as_mut_ptr().add(all.len()).cast::<u8>(), bytes.len());
         all.set_len(all.len() + count);
     }
 }
@@ -1077,7 +1077,7 @@ fn combine_in_order<T: MpiType>(op: &Op<T>, values: &[Cow<'_, [T]>], me: usize, 
             }
         });
     }
-    out.copy_from_slice(&values[last]);
+    crate::pack::copy::copy_slice(out, &values[last]);
     match acc {
         Some(lower) => op.apply(lower.as_slice(), out),
         None => Ok(()),
@@ -1131,7 +1131,7 @@ fn subtree<'v, T: MpiType>(op: &Op<T>, values: (usize, &dyn Fn(usize) -> &'v [T]
     let (n, value) = values;
     let half = width / 2;
     if half == 0 {
-        into.copy_from_slice(value(r));
+        crate::pack::copy::copy_slice(into, value(r));
         return Ok(());
     }
     if r + half >= n {

@@ -7,6 +7,7 @@ use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op,
 use crate::comm::Comm;
 use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
+use crate::pack::copy::copy_slice;
 use crate::pack::spare::Values;
 use crate::request::Request;
 
@@ -98,7 +99,7 @@ fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>
         let posted = (0..steps).map(|k| call.post::<T>(partner(k), send.len())).collect::<Result<Vec<_>>>()?;
         let first = (steps > 0).then(|| call.send(send, partner(0)));
         // The partial result builds up in `recv`.
-        recv.copy_from_slice(send);
+        copy_slice(recv, send);
         Ok((posted, first))
     })();
     Collective::new(call.clone(), async move {
@@ -119,7 +120,7 @@ fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>
                 let theirs = theirs.get_or_insert_with(|| acc.to_vec());
                 p.into(theirs).await?;
                 op.apply(acc, theirs)?;
-                acc.copy_from_slice(theirs);
+                copy_slice(acc, theirs);
             }
         }
         sent_after(first, later).await
@@ -161,7 +162,7 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
         // place in `recv` (the fold ends there); this rank's own goes
         // there now if it is the last, in a buffer of its own otherwise.
         let own = if me == last {
-            recv[mine.clone()].copy_from_slice(&send[mine.clone()]);
+            copy_slice(&mut recv[mine.clone()], &send[mine.clone()]);
             None
         } else {
             Some(Values::copy_of(&send[mine.clone()]))
@@ -267,7 +268,7 @@ impl Comm {
             let (tree, from_zero) = started?;
             let (result, sends) = tree.finish(&call, &op).await?;
             match (result, from_zero) {
-                (Some(result), _) if root == 0 => recv.copy_from_slice(&result),
+                (Some(result), _) if root == 0 => copy_slice(recv, &result),
                 (Some(result), _) => call.send(&result, root).await.map(drop)?,
                 (None, Some(posted)) => posted.into(recv).await?,
                 (None, None) => {}
@@ -326,7 +327,7 @@ impl Comm {
             let (tree, bcast) = started?;
             let (result, tree_sends) = tree.finish(&call, &op).await?;
             if let Some(result) = result {
-                recv.copy_from_slice(&result);
+                copy_slice(recv, &result);
             }
             let mut recv = recv;
             bcast.finish::<T>(&call, &mut recv).await?;
@@ -421,7 +422,7 @@ impl Comm {
                 for (r, &c) in counts.iter().enumerate() {
                     let block = &result[at..at + c];
                     if r == me {
-                        recv.copy_from_slice(block);
+                        copy_slice(recv, block);
                     } else {
                         sends.push(call.send(block, r));
                     }
@@ -488,7 +489,7 @@ impl Comm {
             let from_left = (me > 0).then(|| call.post::<T>(me - 1, send.len())).transpose()?;
             let first = (me == 0 && n > 1).then(|| call.send(send, 1));
             if me == 0 && inclusive {
-                recv.copy_from_slice(send);
+                copy_slice(recv, send);
             }
             Ok((from_left, first, Values::copy_of(send)))
         })();
@@ -502,7 +503,7 @@ impl Comm {
             posted.into(&mut before).await?;
             let mut upto = own;
             op.apply(&before, &mut upto)?;
-            recv.copy_from_slice(if inclusive { &upto } else { &before });
+            copy_slice(recv, if inclusive { &upto } else { &before });
             if me + 1 < n {
                 call.send(&upto, me + 1).await?;
             }

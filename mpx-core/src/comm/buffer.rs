@@ -480,7 +480,7 @@ pub(crate) fn unpack_typed_message<T: MpiType>(msg: &Delivered, buf: &mut [T]) -
             // make valid, and `buf` holds at least that many: copying its
             // bytes writes exactly what unpacking them would. The message
             // and the receive's buffer are distinct memory.
-            unsafe { std::ptr::copy_nonoverlapping(msg.data.as_ptr(), buf.as_mut_ptr().cast::<u8>(), msg.data.len()) };
+            unsafe { crate::pack::copy::copy_raw(msg.data.as_ptr(), buf.as_mut_ptr().cast::<u8>(), msg.data.len()) };
             return Ok(status_of(msg));
         }
     }

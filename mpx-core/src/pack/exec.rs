@@ -60,6 +60,9 @@
 
 use std::ptr;
 
+#[cfg(target_arch = "x86_64")]
+use super::copy::{aliases_4k, copy_by_lines};
+use super::copy::copy_raw;
 use super::program::{Gather, Moves, Native, Plan};
 
 /// A copy direction between user memory and the packed stream.
@@ -112,7 +115,7 @@ impl Direction for Pack {
     unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize) {
         // SAFETY: as for `copy`.
         unsafe {
-            ptr::copy_nonoverlapping(mem, stream, len)
+            copy_raw(mem, stream, len)
         }
     }
     /// One 16-byte store rather than two 8-byte ones: stores, not loads,
@@ -155,7 +158,7 @@ impl Direction for Unpack {
     unsafe fn copy_long(mem: *mut u8, stream: *mut u8, len: usize) {
         // SAFETY: as for `copy`.
         unsafe {
-            ptr::copy_nonoverlapping(stream, mem, len)
+            copy_raw(stream, mem, len)
         }
     }
 }
@@ -195,7 +198,7 @@ fn fast_string_moves() -> bool {
 /// next line boundary. Unpacking the scattered 1 KiB rows of a cube face
 /// gains 15-30% this way.
 ///
-/// Where the destination is less than [`ALIASING_WINDOW`] bytes ahead of
+/// Where the destination is less than [`ALIASING_WINDOW`](super::copy::ALIASING_WINDOW) bytes ahead of
 /// the source modulo 4 KiB, `rep movsb` slows down up to fourfold (its
 /// loads wait on its own earlier stores to the same page offset, "4K
 /// aliasing"), so such copies move a line at a time instead
@@ -236,46 +239,6 @@ unsafe fn copy_string(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
-/// Copies `len >= 64` bytes between non-overlapping buffers 64 bytes (a
-/// cache line's worth) at a time, the last 64 ending at `len` (they may
-/// overlap the ones before, rewriting bytes with the same values).
-///
-/// # Safety
-/// As for [`copy_string`], with `len >= 64`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn copy_by_lines(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: the caller guarantees `len >= 64` readable bytes at `src` and
-    // `len` writable ones at `dst`, not overlapping; every copy below covers
-    // bytes `i..i + 64` with `i + 64 <= len`.
-    unsafe {
-        debug_assert!(len >= 64);
-        let mut i = 0;
-        // SAFETY: every copy below covers bytes `i..i + 64` with
-        // `i + 64 <= len`, inside both ranges the caller vouches for.
-        while i + 64 < len {
-            ptr::copy_nonoverlapping(src.add(i), dst.add(i), 64);
-            i += 64;
-        }
-        ptr::copy_nonoverlapping(src.add(len - 64), dst.add(len - 64), 64);
-    }
-}
-
-/// How far ahead of a string move's source, modulo 4 KiB, its destination
-/// may not start. Measured on 1 KiB rows: 1 to about 56 bytes ahead slowed
-/// `rep movsb` down by up to four times; the window leaves a margin.
-#[cfg(target_arch = "x86_64")]
-const ALIASING_WINDOW: usize = 256;
-
-/// Whether `dst` is less than [`ALIASING_WINDOW`] bytes ahead of `src`
-/// modulo 4 KiB, where a forward copy's loads share page offsets with its
-/// recent stores.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn aliases_4k(src: *const u8, dst: *const u8) -> bool {
-    (dst as usize).wrapping_sub(src as usize) % 4096 < ALIASING_WINDOW
-}
-
 /// Copies `len` bytes between non-overlapping buffers; short copies use two
 /// possibly overlapping word moves instead of a call.
 #[inline(always)]
@@ -301,7 +264,7 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
             4..=7 => two_words!(u32),
             8..=16 => two_words!(u64),
             17..=32 => two_words!(u128),
-            _ => ptr::copy_nonoverlapping(src, dst, len),
+            _ => copy_raw(src, dst, len),
         }
     }
 }
@@ -966,6 +929,8 @@ mod tests {
 
     use super::*;
     use crate::datatype::{Basic, Datatype, Order};
+    #[cfg(target_arch = "x86_64")]
+    use crate::pack::copy::ALIASING_WINDOW;
     use crate::pack::{Region, RegionMut};
 
     /// A buffer holding `count` items of `t` with a few bytes of slack on

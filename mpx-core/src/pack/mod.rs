@@ -69,6 +69,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub(crate) mod copy;
 pub(crate) mod disjoint;
 pub(crate) mod exec;
 pub(crate) mod external32;
@@ -575,7 +576,7 @@ impl Datatype {
             reserve_packed(&mut out, bytes)?;
             // SAFETY: `contiguous_span` proved `origin..origin + bytes`
             // lies within the region's `len` bytes.
-            out.extend_from_slice(unsafe { std::slice::from_raw_parts(src.ptr.add(src.origin), bytes) });
+            copy::extend_from(&mut out, unsafe { std::slice::from_raw_parts(src.ptr.add(src.origin), bytes) });
             return Ok(out);
         }
         // Check the source first: a count the region cannot hold must not
@@ -678,7 +679,7 @@ impl Datatype {
                 // SAFETY: `contiguous_span` proved `origin..origin + bytes`
                 // lies within the region, which is borrowed mutably (no
                 // other reference overlaps it, `data` included).
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.ptr.add(dst.origin), data.len()) };
+                unsafe { copy::copy_raw(data.as_ptr(), dst.ptr.add(dst.origin), data.len()) };
                 return Ok(());
             }
         }

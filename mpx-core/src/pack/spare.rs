@@ -100,8 +100,14 @@ pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<Vec<u8>> {
     if bytes.len() < MEDIUM {
         // Nothing is kept for so few bytes, and an allocation this small
         // that fails aborts anyway (a vector built field by field here
-        // would cost the processor more than the copy).
-        return Ok(bytes.to_vec());
+        // would cost the processor more than the copy). From a few KiB
+        // on, the copy keeps clear of `memcpy`'s slow case.
+        if bytes.len() <= 2048 {
+            return Ok(bytes.to_vec());
+        }
+        let mut copy = Vec::with_capacity(bytes.len());
+        super::copy::extend_from(&mut copy, bytes);
+        return Ok(copy);
     }
     let mut buffer = match take(bytes.len()) {
         Some(buffer) => buffer,
@@ -111,7 +117,7 @@ pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<Vec<u8>> {
             fresh
         }
     };
-    buffer.extend_from_slice(bytes);
+    super::copy::extend_from(&mut buffer, bytes);
     Ok(buffer)
 }
 
@@ -160,7 +166,7 @@ impl<T: Copy + 'static> Values<T> {
         };
         let mut vec = kept.and_then(|kept| kept.vec.downcast::<Vec<T>>().ok()).map_or_else(Vec::new, |vec| *vec);
         vec.clear();
-        vec.extend_from_slice(values);
+        super::copy::extend_from(&mut vec, values);
         Values(vec)
     }
 }

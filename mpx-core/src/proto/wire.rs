@@ -364,7 +364,7 @@ pub const COPY_PAYLOAD_MAX: u64 = 16 << 10;
 /// megabytes), so only data about to be taken is kept so.
 pub(crate) fn kept(bytes: &[u8], slice: impl FnOnce() -> Bytes) -> Bytes {
     if bytes.len() as u64 <= COPY_PAYLOAD_MAX {
-        Bytes::copy_from_slice(bytes)
+        crate::pack::copy::bytes_of(bytes)
     } else {
         slice()
     }
@@ -490,7 +490,7 @@ impl ChunkDecoder {
                 self.partial = own;
             }
             let n = (total - self.partial.len()).min(chunk.len());
-            self.partial.extend_from_slice(&chunk.split_to(n));
+            crate::pack::copy::extend_bytes(&mut self.partial, &chunk.split_to(n));
             if self.partial.len() < total {
                 return Ok(());
             }
@@ -505,7 +505,7 @@ impl ChunkDecoder {
 /// its own bytes, while a slice would keep the whole buffer the chunk lies
 /// in alive (see [`kept`]). Such payloads are at most the eager threshold.
 fn payload_of(whole: &Bytes) -> Bytes {
-    Bytes::copy_from_slice(&whole[HEADER_LEN..])
+    crate::pack::copy::bytes_of(&whole[HEADER_LEN..])
 }
 
 #[cfg(test)]

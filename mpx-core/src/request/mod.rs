@@ -237,7 +237,7 @@ impl<'a> Finish<'a> {
         // accepted the message as whole native values of `T`, a type with
         // no padding that needs no validation), and `data` is the
         // message's, distinct memory.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr().add(*streamed), data.len()) };
+        unsafe { crate::pack::copy::copy_raw(data.as_ptr(), ptr.as_ptr().add(*streamed), data.len()) };
         *streamed += data.len();
         Ok(())
     }

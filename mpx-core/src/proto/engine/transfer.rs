@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::pack::spare;
+use crate::pack::copy::{bytes_of, extend_bytes};
 
 #[derive(Debug)]
 pub(super) struct Unexpected {
@@ -174,9 +175,9 @@ impl Transfer {
         }
         head.reserve(*queued as usize);
         for chunk in chunks.drain(..) {
-            head.extend_from_slice(&chunk);
+            extend_bytes(&mut head, &chunk);
         }
-        head.extend_from_slice(tail);
+        extend_bytes(&mut head, tail);
         self.received = Received::Gathered(head);
         self.nudged = false;
     }
@@ -291,7 +292,7 @@ impl Received {
             // A first piece is copied if small or unclaimed: kept as it
             // came, it would keep the whole buffer its transport received
             // it in alive, beyond the credit it was charged.
-            Received::Nothing if unclaimed => Received::One(Bytes::copy_from_slice(&chunk)),
+            Received::Nothing if unclaimed => Received::One(bytes_of(&chunk)),
             Received::Nothing => Received::One(crate::proto::wire::kept(&chunk, || chunk.clone())),
             Received::One(first) => {
                 // Room in proportion to what has really arrived (the length
@@ -302,18 +303,18 @@ impl Received {
                 let guess = total.min(GATHER_RESERVE_CAP).min(arrived.saturating_mul(8));
                 let room = total.min(reserve).max(guess).max(arrived) as usize;
                 let mut all = pool.take(room);
-                all.extend_from_slice(&first);
-                all.extend_from_slice(&chunk);
+                extend_bytes(&mut all, &first);
+                extend_bytes(&mut all, &chunk);
                 Received::Gathered(all)
             }
             Received::Gathered(mut all) => {
-                all.extend_from_slice(&chunk);
+                extend_bytes(&mut all, &chunk);
                 Received::Gathered(all)
             }
             Received::Streaming { taken, mut chunks, mut tail, queued } => {
                 let queued = queued + chunk.len() as u64;
                 if chunk.len() < SMALL_PIECE {
-                    tail.extend_from_slice(&chunk);
+                    extend_bytes(&mut tail, &chunk);
                     if tail.len() >= TAIL_MAX {
                         close_tail(&mut chunks, &mut tail);
                     }
@@ -342,9 +343,9 @@ impl Received {
             Received::Streaming { chunks, tail, queued, .. } => {
                 let mut rest = pool.take(queued as usize);
                 for chunk in chunks {
-                    rest.extend_from_slice(&chunk);
+                    extend_bytes(&mut rest, &chunk);
                 }
-                rest.extend_from_slice(&tail);
+                extend_bytes(&mut rest, &tail);
                 Ok(rest.freeze())
             }
         }
