@@ -469,9 +469,12 @@ fn mpxrun_in_the_background_of_a_terminal_runs_on() {
         return;
     }
     let mpxrun = env!("CARGO_BIN_EXE_mpxrun");
-    let line = format!("bash --norc -ic '{mpxrun} -n 1 wc -c & wait $!; echo rc=$?'");
+    // With job control on (`m` in `$-`), `&` puts mpxrun in a background
+    // process group of the terminal; without it, the test proves nothing.
+    let line = format!("bash --norc -ic 'case $- in *m*) echo jobs=on;; esac; {mpxrun} -n 1 wc -c & wait $!; echo rc=$?'");
     let out = run(Command::new("script").args(["-qc", &line, "/dev/null"]), Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("jobs=on"), "the shell has no job control: {}", text(&out));
     assert!(stdout.contains("[0] 0") && stdout.contains("rc=0"), "{}", text(&out));
 }
 
@@ -584,14 +587,19 @@ fn a_rank_that_cannot_start_takes_the_ranks_started_before_it_down() {
 }
 
 /// The rank of the test below (a no-op unless started as one): a program
-/// that starts its rank, then prints each line of its standard input.
+/// that starts its rank, has `dd` copy the first `MPX_TEST_INPUT` bytes
+/// of its standard input (one byte per read, so no more), then prints
+/// each line of the rest.
 #[test]
 fn input_reading_child() {
-    if std::env::var_os("MPX_TEST_INPUT").is_none() {
+    let Some(head) = std::env::var_os("MPX_TEST_INPUT") else {
         return;
-    }
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(mpx::launch(1, |world| async move { world.barrier().await })).expect("its rank starts");
+    let count = format!("count={}", head.to_str().unwrap());
+    let dd = std::process::Command::new("dd").args(["bs=1", &count, "status=none"]).status().unwrap();
+    assert!(dd.success());
     for line in std::io::BufRead::lines(std::io::stdin().lock()) {
         println!("read: {}", line.unwrap());
     }
@@ -599,19 +607,25 @@ fn input_reading_child() {
 
 /// A rank on another host reads its token and credential from its
 /// standard input, then mpxrun's input, whole, as its own: through a
-/// launch command that passes its input on (as `ssh` does), the rank's
-/// program reads mpxrun's input and nothing of its credential.
+/// launch command that passes its input on (as `ssh` does, and, as `ssh`
+/// does, not mpxrun's environment: the token comes on the input too), the
+/// rank's program reads mpxrun's input and nothing of its credential, and
+/// its standard input is left exactly after the credential, for a child
+/// that inherits it as much as for the program's own reads.
 #[test]
 fn a_rank_on_another_host_reads_mpxruns_input_after_its_credential() {
     let dir = scratch_dir("remote-input");
     // `sh <script> {host} env VAR=... program args`: the host dropped.
     let script = dir.join("ssh-like");
-    std::fs::write(&script, "shift\nexec \"$@\"\n").unwrap();
+    std::fs::write(&script, "shift\nexec env -u MPX_PMI_TOKEN \"$@\"\n").unwrap();
     let me = std::env::current_exe().unwrap();
-    let input: Vec<u8> = (0..2000).map(|i| format!("line {i} of the input\n")).collect::<String>().into_bytes();
+    let line = |i: usize| format!("line {i} of the input\n");
+    let input: Vec<u8> = (0..2000).map(line).collect::<String>().into_bytes();
+    // The first 500 lines go to `dd`, started by the rank once it runs.
+    let head: usize = (0..500).map(|i| line(i).len()).sum();
     let out = run_fed(
         mpxrun()
-            .env("MPX_TEST_INPUT", "1")
+            .env("MPX_TEST_INPUT", head.to_string())
             .args(["-n", "1", "--hosts", "127.0.0.1", "--pmi-host", "127.0.0.1", "--launch"])
             .arg(format!("sh {} {{host}}", script.display()))
             .arg(&me)
@@ -622,9 +636,12 @@ fn a_rank_on_another_host_reads_mpxruns_input_after_its_credential() {
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{}", text(&out));
+    let copied: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("[0] line ")).collect();
+    assert_eq!(copied.len(), 500, "{}", text(&out));
+    assert!(copied.iter().enumerate().all(|(i, l)| *l == format!("{i} of the input")), "{copied:?}");
     let read: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("[0] read: ")).collect();
-    assert_eq!(read.len(), 2000, "{}", text(&out));
-    assert!(read.iter().enumerate().all(|(i, l)| *l == format!("line {i} of the input")), "{read:?}");
+    assert_eq!(read.len(), 1500, "{}", text(&out));
+    assert!(read.iter().enumerate().all(|(i, l)| *l == format!("line {} of the input", 500 + i)), "{read:?}");
     assert!(!stdout.contains("MPX_PMI_TOKEN") && !stdout.contains("PRIVATE KEY") && !stdout.contains("MPX_LAUNCHER_INPUT_END"), "{stdout}");
 }
 

@@ -359,9 +359,9 @@ fn credential_pem() -> Result<Option<String>> {
 
 /// The line that ends what a launcher writes on a rank's standard input
 /// (see [`LauncherInput`]): what follows it is the program's, as
-/// `mpxrun`'s own input is for the rank that reads it. Read through the
-/// standard library's shared buffer of standard input, so that the
-/// program's `std::io::stdin()` gets what followed it.
+/// `mpxrun`'s own input is for the rank that reads it. Read byte by byte
+/// past the standard library's buffer ([`read_launcher_input`]), so that
+/// the program's readers get exactly what followed it.
 pub(crate) const INPUT_END: &str = "MPX_LAUNCHER_INPUT_END";
 
 /// What `mpxrun` writes on a remote rank's standard input: a first line
@@ -385,23 +385,7 @@ fn launcher_input() -> Result<Option<&'static LauncherInput>> {
     let input = INPUT.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            use std::io::{BufRead, Read};
-            // Line by line, to the end line or the end of the input, at
-            // most LONGEST bytes: what follows stays in the buffer of
-            // standard input for the program.
-            let mut text = String::new();
-            let mut stdin = std::io::stdin().lock();
-            let read = loop {
-                let mut line = String::new();
-                let left = LONGEST.saturating_sub(text.len() as u64);
-                match (&mut stdin).take(left).read_line(&mut line) {
-                    Ok(0) => break Ok(text),
-                    Ok(_) if line.trim_end() == INPUT_END => break Ok(text),
-                    Ok(_) => text.push_str(&line),
-                    Err(e) => break Err(e),
-                }
-            };
-            let _ = tx.send(read);
+            let _ = tx.send(read_launcher_input(LONGEST));
         });
         let text = match rx.recv_timeout(timeout) {
             Ok(Ok(text)) => text,
@@ -415,6 +399,50 @@ fn launcher_input() -> Result<Option<&'static LauncherInput>> {
         })
     });
     input.as_ref().map(Some).map_err(|e| ErrorKind::InvalidArgument(e.clone()).into())
+}
+
+/// Reads standard input up to a line [`INPUT_END`] (or its end), byte by
+/// byte from a duplicate of descriptor 0, past the standard library's
+/// buffer: the descriptor is left exactly after the end line for the
+/// program's readers of every kind (`std::io::stdin`, tokio's, a C
+/// library's, a child that inherits it), with nothing of what follows held
+/// in a buffer of this process. At most `longest` bytes: more, without the
+/// end line, is an error, not a credential cut short.
+fn read_launcher_input(longest: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    // Keeps the standard library's own readers off while this reads.
+    let _held = std::io::stdin().lock();
+    let mut input = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let mut text = Vec::new();
+    let mut line_start = 0;
+    let is_end = |line: &[u8]| line.trim_ascii_end() == INPUT_END.as_bytes();
+    let mut byte = [0u8];
+    loop {
+        match input.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if byte[0] == b'\n' && is_end(&text[line_start..]) {
+            text.truncate(line_start);
+            break;
+        }
+        text.push(byte[0]);
+        if byte[0] == b'\n' {
+            line_start = text.len();
+        }
+        if text.len() as u64 > longest {
+            let why = format!("more than {longest} bytes before the line {INPUT_END}");
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+        }
+    }
+    if is_end(&text[line_start..]) {
+        // The end line, last and without its newline.
+        text.truncate(line_start);
+    }
+    String::from_utf8(text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Pins the published fingerprints if the credential is this rank's own.
