@@ -47,7 +47,13 @@ pub(crate) const ALIASING_WINDOW: usize = 256;
 /// recent stores.
 #[inline(always)]
 pub(crate) fn aliases_4k(src: *const u8, dst: *const u8) -> bool {
-    (dst as usize).wrapping_sub(src as usize) % 4096 < ALIASING_WINDOW
+    ahead_in_page(src, dst) < ALIASING_WINDOW
+}
+
+/// How far `dst` lies ahead of `src` modulo 4 KiB.
+#[inline(always)]
+fn ahead_in_page(src: *const u8, dst: *const u8) -> usize {
+    (dst as usize).wrapping_sub(src as usize) % 4096
 }
 
 /// Whether `dst` is 1 to [`ALIASING_WINDOW`] - 1 bytes ahead of `src`
@@ -56,7 +62,7 @@ pub(crate) fn aliases_4k(src: *const u8, dst: *const u8) -> bool {
 /// beside the 1.2-2.7 GB/s of 8 to 24 bytes ahead).
 #[inline(always)]
 fn just_ahead(src: *const u8, dst: *const u8) -> bool {
-    (1..ALIASING_WINDOW).contains(&((dst as usize).wrapping_sub(src as usize) % 4096))
+    aliases_4k(src, dst) && ahead_in_page(src, dst) != 0
 }
 
 /// Copies `len >= 64` bytes between non-overlapping buffers 64 bytes (a
@@ -185,9 +191,15 @@ pub(crate) fn extend_bytes(buf: &mut BytesMut, src: &[u8]) {
 /// `Bytes::copy_from_slice(src)`, a line at a time where `memcpy` would
 /// take the slow string move (see the [module docs](self)).
 pub(crate) fn bytes_of(src: &[u8]) -> Bytes {
+    Bytes::from(vec_of(src))
+}
+
+/// `src.to_vec()`, a line at a time where `memcpy` would take the slow
+/// string move (see the [module docs](self)).
+pub(crate) fn vec_of(src: &[u8]) -> Vec<u8> {
     let mut copy = Vec::with_capacity(src.len());
     extend_from(&mut copy, src);
-    Bytes::from(copy)
+    copy
 }
 
 #[cfg(test)]

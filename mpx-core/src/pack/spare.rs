@@ -105,9 +105,7 @@ pub(crate) fn copy_of(bytes: &[u8]) -> crate::Result<Vec<u8>> {
         if bytes.len() <= 2048 {
             return Ok(bytes.to_vec());
         }
-        let mut copy = Vec::with_capacity(bytes.len());
-        super::copy::extend_from(&mut copy, bytes);
-        return Ok(copy);
+        return Ok(super::copy::vec_of(bytes));
     }
     let mut buffer = match take(bytes.len()) {
         Some(buffer) => buffer,
