@@ -478,6 +478,41 @@ fn mpxrun_in_the_background_of_a_terminal_runs_on() {
     assert!(stdout.contains("[0] 0") && stdout.contains("rc=0"), "{}", text(&out));
 }
 
+/// A rank that reads the terminal is stopped by the kernel (SIGTTIN:
+/// ranks run in process groups of their own, in the background of
+/// mpxrun's terminal), and so is a launch command that prompts there (an
+/// `ssh` asking for a password): mpxrun names it and fails the job at
+/// once, instead of waiting for it for ever.
+#[test]
+fn a_rank_stopped_on_the_terminal_fails_the_job() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("no `script` here: skipped");
+        return;
+    }
+    let mpxrun = env!("CARGO_BIN_EXE_mpxrun");
+    let dir = scratch_dir("terminal-stop");
+    // `sh <script> {host} env VAR=... program args`: a prompt, then the
+    // host dropped.
+    let prompting = dir.join("prompting-ssh");
+    // Rank 1's prompts; rank 0's goes on.
+    std::fs::write(&prompting, "case \"$*\" in *PMI_RANK=1*) read answer < /dev/tty;; esac\nshift\nexec \"$@\"\n").unwrap();
+    let remote = format!("--hosts 127.0.0.1 --pmi-host 127.0.0.1 --launch 'sh {} {{host}}'", prompting.display());
+    let cases = [
+        ("", "if [ $PMI_RANK = 1 ]; then read x < /dev/tty; fi; sleep 30", "rank 1 read the terminal and was stopped (SIGTTIN)"),
+        (&*remote, "sleep 30", "the launch command of rank 1 read the terminal and was stopped (SIGTTIN)"),
+    ];
+    for (options, program, said) in cases {
+        // Rank 0 would run for 30 s: the job ends long before.
+        let line = format!("{mpxrun} -n 2 {options} sh -c '{program}'; echo rc=$?");
+        let started = Instant::now();
+        let out = run(Command::new("script").args(["-qc", &line, "/dev/null"]), Duration::from_secs(60));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(said), "{options:?}: {}", text(&out));
+        assert!(stdout.contains("rc=137") && started.elapsed() < Duration::from_secs(20), "{options:?}: {:?}: {}", started.elapsed(), text(&out));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Starts `mpxrun` with `args` on `ranks` copies of `sh -c script` (which
 /// writes its process id into `dir/pid-<rank>` once its traps are set),
 /// waits for every rank's process id, sends mpxrun `signals` (each a

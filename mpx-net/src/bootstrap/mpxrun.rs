@@ -4,13 +4,15 @@
 //!
 //! ```text
 //! mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] program [args...]
-//! mpxrun -n N --hosts h1,h2,... [--launch 'ssh {host}'] [--pmi-host IP] program [args...]
+//! mpxrun -n N --hosts h1,h2,... [--launch 'ssh -o BatchMode=yes {host}'] [--pmi-host IP] program [args...]
 //! ```
 //!
 //! On this host each process gets `PMI_FD` (its end of a socket pair to
 //! `mpxrun`). With `--hosts`, rank `r` starts on host `r % hosts` through
-//! the `--launch` command (`{host}` replaced; default `ssh {host}`; tests
-//! use `ip netns exec {host}`), and reaches PMI over TCP instead:
+//! the `--launch` command (`{host}` replaced; default [`LAUNCH`], `ssh -o
+//! BatchMode=yes {host}`, which fails rather than prompts for a password
+//! or a host key; tests use `ip netns exec {host}`), and reaches PMI over
+//! TCP instead:
 //! `PMI_PORT` (at `--pmi-host`; default `MPX_HOST`, else this host's
 //! address on its route to the first host), `PMI_ID`,
 //! and `MPX_PMI_TOKEN`, the rank's own secret, without which `mpxrun`
@@ -53,6 +55,14 @@
 //! endpoint says finalize whenever it is dropped). A process that never
 //! speaks PMI (no mpx program) may end as it likes.
 //!
+//! Every rank (and every launch command) runs in a process group of its
+//! own, in the background of `mpxrun`'s terminal if it has one: a process
+//! `mpxrun` started that reads the terminal (a prompt: an `ssh` asking for
+//! a password) or, with `stty tostop`, writes to it is stopped by the
+//! kernel (SIGTTIN, SIGTTOU). `mpxrun` would wait for it for ever; it
+//! watches for such stops instead, names the rank and what stopped it, and
+//! fails the job as if that rank had failed (its group is killed).
+//!
 //! Ranks die with `mpxrun`, however it ends. On this host `mpxrun` kills
 //! each rank's process group (on a failure, or after SIGINT or SIGTERM), and the
 //! process it started dies with it (`PR_SET_PDEATHSIG`). On another host
@@ -94,7 +104,7 @@ pub struct Job {
     /// this host, with no remote-start command.
     pub hosts: Option<Vec<String>>,
     /// The command that starts a program on a host, `{host}` standing for
-    /// the host (default `ssh {host}`).
+    /// the host (default [`LAUNCH`]).
     pub launch: String,
     /// The address ranks on other hosts reach `mpxrun`'s PMI port at
     /// (default: `MPX_HOST`, else this host's address on its route to the
@@ -109,11 +119,18 @@ pub struct Job {
     pub kill_after: Duration,
 }
 
+/// The default `--launch` command. `BatchMode=yes`: `ssh` fails at once
+/// with its reason (`Permission denied`, `Host key verification failed`)
+/// where it would prompt on the terminal, which a rank's launch command,
+/// in the background, cannot read (see the [module docs](self)); keys and
+/// an agent work as always.
+pub const LAUNCH: &str = "ssh -o BatchMode=yes {host}";
+
 /// How long ranks have to end, by default, once `mpxrun` has passed them
 /// the SIGINT or SIGTERM that stopped it, before it kills them.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
 
-const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] [--hosts h1,h2,... [--launch 'ssh {host}'] [--pmi-host IP]] program [args...]";
+const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] [--hosts h1,h2,... [--launch 'ssh -o BatchMode=yes {host}'] [--pmi-host IP]] program [args...]";
 
 impl Job {
     /// Reads the command line (without the program name).
@@ -132,7 +149,7 @@ impl Job {
         let bad = |why: String| -> Error { ErrorKind::InvalidArgument(format!("{why}\n{USAGE}")).into() };
         let mut args = args.into_iter();
         let (mut ranks, mut prefix, mut keep_going) = (None, true, false);
-        let (mut hosts, mut launch, mut pmi_host) = (None, "ssh {host}".to_string(), None);
+        let (mut hosts, mut launch, mut pmi_host) = (None, LAUNCH.to_string(), None);
         let (mut stdin, mut kill_after) = (None, KILL_AFTER);
         let command = loop {
             let Some(arg) = args.next() else { return Err(bad("no program given".into())) };
@@ -651,6 +668,30 @@ impl Drop for StartedGroups {
     }
 }
 
+/// How often `mpxrun` looks for ranks stopped on its terminal.
+const STOP_WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// The signal that stopped process `pid`, a child of this process, if it
+/// was stopped for reading or writing its terminal from the background
+/// (SIGTTIN, SIGTTOU) since it was last looked at; `None` for any other
+/// stop, a process still running, or one that is no child (any more).
+fn stopped_on_terminal(pid: u32) -> Option<i32> {
+    // SAFETY: `siginfo_t` is plain data, for which all zeros is a valid
+    // value (and what `waitid` leaves when no child changed state).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is ours to write; WNOHANG returns at once, and with
+    // WSTOPPED alone (no WEXITED) it reports stops only, so it never
+    // reaps a process that tokio's wait for it has to reap.
+    let looked = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WSTOPPED | libc::WNOHANG) };
+    if looked != 0 {
+        return None;
+    }
+    // SAFETY: `waitid` filled `info` as a SIGCHLD report (its child's pid
+    // and status) or left it zeroed (pid 0: nothing to report).
+    let (who, signal) = unsafe { (info.si_pid(), info.si_status()) };
+    (who != 0 && matches!(signal, libc::SIGTTIN | libc::SIGTTOU)).then_some(signal)
+}
+
 /// Sends `signal` to the process group a rank leads.
 fn signal_group(leader: Option<u32>, signal: i32) {
     let Some(pid) = leader.and_then(|p| libc::pid_t::try_from(p).ok()) else { return };
@@ -988,6 +1029,9 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     // left are killed. Until then a rank that ends (of the signal, most
     // likely) does not take the others down with it.
     let mut kill_at: Option<tokio::time::Instant> = None;
+    // How often mpxrun looks for ranks stopped on its terminal.
+    let mut stop_watch = tokio::time::interval(STOP_WATCH_EVERY);
+    stop_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if waits.is_empty() {
             let kvs = kvs.lock().unwrap_or_else(|e| e.into_inner());
@@ -1064,6 +1108,30 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 output.say("killing the ranks left");
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
+                None
+            }
+            _ = stop_watch.tick() => {
+                for rank in 0..groups.len() {
+                    let Some(signal) = groups[rank].and_then(stopped_on_terminal) else { continue };
+                    let (name, did) = if signal == libc::SIGTTIN { ("SIGTTIN", "read") } else { ("SIGTTOU", "wrote to") };
+                    match remote {
+                        Some(_) => output.say(format_args!(
+                            "the launch command of rank {rank} {did} the terminal and was stopped ({name}): it runs in the background and cannot be answered there (an ssh prompt for a password or a host key? use keys, or ssh -o BatchMode=yes); killing it"
+                        )),
+                        None => output.say(format_args!(
+                            "rank {rank} {did} the terminal and was stopped ({name}): ranks run in the background and cannot read it (mpxrun passes its own input to one rank: --stdin); killing it"
+                        )),
+                    }
+                    if failed.is_none() {
+                        failed = Some(rank as u32);
+                    }
+                    if let Some(k) = killers[rank].take() {
+                        let _ = k.send(());
+                    }
+                    if !job.keep_going && kill_at.is_none() {
+                        kill_all(&mut killers);
+                    }
+                }
                 None
             }
             (name, signal) = passed_on(&mut user1, &mut user2) => {
@@ -1327,7 +1395,7 @@ mod tests {
     /// command, a rank to read the input that is not there.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_run_cannot_start_is_an_error() {
-        let good = Job { ranks: 1, command: vec!["true".into()], prefix: true, keep_going: false, hosts: None, launch: "ssh {host}".into(), pmi_host: None, stdin: None, kill_after: KILL_AFTER };
+        let good = Job { ranks: 1, command: vec!["true".into()], prefix: true, keep_going: false, hosts: None, launch: LAUNCH.into(), pmi_host: None, stdin: None, kill_after: KILL_AFTER };
         let bad = [
             Job { command: Vec::new(), ..good.clone() },
             Job { ranks: 0, ..good.clone() },
