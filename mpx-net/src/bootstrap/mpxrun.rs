@@ -431,6 +431,11 @@ type Writers = Arc<Vec<tokio::sync::Mutex<Option<Outbox>>>>;
 /// the protocol.
 const MOST_UNREAD_ANSWERS: usize = 1 << 20;
 
+/// What a queued answer costs beyond its bytes, counted against
+/// [`MOST_UNREAD_ANSWERS`]: its vector and its place in the queue, so
+/// that many short answers are bounded as few long ones are.
+const ANSWER_OVERHEAD: usize = 64;
+
 /// Where a rank's PMI answers go: a queue that a task of the rank's own
 /// writes to its connection in order, so that a rank that stops reading
 /// holds up nobody else's answers (a barrier's release goes to every
@@ -440,7 +445,8 @@ struct Outbox {
     /// end of the job).
     writer: tokio::task::AbortHandle,
     queue: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
-    /// Bytes queued and not yet written to the connection.
+    /// Bytes queued and not yet written to the connection, each answer
+    /// counting [`ANSWER_OVERHEAD`] more.
     unwritten: Arc<std::sync::atomic::AtomicUsize>,
     /// Whether the rank has been reported for leaving too much unread.
     reported: std::sync::atomic::AtomicBool,
@@ -455,10 +461,13 @@ impl Outbox {
         let writer = tokio::spawn(async move {
             let mut to = to;
             while let Some(answer) = answers.recv().await {
+                // A connection that fails ends the queue: what waits in
+                // it, and every later answer, is dropped (the rank's
+                // reader sees the connection end).
                 if to.write_all(&answer).await.is_err() {
                     return;
                 }
-                written.fetch_sub(answer.len(), Ordering::SeqCst);
+                written.fetch_sub(answer.len() + ANSWER_OVERHEAD, Ordering::SeqCst);
             }
         })
         .abort_handle();
@@ -467,11 +476,16 @@ impl Outbox {
 
     /// Queues `answer` for rank `rank`, unless the rank has left
     /// [`MOST_UNREAD_ANSWERS`] unread: then it is reported to `failed`
-    /// (once) as breaking the protocol, and the answer dropped.
+    /// (once) as breaking the protocol, and the answer dropped. An answer
+    /// for a connection whose writing failed is dropped.
     fn send(&self, rank: usize, answer: Vec<u8>, failed: &tokio::sync::mpsc::UnboundedSender<RankFailure>) {
-        let unwritten = self.unwritten.fetch_add(answer.len(), Ordering::SeqCst) + answer.len();
+        if self.queue.is_closed() {
+            return;
+        }
+        let cost = answer.len() + ANSWER_OVERHEAD;
+        let unwritten = self.unwritten.fetch_add(cost, Ordering::SeqCst) + cost;
         if unwritten > MOST_UNREAD_ANSWERS {
-            self.unwritten.fetch_sub(answer.len(), Ordering::SeqCst);
+            self.unwritten.fetch_sub(cost, Ordering::SeqCst);
             if !self.reported.swap(true, Ordering::SeqCst) {
                 let why = format!("broke the PMI protocol: it left more than {MOST_UNREAD_ANSWERS} bytes of answers unread");
                 let _ = failed.send(RankFailure::Broke { rank: rank as u32, why });
