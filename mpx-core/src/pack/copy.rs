@@ -78,7 +78,7 @@ fn just_ahead(src: *const u8, dst: *const u8) -> bool {
 /// `len >= 64` bytes at `src` are readable, `len` bytes at `dst` writable,
 /// and the two ranges do not overlap.
 #[inline(always)]
-pub(crate) unsafe fn copy_by_lines(src: *const u8, dst: *mut u8, len: usize) {
+unsafe fn copy_by_lines(src: *const u8, dst: *mut u8, len: usize) {
     debug_assert!(len >= 64);
     // SAFETY: every line moved covers bytes `i..i + 64` with `i + 64 <=
     // len`, inside both ranges the caller vouches for, which do not
