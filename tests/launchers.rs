@@ -458,21 +458,28 @@ fn mpxrun_passes_its_input_to_one_rank() {
     assert_eq!(out.status.code(), Some(2), "no rank 2 among 2: {}", text(&out));
 }
 
+/// Runs the shell command `line` with a pseudo-terminal as its
+/// controlling terminal (through `script`), as [`run`] does; `None`
+/// (the test skipped, as it says) where this host has no `script`.
+fn on_a_terminal(line: &str, limit: Duration) -> Option<Output> {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("no `script` here: skipped");
+        return None;
+    }
+    Some(run(Command::new("script").args(["-qc", line, "/dev/null"]), limit))
+}
+
 /// Started in the background of an interactive shell on a terminal (a
 /// pseudo-terminal of `script`), mpxrun does not stop when it reads the
 /// terminal for rank 0 (the kernel stops a background reader with
 /// SIGTTIN): rank 0's input is empty, and the job ends.
 #[test]
 fn mpxrun_in_the_background_of_a_terminal_runs_on() {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("no `script` here: skipped");
-        return;
-    }
     let mpxrun = env!("CARGO_BIN_EXE_mpxrun");
     // With job control on (`m` in `$-`), `&` puts mpxrun in a background
     // process group of the terminal; without it, the test proves nothing.
     let line = format!("bash --norc -ic 'case $- in *m*) echo jobs=on;; esac; {mpxrun} -n 1 wc -c & wait $!; echo rc=$?'");
-    let out = run(Command::new("script").args(["-qc", &line, "/dev/null"]), Duration::from_secs(30));
+    let Some(out) = on_a_terminal(&line, Duration::from_secs(30)) else { return };
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("jobs=on"), "the shell has no job control: {}", text(&out));
     assert!(stdout.contains("[0] 0") && stdout.contains("rc=0"), "{}", text(&out));
@@ -485,10 +492,6 @@ fn mpxrun_in_the_background_of_a_terminal_runs_on() {
 /// once, instead of waiting for it for ever.
 #[test]
 fn a_rank_stopped_on_the_terminal_fails_the_job() {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("no `script` here: skipped");
-        return;
-    }
     let mpxrun = env!("CARGO_BIN_EXE_mpxrun");
     let dir = scratch_dir("terminal-stop");
     // `sh <script> {host} env VAR=... program args`: a prompt, then the
@@ -505,7 +508,7 @@ fn a_rank_stopped_on_the_terminal_fails_the_job() {
         // Rank 0 would run for 30 s: the job ends long before.
         let line = format!("{mpxrun} -n 2 {options} sh -c '{program}'; echo rc=$?");
         let started = Instant::now();
-        let out = run(Command::new("script").args(["-qc", &line, "/dev/null"]), Duration::from_secs(60));
+        let Some(out) = on_a_terminal(&line, Duration::from_secs(60)) else { return };
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains(said), "{options:?}: {}", text(&out));
         assert!(stdout.contains("rc=137") && started.elapsed() < Duration::from_secs(20), "{options:?}: {:?}: {}", started.elapsed(), text(&out));
