@@ -563,6 +563,60 @@ each_transport! {
         .await;
     }
 
+    /// Two ranks that both call themselves a broadcast's root: neither
+    /// waits for ever, and a rank that fails names the other; the
+    /// communicator works on. With data too large to go before its
+    /// receiver asks for it (8 MiB, above every transport's eager and
+    /// unsolicited limits), at least one fails (smaller data may go out
+    /// and finish both calls).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_roots_of_one_broadcast_wait_for_nothing() {
+        for values in [1usize << 17, 1 << 20] {
+            let outcomes = returns(launch(2, move |comm| async move {
+                let me = comm.rank();
+                let mut data = vec![me as f64; values];
+                let called = tokio::time::timeout(std::time::Duration::from_secs(30), comm.bcast(&mut data[..], me)).await;
+                let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the broadcast waited 30 s")))?;
+                let mut sum = 0.0f64;
+                comm.allreduce(&(me as f64), &mut sum, SUM).await?;
+                assert_eq!(sum, 1.0);
+                Ok(called.err())
+            }))
+            .await;
+            let failed: Vec<(usize, &mpx::Error)> = outcomes.iter().enumerate().filter_map(|(r, e)| Some((r, e.as_ref()?))).collect();
+            assert!(values < 1 << 20 || !failed.is_empty(), "{values} values: {outcomes:?}");
+            for (rank, e) in failed {
+                assert!(matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: other, .. } if *other == 1 - rank), "{values} values, rank {rank}: {e}");
+            }
+        }
+    }
+
+    /// A rank that takes another rank as a broadcast's root than the
+    /// others do fails on the data it gets, naming its parent (on four
+    /// ranks, rank 3 has rank 2 as its parent under root 0 and root 2
+    /// alike), rather than take it for its own; the communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_that_takes_another_root_fails() {
+        let outcomes = returns(launch(4, |comm| async move {
+            let me = comm.rank();
+            let mut data = [me as u32; 3];
+            let called = comm.bcast(&mut data[..], if me == 3 { 2 } else { 0 }).await;
+            let mut sum = 0u32;
+            comm.allreduce(&1u32, &mut sum, SUM).await?;
+            assert_eq!(sum, 4);
+            Ok(called.err())
+        }))
+        .await;
+        let named = |e: &Option<mpx::Error>| match e.as_ref().map(mpx::Error::kind) {
+            Some(mpx::ErrorKind::CollectiveMismatch { rank, .. }) => Some(*rank),
+            _ => None,
+        };
+        assert_eq!(named(&outcomes[3]), Some(2), "{outcomes:?}");
+        for outcome in &outcomes[..3] {
+            assert!(outcome.is_none() || named(outcome) == Some(3), "{outcomes:?}");
+        }
+    }
+
     /// Arguments every rank gets wrong alike are errors on every rank, and
     /// a count that disagrees with the root's is reported by the rank that
     /// sees it.

@@ -39,7 +39,13 @@
 //! [`ErrorKind::CollectiveMismatch`]. Calling different collectives at the
 //! same point (say `allgather` on some ranks and `allgatherv` on others)
 //! is not detected in general: those ranks may wait for each other
-//! forever.
+//! forever. A broadcast's messages say which rank their sender takes as
+//! the root, so a rank that takes another fails on the first it gets,
+//! and a root watches for data sent to it while its own goes out (two
+//! ranks that both call themselves the root fail, where their large data
+//! would wait for ever to be taken; small data goes out, and both may
+//! finish). Ranks that each wait for the other as the root still wait
+//! for ever, as in MPI libraries.
 //!
 //! | collective | algorithm |
 //! |---|---|
@@ -494,8 +500,9 @@ pub(crate) struct Call {
     pub(crate) subtags: usize,
     /// Mixed into the signature of every message the call sends, and
     /// expected in every message it receives (0: none). An algorithm that
-    /// ranks choose from their own arguments salts its messages its own
-    /// way ([`Call::salted`]), so that ranks that chose differently (the
+    /// ranks choose from their own arguments, and a broadcast by its root,
+    /// salts its messages its own way ([`Call::salted`]), so that ranks
+    /// that chose differently (the
     /// call is then erroneous) fail with a type mismatch on each other's
     /// messages rather than take them for their own where the sizes
     /// happen to agree. Give-ups carry no signature, and stay as they are.
@@ -705,6 +712,43 @@ impl Call {
         Ok(Posted { raw: RawRecv::new(self.shared().clone(), id), from, count, salt: self.salt })
     }
 
+    /// Waits for a message of the call that carries data, from any rank,
+    /// without taking its data, and says who sent it: what a broadcast's
+    /// root, which receives nothing in a broadcast, watches for while its
+    /// data goes out. Its sender takes another rank as the root (it sent
+    /// data down its own tree, or its parent's in this rank's). A message
+    /// with data completes the receive as too long, and counts as
+    /// received (a rendezvous sender is answered, its data dropped). Word
+    /// that a rank gave up on the call is taken and passed over: the root
+    /// waits for nobody's part.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropped, its receive is withdrawn.
+    pub(crate) async fn stray_data(&self) -> Error {
+        let root = self.rank();
+        let not_the_root = |sender: usize| -> Error {
+            let detail = format!("it sent data of a bcast to rank {root}, which called it as its root: the two take different ranks as the root");
+            ErrorKind::CollectiveMismatch { rank: sender, detail }.into()
+        };
+        loop {
+            if let Some(e) = self.fails_at_once() {
+                return e;
+            }
+            let id = match self.comm.post_recv(crate::comm::Source::Any, self.tag, self.comm.context | 1, Some(0)) {
+                Ok(id) => id.expect("any source, never the null process"),
+                Err(e) => return e,
+            };
+            match RawRecv::new(self.shared().clone(), id).await {
+                Ok(msg) if msg.envelope.signature.is_none() => continue,
+                Ok(msg) => return not_the_root(msg.envelope.source as usize),
+                Err(e) => match e.kind() {
+                    ErrorKind::Truncate { message: Some((source, _)), .. } => return not_the_root(*source),
+                    _ => return e,
+                },
+            }
+        }
+    }
+
     /// Posts the receive of `count` items of a destination buffer's
     /// datatype from `from`.
     pub(crate) fn post_items<E: Element>(&self, dst: &E::Dst<'_>, from: usize, count: usize) -> Result<Posted> {
@@ -753,7 +797,8 @@ impl Posted {
         let Posted { raw, from, count, salt } = self;
         debug_assert_eq!(items.len(), count);
         let msg = raw.await.map_err(|e| too_long(e, from, || format!("{count} of {}", E::name(dst))))?;
-        checked_into::<E>(unsalted(msg, salt), from, count, dst, items)
+        let signed = msg.envelope.signature.is_some();
+        checked_into::<E>(unsalted(msg, salt), from, count, dst, items).map_err(|e| salted_mismatch(e, salt, signed))
     }
 
     /// Waits for the message, `acc.len()` values of `T`, and combines them
@@ -770,6 +815,7 @@ impl Posted {
         debug_assert_eq!(acc.len(), count);
         let shared = raw.shared().clone();
         let msg = raw.await.map_err(|e| too_long(e, from, || format!("{count} of {}", std::any::type_name::<T>())))?;
+        let signed = msg.envelope.signature.is_some();
         let msg = unsalted(msg, salt);
         if let Some(theirs) = values_in_place::<T>(&msg, count) {
             op.apply(theirs, acc)?;
@@ -778,7 +824,7 @@ impl Posted {
         }
         let mut theirs = crate::pack::spare::Values::copy_of(acc);
         let items = 0..count;
-        let msg = checked_into::<T>(msg, from, count, &mut &mut theirs[..], items)?;
+        let msg = checked_into::<T>(msg, from, count, &mut &mut theirs[..], items).map_err(|e| salted_mismatch(e, salt, signed))?;
         shared.recycle(msg);
         op.apply(&theirs, acc)
     }
@@ -803,6 +849,21 @@ fn unsalted(mut msg: Delivered, salt: u64) -> Delivered {
         msg.envelope.signature = salt_signature(msg.envelope.signature, salt);
     }
     msg
+}
+
+/// `e`, a mismatch found in a message of a salted call (see
+/// [`Call::salt`]; `signed`: the message had a type signature, so it is no
+/// word that its sender gave up), saying that its sender may have sent
+/// the very types expected, under another salt: the call's ranks chose
+/// its root or algorithm differently.
+fn salted_mismatch(e: Error, salt: u64, signed: bool) -> Error {
+    match e.kind() {
+        ErrorKind::CollectiveMismatch { rank, detail } if salt != 0 && signed => {
+            let detail = format!("{detail} (or took another root or algorithm for the call, whose messages are told apart so)");
+            ErrorKind::CollectiveMismatch { rank: *rank, detail }.into()
+        }
+        _ => e,
+    }
 }
 
 /// A collective's receive from `from` failed with `e`: a message too

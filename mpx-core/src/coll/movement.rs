@@ -337,6 +337,12 @@ fn blocks(what: &str, n: usize, counts: &[usize], displs: &[usize], len: usize, 
 }
 
 /// The count of each of `n` even blocks of a buffer of `len` items.
+/// The salt of a broadcast's messages from `root` (see [`Call::salted`]).
+fn root_salt(root: usize) -> u64 {
+    const BCAST_SALT: u64 = 0xb0ad_ca57_7007_5a17;
+    BCAST_SALT ^ (root as u64).wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 fn per_rank(what: &str, len: usize, n: usize) -> Result<usize> {
     if n == 0 || !len.is_multiple_of(n) {
         return Err(ErrorKind::InvalidArgument(format!("{what} of {len} items cannot be cut in {n} even blocks")).into());
@@ -394,9 +400,26 @@ impl Comm {
         if start.local().is_some() {
             return super::local::bcast::<T>(start, checked, root, buf);
         }
-        let call = start.call();
+        // Salted with the root: a rank that takes another rank as the root
+        // fails on the first message it takes (see `Call::salted`).
+        let call = start.call().salted(root_salt(root));
         let started = checked.and_then(|()| Bcast::start::<T>(&call, root, count, &T::item_type(&buf), Some(&buf)));
-        Collective::new(call.clone(), async move { started?.finish::<T>(&call, &mut buf).await })
+        Collective::new(call.clone(), async move {
+            let mut finish = std::pin::pin!(started?.finish::<T>(&call, &mut buf));
+            if call.rank() != root || call.size() == 1 {
+                return finish.await;
+            }
+            // The root watches for data sent to it while its own goes out
+            // (see `Call::stray_data`): a rank that takes itself as the
+            // root sends it some, where both would otherwise wait for ever
+            // for their large data to be taken.
+            let mut stray = std::pin::pin!(call.stray_data());
+            std::future::poll_fn(|cx| match finish.as_mut().poll(cx) {
+                std::task::Poll::Pending => stray.as_mut().poll(cx).map(Err),
+                finished => finished,
+            })
+            .await
+        })
     }
 
     /// `MPI_Gather`: each rank's `send` goes to the root, which receives
