@@ -485,33 +485,33 @@ fn mpxrun_in_the_background_of_a_terminal_runs_on() {
     assert!(stdout.contains("[0] 0") && stdout.contains("rc=0"), "{}", text(&out));
 }
 
-/// A rank that reads the terminal is stopped by the kernel (SIGTTIN:
-/// ranks run in process groups of their own, in the background of
-/// mpxrun's terminal), and so is a launch command that prompts there (an
-/// `ssh` asking for a password): mpxrun names it and fails the job at
-/// once, instead of waiting for it for ever.
+/// A rank that asks the terminal, and a launch command that prompts there
+/// (an `ssh` asking for a password), fail at once, failing the job: each
+/// runs in a session of its own, with no terminal to open, where in the
+/// background of mpxrun's terminal the kernel would stop it (SIGTTIN) and
+/// mpxrun wait for it for ever.
 #[test]
-fn a_rank_stopped_on_the_terminal_fails_the_job() {
+fn a_rank_that_asks_the_terminal_fails_at_once() {
     let mpxrun = env!("CARGO_BIN_EXE_mpxrun");
-    let dir = scratch_dir("terminal-stop");
-    // `sh <script> {host} env VAR=... program args`: a prompt, then the
-    // host dropped.
+    if on_a_terminal("true", Duration::from_secs(10)).is_none() {
+        return;
+    }
+    let dir = scratch_dir("terminal-prompt");
+    // `sh <script> {host} env VAR=... program args`: rank 1's asks the
+    // terminal, then the host is dropped.
     let prompting = dir.join("prompting-ssh");
-    // Rank 1's prompts; rank 0's goes on.
-    std::fs::write(&prompting, "case \"$*\" in *PMI_RANK=1*) read answer < /dev/tty;; esac\nshift\nexec \"$@\"\n").unwrap();
+    std::fs::write(&prompting, "case \"$*\" in *PMI_RANK=1*) read answer < /dev/tty || exit 3;; esac\nshift\nexec \"$@\"\n").unwrap();
     let remote = format!("--hosts 127.0.0.1 --pmi-host 127.0.0.1 --launch 'sh {} {{host}}'", prompting.display());
-    let cases = [
-        ("", "if [ $PMI_RANK = 1 ]; then read x < /dev/tty; fi; sleep 30", "rank 1 read the terminal and was stopped (SIGTTIN)"),
-        (&*remote, "sleep 30", "the launch command of rank 1 read the terminal and was stopped (SIGTTIN)"),
-    ];
-    for (options, program, said) in cases {
+    let cases = [("", "if [ $PMI_RANK = 1 ]; then read x < /dev/tty || exit 3; fi; sleep 30"), (&*remote, "sleep 30")];
+    for (options, program) in cases {
         // Rank 0 would run for 30 s: the job ends long before.
-        let line = format!("{mpxrun} -n 2 {options} sh -c '{program}'; echo rc=$?");
+        let line = format!("tty > /dev/null && echo terminal=on; {mpxrun} -n 2 {options} sh -c '{program}'; echo rc=$?");
         let started = Instant::now();
-        let Some(out) = on_a_terminal(&line, Duration::from_secs(60)) else { return };
+        let out = on_a_terminal(&line, Duration::from_secs(60)).expect("script is here");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains(said), "{options:?}: {}", text(&out));
-        assert!(stdout.contains("rc=137") && started.elapsed() < Duration::from_secs(20), "{options:?}: {:?}: {}", started.elapsed(), text(&out));
+        assert!(stdout.contains("terminal=on"), "mpxrun has no terminal: {}", text(&out));
+        assert!(stdout.contains("rank 1 failed (exit status: 3)"), "{options:?}: {}", text(&out));
+        assert!(stdout.contains("rc=3") && started.elapsed() < Duration::from_secs(20), "{options:?}: {:?}: {}", started.elapsed(), text(&out));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

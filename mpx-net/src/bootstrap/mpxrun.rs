@@ -55,13 +55,14 @@
 //! endpoint says finalize whenever it is dropped). A process that never
 //! speaks PMI (no mpx program) may end as it likes.
 //!
-//! Every rank (and every launch command) runs in a process group of its
-//! own, in the background of `mpxrun`'s terminal if it has one: a process
-//! `mpxrun` started that reads the terminal (a prompt: an `ssh` asking for
-//! a password) or, with `stty tostop`, writes to it is stopped by the
-//! kernel (SIGTTIN, SIGTTOU). `mpxrun` would wait for it for ever; it
-//! watches for such stops instead, names the rank and what stopped it, and
-//! fails the job as if that rank had failed (its group is killed).
+//! Every rank (and every launch command) runs in a session of its own,
+//! with no controlling terminal: a program that asks the terminal (an
+//! `ssh` prompting for a password or a host key, a rank's own prompt)
+//! fails at once, since `/dev/tty` does not open, where in the background
+//! of `mpxrun`'s terminal the kernel would stop it (SIGTTIN) and `mpxrun`
+//! wait for it for ever. A rank's output still reaches the terminal
+//! (`--no-prefix`: it writes there itself); its input is `mpxrun`'s, for
+//! the rank that reads it (see `--stdin`).
 //!
 //! Ranks die with `mpxrun`, however it ends. On this host `mpxrun` kills
 //! each rank's process group (on a failure, or after SIGINT or SIGTERM), and the
@@ -121,9 +122,9 @@ pub struct Job {
 
 /// The default `--launch` command. `BatchMode=yes`: `ssh` fails at once
 /// with its reason (`Permission denied`, `Host key verification failed`)
-/// where it would prompt on the terminal, which a rank's launch command,
-/// in the background, cannot read (see the [module docs](self)); keys and
-/// an agent work as always.
+/// where it would prompt, which a launch command, with no terminal, could
+/// not answer (see the [module docs](self)): it takes keys without a
+/// passphrase or from an agent, and hosts already in `known_hosts`.
 pub const LAUNCH: &str = "ssh -o BatchMode=yes {host}";
 
 /// How long ranks have to end, by default, once `mpxrun` has passed them
@@ -492,7 +493,10 @@ impl Outbox {
             }
             return;
         }
-        let _ = self.queue.send(answer);
+        if self.queue.send(answer).is_err() {
+            // Its writing failed meanwhile: nothing more is written.
+            self.unwritten.fetch_sub(cost, Ordering::SeqCst);
+        }
     }
 }
 
@@ -682,30 +686,6 @@ impl Drop for StartedGroups {
     }
 }
 
-/// How often `mpxrun` looks for ranks stopped on its terminal.
-const STOP_WATCH_EVERY: Duration = Duration::from_millis(250);
-
-/// The signal that stopped process `pid`, a child of this process, if it
-/// was stopped for reading or writing its terminal from the background
-/// (SIGTTIN, SIGTTOU) since it was last looked at; `None` for any other
-/// stop, a process still running, or one that is no child (any more).
-fn stopped_on_terminal(pid: u32) -> Option<i32> {
-    // SAFETY: `siginfo_t` is plain data, for which all zeros is a valid
-    // value (and what `waitid` leaves when no child changed state).
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is ours to write; WNOHANG returns at once, and with
-    // WSTOPPED alone (no WEXITED) it reports stops only, so it never
-    // reaps a process that tokio's wait for it has to reap.
-    let looked = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WSTOPPED | libc::WNOHANG) };
-    if looked != 0 {
-        return None;
-    }
-    // SAFETY: `waitid` filled `info` as a SIGCHLD report (its child's pid
-    // and status) or left it zeroed (pid 0: nothing to report).
-    let (who, signal) = unsafe { (info.si_pid(), info.si_status()) };
-    (who != 0 && matches!(signal, libc::SIGTTIN | libc::SIGTTOU)).then_some(signal)
-}
-
 /// Sends `signal` to the process group a rank leads.
 fn signal_group(leader: Option<u32>, signal: i32) {
     let Some(pid) = leader.and_then(|p| libc::pid_t::try_from(p).ok()) else { return };
@@ -890,9 +870,6 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             .env(super::env::LAUNCHER, "mpxrun")
             .env_remove(crate::quic::env::RANK)
             .stdin(Stdio::null())
-            // Its own process group, so that killing the rank kills what it
-            // started too (and their hold on its output).
-            .process_group(0)
             .kill_on_drop(true);
         // A rank on another host (its token and credential come on its
         // input), and the rank that reads mpxrun's input, get a pipe.
@@ -913,15 +890,20 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         // SAFETY: the closure runs in the child between fork and exec and
-        // calls only prctl and signal, which are async-signal-safe.
+        // calls only setsid, prctl and signal, which are async-signal-safe.
         unsafe {
             cmd.pre_exec(|| {
+                // A session of its own: a process group of its own (killing
+                // the rank kills what it started too, and their hold on its
+                // output), and no controlling terminal (see the module docs).
+                if libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 // The rank dies with mpxrun, however mpxrun ends.
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // Reading a terminal in the background stops the rank, as
-                // it would any program (mpxrun ignores SIGTTIN itself:
+                // SIGTTIN as any program has it (mpxrun ignores it itself:
                 // see `pass_input`).
                 libc::signal(libc::SIGTTIN, libc::SIG_DFL);
                 Ok(())
@@ -1043,9 +1025,6 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     // left are killed. Until then a rank that ends (of the signal, most
     // likely) does not take the others down with it.
     let mut kill_at: Option<tokio::time::Instant> = None;
-    // How often mpxrun looks for ranks stopped on its terminal.
-    let mut stop_watch = tokio::time::interval(STOP_WATCH_EVERY);
-    stop_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if waits.is_empty() {
             let kvs = kvs.lock().unwrap_or_else(|e| e.into_inner());
@@ -1122,30 +1101,6 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 output.say("killing the ranks left");
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
-                None
-            }
-            _ = stop_watch.tick() => {
-                for rank in 0..groups.len() {
-                    let Some(signal) = groups[rank].and_then(stopped_on_terminal) else { continue };
-                    let (name, did) = if signal == libc::SIGTTIN { ("SIGTTIN", "read") } else { ("SIGTTOU", "wrote to") };
-                    match remote {
-                        Some(_) => output.say(format_args!(
-                            "the launch command of rank {rank} {did} the terminal and was stopped ({name}): it runs in the background and cannot be answered there (an ssh prompt for a password or a host key? use keys, or ssh -o BatchMode=yes); killing it"
-                        )),
-                        None => output.say(format_args!(
-                            "rank {rank} {did} the terminal and was stopped ({name}): ranks run in the background and cannot read it (mpxrun passes its own input to one rank: --stdin); killing it"
-                        )),
-                    }
-                    if failed.is_none() {
-                        failed = Some(rank as u32);
-                    }
-                    if let Some(k) = killers[rank].take() {
-                        let _ = k.send(());
-                    }
-                    if !job.keep_going && kill_at.is_none() {
-                        kill_all(&mut killers);
-                    }
-                }
                 None
             }
             (name, signal) = passed_on(&mut user1, &mut user2) => {
