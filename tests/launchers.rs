@@ -516,6 +516,27 @@ fn a_rank_that_asks_the_terminal_fails_at_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A launch command that ends at once, before it takes the rank's token
+/// and credential on its input (an ssh that cannot log in), fails the
+/// job naming the rank and its status, however soon it ends: mpxrun does
+/// not take the closed pipe for a failure of its own.
+#[test]
+fn a_launch_command_that_ends_at_once_names_its_rank() {
+    let dir = scratch_dir("launch-ends");
+    let failing = dir.join("failing-ssh");
+    std::fs::write(&failing, "exec 0<&-\nexit 7\n").unwrap();
+    for _ in 0..10 {
+        let out = run(
+            mpxrun().args(["-n", "1", "--hosts", "127.0.0.1", "--pmi-host", "127.0.0.1", "--launch"]).arg(format!("sh {} {{host}}", failing.display())).arg("true"),
+            Duration::from_secs(20),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(7), "{}", text(&out));
+        assert!(stderr.contains("rank 0 failed (exit status: 7)") && !stderr.contains("transport error"), "{}", text(&out));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Starts `mpxrun` with `args` on `ranks` copies of `sh -c script` (which
 /// writes its process id into `dir/pid-<rank>` once its traps are set),
 /// waits for every rank's process id, sends mpxrun `signals` (each a

@@ -733,6 +733,18 @@ fn pass_input(mut to: std::io::PipeWriter) -> Result<()> {
         .map_err(|e| Error::transport("a thread for the standard input", e))
 }
 
+/// Writes a remote rank's token, credential and end line, `handed`, to
+/// its launch command's input (a few KiB into an empty pipe: the write
+/// does not wait). A launch command that has ended already (an ssh that
+/// could not log in) took none of it, and that is no error of mpxrun's:
+/// its status names the failure.
+fn hand_over(input: &mut impl Write, handed: &[u8]) -> std::io::Result<()> {
+    match input.write_all(handed) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written,
+    }
+}
+
 /// Waits for SIGINT or SIGTERM, and says which came (a word, and the
 /// signal's number).
 ///
@@ -958,10 +970,8 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         drop(cmd);
         if let Some(mut input) = input {
             if remote.is_some() {
-                // The rank's token, its credential, then the end line (a
-                // few KiB into an empty pipe: the write does not wait).
                 let handed = format!("{}={}\n{pem}{}\n", super::env::PMI_TOKEN, token.as_deref().unwrap_or_default(), super::INPUT_END);
-                input.write_all(handed.as_bytes()).map_err(|e| Error::transport(format!("handing rank {rank} its credential"), e))?;
+                hand_over(&mut input, handed.as_bytes()).map_err(|e| Error::transport(format!("handing rank {rank} its credential"), e))?;
             }
             // Then mpxrun's own input, for the rank that reads it; the
             // others' input ends here.
@@ -1250,6 +1260,23 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         server.abort();
         drop(silent);
+    }
+
+    /// A launch command that has ended before it took its rank's
+    /// credential closed its input: handing it over is no error (the
+    /// command's status names the failure); one still there gets every
+    /// byte.
+    #[test]
+    fn a_credential_for_a_launch_command_already_gone_is_no_error() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        drop(reader);
+        hand_over(&mut writer, b"MPX_PMI_TOKEN=x\n").unwrap();
+        let (mut reader, mut writer) = std::io::pipe().unwrap();
+        hand_over(&mut writer, b"MPX_PMI_TOKEN=x\n").unwrap();
+        drop(writer);
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut reader, &mut got).unwrap();
+        assert_eq!(got, "MPX_PMI_TOKEN=x\n");
     }
 
     /// A rank that stops reading its PMI answers holds up no other rank's:
