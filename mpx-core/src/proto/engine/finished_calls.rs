@@ -33,8 +33,8 @@ use rustc_hash::FxHashSet as HashSet;
 use super::{Body, Engine, Envelope, HashMap, MatchSpec, Unexpected};
 
 
-/// Calls finished after one not finished that a context keeps track of
-/// (see [`Engine::discard_call`]): one more, and the call not finished is
+/// Calls finished after one not finished (see [`FinishedCalls`]) that
+/// a context keeps track of: one more, and the call not finished is
 /// taken for finished. That call is most often one whose ranks met in
 /// memory (whose end the engine never hears of, and whose messages there
 /// are none); a call over messages under way that long, with receives
@@ -162,11 +162,7 @@ impl Engine {
     /// The call whose messages on `context` have the `span` tags from
     /// `first` on (`span` a power of two, `first` a multiple of it) is
     /// over on this rank: its messages, queued or still to come, are
-    /// received and dropped from now on, as by a freed receive. Calls are
-    /// numbered by their blocks (`first / span`) in the order this rank
-    /// starts them: every call before the first one not over is
-    /// remembered, and up to [`MOST_OVERTAKING`] over after it (past that,
-    /// it is taken for over too).
+    /// received and dropped from now on, as by a freed receive.
     ///
     /// ```
     /// use mpx::proto::engine::{Config, Engine};
