@@ -326,7 +326,7 @@ mod time;
 mod transfer;
 
 pub use native::{native_repr_id, repr_id_with};
-pub use finished_calls::{MOST_OVERTAKING, REMEMBERED_CLOSED};
+pub use finished_calls::{REMEMBERED_CALLS, REMEMBERED_CLOSED};
 pub use transfer::Arrived;
 use peer::*;
 use transfer::*;
