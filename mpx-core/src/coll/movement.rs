@@ -336,13 +336,13 @@ fn blocks(what: &str, n: usize, counts: &[usize], displs: &[usize], len: usize, 
     Ok(ranges)
 }
 
-/// The count of each of `n` even blocks of a buffer of `len` items.
 /// The salt of a broadcast's messages from `root` (see [`Call::salted`]).
 fn root_salt(root: usize) -> u64 {
     const BCAST_SALT: u64 = 0xb0ad_ca57_7007_5a17;
     BCAST_SALT ^ (root as u64).wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// The count of each of `n` even blocks of a buffer of `len` items.
 fn per_rank(what: &str, len: usize, n: usize) -> Result<usize> {
     if n == 0 || !len.is_multiple_of(n) {
         return Err(ErrorKind::InvalidArgument(format!("{what} of {len} items cannot be cut in {n} even blocks")).into());
@@ -413,9 +413,20 @@ impl Comm {
             // (see `Call::stray_data`): a rank that takes itself as the
             // root sends it some, where both would otherwise wait for ever
             // for their large data to be taken.
+            // Only a rank that sent it data fails the root: should the
+            // watch fail otherwise (every other rank gone), the root's own
+            // sends decide.
             let mut stray = std::pin::pin!(call.stray_data());
+            let mut watching = true;
             std::future::poll_fn(|cx| match finish.as_mut().poll(cx) {
-                std::task::Poll::Pending => stray.as_mut().poll(cx).map(Err),
+                std::task::Poll::Pending if watching => match stray.as_mut().poll(cx) {
+                    std::task::Poll::Ready(e) if matches!(e.kind(), ErrorKind::CollectiveMismatch { .. }) => std::task::Poll::Ready(Err(e)),
+                    std::task::Poll::Ready(_) => {
+                        watching = false;
+                        std::task::Poll::Pending
+                    }
+                    std::task::Poll::Pending => std::task::Poll::Pending,
+                },
                 finished => finished,
             })
             .await

@@ -1425,7 +1425,7 @@ async fn large_receives_take_data_as_it_arrives_only_where_they_may() {
     let mut whole = vec![0u64; N];
     for through_probe in [false, true] {
         let mut streamed = false;
-        for tag in 0..4 {
+        for tag in 0..8 {
             let send = a.isend(&values, 1, tag);
             let mut req = if through_probe { b.mprobe(0, tag).await.unwrap().irecv(&mut buf) } else { b.irecv(&mut buf, 0, tag) };
             if let Some(outcome) = test_until_taken(&mut req, 64 << 10).await {
