@@ -720,7 +720,9 @@ impl Call {
     /// with data completes the receive as too long, and counts as
     /// received (a rendezvous sender is answered, its data dropped). Word
     /// that a rank gave up on the call is taken and passed over: the root
-    /// waits for nobody's part.
+    /// waits for nobody's part. Should the watch itself fail (every other
+    /// rank gone, the endpoint closed), it waits for ever: the root's own
+    /// sends decide then.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropped, its receive is withdrawn.
@@ -731,22 +733,17 @@ impl Call {
             ErrorKind::CollectiveMismatch { rank: sender, detail }.into()
         };
         loop {
-            if let Some(e) = self.fails_at_once() {
-                return e;
-            }
-            let id = match self.comm.post_recv(crate::comm::Source::Any, self.tag, self.comm.context | 1, Some(0)) {
-                Ok(id) => id.expect("any source, never the null process"),
-                Err(e) => return e,
-            };
+            let Ok(Some(id)) = self.comm.post_recv(crate::comm::Source::Any, self.tag, self.comm.context | 1, Some(0)) else { break };
             match RawRecv::new(self.shared().clone(), id).await {
                 Ok(msg) if msg.envelope.signature.is_none() => continue,
                 Ok(msg) => return not_the_root(msg.envelope.source as usize),
                 Err(e) => match e.kind() {
                     ErrorKind::Truncate { message: Some((source, _)), .. } => return not_the_root(*source),
-                    _ => return e,
+                    _ => break,
                 },
             }
         }
+        std::future::pending().await
     }
 
     /// Posts the receive of `count` items of a destination buffer's

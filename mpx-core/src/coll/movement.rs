@@ -412,21 +412,11 @@ impl Comm {
             // The root watches for data sent to it while its own goes out
             // (see `Call::stray_data`): a rank that takes itself as the
             // root sends it some, where both would otherwise wait for ever
-            // for their large data to be taken.
-            // Only a rank that sent it data fails the root: should the
-            // watch fail otherwise (every other rank gone), the root's own
-            // sends decide.
+            // for their large data to be taken. Only such data fails the
+            // root; its own sends decide otherwise.
             let mut stray = std::pin::pin!(call.stray_data());
-            let mut watching = true;
             std::future::poll_fn(|cx| match finish.as_mut().poll(cx) {
-                std::task::Poll::Pending if watching => match stray.as_mut().poll(cx) {
-                    std::task::Poll::Ready(e) if matches!(e.kind(), ErrorKind::CollectiveMismatch { .. }) => std::task::Poll::Ready(Err(e)),
-                    std::task::Poll::Ready(_) => {
-                        watching = false;
-                        std::task::Poll::Pending
-                    }
-                    std::task::Poll::Pending => std::task::Poll::Pending,
-                },
+                std::task::Poll::Pending => stray.as_mut().poll(cx).map(Err),
                 finished => finished,
             })
             .await
