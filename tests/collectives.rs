@@ -568,14 +568,18 @@ each_transport! {
     /// communicator works on. With data too large to go before its
     /// receiver asks for it (8 MiB, above every transport's eager and
     /// unsolicited limits), at least one fails (smaller data may go out
-    /// and finish both calls).
+    /// and finish both calls). The same for serde values.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_roots_of_one_broadcast_wait_for_nothing() {
-        for values in [1usize << 17, 1 << 20] {
+        for (values, serde) in [(1usize << 17, false), (1 << 20, false), (1 << 20, true)] {
             let outcomes = returns(launch(2, move |comm| async move {
                 let me = comm.rank();
                 let mut data = vec![me as f64; values];
-                let called = tokio::time::timeout(std::time::Duration::from_secs(30), comm.bcast(&mut data[..], me)).await;
+                let call = match serde {
+                    false => comm.bcast(&mut data[..], me),
+                    true => comm.bcast_serde(&mut data, me),
+                };
+                let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
                 let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the broadcast waited 30 s")))?;
                 let mut sum = 0.0f64;
                 comm.allreduce(&(me as f64), &mut sum, SUM).await?;
@@ -584,9 +588,9 @@ each_transport! {
             }))
             .await;
             let failed: Vec<(usize, &mpx::Error)> = outcomes.iter().enumerate().filter_map(|(r, e)| Some((r, e.as_ref()?))).collect();
-            assert!(values < 1 << 20 || !failed.is_empty(), "{values} values: {outcomes:?}");
+            assert!(values < 1 << 20 || !failed.is_empty(), "{values} values, serde {serde}: {outcomes:?}");
             for (rank, e) in failed {
-                assert!(matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: other, .. } if *other == 1 - rank), "{values} values, rank {rank}: {e}");
+                assert!(matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: other, .. } if *other == 1 - rank), "{values} values, serde {serde}, rank {rank}: {e}");
             }
         }
     }
@@ -595,25 +599,32 @@ each_transport! {
     /// others do fails on the data it gets, naming its parent (on four
     /// ranks, rank 3 has rank 2 as its parent under root 0 and root 2
     /// alike), rather than take it for its own; the communicator works on.
+    /// The same for serde values.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rank_that_takes_another_root_fails() {
-        let outcomes = returns(launch(4, |comm| async move {
-            let me = comm.rank();
-            let mut data = [me as u32; 3];
-            let called = comm.bcast(&mut data[..], if me == 3 { 2 } else { 0 }).await;
-            let mut sum = 0u32;
-            comm.allreduce(&1u32, &mut sum, SUM).await?;
-            assert_eq!(sum, 4);
-            Ok(called.err())
-        }))
-        .await;
-        let named = |e: &Option<mpx::Error>| match e.as_ref().map(mpx::Error::kind) {
-            Some(mpx::ErrorKind::CollectiveMismatch { rank, .. }) => Some(*rank),
-            _ => None,
-        };
-        assert_eq!(named(&outcomes[3]), Some(2), "{outcomes:?}");
-        for outcome in &outcomes[..3] {
-            assert!(outcome.is_none() || named(outcome) == Some(3), "{outcomes:?}");
+        for serde in [false, true] {
+            let outcomes = returns(launch(4, move |comm| async move {
+                let me = comm.rank();
+                let mut data = [me as u32; 3];
+                let root = if me == 3 { 2 } else { 0 };
+                let called = match serde {
+                    false => comm.bcast(&mut data[..], root).await,
+                    true => comm.bcast_serde(&mut data, root).await,
+                };
+                let mut sum = 0u32;
+                comm.allreduce(&1u32, &mut sum, SUM).await?;
+                assert_eq!(sum, 4);
+                Ok(called.err())
+            }))
+            .await;
+            let named = |e: &Option<mpx::Error>| match e.as_ref().map(mpx::Error::kind) {
+                Some(mpx::ErrorKind::CollectiveMismatch { rank, .. }) => Some(*rank),
+                _ => None,
+            };
+            assert_eq!(named(&outcomes[3]), Some(2), "serde {serde}: {outcomes:?}");
+            for outcome in &outcomes[..3] {
+                assert!(outcome.is_none() || named(outcome) == Some(3), "serde {serde}: {outcomes:?}");
+            }
         }
     }
 

@@ -39,8 +39,8 @@
 //! [`ErrorKind::CollectiveMismatch`]. Calling different collectives at the
 //! same point (say `allgather` on some ranks and `allgatherv` on others)
 //! is not detected in general: those ranks may wait for each other
-//! forever. A broadcast's messages say which rank their sender takes as
-//! the root, so a rank that takes another fails on the first it gets,
+//! forever. A broadcast's messages (`bcast`'s and `bcast_serde`'s) say
+//! which rank their sender takes as the root, so a rank that takes another fails on the first it gets,
 //! and a root watches for data sent to it while its own goes out (two
 //! ranks that both call themselves the root fail, where their large data
 //! would wait for ever to be taken; small data goes out, and both may
@@ -746,6 +746,28 @@ impl Call {
         std::future::pending().await
     }
 
+    /// A broadcast's root's `sends`, failing early should data of the call
+    /// reach the root while they go out (see [`stray_data`](Call::stray_data)):
+    /// a rank that takes itself as the root sends it some, where both would
+    /// otherwise wait for ever for their large data to be taken. Only such
+    /// data fails the root; its own sends decide otherwise. A call on one
+    /// rank watches nothing.
+    ///
+    /// # Cancel safety
+    /// As `sends`: dropped, the watch's receive is withdrawn.
+    pub(crate) async fn watching_for_stray_data<R>(&self, sends: impl Future<Output = Result<R>>) -> Result<R> {
+        if self.size() == 1 {
+            return sends.await;
+        }
+        let mut sends = std::pin::pin!(sends);
+        let mut stray = std::pin::pin!(self.stray_data());
+        std::future::poll_fn(|cx| match sends.as_mut().poll(cx) {
+            std::task::Poll::Pending => stray.as_mut().poll(cx).map(Err),
+            finished => finished,
+        })
+        .await
+    }
+
     /// Posts the receive of `count` items of a destination buffer's
     /// datatype from `from`.
     pub(crate) fn post_items<E: Element>(&self, dst: &E::Dst<'_>, from: usize, count: usize) -> Result<Posted> {
@@ -834,14 +856,14 @@ impl Posted {
 
 /// `signature` with `salt` mixed in (or taken out again: it is its own
 /// inverse); 0 and untyped data leave it as it is.
-fn salt_signature(signature: Option<(u64, u64)>, salt: u64) -> Option<(u64, u64)> {
+pub(super) fn salt_signature(signature: Option<(u64, u64)>, salt: u64) -> Option<(u64, u64)> {
     signature.map(|(hash, elements)| (hash ^ salt, elements))
 }
 
 /// `msg` with the salt of its call's messages taken off its signature (see
 /// [`Call::salt`]): a message of the same algorithm then has its own
 /// signature again; any other has one that matches nothing.
-fn unsalted(mut msg: Delivered, salt: u64) -> Delivered {
+pub(super) fn unsalted(mut msg: Delivered, salt: u64) -> Delivered {
     if salt != 0 {
         msg.envelope.signature = salt_signature(msg.envelope.signature, salt);
     }
@@ -853,7 +875,7 @@ fn unsalted(mut msg: Delivered, salt: u64) -> Delivered {
 /// word that its sender gave up), saying that its sender may have sent
 /// the very types expected, under another salt: the call's ranks chose
 /// its root or algorithm differently.
-fn salted_mismatch(e: Error, salt: u64, signed: bool) -> Error {
+pub(super) fn salted_mismatch(e: Error, salt: u64, signed: bool) -> Error {
     match e.kind() {
         ErrorKind::CollectiveMismatch { rank, detail } if salt != 0 && signed => {
             let detail = format!("{detail} (or took another root or algorithm for the call, whose messages are told apart so)");

@@ -337,7 +337,7 @@ fn blocks(what: &str, n: usize, counts: &[usize], displs: &[usize], len: usize, 
 }
 
 /// The salt of a broadcast's messages from `root` (see [`Call::salted`]).
-fn root_salt(root: usize) -> u64 {
+pub(super) fn root_salt(root: usize) -> u64 {
     const BCAST_SALT: u64 = 0xb0ad_ca57_7007_5a17;
     BCAST_SALT ^ (root as u64).wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
@@ -405,21 +405,11 @@ impl Comm {
         let call = start.call().salted(root_salt(root));
         let started = checked.and_then(|()| Bcast::start::<T>(&call, root, count, &T::item_type(&buf), Some(&buf)));
         Collective::new(call.clone(), async move {
-            let mut finish = std::pin::pin!(started?.finish::<T>(&call, &mut buf));
-            if call.rank() != root || call.size() == 1 {
-                return finish.await;
+            let finish = started?.finish::<T>(&call, &mut buf);
+            match call.rank() == root {
+                true => call.watching_for_stray_data(finish).await,
+                false => finish.await,
             }
-            // The root watches for data sent to it while its own goes out
-            // (see `Call::stray_data`): a rank that takes itself as the
-            // root sends it some, where both would otherwise wait for ever
-            // for their large data to be taken. Only such data fails the
-            // root; its own sends decide otherwise.
-            let mut stray = std::pin::pin!(call.stray_data());
-            std::future::poll_fn(|cx| match finish.as_mut().poll(cx) {
-                std::task::Poll::Pending => stray.as_mut().poll(cx).map(Err),
-                finished => finished,
-            })
-            .await
         })
     }
 

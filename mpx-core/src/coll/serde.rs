@@ -11,8 +11,8 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::movement::binomial;
-use super::{gave_up, guarded, sent, Call, Collective, Posted};
+use super::movement::{binomial, root_salt};
+use super::{gave_up, guarded, salt_signature, salted_mismatch, sent, unsalted, Call, Collective, Posted};
 use crate::comm::{deserialize, serialize, serialized, Comm, Peer, RawRecv};
 use crate::error::{ErrorKind, Result};
 use crate::proto::engine::SendMode;
@@ -25,7 +25,12 @@ impl Call {
         if let Some(e) = self.fails_at_once() {
             return Request::completed(Err(e));
         }
-        let packed = |_| Ok(serialized(bytes.clone()));
+        let salt = self.salt;
+        let packed = move |_| {
+            let mut packed = serialized(bytes.clone());
+            packed.signature = salt_signature(packed.signature, salt);
+            Ok(packed)
+        };
         self.comm.start_send(packed, Peer::Rank(to), self.tag, SendMode::Standard, self.comm.context | 1)
     }
 
@@ -35,19 +40,22 @@ impl Call {
             return Err(e);
         }
         let id = self.comm.post_recv(from, self.tag, self.comm.context | 1, None)?.expect("a rank, never the null process");
-        Ok(Posted { raw: RawRecv::new(self.comm.shared.clone(), id), from, count: 0, salt: 0 })
+        Ok(Posted { raw: RawRecv::new(self.comm.shared.clone(), id), from, count: 0, salt: self.salt })
     }
 }
 
 impl Posted {
     /// Waits for a serde message and returns its bytes.
     async fn serialized(self) -> Result<Bytes> {
-        let Posted { raw, from, .. } = self;
-        let msg = raw.await?;
+        let Posted { raw, from, salt, .. } = self;
+        let msg = unsalted(raw.await?, salt);
         match msg.envelope.signature {
             Some(SERIALIZED_SIGNATURE) => Ok(msg.data),
             None => Err(gave_up(from)),
-            Some(_) => Err(ErrorKind::CollectiveMismatch { rank: from, detail: "it sent typed data where a serde value was expected".into() }.into()),
+            Some(_) => {
+                let e = ErrorKind::CollectiveMismatch { rank: from, detail: "it sent typed data where a serde value was expected".into() }.into();
+                Err(salted_mismatch(e, salt, true))
+            }
         }
     }
 }
@@ -75,7 +83,9 @@ impl Comm {
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     pub fn bcast_serde<'a, T: Serialize + DeserializeOwned + Send>(&self, value: &'a mut T, root: usize) -> Collective<'a> {
-        let call = Call::start(self);
+        // Salted with the root, and the root watching for stray data, as
+        // `bcast` is.
+        let call = Call::start(self).salted(root_salt(root));
         let started = (|| -> Result<_> {
             call.check_root(root)?;
             let (parent, children) = binomial(call.size(), root, call.rank());
@@ -92,12 +102,15 @@ impl Comm {
         })();
         Collective::new(call.clone(), async move {
             let (from_parent, children, _, mut sends) = started?;
-            if let Some(posted) = from_parent {
-                let bytes = posted.serialized().await?;
-                sends = children.iter().map(|&c| call.send_serialized(&bytes, c)).collect();
-                *value = deserialize(&bytes)?;
+            match from_parent {
+                Some(posted) => {
+                    let bytes = posted.serialized().await?;
+                    sends = children.iter().map(|&c| call.send_serialized(&bytes, c)).collect();
+                    *value = deserialize(&bytes)?;
+                    sent(sends).await
+                }
+                None => call.watching_for_stray_data(sent(sends)).await,
             }
-            sent(sends).await
         })
     }
 

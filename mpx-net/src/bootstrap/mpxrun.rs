@@ -901,10 +901,12 @@ pub async fn run(job: &Job) -> Result<Outcome> {
         if job.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
+        let mpxrun = std::process::id() as libc::pid_t;
         // SAFETY: the closure runs in the child between fork and exec and
-        // calls only setsid, prctl and signal, which are async-signal-safe.
+        // calls only setsid, prctl, getppid and signal, which are
+        // async-signal-safe.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 // A session of its own: a process group of its own (killing
                 // the rank kills what it started too, and their hold on its
                 // output), and no controlling terminal (see the module docs).
@@ -914,6 +916,13 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 // The rank dies with mpxrun, however mpxrun ends.
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                     return Err(std::io::Error::last_os_error());
+                }
+                // mpxrun may have died between the fork and the prctl,
+                // which then has no parent's death left to wait for: the
+                // rank is not started (an orphan has a new parent; the
+                // error is a raw code, since nothing may allocate here).
+                if libc::getppid() != mpxrun {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 // SIGTTIN as any program has it (mpxrun ignores it itself:
                 // see `pass_input`).
