@@ -1037,11 +1037,15 @@ fn values_of<'p, T: MpiType>(parts: &'p [Part], template: &[T], items: Range<usi
     values.clear();
     for r in 0..parts.len() {
         let data = &block(r).data;
-        if plain && data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
+        // Every part's length is the first's where the callers checked
+        // that the parts agree: checked again here, where it makes the
+        // read below sound.
+        if plain && data.len() == first.data.len() && data.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
             // SAFETY: the block's bytes are `count` native values of `T`
-            // (its signature and length say so, checked above), a type
-            // without padding that any bytes make valid, at `T`'s
-            // alignment; the slice borrows `parts`, which holds them.
+            // (the first block's signature and length say so, checked
+            // above, and this block is as long), a type without padding
+            // that any bytes make valid, at `T`'s alignment; the slice
+            // borrows `parts`, which holds them.
             let all = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<T>(), count) };
             values.push(Cow::Borrowed(&all[items.clone()]));
             continue;

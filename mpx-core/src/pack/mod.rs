@@ -723,9 +723,10 @@ impl Datatype {
     /// # Safety
     /// Every byte of every basic entry of the `count` items, taken as an
     /// absolute address, must be readable for the duration of the call and
-    /// must not be written concurrently; the entries must be initialised;
-    /// and each address must have been exposed ([`crate::address_of`]) from
-    /// a reference or pointer to memory that covers the bytes read there.
+    /// must not be written concurrently, nor lie in `out`; the entries must
+    /// be initialised; and each address must have been exposed
+    /// ([`crate::address_of`]) from a reference or pointer to memory that
+    /// covers the bytes read there.
     ///
     /// ```
     /// use mpx::{address_of, Datatype};
@@ -777,7 +778,8 @@ impl Datatype {
     /// # Safety
     /// Every byte of every basic entry of the `count` items, taken as an
     /// absolute address, must be writable for the duration of the call,
-    /// not accessed concurrently, and any bit pattern must be valid there;
+    /// not accessed concurrently, nor lie in `inbuf` (which is borrowed
+    /// as shared), and any bit pattern must be valid there;
     /// and each address must have been exposed for writing
     /// ([`crate::address_of_mut`], or `expose_provenance` of a `*mut`) from
     /// a pointer to memory that covers the bytes written there, not used

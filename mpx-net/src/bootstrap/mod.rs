@@ -488,9 +488,12 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
         Some(v) => pmi::Version::parse(&v)?,
         None => pmi::Version::V2,
     };
-    // SAFETY: the launcher hands this process the descriptor in PMI_FD
-    // for PMI alone; nothing else in the process uses it, and it is taken
-    // once (`start` runs once per process).
+    // SAFETY: PMI_FD names a descriptor the launcher handed this process
+    // for PMI alone, or (in the environment a rank's own program
+    // inherited) one that is not a socket with close-on-exec clear, or
+    // whose owner does not answer as a launcher: `connect` refuses the
+    // former, and leaves the latter open. It is taken once (`start` runs
+    // once per process).
     let stream = unsafe { pmi::connect(channel, timeout)? };
     let mut client = pmi::Client::init(stream, rank, version)?;
     if let Some(told) = client.size().filter(|&n| n != size) {

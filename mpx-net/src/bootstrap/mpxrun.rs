@@ -782,6 +782,11 @@ fn raise_open_file_limit() {
 /// Runs `job`: starts its processes, serves them, forwards their output,
 /// and waits for them all.
 ///
+/// Ranks on this host die with the thread that started them
+/// (`PR_SET_PDEATHSIG`): poll the future on a thread that lives as long
+/// as the job (`block_on`'s, as `mpxrun`'s `main` does, or a runtime's
+/// worker), not on one that may end first (`spawn_blocking`'s).
+///
 /// # Cancel safety
 /// Dropping the future kills the processes started (`kill_on_drop`).
 pub async fn run(job: &Job) -> Result<Outcome> {
@@ -914,7 +919,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     return Err(std::io::Error::last_os_error());
                 }
                 // The rank dies with mpxrun, however mpxrun ends.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                // (prctl reads its arguments as unsigned longs. The signal
+                // comes when the thread that started the rank ends: the
+                // thread that polls `run`, see its docs.)
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
                 // mpxrun may have died between the fork and the prctl,

@@ -383,6 +383,8 @@ impl<S: Duplex> Client<S> {
             Ok::<_, Error>((answer.get("pmi_version").map(str::to_string), answer.get("rc").map(str::to_string)))
         };
         let (spoken, rc) = greet(&mut client, prefer)?;
+        // A PMI answer: the launcher's socket.
+        client.stream.answered();
         client.version = match (prefer, spoken.as_deref(), rc.as_deref()) {
             (Version::V2, Some("2"), None | Some("0")) => Version::V2,
             (_, Some("1"), None | Some("0")) => Version::V1,
@@ -531,6 +533,11 @@ pub trait Duplex: std::io::Read + std::io::Write + Send + std::os::fd::AsFd {
 
     /// The longest a read may wait; `None` for no limit.
     fn read_timeout(&self) -> std::io::Result<Option<Duration>>;
+
+    /// The launcher has answered on the stream as a PMI server: it is the
+    /// launcher's, and this process's to close (see [`connect`]). Nothing
+    /// for a stream this process opened itself.
+    fn answered(&mut self) {}
 }
 
 impl Duplex for std::os::unix::net::UnixStream {
@@ -563,6 +570,72 @@ impl<D: Duplex + ?Sized> Duplex for Box<D> {
     fn read_timeout(&self) -> std::io::Result<Option<Duration>> {
         (**self).read_timeout()
     }
+
+    fn answered(&mut self) {
+        (**self).answered()
+    }
+}
+
+/// The socket `PMI_FD` names, taken on trust until the launcher answers
+/// on it ([`Duplex::answered`]): dropped before, it is left open with the
+/// flags it had (close-on-exec clear), for whatever in this process owns
+/// it if the launcher does not (a `PMI_FD` inherited in the environment
+/// of a program a rank started may name any descriptor there); dropped
+/// after, it is closed.
+struct HandedSocket {
+    stream: std::mem::ManuallyDrop<std::os::unix::net::UnixStream>,
+    answered: bool,
+}
+
+impl std::io::Read for HandedSocket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.read(buf)
+    }
+}
+
+impl std::io::Write for HandedSocket {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+impl std::os::fd::AsFd for HandedSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+impl Duplex for HandedSocket {
+    fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        Duplex::set_read_timeout(&*self.stream, timeout)
+    }
+
+    fn read_timeout(&self) -> std::io::Result<Option<Duration>> {
+        Duplex::read_timeout(&*self.stream)
+    }
+
+    fn answered(&mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for HandedSocket {
+    fn drop(&mut self) {
+        if self.answered {
+            // SAFETY: dropped once, here; the stream is not used again.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.stream) };
+            return;
+        }
+        // Not known to be the launcher's: left open, as it was found.
+        use std::os::fd::AsRawFd;
+        // SAFETY: fcntl on a descriptor that is open (the stream never
+        // closed it); it clears the close-on-exec flag `connect` set.
+        unsafe { libc::fcntl(self.stream.as_raw_fd(), libc::F_SETFD, 0) };
+    }
 }
 
 /// Opens the launcher's socket as `PMI_FD` or `PMI_PORT` names it, with
@@ -574,12 +647,14 @@ impl<D: Duplex + ?Sized> Duplex for Box<D> {
 /// `cmd=set` lines.
 ///
 /// # Safety
-/// For [`Channel::Fd`], the descriptor must be open and owned by nothing
-/// else in the process (one with close-on-exec set, which this process
-/// opened itself, is refused, not taken), and the caller must not use or
-/// close it again:
-/// the connection takes it over, and closes it when dropped (the launcher
-/// hands it over for PMI alone; [`crate::bootstrap::start`] takes it once).
+/// For [`Channel::Fd`], the descriptor must not be closed by anything
+/// else in the process while the connection lives, nor used by anything
+/// else once the launcher has answered on it (the launcher hands it over
+/// for PMI alone; [`crate::bootstrap::start`] takes it once). One with
+/// close-on-exec set, which this process opened itself, is refused, not
+/// taken. The connection closes it when dropped only once the launcher
+/// has answered on it ([`Client::init`]); dropped before, it leaves it
+/// open, as it found it.
 pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Duplex>> {
     match channel {
         Channel::Fd(fd) => {
@@ -606,11 +681,14 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
             if flags == -1 || flags & libc::FD_CLOEXEC != 0 {
                 return Err(not_socket());
             }
-            // SAFETY: the caller hands the descriptor over (this
-            // function's contract): nothing else owns or uses it.
-            let stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(*fd) };
-            // Programs this rank starts do not inherit the launcher's socket.
-            // SAFETY: fcntl on a descriptor this function now owns.
+            // SAFETY: the descriptor is open (fstat said so) and stays
+            // open while the stream lives (this function's contract); the
+            // stream closes it only once the launcher has answered on it,
+            // when it is the connection's alone (`HandedSocket`).
+            let stream = HandedSocket { stream: std::mem::ManuallyDrop::new(unsafe { std::os::unix::net::UnixStream::from_raw_fd(*fd) }), answered: false };
+            // Programs this rank starts do not inherit the launcher's
+            // socket (cleared again should the launcher not answer).
+            // SAFETY: fcntl on an open descriptor; it sets one flag.
             if unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
                 return Err(Error::transport("PMI socket", std::io::Error::last_os_error()));
             }
@@ -1031,6 +1109,32 @@ mod tests {
         assert!(matches!(refused, Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))), "{:?}", refused.err());
         // SAFETY: F_GETFD only reads the flags of a descriptor `mine` owns.
         assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1, "still open");
+        drop(mine);
+    }
+
+    /// A PMI_FD naming a socket with close-on-exec clear whose other end
+    /// does not answer as a launcher (a descriptor that something else in
+    /// the process owns) is left open when the greeting fails, with its
+    /// flags as they were: never closed under its owner.
+    #[test]
+    fn a_socket_whose_end_does_not_answer_as_a_launcher_is_left_open() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let (mine, mut other) = UnixStream::pair().unwrap();
+        let fd = mine.as_raw_fd();
+        // SAFETY: fcntl on a descriptor `mine` owns: clears close-on-exec,
+        // as on a descriptor a parent passed across exec.
+        assert_ne!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, -1);
+        other.write_all(b"HTTP/1.1 400 Bad Request\n").unwrap();
+        drop(other);
+        // SAFETY: `mine` keeps the descriptor open while the connection
+        // lives, and nothing uses it meanwhile; the connection is dropped
+        // before the launcher answers, so it leaves the descriptor open
+        // (what this test checks) for `mine` to close.
+        let greeted = unsafe { connect(&Channel::Fd(fd), Duration::from_secs(5)) }.and_then(|stream| Client::init(stream, 0, Version::V2).map(drop));
+        assert!(greeted.is_err(), "no launcher answered");
+        // SAFETY: F_GETFD only reads the flags of a descriptor `mine` owns.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, 0, "still open, close-on-exec clear again");
         drop(mine);
     }
 
