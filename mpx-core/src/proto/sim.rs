@@ -5,7 +5,7 @@
 //! A [`Script`] is a flat byte string, so a fuzzer can produce any one:
 //! every byte string parses (missing arguments read as zero). It mixes
 //! what a program does on the rank (sends, receives, cancels, probes,
-//! consuming what arrived), what its transport does (bytes arriving from a
+//! consuming what arrived, collective calls ending), what its transport does (bytes arriving from a
 //! peer, on its stream or, for rendezvous data, a second one that may
 //! overtake it; frames leaving; a peer's link filling up), time passing, and the
 //! end (goodbye, close). Bytes from a peer go through a capped
@@ -31,6 +31,9 @@
 //!   descriptions are left out: each is capped by
 //!   [`MAX_DESC_LEN`](super::engine::MAX_DESC_LEN)); while an unbounded
 //!   receive could match it, that sender is not checked;
+//! * transfers of a sender's data kept only to drop it (late messages of
+//!   a finished call, messages a truncated receive took) are no more than
+//!   its rendezvous slots;
 //! * a message delivered successfully is whole: its data and description
 //!   have the lengths its envelope gives;
 //! * a request fails with [`ProcessFailed`](crate::ErrorKind::ProcessFailed)
@@ -195,6 +198,16 @@ pub enum Op {
         /// Peer selector.
         peer: u8,
     },
+    /// A collective call is over on this rank: the messages of tags
+    /// `tag % 4` and its neighbour (a block of 2) on context `context % 2`
+    /// are dropped from now on ([`Engine::discard_call`]); `tag` 255 closes
+    /// the context whole ([`Engine::close_context`]).
+    Discard {
+        /// Context selector.
+        context: u8,
+        /// Tag selector (255: the whole context).
+        tag: u8,
+    },
 }
 
 /// A script: the engine's representation and its steps, as bytes.
@@ -236,7 +249,7 @@ impl Script {
         let external32 = r.u8() & 1 == 1;
         let mut ops = Vec::new();
         while !r.bytes.is_empty() {
-            let op = match r.u8() % 17 {
+            let op = match r.u8() % 18 {
                 0 => Op::Send { to: r.u8(), mode: r.u8(), context: r.u8(), tag: r.u8(), len: r.u16() },
                 1 => Op::Recv { source: r.u8(), tag: r.u8(), context: r.u8(), limit: r.u16() },
                 2 => Op::Cancel { which: r.u8() },
@@ -257,6 +270,7 @@ impl Script {
                 13 => Op::Farewell { failed: r.u8() & 1 == 1 },
                 14 => Op::Close,
                 15 => Op::FailPeer { peer: r.u8() },
+                17 => Op::Discard { context: r.u8(), tag: r.u8() },
                 _ => {
                     let from = r.u8();
                     let len = r.u16() as usize;
@@ -306,6 +320,7 @@ impl Script {
                 Op::Farewell { failed } => b.extend([13, u8::from(*failed)]),
                 Op::Close => b.push(14),
                 Op::FailPeer { peer } => b.extend([15, *peer]),
+                Op::Discard { context, tag } => b.extend([17, *context, *tag]),
             }
         }
         b
@@ -599,6 +614,8 @@ impl Node {
             Op::Farewell { failed } => self.engine.farewell(failed),
             Op::Close => self.engine.close(),
             Op::FailPeer { peer } => self.engine.fail_peer(self.peer(peer), crate::Error::process_failed(self.peer(peer), "its connection broke")),
+            Op::Discard { context, tag: 255 } => self.engine.close_context(u64::from(context % 2)),
+            Op::Discard { context, tag } => self.engine.discard_call(u64::from(context % 2), i32::from(tag % 4) & !1, 2),
         }
         self.drain_events();
         out
@@ -745,6 +762,12 @@ impl Node {
                 held <= credit && credit <= self.config.unsolicited_credit,
                 "{held} bytes of rank {source}'s unsolicited data held on {credit} bytes of credit, granted {}",
                 self.config.unsolicited_credit
+            );
+            let dropping = e.transfers_to_drop(source);
+            assert!(
+                dropping <= self.config.rndv_slots.max(1),
+                "{dropping} transfers of rank {source}'s kept only to drop their data, above its {} slots",
+                self.config.rndv_slots
             );
             if let Some(budget) = self.rendezvous_budget(source) {
                 let held = e.rendezvous_bytes(source);

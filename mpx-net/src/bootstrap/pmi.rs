@@ -248,6 +248,9 @@ pub fn check_value(value: &str, max: usize) -> Result<()> {
 #[derive(Debug, Default)]
 pub struct Decoder {
     buf: Vec<u8>,
+    /// Bytes at the start of `buf` known to hold no newline: a line fed
+    /// a byte at a time is scanned once, not once per byte.
+    scanned: usize,
 }
 
 impl Decoder {
@@ -266,9 +269,12 @@ impl Decoder {
     /// over [`MAX_LINE`] bytes.
     pub fn next(&mut self, version: Version) -> Result<Option<Message>> {
         let (start, end) = match version {
-            Version::V1 => match self.buf.iter().position(|&b| b == b'\n') {
-                Some(i) if i < MAX_LINE => (0, i + 1),
-                None if self.buf.len() <= MAX_LINE => return Ok(None),
+            Version::V1 => match self.buf[self.scanned.min(self.buf.len())..].iter().position(|&b| b == b'\n') {
+                Some(i) if self.scanned + i < MAX_LINE => (0, self.scanned + i + 1),
+                None if self.buf.len() <= MAX_LINE => {
+                    self.scanned = self.buf.len();
+                    return Ok(None);
+                }
                 _ => return Err(ErrorKind::Protocol("a PMI line over the length limit".into()).into()),
             },
             Version::V2 => {
@@ -294,6 +300,7 @@ impl Decoder {
             Version::V2 => Message::parse_v2(text),
         };
         self.buf.drain(..end);
+        self.scanned = 0;
         message.map(Some)
     }
 }
@@ -1110,6 +1117,35 @@ mod tests {
         // SAFETY: F_GETFD only reads the flags of a descriptor `mine` owns.
         assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, -1, "still open");
         drop(mine);
+    }
+
+    /// A PMI-1 line fed a byte at a time is found once its newline comes
+    /// (each byte scanned once), and one fed so past the length limit is
+    /// an error as soon as it is over.
+    #[test]
+    fn a_line_fed_a_byte_at_a_time_is_found_and_bounded() {
+        let mut d = Decoder::default();
+        let line = format!("cmd=put kvsname=job key=k value={}\n", "v".repeat(1000));
+        for (i, b) in line.bytes().enumerate() {
+            d.feed(&[b]);
+            let got = d.next(Version::V1).unwrap();
+            assert_eq!(got.is_some(), i + 1 == line.len(), "at byte {i}");
+            if let Some(m) = got {
+                assert_eq!(m.get("value").map(str::len), Some(1000));
+            }
+        }
+        assert_eq!(d.pending(), 0);
+        let mut fed = 0;
+        let over = loop {
+            d.feed(b"x");
+            fed += 1;
+            match d.next(Version::V1) {
+                Ok(None) => assert!(fed <= MAX_LINE),
+                Ok(Some(m)) => panic!("{m:?}"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(over.kind(), ErrorKind::Protocol(_)) && fed == MAX_LINE + 1, "{fed}: {over}");
     }
 
     /// A PMI_FD naming a socket with close-on-exec clear whose other end

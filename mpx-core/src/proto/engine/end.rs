@@ -214,6 +214,9 @@ impl Engine {
         }
         self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
         self.unsolicited.retain(|&(source, _), _| source != rank);
+        let p = &mut self.peers[rank as usize];
+        p.drops_in_flight = 0;
+        p.to_drop.clear();
         self.forget_early(rank);
     }
 

@@ -213,6 +213,17 @@ pub(super) struct Peer {
     /// already here (nothing follows it), so nothing of the peer's needs
     /// dropping again: a further such goodbye costs nothing.
     pub(super) said_it_failed: bool,
+    /// Rendezvous transfers from the peer answered only to drop their
+    /// data (see [`Engine::consume_truncated`]), whose data is still to
+    /// come: at most [`Config::rndv_slots`]. Beyond that the peer's
+    /// requests of that kind wait in `to_drop`, each holding its slot, so
+    /// that a peer that never sends the data it was asked for gains no
+    /// more room than its slots.
+    pub(super) drops_in_flight: u64,
+    /// Rendezvous requests of the peer's to answer once one of its
+    /// `drops_in_flight` ends: the receive id the transfer goes under,
+    /// the message's envelope and the peer's send id.
+    pub(super) to_drop: VecDeque<(ReqId, Envelope, u64)>,
 }
 
 impl Peer {

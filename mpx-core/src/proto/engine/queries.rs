@@ -70,6 +70,13 @@ impl Engine {
         (held, self.peers.get(source as usize).map_or(0, |p| p.unsolicited_in_use))
     }
 
+    /// Transfers of `source`'s data answered only to drop it (see
+    /// [`consume_truncated`](Engine::consume_truncated)) whose data is
+    /// still to come: never above [`Config::rndv_slots`].
+    pub fn transfers_to_drop(&self, source: u32) -> u64 {
+        self.transfers.values().filter(|t| t.envelope.source == source && t.drop_in_flight).count() as u64
+    }
+
     /// Eager credit (bytes, each message counted with
     /// [`EAGER_OVERHEAD`]) `source` has spent here and
     /// not been given back: never above [`Config::eager_credit`].

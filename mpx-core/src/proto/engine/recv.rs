@@ -199,47 +199,79 @@ impl Engine {
     /// the message counts as received now. A rendezvous request is
     /// answered, so that its sender completes, and its data is counted and
     /// dropped as it arrives; unsolicited data is dropped, and its credit
-    /// goes back to the sender.
+    /// goes back to the sender once the last of it is in.
     /// Returns the message's envelope, if the receive failed so.
+    ///
+    /// What a sender is asked for only to be dropped stays within what it
+    /// was granted until its data is in: a rendezvous request holds its
+    /// slot, unanswered, while [`Config::rndv_slots`] of the sender's
+    /// transfers are being dropped already, and unsolicited data holds its
+    /// credit. A sender that never sends the data (a hostile one, asked
+    /// for the late messages of every finished collective call, see
+    /// [`discard_call`](Engine::discard_call)) so never holds more of this
+    /// rank's memory than it was granted.
     pub fn consume_truncated(&mut self, id: ReqId) -> Option<Envelope> {
         let u = self.truncated.remove(&id)?;
         let envelope = u.envelope;
-        let source = u.envelope.source;
         match u.body {
-            Body::Rts { send_id } => {
-                if let Some(p) = self.peers.get_mut(source as usize) {
-                    p.slots_in_use = p.slots_in_use.saturating_sub(1);
+            Body::Rts { send_id } => self.answer_to_drop(id, envelope, send_id),
+            Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
+                Some(t) if t.complete => {
+                    self.take_unsolicited_credit(transfer);
+                    self.transfers.remove(&transfer);
                 }
-                let gone = self.dead(source, false).is_some() || self.peers.get(source as usize).is_some_and(Peer::gave_up);
-                if gone || (self.finished && source != self.rank) {
-                    // Nobody sends the data (or this rank's goodbye tells
-                    // the sender to give up on it).
-                    return Some(envelope);
+                Some(t) => {
+                    t.dropped = true;
+                    t.received.discard(0);
                 }
-                // The transfer goes under the receive's id, which nothing
-                // else uses from now on.
-                let mut transfer = Transfer::new(u.envelope, id);
-                transfer.owner = None;
-                transfer.dropped = true;
-                transfer.received.discard(0);
-                self.transfers.insert(id, transfer);
-                let header = Header { send_id, recv_id: id, ..Header::control(Kind::Cts, self.rank) };
-                self.push_frame(source, Frame::control(header));
-            }
-            Body::InFlight { transfer } => {
-                if let Some(t) = self.take_unsolicited_credit(transfer) {
-                    if t.complete {
-                        self.transfers.remove(&transfer);
-                    } else {
-                        t.dropped = true;
-                        t.received.discard(0);
-                    }
-                }
-            }
+                None => {}
+            },
             Body::Data { .. } => unreachable!("eager messages are delivered, never held as truncated"),
         }
         self.handle_local();
         Some(envelope)
+    }
+
+    /// Answers the rendezvous request of send `send_id` for `envelope`'s
+    /// message, to drop its data as it arrives, under receive id `id`
+    /// (which nothing else uses from now on): at once, or once fewer than
+    /// [`Config::rndv_slots`] of its sender's transfers are being dropped
+    /// (see [`consume_truncated`](Engine::consume_truncated)).
+    fn answer_to_drop(&mut self, id: ReqId, envelope: Envelope, send_id: u64) {
+        let source = envelope.source;
+        let gone = self.dead(source, false).is_some() || self.peers.get(source as usize).is_some_and(Peer::gave_up);
+        let Some(p) = self.peers.get_mut(source as usize) else { return };
+        if gone || (self.finished && source != self.rank) {
+            // Nobody sends the data (or this rank's goodbye tells the
+            // sender to give up on it).
+            p.slots_in_use = p.slots_in_use.saturating_sub(1);
+            return;
+        }
+        if p.drops_in_flight >= self.config.rndv_slots.max(1) {
+            p.to_drop.push_back((id, envelope, send_id));
+            return;
+        }
+        p.slots_in_use = p.slots_in_use.saturating_sub(1);
+        p.drops_in_flight += 1;
+        let mut transfer = Transfer::new(envelope, id);
+        transfer.owner = None;
+        transfer.dropped = true;
+        transfer.drop_in_flight = true;
+        transfer.received.discard(0);
+        self.transfers.insert(id, transfer);
+        let header = Header { send_id, recv_id: id, ..Header::control(Kind::Cts, self.rank) };
+        self.push_frame(source, Frame::control(header));
+    }
+
+    /// A transfer `source` was asked for only to drop its data has ended
+    /// (see [`answer_to_drop`](Engine::answer_to_drop)): the next request
+    /// of its kind waiting is answered.
+    pub(super) fn drop_ended(&mut self, source: u32) {
+        let Some(p) = self.peers.get_mut(source as usize) else { return };
+        p.drops_in_flight = p.drops_in_flight.saturating_sub(1);
+        if let Some((id, envelope, send_id)) = p.to_drop.pop_front() {
+            self.answer_to_drop(id, envelope, send_id);
+        }
     }
 
     /// Receive `id` was dropped without taking its error: if it failed
@@ -326,7 +358,7 @@ impl Engine {
     /// The transfer `transfer`, once a receive has matched its message:
     /// an unsolicited message's credit goes back to its sender, since the
     /// receive now bounds what its data may take.
-    fn take_unsolicited_credit(&mut self, transfer: ReqId) -> Option<&mut Transfer> {
+    pub(super) fn take_unsolicited_credit(&mut self, transfer: ReqId) -> Option<&mut Transfer> {
         let t = self.transfers.get_mut(&transfer)?;
         let credit = std::mem::take(&mut t.credit);
         let source = t.envelope.source;

@@ -1772,3 +1772,56 @@ fn late_messages_of_a_finished_call_are_dropped() {
     assert!(events(&mut e[1]).is_empty(), "nothing queued");
     assert!(e[1].discards(0, 64) && e[1].discards(0, 5));
 }
+
+/// A rendezvous request for a message of a finished call (or one a
+/// truncated receive took), from a peer that never sends the data it is
+/// then asked for, holds what the peer was granted until the data comes:
+/// the peer gets as many answers as it has slots, its later requests wait
+/// unanswered in their slots, and one beyond those fails it. Data that
+/// does come frees the room for the next. Without that, a peer could make
+/// the receiver keep a transfer for every request it sends, for ever.
+#[test]
+fn late_rendezvous_requests_whose_data_never_comes_stay_within_the_slots() {
+    let mut e = pair(Config { rndv_slots: 3, ..Config::default() });
+    e[1].discard_call(0, 64, 64);
+    let late = |seq: u64| Frame::control(Header { seq, send_id: 100 + seq, tag: 64, data_len: 10, recv_id: 0, ..Header::control(Kind::Rts, 0) });
+    let answers = |e: &mut Engine| std::iter::from_fn(|| next_frame(e)).filter(|(_, f)| f.header.kind == Kind::Cts).map(|(_, f)| f.header).collect::<Vec<_>>();
+    for seq in 0..6 {
+        e[1].handle_frame(0, late(seq)).unwrap();
+    }
+    let first = answers(&mut e[1]);
+    assert_eq!(first.len(), 3, "one answer per slot");
+    // The data of one comes: the next request is answered.
+    let cts = first[0];
+    let data = Frame { header: Header { recv_id: cts.recv_id, send_id: cts.send_id, seq: 0, data_len: 10, ..Header::control(Kind::RndvData, 0) }, payload: Bytes::from_static(&[7; 10]) };
+    e[1].handle_frame(0, data).unwrap();
+    assert_eq!(answers(&mut e[1]).len(), 1, "answered once data freed the room");
+    // Three answered and waiting for data, two waiting in their slots: one
+    // more request is one beyond the slots.
+    e[1].handle_frame(0, late(6)).unwrap();
+    assert!(answers(&mut e[1]).is_empty());
+    assert!(e[1].handle_frame(0, late(7)).is_err(), "beyond the slots");
+    assert_eq!(process_failed(&events(&mut e[1])), 0, "nothing of this rank's waited on it");
+}
+
+/// Unsolicited data of a message of a finished call holds its credit
+/// until the last of it is in, so that a peer that sends requests
+/// without their data stays within its unsolicited credit.
+#[test]
+fn late_unsolicited_requests_hold_their_credit_until_their_data_is_in() {
+    let mut e = pair(Config { unsolicited_credit: 3 * unsolicited_cost(10), ..Config::default() });
+    e[1].discard_call(0, 64, 64);
+    let late = |seq: u64| Frame::control(Header { seq, send_id: 100 + seq, tag: 64, data_len: 10, recv_id: RTS_UNSOLICITED, ..Header::control(Kind::Rts, 0) });
+    for seq in 0..3 {
+        e[1].handle_frame(0, late(seq)).unwrap();
+    }
+    assert_eq!(e[1].unsolicited_bytes(0).1, 3 * unsolicited_cost(10), "held while the data is to come");
+    assert!(e[1].handle_frame(0, late(3)).is_err(), "beyond the credit");
+    // Between honest ranks, the data comes and the credit goes back.
+    let mut e = pair(Config { unsolicited_credit: 3 * unsolicited_cost(10), ..Config::default() });
+    e[1].discard_call(0, 64, 64);
+    e[1].handle_frame(0, late(0)).unwrap();
+    e[1].handle_frame(0, forged_data(100, 0, 10, &[7; 10])).unwrap();
+    assert_eq!(e[1].unsolicited_bytes(0), (0, 0), "given back");
+    assert!(std::iter::from_fn(|| next_frame(&mut e[1])).any(|(_, f)| f.header.kind == Kind::Credit));
+}

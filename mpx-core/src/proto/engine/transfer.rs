@@ -59,6 +59,9 @@ pub(super) struct Transfer {
     /// failed as truncated): its data is counted and dropped, and the
     /// transfer ends with its last byte.
     pub(super) dropped: bool,
+    /// The transfer was asked for only to drop its data, and counts among
+    /// its sender's [`Peer::drops_in_flight`] until its last byte.
+    pub(super) drop_in_flight: bool,
 }
 
 /// Unsolicited data that arrived before its message's RTS.
@@ -94,6 +97,7 @@ impl Transfer {
             send_id: None,
             credit: 0,
             dropped: false,
+            drop_in_flight: false,
         }
     }
 
@@ -112,6 +116,7 @@ impl Transfer {
             send_id: Some(send_id),
             credit: early.credit,
             dropped: false,
+            drop_in_flight: false,
         }
     }
 
