@@ -15,7 +15,10 @@
 //! ([`Engine::discard_call`]), and the engine receives and drops its
 //! messages, those queued and those still to come, as a receive that is
 //! freed would: eager credit goes back, a rendezvous sender is answered
-//! and its data dropped. The engine remembers the last
+//! and its data dropped (within its rendezvous slots and unsolicited
+//! credit until that data is in, see [`Engine::consume_truncated`]: a
+//! sender that never sends it holds no more than it was granted). The
+//! engine remembers the last
 //! [`REMEMBERED_CALLS`] finished calls of each context. A communicator
 //! that goes closes its collective context whole
 //! ([`Engine::close_context`]): words still on their way to it are
