@@ -628,6 +628,93 @@ each_transport! {
         }
     }
 
+    /// An allreduce whose ranks choose different algorithms from their own
+    /// arguments (two values of an array type on rank 0, a slice of as
+    /// many of its elements on the others: the same bytes and types, but
+    /// two values are fewer than a value per rank, so rank 0 does not
+    /// reduce in blocks) fails on every rank rather than leave some
+    /// waiting; the communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_allreduce_whose_ranks_choose_different_algorithms_fails() {
+        const N: usize = 4096;
+        let outcomes = returns(launch(4, |comm| async move {
+            let call = async {
+                match comm.rank() {
+                    0 => {
+                        let (mine, mut sum) = (vec![[1.0f64; N]; 2], vec![[0.0f64; N]; 2]);
+                        comm.allreduce(&mine[..], &mut sum[..], SUM).await
+                    }
+                    _ => comm.allreduce(&vec![1.0f64; 2 * N][..], &mut vec![0.0f64; 2 * N][..], SUM).await,
+                }
+            };
+            let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
+            let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the allreduce waited 30 s")))?;
+            let mut sum = 0u32;
+            comm.allreduce(&1u32, &mut sum, SUM).await?;
+            assert_eq!(sum, 4);
+            Ok(called.err())
+        }))
+        .await;
+        for (rank, outcome) in outcomes.iter().enumerate() {
+            assert!(matches!(outcome.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: other, .. }) if *other != rank), "rank {rank}: {outcomes:?}");
+        }
+    }
+
+    /// Ranks that take different roots for a reduce do not wait for ever:
+    /// the values of a rank that takes another root fail rank 0, whose
+    /// word that it gave up reaches every rank waiting for the result;
+    /// the communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ranks_that_take_different_roots_for_a_reduce_fail() {
+        for roots in [vec![0, 1], vec![1, 1, 2]] {
+            let n = roots.len();
+            let outcomes = returns(launch(n, move |comm| {
+                let root = roots[comm.rank()];
+                async move {
+                    let mut total = 0u64;
+                    let call = comm.reduce(&(comm.rank() as u64), &mut total, SUM, root);
+                    let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
+                    let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the reduce waited 30 s")))?;
+                    let mut sum = 0u32;
+                    comm.allreduce(&1u32, &mut sum, SUM).await?;
+                    assert_eq!(sum as usize, comm.size());
+                    Ok(called.err())
+                }
+            }))
+            .await;
+            assert!(outcomes[0].is_some(), "rank 0 takes a value of another root's: {outcomes:?}");
+            for outcome in outcomes.iter().flatten() {
+                assert!(matches!(outcome.kind(), mpx::ErrorKind::CollectiveMismatch { .. }), "{outcomes:?}");
+            }
+        }
+    }
+
+    /// Two ranks that both call themselves a scatter's root, with blocks
+    /// too large to go before they are asked for: at least one fails,
+    /// naming the other, rather than both waiting for ever; the
+    /// communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_roots_of_one_scatter_wait_for_nothing() {
+        let outcomes = returns(launch(2, |comm| async move {
+            let me = comm.rank();
+            let all = vec![me as f64; 2 << 20];
+            let mut mine = vec![0.0f64; 1 << 20];
+            let call = comm.scatter(&all, &mut mine, me);
+            let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
+            let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the scatter waited 30 s")))?;
+            let mut sum = 0u32;
+            comm.allreduce(&1u32, &mut sum, SUM).await?;
+            assert_eq!(sum, 2);
+            Ok(called.err())
+        }))
+        .await;
+        let failed: Vec<(usize, &mpx::Error)> = outcomes.iter().enumerate().filter_map(|(r, e)| Some((r, e.as_ref()?))).collect();
+        assert!(!failed.is_empty(), "{outcomes:?}");
+        for (rank, e) in failed {
+            assert!(matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: other, .. } if *other == 1 - rank), "rank {rank}: {e}");
+        }
+    }
+
     /// Arguments every rank gets wrong alike are errors on every rank, and
     /// a count that disagrees with the root's is reported by the rank that
     /// sees it.

@@ -104,7 +104,8 @@ pub(super) fn meets(block_bytes: u64) -> bool {
     block_bytes < MEET_BELOW
 }
 
-/// The collective a part is of, and its root: `(code, root)`, the codes
+/// The collective a part is of, and its root (a broadcast's) or
+/// algorithm (an allreduce's: 1 for two rounds): `(code, root)`, the codes
 /// those of [`name`].
 type Kind = (u8, usize);
 const BARRIER: u8 = 0;
@@ -121,6 +122,7 @@ fn name((code, root): Kind) -> String {
         BCAST => format!("bcast from root {root}"),
         ALLGATHER => "allgather".into(),
         ALLTOALL => "alltoall".into(),
+        ALLREDUCE if root == 1 => "allreduce of large data in two rounds (at least one value for each rank)".into(),
         ALLREDUCE => "allreduce".into(),
         _ => "a collective that exchanges messages".into(),
     }
@@ -861,8 +863,15 @@ fn small_alltoall<E: Element>(call: Starting<'_>, layout: &Result<Layout>, send:
 
 /// `MPI_Allreduce` of `send` into `recv` with `op`.
 pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
-    let kind = (ALLREDUCE, 0);
     let (n, count) = (call.size(), send.len());
+    // Large data in two rounds (each rank combining a block of values),
+    // smaller in one: the choice is each rank's own (its count of values,
+    // and their bytes), so its part says which, and ranks that choose
+    // differently (one value of an array type against a slice of its
+    // elements: the same bytes and signature) disagree rather than wait
+    // at a round the others never come to.
+    let blocks = n > 1 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
+    let kind = (ALLREDUCE, usize::from(blocks));
     if let Err(e) = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count)) {
         return refused(call, kind, e);
     }
@@ -909,7 +918,6 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
         Err(e) => return refused(call, kind, e),
     };
     let shape = shape_of_block(&mine);
-    let blocks = n > 1 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
     let wants = if blocks { None } else { every_part_if_small(shape.1.saturating_mul(n as u64)) };
     let arrival = call.meet(0, kind, shape, Ok(one_block(mine)), wants);
     if !blocks {

@@ -39,13 +39,18 @@
 //! [`ErrorKind::CollectiveMismatch`]. Calling different collectives at the
 //! same point (say `allgather` on some ranks and `allgatherv` on others)
 //! is not detected in general: those ranks may wait for each other
-//! forever. A broadcast's messages (`bcast`'s and `bcast_serde`'s) say
-//! which rank their sender takes as the root, so a rank that takes another fails on the first it gets,
-//! and a root watches for data sent to it while its own goes out (two
-//! ranks that both call themselves the root fail, where their large data
-//! would wait for ever to be taken; small data goes out, and both may
-//! finish). Ranks that each wait for the other as the root still wait
-//! for ever, as in MPI libraries.
+//! forever. The messages of `bcast`, `bcast_serde`, `reduce` and
+//! `scatter` say which rank their sender takes as the root, so a rank
+//! that takes another fails on the first it gets (in a `reduce`, rank 0
+//! fails, and its word that it gave up reaches the ranks waiting for the
+//! result), and a broadcast's or scatter's root watches for data sent to
+//! it while its own goes out (two ranks that both call themselves the
+//! root fail, where their large data would wait for ever to be taken;
+//! small data goes out, and both may finish). Ranks that each wait for
+//! the other as the root (a `gather`'s, or a `bcast`'s whose trees do not
+//! cross) still wait for ever, as in MPI libraries. An allreduce's ranks
+//! that choose different algorithms from their own arguments (an array
+//! value against a slice of its elements) fail rather than wait.
 //!
 //! | collective | algorithm |
 //! |---|---|

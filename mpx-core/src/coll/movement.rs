@@ -336,11 +336,18 @@ fn blocks(what: &str, n: usize, counts: &[usize], displs: &[usize], len: usize, 
     Ok(ranges)
 }
 
-/// The salt of a broadcast's messages from `root` (see [`Call::salted`]).
-pub(super) fn root_salt(root: usize) -> u64 {
-    const BCAST_SALT: u64 = 0xb0ad_ca57_7007_5a17;
-    BCAST_SALT ^ (root as u64).wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+/// The salt of the messages of a `collective` (one of the `*_ROOTED`
+/// constants) from or to `root` (see [`Call::salted`]): a rank that takes
+/// another rank as the root fails on the first message it takes from a
+/// rank that does not.
+pub(super) fn root_salt(collective: u64, root: usize) -> u64 {
+    collective ^ (root as u64).wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
+
+/// [`root_salt`]'s collectives.
+pub(super) const BCAST_ROOTED: u64 = 0xb0ad_ca57_7007_5a17;
+pub(super) const REDUCE_ROOTED: u64 = 0x7ed0_ce70_7007_5a17;
+pub(super) const SCATTER_ROOTED: u64 = 0x5ca7_7e70_7007_5a17;
 
 /// The count of each of `n` even blocks of a buffer of `len` items.
 fn per_rank(what: &str, len: usize, n: usize) -> Result<usize> {
@@ -402,7 +409,7 @@ impl Comm {
         }
         // Salted with the root: a rank that takes another rank as the root
         // fails on the first message it takes (see `Call::salted`).
-        let call = start.call().salted(root_salt(root));
+        let call = start.call().salted(root_salt(BCAST_ROOTED, root));
         let started = checked.and_then(|()| Bcast::start::<T>(&call, root, count, &T::item_type(&buf), Some(&buf)));
         Collective::new(call.clone(), async move {
             let finish = started?.finish::<T>(&call, &mut buf);
@@ -604,7 +611,11 @@ impl Comm {
         root: usize,
         what: &'static str,
     ) -> Collective<'a> {
-        let call = Call::start(self);
+        // Salted with the root, and a root watching for stray data while
+        // its blocks go out, as a broadcast's (two ranks that both call
+        // themselves the root fail rather than wait for ever for their
+        // large blocks to be taken).
+        let call = Call::start(self).salted(root_salt(SCATTER_ROOTED, root));
         let (n, me) = (call.size(), call.rank());
         let mine = 0..E::dst_len(&recv);
         let started = (|| -> Result<_> {
@@ -637,10 +648,13 @@ impl Comm {
         })();
         Collective::new(call.clone(), async move {
             let (posted, sends) = started?;
-            if let Some(p) = posted {
-                p.into_items::<E>(&mut recv, mine).await?;
+            match posted {
+                Some(p) => {
+                    p.into_items::<E>(&mut recv, mine).await?;
+                    sent(sends).await
+                }
+                None => call.watching_for_stray_data(sent(sends)).await,
             }
-            sent(sends).await
         })
     }
 

@@ -2,7 +2,7 @@
 //! `reduce_scatter_block`, `reduce_scatter`, `scan` and `exscan`.
 
 
-use super::movement::{Bcast, Ring};
+use super::movement::{root_salt, Bcast, Ring, REDUCE_ROOTED};
 use super::{check_len, sent, sent_after, Call, CollMut, CollRef, Collective, Op, Posted, Starting};
 use crate::comm::Comm;
 use crate::error::{ErrorKind, Result};
@@ -251,7 +251,12 @@ impl Comm {
         root: usize,
     ) -> Collective<'a> {
         let (send, recv, op) = (send.values(), recv.values(), op.into());
-        let call = Call::start(self);
+        // Salted with the root: the tree to rank 0 is the same whatever the
+        // root, so a rank that takes another root would otherwise wait for
+        // ever for a result rank 0 never sends it. Rank 0 fails on the
+        // first value it takes from such a rank, and its word that it gave
+        // up reaches the rank.
+        let call = Call::start(self).salted(root_salt(REDUCE_ROOTED, root));
         let me = call.rank();
         let started = (|| -> Result<_> {
             op.check()?;

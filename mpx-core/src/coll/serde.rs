@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::movement::{binomial, root_salt};
+use super::movement::{binomial, root_salt, BCAST_ROOTED};
 use super::{gave_up, guarded, salt_signature, salted_mismatch, sent, unsalted, Call, Collective, Posted};
 use crate::comm::{deserialize, serialize, serialized, Comm, Peer, RawRecv};
 use crate::error::{ErrorKind, Result};
@@ -85,7 +85,7 @@ impl Comm {
     pub fn bcast_serde<'a, T: Serialize + DeserializeOwned + Send>(&self, value: &'a mut T, root: usize) -> Collective<'a> {
         // Salted with the root, and the root watching for stray data, as
         // `bcast` is.
-        let call = Call::start(self).salted(root_salt(root));
+        let call = Call::start(self).salted(root_salt(BCAST_ROOTED, root));
         let started = (|| -> Result<_> {
             call.check_root(root)?;
             let (parent, children) = binomial(call.size(), root, call.rank());
