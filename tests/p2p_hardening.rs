@@ -561,6 +561,10 @@ async fn typed_external32_messages_received_as_packed_unpack_to_the_values_sent(
                 comm.send(&samples, 1, 0).await?;
                 comm.send(&ints, 1, 1).await?; // rendezvous, several chunks
                 comm.send(&samples[..3], 1, 2).await?;
+                // `long`: 4 bytes in external32, 8 here.
+                let longs = [1i64, -2, 3];
+                let long = mpx::Datatype::named("long").expect("a predefined type");
+                comm.send(mpx::SendBuf::new(mpx::Region::of(&longs), 3, &long), 1, 3).await?;
                 return Ok(());
             }
             let t = Sample::datatype();
@@ -581,6 +585,12 @@ async fn typed_external32_messages_received_as_packed_unpack_to_the_values_sent(
             let mut got = vec![Sample::default(); 3];
             mpx::unpack(&bytes, &mut 0, &mut got)?;
             assert_eq!(got, samples[..3]);
+            // The status counts the bytes handed back, in this rank's
+            // native form, not the external32 bytes that came.
+            let (bytes, status) = comm.irecv_bytes(0, 3).await?;
+            assert_eq!((bytes.len(), status.bytes), (24, 24));
+            let got: Vec<i64> = bytes.chunks(8).map(|c| i64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect();
+            assert_eq!(got, [1, -2, 3]);
             Ok(())
         }
     });

@@ -103,3 +103,33 @@ fn a_busy_test_loop_on_a_current_thread_runtime_completes_a_rendezvous() {
         .unwrap();
     assert!(out[1] >= 1);
 }
+
+/// A loop of `iprobe` (and of `improbe`) calls makes progress by itself
+/// too: with no driver task, it sees a message once it has been sent.
+#[test]
+fn a_probe_loop_progresses_without_a_driver() {
+    let queues = Arc::new(vec![Mutex::new(VecDeque::new()), Mutex::new(VecDeque::new())]);
+    let a = Endpoint::new(0, 2, Config::default(), Queues { me: 0, queues: queues.clone() }).unwrap().world();
+    let b = Endpoint::new(1, 2, Config::default(), Queues { me: 1, queues }).unwrap().world();
+    let mut send = a.isend(&7u8, 1, 0);
+    let mut other = a.isend(&8u8, 1, 1);
+    let mut probes = 0;
+    let status = loop {
+        let _ = send.test();
+        if let Some(status) = b.iprobe(0, 0).unwrap() {
+            break status;
+        }
+        probes += 1;
+        assert!(probes < 1000, "the iprobe loop never saw the message");
+    };
+    assert_eq!(status.count::<u8>(), Some(1));
+    let message = loop {
+        let _ = other.test();
+        if let Some(message) = b.improbe(0, 1).unwrap() {
+            break message;
+        }
+        probes += 1;
+        assert!(probes < 2000, "the improbe loop never took the message");
+    };
+    assert_eq!(message.status().count::<u8>(), Some(1));
+}

@@ -36,6 +36,9 @@ impl Comm {
     /// ```
     pub fn iprobe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Status>> {
         let Some(spec) = self.spec(source.into(), tag.into(), self.context)? else { return Ok(Some(Status::empty())) };
+        // Frames that have arrived are taken first, as `test` does: a loop
+        // of `iprobe`s sees a message sent, on any transport.
+        self.shared.progress();
         let st = self.shared.lock();
         if st.engine.is_closed() {
             return Err(crate::ErrorKind::Finalized.into());
@@ -97,6 +100,8 @@ impl Comm {
     /// ```
     pub fn improbe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Option<Message>> {
         let Some(spec) = self.spec(source.into(), tag.into(), self.context)? else { return Ok(Some(Message::null(self))) };
+        // As `iprobe`: frames that have arrived are taken first.
+        self.shared.progress();
         let mut st = self.shared.lock();
         if st.engine.is_closed() {
             return Err(crate::ErrorKind::Finalized.into());

@@ -256,9 +256,12 @@ impl Comm {
     /// As [`irecv`](Comm::irecv).
     pub fn irecv_bytes(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> OwnedRecv<Bytes> {
         OwnedRecv::start(self, Bytes::new(), source.into(), tag.into(), None, |buf, msg| {
+            // The status counts the bytes handed back: this rank's native
+            // packed form, which for external32 data of some types (`long`
+            // among them) is longer than what came.
             let status = status_of(&msg);
             *buf = native_packed(&msg)?;
-            Ok(status)
+            Ok(Status { bytes: buf.len() as u64, ..status })
         })
     }
 }
