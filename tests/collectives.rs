@@ -629,35 +629,65 @@ each_transport! {
     }
 
     /// An allreduce whose ranks choose different algorithms from their own
-    /// arguments (two values of an array type on rank 0, a slice of as
+    /// arguments (four values of an array type on rank 0, a slice of as
     /// many of its elements on the others: the same bytes and types, but
-    /// two values are fewer than a value per rank, so rank 0 does not
+    /// four values are fewer than a value per rank, so rank 0 does not
     /// reduce in blocks) fails on every rank rather than leave some
     /// waiting; the communicator works on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_allreduce_whose_ranks_choose_different_algorithms_fails() {
-        const N: usize = 4096;
-        let outcomes = returns(launch(4, |comm| async move {
+        const N: usize = mpx::coll::MAX_REDUCED_VALUE / 8;
+        let outcomes = returns(launch(5, |comm| async move {
             let call = async {
                 match comm.rank() {
                     0 => {
-                        let (mine, mut sum) = (vec![[1.0f64; N]; 2], vec![[0.0f64; N]; 2]);
+                        let (mine, mut sum) = (vec![[1.0f64; N]; 4], vec![[0.0f64; N]; 4]);
                         comm.allreduce(&mine[..], &mut sum[..], SUM).await
                     }
-                    _ => comm.allreduce(&vec![1.0f64; 2 * N][..], &mut vec![0.0f64; 2 * N][..], SUM).await,
+                    _ => comm.allreduce(&vec![1.0f64; 4 * N][..], &mut vec![0.0f64; 4 * N][..], SUM).await,
                 }
             };
             let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
             let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the allreduce waited 30 s")))?;
             let mut sum = 0u32;
             comm.allreduce(&1u32, &mut sum, SUM).await?;
-            assert_eq!(sum, 4);
+            assert_eq!(sum, 5);
             Ok(called.err())
         }))
         .await;
         for (rank, outcome) in outcomes.iter().enumerate() {
             assert!(matches!(outcome.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: other, .. }) if *other != rank), "rank {rank}: {outcomes:?}");
         }
+    }
+
+    /// An allreduce of values of an array type as large as a buffer fails
+    /// with a clear error on every rank (its algorithms would keep a few
+    /// such values on the stack, and overflowed it), where reduce, scan
+    /// and exscan take them and an allreduce of values up to
+    /// `MAX_REDUCED_VALUE` bytes reduces; the communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_allreduce_of_values_too_large_for_the_stack_fails() {
+        const SMALL: usize = mpx::coll::MAX_REDUCED_VALUE / 8;
+        const LARGE: usize = 16_384;
+        returns(launch(3, |comm| async move {
+            let one: Box<[f64; LARGE]> = vec![1.0f64; LARGE].into_boxed_slice().try_into().expect("LARGE values");
+            let mut sum: Box<[f64; LARGE]> = vec![0.0f64; LARGE].into_boxed_slice().try_into().expect("LARGE values");
+            let refused = comm.allreduce(&*one, &mut *sum, SUM).await;
+            assert!(matches!(refused.as_ref().map_err(mpx::Error::kind), Err(mpx::ErrorKind::InvalidArgument(why)) if why.contains("too large")), "{refused:?}");
+            // The other reductions take them (their frames hold none).
+            comm.reduce(&*one, &mut *sum, SUM, 1).await?;
+            assert!(comm.rank() != 1 || sum.iter().all(|&v| v == 3.0));
+            comm.scan(&*one, &mut *sum, SUM).await?;
+            assert!(sum.iter().all(|&v| v == (comm.rank() + 1) as f64));
+            comm.exscan(&*one, &mut *sum, SUM).await?;
+            assert!(comm.rank() == 0 || sum.iter().all(|&v| v == comm.rank() as f64));
+            let one: Box<[f64; SMALL]> = vec![1.0f64; SMALL].into_boxed_slice().try_into().expect("SMALL values");
+            let mut sum: Box<[f64; SMALL]> = vec![0.0f64; SMALL].into_boxed_slice().try_into().expect("SMALL values");
+            comm.allreduce(&*one, &mut *sum, SUM).await?;
+            assert!(sum.iter().all(|&v| v == 3.0));
+            Ok(())
+        }))
+        .await;
     }
 
     /// Ranks that take different roots for a reduce do not wait for ever:

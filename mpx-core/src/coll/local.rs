@@ -861,6 +861,15 @@ fn small_alltoall<E: Element>(call: Starting<'_>, layout: &Result<Layout>, send:
     Some((c, part, mine.signature, mine.any_bytes?))
 }
 
+/// An allreduce this rank refuses with `e`, whichever way its ranks
+/// meet: the others are told, as for any argument a rank gets wrong.
+pub(super) fn allreduce_refused<'a>(start: Starting<'_>, e: Error) -> Collective<'a> {
+    match start.local() {
+        Some(_) => refused(start, (ALLREDUCE, 0), e),
+        None => Collective::new(start.call(), async move { Err(e) }),
+    }
+}
+
 /// `MPI_Allreduce` of `send` into `recv` with `op`.
 pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'a mut [T], op: Op<T>) -> Collective<'a> {
     let (n, count) = (call.size(), send.len());

@@ -113,6 +113,7 @@ pub use cart::{dims_create, Cart};
 pub use element::{Described, Element};
 pub use movement::Block;
 pub use op::{Builtin, Loc, Op, Reducible, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, PROD, SUM};
+pub use reduce::MAX_REDUCED_VALUE;
 
 use crate::comm::data::Packed;
 use crate::comm::{capacity, Comm, Peer, RawRecv, RecvBuf, SendBuf, SendData};

@@ -127,6 +127,14 @@ fn doubling<'a, T: MpiType>(call: Call, send: &[T], recv: &'a mut [T], op: Op<T>
     })
 }
 
+/// The largest value, in bytes, [`Comm::allreduce`] combines: its
+/// algorithms keep a few values of the type in their stack frames, which
+/// values of an array type as large as a buffer (`[f64; 16384]`) would
+/// overflow. A larger one fails the call with
+/// [`ErrorKind::InvalidArgument`] on every rank, whose values are the same
+/// type; a slice of its elements reduces the same numbers.
+pub const MAX_REDUCED_VALUE: usize = 16 << 10;
+
 /// Bytes per rank from which [`Comm::allreduce`] cuts the values in
 /// blocks, one per rank, rather than moving them whole.
 pub(super) const LARGE_ALLREDUCE: u64 = 64 << 10;
@@ -312,6 +320,17 @@ impl Comm {
     pub fn allreduce<'a, 's, T: MpiType>(&self, send: impl CollRef<'s, T>, recv: impl CollMut<'a, T>, op: impl Into<Op<T>>) -> Collective<'a> {
         let (send, recv, op) = (send.values(), recv.values(), op.into());
         let start = Starting::new(self);
+        if std::mem::size_of::<T>() > MAX_REDUCED_VALUE {
+            // Known when the program is built: for such a type, nothing
+            // below is built into this function, whose frame then stays
+            // small.
+            let e = ErrorKind::InvalidArgument(format!(
+                "allreduce: values of {} bytes ({}) are too large to combine one at a time: reduce a slice of their elements",
+                std::mem::size_of::<T>(),
+                std::any::type_name::<T>()
+            ));
+            return super::local::allreduce_refused(start, e.into());
+        }
         if start.local().is_some() {
             return super::local::allreduce(start, send, recv, op);
         }
