@@ -12,6 +12,30 @@ use mpx::MpiType;
 mod support;
 use support::returns;
 
+/// What a collective `call` that may fail ended with (its error, if
+/// any), once an allreduce after it shows that the communicator works on.
+/// A call still waiting after 30 s is an error of its own: it would have
+/// waited for ever.
+async fn outcome_then_works_on<T>(comm: &mpx::Comm, what: &str, call: impl std::future::Future<Output = mpx::Result<T>>) -> mpx::Result<Option<mpx::Error>> {
+    let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
+    let called = called.map_err(|_| mpx::Error::user(std::io::Error::other(format!("the {what} waited 30 s"))))?;
+    let mut sum = 0u32;
+    comm.allreduce(&1u32, &mut sum, SUM).await?;
+    assert_eq!(sum as usize, comm.size());
+    Ok(called.err())
+}
+
+/// Checks the outcomes of a call on two ranks that both took themselves
+/// for its root: every rank that failed names the other (at least one
+/// did, if `one_fails`).
+fn each_failed_root_names_the_other(outcomes: &[Option<mpx::Error>], one_fails: bool, what: &str) {
+    let failed: Vec<(usize, &mpx::Error)> = outcomes.iter().enumerate().filter_map(|(r, e)| Some((r, e.as_ref()?))).collect();
+    assert!(!one_fails || !failed.is_empty(), "{what}: {outcomes:?}");
+    for (rank, e) in failed {
+        assert!(matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: other, .. } if *other == 1 - rank), "{what}, rank {rank}: {e}");
+    }
+}
+
 /// The rank counts every collective is checked on.
 const SIZES: [usize; 6] = [1, 2, 3, 4, 7, 8];
 
@@ -579,19 +603,10 @@ each_transport! {
                     false => comm.bcast(&mut data[..], me),
                     true => comm.bcast_serde(&mut data, me),
                 };
-                let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
-                let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the broadcast waited 30 s")))?;
-                let mut sum = 0.0f64;
-                comm.allreduce(&(me as f64), &mut sum, SUM).await?;
-                assert_eq!(sum, 1.0);
-                Ok(called.err())
+                outcome_then_works_on(&comm, "broadcast", call).await
             }))
             .await;
-            let failed: Vec<(usize, &mpx::Error)> = outcomes.iter().enumerate().filter_map(|(r, e)| Some((r, e.as_ref()?))).collect();
-            assert!(values < 1 << 20 || !failed.is_empty(), "{values} values, serde {serde}: {outcomes:?}");
-            for (rank, e) in failed {
-                assert!(matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: other, .. } if *other == 1 - rank), "{values} values, serde {serde}, rank {rank}: {e}");
-            }
+            each_failed_root_names_the_other(&outcomes, values >= 1 << 20, &format!("{values} values, serde {serde}"));
         }
     }
 
@@ -607,14 +622,11 @@ each_transport! {
                 let me = comm.rank();
                 let mut data = [me as u32; 3];
                 let root = if me == 3 { 2 } else { 0 };
-                let called = match serde {
-                    false => comm.bcast(&mut data[..], root).await,
-                    true => comm.bcast_serde(&mut data, root).await,
+                let call = match serde {
+                    false => comm.bcast(&mut data[..], root),
+                    true => comm.bcast_serde(&mut data, root),
                 };
-                let mut sum = 0u32;
-                comm.allreduce(&1u32, &mut sum, SUM).await?;
-                assert_eq!(sum, 4);
-                Ok(called.err())
+                outcome_then_works_on(&comm, "broadcast", call).await
             }))
             .await;
             let named = |e: &Option<mpx::Error>| match e.as_ref().map(mpx::Error::kind) {
@@ -647,12 +659,7 @@ each_transport! {
                     _ => comm.allreduce(&vec![1.0f64; 4 * N][..], &mut vec![0.0f64; 4 * N][..], SUM).await,
                 }
             };
-            let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
-            let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the allreduce waited 30 s")))?;
-            let mut sum = 0u32;
-            comm.allreduce(&1u32, &mut sum, SUM).await?;
-            assert_eq!(sum, 5);
-            Ok(called.err())
+            outcome_then_works_on(&comm, "allreduce", call).await
         }))
         .await;
         for (rank, outcome) in outcomes.iter().enumerate() {
@@ -703,12 +710,7 @@ each_transport! {
                 async move {
                     let mut total = 0u64;
                     let call = comm.reduce(&(comm.rank() as u64), &mut total, SUM, root);
-                    let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
-                    let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the reduce waited 30 s")))?;
-                    let mut sum = 0u32;
-                    comm.allreduce(&1u32, &mut sum, SUM).await?;
-                    assert_eq!(sum as usize, comm.size());
-                    Ok(called.err())
+                    outcome_then_works_on(&comm, "reduce", call).await
                 }
             }))
             .await;
@@ -730,19 +732,10 @@ each_transport! {
             let all = vec![me as f64; 2 << 20];
             let mut mine = vec![0.0f64; 1 << 20];
             let call = comm.scatter(&all, &mut mine, me);
-            let called = tokio::time::timeout(std::time::Duration::from_secs(30), call).await;
-            let called = called.map_err(|_| mpx::Error::user(std::io::Error::other("the scatter waited 30 s")))?;
-            let mut sum = 0u32;
-            comm.allreduce(&1u32, &mut sum, SUM).await?;
-            assert_eq!(sum, 2);
-            Ok(called.err())
+            outcome_then_works_on(&comm, "scatter", call).await
         }))
         .await;
-        let failed: Vec<(usize, &mpx::Error)> = outcomes.iter().enumerate().filter_map(|(r, e)| Some((r, e.as_ref()?))).collect();
-        assert!(!failed.is_empty(), "{outcomes:?}");
-        for (rank, e) in failed {
-            assert!(matches!(e.kind(), mpx::ErrorKind::CollectiveMismatch { rank: other, .. } if *other == 1 - rank), "rank {rank}: {e}");
-        }
+        each_failed_root_names_the_other(&outcomes, true, "scatter");
     }
 
     /// Arguments every rank gets wrong alike are errors on every rank, and

@@ -113,23 +113,19 @@ fn a_probe_loop_progresses_without_a_driver() {
     let b = Endpoint::new(1, 2, Config::default(), Queues { me: 1, queues }).unwrap().world();
     let mut send = a.isend(&7u8, 1, 0);
     let mut other = a.isend(&8u8, 1, 1);
-    let mut probes = 0;
-    let status = loop {
+    let status = within_1000_calls("the iprobe loop seeing the message", || {
         let _ = send.test();
-        if let Some(status) = b.iprobe(0, 0).unwrap() {
-            break status;
-        }
-        probes += 1;
-        assert!(probes < 1000, "the iprobe loop never saw the message");
-    };
+        b.iprobe(0, 0).unwrap()
+    });
     assert_eq!(status.count::<u8>(), Some(1));
-    let message = loop {
+    let message = within_1000_calls("the improbe loop taking the message", || {
         let _ = other.test();
-        if let Some(message) = b.improbe(0, 1).unwrap() {
-            break message;
-        }
-        probes += 1;
-        assert!(probes < 2000, "the improbe loop never took the message");
-    };
+        b.improbe(0, 1).unwrap()
+    });
     assert_eq!(message.status().count::<u8>(), Some(1));
+}
+
+/// What `step` gives, once it gives something, in at most 1,000 calls.
+fn within_1000_calls<T>(what: &str, mut step: impl FnMut() -> Option<T>) -> T {
+    (0..1000).find_map(|_| step()).unwrap_or_else(|| panic!("no {what} in 1,000 calls"))
 }
