@@ -640,6 +640,42 @@ each_transport! {
         }
     }
 
+    /// A rank that waits for a broadcast's or a scatter's data from a rank
+    /// that sends it none, since the others take another root (on three
+    /// ranks, rank 2 takes rank 1 as the root, its parent in either tree,
+    /// while ranks 0 and 1 take rank 0, which sends rank 2 its data), fails
+    /// rather than wait for ever, naming a rank that takes the other root
+    /// (over messages, rank 0, on the data it sends; ranks that meet
+    /// compare their roots); the communicator works on. The same for serde
+    /// values.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_whose_root_sends_it_nothing_fails() {
+        for collective in ["bcast", "bcast_serde", "scatter"] {
+            let outcomes = returns(launch(3, move |comm| async move {
+                let me = comm.rank();
+                let root = if me == 2 { 1 } else { 0 };
+                let call = async {
+                    let mut data = vec![me as u32; 3];
+                    match collective {
+                        "bcast" => comm.bcast(&mut data[..], root).await,
+                        "bcast_serde" => comm.bcast_serde(&mut data, root).await,
+                        _ => comm.scatter(&[7u32; 9][..], &mut data[..], root).await,
+                    }
+                };
+                outcome_then_works_on(&comm, collective, call).await
+            }))
+            .await;
+            let named = |e: &Option<mpx::Error>| match e.as_ref().map(mpx::Error::kind) {
+                Some(mpx::ErrorKind::CollectiveMismatch { rank, .. }) => Some(*rank),
+                _ => None,
+            };
+            assert!(matches!(named(&outcomes[2]), Some(0 | 1)), "{collective}: {outcomes:?}");
+            for outcome in &outcomes[..2] {
+                assert!(outcome.is_none() || named(outcome) == Some(2), "{collective}: {outcomes:?}");
+            }
+        }
+    }
+
     /// An allreduce whose ranks choose different algorithms from their own
     /// arguments (four values of an array type on rank 0, a slice of as
     /// many of its elements on the others: the same bytes and types, but

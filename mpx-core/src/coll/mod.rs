@@ -43,12 +43,17 @@
 //! `scatter` say which rank their sender takes as the root, so a rank
 //! that takes another fails on the first it gets (in a `reduce`, rank 0
 //! fails, and its word that it gave up reaches the ranks waiting for the
-//! result), and a broadcast's or scatter's root watches for data sent to
+//! result). A broadcast's or scatter's root watches for data sent to
 //! it while its own goes out (two ranks that both call themselves the
 //! root fail, where their large data would wait for ever to be taken;
-//! small data goes out, and both may finish). Ranks that each wait for
-//! the other as the root (a `gather`'s, or a `bcast`'s whose trees do not
-//! cross) still wait for ever, as in MPI libraries. An allreduce's ranks
+//! small data goes out, and both may finish), and every other rank, which
+//! takes data from one rank only (its parent in the broadcast's tree, the
+//! scatter's root), watches for data from any other: a rank whose root
+//! sends it nothing, since the others take another root, fails on the data
+//! the other root sends it. Ranks that each wait for another as the root
+//! while no rank sends them anything (two ranks that each take the other
+//! as a `bcast`'s root, or a `gather`'s) still wait for ever, as in MPI
+//! libraries. An allreduce's ranks
 //! that choose different algorithms from their own arguments (an array
 //! value against a slice of its elements) fail rather than wait.
 //!
@@ -719,32 +724,40 @@ impl Call {
     }
 
     /// Waits for a message of the call that carries data, from any rank,
-    /// without taking its data, and says who sent it: what a broadcast's
-    /// root, which receives nothing in a broadcast, watches for while its
-    /// data goes out. Its sender takes another rank as the root (it sent
-    /// data down its own tree, or its parent's in this rank's). A message
-    /// with data completes the receive as too long, and counts as
-    /// received (a rendezvous sender is answered, its data dropped). Word
-    /// that a rank gave up on the call is taken and passed over: the root
-    /// waits for nobody's part. Should the watch itself fail (every other
-    /// rank gone, the endpoint closed), it waits for ever: the root's own
-    /// sends decide then.
+    /// without taking its data, and says who sent it: what a rank of a
+    /// rooted `collective` watches for while its part is under way, the
+    /// root (`from` is `None`) since it receives nothing, any other rank
+    /// since it receives only from `from` (its parent in a broadcast's
+    /// tree, the root in a scatter), whose message the receive posted for
+    /// it, earlier than this watch's, takes. Its sender takes another rank
+    /// as the root (it sent data down its own tree, or its parent's in
+    /// this rank's). A message with data completes the receive as too
+    /// long, and counts as received (a rendezvous sender is answered, its
+    /// data dropped). Word that a rank gave up on the call is taken and
+    /// passed over. Should the watch itself fail (every other rank gone,
+    /// the endpoint closed), it waits for ever: the rank's own part
+    /// decides then.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropped, its receive is withdrawn.
-    pub(crate) async fn stray_data(&self) -> Error {
-        let root = self.rank();
-        let not_the_root = |sender: usize| -> Error {
-            let detail = format!("it sent data of a bcast to rank {root}, which called it as its root: the two take different ranks as the root");
+    pub(crate) async fn stray_data(&self, collective: &str, from: Option<usize>) -> Error {
+        let me = self.rank();
+        let stray = |sender: usize| -> Error {
+            let detail = match from {
+                None => format!("it sent data of a {collective} to rank {me}, which called it as its root: the two take different ranks as the root"),
+                Some(from) => format!(
+                    "it sent data of a {collective} to rank {me}, which takes its data from rank {from} only: the two take different ranks as the root"
+                ),
+            };
             ErrorKind::CollectiveMismatch { rank: sender, detail }.into()
         };
         loop {
             let Ok(Some(id)) = self.comm.post_recv(crate::comm::Source::Any, self.tag, self.comm.context | 1, Some(0)) else { break };
             match RawRecv::new(self.shared().clone(), id).await {
                 Ok(msg) if msg.envelope.signature.is_none() => continue,
-                Ok(msg) => return not_the_root(msg.envelope.source as usize),
+                Ok(msg) => return stray(msg.envelope.source as usize),
                 Err(e) => match e.kind() {
-                    ErrorKind::Truncate { message: Some((source, _)), .. } => return not_the_root(*source),
+                    ErrorKind::Truncate { message: Some((source, _)), .. } => return stray(*source),
                     _ => break,
                 },
             }
@@ -752,22 +765,25 @@ impl Call {
         std::future::pending().await
     }
 
-    /// A broadcast's root's `sends`, failing early should data of the call
-    /// reach the root while they go out (see [`stray_data`](Call::stray_data)):
-    /// a rank that takes itself as the root sends it some, where both would
-    /// otherwise wait for ever for their large data to be taken. Only such
-    /// data fails the root; its own sends decide otherwise. A call on one
-    /// rank watches nothing.
+    /// A rank's part of a rooted `collective` (`work`), failing early
+    /// should data of the call reach it from a rank it takes none from
+    /// (see [`stray_data`](Call::stray_data); `from`: the one rank it
+    /// takes data from, `None` at the root): a rank that takes another as
+    /// the root sends it some. At the root, both would otherwise wait for
+    /// ever for their large data to be taken; elsewhere, for data from a
+    /// rank that sends none, since it takes another as the root. Only
+    /// such data fails the rank; its own part decides otherwise. A call
+    /// on one rank watches nothing.
     ///
     /// # Cancel safety
-    /// As `sends`: dropped, the watch's receive is withdrawn.
-    pub(crate) async fn watching_for_stray_data<R>(&self, sends: impl Future<Output = Result<R>>) -> Result<R> {
+    /// As `work`: dropped, the watch's receive is withdrawn.
+    pub(crate) async fn watching_for_stray_data<R>(&self, collective: &str, from: Option<usize>, work: impl Future<Output = Result<R>>) -> Result<R> {
         if self.size() == 1 {
-            return sends.await;
+            return work.await;
         }
-        let mut sends = std::pin::pin!(sends);
-        let mut stray = std::pin::pin!(self.stray_data());
-        std::future::poll_fn(|cx| match sends.as_mut().poll(cx) {
+        let mut work = std::pin::pin!(work);
+        let mut stray = std::pin::pin!(self.stray_data(collective, from));
+        std::future::poll_fn(|cx| match work.as_mut().poll(cx) {
             std::task::Poll::Pending => stray.as_mut().poll(cx).map(Err),
             finished => finished,
         })

@@ -61,6 +61,12 @@ impl Bcast {
         Ok(Bcast { from_parent, children, sends })
     }
 
+    /// The rank this one takes the data from: its parent in the tree,
+    /// `None` at the root.
+    pub(super) fn parent(&self) -> Option<usize> {
+        self.from_parent.as_ref().map(|posted| posted.from)
+    }
+
     /// Receives into `buf` (except at the root, whose `buf` holds the data)
     /// and passes it on.
     pub(super) async fn finish<E: Element>(self, call: &Call, buf: &mut E::Dst<'_>) -> Result<()> {
@@ -408,15 +414,14 @@ impl Comm {
             return super::local::bcast::<T>(start, checked, root, buf);
         }
         // Salted with the root: a rank that takes another rank as the root
-        // fails on the first message it takes (see `Call::salted`).
+        // fails on the first message it takes (see `Call::salted`), or on
+        // data from a rank it takes none from (see `Call::stray_data`).
         let call = start.call().salted(root_salt(BCAST_ROOTED, root));
         let started = checked.and_then(|()| Bcast::start::<T>(&call, root, count, &T::item_type(&buf), Some(&buf)));
         Collective::new(call.clone(), async move {
-            let finish = started?.finish::<T>(&call, &mut buf);
-            match call.rank() == root {
-                true => call.watching_for_stray_data(finish).await,
-                false => finish.await,
-            }
+            let bcast = started?;
+            let from = bcast.parent();
+            call.watching_for_stray_data("bcast", from, bcast.finish::<T>(&call, &mut buf)).await
         })
     }
 
@@ -611,10 +616,10 @@ impl Comm {
         root: usize,
         what: &'static str,
     ) -> Collective<'a> {
-        // Salted with the root, and a root watching for stray data while
-        // its blocks go out, as a broadcast's (two ranks that both call
-        // themselves the root fail rather than wait for ever for their
-        // large blocks to be taken).
+        // Salted with the root, and every rank watching for stray data, as
+        // a broadcast's (two ranks that both call themselves the root fail
+        // rather than wait for ever for their large blocks to be taken; a
+        // rank whose root sends it nothing fails on another root's block).
         let call = Call::start(self).salted(root_salt(SCATTER_ROOTED, root));
         let (n, me) = (call.size(), call.rank());
         let mine = 0..E::dst_len(&recv);
@@ -650,10 +655,13 @@ impl Comm {
             let (posted, sends) = started?;
             match posted {
                 Some(p) => {
-                    p.into_items::<E>(&mut recv, mine).await?;
-                    sent(sends).await
+                    let part = async {
+                        p.into_items::<E>(&mut recv, mine).await?;
+                        sent(sends).await
+                    };
+                    call.watching_for_stray_data("scatter", Some(root), part).await
                 }
-                None => call.watching_for_stray_data(sent(sends)).await,
+                None => call.watching_for_stray_data("scatter", None, sent(sends)).await,
             }
         })
     }

@@ -83,8 +83,8 @@ impl Comm {
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     pub fn bcast_serde<'a, T: Serialize + DeserializeOwned + Send>(&self, value: &'a mut T, root: usize) -> Collective<'a> {
-        // Salted with the root, and the root watching for stray data, as
-        // `bcast` is.
+        // Salted with the root, and every rank watching for stray data, as
+        // in `bcast`.
         let call = Call::start(self).salted(root_salt(BCAST_ROOTED, root));
         let started = (|| -> Result<_> {
             call.check_root(root)?;
@@ -101,15 +101,19 @@ impl Comm {
             Ok((from_parent, children, bytes, sends))
         })();
         Collective::new(call.clone(), async move {
-            let (from_parent, children, _, mut sends) = started?;
+            let (from_parent, children, _, sends) = started?;
             match from_parent {
                 Some(posted) => {
-                    let bytes = posted.serialized().await?;
-                    sends = children.iter().map(|&c| call.send_serialized(&bytes, c)).collect();
-                    *value = deserialize(&bytes)?;
-                    sent(sends).await
+                    let from = Some(posted.from);
+                    let part = async {
+                        let bytes = posted.serialized().await?;
+                        let sends: Vec<_> = children.iter().map(|&c| call.send_serialized(&bytes, c)).collect();
+                        *value = deserialize(&bytes)?;
+                        sent(sends).await
+                    };
+                    call.watching_for_stray_data("bcast", from, part).await
                 }
-                None => call.watching_for_stray_data(sent(sends)).await,
+                None => call.watching_for_stray_data("bcast", None, sent(sends)).await,
             }
         })
     }
