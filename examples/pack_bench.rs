@@ -14,7 +14,7 @@
 //! `shared/reference-bench`. Like `manual_bench.c` (the hand-written loops),
 //! it packs from and unpacks into one buffer; `pack_bench.c` (MPICH, Open
 //! MPI) unpacks into a second one, which packing did not bring into the
-//! caches (see the README). Every type is built through the public datatype
+//! caches (see docs/PERFORMANCE.md, "Packing and unpacking"). Every type is built through the public datatype
 //! API and packed through the public pack/unpack API.
 //!
 //! `pack_bench --paired LIB [TYPE]` (Unix) measures mpx against a
@@ -30,8 +30,9 @@
 //! unpacks into a second buffer, as `pack_bench.c` does, instead of the one
 //! packed from.
 //!
-//! Measured figures, with the reference run beside them, are in the README's
-//! "Performance" section.
+//! Measured figures, with the reference run beside them, are in
+//! docs/PERFORMANCE.md, "Packing and unpacking" (the README keeps a
+//! summary).
 
 use std::hint::black_box;
 use std::time::Instant;

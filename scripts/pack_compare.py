@@ -8,11 +8,11 @@ prints per type the median over rounds of each program's figures and mpx's
 ratio to the best of the three references (pack / unpack):
 
     cargo build --release --example pack_bench
-    scripts/pack_compare.py [ROUNDS]          # default 8; the README quotes 20
+    scripts/pack_compare.py [ROUNDS]          # default 8; docs/PERFORMANCE.md quotes 20
 
 Single rounds vary by a third on a shared VM (cache placement of the
-buffers, neighbours); medians over interleaved rounds are what the README
-quotes.
+buffers, neighbours); medians over interleaved rounds are what
+docs/PERFORMANCE.md quotes.
 
     scripts/pack_compare.py --paired [ROUNDS]   # default 5
 

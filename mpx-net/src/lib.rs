@@ -7,12 +7,14 @@
 //! * [`quic`]: ranks in separate processes or hosts over QUIC, with mutual
 //!   TLS under a per-job credential.
 //!
-//! Where the rest goes, one folder each, as it is built:
+//! Where the rest goes:
 //!
 //! | path | what |
 //! |---|---|
-//! | `src/bootstrap/` | how a process learns its rank and peers: `mpxrun`, PMI (hydra, Slurm), Open MPI |
-//! | `src/bin/mpxrun.rs` | the launcher |
+//! | `src/bootstrap/` | how a process learns its rank and peers: `mpxrun`'s implementation (`mpxrun.rs`), PMI (hydra, Slurm), Open MPI |
+//! | `src/bin/mpx-credential.rs` | makes a job's credential |
+//!
+//! The `mpxrun` binary is the `mpx` crate's `src/bin/mpxrun.rs`.
 
 #![deny(missing_docs)]
 

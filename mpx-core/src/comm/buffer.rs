@@ -6,7 +6,7 @@ use bytes::Bytes;
 use crate::datatype::Datatype;
 use crate::error::{ErrorKind, Result};
 use crate::mpi_type::MpiType;
-use crate::pack::{Region, RegionMut, Repr, TypeSequence};
+use crate::pack::{covers_every_byte, Region, RegionMut, Repr, TypeSequence};
 use crate::proto::engine::{Delivered, Envelope};
 use crate::proto::wire::SERIALIZED_SIGNATURE;
 use crate::request::Status;
@@ -560,12 +560,6 @@ pub(crate) fn plain_bytes<'v, T: MpiType>(values: &'v [T], datatype: &Datatype) 
     // `values`, borrowed as long.
     covers_every_byte::<T>(datatype)
         .then(|| unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) })
-}
-
-/// Whether `datatype`, `T`'s own, covers every byte of a `T` (no
-/// padding): a slice of `T` is then, byte for byte, its packed native data.
-pub(crate) fn covers_every_byte<T: MpiType>(datatype: &Datatype) -> bool {
-    datatype.is_contiguous() && datatype.size() == std::mem::size_of::<T>() as u64
 }
 
 /// A `Vec` whose element type is contiguous (no padding), viewed as the

@@ -160,7 +160,7 @@ pub use self::serde::Serde;
 #[cfg(feature = "serde")]
 pub(crate) use self::serde::{deserialize, serialize, serialized};
 
-pub(crate) use buffer::{capacity, covers_every_byte, deliver_into, native_values, native_values_in, native_values_of, unpack_typed_message};
+pub(crate) use buffer::{capacity, deliver_into, native_values, native_values_in, native_values_of, unpack_typed_message};
 pub(crate) use recv_owned::RawRecv;
 
 /// The context id of the world communicator.

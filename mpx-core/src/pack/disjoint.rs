@@ -288,7 +288,7 @@ impl Values {
         let (datatype, size) = (T::datatype(), std::mem::size_of::<T>());
         // As many typemap bytes as the value has is not enough (entries may
         // overlap and leave padding): they must lie in one run.
-        let data = if crate::comm::covers_every_byte::<T>(&datatype) { Vec::new() } else { data_bytes(&datatype, size) };
+        let data = if super::covers_every_byte::<T>(&datatype) { Vec::new() } else { data_bytes(&datatype, size) };
         Values { type_name: std::any::type_name::<T>(), data, any_bit_pattern: !T::NEEDS_VALIDATION }
     }
 

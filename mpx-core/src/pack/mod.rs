@@ -80,6 +80,12 @@ mod typemap;
 
 pub use sequence::TypeSequence;
 
+/// Whether `datatype`, `T`'s own, covers every byte of a `T` (no
+/// padding): a slice of `T` is then, byte for byte, its packed native data.
+pub(crate) fn covers_every_byte<T: MpiType>(datatype: &Datatype) -> bool {
+    datatype.is_contiguous() && datatype.size() == std::mem::size_of::<T>() as u64
+}
+
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 

@@ -476,14 +476,21 @@ impl Endpoint {
 
     /// Closes the endpoint: every operation still waiting, and every later
     /// one, fails with [`ErrorKind::Finalized`](crate::ErrorKind::Finalized).
+    /// Its goodbyes go out, and the transport starts to flush, so peers
+    /// waiting for this rank to end (a QUIC rank's finalize) see it end
+    /// while the endpoint is still held.
     pub fn close(&self) {
         self.shared.leave_local();
-        let mut st = self.shared.lock();
-        st.engine.close();
-        st.wake_probes();
-        let waiters = std::mem::take(&mut st.bsend.detach_waiters);
-        st.to_wake.extend(waiters);
-        self.shared.flush(&mut st);
+        {
+            let mut st = self.shared.lock();
+            st.engine.close();
+            st.wake_probes();
+            let waiters = std::mem::take(&mut st.bsend.detach_waiters);
+            st.to_wake.extend(waiters);
+            self.shared.flush(&mut st);
+        }
+        // As in `abort`: started, not waited for (`finalize` waits).
+        let _ = self.shared.transport.poll_flush(&mut Context::from_waker(Waker::noop()));
     }
 }
 

@@ -345,6 +345,23 @@ async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
     assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
 }
 
+/// A rank that closes its endpoint and keeps holding it has ended, as far
+/// as its peers go: their finalize returns, without waiting for the
+/// endpoint to be dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_endpoint_still_held_lets_its_peers_finalize() {
+    let (zero, one) = pair(39);
+    let mut got = 0u32;
+    let (sent, received) = tokio::join!(zero.world().send(&7u32, 1, 0), one.world().recv_into(&mut got, 0, 0));
+    sent.unwrap();
+    received.unwrap();
+    one.close();
+    let finalized = tokio::time::timeout(Duration::from_secs(10), zero.finalize()).await;
+    assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
+    assert_eq!(one.world().send(&1u32, 0, 0).await.unwrap_err(), ErrorKind::Finalized);
+    drop(one);
+}
+
 /// A peer that ends its streams without a goodbye, its connection kept
 /// open (keep-alives answered, so no idle timeout comes), fails: a
 /// receive from it ends with `ProcessFailed`.

@@ -276,7 +276,7 @@ pub struct Config {
     /// costs a network round trip.
     pub unsolicited_credit: u64,
     /// The longest rendezvous message a receive without a limit of its
-    /// own keeps (`recv_vec`, `recv_bytes`, serde receives, a matched
+    /// own keeps (`recv_vec`, `irecv_bytes`, serde receives, a matched
     /// probe's receive): a longer one fails the receive with
     /// [`ErrorKind::Truncate`] before its data moves (see
     /// [`Engine::post_recv_limited`]). `None` (the default): any
