@@ -4,14 +4,15 @@
 //!
 //! ```text
 //! mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] program [args...]
-//! mpxrun -n N --hosts h1,h2,... [--launch 'ssh -o BatchMode=yes {host}'] [--pmi-host IP] program [args...]
+//! mpxrun -n N --hosts h1,h2,... [--launch 'ssh -o BatchMode=yes ... {host}'] [--pmi-host IP] program [args...]
 //! ```
 //!
 //! On this host each process gets `PMI_FD` (its end of a socket pair to
 //! `mpxrun`). With `--hosts`, rank `r` starts on host `r % hosts` through
-//! the `--launch` command (`{host}` replaced; default [`LAUNCH`], `ssh -o
-//! BatchMode=yes {host}`, which fails rather than prompts for a password
-//! or a host key; tests use `ip netns exec {host}`), and reaches PMI over
+//! the `--launch` command (`{host}` replaced; default [`LAUNCH`], `ssh`
+//! that fails rather than prompts for a password or a host key, and ends
+//! once its host has been silent for 15 s; tests use `ip netns exec
+//! {host}`), and reaches PMI over
 //! TCP instead:
 //! `PMI_PORT` (at `--pmi-host`; default `MPX_HOST`, else this host's
 //! address on its route to the first host), `PMI_ID`,
@@ -125,13 +126,19 @@ pub struct Job {
 /// where it would prompt, which a launch command, with no terminal, could
 /// not answer (see the [module docs](self)): it takes keys without a
 /// passphrase or from an agent, and hosts already in `known_hosts`.
-pub const LAUNCH: &str = "ssh -o BatchMode=yes {host}";
+/// `ServerAliveInterval=5`, `ServerAliveCountMax=3`: once its host has
+/// been silent for 15 s (cut off, or down), `ssh` ends, and `mpxrun`
+/// learns that the rank there is gone; without them `ssh` waits for its
+/// TCP connection to give up, which takes hours (keep-alive) or a quarter
+/// of an hour (retransmission) with Linux's defaults, and `mpxrun`, which
+/// waits for every rank's launch command to end, with it.
+pub const LAUNCH: &str = "ssh -o BatchMode=yes -o ServerAliveInterval=5 -o ServerAliveCountMax=3 {host}";
 
 /// How long ranks have to end, by default, once `mpxrun` has passed them
 /// the SIGINT or SIGTERM that stopped it, before it kills them.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
 
-const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] [--hosts h1,h2,... [--launch 'ssh -o BatchMode=yes {host}'] [--pmi-host IP]] program [args...]";
+const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] [--hosts h1,h2,... [--launch 'ssh -o BatchMode=yes ... {host}'] [--pmi-host IP]] program [args...]";
 
 impl Job {
     /// Reads the command line (without the program name).

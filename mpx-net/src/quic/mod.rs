@@ -120,8 +120,18 @@ pub struct Options {
     /// peer or a lost path. QUIC's own idle timeout is set to four fifths
     /// of it, since QUIC restarts its timer when a keep-alive goes out.
     /// At least 10 ms (to QUIC, zero would mean no timeout at all).
+    ///
+    /// On a path whose round trips are long or vary widely, quinn takes
+    /// three of its probe timeouts as the idle timeout when that is
+    /// longer (a probe timeout is about a round trip plus four times its
+    /// variation): the bound stretches with such a path's round trips, in
+    /// practice once they reach about a second at the 10 s default.
     pub idle_timeout: Duration,
-    /// How long connecting to every peer may take, retries included.
+    /// How long connecting to every peer may take, retries included: the
+    /// connection and its streams set up (each peer's within this time
+    /// of the start), then its hello (within this time again of that
+    /// setup: a peer that sets up and says nothing fails after twice this
+    /// at most).
     pub connect_timeout: Duration,
     /// Bytes a peer may send on one stream beyond what this rank has read
     /// (QUIC flow control; the connection as a whole may carry four times
