@@ -357,7 +357,19 @@ pub(crate) struct QuicTransport {
     /// if it has one), closed once the flush is done.
     pub(crate) quic: Vec<quinn::Endpoint>,
     /// Closing the connections and waiting for the close to go out.
-    pub(crate) closing: Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+    pub(crate) closing: Mutex<CloseState>,
+}
+
+/// How far the transport's close has come ([`QuicTransport::poll_flush`],
+/// which every later call finds done once it is).
+#[derive(Default)]
+pub(crate) enum CloseState {
+    #[default]
+    Open,
+    /// The connections are closing; the future waits for the close to go
+    /// out (at most [`CLOSE_WAIT`]).
+    Closing(Pin<Box<dyn Future<Output = ()> + Send>>),
+    Closed,
 }
 
 /// How long a finished rank waits for its connections' close to reach
@@ -405,12 +417,12 @@ impl Transport for QuicTransport {
             return Poll::Pending;
         }
         let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
-        let close = closing.get_or_insert_with(|| {
+        if matches!(*closing, CloseState::Open) {
             let quic = self.quic.clone();
             for endpoint in &quic {
                 endpoint.close(quinn::VarInt::from_u32(0), b"finalized");
             }
-            Box::pin(async move {
+            *closing = CloseState::Closing(Box::pin(async move {
                 // Both close at once; waiting for one then the other
                 // takes as long as the slower.
                 let idle = async {
@@ -419,9 +431,15 @@ impl Transport for QuicTransport {
                     }
                 };
                 let _ = tokio::time::timeout(CLOSE_WAIT, idle).await;
-            })
-        });
-        close.as_mut().poll(cx).map(Ok)
+            }));
+        }
+        if let CloseState::Closing(close) = &mut *closing {
+            if close.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        *closing = CloseState::Closed;
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -361,7 +361,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     let outboxes: Arc<Vec<Arc<Outbox>>> = Arc::new((0..size).map(|_| Arc::new(Outbox::default())).collect());
     let inlets: Arc<Vec<Arc<Inlet>>> = Arc::new((0..size).map(|_| Arc::new(Inlet::default())).collect());
     let quics: Vec<quinn::Endpoint> = std::iter::once(quic.clone()).chain(bulk.clone()).collect();
-    let transport = QuicTransport { me, outboxes: outboxes.clone(), inlets: inlets.clone(), quic: quics.clone(), closing: Mutex::default() };
+    let transport = QuicTransport { me, outboxes: outboxes.clone(), inlets: inlets.clone(), quic: quics.clone(), closing: Default::default() };
     let endpoint = Endpoint::new(me as usize, size as usize, options.engine, transport)?;
     let registry = Arc::new(Registry::default());
     let shared = Arc::new(Shared {

@@ -362,6 +362,22 @@ async fn a_closed_endpoint_still_held_lets_its_peers_finalize() {
     drop(one);
 }
 
+/// The transport's flush may be asked for again once it is done: a rank
+/// alone in its job closes at once, and a finalize after `close` (which
+/// starts the flush) finds it done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalize_after_close_finds_the_flush_done() {
+    let (mut sockets, addrs) = sockets(1);
+    let job = JobCredential::generate(40).unwrap();
+    let alone = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    alone.close();
+    tokio::task::yield_now().await;
+    let finalized = tokio::time::timeout(Duration::from_secs(10), alone.finalize()).await;
+    assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
+    let again = tokio::time::timeout(Duration::from_secs(10), alone.finalize()).await;
+    assert!(matches!(again, Ok(Err(_)) | Ok(Ok(()))), "{again:?}");
+}
+
 /// A peer that ends its streams without a goodbye, its connection kept
 /// open (keep-alives answered, so no idle timeout comes), fails: a
 /// receive from it ends with `ProcessFailed`.
