@@ -636,6 +636,47 @@ fn empty_structs_and_crate_path() {
     check_pack(&values, &hand, |v| vec![(0, ne(v.a.to_ne_bytes())), (4, v.b.to_vec())], ThroughCore::default());
 }
 
+/// A program's own types may bear the names of std's pointer types: a
+/// bare `Box` or `Arc` (std's take a type argument) is the program's type,
+/// described by its own datatype.
+mod own_types_named_as_std_pointers {
+    use super::*;
+
+    /// A box of two corners.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, MpiType)]
+    #[repr(C)]
+    pub struct Box {
+        pub lo: [f64; 2],
+        pub hi: [f64; 2],
+    }
+
+    /// An arc of a circle.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, MpiType)]
+    #[repr(C)]
+    pub struct Arc {
+        pub from: f32,
+        pub to: f32,
+    }
+
+    #[derive(Clone, Copy, Debug, Default, PartialEq, MpiType)]
+    #[repr(C)]
+    pub struct Cell {
+        pub bounds: Box,
+        pub edge: Arc,
+        pub id: u16,
+    }
+
+    #[test]
+    fn are_described_by_their_own_datatypes() {
+        let hand = hand_struct::<Cell>(
+            &[offset_of!(Cell, bounds), offset_of!(Cell, edge), offset_of!(Cell, id)],
+            &[Box::datatype(), Arc::datatype(), b(Basic::Uint16)],
+        );
+        assert_same_layout::<Cell>(&hand);
+        assert_eq!(Cell::datatype().size(), 4 * 8 + 2 * 4 + 2);
+    }
+}
+
 #[test]
 fn datatype_is_built_once_across_threads() {
     let handles: Vec<_> = (0..4).map(|_| std::thread::spawn(|| (Outer::datatype(), Pair::<i8>::datatype()))).collect();

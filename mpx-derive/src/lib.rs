@@ -218,8 +218,11 @@ enum FieldKind {
 }
 
 /// Owning or shared-pointer types from std whose bytes are an address.
+/// Those of them that std defines with type parameters (all but the last
+/// four) are taken for std's only when written with arguments (`Vec<T>`):
+/// written bare, the name is the program's own type (a `Box` of two
+/// corners, say), described by its own `MpiType` like any other.
 const POINTER_TYPES: [&str; 17] = [
-    "String",
     "Vec",
     "VecDeque",
     "LinkedList",
@@ -232,11 +235,16 @@ const POINTER_TYPES: [&str; 17] = [
     "Rc",
     "Arc",
     "Weak",
+    "NonNull",
+    "String",
     "CString",
     "OsString",
     "PathBuf",
-    "NonNull",
 ];
+
+/// How many of [`POINTER_TYPES`], from the first, std defines with type
+/// parameters.
+const GENERIC_POINTER_TYPES: usize = 13;
 
 /// Rejects the field types whose memory no datatype can describe, with an
 /// error on the type; says how an accepted type is described.
@@ -286,7 +294,8 @@ fn classify(ty: &Type) -> Result<FieldKind> {
             if name == "str" {
                 return Err(Error::new_spanned(ty, "`str` has no fixed size; use a fixed-size byte array `[u8; N]`"));
             }
-            if !POINTER_TYPES.contains(&name.as_str()) {
+            let Some(at) = POINTER_TYPES.iter().position(|p| *p == name) else { return Ok(FieldKind::Typed) };
+            if at < GENERIC_POINTER_TYPES && matches!(last.arguments, syn::PathArguments::None) {
                 return Ok(FieldKind::Typed);
             }
             if name == "Box" {
