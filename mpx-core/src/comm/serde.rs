@@ -87,7 +87,14 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// that take no bytes (`()`, unit structs) claim 2^64 of them and keep its
 /// receiver decoding. A message of values that take bytes stays far inside
 /// the budget; a legitimate sequence of more than 8 values per byte of its
-/// message (a `Vec<()>` of a million) does not decode. Nor can they nest a
+/// message (a `Vec<()>` of a million) does not decode. The elements of
+/// sequences and the entries of maps a message claims may also take at
+/// most 64 bytes of memory per byte of the message, and 1 MiB more, as
+/// their types lay them out: a collection of large values that take a
+/// byte each in the message (a `Vec<Option<[f64; 512]>>` of `None`s, 4 KiB
+/// per byte) fails with [`ErrorKind::Serialization`] instead of asking for
+/// gigabytes (honest data takes far less: a `Vec<String>` of empty strings
+/// 24 bytes per byte, a `Vec<u64>` of small values 8). Nor can they nest a
 /// recursive type (a tree of itself) deep enough to overflow the stack: a
 /// decode stops with [`ErrorKind::Serialization`] once it has used 256 KiB of
 /// stack, which is some thousands of levels in release builds (5 000 of an
@@ -165,7 +172,7 @@ pub(crate) fn deserialize<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let (rest, too_deep) = deserializer.finalize().map_err(|e| fail(e.to_string()))?;
     match value {
         Err(_) if too_deep => Err(fail(format!("nested deeper than {} KiB of stack allow", DECODE_STACK >> 10))),
-        Err(e) => Err(fail(e.to_string())),
+        Err(e) => Err(fail(budget.refused().map_or_else(|| e.to_string(), str::to_string))),
         Ok(value) if rest.is_empty() => Ok(value),
         Ok(_) => Err(fail(format!("{} bytes left over after the value", rest.len()))),
     }
@@ -182,24 +189,22 @@ struct StackBounded<'de> {
     bytes: postcard::de_flavors::Slice<'de>,
     /// The stack address where decoding started.
     base: usize,
-    /// Reads so far.
-    reads: u32,
     /// Whether reading stopped for the bound.
     too_deep: bool,
 }
 
 impl<'de> StackBounded<'de> {
     fn new(bytes: &'de [u8]) -> StackBounded<'de> {
-        StackBounded { bytes: postcard::de_flavors::Slice::new(bytes), base: stack_address(), reads: 0, too_deep: false }
+        StackBounded { bytes: postcard::de_flavors::Slice::new(bytes), base: stack_address(), too_deep: false }
     }
 
     /// Fails once decoding has used more than [`DECODE_STACK`] of stack.
-    /// It looks at the stack on every 16th read only: each level of nesting
-    /// reads at least one byte, so it overshoots by 16 levels at most.
+    /// It looks at the stack on every read: each level of nesting reads at
+    /// least one byte, so it overshoots by one level at most, however
+    /// large the frames of the value's type.
     #[inline]
     fn check_depth(&mut self) -> postcard::Result<()> {
-        self.reads = self.reads.wrapping_add(1);
-        if self.reads.is_multiple_of(16) && stack_address().abs_diff(self.base) > DECODE_STACK {
+        if stack_address().abs_diff(self.base) > DECODE_STACK {
             self.too_deep = true;
         }
         if self.too_deep {
@@ -318,6 +323,48 @@ mod tests {
         assert_eq!(depth, 200);
         let err = deserialize::<Node>(&nested(10_000_000)).unwrap_err();
         assert!(matches!(err.kind(), ErrorKind::Serialization(m) if m.contains("nested deeper")), "{err:?}");
+    }
+
+    /// A recursive type with large values nested past the stack bound is an
+    /// error even on a thread with little stack beyond it: the bound is
+    /// checked at every level, so it overshoots by one level's frames, not
+    /// sixteen.
+    #[test]
+    fn hostile_nesting_of_large_values_stops_within_a_level() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code, clippy::large_enum_variant)]
+        enum Tree {
+            Leaf([[u64; 32]; 32]),
+            Node(Box<Tree>),
+        }
+        // Each level is one byte: variant 1, `Node`.
+        let nested = vec![1u8; 1_000_000];
+        let decoded = std::thread::Builder::new()
+            .stack_size(DECODE_STACK + (DECODE_STACK >> 1))
+            .spawn(move || deserialize::<Tree>(&nested).map(drop))
+            .unwrap()
+            .join()
+            .expect("the decode returns");
+        let err = decoded.unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::Serialization(m) if m.contains("nested deeper")), "{err:?}");
+    }
+
+    /// A collection of large values that take a byte each in the message
+    /// (`None`s of 8 KiB options) fails once its elements would take more
+    /// than the message's memory budget, instead of asking for gigabytes;
+    /// honest data that takes more memory than bytes (empty strings, 24
+    /// bytes each) decodes.
+    #[test]
+    fn the_memory_a_message_decodes_into_is_bounded_by_its_bytes() {
+        let nones = 300_000usize;
+        let mut bytes = serialize(&(nones as u64)).unwrap().data.to_vec();
+        bytes.resize(bytes.len() + nones, 0);
+        let err = deserialize::<Vec<Option<[[u64; 32]; 32]>>>(&bytes).map(|nones| nones.len()).unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::Serialization(m) if m.contains("memory")), "{err:?}");
+        let empty = vec![String::new(); 200_000];
+        assert_eq!(deserialize::<Vec<String>>(&serialize(&empty).unwrap().data).unwrap(), empty);
+        let map: BTreeMap<u32, Option<[u64; 4]>> = (0..50_000).map(|k| (k, None)).collect();
+        assert_eq!(deserialize::<BTreeMap<u32, Option<[u64; 4]>>>(&serialize(&map).unwrap().data).unwrap(), map);
     }
 
     /// A sequence of values that take no bytes, claiming 2^64 of them in

@@ -1,11 +1,14 @@
 //! A serde deserializer that bounds what a message's lengths can make a
 //! decode do: it wraps another (postcard's) and every deserializer, seed and
 //! access it hands out, and charges each element of a sequence, each entry
-//! of a map and each room reserved for them to one budget of the message
-//! (see [`Budget`]). postcard alone reads a sequence of values that take no
-//! bytes (`()`, unit structs) for as many elements as the bytes claim, and
-//! lets a map reserve room for the entries it claims whatever the bytes
-//! left.
+//! of a map and each room reserved for them to one budget of the message,
+//! and the memory each such element or entry takes to another (see
+//! [`Budget`]). postcard alone reads a sequence of values that take no
+//! bytes (`()`, unit structs) for as many elements as the bytes claim, lets
+//! a map reserve room for the entries it claims whatever the bytes left,
+//! and decodes a byte per element into a collection of large values
+//! (`Vec<Option<[f64; 512]>>` of `None`s: 4 KiB of memory per byte of the
+//! message).
 
 use std::cell::Cell;
 use std::fmt;
@@ -17,14 +20,61 @@ use serde::de::{DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess,
 /// costs one unit for the room reserved for it and one for itself, so a
 /// message of such values stays far inside the budget; values that take no
 /// bytes cost their unit all the same.
+///
+/// And the memory the elements of sequences and the entries of maps whose
+/// lengths the message claims may still take, as their types lay them out
+/// (`size_of` each): [`MEMORY_PER_BYTE`] times the message's bytes, and
+/// [`MEMORY_ALLOWANCE`] more. A collection's memory is its elements', so
+/// this bounds what a decode keeps, whatever the values' types, to a
+/// multiple of what the peer sent.
 pub(super) struct Budget {
     left: Cell<u64>,
+    memory_left: Cell<u64>,
+    /// Why the decode was refused, if it was for the budget (the error
+    /// that carries it may lose its text on the way out: postcard's does).
+    refused: Cell<Option<&'static str>>,
 }
+
+/// Bytes of decoded elements a byte of a serde message may bring (see
+/// [`Budget`]; the refusal's text and `comm::serde`'s docs say it too): far more than honest data needs (a `Vec<String>` of empty
+/// strings takes 24 per byte, a `Vec<Option<u64>>` of `None`s 16).
+pub(super) const MEMORY_PER_BYTE: u64 = 64;
+
+/// Bytes of decoded elements any serde message may bring beyond
+/// [`MEMORY_PER_BYTE`] per byte.
+pub(super) const MEMORY_ALLOWANCE: u64 = 1 << 20;
 
 impl Budget {
     /// The budget of a message of `len` bytes.
     pub(super) fn of(len: usize) -> Budget {
-        Budget { left: Cell::new((len as u64).saturating_mul(8).saturating_add(1024)) }
+        let len = len as u64;
+        Budget {
+            left: Cell::new(len.saturating_mul(8).saturating_add(1024)),
+            memory_left: Cell::new(len.saturating_mul(MEMORY_PER_BYTE).saturating_add(MEMORY_ALLOWANCE)),
+            refused: Cell::new(None),
+        }
+    }
+
+    /// Why the decode was refused, if it was for the budget.
+    pub(super) fn refused(&self) -> Option<&'static str> {
+        self.refused.get()
+    }
+
+    fn refuse<E: serde::de::Error>(&self, why: &'static str) -> E {
+        self.refused.set(Some(why));
+        E::custom(why)
+    }
+
+    /// Takes the memory of one element or entry of `T`, or fails if the
+    /// decode would take more than the message allows.
+    fn take_memory<T, E: serde::de::Error>(&self) -> Result<(), E> {
+        match self.memory_left.get().checked_sub(std::mem::size_of::<T>() as u64) {
+            Some(left) => {
+                self.memory_left.set(left);
+                Ok(())
+            }
+            None => Err(self.refuse("its elements would take more memory than 64 bytes per byte of the message, and 1 MiB more")),
+        }
     }
 
     /// Takes one unit, or fails if none is left.
@@ -34,7 +84,7 @@ impl Budget {
                 self.left.set(left);
                 Ok(())
             }
-            None => Err(E::custom("the message claims more elements than its bytes can hold")),
+            None => Err(self.refuse("the message claims more elements than its bytes can hold")),
         }
     }
 
@@ -212,6 +262,7 @@ impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Access<'_, A> {
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, A::Error> {
         if self.charged {
             self.budget.take()?;
+            self.budget.take_memory::<T::Value, _>()?;
         }
         self.inner.next_element_seed(Seeded { inner: seed, budget: self.budget })
     }
@@ -230,10 +281,12 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Access<'_, A> {
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
         self.budget.take()?;
+        self.budget.take_memory::<K::Value, _>()?;
         self.inner.next_key_seed(Seeded { inner: seed, budget: self.budget })
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.budget.take_memory::<V::Value, _>()?;
         self.inner.next_value_seed(Seeded { inner: seed, budget: self.budget })
     }
 

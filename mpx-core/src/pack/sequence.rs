@@ -131,7 +131,8 @@ impl TypeSequence {
         }
         let items = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
         let n = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
-        if bytes.len() != FIXED + n.checked_mul(RUN).ok_or_else(|| bad("run count"))? {
+        let expected = n.checked_mul(RUN).and_then(|runs| runs.checked_add(FIXED)).ok_or_else(|| bad("run count"))?;
+        if bytes.len() != expected {
             return Err(bad("its length does not match its runs"));
         }
         let runs = bytes[FIXED..]
