@@ -134,6 +134,10 @@ mod sendrecv;
 mod serde;
 #[cfg(feature = "serde")]
 mod serde_bound;
+/// The serde decoder's fuzz target (see the `serde_decode` target).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use serde::check_decode as check_serde_decode;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -94,7 +94,11 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// byte each in the message (a `Vec<Option<[f64; 512]>>` of `None`s, 4 KiB
 /// per byte) fails with [`ErrorKind::Serialization`] instead of asking for
 /// gigabytes (honest data takes far less: a `Vec<String>` of empty strings
-/// 24 bytes per byte, a `Vec<u64>` of small values 8). Nor can they nest a
+/// 24 bytes per byte, a `Vec<u64>` of small values 8). What a `Box`, `Rc`
+/// or `Arc` holds is not counted, only the pointer: a type that boxes a
+/// large value a byte can stand for (a `Vec<Box<Option<[u64; 1024]>>>` of
+/// `None`s, 8 KiB per byte) is one to keep out of messages from peers not
+/// trusted. Nor can they nest a
 /// recursive type (a tree of itself) deep enough to overflow the stack: a
 /// decode stops with [`ErrorKind::Serialization`] once it has used 256 KiB of
 /// stack, which is some thousands of levels in release builds (5 000 of an
@@ -247,6 +251,50 @@ impl<'de> postcard::de_flavors::Flavor<'de> for StackBounded<'de> {
     }
 }
 
+/// The serde decoder's fuzz target: decodes `input[1..]` as the type
+/// `input[0]` picks, among shapes a hostile peer would aim at (large values
+/// in sequences and maps, a recursive type of large values, strings, enums
+/// with data, values that take no bytes), and asserts that the decode ends
+/// as a value or an [`ErrorKind::Serialization`] (a panic, an abort on a
+/// failed allocation or a stack overflow fails the fuzzer itself, and its
+/// memory limit catches a decode that takes far more than its bytes), and
+/// that a value it gives encodes to bytes that decode to it again.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn check_decode(input: &[u8]) {
+    use std::collections::BTreeMap;
+    #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+    #[allow(clippy::large_enum_variant)]
+    enum Tree {
+        Leaf([[u64; 32]; 32]),
+        Node(Box<Tree>, Option<Box<Tree>>),
+    }
+    #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+    enum Message {
+        Ping,
+        Text(String),
+        Block { id: u32, rows: Vec<Option<[[u64; 32]; 4]>> },
+        Nothing((), Vec<()>),
+    }
+    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(bytes: &[u8]) {
+        match deserialize::<T>(bytes) {
+            Ok(value) => {
+                let again = serialize(&value).expect("a decoded value encodes");
+                assert_eq!(deserialize::<T>(&again.data).expect("its bytes decode"), value);
+            }
+            Err(e) => assert!(matches!(e.kind(), ErrorKind::Serialization(_)), "{e:?}"),
+        }
+    }
+    let Some((&pick, bytes)) = input.split_first() else { return };
+    match pick % 6 {
+        0 => round_trip::<Vec<Option<[[u64; 32]; 4]>>>(bytes),
+        1 => round_trip::<Tree>(bytes),
+        2 => round_trip::<BTreeMap<String, Vec<Option<u32>>>>(bytes),
+        3 => round_trip::<Vec<Message>>(bytes),
+        4 => round_trip::<(String, Vec<u8>, char, bool, i64)>(bytes),
+        _ => round_trip::<BTreeMap<u64, (Vec<()>, Option<Box<[u16; 32]>>)>>(bytes),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,6 +413,17 @@ mod tests {
         assert_eq!(deserialize::<Vec<String>>(&serialize(&empty).unwrap().data).unwrap(), empty);
         let map: BTreeMap<u32, Option<[u64; 4]>> = (0..50_000).map(|k| (k, None)).collect();
         assert_eq!(deserialize::<BTreeMap<u32, Option<[u64; 4]>>>(&serialize(&map).unwrap().data).unwrap(), map);
+    }
+
+    /// The fuzz target's check holds on hostile inputs of each kind: a
+    /// byte per large element, deep nesting, claims of huge lengths.
+    #[test]
+    fn the_fuzz_check_holds_on_hostile_inputs() {
+        for pick in 0..6u8 {
+            for body in [vec![], vec![0xff; 16], [vec![0x80, 0x80, 0x04], vec![0; 70_000]].concat(), vec![1; 100_000], vec![0; 3]] {
+                check_decode(&[vec![pick], body].concat());
+            }
+        }
     }
 
     /// A sequence of values that take no bytes, claiming 2^64 of them in
