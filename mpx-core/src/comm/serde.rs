@@ -91,12 +91,12 @@ use crate::proto::wire::SERIALIZED_SIGNATURE;
 /// sequences and the entries of maps a message claims may also take at
 /// most 64 bytes of memory per byte of the message, and 1 MiB more, as
 /// their types lay them out: a collection of large values that take a
-/// byte each in the message (a `Vec<Option<[f64; 512]>>` of `None`s, 4 KiB
+/// byte each in the message (a `Vec<Option<[[f64; 32]; 16]>>` of `None`s, 4 KiB
 /// per byte) fails with [`ErrorKind::Serialization`] instead of asking for
 /// gigabytes (honest data takes far less: a `Vec<String>` of empty strings
 /// 24 bytes per byte, a `Vec<u64>` of small values 8). What a `Box`, `Rc`
 /// or `Arc` holds is not counted, only the pointer: a type that boxes a
-/// large value a byte can stand for (a `Vec<Box<Option<[u64; 1024]>>>` of
+/// large value a byte can stand for (a `Vec<Box<Option<[[u64; 32]; 32]>>>` of
 /// `None`s, 8 KiB per byte) is one to keep out of messages from peers not
 /// trusted. Nor can they nest a
 /// recursive type (a tree of itself) deep enough to overflow the stack: a

@@ -7,7 +7,7 @@
 //! bytes (`()`, unit structs) for as many elements as the bytes claim, lets
 //! a map reserve room for the entries it claims whatever the bytes left,
 //! and decodes a byte per element into a collection of large values
-//! (`Vec<Option<[f64; 512]>>` of `None`s: 4 KiB of memory per byte of the
+//! (`Vec<Option<[[f64; 32]; 16]>>` of `None`s: 4 KiB of memory per byte of the
 //! message).
 
 use std::cell::Cell;
