@@ -438,6 +438,12 @@ fn transparent_newtypes() {
     check_pack(&values, &Datatype::double(), |v| vec![(0, ne(v.0.to_ne_bytes()))], Meters::default());
 
     assert_same_layout::<Id<Outer>>(&b(Basic::Uint32));
+    // A marker that is no MpiType: a parameter only `PhantomData` names
+    // needs none (the typed-id pattern).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Account;
+    assert_same_layout::<Id<Account>>(&b(Basic::Uint32));
+    assert!(needs_validation::<Id<Account>>(), "NonZero inside");
     assert!(needs_validation::<Id<u8>>(), "NonZero inside");
     let one = NonZeroU32::new(1).unwrap();
     let ids = [Id::<u8> { raw: NonZeroU32::new(7).unwrap(), _kind: PhantomData }; 3];

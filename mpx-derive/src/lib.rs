@@ -12,7 +12,12 @@
 //!   field's type must implement `MpiType`: primitives, `bool`, `char`,
 //!   `NonZero*`, fixed-size arrays (nested too), other derived types.
 //!   `PhantomData` fields are allowed and describe no bytes.
-//! * Generic structs: every type parameter gets an `MpiType` bound.
+//! * Generic structs: each field whose type names a parameter gets an
+//!   `MpiType` bound (`T: MpiType` for a field `T`, `[T; N]: MpiType` for
+//!   `[T; N]`); a parameter that only a `PhantomData` names gets none, so a
+//!   typed id (`struct Id<K> { raw: u32, kind: PhantomData<K> }`) works with
+//!   any marker `K` (as `MpiType` requires of every type, `Id<K>` must be
+//!   `Copy`, `Send`, `Sync` and `'static`).
 //! * Fieldless enums with an integer repr (`#[repr(u8)]`, `#[repr(i32)]`,
 //!   ...).
 //!
@@ -330,6 +335,18 @@ fn boxed_trait_object(args: &PathArguments) -> Option<&Type> {
 
 // ----- structs ----------------------------------------------------------------
 
+/// Whether `ty` names any of `params` (a generic parameter of the struct).
+fn names_any(ty: &Type, params: &[Ident]) -> bool {
+    fn walk(tokens: TokenStream2, params: &[Ident]) -> bool {
+        tokens.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => params.contains(&i),
+            proc_macro2::TokenTree::Group(g) => walk(g.stream(), params),
+            _ => false,
+        })
+    }
+    walk(ty.to_token_stream(), params)
+}
+
 /// One field: how to name it in `offset_of!` and its type.
 struct Field<'a> {
     member: TokenStream2,
@@ -374,15 +391,32 @@ fn expand_struct(input: &DeriveInput, data: &DataStruct, repr: &Repr, krate: &Pa
         return Err(e);
     }
 
+    // A generic struct is described by its fields' types, so those that
+    // name a parameter must be `MpiType` (a parameter only a `PhantomData`
+    // names, a typed id's marker, need not be), and the struct must be what
+    // `MpiType` requires of any type, for whatever parameters it is used with.
     let mut generics = input.generics.clone();
-    let type_params: Vec<Ident> = generics.type_params().map(|p| p.ident.clone()).collect();
-    {
+    let params: Vec<Ident> = generics
+        .params
+        .iter()
+        .filter_map(|p| match p {
+            GenericParam::Type(t) => Some(t.ident.clone()),
+            GenericParam::Const(c) => Some(c.ident.clone()),
+            GenericParam::Lifetime(_) => None,
+        })
+        .collect();
+    let is_generic = !params.is_empty();
+    if is_generic {
+        let (_, ty_generics, _) = input.generics.split_for_impl();
         let where_clause = generics.make_where_clause();
-        for p in &type_params {
-            where_clause.predicates.push(syn::parse_quote!(#p: #krate::MpiType));
+        for f in fields.iter().filter(|f| names_any(f.ty, &params)) {
+            let ty = f.ty;
+            where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: #krate::MpiType));
         }
+        where_clause.predicates.push(syn::parse_quote!(
+            #name #ty_generics: ::core::marker::Copy + ::core::marker::Send + ::core::marker::Sync + 'static
+        ));
     }
-    let is_generic = generics.params.iter().any(|p| !matches!(p, GenericParam::Lifetime(_)));
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
 
     // `<F as MpiType>`, spanned at the field type so an unsatisfied bound
@@ -655,10 +689,15 @@ mod tests {
     fn generics_get_bounds_and_the_type_id_cache() {
         let out = expand_ok(syn::parse_quote! {
             #[repr(C)]
-            struct G<T, U: Copy, const N: usize> where U: Send { a: T, b: [U; N] }
+            struct G<T, U: Copy, K, const N: usize> where U: Send { a: T, b: [U; N], c: u8, k: PhantomData<K> }
         });
+        // The fields' types that name a parameter are bounded, not the
+        // parameters: `K`, named by a `PhantomData` only, is not.
         assert!(out.contains("T : :: mpx :: MpiType"), "{out}");
-        assert!(out.contains("U : :: mpx :: MpiType"), "{out}");
+        assert!(out.contains("[U ; N] : :: mpx :: MpiType"), "{out}");
+        assert!(!out.contains("u8 : :: mpx :: MpiType"), "{out}");
+        assert!(!out.contains("K : :: mpx :: MpiType"), "{out}");
+        assert!(out.contains("G < T , U , K , N > : :: core :: marker :: Copy"), "{out}");
         assert!(out.contains("U : Send"), "{out}");
         assert!(out.contains("< :: mpx :: Datatype > :: __derive_cached :: < Self >"), "{out}");
         assert!(!out.contains("OnceLock"), "no generic statics: {out}");
