@@ -482,7 +482,8 @@ impl Comm {
     }
 
     /// `MPI_Exscan`: rank `r`'s `recv` gets the combination of ranks
-    /// `0..r`'s `send`, in rank order; rank 0's `recv` is left as it is.
+    /// `0..r`'s `send`, in rank order; rank 0's `recv` is left as it is,
+    /// and, as in MPI, is not looked at (it may be empty).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -509,7 +510,10 @@ impl Comm {
         let what = if inclusive { "scan" } else { "exscan" };
         let started = (|| -> Result<_> {
             op.check()?;
-            check_len(format_args!("{what}: the receive buffer"), recv.len(), send.len())?;
+            // An exscan's rank 0 receives nothing: its buffer is not significant.
+            if inclusive || me > 0 {
+                check_len(format_args!("{what}: the receive buffer"), recv.len(), send.len())?;
+            }
             let from_left = (me > 0).then(|| call.post::<T>(me - 1, send.len())).transpose()?;
             let first = (me == 0 && n > 1).then(|| call.send(send, 1));
             if me == 0 && inclusive {
