@@ -328,6 +328,21 @@ each_transport! {
                 let mut least = mpx::coll::Loc { value: 0.0, index: 0 };
                 comm.allreduce(&mpx::coll::Loc { value: load, index: me as i32 }, &mut least, mpx::coll::MINLOC).await?;
                 assert_eq!((least.value, least.index), (0.0, 0));
+                // NaN is passed over by MINLOC, as by MIN, wherever it lies:
+                // the result is the same whichever rank holds it.
+                for nan_at in 0..n {
+                    let value = if me == nan_at { f64::NAN } else { 2.0 + me as f64 };
+                    let mut least = mpx::coll::Loc { value: 0.0, index: 0 };
+                    comm.allreduce(&mpx::coll::Loc { value, index: me as i32 }, &mut least, mpx::coll::MINLOC).await?;
+                    let mut min = 0.0;
+                    comm.allreduce(&value, &mut min, MIN).await?;
+                    if n == 1 {
+                        assert!(least.value.is_nan() && min.is_nan() && least.index == 0);
+                    } else {
+                        let first = usize::from(nan_at == 0);
+                        assert_eq!((least.value, least.index, min), (2.0 + first as f64, first as i32, 2.0 + first as f64), "NaN at {nan_at}");
+                    }
+                }
                 let mut most = mpx::coll::Loc { value: 0i32, index: 0 };
                 comm.allreduce(&mpx::coll::Loc { value: (me % 3) as i32, index: me as i32 }, &mut most, mpx::coll::MAXLOC).await?;
                 assert_eq!((most.value, most.index), ((n.min(3) - 1) as i32, (n.min(3) - 1) as i32));

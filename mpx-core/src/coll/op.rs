@@ -16,9 +16,11 @@ pub enum Builtin {
     Sum,
     /// `MPI_PROD`: integers, floating point, complex.
     Prod,
-    /// `MPI_MIN`: integers, floating point.
+    /// `MPI_MIN`: integers, floating point (a NaN is passed over: the
+    /// result is NaN only where every value is; MPI leaves NaN to the
+    /// implementation).
     Min,
-    /// `MPI_MAX`: integers, floating point.
+    /// `MPI_MAX`: integers, floating point (NaN as `Min`).
     Max,
     /// `MPI_LAND`: integers (non-zero is true; the result is 0 or 1) and `bool`.
     Land,
@@ -33,10 +35,12 @@ pub enum Builtin {
     /// `MPI_BXOR`: integers.
     Bxor,
     /// `MPI_MINLOC`: the pair types ([`Loc`]): the smallest value, and the
-    /// smallest index among the pairs that hold it.
+    /// smallest index among the pairs that hold it. A NaN value is passed
+    /// over, as by `Min`: a pair holding one is the result only where
+    /// every pair holds one (the smallest index among them).
     MinLoc,
     /// `MPI_MAXLOC`: the pair types ([`Loc`]): the largest value, and the
-    /// smallest index among the pairs that hold it.
+    /// smallest index among the pairs that hold it (NaN as `MinLoc`).
     MaxLoc,
 }
 
@@ -119,6 +123,12 @@ macro_rules! integers {
     )*};
 }
 integers!(u8, i8, u16, i16, u32, i32, u64, i64, usize, isize);
+
+/// Whether `x` compares with nothing, itself included (a floating-point
+/// NaN; never an integer).
+fn unordered<T: PartialOrd>(x: T) -> bool {
+    x.partial_cmp(&x).is_none()
+}
 
 macro_rules! floats {
     ($($t:ty),*) => {$(
@@ -235,7 +245,18 @@ macro_rules! pairs {
                     _ => return Err(refused::<Self>(op)),
                 };
                 for (o, i) in inout.iter_mut().zip(input) {
-                    if better(i.value, o.value) || (i.value == o.value && i.index < o.index) {
+                    // A NaN value (which compares as neither better nor
+                    // equal) is passed over, as MIN and MAX pass over it:
+                    // a pair holding one wins only over another such pair,
+                    // by its index, so the result does not depend on which
+                    // rank holds it.
+                    let taken = match (unordered(i.value), unordered(o.value)) {
+                        (false, false) => better(i.value, o.value) || (i.value == o.value && i.index < o.index),
+                        (false, true) => true,
+                        (true, false) => false,
+                        (true, true) => i.index < o.index,
+                    };
+                    if taken {
                         *o = *i;
                     }
                 }
