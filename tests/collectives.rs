@@ -1409,6 +1409,26 @@ each_transport! {
                 let mut blocks: Vec<u32> = (0..n).map(|r| (100 * me + r) as u32).collect();
                 comm.alltoall_in_place(&mut blocks).await?;
                 assert_eq!(blocks, (0..n).map(|s| (100 * s + me) as u32).collect::<Vec<_>>());
+                // alltoallv in place: me + r + 1 values with rank r, each way,
+                // the blocks laid out in reverse rank order.
+                let counts: Vec<usize> = (0..n).map(|r| me + r + 1).collect();
+                let mut displs = vec![0; n];
+                let mut at = 0;
+                for r in (0..n).rev() {
+                    displs[r] = at;
+                    at += counts[r];
+                }
+                let mut buf = vec![0u32; at];
+                for r in 0..n {
+                    for i in 0..counts[r] {
+                        buf[displs[r] + i] = (1000 * me + 10 * r + i) as u32;
+                    }
+                }
+                comm.alltoallv_in_place(&mut buf[..], &counts, &displs).await?;
+                for r in 0..n {
+                    let got = &buf[displs[r]..displs[r] + counts[r]];
+                    assert!(got.iter().enumerate().all(|(i, &v)| v == (1000 * r + 10 * me + i) as u32), "{n} ranks, block {r}: {got:?}");
+                }
                 Ok(())
             }))
             .await;

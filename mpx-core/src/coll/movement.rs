@@ -1065,6 +1065,32 @@ impl Comm {
         self.alltoall(&mine[..], buf)
     }
 
+    /// [`alltoallv`](Comm::alltoallv) where `buf` holds the blocks to send
+    /// and receives the blocks that come (`MPI_IN_PLACE`): `counts[r]`
+    /// values at `displs[r]` go to rank `r`, and rank `r`'s block replaces
+    /// them, so `counts[r]` must equal rank `r`'s `counts` for this rank.
+    /// The blocks must not overlap.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(2, |comm| async move {
+    /// let me = comm.rank() as u32;
+    /// // Rank 0 and rank 1 swap two values; each keeps its one value to itself.
+    /// let (mut buf, counts, displs) = if me == 0 { (vec![0, 1, 2], [1, 2], [0, 1]) } else { (vec![10, 11, 12], [2, 1], [1, 0]) };
+    /// comm.alltoallv_in_place(&mut buf[..], &counts, &displs).await?;
+    /// assert_eq!(buf, if me == 0 { vec![0, 11, 12] } else { vec![10, 1, 2] });
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (see [`bcast`](Comm::bcast)).
+    pub fn alltoallv_in_place<'a, T: MpiType>(&self, buf: impl CollMut<'a, T>, counts: &[usize], displs: &[usize]) -> Collective<'a> {
+        let buf = buf.values();
+        let mine = buf.to_vec();
+        self.alltoallv(&mine[..], counts, displs, buf, counts, displs)
+    }
+
     /// [`gather`](Comm::gather) where the root's own values already sit
     /// in its block of `buf` (size × c values), which receives every other
     /// rank's block and keeps the root's as it is (`MPI_IN_PLACE` at the
