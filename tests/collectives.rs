@@ -663,8 +663,8 @@ each_transport! {
 
     /// A rank that waits for a broadcast's or a scatter's data from a rank
     /// that sends it none, since the others take another root (on three
-    /// ranks, rank 2 takes rank 1 as the root, its parent in either tree,
-    /// while ranks 0 and 1 take rank 0, which sends rank 2 its data), fails
+    /// ranks, rank 2 takes rank 1 as the root and waits for its data, while
+    /// ranks 0 and 1 take rank 0, which sends rank 2 its data), fails
     /// rather than wait for ever, naming a rank that takes the other root
     /// (over messages, rank 0, on the data it sends; ranks that meet
     /// compare their roots); the communicator works on. The same for serde
