@@ -176,7 +176,7 @@ pub(crate) fn deserialize<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let (rest, too_deep) = deserializer.finalize().map_err(|e| fail(e.to_string()))?;
     match value {
         Err(_) if too_deep => Err(fail(format!("nested deeper than {} KiB of stack allow", DECODE_STACK >> 10))),
-        Err(e) => Err(fail(budget.refused().map_or_else(|| e.to_string(), str::to_string))),
+        Err(e) => Err(fail(budget.refused().map_or_else(|| e.to_string(), |why| why.to_string()))),
         Ok(value) if rest.is_empty() => Ok(value),
         Ok(_) => Err(fail(format!("{} bytes left over after the value", rest.len()))),
     }

@@ -32,11 +32,11 @@ pub(super) struct Budget {
     memory_left: Cell<u64>,
     /// Why the decode was refused, if it was for the budget (the error
     /// that carries it may lose its text on the way out: postcard's does).
-    refused: Cell<Option<&'static str>>,
+    refused: Cell<Option<Refusal>>,
 }
 
 /// Bytes of decoded elements a byte of a serde message may bring (see
-/// [`Budget`]; the refusal's text and `comm::serde`'s docs say it too): far more than honest data needs (a `Vec<String>` of empty
+/// [`Budget`]; `comm::serde`'s docs say it too): far more than honest data needs (a `Vec<String>` of empty
 /// strings takes 24 per byte, a `Vec<Option<u64>>` of `None`s 16).
 pub(super) const MEMORY_PER_BYTE: u64 = 64;
 
@@ -56,11 +56,11 @@ impl Budget {
     }
 
     /// Why the decode was refused, if it was for the budget.
-    pub(super) fn refused(&self) -> Option<&'static str> {
+    pub(super) fn refused(&self) -> Option<Refusal> {
         self.refused.get()
     }
 
-    fn refuse<E: serde::de::Error>(&self, why: &'static str) -> E {
+    fn refuse<E: serde::de::Error>(&self, why: Refusal) -> E {
         self.refused.set(Some(why));
         E::custom(why)
     }
@@ -73,7 +73,7 @@ impl Budget {
                 self.memory_left.set(left);
                 Ok(())
             }
-            None => Err(self.refuse("its elements would take more memory than 64 bytes per byte of the message, and 1 MiB more")),
+            None => Err(self.refuse(Refusal::Memory)),
         }
     }
 
@@ -84,7 +84,7 @@ impl Budget {
                 self.left.set(left);
                 Ok(())
             }
-            None => Err(self.refuse("the message claims more elements than its bytes can hold")),
+            None => Err(self.refuse(Refusal::Elements)),
         }
     }
 
@@ -94,6 +94,28 @@ impl Budget {
         let granted = hint.map(|h| (h as u64).min(self.left.get()))?;
         self.left.set(self.left.get() - granted);
         Some(granted as usize)
+    }
+}
+
+/// Which part of its [`Budget`] a decode would have overdrawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// More elements, entries or reserved room than its bytes can hold.
+    Elements,
+    /// More memory than [`MEMORY_PER_BYTE`] and [`MEMORY_ALLOWANCE`] allow.
+    Memory,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Elements => f.write_str("the message claims more elements than its bytes can hold"),
+            Refusal::Memory => write!(
+                f,
+                "its elements would take more memory than {MEMORY_PER_BYTE} bytes per byte of the message, and {} MiB more",
+                MEMORY_ALLOWANCE >> 20
+            ),
+        }
     }
 }
 

@@ -468,9 +468,13 @@ impl Endpoint {
             st.engine.close();
             self.shared.flush(&mut st);
         }
-        // Starts the transport's flush without waiting for it, so that the
-        // goodbye goes out and peers waiting for this rank to end (a QUIC
-        // rank's finalize) see it end.
+        self.start_flush();
+    }
+
+    /// Starts the transport's flush without waiting for it (`finalize`
+    /// waits), so that the goodbye goes out and peers waiting for this
+    /// rank to end (a QUIC rank's finalize) see it end.
+    fn start_flush(&self) {
         let _ = self.shared.transport.poll_flush(&mut Context::from_waker(Waker::noop()));
     }
 
@@ -489,8 +493,7 @@ impl Endpoint {
             st.to_wake.extend(waiters);
             self.shared.flush(&mut st);
         }
-        // As in `abort`: started, not waited for (`finalize` waits).
-        let _ = self.shared.transport.poll_flush(&mut Context::from_waker(Waker::noop()));
+        self.start_flush();
     }
 }
 

@@ -319,15 +319,7 @@ impl Engine {
                 let t = self.transfers.remove(&transfer).expect("present");
                 self.events.push_back(Event::RecvDone { id, result: t.into_result(&mut self.pool) });
             }
-            None if t.dropped => {
-                // Its unsolicited credit, held while its data came (see
-                // `consume_truncated`), goes back now.
-                self.take_unsolicited_credit(transfer);
-                let t = self.transfers.remove(&transfer).expect("present");
-                if t.drop_in_flight {
-                    self.drop_ended(from);
-                }
-            }
+            None if t.dropped => self.end_dropped(transfer),
             None => {
                 // Its receive was withdrawn: the data takes the message's
                 // place in the queue, or waits in the transfer while a

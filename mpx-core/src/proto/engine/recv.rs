@@ -216,10 +216,7 @@ impl Engine {
         match u.body {
             Body::Rts { send_id } => self.answer_to_drop(id, envelope, send_id),
             Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
-                Some(t) if t.complete => {
-                    self.take_unsolicited_credit(transfer);
-                    self.transfers.remove(&transfer);
-                }
+                Some(t) if t.complete => self.end_dropped(transfer),
                 Some(t) => {
                     t.dropped = true;
                     t.received.discard(0);
@@ -263,10 +260,23 @@ impl Engine {
         self.push_frame(source, Frame::control(header));
     }
 
+    /// Ends `transfer`, whose data is dropped (see
+    /// [`consume_truncated`](Engine::consume_truncated)), once the last of
+    /// it is in: its unsolicited credit, held while the data came, goes
+    /// back, and if it was asked for only to drop its data, its sender's
+    /// next such request waiting is answered.
+    pub(super) fn end_dropped(&mut self, transfer: ReqId) {
+        self.take_unsolicited_credit(transfer);
+        let Some(t) = self.transfers.remove(&transfer) else { return };
+        if t.drop_in_flight {
+            self.drop_ended(t.envelope.source);
+        }
+    }
+
     /// A transfer `source` was asked for only to drop its data has ended
     /// (see [`answer_to_drop`](Engine::answer_to_drop)): the next request
     /// of its kind waiting is answered.
-    pub(super) fn drop_ended(&mut self, source: u32) {
+    fn drop_ended(&mut self, source: u32) {
         let Some(p) = self.peers.get_mut(source as usize) else { return };
         p.drops_in_flight = p.drops_in_flight.saturating_sub(1);
         if let Some((id, envelope, send_id)) = p.to_drop.pop_front() {
