@@ -92,6 +92,11 @@ pub struct Options {
     /// [`LocalWorld`]); `false`: they
     /// exchange messages, as between processes.
     pub local_collectives: bool,
+    /// Point-to-point messages meet at their receivers: a send hands its
+    /// message to the receiving rank's engine itself, without frames or
+    /// links (see [`LocalWorld::meeting`]); `false`: messages travel as
+    /// frames over the links, as between processes.
+    pub local_messages: bool,
 }
 
 impl Options {
@@ -99,7 +104,8 @@ impl Options {
     ///
     /// Frames travel as values, so a rendezvous chunk costs a pointer move
     /// however large: chunks are 64 MiB, and messages up to that size reach
-    /// the receiver without a copy. Collectives meet in memory.
+    /// the receiver without a copy. Collectives and point-to-point
+    /// messages meet in memory.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -107,21 +113,22 @@ impl Options {
     /// use mpx_net::loopback::{launch_with, Options};
     /// let options = Options::ranks(3);
     /// assert!(!options.wire, "frames travel as values");
-    /// assert!(options.local_collectives);
+    /// assert!(options.local_collectives && options.local_messages);
     /// let ranks = launch_with(options, |comm| async move { Ok((comm.rank(), comm.size())) }).await?;
     /// assert_eq!(ranks, [(0, 3), (1, 3), (2, 3)]);
     /// # Ok(()) }
     /// ```
     pub fn ranks(ranks: usize) -> Options {
         let engine = Config { rndv_chunk: 64 << 20, ..Config::default() };
-        Options { ranks, engine, link_capacity: 16 << 20, wire: false, local_collectives: true }
+        Options { ranks, engine, link_capacity: 16 << 20, wire: false, local_collectives: true, local_messages: true }
     }
 
     /// `ranks` ranks behaving as a network would: frames encoded to bytes
     /// and decoded on arrival, small credit, rendezvous data in small chunks,
     /// links of 256 KiB, typed data in external32 as between heterogeneous
     /// peers, and a 30-second idle timeout, so idle links carry pings and
-    /// the driver runs the engine's timers. Collectives exchange messages.
+    /// the driver runs the engine's timers. Messages travel as frames, and
+    /// collectives exchange them.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -148,7 +155,7 @@ impl Options {
             idle_timeout: Some(Duration::from_secs(30)),
             ..Config::default()
         };
-        Options { ranks, engine, link_capacity: 256 * 1024, wire: true, local_collectives: false }
+        Options { ranks, engine, link_capacity: 256 * 1024, wire: true, local_collectives: false, local_messages: false }
     }
 }
 
@@ -626,7 +633,8 @@ where
         capacity: options.link_capacity.max(1),
         wire: options.wire,
         decoder: Decoder::new(options.engine.max_payload()),
-        local: options.local_collectives.then(|| LocalWorld::new(n)),
+        local: (options.local_collectives || options.local_messages)
+            .then(|| LocalWorld::meeting(n, options.local_collectives, options.local_messages)),
     });
     let endpoints: Vec<Endpoint> = (0..n)
         .map(|rank| {

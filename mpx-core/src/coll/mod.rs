@@ -456,7 +456,7 @@ impl<'c> Starting<'c> {
         // Wraps around after four billion calls; the tags, 64 a call in
         // 31 bits, every 2^25 calls.
         let number = collectives.next.fetch_add(1, Ordering::Relaxed);
-        let member = collectives.local.get_or_init(|| comm.shared.local.as_ref().map(|world| world.comm(comm.context | 1, comm.group().world_ranks(), comm.rank())));
+        let member = collectives.local.get_or_init(|| comm.shared.local.as_ref().filter(|world| world.collectives_meet()).map(|world| world.comm(comm.context | 1, comm.group().world_ranks(), comm.rank())));
         Starting { comm, number, local: member.as_ref().map(|member| &member.comm) }
     }
 

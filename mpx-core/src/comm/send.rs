@@ -8,7 +8,7 @@ use super::buffer::Packed;
 use super::data::SendData;
 use super::selectors::Peer;
 use super::{Comm, Status, BSEND_OVERHEAD};
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::pack::Repr;
 use crate::proto::engine::{Outgoing, SendMode};
 use crate::request::{Kind, Request};
@@ -42,24 +42,17 @@ impl Comm {
         let tag = Comm::tag(tag.into())?.expect("a concrete tag");
         let Some(dest) = self.dest(dest)? else { return Ok(None) };
         let Packed { data, repr, signature, desc_len } = pack(self.shared.repr_for(dest))?;
+        // A buffered send holds its data as MPI counts it (pack_size), not
+        // the type description that may lead it on the wire.
+        let bsend = (mode == SendMode::Buffered).then(|| data.len() - desc_len as usize + BSEND_OVERHEAD);
+        let msg = Outgoing { dest, context, tag, signature, repr, desc_len, data };
+        if let Some(receiver) = self.shared.local_receiver(dest) {
+            return self.shared.send_local(&receiver, mode, msg, bsend);
+        }
         let mut st = self.shared.lock();
         let id = st.engine.next_id();
-        if mode == SendMode::Buffered {
-            // The data as MPI counts it (pack_size), not the type description
-            // that may lead it on the wire.
-            let need = data.len() - desc_len as usize + BSEND_OVERHEAD;
-            let b = &mut st.bsend;
-            let capacity = b.attached.as_ref().map_or(0, Vec::len);
-            if b.used + need > capacity {
-                let available = capacity.saturating_sub(b.used) as u64;
-                return Err(ErrorKind::BufferExhausted { needed: need as u64, available }.into());
-            }
-            b.used += need;
-            b.in_flight += 1;
-            st.requests.insert(id, Tracked::Buffered(need));
-        }
-        let msg = Outgoing { dest, context, tag, signature, repr, desc_len, data };
-        if mode == SendMode::Buffered {
+        if let Some(need) = bsend {
+            st.reserve_bsend(id, need)?;
             st.engine.post_send(id, mode, msg);
             self.shared.flush(&mut st);
             return Ok(None);

@@ -682,6 +682,7 @@ impl Node {
     fn drain_events(&mut self) {
         while let Some(event) = self.engine.poll_event() {
             match event {
+                Event::LocalSendDone { rank, id, .. } => panic!("send {id} of rank {rank} reported done, but no rank handed a message over without frames"),
                 Event::SendDone { id, result } => {
                     assert!(self.sends.remove(&id).is_some(), "send {id} completed twice, or was never started");
                     if let Err(e) = result {

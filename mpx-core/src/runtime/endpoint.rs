@@ -19,7 +19,7 @@ use std::time::Instant;
 use super::transport::{SendError, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::pack::Repr;
-use crate::proto::engine::{Arrived, Config, Delivered, Engine, Envelope, Event, Outgoing, ReqId, SendMode};
+use crate::proto::engine::{Arrived, Config, Delivered, Engine, Envelope, Event, LocalArrival, LocalMessage, Outgoing, ReqId, SendMode};
 use crate::proto::wire::Frame;
 
 pub(crate) enum Completion {
@@ -48,6 +48,24 @@ pub(crate) enum Tracked {
     /// A buffered send in flight, holding this many bytes of the attached
     /// buffer.
     Buffered(usize),
+}
+
+impl State {
+    /// Reserves `need` bytes of the attached buffer for buffered send
+    /// `id`, until it is done; [`ErrorKind::BufferExhausted`] if they are
+    /// not free.
+    pub(crate) fn reserve_bsend(&mut self, id: ReqId, need: usize) -> Result<()> {
+        let b = &mut self.bsend;
+        let capacity = b.attached.as_ref().map_or(0, Vec::len);
+        if b.used + need > capacity {
+            let available = capacity.saturating_sub(b.used) as u64;
+            return Err(ErrorKind::BufferExhausted { needed: need as u64, available }.into());
+        }
+        b.used += need;
+        b.in_flight += 1;
+        self.requests.insert(id, Tracked::Buffered(need));
+        Ok(())
+    }
 }
 
 /// State of the attached buffer for buffered sends.
@@ -85,6 +103,15 @@ pub(crate) struct State {
     /// told once the lock is released ([`Transport::deliver_offered`]).
     pub(crate) offered: bool,
     pub(crate) bsend: BsendBuffer,
+    /// This rank's sends to ranks of this process whose messages wait at
+    /// their receivers for a match ([`LocalArrival::Waiting`]), with
+    /// their destinations: completed when the receiver says so, or failed
+    /// with the destination.
+    pub(crate) local_sends: HashMap<ReqId, u32>,
+    /// Sends of ranks of this process whose messages waited here and are
+    /// now done ([`Event::LocalSendDone`]): (rank, send, outcome), told to
+    /// their endpoints once the lock is released.
+    pub(crate) local_done: Vec<(u32, ReqId, Result<()>)>,
 }
 
 /// A communicator's collectives on this endpoint, shared by every handle
@@ -152,9 +179,18 @@ pub(crate) struct Shared {
 }
 
 impl Drop for Shared {
-    /// A rank whose endpoint goes fails the collectives that wait for it.
+    /// A rank whose endpoint goes fails the collectives that wait for it,
+    /// and the sends of ranks of this process whose messages wait here.
     fn drop(&mut self) {
         self.leave_local();
+        if let Some(world) = &self.local {
+            let waiting = self.state.get_mut().unwrap_or_else(|e| e.into_inner()).engine.take_waiting_sends();
+            for (rank, id) in waiting {
+                if let Some(sender) = world.endpoint(rank) {
+                    sender.local_send_done(id, Err(Error::process_failed(self.rank, "its endpoint was dropped")));
+                }
+            }
+        }
     }
 }
 
@@ -218,6 +254,8 @@ impl Endpoint {
             to_wake: Vec::new(),
             offered: false,
             bsend: BsendBuffer::default(),
+            local_sends: HashMap::default(),
+            local_done: Vec::new(),
         };
         let local = transport.local_world();
         let shared = Arc::new(Shared {
@@ -233,6 +271,9 @@ impl Endpoint {
             retired: Mutex::new(Vec::new()),
             any_retired: AtomicBool::new(false),
         });
+        if let Some(world) = &shared.local {
+            world.join(rank, Arc::downgrade(&shared));
+        }
         let mut st = shared.lock();
         shared.flush(&mut st);
         drop(st);
@@ -466,6 +507,7 @@ impl Endpoint {
             st.engine.farewell(true);
             self.shared.flush(&mut st);
             st.engine.close();
+            self.shared.fail_local_sends(&mut st, |_| true);
             self.shared.flush(&mut st);
         }
         self.start_flush();
@@ -488,6 +530,7 @@ impl Endpoint {
         {
             let mut st = self.shared.lock();
             st.engine.close();
+            self.shared.fail_local_sends(&mut st, |_| true);
             st.wake_probes();
             let waiters = std::mem::take(&mut st.bsend.detach_waiters);
             st.to_wake.extend(waiters);
@@ -505,6 +548,9 @@ impl Endpoint {
 pub(crate) struct Locked<'a> {
     guard: Option<MutexGuard<'a, State>>,
     transport: &'a dyn Transport,
+    /// The ranks of this process, to tell of their sends done here
+    /// ([`State::local_done`]).
+    local: Option<&'a super::LocalWorld>,
 }
 
 impl Deref for Locked<'_> {
@@ -539,7 +585,7 @@ impl Drop for Locked<'_> {
     fn drop(&mut self) {
         match self.guard.as_ref() {
             // Most holds wake nobody and offer nothing: only the unlock.
-            Some(g) if g.to_wake.is_empty() && !g.offered => drop(self.guard.take()),
+            Some(g) if g.to_wake.is_empty() && !g.offered && g.local_done.is_empty() => drop(self.guard.take()),
             Some(_) => self.release_and_wake(),
             None => {}
         }
@@ -559,7 +605,16 @@ impl Locked<'_> {
             }
             _ => None,
         };
+        let local_done = match self.guard.as_mut() {
+            Some(g) if !g.local_done.is_empty() => std::mem::take(&mut g.local_done),
+            _ => Vec::new(),
+        };
         drop(self.guard.take());
+        for (rank, id, result) in local_done {
+            if let Some(sender) = self.local.and_then(|world| world.endpoint(rank)) {
+                sender.local_send_done(id, result);
+            }
+        }
         if let Some(mut wakers) = wakers {
             for w in wakers.drain(..) {
                 w.wake();
@@ -606,7 +661,11 @@ impl Shared {
     pub(crate) fn lock(&self) -> Locked<'_> {
         // A panic while holding the lock cannot leave the engine half-updated
         // in a way that matters more than the panic itself.
-        let mut locked = Locked { guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())), transport: &*self.transport };
+        let mut locked = Locked {
+            guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())),
+            transport: &*self.transport,
+            local: self.local.as_deref(),
+        };
         self.sweep_retired(&mut locked);
         locked
     }
@@ -710,7 +769,11 @@ impl Shared {
                     Event::Connected { rank, repr } => {
                         self.reprs[rank as usize].store(repr as u8, Ordering::Relaxed);
                     }
-                    Event::PeerFailed { rank } => self.transport.peer_lost(rank as usize),
+                    Event::LocalSendDone { rank, id, result } => st.local_done.push((rank, id, result)),
+                    Event::PeerFailed { rank } => {
+                        self.fail_local_sends(st, |dest| dest == rank);
+                        self.transport.peer_lost(rank as usize)
+                    }
                 }
             }
             if !progressed {
@@ -911,6 +974,99 @@ impl Shared {
                 None
             }
             None => None,
+        }
+    }
+
+    /// The endpoint of rank `dest`, if it lives in this process and
+    /// messages to it meet it there ([`LocalWorld::meeting`](super::LocalWorld::meeting)):
+    /// sends to it go through [`send_local`](Shared::send_local).
+    #[inline]
+    pub(crate) fn local_receiver(&self, dest: u32) -> Option<Arc<Shared>> {
+        self.local.as_ref()?.receiver(self.rank, dest)
+    }
+
+    /// Starts a send to `receiver`, a rank of this process (see
+    /// [`local_receiver`](Shared::local_receiver)), by handing its
+    /// message to the receiver's engine ([`Engine::arrive_local`]):
+    /// the send's id while it is under way, `None` if it completed as it
+    /// started. `bsend`: the attached buffer's bytes a buffered send
+    /// holds until it is done.
+    ///
+    /// A send that is done as it arrives (most small ones) takes no lock
+    /// but the receiver's. One that waits for its match gets an id first,
+    /// listed in [`State::local_sends`], so that the receiver can complete
+    /// it from then on.
+    pub(crate) fn send_local(&self, receiver: &Shared, mode: SendMode, msg: Outgoing, bsend: Option<usize>) -> Result<Option<ReqId>> {
+        let dest = msg.dest;
+        let msg = match bsend {
+            Some(_) => msg,
+            None => match receiver.arrive_local(self.rank, LocalMessage { msg, mode, send_id: 0 }) {
+                LocalArrival::Done(result) => return result.map(|()| None),
+                LocalArrival::Refused(m) => m.msg,
+                LocalArrival::Waiting => unreachable!("a send without an id never waits"),
+            },
+        };
+        let id = {
+            let mut st = self.lock();
+            let id = st.engine.next_id();
+            if let Some(need) = bsend {
+                st.reserve_bsend(id, need)?;
+            }
+            st.local_sends.insert(id, dest);
+            id
+        };
+        let arrival = receiver.arrive_local(self.rank, LocalMessage { msg, mode, send_id: id });
+        let mut st = self.lock();
+        let result = match arrival {
+            LocalArrival::Waiting => return Ok(bsend.is_none().then_some(id)),
+            LocalArrival::Done(result) => result,
+            LocalArrival::Refused(_) => unreachable!("a send with an id is never refused"),
+        };
+        if st.local_sends.remove(&id).is_none() {
+            // Failed meanwhile (its receiver failed, or this rank closed):
+            // the request finds that.
+            return Ok(bsend.is_none().then_some(id));
+        }
+        if bsend.is_some() {
+            self.complete(&mut st, id, Completion::Send(result));
+            return Ok(None);
+        }
+        result.map(|()| None)
+    }
+
+    /// Takes a message from `from`, a rank of this process (see
+    /// [`send_local`](Shared::send_local)), into this endpoint's engine.
+    fn arrive_local(&self, from: u32, m: LocalMessage) -> LocalArrival {
+        let mut st = self.lock();
+        let arrival = st.engine.arrive_local(from, m);
+        if !matches!(arrival, LocalArrival::Refused(_)) {
+            st.wake_probes();
+        }
+        self.flush(&mut st);
+        arrival
+    }
+
+    /// Send `id` of this rank, whose message waited at a rank of this
+    /// process, is done (see [`Event::LocalSendDone`]).
+    pub(crate) fn local_send_done(&self, id: ReqId, result: Result<()>) {
+        let mut st = self.lock();
+        if st.local_sends.remove(&id).is_some() {
+            self.complete(&mut st, id, Completion::Send(result));
+        }
+    }
+
+    /// Fails this rank's sends to ranks of this process that wait for
+    /// their match at destinations `to` accepts, each with what its
+    /// destination's failure (or this rank's closing) says.
+    fn fail_local_sends(&self, st: &mut State, to: impl Fn(u32) -> bool) {
+        if st.local_sends.is_empty() {
+            return;
+        }
+        let failed: Vec<(ReqId, u32)> = st.local_sends.iter().filter(|&(_, &dest)| to(dest)).map(|(&id, &dest)| (id, dest)).collect();
+        for (id, dest) in failed {
+            st.local_sends.remove(&id);
+            let error = st.engine.dead(dest, true).unwrap_or_else(|| ErrorKind::Finalized.into());
+            self.complete(st, id, Completion::Send(Err(error)));
         }
     }
 

@@ -18,11 +18,16 @@
 //! points into a caller's memory), so a rank may drop its future at any
 //! time: what it left stays for the others.
 //!
+//! Point-to-point messages between such ranks may meet too
+//! ([`LocalWorld::meeting`]): a sender hands its message to its
+//! receiver's engine itself, without frames (see
+//! [`Engine::arrive_local`](crate::proto::engine::Engine::arrive_local)).
+//!
 //! [`Transport::local_world`]: super::Transport::local_world
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
@@ -61,6 +66,12 @@ pub struct LocalWorld {
     /// The communicators whose collectives meet here, by collective
     /// context and members (world ranks, in communicator order).
     comms: Mutex<HashMap<CommKey, Arc<LocalComm>>>,
+    /// Collectives meet here.
+    collectives: bool,
+    /// Point-to-point messages meet at their receivers' engines.
+    messages: bool,
+    /// Per world rank, its endpoint, once made (see [`LocalWorld::join`]).
+    endpoints: Box<[OnceLock<Weak<super::endpoint::Shared>>]>,
 }
 
 impl std::fmt::Debug for LocalWorld {
@@ -73,7 +84,67 @@ impl LocalWorld {
     /// A world of `ranks` ranks in this process, for their transport to
     /// hand to each of their endpoints.
     pub fn new(ranks: usize) -> Arc<LocalWorld> {
-        Arc::new(LocalWorld { gone: (0..ranks).map(|_| AtomicBool::new(false)).collect(), comms: Mutex::new(HashMap::new()) })
+        LocalWorld::meeting(ranks, true, false)
+    }
+
+    /// A world of `ranks` ranks in this process where collectives meet
+    /// (`collectives`) and where point-to-point messages meet at their
+    /// receivers (`messages`): a send to another rank of the world hands
+    /// its message to the receiver's engine, without frames or the
+    /// transport, once both ranks' endpoints are made and neither has
+    /// gone (a rank that has finalized, closed or aborted sends and is
+    /// sent to through its transport, which reports what it should).
+    ///
+    /// ```
+    /// use mpx_core::runtime::LocalWorld;
+    /// let world = LocalWorld::meeting(2, false, true);
+    /// assert!(!world.collectives_meet() && world.messages_meet());
+    /// ```
+    pub fn meeting(ranks: usize, collectives: bool, messages: bool) -> Arc<LocalWorld> {
+        Arc::new(LocalWorld {
+            gone: (0..ranks).map(|_| AtomicBool::new(false)).collect(),
+            comms: Mutex::new(HashMap::new()),
+            collectives,
+            messages,
+            endpoints: (0..ranks).map(|_| OnceLock::new()).collect(),
+        })
+    }
+
+    /// Whether collectives meet here.
+    pub fn collectives_meet(&self) -> bool {
+        self.collectives
+    }
+
+    /// Whether point-to-point messages meet at their receivers.
+    pub fn messages_meet(&self) -> bool {
+        self.messages
+    }
+
+    /// World rank `rank`'s endpoint is made: messages to it may meet it.
+    /// A rank joins once; a later endpoint claiming it is ignored.
+    pub(crate) fn join(&self, rank: u32, endpoint: Weak<super::endpoint::Shared>) {
+        if let Some(slot) = self.endpoints.get(rank as usize) {
+            let _ = slot.set(endpoint);
+        }
+    }
+
+    /// Rank `to`'s endpoint, for rank `from` to hand a message to, if
+    /// messages meet here and neither rank has gone.
+    #[inline]
+    pub(crate) fn receiver(&self, from: u32, to: u32) -> Option<Arc<super::endpoint::Shared>> {
+        if !self.messages || from == to {
+            return None;
+        }
+        let gone = |rank: u32| self.gone.get(rank as usize).is_none_or(|g| g.load(Ordering::Acquire));
+        if gone(from) || gone(to) {
+            return None;
+        }
+        self.endpoints.get(to as usize)?.get()?.upgrade()
+    }
+
+    /// Rank `rank`'s endpoint, if it is still there.
+    pub(crate) fn endpoint(&self, rank: u32) -> Option<Arc<super::endpoint::Shared>> {
+        self.endpoints.get(rank as usize)?.get()?.upgrade()
     }
 
     /// The number of ranks.

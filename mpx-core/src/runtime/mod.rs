@@ -11,6 +11,8 @@
 
 mod endpoint;
 mod local;
+#[cfg(test)]
+mod local_messages_tests;
 mod transport;
 
 pub use endpoint::{Endpoint, WeakEndpoint};

@@ -38,9 +38,11 @@ impl Engine {
                 self.events.push_back(Event::SendDone { id, result: Err(ErrorKind::Finalized.into()) });
             }
         }
-        // Sends to itself that still need a match never get one now.
+        // Sends to itself that still need a match never get one now, nor
+        // the sends of ranks of this process waiting here.
         let me = self.rank;
         self.fail_sends_to(me, &Self::own_match_lost(me));
+        self.fail_waiting_sends(&Self::returned(me));
         for dest in 0..self.size() {
             if dest != self.rank {
                 let p = &self.peers[dest as usize];
@@ -100,6 +102,7 @@ impl Engine {
         }
         self.closed = true;
         self.next_tick = None;
+        self.fail_waiting_sends(&Error::process_failed(me, "it closed its endpoint"));
         for id in self.posted.remove_where(|_| true) {
             self.events.push_back(Event::RecvDone { id, result: Err(ErrorKind::Finalized.into()) });
         }
@@ -212,7 +215,9 @@ impl Engine {
                 None => self.unexpected.retain(|u| !matches!(u.body, Body::InFlight { transfer: x } if x == transfer)),
             }
         }
-        self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
+        // A message of a rank of this process waits for its match with its
+        // data in hand, but its send has failed with its rank.
+        self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. } | Body::Waiting { .. })));
         self.unsolicited.retain(|&(source, _), _| source != rank);
         let p = &mut self.peers[rank as usize];
         p.drops_in_flight = 0;

@@ -316,6 +316,7 @@ impl Config {
 mod end;
 mod finished_calls;
 mod incoming;
+mod local;
 mod native;
 mod output;
 mod peer;
@@ -328,6 +329,7 @@ mod transfer;
 pub use native::{native_repr_id, repr_id_with};
 pub use finished_calls::{REMEMBERED_CALLS, REMEMBERED_CLOSED};
 pub use transfer::Arrived;
+pub use local::{LocalArrival, LocalMessage};
 use peer::*;
 use transfer::*;
 
@@ -604,6 +606,17 @@ pub enum Event {
     PeerFailed {
         /// The peer.
         rank: u32,
+    },
+    /// Send `id` of rank `rank`, a rank of this process whose message
+    /// waited here for its match ([`Engine::arrive_local`]), is done: a
+    /// receive took the message, or none will.
+    LocalSendDone {
+        /// The sending rank.
+        rank: u32,
+        /// Its send.
+        id: ReqId,
+        /// The send's outcome.
+        result: Result<()>,
     },
     /// Rank `rank`'s hello arrived: send it typed data in `repr`.
     Connected {

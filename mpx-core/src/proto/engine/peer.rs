@@ -197,6 +197,12 @@ pub(super) struct Peer {
     /// Rendezvous slots granted to the peer beyond [`Config::rndv_slots`]
     /// after its goodbye (at most [`MAX_AFTER_GOODBYE`]).
     pub(super) extra_slots: u64,
+    /// The peer lives in this process and hands its messages over without
+    /// frames ([`Engine::arrive_local`]): its credit comes back without
+    /// a frame too.
+    pub(super) local: bool,
+    /// The order number of the peer's next message handed over so.
+    pub(super) local_seq: u64,
     /// Something came from the peer since the last timeout check.
     pub(super) heard: bool,
     pub(super) last_heard: Option<Instant>,

@@ -14,7 +14,7 @@ impl Engine {
         self.unexpected
             .iter()
             .map(|u| match &u.body {
-                Body::Data { data, .. } => data.len() as u64,
+                Body::Data { data, .. } | Body::Waiting { data, .. } => data.len() as u64,
                 Body::Rts { .. } | Body::InFlight { .. } => 0,
             })
             .sum()

@@ -150,7 +150,7 @@ impl Engine {
             Body::Rts { .. } => self.gone(source).is_some() || self.peers.get(source as usize).is_some_and(Peer::gave_up),
             // Its data went with its sender.
             Body::InFlight { transfer } => !self.transfers.contains_key(&transfer),
-            Body::Data { .. } => false,
+            Body::Data { .. } | Body::Waiting { .. } => false,
         };
         if lost {
             return;
@@ -223,6 +223,10 @@ impl Engine {
                 }
                 None => {}
             },
+            Body::Waiting { send_id, .. } => {
+                // Received: its data dropped, its send done.
+                self.events.push_back(Event::LocalSendDone { rank: envelope.source, id: send_id, result: Ok(()) });
+            }
             Body::Data { .. } => unreachable!("eager messages are delivered, never held as truncated"),
         }
         self.handle_local();
@@ -342,6 +346,11 @@ impl Engine {
             Body::Data { data, credit } => {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, credit)) });
             }
+            Body::Waiting { data, send_id } => {
+                let rank = u.envelope.source;
+                self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, 0)) });
+                self.events.push_back(Event::LocalSendDone { rank, id: send_id, result: Ok(()) });
+            }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id, limit),
             Body::InFlight { transfer } => match self.take_unsolicited_credit(transfer) {
                 Some(t) if t.complete => {
@@ -427,6 +436,10 @@ impl Engine {
         let quarter = self.config.eager_credit / 4;
         let Some(peer) = self.peers.get_mut(source as usize) else { return };
         if bytes == 0 || peer.failed.is_some() {
+            return;
+        }
+        if peer.local {
+            peer.credit_in_use = peer.credit_in_use.saturating_sub(bytes);
             return;
         }
         peer.owed += bytes;

@@ -23,6 +23,10 @@ pub(super) enum Body {
     /// matched it yet. The data belongs to whichever receive matches this
     /// entry next. It keeps the message's place.
     InFlight { transfer: ReqId },
+    /// A message of a rank of this process whose send `send_id` waits for
+    /// its match, its data in hand (see [`local`](super::local)): the
+    /// receive that takes it completes the send too.
+    Waiting { data: Bytes, send_id: ReqId },
 }
 
 /// A rendezvous transfer: CTS sent (or the data coming unsolicited), data

@@ -1,0 +1,117 @@
+//! Point-to-point messages between ranks of one process that meet at their
+//! receivers ([`LocalWorld::meeting`]): what their senders learn when the
+//! receiver goes, closes or holds too much, and the order they keep.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::comm::Comm;
+use crate::error::ErrorKind;
+use crate::proto::engine::Config;
+use crate::proto::wire::Frame;
+use crate::request::Request;
+use crate::runtime::{Endpoint, LocalWorld, SendError, Transport};
+
+/// A transport that carries no frame: every message between its ranks
+/// meets at its receiver, so nothing here depends on frames.
+struct MeetingOnly(Arc<LocalWorld>);
+
+impl Transport for MeetingOnly {
+    fn send(&self, _dest: usize, _frame: Frame) -> Result<(), SendError> {
+        Ok(())
+    }
+
+    fn local_world(&self) -> Option<Arc<LocalWorld>> {
+        Some(self.0.clone())
+    }
+}
+
+/// Two endpoints of one world whose messages meet.
+fn pair(config: Config) -> (Endpoint, Endpoint) {
+    let world = LocalWorld::meeting(2, false, true);
+    let zero = Endpoint::new(0, 2, config, MeetingOnly(world.clone())).expect("rank 0");
+    let one = Endpoint::new(1, 2, config, MeetingOnly(world)).expect("rank 1");
+    (zero, one)
+}
+
+/// Polls `request` once, without waiting.
+fn poll_once(request: &mut Request<'_>) -> Poll<crate::Result<crate::Status>> {
+    std::pin::Pin::new(request).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// Receives one `u32` from rank 0 with `tag`.
+fn recv_u32(comm: &Comm, tag: i32) -> crate::Result<u32> {
+    futures::executor::block_on(async { Ok(comm.recv::<u32>(0, tag).await?.0) })
+}
+
+/// A synchronous send waits at its receiver until a receive matches it,
+/// and completes then.
+#[test]
+fn a_synchronous_send_completes_when_its_receiver_matches_it() {
+    let (zero, one) = pair(Config::default());
+    let mut send = zero.world().issend(&7u32, 1, 0);
+    assert!(poll_once(&mut send).is_pending(), "no receive has matched it");
+    assert_eq!(recv_u32(&one.world(), 0).expect("received"), 7);
+    assert!(matches!(poll_once(&mut send), Poll::Ready(Ok(_))), "matched: done");
+}
+
+/// A send waiting at a receiver whose endpoint goes (without closing)
+/// fails, rather than waiting for ever.
+#[test]
+fn a_send_waiting_at_a_dropped_endpoint_fails() {
+    let (zero, one) = pair(Config::default());
+    let mut send = zero.world().issend(&7u32, 1, 0);
+    assert!(poll_once(&mut send).is_pending());
+    drop(one);
+    match poll_once(&mut send) {
+        Poll::Ready(Err(e)) => assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}"),
+        other => panic!("the send did not fail: {other:?}"),
+    }
+}
+
+/// A send waiting at a receiver that closes fails; a sender that closes
+/// fails its own waiting sends, and its message stays with the receiver.
+#[test]
+fn closing_either_side_fails_a_waiting_send() {
+    let (zero, one) = pair(Config::default());
+    let mut send = zero.world().issend(&7u32, 1, 0);
+    one.close();
+    assert!(matches!(poll_once(&mut send), Poll::Ready(Err(ref e)) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })));
+
+    let (zero, one) = pair(Config::default());
+    let mut send = zero.world().issend(&8u32, 1, 0);
+    zero.close();
+    assert!(matches!(poll_once(&mut send), Poll::Ready(Err(ref e)) if *e == ErrorKind::Finalized));
+    assert_eq!(recv_u32(&one.world(), 0).expect("the message stayed"), 8);
+}
+
+/// Small standard sends are done as they arrive while the receiver holds
+/// less than the credit it grants; beyond it they wait for their match,
+/// and every message arrives in order.
+#[test]
+fn standard_sends_beyond_the_credit_wait_and_keep_their_order() {
+    let config = Config { eager_credit: 4 * crate::proto::engine::EAGER_OVERHEAD, ..Config::default() };
+    let (zero, one) = pair(config);
+    let mut sends: Vec<Request<'static>> = (0..8u32).map(|i| zero.world().isend(&i, 1, 0)).collect();
+    let done: Vec<bool> = sends.iter_mut().map(|s| poll_once(s).is_ready()).collect();
+    assert_eq!(done, [true, true, true, false, false, false, false, false], "three fit the credit of four overheads");
+    let got: Vec<u32> = (0..8).map(|_| recv_u32(&one.world(), 0).expect("received")).collect();
+    assert_eq!(got, (0..8).collect::<Vec<_>>());
+    assert!(sends.iter_mut().all(|s| matches!(poll_once(s), Poll::Ready(Ok(_)))), "all matched: all done");
+}
+
+/// A message larger than the eager threshold waits for its match with its
+/// data in hand; a small message sent after it does not overtake it.
+#[test]
+fn a_small_message_does_not_overtake_a_large_one() {
+    let (zero, one) = pair(Config { eager_threshold: 64, ..Config::default() });
+    let mut large = zero.world().isend(vec![5u32; 1000], 1, 0);
+    let mut small = zero.world().isend(&6u32, 1, 0);
+    assert!(poll_once(&mut large).is_pending() && poll_once(&mut small).is_ready());
+    let world = one.world();
+    let (first, _) = futures::executor::block_on(world.recv_vec::<u32>(0, 0)).expect("the large one");
+    assert_eq!(first, vec![5u32; 1000]);
+    assert_eq!(recv_u32(&world, 0).expect("the small one"), 6);
+    assert!(matches!(poll_once(&mut large), Poll::Ready(Ok(_))));
+}
