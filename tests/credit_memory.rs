@@ -41,10 +41,11 @@ static ALLOCATOR: Counting = Counting;
 /// Bytes of the receiver's heap per message while `messages` messages of
 /// `len` bytes from rank 1, each with a tag of its own or all with one,
 /// wait unexpected at rank 0 (both ranks on one thread, so nothing else
-/// allocates meanwhile).
-fn heap_per_queued_message(messages: usize, len: usize, tags_of_their_own: bool) -> f64 {
+/// allocates meanwhile). `local_messages`: handed over without frames,
+/// or as eager frames.
+fn heap_per_queued_message(messages: usize, len: usize, tags_of_their_own: bool, local_messages: bool) -> f64 {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let mut options = LaunchOptions::ranks(2);
+    let mut options = LaunchOptions { local_messages, ..LaunchOptions::ranks(2) };
     options.engine.eager_credit = 1 << 30;
     let out = runtime.block_on(mpx::launch_with(options, move |comm| async move {
         const GO: i32 = 1 << 20;
@@ -79,11 +80,11 @@ fn heap_per_queued_message(messages: usize, len: usize, tags_of_their_own: bool)
 fn queued_messages_take_no_more_heap_than_their_credit() {
     // Counts on both sides of the indexes' growth steps.
     for (messages, len) in [(300, 0), (1_000, 8), (20_000, 0), (29_000, 200)] {
-        for own_tags in [false, true] {
-            let per_message = heap_per_queued_message(messages, len, own_tags);
+        for (own_tags, local) in [(false, false), (true, false), (false, true), (true, true)] {
+            let per_message = heap_per_queued_message(messages, len, own_tags, local);
             assert!(
                 per_message <= (len as u64 + EAGER_OVERHEAD) as f64,
-                "{messages} {len}-byte messages, tags of their own {own_tags}: {per_message:.0} bytes each, above their credit of {}",
+                "{messages} {len}-byte messages, tags of their own {own_tags}, without frames {local}: {per_message:.0} bytes each, above their credit of {}",
                 len as u64 + EAGER_OVERHEAD
             );
             // The count sees the queue: a message takes something.

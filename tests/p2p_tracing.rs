@@ -34,9 +34,9 @@ fn post_match_and_completion_are_traced() {
                 comm.send(&[1u8], 1, 4).await?;
                 // A freed ready send that finds no receive: its error is traced.
                 comm.irsend(&[2u8], 1, 5).free();
-                // Frames stay in order: when rank 1 has seen tag 7 it has
-                // answered the ready send, and its answer reaches rank 0
-                // before tag 6.
+                // Messages stay in order: when rank 1 has seen tag 7 it has
+                // answered the ready send (or refused it as it came), and
+                // that answer reaches rank 0 before tag 6.
                 comm.send(&[0u8], 1, 7).await?;
                 comm.recv_vec::<u8>(1, 6).await?;
             } else {

@@ -251,7 +251,8 @@ async fn an_endpoint_refuses_a_rank_outside_the_world_and_frames_from_itself() {
 /// panic promptly instead of waiting forever (no idle timeout is set).
 #[tokio::test(flavor = "current_thread")]
 async fn a_rank_that_panics_with_a_full_link_still_says_goodbye() {
-    let mut opts = LaunchOptions::ranks(2);
+    // Messages as frames, over links (ranks whose messages meet use none).
+    let mut opts = LaunchOptions { local_messages: false, ..LaunchOptions::ranks(2) };
     opts.link_capacity = 1024;
     let run = mpx::launch_with(opts, |comm| async move {
         if comm.rank() == 0 {

@@ -1,5 +1,15 @@
 //! The in-memory transport: every rank of the world runs in this process.
 //!
+//! With [`Options::local_messages`] (the default, [`Options::ranks`]),
+//! point-to-point messages do not travel here at all: a send hands its
+//! message to the receiving rank's engine itself, under that rank's lock
+//! (see [`LocalWorld::meeting`] and
+//! [`Engine::arrive_local`](mpx_core::proto::engine::Engine::arrive_local)),
+//! and collectives meet in memory ([`Options::local_collectives`]). What
+//! still travels as frames is what the engines say to each other (hellos,
+//! goodbyes), and everything with [`Options::network_like`], whose
+//! messages travel as a network would carry them.
+//!
 //! Sending a frame appends it to the destination's queue. The thread that
 //! finds the queue undelivered takes it on (keeping the frame in hand if
 //! the queue was empty: it goes first) and, once its own endpoint's lock
@@ -90,7 +100,8 @@ pub struct Options {
     /// Collectives meet in memory, without messages (`barrier`, `bcast`,
     /// `allreduce`, `allgather`, `alltoall`: see
     /// [`LocalWorld`]); `false`: they
-    /// exchange messages, as between processes.
+    /// exchange messages, as between processes (messages that meet their
+    /// receivers with [`local_messages`](Options::local_messages)).
     pub local_collectives: bool,
     /// Point-to-point messages meet at their receivers: a send hands its
     /// message to the receiving rank's engine itself, without frames or
@@ -102,10 +113,11 @@ pub struct Options {
 impl Options {
     /// `ranks` ranks with the default protocol configuration.
     ///
-    /// Frames travel as values, so a rendezvous chunk costs a pointer move
-    /// however large: chunks are 64 MiB, and messages up to that size reach
-    /// the receiver without a copy. Collectives and point-to-point
-    /// messages meet in memory.
+    /// Collectives and point-to-point messages meet in memory: a message
+    /// of any size reaches its receiver without a copy. Where frames do
+    /// travel (with `local_messages` off) they travel as values, so a
+    /// rendezvous chunk costs a pointer move however large: chunks are
+    /// 64 MiB.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -585,8 +597,9 @@ pub const MAX_RANKS: usize = 4096;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mpx_core::Result<()> {
 /// use mpx_net::loopback::{launch_with, Options};
-/// // Links of 4 KiB: a large message moves under flow control.
-/// let options = Options { link_capacity: 4096, ..Options::ranks(2) };
+/// // Messages as frames over links of 4 KiB: a large message moves under
+/// // flow control.
+/// let options = Options { link_capacity: 4096, local_messages: false, ..Options::ranks(2) };
 /// let sums = launch_with(options, |comm| async move {
 ///     if comm.rank() == 0 {
 ///         comm.send(&vec![1u32; 100_000], 1, 0).await?;

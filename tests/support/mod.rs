@@ -7,8 +7,12 @@
 //! adjust and pass to `launch_with`) and `launch(ranks, f)` launches on it.
 //! A new transport is one more arm here.
 //!
-//! * `loopback`: the in-memory transport, frames as values; collectives
-//!   meet in memory, without messages;
+//! * `loopback`: the in-memory transport as `launch` makes it: messages
+//!   meet at their receivers, without frames, and collectives meet in
+//!   memory;
+//! * `frames`: the in-memory transport with frames as values: messages go
+//!   through the engines' protocols (eager, rendezvous in chunks, credit)
+//!   and the links, as between processes; collectives meet in memory;
 //! * `network_like`: frames encoded to bytes and decoded, small credit,
 //!   rendezvous data in small chunks, external32 between the ranks;
 //!   collectives exchange messages;
@@ -76,9 +80,17 @@ macro_rules! each_transport {
     };
     ($($item:item)*) => {
         $crate::each_transport!(@on loopback, mpx::LaunchOptions::ranks, mpx::launch_with; $($item)*);
+        $crate::each_transport!(@on frames, $crate::support::frames_options, mpx::launch_with; $($item)*);
         $crate::each_transport!(@on network_like, mpx::LaunchOptions::network_like, mpx::launch_with; $($item)*);
         $crate::each_transport!(@on quic, $crate::support::quic_options, $crate::support::quic_launch_with; $($item)*);
     };
+}
+
+/// Launch options for `ranks` ranks on the in-memory transport whose
+/// messages travel as frames (values, not bytes), through the engines'
+/// protocols and the links.
+pub fn frames_options(ranks: usize) -> mpx::LaunchOptions {
+    mpx::LaunchOptions { local_messages: false, ..mpx::LaunchOptions::ranks(ranks) }
 }
 
 /// Launch options for `ranks` ranks over QUIC: the engine's defaults (the

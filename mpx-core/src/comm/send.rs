@@ -49,6 +49,7 @@ impl Comm {
         if let Some(receiver) = self.shared.local_receiver(dest) {
             return self.shared.send_local(&receiver, mode, msg, bsend);
         }
+        self.shared.sent_frames_to(dest);
         let mut st = self.shared.lock();
         let id = st.engine.next_id();
         if let Some(need) = bsend {

@@ -138,11 +138,14 @@ pub(crate) enum Awaited {
 }
 
 impl Awaited {
-    fn reached(self, engine: &Engine) -> bool {
+    fn reached(self, st: &State) -> bool {
+        let engine = &st.engine;
         engine.is_closed()
             || match self {
                 Awaited::Connected => engine.is_connected(),
-                Awaited::Flushed => engine.is_flushed(),
+                // Sends whose messages wait at ranks of this process count
+                // too: their receivers complete or fail them.
+                Awaited::Flushed => engine.is_flushed() && st.local_sends.is_empty(),
             }
     }
 }
@@ -176,20 +179,38 @@ pub(crate) struct Shared {
     /// Where collectives meet when every rank of the world lives in this
     /// process ([`Transport::local_world`]).
     pub(crate) local: Option<Arc<super::LocalWorld>>,
+    /// Per world rank, whether this rank has sent it a message as frames:
+    /// from then on it sends it nothing another way, so that its messages
+    /// to that rank keep their order (see [`Shared::local_receiver`]).
+    pub(crate) framed_to: Box<[AtomicBool]>,
 }
 
 impl Drop for Shared {
     /// A rank whose endpoint goes fails the collectives that wait for it,
-    /// and the sends of ranks of this process whose messages wait here.
+    /// and answers the sends of ranks of this process whose messages wait
+    /// here (they fail) or whose answers it has not passed on yet.
     fn drop(&mut self) {
         self.leave_local();
-        if let Some(world) = &self.local {
-            let waiting = self.state.get_mut().unwrap_or_else(|e| e.into_inner()).engine.take_waiting_sends();
-            for (rank, id) in waiting {
+        let Some(world) = self.local.clone() else { return };
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let error = Error::process_failed(self.rank, "its endpoint was dropped");
+        let mut answers = st.engine.take_local_answers(&error);
+        answers.append(&mut st.local_done);
+        if answers.is_empty() {
+            return;
+        }
+        let answer = move || {
+            for (rank, id, result) in answers {
                 if let Some(sender) = world.endpoint(rank) {
-                    sender.local_send_done(id, Err(Error::process_failed(self.rank, "its endpoint was dropped")));
+                    sender.local_send_done(id, result);
                 }
             }
+        };
+        // The senders' locks are taken on a thread of their own: this
+        // endpoint may go while this thread holds one of them (a future
+        // that held its last handle, dropped under another endpoint's lock).
+        if let Err(e) = std::thread::Builder::new().name("mpx-local-answers".into()).spawn(answer) {
+            tracing::error!(rank = self.rank, error = %e, "no thread to answer the sends waiting at a dropped endpoint: they wait on");
         }
     }
 }
@@ -262,6 +283,7 @@ impl Endpoint {
             rank,
             size,
             local,
+            framed_to: (0..size).map(|_| AtomicBool::new(false)).collect(),
             reprs: (0..size).map(|_| AtomicU8::new(Repr::External32 as u8)).collect(),
             transport: Box::new(transport),
             state: Mutex::new(state),
@@ -436,7 +458,7 @@ impl Endpoint {
     async fn engine_state(&self, awaited: Awaited) {
         std::future::poll_fn(|cx| {
             let mut st = self.shared.lock();
-            if awaited.reached(&st.engine) {
+            if awaited.reached(&st) {
                 return Poll::Ready(());
             }
             // Polled again (in a select! loop): one entry per task.
@@ -452,7 +474,8 @@ impl Endpoint {
     /// receives (so their sends to it that need a match fail instead of
     /// waiting), then waits until every send this rank started, including
     /// dropped and freed ones and buffered sends, has been delivered to the
-    /// transport or failed. Then the endpoint closes (receives still posted
+    /// transport (or, to a rank of this process whose messages meet it,
+    /// taken by a receive there) or failed. Then the endpoint closes (receives still posted
     /// fail, and every later operation on it fails with
     /// [`ErrorKind::Finalized`](crate::ErrorKind::Finalized)), its last goodbyes go
     /// to the transport, and it waits for the transport to flush
@@ -487,12 +510,14 @@ impl Endpoint {
     /// Dropping it after the farewell leaves the endpoint open; sends keep
     /// going in the background.
     pub async fn finalize(&self) -> Result<()> {
+        // Gone from the meeting place first: a send of this rank's that
+        // starts after the goodbye goes to the engine, which refuses it.
+        self.shared.leave_local();
         {
             let mut st = self.shared.lock();
             st.engine.farewell(false);
             self.shared.flush(&mut st);
         }
-        self.shared.leave_local();
         self.engine_state(Awaited::Flushed).await;
         self.close();
         std::future::poll_fn(|cx| self.shared.transport.poll_flush(cx)).await
@@ -697,6 +722,8 @@ impl Shared {
         for context in contexts {
             st.forget_communicator(context);
         }
+        // Late messages dropped with a context may answer senders.
+        self.flush(st);
     }
 
     /// A receive is done with `msg` (see [`Engine::recycle`]).
@@ -781,9 +808,8 @@ impl Shared {
             }
         }
         if !st.state_wakers.is_empty() {
-            let engine = &st.engine;
             let (ready, waiting): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut st.state_wakers).into_iter().partition(|(_, awaited)| awaited.reached(engine));
+                std::mem::take(&mut st.state_wakers).into_iter().partition(|(_, awaited)| awaited.reached(st));
             st.state_wakers = waiting;
             st.to_wake.extend(ready.into_iter().map(|(w, _)| w));
         }
@@ -979,10 +1005,28 @@ impl Shared {
 
     /// The endpoint of rank `dest`, if it lives in this process and
     /// messages to it meet it there ([`LocalWorld::meeting`](super::LocalWorld::meeting)):
-    /// sends to it go through [`send_local`](Shared::send_local).
+    /// sends to it go through [`send_local`](Shared::send_local). Never
+    /// once this rank has sent `dest` a message as frames
+    /// ([`sent_frames_to`](Shared::sent_frames_to)): a message handed over
+    /// would overtake those still on their way.
     #[inline]
     pub(crate) fn local_receiver(&self, dest: u32) -> Option<Arc<Shared>> {
-        self.local.as_ref()?.receiver(self.rank, dest)
+        let world = self.local.as_ref()?;
+        if self.framed_to.get(dest as usize).is_none_or(|framed| framed.load(Ordering::Relaxed)) {
+            return None;
+        }
+        world.receiver(self.rank, dest)
+    }
+
+    /// This rank is sending `dest` a message as frames (see
+    /// [`local_receiver`](Shared::local_receiver)).
+    #[inline]
+    pub(crate) fn sent_frames_to(&self, dest: u32) {
+        if let Some(framed) = self.framed_to.get(dest as usize) {
+            if self.local.is_some() && dest != self.rank && !framed.load(Ordering::Relaxed) {
+                framed.store(true, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Starts a send to `receiver`, a rank of this process (see
@@ -998,16 +1042,26 @@ impl Shared {
     /// it from then on.
     pub(crate) fn send_local(&self, receiver: &Shared, mode: SendMode, msg: Outgoing, bsend: Option<usize>) -> Result<Option<ReqId>> {
         let dest = msg.dest;
-        let msg = match bsend {
-            Some(_) => msg,
-            None => match receiver.arrive_local(self.rank, LocalMessage { msg, mode, send_id: 0 }) {
+        // A buffered send takes its room in the buffer first; a synchronous
+        // one always waits for its match.
+        let msg = match (bsend, mode) {
+            (Some(_), _) | (_, SendMode::Synchronous) => msg,
+            _ => match receiver.arrive_local(self.rank, LocalMessage { msg, mode, send_id: 0 }) {
                 LocalArrival::Done(result) => return result.map(|()| None),
                 LocalArrival::Refused(m) => m.msg,
-                LocalArrival::Waiting => unreachable!("a send without an id never waits"),
+                LocalArrival::AwaitsMatch => unreachable!("a send without an id never waits"),
             },
         };
         let id = {
             let mut st = self.lock();
+            // As the engine refuses a send once this rank has said
+            // goodbye or closed, or once `dest` has failed.
+            if st.engine.is_closed() || st.engine.is_finished() {
+                return Err(ErrorKind::Finalized.into());
+            }
+            if let Some(e) = st.engine.dead(dest, true) {
+                return Err(e);
+            }
             let id = st.engine.next_id();
             if let Some(need) = bsend {
                 st.reserve_bsend(id, need)?;
@@ -1018,7 +1072,7 @@ impl Shared {
         let arrival = receiver.arrive_local(self.rank, LocalMessage { msg, mode, send_id: id });
         let mut st = self.lock();
         let result = match arrival {
-            LocalArrival::Waiting => return Ok(bsend.is_none().then_some(id)),
+            LocalArrival::AwaitsMatch => return Ok(bsend.is_none().then_some(id)),
             LocalArrival::Done(result) => result,
             LocalArrival::Refused(_) => unreachable!("a send with an id is never refused"),
         };
@@ -1052,6 +1106,8 @@ impl Shared {
         let mut st = self.lock();
         if st.local_sends.remove(&id).is_some() {
             self.complete(&mut st, id, Completion::Send(result));
+            // A finalize may wait for it.
+            self.flush(&mut st);
         }
     }
 

@@ -39,7 +39,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The ranks of one world that live in one process, as their transport
-/// sees them: where their collectives meet.
+/// sees them: where their collectives meet, and where their
+/// point-to-point messages may meet their receivers
+/// ([`LocalWorld::meeting`]).
 ///
 /// Ranks in one process need no messages for a collective: each rank
 /// leaves its part of a call (the values it contributes, packed) at a
@@ -82,7 +84,8 @@ impl std::fmt::Debug for LocalWorld {
 
 impl LocalWorld {
     /// A world of `ranks` ranks in this process, for their transport to
-    /// hand to each of their endpoints.
+    /// hand to each of their endpoints: collectives meet here, messages
+    /// travel as frames (see [`meeting`](LocalWorld::meeting)).
     pub fn new(ranks: usize) -> Arc<LocalWorld> {
         LocalWorld::meeting(ranks, true, false)
     }

@@ -64,10 +64,16 @@ fn a_send_waiting_at_a_dropped_endpoint_fails() {
     let mut send = zero.world().issend(&7u32, 1, 0);
     assert!(poll_once(&mut send).is_pending());
     drop(one);
-    match poll_once(&mut send) {
-        Poll::Ready(Err(e)) => assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}"),
-        other => panic!("the send did not fail: {other:?}"),
-    }
+    // Answered from a thread of its own (see `Shared`'s drop).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let outcome = loop {
+        match poll_once(&mut send) {
+            Poll::Ready(outcome) => break outcome,
+            Poll::Pending if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(1)),
+            Poll::Pending => panic!("the send did not fail within 10 s"),
+        }
+    };
+    assert!(matches!(outcome, Err(ref e) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{outcome:?}");
 }
 
 /// A send waiting at a receiver that closes fails; a sender that closes
@@ -114,4 +120,43 @@ fn a_small_message_does_not_overtake_a_large_one() {
     assert_eq!(first, vec![5u32; 1000]);
     assert_eq!(recv_u32(&world, 0).expect("the small one"), 6);
     assert!(matches!(poll_once(&mut large), Poll::Ready(Ok(_))));
+}
+
+/// A receive too short for a synchronous send's message fails with
+/// `Truncate` without taking the message in (as for a rendezvous
+/// message), and the send completes once the receive's owner takes the
+/// error: the message counts as received.
+#[test]
+fn a_receive_too_short_for_a_waiting_message_completes_its_send() {
+    let (zero, one) = pair(Config::default());
+    let mut send = zero.world().issend(vec![1u32; 100], 1, 0);
+    let mut short = [0u32; 2];
+    let e = futures::executor::block_on(one.world().recv_into(&mut short[..], 0, 0)).expect_err("too short");
+    assert!(matches!(e.kind(), ErrorKind::Truncate { needed: 400, available: 8, .. }), "{e:?}");
+    assert!(matches!(poll_once(&mut send), Poll::Ready(Ok(_))), "received: done");
+    assert!(one.world().iprobe(0, 0).expect("probe").is_none(), "the message was taken");
+}
+
+/// A receiver that fails its sender (here by hand, as a transport does
+/// when a peer is lost) fails the sender's send waiting there.
+#[test]
+fn a_receiver_that_fails_its_sender_fails_the_waiting_send() {
+    let (zero, one) = pair(Config::default());
+    let mut send = zero.world().issend(&7u32, 1, 0);
+    assert!(poll_once(&mut send).is_pending());
+    one.peer_failed(0, crate::Error::process_failed(0, "lost by the test"));
+    assert!(matches!(poll_once(&mut send), Poll::Ready(Err(ref e)) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 0, .. })));
+}
+
+/// `finalize` waits for a dropped send whose message waits at its
+/// receiver, and ends once a receive takes it.
+#[test]
+fn finalize_waits_for_a_dropped_send_waiting_at_its_receiver() {
+    let (zero, one) = pair(Config { eager_threshold: 64, ..Config::default() });
+    drop(zero.world().isend(vec![2u8; 1000], 1, 0));
+    let mut finalize = Box::pin(zero.finalize());
+    assert!(finalize.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending(), "the send waits for its match");
+    let (got, _) = futures::executor::block_on(one.world().recv_vec::<u8>(0, 0)).expect("received");
+    assert_eq!(got, vec![2u8; 1000]);
+    assert!(matches!(futures::executor::block_on(finalize), Ok(())), "matched: finalize ends");
 }

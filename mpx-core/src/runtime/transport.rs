@@ -100,10 +100,12 @@ pub trait Transport: Send + Sync + 'static {
     }
 
     /// Where the collectives of a world whose ranks all live in this
-    /// process meet, without messages (see [`LocalWorld`]): every
-    /// endpoint of the world must get the same one, and every rank of the
-    /// world must be an endpoint of this process. The default, `None`,
-    /// has collectives exchange messages.
+    /// process meet, without messages, and where its point-to-point
+    /// messages meet their receivers, without frames, as the world says
+    /// ([`LocalWorld::meeting`]): every endpoint of the world must get the
+    /// same one, and every rank of the world must be an endpoint of this
+    /// process. The default, `None`, has collectives exchange messages and
+    /// messages travel as frames.
     fn local_world(&self) -> Option<Arc<LocalWorld>> {
         None
     }

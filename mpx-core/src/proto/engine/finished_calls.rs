@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashSet as HashSet;
 
-use super::{Body, Engine, Envelope, Event, HashMap, MatchSpec, Unexpected};
+use super::{Body, Engine, Envelope, HashMap, MatchSpec, Unexpected};
 
 /// Finished calls remembered per context: a late message of a call
 /// finished longer ago waits in the queue, as any unmatched message.
@@ -178,9 +178,7 @@ impl Engine {
         tracing::trace!(rank = self.rank, source = u.envelope.source, tag = u.envelope.tag, "late message of a finished call dropped");
         match u.body {
             Body::Data { credit, .. } => self.release_credit(u.envelope.source, credit),
-            Body::Waiting { send_id, .. } => {
-                self.events.push_back(Event::LocalSendDone { rank: u.envelope.source, id: send_id, result: Ok(()) });
-            }
+            Body::Local { send_id, credit, .. } => self.local_taken(u.envelope.source, send_id, credit, Ok(())),
             Body::Rts { .. } | Body::InFlight { .. } => {
                 let id = self.next_id();
                 self.truncated.insert(id, u);

@@ -134,12 +134,12 @@ impl Engine {
                             )).into());
                         }
                         peer.credit_in_use += cost;
-                        let envelope = Envelope::from_header(&h, frame.payload.len() as u64)?;
+                        let envelope = self.frame_envelope(&h, frame.payload.len() as u64)?;
                         self.arrive(Unexpected { envelope, body: Body::Data { credit: cost, data: frame.payload } })
                     }
                     Kind::Rts => {
                         if h.recv_id == RTS_UNSOLICITED {
-                            let envelope = Envelope::from_header(&h, h.data_len)?;
+                            let envelope = self.frame_envelope(&h, h.data_len)?;
                             return self.arrive_unsolicited(from, h.send_id, envelope);
                         }
                         let granted = self.config.rndv_slots.saturating_add(peer.extra_slots);
@@ -148,7 +148,7 @@ impl Engine {
                                 "rank {from} sent more than the {granted} rendezvous requests granted"
                             )).into());
                         }
-                        let envelope = Envelope::from_header(&h, h.data_len)?;
+                        let envelope = self.frame_envelope(&h, h.data_len)?;
                         self.peers[from as usize].slots_in_use += 1;
                         let u = Unexpected { envelope, body: Body::Rts { send_id: h.send_id } };
                         match h.recv_id {
@@ -437,6 +437,17 @@ impl Engine {
 
     /// A data message arrived: match it to the first posted receive that
     /// accepts it, or queue it.
+    /// The envelope of a data frame whose message is `total` bytes (see
+    /// [`Envelope::from_header`]), numbered in its sender's order among
+    /// every message of the sender's that arrived, those of a rank of this
+    /// process handed over without frames included (see
+    /// [`local`](super::local)).
+    fn frame_envelope(&self, h: &Header, total: u64) -> Result<Envelope> {
+        let mut envelope = Envelope::from_header(h, total)?;
+        envelope.seq += self.peers[h.source as usize].local_arrivals;
+        Ok(envelope)
+    }
+
     pub(super) fn arrive(&mut self, u: Unexpected) {
         match self.posted.take_match(&u.envelope) {
             Some((id, limit)) => self.take_unexpected(id, u, limit),
@@ -464,7 +475,7 @@ impl Engine {
     }
 
     pub(super) fn arrive_ready(&mut self, h: Header, data: Bytes) -> Result<()> {
-        let envelope = Envelope::from_header(&h, data.len() as u64)?;
+        let envelope = self.frame_envelope(&h, data.len() as u64)?;
         let taken = match self.posted.take_match(&envelope) {
             Some((id, _)) => {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(envelope, data, 0)) });

@@ -5,26 +5,39 @@
 //! sender hands its message to the receiver's engine itself
 //! ([`Engine::arrive_local`]), under the receiver's lock: no frame, no
 //! sequence number to check, no transport between. The message joins the
-//! same queues as a frame's, so matching, probes, cancels, truncation and
-//! the order of one sender's messages are those of every message; only
+//! same queues as a frame's, numbered in its sender's order among the
+//! sender's frames too ([`Envelope::seq`]), so matching, probes, cancels
+//! and the order of one sender's messages are those of every message; only
 //! the way the sender learns that its send is done differs:
 //!
 //! * a standard or buffered send that frames would carry without a match
 //!   (at most the eager threshold, or within the unsolicited credit) is
-//!   done as it arrives, while the sender's messages held here stay
-//!   within the eager and unsolicited credit this rank grants together;
-//!   its credit comes back when a receive takes it, without a frame;
-//! * a ready send is done as it arrives, or refused with
-//!   [`ErrorKind::NotReady`] when no posted receive takes it;
+//!   done as it arrives, while what the sender's messages hold here stays
+//!   within the eager and unsolicited credit this rank grants together
+//!   (kept apart from the credit of its frames: [`LOCAL_CREDIT`]); the
+//!   credit comes back, without a frame, when a receive takes it;
+//! * a ready send is delivered to a receive posted now, or refused with
+//!   [`ErrorKind::NotReady`];
 //! * any other send (synchronous, larger, beyond the credit) waits in the
-//!   queue as a [`Body::Waiting`] message, data in hand, and is done when a
+//!   queue as a [`Body::Local`] message, data in hand, and is done when a
 //!   receive matches it: [`Event::LocalSendDone`] tells the runtime,
-//!   which completes the send at its own endpoint. A rank that finishes or
-//!   closes with such messages queued fails their sends.
+//!   which completes the send at its own endpoint. A rank that finishes,
+//!   closes or fails the sender with such messages queued fails their
+//!   sends.
 //!
 //! The data is already the sender's own copy (packed, or a `Vec` given
 //! up), so a message of any size moves without a further copy, and the
-//! receive copies it into its buffer in its own poll, as any other.
+//! receive copies it into its buffer in its own poll, as any other. A
+//! receive's limit ([`Engine::post_recv_limited`]) bounds what a message's
+//! data would make this rank take in; such data is in memory already, so
+//! it is delivered whole, as eager data is, and the receive reports a
+//! truncation.
+//!
+//! A sender uses either this way or frames towards one receiver, never
+//! both at once: the runtime hands messages over only between ranks whose
+//! endpoints have both joined the world and neither has gone, and falls
+//! back to frames for good once it has sent a pair a frame (see
+//! [`Shared::local_receiver`](crate::runtime::Shared)).
 
 use super::*;
 
@@ -43,11 +56,12 @@ pub struct LocalMessage {
 
 /// What became of a [`LocalMessage`].
 #[derive(Debug)]
+#[must_use]
 pub enum LocalArrival {
     /// The send is done (or failed); nothing more comes of it.
     Done(Result<()>),
     /// The send waits for its match: [`Event::LocalSendDone`] follows.
-    Waiting,
+    AwaitsMatch,
     /// The send would have to wait, and was handed over with `send_id` 0:
     /// nothing changed; here is the message back, to hand over again with
     /// an id its sender can be told about.
@@ -59,7 +73,9 @@ impl Engine {
     /// frame (see the [module docs](self)). With `send_id` 0 a send that
     /// would wait for its match is [`Refused`](LocalArrival::Refused)
     /// instead, unchanged, so that a sender pays for an id it can be told
-    /// about only when it needs one.
+    /// about only when it needs one. A sender outside the world, or this
+    /// rank itself, is refused with [`ErrorKind::InvalidRank`] (messages to
+    /// itself stay in the engine: [`post_send`](Engine::post_send)).
     pub fn arrive_local(&mut self, from: u32, m: LocalMessage) -> LocalArrival {
         let LocalMessage { msg, mode, send_id } = m;
         if from as usize >= self.peers.len() || from == self.rank {
@@ -76,7 +92,6 @@ impl Engine {
             return LocalArrival::Done(result);
         }
         let p = &mut self.peers[from as usize];
-        p.local = true;
         let envelope = Envelope {
             context: msg.context,
             source: from,
@@ -85,21 +100,26 @@ impl Engine {
             repr: msg.repr,
             len: (msg.data.len() as u64).saturating_sub(u64::from(msg.desc_len)),
             desc_len: msg.desc_len,
-            seq: p.local_seq,
+            seq: p.expected_seq + p.local_arrivals,
         };
         // What frames would carry without a match: an eager message, or
         // one within the unsolicited credit; and within both credits
         // together, which bound what this rank holds for the sender.
         let cost = eager_cost(msg.data.len());
         let (eager_credit, unsolicited_credit) = (self.config.eager_credit, self.config.unsolicited_credit);
-        let eager = matches!(mode, SendMode::Standard | SendMode::Buffered)
+        let at_once = matches!(mode, SendMode::Standard | SendMode::Buffered)
             && (msg.data.len() <= self.config.eager_threshold || cost <= unsolicited_credit)
-            && p.credit_in_use + cost <= eager_credit + unsolicited_credit;
-        if eager {
+            && p.local_credit_in_use + cost <= eager_credit + unsolicited_credit;
+        if at_once {
             tracing::trace!(rank = me, source = from, tag = msg.tag, len = msg.data.len(), ?mode, "send posted, handed over within credit");
-            p.local_seq += 1;
-            p.credit_in_use += cost;
-            self.arrive(Unexpected { envelope, body: Body::Data { data: msg.data, credit: cost } });
+            p.local_arrivals += 1;
+            p.local_credit_in_use += cost;
+            let body = match msg.data.len() <= self.config.eager_threshold {
+                true => Body::Data { data: msg.data, credit: cost | LOCAL_CREDIT },
+                // Held to its receive's limit, as a rendezvous message.
+                false => Body::Local { data: msg.data, send_id: 0, credit: cost },
+            };
+            self.arrive(Unexpected { envelope, body });
             return LocalArrival::Done(Ok(()));
         }
         // Everything else needs a receive: one posted now, or a later one.
@@ -107,51 +127,125 @@ impl Engine {
             return LocalArrival::Done(Err(Self::returned(me)));
         }
         if mode == SendMode::Ready {
-            // As a ready frame: delivered to a receive posted now, whatever
-            // its size (the receive reports a truncation), or refused.
-            let Some((id, _)) = self.posted.take_match(&envelope) else {
+            // As a ready frame: taken by a receive posted now (a large one
+            // held to the receive's limit, as a ready rendezvous request
+            // is), or refused.
+            let Some((id, limit)) = self.posted.take_match(&envelope) else {
                 return LocalArrival::Done(Err(ErrorKind::NotReady.into()));
             };
-            self.peers[from as usize].local_seq += 1;
-            self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(envelope, msg.data, 0)) });
+            tracing::trace!(rank = me, source = from, id, tag = msg.tag, len = msg.data.len(), "ready send handed over to its receive");
+            self.peers[from as usize].local_arrivals += 1;
+            let body = match msg.data.len() <= self.config.eager_threshold {
+                true => Body::Data { data: msg.data, credit: 0 },
+                false => Body::Local { data: msg.data, send_id: 0, credit: 0 },
+            };
+            self.take_unexpected(id, Unexpected { envelope, body }, limit);
             return LocalArrival::Done(Ok(()));
         }
         if send_id == 0 {
             return LocalArrival::Refused(LocalMessage { msg, mode, send_id });
         }
         tracing::trace!(rank = me, source = from, send_id, tag = msg.tag, len = msg.data.len(), ?mode, "send posted, handed over to wait for its match");
-        self.peers[from as usize].local_seq += 1;
-        self.arrive(Unexpected { envelope, body: Body::Waiting { data: msg.data, send_id } });
-        LocalArrival::Waiting
+        self.peers[from as usize].local_arrivals += 1;
+        self.arrive(Unexpected { envelope, body: Body::Local { data: msg.data, send_id, credit: 0 } });
+        LocalArrival::AwaitsMatch
     }
 
-    /// The sends of ranks of this process whose messages wait here for a
-    /// match (see [`Body::Waiting`]), taken out of the queue: none will
-    /// match them now. Each is reported failed with `error`
-    /// ([`Event::LocalSendDone`]).
-    pub(super) fn fail_waiting_sends(&mut self, error: &Error) {
-        for (rank, id) in self.take_waiting_sends() {
-            self.events.push_back(Event::LocalSendDone { rank, id, result: Err(error.clone()) });
+    /// A [`Body::Local`] message of `rank`'s has left the queue: taken by
+    /// a receive, dropped, or failed with `result`. Its credit goes back;
+    /// its send, if it waits (`send_id` not 0), is done.
+    pub(super) fn local_taken(&mut self, rank: u32, send_id: ReqId, credit: u64, result: Result<()>) {
+        if let Some(p) = self.peers.get_mut(rank as usize) {
+            p.local_credit_in_use = p.local_credit_in_use.saturating_sub(credit);
+        }
+        if send_id != 0 {
+            self.events.push_back(Event::LocalSendDone { rank, id: send_id, result });
         }
     }
 
-    /// The sends of ranks of this process whose messages wait here for a
-    /// match, as (sender, send id), taken out of the queue (and those
-    /// held for a receive that failed as too short for them): for an
-    /// endpoint that goes without closing, to fail them itself.
-    pub fn take_waiting_sends(&mut self) -> Vec<(u32, ReqId)> {
-        let waiting_id = |u: &Unexpected| match u.body {
-            Body::Waiting { send_id, .. } => Some((u.envelope.source, send_id)),
-            _ => None,
-        };
-        let mut waiting: Vec<(u32, ReqId)> = self.unexpected.iter().filter_map(waiting_id).collect();
-        if !waiting.is_empty() {
-            self.unexpected.retain(|u| !matches!(u.body, Body::Waiting { .. }));
+    /// Fails the sends of ranks of this process whose messages wait here
+    /// for a match (see [`Body::Local`]): none will match them now.
+    pub(super) fn fail_local_sends(&mut self, error: &Error) {
+        self.fail_local_sends_of(|_| true, error);
+        self.answer_truncated_local_sends();
+    }
+
+    /// Why a send of a rank of this process waiting here for a match gets
+    /// none, once this rank has finished or closed.
+    pub(super) fn local_sends_end(&self) -> Error {
+        match (self.closed, self.gave_up) {
+            (true, _) => Error::process_failed(self.rank, "it closed its endpoint"),
+            (false, true) => Self::gave_up_error(self.rank),
+            (false, false) => Self::returned(self.rank),
         }
-        let truncated: Vec<ReqId> = self.truncated.iter().filter(|(_, u)| matches!(u.body, Body::Waiting { .. })).map(|(&id, _)| id).collect();
-        for id in truncated {
-            waiting.extend(self.truncated.remove(&id).as_ref().and_then(waiting_id));
+    }
+
+    /// Completes the sends of ranks of this process whose messages
+    /// receives matched but were too short for (held for their owners to
+    /// take the error): matched, they are done, whatever becomes of the
+    /// receives now that this rank ends.
+    fn answer_truncated_local_sends(&mut self) {
+        let matched: Vec<ReqId> = self.truncated.iter().filter(|(_, u)| matches!(u.body, Body::Local { send_id, .. } if send_id != 0)).map(|(&id, _)| id).collect();
+        for id in matched {
+            if let Some(Unexpected { envelope, body: Body::Local { send_id, credit, .. } }) = self.truncated.remove(&id) {
+                self.local_taken(envelope.source, send_id, credit, Ok(()));
+            }
         }
-        waiting
+    }
+
+    /// Fails the sends of the ranks `from` accepts whose messages wait
+    /// here for a match, taking those messages out of the queue.
+    pub(super) fn fail_local_sends_of(&mut self, from: impl Fn(u32) -> bool, error: &Error) {
+        for (rank, send_id, credit) in self.take_local_sends(from) {
+            self.local_taken(rank, send_id, credit, Err(error.clone()));
+        }
+    }
+
+    /// Takes the messages of ranks `from` accepts whose sends wait here
+    /// for a match out of the queue, as (sender, send id, credit).
+    fn take_local_sends(&mut self, from: impl Fn(u32) -> bool) -> Vec<(u32, ReqId, u64)> {
+        let waiting = |u: &Unexpected| matches!(u.body, Body::Local { send_id, .. } if send_id != 0) && from(u.envelope.source);
+        let taken: Vec<(u32, ReqId, u64)> = self
+            .unexpected
+            .iter()
+            .filter(|u| waiting(u))
+            .filter_map(|u| match u.body {
+                Body::Local { send_id, credit, .. } => Some((u.envelope.source, send_id, credit)),
+                _ => None,
+            })
+            .collect();
+        if !taken.is_empty() {
+            self.unexpected.retain(|u| !waiting(u));
+        }
+        taken
+    }
+
+    /// For an endpoint that goes without closing: the sends of ranks of
+    /// this process that still wait for an answer from this engine, as
+    /// (sender, send id, outcome): those whose messages wait here for a
+    /// match (failed with `error`), and those already answered in events
+    /// not yet taken.
+    pub fn take_local_answers(&mut self, error: &Error) -> Vec<(u32, ReqId, Result<()>)> {
+        let mut answers: Vec<(u32, ReqId, Result<()>)> = Vec::new();
+        let mut others = VecDeque::new();
+        while let Some(event) = self.events.pop_front() {
+            match event {
+                Event::LocalSendDone { rank, id, result } => answers.push((rank, id, result)),
+                other => others.push_back(other),
+            }
+        }
+        self.events = others;
+        answers.extend(self.take_local_sends(|_| true).into_iter().map(|(rank, id, _)| (rank, id, Err(error.clone()))));
+        self.answer_truncated_local_sends();
+        while let Some(event) = self.events.pop_back() {
+            match event {
+                Event::LocalSendDone { rank, id, result } => answers.push((rank, id, result)),
+                other => {
+                    self.events.push_back(other);
+                    break;
+                }
+            }
+        }
+        answers
     }
 }

@@ -24,7 +24,10 @@
 //!
 //! Frames to a rank's own self never leave the engine: they are handled as
 //! they are produced, so a message to self is matched (or queued) before the
-//! call that sent it returns.
+//! call that sent it returns. Messages of other ranks of this process may
+//! come without frames at all ([`arrive_local`](Engine::arrive_local),
+//! see the `local` module): they join the same queues, in their
+//! sender's order.
 //!
 //! # Protocols
 //!
@@ -136,9 +139,10 @@
 //!
 //! This file holds the engine's public types and its state; its methods
 //! live by concern: `send` and `recv` (what the program starts),
-//! `incoming` (frames from peers), `output` (frames to peers, per peer),
-//! `time` (idle timeouts and pings), `end` (goodbyes and failures) and
-//! `queries`; `peer` and `transfer` hold the per-peer and per-message
+//! `incoming` (frames from peers), `local` (messages of ranks of this
+//! process, handed over without frames), `output` (frames to peers, per
+//! peer), `time` (idle timeouts and pings), `end` (goodbyes and failures)
+//! and `queries`; `peer` and `transfer` hold the per-peer and per-message
 //! state, `native` the native data representation.
 
 use std::collections::VecDeque;
@@ -366,6 +370,12 @@ pub(crate) fn eager_cost(len: usize) -> u64 {
     (len as u64).saturating_add(EAGER_OVERHEAD)
 }
 
+/// Set in a message's [`Delivered::credit`] when the message came from a
+/// rank of this process without frames ([`Engine::arrive_local`]): its
+/// credit is kept apart from the credit of the sender's frames, and goes
+/// back without a frame.
+pub const LOCAL_CREDIT: u64 = 1 << 63;
+
 /// Whether a frame of `kind` answers the peer's own frames (rather than
 /// carrying this rank's messages or its hello and goodbye).
 fn is_answer(kind: Kind) -> bool {
@@ -458,8 +468,11 @@ pub struct Envelope {
     pub len: u64,
     /// Bytes of type description that lead the data on the wire.
     pub desc_len: u32,
-    /// The sender's per-pair sequence number: messages from one sender are
-    /// matched in this order.
+    /// The message's place among its sender's messages to this rank, in
+    /// the order they arrived: messages from one sender are matched in
+    /// this order. (For frames, their per-pair sequence number, plus the
+    /// messages the sender handed over without frames before it: see
+    /// [`Engine::arrive_local`].)
     pub seq: u64,
 }
 
@@ -521,6 +534,8 @@ pub struct Delivered {
     pub desc: Option<Box<Bytes>>,
     /// Eager credit the message holds; give it back with
     /// [`Engine::release_credit`] once the receive has consumed the data.
+    /// (With [`LOCAL_CREDIT`] set, the credit of a message a rank of this
+    /// process handed over without frames, which goes back without one.)
     pub credit: u64,
 }
 

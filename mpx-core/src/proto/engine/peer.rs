@@ -197,12 +197,13 @@ pub(super) struct Peer {
     /// Rendezvous slots granted to the peer beyond [`Config::rndv_slots`]
     /// after its goodbye (at most [`MAX_AFTER_GOODBYE`]).
     pub(super) extra_slots: u64,
-    /// The peer lives in this process and hands its messages over without
-    /// frames ([`Engine::arrive_local`]): its credit comes back without
-    /// a frame too.
-    pub(super) local: bool,
-    /// The order number of the peer's next message handed over so.
-    pub(super) local_seq: u64,
+    /// Messages the peer, a rank of this process, handed over without
+    /// frames ([`Engine::arrive_local`]): every message's place in its
+    /// sender's order counts them (see [`Envelope::seq`]).
+    pub(super) local_arrivals: u64,
+    /// Eager credit such messages hold here, apart from the credit of the
+    /// peer's frames: given back without a frame (see [`LOCAL_CREDIT`]).
+    pub(super) local_credit_in_use: u64,
     /// Something came from the peer since the last timeout check.
     pub(super) heard: bool,
     pub(super) last_heard: Option<Instant>,

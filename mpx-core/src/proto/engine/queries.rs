@@ -14,7 +14,7 @@ impl Engine {
         self.unexpected
             .iter()
             .map(|u| match &u.body {
-                Body::Data { data, .. } | Body::Waiting { data, .. } => data.len() as u64,
+                Body::Data { data, .. } | Body::Local { data, .. } => data.len() as u64,
                 Body::Rts { .. } | Body::InFlight { .. } => 0,
             })
             .sum()
@@ -51,7 +51,7 @@ impl Engine {
             .filter(|t| t.envelope.source == source && t.credit == 0)
             .map(|t| t.received.kept().saturating_sub(desc(&t.envelope)));
         let queued = self.unexpected.iter().filter(|u| u.envelope.source == source).map(|u| match &u.body {
-            Body::Data { data, credit: 0 } => (data.len() as u64).saturating_sub(desc(&u.envelope)),
+            Body::Data { data, credit: 0 } | Body::Local { data, .. } => (data.len() as u64).saturating_sub(desc(&u.envelope)),
             _ => 0,
         });
         gathered.chain(queued).sum()

@@ -150,7 +150,7 @@ impl Engine {
             Body::Rts { .. } => self.gone(source).is_some() || self.peers.get(source as usize).is_some_and(Peer::gave_up),
             // Its data went with its sender.
             Body::InFlight { transfer } => !self.transfers.contains_key(&transfer),
-            Body::Data { .. } | Body::Waiting { .. } => false,
+            Body::Data { .. } | Body::Local { .. } => false,
         };
         if lost {
             return;
@@ -163,6 +163,15 @@ impl Engine {
             // Given back by a receive of a call this rank has finished.
             self.drop_unexpected(u);
             return;
+        }
+        if let Body::Local { send_id, credit, .. } = u.body {
+            if send_id != 0 && (self.finished || self.closed) {
+                // Given back once no receive comes (a matched probe's
+                // message, a receive dropped after this rank's program
+                // returned): the send waiting for one fails.
+                self.local_taken(source, send_id, credit, Err(self.local_sends_end()));
+                return;
+            }
         }
         let (source, seq) = (u.envelope.source, u.envelope.seq);
         self.unexpected.put_back(
@@ -223,9 +232,9 @@ impl Engine {
                 }
                 None => {}
             },
-            Body::Waiting { send_id, .. } => {
+            Body::Local { send_id, credit, .. } => {
                 // Received: its data dropped, its send done.
-                self.events.push_back(Event::LocalSendDone { rank: envelope.source, id: send_id, result: Ok(()) });
+                self.local_taken(envelope.source, send_id, credit, Ok(()));
             }
             Body::Data { .. } => unreachable!("eager messages are delivered, never held as truncated"),
         }
@@ -346,10 +355,10 @@ impl Engine {
             Body::Data { data, credit } => {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, credit)) });
             }
-            Body::Waiting { data, send_id } => {
+            Body::Local { data, send_id, credit } => {
                 let rank = u.envelope.source;
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, 0)) });
-                self.events.push_back(Event::LocalSendDone { rank, id: send_id, result: Ok(()) });
+                self.local_taken(rank, send_id, credit, Ok(()));
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id, limit),
             Body::InFlight { transfer } => match self.take_unsolicited_credit(transfer) {
@@ -438,8 +447,9 @@ impl Engine {
         if bytes == 0 || peer.failed.is_some() {
             return;
         }
-        if peer.local {
-            peer.credit_in_use = peer.credit_in_use.saturating_sub(bytes);
+        if bytes & LOCAL_CREDIT != 0 {
+            // A rank of this process: no frame, no batch.
+            peer.local_credit_in_use = peer.local_credit_in_use.saturating_sub(bytes & !LOCAL_CREDIT);
             return;
         }
         peer.owed += bytes;

@@ -23,10 +23,13 @@ pub(super) enum Body {
     /// matched it yet. The data belongs to whichever receive matches this
     /// entry next. It keeps the message's place.
     InFlight { transfer: ReqId },
-    /// A message of a rank of this process whose send `send_id` waits for
-    /// its match, its data in hand (see [`local`](super::local)): the
-    /// receive that takes it completes the send too.
-    Waiting { data: Bytes, send_id: ReqId },
+    /// A message of a rank of this process, larger than eager data or
+    /// waiting for its match, its data in hand (see [`local`](super::local)):
+    /// `send_id` is its sender's send, which the receive that takes the
+    /// message completes (0: done already), and `credit` the local credit
+    /// it holds until a receive takes it (0: none). As a rendezvous
+    /// message, it is held to the limit of the receive that matches it.
+    Local { data: Bytes, send_id: ReqId, credit: u64 },
 }
 
 /// A rendezvous transfer: CTS sent (or the data coming unsolicited), data
