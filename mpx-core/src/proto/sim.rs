@@ -7,8 +7,9 @@
 //! what a program does on the rank (sends, receives, cancels, probes,
 //! consuming what arrived, collective calls ending), what its transport does (bytes arriving from a
 //! peer, on its stream or, for rendezvous data, a second one that may
-//! overtake it; frames leaving; a peer's link filling up), time passing, and the
-//! end (goodbye, close). Bytes from a peer go through a capped
+//! overtake it; frames leaving; a peer's link filling up), messages a peer
+//! in this process hands over without frames ([`Engine::arrive_local`]),
+//! time passing, and the end (goodbye, close). Bytes from a peer go through a capped
 //! [`Decoder`] as a stream transport's would, so frames may be split
 //! anywhere, and a peer may send anything.
 //!
@@ -40,7 +41,10 @@
 //!   only once the rank it names has failed or finished;
 //! * no receive waits on a failed peer;
 //! * every request completes at most once, and only requests that were
-//!   started complete;
+//!   started complete; a send handed over without frames that waits for
+//!   its match is answered exactly once, and none is left waiting once
+//!   the engine is closed; the credit such messages hold stays within
+//!   the eager and unsolicited credit together;
 //! * a stream's undecoded bytes stay below one frame at the decoder's cap;
 //! * once the engine is closed, nothing started is left waiting.
 //!
@@ -52,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::engine::{Config, Delivered, Engine, Event, MatchSpec, Matched, Outgoing, ReqId, SendMode};
+use super::engine::{Config, Delivered, Engine, Event, LocalArrival, LocalMessage, MatchSpec, Matched, Outgoing, ReqId, SendMode};
 use super::wire::{ChunkDecoder, Decoder, Frame, Header, Kind, HEADER_LEN};
 use crate::pack::Repr;
 
@@ -208,6 +212,23 @@ pub enum Op {
         /// Tag selector (255: the whole context).
         tag: u8,
     },
+    /// Peer `from`, a rank of this process, hands over a message of
+    /// `len % (MAX_SEND_LEN + 1)` bytes without frames, in mode `mode % 4`,
+    /// on context `context % 2` with tag `tag % 4`
+    /// ([`Engine::arrive_local`]; every other one first without an id, as
+    /// the runtime does, and again with one if refused).
+    Local {
+        /// Peer selector.
+        from: u8,
+        /// Send mode selector.
+        mode: u8,
+        /// Context selector.
+        context: u8,
+        /// Tag selector.
+        tag: u8,
+        /// Length selector.
+        len: u16,
+    },
 }
 
 /// A script: the engine's representation and its steps, as bytes.
@@ -249,7 +270,7 @@ impl Script {
         let external32 = r.u8() & 1 == 1;
         let mut ops = Vec::new();
         while !r.bytes.is_empty() {
-            let op = match r.u8() % 18 {
+            let op = match r.u8() % 19 {
                 0 => Op::Send { to: r.u8(), mode: r.u8(), context: r.u8(), tag: r.u8(), len: r.u16() },
                 1 => Op::Recv { source: r.u8(), tag: r.u8(), context: r.u8(), limit: r.u16() },
                 2 => Op::Cancel { which: r.u8() },
@@ -271,6 +292,7 @@ impl Script {
                 14 => Op::Close,
                 15 => Op::FailPeer { peer: r.u8() },
                 17 => Op::Discard { context: r.u8(), tag: r.u8() },
+                18 => Op::Local { from: r.u8(), mode: r.u8(), context: r.u8(), tag: r.u8(), len: r.u16() },
                 _ => {
                     let from = r.u8();
                     let len = r.u16() as usize;
@@ -321,6 +343,10 @@ impl Script {
                 Op::Close => b.push(14),
                 Op::FailPeer { peer } => b.extend([15, *peer]),
                 Op::Discard { context, tag } => b.extend([17, *context, *tag]),
+                Op::Local { from, mode, context, tag, len } => {
+                    b.extend([18, *from, *mode, *context, *tag]);
+                    b.extend(len.to_le_bytes());
+                }
             }
         }
         b
@@ -393,6 +419,11 @@ pub struct Node {
     /// taken yet (their message waits in the engine).
     truncated: Vec<ReqId>,
     sent: u64,
+    /// Messages peers handed over without frames so far.
+    handed_over: u64,
+    /// Sends handed over without frames that wait for their match, as
+    /// (sender, send id).
+    local_waiting: HashSet<(u32, ReqId)>,
     /// Messages the program took, in order.
     pub received: Vec<Received>,
     /// Failed completions, with the request.
@@ -428,6 +459,8 @@ impl Node {
             inbox: Vec::new(),
             truncated: Vec::new(),
             sent: 0,
+            handed_over: 0,
+            local_waiting: HashSet::new(),
             received: Vec::new(),
             errors: Vec::new(),
             recording: None,
@@ -616,6 +649,37 @@ impl Node {
             Op::FailPeer { peer } => self.engine.fail_peer(self.peer(peer), crate::Error::process_failed(self.peer(peer), "its connection broke")),
             Op::Discard { context, tag: 255 } => self.engine.close_context(u64::from(context % 2)),
             Op::Discard { context, tag } => self.engine.discard_call(u64::from(context % 2), i32::from(tag % 4) & !1, 2),
+            Op::Local { from, mode, context, tag, len } => {
+                let from = self.peer(from);
+                let mode = [SendMode::Standard, SendMode::Buffered, SendMode::Synchronous, SendMode::Ready][usize::from(mode % 4)];
+                let len = usize::from(len % (MAX_SEND_LEN + 1));
+                self.handed_over += 1;
+                let n = self.handed_over;
+                let msg = Outgoing {
+                    dest: self.rank(),
+                    context: u64::from(context % 2),
+                    tag: i32::from(tag % 4),
+                    signature: Some((u64::from(from) << 32 | 1 << 31 | n, len as u64)),
+                    repr: self.config.repr,
+                    desc_len: 0,
+                    data: pattern(from, n, len),
+                };
+                // Send ids of their own, from 2^62, apart from the engine's.
+                let send_id = 1 << 62 | n;
+                let first = if n.is_multiple_of(2) { 0 } else { send_id };
+                let mut arrival = self.engine.arrive_local(from, LocalMessage { msg, mode, send_id: first });
+                if let LocalArrival::Refused(m) = arrival {
+                    assert_eq!(first, 0, "a message handed over with an id was refused");
+                    arrival = self.engine.arrive_local(from, LocalMessage { send_id, ..m });
+                }
+                match arrival {
+                    LocalArrival::Done(_) => {}
+                    LocalArrival::AwaitsMatch => {
+                        self.local_waiting.insert((from, send_id));
+                    }
+                    LocalArrival::Refused(_) => panic!("a message handed over with an id was refused"),
+                }
+            }
         }
         self.drain_events();
         out
@@ -682,7 +746,9 @@ impl Node {
     fn drain_events(&mut self) {
         while let Some(event) = self.engine.poll_event() {
             match event {
-                Event::LocalSendDone { rank, id, .. } => panic!("send {id} of rank {rank} reported done, but no rank handed a message over without frames"),
+                Event::LocalSendDone { rank, id, .. } => {
+                    assert!(self.local_waiting.remove(&(rank, id)), "send {id} of rank {rank} answered twice, or never handed over to wait");
+                }
                 Event::SendDone { id, result } => {
                     assert!(self.sends.remove(&id).is_some(), "send {id} completed twice, or was never started");
                     if let Err(e) = result {
@@ -775,10 +841,24 @@ impl Node {
                 assert!(held <= budget, "{held} bytes of rank {source}'s rendezvous data held, above the {budget} its receives hold");
             }
         }
+        for source in 0..SIZE {
+            let local = e.local_credit_in_use(source);
+            let granted = self.config.eager_credit + self.config.unsolicited_credit;
+            assert!(local <= granted, "rank {source}'s messages handed over hold {local} bytes of credit, above {granted}");
+        }
         let cap = u64::from(SIZE) * self.config.eager_credit;
         let eager = e.unexpected_eager_bytes();
         assert!(eager <= cap, "{eager} bytes of unexpected eager data queued, above {cap}");
         if e.is_closed() {
+            // But for those whose messages the program holds, taken by a
+            // matched probe (answered when it receives or gives them back).
+            let held: HashSet<(u32, ReqId)> = self
+                .matched
+                .iter()
+                .filter_map(|m| m.envelope().signature.filter(|(hash, _)| hash & 1 << 31 != 0).map(|(hash, _)| (m.envelope().source, 1 << 62 | (hash & 0x7fff_ffff))))
+                .collect();
+            let waiting: Vec<_> = self.local_waiting.difference(&held).collect();
+            assert!(waiting.is_empty(), "sends handed over {waiting:?} still wait on a closed engine");
             assert!(self.sends.is_empty(), "sends {:?} still wait on a closed engine", self.sends.keys());
             assert!(self.recvs.is_empty(), "receives {:?} still wait on a closed engine", self.recvs);
         }

@@ -11,11 +11,12 @@
 //! the way the sender learns that its send is done differs:
 //!
 //! * a standard or buffered send that frames would carry without a match
-//!   (at most the eager threshold, or within the unsolicited credit) is
-//!   done as it arrives, while what the sender's messages hold here stays
-//!   within the eager and unsolicited credit this rank grants together
-//!   (kept apart from the credit of its frames: [`LOCAL_CREDIT`]); the
-//!   credit comes back, without a frame, when a receive takes it;
+//!   is done as it arrives: one of at most the eager threshold while what
+//!   the sender's messages hold here stays within the eager credit this
+//!   rank grants, a larger one within the unsolicited credit while it
+//!   stays within both together (kept apart from the credit of the
+//!   sender's frames: [`LOCAL_CREDIT`]); the credit comes back, without a
+//!   frame, when a receive takes the message;
 //! * a ready send is delivered to a receive posted now, or refused with
 //!   [`ErrorKind::NotReady`];
 //! * any other send (synchronous, larger, beyond the credit) waits in the
@@ -107,14 +108,16 @@ impl Engine {
         // together, which bound what this rank holds for the sender.
         let cost = eager_cost(msg.data.len());
         let (eager_credit, unsolicited_credit) = (self.config.eager_credit, self.config.unsolicited_credit);
+        let eager = msg.data.len() <= self.config.eager_threshold;
+        let budget = if eager { eager_credit } else { eager_credit + unsolicited_credit };
         let at_once = matches!(mode, SendMode::Standard | SendMode::Buffered)
-            && (msg.data.len() <= self.config.eager_threshold || cost <= unsolicited_credit)
-            && p.local_credit_in_use + cost <= eager_credit + unsolicited_credit;
+            && (eager || cost <= unsolicited_credit)
+            && p.local_credit_in_use + cost <= budget;
         if at_once {
             tracing::trace!(rank = me, source = from, tag = msg.tag, len = msg.data.len(), ?mode, "send posted, handed over within credit");
             p.local_arrivals += 1;
             p.local_credit_in_use += cost;
-            let body = match msg.data.len() <= self.config.eager_threshold {
+            let body = match eager {
                 true => Body::Data { data: msg.data, credit: cost | LOCAL_CREDIT },
                 // Held to its receive's limit, as a rendezvous message.
                 false => Body::Local { data: msg.data, send_id: 0, credit: cost },

@@ -51,7 +51,7 @@ impl Engine {
             .filter(|t| t.envelope.source == source && t.credit == 0)
             .map(|t| t.received.kept().saturating_sub(desc(&t.envelope)));
         let queued = self.unexpected.iter().filter(|u| u.envelope.source == source).map(|u| match &u.body {
-            Body::Data { data, credit: 0 } | Body::Local { data, .. } => (data.len() as u64).saturating_sub(desc(&u.envelope)),
+            Body::Data { data, credit: 0 } => (data.len() as u64).saturating_sub(desc(&u.envelope)),
             _ => 0,
         });
         gathered.chain(queued).sum()
@@ -82,6 +82,15 @@ impl Engine {
     /// not been given back: never above [`Config::eager_credit`].
     pub fn credit_in_use(&self, source: u32) -> u64 {
         self.peers.get(source as usize).map_or(0, |p| p.credit_in_use)
+    }
+
+    /// Credit the messages `source`, a rank of this process, handed over
+    /// without frames hold here ([`Engine::arrive_local`]): never above
+    /// [`Config::eager_credit`] plus [`Config::unsolicited_credit`]. (The
+    /// data of its messages whose sends wait for their match is not
+    /// counted: it is its sender's, as many as the sends it started.)
+    pub fn local_credit_in_use(&self, source: u32) -> u64 {
+        self.peers.get(source as usize).map_or(0, |p| p.local_credit_in_use)
     }
 
     /// Number of receives posted and not yet matched.
