@@ -1,9 +1,11 @@
 //! Transports for mpx, each behind the [`Transport`](mpx_core::Transport)
 //! boundary of `mpx_core::runtime`.
 //!
-//! * [`loopback`]: N ranks in one process, frames moved through in-memory
-//!   links with flow control, as values or (network-like) as encoded bytes,
-//!   so `cargo test` needs nothing else;
+//! * [`loopback`]: N ranks in one process, so `cargo test` needs nothing
+//!   else: messages handed to their receivers' engines without frames
+//!   and collectives meeting in memory, or messages as frames moved
+//!   through in-memory links with flow control, as values or
+//!   (network-like) as encoded bytes;
 //! * [`quic`]: ranks in separate processes or hosts over QUIC, with mutual
 //!   TLS under a per-job credential.
 //!

@@ -7,7 +7,9 @@
 //! [`Engine::arrive_local`](mpx_core::proto::engine::Engine::arrive_local)),
 //! and collectives meet in memory ([`Options::local_collectives`]). What
 //! still travels as frames is what the engines say to each other (hellos,
-//! goodbyes), and everything with [`Options::network_like`], whose
+//! goodbyes, pings), messages to or from a rank that has finalized,
+//! closed or aborted, a sender's messages to a rank once it has sent that
+//! rank a frame, and everything with [`Options::network_like`], whose
 //! messages travel as a network would carry them.
 //!
 //! Sending a frame appends it to the destination's queue. The thread that

@@ -467,6 +467,11 @@ impl Drop for Registration {
         let st = &mut *locked;
         self.shared.sweep_retired(st);
         st.forget_communicator(self.context);
+        // Not flushed under this bare guard (its release wakes nothing
+        // and hands nothing to the transport): at the next hold.
+        if st.engine.has_output() {
+            self.shared.flush_at_next_hold();
+        }
     }
 }
 

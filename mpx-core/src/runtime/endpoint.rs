@@ -104,7 +104,7 @@ pub(crate) struct State {
     pub(crate) offered: bool,
     pub(crate) bsend: BsendBuffer,
     /// This rank's sends to ranks of this process whose messages wait at
-    /// their receivers for a match ([`LocalArrival::Waiting`]), with
+    /// their receivers for a match ([`LocalArrival::AwaitsMatch`]), with
     /// their destinations: completed when the receiver says so, or failed
     /// with the destination.
     pub(crate) local_sends: HashMap<ReqId, u32>,
@@ -199,13 +199,7 @@ impl Drop for Shared {
         if answers.is_empty() {
             return;
         }
-        let answer = move || {
-            for (rank, id, result) in answers {
-                if let Some(sender) = world.endpoint(rank) {
-                    sender.local_send_done(id, result);
-                }
-            }
-        };
+        let answer = move || world.answer_senders(answers);
         // The senders' locks are taken on a thread of their own: this
         // endpoint may go while this thread holds one of them (a future
         // that held its last handle, dropped under another endpoint's lock).
@@ -532,7 +526,7 @@ impl Endpoint {
             st.engine.farewell(true);
             self.shared.flush(&mut st);
             st.engine.close();
-            self.shared.fail_local_sends(&mut st, |_| true);
+            self.shared.fail_own_waiting_sends(&mut st, |_| true);
             self.shared.flush(&mut st);
         }
         self.start_flush();
@@ -555,7 +549,7 @@ impl Endpoint {
         {
             let mut st = self.shared.lock();
             st.engine.close();
-            self.shared.fail_local_sends(&mut st, |_| true);
+            self.shared.fail_own_waiting_sends(&mut st, |_| true);
             st.wake_probes();
             let waiters = std::mem::take(&mut st.bsend.detach_waiters);
             st.to_wake.extend(waiters);
@@ -635,10 +629,8 @@ impl Locked<'_> {
             _ => Vec::new(),
         };
         drop(self.guard.take());
-        for (rank, id, result) in local_done {
-            if let Some(sender) = self.local.and_then(|world| world.endpoint(rank)) {
-                sender.local_send_done(id, result);
-            }
+        if let Some(world) = self.local.filter(|_| !local_done.is_empty()) {
+            world.answer_senders(local_done);
         }
         if let Some(mut wakers) = wakers {
             for w in wakers.drain(..) {
@@ -691,8 +683,20 @@ impl Shared {
             transport: &*self.transport,
             local: self.local.as_deref(),
         };
-        self.sweep_retired(&mut locked);
+        if self.any_retired.load(Ordering::Relaxed) {
+            self.sweep_retired_now(&mut locked);
+            // Late messages dropped with a context may answer senders, or
+            // give credit back.
+            self.flush(&mut locked);
+        }
         locked
+    }
+
+    /// What forgetting a communicator queued (frames, answers to senders)
+    /// while the state was locked without [`lock`](Shared::lock) goes at
+    /// the lock's next hold, which sweeps and flushes.
+    pub(crate) fn flush_at_next_hold(&self) {
+        self.any_retired.store(true, Ordering::Release);
     }
 
     /// A communicator's last handle went while the state was locked:
@@ -722,8 +726,6 @@ impl Shared {
         for context in contexts {
             st.forget_communicator(context);
         }
-        // Late messages dropped with a context may answer senders.
-        self.flush(st);
     }
 
     /// A receive is done with `msg` (see [`Engine::recycle`]).
@@ -798,7 +800,12 @@ impl Shared {
                     }
                     Event::LocalSendDone { rank, id, result } => st.local_done.push((rank, id, result)),
                     Event::PeerFailed { rank } => {
-                        self.fail_local_sends(st, |dest| dest == rank);
+                        // Through the engine from now on, which refuses
+                        // what needs the failed rank.
+                        if let Some(framed) = self.framed_to.get(rank as usize) {
+                            framed.store(true, Ordering::Relaxed);
+                        }
+                        self.fail_own_waiting_sends(st, |dest| dest == rank);
                         self.transport.peer_lost(rank as usize)
                     }
                 }
@@ -1059,7 +1066,8 @@ impl Shared {
             if st.engine.is_closed() || st.engine.is_finished() {
                 return Err(ErrorKind::Finalized.into());
             }
-            if let Some(e) = st.engine.dead(dest, true) {
+            let needs_match = !matches!(mode, SendMode::Standard | SendMode::Buffered) || msg.data.len() > st.engine.config().eager_threshold;
+            if let Some(e) = st.engine.dead(dest, needs_match) {
                 return Err(e);
             }
             let id = st.engine.next_id();
@@ -1069,18 +1077,19 @@ impl Shared {
             st.local_sends.insert(id, dest);
             id
         };
-        let arrival = receiver.arrive_local(self.rank, LocalMessage { msg, mode, send_id: id });
-        let mut st = self.lock();
-        let result = match arrival {
+        let result = match receiver.arrive_local(self.rank, LocalMessage { msg, mode, send_id: id }) {
             LocalArrival::AwaitsMatch => return Ok(bsend.is_none().then_some(id)),
             LocalArrival::Done(result) => result,
             LocalArrival::Refused(_) => unreachable!("a send with an id is never refused"),
         };
+        let mut st = self.lock();
         if st.local_sends.remove(&id).is_none() {
             // Failed meanwhile (its receiver failed, or this rank closed):
             // the request finds that.
             return Ok(bsend.is_none().then_some(id));
         }
+        // A finalize may wait for it.
+        self.flush(&mut st);
         if bsend.is_some() {
             self.complete(&mut st, id, Completion::Send(result));
             return Ok(None);
@@ -1114,7 +1123,7 @@ impl Shared {
     /// Fails this rank's sends to ranks of this process that wait for
     /// their match at destinations `to` accepts, each with what its
     /// destination's failure (or this rank's closing) says.
-    fn fail_local_sends(&self, st: &mut State, to: impl Fn(u32) -> bool) {
+    fn fail_own_waiting_sends(&self, st: &mut State, to: impl Fn(u32) -> bool) {
         if st.local_sends.is_empty() {
             return;
         }

@@ -145,9 +145,17 @@ impl LocalWorld {
         self.endpoints.get(to as usize)?.get()?.upgrade()
     }
 
-    /// Rank `rank`'s endpoint, if it is still there.
-    pub(crate) fn endpoint(&self, rank: u32) -> Option<Arc<super::endpoint::Shared>> {
-        self.endpoints.get(rank as usize)?.get()?.upgrade()
+    /// Tells each sender of `answers` (sender, send, outcome) that its send
+    /// whose message waited at another rank is done (see
+    /// [`Event::LocalSendDone`](crate::proto::engine::Event::LocalSendDone)),
+    /// if its endpoint is still there. Takes each sender's lock: the caller
+    /// holds none.
+    pub(crate) fn answer_senders(&self, answers: Vec<(u32, crate::proto::engine::ReqId, Result<()>)>) {
+        for (rank, id, result) in answers {
+            if let Some(sender) = self.endpoints.get(rank as usize).and_then(OnceLock::get).and_then(Weak::upgrade) {
+                sender.local_send_done(id, result);
+            }
+        }
     }
 
     /// The number of ranks.

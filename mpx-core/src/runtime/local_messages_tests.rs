@@ -160,3 +160,13 @@ fn finalize_waits_for_a_dropped_send_waiting_at_its_receiver() {
     assert_eq!(got, vec![2u8; 1000]);
     assert!(matches!(futures::executor::block_on(finalize), Ok(())), "matched: finalize ends");
 }
+
+/// Once a sender has failed its receiver (its transport lost it), its
+/// sends there fail as through its engine, rather than being handed over.
+#[test]
+fn sends_to_a_receiver_the_sender_failed_fail() {
+    let (zero, _one) = pair(Config::default());
+    zero.peer_failed(1, crate::Error::process_failed(1, "lost by the test"));
+    let sent = futures::executor::block_on(zero.world().send(&1u8, 1, 0));
+    assert!(matches!(sent, Err(ref e) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{sent:?}");
+}

@@ -6,6 +6,9 @@
 //! [`Transport`] that carries frames to peers; the transport's driver feeds
 //! incoming frames to [`Endpoint::handle_frame`], so matching and protocol
 //! replies progress whether or not anyone polls a particular operation.
+//! Between ranks of one process whose messages meet ([`LocalWorld`]), a
+//! send hands its message to the receiving endpoint's engine instead,
+//! under that endpoint's lock, and is completed from there.
 //! Completions the engine reports are kept here until the request that owns
 //! them is polled, and its waker is called once the lock is released.
 

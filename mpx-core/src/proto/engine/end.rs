@@ -42,7 +42,7 @@ impl Engine {
         // the sends of ranks of this process waiting here.
         let me = self.rank;
         self.fail_sends_to(me, &Self::own_match_lost(me));
-        self.fail_local_sends(&self.local_sends_end());
+        self.fail_sends_waiting_here(&self.local_sends_end());
         for dest in 0..self.size() {
             if dest != self.rank {
                 let p = &self.peers[dest as usize];
@@ -102,7 +102,7 @@ impl Engine {
         }
         self.closed = true;
         self.next_tick = None;
-        self.fail_local_sends(&self.local_sends_end());
+        self.fail_sends_waiting_here(&self.local_sends_end());
         for id in self.posted.remove_where(|_| true) {
             self.events.push_back(Event::RecvDone { id, result: Err(ErrorKind::Finalized.into()) });
         }
@@ -218,7 +218,7 @@ impl Engine {
         self.unexpected.retain(|u| !(u.envelope.source == rank && matches!(u.body, Body::Rts { .. })));
         // A message of a rank of this process waits for its match with its
         // data in hand: its send fails with this failure.
-        self.fail_local_sends_of(|source| source == rank, error);
+        self.fail_sends_waiting_here_of(|source| source == rank, error);
         self.unsolicited.retain(|&(source, _), _| source != rank);
         let p = &mut self.peers[rank as usize];
         p.drops_in_flight = 0;

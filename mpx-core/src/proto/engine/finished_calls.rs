@@ -178,7 +178,7 @@ impl Engine {
         tracing::trace!(rank = self.rank, source = u.envelope.source, tag = u.envelope.tag, "late message of a finished call dropped");
         match u.body {
             Body::Data { credit, .. } => self.release_credit(u.envelope.source, credit),
-            Body::Local { send_id, credit, .. } => self.local_taken(u.envelope.source, send_id, credit, Ok(())),
+            Body::Local { send_id, credit, .. } => self.local_message_left(u.envelope.source, send_id, credit, Ok(())),
             Body::Rts { .. } | Body::InFlight { .. } => {
                 let id = self.next_id();
                 self.truncated.insert(id, u);

@@ -435,8 +435,6 @@ impl Engine {
         Err(ErrorKind::Protocol(format!("answer from rank {from} for unknown send {send_id}")).into())
     }
 
-    /// A data message arrived: match it to the first posted receive that
-    /// accepts it, or queue it.
     /// The envelope of a data frame whose message is `total` bytes (see
     /// [`Envelope::from_header`]), numbered in its sender's order among
     /// every message of the sender's that arrived, those of a rank of this
@@ -448,6 +446,8 @@ impl Engine {
         Ok(envelope)
     }
 
+    /// A data message arrived: match it to the first posted receive that
+    /// accepts it, or queue it.
     pub(super) fn arrive(&mut self, u: Unexpected) {
         match self.posted.take_match(&u.envelope) {
             Some((id, limit)) => self.take_unexpected(id, u, limit),

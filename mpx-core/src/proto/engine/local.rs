@@ -24,15 +24,17 @@
 //!   receive matches it: [`Event::LocalSendDone`] tells the runtime,
 //!   which completes the send at its own endpoint. A rank that finishes,
 //!   closes or fails the sender with such messages queued fails their
-//!   sends.
+//!   sends. (A sender that closes fails its own waiting sends; their
+//!   messages stay here, whole, for a receive to take.)
 //!
 //! The data is already the sender's own copy (packed, or a `Vec` given
 //! up), so a message of any size moves without a further copy, and the
 //! receive copies it into its buffer in its own poll, as any other. A
-//! receive's limit ([`Engine::post_recv_limited`]) bounds what a message's
-//! data would make this rank take in; such data is in memory already, so
-//! it is delivered whole, as eager data is, and the receive reports a
-//! truncation.
+//! [`Body::Local`] message is held to the limit of the receive that
+//! matches it ([`Engine::post_recv_limited`]), as a rendezvous message
+//! is: a receive too short for it fails with [`ErrorKind::Truncate`]
+//! before taking it in, and the message counts as received once the
+//! receive's owner takes the error.
 //!
 //! A sender uses either this way or frames towards one receiver, never
 //! both at once: the runtime hands messages over only between ranks whose
@@ -83,6 +85,11 @@ impl Engine {
             return LocalArrival::Done(Err(ErrorKind::InvalidRank { rank: from as usize, size: self.peers.len() }.into()));
         }
         let me = self.rank;
+        if self.peers[from as usize].finished {
+            // After its goodbye (a send racing its own finalize): as its
+            // engine would, refuse it.
+            return LocalArrival::Done(Err(ErrorKind::Finalized.into()));
+        }
         if self.closed || self.peers[from as usize].failed.is_some() {
             // As a frame would be: dropped; a send that needed a match
             // learns that none comes.
@@ -157,7 +164,7 @@ impl Engine {
     /// A [`Body::Local`] message of `rank`'s has left the queue: taken by
     /// a receive, dropped, or failed with `result`. Its credit goes back;
     /// its send, if it waits (`send_id` not 0), is done.
-    pub(super) fn local_taken(&mut self, rank: u32, send_id: ReqId, credit: u64, result: Result<()>) {
+    pub(super) fn local_message_left(&mut self, rank: u32, send_id: ReqId, credit: u64, result: Result<()>) {
         if let Some(p) = self.peers.get_mut(rank as usize) {
             p.local_credit_in_use = p.local_credit_in_use.saturating_sub(credit);
         }
@@ -168,8 +175,8 @@ impl Engine {
 
     /// Fails the sends of ranks of this process whose messages wait here
     /// for a match (see [`Body::Local`]): none will match them now.
-    pub(super) fn fail_local_sends(&mut self, error: &Error) {
-        self.fail_local_sends_of(|_| true, error);
+    pub(super) fn fail_sends_waiting_here(&mut self, error: &Error) {
+        self.fail_sends_waiting_here_of(|_| true, error);
         self.answer_truncated_local_sends();
     }
 
@@ -191,16 +198,16 @@ impl Engine {
         let matched: Vec<ReqId> = self.truncated.iter().filter(|(_, u)| matches!(u.body, Body::Local { send_id, .. } if send_id != 0)).map(|(&id, _)| id).collect();
         for id in matched {
             if let Some(Unexpected { envelope, body: Body::Local { send_id, credit, .. } }) = self.truncated.remove(&id) {
-                self.local_taken(envelope.source, send_id, credit, Ok(()));
+                self.local_message_left(envelope.source, send_id, credit, Ok(()));
             }
         }
     }
 
     /// Fails the sends of the ranks `from` accepts whose messages wait
     /// here for a match, taking those messages out of the queue.
-    pub(super) fn fail_local_sends_of(&mut self, from: impl Fn(u32) -> bool, error: &Error) {
+    pub(super) fn fail_sends_waiting_here_of(&mut self, from: impl Fn(u32) -> bool, error: &Error) {
         for (rank, send_id, credit) in self.take_local_sends(from) {
-            self.local_taken(rank, send_id, credit, Err(error.clone()));
+            self.local_message_left(rank, send_id, credit, Err(error.clone()));
         }
     }
 
@@ -229,26 +236,15 @@ impl Engine {
     /// match (failed with `error`), and those already answered in events
     /// not yet taken.
     pub fn take_local_answers(&mut self, error: &Error) -> Vec<(u32, ReqId, Result<()>)> {
-        let mut answers: Vec<(u32, ReqId, Result<()>)> = Vec::new();
-        let mut others = VecDeque::new();
-        while let Some(event) = self.events.pop_front() {
-            match event {
-                Event::LocalSendDone { rank, id, result } => answers.push((rank, id, result)),
-                other => others.push_back(other),
+        self.fail_sends_waiting_here(error);
+        let mut answers = Vec::new();
+        self.events.retain_mut(|event| match event {
+            Event::LocalSendDone { rank, id, result } => {
+                answers.push((*rank, *id, std::mem::replace(result, Ok(()))));
+                false
             }
-        }
-        self.events = others;
-        answers.extend(self.take_local_sends(|_| true).into_iter().map(|(rank, id, _)| (rank, id, Err(error.clone()))));
-        self.answer_truncated_local_sends();
-        while let Some(event) = self.events.pop_back() {
-            match event {
-                Event::LocalSendDone { rank, id, result } => answers.push((rank, id, result)),
-                other => {
-                    self.events.push_back(other);
-                    break;
-                }
-            }
-        }
+            _ => true,
+        });
         answers
     }
 }

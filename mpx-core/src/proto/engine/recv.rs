@@ -165,11 +165,11 @@ impl Engine {
             return;
         }
         if let Body::Local { send_id, credit, .. } = u.body {
-            if send_id != 0 && (self.finished || self.closed) {
+            if send_id != 0 && (self.finished || self.closed || self.peers[source as usize].failed.is_some()) {
                 // Given back once no receive comes (a matched probe's
                 // message, a receive dropped after this rank's program
                 // returned): the send waiting for one fails.
-                self.local_taken(source, send_id, credit, Err(self.local_sends_end()));
+                self.local_message_left(source, send_id, credit, Err(self.local_sends_end()));
                 return;
             }
         }
@@ -234,7 +234,7 @@ impl Engine {
             },
             Body::Local { send_id, credit, .. } => {
                 // Received: its data dropped, its send done.
-                self.local_taken(envelope.source, send_id, credit, Ok(()));
+                self.local_message_left(envelope.source, send_id, credit, Ok(()));
             }
             Body::Data { .. } => unreachable!("eager messages are delivered, never held as truncated"),
         }
@@ -358,7 +358,7 @@ impl Engine {
             Body::Local { data, send_id, credit } => {
                 let rank = u.envelope.source;
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(u.envelope, data, 0)) });
-                self.local_taken(rank, send_id, credit, Ok(()));
+                self.local_message_left(rank, send_id, credit, Ok(()));
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id, limit),
             Body::InFlight { transfer } => match self.take_unsolicited_credit(transfer) {
