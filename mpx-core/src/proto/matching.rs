@@ -315,21 +315,25 @@ fn specs_accepting(env: &Envelope) -> [MatchSpec; 4] {
     [(source, tag), (None, tag), (source, None), (None, None)].map(|(source, tag)| MatchSpec { context, source, tag })
 }
 
-/// Whether every receive and probe of `context` names its source and tag:
-/// so for the collective contexts (odd ids: a communicator's collective
-/// context is its own id `| 1`), whose algorithms always do. The
-/// unexpected queue lists their messages in their exact lane only; a spec
-/// with a wildcard there (which mpx never makes) is still answered, by a
-/// scan.
+/// Whether every receive and probe of `context` names its tag, and most
+/// name their source too: so for the collective contexts (odd ids: a
+/// communicator's collective context is its own id `| 1`), whose
+/// algorithms receive from one rank at a time, and look for a call's data
+/// from any rank only to drop it once the call is over
+/// ([`Engine::discard_call`](super::engine::Engine::discard_call)) or to
+/// catch a rank that sends it where it should not (a broadcast's watch
+/// for stray data). The unexpected queue lists their messages in their
+/// exact lane and their tag's lane only; a spec with any tag there (which
+/// mpx never makes) is still answered, by a scan.
 fn exact_only(context: u64) -> bool {
     context & 1 == 1
 }
 
 /// The specs whose lanes list a message with envelope `env`: the four
-/// that accept it ([`specs_accepting`]), or only its exact one on a
-/// context where every spec is exact ([`exact_only`]).
+/// that accept it ([`specs_accepting`]), or only its exact one and its
+/// tag's on a context where every spec names its tag ([`exact_only`]).
 fn lanes_of(env: &Envelope) -> impl Iterator<Item = MatchSpec> {
-    let kept = if exact_only(env.context) { 1 } else { 4 };
+    let kept = if exact_only(env.context) { 2 } else { 4 };
     specs_accepting(env).into_iter().take(kept)
 }
 
@@ -546,10 +550,10 @@ impl<T: Queued> UnexpectedQueue<T> {
     }
 
     /// Whether the messages `spec` accepts have a lane of their own: all
-    /// but a wildcard spec on a context where every spec is exact
+    /// but a spec with any tag on a context where every spec names its tag
     /// ([`exact_only`]).
     fn listed(&self, spec: &MatchSpec) -> bool {
-        !exact_only(spec.context) || (spec.source.is_some() && spec.tag.is_some())
+        !exact_only(spec.context) || spec.tag.is_some()
     }
 
     /// The first message `spec` accepts, and its id, found by looking at
@@ -893,7 +897,7 @@ mod tests {
                 assert_eq!(index.len(), list.len());
             }
             // Everything left comes out in queue order, on either context
-            // (1 is a collective context: its wildcards scan).
+            // (1 is a collective context: a spec with any tag scans).
             for context in [0, 1] {
                 let all = MatchSpec { context, source: None, tag: None };
                 let want: Vec<Envelope> = list.iter().filter(|env| env.context == context).copied().collect();
@@ -902,6 +906,25 @@ mod tests {
             }
             assert_eq!(index.len(), 0);
         }
+    }
+
+    /// On a collective context, a call's messages from any rank are found
+    /// in their tag's lane, without a look at other calls' messages (a
+    /// root that runs ahead over messages queues hundreds of them, and
+    /// every rank drops each call's late messages as the call ends): only
+    /// a spec with any tag scans there.
+    #[test]
+    fn a_collective_context_lists_messages_by_tag() {
+        let mut queue = UnexpectedQueue::<Envelope>::default();
+        for seq in 0..100u64 {
+            queue.push_back(envelope(1, (seq % 3) as u32, seq as i32, seq));
+        }
+        let by_tag = MatchSpec { context: 1, source: None, tag: Some(42) };
+        assert!(queue.listed(&by_tag) && queue.lanes.contains_key(&by_tag), "any source with a tag has a lane");
+        assert!(!queue.listed(&MatchSpec { context: 1, source: Some(0), tag: None }), "any tag scans");
+        assert_eq!(queue.take_first(&by_tag).map(|e| e.seq), Some(42));
+        assert!(queue.take_first(&by_tag).is_none());
+        assert_eq!(queue.len(), 99);
     }
 
     /// Places run out between two neighbours: the queue renumbers and keeps

@@ -406,10 +406,10 @@ pub struct Outgoing {
 ///
 /// A context with its lowest bit set is a collective context (`Comm`'s
 /// collectives use their communicator's context `| 1`), where the engine
-/// expects every spec to name its source and tag: it indexes the messages
-/// queued there by exact source and tag only, so a spec with a wildcard on
-/// such a context is still answered correctly, but by looking at every
-/// queued message.
+/// expects every spec to name its tag: it indexes the messages queued
+/// there by exact source and tag, and by tag, only, so a spec with any
+/// tag on such a context is still answered correctly, but by looking at
+/// every queued message.
 ///
 /// (Laid out as declared, context first: built field by field right before
 /// each lookup, it is then read back whole by the hash, and with Rust's own
