@@ -104,7 +104,7 @@ impl Comm {
 
     /// `MPI_Ibsend`: copies the data into the attached buffer (see
     /// [`buffer_attach`](Comm::buffer_attach)); the request is complete at
-    /// once, or failed with [`ErrorKind::BufferExhausted`].
+    /// once, or failed with [`ErrorKind::BufferExhausted`](crate::ErrorKind::BufferExhausted).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -154,7 +154,7 @@ impl Comm {
 
     /// `MPI_Irsend`: valid only if the matching receive is already posted
     /// when the message arrives; if it is not, the message is not delivered
-    /// and the request fails with [`ErrorKind::NotReady`] (MPI leaves this
+    /// and the request fails with [`ErrorKind::NotReady`](crate::ErrorKind::NotReady) (MPI leaves this
     /// undefined; mpx reports it).
     ///
     /// ```
@@ -209,7 +209,7 @@ impl Comm {
 
     /// `MPI_Bsend`: copies the data into the attached buffer and returns at
     /// once. A send that does not fit (or with no buffer attached) is
-    /// [`ErrorKind::BufferExhausted`] and sends nothing. See
+    /// [`ErrorKind::BufferExhausted`](crate::ErrorKind::BufferExhausted) and sends nothing. See
     /// [`ibsend`](Comm::ibsend).
     ///
     /// ```

@@ -50,24 +50,6 @@ pub(crate) enum Tracked {
     Buffered(usize),
 }
 
-impl State {
-    /// Reserves `need` bytes of the attached buffer for buffered send
-    /// `id`, until it is done; [`ErrorKind::BufferExhausted`] if they are
-    /// not free.
-    pub(crate) fn reserve_bsend(&mut self, id: ReqId, need: usize) -> Result<()> {
-        let b = &mut self.bsend;
-        let capacity = b.attached.as_ref().map_or(0, Vec::len);
-        if b.used + need > capacity {
-            let available = capacity.saturating_sub(b.used) as u64;
-            return Err(ErrorKind::BufferExhausted { needed: need as u64, available }.into());
-        }
-        b.used += need;
-        b.in_flight += 1;
-        self.requests.insert(id, Tracked::Buffered(need));
-        Ok(())
-    }
-}
-
 /// State of the attached buffer for buffered sends.
 #[derive(Default)]
 pub(crate) struct BsendBuffer {
@@ -469,8 +451,8 @@ impl Endpoint {
     /// waiting), then waits until every send this rank started, including
     /// dropped and freed ones and buffered sends, has been delivered to the
     /// transport (or, to a rank of this process whose messages meet it,
-    /// taken by a receive there) or failed. Then the endpoint closes (receives still posted
-    /// fail, and every later operation on it fails with
+    /// taken by a receive there) or failed. Then the endpoint closes
+    /// (receives still posted fail, and every later operation on it fails with
     /// [`ErrorKind::Finalized`](crate::ErrorKind::Finalized)), its last goodbyes go
     /// to the transport, and it waits for the transport to flush
     /// everything it took. Over QUIC that includes waiting until every peer
@@ -645,6 +627,22 @@ impl Locked<'_> {
 }
 
 impl State {
+    /// Reserves `need` bytes of the attached buffer for buffered send
+    /// `id`, until it is done; [`ErrorKind::BufferExhausted`] if they are
+    /// not free.
+    pub(crate) fn reserve_bsend(&mut self, id: ReqId, need: usize) -> Result<()> {
+        let b = &mut self.bsend;
+        let capacity = b.attached.as_ref().map_or(0, Vec::len);
+        if b.used + need > capacity {
+            let available = capacity.saturating_sub(b.used) as u64;
+            return Err(ErrorKind::BufferExhausted { needed: need as u64, available }.into());
+        }
+        b.used += need;
+        b.in_flight += 1;
+        self.requests.insert(id, Tracked::Buffered(need));
+        Ok(())
+    }
+
     /// Removes the entries of the communicator with `context`, and closes
     /// its collective context: the late messages of its collectives,
     /// queued or still to come, are dropped (see

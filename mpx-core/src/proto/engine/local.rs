@@ -73,7 +73,7 @@ pub enum LocalArrival {
 
 impl Engine {
     /// Takes a message from `from`, a rank of this process, without a
-    /// frame (see the [module docs](self)). With `send_id` 0 a send that
+    /// frame (see the engine's `local` module). With `send_id` 0 a send that
     /// would wait for its match is [`Refused`](LocalArrival::Refused)
     /// instead, unchanged, so that a sender pays for an id it can be told
     /// about only when it needs one. A sender outside the world, or this
