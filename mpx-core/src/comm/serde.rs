@@ -279,7 +279,15 @@ pub fn check_decode(input: &[u8]) {
         match deserialize::<T>(bytes) {
             Ok(value) => {
                 let again = serialize(&value).expect("a decoded value encodes");
-                assert_eq!(deserialize::<T>(&again.data).expect("its bytes decode"), value);
+                match deserialize::<T>(&again.data) {
+                    Ok(decoded) => assert_eq!(decoded, value),
+                    // The budget grows with a message's length: a value
+                    // decoded from bytes with slack after it may claim more
+                    // elements (of values that take no bytes) than its own,
+                    // shorter, encoding can hold.
+                    Err(e) if again.data.len() < bytes.len() && matches!(e.kind(), ErrorKind::Serialization(_)) => {}
+                    Err(e) => panic!("its {} bytes (from {}) do not decode: {e:?}", again.data.len(), bytes.len()),
+                }
             }
             Err(e) => assert!(matches!(e.kind(), ErrorKind::Serialization(_)), "{e:?}"),
         }
