@@ -218,9 +218,8 @@ impl Engine {
         let taken: Vec<(u32, ReqId, u64)> = self
             .unexpected
             .iter()
-            .filter(|u| waiting(u))
             .filter_map(|u| match u.body {
-                Body::Local { send_id, credit, .. } => Some((u.envelope.source, send_id, credit)),
+                Body::Local { send_id, credit, .. } if waiting(u) => Some((u.envelope.source, send_id, credit)),
                 _ => None,
             })
             .collect();
