@@ -658,6 +658,20 @@ impl State {
     /// The sender of `envelope` as the communicator of its context numbers
     /// it (as the world does, for the world's contexts).
     #[inline]
+    /// Names the sender of a message too long for receive `id` as the
+    /// receive's communicator numbers it, in the `Truncate` error the
+    /// engine gives (which names it as the world does), while the engine
+    /// still holds the message: it lets go of it when this rank finishes
+    /// or closes, which may come before the receive's owner takes the
+    /// error.
+    fn name_truncated_sender(&self, id: ReqId, result: &mut Result<Delivered>) {
+        let Err(e) = result else { return };
+        let ErrorKind::Truncate { message: Some((source, _)), .. } = e.kind_mut() else { return };
+        if let Some(envelope) = self.engine.truncated_envelope(id) {
+            *source = self.sender_in_its_communicator(envelope) as usize;
+        }
+    }
+
     fn sender_in_its_communicator(&self, envelope: &Envelope) -> u32 {
         if self.groups.is_empty() {
             return envelope.source;
@@ -775,7 +789,10 @@ impl Shared {
                 progressed = true;
                 match ev {
                     Event::SendDone { id, result } => self.complete(st, id, Completion::Send(result)),
-                    Event::RecvDone { id, result } => self.complete(st, id, Completion::Recv(result)),
+                    Event::RecvDone { id, mut result } => {
+                        st.name_truncated_sender(id, &mut result);
+                        self.complete(st, id, Completion::Recv(result))
+                    }
                     Event::Orphaned { id } => {
                         if let Some(Tracked::Waiting { waker, .. }) = st.requests.get_mut(&id) {
                             if let Some(w) = waker.take() {
@@ -910,18 +927,13 @@ impl Shared {
         let entry = match st.requests.entry(id) {
             Entry::Occupied(entry) if matches!(entry.get(), Tracked::Done(_)) => {
                 let Tracked::Done(mut c) = entry.remove() else { unreachable!("matched above") };
-                if let Completion::Recv(Err(e)) = &mut c {
-                    if let ErrorKind::Truncate { message, .. } = e.kind_mut() {
-                        // A rendezvous message too long for it counts as
-                        // received now; its sender, named as the world
-                        // numbers it, is named as the receive's
-                        // communicator does.
-                        if let Some(envelope) = st.engine.consume_truncated(id) {
-                            if let Some((source, _)) = message.as_mut() {
-                                *source = st.sender_in_its_communicator(&envelope) as usize;
-                            }
-                            self.flush(st);
-                        }
+                if let Completion::Recv(Err(e)) = &c {
+                    if matches!(e.kind(), ErrorKind::Truncate { .. }) && st.engine.consume_truncated(id).is_some() {
+                        // A message too long for it counts as received
+                        // now (its sender was named as the receive's
+                        // communicator numbers it when the error came:
+                        // see `State::name_truncated_sender`).
+                        self.flush(st);
                     }
                 }
                 if let Completion::Recv(Ok(msg)) = &mut c {

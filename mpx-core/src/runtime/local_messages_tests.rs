@@ -170,3 +170,28 @@ fn sends_to_a_receiver_the_sender_failed_fail() {
     let sent = futures::executor::block_on(zero.world().send(&1u8, 1, 0));
     assert!(matches!(sent, Err(ref e) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{sent:?}");
 }
+
+/// A receive too short for its message names the sender as the receive's
+/// communicator numbers it, even when its owner takes the error only after
+/// the endpoint has closed (which lets go of the message it held).
+#[test]
+fn a_truncated_receive_names_its_sender_in_its_communicator_after_a_close() {
+    let world = LocalWorld::meeting(2, true, true);
+    let zero = Endpoint::new(0, 2, Config::default(), MeetingOnly(world.clone())).expect("rank 0");
+    let one = Endpoint::new(1, 2, Config::default(), MeetingOnly(world)).expect("rank 1");
+    // The ranks in reverse: world rank 1 is rank 0 of `reversed`.
+    let split = |endpoint: &Endpoint, key: i32| endpoint.world().split(Some(0), key);
+    let (of_zero, of_one) = futures::executor::block_on(futures::future::join(split(&zero, 1), split(&one, 0)));
+    let (of_zero, of_one) = (of_zero.expect("split").expect("a member"), of_one.expect("split").expect("a member"));
+    assert_eq!((of_zero.rank(), of_one.rank()), (1, 0));
+    let mut send = of_one.issend(vec![1u32; 100], 1, 5);
+    assert!(poll_once(&mut send).is_pending(), "no receive has matched it");
+    let mut short = [0u32; 2];
+    let mut recv = of_zero.irecv(&mut short[..], 0, 5);
+    zero.close();
+    let outcome = poll_once(&mut recv);
+    assert!(
+        matches!(outcome, Poll::Ready(Err(ref e)) if matches!(e.kind(), ErrorKind::Truncate { needed: 400, available: 8, message: Some((0, 5)) })),
+        "{outcome:?}"
+    );
+}

@@ -203,6 +203,13 @@ impl Engine {
         self.handle_local();
     }
 
+    /// The envelope of the message held for receive `id`, which failed
+    /// as too short for it (see
+    /// [`consume_truncated`](Engine::consume_truncated)), while it is held.
+    pub fn truncated_envelope(&self, id: ReqId) -> Option<&Envelope> {
+        self.truncated.get(&id).map(|u| &u.envelope)
+    }
+
     /// Receive `id` took its error: if it failed because its message was
     /// too long for it (see [`post_recv_limited`](Engine::post_recv_limited)),
     /// the message counts as received now. A rendezvous request is
@@ -345,7 +352,7 @@ impl Engine {
         if let Some(available) = limit.filter(|&l| u.envelope.len > l && !matches!(u.body, Body::Data { .. })) {
             let needed = u.envelope.len;
             // Its sender as the world numbers it; the runtime renumbers it
-            // for the receive's communicator when the error is taken.
+            // for the receive's communicator as the error reaches it.
             let message = Some((u.envelope.source as usize, u.envelope.tag));
             self.events.push_back(Event::RecvDone { id, result: Err(ErrorKind::Truncate { needed, available, message }.into()) });
             self.truncated.insert(id, u);
