@@ -618,6 +618,21 @@ impl<T: Queued> UnexpectedQueue<T> {
         self.few.iter_mut().chain(self.messages.values_mut()).map(|(_, message)| message).find(|message| pred(message))
     }
 
+    /// Removes and returns every message `take` picks, in queue order, in
+    /// one pass over the queue (where taking them one
+    /// [`take_first`](UnexpectedQueue::take_first) at a time would scan it
+    /// for each on a context without any-tag lanes).
+    pub(crate) fn take_where(&mut self, take: impl Fn(&T) -> bool) -> Vec<T> {
+        if !self.few.is_empty() {
+            let (taken, kept) = std::mem::take(&mut self.few).into_iter().partition(|(_, message)| take(message));
+            self.few = kept;
+            return taken.into_iter().map(|(_, message): (u64, T)| message).collect();
+        }
+        let mut picked: Vec<(u64, u64)> = self.messages.iter().filter(|(_, (_, message))| take(message)).map(|(&id, &(place, _))| (place, id)).collect();
+        picked.sort_unstable();
+        picked.into_iter().filter_map(|(_, id)| self.remove(id)).collect()
+    }
+
     /// Keeps only the messages `keep` accepts.
     pub(crate) fn retain(&mut self, keep: impl Fn(&T) -> bool) {
         self.few.retain(|(_, message)| keep(message));
@@ -715,6 +730,30 @@ mod tests {
     /// The envelope of a message with no data.
     fn envelope(context: u64, source: u32, tag: i32, seq: u64) -> Envelope {
         Envelope { context, source, tag, signature: None, repr: Repr::Native, len: 0, desc_len: 0, seq }
+    }
+
+    /// `take_where` takes every message it picks, in queue order, from the
+    /// few kept apart and from the maps alike, and leaves the rest as they
+    /// were: here a collective context's messages (no any-tag lane) among
+    /// a point-to-point context's.
+    #[test]
+    fn take_where_takes_what_it_picks_in_queue_order() {
+        for queued in [3u64, 200] {
+            let mut queue = UnexpectedQueue::default();
+            for seq in 0..queued {
+                let context = if seq % 3 == 0 { 2 } else { 3 };
+                queue.push_back(envelope(context, (seq % 2) as u32, (seq % 5) as i32, seq));
+            }
+            let taken = queue.take_where(|env| env.context == 3);
+            let expected: Vec<u64> = (0..queued).filter(|seq| seq % 3 != 0).collect();
+            assert_eq!(taken.iter().map(|env| env.seq).collect::<Vec<_>>(), expected, "{queued} queued");
+            assert_eq!(queue.len() as u64, queued - expected.len() as u64);
+            let any_of_3 = MatchSpec { context: 3, source: None, tag: Some(1) };
+            assert!(queue.take_first(&any_of_3).is_none(), "none of context 3 left");
+            let any_of_2 = MatchSpec { context: 2, source: None, tag: None };
+            let left: Vec<u64> = std::iter::from_fn(|| queue.take_first(&any_of_2)).map(|env| env.seq).collect();
+            assert_eq!(left, (0..queued).filter(|seq| seq % 3 == 0).collect::<Vec<_>>(), "the rest in order");
+        }
     }
 
     /// Emptied queues stay for the next receive of their spec, and are

@@ -157,8 +157,7 @@ impl Engine {
     pub fn close_context(&mut self, context: u64) {
         self.finished_calls.calls.remove(&context);
         self.finished_calls.closed.insert(context);
-        let anything = MatchSpec { context, source: None, tag: None };
-        while let Some(u) = self.unexpected.take_first(&anything) {
+        for u in self.unexpected.take_where(|u| u.envelope.context == context) {
             self.drop_unexpected(u);
         }
     }
