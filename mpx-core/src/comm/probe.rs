@@ -164,7 +164,8 @@ async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl
                 return Poll::Ready(Err(e));
             }
             orphan_polls += 1;
-            cx.waker().wake_by_ref();
+            // Polled again once the lock is released (see `Locked`).
+            st.to_wake.push(cx.waker().clone());
             return Poll::Pending;
         }
         // One entry per waiting task, however often it polls.

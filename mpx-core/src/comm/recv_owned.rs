@@ -88,7 +88,7 @@ impl RawRecv {
         if cancelled {
             // What the endpoint kept for it (the waker of a poll) goes too:
             // it will not be polled through the endpoint again.
-            st.requests.remove(&self.id);
+            st.take_request(self.id);
         }
         self.finished |= cancelled;
         cancelled

@@ -81,6 +81,10 @@ pub(crate) struct State {
     pub(crate) state_wakers: Vec<(Waker, Awaited)>,
     /// Wakers to call once the lock is released (see [`Locked`]).
     pub(crate) to_wake: Vec<Waker>,
+    /// Wakers replaced or left behind under the lock, dropped once it is
+    /// released (see [`Locked`]): a waker may be the last owner of its
+    /// task, whose future's drop may take this lock again.
+    pub(crate) displaced: Vec<Waker>,
     /// Frames went to the transport under this hold of the lock: it is
     /// told once the lock is released ([`Transport::deliver_offered`]).
     pub(crate) offered: bool,
@@ -249,6 +253,7 @@ impl Endpoint {
             arrival_wakers: Vec::new(),
             state_wakers: Vec::new(),
             to_wake: Vec::new(),
+            displaced: Vec::new(),
             offered: false,
             bsend: BsendBuffer::default(),
             local_sends: HashMap::default(),
@@ -542,10 +547,12 @@ impl Endpoint {
 }
 
 /// The endpoint's state, locked. Wakers queued in `to_wake` while it is
-/// held run after the lock is released, so a waker that calls back into
-/// mpx (a custom `Wake`, an executor that polls inline) cannot deadlock;
-/// then, if it was offered frames meanwhile, the transport may deliver
-/// them ([`Transport::deliver_offered`]).
+/// held run after the lock is released, and wakers it lets go of
+/// (`displaced`) are dropped then, so a waker that calls back into mpx (a
+/// custom `Wake`, an executor that polls inline), or whose drop drops its
+/// task's future, cannot deadlock; then, if it was offered frames
+/// meanwhile, the transport may deliver them
+/// ([`Transport::deliver_offered`]).
 pub(crate) struct Locked<'a> {
     guard: Option<MutexGuard<'a, State>>,
     transport: &'a dyn Transport,
@@ -586,7 +593,7 @@ impl Drop for Locked<'_> {
     fn drop(&mut self) {
         match self.guard.as_ref() {
             // Most holds wake nobody and offer nothing: only the unlock.
-            Some(g) if g.to_wake.is_empty() && !g.offered && g.local_done.is_empty() => drop(self.guard.take()),
+            Some(g) if g.to_wake.is_empty() && !g.offered && g.local_done.is_empty() && g.displaced.is_empty() => drop(self.guard.take()),
             Some(_) => self.release_and_wake(),
             None => {}
         }
@@ -610,7 +617,12 @@ impl Locked<'_> {
             Some(g) if !g.local_done.is_empty() => std::mem::take(&mut g.local_done),
             _ => Vec::new(),
         };
+        let displaced = match self.guard.as_mut() {
+            Some(g) if !g.displaced.is_empty() => std::mem::take(&mut g.displaced),
+            _ => Vec::new(),
+        };
         drop(self.guard.take());
+        drop(displaced);
         if let Some(world) = self.local.filter(|_| !local_done.is_empty()) {
             world.answer_senders(local_done);
         }
@@ -627,6 +639,17 @@ impl Locked<'_> {
 }
 
 impl State {
+    /// Takes request `id`'s entry out of `requests`; a waker it held goes
+    /// to [`displaced`](State::displaced), to be dropped once the lock is
+    /// released.
+    pub(crate) fn take_request(&mut self, id: ReqId) -> Option<Tracked> {
+        let mut tracked = self.requests.remove(&id)?;
+        if let Tracked::Waiting { waker, .. } = &mut tracked {
+            self.displaced.extend(waker.take());
+        }
+        Some(tracked)
+    }
+
     /// Reserves `need` bytes of the attached buffer for buffered send
     /// `id`, until it is done; [`ErrorKind::BufferExhausted`] if they are
     /// not free.
@@ -872,17 +895,18 @@ impl Shared {
     pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<()> {
         self.poll_arrivals(id, cx);
         let mut st = self.lock();
-        let State { engine, requests, .. } = &mut *st;
+        let State { engine, requests, to_wake, displaced, .. } = &mut *st;
         let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
         let Tracked::Waiting { waker, orphan_polled, .. } = tracked else { return Poll::Ready(()) };
         if engine.orphaned(id) {
             if !std::mem::replace(orphan_polled, true) {
-                cx.waker().wake_by_ref();
+                // Polled again once the lock is released (see `Locked`).
+                to_wake.push(cx.waker().clone());
                 return Poll::Pending;
             }
             return Poll::Ready(());
         }
-        register(waker, cx);
+        register(waker, cx, displaced);
         Poll::Pending
     }
 
@@ -965,15 +989,15 @@ impl Shared {
             // only looks; it still wakes the poller, so that a set whose
             // test found it so polls it again when it waits.
             if only_looking() || !std::mem::replace(orphan_polled, true) {
-                cx.waker().wake_by_ref();
+                st.to_wake.push(cx.waker().clone());
                 return Poll::Pending;
             }
-            st.requests.remove(&id);
+            st.take_request(id);
             st.engine.cancel_recv(id);
             let error = st.engine.others_gone().unwrap_or_else(|| ErrorKind::Finalized.into());
             return Poll::Ready(Completion::Recv(Err(error)));
         }
-        register(waker, cx);
+        register(waker, cx, &mut st.displaced);
         Poll::Pending
     }
 
@@ -1189,7 +1213,7 @@ impl Shared {
     /// Data it took as it arrived is dropped with it.
     pub(crate) fn free_recv(&self, id: ReqId) {
         let mut st = self.lock();
-        match st.requests.remove(&id) {
+        match st.take_request(id) {
             Some(Tracked::Done(Completion::Recv(received))) => {
                 Self::discard_received(&mut st, id, received);
                 self.flush(&mut st);
@@ -1234,7 +1258,7 @@ impl Shared {
                 _ => st.engine.give_back(id, head),
             }
         }
-        match st.requests.remove(&id) {
+        match st.take_request(id) {
             Some(Tracked::Done(Completion::Recv(Ok(msg)))) => {
                 st.engine.requeue(msg);
                 st.wake_probes();
@@ -1278,7 +1302,9 @@ impl Shared {
             Entry::Occupied(mut entry) => match entry.get_mut() {
                 Tracked::Waiting { waker, .. } => {
                     if let Some(w) = waker.take() {
-                        if !self.polling(id) {
+                        if self.polling(id) {
+                            st.displaced.push(w);
+                        } else {
                             st.to_wake.push(w);
                         }
                     }
@@ -1335,11 +1361,12 @@ fn only_looking() -> bool {
     ONLY_LOOKING.with(Cell::get)
 }
 
-/// Keeps `cx`'s waker in `slot` (cloning it only if it changed).
-fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
+/// Keeps `cx`'s waker in `slot` (cloning it only if it changed); one it
+/// replaces goes to `displaced` (see [`State::displaced`]).
+fn register(slot: &mut Option<Waker>, cx: &Context<'_>, displaced: &mut Vec<Waker>) {
     match slot {
         Some(w) if w.will_wake(cx.waker()) => {}
-        _ => *slot = Some(cx.waker().clone()),
+        _ => displaced.extend(slot.replace(cx.waker().clone())),
     }
 }
 

@@ -195,3 +195,84 @@ fn a_truncated_receive_names_its_sender_in_its_communicator_after_a_close() {
         "{outcome:?}"
     );
 }
+
+/// A waker that calls back into its endpoint when woken, as an executor
+/// that polls inline may.
+struct CallsBack(Comm);
+
+impl std::task::Wake for CallsBack {
+    fn wake(self: Arc<Self>) {
+        let _ = self.0.iprobe(crate::Any, 0);
+    }
+}
+
+/// Runs `body` on a thread of its own and fails if it has not ended
+/// within 10 s (a deadlock), rather than hang.
+fn within_10_s(body: impl FnOnce() + Send + 'static) {
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        body();
+        let _ = done.send(());
+    });
+    assert!(ended.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "deadlocked (or panicked)");
+}
+
+/// A probe that finds every other rank failed polls its task once more
+/// before it fails: that wake comes once the endpoint's lock is released,
+/// so a waker that calls back into the endpoint does not deadlock.
+#[test]
+fn a_probe_wakes_its_task_outside_the_lock() {
+    within_10_s(|| {
+        let (zero, _one) = pair(Config::default());
+        zero.peer_failed(1, crate::Error::process_failed(1, "lost by the test"));
+        let world = zero.world();
+        let waker = Waker::from(Arc::new(CallsBack(world.clone())));
+        let mut probe = Box::pin(world.probe(crate::Any, 0));
+        let mut cx = Context::from_waker(&waker);
+        assert!(probe.as_mut().poll(&mut cx).is_pending(), "the first poll lets the rest run");
+        assert!(matches!(probe.as_mut().poll(&mut cx), Poll::Ready(Err(ref e)) if matches!(e.kind(), ErrorKind::ProcessFailed { .. })));
+    });
+}
+
+/// The same for an any-source receive that only this rank could match.
+#[test]
+fn an_orphaned_receive_wakes_its_task_outside_the_lock() {
+    within_10_s(|| {
+        let (zero, _one) = pair(Config::default());
+        zero.peer_failed(1, crate::Error::process_failed(1, "lost by the test"));
+        let world = zero.world();
+        let waker = Waker::from(Arc::new(CallsBack(world.clone())));
+        let mut got = 0u32;
+        let mut recv = world.irecv(&mut got, crate::Any, 0);
+        let mut cx = Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut recv).poll(&mut cx).is_pending(), "the first poll lets the rest run");
+        assert!(matches!(std::pin::Pin::new(&mut recv).poll(&mut cx), Poll::Ready(Err(_))));
+    });
+}
+
+/// A waker the endpoint lets go of is dropped once its lock is released:
+/// it may be the last owner of its task's future, whose requests then
+/// take the lock to withdraw.
+#[test]
+fn a_displaced_waker_is_dropped_outside_the_lock() {
+    /// Owns a request, as a task's future does; dropping it withdraws the
+    /// request.
+    struct OwnsRequest(#[allow(dead_code)] std::sync::Mutex<Request<'static>>);
+    impl std::task::Wake for OwnsRequest {
+        fn wake(self: Arc<Self>) {}
+    }
+    within_10_s(|| {
+        let (zero, _one) = pair(Config::default());
+        let world = zero.world();
+        let mut send = world.issend(&7u32, 1, 3);
+        assert!(poll_once(&mut send).is_pending(), "waits for its match");
+        let first = Waker::from(Arc::new(OwnsRequest(std::sync::Mutex::new(send))));
+        let mut got = 0u32;
+        let mut recv = world.irecv(&mut got, 1, 0);
+        assert!(std::pin::Pin::new(&mut recv).poll(&mut Context::from_waker(&first)).is_pending());
+        // The endpoint now holds the only handle to the first waker; the
+        // next poll's waker displaces it.
+        drop(first);
+        assert!(std::pin::Pin::new(&mut recv).poll(&mut Context::from_waker(Waker::noop())).is_pending());
+    });
+}
