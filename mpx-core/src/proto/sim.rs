@@ -45,6 +45,10 @@
 //!   its match is answered exactly once, and none is left waiting once
 //!   the engine is closed; the credit such messages hold stays within
 //!   the eager and unsolicited credit together;
+//! * a receive never takes a message a peer handed over while an earlier
+//!   one of that peer with the same context and tag waits in the queue
+//!   (non-overtaking; for peers that sent no bytes, whose frames could
+//!   claim any signature);
 //! * a stream's undecoded bytes stay below one frame at the decoder's cap;
 //! * once the engine is closed, nothing started is left waiting.
 //!
@@ -424,6 +428,12 @@ pub struct Node {
     /// Sends handed over without frames that wait for their match, as
     /// (sender, send id).
     local_waiting: HashSet<(u32, ReqId)>,
+    /// Peers that sent bytes: their frames may claim any signature, so
+    /// the order of the messages they handed over is not checked (a
+    /// runtime never mixes the two ways from one sender anyway).
+    framed_from: Vec<bool>,
+    /// Outstanding receives of messages a probe matched (`mrecv`).
+    probed: HashSet<ReqId>,
     /// Messages the program took, in order.
     pub received: Vec<Received>,
     /// Failed completions, with the request.
@@ -461,6 +471,8 @@ impl Node {
             sent: 0,
             handed_over: 0,
             local_waiting: HashSet::new(),
+            framed_from: vec![false; SIZE as usize],
+            probed: HashSet::new(),
             received: Vec::new(),
             errors: Vec::new(),
             recording: None,
@@ -581,6 +593,7 @@ impl Node {
             }
             Op::Probe { source, tag, context } => {
                 if let Some(m) = self.engine.improbe(&Self::spec(source, tag, context)) {
+                    self.check_order("a probe", m.envelope());
                     self.matched.push(m);
                 }
             }
@@ -588,6 +601,8 @@ impl Node {
                 if !self.matched.is_empty() {
                     let m = self.matched.remove(usize::from(which) % self.matched.len());
                     let id = self.engine.next_id();
+                    // Its message was matched by the probe, and checked then.
+                    self.probed.insert(id);
                     self.recvs.push((id, Some(m.envelope().source)));
                     // The program sized it by the length the probe reported.
                     self.limits.insert(id, Some(m.envelope().len));
@@ -688,6 +703,7 @@ impl Node {
     /// Feeds bytes from `from`'s stream through the decoder, as a stream
     /// transport does: a stream that does not decode fails its peer.
     fn arrive(&mut self, from: u32, data: &[u8], bulk: bool) {
+        self.framed_from[from as usize] = true;
         let stream = if bulk { &mut self.bulk_streams[from as usize] } else { &mut self.streams[from as usize] };
         stream.extend_from_slice(data);
         loop {
@@ -743,6 +759,33 @@ impl Node {
         true
     }
 
+    /// The sender and number of a message a peer handed over (see
+    /// [`Op::Local`]), from its signature, if it came so.
+    fn handed_over_as(&self, envelope: &super::engine::Envelope) -> Option<(u32, u64)> {
+        let (hash, _) = envelope.signature?;
+        let from = (hash >> 32) as u32;
+        let marked = hash & 1 << 31 != 0 && from == envelope.source;
+        (marked && !self.framed_from.get(from as usize).is_none_or(|&framed| framed)).then_some((from, hash & 0x7fff_ffff))
+    }
+
+    /// Non-overtaking, for messages handed over: `taker` (a receive, as it
+    /// completes, or a probe, as it matches: a receive completes as it
+    /// matches such a message, but for one a probe matched before) took a
+    /// message with `envelope` while no earlier message of its sender with
+    /// the same context and tag (which whatever accepts the one accepts
+    /// too) waits in the queue.
+    fn check_order(&self, taker: &str, envelope: &super::engine::Envelope) {
+        let Some((from, n)) = self.handed_over_as(envelope) else { return };
+        for queued in self.engine.unexpected_envelopes() {
+            if queued.context != envelope.context || queued.tag != envelope.tag {
+                continue;
+            }
+            if let Some((_, earlier)) = self.handed_over_as(queued).filter(|&(f, m)| f == from && m < n) {
+                panic!("{taker} took message {n} of rank {from} while its earlier message {earlier} with the same envelope waits");
+            }
+        }
+    }
+
     fn drain_events(&mut self) {
         while let Some(event) = self.engine.poll_event() {
             match event {
@@ -763,6 +806,7 @@ impl Node {
                     self.limits.remove(&id);
                     self.orphans.remove(&id);
                     let streamed = self.streamed.remove(&id);
+                    let probed = self.probed.remove(&id);
                     match result {
                         Ok(mut d) => {
                             if let Some(mut head) = streamed {
@@ -771,6 +815,9 @@ impl Node {
                             }
                             assert_eq!(d.data.len() as u64, d.envelope.len, "receive {id} got a message with part of its data missing");
                             assert_eq!(d.type_desc().len(), d.envelope.desc_len as usize, "receive {id} got a message with part of its description missing");
+                            if !probed {
+                                self.check_order(&format!("receive {id}"), &d.envelope);
+                            }
                             self.inbox.push(d);
                         }
                         Err(e) => {

@@ -9,6 +9,12 @@ impl Engine {
         self.unexpected.len()
     }
 
+    /// The envelopes of the messages waiting in the unexpected queue, in
+    /// no particular order.
+    pub fn unexpected_envelopes(&self) -> impl Iterator<Item = &Envelope> {
+        self.unexpected.iter().map(|u| &u.envelope)
+    }
+
     /// Bytes of data waiting in the unexpected queue.
     pub fn unexpected_bytes(&self) -> u64 {
         self.unexpected

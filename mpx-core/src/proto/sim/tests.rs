@@ -547,3 +547,37 @@ fn fuzz_corpora_replay() {
         }
     }
 }
+
+/// The number a handed-over message's signature carries (see [`Op::Local`]).
+fn handed_over_number(envelope: &crate::proto::engine::Envelope) -> u64 {
+    envelope.signature.expect("handed-over messages are typed").0 & 0x7fff_ffff
+}
+
+/// Messages a peer hands over, done at once or waiting with their data
+/// for a match, are taken in the order it handed them over.
+#[test]
+fn handed_over_messages_are_taken_in_order() {
+    let mut node = Node::new(0, Repr::Native);
+    for (mode, len) in [(0, 3), (2, 300), (0, 5), (0, 600), (2, 1)] {
+        node.apply(&Op::Local { from: 0, mode, context: 0, tag: 2, len });
+    }
+    for _ in 0..5 {
+        node.apply(&Op::Recv { source: 255, tag: 255, context: 0, limit: 65535 });
+        node.apply(&Op::Consume { which: 0, requeue: false });
+    }
+    let numbers: Vec<u64> = node.received.iter().map(|r| handed_over_number(&r.envelope)).collect();
+    assert_eq!(numbers, [1, 2, 3, 4, 5]);
+}
+
+/// The order check fires when a receive takes a handed-over message
+/// while an earlier one of its sender with the same envelope waits.
+#[test]
+#[should_panic(expected = "while its earlier message 1 with the same envelope waits")]
+fn the_order_check_fires_on_a_message_that_overtakes() {
+    let mut node = Node::new(0, Repr::Native);
+    for _ in 0..2 {
+        node.apply(&Op::Local { from: 0, mode: 0, context: 0, tag: 2, len: 3 });
+    }
+    let second = *node.engine.unexpected_envelopes().find(|e| handed_over_number(e) == 2).expect("queued");
+    node.check_order("receive 99", &second);
+}
