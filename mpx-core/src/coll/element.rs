@@ -302,6 +302,7 @@ impl sealed::Blocks for Described {
 
     fn check_dst(dst: &RecvBuf<'_>, items: Range<usize>) -> Result<()> {
         typed_only(&dst.datatype)?;
+        within(&items, dst.count)?;
         let (offset, count) = block_of(&dst.datatype, items);
         dst.region.check_at(offset, &dst.datatype, count)
     }
@@ -311,6 +312,7 @@ impl sealed::Blocks for Described {
     }
 
     fn pack_dst(dst: &RecvBuf<'_>, items: Range<usize>, repr: Repr) -> Result<Packed> {
+        within(&items, dst.count)?;
         let (offset, count) = block_of(&dst.datatype, items);
         dst.pack_block(offset, count, repr)
     }
@@ -325,6 +327,7 @@ impl sealed::Blocks for Described {
     }
 
     fn deliver(dst: &mut RecvBuf<'_>, items: Range<usize>, msg: &Delivered) -> Result<Status> {
+        within(&items, dst.count)?;
         let (offset, count) = block_of(&dst.datatype, items);
         let datatype = dst.datatype.clone();
         let block = dst.region.shifted(offset)?;
@@ -366,6 +369,16 @@ fn typed_only(datatype: &Datatype) -> Result<()> {
     Ok(())
 }
 
+/// Blocks stay within their buffer's `count` items: a buffer split into
+/// several (`ExchangeBuf::split`) spans its whole region, whose other
+/// items another part may be using.
+fn within(items: &Range<usize>, count: u64) -> Result<()> {
+    if items.start > items.end || items.end as u64 > count {
+        return Err(ErrorKind::InvalidArgument(format!("items {items:?} of a buffer of {count}")).into());
+    }
+    Ok(())
+}
+
 /// Where block `items` of a buffer of `datatype` starts (bytes from the
 /// buffer's origin) and how many items it holds.
 fn block_of(datatype: &Datatype, items: Range<usize>) -> (i128, u64) {
@@ -375,6 +388,7 @@ fn block_of(datatype: &Datatype, items: Range<usize>) -> (i128, u64) {
 impl SendBuf<'_> {
     /// Items `items` of the buffer, as a buffer of their own.
     pub(crate) fn block(&self, items: Range<usize>) -> Result<SendBuf<'_>> {
+        within(&items, self.count)?;
         let (offset, count) = block_of(&self.datatype, items);
         let region = self.region.shifted(offset)?;
         crate::pack::check_span(&self.datatype, count, region.origin(), region.len())?;
@@ -396,5 +410,21 @@ mod tests {
         assert!(plain_values(&['a'], 24).is_some_and(|p| p.any_bytes.is_none()));
         assert!(plain_values(&[[true; 2]], 24).is_some_and(|p| p.any_bytes.is_none()));
         assert!(plain_values(&[1.5f64; 4], 24).is_none(), "more than 24 bytes");
+    }
+
+    /// A block of a described buffer stays within its count of items,
+    /// whatever room its region has beyond them.
+    #[test]
+    fn described_blocks_stay_within_their_count() {
+        let double = Datatype::double();
+        let mut room = [0.0f64; 4];
+        let dst = RecvBuf::typed_with(&mut room[..], 2, &double).expect("two doubles");
+        assert!(<Described as sealed::Blocks>::check_dst(&dst, 0..2).is_ok());
+        assert!(<Described as sealed::Blocks>::check_dst(&dst, 2..3).is_err(), "item 2 lies past the buffer's two");
+        assert!(<Described as sealed::Blocks>::pack_dst(&dst, 1..3, Repr::Native).is_err());
+        let values = [1.0f64; 4];
+        let src = SendBuf::typed_with(&values[..], 2, &double).expect("two doubles");
+        assert!(src.block(0..2).is_ok());
+        assert!(src.block(1..3).is_err());
     }
 }
