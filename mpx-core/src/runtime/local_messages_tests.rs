@@ -217,34 +217,23 @@ fn within_10_s(body: impl FnOnce() + Send + 'static) {
     assert!(ended.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "deadlocked (or panicked)");
 }
 
-/// A probe that finds every other rank failed polls its task once more
-/// before it fails: that wake comes once the endpoint's lock is released,
-/// so a waker that calls back into the endpoint does not deadlock.
+/// A probe or an any-source receive that finds every other rank failed
+/// polls its task once more before it fails: that wake comes once the
+/// endpoint's lock is released, so a waker that calls back into the
+/// endpoint does not deadlock.
 #[test]
-fn a_probe_wakes_its_task_outside_the_lock() {
+fn orphaned_probes_and_receives_wake_their_task_outside_the_lock() {
     within_10_s(|| {
         let (zero, _one) = pair(Config::default());
         zero.peer_failed(1, crate::Error::process_failed(1, "lost by the test"));
         let world = zero.world();
         let waker = Waker::from(Arc::new(CallsBack(world.clone())));
-        let mut probe = Box::pin(world.probe(crate::Any, 0));
         let mut cx = Context::from_waker(&waker);
+        let mut probe = Box::pin(world.probe(crate::Any, 0));
         assert!(probe.as_mut().poll(&mut cx).is_pending(), "the first poll lets the rest run");
         assert!(matches!(probe.as_mut().poll(&mut cx), Poll::Ready(Err(ref e)) if matches!(e.kind(), ErrorKind::ProcessFailed { .. })));
-    });
-}
-
-/// The same for an any-source receive that only this rank could match.
-#[test]
-fn an_orphaned_receive_wakes_its_task_outside_the_lock() {
-    within_10_s(|| {
-        let (zero, _one) = pair(Config::default());
-        zero.peer_failed(1, crate::Error::process_failed(1, "lost by the test"));
-        let world = zero.world();
-        let waker = Waker::from(Arc::new(CallsBack(world.clone())));
         let mut got = 0u32;
         let mut recv = world.irecv(&mut got, crate::Any, 0);
-        let mut cx = Context::from_waker(&waker);
         assert!(std::pin::Pin::new(&mut recv).poll(&mut cx).is_pending(), "the first poll lets the rest run");
         assert!(matches!(std::pin::Pin::new(&mut recv).poll(&mut cx), Poll::Ready(Err(_))));
     });
