@@ -649,4 +649,48 @@ async fn inactive_persistent_requests_and_owned_modes() {
     .await
     .unwrap();
 }
+
+/// A set takes no message it does not return: `wait_any` and `test_any`
+/// leave the other completed receives in their slots, and `test_all` and
+/// a `wait_all` given up leave every one there, so dropping the set gives
+/// their messages back to the queue, as for any receive dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_dropped_gives_back_the_messages_it_did_not_return() {
+    launch(1, |comm| async move {
+        let within = |f| tokio::time::timeout(std::time::Duration::from_secs(10), f);
+        for tag in 0..3u8 {
+            comm.send(&tag, 0, tag as i32).await?; // to itself
+        }
+        let mut set: RequestSet<_> = (0..3).map(|tag| comm.recv::<u8>(0, tag)).collect();
+        let (slot, outcome) = set.wait_any().await.expect("active");
+        assert_eq!(outcome?.0, slot as u8);
+        assert_eq!(set.active(), 2);
+        assert!(matches!(set.test_any(), Tested::Done((_, Ok(_)))));
+        drop(set);
+        let left = (0..3u8).find(|&tag| tag != slot as u8 && comm.iprobe(0, tag as i32).ok().flatten().is_some());
+        let left = left.expect("one message went back to the queue");
+        assert_eq!(within(comm.recv::<u8>(0, left as i32)).await.expect("no hang")?.0, left);
+
+        // test_all finds tag 3 there, tag 4 not: nothing is taken.
+        comm.send(&3u8, 0, 3).await?;
+        let mut set: RequestSet<_> = (3..5).map(|tag| comm.recv::<u8>(0, tag)).collect();
+        for _ in 0..5 {
+            assert!(set.test_all().is_none(), "tag 4 is not sent");
+        }
+        assert_eq!(set.active(), 2);
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), set.wait_all()).await;
+        assert!(waited.is_err(), "tag 4 is not sent");
+        drop(set);
+        assert_eq!(within(comm.recv::<u8>(0, 3)).await.expect("tag 3 went back to the queue")?.0, 3);
+
+        // The free wait_all, given up, gives them back too.
+        comm.send(&5u8, 0, 5).await?;
+        let all = wait_all([comm.recv::<u8>(0, 5), comm.recv::<u8>(0, 6)]);
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(50), all).await.is_err(), "tag 6 is not sent");
+        assert_eq!(within(comm.recv::<u8>(0, 5)).await.expect("tag 5 went back to the queue")?.0, 5);
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
 }

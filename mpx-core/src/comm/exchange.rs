@@ -367,7 +367,7 @@ impl Future for Exchange<'_> {
         }
         if !this.taking {
             // Every request is polled, so each one wakes this task.
-            let unsettled = this.requests.iter().filter(|r| r.poll_settled(cx).is_pending()).count();
+            let unsettled = this.requests.iter_mut().map(|r| r.poll_settled(cx)).filter(Poll::is_pending).count();
             if unsettled > 0 {
                 return Poll::Pending;
             }

@@ -146,6 +146,15 @@ impl<O> Posted<O> {
         matches!(self, Posted::Complete(None))
     }
 
+    /// Ready once the receive has finished, leaving its message with the
+    /// endpoint (see [`Operation::poll_settled`]).
+    fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self {
+            Posted::Active(raw) => raw.shared.poll_settled(raw.id, cx, &mut false),
+            Posted::Complete(_) => Poll::Ready(()),
+        }
+    }
+
     /// Once the receive has completed, makes its outcome with `finish`.
     fn poll_with(&mut self, cx: &mut Context<'_>, finish: impl FnOnce(&Arc<Shared>, Result<Delivered>) -> O) -> Poll<()> {
         let Posted::Active(raw) = self else { return Poll::Ready(()) };
@@ -300,6 +309,10 @@ impl<B> Operation for OwnedRecv<B> {
     fn take_inactive(&mut self) -> Option<Self::Output> {
         None
     }
+
+    fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.posted.poll_settled(cx)
+    }
 }
 
 impl<B> Future for OwnedRecv<B> {
@@ -406,6 +419,10 @@ impl<R: Receivable> Operation for ValueRecv<R> {
     /// Nothing: its outcome was taken.
     fn take_inactive(&mut self) -> Option<Self::Output> {
         None
+    }
+
+    fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.posted.poll_settled(cx)
     }
 }
 

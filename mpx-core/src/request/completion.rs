@@ -89,7 +89,9 @@ pub enum Tested<T> {
 /// ([`OwnedRecv`](crate::OwnedRecv)) whose outcome was taken already
 /// (one lent by `&mut`, or tested first): it has no buffer left to give.
 pub fn wait_all<R: Operation>(requests: impl IntoIterator<Item = R>) -> WaitAll<R> {
-    WaitAll { requests: requests.into_iter().collect(), complete: 0 }
+    let requests: Vec<R> = requests.into_iter().collect();
+    let movers = requests.iter().enumerate().filter(|(_, r)| r.moves_when_polled()).map(|(i, _)| i).collect();
+    WaitAll { requests, finished: 0, movers }
 }
 
 /// The future of [`wait_all`].
@@ -101,13 +103,16 @@ pub fn wait_all<R: Operation>(requests: impl IntoIterator<Item = R>) -> WaitAll<
 #[must_use = "wait_all does nothing unless awaited; dropping it drops the requests"]
 pub struct WaitAll<R: Operation> {
     requests: Vec<R>,
-    /// Requests before this index are complete.
-    complete: usize,
+    /// Requests before this index have finished, their outcomes not taken
+    /// yet (see [`Operation::poll_settled`]).
+    finished: usize,
+    /// The requests that move on only while polled (collectives), by index.
+    movers: Vec<usize>,
 }
 
 impl<R: Operation> std::fmt::Debug for WaitAll<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WaitAll({} of {} complete)", self.complete, self.requests.len())
+        write!(f, "WaitAll({} of {} finished)", self.finished, self.requests.len())
     }
 }
 
@@ -116,20 +121,31 @@ impl<R: Operation> Future for WaitAll<R> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<R::Output>> {
         let this = &mut *self;
-        // Waiting on the first incomplete request is enough for requests:
+        // Waiting on the first unfinished request is enough for requests:
         // every one is needed, and the endpoint completes them whichever is
         // polled. Collectives move on only while polled, and ranks may wait
-        // for theirs in other orders: those after it are polled too.
-        while let Some(r) = this.requests.get_mut(this.complete) {
-            if r.poll_complete(cx).is_pending() {
-                for later in &mut this.requests[this.complete + 1..] {
-                    if later.moves_when_polled() && !later.is_complete() {
-                        let _ = later.poll_complete(cx);
+        // for theirs in other orders: those after it are polled too. No
+        // outcome is taken before all have finished, so that dropping this
+        // future undoes every request alike (a receive gives its message
+        // back).
+        while let Some(r) = this.requests.get_mut(this.finished) {
+            if r.poll_settled(cx).is_pending() {
+                let later = this.movers.iter().skip_while(|&&i| i <= this.finished);
+                for &i in later {
+                    let r = &mut this.requests[i];
+                    if !r.is_complete() {
+                        let _ = r.poll_settled(cx);
                     }
                 }
                 return Poll::Pending;
             }
-            this.complete += 1;
+            this.finished += 1;
+        }
+        // Every request has finished: each completes when polled now.
+        for r in &mut this.requests {
+            if !r.is_inactive() && r.poll_complete(cx).is_pending() {
+                return Poll::Pending;
+            }
         }
         let outcome = |mut r: R| match r.is_inactive() {
             true => r.take_inactive().unwrap_or_else(|| r.take_output()),

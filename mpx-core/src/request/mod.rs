@@ -433,13 +433,25 @@ impl<'a> Request<'a> {
     }
 
     /// Ready once the operation has finished, leaving its outcome in the
-    /// engine: a receive's message is not unpacked yet, and dropping the
-    /// request still gives it back. Otherwise registers `cx`'s waker.
-    pub(crate) fn poll_settled(&self, cx: &mut Context<'_>) -> Poll<()> {
-        match &self.state {
-            State::Active { shared, id, .. } => shared.poll_settled(*id, cx),
-            State::Complete(_) => Poll::Ready(()),
+    /// engine: a receive's message is not unpacked yet (but for the data
+    /// it took as it arrived, see [`Finish`]), and dropping the request
+    /// still gives it back. Otherwise registers `cx`'s waker.
+    pub(crate) fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let State::Active { shared, id, kind, .. } = &mut self.state else { return Poll::Ready(()) };
+        let mut data_arrived = false;
+        if shared.poll_settled(*id, cx, &mut data_arrived).is_ready() {
+            return Poll::Ready(());
         }
+        if let (true, Kind::Recv(finish)) = (data_arrived, kind) {
+            if let Err(e) = finish.take_arrived(shared, *id) {
+                // As in `poll_active`: the receive fails, and its message
+                // goes back with what it took.
+                shared.withdraw_streamed(*id, finish.taken());
+                self.state = State::Complete(Some(Err(e)));
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
     }
 
     /// `MPI_Test`: the outcome if the operation has completed, without
@@ -623,6 +635,18 @@ pub trait Operation: Unpin {
         false
     }
 
+    /// Ready once the operation has finished, as
+    /// [`poll_complete`](Operation::poll_complete), but leaving its outcome
+    /// where dropping the operation still undoes it (a receive's message
+    /// goes back to the queue): what a completion function polls while it
+    /// cannot return the outcome yet ([`RequestSet::wait_all`] and
+    /// [`wait_all`] until every request has finished). By default, the
+    /// same as `poll_complete`. A detail of mpx.
+    #[doc(hidden)]
+    fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.poll_complete(cx)
+    }
+
     /// The outcome [`wait_all`] and [`RequestSet::wait_all`] give an
     /// inactive request: its [`take_output`](Operation::take_output) (an
     /// empty status for a [`Request`]), or nothing for a kind of request
@@ -699,6 +723,10 @@ impl<R: Operation + ?Sized> Operation for &mut R {
         (**self).is_inactive()
     }
 
+    fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        (**self).poll_settled(cx)
+    }
+
     fn take_inactive(&mut self) -> Option<R::Output> {
         (**self).take_inactive()
     }
@@ -733,6 +761,10 @@ impl<R: Operation> Operation for Option<R> {
         self.as_ref().is_none_or(R::is_inactive)
     }
 
+    fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.as_mut().map_or(Poll::Ready(()), |r| r.poll_settled(cx))
+    }
+
     /// `None` for an empty slot, and for a request with no outcome left
     /// to give.
     fn take_inactive(&mut self) -> Option<Option<R::Output>> {
@@ -764,6 +796,10 @@ impl Operation for Request<'_> {
 
     fn is_inactive(&self) -> bool {
         matches!(self.state, State::Complete(None))
+    }
+
+    fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        Request::poll_settled(self, cx)
     }
 }
 

@@ -37,6 +37,18 @@ impl ReadyQueue {
         }
     }
 
+    /// Puts `slots`, taken by [`take_all`](ReadyQueue::take_all) and not
+    /// polled, back at the head of the queue, in their order.
+    fn put_back(&self, slots: impl DoubleEndedIterator<Item = usize>) {
+        let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for index in slots.rev() {
+            if !q.queued[index] {
+                q.queued[index] = true;
+                q.ready.push_front(index);
+            }
+        }
+    }
+
     /// Takes every slot woken so far; slots woken from now on queue anew.
     fn take_all(&self) -> VecDeque<usize> {
         let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -92,8 +104,16 @@ type SetPoll<R> = Poll<Option<Vec<(usize, <R as Operation>::Output)>>>;
 /// ```
 pub struct RequestSet<R: Operation> {
     slots: Vec<Option<R>>,
-    /// Completed outcomes not yet returned (by `wait_any`).
-    finished: VecDeque<(usize, R::Output)>,
+    /// Slots whose requests `wait_all` or `test_all` found finished, in
+    /// that order, their outcomes not taken (see
+    /// [`Operation::poll_settled`]): dropped, they are undone as any
+    /// request in a slot is.
+    settled: VecDeque<usize>,
+    /// Per slot, whether it is in `settled`.
+    is_settled: Vec<bool>,
+    /// Slots holding an active request (not null nor inactive), kept as
+    /// they change so that no call counts them.
+    active: usize,
     wakers: Vec<Waker>,
     queue: Arc<ReadyQueue>,
     polls: u64,
@@ -122,7 +142,7 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn new() -> RequestSet<R> {
-        RequestSet { slots: Vec::new(), finished: VecDeque::new(), wakers: Vec::new(), queue: Arc::default(), polls: 0 }
+        RequestSet { slots: Vec::new(), settled: VecDeque::new(), is_settled: Vec::new(), active: 0, wakers: Vec::new(), queue: Arc::default(), polls: 0 }
     }
 
     /// Adds a request in a new slot and returns the slot's index.
@@ -144,16 +164,15 @@ impl<R: Operation> RequestSet<R> {
     pub fn push(&mut self, request: R) -> usize {
         let index = self.slots.len();
         self.slots.push(None);
+        self.is_settled.push(false);
         self.wakers.push(Waker::from(Arc::new(SlotWaker { index, queue: self.queue.clone() })));
         self.put(index, request);
         index
     }
 
     /// Puts `request` in slot `index` (which must exist), replacing and
-    /// dropping what was there. An outcome of the slot's earlier request
-    /// that completed but was not returned yet (kept back by `wait_any`,
-    /// `test_any` or `test_all`) is not dropped: it is still returned,
-    /// before the new request's.
+    /// dropping what was there (a receive not returned yet is withdrawn,
+    /// and its message, if it has one, goes back to the queue).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -188,10 +207,20 @@ impl<R: Operation> RequestSet<R> {
     /// (an inactive request has nothing to poll: it waits for `wait_all`).
     fn put(&mut self, index: usize, request: R) {
         let active = !request.is_inactive();
+        drop(self.take(index));
         self.slots[index] = Some(request);
         if active {
+            self.active += 1;
             self.queue.push(index);
         }
+    }
+
+    /// Empties slot `index`, which exists, of a request that has finished
+    /// and returns its outcome.
+    fn take_finished(&mut self, index: usize) -> Option<R::Output> {
+        let mut request = self.slots[index].take()?;
+        self.active -= 1;
+        Some(request.take_output())
     }
 
     /// Number of slots (active or not).
@@ -246,7 +275,7 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn active(&self) -> usize {
-        self.slots.iter().flatten().filter(|r| !r.is_inactive()).count() + self.finished.len()
+        self.active
     }
 
     /// Total number of request polls the set has made (a measure of the
@@ -274,34 +303,48 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Polls the woken slots (each with its slot's waker) and returns the
-    /// ones that completed, their slots emptied. Inactive requests stay in
-    /// their slots, for `wait_all`.
+    /// ones that completed, their slots emptied, up to `most` of them
+    /// (slots found finished by `wait_all` or `test_all` first): woken
+    /// slots left when `most` have completed are not polled, and stay
+    /// queued for the next call, their requests in their slots. Inactive
+    /// requests stay in their slots, for `wait_all`.
     ///
     /// Each slot is polled at most once per call: a request that wakes
     /// itself while polled (an any-source receive that only this rank's
     /// own messages can still match, whose second poll in a row fails it)
     /// is polled again only after the calling task has yielded, so that
     /// whatever else it had ready to run (a send to itself) runs first.
-    fn poll_woken(&mut self) -> Vec<(usize, R::Output)> {
+    fn poll_woken(&mut self, most: usize) -> Vec<(usize, R::Output)> {
         let mut done = Vec::new();
-        for i in self.queue.take_all() {
-            let Some(r) = &mut self.slots[i] else { continue };
-            if r.is_inactive() {
-                continue;
-            }
-            self.polls += 1;
-            if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_ready() {
-                let outcome = r.take_output();
-                self.slots[i] = None;
-                done.push((i, outcome));
+        while done.len() < most {
+            let Some(i) = self.settled.pop_front() else { break };
+            self.is_settled[i] = false;
+            self.poll_slot(i, &mut done);
+        }
+        let mut woken = self.queue.take_all().into_iter();
+        while done.len() < most {
+            let Some(i) = woken.next() else { break };
+            if !self.is_settled[i] {
+                self.poll_slot(i, &mut done);
             }
         }
+        self.queue.put_back(woken);
         done
     }
 
-    /// Whether a slot still holds an active request that has not completed.
-    fn any_pending(&self) -> bool {
-        self.slots.iter().flatten().any(|r| !r.is_inactive())
+    /// Polls slot `i`'s request, if it is active, and moves its outcome to
+    /// `done` if it completed.
+    fn poll_slot(&mut self, i: usize, done: &mut Vec<(usize, R::Output)>) {
+        let Some(r) = &mut self.slots[i] else { return };
+        if r.is_inactive() {
+            return;
+        }
+        self.polls += 1;
+        if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_ready() {
+            if let Some(outcome) = self.take_finished(i) {
+                done.push((i, outcome));
+            }
+        }
     }
 
     /// Arranges for `cx` to be woken when a slot is: at once if slots woke
@@ -309,38 +352,63 @@ impl<R: Operation> RequestSet<R> {
     fn park(&self, cx: &mut Context<'_>) {
         let mut q = self.queue.inner.lock().unwrap_or_else(|e| e.into_inner());
         if q.ready.is_empty() {
-            q.waiter = Some(cx.waker().clone());
+            let earlier = match &q.waiter {
+                Some(w) if w.will_wake(cx.waker()) => None,
+                _ => q.waiter.replace(cx.waker().clone()),
+            };
+            // A waker may be the last owner of its task, whose drop may
+            // complete a request of this set: dropped once the lock is
+            // released, since completing it wakes the set.
+            drop(q);
+            drop(earlier);
         } else {
             drop(q);
             cx.waker().wake_by_ref();
         }
     }
 
-    /// The completed slots (outcomes returned by nobody yet first), or
-    /// `None` if no slot is active.
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> SetPoll<R> {
-        let mut done: Vec<_> = self.finished.drain(..).collect();
-        done.extend(self.poll_woken());
+    /// Up to `most` completed slots, or `None` if no slot is active.
+    fn poll_ready(&mut self, cx: &mut Context<'_>, most: usize) -> SetPoll<R> {
+        let done = self.poll_woken(most);
         if !done.is_empty() {
             return Poll::Ready(Some(done));
         }
-        if !self.any_pending() {
+        if self.active == 0 {
             return Poll::Ready(None);
         }
         self.park(cx);
         Poll::Pending
     }
 
-    /// Every outcome once no slot holds an incomplete request, in slot
-    /// order; completions seen before then wait in `finished`.
+    /// Every outcome once every active request has finished, in slot
+    /// order. Until then, requests that finish stay in their slots with
+    /// their outcomes (see [`Operation::poll_settled`]), so that dropping
+    /// the set, or replacing a slot's request, undoes them as it undoes
+    /// the others.
     fn poll_all(&mut self, cx: &mut Context<'_>) -> Poll<Vec<(usize, R::Output)>> {
-        let done = self.poll_woken();
-        self.finished.extend(done);
-        if self.any_pending() {
+        for i in self.queue.take_all() {
+            let Some(r) = &mut self.slots[i] else { continue };
+            if r.is_inactive() || self.is_settled[i] {
+                continue;
+            }
+            self.polls += 1;
+            if r.poll_settled(&mut Context::from_waker(&self.wakers[i])).is_ready() {
+                self.is_settled[i] = true;
+                self.settled.push_back(i);
+            }
+        }
+        if self.settled.len() < self.active {
             self.park(cx);
             return Poll::Pending;
         }
-        let mut all: Vec<_> = self.finished.drain(..).collect();
+        let mut all = self.poll_woken(usize::MAX);
+        if self.active > 0 {
+            // A request that had finished did not complete when polled
+            // again (an operation whose `poll_settled` is not what its
+            // `poll_complete` finds): it is polled again when it wakes.
+            self.park(cx);
+            return Poll::Pending;
+        }
         // Null and inactive requests: an empty outcome each (MPI_Waitall),
         // where the kind of request has one to give.
         for (slot, request) in self.slots.iter_mut().enumerate() {
@@ -380,13 +448,14 @@ impl<R: Operation> RequestSet<R> {
     /// # Cancel safety
     /// Cancel-safe: requests stay in their slots until returned.
     pub async fn wait_some(&mut self) -> Option<Vec<(usize, R::Output)>> {
-        std::future::poll_fn(|cx| self.poll_ready(cx)).await
+        std::future::poll_fn(|cx| self.poll_ready(cx, usize::MAX)).await
     }
 
     /// `MPI_Waitany` over the set: the first request to complete (in
-    /// completion order; others that completed stay ready for the next
-    /// call). `None` if no slot holds an active request (MPI_UNDEFINED:
-    /// null and inactive requests are passed over, as in `wait_some`).
+    /// completion order; the others stay in their slots, those that woke
+    /// first in line for the next call). `None` if no slot holds an active
+    /// request (MPI_UNDEFINED: null and inactive requests are passed over,
+    /// as in `wait_some`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -405,13 +474,10 @@ impl<R: Operation> RequestSet<R> {
     /// ```
     ///
     /// # Cancel safety
-    /// Cancel-safe.
+    /// Cancel-safe: requests stay in their slots until returned.
     pub async fn wait_any(&mut self) -> Option<(usize, R::Output)> {
-        // Completed requests not returned now are re-queued in order.
-        let mut done = self.wait_some().await?;
-        let first = done.remove(0);
-        self.finished.extend(done);
-        Some(first)
+        let done = std::future::poll_fn(|cx| self.poll_ready(cx, 1)).await?;
+        done.into_iter().next()
     }
 
     /// `MPI_Testsome` over the set, processing arrived frames first.
@@ -438,8 +504,13 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn test_some(&mut self) -> Tested<Vec<(usize, R::Output)>> {
+        self.test_up_to(usize::MAX)
+    }
+
+    /// `test_some` returning at most `most` outcomes.
+    fn test_up_to(&mut self, most: usize) -> Tested<Vec<(usize, R::Output)>> {
         progress_endpoint(&self.slots);
-        match crate::runtime::looking(|| self.poll_ready(&mut Context::from_waker(Waker::noop()))) {
+        match crate::runtime::looking(|| self.poll_ready(&mut Context::from_waker(Waker::noop()), most)) {
             Poll::Ready(None) => Tested::Inactive,
             Poll::Ready(Some(done)) => Tested::Done(done),
             Poll::Pending => Tested::Pending,
@@ -447,7 +518,7 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// `MPI_Testany` over the set: the first completed request, without
-    /// waiting (others that completed stay ready for the next call).
+    /// waiting (the others stay in their slots for the next call).
     /// Processes arrived frames first.
     ///
     /// ```
@@ -465,12 +536,8 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn test_any(&mut self) -> Tested<(usize, R::Output)> {
-        match self.test_some() {
-            Tested::Done(mut done) => {
-                let first = done.remove(0);
-                self.finished.extend(done);
-                Tested::Done(first)
-            }
+        match self.test_up_to(1) {
+            Tested::Done(done) => done.into_iter().next().map_or(Tested::Pending, Tested::Done),
             Tested::Pending => Tested::Pending,
             Tested::Inactive => Tested::Inactive,
         }
@@ -500,15 +567,17 @@ impl<R: Operation> RequestSet<R> {
     /// ```
     ///
     /// # Cancel safety
-    /// Cancel-safe: outcomes that arrived stay in the set for the next call.
+    /// Cancel-safe: the requests stay in their slots, their outcomes not
+    /// taken, until every one has finished.
     pub async fn wait_all(&mut self) -> Vec<(usize, R::Output)> {
         std::future::poll_fn(|cx| self.poll_all(cx)).await
     }
 
     /// `MPI_Testall` over the set: every outcome, in slot order, if no slot
     /// holds an incomplete request (then every slot is empty); otherwise
-    /// `None`, and the requests stay in the set (those that completed are
-    /// kept for the next call). Processes arrived frames first.
+    /// `None`, and the requests stay in their slots, their outcomes not
+    /// taken (as MPI's: no request is modified). Processes arrived frames
+    /// first.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -535,8 +604,7 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Takes the request out of slot `index`, leaving it empty; `None` if
-    /// the slot is empty, including when its request has completed and its
-    /// outcome waits to be returned by the next completion call.
+    /// the slot is empty.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -555,7 +623,14 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn take(&mut self, index: usize) -> Option<R> {
-        self.slots.get_mut(index).and_then(Option::take)
+        let request = self.slots.get_mut(index).and_then(Option::take)?;
+        if !request.is_inactive() {
+            self.active -= 1;
+        }
+        if std::mem::take(&mut self.is_settled[index]) {
+            self.settled.retain(|&i| i != index);
+        }
+        Some(request)
     }
 }
 

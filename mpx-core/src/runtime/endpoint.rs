@@ -891,13 +891,15 @@ impl Shared {
     /// the request, so withdrawing it still gives the message back.
     /// Otherwise registers `cx`'s waker. An orphaned any-source receive is
     /// settled on the second poll that finds it so, as in `poll_done`, which
-    /// then fails it at once.
-    pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>) -> Poll<()> {
+    /// then fails it at once. Pending, it sets `data_arrived` as
+    /// [`poll_recv`](Shared::poll_recv) does.
+    pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>, data_arrived: &mut bool) -> Poll<()> {
         self.poll_arrivals(id, cx);
         let mut st = self.lock();
         let State { engine, requests, to_wake, displaced, .. } = &mut *st;
         let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
-        let Tracked::Waiting { waker, orphan_polled, .. } = tracked else { return Poll::Ready(()) };
+        let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else { return Poll::Ready(()) };
+        *data_arrived = std::mem::take(arrived);
         if engine.orphaned(id) {
             if !std::mem::replace(orphan_polled, true) {
                 // Polled again once the lock is released (see `Locked`).
