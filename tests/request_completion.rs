@@ -693,4 +693,46 @@ async fn a_set_dropped_gives_back_the_messages_it_did_not_return() {
     .await
     .unwrap();
 }
+
+/// `test_all` takes no outcome before every request has finished, even
+/// when a request it found finished (an any-source receive only this
+/// rank can match, settled on its second look) is not complete yet when
+/// a test polls it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_all_keeps_every_outcome_until_all_have_finished() {
+    launch(1, |comm| async move {
+        let mut set: RequestSet<_> = [comm.recv::<u8>(0, 0), comm.recv::<u8>(Any, 1)].into_iter().collect();
+        comm.send(&5u8, 0, 0).await?; // to itself
+        assert!(set.test_all().is_none());
+        assert!(set.test_all().is_none());
+        comm.send(&6u8, 0, 1).await?;
+        let all = set.wait_all().await;
+        let got: Vec<(usize, u8)> = all.into_iter().map(|(slot, r)| r.map(|(v, _)| (slot, v))).collect::<Result<_>>()?;
+        assert_eq!(got, [(0, 5), (1, 6)]);
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+}
+
+/// A test of an any-source receive that only this rank can match does not
+/// count as the wait that lets the rest of the rank run before it fails:
+/// a send to itself that is ready to run still reaches it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_test_does_not_count_as_an_orphaned_receives_first_wait() {
+    mpx::launch(1, |comm| async move {
+        let mut set = RequestSet::new();
+        set.push(comm.recv::<u8>(Any, 5));
+        assert!(set.test_all().is_none());
+        assert!(set.test_all().is_none());
+        let sender = comm.clone();
+        let send = tokio::spawn(async move { sender.send(&9u8, 0, 5).await });
+        let (_, outcome) = set.wait_any().await.expect("active");
+        assert_eq!(outcome?.0, 9);
+        send.await.expect("the send's task")?;
+        Ok(())
+    })
+    .await
+    .unwrap();
 }

@@ -37,16 +37,17 @@ impl ReadyQueue {
         }
     }
 
-    /// Puts `slots`, taken by [`take_all`](ReadyQueue::take_all) and not
-    /// polled, back at the head of the queue, in their order.
-    fn put_back(&self, slots: impl DoubleEndedIterator<Item = usize>) {
+    /// Number of slots woken and not taken yet.
+    fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).ready.len()
+    }
+
+    /// Takes the slot woken first, if any.
+    fn pop(&self) -> Option<usize> {
         let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        for index in slots.rev() {
-            if !q.queued[index] {
-                q.queued[index] = true;
-                q.ready.push_front(index);
-            }
-        }
+        let index = q.ready.pop_front()?;
+        q.queued[index] = false;
+        Some(index)
     }
 
     /// Takes every slot woken so far; slots woken from now on queue anew.
@@ -107,10 +108,14 @@ pub struct RequestSet<R: Operation> {
     /// Slots whose requests `wait_all` or `test_all` found finished, in
     /// that order, their outcomes not taken (see
     /// [`Operation::poll_settled`]): dropped, they are undone as any
-    /// request in a slot is.
+    /// request in a slot is. A slot emptied or refilled since stays listed
+    /// until it comes up, and is passed over then (`is_settled` says
+    /// which entries hold).
     settled: VecDeque<usize>,
-    /// Per slot, whether it is in `settled`.
+    /// Per slot, whether its request is settled (listed in `settled`).
     is_settled: Vec<bool>,
+    /// Slots whose `is_settled` holds.
+    settled_count: usize,
     /// Slots holding an active request (not null nor inactive), kept as
     /// they change so that no call counts them.
     active: usize,
@@ -142,7 +147,7 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn new() -> RequestSet<R> {
-        RequestSet { slots: Vec::new(), settled: VecDeque::new(), is_settled: Vec::new(), active: 0, wakers: Vec::new(), queue: Arc::default(), polls: 0 }
+        RequestSet { slots: Vec::new(), settled: VecDeque::new(), is_settled: Vec::new(), settled_count: 0, active: 0, wakers: Vec::new(), queue: Arc::default(), polls: 0 }
     }
 
     /// Adds a request in a new slot and returns the slot's index.
@@ -318,18 +323,37 @@ impl<R: Operation> RequestSet<R> {
         let mut done = Vec::new();
         while done.len() < most {
             let Some(i) = self.settled.pop_front() else { break };
-            self.is_settled[i] = false;
-            self.poll_slot(i, &mut done);
-        }
-        let mut woken = self.queue.take_all().into_iter();
-        while done.len() < most {
-            let Some(i) = woken.next() else { break };
-            if !self.is_settled[i] {
+            if self.unsettle(i) {
                 self.poll_slot(i, &mut done);
             }
         }
-        self.queue.put_back(woken);
+        if most == usize::MAX {
+            for i in self.queue.take_all() {
+                if !self.is_settled[i] {
+                    self.poll_slot(i, &mut done);
+                }
+            }
+        } else {
+            // One woken slot at a time, of those woken before this call
+            // (a slot that wakes itself while polled comes after them):
+            // those not polled stay queued.
+            let mut woken = self.queue.len();
+            while done.len() < most && woken > 0 {
+                woken -= 1;
+                let Some(i) = self.queue.pop() else { break };
+                if !self.is_settled[i] {
+                    self.poll_slot(i, &mut done);
+                }
+            }
+        }
         done
+    }
+
+    /// Whether slot `i` was settled; it is not from now on.
+    fn unsettle(&mut self, i: usize) -> bool {
+        let was = std::mem::take(&mut self.is_settled[i]);
+        self.settled_count -= usize::from(was);
+        was
     }
 
     /// Polls slot `i`'s request, if it is active, and moves its outcome to
@@ -394,20 +418,36 @@ impl<R: Operation> RequestSet<R> {
             self.polls += 1;
             if r.poll_settled(&mut Context::from_waker(&self.wakers[i])).is_ready() {
                 self.is_settled[i] = true;
+                self.settled_count += 1;
                 self.settled.push_back(i);
             }
         }
-        if self.settled.len() < self.active {
+        if self.settled_count < self.active {
             self.park(cx);
             return Poll::Pending;
         }
-        let mut all = self.poll_woken(usize::MAX);
-        if self.active > 0 {
-            // A request that had finished did not complete when polled
-            // again (an operation whose `poll_settled` is not what its
-            // `poll_complete` finds): it is polled again when it wakes.
-            self.park(cx);
-            return Poll::Pending;
+        // Every active request has finished: each completes when polled
+        // now, its outcome still in it; only once all have are they taken.
+        for i in 0..self.slots.len() {
+            let Some(r) = &mut self.slots[i] else { continue };
+            if !self.is_settled[i] || r.is_complete() {
+                continue;
+            }
+            self.polls += 1;
+            if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_pending() {
+                // Not what its settling said (an operation whose
+                // `poll_settled` is not what its `poll_complete` finds):
+                // waited for again, woken by its own waker.
+                self.unsettle(i);
+                self.park(cx);
+                return Poll::Pending;
+            }
+        }
+        let mut all = Vec::with_capacity(self.active);
+        while let Some(i) = self.settled.pop_front() {
+            if self.unsettle(i) {
+                all.extend(self.take_finished(i).map(|outcome| (i, outcome)));
+            }
         }
         // Null and inactive requests: an empty outcome each (MPI_Waitall),
         // where the kind of request has one to give.
@@ -627,8 +667,11 @@ impl<R: Operation> RequestSet<R> {
         if !request.is_inactive() {
             self.active -= 1;
         }
-        if std::mem::take(&mut self.is_settled[index]) {
-            self.settled.retain(|&i| i != index);
+        // Its entry in `settled`, if any, is passed over when it comes up;
+        // such entries are cleared out before they outnumber the others.
+        if self.unsettle(index) && self.settled.len() > 2 * self.settled_count + 16 {
+            let (is_settled, mut listed) = (&self.is_settled, vec![false; self.slots.len()]);
+            self.settled.retain(|&i| is_settled[i] && !std::mem::replace(&mut listed[i], true));
         }
         Some(request)
     }

@@ -891,17 +891,32 @@ impl Shared {
     /// the request, so withdrawing it still gives the message back.
     /// Otherwise registers `cx`'s waker. An orphaned any-source receive is
     /// settled on the second poll that finds it so, as in `poll_done`, which
-    /// then fails it at once. Pending, it sets `data_arrived` as
+    /// then fails it at once (a test neither settles it nor counts, as
+    /// there). Pending, it sets `data_arrived` as
     /// [`poll_recv`](Shared::poll_recv) does.
+    ///
+    /// A settled receive's message gives its eager credit back now: the
+    /// receive holds it, as its outcome, until its request is polled or
+    /// dropped, and a request may wait settled for others (a `wait_all`),
+    /// while its sender's later messages need that credit.
     pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>, data_arrived: &mut bool) -> Poll<()> {
         self.poll_arrivals(id, cx);
         let mut st = self.lock();
-        let State { engine, requests, to_wake, displaced, .. } = &mut *st;
+        let st = &mut *st;
+        let State { engine, requests, to_wake, displaced, .. } = st;
         let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
-        let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else { return Poll::Ready(()) };
+        let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else {
+            if let Tracked::Done(Completion::Recv(Ok(msg))) = tracked {
+                if msg.credit > 0 {
+                    engine.release_credit(msg.envelope.source, std::mem::take(&mut msg.credit));
+                    self.flush(st);
+                }
+            }
+            return Poll::Ready(());
+        };
         *data_arrived = std::mem::take(arrived);
         if engine.orphaned(id) {
-            if !std::mem::replace(orphan_polled, true) {
+            if only_looking() || !std::mem::replace(orphan_polled, true) {
                 // Polled again once the lock is released (see `Locked`).
                 to_wake.push(cx.waker().clone());
                 return Poll::Pending;
