@@ -709,6 +709,18 @@ async fn test_all_keeps_every_outcome_until_all_have_finished() {
         let all = set.wait_all().await;
         let got: Vec<(usize, u8)> = all.into_iter().map(|(slot, r)| r.map(|(v, _)| (slot, v))).collect::<Result<_>>()?;
         assert_eq!(got, [(0, 5), (1, 6)]);
+
+        // The same receive settled by a wait given up: a test that finds
+        // every request settled still takes nothing while that one would
+        // not complete, and dropping the set gives both messages back.
+        let mut set: RequestSet<_> = [comm.recv::<u8>(0, 0), comm.recv::<u8>(Any, 1), comm.recv::<u8>(0, 2)].into_iter().collect();
+        comm.send(&7u8, 0, 0).await?;
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(50), set.wait_all()).await.is_err(), "tag 2 is not sent");
+        comm.send(&8u8, 0, 2).await?;
+        assert!(set.test_all().is_none(), "the any-source receive is only settled by a wait");
+        drop(set);
+        assert_eq!(comm.recv::<u8>(0, 0).await?.0, 7);
+        assert_eq!(comm.recv::<u8>(0, 2).await?.0, 8);
         Ok(())
     })
     .await

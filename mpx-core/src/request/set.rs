@@ -321,29 +321,26 @@ impl<R: Operation> RequestSet<R> {
     /// whatever else it had ready to run (a send to itself) runs first.
     fn poll_woken(&mut self, most: usize) -> Vec<(usize, R::Output)> {
         let mut done = Vec::new();
+        // Slots woken before this call: a settled slot polled below may
+        // wake itself, and is polled again in the next call, not this one.
+        let mut woken = self.queue.len();
+        // Settled slots polled that did not complete (rare: see
+        // `poll_all`), not to be polled again in this call.
+        let mut still_pending = Vec::new();
         while done.len() < most {
             let Some(i) = self.settled.pop_front() else { break };
-            if self.unsettle(i) {
-                self.poll_slot(i, &mut done);
+            if self.unsettle(i) && !self.poll_slot(i, &mut done) {
+                still_pending.push(i);
             }
         }
-        if most == usize::MAX {
-            for i in self.queue.take_all() {
-                if !self.is_settled[i] {
-                    self.poll_slot(i, &mut done);
-                }
-            }
-        } else {
-            // One woken slot at a time, of those woken before this call
-            // (a slot that wakes itself while polled comes after them):
-            // those not polled stay queued.
-            let mut woken = self.queue.len();
-            while done.len() < most && woken > 0 {
-                woken -= 1;
-                let Some(i) = self.queue.pop() else { break };
-                if !self.is_settled[i] {
-                    self.poll_slot(i, &mut done);
-                }
+        // One woken slot at a time, of those woken before this call (a
+        // slot that wakes itself while polled comes after them): those not
+        // polled stay queued.
+        while done.len() < most && woken > 0 {
+            woken -= 1;
+            let Some(i) = self.queue.pop() else { break };
+            if !self.is_settled[i] && !still_pending.contains(&i) {
+                self.poll_slot(i, &mut done);
             }
         }
         done
@@ -357,18 +354,20 @@ impl<R: Operation> RequestSet<R> {
     }
 
     /// Polls slot `i`'s request, if it is active, and moves its outcome to
-    /// `done` if it completed.
-    fn poll_slot(&mut self, i: usize, done: &mut Vec<(usize, R::Output)>) {
-        let Some(r) = &mut self.slots[i] else { return };
+    /// `done` if it completed; whether nothing is left pending there.
+    fn poll_slot(&mut self, i: usize, done: &mut Vec<(usize, R::Output)>) -> bool {
+        let Some(r) = &mut self.slots[i] else { return true };
         if r.is_inactive() {
-            return;
+            return true;
         }
         self.polls += 1;
-        if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_ready() {
-            if let Some(outcome) = self.take_finished(i) {
-                done.push((i, outcome));
-            }
+        if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_pending() {
+            return false;
         }
+        if let Some(outcome) = self.take_finished(i) {
+            done.push((i, outcome));
+        }
+        true
     }
 
     /// Arranges for `cx` to be woken when a slot is: at once if slots woke
@@ -426,8 +425,22 @@ impl<R: Operation> RequestSet<R> {
             self.park(cx);
             return Poll::Pending;
         }
-        // Every active request has finished: each completes when polled
-        // now, its outcome still in it; only once all have are they taken.
+        // Every active request has finished. Looked at again first (a test
+        // does not settle what only a wait may, and a request settled by a
+        // wait given up may be such), then completed, its outcome still in
+        // it: only once all are complete are the outcomes taken.
+        for i in 0..self.slots.len() {
+            let Some(r) = &mut self.slots[i] else { continue };
+            if !self.is_settled[i] || r.is_complete() {
+                continue;
+            }
+            self.polls += 1;
+            if r.poll_settled(&mut Context::from_waker(&self.wakers[i])).is_pending() {
+                self.unsettle(i);
+                self.park(cx);
+                return Poll::Pending;
+            }
+        }
         for i in 0..self.slots.len() {
             let Some(r) = &mut self.slots[i] else { continue };
             if !self.is_settled[i] || r.is_complete() {
@@ -616,8 +629,8 @@ impl<R: Operation> RequestSet<R> {
     /// `MPI_Testall` over the set: every outcome, in slot order, if no slot
     /// holds an incomplete request (then every slot is empty); otherwise
     /// `None`, and the requests stay in their slots, their outcomes not
-    /// taken (as MPI's: no request is modified). Processes arrived frames
-    /// first.
+    /// taken, so that dropping the set undoes them as it undoes the
+    /// others. Processes arrived frames first.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -893,27 +893,16 @@ impl Shared {
     /// settled on the second poll that finds it so, as in `poll_done`, which
     /// then fails it at once (a test neither settles it nor counts, as
     /// there). Pending, it sets `data_arrived` as
-    /// [`poll_recv`](Shared::poll_recv) does.
-    ///
-    /// A settled receive's message gives its eager credit back now: the
-    /// receive holds it, as its outcome, until its request is polled or
-    /// dropped, and a request may wait settled for others (a `wait_all`),
-    /// while its sender's later messages need that credit.
+    /// [`poll_recv`](Shared::poll_recv) does. A settled receive's message
+    /// keeps its eager credit until it is taken: given back, it goes back
+    /// to the queue under that credit, which bounds what its sender holds
+    /// here.
     pub(crate) fn poll_settled(&self, id: ReqId, cx: &mut Context<'_>, data_arrived: &mut bool) -> Poll<()> {
         self.poll_arrivals(id, cx);
         let mut st = self.lock();
-        let st = &mut *st;
-        let State { engine, requests, to_wake, displaced, .. } = st;
+        let State { engine, requests, to_wake, displaced, .. } = &mut *st;
         let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
-        let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else {
-            if let Tracked::Done(Completion::Recv(Ok(msg))) = tracked {
-                if msg.credit > 0 {
-                    engine.release_credit(msg.envelope.source, std::mem::take(&mut msg.credit));
-                    self.flush(st);
-                }
-            }
-            return Poll::Ready(());
-        };
+        let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else { return Poll::Ready(()) };
         *data_arrived = std::mem::take(arrived);
         if engine.orphaned(id) {
             if only_looking() || !std::mem::replace(orphan_polled, true) {
