@@ -8,14 +8,6 @@ use std::task::{Context, Poll};
 
 use super::Operation;
 
-/// Processes arrived frames at the endpoint of the first request still
-/// active (the requests of one program share its endpoint; requests of
-/// other endpoints in the same collection move with their endpoints'
-/// drivers).
-pub(crate) fn progress_endpoint<'r, R: Operation + 'r>(requests: impl IntoIterator<Item = &'r Option<R>>) {
-    let _ = requests.into_iter().flatten().find_map(Operation::progress);
-}
-
 /// The result of a nonblocking completion test over several requests.
 ///
 /// ```

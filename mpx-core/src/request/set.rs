@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
-use super::completion::{progress_endpoint, Tested};
+use super::completion::Tested;
 use super::Operation;
 
 /// Slots that have been woken and need a poll.
@@ -119,6 +119,9 @@ pub struct RequestSet<R: Operation> {
     /// Slots holding an active request (not null nor inactive), kept as
     /// they change so that no call counts them.
     active: usize,
+    /// The slot whose request's endpoint a test last progressed (see
+    /// [`progress`](RequestSet::progress)).
+    progress_from: usize,
     wakers: Vec<Waker>,
     queue: Arc<ReadyQueue>,
     polls: u64,
@@ -147,7 +150,7 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn new() -> RequestSet<R> {
-        RequestSet { slots: Vec::new(), settled: VecDeque::new(), is_settled: Vec::new(), settled_count: 0, active: 0, wakers: Vec::new(), queue: Arc::default(), polls: 0 }
+        RequestSet { slots: Vec::new(), settled: VecDeque::new(), is_settled: Vec::new(), settled_count: 0, active: 0, progress_from: 0, wakers: Vec::new(), queue: Arc::default(), polls: 0 }
     }
 
     /// Adds a request in a new slot and returns the slot's index.
@@ -560,9 +563,26 @@ impl<R: Operation> RequestSet<R> {
         self.test_up_to(usize::MAX)
     }
 
+    /// Processes frames that have already arrived at the endpoint of an
+    /// active request (the requests of one program share its endpoint;
+    /// those of other endpoints move with their endpoints' drivers),
+    /// looking from the slot that had one last time: a loop of tests that
+    /// empties the slots in order does not look past the emptied ones on
+    /// every call.
+    fn progress(&mut self) {
+        let n = self.slots.len();
+        for k in 0..n {
+            let i = (self.progress_from + k) % n;
+            if self.slots[i].as_ref().and_then(Operation::progress).is_some() {
+                self.progress_from = i;
+                return;
+            }
+        }
+    }
+
     /// `test_some` returning at most `most` outcomes.
     fn test_up_to(&mut self, most: usize) -> Tested<Vec<(usize, R::Output)>> {
-        progress_endpoint(&self.slots);
+        self.progress();
         match crate::runtime::looking(|| self.poll_ready(&mut Context::from_waker(Waker::noop()), most)) {
             Poll::Ready(None) => Tested::Inactive,
             Poll::Ready(Some(done)) => Tested::Done(done),
@@ -649,7 +669,7 @@ impl<R: Operation> RequestSet<R> {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn test_all(&mut self) -> Option<Vec<(usize, R::Output)>> {
-        progress_endpoint(&self.slots);
+        self.progress();
         match crate::runtime::looking(|| self.poll_all(&mut Context::from_waker(Waker::noop()))) {
             Poll::Ready(all) => Some(all),
             Poll::Pending => None,
