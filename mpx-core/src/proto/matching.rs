@@ -635,11 +635,7 @@ impl<T: Queued> UnexpectedQueue<T> {
 
     /// Keeps only the messages `keep` accepts.
     pub(crate) fn retain(&mut self, keep: impl Fn(&T) -> bool) {
-        self.few.retain(|(_, message)| keep(message));
-        let gone: Vec<u64> = self.messages.iter().filter(|(_, (_, message))| !keep(message)).map(|(&id, _)| id).collect();
-        for id in gone {
-            self.remove(id);
-        }
+        drop(self.take_where(|message| !keep(message)));
     }
 
     pub(crate) fn clear(&mut self) {

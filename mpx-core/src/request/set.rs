@@ -431,33 +431,12 @@ impl<R: Operation> RequestSet<R> {
         // Every active request has finished. Looked at again first (a test
         // does not settle what only a wait may, and a request settled by a
         // wait given up may be such), then completed, its outcome still in
-        // it: only once all are complete are the outcomes taken.
-        for i in 0..self.slots.len() {
-            let Some(r) = &mut self.slots[i] else { continue };
-            if !self.is_settled[i] || r.is_complete() {
-                continue;
-            }
-            self.polls += 1;
-            if r.poll_settled(&mut Context::from_waker(&self.wakers[i])).is_pending() {
-                self.unsettle(i);
-                self.park(cx);
-                return Poll::Pending;
-            }
-        }
-        for i in 0..self.slots.len() {
-            let Some(r) = &mut self.slots[i] else { continue };
-            if !self.is_settled[i] || r.is_complete() {
-                continue;
-            }
-            self.polls += 1;
-            if r.poll_complete(&mut Context::from_waker(&self.wakers[i])).is_pending() {
-                // Not what its settling said (an operation whose
-                // `poll_settled` is not what its `poll_complete` finds):
-                // waited for again, woken by its own waker.
-                self.unsettle(i);
-                self.park(cx);
-                return Poll::Pending;
-            }
+        // it (an operation whose `poll_complete` does not find what its
+        // `poll_settled` did is waited for again, woken by its own waker):
+        // only once all are complete are the outcomes taken.
+        if !self.each_settled(Operation::poll_settled) || !self.each_settled(Operation::poll_complete) {
+            self.park(cx);
+            return Poll::Pending;
         }
         let mut all = Vec::with_capacity(self.active);
         while let Some(i) = self.settled.pop_front() {
@@ -474,6 +453,24 @@ impl<R: Operation> RequestSet<R> {
         }
         all.sort_by_key(|(slot, _)| *slot);
         Poll::Ready(all)
+    }
+
+    /// Polls every settled request not complete yet with `poll` (each with
+    /// its slot's waker); at the first that is pending, unsettles it and
+    /// returns false.
+    fn each_settled(&mut self, poll: impl Fn(&mut R, &mut Context<'_>) -> Poll<()>) -> bool {
+        for i in 0..self.slots.len() {
+            let Some(r) = &mut self.slots[i] else { continue };
+            if !self.is_settled[i] || r.is_complete() {
+                continue;
+            }
+            self.polls += 1;
+            if poll(r, &mut Context::from_waker(&self.wakers[i])).is_pending() {
+                self.unsettle(i);
+                return false;
+            }
+        }
+        true
     }
 
     /// `MPI_Waitsome` over the set: waits until at least one request

@@ -215,18 +215,14 @@ impl Engine {
     /// for a match out of the queue, as (sender, send id, credit).
     fn take_local_sends(&mut self, from: impl Fn(u32) -> bool) -> Vec<(u32, ReqId, u64)> {
         let waiting = |u: &Unexpected| matches!(u.body, Body::Local { send_id, .. } if send_id != 0) && from(u.envelope.source);
-        let taken: Vec<(u32, ReqId, u64)> = self
-            .unexpected
-            .iter()
+        self.unexpected
+            .take_where(waiting)
+            .into_iter()
             .filter_map(|u| match u.body {
-                Body::Local { send_id, credit, .. } if waiting(u) => Some((u.envelope.source, send_id, credit)),
+                Body::Local { send_id, credit, .. } => Some((u.envelope.source, send_id, credit)),
                 _ => None,
             })
-            .collect();
-        if !taken.is_empty() {
-            self.unexpected.retain(|u| !waiting(u));
-        }
-        taken
+            .collect()
     }
 
     /// For an endpoint that goes without closing: the sends of ranks of
