@@ -2280,24 +2280,30 @@ mod meeting {
         }
     }
 
-    /// A broadcast's root finishes once its data is there, up to 16 calls
-    /// ahead of the slowest rank, then waits; every rank gets every call's
-    /// data, in order.
+    /// A broadcast's root finishes once its data is there, up to a bounded
+    /// number of calls ahead of the slowest rank (at least 16, at most
+    /// 4,096), then waits; every rank gets every call's data, in order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_root_runs_ahead_a_bounded_way() {
         returns(launch_with(2, |comm| async move {
             if comm.rank() == 0 {
-                for k in 0..16u64 {
-                    comm.bcast(&mut [k][..], 0).await?;
-                }
-                let mut ahead = [16u64];
-                let mut seventeenth = comm.bcast(&mut ahead[..], 0);
-                assert!(seventeenth.test().is_none(), "16 calls ahead: the root waits");
-                comm.send(&1u8, 1, 0).await?;
-                seventeenth.await?;
+                let mut data: Vec<[u64; 1]> = (0..=4096).map(|k| [k]).collect();
+                let mut ahead = 0u64;
+                let mut calls = data.iter_mut();
+                let waits = loop {
+                    let buf = calls.next().unwrap_or_else(|| panic!("the root ran {ahead} calls ahead"));
+                    let mut call = comm.bcast(&mut buf[..], 0);
+                    if call.test().is_none() {
+                        break call;
+                    }
+                    ahead += 1;
+                };
+                assert!(ahead >= 16, "the root waited after {ahead} calls");
+                comm.send(&ahead, 1, 0).await?;
+                waits.await?;
             } else {
-                comm.recv::<u8>(0, 0).await?;
-                for k in 0..17u64 {
+                let ahead = comm.recv::<u64>(0, 0).await?.0;
+                for k in 0..=ahead {
                     let mut got = [u64::MAX];
                     comm.bcast(&mut got[..], 0).await?;
                     assert_eq!(got, [k]);

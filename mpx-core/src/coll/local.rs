@@ -20,9 +20,11 @@
 //! of the others by more than the calls it starts without awaiting them;
 //! but a broadcast's ranks other than the root wait only for the root's
 //! part, and the root, which has nothing to take, finishes once its data
-//! is there, while at most 16 calls on the communicator are open
-//! ([`RUN_AHEAD`]) and its data is under 64 KiB (otherwise it waits for
-//! every part). Every rank checks every part it waited for: ranks that
+//! is there, while the calls open on the communicator hold at most 4 MiB
+//! (their rounds and the root's data: [`LocalComm::run_ahead`], at least
+//! 16 calls and at most 4,096) and its data is under 64 KiB (otherwise it
+//! waits for every part), as a root whose messages go eagerly runs ahead
+//! of its receivers. Every rank checks every part it waited for: ranks that
 //! called another collective, or whose blocks hold other types or counts,
 //! are reported on every rank that checks them
 //! ([`ErrorKind::CollectiveMismatch`]), and a rank
@@ -75,12 +77,6 @@ use crate::pack::spare::Values;
 use crate::pack::Repr;
 use crate::proto::engine::Delivered;
 use crate::runtime::{block_list, one_block, recycle, recycle_bytes, Arrival, Block, BlockBytes, Glimpse, LocalComm, MemberParts, Mixed, Part, Parts, Seat, SmallPart, Want, INLINE, MESSAGES};
-
-/// Rounds that may be open on a communicator when a broadcast's root
-/// leaves its data and finishes without waiting for the others: beyond
-/// that it waits for every rank's part, so a root broadcasting in a loop
-/// holds at most this many calls' data.
-const RUN_AHEAD: usize = 16;
 
 /// A root runs ahead only with less data than this: larger data is packed
 /// into large buffers, reused from one call to the next only when the
@@ -541,7 +537,7 @@ pub(super) fn bcast<'a, E: Element>(start: Starting<'_>, checked: Result<()>, ro
         // for the others (as a root whose sends went eagerly is), unless
         // its data is large or the others are too far behind.
         let part = Part { kind, shape, blocks: Ok(blocks), whole: Vec::new() };
-        let run_ahead = if shape.1 < RUN_AHEAD_BYTES { RUN_AHEAD } else { 0 };
+        let run_ahead = if shape.1 < RUN_AHEAD_BYTES { start.place().run_ahead(shape.1) } else { 0 };
         let seat = match start.leave(part, run_ahead, |parts| (parts.mixed(), disagreeing(&parts, me, kind, shape))) {
             Arrival::Took((mixed, disagreement)) => {
                 start.tell_if_mixed(mixed);
@@ -601,7 +597,8 @@ fn small_bcast<'a, E: Element>(call: Starting<'_>, part: SmallPart, root: usize,
     if call.rank() == root {
         // The root has nothing to take (see `bcast`): it is done once its
         // part is left, unless too many calls are open.
-        let seat = match call.leave_small(part, RUN_AHEAD, |parts| (parts.mixed(), disagreeing(&parts, root, kind, shape))) {
+        let run_ahead = call.place().run_ahead(shape.1);
+        let seat = match call.leave_small(part, run_ahead, |parts| (parts.mixed(), disagreeing(&parts, root, kind, shape))) {
             Arrival::Took((mixed, disagreement)) => {
                 call.tell_if_mixed(mixed);
                 return Collective::finished(disagreement.map_or(Ok(()), Err));

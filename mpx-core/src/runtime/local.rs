@@ -25,7 +25,7 @@
 //!
 //! [`Transport::local_world`]: super::Transport::local_world
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::task::{Context, Poll, Waker};
@@ -256,21 +256,41 @@ struct CommState {
     /// The open rounds, in call order: usually few (the calls ranks have
     /// started and not all finished). Boxed, so that a round made or
     /// retired moves a pointer, not the round.
-    rounds: Vec<(RoundKey, Box<Round>)>,
+    rounds: VecDeque<(RoundKey, Box<Round>)>,
     /// Rounds gone, emptied, for the next ones (their lists kept): boxed
     /// as the open ones are, so that they move between the two lists as
-    /// pointers. At most [`SPARE_ROUNDS`] (a program that once left many
-    /// rounds open, dropping calls that ran ahead, keeps no more).
+    /// pointers. At most `spare_most` (see [`SPARE_MEMORY`]).
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Round>>,
+    /// The most emptied rounds kept: as many as fit in [`SPARE_MEMORY`].
+    spare_most: usize,
     /// Per member: it holds the place ([`LocalMember`]).
     holders: Vec<bool>,
 }
 
-/// Emptied rounds a meeting place keeps for its next calls: a broadcast's
-/// root runs at most 16 calls ahead of the others, and a large allreduce
-/// opens two rounds a call.
-const SPARE_ROUNDS: usize = 32;
+/// What the rounds open on a communicator may hold when a broadcast's
+/// root leaves its part and finishes without waiting for the others
+/// (see [`LocalComm::run_ahead`]): the rounds' own memory and the data of
+/// the root's parts.
+const RUN_AHEAD_MEMORY: usize = 4 << 20;
+
+/// The fewest and the most calls a broadcast's root may run ahead, within
+/// [`RUN_AHEAD_MEMORY`].
+const RUN_AHEAD_CALLS: std::ops::RangeInclusive<usize> = 16..=4096;
+
+/// The memory of the emptied rounds a meeting place keeps for its next
+/// calls (at least 32 rounds): half of what a root running ahead may hold
+/// open, so that a root broadcasting in a loop seldom makes a round, once
+/// warmed up. A program that once left more rounds open keeps no more.
+const SPARE_MEMORY: usize = RUN_AHEAD_MEMORY / 2;
+
+/// The memory of an open round of `members` members, its parts empty:
+/// what [`RUN_AHEAD_MEMORY`] and [`SPARE_MEMORY`] count.
+fn round_memory(members: usize) -> usize {
+    use std::mem::size_of;
+    let member = size_of::<Option<Part>>() + size_of::<Option<SmallPart>>() + size_of::<Option<(Waker, Option<usize>)>>();
+    size_of::<(RoundKey, Box<Round>)>() + size_of::<Round>() + members * member
+}
 
 /// A collective call's number on its communicator, and the phase of the
 /// call (0 for calls of one phase).
@@ -627,6 +647,15 @@ impl LocalComm {
         self.members.len()
     }
 
+    /// How many calls may be open on this communicator when a broadcast's
+    /// root with `data` bytes to leave finishes without waiting for the
+    /// others: as many as [`RUN_AHEAD_MEMORY`] holds, rounds and data
+    /// (between 16 and 4,096 calls: [`RUN_AHEAD_CALLS`]).
+    pub(crate) fn run_ahead(&self, data: u64) -> usize {
+        let per_call = round_memory(self.size()).saturating_add(usize::try_from(data).unwrap_or(usize::MAX));
+        (RUN_AHEAD_MEMORY / per_call).clamp(*RUN_AHEAD_CALLS.start(), *RUN_AHEAD_CALLS.end())
+    }
+
     /// Leaves member `me`'s `part` at round `key`; the returned seat waits
     /// for the round to complete (a [`Future`](std::future::Future)), or
     /// for one member's part ([`Seat::poll_part`]). This member wakes
@@ -796,7 +825,8 @@ impl LocalComm {
 
 impl CommState {
     fn new(members: usize) -> CommState {
-        CommState { rounds: Vec::new(), spare: Vec::new(), holders: vec![false; members] }
+        let spare_most = (SPARE_MEMORY / round_memory(members)).max(32);
+        CommState { rounds: VecDeque::new(), spare: Vec::new(), spare_most, holders: vec![false; members] }
     }
 
     /// The open round `key`, if it is.
@@ -814,20 +844,28 @@ impl CommState {
     /// Where round `key` is among the open rounds (`Ok`), or where it
     /// goes to keep them in call order (`Err`). A member waits at the
     /// oldest round or makes the newest (a broadcast's root running ahead
-    /// makes one every call), so both ends are looked at first.
+    /// makes one every call), so both ends are looked at first; members
+    /// between them (a root thousands of calls ahead, the others behind
+    /// it at their own pace) search in call order.
     #[inline]
     fn find(&self, key: RoundKey) -> std::result::Result<usize, usize> {
-        match self.rounds.first() {
-            None => return Err(0),
-            Some((first, _)) if *first == key => return Ok(0),
-            Some(_) => {}
+        let (Some((first, _)), Some((last, _))) = (self.rounds.front(), self.rounds.back()) else {
+            return Err(0);
+        };
+        if *first == key {
+            return Ok(0);
         }
-        // The last round not newer than `key`, from the newest back.
-        match self.rounds.iter().rposition(|(k, _)| !newer(*k, key)) {
-            Some(at) if self.rounds[at].0 == key => Ok(at),
-            Some(at) => Err(at + 1),
-            None => Err(0),
+        if *last == key {
+            return Ok(self.rounds.len() - 1);
         }
+        if newer(key, *last) {
+            return Err(self.rounds.len());
+        }
+        self.rounds.binary_search_by(|(k, _)| match *k == key {
+            true => std::cmp::Ordering::Equal,
+            false if newer(*k, key) => std::cmp::Ordering::Greater,
+            false => std::cmp::Ordering::Less,
+        })
     }
 
     /// Opens round `key` for `n` members at `at` among the open rounds
@@ -847,7 +885,7 @@ impl CommState {
             })
         });
         self.rounds.insert(at, (key, round));
-        debug_assert!(self.rounds.windows(2).all(|w| newer(w[1].0, w[0].0)), "open rounds in call order");
+        debug_assert!(self.rounds.iter().zip(self.rounds.iter().skip(1)).all(|(a, b)| newer(b.0, a.0)), "open rounds in call order");
         at
     }
 
@@ -890,7 +928,7 @@ impl CommState {
     /// kept).
     #[inline]
     fn retire(&mut self, at: usize, dropped: &mut Wakers) {
-        let (_, mut round) = self.rounds.remove(at);
+        let (_, mut round) = self.rounds.remove(at).expect("an open round");
         if round.any_part {
             round.parts.iter_mut().for_each(|p| *p = None);
             round.any_part = false;
@@ -902,7 +940,7 @@ impl CommState {
         }
         round.wakers.iter_mut().filter_map(Option::take).for_each(|(w, _)| dropped.push(w));
         (round.arrived, round.done, round.over_messages) = (0, 0, (0, 0));
-        if self.spare.len() < SPARE_ROUNDS {
+        if self.spare.len() < self.spare_most {
             self.spare.push(round);
         }
     }
@@ -1400,19 +1438,22 @@ mod tests {
         }
     }
 
-    /// A meeting place keeps at most [`SPARE_ROUNDS`] emptied rounds, however
-    /// many were once open at the same time.
+    /// A meeting place keeps at most [`SPARE_MEMORY`] of emptied rounds,
+    /// however many were once open at the same time.
     #[test]
     fn a_place_keeps_a_bounded_number_of_spare_rounds() {
         let (_world, _holds, comm) = place(&[0, 1], 3);
+        let most = SPARE_MEMORY / round_memory(2);
+        assert!((32..4096).contains(&most), "{most} spare rounds");
+        let calls = most as u32 + 100;
         for member in [0, 1] {
-            for call in 0..100 {
+            for call in 0..calls {
                 drop(comm.sit((call, 0), member, part(), None).seat());
             }
         }
         let st = lock(&comm.state);
         assert!(st.rounds.is_empty(), "every round done with");
-        assert_eq!(st.spare.len(), SPARE_ROUNDS, "100 rounds were open at once");
+        assert_eq!(st.spare.len(), most, "{calls} rounds were open at once");
     }
 
     /// The list of blocks of a part whose round every member is done with
