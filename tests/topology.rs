@@ -151,6 +151,17 @@ each_transport! {
                 };
                 assert_eq!(named, Some(if world.rank() == odd_rank { 0 } else { odd_rank }), "rank {}: {got:?}", world.rank());
             }
+            // A rank that keeps other dimensions of a grid than the others
+            // (its sub-grid's size would not match its shape): every rank
+            // fails, naming one that disagrees.
+            let odd_rank = 3;
+            let remain: &[bool] = if grid.rank() == odd_rank { &[true, false] } else { &[false, true] };
+            let got = grid.sub(remain).await;
+            let named = got.as_ref().err().and_then(|e| match e.kind() {
+                mpx::ErrorKind::CollectiveMismatch { rank, .. } => Some(*rank),
+                _ => None,
+            });
+            assert_eq!(named, Some(if grid.rank() == odd_rank { 0 } else { odd_rank }), "rank {}: {got:?}", grid.rank());
             check_grid(&again).await?;
             Ok(())
         }))

@@ -326,6 +326,13 @@ fn shape_digest(dims: &[usize], periods: &[bool]) -> u64 {
     dims.iter().zip(periods).fold(start, |h, (&d, &p)| derive_context(derive_context(h, d as u64), u64::from(p)))
 }
 
+/// A digest of the dimensions a sub-grid keeps: the same on every rank
+/// that passes the same flags.
+fn remain_digest(remain: &[bool]) -> u64 {
+    let start = derive_context(0x7375_6267_0000_0000, remain.len() as u64);
+    remain.iter().fold(start, |h, &keep| derive_context(h, u64::from(keep)))
+}
+
 impl Cart {
     /// The communicator.
     ///
@@ -477,7 +484,10 @@ impl Cart {
 
     /// `MPI_Cart_sub`: collective over the grid. Keeps the dimensions
     /// whose `remain` entry is `true`: each rank gets the sub-grid of the
-    /// ranks that share its coordinates along the others.
+    /// ranks that share its coordinates along the others. Ranks that keep
+    /// other dimensions than the rest fail, and so do the rest
+    /// ([`CollectiveMismatch`](ErrorKind::CollectiveMismatch), naming one
+    /// that disagrees).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -506,8 +516,19 @@ impl Cart {
             Ok(cart.comm.split(Some(color as u32), cart.rank() as i32))
         })()
         .map_err(|e| cart.comm.refuse_split(e));
+        // Every rank checks that all keep the same dimensions (ranks that
+        // disagree would make sub-grids whose shapes do not match their
+        // members): an allgather of a digest, started now with the split.
+        let mine = remain_digest(&remain);
+        let kept = cart.comm.allgather_owned(mine);
         async move {
-            let comm = split?.await?.expect("a color was given");
+            // Dropped unfinished, either collective tells the others.
+            let split = split?;
+            if let Some(rank) = kept.await?.iter().position(|&theirs| theirs != mine) {
+                let detail = format!("it kept other dimensions of the grid than this rank's {remain:?}");
+                return Err(ErrorKind::CollectiveMismatch { rank, detail }.into());
+            }
+            let comm = split.await?.expect("a color was given");
             fn keep<X: Copy>(v: &[X], remain: &[bool]) -> Vec<X> {
                 v.iter().zip(remain).filter(|(_, &k)| k).map(|(x, _)| *x).collect()
             }
