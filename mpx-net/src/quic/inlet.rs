@@ -28,7 +28,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mpx_core::proto::wire::ChunkDecoder;
+use mpx_core::proto::wire::{ChunkDecoder, Kind};
 use mpx_core::{Error, ErrorKind};
 use quinn::VarInt;
 
@@ -142,6 +142,7 @@ impl Reader {
         // Set when the engine refused a frame (rather than the decoder).
         let mut refused = None;
         let lane = self.lane;
+        let outbox = &self.shared.outboxes[peer as usize];
         let pushed = self.decoder.push(chunk, &mut |frame| {
             // An honest peer sends each kind of frame in its own lane
             // ([`Lane::of`]): rendezvous data in the bulk stream, every
@@ -149,7 +150,12 @@ impl Reader {
             if Lane::of(&frame) != lane {
                 return Err(ErrorKind::Protocol(format!("rank {peer} sent a {:?} frame in its {lane:?} stream", frame.header.kind)).into());
             }
-            ep.handle_frame(peer as usize, frame).inspect_err(|e| refused = Some(e.clone()))
+            let goodbye = frame.header.kind == Kind::Bye;
+            ep.handle_frame(peer as usize, frame).inspect_err(|e| refused = Some(e.clone()))?;
+            if goodbye {
+                outbox.said_goodbye();
+            }
+            Ok(())
         });
         drop(ep);
         match (pushed, refused) {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mpx_core::proto::wire::{Frame, Kind};
@@ -135,6 +136,10 @@ struct OutState {
     lost: bool,
     /// `finalize` is flushing: once drained, writers finish their streams.
     closing: bool,
+    /// When the peer's goodbye arrived (the engine took it): from then on
+    /// the flush waits for its streams only so long (see
+    /// [`QuicTransport::linger`]).
+    goodbye: Option<Instant>,
     /// The tasks waiting for the flush to end.
     flush_waiters: Vec<Waker>,
 }
@@ -313,6 +318,12 @@ impl Outbox {
         st.wake_flush_waiters();
     }
 
+    /// The peer's goodbye has arrived (the first, if it says more).
+    pub(crate) fn said_goodbye(&self) {
+        let mut st = self.lock();
+        st.goodbye.get_or_insert_with(Instant::now);
+    }
+
     /// The endpoint has failed the peer on its own finding (a breach of
     /// the protocol its frames did not show the transport, a peer that
     /// stopped reading): what is queued for it (its parting goodbye)
@@ -326,8 +337,9 @@ impl Outbox {
     /// Starts the flush: writers finish their streams once drained. Ready
     /// when both streams are finished and acknowledged and the peer's two
     /// have been read to their ends (it has finalized too), or the peer
-    /// failed.
-    fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<()> {
+    /// failed, or `linger` has passed since its goodbye arrived. Pending
+    /// otherwise, with when that will be, if its goodbye has arrived.
+    fn poll_flush(&self, cx: &mut Context<'_>, linger: Duration) -> std::result::Result<(), Option<Instant>> {
         let mut st = self.lock();
         if !st.closing {
             st.closing = true;
@@ -337,13 +349,14 @@ impl Outbox {
                 }
             }
         }
-        if st.failed.is_some() || st.lost || st.lanes.iter().all(|q| q.finished && q.ended) {
-            return Poll::Ready(());
+        let given_up = st.goodbye.map(|said| said + linger);
+        if st.failed.is_some() || st.lost || st.lanes.iter().all(|q| q.finished && q.ended) || given_up.is_some_and(|at| at <= Instant::now()) {
+            return Ok(());
         }
         if !st.flush_waiters.iter().any(|w| w.will_wake(cx.waker())) {
             st.flush_waiters.push(cx.waker().clone());
         }
-        Poll::Pending
+        Err(given_up)
     }
 }
 
@@ -358,6 +371,13 @@ pub(crate) struct QuicTransport {
     pub(crate) quic: Vec<quinn::Endpoint>,
     /// Closing the connections and waiting for the close to go out.
     pub(crate) closing: Mutex<CloseState>,
+    /// How long the flush waits for a peer's streams to end once its
+    /// goodbye has arrived ([`Options::idle_timeout`](super::Options::idle_timeout)):
+    /// a peer that said goodbye and keeps its streams open, or stops
+    /// reading this rank's, does not hold up this rank's finalize for ever.
+    pub(crate) linger: Duration,
+    /// The timer of the earliest such wait, while the flush waits.
+    pub(crate) linger_timer: Mutex<Option<Pin<Box<tokio::time::Sleep>>>>,
 }
 
 /// How far the transport's close has come ([`QuicTransport::poll_flush`],
@@ -405,15 +425,40 @@ impl Transport for QuicTransport {
     /// finalized too) or the peer has failed, and the connections are
     /// closed. A rank that ends thus lingers until its peers have finalized
     /// (as MPI's finalize is collective), keeps reading what they still
-    /// send it, and leaves no peer waiting for an idle timeout.
+    /// send it, and leaves no peer waiting for an idle timeout; but a peer
+    /// whose goodbye has arrived holds it up at most [`linger`](QuicTransport::linger)
+    /// after that.
     fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let mut ready = true;
+        let mut earliest: Option<Instant> = None;
         for (rank, outbox) in self.outboxes.iter().enumerate() {
-            if rank as u32 != self.me && outbox.poll_flush(cx).is_pending() {
-                ready = false;
+            if rank as u32 != self.me {
+                if let Err(given_up) = outbox.poll_flush(cx, self.linger) {
+                    ready = false;
+                    earliest = match (earliest, given_up) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
             }
         }
         if !ready {
+            // Woken when the earliest wait after a goodbye ends (with tokio's
+            // timer; outside a runtime, at the next poll after it).
+            if let Some(at) = earliest.filter(|_| tokio::runtime::Handle::try_current().is_ok()) {
+                let mut timer = self.linger_timer.lock().unwrap_or_else(|e| e.into_inner());
+                let deadline = tokio::time::Instant::from_std(at);
+                match &mut *timer {
+                    Some(sleep) if sleep.deadline() == deadline => {}
+                    Some(sleep) => sleep.as_mut().reset(deadline),
+                    None => *timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                }
+                if let Some(sleep) = timer.as_mut() {
+                    if sleep.as_mut().poll(cx).is_ready() {
+                        cx.waker().wake_by_ref();
+                    }
+                }
+            }
             return Poll::Pending;
         }
         let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
@@ -422,6 +467,10 @@ impl Transport for QuicTransport {
             for endpoint in &quic {
                 endpoint.close(quinn::VarInt::from_u32(0), b"finalized");
             }
+            // The wait needs tokio's timer: a close polled outside a tokio
+            // runtime (a plain thread, another executor) does not wait for
+            // the close to go out, which quinn's drivers still send.
+            let timer = tokio::runtime::Handle::try_current().is_ok();
             *closing = CloseState::Closing(Box::pin(async move {
                 // Both close at once; waiting for one then the other
                 // takes as long as the slower.
@@ -430,7 +479,9 @@ impl Transport for QuicTransport {
                         endpoint.wait_idle().await;
                     }
                 };
-                let _ = tokio::time::timeout(CLOSE_WAIT, idle).await;
+                if timer {
+                    let _ = tokio::time::timeout(CLOSE_WAIT, idle).await;
+                }
             }));
         }
         if let CloseState::Closing(close) = &mut *closing {

@@ -97,6 +97,16 @@ use link::{Outbox, QuicTransport};
 /// credit.
 pub const UNSOLICITED_CREDIT: u64 = 4 << 20;
 
+/// The largest [`Options::mtu`]: above it a batch of packets exceeds what
+/// the kernel sends at once with segmentation offload, and the kernel
+/// drops it (the connection then hangs until its timeout), and from about
+/// 16,450 bytes quinn refuses the packets it builds.
+pub const MAX_MTU: u16 = 6550;
+
+/// The longest [`Options::connect_timeout`]: a day, beyond any start-up
+/// worth waiting for (the deadlines it sets must be representable).
+pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// How a rank's QUIC endpoint is set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
@@ -111,15 +121,17 @@ pub struct Options {
     /// after [`Options::idle_timeout`].
     pub engine: Config,
     /// The UDP payload size of every packet (QUIC's MTU), fixed: at least
-    /// 1200; 1472 fits any Ethernet path. Above 6550 a batch of packets
-    /// exceeds what the kernel sends at once with segmentation offload.
+    /// 1200 (smaller values are taken as 1200) and at most [`MAX_MTU`]
+    /// (larger ones fail [`start`]); 1472 fits any Ethernet path.
     pub mtu: u16,
     /// A peer whose connection hears nothing for this long fails, and
     /// everything pending on it with it (keep-alives go five times as
     /// often, so a live peer never does): the bound on noticing a dead
     /// peer or a lost path. QUIC's own idle timeout is set to four fifths
     /// of it, since QUIC restarts its timer when a keep-alive goes out.
-    /// At least 10 ms (to QUIC, zero would mean no timeout at all).
+    /// At least 10 ms (to QUIC, zero would mean no timeout at all). It
+    /// also bounds how long `finalize` waits, once a peer's goodbye has
+    /// arrived, for that peer to end its streams.
     ///
     /// On a path whose round trips are long or vary widely, quinn takes
     /// three of its probe timeouts as the idle timeout when that is
@@ -131,7 +143,8 @@ pub struct Options {
     /// connection and its streams set up (each peer's within this time
     /// of the start), then its hello (within this time again of that
     /// setup: a peer that sets up and says nothing fails after twice this
-    /// at most).
+    /// at most). At most [`MAX_CONNECT_TIMEOUT`] (a longer one fails
+    /// [`start`]).
     pub connect_timeout: Duration,
     /// Bytes a peer may send on one stream beyond what this rank has read
     /// (QUIC flow control; the connection as a whole may carry four times
@@ -222,6 +235,12 @@ impl Options {
         // 0 means none at all.
         if self.idle_timeout < Duration::from_millis(10) {
             return Err(ErrorKind::InvalidArgument(format!("an idle timeout of {:?} (at least 10 ms: a silent peer must fail after some time)", self.idle_timeout)).into());
+        }
+        if self.mtu > MAX_MTU {
+            return Err(ErrorKind::InvalidArgument(format!("an MTU of {} (at most {MAX_MTU}: larger batches of packets are dropped by the kernel)", self.mtu)).into());
+        }
+        if self.connect_timeout > MAX_CONNECT_TIMEOUT {
+            return Err(ErrorKind::InvalidArgument(format!("a connect timeout of {:?} (at most {MAX_CONNECT_TIMEOUT:?})", self.connect_timeout)).into());
         }
         if let Some(engine_idle) = self.engine.idle_timeout {
             return Err(ErrorKind::InvalidArgument(format!("an engine idle timeout ({engine_idle:?}): over QUIC, Options::idle_timeout bounds a silent peer")).into());
@@ -361,7 +380,15 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     let outboxes: Arc<Vec<Arc<Outbox>>> = Arc::new((0..size).map(|_| Arc::new(Outbox::default())).collect());
     let inlets: Arc<Vec<Arc<Inlet>>> = Arc::new((0..size).map(|_| Arc::new(Inlet::default())).collect());
     let quics: Vec<quinn::Endpoint> = std::iter::once(quic.clone()).chain(bulk.clone()).collect();
-    let transport = QuicTransport { me, outboxes: outboxes.clone(), inlets: inlets.clone(), quic: quics.clone(), closing: Default::default() };
+    let transport = QuicTransport {
+        me,
+        outboxes: outboxes.clone(),
+        inlets: inlets.clone(),
+        quic: quics.clone(),
+        closing: Default::default(),
+        linger: options.idle_timeout,
+        linger_timer: Default::default(),
+    };
     let endpoint = Endpoint::new(me as usize, size as usize, options.engine, transport)?;
     let registry = Arc::new(Registry::default());
     let shared = Arc::new(Shared {

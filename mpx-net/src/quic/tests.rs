@@ -345,6 +345,55 @@ async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
     assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
 }
 
+/// A peer that says a clean goodbye, then keeps its connection and its
+/// streams open (acknowledging packets, so no idle timeout fires), holds
+/// up this rank's finalize no longer than the idle timeout after its
+/// goodbye.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalize_waits_a_bounded_time_for_a_peer_that_said_goodbye() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(34).unwrap();
+    let hostile = sockets.pop().unwrap();
+    let linger = Options { idle_timeout: Duration::from_secs(2), ..options() };
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &linger).unwrap();
+    let (_conn, mut control, _bulk) = hand_rank_greeting_zero(&job, 34, 1, 2, hostile, addrs[0]).await;
+    let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
+        data_len: 0,
+        seq: 0,
+        ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
+    });
+    control.write_all(&bye.encode_header()).await.unwrap();
+    let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 has finished");
+    assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
+    let begun = std::time::Instant::now();
+    let finalized = tokio::time::timeout(Duration::from_secs(15), zero.finalize()).await;
+    assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
+    assert!(begun.elapsed() < Duration::from_secs(5), "finalize took {:?}", begun.elapsed());
+}
+
+/// An endpoint closed, or aborted, from a thread outside any tokio runtime
+/// (a plain thread, a panic's unwinding) does not panic: its close does
+/// not wait for the connections' close to go out, which needs tokio's
+/// timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_closed_outside_a_runtime_does_not_panic() {
+    let job = JobCredential::generate(35).unwrap();
+    for abort in [false, true] {
+        let (mut sockets, addrs) = sockets(1);
+        let alone = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+        let ended = std::thread::spawn(move || {
+            if abort {
+                alone.abort();
+            } else {
+                alone.close();
+            }
+            alone
+        })
+        .join();
+        assert!(ended.is_ok(), "abort: {abort}");
+    }
+}
+
 /// A rank that closes its endpoint and keeps holding it has ended, as far
 /// as its peers go: their finalize returns, without waiting for the
 /// endpoint to be dropped.
@@ -460,6 +509,27 @@ async fn a_rank_without_a_bound_on_silent_peers_is_refused() {
         let Err(e) = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options) else { panic!("refused") };
         assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)) && e.to_string().contains("idle timeout"), "{e}");
     }
+}
+
+/// An MTU above what segmentation offload sends whole (a connection that
+/// would hang, or quinn panic), and a connect timeout too long to set a
+/// deadline with, are refused, not taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_that_would_hang_or_overflow_are_refused() {
+    let job = JobCredential::generate(33).unwrap();
+    let refused = [
+        (Options { mtu: 9000, ..options() }, "MTU"),
+        (Options { mtu: u16::MAX, ..options() }, "MTU"),
+        (Options { connect_timeout: Duration::MAX, ..options() }, "connect timeout"),
+    ];
+    for (options, named) in refused {
+        let (mut sockets, addrs) = sockets(1);
+        let Err(e) = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options) else { panic!("{named}: refused") };
+        assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)) && e.to_string().contains(named), "{e}");
+    }
+    let (mut sockets, addrs) = sockets(1);
+    let largest = Options { mtu: MAX_MTU, connect_timeout: MAX_CONNECT_TIMEOUT, ..options() };
+    start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &largest).expect("the largest MTU and connect timeout");
 }
 
 /// A peer that opens a stream beyond its control and bulk streams (data
