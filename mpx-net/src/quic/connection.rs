@@ -153,6 +153,8 @@ pub(crate) enum BulkSlot {
     Awaited,
     Arrived(Box<BulkLane>),
     Taken,
+    /// Given up on at the connect timeout: none is taken any more.
+    Closed,
 }
 
 /// Both directions' bulk streams on a connection of their own.
@@ -189,17 +191,24 @@ impl BulkArrivals {
 
     /// Closes the bulk connections still waiting for their control
     /// connection's setup, and takes no more; returns the ranks whose
-    /// control connection's setup was waiting for theirs.
+    /// control connection's setup was waiting for theirs (that setup
+    /// gives up at once).
     fn close_waiting(&self) -> Vec<u32> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let mut awaited = Vec::new();
         for (rank, slot) in (0..).zip(slots.iter_mut()) {
-            match std::mem::replace(slot, BulkSlot::Taken) {
+            match slot {
+                BulkSlot::Taken => {}
                 BulkSlot::Arrived(lane) => lane.conn.close(VarInt::from_u32(code::DUPLICATE), b"given up on"),
                 BulkSlot::Awaited => awaited.push(rank),
-                BulkSlot::Open | BulkSlot::Taken => {}
+                BulkSlot::Open | BulkSlot::Closed => {}
+            }
+            if !matches!(slot, BulkSlot::Taken) {
+                *slot = BulkSlot::Closed;
             }
         }
+        drop(slots);
+        self.arrived.notify_waiters();
         awaited
     }
 
@@ -220,6 +229,10 @@ impl BulkArrivals {
                     BulkSlot::Arrived(lane) => return Ok(*lane),
                     BulkSlot::Open | BulkSlot::Awaited => *slot = BulkSlot::Awaited,
                     BulkSlot::Taken => return Err(ErrorKind::Protocol(format!("rank {peer}'s bulk connection was taken already")).into()),
+                    BulkSlot::Closed => {
+                        *slot = BulkSlot::Closed;
+                        return Err(ErrorKind::Protocol(format!("rank {peer}'s bulk connection did not come within the connect timeout")).into());
+                    }
                 }
             }
             notified.await;

@@ -1172,6 +1172,27 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     assert!(matches!(outcome, Err(quinn::ConnectionError::ConnectionClosed(_))), "{outcome:?}");
 }
 
+/// A rank that connects late, says its hello and never makes its bulk
+/// connection is given up on at the connect timeout, and its control
+/// connection is closed then, not held until its own setup's timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_rank_without_its_bulk_connection_is_closed_at_the_connect_timeout() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(16).unwrap();
+    let patient = Options { connect_timeout: Duration::from_secs(2), idle_timeout: Duration::from_secs(60), ..options() };
+    let hand_socket = sockets.pop().unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &patient).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let HandRank { conn, mut control, _theirs, .. } = hand_rank(&job, 16, 1, hand_socket, addrs[0], &patient).await;
+    let hello = hello_to_zero(1, 2);
+    control.write_all(&hello.encode_header()).await.unwrap();
+    control.write_all(&hello.payload).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
+    assert!(matches!(got.expect_err("no bulk connection").kind(), ErrorKind::ProcessFailed { rank: 1, .. }));
+    let closed = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;
+    assert!(closed.is_ok(), "rank 1's control connection stayed open after it was given up on");
+}
+
 /// A rank with a bulk socket dials the bulk socket its lower peer
 /// announces and leads its bulk stream there with its rank, and refuses a
 /// bulk connection that answers with another rank's head; a rank without
