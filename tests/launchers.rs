@@ -313,6 +313,17 @@ fn a_rank_that_leaves_before_its_pmi_finalize_fails_the_job_at_once() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("rank 2 failed: it closed its PMI connection before its PMI finalize"), "{}", text(&out));
     assert!(text(&out).contains("[2] rank 2 explains"), "the rank that left was not killed:\n{}", text(&out));
+    // A rank that left and goes on running (it caught its start-up's
+    // error and carries on alone) is killed `--kill-after` later.
+    let script = format!(
+        "if [ \"$PMI_RANK\" = 2 ]; then cat >/dev/null; printf 'cmd=init pmi_version=1 pmi_subversion=1\\n' >&\"$PMI_FD\"; exec {{PMI_FD}}>&-; exec sleep 600; fi; exec {}",
+        ring.display()
+    );
+    let started = Instant::now();
+    let out = run(mpxrun().args(["-n", "3", "--kill-after", "1", "bash", "-c", &script]), Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(137), "the status of the rank killed:\n{}", text(&out));
+    assert!(text(&out).contains("rank 2 left the job early and had not ended 1s later: killing it"), "{}", text(&out));
+    assert!(started.elapsed() < Duration::from_secs(30), "mpxrun waited {:?} for the rank that left", started.elapsed());
     let out = run(mpxrun().args(["-n", "2", "true"]), Duration::from_secs(20));
     assert!(out.status.success(), "{}", text(&out));
 }

@@ -53,8 +53,10 @@
 //! too, whatever its status, and the ranks waiting for it at the start-up
 //! barrier fail at once: a rank that died, failed in its start-up, or
 //! left with `process::exit` while its endpoint was up (an mpx program's
-//! endpoint says finalize whenever it is dropped). A process that never
-//! speaks PMI (no mpx program) may end as it likes.
+//! endpoint says finalize whenever it is dropped). Unless `--keep-going`,
+//! the others are killed then, and that process is left to end (it may
+//! say why) for `--kill-after` seconds, then killed too. A process that
+//! never speaks PMI (no mpx program) may end as it likes.
 //!
 //! Every rank (and every launch command) runs in a session of its own,
 //! with no controlling terminal: a program that asks the terminal (an
@@ -1059,6 +1061,10 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     // left are killed. Until then a rank that ends (of the signal, most
     // likely) does not take the others down with it.
     let mut kill_at: Option<tokio::time::Instant> = None;
+    // The rank that left early and was spared when the others were killed
+    // (it may say why), and when it is killed too if it has not ended:
+    // `--kill-after` later.
+    let mut spared: Option<(usize, tokio::time::Instant)> = None;
     loop {
         if waits.is_empty() {
             let kvs = kvs.lock().unwrap_or_else(|e| e.into_inner());
@@ -1084,6 +1090,9 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                         if !job.keep_going && kill_at.is_none() {
                             let own = killers[rank as usize].take();
                             kill_all(&mut killers);
+                            if own.is_some() {
+                                spared = Some((rank as usize, tokio::time::Instant::now() + job.kill_after));
+                            }
                             killers[rank as usize] = own;
                         }
                     }
@@ -1135,6 +1144,14 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 output.say("killing the ranks left");
                 groups.iter().for_each(|&g| kill_group(g));
                 kill_all(&mut killers);
+                None
+            }
+            _ = tokio::time::sleep_until(spared.map_or_else(tokio::time::Instant::now, |(_, at)| at)), if spared.is_some_and(|(rank, _)| killers[rank].is_some()) => {
+                let (rank, _) = spared.take().expect("spared");
+                output.say(format_args!("rank {rank} left the job early and had not ended {:?} later: killing it", job.kill_after));
+                if let Some(k) = killers[rank].take() {
+                    let _ = k.send(());
+                }
                 None
             }
             (name, signal) = passed_on(&mut user1, &mut user2) => {
