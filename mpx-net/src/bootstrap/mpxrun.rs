@@ -548,6 +548,14 @@ async fn serve_rank(
             Ok(replies) => answer(&writers, replies, &failed).await,
             Err(e) => {
                 let _ = failed.send(RankFailure::Broke { rank: rank as u32, why: format!("broke the PMI protocol: {e}") });
+                // Served no more: the ranks in the start-up barrier fail
+                // at once, as for a rank that left (with --keep-going they
+                // are not killed, and would wait for it until their
+                // start-up timeout).
+                let left = kvs.lock().unwrap_or_else(|e| e.into_inner()).leave(rank);
+                if let Some(replies) = left {
+                    answer(&writers, replies, &failed).await;
+                }
                 return;
             }
         }
