@@ -488,6 +488,9 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
         Some(v) => pmi::Version::parse(&v)?,
         None => pmi::Version::V2,
     };
+    // The whole start-up within `timeout`, however slowly the launcher
+    // answers each of its calls.
+    let deadline = std::time::Instant::now() + timeout;
     // SAFETY: PMI_FD names a descriptor the launcher handed this process
     // for PMI alone, or (in the environment a rank's own program
     // inherited) one that is not a socket with close-on-exec clear, or
@@ -495,7 +498,7 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
     // former, and leaves the latter open. It is taken once (`start` runs
     // once per process).
     let stream = unsafe { pmi::connect(channel, timeout)? };
-    let mut client = pmi::Client::init(stream, rank, version)?;
+    let mut client = pmi::Client::init_by(stream, rank, version, Some(deadline))?;
     if let Some(told) = client.size().filter(|&n| n != size) {
         return Err(ErrorKind::Protocol(format!("PMI_SIZE says {size} ranks, but the launcher's PMI says {told}")).into());
     }
@@ -510,6 +513,7 @@ fn through_pmi(rank: u32, size: u32, channel: &pmi::Channel, timeout: Duration) 
         pins.push(f);
     }
     trust(&mut credential, pins)?;
+    client.set_deadline(None);
     // Only mpxrun's ranks: other launchers end their ranks themselves.
     let finalizing = match var(env::LAUNCHER) {
         Some(launcher) if launcher.trim() == "mpxrun" => Some(watch_mpxrun(rank, &**client.get_ref())?),

@@ -360,6 +360,9 @@ pub struct Client<S: Duplex> {
     vallen_max: usize,
     /// Ranks in the job, as the launcher tells at init (PMI-2 only).
     size: Option<u32>,
+    /// Every answer comes by then, whatever the socket's read timeout
+    /// (see [`Client::set_deadline`]).
+    deadline: Option<Instant>,
 }
 
 impl<S: Duplex> std::fmt::Debug for Client<S> {
@@ -383,7 +386,13 @@ impl<S: Duplex> Client<S> {
     /// the job's name (and, over PMI-2, its size). Over PMI-2, a launcher
     /// that gives this process another rank than `rank` is an error.
     pub fn init(stream: S, rank: u32, prefer: Version) -> Result<Client<S>> {
-        let mut client = Client { stream, decoder: Decoder::default(), version: Version::V1, job: String::new(), vallen_max: 256, size: None };
+        Self::init_by(stream, rank, prefer, None)
+    }
+
+    /// [`init`](Client::init), its answers due by `deadline` (see
+    /// [`set_deadline`](Client::set_deadline)), which stays set.
+    pub fn init_by(stream: S, rank: u32, prefer: Version, deadline: Option<Instant>) -> Result<Client<S>> {
+        let mut client = Client { stream, decoder: Decoder::default(), version: Version::V1, job: String::new(), vallen_max: 256, size: None, deadline };
         let greet = |client: &mut Client<S>, version: Version| {
             let (v, sub) = version.numbers();
             let answer = client.call(Message::new("init").with("pmi_version", v).with("pmi_subversion", sub), "response_to_init", "init")?;
@@ -500,6 +509,14 @@ impl<S: Duplex> Client<S> {
         }
     }
 
+    /// Sets a time by which every answer must come from now on (or none:
+    /// each answer then takes at most the socket's read timeout), so that
+    /// a start-up of many calls takes at most one timeout in all, however
+    /// slowly a launcher answers each.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
     /// Tells the launcher this process is done with PMI.
     pub fn finalize(&mut self) -> Result<()> {
         let expect = match self.version {
@@ -517,7 +534,11 @@ impl<S: Duplex> Client<S> {
         let version = if request.cmd == "init" { Version::V1 } else { self.version };
         self.stream.write_all(&request.encode(version)).map_err(|e| waiting(what, e))?;
         self.stream.flush().map_err(|e| waiting(what, e))?;
-        let deadline = Duplex::read_timeout(&self.stream).map_err(|e| waiting(what, e))?.map(|t| Instant::now() + t);
+        let socket = Duplex::read_timeout(&self.stream).map_err(|e| waiting(what, e))?.map(|t| Instant::now() + t);
+        let deadline = match (socket, self.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let answer = receive(&mut self.stream, &mut self.decoder, version, deadline)
             .map_err(|e| waiting(what, e))?
             .ok_or_else(|| ErrorKind::Protocol(format!("the launcher closed PMI while this rank waited for {what}")))?;
@@ -1391,6 +1412,48 @@ mod tests {
         exchange([Version::V1, Version::V1]);
         exchange([Version::V2, Version::V2]);
         exchange([Version::V1, Version::V2]);
+    }
+
+    /// A launcher that answers every call just inside the socket's read
+    /// timeout cannot stretch a start-up of many calls past its deadline:
+    /// the calls after it fail, timed out, however soon each is answered.
+    #[test]
+    fn a_slow_launcher_cannot_stretch_a_start_up_past_its_deadline() {
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let launcher = std::thread::spawn(move || {
+            let mut kvs = KvSpace::new("slow", 1);
+            let mut chunk = [0u8; 256];
+            loop {
+                let n = match server.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                std::thread::sleep(Duration::from_millis(150));
+                for (_, bytes) in kvs.receive(0, &chunk[..n]).unwrap() {
+                    if server.write_all(&bytes).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Duplex::set_read_timeout(&client, Duration::from_millis(400)).unwrap();
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(700);
+        let mut c = Client::init_by(client, 0, Version::V1, Some(deadline)).unwrap();
+        let mut outcome = Ok(());
+        for k in 0..20 {
+            outcome = c.put(&format!("k{k}"), "v");
+            if outcome.is_err() {
+                break;
+            }
+        }
+        let e = outcome.expect_err("a call past the deadline fails");
+        assert!(e.to_string().contains("PMI"), "{e}");
+        assert!(started.elapsed() < Duration::from_millis(1000), "the start-up took {:?}", started.elapsed());
+        // Without a deadline, each call takes what it takes.
+        c.set_deadline(None);
+        drop(c);
+        launcher.join().unwrap();
     }
 
     #[test]
