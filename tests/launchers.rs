@@ -328,6 +328,19 @@ fn a_rank_that_leaves_before_its_pmi_finalize_fails_the_job_at_once() {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// A rank variable left over from a start by hand (`MPX_RANK`) beside a
+/// launcher's PMI variables is an error naming both, not a start by hand
+/// that makes every process the same rank.
+#[test]
+fn a_leftover_rank_variable_under_a_launcher_is_an_error_naming_both() {
+    let out = run(
+        Command::new(example("quickstart")).env("MPX_RANK", "0").env("PMI_FD", "3").env("PMI_RANK", "0").env("PMI_SIZE", "4"),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("both MPX_RANK (a rank started by hand) and PMI_FD (a launcher's PMI) are set"), "{}", text(&out));
+}
+
 /// A rank that breaks the PMI protocol is served no more, and, with
 /// `--keep-going` (the others not killed), the ranks in the start-up
 /// barrier fail at once rather than wait for it until their start-up

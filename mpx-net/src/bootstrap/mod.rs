@@ -180,6 +180,17 @@ impl Start {
 
     fn from_env() -> Result<Start> {
         if var(env::RANK).is_some() {
+            // A rank started by hand, or a variable left over from one in a
+            // shell that now runs a launcher: which one is meant cannot be
+            // told, and the wrong guess starts every process as one rank.
+            if let Some(pmi) = ["PMI_FD", "PMI_PORT"].into_iter().find(|name| var(name).is_some()) {
+                return Err(ErrorKind::InvalidArgument(format!(
+                    "both {} (a rank started by hand) and {pmi} (a launcher's PMI) are set: unset {} to run under the launcher",
+                    env::RANK,
+                    env::RANK
+                ))
+                .into());
+            }
             let size = var(env::ADDRS).map(|a| a.split(',').count()).unwrap_or(0);
             return Ok(Start::Env { rank: number(env::RANK)?, size: size as u32 });
         }
