@@ -11,9 +11,19 @@
 //! messages fail with [`ErrorKind::CollectiveMismatch`] naming it rather
 //! than wait for ever (where ranks meet in this process, a rank's part is
 //! left when its call starts, and the others finish: see below). Ranks
-//! that needed nothing more from it keep the word unread, and a little of
-//! this rank's eager credit with it: a program should not make a habit of
-//! dropping collectives.
+//! that needed nothing more from it take the word and drop it as a late
+//! message of a call they have finished. A collective leaked rather than
+//! dropped (`std::mem::forget`) tells nobody, and its posted receives keep
+//! the eager credit of the messages they matched: a program should not
+//! make a habit of dropping, let alone leaking, collectives.
+//!
+//! Over messages (between processes), a collective moves on only while
+//! its future is polled (or, in [`wait_all`](crate::wait_all), while any
+//! of a set's is): a rank that must pass data on (an inner rank of a
+//! broadcast's tree, a step of a ring) does so in its own polls. A rank
+//! that starts a nonblocking collective and then waits for a message
+//! another rank sends only after that collective has finished there waits
+//! for ever: await the collective first, or both together.
 //!
 //! Values go in and out as typed slices (or a single value, or a `Vec`:
 //! [`CollRef`] and [`CollMut`]) of any [`MpiType`], derived ones (`#[derive(MpiType)]`)

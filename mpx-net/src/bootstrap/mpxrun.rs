@@ -24,7 +24,9 @@
 //! `ssh` passes no environment, a remote rank's variables go on its
 //! command line after the launch command, through `env`, and its token
 //! and credential come on its standard input (`MPX_CREDENTIAL=-`), never
-//! on a command line. `ssh` (or `rsh`) has the remote user's shell run
+//! on a command line, whatever the program: one on another host that is
+//! no mpx program gets them as the first lines of its input (`cat` would
+//! print the rank's private key), so run only mpx programs there. `ssh` (or `rsh`) has the remote user's shell run
 //! that command line: through them, mpxrun quotes each word of it, so
 //! that the program gets its arguments as given (spaces, quotes and `;`
 //! included); the program's path is the remote shell's to resolve (from
