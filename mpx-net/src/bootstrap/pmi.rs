@@ -613,6 +613,9 @@ impl<D: Duplex + ?Sized> Duplex for Box<D> {
 struct HandedSocket {
     stream: std::mem::ManuallyDrop<std::os::unix::net::UnixStream>,
     answered: bool,
+    /// The socket's read and write timeouts as it was found, put back if
+    /// it is left open.
+    found: (Option<Duration>, Option<Duration>),
 }
 
 impl std::io::Read for HandedSocket {
@@ -659,6 +662,10 @@ impl Drop for HandedSocket {
             return;
         }
         // Not known to be the launcher's: left open, as it was found.
+        let (read, write) = self.found;
+        if self.stream.set_read_timeout(read).and_then(|()| self.stream.set_write_timeout(write)).is_err() {
+            tracing::warn!("PMI: the timeouts of a socket PMI_FD named could not be put back");
+        }
         use std::os::fd::AsRawFd;
         // SAFETY: fcntl on a descriptor that is open (the stream never
         // closed it); it clears the close-on-exec flag `connect` set.
@@ -713,7 +720,10 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
             // open while the stream lives (this function's contract); the
             // stream closes it only once the launcher has answered on it,
             // when it is the connection's alone (`HandedSocket`).
-            let stream = HandedSocket { stream: std::mem::ManuallyDrop::new(unsafe { std::os::unix::net::UnixStream::from_raw_fd(*fd) }), answered: false };
+            let stream = std::mem::ManuallyDrop::new(unsafe { std::os::unix::net::UnixStream::from_raw_fd(*fd) });
+            let found = (stream.read_timeout(), stream.write_timeout());
+            let (Ok(read), Ok(write)) = found else { return Err(not_socket()) };
+            let stream = HandedSocket { stream, answered: false, found: (read, write) };
             // Programs this rank starts do not inherit the launcher's
             // socket (cleared again should the launcher not answer).
             // SAFETY: fcntl on an open descriptor; it sets one flag.
@@ -1192,6 +1202,7 @@ mod tests {
         assert!(greeted.is_err(), "no launcher answered");
         // SAFETY: F_GETFD only reads the flags of a descriptor `mine` owns.
         assert_eq!(unsafe { libc::fcntl(fd, libc::F_GETFD) }, 0, "still open, close-on-exec clear again");
+        assert_eq!((mine.read_timeout().unwrap(), mine.write_timeout().unwrap()), (None, None), "its timeouts as they were");
         drop(mine);
     }
 
