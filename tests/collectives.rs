@@ -1230,6 +1230,37 @@ each_transport! {
         }
     }
 
+    /// A rank gone before the call fails every other rank's call that
+    /// needs it, directly or through the ranks that gave up for it, with
+    /// `ProcessFailed` naming it, never with a mismatch naming a live rank
+    /// that passed its failure on: under every algorithm (small and large
+    /// allreduce, Bruck's and the ring's allgather); a broadcast's ranks
+    /// that do not need it finish.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rank_gone_fails_the_others_naming_it() {
+        for (which, values) in [("barrier", 0), ("allreduce", 1), ("allreduce", 20_000), ("allgather", 1), ("allgather", 4_000), ("bcast", 3)] {
+            let outcomes = returns(launch(4, move |comm| async move {
+                if comm.rank() == 2 {
+                    return Ok(None);
+                }
+                let mine = vec![comm.rank() as u64; values];
+                let mut out = vec![0u64; values * comm.size()];
+                Ok(Some(match which {
+                    "barrier" => comm.barrier().await,
+                    "allreduce" => comm.allreduce(&mine[..], &mut out[..values], SUM).await,
+                    "allgather" => comm.allgather(&mine[..], &mut out[..]).await,
+                    _ => comm.bcast(&mut out[..values], 0).await,
+                }))
+            }))
+            .await;
+            for (rank, outcome) in outcomes.iter().enumerate().filter(|&(r, _)| r != 2) {
+                let named = matches!(outcome, Some(Err(e)) if matches!(e.kind(), mpx::ErrorKind::ProcessFailed { rank: 2, .. }));
+                let finished = matches!(outcome, Some(Ok(())));
+                assert!(named || (which == "bcast" && finished), "{which} of {values} values, rank {rank}: {outcome:?}");
+            }
+        }
+    }
+
     /// A rank that drops its part of a collective before it finished
     /// tells the others it gave up: a broadcast's rank below it in the
     /// tree fails, naming it, rather than wait for ever for data that

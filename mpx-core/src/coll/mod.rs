@@ -9,7 +9,9 @@
 //! future is sound, but leaves the collective unfinished on this rank. The
 //! other ranks are told it gave up, and those whose parts wait for its
 //! messages fail with [`ErrorKind::CollectiveMismatch`] naming it rather
-//! than wait for ever (where ranks meet in this process, a rank's part is
+//! than wait for ever (a rank whose call failed because a process failed
+//! passes that on: the others fail with [`ErrorKind::ProcessFailed`]
+//! naming the process, as they would had they waited for it themselves) (where ranks meet in this process, a rank's part is
 //! left when its call starts, and the others finish: see below). Ranks
 //! that needed nothing more from it take the word and drop it as a late
 //! message of a call they have finished. A collective leaked rather than
@@ -308,8 +310,8 @@ impl<T, F: Future<Output = Result<T>>> Future for OverMessages<F> {
         }
         let outcome = std::task::ready!(this.run.poll(cx));
         *this.finished = true;
-        if outcome.is_err() {
-            this.call.give_up();
+        if let Err(e) = &outcome {
+            this.call.give_up_for(e);
         }
         this.call.over();
         Poll::Ready(outcome)
@@ -573,7 +575,7 @@ impl Call {
     /// other rank is then told that this one gave up.
     fn failed_at_once(&self) -> Option<Error> {
         let error = self.fails_at_once()?;
-        self.give_up();
+        self.give_up_for(&error);
         Some(error)
     }
 
@@ -678,16 +680,37 @@ impl Call {
     /// collective has one), sent in the background. A rank that has
     /// finished its part by then never takes it.
     pub(crate) fn give_up(&self) {
-        self.give_up_on(self.subtags);
+        self.tell_gave_up(self.subtags, None);
+    }
+
+    /// [`give_up`](Call::give_up), the call having failed with `error`: if
+    /// a process failed ([`ErrorKind::ProcessFailed`]), the word names it
+    /// (see [`GAVE_UP_FOR_FAILED`]), so that the ranks that took this
+    /// rank's word fail with the same error, not with a mismatch naming
+    /// this rank.
+    pub(crate) fn give_up_for(&self, error: &Error) {
+        let failed = match error.kind() {
+            ErrorKind::ProcessFailed { rank, .. } => Some(*rank),
+            _ => None,
+        };
+        self.tell_gave_up(self.subtags, failed);
     }
 
     /// [`give_up`](Call::give_up) on the call's first `subtags` sub-tags
     /// (another rank's call of the same number may use more than this
     /// one's).
     pub(crate) fn give_up_on(&self, subtags: usize) {
+        self.tell_gave_up(subtags, None);
+    }
+
+    /// Sends the word that this rank gave up on the call, on its first
+    /// `subtags` sub-tags, naming the world rank whose failure made it, if
+    /// one did.
+    fn tell_gave_up(&self, subtags: usize, failed: Option<usize>) {
+        let signature = failed.map(|rank| (GAVE_UP_FOR_FAILED, rank as u64));
         for r in (0..self.size()).filter(|&r| r != self.rank()) {
             for sub in 0..subtags.min(Self::SUBTAGS as usize) {
-                let quit = |_| Ok(Packed::untyped(bytes::Bytes::new()));
+                let quit = move |_| Ok(Packed { signature, ..Packed::untyped(bytes::Bytes::new()) });
                 drop(self.comm.start_send(quit, Peer::Rank(r), self.tag + sub as i32, SendMode::Standard, self.comm.context | 1));
             }
         }
@@ -764,7 +787,7 @@ impl Call {
         loop {
             let Ok(Some(id)) = self.comm.post_recv(crate::comm::Source::Any, self.tag, self.comm.context | 1, Some(0)) else { break };
             match RawRecv::new(self.shared().clone(), id).await {
-                Ok(msg) if msg.envelope.signature.is_none() => continue,
+                Ok(msg) if word_of_giving_up(&msg, msg.envelope.source as usize, self.shared().size).is_some() => continue,
                 Ok(msg) => return stray(msg.envelope.source as usize),
                 Err(e) => match e.kind() {
                     ErrorKind::Truncate { message: Some((source, _)), .. } => return stray(*source),
@@ -847,9 +870,12 @@ impl Posted {
     pub(crate) async fn take_items<E: Element>(self, dst: &mut E::Dst<'_>, items: Range<usize>) -> Result<Delivered> {
         let Posted { raw, from, count, salt } = self;
         debug_assert_eq!(items.len(), count);
+        let world = raw.shared().size;
         let msg = raw.await.map_err(|e| too_long(e, from, || format!("{count} of {}", E::name(dst))))?;
-        let signed = msg.envelope.signature.is_some();
-        checked_into::<E>(unsalted(msg, salt), from, count, dst, items).map_err(|e| salted_mismatch(e, salt, signed))
+        if let Some(e) = word_of_giving_up(&msg, from, world) {
+            return Err(e);
+        }
+        checked_into::<E>(unsalted(msg, salt), from, count, dst, items).map_err(|e| salted_mismatch(e, salt))
     }
 
     /// Waits for the message, `acc.len()` values of `T`, and combines them
@@ -866,7 +892,9 @@ impl Posted {
         debug_assert_eq!(acc.len(), count);
         let shared = raw.shared().clone();
         let msg = raw.await.map_err(|e| too_long(e, from, || format!("{count} of {}", std::any::type_name::<T>())))?;
-        let signed = msg.envelope.signature.is_some();
+        if let Some(e) = word_of_giving_up(&msg, from, shared.size) {
+            return Err(e);
+        }
         let msg = unsalted(msg, salt);
         if let Some(theirs) = values_in_place::<T>(&msg, count) {
             op.apply(theirs, acc)?;
@@ -875,7 +903,7 @@ impl Posted {
         }
         let mut theirs = crate::pack::spare::Values::copy_of(acc);
         let items = 0..count;
-        let msg = checked_into::<T>(msg, from, count, &mut &mut theirs[..], items).map_err(|e| salted_mismatch(e, salt, signed))?;
+        let msg = checked_into::<T>(msg, from, count, &mut &mut theirs[..], items).map_err(|e| salted_mismatch(e, salt))?;
         shared.recycle(msg);
         op.apply(&theirs, acc)
     }
@@ -903,13 +931,13 @@ pub(super) fn unsalted(mut msg: Delivered, salt: u64) -> Delivered {
 }
 
 /// `e`, a mismatch found in a message of a salted call (see
-/// [`Call::salt`]; `signed`: the message had a type signature, so it is no
-/// word that its sender gave up), saying that its sender may have sent
-/// the very types expected, under another salt: the call's ranks chose
-/// its root or algorithm differently.
-pub(super) fn salted_mismatch(e: Error, salt: u64, signed: bool) -> Error {
+/// [`Call::salt`]) that is no word that its sender gave up (those are
+/// told apart before), saying that its sender may have sent the very
+/// types expected, under another salt: the call's ranks chose its root or
+/// algorithm differently.
+pub(super) fn salted_mismatch(e: Error, salt: u64) -> Error {
     match e.kind() {
-        ErrorKind::CollectiveMismatch { rank, detail } if salt != 0 && signed => {
+        ErrorKind::CollectiveMismatch { rank, detail } if salt != 0 => {
             let detail = format!("{detail} (or took another root or algorithm for the call, whose messages are told apart so)");
             ErrorKind::CollectiveMismatch { rank: *rank, detail }.into()
         }
@@ -943,6 +971,30 @@ fn values_in_place<T: MpiType>(msg: &Delivered, count: usize) -> Option<&[T]> {
     // byte of a `T` and any bytes make a valid `T` (it needs no
     // validation); the slice borrows the message, which holds the bytes.
     readable.then(|| unsafe { std::slice::from_raw_parts(msg.data.as_ptr().cast::<T>(), count) })
+}
+
+/// The type signature hash of a collective's word that its sender gave
+/// up on the call because a process failed, the signature's count of
+/// elements naming that process's world rank (see [`Call::give_up_for`]):
+/// a hash no datatype's signature has (theirs are below 2^61), beside
+/// [`SERIALIZED_SIGNATURE`](crate::proto::wire::SERIALIZED_SIGNATURE).
+/// The word carries no data, and is never salted.
+pub(crate) const GAVE_UP_FOR_FAILED: u64 = u64::MAX - 1;
+
+/// If `msg`, received from rank `from` of a communicator whose world has
+/// `world` ranks, is word that its sender gave up on the call, what the
+/// receiving rank's call fails with: [`ErrorKind::ProcessFailed`] naming
+/// the failed process the word names (a world rank, checked: the word is
+/// a peer's, and may name anything), or a mismatch naming `from`.
+pub(super) fn word_of_giving_up(msg: &Delivered, from: usize, world: u32) -> Option<Error> {
+    match msg.envelope.signature {
+        None => Some(gave_up(from)),
+        Some((GAVE_UP_FOR_FAILED, failed)) if msg.data.is_empty() => Some(match u32::try_from(failed).ok().filter(|&f| f < world) {
+            Some(failed) => Error::process_failed(failed, format!("rank {from} of the communicator gave up on the collective when it failed")),
+            None => gave_up(from),
+        }),
+        Some(_) => None,
+    }
 }
 
 /// What a rank's call fails with where it receives rank `from`'s word

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::movement::{binomial, root_salt, BCAST_ROOTED};
-use super::{gave_up, guarded, salt_signature, salted_mismatch, sent, unsalted, Call, Collective, Posted};
+use super::{guarded, salt_signature, salted_mismatch, sent, unsalted, word_of_giving_up, Call, Collective, Posted};
 use crate::comm::{deserialize, serialize, serialized, Comm, Peer, RawRecv};
 use crate::error::{ErrorKind, Result};
 use crate::proto::engine::SendMode;
@@ -48,13 +48,17 @@ impl Posted {
     /// Waits for a serde message and returns its bytes.
     async fn serialized(self) -> Result<Bytes> {
         let Posted { raw, from, salt, .. } = self;
-        let msg = unsalted(raw.await?, salt);
+        let world = raw.shared().size;
+        let msg = raw.await?;
+        if let Some(e) = word_of_giving_up(&msg, from, world) {
+            return Err(e);
+        }
+        let msg = unsalted(msg, salt);
         match msg.envelope.signature {
             Some(SERIALIZED_SIGNATURE) => Ok(msg.data),
-            None => Err(gave_up(from)),
-            Some(_) => {
+            _ => {
                 let e = ErrorKind::CollectiveMismatch { rank: from, detail: "it sent typed data where a serde value was expected".into() }.into();
-                Err(salted_mismatch(e, salt, true))
+                Err(salted_mismatch(e, salt))
             }
         }
     }
