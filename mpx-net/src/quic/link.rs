@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use mpx_core::proto::wire::{Frame, Kind};
@@ -136,9 +138,11 @@ struct OutState {
     lost: bool,
     /// `finalize` is flushing: once drained, writers finish their streams.
     closing: bool,
-    /// When the peer's goodbye arrived (the engine took it): from then on
-    /// the flush waits for its streams only so long (see
-    /// [`QuicTransport::linger`]).
+    /// When the flush began.
+    closing_since: Option<Instant>,
+    /// When the peer's goodbye arrived (the engine took it): from then on,
+    /// or from the flush's start if later, the flush waits for its streams
+    /// only so long (see [`QuicTransport::linger`]). On tokio's clock.
     goodbye: Option<Instant>,
     /// The tasks waiting for the flush to end.
     flush_waiters: Vec<Waker>,
@@ -318,10 +322,14 @@ impl Outbox {
         st.wake_flush_waiters();
     }
 
-    /// The peer's goodbye has arrived (the first, if it says more).
+    /// The peer's goodbye has arrived (the first, if it says more): a
+    /// flush under way is woken to start counting its wait.
     pub(crate) fn said_goodbye(&self) {
         let mut st = self.lock();
-        st.goodbye.get_or_insert_with(Instant::now);
+        if st.goodbye.is_none() {
+            st.goodbye = Some(Instant::now());
+            st.wake_flush_waiters();
+        }
     }
 
     /// The endpoint has failed the peer on its own finding (a breach of
@@ -337,8 +345,9 @@ impl Outbox {
     /// Starts the flush: writers finish their streams once drained. Ready
     /// when both streams are finished and acknowledged and the peer's two
     /// have been read to their ends (it has finalized too), or the peer
-    /// failed, or `linger` has passed since its goodbye arrived. Pending
-    /// otherwise, with when that will be, if its goodbye has arrived.
+    /// failed, or `linger` has passed since its goodbye arrived and the
+    /// flush began. Pending otherwise, with when that will be, if its
+    /// goodbye has arrived.
     fn poll_flush(&self, cx: &mut Context<'_>, linger: Duration) -> std::result::Result<(), Option<Instant>> {
         let mut st = self.lock();
         if !st.closing {
@@ -349,7 +358,8 @@ impl Outbox {
                 }
             }
         }
-        let given_up = st.goodbye.map(|said| said + linger);
+        let since = *st.closing_since.get_or_insert_with(Instant::now);
+        let given_up = st.goodbye.map(|said| said.max(since) + linger);
         if st.failed.is_some() || st.lost || st.lanes.iter().all(|q| q.finished && q.ended) || given_up.is_some_and(|at| at <= Instant::now()) {
             return Ok(());
         }
@@ -427,7 +437,7 @@ impl Transport for QuicTransport {
     /// (as MPI's finalize is collective), keeps reading what they still
     /// send it, and leaves no peer waiting for an idle timeout; but a peer
     /// whose goodbye has arrived holds it up at most [`linger`](QuicTransport::linger)
-    /// after that.
+    /// after that (or after the flush began, if later).
     fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let mut ready = true;
         let mut earliest: Option<Instant> = None;
@@ -445,9 +455,8 @@ impl Transport for QuicTransport {
         if !ready {
             // Woken when the earliest wait after a goodbye ends (with tokio's
             // timer; outside a runtime, at the next poll after it).
-            if let Some(at) = earliest.filter(|_| tokio::runtime::Handle::try_current().is_ok()) {
+            if let Some(deadline) = earliest.filter(|_| tokio::runtime::Handle::try_current().is_ok()) {
                 let mut timer = self.linger_timer.lock().unwrap_or_else(|e| e.into_inner());
-                let deadline = tokio::time::Instant::from_std(at);
                 match &mut *timer {
                     Some(sleep) if sleep.deadline() == deadline => {}
                     Some(sleep) => sleep.as_mut().reset(deadline),

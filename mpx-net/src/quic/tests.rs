@@ -348,27 +348,38 @@ async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
 /// A peer that says a clean goodbye, then keeps its connection and its
 /// streams open (acknowledging packets, so no idle timeout fires), holds
 /// up this rank's finalize no longer than the idle timeout after its
-/// goodbye.
+/// goodbye: whether the goodbye came before the finalize began or while
+/// it waited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalize_waits_a_bounded_time_for_a_peer_that_said_goodbye() {
-    let (mut sockets, addrs) = sockets(2);
-    let job = JobCredential::generate(34).unwrap();
-    let hostile = sockets.pop().unwrap();
-    let linger = Options { idle_timeout: Duration::from_secs(2), ..options() };
-    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &linger).unwrap();
-    let (_conn, mut control, _bulk) = hand_rank_greeting_zero(&job, 34, 1, 2, hostile, addrs[0]).await;
-    let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
-        data_len: 0,
-        seq: 0,
-        ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
-    });
-    control.write_all(&bye.encode_header()).await.unwrap();
-    let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 has finished");
-    assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
-    let begun = std::time::Instant::now();
-    let finalized = tokio::time::timeout(Duration::from_secs(15), zero.finalize()).await;
-    assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
-    assert!(begun.elapsed() < Duration::from_secs(5), "finalize took {:?}", begun.elapsed());
+    for goodbye_first in [true, false] {
+        let (mut sockets, addrs) = sockets(2);
+        let job = JobCredential::generate(34).unwrap();
+        let hostile = sockets.pop().unwrap();
+        let linger = Options { idle_timeout: Duration::from_secs(2), ..options() };
+        let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &linger).unwrap();
+        let (_conn, mut control, _bulk) = hand_rank_greeting_zero(&job, 34, 1, 2, hostile, addrs[0]).await;
+        let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
+            data_len: 0,
+            seq: 0,
+            ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
+        });
+        let begun = std::time::Instant::now();
+        let finalized = if goodbye_first {
+            control.write_all(&bye.encode_header()).await.unwrap();
+            let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 has finished");
+            assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
+            tokio::time::timeout(Duration::from_secs(15), zero.finalize()).await
+        } else {
+            let finalizing = tokio::spawn(async move { tokio::time::timeout(Duration::from_secs(15), zero.finalize()).await });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(!finalizing.is_finished(), "finalize waits for rank 1");
+            control.write_all(&bye.encode_header()).await.unwrap();
+            finalizing.await.unwrap()
+        };
+        assert!(matches!(finalized, Ok(Ok(()))), "goodbye first: {goodbye_first}: {finalized:?}");
+        assert!(begun.elapsed() < Duration::from_secs(6), "goodbye first: {goodbye_first}: finalize took {:?}", begun.elapsed());
+    }
 }
 
 /// An endpoint closed, or aborted, from a thread outside any tokio runtime
