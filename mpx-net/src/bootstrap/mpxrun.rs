@@ -551,13 +551,11 @@ async fn serve_rank(
             Err(e) => {
                 let _ = failed.send(RankFailure::Broke { rank: rank as u32, why: format!("broke the PMI protocol: {e}") });
                 // Served no more: the ranks in the start-up barrier fail
-                // at once, as for a rank that left (with --keep-going they
-                // are not killed, and would wait for it until their
-                // start-up timeout).
-                let left = kvs.lock().unwrap_or_else(|e| e.into_inner()).leave(rank);
-                if let Some(replies) = left {
-                    answer(&writers, replies, &failed).await;
-                }
+                // at once, as for a rank that left, even if its first bytes
+                // were no PMI (with --keep-going they are not killed, and
+                // would wait for it until their start-up timeout).
+                let replies = kvs.lock().unwrap_or_else(|e| e.into_inner()).broke(rank);
+                answer(&writers, replies, &failed).await;
                 return;
             }
         }

@@ -952,9 +952,24 @@ impl KvSpace {
         if !self.left_early(rank) {
             return None;
         }
+        Some(self.lose(rank))
+    }
+
+    /// `rank` broke the protocol (its bytes are no PMI, from the first
+    /// ones on, or ask for what this launcher does not serve): it is
+    /// served no more, and, as for a rank that left early, the ranks in the
+    /// barrier are answered with an error at once (returned), and those
+    /// that enter it later too.
+    pub fn broke(&mut self, rank: usize) -> Vec<(usize, Vec<u8>)> {
+        self.lose(rank)
+    }
+
+    /// The barrier can never complete without `rank`: the answers to the
+    /// ranks in it (those that enter it later are answered at once).
+    fn lose(&mut self, rank: usize) -> Vec<(usize, Vec<u8>)> {
         self.lost.get_or_insert(rank);
         let waiting: Vec<usize> = (0..self.size).filter(|&r| self.in_barrier[r]).collect();
-        Some(waiting.into_iter().map(|r| self.barrier_failed(r)).collect())
+        waiting.into_iter().map(|r| self.barrier_failed(r)).collect()
     }
 
     /// The answer to `rank`'s barrier once a rank has left early.
