@@ -329,16 +329,29 @@ fn a_rank_that_leaves_before_its_pmi_finalize_fails_the_job_at_once() {
 }
 
 /// A rank variable left over from a start by hand (`MPX_RANK`) beside a
-/// launcher's PMI variables is an error naming both, not a start by hand
-/// that makes every process the same rank.
+/// PMI socket a launcher handed the process (`PMI_FD`) is an error naming
+/// both, not a start by hand that makes every process the same rank; a
+/// `PMI_FD` that names no such socket (inherited by a program a launched
+/// rank started) leaves the start by hand to `MPX_RANK`.
 #[test]
 fn a_leftover_rank_variable_under_a_launcher_is_an_error_naming_both() {
+    use std::os::fd::AsRawFd;
+    let (handed, _launcher) = std::os::unix::net::UnixStream::pair().unwrap();
+    // SAFETY: fcntl on a descriptor `handed` owns, which outlives the
+    // child's start: clears close-on-exec, as on a descriptor a launcher
+    // passes across exec.
+    assert_ne!(unsafe { libc::fcntl(handed.as_raw_fd(), libc::F_SETFD, 0) }, -1);
+    let fd = handed.as_raw_fd().to_string();
     let out = run(
-        Command::new(example("quickstart")).env("MPX_RANK", "0").env("PMI_FD", "3").env("PMI_RANK", "0").env("PMI_SIZE", "4"),
+        Command::new(example("quickstart")).env("MPX_RANK", "0").env("PMI_FD", &fd).env("PMI_RANK", "0").env("PMI_SIZE", "4"),
         Duration::from_secs(30),
     );
     assert!(!out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("both MPX_RANK (a rank started by hand) and PMI_FD (a launcher's PMI) are set"), "{}", text(&out));
+    assert!(text(&out).contains("both MPX_RANK (a rank started by hand) and PMI_FD (a launcher's PMI socket) are set"), "{}", text(&out));
+    // Standard error as PMI_FD: no socket a launcher handed over.
+    let out = run(Command::new(example("quickstart")).env("MPX_RANK", "0").env("PMI_FD", "2"), Duration::from_secs(30));
+    assert!(!text(&out).contains("both MPX_RANK"), "{}", text(&out));
+    assert!(text(&out).contains("rank 0 of 0"), "a start by hand, with no addresses:\n{}", text(&out));
 }
 
 /// A rank that breaks the PMI protocol is served no more, and, with

@@ -181,11 +181,15 @@ impl Start {
     fn from_env() -> Result<Start> {
         if var(env::RANK).is_some() {
             // A rank started by hand, or a variable left over from one in a
-            // shell that now runs a launcher: which one is meant cannot be
-            // told, and the wrong guess starts every process as one rank.
-            if let Some(pmi) = ["PMI_FD", "PMI_PORT"].into_iter().find(|name| var(name).is_some()) {
+            // shell that now runs a launcher, which handed this process its
+            // PMI socket: which one is meant cannot be told, and the wrong
+            // guess starts every process as the same rank. (A `PMI_FD`
+            // inherited in the environment of a program a launched rank
+            // started names no such socket here: that program's ranks are
+            // started by hand.)
+            if var("PMI_FD").and_then(|fd| fd.trim().parse().ok()).is_some_and(pmi::is_handed_socket) {
                 return Err(ErrorKind::InvalidArgument(format!(
-                    "both {} (a rank started by hand) and {pmi} (a launcher's PMI) are set: unset {} to run under the launcher",
+                    "both {} (a rank started by hand) and PMI_FD (a launcher's PMI socket) are set: unset {} to run under the launcher",
                     env::RANK,
                     env::RANK
                 ))

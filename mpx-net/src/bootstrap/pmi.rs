@@ -673,6 +673,28 @@ impl Drop for HandedSocket {
     }
 }
 
+/// Whether descriptor `fd` may be a launcher's PMI socket handed to this
+/// process: an open socket, not standard input, output or error (never
+/// the launcher's socket), with close-on-exec clear. A descriptor the
+/// launcher passed across exec has it clear, and every descriptor Rust's
+/// standard library opens has it set: a socket with it set was opened by
+/// this process (a `PMI_FD` its environment inherited from a parent names
+/// another socket here).
+pub(crate) fn is_handed_socket(fd: std::os::fd::RawFd) -> bool {
+    if fd <= 2 {
+        return false;
+    }
+    // SAFETY: fstat writes only into the zeroed `stat` it is given.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; an unopened descriptor is an error (EBADF).
+    if unsafe { libc::fstat(fd, &mut stat) } != 0 || stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return false;
+    }
+    // SAFETY: F_GETFD only reads the descriptor's flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    flags != -1 && flags & libc::FD_CLOEXEC == 0
+}
+
 /// Opens the launcher's socket as `PMI_FD` or `PMI_PORT` names it, with
 /// `timeout` as the longest any one answer may take. Over `PMI_PORT` (a
 /// TCP `host:port`, for ranks on other hosts) the client first names
@@ -697,23 +719,7 @@ pub unsafe fn connect(channel: &Channel, timeout: Duration) -> Result<Box<dyn Du
             // Standard input, output and error are never the launcher's
             // socket, and what is not an open socket is not one either.
             let not_socket = || -> Error { ErrorKind::InvalidArgument(format!("PMI_FD={fd} is not a socket this process was given")).into() };
-            if *fd <= 2 {
-                return Err(not_socket());
-            }
-            // SAFETY: fstat writes only into the zeroed `stat` it is given.
-            let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-            // SAFETY: as above; an unopened descriptor is an error (EBADF).
-            if unsafe { libc::fstat(*fd, &mut stat) } != 0 || stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-                return Err(not_socket());
-            }
-            // A descriptor the launcher passed across exec has close-on-exec
-            // clear, and every descriptor Rust's standard library opens has
-            // it set: a socket with it set was opened by this process (a
-            // PMI_FD its environment inherited from a parent names another
-            // socket here), and is not this function's to take.
-            // SAFETY: F_GETFD only reads the descriptor's flags.
-            let flags = unsafe { libc::fcntl(*fd, libc::F_GETFD) };
-            if flags == -1 || flags & libc::FD_CLOEXEC != 0 {
+            if !is_handed_socket(*fd) {
                 return Err(not_socket());
             }
             // SAFETY: the descriptor is open (fstat said so) and stays
