@@ -1337,7 +1337,8 @@ impl Seat {
         assert!(!self.done, "a seat polled after it finished");
         let comm = &self.comm;
         let mut st = lock(&comm.state);
-        let gone = |r: usize| -> Error { ErrorKind::ProcessFailed { rank: r, reason: "it ended without taking part in the collective".into(), cause: None }.into() };
+        // Named by its world rank, as every `ProcessFailed` is.
+        let gone = |r: usize| -> Error { Error::process_failed(comm.members[r], "it ended without taking part in the collective") };
         let outcome = match st.round(self.key) {
             // This member's own endpoint has gone: as every operation on
             // it, the call fails.
@@ -1716,13 +1717,13 @@ mod tests {
         assert!(matches!(poll(&mut a), Poll::Ready(Ok(_))));
         assert_eq!(lock(&comm.state).rounds.len(), 0, "every member done: the round goes");
         // World rank 1 (member 2) leaves after its part, world rank 0
-        // (member 1) before: the round fails naming member 1.
+        // (member 1) before: the round fails naming world rank 0.
         b = comm.sit((1, 0), 2, part(), None).seat();
         world.leave(1);
         let mut d = comm.sit((1, 0), 0, part(), None).seat();
         assert!(poll(&mut d).is_pending());
         world.leave(0);
-        assert!(matches!(poll(&mut d), Poll::Ready(Err(e)) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })));
+        assert!(matches!(poll(&mut d), Poll::Ready(Err(e)) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 0, .. })));
         drop(b);
         assert_eq!(lock(&comm.state).rounds.len(), 0, "the members that came are done: the failed round goes");
         drop(holds);
