@@ -308,10 +308,11 @@ impl Decoder {
 /// Reads from `stream` until `decoder` holds a whole message. With a
 /// `deadline`, each read waits only for what is left of it (a launcher
 /// dribbling its answer a byte at a time cannot stretch the wait), and the
-/// stream is left with the read timeout it had.
+/// stream is left with the read timeout it had (none: the longest a
+/// socket takes, which is as good).
 fn receive<S: Duplex + ?Sized>(stream: &mut S, decoder: &mut Decoder, version: Version, deadline: Option<Instant>) -> std::io::Result<Option<Message>> {
     let restore = match deadline {
-        Some(_) => Duplex::read_timeout(stream)?,
+        Some(_) => Some(Duplex::read_timeout(stream)?.unwrap_or(Duration::MAX)),
         None => None,
     };
     let answer = read_message(stream, decoder, version, deadline);
@@ -1484,6 +1485,23 @@ mod tests {
         assert!(started.elapsed() < Duration::from_millis(1000), "the start-up took {:?}", started.elapsed());
         // Without a deadline, each call takes what it takes.
         c.set_deadline(None);
+        drop(c);
+        launcher.join().unwrap();
+        // A socket with no read timeout is left with none that can expire
+        // (not with the last wait the deadline left).
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let launcher = std::thread::spawn(move || {
+            let mut kvs = KvSpace::new("slow", 1);
+            let mut chunk = [0u8; 256];
+            while let Ok(n @ 1..) = server.read(&mut chunk) {
+                for (_, bytes) in kvs.receive(0, &chunk[..n]).unwrap() {
+                    server.write_all(&bytes).unwrap();
+                }
+            }
+        });
+        let c = Client::init_by(client, 0, Version::V1, Some(Instant::now() + Duration::from_secs(5))).unwrap();
+        let left = Duplex::read_timeout(&c.stream).unwrap();
+        assert!(left.is_none_or(|t| t > Duration::from_secs(3600)), "{left:?}");
         drop(c);
         launcher.join().unwrap();
     }
