@@ -523,7 +523,7 @@ impl Endpoint {
     /// waits), so that the goodbye goes out and peers waiting for this
     /// rank to end (a QUIC rank's finalize) see it end.
     fn start_flush(&self) {
-        let _ = self.shared.transport.poll_flush(&mut Context::from_waker(Waker::noop()));
+        self.shared.transport.start_flush();
     }
 
     /// Closes the endpoint: every operation still waiting, and every later

@@ -99,6 +99,16 @@ pub trait Transport: Send + Sync + 'static {
         Poll::Ready(Ok(()))
     }
 
+    /// Starts the flush without waiting for it (the endpoint's `close`
+    /// and `abort`; `finalize` waits with
+    /// [`poll_flush`](Transport::poll_flush)): the goodbyes go out, and
+    /// peers waiting for this rank to end see it end. No task is to be
+    /// woken for it. The default polls the flush once with a waker that
+    /// wakes nobody.
+    fn start_flush(&self) {
+        let _ = self.poll_flush(&mut Context::from_waker(std::task::Waker::noop()));
+    }
+
     /// Where the collectives of a world whose ranks all live in this
     /// process meet, without messages, and where its point-to-point
     /// messages meet their receivers, without frames, as the world says

@@ -439,6 +439,19 @@ impl Transport for QuicTransport {
     /// whose goodbye has arrived holds it up at most [`linger`](QuicTransport::linger)
     /// after that (or after the flush began, if later).
     fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.flush(cx, false)
+    }
+
+    /// Starts the flush, as a poll of it that leaves its timer alone.
+    fn start_flush(&self) {
+        let _ = self.flush(&mut Context::from_waker(Waker::noop()), true);
+    }
+}
+
+impl QuicTransport {
+    /// [`poll_flush`](Transport::poll_flush), or, `starting`, the poll of
+    /// [`start_flush`](Transport::start_flush), whose waker wakes nobody.
+    fn flush(&self, cx: &mut Context<'_>, starting: bool) -> Poll<Result<()>> {
         let mut ready = true;
         let mut earliest: Option<Instant> = None;
         for (rank, outbox) in self.outboxes.iter().enumerate() {
@@ -454,17 +467,22 @@ impl Transport for QuicTransport {
         }
         if !ready {
             // Woken when the earliest wait after a goodbye ends (with tokio's
-            // timer; outside a runtime, at the next poll after it).
-            if let Some(deadline) = earliest.filter(|_| tokio::runtime::Handle::try_current().is_ok()) {
+            // timer; outside a runtime, at the next poll after it). A poll
+            // that only starts the flush (`close`) leaves the timer to the
+            // tasks that wait; when it fires, every task waiting for the
+            // flush is woken, not only the one that polled it last.
+            let waits = !starting;
+            if let Some(deadline) = earliest.filter(|_| waits && tokio::runtime::Handle::try_current().is_ok()) {
                 let mut timer = self.linger_timer.lock().unwrap_or_else(|e| e.into_inner());
                 match &mut *timer {
                     Some(sleep) if sleep.deadline() == deadline => {}
                     Some(sleep) => sleep.as_mut().reset(deadline),
                     None => *timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
                 }
-                if let Some(sleep) = timer.as_mut() {
-                    if sleep.as_mut().poll(cx).is_ready() {
-                        cx.waker().wake_by_ref();
+                if timer.as_mut().is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready()) {
+                    drop(timer);
+                    for outbox in self.outboxes.iter() {
+                        outbox.lock().wake_flush_waiters();
                     }
                 }
             }

@@ -348,11 +348,12 @@ async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
 /// A peer that says a clean goodbye, then keeps its connection and its
 /// streams open (acknowledging packets, so no idle timeout fires), holds
 /// up this rank's finalize no longer than the idle timeout after its
-/// goodbye: whether the goodbye came before the finalize began or while
-/// it waited.
+/// goodbye or the finalize's start, whichever is later: whether the
+/// goodbye came just before the finalize, long before it (the finalize
+/// still waits its while for the peer's streams), or while it waited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalize_waits_a_bounded_time_for_a_peer_that_said_goodbye() {
-    for goodbye_first in [true, false] {
+    for (case, before) in [("just before", Some(Duration::ZERO)), ("long before", Some(Duration::from_millis(2500))), ("during", None)] {
         let (mut sockets, addrs) = sockets(2);
         let job = JobCredential::generate(34).unwrap();
         let hostile = sockets.pop().unwrap();
@@ -364,21 +365,32 @@ async fn finalize_waits_a_bounded_time_for_a_peer_that_said_goodbye() {
             seq: 0,
             ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
         });
-        let begun = std::time::Instant::now();
-        let finalized = if goodbye_first {
-            control.write_all(&bye.encode_header()).await.unwrap();
-            let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 has finished");
-            assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
-            tokio::time::timeout(Duration::from_secs(15), zero.finalize()).await
-        } else {
-            let finalizing = tokio::spawn(async move { tokio::time::timeout(Duration::from_secs(15), zero.finalize()).await });
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            assert!(!finalizing.is_finished(), "finalize waits for rank 1");
-            control.write_all(&bye.encode_header()).await.unwrap();
-            finalizing.await.unwrap()
+        let (finalized, took) = match before {
+            Some(wait) => {
+                control.write_all(&bye.encode_header()).await.unwrap();
+                let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 has finished");
+                assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
+                tokio::time::sleep(wait).await;
+                let begun = std::time::Instant::now();
+                (tokio::time::timeout(Duration::from_secs(15), zero.finalize()).await, begun.elapsed())
+            }
+            None => {
+                let begun = std::time::Instant::now();
+                let closer = zero.clone();
+                let finalizing = tokio::spawn(async move { tokio::time::timeout(Duration::from_secs(15), zero.finalize()).await });
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                assert!(!finalizing.is_finished(), "finalize waits for rank 1");
+                control.write_all(&bye.encode_header()).await.unwrap();
+                // A close from another handle meanwhile (which only starts
+                // the flush) does not take the finalize's timer from it.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                closer.close();
+                (finalizing.await.unwrap(), begun.elapsed())
+            }
         };
-        assert!(matches!(finalized, Ok(Ok(()))), "goodbye first: {goodbye_first}: {finalized:?}");
-        assert!(begun.elapsed() < Duration::from_secs(6), "goodbye first: {goodbye_first}: finalize took {:?}", begun.elapsed());
+        assert!(matches!(finalized, Ok(Ok(()))), "goodbye {case}: {finalized:?}");
+        assert!(took < Duration::from_secs(6), "goodbye {case}: finalize took {took:?}");
+        assert!(took > Duration::from_millis(1500), "goodbye {case}: finalize gave up on rank 1's streams after {took:?}");
     }
 }
 
