@@ -897,6 +897,9 @@ pub struct KvSpace {
     /// A rank that spoke PMI and left without its finalize (see
     /// [`KvSpace::leave`]): no barrier completes any more.
     lost: Option<usize>,
+    /// The answers to the messages a rank sent before one it broke the
+    /// protocol with, in the same bytes, for [`KvSpace::broke`].
+    answered_before_breach: Vec<(usize, Vec<u8>)>,
 }
 
 impl KvSpace {
@@ -926,6 +929,7 @@ impl KvSpace {
             joined: vec![false; size],
             finalized: vec![false; size],
             lost: None,
+            answered_before_breach: Vec::new(),
         }
     }
 
@@ -966,9 +970,32 @@ impl KvSpace {
     /// ones on, or ask for what this launcher does not serve): it is
     /// served no more, and, as for a rank that left early, the ranks in the
     /// barrier are answered with an error at once (returned), and those
-    /// that enter it later too.
+    /// that enter it later too. The answers its messages before the breach
+    /// earned come first.
+    ///
+    /// ```
+    /// use mpx_net::bootstrap::pmi::KvSpace;
+    /// let mut kvs = KvSpace::new("job-1", 3);
+    /// assert!(kvs.receive(0, b"cmd=barrier_in\n")?.is_empty());
+    /// // Rank 2 breaks the protocol with its very first bytes.
+    /// assert!(kvs.receive(2, b"hello\n").is_err());
+    /// assert_eq!(kvs.broke(2), [(0, b"cmd=barrier_out rc=-1 msg=rank-2-left-the-job-before-its-PMI-finalize\n".to_vec())]);
+    ///
+    /// // Rank 1 completes the barrier and breaks the protocol in one write:
+    /// // the barrier's answers still go.
+    /// let mut kvs = KvSpace::new("job-2", 2);
+    /// assert!(kvs.receive(0, b"cmd=barrier_in\n")?.is_empty());
+    /// assert!(kvs.receive(1, b"cmd=barrier_in\nbogus\n").is_err());
+    /// let answers = kvs.broke(1);
+    /// assert_eq!(answers, [(0, b"cmd=barrier_out\n".to_vec()), (1, b"cmd=barrier_out\n".to_vec())]);
+    /// # Ok::<(), mpx_core::Error>(())
+    /// ```
     pub fn broke(&mut self, rank: usize) -> Vec<(usize, Vec<u8>)> {
-        self.lose(rank)
+        // What its messages before the breach completed (a barrier it
+        // entered last, say) goes first.
+        let mut answers = std::mem::take(&mut self.answered_before_breach);
+        answers.extend(self.lose(rank));
+        answers
     }
 
     /// The barrier can never complete without `rank`: the answers to the
@@ -997,16 +1024,29 @@ impl KvSpace {
     /// Takes bytes `rank` sent and answers every whole message among them:
     /// the bytes to send, each to its rank. A malformed message, or one
     /// this launcher does not serve, is an error (the launcher then fails
-    /// the job).
+    /// the job; the answers to the messages before it are kept for
+    /// [`broke`](KvSpace::broke)).
     pub fn receive(&mut self, rank: usize, bytes: &[u8]) -> Result<Vec<(usize, Vec<u8>)>> {
         let (decoder, _) = self.ranks.get_mut(rank).ok_or_else(|| ErrorKind::InvalidArgument(format!("rank {rank} of {}", self.size)))?;
         decoder.feed(bytes);
         let mut out = Vec::new();
         loop {
             let (decoder, version) = &mut self.ranks[rank];
-            let Some(m) = decoder.next(*version).map_err(|e| ErrorKind::Protocol(format!("rank {rank}: {e}")))? else { return Ok(out) };
-            self.joined[rank] = true;
-            out.extend(self.handle(rank, m)?);
+            let handled = match decoder.next(*version) {
+                Ok(None) => return Ok(out),
+                Ok(Some(m)) => {
+                    self.joined[rank] = true;
+                    self.handle(rank, m)
+                }
+                Err(e) => Err(ErrorKind::Protocol(format!("rank {rank}: {e}")).into()),
+            };
+            match handled {
+                Ok(answers) => out.extend(answers),
+                Err(e) => {
+                    self.answered_before_breach.extend(out);
+                    return Err(e);
+                }
+            }
         }
     }
 
