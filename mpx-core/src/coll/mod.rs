@@ -9,11 +9,12 @@
 //! future is sound, but leaves the collective unfinished on this rank. The
 //! other ranks are told it gave up, and those whose parts wait for its
 //! messages fail with [`ErrorKind::CollectiveMismatch`] naming it rather
-//! than wait for ever (a rank whose call failed because a process failed
-//! passes that on: the others fail with [`ErrorKind::ProcessFailed`]
-//! naming the process, as they would had they waited for it themselves) (where ranks meet in this process, a rank's part is
-//! left when its call starts, and the others finish: see below). Ranks
-//! that needed nothing more from it take the word and drop it as a late
+//! than wait for ever (where ranks meet in this process, a rank's part is
+//! left when its call starts, and the others finish: see below). A rank
+//! whose call failed because a process failed passes that on: the others
+//! fail with [`ErrorKind::ProcessFailed`] naming the process, as they
+//! would had they waited for it themselves. Ranks that needed nothing
+//! more from a rank that gave up take its word and drop it as a late
 //! message of a call they have finished. A collective leaked rather than
 //! dropped (`std::mem::forget`) tells nobody, and its posted receives keep
 //! the eager credit of the messages they matched: a program should not

@@ -471,8 +471,7 @@ impl QuicTransport {
             // that only starts the flush (`close`) leaves the timer to the
             // tasks that wait; when it fires, every task waiting for the
             // flush is woken, not only the one that polled it last.
-            let waits = !starting;
-            if let Some(deadline) = earliest.filter(|_| waits && tokio::runtime::Handle::try_current().is_ok()) {
+            if let Some(deadline) = earliest.filter(|_| !starting && tokio::runtime::Handle::try_current().is_ok()) {
                 let mut timer = self.linger_timer.lock().unwrap_or_else(|e| e.into_inner());
                 match &mut *timer {
                     Some(sleep) if sleep.deadline() == deadline => {}
