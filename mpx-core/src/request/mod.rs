@@ -396,22 +396,14 @@ impl<'a> Request<'a> {
     /// `cx`'s waker. Awaiting a request takes its outcome from here
     /// directly, without keeping it in the request first.
     fn poll_active(&mut self, cx: &mut Context<'_>) -> Poll<Result<Status>> {
-        let State::Active { shared, id, kind, .. } = &mut self.state else { unreachable!("called on active requests") };
+        let State::Active { shared, id, .. } = &mut self.state else { unreachable!("called on active requests") };
         let mut data_arrived = false;
         let completion = match shared.poll_recv(*id, cx, &mut data_arrived) {
             Poll::Ready(completion) => completion,
             Poll::Pending => {
-                if let (true, Kind::Recv(finish)) = (data_arrived, kind) {
-                    if let Err(e) = finish.take_arrived(shared, *id) {
-                        // More data than its envelope says (the engine
-                        // refuses such data before it gets here): the
-                        // receive fails, and the message goes back with
-                        // what it took, or (if that is not all it was
-                        // handed) can only fail the next receive.
-                        shared.withdraw_streamed(*id, finish.taken());
-                        self.state = State::Complete(None);
-                        return Poll::Ready(Err(e));
-                    }
+                if let Err(e) = self.take_arrived_data(data_arrived) {
+                    self.state = State::Complete(None);
+                    return Poll::Ready(Err(e));
                 }
                 return Poll::Pending;
             }
@@ -437,21 +429,30 @@ impl<'a> Request<'a> {
     /// it took as it arrived, see [`Finish`]), and dropping the request
     /// still gives it back. Otherwise registers `cx`'s waker.
     pub(crate) fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let State::Active { shared, id, kind, .. } = &mut self.state else { return Poll::Ready(()) };
+        let State::Active { shared, id, .. } = &mut self.state else { return Poll::Ready(()) };
         let mut data_arrived = false;
         if shared.poll_settled(*id, cx, &mut data_arrived).is_ready() {
             return Poll::Ready(());
         }
-        if let (true, Kind::Recv(finish)) = (data_arrived, kind) {
-            if let Err(e) = finish.take_arrived(shared, *id) {
-                // As in `poll_active`: the receive fails, and its message
-                // goes back with what it took.
-                shared.withdraw_streamed(*id, finish.taken());
-                self.state = State::Complete(Some(Err(e)));
-                return Poll::Ready(());
-            }
+        if let Err(e) = self.take_arrived_data(data_arrived) {
+            self.state = State::Complete(Some(Err(e)));
+            return Poll::Ready(());
         }
         Poll::Pending
+    }
+
+    /// For a receive still waiting whose poll found that data arrived
+    /// (`data_arrived`), takes it into its buffer now. More data than its
+    /// envelope says (the engine refuses such data before it gets here)
+    /// fails the receive: its message goes back with what it took, or (if
+    /// that is not all it was handed) can only fail the next receive; the
+    /// caller completes the request with the error.
+    fn take_arrived_data(&mut self, data_arrived: bool) -> Result<()> {
+        let State::Active { shared, id, kind: Kind::Recv(finish), .. } = &mut self.state else { return Ok(()) };
+        if !data_arrived {
+            return Ok(());
+        }
+        finish.take_arrived(shared, *id).inspect_err(|_| shared.withdraw_streamed(*id, finish.taken()))
     }
 
     /// `MPI_Test`: the outcome if the operation has completed, without

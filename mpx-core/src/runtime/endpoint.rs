@@ -902,18 +902,11 @@ impl Shared {
         let mut st = self.lock();
         let State { engine, requests, to_wake, displaced, .. } = &mut *st;
         let tracked = requests.entry(id).or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
-        let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else { return Poll::Ready(()) };
-        *data_arrived = std::mem::take(arrived);
-        if engine.orphaned(id) {
-            if only_looking() || !std::mem::replace(orphan_polled, true) {
-                // Polled again once the lock is released (see `Locked`).
-                to_wake.push(cx.waker().clone());
-                return Poll::Pending;
-            }
-            return Poll::Ready(());
+        match wait(tracked, || engine.orphaned(id), cx, to_wake, displaced, data_arrived) {
+            Waited::Pending => Poll::Pending,
+            // Done, or an orphaned receive that fails when completed.
+            Waited::NotWaiting | Waited::Orphaned => Poll::Ready(()),
         }
-        register(waker, cx, displaced);
-        Poll::Pending
     }
 
     /// Has the transport deliver what has arrived, from the task polling
@@ -980,31 +973,21 @@ impl Shared {
             entry => entry,
         };
         let tracked = entry.or_insert(Tracked::Waiting { waker: None, orphan_polled: false, data_arrived: false });
-        let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else {
-            // Abandoned and buffered sends have no request left to poll
-            // (request ids are never reused).
-            debug_assert!(false, "request {id} polled after its request was given up");
-            return Poll::Pending;
-        };
-        *data_arrived = std::mem::take(arrived);
-        if st.engine.orphaned(id) {
-            // Only this rank can still match it. The first poll that waits
-            // and finds it so lets everything else this rank has ready run
-            // (a send to itself may be among it); the second fails it. A
-            // test (see `looking`) neither fails it nor counts, as MPI_Test
-            // only looks; it still wakes the poller, so that a set whose
-            // test found it so polls it again when it waits.
-            if only_looking() || !std::mem::replace(orphan_polled, true) {
-                st.to_wake.push(cx.waker().clone());
-                return Poll::Pending;
+        match wait(tracked, || st.engine.orphaned(id), cx, &mut st.to_wake, &mut st.displaced, data_arrived) {
+            Waited::Pending => Poll::Pending,
+            Waited::NotWaiting => {
+                // Abandoned and buffered sends have no request left to poll
+                // (request ids are never reused).
+                debug_assert!(false, "request {id} polled after its request was given up");
+                Poll::Pending
             }
-            st.take_request(id);
-            st.engine.cancel_recv(id);
-            let error = st.engine.others_gone().unwrap_or_else(|| ErrorKind::Finalized.into());
-            return Poll::Ready(Completion::Recv(Err(error)));
+            Waited::Orphaned => {
+                st.take_request(id);
+                st.engine.cancel_recv(id);
+                let error = st.engine.others_gone().unwrap_or_else(|| ErrorKind::Finalized.into());
+                Poll::Ready(Completion::Recv(Err(error)))
+            }
         }
-        register(waker, cx, &mut st.displaced);
-        Poll::Pending
     }
 
     /// Starts send `id` and flushes, the state locked; returns its
@@ -1365,6 +1348,43 @@ pub(crate) fn looking<R>(test: impl FnOnce() -> R) -> R {
 /// Whether the polls now under way are a test's (see [`looking`]).
 fn only_looking() -> bool {
     ONLY_LOOKING.with(Cell::get)
+}
+
+/// What [`wait`] found of a request not done when polled.
+enum Waited {
+    /// Still waiting: the poller is woken when it finishes.
+    Pending,
+    /// Not waiting: done (its completion still there), abandoned, or a
+    /// buffered send.
+    NotWaiting,
+    /// An any-source receive that only this rank can still match, polled a
+    /// second time while waiting: it fails now.
+    Orphaned,
+}
+
+/// The part of [`Shared::poll_recv`] and [`Shared::poll_settled`] for a
+/// request not done: takes whether data arrived for it since its last poll
+/// into `data_arrived`, and registers `cx`'s waker (one it replaces goes
+/// to `displaced`). An `orphaned` receive (only this rank can still match
+/// it): the first poll that waits and finds it so lets everything else
+/// this rank has ready run (a send to itself may be among it), and the
+/// second is [`Waited::Orphaned`]; a test (see `looking`) neither fails it
+/// nor counts, as MPI_Test only looks. Either way the poller is woken
+/// once the lock is released (`to_wake`), so that a set whose test found
+/// it so polls it again when it waits.
+#[inline]
+fn wait(tracked: &mut Tracked, orphaned: impl FnOnce() -> bool, cx: &Context<'_>, to_wake: &mut Vec<Waker>, displaced: &mut Vec<Waker>, data_arrived: &mut bool) -> Waited {
+    let Tracked::Waiting { waker, orphan_polled, data_arrived: arrived } = tracked else { return Waited::NotWaiting };
+    *data_arrived = std::mem::take(arrived);
+    if orphaned() {
+        if only_looking() || !std::mem::replace(orphan_polled, true) {
+            to_wake.push(cx.waker().clone());
+            return Waited::Pending;
+        }
+        return Waited::Orphaned;
+    }
+    register(waker, cx, displaced);
+    Waited::Pending
 }
 
 /// Keeps `cx`'s waker in `slot` (cloning it only if it changed); one it

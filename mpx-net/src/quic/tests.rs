@@ -76,6 +76,14 @@ fn hello_to_zero(rank: u32, size: u32) -> mpx_core::proto::wire::Frame {
         .1
 }
 
+/// Writes rank `rank`'s hello to rank 0 (of `size` ranks) on `control`, as
+/// a rank played by hand says it.
+async fn say_hello_to_zero(control: &mut quinn::SendStream, rank: u32, size: u32) {
+    let hello = hello_to_zero(rank, size);
+    control.write_all(&hello.encode_header()).await.unwrap();
+    control.write_all(&hello.payload).await.unwrap();
+}
+
 /// Accepts the peer's control stream on `conn` and reads its head: the
 /// stream, and the port of the peer's bulk socket.
 async fn their_control_head(conn: &quinn::Connection) -> (quinn::RecvStream, u16) {
@@ -318,9 +326,7 @@ async fn hand_rank_greeting_zero(job: &JobCredential, job_id: u64, rank: u32, si
     control.write_all(&StreamHead::Control { bulk_port: 0 }.encode()).await.unwrap();
     let mut bulk = conn.open_uni().await.unwrap();
     bulk.write_all(&StreamHead::Bulk.encode()).await.unwrap();
-    let hello = hello_to_zero(rank, size);
-    control.write_all(&hello.encode_header()).await.unwrap();
-    control.write_all(&hello.payload).await.unwrap();
+    say_hello_to_zero(&mut control, rank, size).await;
     (conn, control, bulk)
 }
 
@@ -571,9 +577,7 @@ async fn a_stream_beyond_the_setup_cuts_the_peer_off() {
     let bulk = quic.connect_with(client, ([127, 0, 0, 1], bulk_port).into(), &name).unwrap().await.unwrap();
     let mut bulk_stream = bulk.open_uni().await.unwrap();
     bulk_stream.write_all(&StreamHead::BulkConnection { rank: 1 }.encode()).await.unwrap();
-    let hello = hello_to_zero(1, 2);
-    control.write_all(&hello.encode_header()).await.unwrap();
-    control.write_all(&hello.payload).await.unwrap();
+    say_hello_to_zero(&mut control, 1, 2).await;
     tokio::time::timeout(Duration::from_secs(10), zero.connected()).await.expect("rank 1's hello is taken");
 
     let mut extra = conn.open_uni().await.unwrap();
@@ -1178,9 +1182,7 @@ async fn a_rank_that_never_makes_its_bulk_connection_is_failed() {
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &quick).unwrap();
 
     let HandRank { quic, client, name, conn: _conn, mut control, _theirs, bulk_port } = hand_rank(&job, 14, 1, hand_socket, addrs[0], &quick).await;
-    let hello = hello_to_zero(1, 2);
-    control.write_all(&hello.encode_header()).await.unwrap();
-    control.write_all(&hello.payload).await.unwrap();
+    say_hello_to_zero(&mut control, 1, 2).await;
 
     let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
     let e = got.expect_err("rank 1 never made its bulk connection");
@@ -1207,9 +1209,7 @@ async fn a_late_rank_without_its_bulk_connection_is_closed_at_the_connect_timeou
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &patient).unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let HandRank { conn, mut control, _theirs, .. } = hand_rank(&job, 16, 1, hand_socket, addrs[0], &patient).await;
-    let hello = hello_to_zero(1, 2);
-    control.write_all(&hello.encode_header()).await.unwrap();
-    control.write_all(&hello.payload).await.unwrap();
+    say_hello_to_zero(&mut control, 1, 2).await;
     let got = tokio::time::timeout(Duration::from_secs(20), zero.world().recv::<u64>(1, 0)).await.expect("the receive ended");
     assert!(matches!(got.expect_err("no bulk connection").kind(), ErrorKind::ProcessFailed { rank: 1, .. }));
     let closed = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;
