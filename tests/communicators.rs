@@ -386,6 +386,48 @@ each_transport! {
         }))
         .await;
     }
+
+    /// An any-source receive or probe on a communicator fails once every
+    /// other member is gone, though a rank outside it still runs (and here
+    /// waits for the receiving rank): a receive posted before the last
+    /// member left, and receives and probes started after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn any_source_receives_fail_once_the_other_members_are_gone() {
+        returns(launch(3, |world| async move {
+            let me = world.rank();
+            let pair = world.split(Some(u32::from(me == 2)), 0).await?.expect("a color");
+            match me {
+                0 => {
+                    let mut got = 0u8;
+                    let posted = pair.irecv(&mut got, Any, 7);
+                    world.send(&0u8, 1, 1).await?;
+                    let wait = std::time::Duration::from_secs(10);
+                    let gone = |what: &str, r: mpx::Result<()>| -> mpx::Result<()> { match r {
+                        Err(e) if matches!(e.kind(), mpx::ErrorKind::ProcessFailed { rank: 1, .. }) => Ok(()),
+                        other => Err(mpx::ErrorKind::InvalidArgument(format!("{what}: {other:?}")).into()),
+                    } };
+                    let r = tokio::time::timeout(wait, posted).await.expect("the posted receive fails, not hangs");
+                    gone("posted before", r.map(drop))?;
+                    let r = tokio::time::timeout(wait, pair.recv::<u8>(Any, 7)).await.expect("no hang");
+                    gone("posted after", r.map(drop))?;
+                    let r = tokio::time::timeout(wait, pair.probe(Any, Any)).await.expect("no hang");
+                    gone("probe", r.map(drop))?;
+                    let r = tokio::time::timeout(wait, pair.mprobe(Any, 7)).await.expect("no hang");
+                    gone("mprobe", r.map(drop))?;
+                    // Rank 2, outside the pair, was waiting for this.
+                    world.send(&2u8, 2, 2).await?;
+                }
+                1 => {
+                    world.recv::<u8>(0, 1).await?;
+                }
+                _ => {
+                    world.recv::<u8>(0, 2).await?;
+                }
+            }
+            Ok(())
+        }))
+        .await;
+    }
 }
 
 /// Group operations against their definitions, and bad arguments.

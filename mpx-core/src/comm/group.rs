@@ -556,6 +556,9 @@ impl Comm {
             let mut st = self.shared.lock();
             st.groups.insert(context, m.clone());
             st.groups.insert(context | 1, m.clone());
+            // Its any-source receives fail once its members are gone.
+            st.engine.set_members(context, m.group.world.clone());
+            st.engine.set_members(context | 1, m.group.world.clone());
         }
         let registration = Some(Arc::new(Registration { shared: self.shared.clone(), context, collectives: CommCollectives::default() }));
         Comm { shared: self.shared.clone(), context, dups: Arc::new(AtomicU64::new(0)), members, registration }

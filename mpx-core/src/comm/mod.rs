@@ -384,11 +384,7 @@ impl Comm {
     /// nothing more (failed, or finished with all its messages in), or the
     /// endpoint is closed.
     pub(crate) fn others_gone(&self) -> bool {
-        let st = self.shared.lock();
-        match &self.members {
-            None => st.engine.others_gone().is_some(),
-            Some(m) => m.group.world.iter().filter(|&&w| w != self.shared.rank).all(|&w| st.engine.sends_nothing_more(w)),
-        }
+        self.shared.lock().engine.others_gone_in(self.context).is_some()
     }
 
     /// The communicator rank of the sender a matching engine names (by its

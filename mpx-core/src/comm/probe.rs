@@ -157,7 +157,7 @@ async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl
         }
         let dead = match spec.source {
             Some(r) => st.engine.silent(r),
-            None => st.engine.others_gone(),
+            None => st.engine.others_gone_in(spec.context),
         };
         if let Some(e) = dead {
             if spec.source.is_some() || matches!(e.kind(), crate::ErrorKind::Finalized) || orphan_polls > 0 {

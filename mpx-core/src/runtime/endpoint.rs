@@ -675,6 +675,8 @@ impl State {
     pub(crate) fn forget_communicator(&mut self, context: u64) {
         self.groups.remove(&context);
         self.groups.remove(&(context | 1));
+        self.engine.forget_members(context);
+        self.engine.forget_members(context | 1);
         self.engine.close_context(context | 1);
     }
 
@@ -982,9 +984,9 @@ impl Shared {
                 Poll::Pending
             }
             Waited::Orphaned => {
+                let error = st.engine.orphan_error(id).unwrap_or_else(|| ErrorKind::Finalized.into());
                 st.take_request(id);
                 st.engine.cancel_recv(id);
-                let error = st.engine.others_gone().unwrap_or_else(|| ErrorKind::Finalized.into());
                 Poll::Ready(Completion::Recv(Err(error)))
             }
         }

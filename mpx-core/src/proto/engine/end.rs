@@ -297,10 +297,6 @@ impl Engine {
         for id in self.posted.remove_where(|spec| spec.source == Some(rank)) {
             self.events.push_back(Event::RecvDone { id, result: Err(error()) });
         }
-        if self.others_gone().is_some() {
-            for id in self.posted.ids_where(|spec| spec.source.is_none()) {
-                self.events.push_back(Event::Orphaned { id });
-            }
-        }
+        self.report_orphans();
     }
 }

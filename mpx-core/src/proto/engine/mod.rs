@@ -691,6 +691,11 @@ pub struct Engine {
     gave_up: bool,
     /// The endpoint is closed: every operation fails.
     closed: bool,
+    /// The world ranks of each context over a subgroup of the world
+    /// ([`set_members`](Engine::set_members)): an any-source receive there
+    /// can no longer be matched once they are gone, whatever the ranks
+    /// outside it do.
+    members: HashMap<u64, std::sync::Arc<[u32]>>,
     /// When the engine next wants [`handle_timeout`](Engine::handle_timeout).
     next_tick: Option<Instant>,
 }
@@ -736,6 +741,7 @@ impl Engine {
             finished: false,
             gave_up: false,
             closed: false,
+            members: HashMap::default(),
             next_tick: None,
         };
         let hello = Header {

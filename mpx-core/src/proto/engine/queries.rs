@@ -191,18 +191,31 @@ impl Engine {
     /// error an any-source receive that stays unmatched gets: only this
     /// rank's own messages could still match it.
     pub fn others_gone(&self) -> Option<Error> {
+        self.gone_of(0..self.size())
+    }
+
+    /// [`others_gone`](Engine::others_gone) for the receives of `context`:
+    /// on a context over a subgroup of the world
+    /// ([`set_members`](Engine::set_members)), once every other member
+    /// will send nothing more, whatever the ranks outside it do.
+    pub fn others_gone_in(&self, context: u64) -> Option<Error> {
+        match self.members.get(&context) {
+            Some(members) => self.gone_of(members.iter().copied()),
+            None => self.others_gone(),
+        }
+    }
+
+    /// [`others_gone`](Engine::others_gone) of the ranks `ranks`.
+    fn gone_of(&self, ranks: impl Iterator<Item = u32>) -> Option<Error> {
         if self.closed {
             return Some(ErrorKind::Finalized.into());
         }
         let mut last = None;
-        for r in 0..self.size() as usize {
-            if r as u32 == self.rank {
-                continue;
-            }
-            if !self.sends_no_more(r as u32) && !self.stalled(r as u32) {
+        for r in ranks.filter(|&r| r != self.rank) {
+            if !self.sends_nothing_more(r) {
                 return None;
             }
-            last = Some(r as u32);
+            last = Some(r);
         }
         Some(match last {
             Some(rank) => Error::process_failed(rank, "every other rank has finished or failed"),
@@ -210,10 +223,58 @@ impl Engine {
         })
     }
 
+    /// Tells the engine that `context` is a communicator's over a subgroup
+    /// of the world, whose members are the world ranks `members`: its
+    /// any-source receives fail once those ranks are gone
+    /// ([`others_gone_in`](Engine::others_gone_in)). Told before any
+    /// receive is posted on it.
+    ///
+    /// ```
+    /// use mpx::proto::engine::{Config, Engine};
+    /// let mut engine = Engine::new(0, 3, Config::default())?;
+    /// engine.set_members(8, vec![0, 1].into());
+    /// engine.fail_peer(1, mpx::ErrorKind::Protocol("a bad frame".into()).into());
+    /// assert!(engine.others_gone_in(8).is_some(), "rank 1 was the only other member");
+    /// assert!(engine.others_gone().is_none(), "rank 2 is still there");
+    /// # Ok::<(), mpx::Error>(())
+    /// ```
+    pub fn set_members(&mut self, context: u64, members: std::sync::Arc<[u32]>) {
+        self.members.insert(context, members);
+    }
+
+    /// Forgets what [`set_members`](Engine::set_members) said of `context`.
+    pub fn forget_members(&mut self, context: u64) {
+        self.members.remove(&context);
+    }
+
     /// Whether posted receive `id` accepts any source while every other
-    /// rank is gone: only this rank can still match it.
+    /// rank of its context is gone: only this rank can still match it.
     pub fn orphaned(&self, id: ReqId) -> bool {
-        self.posted.any_source_posted() && self.posted.spec(id).is_some_and(|s| s.source.is_none()) && self.others_gone().is_some()
+        self.orphan_error(id).is_some()
+    }
+
+    /// The error an [orphaned](Engine::orphaned) receive `id` fails with.
+    pub fn orphan_error(&self, id: ReqId) -> Option<Error> {
+        if !self.posted.any_source_posted() {
+            return None;
+        }
+        let spec = self.posted.spec(id).filter(|spec| spec.source.is_none())?;
+        self.others_gone_in(spec.context)
+    }
+
+    /// Reports the posted any-source receives that only this rank can now
+    /// match ([`Event::Orphaned`]).
+    pub(super) fn report_orphans(&mut self) {
+        if !self.posted.any_source_posted() {
+            return;
+        }
+        let world_gone = self.others_gone().is_some();
+        let gone = |context: u64| match self.members.get(&context) {
+            Some(members) => self.gone_of(members.iter().copied()).is_some(),
+            None => world_gone,
+        };
+        let orphans = self.posted.ids_where(|spec| spec.source.is_none() && gone(spec.context));
+        self.events.extend(orphans.into_iter().map(|id| Event::Orphaned { id }));
     }
 
     /// The representation to send typed data to `dest` in: native only to

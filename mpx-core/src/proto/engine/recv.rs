@@ -34,7 +34,7 @@ impl Engine {
             return;
         }
         self.posted.push(id, spec, limit);
-        if spec.source.is_none() && self.others_gone().is_some() {
+        if spec.source.is_none() && self.others_gone_in(spec.context).is_some() {
             self.events.push_back(Event::Orphaned { id });
         }
     }
