@@ -161,6 +161,30 @@ fn finalize_waits_for_a_dropped_send_waiting_at_its_receiver() {
     assert!(matches!(futures::executor::block_on(finalize), Ok(())), "matched: finalize ends");
 }
 
+/// A synchronous send whose message a probe took at its receiver
+/// (`improbe`) is done once the receiver ends, closing or finalizing,
+/// though the probe's handle is still out: matched, it waits for nothing
+/// more, and the sender's `finalize` ends.
+#[test]
+fn a_send_a_probe_took_is_done_when_its_receiver_ends() {
+    for close in [true, false] {
+        within_10_s(move || {
+            let (zero, one) = pair(Config::default());
+            let mut send = zero.world().issend(&7u32, 1, 0);
+            let message = one.world().improbe(0, 0).expect("probe").expect("the message is there");
+            assert!(poll_once(&mut send).is_pending(), "probed, not received");
+            if close {
+                one.close();
+            } else {
+                futures::executor::block_on(one.finalize()).expect("finalize");
+            }
+            assert!(matches!(poll_once(&mut send), Poll::Ready(Ok(_))), "matched: done (close {close})");
+            futures::executor::block_on(zero.finalize()).expect("nothing left to wait for");
+            drop(message);
+        });
+    }
+}
+
 /// Once a sender has failed its receiver (its transport lost it), its
 /// sends there fail as through its engine, rather than being handed over.
 #[test]

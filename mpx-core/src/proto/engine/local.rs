@@ -132,10 +132,8 @@ impl Engine {
             self.arrive(Unexpected { envelope, body });
             return LocalArrival::Done(Ok(()));
         }
-        // Everything else needs a receive: one posted now, or a later one.
-        if self.finished {
-            return LocalArrival::Done(Err(Self::returned(me)));
-        }
+        // Everything else needs a receive: one posted now (a rank that has
+        // finished may still have some), or a later one.
         if mode == SendMode::Ready {
             // As a ready frame: taken by a receive posted now (a large one
             // held to the receive's limit, as a ready rendezvous request
@@ -151,6 +149,9 @@ impl Engine {
             };
             self.take_unexpected(id, Unexpected { envelope, body }, limit);
             return LocalArrival::Done(Ok(()));
+        }
+        if self.finished {
+            return LocalArrival::Done(Err(Self::returned(me)));
         }
         if send_id == 0 {
             return LocalArrival::Refused(LocalMessage { msg, mode, send_id });
@@ -178,6 +179,7 @@ impl Engine {
     pub(super) fn fail_sends_waiting_here(&mut self, error: &Error) {
         self.fail_sends_waiting_here_of(|_| true, error);
         self.answer_truncated_local_sends();
+        self.answer_probed_local_sends();
     }
 
     /// Why a send of a rank of this process waiting here for a match gets
@@ -200,6 +202,17 @@ impl Engine {
             if let Some(Unexpected { envelope, body: Body::Local { send_id, credit, .. } }) = self.truncated.remove(&id) {
                 self.local_message_left(envelope.source, send_id, credit, Ok(()));
             }
+        }
+    }
+
+    /// Completes the sends of ranks of this process whose messages a probe
+    /// took ([`Engine::improbe`]) and whose handles are still out: matched,
+    /// they are done, whatever becomes of the handles now that this rank
+    /// ends (a receive through one later tells the sender again, who has
+    /// forgotten the send by then).
+    fn answer_probed_local_sends(&mut self) {
+        for (rank, send_id) in std::mem::take(&mut self.probed_local) {
+            self.local_message_left(rank, send_id, 0, Ok(()));
         }
     }
 

@@ -663,6 +663,12 @@ pub struct Engine {
     /// ([`restore_truncated`](Engine::restore_truncated): the message goes
     /// back to the queue, whole).
     truncated: HashMap<ReqId, Unexpected>,
+    /// The messages of ranks of this process whose sends wait for their
+    /// match ([`Body::Local`]) taken by [`improbe`](Engine::improbe) and
+    /// not received or put back yet, as (sender, send): matched, their
+    /// sends are done once this rank ends, whatever becomes of the
+    /// [`Matched`] handles.
+    probed_local: rustc_hash::FxHashSet<(u32, ReqId)>,
     /// Collective calls this rank has finished, by context: their late
     /// messages are dropped (see [`discard_call`](Engine::discard_call)).
     finished_calls: finished_calls::Finished,
@@ -728,6 +734,7 @@ impl Engine {
             sends: HashMap::default(),
             transfers: HashMap::default(),
             truncated: HashMap::default(),
+            probed_local: rustc_hash::FxHashSet::default(),
             finished_calls: finished_calls::Finished::default(),
             unsolicited: KeyedHashMap::default(),
             early: KeyedHashMap::default(),

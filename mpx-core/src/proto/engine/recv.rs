@@ -184,6 +184,7 @@ impl Engine {
     /// Puts a message taken by [`improbe`](Engine::improbe) back in the
     /// queue, unreceived (a rendezvous message stays unanswered).
     pub fn unmatch(&mut self, m: Matched) {
+        self.unprobe(&m);
         self.restore(m.0);
         self.handle_local();
     }
@@ -324,20 +325,33 @@ impl Engine {
     /// Removes the first queued message `spec` matches (`MPI_Improbe`), so
     /// no other receive can take it.
     pub fn improbe(&mut self, spec: &MatchSpec) -> Option<Matched> {
-        self.unexpected.take_first(spec).map(Matched)
+        let u = self.unexpected.take_first(spec)?;
+        if let Some(waiting) = waiting_local_send(&u) {
+            self.probed_local.insert(waiting);
+        }
+        Some(Matched(u))
     }
 
     /// Receives a message taken by [`improbe`](Engine::improbe) as receive
     /// `id` (`MPI_Mrecv`).
     pub fn mrecv(&mut self, id: ReqId, m: Matched) {
+        self.unprobe(&m);
         self.take_unexpected(id, m.0, self.config.max_message);
         self.handle_local();
+    }
+
+    /// A message [`improbe`](Engine::improbe) took leaves its handle.
+    fn unprobe(&mut self, m: &Matched) {
+        if let Some(waiting) = waiting_local_send(&m.0) {
+            self.probed_local.remove(&waiting);
+        }
     }
 
     /// [`mrecv`](Engine::mrecv) for a receive that holds at most `limit`
     /// bytes of data, as [`post_recv_limited`](Engine::post_recv_limited):
     /// a longer rendezvous message fails it at once.
     pub fn mrecv_limited(&mut self, id: ReqId, m: Matched, limit: u64) {
+        self.unprobe(&m);
         self.take_unexpected(id, m.0, Some(limit));
         self.handle_local();
     }
@@ -468,5 +482,14 @@ impl Engine {
             self.push_frame(source, Frame::control(header));
             self.handle_local();
         }
+    }
+}
+
+/// The sender and send of `u`, if it is a message of a rank of this
+/// process whose send waits for its match.
+fn waiting_local_send(u: &Unexpected) -> Option<(u32, ReqId)> {
+    match u.body {
+        Body::Local { send_id, .. } if send_id != 0 => Some((u.envelope.source, send_id)),
+        _ => None,
     }
 }

@@ -1825,3 +1825,20 @@ fn late_unsolicited_requests_hold_their_credit_until_their_data_is_in() {
     assert_eq!(e[1].unsolicited_bytes(0), (0, 0), "given back");
     assert!(std::iter::from_fn(|| next_frame(&mut e[1])).any(|(_, f)| f.header.kind == Kind::Credit));
 }
+
+/// A ready message from a rank of this process handed over after this
+/// rank said goodbye (its sender looked just before) is taken by a
+/// receive still posted, as a ready frame would be; with none posted it
+/// is not ready.
+#[test]
+fn a_ready_local_message_meets_a_receive_posted_at_a_rank_that_said_goodbye() {
+    let mut e = Engine::new(1, 2, Config::default()).unwrap();
+    e.post_recv(5, spec(Some(0), Some(3)));
+    e.farewell(false);
+    let ready = |tag| LocalMessage { msg: msg(1, tag, b"ab"), mode: SendMode::Ready, send_id: 0 };
+    let arrival = e.arrive_local(0, ready(3));
+    assert!(matches!(arrival, LocalArrival::Done(Ok(()))), "{arrival:?}");
+    assert_eq!(deliveries(&mut e), [(5, Bytes::from_static(b"ab"))]);
+    let arrival = e.arrive_local(0, ready(4));
+    assert!(matches!(arrival, LocalArrival::Done(Err(ref e)) if *e == ErrorKind::NotReady), "{arrival:?}");
+}
