@@ -31,6 +31,24 @@ async fn invalid_ranks_tags_and_counts() {
     .unwrap();
 }
 
+/// A synchronous send whose message the receiver took with a matching
+/// probe and then ended without receiving (its handle leaked) fails,
+/// rather than wait for the handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synchronous_send_probed_by_a_rank_that_ends_fails() {
+    let run = launch(2, |comm| async move {
+        if comm.rank() == 1 {
+            let message = comm.mprobe(0, 0).await?;
+            std::mem::forget(message);
+            return Ok(None);
+        }
+        Ok(Some(comm.ssend(&[1u8, 2], 1, 0).await))
+    });
+    let out = tokio::time::timeout(Duration::from_secs(10), run).await.expect("no hang").unwrap();
+    let sent = out[0].as_ref().expect("rank 0's outcome");
+    assert!(matches!(sent, Err(ref e) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{sent:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_on_a_rank_that_finished_fails_instead_of_hanging() {
     let run = launch(3, |comm| async move {

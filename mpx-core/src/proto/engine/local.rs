@@ -179,7 +179,7 @@ impl Engine {
     pub(super) fn fail_sends_waiting_here(&mut self, error: &Error) {
         self.fail_sends_waiting_here_of(|_| true, error);
         self.answer_truncated_local_sends();
-        self.answer_probed_local_sends();
+        self.fail_probed_local_sends(error);
     }
 
     /// Why a send of a rank of this process waiting here for a match gets
@@ -205,14 +205,15 @@ impl Engine {
         }
     }
 
-    /// Completes the sends of ranks of this process whose messages a probe
-    /// took ([`Engine::improbe`]) and whose handles are still out: matched,
-    /// they are done, whatever becomes of the handles now that this rank
-    /// ends (a receive through one later tells the sender again, who has
-    /// forgotten the send by then).
-    fn answer_probed_local_sends(&mut self) {
+    /// Fails the sends of ranks of this process whose messages a probe
+    /// took ([`Engine::improbe`]) and whose handles are still out, as a
+    /// rank that ends fails every send waiting for its receive: over
+    /// frames their senders learn it from the goodbye. (A receive through
+    /// such a handle later tells the sender again, who has forgotten the
+    /// send by then.)
+    fn fail_probed_local_sends(&mut self, error: &Error) {
         for (rank, send_id) in std::mem::take(&mut self.probed_local) {
-            self.local_message_left(rank, send_id, 0, Ok(()));
+            self.local_message_left(rank, send_id, 0, Err(error.clone()));
         }
     }
 

@@ -665,9 +665,8 @@ pub struct Engine {
     truncated: HashMap<ReqId, Unexpected>,
     /// The messages of ranks of this process whose sends wait for their
     /// match ([`Body::Local`]) taken by [`improbe`](Engine::improbe) and
-    /// not received or put back yet, as (sender, send): matched, their
-    /// sends are done once this rank ends, whatever becomes of the
-    /// [`Matched`] handles.
+    /// not received or put back yet, as (sender, send): their sends fail
+    /// once this rank ends, whatever becomes of the [`Matched`] handles.
     probed_local: rustc_hash::FxHashSet<(u32, ReqId)>,
     /// Collective calls this rank has finished, by context: their late
     /// messages are dropped (see [`discard_call`](Engine::discard_call)).
