@@ -340,6 +340,35 @@ async fn a_rank_can_fail_with_its_own_error() {
     assert!(matches!(late.kind(), ErrorKind::User(cause) if cause.0.is::<tokio::time::error::Elapsed>()), "{late:?}");
 }
 
+/// A sendrecv whose outgoing data cannot be packed posts no receive: the
+/// message it would have taken goes to the next receive, while the failed
+/// sendrecv is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sendrecv_whose_send_fails_to_start_posts_no_receive() {
+    launch(2, |comm| async move {
+        let other = 1 - comm.rank();
+        if comm.rank() == 1 {
+            comm.barrier().await?;
+            return comm.send(&5u8, 0, 8).await;
+        }
+        let small = [0u8; 4];
+        let eight = Datatype::contiguous(8, &Datatype::byte())?;
+        let (mut got, mut replaced) = (0u8, [0u8; 4]);
+        let failed = comm.sendrecv(SendBuf::new(Region::new(&small), 1, &eight), other, 0, &mut got, other, 8);
+        let replace = comm.sendrecv_replace(RecvBuf::new(RegionMut::new(&mut replaced), 1, &eight), other, 0, other, 8);
+        comm.barrier().await?;
+        let wait = std::time::Duration::from_secs(10);
+        let (value, _) = tokio::time::timeout(wait, comm.recv::<u8>(other, 8)).await.map_err(|_| Error::user("a failed sendrecv took the message"))??;
+        assert_eq!(value, 5);
+        for outcome in [failed.await, replace.await] {
+            assert!(matches!(outcome, Err(ref e) if matches!(e.kind(), ErrorKind::OutOfBounds { .. })), "{outcome:?}");
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operations_start_when_called() {
     launch(2, |comm| async move {

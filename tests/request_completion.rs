@@ -106,6 +106,17 @@ async fn spent_receives_and_collectives_are_inactive() {
         (&mut barrier).await?;
         assert!(value.is_inactive() && owned.is_inactive() && barrier.is_inactive());
         assert!(matches!(value.take_output(), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))));
+        // Taking the outcome of one not complete is an error too.
+        let mut early: ValueRecv<u8> = comm.recv(0, 9);
+        assert!(matches!(early.take_output(), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))));
+        let mut inbox = 0u8;
+        let mut request = comm.irecv(&mut inbox, 0, 9);
+        assert!(matches!(Operation::take_output(&mut request), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))));
+        assert!(!request.is_complete(), "still posted");
+        drop(early);
+        comm.send(&9u8, 0, 9).await?;
+        request.await?;
+        assert_eq!(inbox, 9);
 
         let mut values = RequestSet::new();
         values.push(value);

@@ -399,10 +399,14 @@ impl<R: Receivable> Operation for ValueRecv<R> {
         self.posted.is_complete()
     }
 
-    /// The value and status; an error if they were taken already.
+    /// The value and status; an error if they were taken already, or the
+    /// receive has not completed.
     fn take_output(&mut self) -> Self::Output {
         if self.posted.is_spent() {
             return Err(ErrorKind::InvalidArgument("the outcome of this receive was taken already".into()).into());
+        }
+        if !self.posted.is_complete() {
+            return Err(ErrorKind::InvalidArgument("the outcome of a receive that has not completed".into()).into());
         }
         self.posted.take()
     }

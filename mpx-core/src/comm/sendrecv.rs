@@ -73,8 +73,9 @@ impl Comm {
     ) -> impl Future<Output = Result<Status>> + Send + 'a {
         let (dest, source, recv_tag) = (dest.into(), source.into(), recv_tag.into());
         // A receive buffer that cannot hold its items fails before the send leaves.
-        let started = self.check_sendrecv(dest, send_tag, source, recv_tag).and_then(|()| recv.into_target()).map(|target| {
-            (self.isend(send, dest, send_tag), self.start_recv(source, recv_tag, target.limit, target.finish))
+        let started = self.check_sendrecv(dest, send_tag, source, recv_tag).and_then(|()| recv.into_target()).and_then(|target| {
+            let sent = self.isend(send, dest, send_tag).failed_at_start()?;
+            Ok((sent, self.start_recv(source, recv_tag, target.limit, target.finish)))
         });
         Self::both(started)
     }
@@ -121,7 +122,7 @@ impl Comm {
         // fails before the send leaves.
         let started = self.check_sendrecv(dest, send_tag, source, recv_tag).and_then(|()| {
             let outgoing = &buf;
-            let sent = self.start_send(|repr| outgoing.pack_contents(repr), dest, send_tag, SendMode::Standard, self.context);
+            let sent = self.start_send(|repr| outgoing.pack_contents(repr), dest, send_tag, SendMode::Standard, self.context).failed_at_start()?;
             let target = buf.into_target()?;
             Ok((sent, self.start_recv(source, recv_tag, target.limit, target.finish)))
         });

@@ -481,11 +481,21 @@ impl<'a> Request<'a> {
         Operation::test(self)
     }
 
+    /// The request, unless it failed as it started (its data could not be
+    /// packed, its peer had failed): then its error, so that what was to
+    /// start with it need not.
+    pub(crate) fn failed_at_start(mut self) -> Result<Request<'a>> {
+        match &mut self.state {
+            State::Complete(Some(Err(_))) => self.take_outcome().map(|_| self),
+            _ => Ok(self),
+        }
+    }
+
     fn take_outcome(&mut self) -> Result<Status> {
         match &mut self.state {
             // Taken already: like MPI's null request, an empty status.
             State::Complete(outcome) => outcome.take().unwrap_or_else(|| Ok(Status::empty())),
-            State::Active { .. } => unreachable!("only called on complete requests"),
+            State::Active { .. } => Err(ErrorKind::InvalidArgument("the outcome of a request that has not completed".into()).into()),
         }
     }
 
@@ -602,11 +612,14 @@ pub trait Operation: Unpin {
     /// Whether the operation has completed.
     fn is_complete(&self) -> bool;
 
-    /// Takes the outcome of a completed operation.
+    /// Takes the outcome of a completed operation: for a [`Request`] or a
+    /// receive of one value ([`ValueRecv`](crate::ValueRecv)) that has not
+    /// completed, [`ErrorKind::InvalidArgument`].
     ///
     /// # Panics
-    /// If the operation is not complete, or, for an owned receive, its
-    /// outcome was taken already.
+    /// For an owned receive ([`OwnedRecv`](crate::OwnedRecv)), whose
+    /// outcome holds its buffer, if it has not completed or its outcome
+    /// was taken already.
     fn take_output(&mut self) -> Self::Output;
 
     /// Processes frames that have already arrived at the operation's
