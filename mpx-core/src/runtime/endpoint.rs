@@ -830,8 +830,15 @@ impl Shared {
                         // A receive not polled yet takes its data at the end.
                         if let Some(Tracked::Waiting { waker, data_arrived, .. }) = st.requests.get_mut(&id) {
                             *data_arrived = true;
-                            if let Some(w) = waker.take().filter(|_| !self.polling(id)) {
-                                st.to_wake.push(w);
+                            if let Some(w) = waker.take() {
+                                // The polling task finds the data itself;
+                                // its waker is dropped once the lock is
+                                // released, as every other (see
+                                // `State::displaced`).
+                                match self.polling(id) {
+                                    true => st.displaced.push(w),
+                                    false => st.to_wake.push(w),
+                                }
                             }
                         }
                     }
