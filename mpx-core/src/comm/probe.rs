@@ -149,10 +149,27 @@ impl Comm {
 /// rank is gone" only on the second poll in a row that finds nothing, as a
 /// receive does (see the [module docs](super)).
 async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl FnMut(&mut Engine, &MatchSpec) -> Option<T>) -> Result<T> {
+    /// The key this wait is listed under to be woken at the next arrival
+    /// (`State::list_probe` in the runtime), taken
+    /// off the list when the wait is dropped: a dropped probe leaves no
+    /// waker behind.
+    struct Listed<'s> {
+        shared: &'s Shared,
+        key: Option<u64>,
+    }
+    impl Drop for Listed<'_> {
+        fn drop(&mut self) {
+            if self.key.is_some() {
+                self.shared.lock().unlist_probe(self.key);
+            }
+        }
+    }
+    let mut listed = Listed { shared, key: None };
     let mut orphan_polls = 0;
     std::future::poll_fn(|cx| {
         let mut st = shared.lock();
         if let Some(found) = attempt(&mut st.engine, &spec) {
+            st.unlist_probe(listed.key.take());
             return Poll::Ready(Ok(found));
         }
         let dead = match spec.source {
@@ -161,6 +178,7 @@ async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl
         };
         if let Some(e) = dead {
             if spec.source.is_some() || matches!(e.kind(), crate::ErrorKind::Finalized) || orphan_polls > 0 {
+                st.unlist_probe(listed.key.take());
                 return Poll::Ready(Err(e));
             }
             orphan_polls += 1;
@@ -168,10 +186,7 @@ async fn wait_for_arrival<T>(shared: &Shared, spec: MatchSpec, mut attempt: impl
             st.to_wake.push(cx.waker().clone());
             return Poll::Pending;
         }
-        // One entry per waiting task, however often it polls.
-        if !st.arrival_wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            st.arrival_wakers.push(cx.waker().clone());
-        }
+        st.list_probe(&mut listed.key, cx);
         Poll::Pending
     })
     .await
@@ -314,3 +329,55 @@ impl Drop for Message {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::task::{Context, Wake, Waker};
+
+    use crate::proto::engine::Config;
+    use crate::proto::wire::Frame;
+    use crate::runtime::{Endpoint, SendError, Transport};
+
+    /// A world of one rank: nothing leaves it.
+    struct Alone;
+
+    impl Transport for Alone {
+        fn send(&self, _dest: usize, _frame: Frame) -> Result<(), SendError> {
+            Ok(())
+        }
+    }
+
+    /// A waker of a task of its own.
+    struct Task;
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    /// Probes polled once each, from tasks of their own, then dropped
+    /// before anything arrives, leave no waker listed at the endpoint; one
+    /// polled again from another task is listed once.
+    #[test]
+    fn dropped_probes_leave_no_waker_behind() {
+        let comm = Endpoint::new(0, 1, Config::default(), Alone).expect("a world of one rank").world();
+        let listed = || comm.shared.lock().arrival_wakers.len();
+        for _ in 0..100 {
+            let mut probe = Box::pin(comm.probe(0, 5));
+            let waker = Waker::from(Arc::new(Task));
+            assert!(probe.as_mut().poll(&mut Context::from_waker(&waker)).is_pending(), "nothing sent");
+            assert_eq!(listed(), 1);
+        }
+        assert_eq!(listed(), 0, "each went with its probe");
+        let mut probe = Box::pin(comm.mprobe(0, 5));
+        for _ in 0..3 {
+            let waker = Waker::from(Arc::new(Task));
+            assert!(probe.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+        }
+        assert_eq!(listed(), 1, "one entry per probe, its latest waker");
+        futures::executor::block_on(comm.send(&1u8, 0, 5)).expect("sent to itself");
+        assert!(futures::executor::block_on(probe).is_ok(), "found");
+        assert_eq!(listed(), 0);
+    }
+}

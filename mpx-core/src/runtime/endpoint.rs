@@ -75,8 +75,12 @@ pub(crate) struct State {
     /// world: a delivered message's sender is renumbered into its
     /// communicator's numbering as its receive takes it.
     pub(crate) groups: HashMap<u64, Arc<crate::comm::Members>>,
-    /// Woken whenever a data frame arrives (probe).
-    pub(crate) arrival_wakers: Vec<Waker>,
+    /// Woken whenever a data frame arrives: the probes waiting, each
+    /// with the key it listed itself under (see
+    /// [`list_probe`](State::list_probe)).
+    pub(crate) arrival_wakers: Vec<(u64, Waker)>,
+    /// The key of the next probe to wait.
+    pub(crate) next_probe: u64,
     /// Woken when the engine has flushed (finalize) or connected.
     pub(crate) state_wakers: Vec<(Waker, Awaited)>,
     /// Wakers to call once the lock is released (see [`Locked`]).
@@ -251,6 +255,7 @@ impl Endpoint {
             started: None,
             groups: HashMap::default(),
             arrival_wakers: Vec::new(),
+            next_probe: 0,
             state_wakers: Vec::new(),
             to_wake: Vec::new(),
             displaced: Vec::new(),
@@ -707,7 +712,31 @@ impl State {
     /// Probes wait for messages to appear in the queue: wake them.
     pub(crate) fn wake_probes(&mut self) {
         let probes = std::mem::take(&mut self.arrival_wakers);
-        self.to_wake.extend(probes);
+        self.to_wake.extend(probes.into_iter().map(|(_, waker)| waker));
+    }
+
+    /// Lists `cx`'s waker to be woken at the next arrival for the probe
+    /// listed under `key` (given one now if it has none), in place of
+    /// the waker it listed before, if that is still listed.
+    pub(crate) fn list_probe(&mut self, key: &mut Option<u64>, cx: &Context<'_>) {
+        let key = *key.get_or_insert_with(|| {
+            self.next_probe += 1;
+            self.next_probe
+        });
+        match self.arrival_wakers.iter_mut().find(|(listed, _)| *listed == key) {
+            Some((_, waker)) => register_waker(waker, cx, &mut self.displaced),
+            None => self.arrival_wakers.push((key, cx.waker().clone())),
+        }
+    }
+
+    /// Takes the probe listed under `key`, if any, off the list: its wait
+    /// is over, or dropped.
+    pub(crate) fn unlist_probe(&mut self, key: Option<u64>) {
+        let Some(key) = key else { return };
+        if let Some(at) = self.arrival_wakers.iter().position(|(listed, _)| *listed == key) {
+            let (_, waker) = self.arrival_wakers.swap_remove(at);
+            self.displaced.push(waker);
+        }
     }
 }
 
@@ -1400,8 +1429,15 @@ fn wait(tracked: &mut Tracked, orphaned: impl FnOnce() -> bool, cx: &Context<'_>
 /// replaces goes to `displaced` (see [`State::displaced`]).
 fn register(slot: &mut Option<Waker>, cx: &Context<'_>, displaced: &mut Vec<Waker>) {
     match slot {
-        Some(w) if w.will_wake(cx.waker()) => {}
-        _ => displaced.extend(slot.replace(cx.waker().clone())),
+        Some(w) => register_waker(w, cx, displaced),
+        None => *slot = Some(cx.waker().clone()),
+    }
+}
+
+/// [`register`] of a slot that holds a waker.
+fn register_waker(slot: &mut Waker, cx: &Context<'_>, displaced: &mut Vec<Waker>) {
+    if !slot.will_wake(cx.waker()) {
+        displaced.push(std::mem::replace(slot, cx.waker().clone()));
     }
 }
 
