@@ -42,7 +42,8 @@
 //!
 //! # Any-source receives when every other rank is gone
 //!
-//! Only this rank's own messages can still match such a receive, and a send
+//! Every other rank of the receive's communicator, that is: ranks outside
+//! it cannot send on it. Only this rank's own messages can still match such a receive, and a send
 //! to self is matched before the call that sent it returns. So the receive
 //! fails ([`ErrorKind::ProcessFailed`]) only when
 //! it is still unmatched on the second poll in a row that finds no match and

@@ -130,10 +130,12 @@
 //! that no RTS can claim any more (its sender finished and all its
 //! messages have arrived) is dropped too.
 //!
-//! An any-source receive is not failed when every other rank is gone: this
-//! rank may still send to itself. The engine reports it as
-//! [`Event::Orphaned`], and the runtime fails it only once it is still
-//! unmatched on a second poll in a row (see [`crate::comm`]).
+//! An any-source receive is not failed when every other rank is gone (of
+//! its communicator's, on a context the runtime named the members of:
+//! [`Engine::set_members`]): this rank may still send to itself. The
+//! engine reports it as [`Event::Orphaned`], and the runtime fails it only
+//! once it is still unmatched on a second poll in a row (see
+//! [`crate::comm`]).
 //!
 //! # Layout
 //!
@@ -601,8 +603,8 @@ pub enum Event {
         result: Result<Delivered>,
     },
     /// Posted any-source receive `id` can now be matched only by this
-    /// rank's own messages (every other rank is gone); see
-    /// [`Engine::orphaned`].
+    /// rank's own messages (every other rank of its communicator is
+    /// gone); see [`Engine::orphaned`].
     Orphaned {
         /// The receive.
         id: ReqId,
