@@ -476,7 +476,11 @@ impl Engine {
 
     pub(super) fn arrive_ready(&mut self, h: Header, data: Bytes) -> Result<()> {
         let envelope = self.frame_envelope(&h, data.len() as u64)?;
-        let taken = match self.posted.take_match(&envelope) {
+        // A rank that has said goodbye takes no ready message, though it
+        // may have receives posted: its sender, which has its goodbye
+        // first, fails the send.
+        let posted = if self.finished { None } else { self.posted.take_match(&envelope) };
+        let taken = match posted {
             Some((id, _)) => {
                 self.events.push_back(Event::RecvDone { id, result: Ok(Delivered::new(envelope, data, 0)) });
                 1

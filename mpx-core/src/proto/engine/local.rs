@@ -132,8 +132,12 @@ impl Engine {
             self.arrive(Unexpected { envelope, body });
             return LocalArrival::Done(Ok(()));
         }
-        // Everything else needs a receive: one posted now (a rank that has
-        // finished may still have some), or a later one.
+        // Everything else needs a receive: one posted now, or a later one.
+        // A rank that has said goodbye takes none (as a ready frame, which
+        // its sender fails on the goodbye it has first).
+        if self.finished {
+            return LocalArrival::Done(Err(Self::returned(me)));
+        }
         if mode == SendMode::Ready {
             // As a ready frame: taken by a receive posted now (a large one
             // held to the receive's limit, as a ready rendezvous request
@@ -149,9 +153,6 @@ impl Engine {
             };
             self.take_unexpected(id, Unexpected { envelope, body }, limit);
             return LocalArrival::Done(Ok(()));
-        }
-        if self.finished {
-            return LocalArrival::Done(Err(Self::returned(me)));
         }
         if send_id == 0 {
             return LocalArrival::Refused(LocalMessage { msg, mode, send_id });

@@ -1826,19 +1826,25 @@ fn late_unsolicited_requests_hold_their_credit_until_their_data_is_in() {
     assert!(std::iter::from_fn(|| next_frame(&mut e[1])).any(|(_, f)| f.header.kind == Kind::Credit));
 }
 
-/// A ready message from a rank of this process handed over after this
-/// rank said goodbye (its sender looked just before) is taken by a
-/// receive still posted, as a ready frame would be; with none posted it
-/// is not ready.
+/// A rank that has said goodbye takes no ready message, though it has a
+/// receive posted: handed over by a rank of this process (whose sender
+/// looked just before the goodbye), it fails; as a frame, it is not
+/// delivered, and its sender, which gets the goodbye first, fails it.
 #[test]
-fn a_ready_local_message_meets_a_receive_posted_at_a_rank_that_said_goodbye() {
+fn a_rank_that_said_goodbye_takes_no_ready_message() {
     let mut e = Engine::new(1, 2, Config::default()).unwrap();
     e.post_recv(5, spec(Some(0), Some(3)));
     e.farewell(false);
-    let ready = |tag| LocalMessage { msg: msg(1, tag, b"ab"), mode: SendMode::Ready, send_id: 0 };
-    let arrival = e.arrive_local(0, ready(3));
-    assert!(matches!(arrival, LocalArrival::Done(Ok(()))), "{arrival:?}");
-    assert_eq!(deliveries(&mut e), [(5, Bytes::from_static(b"ab"))]);
-    let arrival = e.arrive_local(0, ready(4));
-    assert!(matches!(arrival, LocalArrival::Done(Err(ref e)) if *e == ErrorKind::NotReady), "{arrival:?}");
+    let arrival = e.arrive_local(0, LocalMessage { msg: msg(1, 3, b"ab"), mode: SendMode::Ready, send_id: 0 });
+    assert!(matches!(arrival, LocalArrival::Done(Err(ref e)) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{arrival:?}");
+    assert!(events(&mut e).iter().all(|ev| !matches!(ev, Event::RecvDone { .. })), "not delivered");
+
+    let mut e = pair(Config::default());
+    e[1].post_recv(5, spec(Some(0), Some(3)));
+    e[0].post_send(1, SendMode::Ready, msg(1, 3, b"ab"));
+    e[1].farewell(false);
+    pump(&mut e);
+    assert!(events(&mut e[1]).iter().all(|ev| !matches!(ev, Event::RecvDone { .. })), "not delivered");
+    let sent = events(&mut e[0]);
+    assert!(matches!(sent[..], [Event::SendDone { id: 1, result: Err(ref e) }] if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{sent:?}");
 }
