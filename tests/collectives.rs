@@ -671,7 +671,7 @@ each_transport! {
     /// values.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rank_whose_root_sends_it_nothing_fails() {
-        for collective in ["bcast", "bcast_serde", "scatter"] {
+        for collective in ["bcast", "bcast_serde", "scatter", "scatter_serde"] {
             let outcomes = returns(launch(3, move |comm| async move {
                 let me = comm.rank();
                 let root = if me == 2 { 1 } else { 0 };
@@ -680,6 +680,7 @@ each_transport! {
                     match collective {
                         "bcast" => comm.bcast(&mut data[..], root).await,
                         "bcast_serde" => comm.bcast_serde(&mut data, root).await,
+                        "scatter_serde" => comm.scatter_serde(&vec![vec![7u32; 3]; 3], root).await.map(|mine| data = mine),
                         _ => comm.scatter(&[7u32; 9][..], &mut data[..], root).await,
                     }
                 };
@@ -793,6 +794,20 @@ each_transport! {
         }))
         .await;
         each_failed_root_names_the_other(&outcomes, true, "scatter");
+    }
+
+    /// The same of `scatter_serde`, whose values go out as serialized
+    /// messages.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_roots_of_one_serde_scatter_wait_for_nothing() {
+        let outcomes = returns(launch(2, |comm| async move {
+            let me = comm.rank();
+            let all = vec![vec![me as u8; 8 << 20]; 2];
+            let call = async { comm.scatter_serde(&all, me).await.map(drop) };
+            outcome_then_works_on(&comm, "scatter_serde", call).await
+        }))
+        .await;
+        each_failed_root_names_the_other(&outcomes, true, "scatter_serde");
     }
 
     /// Arguments every rank gets wrong alike are errors on every rank, and

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::movement::{binomial, root_salt, BCAST_ROOTED};
+use super::movement::{binomial, root_salt, BCAST_ROOTED, SCATTER_ROOTED};
 use super::{guarded, salt_signature, salted_mismatch, sent, unsalted, word_of_giving_up, Call, Collective, Posted};
 use crate::comm::{deserialize, serialize, serialized, Comm, Peer, RawRecv};
 use crate::error::{ErrorKind, Result};
@@ -182,7 +182,9 @@ impl Comm {
     /// # Cancel safety
     /// Not cancel-safe (see [`bcast`](Comm::bcast)).
     pub fn scatter_serde<T: Serialize + DeserializeOwned + Send + 'static>(&self, values: &[T], root: usize) -> impl Future<Output = Result<T>> + Send + 'static {
-        let call = Call::start(self);
+        // Salted with the root, and every rank watching for stray data, as
+        // in `scatter`.
+        let call = Call::start(self).salted(root_salt(SCATTER_ROOTED, root));
         let (n, me) = (call.size(), call.rank());
         let started = (|| -> Result<_> {
             call.check_root(root)?;
@@ -196,11 +198,20 @@ impl Comm {
         guarded(call.clone(), async move {
             let (posted, sends, own) = started?;
             let bytes = match (posted, own) {
-                (Some(p), _) => p.serialized().await?,
-                (None, Some(own)) => own,
+                (Some(p), _) => {
+                    let part = async {
+                        let bytes = p.serialized().await?;
+                        sent(sends).await?;
+                        Ok(bytes)
+                    };
+                    call.watching_for_stray_data("scatter", Some(root), part).await?
+                }
+                (None, Some(own)) => {
+                    call.watching_for_stray_data("scatter", None, sent(sends)).await?;
+                    own
+                }
                 (None, None) => unreachable!("the root keeps its own"),
             };
-            sent(sends).await?;
             deserialize(&bytes)
         })
     }
