@@ -268,11 +268,17 @@ impl Engine {
     }
 
     /// Rank `rank`'s stream of frames has ended, every frame of it handled:
-    /// a peer that has not said goodbye by then never will, and fails. A
-    /// closed engine fails nobody: it drops every frame, a goodbye too.
+    /// a peer that has not said goodbye by then never will, and fails; so
+    /// does one whose goodbye announced data frames that have not come
+    /// (they travel on that stream), rather than leave the receives that
+    /// wait for them waiting for ever. A closed engine fails nobody: it
+    /// drops every frame, a goodbye too.
     pub fn peer_ended(&mut self, rank: u32) {
-        if !self.closed && (rank as usize) < self.peers.len() && !self.peers[rank as usize].finished {
+        let Some(p) = self.peers.get(rank as usize).filter(|_| !self.closed) else { return };
+        if !p.finished {
             self.fail_peer(rank, Error::process_failed(rank, "its stream ended before its goodbye"));
+        } else if !self.sends_no_more(rank) {
+            self.fail_peer(rank, Error::process_failed(rank, "its stream ended before the messages its goodbye announced"));
         }
     }
 

@@ -263,7 +263,7 @@ fn sends_to_a_finished_peer_that_need_it_fail() {
 /// said goodbye first does not, nor does any peer of an engine that has
 /// closed (it drops every frame, goodbyes too).
 #[test]
-fn a_peer_whose_stream_ends_fails_only_without_a_goodbye() {
+fn a_peer_whose_stream_ends_before_its_goodbye_or_its_messages_fails() {
     let mut e = pair(Config::default());
     e[1].post_recv(1, spec(Some(0), None));
     e[1].peer_ended(0);
@@ -282,6 +282,21 @@ fn a_peer_whose_stream_ends_fails_only_without_a_goodbye() {
     e[1].close();
     e[1].peer_ended(0);
     assert!(events(&mut e[1]).iter().all(|ev| !matches!(ev, Event::PeerFailed { .. })), "a closed engine fails nobody");
+
+    // A goodbye that announces a message that never comes on the stream:
+    // the receive waiting for it fails once the stream ends.
+    let mut e = pair(Config::default());
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"lost"));
+    e[0].farewell(false);
+    let (_, data) = next_frame(&mut e[0]).expect("the message");
+    assert_eq!(data.header.kind, Kind::Eager);
+    let (_, bye) = next_frame(&mut e[0]).expect("the goodbye");
+    e[1].handle_frame(0, bye).unwrap();
+    e[1].post_recv(5, spec(Some(0), None));
+    assert!(events(&mut e[1]).is_empty(), "the message may still come");
+    e[1].peer_ended(0);
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 5, result: Err(ref err) }, ..] if matches!(err.kind(), ErrorKind::ProcessFailed { rank: 0, .. })), "{ev:?}");
 }
 
 #[test]
