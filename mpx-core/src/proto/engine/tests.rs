@@ -1863,3 +1863,38 @@ fn a_rank_that_said_goodbye_takes_no_ready_message() {
     let sent = events(&mut e[0]);
     assert!(matches!(sent[..], [Event::SendDone { id: 1, result: Err(ref e) }] if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{sent:?}");
 }
+
+/// A receive without a limit of its own, bounded only by
+/// `Config::max_message`, does not take room for the whole length a
+/// sender claims once its first chunks arrive: its buffer grows with what
+/// has arrived. A receive into a buffer of that size takes it at once.
+#[test]
+fn the_message_cap_reserves_no_room_ahead_of_the_data() {
+    let total = 16 << 20;
+    let config = Config { max_message: Some(2 * total as u64), rndv_chunk: 64 << 10, ..Config::default() };
+    for own_limit in [false, true] {
+        let mut e = pair(config);
+        let data = Bytes::from(vec![7u8; total]);
+        e[0].post_send(1, SendMode::Synchronous, Outgoing { dest: 1, context: 0, tag: 0, signature: Some((7, total as u64)), repr: Repr::Native, desc_len: 0, data });
+        match own_limit {
+            true => e[1].post_recv_limited(5, spec(Some(0), Some(0)), total as u64),
+            false => e[1].post_recv(5, spec(Some(0), Some(0))),
+        }
+        let mut chunks = 0;
+        while chunks < 2 {
+            if let Some((_, f)) = next_frame(&mut e[0]) {
+                chunks += usize::from(f.header.kind == Kind::RndvData);
+                e[1].handle_frame(0, f).unwrap();
+            } else if let Some((_, f)) = next_frame(&mut e[1]) {
+                e[0].handle_frame(1, f).unwrap();
+            } else {
+                panic!("no frame moves");
+            }
+        }
+        let Received::Gathered(gathered) = &e[1].transfers.get(&5).expect("the transfer").received else { panic!("two chunks gathered") };
+        match own_limit {
+            true => assert!(gathered.capacity() >= total, "{}", gathered.capacity()),
+            false => assert!(gathered.capacity() <= 2 << 20, "{} bytes for 128 KiB arrived", gathered.capacity()),
+        }
+    }
+}

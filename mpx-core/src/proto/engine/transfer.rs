@@ -83,12 +83,15 @@ pub(super) struct Early {
 impl Transfer {
     /// A receive that holds at most `limit` bytes of data owns the
     /// transfer: if the message is longer, its data is dropped from now on
-    /// (and what was kept so far too).
-    pub(super) fn bound(&mut self, limit: Option<u64>) {
+    /// (and what was kept so far too). A receive of a buffer that size
+    /// holds that much anyway, so the data may take it at once; the limit
+    /// of every receive without one (`cap`, [`Config::max_message`]) is
+    /// no such promise: the data's buffer still grows with what arrives.
+    pub(super) fn bound(&mut self, limit: Option<u64>, cap: Option<u64>) {
         match limit {
             Some(limit) if self.envelope.len > limit => self.received.discard(limit),
-            Some(limit) => self.reserve = limit,
-            None => {}
+            Some(limit) if Some(limit) != cap => self.reserve = limit,
+            _ => {}
         }
     }
 
