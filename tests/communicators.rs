@@ -448,6 +448,20 @@ fn group_operations_follow_mpi() {
     assert!(world.incl(&[1, 1]).is_err(), "named twice");
     assert!(world.excl(&[9]).is_err());
     assert!(a.translate_ranks(&[3], &b).is_err());
+    // Many ranks at once (looked up in a map rather than one by one):
+    // the same answers as one at a time, errors included.
+    let world = group_of(64);
+    let evens: Vec<usize> = (0..64).step_by(2).collect();
+    let (all, even) = (world.incl(&(0..64).rev().collect::<Vec<_>>()).unwrap(), world.incl(&evens).unwrap());
+    let many: Vec<usize> = (0..64).collect();
+    let one_by_one: Vec<Option<usize>> = many.iter().map(|&r| all.translate_ranks(&[r], &even).unwrap()[0]).collect();
+    assert_eq!(all.translate_ranks(&many, &even).unwrap(), one_by_one);
+    assert_eq!(one_by_one[1], Some(31), "world rank 62");
+    assert_eq!(one_by_one[0], None, "world rank 63 is odd");
+    assert!(all.translate_ranks(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 64], &even).is_err());
+    assert_eq!(all.union(&even).ranks(), (0..64).rev().collect::<Vec<_>>());
+    assert_eq!(all.intersection(&even).size(), 32);
+    assert_eq!(all.difference(&even).ranks(), (0..64).rev().filter(|r| r % 2 == 1).collect::<Vec<_>>());
 }
 
 /// The ranks triplets name by their definition: `first + k * stride` for

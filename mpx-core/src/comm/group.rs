@@ -320,8 +320,9 @@ impl Group {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn union(&self, other: &Group) -> Group {
+        let mine = self.members();
         let mut world = self.world.to_vec();
-        world.extend(other.world.iter().filter(|w| !self.world.contains(w)));
+        world.extend(other.world.iter().filter(|w| !mine.contains(w)));
         Group::of(world)
     }
 
@@ -340,7 +341,8 @@ impl Group {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn intersection(&self, other: &Group) -> Group {
-        Group::of(self.world.iter().copied().filter(|w| other.world.contains(w)).collect())
+        let theirs = other.members();
+        Group::of(self.world.iter().copied().filter(|w| theirs.contains(w)).collect())
     }
 
     /// `MPI_Group_difference`: this group's members that are not in
@@ -357,7 +359,14 @@ impl Group {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn difference(&self, other: &Group) -> Group {
-        Group::of(self.world.iter().copied().filter(|w| !other.world.contains(w)).collect())
+        let theirs = other.members();
+        Group::of(self.world.iter().copied().filter(|w| !theirs.contains(w)).collect())
+    }
+
+    /// The members' world ranks, as a set: the set operations look each
+    /// rank up in it, in time that does not grow with the group.
+    fn members(&self) -> std::collections::HashSet<u32> {
+        self.world.iter().copied().collect()
     }
 
     /// `MPI_Group_translate_ranks`: the rank in `other` of each of this
@@ -375,7 +384,13 @@ impl Group {
     /// # Ok(()) }).await?; Ok(()) }
     /// ```
     pub fn translate_ranks(&self, ranks: &[usize], other: &Group) -> Result<Vec<Option<usize>>> {
-        ranks.iter().map(|&r| Ok(other.rank_of_world(self.member(r)? as usize))).collect()
+        // A few ranks are looked up where they stand; more, in a map of
+        // `other`'s members made once.
+        if ranks.len() <= 8 {
+            return ranks.iter().map(|&r| Ok(other.rank_of_world(self.member(r)? as usize))).collect();
+        }
+        let theirs: HashMap<u32, usize> = other.world.iter().enumerate().map(|(rank, &w)| (w, rank)).collect();
+        ranks.iter().map(|&r| Ok(theirs.get(&self.member(r)?).copied())).collect()
     }
 
     /// `MPI_Group_compare`.
