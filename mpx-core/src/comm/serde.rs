@@ -423,6 +423,29 @@ mod tests {
         assert_eq!(deserialize::<BTreeMap<u32, Option<[u64; 4]>>>(&serialize(&map).unwrap().data).unwrap(), map);
     }
 
+    /// The room collections reserve for the elements their lengths claim
+    /// counts against the memory budget as soon as it is reserved: nested
+    /// collections of large values, each claiming 255 elements (no more
+    /// than the bytes left) and holding one (the next), fail for memory at
+    /// the second level, rather than reserve a megabyte at each of as many
+    /// levels as the bytes nest; honest nested data still decodes.
+    #[test]
+    fn room_reserved_for_claimed_elements_is_paid_for() {
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        enum Node {
+            Leaf([[u64; 32]; 16]),
+            Branch(Vec<Node>),
+        }
+        // Variant 1 (`Branch`), then 255 as a varint, five levels (as deep
+        // as the stack lets a value this large nest), then bytes enough
+        // for each level's claim.
+        let nested: Vec<u8> = std::iter::repeat_n([1u8, 0xff, 0x01], 5).flatten().chain([0; 2000]).collect();
+        let err = deserialize::<Node>(&nested).unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::Serialization(m) if m.contains("memory")), "{err:?}");
+        let honest = Node::Branch(vec![Node::Branch(vec![Node::Leaf([[7; 32]; 16]); 3]), Node::Leaf([[1; 32]; 16])]);
+        assert_eq!(deserialize::<Node>(&serialize(&honest).unwrap().data).unwrap(), honest);
+    }
+
     /// The fuzz target's check holds on hostile inputs of each kind: a
     /// byte per large element, deep nesting, claims of huge lengths.
     #[test]

@@ -26,7 +26,11 @@ use serde::de::{DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess,
 /// (`size_of` each): [`MEMORY_PER_BYTE`] times the message's bytes, and
 /// [`MEMORY_ALLOWANCE`] more. A collection's memory is its elements', so
 /// this bounds what a decode keeps, whatever the values' types, to a
-/// multiple of what the peer sent.
+/// multiple of what the peer sent. The room a collection reserves ahead
+/// of its elements for the length it claims (up to a megabyte, as serde's
+/// collections do) is paid for as its first element is read, and covers
+/// the elements that fill it: nested collections cannot each reserve
+/// room beyond the budget before their elements come.
 pub(super) struct Budget {
     left: Cell<u64>,
     memory_left: Cell<u64>,
@@ -147,6 +151,47 @@ struct Access<'b, A> {
     inner: A,
     budget: &'b Budget,
     charged: bool,
+    /// Elements the collection was told it may reserve room for
+    /// ([`size_hint`](SeqAccess::size_hint)), whose memory is not paid yet:
+    /// the first element pays it (its type says how much the room takes).
+    hinted: Cell<Option<u64>>,
+    /// A map's hint, for its values' room (paid by the first value).
+    hinted_values: Option<u64>,
+    /// Elements (or keys) and values whose memory the room paid covers.
+    prepaid: u64,
+    prepaid_values: u64,
+}
+
+impl<'b, A> Access<'b, A> {
+    fn new(inner: A, budget: &'b Budget, charged: bool) -> Access<'b, A> {
+        Access { inner, budget, charged, hinted: Cell::new(None), hinted_values: None, prepaid: 0, prepaid_values: 0 }
+    }
+}
+
+/// The most room serde's collections reserve ahead of their elements,
+/// whatever their length claims (its `size_hint::cautious`).
+const ROOM_CAP: u64 = 1 << 20;
+
+/// Pays, from `budget`, for the memory of one element of `T`: from the
+/// room a collection reserved, if some was granted (`hinted`, paid for
+/// here once, as far as it covers `prepaid` elements), or by itself.
+fn pay_element<T, E: serde::de::Error>(budget: &Budget, hinted: Option<u64>, prepaid: &mut u64) -> Result<(), E> {
+    if let Some(granted) = hinted {
+        let size = (std::mem::size_of::<T>() as u64).max(1);
+        let room = granted.saturating_mul(size).min(ROOM_CAP);
+        match budget.memory_left.get().checked_sub(room) {
+            Some(left) => budget.memory_left.set(left),
+            None => return Err(budget.refuse(Refusal::Memory)),
+        }
+        *prepaid += room / size;
+    }
+    match prepaid.checked_sub(1) {
+        Some(left) => {
+            *prepaid = left;
+            Ok(())
+        }
+        None => budget.take_memory::<T, E>(),
+    }
 }
 
 macro_rules! forward_deserialize {
@@ -258,15 +303,15 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Visiting<'_, V> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        self.inner.visit_seq(Access { inner: seq, budget: self.budget, charged: self.charged })
+        self.inner.visit_seq(Access::new(seq, self.budget, self.charged))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        self.inner.visit_map(Access { inner: map, budget: self.budget, charged: true })
+        self.inner.visit_map(Access::new(map, self.budget, true))
     }
 
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Self::Value, A::Error> {
-        self.inner.visit_enum(Access { inner: data, budget: self.budget, charged: true })
+        self.inner.visit_enum(Access::new(data, self.budget, true))
     }
 }
 
@@ -284,14 +329,16 @@ impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Access<'_, A> {
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, A::Error> {
         if self.charged {
             self.budget.take()?;
-            self.budget.take_memory::<T::Value, _>()?;
+            pay_element::<T::Value, _>(self.budget, self.hinted.take(), &mut self.prepaid)?;
         }
         self.inner.next_element_seed(Seeded { inner: seed, budget: self.budget })
     }
 
     fn size_hint(&self) -> Option<usize> {
         if self.charged {
-            self.budget.reserve(self.inner.size_hint())
+            let granted = self.budget.reserve(self.inner.size_hint());
+            self.hinted.set(granted.map(|g| g as u64));
+            granted
         } else {
             self.inner.size_hint()
         }
@@ -303,17 +350,21 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Access<'_, A> {
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
         self.budget.take()?;
-        self.budget.take_memory::<K::Value, _>()?;
+        let hinted = self.hinted.take();
+        self.hinted_values = self.hinted_values.or(hinted);
+        pay_element::<K::Value, _>(self.budget, hinted, &mut self.prepaid)?;
         self.inner.next_key_seed(Seeded { inner: seed, budget: self.budget })
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.budget.take_memory::<V::Value, _>()?;
+        pay_element::<V::Value, _>(self.budget, self.hinted_values.take(), &mut self.prepaid_values)?;
         self.inner.next_value_seed(Seeded { inner: seed, budget: self.budget })
     }
 
     fn size_hint(&self) -> Option<usize> {
-        self.budget.reserve(self.inner.size_hint())
+        let granted = self.budget.reserve(self.inner.size_hint());
+        self.hinted.set(granted.map(|g| g as u64));
+        granted
     }
 }
 
@@ -324,7 +375,7 @@ impl<'b, 'de, A: EnumAccess<'de>> EnumAccess<'de> for Access<'b, A> {
     fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self::Variant), A::Error> {
         let budget = self.budget;
         let (value, variant) = self.inner.variant_seed(Seeded { inner: seed, budget })?;
-        Ok((value, Access { inner: variant, budget, charged: true }))
+        Ok((value, Access::new(variant, budget, true)))
     }
 }
 
