@@ -92,6 +92,25 @@ async fn null_and_inactive_entries() {
 /// rather than reporting them again (or panicking); a set's `wait_all`
 /// gives them nothing (they have no empty outcome), and taking a spent
 /// value receive's outcome is an error.
+/// Taking the outcome of a collective that has not finished is an error,
+/// as it is of a request; the collective finishes afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outcome_of_an_unfinished_collective_is_an_error() {
+    launch(2, |comm| async move {
+        use mpx::Operation;
+        if comm.rank() == 1 {
+            comm.recv::<u8>(0, 0).await?;
+            return comm.barrier().await;
+        }
+        let mut barrier = comm.barrier();
+        assert!(matches!(barrier.take_output(), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))), "rank 1 has not come");
+        comm.send(&0u8, 1, 0).await?;
+        barrier.await
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spent_receives_and_collectives_are_inactive() {
     launch(1, |comm| async move {

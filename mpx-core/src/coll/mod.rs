@@ -396,11 +396,12 @@ impl Operation for Collective<'_> {
         matches!(self.state, Running::Done(_))
     }
 
-    /// The outcome; taken already, `Ok(())` (as a null request's).
+    /// The outcome; taken already, `Ok(())` (as a null request's); not
+    /// finished, [`ErrorKind::InvalidArgument`].
     fn take_output(&mut self) -> Result<()> {
         match &mut self.state {
             Running::Done(outcome) => outcome.take().unwrap_or(Ok(())),
-            Running::Part(..) => panic!("the collective has not finished"),
+            Running::Part(..) => Err(ErrorKind::InvalidArgument("the outcome of a collective that has not finished".into()).into()),
         }
     }
 

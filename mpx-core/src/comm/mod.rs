@@ -43,7 +43,8 @@
 //! # Any-source receives when every other rank is gone
 //!
 //! Every other rank of the receive's communicator, that is: ranks outside
-//! it cannot send on it. Only this rank's own messages can still match such a receive, and a send
+//! it cannot send on it. Only this rank's own messages can still match
+//! such a receive, and a send
 //! to self is matched before the call that sent it returns. So the receive
 //! fails ([`ErrorKind::ProcessFailed`]) only when
 //! it is still unmatched on the second poll in a row that finds no match and
@@ -58,7 +59,7 @@
 //! more) counts as two polls in a row. A send to self from another task of
 //! the same rank, spawned separately, is not "ready to run" in this sense
 //! on a multi-thread runtime: it may come after the second poll. A rank
-//! alone in its world is in this state from the start. Tests
+//! alone in its communicator is in this state from the start. Tests
 //! ([`Request::test`](crate::Request::test), the `test_*` calls of a
 //! [`RequestSet`](crate::request::RequestSet)) only look, as `MPI_Test`
 //! does: they neither fail such a receive nor count as polls.

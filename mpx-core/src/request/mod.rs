@@ -612,9 +612,9 @@ pub trait Operation: Unpin {
     /// Whether the operation has completed.
     fn is_complete(&self) -> bool;
 
-    /// Takes the outcome of a completed operation: for a [`Request`] or a
-    /// receive of one value ([`ValueRecv`](crate::ValueRecv)) that has not
-    /// completed, [`ErrorKind::InvalidArgument`].
+    /// Takes the outcome of a completed operation: for a [`Request`], a
+    /// receive of one value ([`ValueRecv`](crate::ValueRecv)) or a
+    /// collective that has not completed, [`ErrorKind::InvalidArgument`].
     ///
     /// # Panics
     /// For an owned receive ([`OwnedRecv`](crate::OwnedRecv)), whose

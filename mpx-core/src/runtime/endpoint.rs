@@ -337,9 +337,10 @@ impl Endpoint {
 
     /// Rank `rank`'s stream of frames has ended, every frame of it handed
     /// to [`handle_frame`](Endpoint::handle_frame): a peer that has not
-    /// said goodbye fails (a peer that ends its streams without one would
-    /// otherwise be waited for until the transport's idle timeout, and
-    /// for ever where the connection stays alive).
+    /// said goodbye fails, and so does one whose goodbye announced frames
+    /// that did not come (a peer that ends its streams so would otherwise
+    /// be waited for until the transport's idle timeout, and for ever
+    /// where the connection stays alive).
     pub fn peer_ended(&self, rank: usize) {
         let mut st = self.shared.lock();
         st.engine.peer_ended(wire_rank(rank));
@@ -712,7 +713,14 @@ impl State {
     /// Probes wait for messages to appear in the queue: wake them.
     pub(crate) fn wake_probes(&mut self) {
         let probes = std::mem::take(&mut self.arrival_wakers);
-        self.to_wake.extend(probes.into_iter().map(|(_, waker)| waker));
+        for (_, waker) in probes {
+            // The probes of one task list themselves one after another as
+            // it polls them: one wake for them all.
+            match self.to_wake.last() {
+                Some(last) if last.will_wake(&waker) => self.displaced.push(waker),
+                _ => self.to_wake.push(waker),
+            }
+        }
     }
 
     /// Lists `cx`'s waker to be woken at the next arrival for the probe

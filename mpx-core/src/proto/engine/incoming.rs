@@ -462,7 +462,10 @@ impl Engine {
     /// A ready-mode rendezvous request: answered at once, by a CTS if a
     /// receive is posted, "not ready" otherwise.
     pub(super) fn arrive_ready_request(&mut self, u: Unexpected, send_id: u64) {
-        match self.posted.take_match(&u.envelope) {
+        // A rank that has said goodbye takes no ready message (see
+        // `arrive_ready`).
+        let posted = if self.finished { None } else { self.posted.take_match(&u.envelope) };
+        match posted {
             Some((id, limit)) => self.take_unexpected(id, u, limit),
             None => {
                 let source = u.envelope.source;

@@ -211,14 +211,14 @@ impl Engine {
             return Some(ErrorKind::Finalized.into());
         }
         let mut last = None;
-        for r in ranks.filter(|&r| r != self.rank) {
+        for r in ranks.filter(|&r| r != self.rank && (r as usize) < self.peers.len()) {
             if !self.sends_nothing_more(r) {
                 return None;
             }
             last = Some(r);
         }
         Some(match last {
-            Some(rank) => Error::process_failed(rank, "every other rank has finished or failed"),
+            Some(rank) => Error::process_failed(rank, "every other rank (of the communicator) has finished or failed"),
             None => Error::process_failed(self.rank, "this rank is alone in its world: only its own messages could match"),
         })
     }
@@ -268,10 +268,15 @@ impl Engine {
         if !self.posted.any_source_posted() {
             return;
         }
-        let world_gone = self.others_gone().is_some();
-        let gone = |context: u64| match self.members.get(&context) {
-            Some(members) => self.gone_of(members.iter().copied()).is_some(),
-            None => world_gone,
+        // Each context's answer once, whatever the receives posted on it.
+        let answers = std::cell::RefCell::new(Vec::<(u64, bool)>::new());
+        let gone = |context: u64| {
+            let known = answers.borrow().iter().find(|(c, _)| *c == context).map(|&(_, gone)| gone);
+            known.unwrap_or_else(|| {
+                let gone = self.others_gone_in(context).is_some();
+                answers.borrow_mut().push((context, gone));
+                gone
+            })
         };
         let orphans = self.posted.ids_where(|spec| spec.source.is_none() && gone(spec.context));
         self.events.extend(orphans.into_iter().map(|id| Event::Orphaned { id }));

@@ -1862,6 +1862,17 @@ fn a_rank_that_said_goodbye_takes_no_ready_message() {
     assert!(events(&mut e[1]).iter().all(|ev| !matches!(ev, Event::RecvDone { .. })), "not delivered");
     let sent = events(&mut e[0]);
     assert!(matches!(sent[..], [Event::SendDone { id: 1, result: Err(ref e) }] if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{sent:?}");
+
+    // A ready message too large to go whole asks first: the request is
+    // not matched either.
+    let mut e = pair(Config { eager_threshold: 1, ..Config::default() });
+    e[1].post_recv(5, spec(Some(0), Some(3)));
+    e[0].post_send(1, SendMode::Ready, msg(1, 3, b"ab"));
+    e[1].farewell(false);
+    pump(&mut e);
+    assert!(events(&mut e[1]).is_empty(), "the receive stays posted, unmatched");
+    let sent = events(&mut e[0]);
+    assert!(matches!(sent[..], [Event::SendDone { id: 1, result: Err(ref e) }] if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{sent:?}");
 }
 
 /// A receive without a limit of its own, bounded only by
