@@ -183,8 +183,8 @@ impl Engine {
 
     /// Puts a message taken by [`improbe`](Engine::improbe) back in the
     /// queue, unreceived (a rendezvous message stays unanswered).
-    pub fn unmatch(&mut self, m: Matched) {
-        self.unprobe(&m);
+    pub fn unmatch(&mut self, mut m: Matched) {
+        self.unprobe(&mut m);
         self.restore(m.0);
         self.handle_local();
     }
@@ -334,24 +334,30 @@ impl Engine {
 
     /// Receives a message taken by [`improbe`](Engine::improbe) as receive
     /// `id` (`MPI_Mrecv`).
-    pub fn mrecv(&mut self, id: ReqId, m: Matched) {
-        self.unprobe(&m);
+    pub fn mrecv(&mut self, id: ReqId, mut m: Matched) {
+        self.unprobe(&mut m);
         self.take_unexpected(id, m.0, self.config.max_message);
         self.handle_local();
     }
 
-    /// A message [`improbe`](Engine::improbe) took leaves its handle.
-    fn unprobe(&mut self, m: &Matched) {
+    /// A message [`improbe`](Engine::improbe) took leaves its handle. A
+    /// send whose message waited, answered already as this rank ended (see
+    /// `probed_local`), is told nothing more: the message no longer waits.
+    fn unprobe(&mut self, m: &mut Matched) {
         if let Some(waiting) = waiting_local_send(&m.0) {
-            self.probed_local.remove(&waiting);
+            if !self.probed_local.remove(&waiting) {
+                if let Body::Local { send_id, .. } = &mut m.0.body {
+                    *send_id = 0;
+                }
+            }
         }
     }
 
     /// [`mrecv`](Engine::mrecv) for a receive that holds at most `limit`
     /// bytes of data, as [`post_recv_limited`](Engine::post_recv_limited):
     /// a longer rendezvous message fails it at once.
-    pub fn mrecv_limited(&mut self, id: ReqId, m: Matched, limit: u64) {
-        self.unprobe(&m);
+    pub fn mrecv_limited(&mut self, id: ReqId, mut m: Matched, limit: u64) {
+        self.unprobe(&mut m);
         self.take_unexpected(id, m.0, Some(limit));
         self.handle_local();
     }

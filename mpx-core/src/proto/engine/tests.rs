@@ -1909,3 +1909,25 @@ fn the_message_cap_reserves_no_room_ahead_of_the_data() {
         }
     }
 }
+
+/// A send of a rank of this process whose waiting message a probe took is
+/// answered once when this rank ends (failed), and not again when the
+/// probe's handle is received afterwards or put back.
+#[test]
+fn a_probed_waiting_send_is_answered_once() {
+    for receive in [true, false] {
+        let mut e = Engine::new(1, 2, Config::default()).unwrap();
+        let arrival = e.arrive_local(0, LocalMessage { msg: msg(1, 3, b"ab"), mode: SendMode::Synchronous, send_id: 9 });
+        assert!(matches!(arrival, LocalArrival::AwaitsMatch), "{arrival:?}");
+        let m = e.improbe(&spec(Some(0), Some(3))).expect("taken");
+        e.farewell(false);
+        let answered = |ev: &Event| matches!(ev, Event::LocalSendDone { rank: 0, id: 9, .. });
+        assert_eq!(events(&mut e).iter().filter(|ev| answered(ev)).count(), 1);
+        match receive {
+            true => e.mrecv(5, m),
+            false => e.unmatch(m),
+        }
+        e.close();
+        assert!(!events(&mut e).iter().any(answered), "answered once (received {receive})");
+    }
+}
