@@ -219,7 +219,7 @@ impl Engine {
         }
         Some(match last {
             Some(rank) => Error::process_failed(rank, "every other rank (of the communicator) has finished or failed"),
-            None => Error::process_failed(self.rank, "this rank is alone in its world: only its own messages could match"),
+            None => Error::process_failed(self.rank, "this rank is alone in its communicator: only its own messages could match"),
         })
     }
 
