@@ -701,7 +701,7 @@ impl Comm {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::HashSet;
 
     use super::{digest, Group};
@@ -722,7 +722,7 @@ mod tests {
     }
 
     /// The world communicator of a world of one rank.
-    fn alone() -> Comm {
+    pub(crate) fn alone() -> Comm {
         Endpoint::new(0, 1, Config::default(), Alone).expect("a world of one rank").world()
     }
 

@@ -336,19 +336,6 @@ mod tests {
     use std::sync::Arc;
     use std::task::{Context, Wake, Waker};
 
-    use crate::proto::engine::Config;
-    use crate::proto::wire::Frame;
-    use crate::runtime::{Endpoint, SendError, Transport};
-
-    /// A world of one rank: nothing leaves it.
-    struct Alone;
-
-    impl Transport for Alone {
-        fn send(&self, _dest: usize, _frame: Frame) -> Result<(), SendError> {
-            Ok(())
-        }
-    }
-
     /// A waker of a task of its own.
     struct Task;
 
@@ -361,7 +348,7 @@ mod tests {
     /// polled again from another task is listed once.
     #[test]
     fn dropped_probes_leave_no_waker_behind() {
-        let comm = Endpoint::new(0, 1, Config::default(), Alone).expect("a world of one rank").world();
+        let comm = crate::comm::group::tests::alone();
         let listed = || comm.shared.lock().arrival_wakers.len();
         for _ in 0..100 {
             let mut probe = Box::pin(comm.probe(0, 5));
