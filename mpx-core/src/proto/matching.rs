@@ -346,6 +346,10 @@ pub(crate) trait Queued {
 /// two others usually finds a free place without renumbering.
 const STEP: u64 = 1 << 20;
 
+/// The place of the first message of an empty queue: far enough from 0
+/// that messages put back ahead of it find room.
+const FIRST_PLACE: u64 = 1 << 62;
+
 /// The messages of one spec, in queue order: (place, id). A message taken
 /// from the front of a lane leaves it at once; entries of messages taken
 /// from further back (by another spec) stay until they reach the front or
@@ -493,7 +497,7 @@ impl<T> Default for UnexpectedQueue<T> {
             lanes: Lanes::default(),
             spare: Spare::default(),
             next_id: 0,
-            back: 1 << 62,
+            back: FIRST_PLACE,
         }
     }
 }
@@ -505,8 +509,7 @@ impl<T: Queued> UnexpectedQueue<T> {
 
     /// Queues `message` behind every other.
     pub(crate) fn push_back(&mut self, message: T) {
-        let place = self.back;
-        self.back += STEP;
+        let place = self.next_back();
         if self.few.len() < FEW && self.messages.is_empty() {
             self.few.push((place, message));
             return;
@@ -524,6 +527,23 @@ impl<T: Queued> UnexpectedQueue<T> {
             self.insert(place, message);
         }
         self.few = few;
+    }
+
+    /// The place of a message queued at the back, behind every other.
+    /// Places start again from [`FIRST_PLACE`] whenever the queue is
+    /// empty, and are spaced out again before they would run past
+    /// `u64::MAX` (a queue never empty for some 10^13 messages), so that
+    /// they never wrap round and break the queue's order.
+    fn next_back(&mut self) -> u64 {
+        if self.len() == 0 {
+            self.back = FIRST_PLACE;
+        } else if self.back > u64::MAX - STEP {
+            self.index_few();
+            self.renumber();
+        }
+        let place = self.back;
+        self.back += STEP;
+        place
     }
 
     fn insert(&mut self, place: u64, message: T) {
@@ -670,7 +690,7 @@ impl<T: Queued> UnexpectedQueue<T> {
             let prev = i.checked_sub(1).map(|j| order[j].0);
             let next = order.get(i).map(|&(place, _)| place);
             match (prev, next) {
-                (_, None) => {
+                (_, None) if self.back <= u64::MAX - STEP => {
                     let place = self.back;
                     self.back += STEP;
                     break place;
@@ -692,7 +712,7 @@ impl<T: Queued> UnexpectedQueue<T> {
     fn renumber(&mut self) {
         let order = self.ordered();
         self.lanes.clear();
-        self.back = 1 << 62;
+        self.back = FIRST_PLACE;
         for (_, id) in order {
             let (place, message) = self.messages.get_mut(&id).expect("listed above");
             *place = self.back;
@@ -980,6 +1000,38 @@ mod tests {
         assert_eq!(got, [1].into_iter().chain(2..100).chain([1000]).collect::<Vec<_>>());
     }
 
+    /// A queue that is never empty for as many messages as places run to
+    /// (set here to their last few) spaces its places out again rather
+    /// than wrap round, and keeps its order; an emptied queue starts its
+    /// places again.
+    #[test]
+    fn places_never_wrap_round() {
+        let env = |source: u32, tag: i32, seq: u64| envelope(0, source, tag, seq);
+        let any = MatchSpec { context: 0, source: None, tag: None };
+        for held in [1u64, 40] {
+            let mut queue = UnexpectedQueue::<Envelope>::default();
+            for seq in 0..held {
+                queue.push_back(env(seq as u32 % 3, 0, seq));
+            }
+            queue.back = u64::MAX - 2 * STEP;
+            for seq in held..held + 10 {
+                queue.push_back(env(seq as u32 % 3, 1, seq));
+            }
+            assert!(queue.back < u64::MAX / 2, "places spaced out again: {}", queue.back);
+            // A message put back at the end, once places run out again.
+            queue.back = u64::MAX - STEP / 2;
+            queue.put_back(env(0, 2, held + 10), |_| false, |_| true);
+            let lane = MatchSpec { context: 0, source: Some(1), tag: None };
+            let got: Vec<u64> = std::iter::from_fn(|| queue.take_first(&lane)).map(|e| e.seq).collect();
+            assert_eq!(got, (0..held + 10).filter(|seq| seq % 3 == 1).collect::<Vec<_>>());
+            let got: Vec<u64> = std::iter::from_fn(|| queue.take_first(&any)).map(|e| e.seq).collect();
+            assert_eq!(got, (0..held + 11).filter(|seq| seq % 3 != 1 || *seq == held + 10).collect::<Vec<_>>());
+            // Empty: the next message takes the first place.
+            queue.back = u64::MAX - STEP / 2;
+            queue.push_back(env(0, 0, 0));
+            assert_eq!(queue.back, FIRST_PLACE + STEP);
+        }
+    }
     /// The posted-receive index against a list scanned in posting order,
     /// over random posts (with wildcards), arrivals, withdrawals and peer
     /// failures.
