@@ -17,6 +17,9 @@ impl Engine {
         if self.finished {
             return;
         }
+        if !failed {
+            self.answer_received_before_goodbye();
+        }
         self.finished = true;
         self.gave_up = failed;
         if failed {
@@ -48,6 +51,25 @@ impl Engine {
                 let p = &self.peers[dest as usize];
                 let last = p.next_seq + p.held.len() as u64;
                 self.say_goodbye(dest, last);
+            }
+        }
+    }
+
+    /// Before a goodbye: the messages this rank's receives took though too
+    /// long for them count as received, the errors taken or not (nothing
+    /// receives after the goodbye, so none goes back to the queue), and
+    /// every sender of such a message still waiting for its clear-to-send
+    /// gets it now, ahead of the goodbye (which fails the sends still
+    /// waiting for this rank to match them), whatever the transfers being
+    /// dropped already: at most the rendezvous slots each peer was granted.
+    fn answer_received_before_goodbye(&mut self) {
+        let truncated: Vec<ReqId> = self.truncated.keys().copied().collect();
+        for id in truncated {
+            self.consume_truncated(id);
+        }
+        for source in 0..self.size() {
+            while let Some((id, envelope, send_id)) = self.peers[source as usize].to_drop.pop_front() {
+                self.answer_to_drop(id, envelope, send_id, true);
             }
         }
     }

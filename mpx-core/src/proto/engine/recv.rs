@@ -231,7 +231,7 @@ impl Engine {
         let u = self.truncated.remove(&id)?;
         let envelope = u.envelope;
         match u.body {
-            Body::Rts { send_id } => self.answer_to_drop(id, envelope, send_id),
+            Body::Rts { send_id } => self.answer_to_drop(id, envelope, send_id, false),
             Body::InFlight { transfer } => match self.transfers.get_mut(&transfer) {
                 Some(t) if t.complete => self.end_dropped(transfer),
                 Some(t) => {
@@ -254,8 +254,9 @@ impl Engine {
     /// message, to drop its data as it arrives, under receive id `id`
     /// (which nothing else uses from now on): at once, or once fewer than
     /// [`Config::rndv_slots`] of its sender's transfers are being dropped
-    /// (see [`consume_truncated`](Engine::consume_truncated)).
-    fn answer_to_drop(&mut self, id: ReqId, envelope: Envelope, send_id: u64) {
+    /// (see [`consume_truncated`](Engine::consume_truncated)); `at_once`
+    /// answers it whatever the transfers being dropped already.
+    pub(super) fn answer_to_drop(&mut self, id: ReqId, envelope: Envelope, send_id: u64, at_once: bool) {
         let source = envelope.source;
         let gone = self.dead(source, false).is_some() || self.peers.get(source as usize).is_some_and(Peer::gave_up);
         let Some(p) = self.peers.get_mut(source as usize) else { return };
@@ -265,7 +266,7 @@ impl Engine {
             p.slots_in_use = p.slots_in_use.saturating_sub(1);
             return;
         }
-        if p.drops_in_flight >= self.config.rndv_slots.max(1) {
+        if !at_once && p.drops_in_flight >= self.config.rndv_slots.max(1) {
             p.to_drop.push_back((id, envelope, send_id));
             return;
         }
@@ -301,7 +302,7 @@ impl Engine {
         let Some(p) = self.peers.get_mut(source as usize) else { return };
         p.drops_in_flight = p.drops_in_flight.saturating_sub(1);
         if let Some((id, envelope, send_id)) = p.to_drop.pop_front() {
-            self.answer_to_drop(id, envelope, send_id);
+            self.answer_to_drop(id, envelope, send_id, false);
         }
     }
 

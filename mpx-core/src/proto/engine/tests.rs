@@ -909,6 +909,77 @@ fn a_held_request_of_a_failed_sender_is_not_given_back() {
     }
 }
 
+/// Messages that receives too short for them took count as received
+/// when the receiving rank says goodbye: their senders' requests waiting
+/// for a clear-to-send (more than the transfers dropped at once), and the
+/// one whose receive's error was never taken, are answered ahead of the
+/// goodbye, and every send completes.
+#[test]
+fn messages_too_long_for_their_receives_complete_their_sends_at_a_goodbye() {
+    let config = Config { eager_threshold: 8, rndv_chunk: 64, rndv_slots: 2, ..Config::default() };
+    let mut e = pair(config);
+    for id in 1..=4 {
+        e[0].post_send(id, SendMode::Standard, send_of(1, 0, pattern(1000, id as u8)));
+    }
+    for id in 11..=14 {
+        e[1].post_recv_limited(id, spec(Some(0), Some(0)), 10);
+    }
+    // Requests, answers and credit go; the data is held back, so the
+    // transfers dropped stay in flight. Every error is taken but the last.
+    let mut data = Vec::new();
+    let mut truncated = 0;
+    loop {
+        let mut moved = false;
+        for f in all_frames(&mut e[0]) {
+            if f.header.kind == Kind::RndvData {
+                data.push(f);
+            } else {
+                e[1].handle_frame(0, f).unwrap();
+                moved = true;
+            }
+        }
+        for ev in events(&mut e[1]) {
+            let Event::RecvDone { id, result: Err(error) } = ev else { panic!("{ev:?}") };
+            assert!(matches!(error.kind(), ErrorKind::Truncate { .. }));
+            truncated += 1;
+            if id != 14 {
+                e[1].consume_truncated(id);
+            }
+        }
+        for f in all_frames(&mut e[1]) {
+            e[0].handle_frame(1, f).unwrap();
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    assert_eq!(truncated, 4);
+    assert!(!e[1].peers[0].to_drop.is_empty(), "answers wait for the transfers dropped");
+    e[1].farewell(false);
+    let frames = all_frames(&mut e[1]);
+    let kinds: Vec<Kind> = frames.iter().map(|f| f.header.kind).filter(|&k| k != Kind::Credit).collect();
+    let answers = kinds.iter().filter(|&&k| k == Kind::Cts).count();
+    assert!(answers >= 2 && kinds[answers..] == [Kind::Bye], "every answer ahead of the goodbye: {kinds:?}");
+    for f in frames {
+        e[0].handle_frame(1, f).unwrap();
+    }
+    for f in data {
+        e[1].handle_frame(0, f).unwrap();
+    }
+    pump(&mut e);
+    let mut done: Vec<(ReqId, bool)> = events(&mut e[0])
+        .into_iter()
+        .filter_map(|ev| match ev {
+            Event::SendDone { id, result } => Some((id, result.is_ok())),
+            _ => None,
+        })
+        .collect();
+    done.sort();
+    assert_eq!(done, [(1, true), (2, true), (3, true), (4, true)]);
+    assert!(e[1].transfers.is_empty(), "the data dropped as it came");
+}
+
 /// A message in flight (its first receive withdrawn, part of its data in)
 /// that a receive too small for it takes over: the receive fails at once;
 /// taking the error drops what came and what is still coming, dropping
