@@ -12,7 +12,9 @@ impl Engine {
     /// goodbye lowers the count). `failed` says the program failed rather
     /// than returned: this rank then serves nothing more, and its sends
     /// still waiting, or waiting for a clear-to-send, or streaming
-    /// rendezvous data, fail with [`ErrorKind::Finalized`].
+    /// rendezvous data, fail with [`ErrorKind::Finalized`]. Otherwise the
+    /// messages its receives took though too long for them count as
+    /// received first, and their senders are answered ahead of the goodbye.
     pub fn farewell(&mut self, failed: bool) {
         if self.finished {
             return;

@@ -48,7 +48,8 @@ impl Engine {
     /// its data is counted, not kept); if the receive is dropped unread
     /// ([`restore_truncated`](Engine::restore_truncated)) the message goes
     /// back to its place in the queue, whole, as a delivered eager message
-    /// given back does. Memory for a matched message follows what a
+    /// given back does. A [`farewell`](Engine::farewell) takes every such
+    /// error still held: nothing receives after it. Memory for a matched message follows what a
     /// receive asked for, never what the sender claims.
     pub fn post_recv_limited(&mut self, id: ReqId, spec: MatchSpec, limit: u64) {
         self.post(id, spec, Some(limit));
