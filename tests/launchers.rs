@@ -635,7 +635,7 @@ fn signalled(tag: &str, ranks: usize, args: &[&str], script: &str, signals: &[&s
     (status, stdout.join().unwrap(), stderr.join().unwrap(), took, left)
 }
 
-/// Stopped by SIGTERM or SIGINT, mpxrun passes the signal to every rank
+/// Stopped by SIGTERM, SIGINT or SIGHUP, mpxrun passes the signal to every rank
 /// (which may clean up), kills those left after `--kill-after` (at once
 /// on a second signal), and exits with 128 + the signal; SIGUSR1 and
 /// SIGUSR2 reach the ranks, and the job goes on.
@@ -651,6 +651,13 @@ fn mpxrun_passes_signals_to_its_ranks_before_killing_them() {
     let (status, stdout, _, _, left) = signalled("int", 2, &[], cleans, &["-INT"], Duration::ZERO);
     assert_eq!(status.code(), Some(130), "{stdout}");
     assert!(stdout.contains("[0] cleaning-0") && stdout.contains("[1] cleaning-1") && left.is_empty(), "{stdout}");
+    // A closed terminal (or a dropped ssh session) stops the job alike:
+    // the ranks, in sessions of their own, get the hang-up from mpxrun.
+    let hangs_up = "trap 'echo hung-up-$PMI_RANK; exit 3' HUP";
+    let (status, stdout, stderr, took, left) = signalled("hup", 2, &[], hangs_up, &["-HUP"], Duration::ZERO);
+    assert_eq!(status.code(), Some(129), "{stdout}{stderr}");
+    assert!(stdout.contains("[0] hung-up-0") && stdout.contains("[1] hung-up-1"), "{stdout}{stderr}");
+    assert!(stderr.contains("hung up; passing SIGHUP to every rank") && took < Duration::from_secs(4) && left.is_empty(), "{took:?}, {left:?} left: {stderr}");
 
     // Ranks that ignore it are killed after the while given, or at the
     // second signal.

@@ -39,13 +39,15 @@
 //! fails (a non-zero status or a signal), the others are killed, unless
 //! `--keep-going`; `mpxrun` then exits with the failed process's status
 //! as a shell reports it (its code, or 128 + the signal that killed it;
-//! 1 for a status of 0) and names the rank. Stopped by SIGINT or SIGTERM,
+//! 1 for a status of 0) and names the rank. Stopped by SIGINT, SIGTERM,
+//! SIGHUP (its terminal closed, its `ssh` session dropped) or SIGQUIT,
 //! it passes the signal to every rank's process group, kills those left
 //! after `--kill-after` seconds (default 5; 0 kills at once, as does a
-//! second signal), and exits with 130 or 143; SIGUSR1 and SIGUSR2 are
+//! second signal), and exits with 128 + the signal (130, 143, 129, 131);
+//! SIGUSR1 and SIGUSR2 are
 //! passed to every rank's process group and the job goes on. With
-//! `--hosts` those groups are the launch commands' (`ssh`): SIGINT and
-//! SIGTERM end them, and the ranks end as their PMI connections close
+//! `--hosts` those groups are the launch commands' (`ssh`): the stopping
+//! signals end them, and the ranks end as their PMI connections close
 //! (below); SIGUSR1 and SIGUSR2 are not passed on. Its standard input
 //! goes to rank 0, or the rank `--stdin` names, and the others' input is
 //! empty (`--stdin none`: every rank's); on another host, after the
@@ -70,7 +72,7 @@
 //! the rank that reads it (see `--stdin`).
 //!
 //! Ranks die with `mpxrun`, however it ends. On this host `mpxrun` kills
-//! each rank's process group (on a failure, or after SIGINT or SIGTERM), and the
+//! each rank's process group (on a failure, or after a stopping signal), and the
 //! process it started dies with it (`PR_SET_PDEATHSIG`). On another host
 //! neither reaches the rank (killing the local `ssh` tells the remote
 //! command nothing), nor, anywhere, a program a wrapper started (`sh -c
@@ -120,7 +122,7 @@ pub struct Job {
     /// `None`, as with `--stdin none`: every rank's input is empty).
     pub stdin: Option<u32>,
     /// How long ranks stopped with the signal that stopped `mpxrun`
-    /// (SIGINT or SIGTERM) have to end before they are killed (default
+    /// (SIGINT, SIGTERM, SIGHUP or SIGQUIT) have to end before they are killed (default
     /// [`KILL_AFTER`]).
     pub kill_after: Duration,
 }
@@ -139,8 +141,11 @@ pub struct Job {
 pub const LAUNCH: &str = "ssh -o BatchMode=yes -o ServerAliveInterval=5 -o ServerAliveCountMax=3 {host}";
 
 /// How long ranks have to end, by default, once `mpxrun` has passed them
-/// the SIGINT or SIGTERM that stopped it, before it kills them.
+/// the signal that stopped it (SIGINT, SIGTERM, SIGHUP or SIGQUIT), before it kills them.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// The longest `--kill-after` (an hour).
+pub const MAX_KILL_AFTER: Duration = Duration::from_secs(3600);
 
 const USAGE: &str = "usage: mpxrun -n N [--no-prefix] [--keep-going] [--stdin RANK|none] [--kill-after SECONDS] [--hosts h1,h2,... [--launch 'ssh -o BatchMode=yes ... {host}'] [--pmi-host IP]] program [args...]";
 
@@ -199,7 +204,7 @@ impl Job {
                         .parse::<f64>()
                         .ok()
                         .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                        .filter(|d| *d <= Duration::from_secs(3600))
+                        .filter(|d| *d <= MAX_KILL_AFTER)
                         .ok_or_else(|| bad(format!("--kill-after {after}: not a number of seconds from 0 to 3600")))?;
                 }
                 "-h" | "--help" => return Err(bad("".into())),
@@ -243,6 +248,9 @@ impl Job {
         if let Some(rank) = self.stdin.filter(|&r| r >= self.ranks) {
             return bad(format!("--stdin {rank}: no such rank among {}", self.ranks));
         }
+        if self.kill_after > MAX_KILL_AFTER {
+            return bad(format!("--kill-after {:?}: at most {MAX_KILL_AFTER:?}", self.kill_after));
+        }
         Ok(())
     }
 }
@@ -268,6 +276,41 @@ fn shell_word(word: &str) -> String {
 }
 
 /// `host` as the host part of `host:port` (an IPv6 address in brackets).
+/// The address ranks on `hosts` reach this host at, for the PMI port
+/// (without `--pmi-host`): the one this host routes to the first host
+/// that has a route not on loopback (a host is looked up as `ssh` would
+/// reach it, its `user@` left out). A host reached by a loopback name is
+/// this one; if no host has such a route, this host's own address
+/// ([`advertised_ip`](super::advertised_ip)), unless no host resolves
+/// here at all (names only `ssh` knows, from its configuration) and this
+/// host's name resolves to a loopback address (127.0.1.1), which the
+/// other hosts could not reach: an error then, asking for `--pmi-host`.
+fn pmi_address(hosts: &[String]) -> Result<IpAddr> {
+    let mut resolved = false;
+    for host in hosts {
+        match super::local_route(&format!("{}:9", bracketed(ssh_host_name(host)))) {
+            Some(ip) if !ip.is_loopback() => return Ok(ip),
+            Some(_) => resolved = true,
+            None => {}
+        }
+    }
+    let ip = super::advertised_ip()?;
+    if !resolved && ip.is_loopback() {
+        return Err(ErrorKind::InvalidArgument(format!(
+            "none of the hosts ({}) resolves on this host, and this host's name resolves to {ip}, which they could not \
+             reach: give the address they reach this host at with --pmi-host",
+            hosts.join(",")
+        ))
+        .into());
+    }
+    Ok(ip)
+}
+
+/// The host `ssh` reaches for `host`: without the `user@` before it.
+fn ssh_host_name(host: &str) -> &str {
+    host.rsplit_once('@').map_or(host, |(_, name)| name)
+}
+
 fn bracketed(host: &str) -> String {
     match host.parse::<std::net::Ipv6Addr>() {
         Ok(_) => format!("[{host}]"),
@@ -276,20 +319,21 @@ fn bracketed(host: &str) -> String {
 }
 
 /// How the job ended.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Outcome {
     /// Each rank's exit status, in rank order.
     pub statuses: Vec<ExitStatus>,
     /// The first rank that failed, if any.
     pub failed: Option<u32>,
-    /// The signal that stopped `mpxrun` itself (SIGINT or SIGTERM), if one
+    /// The signal that stopped `mpxrun` itself (SIGINT, SIGTERM, SIGHUP or SIGQUIT), if one
     /// did.
     pub stopped_by: Option<i32>,
 }
 
 impl Outcome {
     /// The status `mpxrun` exits with, as a shell reports a command's:
-    /// 128 + the signal if a SIGINT or SIGTERM stopped it (130, 143);
+    /// 128 + the signal if one stopped it (SIGINT 130, SIGTERM 143, SIGHUP
+    /// 129, SIGQUIT 131);
     /// else 0 if every rank succeeded; else the first failed rank's code,
     /// 128 + the signal if a signal killed it (137 for SIGKILL), or 1 if
     /// it failed with status 0 (it left PMI before its finalize).
@@ -302,7 +346,9 @@ impl Outcome {
     /// assert_eq!(killed.code(), 137);
     /// let exited = Outcome { statuses: vec![ExitStatus::from_raw(3 << 8)], failed: Some(0), stopped_by: None };
     /// assert_eq!(exited.code(), 3);
-    /// assert_eq!(Outcome { stopped_by: Some(15), ..exited }.code(), 143);
+    /// assert_eq!(Outcome { stopped_by: Some(15), ..exited.clone() }.code(), 143);
+    /// // A failed rank with no status (an outcome made by hand) is a failure.
+    /// assert_eq!(Outcome { statuses: vec![], ..exited }.code(), 1);
     /// ```
     pub fn code(&self) -> i32 {
         use std::os::unix::process::ExitStatusExt;
@@ -312,7 +358,7 @@ impl Outcome {
         match self.failed {
             None => 0,
             Some(r) => {
-                let status = &self.statuses[r as usize];
+                let Some(status) = self.statuses.get(r as usize) else { return 1 };
                 status.code().filter(|&c| c != 0).or(status.signal().map(|s| 128 + s)).unwrap_or(1)
             }
         }
@@ -762,15 +808,48 @@ fn hand_over(input: &mut impl Write, handed: &[u8]) -> std::io::Result<()> {
     }
 }
 
-/// Waits for SIGINT or SIGTERM, and says which came (a word, and the
-/// signal's number).
-///
-/// # Cancel safety
-/// Cancel-safe: a signal that comes while it is not waited for is kept.
-async fn stopped(interrupt: &mut tokio::signal::unix::Signal, terminate: &mut tokio::signal::unix::Signal) -> (&'static str, i32) {
-    tokio::select! {
-        _ = interrupt.recv() => ("interrupted", libc::SIGINT),
-        _ = terminate.recv() => ("terminated", libc::SIGTERM),
+/// The signals that stop `mpxrun` (SIGINT, SIGTERM, SIGHUP and SIGQUIT:
+/// a closed terminal or a dropped `ssh` session stops the job as an
+/// interrupt does, rather than leave its ranks running).
+struct Stops {
+    listeners: Vec<(tokio::signal::unix::Signal, Stop)>,
+}
+
+/// A signal that stops `mpxrun`: what happened (a word), its name, and
+/// its number.
+type Stop = (&'static str, &'static str, i32);
+
+impl Stops {
+    /// Acts on the stopping signals from now on.
+    fn listen() -> Result<Stops> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let stops: [Stop; 4] = [
+            ("interrupted", "SIGINT", libc::SIGINT),
+            ("terminated", "SIGTERM", libc::SIGTERM),
+            ("hung up", "SIGHUP", libc::SIGHUP),
+            ("quit", "SIGQUIT", libc::SIGQUIT),
+        ];
+        let listeners = stops
+            .into_iter()
+            .map(|stop| signal(SignalKind::from_raw(stop.2)).map(|s| (s, stop)).map_err(|e| Error::transport(stop.1, e)))
+            .collect::<Result<_>>()?;
+        Ok(Stops { listeners })
+    }
+
+    /// Waits for a stopping signal, and says which came.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a signal that comes while it is not waited for is kept.
+    async fn next(&mut self) -> Stop {
+        std::future::poll_fn(|cx| {
+            for (signal, stop) in &mut self.listeners {
+                if signal.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*stop);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
     }
 }
 
@@ -808,13 +887,10 @@ fn raise_open_file_limit() {
 /// Dropping the future kills the processes started (`kill_on_drop`).
 pub async fn run(job: &Job) -> Result<Outcome> {
     job.check()?;
-    // From here on SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 are mpxrun's to
+    // From here on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are mpxrun's to
     // act on: one that comes while ranks start is acted on once they have
     // (repeats of one signal meanwhile count as one).
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| Error::transport("SIGINT", e))?;
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Error::transport("SIGTERM", e))?;
+    let mut stops = Stops::listen()?;
     let mut user1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).map_err(|e| Error::transport("SIGUSR1", e))?;
     let mut user2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).map_err(|e| Error::transport("SIGUSR2", e))?;
     let mut secret = [0u8; 40];
@@ -840,13 +916,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
             let ip = match job.pmi_host {
                 Some(ip) => ip,
                 None if super::var(super::env::HOST).is_some() => super::advertised_ip()?,
-                // The address the first host reaches this one at (a host
-                // name may resolve to a loopback address, 127.0.1.1), but
-                // for a first host that is this one by a loopback name.
-                None => match super::local_route(&format!("{}:9", bracketed(&hosts[0]))) {
-                    Some(ip) if !ip.is_loopback() => ip,
-                    _ => super::advertised_ip()?,
-                },
+                None => pmi_address(hosts)?,
             };
             let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await.map_err(|e| Error::transport(format!("listening on {ip}"), e))?;
             let port = listener.local_addr().map_err(|e| Error::transport("the PMI port", e))?.port();
@@ -1132,12 +1202,11 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 kill_group(groups[rank].take());
                 Some(rank)
             }
-            (how, signal) = stopped(&mut interrupt, &mut terminate) => {
+            (how, name, signal) = stops.next() => {
                 // The first time, the ranks get the signal and a while to
                 // end; the second time, or with no while, they are killed.
                 stopped_by.get_or_insert(signal);
                 if kill_at.is_none() && !job.kill_after.is_zero() {
-                    let name = if signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
                     output.say(format_args!("{how}; passing {name} to every rank, killing those left after {:?}", job.kill_after));
                     groups.iter().for_each(|&g| signal_group(g, signal));
                     kill_at = Some(tokio::time::Instant::now() + job.kill_after);
@@ -1214,7 +1283,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     break;
                 }
             }
-            (_, signal) = stopped(&mut interrupt, &mut terminate) => {
+            (_, _, signal) = stops.next() => {
                 stopped_by.get_or_insert(signal);
                 interrupted = true;
                 break;
@@ -1245,7 +1314,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     if !interrupted {
         tokio::select! {
             _ = output_written => {}
-            (_, signal) = stopped(&mut interrupt, &mut terminate) => {
+            (_, _, signal) = stops.next() => {
                 stopped_by.get_or_insert(signal);
             }
         }
@@ -1283,6 +1352,26 @@ pub fn main() -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host given as `user@host` is looked up by its name alone; a host
+    /// that resolves to a loopback address is this one, and its PMI
+    /// address is never refused.
+    #[test]
+    fn hosts_are_looked_up_as_ssh_reaches_them() {
+        assert_eq!(ssh_host_name("someone@node7"), "node7");
+        assert_eq!(ssh_host_name("a@b@node7"), "node7");
+        assert_eq!(ssh_host_name("node7"), "node7");
+        assert_eq!(ssh_host_name("::1"), "::1");
+        assert!(pmi_address(&["someone@127.0.0.1".into()]).is_ok());
+        let refused = pmi_address(&["no-such-host.invalid".into()]);
+        match super::super::advertised_ip() {
+            Ok(ip) if ip.is_loopback() => {
+                assert!(matches!(refused, Err(ref e) if e.to_string().contains("--pmi-host")), "{refused:?}");
+            }
+            Ok(ip) => assert_eq!(refused.ok(), Some(ip)),
+            Err(_) => assert!(refused.is_err()),
+        }
+    }
 
     /// Strangers holding every connection slot in silence do not keep a
     /// rank out: the oldest of them gives way when the rank connects.
@@ -1448,6 +1537,7 @@ mod tests {
             Job { hosts: Some(Vec::new()), ..good.clone() },
             Job { hosts: Some(vec!["h".into()]), launch: " ".into(), ..good.clone() },
             Job { stdin: Some(1), ..good.clone() },
+            Job { kill_after: Duration::MAX, ..good.clone() },
         ];
         for job in bad {
             let e = run(&job).await.expect_err("refused");
