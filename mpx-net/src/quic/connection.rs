@@ -98,6 +98,8 @@ pub(crate) struct Shared {
     pub(crate) outboxes: Arc<Vec<Arc<Outbox>>>,
     pub(crate) credential: RankCredential,
     pub(crate) client: quinn::ClientConfig,
+    /// How this rank dials a peer's bulk socket.
+    pub(crate) bulk_client: quinn::ClientConfig,
     /// The largest frame payload accepted (the decoder's cap).
     pub(crate) max_payload: usize,
     pub(crate) registry: Weak<Registry>,
@@ -560,7 +562,7 @@ async fn accept_bulk(conn: quinn::Connection, rank: u32, shared: &Arc<Shared>) -
 pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, addr: std::net::SocketAddr) {
     let deadline = Instant::now() + shared.connect_timeout;
     let setup = async {
-        let conn = connect(&shared, &quic, peer, addr, deadline, "").await?;
+        let conn = connect(&shared, &quic, &shared.client, peer, addr, deadline, "").await?;
         let control = open_stream(&conn, StreamHead::Control { bulk_port: shared.bulk_port }).await?;
         let (control_in, head) = accept_stream(&conn).await?;
         let StreamHead::Control { bulk_port: their_bulk } = head else {
@@ -570,7 +572,7 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
             Some(own) if shared.bulk_port != 0 && their_bulk != 0 => {
                 let mut bulk_addr = addr;
                 bulk_addr.set_port(their_bulk);
-                let bulk_conn = connect(&shared, own, peer, bulk_addr, deadline, "'s bulk socket").await?;
+                let bulk_conn = connect(&shared, own, &shared.bulk_client, peer, bulk_addr, deadline, "'s bulk socket").await?;
                 let (mine, theirs) = (StreamHead::BulkConnection { rank: shared.me }, StreamHead::BulkConnection { rank: peer });
                 let (bulk, bulk_in) = exchange_heads(&bulk_conn, Some(&conn), mine, theirs, &format!("rank {peer}'s bulk connection")).await?;
                 (Some(bulk_conn), bulk, bulk_in)
@@ -616,12 +618,12 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
 /// completes "rank N" in the error (the socket dialled). The error names
 /// why the last attempt that ended failed (a refused certificate, say),
 /// even when a later one was still waiting at the deadline.
-async fn connect(shared: &Shared, quic: &quinn::Endpoint, peer: u32, addr: std::net::SocketAddr, deadline: Instant, what: &str) -> Result<quinn::Connection> {
+async fn connect(shared: &Shared, quic: &quinn::Endpoint, client: &quinn::ClientConfig, peer: u32, addr: std::net::SocketAddr, deadline: Instant, what: &str) -> Result<quinn::Connection> {
     let name = rank_name(shared.credential.job(), peer);
     let context = || format!("connecting to rank {peer}{what} at {addr}");
     let mut last_failure = None;
     loop {
-        let attempt = quic.connect_with(shared.client.clone(), addr, &name).map_err(|e| io_error(context(), e))?;
+        let attempt = quic.connect_with(client.clone(), addr, &name).map_err(|e| io_error(context(), e))?;
         match tokio::time::timeout_at(deadline.into(), attempt).await {
             Ok(Ok(conn)) => return Ok(conn),
             Ok(Err(e)) if Instant::now() + Duration::from_millis(50) < deadline => {

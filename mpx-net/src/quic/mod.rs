@@ -41,7 +41,9 @@
 //! [`inlet`](self)). `finalize` closes the endpoint, then each
 //! writer drains its queue, finishes its stream and waits until the peer
 //! has acknowledged all of it. A connection that breaks or closes (an
-//! I/O error, QUIC's idle timeout: [`Options::idle_timeout`], a peer
+//! I/O error, QUIC's idle timeout: [`Options::idle_timeout`], timed on
+//! the bulk connection where both ranks have a bulk thread, so that a
+//! program busy computing is not taken for dead; a peer
 //! dropped without finalizing) closes the peer's other connection and
 //! fails the peer with
 //! [`ErrorKind::ProcessFailed`], whose source
@@ -127,7 +129,11 @@ pub struct Options {
     /// A peer whose connection hears nothing for this long fails, and
     /// everything pending on it with it (keep-alives go five times as
     /// often, so a live peer never does): the bound on noticing a dead
-    /// peer or a lost path. QUIC's own idle timeout is set to four fifths
+    /// peer or a lost path. With a [`bulk_thread`](Options::bulk_thread)
+    /// on both sides, the bulk connection, driven from that thread, is
+    /// the one timed: a program that computes for longer without awaiting
+    /// (its runtime, and the control connection's driver on it, held up,
+    /// even on a current-thread runtime) is still heard. QUIC's own idle timeout is set to four fifths
     /// of it, since QUIC restarts its timer when a keep-alive goes out.
     /// At least 10 ms (to QUIC, zero would mean no timeout at all). It
     /// also bounds how long `finalize` waits, once a peer's goodbye has
@@ -226,6 +232,24 @@ impl Options {
     /// A connection's receive window: four streams' worth.
     fn receive_window(&self) -> quinn::VarInt {
         quinn::VarInt::from_u64(4 * u64::from(self.stream_window.max(1200))).unwrap_or(quinn::VarInt::MAX)
+    }
+
+    /// quinn's settings for a control connection: those of
+    /// [`transport`](Options::transport), but with no idle timeout of its
+    /// own where this rank's bulk connections run on a thread of their
+    /// own (`bulk_thread`): the bulk connection to the same peer, which
+    /// that thread keeps answering while the program computes without
+    /// awaiting (even on a current-thread runtime), bounds a silent peer
+    /// instead, and closes the control connection with it. A program busy
+    /// for longer than the idle timeout is not taken for dead. (QUIC takes
+    /// the shorter of the two sides' timeouts: a pair in which either side
+    /// has no bulk thread keeps the timeout on the control connection.)
+    fn control_transport(&self, bulk_thread: bool) -> Result<quinn::TransportConfig> {
+        let mut t = self.transport()?;
+        if bulk_thread {
+            t.max_idle_timeout(None);
+        }
+        Ok(t)
     }
 
     /// quinn's transport settings: the flow-control windows, the fixed
@@ -339,23 +363,33 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
     if me >= size {
         return Err(ErrorKind::InvalidRank { rank: me as usize, size: size as usize }.into());
     }
-    let transport = options.transport()?;
-    // A connection this rank accepts may send it little until its setup
-    // is over (see `connection::accept_loop`); `connection::run` opens the
-    // window.
-    let mut setup = options.transport()?;
-    setup.receive_window(quinn::VarInt::from_u32(connection::SETUP_RECEIVE_WINDOW));
-    let mut server = credential.server_config()?;
-    server.transport_config(Arc::new(setup));
-    let mut client = credential.client_config()?;
-    client.transport_config(Arc::new(transport));
+    let bulk_thread_on = options.bulk_connection && options.bulk_thread && size > 1;
+    // Configurations for each socket's connections: dialled (client) and
+    // accepted (server). A connection this rank accepts may send it little
+    // until its setup is over (see `connection::accept_loop`);
+    // `connection::run` opens the window.
+    let configs = |control: bool| -> Result<(quinn::ClientConfig, quinn::ServerConfig)> {
+        let transport = || match control {
+            true => options.control_transport(bulk_thread_on),
+            false => options.transport(),
+        };
+        let mut setup = transport()?;
+        setup.receive_window(quinn::VarInt::from_u32(connection::SETUP_RECEIVE_WINDOW));
+        let mut server = credential.server_config()?;
+        server.transport_config(Arc::new(setup));
+        let mut client = credential.client_config()?;
+        client.transport_config(Arc::new(transport()?));
+        Ok((client, server))
+    };
+    let (client, server) = configs(true)?;
+    let (bulk_client, bulk_server) = configs(false)?;
     let mut endpoint_config = quinn::EndpointConfig::default();
     endpoint_config
         .max_udp_payload_size(options.mtu.max(1200))
         .map_err(|e| ErrorKind::InvalidArgument(format!("mtu {}: {e}", options.mtu)))?;
     let runtime = quinn::default_runtime().ok_or_else(|| ErrorKind::InvalidArgument("no tokio runtime".into()))?;
     let accepts = me + 1 < size;
-    let bulk_thread = (options.bulk_connection && options.bulk_thread && size > 1).then(|| BulkThread::start(credential.job(), me)).transpose()?;
+    let bulk_thread = bulk_thread_on.then(|| BulkThread::start(credential.job(), me)).transpose()?;
     let bulk = if options.bulk_connection && size > 1 {
         let own = socket.local_addr().map_err(|e| Error::transport("reading the socket's address", e))?;
         // Never at a port a rank listens at (by hand, ranks of one host
@@ -366,7 +400,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
             Some(thread) => thread.quinn_runtime(),
             None => runtime.clone(),
         };
-        let bulk = quinn::Endpoint::new(endpoint_config.clone(), accepts.then(|| server.clone()), bulk_socket, bulk_runtime)
+        let bulk = quinn::Endpoint::new(endpoint_config.clone(), accepts.then_some(bulk_server), bulk_socket, bulk_runtime)
             .map_err(|e| Error::transport("opening the bulk QUIC endpoint", e))?;
         Some(bulk)
     } else {
@@ -399,6 +433,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         inlets,
         credential,
         client,
+        bulk_client,
         max_payload: options.engine.max_payload(),
         registry: Arc::downgrade(&registry),
         connect_timeout: options.connect_timeout,

@@ -919,6 +919,43 @@ async fn a_peer_dropped_without_finalizing_is_failed_when_its_connection_closes(
     got.expect_err("rank 1 is gone");
 }
 
+/// A rank whose program computes without awaiting for longer than the
+/// idle timeout (on a current-thread runtime, nothing else of its runtime
+/// runs meanwhile, its control connection's driver included) is not taken
+/// for dead: its bulk connection, on a thread of its own, answers for it.
+#[test]
+fn a_rank_busy_for_longer_than_the_idle_timeout_is_not_taken_for_dead() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(12).unwrap();
+    let options = Options { idle_timeout: Duration::from_secs(1), ..options() };
+    let rank = |rank: u32, socket: UdpSocket| {
+        let (addrs, credential) = (addrs.clone(), job.issue(rank).unwrap());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let endpoint = start(socket, &addrs, credential, &options)?;
+                tokio::time::timeout(Duration::from_secs(10), endpoint.connected()).await.expect("connected");
+                let world = endpoint.world();
+                let got = match rank {
+                    1 => {
+                        // Computing, without awaiting, for 2.5 idle timeouts.
+                        std::thread::sleep(Duration::from_millis(2500));
+                        world.send(&7u64, 0, 0).await?;
+                        0
+                    }
+                    _ => world.recv::<u64>(1, 0).await?.0,
+                };
+                endpoint.finalize().await?;
+                Ok::<u64, mpx_core::Error>(got)
+            })
+        })
+    };
+    let one = rank(1, sockets.pop().unwrap());
+    let zero = rank(0, sockets.pop().unwrap());
+    assert_eq!(zero.join().unwrap().expect("rank 1 was busy, not dead"), 7);
+    one.join().unwrap().expect("rank 0 waited for it");
+}
+
 /// A program task that read the control stream while waiting on a receive
 /// (so quinn wakes it at the next arrival), then waits for something else
 /// entirely, does not hold up progress: the inlet's own task reads what
