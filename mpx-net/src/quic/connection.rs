@@ -51,6 +51,11 @@ pub(crate) mod code {
     pub const OTHER_CLOSED: u32 = 4;
     /// The peer's endpoint was dropped without finalizing.
     pub const DROPPED: u32 = 5;
+    /// This rank's engine failed the peer on its own finding (a breach of
+    /// the protocol in what its frames said, a peer that stopped reading):
+    /// the connection closes once the parting goodbye has gone, or after
+    /// the linger.
+    pub const FAILED: u32 = 6;
 }
 
 /// The tasks of one rank's transport; dropping the registry (with the
@@ -104,6 +109,9 @@ pub(crate) struct Shared {
     pub(crate) max_payload: usize,
     pub(crate) registry: Weak<Registry>,
     pub(crate) connect_timeout: Duration,
+    /// How long a peer this rank's engine failed keeps its connections
+    /// for the parting goodbye to go ([`Options::idle_timeout`](super::Options::idle_timeout)).
+    pub(crate) linger: Duration,
     /// The receiving side of each peer's control stream.
     pub(crate) inlets: Arc<Vec<Arc<Inlet>>>,
     /// The peers connected so far, or all of them once the connect
@@ -714,14 +722,26 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
         let others = conns.clone();
         let watcher = shared.clone();
         spawn_in(&shared.registry, async move {
-            // A peer opens no stream beyond those of the setup: one more
-            // would sit in quinn's buffers, unread, up to its window. (The
-            // wait for one ends with an error once the connection closes.)
-            if watched.accept_uni().await.is_ok() {
-                // The reason first: closing makes the readers fail the
-                // peer too, for the connection's loss.
-                watcher.fail(peer, ErrorKind::Protocol(format!("rank {peer} opened a stream beyond its control and bulk streams")).into());
-                watched.close(VarInt::from_u32(code::PROTOCOL), b"a stream beyond the setup");
+            let outbox = watcher.outboxes[peer as usize].clone();
+            // A peer the engine failed on its own finding is cut off once
+            // what was queued for it (its parting goodbye) has gone, or
+            // after the linger (a peer that stopped reading takes none).
+            let lost = async {
+                std::future::poll_fn(|cx| outbox.poll_lost(cx)).await;
+                let _ = tokio::time::timeout(watcher.linger, std::future::poll_fn(|cx| outbox.poll_lanes_finished(cx))).await;
+            };
+            tokio::select! {
+                // A peer opens no stream beyond those of the setup: one
+                // more would sit in quinn's buffers, unread, up to its
+                // window. (The wait for one ends with an error once the
+                // connection closes.)
+                opened = watched.accept_uni() => if opened.is_ok() {
+                    // The reason first: closing makes the readers fail the
+                    // peer too, for the connection's loss.
+                    watcher.fail(peer, ErrorKind::Protocol(format!("rank {peer} opened a stream beyond its control and bulk streams")).into());
+                    watched.close(VarInt::from_u32(code::PROTOCOL), b"a stream beyond the setup");
+                },
+                () = lost => watched.close(VarInt::from_u32(code::FAILED), b"failed by this rank"),
             }
             let why = watched.closed().await;
             for other in &others {

@@ -149,6 +149,13 @@ struct OutState {
 }
 
 impl OutState {
+    /// Has `cx`'s task woken with the flush waiters.
+    fn wait_for_flush(&mut self, cx: &mut Context<'_>) {
+        if !self.flush_waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            self.flush_waiters.push(cx.waker().clone());
+        }
+    }
+
     fn wake_flush_waiters(&mut self) {
         for w in self.flush_waiters.drain(..) {
             w.wake();
@@ -280,7 +287,7 @@ impl Outbox {
             Wrote::All | Wrote::Blocked => {
                 // While the engine holds a frame this lane refused (its
                 // goodbye, at an abort) the stream stays open for it.
-                if (st.closing && st.refused[lane as usize].is_none()) || st.failed.is_some() {
+                if ((st.closing || st.lost) && st.refused[lane as usize].is_none()) || st.failed.is_some() {
                     if let Some(stream) = q.stream.take() {
                         return Poll::Ready(Drained::Finish(stream));
                     }
@@ -335,11 +342,41 @@ impl Outbox {
     /// The endpoint has failed the peer on its own finding (a breach of
     /// the protocol its frames did not show the transport, a peer that
     /// stopped reading): what is queued for it (its parting goodbye)
-    /// still goes, but the flush waits for it no more.
+    /// still goes, then the writers finish their streams and the peer's
+    /// connections close (see [`poll_lost`](Outbox::poll_lost)); the
+    /// flush waits for it no more.
     pub(crate) fn lost(&self) {
         let mut st = self.lock();
         st.lost = true;
+        for q in &mut st.lanes {
+            if let Some(w) = q.writer.take() {
+                w.wake();
+            }
+        }
         st.wake_flush_waiters();
+    }
+
+    /// Ready once the endpoint has failed the peer on its own finding
+    /// (see [`lost`](Outbox::lost)): its writers finish their streams once
+    /// drained, and its connections are to close.
+    pub(crate) fn poll_lost(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.lock();
+        if st.lost {
+            return Poll::Ready(());
+        }
+        st.wait_for_flush(cx);
+        Poll::Pending
+    }
+
+    /// Ready once both lanes' streams are finished and acknowledged (or
+    /// lost with the peer).
+    pub(crate) fn poll_lanes_finished(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.lock();
+        if st.failed.is_some() || st.lanes.iter().all(|q| q.finished) {
+            return Poll::Ready(());
+        }
+        st.wait_for_flush(cx);
+        Poll::Pending
     }
 
     /// Starts the flush: writers finish their streams once drained. Ready
@@ -363,9 +400,7 @@ impl Outbox {
         if st.failed.is_some() || st.lost || st.lanes.iter().all(|q| q.finished && q.ended) || given_up.is_some_and(|at| at <= Instant::now()) {
             return Ok(());
         }
-        if !st.flush_waiters.iter().any(|w| w.will_wake(cx.waker())) {
-            st.flush_waiters.push(cx.waker().clone());
-        }
+        st.wait_for_flush(cx);
         Err(given_up)
     }
 }

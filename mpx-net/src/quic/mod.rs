@@ -437,6 +437,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         max_payload: options.engine.max_payload(),
         registry: Arc::downgrade(&registry),
         connect_timeout: options.connect_timeout,
+        linger: options.idle_timeout,
         connected: Mutex::new(vec![false; size as usize]),
         bulk_port: bulk_port(&bulk)?,
         bulk: bulk.clone(),

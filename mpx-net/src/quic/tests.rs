@@ -351,6 +351,38 @@ async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
     assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
 }
 
+/// A peer the engine fails on its own finding (here its control stream
+/// ends without a goodbye, or its goodbye says it cut this rank off) has
+/// its connections closed once the parting goodbye has gone: it is not
+/// left connected, its frames read and dropped, until this rank ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_the_engine_fails_is_cut_off() {
+    for ends_stream in [true, false] {
+        let (mut sockets, addrs) = sockets(2);
+        let job = JobCredential::generate(35).unwrap();
+        let hostile = sockets.pop().unwrap();
+        let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+        let (conn, mut control, _bulk) = hand_rank_greeting_zero(&job, 35, 1, 2, hostile, addrs[0]).await;
+        if ends_stream {
+            control.finish().unwrap();
+        } else {
+            let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
+                data_len: 2,
+                ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
+            });
+            control.write_all(&bye.encode_header()).await.unwrap();
+        }
+        let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 failed");
+        assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
+        let closed = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("rank 0 closed the connection");
+        assert!(
+            matches!(closed, quinn::ConnectionError::ApplicationClosed(ref close) if close.error_code == quinn::VarInt::from_u32(crate::quic::connection::code::FAILED)),
+            "ends its stream: {ends_stream}: {closed:?}"
+        );
+        zero.finalize().await.unwrap();
+    }
+}
+
 /// A peer that says a clean goodbye, then keeps its connection and its
 /// streams open (acknowledging packets, so no idle timeout fires), holds
 /// up this rank's finalize no longer than the idle timeout after its
