@@ -634,6 +634,35 @@ impl Call {
         self.send_packed(|repr| E::pack_dst(dst, items, repr), to, 0)
     }
 
+    /// Sends items `items` of a destination buffer to each rank of `to`,
+    /// packed once for each representation they take: a root's data goes
+    /// to all its children with one copy, not one each.
+    pub(crate) fn forward_items_to<E: Element>(&self, dst: &E::Dst<'_>, items: Range<usize>, to: &[usize]) -> Vec<Request<'static>> {
+        self.forward_packed_to::<E>([None, None], dst, items, to)
+    }
+
+    /// [`forward_items_to`](Call::forward_items_to), with `packed` holding
+    /// the items already packed in each representation it has (native,
+    /// external32).
+    fn forward_packed_to<E: Element>(&self, mut packed: [Option<Packed>; 2], dst: &E::Dst<'_>, items: Range<usize>, to: &[usize]) -> Vec<Request<'static>> {
+        to.iter()
+            .map(|&child| {
+                self.send_packed(
+                    |repr| {
+                        let slot = &mut packed[usize::from(repr == Repr::External32)];
+                        if slot.is_none() {
+                            *slot = Some(E::pack_dst(dst, items.clone(), repr)?);
+                        }
+                        let p = slot.as_ref().expect("packed above");
+                        Ok(Packed { data: p.data.clone(), repr: p.repr, signature: p.signature, desc_len: p.desc_len })
+                    },
+                    child,
+                    0,
+                )
+            })
+            .collect()
+    }
+
     /// Done with a message taken by [`Posted::take_items`].
     pub(crate) fn recycle(&self, msg: Delivered) {
         self.shared().recycle(msg);
@@ -648,19 +677,17 @@ impl Call {
     /// matched `dst`'s datatype, so the bytes and the signature are those
     /// of the items.
     pub(crate) fn forward_received<E: Element>(&self, msg: &Delivered, dst: &E::Dst<'_>, items: Range<usize>, to: usize) -> Request<'static> {
+        self.forward_received_to::<E>(msg, dst, items, &[to]).pop().expect("one request for one rank")
+    }
+
+    /// [`forward_received`](Call::forward_received) to each rank of `to`,
+    /// packing at most once for each representation (see
+    /// [`forward_items_to`](Call::forward_items_to)).
+    pub(crate) fn forward_received_to<E: Element>(&self, msg: &Delivered, dst: &E::Dst<'_>, items: Range<usize>, to: &[usize]) -> Vec<Request<'static>> {
         let envelope = &msg.envelope;
-        if envelope.repr == Repr::Native && msg.desc.is_none() && envelope.signature.is_some() {
-            let packed = Packed { data: msg.data.clone(), repr: Repr::Native, signature: envelope.signature, desc_len: 0 };
-            return self.send_packed(
-                |repr| match repr {
-                    Repr::Native => Ok(packed),
-                    Repr::External32 => E::pack_dst(dst, items, repr),
-                },
-                to,
-                0,
-            );
-        }
-        self.forward_items::<E>(dst, items, to)
+        let native = (envelope.repr == Repr::Native && msg.desc.is_none() && envelope.signature.is_some())
+            .then(|| Packed { data: msg.data.clone(), repr: Repr::Native, signature: envelope.signature, desc_len: 0 });
+        self.forward_packed_to::<E>([native, None], dst, items, to)
     }
 
     fn send_packed(&self, pack: impl FnOnce(Repr) -> Result<Packed>, to: usize, sub: usize) -> Request<'static> {
@@ -1024,7 +1051,7 @@ fn checked_into<E: Element>(msg: Delivered, from: usize, count: usize, dst: &mut
             })
         }
     };
-    let expected = E::item_type(dst).size() * count as u64;
+    let expected = E::item_type(dst).size().saturating_mul(count as u64);
     if status.bytes != expected {
         let sent = status.bytes;
         return Err(mismatch(format!("it sent {sent} bytes where {count} of {} ({expected} bytes) were expected", E::name(dst))));

@@ -55,7 +55,7 @@ impl Bcast {
         let (parent, children) = binomial(call.size(), root, call.rank());
         let from_parent = parent.map(|p| call.post_typed(p, count, datatype, 0)).transpose()?;
         let sends = match data {
-            Some(values) if from_parent.is_none() => children.iter().map(|&c| call.forward_items::<E>(values, 0..count, c)).collect(),
+            Some(values) if from_parent.is_none() => call.forward_items_to::<E>(values, 0..count, &children),
             _ => Vec::new(),
         };
         Ok(Bcast { from_parent, children, sends })
@@ -74,10 +74,10 @@ impl Bcast {
         let count = E::dst_len(buf);
         if let Some(posted) = from_parent {
             let msg = posted.take_items::<E>(buf, 0..count).await?;
-            sends = children.iter().map(|&c| call.forward_received::<E>(&msg, buf, 0..count, c)).collect();
+            sends = call.forward_received_to::<E>(&msg, buf, 0..count, &children);
             call.recycle(msg);
         } else if sends.is_empty() {
-            sends = children.iter().map(|&c| call.forward_items::<E>(buf, 0..count, c)).collect();
+            sends = call.forward_items_to::<E>(buf, 0..count, &children);
         }
         sent(sends).await
     }

@@ -157,7 +157,7 @@ fn scattered<'a, T: MpiType>(call: Call, send: &[T], mut recv: &'a mut [T], op: 
     let call = call.salted(SCATTERED_SALT);
     let (n, me) = (call.size(), call.rank());
     let counts: Vec<usize> = (0..n).map(|r| send.len() / n + usize::from(r < send.len() % n)).collect();
-    let displs: Vec<usize> = (0..n).map(|r| counts[..r].iter().sum()).collect();
+    let displs: Vec<usize> = (0..n).map(|r| r * (send.len() / n) + r.min(send.len() % n)).collect();
     let block = |r: usize| displs[r]..displs[r] + counts[r];
     let (mine, last) = (block(me), n - 1);
     let started = (|| -> Result<_> {

@@ -1,8 +1,12 @@
-//! The eager credit a receiver grants bounds the memory its unexpected
-//! messages take, bookkeeping included: a queued message, empty or not,
-//! takes no more of the receiver's heap than it costs in credit beyond its
-//! data ([`EAGER_OVERHEAD`]). Counted with an allocator that tallies the
-//! bytes live, in a test binary of its own (the allocator is global).
+//! What mpx's memory is bounded by, counted with an allocator that
+//! tallies the bytes live (and the most live at once), in a test binary of
+//! its own (the allocator is global; its tests take turns):
+//!
+//! - The eager credit a receiver grants bounds the memory its unexpected
+//!   messages take, bookkeeping included: a queued message, empty or not,
+//!   takes no more of the receiver's heap than it costs in credit beyond
+//!   its data ([`EAGER_OVERHEAD`]).
+//! - A broadcast's root packs its data once, whatever its children.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -14,22 +18,33 @@ use mpx::LaunchOptions;
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The most bytes live at once since it was last set.
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+/// Held by each test: the counts are the whole process's.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Counts `bytes` more (or fewer) live.
+fn count(bytes: isize) {
+    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
 
 // SAFETY: every call is forwarded to `System` with the same arguments; the
 // counter only observes sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        count(layout.size() as isize);
         // SAFETY: the caller's contract for `alloc` is `System::alloc`'s.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        count(-(layout.size() as isize));
         // SAFETY: `ptr` came from `System` with this layout.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        count(new_size as isize - layout.size() as isize);
         // SAFETY: the caller's contract for `realloc` is `System::realloc`'s.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -78,6 +93,7 @@ fn heap_per_queued_message(messages: usize, len: usize, tags_of_their_own: bool,
 
 #[test]
 fn queued_messages_take_no_more_heap_than_their_credit() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     // Counts on both sides of the indexes' growth steps.
     for (messages, len) in [(300, 0), (1_000, 8), (20_000, 0), (29_000, 200)] {
         for (own_tags, local) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -90,5 +106,43 @@ fn queued_messages_take_no_more_heap_than_their_credit() {
             // The count sees the queue: a message takes something.
             assert!(per_message >= len as f64, "{per_message:.0} bytes for a {len}-byte message");
         }
+    }
+}
+
+/// A broadcast over messages (collectives not meeting in memory) takes
+/// one copy of its data beyond the ranks' own buffers, however many
+/// children its root sends to (4 of 9 ranks here, 2 of 3): the root packs
+/// it once, and each child's message shares that copy. (Messages meet
+/// their receivers without frames, so no transport holds more.)
+#[test]
+fn a_broadcast_root_packs_its_data_once() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    const LEN: usize = 8 << 20;
+    for ranks in [3, 9] {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let options = LaunchOptions { local_collectives: false, ..LaunchOptions::ranks(ranks) };
+        let started = std::sync::Arc::new(tokio::sync::Barrier::new(ranks));
+        let base = std::sync::Arc::new(AtomicIsize::new(0));
+        let at_start = base.clone();
+        runtime
+            .block_on(mpx::launch_with(options, move |comm| {
+                let (started, at_start) = (started.clone(), at_start.clone());
+                async move {
+                    let mut data = vec![comm.rank() as u8 + 1; LEN];
+                    comm.barrier().await?;
+                    // Every rank's buffer is allocated: counted from here.
+                    if started.wait().await.is_leader() {
+                        at_start.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+                        PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+                    }
+                    comm.bcast(&mut data[..], 0).await?;
+                    assert!(data.iter().all(|&b| b == 1), "rank {} got the root's data", comm.rank());
+                    Ok(())
+                }
+            }))
+            .unwrap();
+        // From there on the ranks only freed what they had.
+        let extra = PEAK.load(Ordering::Relaxed) - base.load(Ordering::Relaxed);
+        assert!(extra < (LEN + LEN / 2) as isize, "{ranks} ranks: {:.2} copies of the data at once", extra as f64 / LEN as f64);
     }
 }
