@@ -26,8 +26,18 @@ impl Engine {
     /// [`handle_frame`](Engine::handle_frame) for a rank inside the world,
     /// this one included.
     pub(super) fn handle_peer_frame(&mut self, from: u32, frame: Frame) -> Result<()> {
-        if self.peers[from as usize].failed.is_some() || self.closed {
-            // A failed peer's frames, and everything once closed, are dropped.
+        if self.peers[from as usize].failed.is_some() {
+            // A failed peer's frames are dropped.
+            return Ok(());
+        }
+        if self.closed {
+            // Everything is dropped once closed, but for a peer's hello,
+            // taken still (a closed rank is connected to it then, not
+            // waiting for it: a transport that fails a peer whose hello
+            // does not come in time must not fail this one).
+            if frame.header.kind == Kind::Hello && self.peers[from as usize].hello.is_none() {
+                let _ = self.hello(from, frame.header);
+            }
             return Ok(());
         }
         self.peers[from as usize].heard = true;

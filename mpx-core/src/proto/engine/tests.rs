@@ -1186,6 +1186,24 @@ fn crossing_goodbyes_lower_the_count_of_sends_that_fail() {
     assert!(e[1].silent(0).is_some());
 }
 
+/// A rank that closed before a peer's hello came still takes the hello
+/// (and nothing else): it does not wait for the peer's hello any more, so
+/// a transport that fails peers whose hello never comes leaves it be.
+#[test]
+fn a_closed_rank_still_takes_a_peers_hello() {
+    let config = Config::default();
+    let mut e = [Engine::new(0, 2, config).unwrap(), Engine::new(1, 2, config).unwrap()];
+    let (_, hello) = next_frame(&mut e[0]).unwrap();
+    assert_eq!(hello.header.kind, Kind::Hello);
+    e[1].close();
+    assert_eq!(e[1].awaiting_hello(), [0]);
+    e[1].handle_frame(0, hello).unwrap();
+    assert!(e[1].awaiting_hello().is_empty() && !e[1].is_failed(0));
+    // Nothing else is taken.
+    e[1].handle_frame(0, Frame { header: Header { seq: 0, ..Header::control(Kind::Eager, 0) }, payload: Bytes::from_static(b"x") }).unwrap();
+    assert_eq!(e[1].unexpected_len(), 0);
+}
+
 #[test]
 fn a_closed_rank_still_says_goodbye_once_its_link_drains() {
     let mut e = pair(Config::default());
