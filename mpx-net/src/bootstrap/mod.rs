@@ -1106,6 +1106,39 @@ mod tests {
         std::fs::write(&huge, vec![b'x'; (64 << 10) + 1]).unwrap();
         let err = quic::credential_text(huge.to_str().unwrap()).unwrap_err().to_string();
         assert!(err.contains("huge.pem"), "{err}");
+        // A FIFO: nobody writing to it gives no credential at once, rather
+        // than wait for a writer for ever; one being written (a shell's
+        // `<(...)`) gives what is written.
+        let fifo = dir.join("fifo.pem");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path it is given.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let fifo_path = fifo.to_str().unwrap().to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = fifo_path.clone();
+        std::thread::spawn(move || tx.send(quic::credential_text(&reader)));
+        let unwritten = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("no wait for a writer");
+        assert!(unwritten.as_deref().map_or(true, str::is_empty), "{unwritten:?}");
+        let writer = {
+            let pem = pem.clone();
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                // Waits for a reader to open it; one that found no writer
+                // yet and closed it again breaks the pipe: written again.
+                while std::fs::write(&fifo, &pem).is_err() {}
+            })
+        };
+        let written = loop {
+            // The reader may open it before the writer does (and read
+            // nothing): it tries again.
+            let text = quic::credential_text(&fifo_path).unwrap();
+            if !text.is_empty() {
+                break text;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        writer.join().unwrap();
+        assert_eq!(written, pem);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

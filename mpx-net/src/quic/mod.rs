@@ -562,7 +562,27 @@ pub(crate) fn credential_text(value: &str) -> Result<String> {
         return Ok(value.to_string());
     }
     let bad = |why: String| -> Error { ErrorKind::InvalidArgument(format!("{}: {value}: {why}", env::CREDENTIAL)).into() };
-    let file = std::fs::File::open(value).map_err(|e| bad(e.to_string()))?;
+    // Opened without waiting: a FIFO no process writes to would hold the
+    // open for ever. Read with waiting, so that a pipe being written (a
+    // shell's `<(...)`) gives what is written, and one nobody writes to
+    // ends at once, empty.
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(value).map_err(|e| bad(e.to_string()))?
+    };
+    {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        // SAFETY: fcntl on a descriptor this function owns, with flags
+        // read from it: no memory is involved.
+        let cleared = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+        };
+        if !cleared {
+            return Err(bad(std::io::Error::last_os_error().to_string()));
+        }
+    }
     let mut text = String::new();
     file.take(LONGEST + 1).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
     if text.len() as u64 > LONGEST {
