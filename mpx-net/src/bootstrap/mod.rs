@@ -6,7 +6,7 @@
 //! | started by | the environment | peers and trust come from |
 //! |---|---|---|
 //! | nothing (`cargo run`) | none of the below | no peers: ranks run in this process |
-//! | `mpxrun` | `PMI_FD` (or, on other hosts, `PMI_PORT`, `PMI_ID`, `MPX_PMI_TOKEN`), `PMI_RANK`, `PMI_SIZE`, `MPX_CREDENTIAL`, `MPX_LAUNCHER=mpxrun` | mpxrun's PMI key-value space (addresses); the job CA mpxrun made (trust) |
+//! | `mpxrun` | `PMI_FD` (or, on other hosts, `PMI_PORT`, `PMI_ID`, and `MPX_CREDENTIAL=-`: the token `MPX_PMI_TOKEN=...` and the credential come as the first lines of standard input), `PMI_RANK`, `PMI_SIZE`, `MPX_CREDENTIAL`, `MPX_LAUNCHER=mpxrun` | mpxrun's PMI key-value space (addresses); the job CA mpxrun made (trust) |
 //! | MPICH's `mpiexec.hydra` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` (PMI-2, or PMI-1) | hydra's PMI key-value space: addresses and certificate fingerprints, pinned |
 //! | Slurm's `srun --mpi=pmi2` | `PMI_FD`, `PMI_RANK`, `PMI_SIZE` (PMI-2) | Slurm's PMI key-value space: addresses and certificate fingerprints, pinned |
 //! | Open MPI's `mpirun` | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `PMIX_NAMESPACE`, and `MPX_RENDEZVOUS` passed with `-x` | files in the rendezvous directory: addresses and fingerprints, pinned |
