@@ -26,7 +26,8 @@
 //! and credential come on its standard input (`MPX_CREDENTIAL=-`), never
 //! on a command line, whatever the program: one on another host that is
 //! no mpx program gets them as the first lines of its input (`cat` would
-//! print the rank's private key), so run only mpx programs there. `ssh` (or `rsh`) has the remote user's shell run
+//! print the rank's private key), so run only mpx programs there. `ssh` (or `rsh`, `pdsh`, `qrsh`, wherever it stands in the
+//! launch command) has the remote user's shell run
 //! that command line: through them, mpxrun quotes each word of it, so
 //! that the program gets its arguments as given (spaces, quotes and `;`
 //! included); the program's path is the remote shell's to resolve (from
@@ -256,11 +257,12 @@ impl Job {
 }
 
 /// Whether `launch` (a `--launch` command) has a remote shell run the
-/// command line it is given, as `ssh` and `rsh` do (sshd passes it to the
-/// user's shell), rather than run it word by word.
+/// command line it is given, as `ssh`, `rsh`, `pdsh` and `qrsh` do (sshd
+/// passes it to the user's shell), rather than run it word by word:
+/// whichever word runs one (`timeout 600 ssh {host}`, `sshpass -e ssh
+/// {host}`, `/usr/bin/env ssh {host}`).
 fn through_remote_shell(launch: &str) -> bool {
-    let program = launch.split_whitespace().next().unwrap_or_default();
-    matches!(program.rsplit('/').next(), Some("ssh" | "rsh"))
+    launch.split_whitespace().any(|word| matches!(word.rsplit('/').next(), Some("ssh" | "rsh" | "pdsh" | "qrsh")))
 }
 
 /// `word` as one word of a POSIX shell's command line: as it is if it
@@ -1559,6 +1561,9 @@ mod tests {
         assert_eq!(shell_word("PMI_RANK=3"), "PMI_RANK=3", "plain words stay as they are");
         assert!(through_remote_shell("/usr/bin/ssh -p 2222 {host}") && through_remote_shell("rsh {host}"));
         assert!(!through_remote_shell("ip netns exec {host}") && !through_remote_shell("sh sshd-like {host}"));
+        for wrapped in ["timeout 600 ssh {host}", "sshpass -e ssh -o BatchMode=no {host}", "/usr/bin/env ssh {host}", "pdsh -w {host}"] {
+            assert!(through_remote_shell(wrapped), "{wrapped}");
+        }
     }
 
     #[test]
