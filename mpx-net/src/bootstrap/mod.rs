@@ -703,7 +703,16 @@ impl DirCard {
 fn through_directory(rank: u32, size: u32, dir: &Path, job: u64, timeout: Duration) -> Result<(UdpSocket, Vec<SocketAddr>, RankCredential, PublishedCard)> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let io = |what: String| move |e: std::io::Error| Error::transport(what, e);
-    let base = dir.parent().unwrap_or(dir);
+    // The directory is looked up once, its links followed now: what is
+    // checked below is what is written to and read from, even if a link
+    // on the way is pointed elsewhere later.
+    let given = dir.parent().unwrap_or(dir);
+    let base = std::fs::canonicalize(given).map_err(io(format!("the rendezvous directory {}", given.display())))?;
+    let dir = &match dir.file_name() {
+        Some(name) if dir.parent().is_some() => base.join(name),
+        _ => base.clone(),
+    };
+    let base = base.as_path();
     let meta = std::fs::metadata(base).map_err(io(format!("the rendezvous directory {}", base.display())))?;
     // The process's own directory in /proc belongs to its effective user.
     let me = std::fs::metadata("/proc/self").map_err(io("/proc/self".into()))?.uid();
@@ -1063,6 +1072,39 @@ mod tests {
         assert_eq!(one.1[0].port(), port(&zero.0), "rank 1 has rank 0's own address");
         drop((zero, one));
         assert!(!dir.exists(), "the last rank removes the job's directory");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// A rendezvous directory reached through a link is used where the
+    /// link pointed when it was checked: pointing the link elsewhere
+    /// afterwards (another user's link in /tmp, say) neither moves the
+    /// ranks' cards nor stops them meeting.
+    #[test]
+    fn a_rendezvous_directory_behind_a_link_is_used_where_it_was_checked() {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir().join(format!("mpx-linked-rendezvous-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (real, other, link) = (base.join("real"), base.join("other"), base.join("link"));
+        for d in [&real, &other] {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d).unwrap();
+        }
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let through_link = link.join("job");
+        let zero = std::thread::spawn(move || through_directory(0, 2, &through_link, 8, Duration::from_secs(10)));
+        // Rank 0 has checked and published; the link now points elsewhere.
+        let card = real.join("job").join("rank-0");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !card.exists() {
+            assert!(Instant::now() < deadline, "rank 0 published no card");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        let one = through_directory(1, 2, &real.join("job"), 8, Duration::from_secs(10)).unwrap();
+        let zero = zero.join().unwrap().expect("rank 0 read rank 1's card where it checked");
+        assert_eq!(zero.1[1].port(), one.0.local_addr().unwrap().port());
+        assert!(!other.join("job").exists(), "nothing went where the link points now");
+        drop((zero, one));
         let _ = std::fs::remove_dir_all(&base);
     }
 
