@@ -238,39 +238,3 @@ fn nesting_past_the_limit_is_an_error() {
         assert_eq!(Datatype::contiguous(1, &below).unwrap().depth(), max);
     });
 }
-
-/// Types that each hold the one before twice (an indexed or a struct
-/// type's two blocks of it), level after level, would compile to programs
-/// exponential in their depth (2^40 runs of one byte at forty levels): a
-/// constructor refuses the level whose program would pass
-/// `Datatype::MAX_PROGRAM` nodes with an error, rather than the process
-/// running out of memory once the type packs; the levels before it pack.
-#[test]
-fn types_that_double_at_every_level_are_refused_before_their_programs_explode() {
-    const HINDEXED_TWICE: Level = |t| Datatype::hindexed(&[1, 1], &[0, 0], t);
-    const STRUCT_TWICE: Level = |t| Datatype::structure(&[1, 1], &[0, 0], &[t.clone(), t.clone()]);
-    for double in [HINDEXED_TWICE, STRUCT_TWICE] {
-        let mut t = Datatype::byte();
-        let mut accepted = Vec::new();
-        let refused = loop {
-            match double(&t) {
-                Ok(next) => {
-                    accepted.push(next.clone());
-                    t = next;
-                    assert!(accepted.len() < 40, "no level refused");
-                }
-                Err(e) => break e,
-            }
-        };
-        assert!(matches!(refused.kind(), ErrorKind::InvalidDatatype(_)), "{refused}");
-        assert!(accepted.len() >= 20, "refused at level {}: {refused}", accepted.len() + 1);
-        // A level well below the bound packs its 2^12 bytes.
-        let level = &accepted[11];
-        assert_eq!(level.size(), 1 << 12);
-        let data = [7u8; 1];
-        let mut packed = vec![0u8; 1 << 12];
-        let mut position = 0;
-        level.pack_into(Region::new(&data), 1, &mut packed, &mut position).unwrap();
-        assert_eq!((position, packed.iter().all(|&b| b == 7)), (1 << 12, true));
-    }
-}

@@ -105,12 +105,6 @@ pub(crate) struct Node {
     /// Levels of constructors below and including this one (0 for a
     /// predefined type).
     depth: u32,
-    /// At most how many nodes the type's compiled program has (see
-    /// [`Datatype::MAX_PROGRAM`]).
-    program: u64,
-    /// Its arguments' entries along its longest chain of constructors:
-    /// this constructor's, and the most of any type it holds.
-    arguments: u64,
     compiled: Compiled,
 }
 
@@ -140,17 +134,6 @@ pub(crate) enum Ctor {
 impl Ctor {
     /// The datatypes this node holds: the types the constructor was applied
     /// to and, for subarray and darray, the lowered type.
-    /// The entries of the constructor's own arguments (its blocks, or
-    /// one).
-    fn entries(&self) -> u64 {
-        match self {
-            Ctor::Indexed { blocklengths, .. } | Ctor::Hindexed { blocklengths, .. } | Ctor::Struct { blocklengths, .. } => blocklengths.len() as u64,
-            Ctor::IndexedBlock { displacements, .. } | Ctor::HindexedBlock { displacements, .. } => displacements.len() as u64,
-            _ => 1,
-        }
-        .max(1)
-    }
-
     pub(crate) fn children(&self) -> impl Iterator<Item = &Datatype> {
         let (some, more): (&[Datatype], Option<&Datatype>) = match self {
             Ctor::Named(_) => (&[], None),
@@ -238,8 +221,7 @@ static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
             }
             let layout = b.finish().expect("predefined layouts are small");
             let packed = all_packed(sig, layout.elements);
-            let program = p.entries().len() as u64 + 1;
-            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, packed, depth: 0, program, arguments: 1, compiled: OnceLock::new() }))
+            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, packed, depth: 0, compiled: OnceLock::new() }))
         })
         .collect()
 });
@@ -266,24 +248,6 @@ fn check_lengths(what: &str, a: usize, b: usize) -> Result<()> {
     Ok(())
 }
 
-/// At most how many nodes the compiled program of a type made by `ctor`
-/// has (the pack engine's typed program: a node per block of an indexed
-/// or struct type, each holding its type's program; one for a repeat).
-fn program_bound(ctor: &Ctor) -> u64 {
-    let of = |t: &Datatype| t.0.program;
-    let blocks = |n: usize, old: &Datatype| (n as u64).saturating_mul(of(old).saturating_add(1)).saturating_add(1);
-    match ctor {
-        Ctor::Named(p) => p.entries().len() as u64 + 1,
-        Ctor::Dup(old) | Ctor::Resized { old, .. } => of(old),
-        Ctor::Subarray(a) => of(&a.lowered),
-        Ctor::Darray(a) => of(&a.lowered),
-        Ctor::Contiguous { old, .. } | Ctor::Vector { old, .. } | Ctor::Hvector { old, .. } => of(old).saturating_add(2),
-        Ctor::Indexed { blocklengths, old, .. } | Ctor::Hindexed { blocklengths, old, .. } => blocks(blocklengths.len(), old),
-        Ctor::IndexedBlock { displacements, old, .. } | Ctor::HindexedBlock { displacements, old, .. } => blocks(displacements.len(), old),
-        Ctor::Struct { types, .. } => types.iter().fold(1u64, |sum, t| sum.saturating_add(of(t).saturating_add(1))),
-    }
-}
-
 fn mul(a: i64, b: i64, what: &'static str) -> Result<i64> {
     a.checked_mul(b).ok_or_else(|| ErrorKind::Overflow(what).into())
 }
@@ -292,23 +256,6 @@ impl Datatype {
     /// The deepest nesting of constructors a datatype may have (see
     /// [Nesting depth](Datatype#nesting-depth)).
     pub const MAX_DEPTH: usize = 1 << 17;
-
-    /// The most nodes a datatype's compiled program (what packs it) may
-    /// have where they are more than [`PROGRAM_PER_ENTRY`](Datatype::PROGRAM_PER_ENTRY) times the
-    /// entries of the type's arguments: a type that holds another several
-    /// times (an indexed or struct type's blocks) holds a copy of its
-    /// program for each, so types that nest one another so, level after
-    /// level, would take memory exponential in their depth to pack
-    /// (`hindexed(&[1, 1], &[0, 0], t)` forty times over: 2^40 runs of
-    /// one byte). A constructor whose result would pass both bounds
-    /// returns [`ErrorKind::InvalidDatatype`]; a type whose program is as
-    /// large as its arguments (an indexed type of many blocks) is never
-    /// refused.
-    pub const MAX_PROGRAM: u64 = 1 << 26;
-
-    /// How many program nodes per entry of a type's arguments a type may
-    /// have beyond [`MAX_PROGRAM`](Datatype::MAX_PROGRAM).
-    pub const PROGRAM_PER_ENTRY: u64 = 64;
 
     fn build(ctor: Ctor, layout: Layout, signature: Signature) -> Result<Datatype> {
         let below = ctor.children().map(|c| c.0.depth).max().unwrap_or(0);
@@ -319,19 +266,8 @@ impl Datatype {
                 Datatype::MAX_DEPTH
             )).into());
         }
-        let program = program_bound(&ctor);
-        let arguments = ctor.entries().saturating_add(ctor.children().map(|c| c.0.arguments).max().unwrap_or(0));
-        if program > Datatype::MAX_PROGRAM && program / Datatype::PROGRAM_PER_ENTRY > arguments {
-            return Err(ErrorKind::InvalidDatatype(format!(
-                "packing the type would take a program of up to {program} nodes, against {arguments} entries in its arguments: \
-                 it repeats types that repeat others, level after level (more than {} nodes, and {} per entry, \
-                 are refused)",
-                Datatype::MAX_PROGRAM,
-                Datatype::PROGRAM_PER_ENTRY
-            )).into());
-        }
         let packed = all_packed(signature, layout.elements);
-        Ok(Datatype(Arc::new(Node { ctor, layout, signature, packed, depth, program, arguments, compiled: OnceLock::new() })))
+        Ok(Datatype(Arc::new(Node { ctor, layout, signature, packed, depth, compiled: OnceLock::new() })))
     }
 
     /// Levels of constructors in the type: 0 for a predefined type, one
