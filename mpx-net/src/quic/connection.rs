@@ -109,9 +109,11 @@ pub(crate) struct Shared {
     pub(crate) max_payload: usize,
     pub(crate) registry: Weak<Registry>,
     pub(crate) connect_timeout: Duration,
-    /// How long a peer this rank's engine failed keeps its connections
-    /// for the parting goodbye to go ([`Options::idle_timeout`](super::Options::idle_timeout)).
-    pub(crate) linger: Duration,
+    /// [`Options::idle_timeout`](super::Options::idle_timeout): how long
+    /// a peer this rank's engine failed keeps its connections for the
+    /// parting goodbye to go, and (four fifths of it) how long one attempt
+    /// to connect waits for an answer.
+    pub(crate) idle_timeout: Duration,
     /// The receiving side of each peer's control stream.
     pub(crate) inlets: Arc<Vec<Arc<Inlet>>>,
     /// The peers connected so far, or all of them once the connect
@@ -632,7 +634,13 @@ async fn connect(shared: &Shared, quic: &quinn::Endpoint, client: &quinn::Client
     let mut last_failure = None;
     loop {
         let attempt = quic.connect_with(client.clone(), addr, &name).map_err(|e| io_error(context(), e))?;
-        match tokio::time::timeout_at(deadline.into(), attempt).await {
+        // Each attempt ends as QUIC's idle timeout would end it (a
+        // control connection may have none: see
+        // `Options::control_transport`), so that a peer that starts
+        // listening late is dialled again rather than waited for on the
+        // slowing retransmissions of a first packet it never got.
+        let attempt_ends = deadline.min(Instant::now() + shared.idle_timeout * 4 / 5);
+        match tokio::time::timeout_at(attempt_ends.into(), attempt).await {
             Ok(Ok(conn)) => return Ok(conn),
             Ok(Err(e)) if Instant::now() + Duration::from_millis(50) < deadline => {
                 tracing::debug!(rank = shared.me, peer, error = %e, "connect failed; retrying");
@@ -640,6 +648,9 @@ async fn connect(shared: &Shared, quic: &quinn::Endpoint, client: &quinn::Client
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(Err(e)) => return Err(io_error(context(), e)),
+            Err(_) if Instant::now() + Duration::from_millis(50) < deadline => {
+                tracing::debug!(rank = shared.me, peer, "no answer to a connect; retrying");
+            }
             Err(_) => {
                 return Err(match last_failure {
                     Some(e) => io_error(format!("{} (no answer by the deadline; the last attempt failed)", context()), e),
@@ -728,7 +739,7 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
             // after the linger (a peer that stopped reading takes none).
             let lost = async {
                 std::future::poll_fn(|cx| outbox.poll_lost(cx)).await;
-                let _ = tokio::time::timeout(watcher.linger, std::future::poll_fn(|cx| outbox.poll_lanes_finished(cx))).await;
+                let _ = tokio::time::timeout(watcher.idle_timeout, std::future::poll_fn(|cx| outbox.poll_lanes_finished(cx))).await;
             };
             tokio::select! {
                 // A peer opens no stream beyond those of the setup: one

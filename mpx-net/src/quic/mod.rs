@@ -133,7 +133,11 @@ pub struct Options {
     /// on both sides, the bulk connection, driven from that thread, is
     /// the one timed: a program that computes for longer without awaiting
     /// (its runtime, and the control connection's driver on it, held up,
-    /// even on a current-thread runtime) is still heard. QUIC's own idle timeout is set to four fifths
+    /// even on a current-thread runtime) is still heard. So is a process
+    /// whose runtime is stuck for good while its bulk thread runs, and a
+    /// path that stops carrying the control socket's packets alone (a
+    /// firewall that lets the bulk port through): such a peer's messages
+    /// wait rather than fail. QUIC's own idle timeout is set to four fifths
     /// of it, since QUIC restarts its timer when a keep-alive goes out.
     /// At least 10 ms (to QUIC, zero would mean no timeout at all). It
     /// also bounds how long `finalize` waits, once a peer's goodbye has
@@ -437,7 +441,7 @@ pub fn start(socket: UdpSocket, addrs: &[SocketAddr], credential: RankCredential
         max_payload: options.engine.max_payload(),
         registry: Arc::downgrade(&registry),
         connect_timeout: options.connect_timeout,
-        linger: options.idle_timeout,
+        idle_timeout: options.idle_timeout,
         connected: Mutex::new(vec![false; size as usize]),
         bulk_port: bulk_port(&bulk)?,
         bulk: bulk.clone(),

@@ -988,6 +988,27 @@ fn a_rank_busy_for_longer_than_the_idle_timeout_is_not_taken_for_dead() {
     one.join().unwrap().expect("rank 0 waited for it");
 }
 
+/// A rank dialling a peer that starts listening late dials it again,
+/// rather than wait on the slowing retransmissions of a first packet the
+/// peer never got: the two connect soon after the peer starts (here with
+/// a bulk thread on both sides, whose control connections have no idle
+/// timeout of their own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_starts_late_is_dialled_again() {
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(13).unwrap();
+    let options = Options { idle_timeout: Duration::from_secs(1), connect_timeout: Duration::from_secs(20), ..options() };
+    // Rank 0 does not listen yet.
+    drop(sockets.remove(0));
+    let one = start(sockets.pop().unwrap(), &addrs, job.issue(1).unwrap(), &options).unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let zero = start(bind(addrs[0]).unwrap(), &addrs, job.issue(0).unwrap(), &options).unwrap();
+    let started = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), async { tokio::join!(zero.connected(), one.connected()) }).await.expect("connected");
+    assert!(started.elapsed() < Duration::from_millis(2500), "connected {:?} after rank 0 started", started.elapsed());
+    ping_pong(&zero, &one).await;
+}
+
 /// A program task that read the control stream while waiting on a receive
 /// (so quinn wakes it at the next arrival), then waits for something else
 /// entirely, does not hold up progress: the inlet's own task reads what
