@@ -658,6 +658,16 @@ fn mpxrun_passes_signals_to_its_ranks_before_killing_them() {
     assert_eq!(status.code(), Some(129), "{stdout}{stderr}");
     assert!(stdout.contains("[0] hung-up-0") && stdout.contains("[1] hung-up-1"), "{stdout}{stderr}");
     assert!(stderr.contains("hung up; passing SIGHUP to every rank") && took < Duration::from_secs(4) && left.is_empty(), "{took:?}, {left:?} left: {stderr}");
+    // Started ignoring SIGHUP (as under nohup), it goes on, and so do its
+    // ranks.
+    let mut nohup = Command::new("sh");
+    nohup.args(["-c", "trap '' HUP; exec \"$0\" -n 2 sh -c 'sleep 2; echo done-$PMI_RANK'", env!("CARGO_BIN_EXE_mpxrun")]);
+    let mut launched = Launched::spawn(nohup.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    // The ranks are running by then.
+    std::thread::sleep(Duration::from_secs(1));
+    Command::new("kill").args(["-HUP", &launched.child().id().to_string()]).status().unwrap();
+    let out = launched.take().wait_with_output().unwrap();
+    assert!(out.status.success() && text(&out).contains("[0] done-0") && text(&out).contains("[1] done-1"), "{}", text(&out));
 
     // Ranks that ignore it are killed after the while given, or at the
     // second signal.

@@ -41,8 +41,10 @@
 //! `--keep-going`; `mpxrun` then exits with the failed process's status
 //! as a shell reports it (its code, or 128 + the signal that killed it;
 //! 1 for a status of 0) and names the rank. Stopped by SIGINT, SIGTERM,
-//! SIGHUP (its terminal closed, its `ssh` session dropped) or SIGQUIT,
-//! it passes the signal to every rank's process group, kills those left
+//! SIGHUP (its terminal closed, its `ssh` session dropped; unless started
+//! ignoring it, as under `nohup`) or SIGQUIT,
+//! it passes the signal to every rank's process group (SIGTERM for
+//! SIGQUIT, so that the ranks do not dump core), kills those left
 //! after `--kill-after` seconds (default 5; 0 kills at once, as does a
 //! second signal), and exits with 128 + the signal (130, 143, 129, 131);
 //! SIGUSR1 and SIGUSR2 are
@@ -277,7 +279,6 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-/// `host` as the host part of `host:port` (an IPv6 address in brackets).
 /// The address ranks on `hosts` reach this host at, for the PMI port
 /// (without `--pmi-host`): the one this host routes to the first host
 /// that has a route not on loopback (a host is looked up as `ssh` would
@@ -313,6 +314,7 @@ fn ssh_host_name(host: &str) -> &str {
     host.rsplit_once('@').map_or(host, |(_, name)| name)
 }
 
+/// `host` as the host part of `host:port` (an IPv6 address in brackets).
 fn bracketed(host: &str) -> String {
     match host.parse::<std::net::Ipv6Addr>() {
         Ok(_) => format!("[{host}]"),
@@ -812,28 +814,36 @@ fn hand_over(input: &mut impl Write, handed: &[u8]) -> std::io::Result<()> {
 
 /// The signals that stop `mpxrun` (SIGINT, SIGTERM, SIGHUP and SIGQUIT:
 /// a closed terminal or a dropped `ssh` session stops the job as an
-/// interrupt does, rather than leave its ranks running).
+/// interrupt does, rather than leave its ranks running). A signal
+/// `mpxrun` was started ignoring (SIGHUP under `nohup`) stays ignored.
 struct Stops {
     listeners: Vec<(tokio::signal::unix::Signal, Stop)>,
 }
 
-/// A signal that stops `mpxrun`: what happened (a word), its name, and
-/// its number.
-type Stop = (&'static str, &'static str, i32);
+/// A signal that stops `mpxrun`: what happened (a word), the signal's
+/// number, and the signal passed to the ranks, with its name (SIGQUIT
+/// passes SIGTERM, so that the ranks do not each dump core).
+#[derive(Clone, Copy)]
+struct Stop {
+    how: &'static str,
+    signal: i32,
+    passed: (&'static str, i32),
+}
 
 impl Stops {
     /// Acts on the stopping signals from now on.
     fn listen() -> Result<Stops> {
         use tokio::signal::unix::{signal, SignalKind};
-        let stops: [Stop; 4] = [
-            ("interrupted", "SIGINT", libc::SIGINT),
-            ("terminated", "SIGTERM", libc::SIGTERM),
-            ("hung up", "SIGHUP", libc::SIGHUP),
-            ("quit", "SIGQUIT", libc::SIGQUIT),
+        let stops = [
+            Stop { how: "interrupted", signal: libc::SIGINT, passed: ("SIGINT", libc::SIGINT) },
+            Stop { how: "terminated", signal: libc::SIGTERM, passed: ("SIGTERM", libc::SIGTERM) },
+            Stop { how: "hung up", signal: libc::SIGHUP, passed: ("SIGHUP", libc::SIGHUP) },
+            Stop { how: "quit", signal: libc::SIGQUIT, passed: ("SIGTERM", libc::SIGTERM) },
         ];
         let listeners = stops
             .into_iter()
-            .map(|stop| signal(SignalKind::from_raw(stop.2)).map(|s| (s, stop)).map_err(|e| Error::transport(stop.1, e)))
+            .filter(|stop| !matches!(stop.signal, libc::SIGHUP | libc::SIGQUIT) || !ignored(stop.signal))
+            .map(|stop| signal(SignalKind::from_raw(stop.signal)).map(|s| (s, stop)).map_err(|e| Error::transport(format!("signal {}", stop.signal), e)))
             .collect::<Result<_>>()?;
         Ok(Stops { listeners })
     }
@@ -852,6 +862,17 @@ impl Stops {
             std::task::Poll::Pending
         })
         .await
+    }
+}
+
+/// Whether this process ignores `signal` (it was started so: `nohup`
+/// ignores SIGHUP).
+fn ignored(signal: i32) -> bool {
+    // SAFETY: sigaction with no new action only writes the current one
+    // into the zeroed struct it is given.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
     }
 }
 
@@ -1204,13 +1225,13 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                 kill_group(groups[rank].take());
                 Some(rank)
             }
-            (how, name, signal) = stops.next() => {
+            Stop { how, signal, passed: (name, passed) } = stops.next() => {
                 // The first time, the ranks get the signal and a while to
                 // end; the second time, or with no while, they are killed.
                 stopped_by.get_or_insert(signal);
                 if kill_at.is_none() && !job.kill_after.is_zero() {
                     output.say(format_args!("{how}; passing {name} to every rank, killing those left after {:?}", job.kill_after));
-                    groups.iter().for_each(|&g| signal_group(g, signal));
+                    groups.iter().for_each(|&g| signal_group(g, passed));
                     kill_at = Some(tokio::time::Instant::now() + job.kill_after);
                 } else {
                     output.say(format_args!("{how}; killing every rank"));
@@ -1285,7 +1306,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
                     break;
                 }
             }
-            (_, _, signal) = stops.next() => {
+            Stop { signal, .. } = stops.next() => {
                 stopped_by.get_or_insert(signal);
                 interrupted = true;
                 break;
@@ -1316,7 +1337,7 @@ pub async fn run(job: &Job) -> Result<Outcome> {
     if !interrupted {
         tokio::select! {
             _ = output_written => {}
-            (_, _, signal) = stops.next() => {
+            Stop { signal, .. } = stops.next() => {
                 stopped_by.get_or_insert(signal);
             }
         }
