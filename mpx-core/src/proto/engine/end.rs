@@ -63,14 +63,22 @@ impl Engine {
     /// every sender of such a message still waiting for its clear-to-send
     /// gets it now, ahead of the goodbye (which fails the sends still
     /// waiting for this rank to match them), whatever the transfers being
-    /// dropped already: at most the rendezvous slots each peer was granted.
+    /// dropped already: each such request held one of the rendezvous slots
+    /// the peer was granted, so the transfers being dropped stay within
+    /// [`Config::rndv_slots`] and those slots
+    /// ([`rendezvous_slots_granted`](Engine::rendezvous_slots_granted)).
+    /// Answers stop while half of [`MAX_QUEUED_FRAMES`] answers wait for the
+    /// peer (a peer of tens of thousands of such requests, granted slots
+    /// after its own goodbye): the rest fail, as before a goodbye they
+    /// would have.
     fn answer_received_before_goodbye(&mut self) {
         let truncated: Vec<ReqId> = self.truncated.keys().copied().collect();
         for id in truncated {
             self.consume_truncated(id);
         }
         for source in 0..self.size() {
-            while let Some((id, envelope, send_id)) = self.peers[source as usize].to_drop.pop_front() {
+            while self.peers[source as usize].queue.answers() < MAX_QUEUED_FRAMES / 2 {
+                let Some((id, envelope, send_id)) = self.peers[source as usize].to_drop.pop_front() else { break };
                 self.answer_to_drop(id, envelope, send_id, true);
             }
         }

@@ -76,9 +76,17 @@ impl Engine {
         (held, self.peers.get(source as usize).map_or(0, |p| p.unsolicited_in_use))
     }
 
+    /// The rendezvous slots `source` has been granted here:
+    /// [`Config::rndv_slots`], and those granted after its goodbye.
+    pub fn rendezvous_slots_granted(&self, source: u32) -> u64 {
+        self.peers.get(source as usize).map_or(0, |p| self.config.rndv_slots.saturating_add(p.extra_slots))
+    }
+
     /// Transfers of `source`'s data answered only to drop it (see
     /// [`consume_truncated`](Engine::consume_truncated)) whose data is
-    /// still to come: never above [`Config::rndv_slots`].
+    /// still to come: never above [`Config::rndv_slots`] before this rank's
+    /// goodbye, nor above it and
+    /// [`rendezvous_slots_granted`](Engine::rendezvous_slots_granted) after.
     pub fn transfers_to_drop(&self, source: u32) -> u64 {
         self.transfers.values().filter(|t| t.envelope.source == source && t.drop_in_flight).count() as u64
     }
