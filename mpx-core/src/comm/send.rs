@@ -53,6 +53,9 @@ impl Comm {
         let mut st = self.shared.lock();
         let id = st.engine.next_id();
         if let Some(need) = bsend {
+            if let Some(e) = st.refuses_send(dest, mode, msg.data.len()) {
+                return Err(e);
+            }
             st.reserve_bsend(id, need)?;
             st.engine.post_send(id, mode, msg);
             self.shared.flush(&mut st);
@@ -104,7 +107,10 @@ impl Comm {
 
     /// `MPI_Ibsend`: copies the data into the attached buffer (see
     /// [`buffer_attach`](Comm::buffer_attach)); the request is complete at
-    /// once, or failed with [`ErrorKind::BufferExhausted`](crate::ErrorKind::BufferExhausted).
+    /// once, or failed with [`ErrorKind::BufferExhausted`](crate::ErrorKind::BufferExhausted),
+    /// or with the error any send gets at once (this rank has finalized,
+    /// `dest` has failed, or has finished and the message needs its match):
+    /// a message that could never go is not taken into the buffer.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -656,6 +656,20 @@ impl State {
         Some(tracked)
     }
 
+    /// Why the engine would refuse a send of `len` bytes to `dest` in
+    /// `mode` as it starts, if it would: this rank has said goodbye or
+    /// closed ([`ErrorKind::Finalized`]), or `dest` has failed, or has
+    /// finished where the send needs a match. A send that returns at once
+    /// (a buffered one, one to a rank of this process) asks first, so
+    /// that it fails with that error rather than report success.
+    pub(crate) fn refuses_send(&self, dest: u32, mode: SendMode, len: usize) -> Option<Error> {
+        if self.engine.is_closed() || self.engine.is_finished() {
+            return Some(ErrorKind::Finalized.into());
+        }
+        let needs_match = !matches!(mode, SendMode::Standard | SendMode::Buffered) || len > self.engine.config().eager_threshold;
+        self.engine.dead(dest, needs_match)
+    }
+
     /// Reserves `need` bytes of the attached buffer for buffered send
     /// `id`, until it is done; [`ErrorKind::BufferExhausted`] if they are
     /// not free.
@@ -1130,13 +1144,7 @@ impl Shared {
         };
         let id = {
             let mut st = self.lock();
-            // As the engine refuses a send once this rank has said
-            // goodbye or closed, or once `dest` has failed.
-            if st.engine.is_closed() || st.engine.is_finished() {
-                return Err(ErrorKind::Finalized.into());
-            }
-            let needs_match = !matches!(mode, SendMode::Standard | SendMode::Buffered) || msg.data.len() > st.engine.config().eager_threshold;
-            if let Some(e) = st.engine.dead(dest, needs_match) {
+            if let Some(e) = st.refuses_send(dest, mode, msg.data.len()) {
                 return Err(e);
             }
             let id = st.engine.next_id();
