@@ -331,8 +331,8 @@ async fn hand_rank_greeting_zero(job: &JobCredential, job_id: u64, rank: u32, si
 }
 
 /// A peer the engine fails on a frame that breaks no framing (a goodbye
-/// saying it cut this rank off), whose connection stays open and whose
-/// streams never end, does not hold up this rank's finalize.
+/// saying it cut this rank off), and that never ends its streams, does
+/// not hold up this rank's finalize.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
     let (mut sockets, addrs) = sockets(2);
@@ -340,15 +340,23 @@ async fn finalize_does_not_wait_for_a_peer_the_engine_failed() {
     let hostile = sockets.pop().unwrap();
     let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
     let (_conn, mut control, _bulk) = hand_rank_greeting_zero(&job, 33, 1, 2, hostile, addrs[0]).await;
-    let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
-        data_len: 2,
-        ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
-    });
+    let bye = goodbye_of_rank_one(2);
     control.write_all(&bye.encode_header()).await.unwrap();
     let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 said it cut rank 0 off");
     assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
     let finalized = tokio::time::timeout(Duration::from_secs(10), zero.finalize()).await;
     assert!(matches!(finalized, Ok(Ok(()))), "{finalized:?}");
+}
+
+/// Rank 1's goodbye, as a hand-played rank sends it: `data_len` 0 a
+/// clean one (no data frames sent), 2 one that says it cut the other rank
+/// off.
+fn goodbye_of_rank_one(data_len: u64) -> mpx_core::proto::wire::Frame {
+    mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
+        data_len,
+        seq: 0,
+        ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
+    })
 }
 
 /// A peer the engine fails on its own finding (here its control stream
@@ -366,10 +374,7 @@ async fn a_peer_the_engine_fails_is_cut_off() {
         if ends_stream {
             control.finish().unwrap();
         } else {
-            let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
-                data_len: 2,
-                ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
-            });
+            let bye = goodbye_of_rank_one(2);
             control.write_all(&bye.encode_header()).await.unwrap();
         }
         let e = zero.world().recv::<u32>(1, 0).await.expect_err("rank 1 failed");
@@ -398,11 +403,7 @@ async fn finalize_waits_a_bounded_time_for_a_peer_that_said_goodbye() {
         let linger = Options { idle_timeout: Duration::from_secs(2), ..options() };
         let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &linger).unwrap();
         let (_conn, mut control, _bulk) = hand_rank_greeting_zero(&job, 34, 1, 2, hostile, addrs[0]).await;
-        let bye = mpx_core::proto::wire::Frame::control(mpx_core::proto::wire::Header {
-            data_len: 0,
-            seq: 0,
-            ..mpx_core::proto::wire::Header::control(mpx_core::proto::wire::Kind::Bye, 1)
-        });
+        let bye = goodbye_of_rank_one(0);
         let (finalized, took) = match before {
             Some(wait) => {
                 control.write_all(&bye.encode_header()).await.unwrap();
