@@ -232,6 +232,8 @@ each_transport! {
             }
             comm.buffer_attach(vec![0u8; 20_000 + 2 * mpx::BSEND_OVERHEAD])?;
             outcomes.push(comm.bsend(&big, 1, 0).await);
+            // A short one, with the credit spent: it needs rank 1 too.
+            outcomes.push(comm.bsend(&[1u8; 32], 1, 0).await);
             // Detaching does not wait for the buffered send.
             tokio::time::timeout(LIMIT, comm.buffer_detach()).await.expect("detach returns")?;
             Ok(outcomes.into_iter().map(|o| o.is_ok()).collect())
@@ -242,6 +244,7 @@ each_transport! {
         assert!(sent[1..11].contains(&false), "short sends fail once the credit is spent");
         assert!(sent[1], "the first short send went eagerly");
         assert!(!sent[11], "a buffered send that needs the finished rank to match fails at once, as every send that does");
+        assert!(!sent[12], "so does a short one once the credit is spent");
     }
 
     /// A rank that returns with sends to itself nobody received (dropped

@@ -53,13 +53,24 @@ impl Comm {
         let mut st = self.shared.lock();
         let id = st.engine.next_id();
         if let Some(need) = bsend {
+            // Why a send could never go comes before a full buffer.
             if let Some(e) = st.refuses_send(dest, mode, msg.data.len()) {
                 return Err(e);
             }
             st.reserve_bsend(id, need)?;
-            st.engine.post_send(id, mode, msg);
-            self.shared.flush(&mut st);
-            return Ok(None);
+            return match self.shared.start_send(&mut st, id, mode, msg) {
+                // Done as it started (gone at once, or refused, as the
+                // engine refuses a send that could never go): its room in
+                // the buffer is free again, and a refusal is the caller's.
+                Some(completion) => {
+                    st.release_bsend(id);
+                    match completion {
+                        Completion::Send(result) => result.map(|()| None),
+                        Completion::Recv(_) | Completion::Cancelled => Ok(None),
+                    }
+                }
+                None => Ok(None),
+            };
         }
         // An eager send is usually complete already: its request needs
         // no second look at the endpoint.

@@ -656,12 +656,26 @@ impl State {
         Some(tracked)
     }
 
+    /// Buffered send `id` is done (gone, or failed): its room in the
+    /// attached buffer is free again, and a detach waiting for it looks
+    /// again.
+    pub(crate) fn release_bsend(&mut self, id: ReqId) {
+        let Entry::Occupied(entry) = self.requests.entry(id) else { return };
+        let Tracked::Buffered(bytes) = *entry.get() else { return };
+        entry.remove();
+        self.bsend.used -= bytes;
+        self.bsend.in_flight -= 1;
+        let waiters = std::mem::take(&mut self.bsend.detach_waiters);
+        self.to_wake.extend(waiters);
+    }
+
     /// Why the engine would refuse a send of `len` bytes to `dest` in
     /// `mode` as it starts, if it would: this rank has said goodbye or
     /// closed ([`ErrorKind::Finalized`]), or `dest` has failed, or has
-    /// finished where the send needs a match. A send that returns at once
-    /// (a buffered one, one to a rank of this process) asks first, so
-    /// that it fails with that error rather than report success.
+    /// finished where the send needs a match (by its mode and length;
+    /// the engine may find more, a lack of credit). A send to a rank of
+    /// this process, which does not go through the engine, asks first, and
+    /// so does a buffered send, before it takes room in the buffer.
     pub(crate) fn refuses_send(&self, dest: u32, mode: SendMode, len: usize) -> Option<Error> {
         if self.engine.is_closed() || self.engine.is_finished() {
             return Some(ErrorKind::Finalized.into());
@@ -1168,8 +1182,7 @@ impl Shared {
         // A finalize may wait for it.
         self.flush(&mut st);
         if bsend.is_some() {
-            self.complete(&mut st, id, Completion::Send(result));
-            return Ok(None);
+            st.release_bsend(id);
         }
         result.map(|()| None)
     }
@@ -1364,15 +1377,11 @@ impl Shared {
                         Completion::Send(Ok(())) | Completion::Cancelled => {}
                     }
                 }
-                &mut Tracked::Buffered(bytes) => {
-                    entry.remove();
-                    st.bsend.used -= bytes;
-                    st.bsend.in_flight -= 1;
+                Tracked::Buffered(_) => {
                     if let Completion::Send(Err(e)) = &completion {
                         tracing::error!(rank = self.rank, id, error = %e, "buffered send failed");
                     }
-                    let waiters = std::mem::take(&mut st.bsend.detach_waiters);
-                    st.to_wake.extend(waiters);
+                    st.release_bsend(id);
                 }
             },
         }
