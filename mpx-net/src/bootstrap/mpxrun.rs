@@ -41,8 +41,9 @@
 //! `--keep-going`; `mpxrun` then exits with the failed process's status
 //! as a shell reports it (its code, or 128 + the signal that killed it;
 //! 1 for a status of 0) and names the rank. Stopped by SIGINT, SIGTERM,
-//! SIGHUP (its terminal closed, its `ssh` session dropped; unless started
-//! ignoring it, as under `nohup`) or SIGQUIT,
+//! SIGHUP (its terminal closed, its `ssh` session dropped) or SIGQUIT
+//! (either unless it was started ignoring it: SIGHUP under `nohup`,
+//! SIGQUIT in the background of a script),
 //! it passes the signal to every rank's process group (SIGTERM for
 //! SIGQUIT, so that the ranks do not dump core), kills those left
 //! after `--kill-after` seconds (default 5; 0 kills at once, as does a
@@ -125,7 +126,7 @@ pub struct Job {
     /// `None`, as with `--stdin none`: every rank's input is empty).
     pub stdin: Option<u32>,
     /// How long ranks stopped with the signal that stopped `mpxrun`
-    /// (SIGINT, SIGTERM, SIGHUP or SIGQUIT) have to end before they are killed (default
+    /// (SIGINT, SIGTERM, SIGHUP; SIGTERM for SIGQUIT) have to end before they are killed (default
     /// [`KILL_AFTER`]).
     pub kill_after: Duration,
 }
@@ -144,7 +145,7 @@ pub struct Job {
 pub const LAUNCH: &str = "ssh -o BatchMode=yes -o ServerAliveInterval=5 -o ServerAliveCountMax=3 {host}";
 
 /// How long ranks have to end, by default, once `mpxrun` has passed them
-/// the signal that stopped it (SIGINT, SIGTERM, SIGHUP or SIGQUIT), before it kills them.
+/// the signal that stopped it (SIGINT, SIGTERM, SIGHUP; SIGTERM for SIGQUIT), before it kills them.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
 
 /// The longest `--kill-after` (an hour).

@@ -623,6 +623,9 @@ pub(crate) async fn dial(shared: Arc<Shared>, quic: quinn::Endpoint, peer: u32, 
     }
 }
 
+/// The shortest time one attempt to connect is given (see [`connect`]).
+const MIN_ATTEMPT: Duration = Duration::from_secs(2);
+
 /// Connects from `quic` to `peer` at `addr`, trying again while it does
 /// not answer (another process still starting) until `deadline`; `what`
 /// completes "rank N" in the error (the socket dialled). The error names
@@ -634,12 +637,13 @@ async fn connect(shared: &Shared, quic: &quinn::Endpoint, client: &quinn::Client
     let mut last_failure = None;
     loop {
         let attempt = quic.connect_with(client.clone(), addr, &name).map_err(|e| io_error(context(), e))?;
-        // Each attempt ends as QUIC's idle timeout would end it (a
-        // control connection may have none: see
-        // `Options::control_transport`), so that a peer that starts
-        // listening late is dialled again rather than waited for on the
-        // slowing retransmissions of a first packet it never got.
-        let attempt_ends = deadline.min(Instant::now() + shared.idle_timeout * 4 / 5);
+        // Each attempt ends after four fifths of the idle timeout, as
+        // QUIC's own idle timeout would end it (a control connection may
+        // have none: see `Options::control_transport`), but no sooner than
+        // `MIN_ATTEMPT`, time for a handshake's round trips: a peer that
+        // starts listening late is dialled again rather than waited for on
+        // the slowing retransmissions of a first packet it never got.
+        let attempt_ends = deadline.min(Instant::now() + (shared.idle_timeout * 4 / 5).max(MIN_ATTEMPT));
         match tokio::time::timeout_at(attempt_ends.into(), attempt).await {
             Ok(Ok(conn)) => return Ok(conn),
             Ok(Err(e)) if Instant::now() + Duration::from_millis(50) < deadline => {

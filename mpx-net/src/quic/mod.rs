@@ -137,7 +137,9 @@ pub struct Options {
     /// whose runtime is stuck for good while its bulk thread runs, and a
     /// path that stops carrying the control socket's packets alone (a
     /// firewall that lets the bulk port through): such a peer's messages
-    /// wait rather than fail. QUIC's own idle timeout is set to four fifths
+    /// wait rather than fail. Each attempt to connect to a peer at start
+    /// waits for an answer this long too (four fifths of it, at least
+    /// 2 s) before it dials again. QUIC's own idle timeout is set to four fifths
     /// of it, since QUIC restarts its timer when a keep-alive goes out.
     /// At least 10 ms (to QUIC, zero would mean no timeout at all). It
     /// also bounds how long `finalize` waits, once a peer's goodbye has
