@@ -601,11 +601,30 @@ fn a_launch_command_that_ends_at_once_names_its_rank() {
 /// `kill` option, `delay` apart), and gives its status, its standard
 /// output and error, the time from the first signal to its end, and the
 /// ranks still alive 5 s after that.
+/// Starts `cmd` with the stopping signals' default dispositions, whatever
+/// the test's own (a test run under `nohup` ignores SIGHUP, which mpxrun
+/// would then leave ignored, as it is meant to).
+fn with_default_signals(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec, and
+    // only calls signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
+
 fn signalled(tag: &str, ranks: usize, args: &[&str], script: &str, signals: &[&str], delay: Duration) -> (std::process::ExitStatus, String, String, Duration, Vec<u32>) {
     let dir = scratch_dir(tag);
     let script = format!("{script}; echo $$ > {}/pid-$PMI_RANK; while :; do sleep 0.1; done", dir.display());
     let n = ranks.to_string();
-    let mut launched = Launched::spawn(mpxrun().args(["-n", &n]).args(args).args(["sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+    let mut cmd = mpxrun();
+    with_default_signals(&mut cmd);
+    let mut launched = Launched::spawn(cmd.args(["-n", &n]).args(args).args(["sh", "-c", &script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()));
     let read_all = |mut pipe: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
             let mut text = String::new();
@@ -628,6 +647,8 @@ fn signalled(tag: &str, ranks: usize, args: &[&str], script: &str, signals: &[&s
     while launched.child().try_wait().unwrap().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Still running: failed (and stopped as `launched` goes), not waited for.
+    assert!(launched.child().try_wait().unwrap().is_some(), "mpxrun still runs 30 s after {signals:?}");
     let took = started.elapsed();
     let status = launched.take().wait().unwrap();
     let left = outliving(&pids, Duration::from_secs(5));
