@@ -390,25 +390,28 @@ impl Engine {
                 self.local_message_left(rank, send_id, credit, Ok(()));
             }
             Body::Rts { send_id } => self.clear_to_send(id, u.envelope, send_id, limit),
-            Body::InFlight { transfer } => match (self.config.max_message, self.take_unsolicited_credit(transfer)) {
-                (cap, Some(t)) if t.complete => {
-                    // An unsolicited message may have come whole before
-                    // any receive bounded it.
-                    t.bound(limit, cap);
-                    let t = self.transfers.remove(&transfer).expect("present");
-                    self.events.push_back(Event::RecvDone { id, result: t.into_result(&mut self.pool) });
+            Body::InFlight { transfer } => {
+                let cap = self.config.max_message;
+                match self.take_unsolicited_credit(transfer) {
+                    Some(t) if t.complete => {
+                        // An unsolicited message may have come whole before
+                        // any receive bounded it.
+                        t.bound(limit, cap);
+                        let t = self.transfers.remove(&transfer).expect("present");
+                        self.events.push_back(Event::RecvDone { id, result: t.into_result(&mut self.pool) });
+                    }
+                    Some(t) => {
+                        t.owner = Some(id);
+                        t.nudged = false;
+                        t.bound(limit, cap);
+                    }
+                    None => {
+                        let rank = u.envelope.source;
+                        let error = Error::process_failed(rank, "the message's data was lost with its sender");
+                        self.events.push_back(Event::RecvDone { id, result: Err(error) });
+                    }
                 }
-                (cap, Some(t)) => {
-                    t.owner = Some(id);
-                    t.nudged = false;
-                    t.bound(limit, cap);
-                }
-                (_, None) => {
-                    let rank = u.envelope.source;
-                    let error = Error::process_failed(rank, "the message's data was lost with its sender");
-                    self.events.push_back(Event::RecvDone { id, result: Err(error) });
-                }
-            },
+            }
         }
     }
 
