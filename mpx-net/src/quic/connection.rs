@@ -756,7 +756,11 @@ fn run(shared: &Arc<Shared>, peer: u32, lanes: Lanes) {
                     watcher.fail(peer, ErrorKind::Protocol(format!("rank {peer} opened a stream beyond its control and bulk streams")).into());
                     watched.close(VarInt::from_u32(code::PROTOCOL), b"a stream beyond the setup");
                 },
-                () = lost => watched.close(VarInt::from_u32(code::FAILED), b"failed by this rank"),
+                // Unless the transport failed the peer meanwhile: it
+                // closes the connections itself, with its reason.
+                () = lost => if !outbox.has_failed() {
+                    watched.close(VarInt::from_u32(code::FAILED), b"failed by this rank");
+                },
             }
             let why = watched.closed().await;
             for other in &others {

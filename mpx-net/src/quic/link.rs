@@ -357,15 +357,22 @@ impl Outbox {
     }
 
     /// Ready once the endpoint has failed the peer on its own finding
-    /// (see [`lost`](Outbox::lost)): its writers finish their streams once
-    /// drained, and its connections are to close.
+    /// (see [`lost`](Outbox::lost)), the transport not: its writers finish
+    /// their streams once drained, and its connections are to close. (A
+    /// peer the transport failed ([`fail`](Outbox::fail)) has its
+    /// connections closed by the transport, with its reason.)
     pub(crate) fn poll_lost(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut st = self.lock();
-        if st.lost {
+        if st.lost && st.failed.is_none() {
             return Poll::Ready(());
         }
         st.wait_for_flush(cx);
         Poll::Pending
+    }
+
+    /// Whether the transport has failed the peer (see [`fail`](Outbox::fail)).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.lock().failed.is_some()
     }
 
     /// Ready once both lanes' streams are finished and acknowledged (or
