@@ -15,7 +15,8 @@
 //! receiver checks it against the message's signature hash and length
 //! before trusting it.
 
-use super::RegionMut;
+use super::external32;
+use super::program::Op;
 use crate::datatype::{Basic, Datatype, Signature};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -169,19 +170,38 @@ impl TypeSequence {
             return Ok(Vec::new());
         }
         // One item laid out densely in memory is exactly its native packed
-        // form: unpacking external32 into it converts.
-        let mut displacements = Vec::with_capacity(self.runs.len());
-        let mut at = 0i64;
-        for &(b, n) in &self.runs {
-            displacements.push(at);
-            at += (n * b.size() as u64) as i64;
-        }
-        let lengths: Vec<i64> = self.runs.iter().map(|&(_, n)| n as i64).collect();
-        let types: Vec<Datatype> = self.runs.iter().map(|&(b, _)| Datatype::basic(b)).collect();
-        let item = Datatype::resized(0, native as i64, &Datatype::structure(&lengths, &displacements, &types)?)?.commit();
+        // form: each run converts in place, one after another, with no
+        // datatype built for the sequence (a peer's sequence may have a
+        // run per element, and a datatype costs hundreds of bytes a run).
         let total = native.checked_mul(self.items).and_then(|t| usize::try_from(t).ok()).ok_or_else(mismatch)?;
         let mut out = vec![0u8; total];
-        item.unpack_external(data, &mut 0, RegionMut::new(&mut out), self.items)?;
+        // A sequence of one run is one run of all its items' elements
+        // (fewer than `total` bytes, so the product fits).
+        let merged;
+        let (runs, items) = match self.runs[..] {
+            [(kind, n)] => {
+                merged = [(kind, n * self.items)];
+                (&merged[..], 1)
+            }
+            _ => (&self.runs[..], self.items),
+        };
+        let (mut at_native, mut at_ext) = (0usize, 0usize);
+        for _ in 0..items {
+            for &(kind, n) in runs {
+                // Within `out` and `data`: their lengths are the sums
+                // checked above.
+                let (len, ext_len) = (n as usize * kind.size(), n as usize * kind.external32_size());
+                let (mem, stream) = (&mut out[at_native..at_native + len], &data[at_ext..at_ext + ext_len]);
+                let run = Op::Leaf { kind: Some(kind), len };
+                // SAFETY: `mem` holds the run's `n` native elements and
+                // `stream` their external32 bytes (sliced above, so in
+                // bounds); `Decode` reads the stream and writes only memory,
+                // so the stream's pointer, made mutable for the shared
+                // signature, is never written through.
+                unsafe { external32::run::<external32::Decode>(&run, mem.as_mut_ptr(), stream.as_ptr().cast_mut()) }?;
+                (at_native, at_ext) = (at_native + len, at_ext + ext_len);
+            }
+        }
         Ok(out)
     }
 }
@@ -222,6 +242,29 @@ mod tests {
         assert_eq!(seq.signature(), t.signature().repeat(5));
         assert_eq!(seq.external32_to_native(&ext).unwrap(), native);
         assert!(seq.external32_to_native(&ext[1..]).is_err());
+    }
+
+    /// Runs of one element each, alternating kinds (no two merge), and a
+    /// sequence of one run over many items: both convert as a datatype of
+    /// the same layout unpacks them.
+    #[test]
+    fn sequences_of_many_runs_or_many_items_convert() {
+        let pairs = 5_000;
+        let kinds = [Datatype::int(), Datatype::basic(Basic::Short)];
+        let lengths = vec![1i64; 2 * pairs];
+        let displacements: Vec<i64> = (0..2 * pairs as i64).map(|i| i / 2 * 6 + i % 2 * 4).collect();
+        let types: Vec<Datatype> = (0..2 * pairs).map(|i| kinds[i % 2].clone()).collect();
+        let alternating = Datatype::structure(&lengths, &displacements, &types).unwrap();
+        let many = Datatype::contiguous(3_000, &Datatype::double()).unwrap();
+        for (t, items) in [(alternating, 2u64), (many, 7)] {
+            let mem: Vec<u8> = (0..t.extent() as usize * items as usize).map(|i| (i * 13 % 251) as u8).collect();
+            let native = t.pack_to_vec(Region::new(&mem), items).unwrap();
+            let mut ext = vec![0u8; t.pack_external_size(items).unwrap()];
+            t.pack_external(Region::new(&mem), items, &mut ext, &mut 0).unwrap();
+            let seq = TypeSequence::decode(&TypeSequence::of(&t, items).unwrap().encode()).unwrap();
+            assert_eq!(seq.external32_to_native(&ext).unwrap(), native);
+            assert!(seq.external32_to_native(&ext[..ext.len() - 1]).is_err());
+        }
     }
 
     #[test]
