@@ -318,13 +318,23 @@ impl Basic {
         }
     }
 
-    /// Looks a basic type up by [`name`](Basic::name); `c_complex`
-    /// (`MPI_C_COMPLEX`) is another name of `c_float_complex`.
+    /// Looks a basic type up by [`name`](Basic::name); MPI's other names
+    /// of a type are taken too: `c_complex` (`MPI_C_COMPLEX`) for
+    /// `c_float_complex` and `long_long_int` (`MPI_LONG_LONG_INT`) for
+    /// `long_long`.
+    ///
+    /// ```
+    /// use mpx::Basic;
+    /// assert_eq!(Basic::from_name("long_long_int"), Some(Basic::LongLong));
+    /// assert_eq!(Basic::from_name("c_complex"), Some(Basic::CFloatComplex));
+    /// assert_eq!(Basic::from_name("no_such_type"), None);
+    /// ```
     pub fn from_name(name: &str) -> Option<Basic> {
-        if name == "c_complex" {
-            return Some(Basic::CFloatComplex);
+        match name {
+            "c_complex" => Some(Basic::CFloatComplex),
+            "long_long_int" => Some(Basic::LongLong),
+            _ => Basic::ALL.into_iter().find(|b| b.name() == name),
         }
-        Basic::ALL.into_iter().find(|b| b.name() == name)
     }
 }
 

@@ -137,7 +137,10 @@ impl IndexSet {
             IndexSet::Range { start, len } => run(mul(start, stride)?, len, stride, child),
             IndexSet::Cyclic { start, block, period, full, tail } => {
                 let block_type = Datatype::hvector(block, 1, stride, child)?;
-                let blocks = Datatype::hvector(full, 1, mul(period, stride)?, &block_type)?;
+                // One block or none needs no distance between blocks (which
+                // may not fit when the period is the whole array or more).
+                let between = if full > 1 { mul(period, stride)? } else { 0 };
+                let blocks = Datatype::hvector(full, 1, between, &block_type)?;
                 // Where a partial last block starts (< gsize); without one,
                 // the block after the last full one may start past
                 // i64::MAX, and the empty tail is placed at 0 instead.
@@ -324,9 +327,14 @@ impl Datatype {
                     IndexSet::Range { start, len }
                 }
                 Distribution::Cyclic => {
-                    let b = darg.unwrap_or(1);
+                    // A block longer than the dimension covers it all on
+                    // the first process, as a block of the dimension's
+                    // length does: the same indices, with counts that fit.
+                    let b = darg.unwrap_or(1).min(g);
                     let start = c.saturating_mul(b);
-                    let period = b.checked_mul(p).ok_or(ErrorKind::Overflow("darray period"))?;
+                    // A period past i64 leaves room for one block only
+                    // (the count below then comes to 1).
+                    let period = b.saturating_mul(p);
                     if start >= g {
                         IndexSet::Range { start: 0, len: 0 }
                     } else {
