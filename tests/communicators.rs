@@ -221,6 +221,47 @@ each_transport! {
         .await;
     }
 
+    /// Rank 1 makes a `dup` the others do not: the communicators made from
+    /// the world after it would have other contexts on rank 1 than on the
+    /// others, and wait for ever. A `split` then fails on every rank whose
+    /// color rank 1 shares (naming a rank that counted otherwise), while
+    /// ranks of another color carry on; so does a `create`. The calls are
+    /// complete everywhere: once rank 1 no longer counts one more, new
+    /// communicators work again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn communicators_made_after_a_dup_of_one_rank_fail_rather_than_wait() {
+        returns(launch(4, |world| async move {
+            let me = world.rank();
+            if me == 1 {
+                drop(world.dup());
+            }
+            let colors = [0u32, 0, 1, 0];
+            let made = world.split(Some(colors[me]), 0).await;
+            match (made.map_err(mpx::Error::into_kind), me) {
+                (Err(mpx::ErrorKind::CollectiveMismatch { rank, .. }), 0 | 1 | 3) => assert_eq!(rank, if me == 1 { 0 } else { 1 }),
+                (Ok(Some(alone)), 2) => alone.barrier().await?,
+                (got, _) => panic!("rank {me}: split: {got:?}"),
+            }
+            let pair = if me < 2 { world.group().incl(&[0, 1])? } else { world.group().incl(&[2, 3])? };
+            match (world.create(&pair).await.map_err(mpx::Error::into_kind), me) {
+                (Err(mpx::ErrorKind::CollectiveMismatch { rank, .. }), 0 | 1) => assert_eq!(rank, 1 - me),
+                (Ok(Some(sub)), 2 | 3) => sub.barrier().await?,
+                (got, _) => panic!("rank {me}: create: {got:?}"),
+            }
+            // The others catch up with rank 1's count; all agree again.
+            if me != 1 {
+                drop(world.dup());
+            }
+            let all = world.split(Some(0), 0).await?.expect("a color");
+            all.barrier().await?;
+            let mut total = 0u32;
+            all.allreduce(&1u32, &mut total, SUM).await?;
+            assert_eq!(total, 4);
+            Ok(())
+        }))
+        .await;
+    }
+
     /// A receive too small for its message names the message in its
     /// error as the communicator numbers its sender (reversed here), small
     /// and large messages alike.

@@ -258,7 +258,9 @@ impl Comm {
     /// along the dimensions whose `periods` entry is `true`; the others
     /// get `None`. `reorder` lets an implementation renumber ranks for a
     /// better fit to the machine; mpx keeps their order. A grid larger than
-    /// the communicator, or with a dimension of 0, is an error, and ranks of
+    /// the communicator, with a dimension of 0, or of more than 32
+    /// dimensions (MPI sets no limit; mpx numbers a neighbour exchange's
+    /// directions within one call's 64 sub-tags) is an error, and ranks of
     /// the grid that passed different shapes fail with
     /// [`ErrorKind::CollectiveMismatch`] (their neighbour exchanges would
     /// wait for each other for ever).
@@ -349,6 +351,35 @@ impl Cart {
     /// ```
     pub fn comm(&self) -> &Comm {
         &self.comm
+    }
+
+    /// `MPI_Comm_dup` of a grid: the same grid (dimensions, periods, ranks)
+    /// over a new matching context, as MPI's duplicate keeps a
+    /// communicator's topology. It takes its context as
+    /// [`Comm::dup`] does, so every rank of the grid must call it in the
+    /// same order as its other duplicates, splits and creations of
+    /// communicators from the grid. (`grid.comm().dup()` gives a plain
+    /// communicator instead.)
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mpx::Result<()> {
+    /// # mpx_net::loopback::launch(4, |comm| async move {
+    /// let grid = comm.cart_create(&[2, 2], &[true, false], false).await?.expect("4 ranks fill it");
+    /// let copy = grid.dup(); // e.g. a library's own grid
+    /// assert_eq!((copy.dims(), copy.periods()), (grid.dims(), grid.periods()));
+    /// assert_eq!(copy.shift(0, 1)?, grid.shift(0, 1)?);
+    /// // Its messages never meet the grid's, whatever their tags.
+    /// let (_, ahead) = copy.shift(0, 1)?;
+    /// let (behind, _) = copy.shift(0, 1)?;
+    /// copy.isend(&1u8, ahead, 0);
+    /// grid.isend(&2u8, ahead, 0);
+    /// assert_eq!(grid.recv::<u8>(behind, 0).await?.0, 2);
+    /// assert_eq!(copy.recv::<u8>(behind, 0).await?.0, 1);
+    /// # Ok(()) }).await?; Ok(()) }
+    /// ```
+    pub fn dup(&self) -> Cart {
+        Cart { comm: self.comm.dup(), dims: self.dims.clone(), periods: self.periods.clone() }
     }
 
     /// The grid's extent along each dimension.

@@ -371,6 +371,10 @@ impl Group {
 
     /// `MPI_Group_translate_ranks`: the rank in `other` of each of this
     /// group's `ranks` (`None` where it is not a member: `MPI_UNDEFINED`).
+    /// MPI also takes `MPI_PROC_NULL`, which it translates to itself; here
+    /// `ranks` are ranks only (a rank beyond the group is
+    /// [`ErrorKind::InvalidRank`](crate::ErrorKind::InvalidRank)), and
+    /// [`Peer::Null`](crate::Peer::Null) needs no translation.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -498,6 +502,25 @@ fn digest(group: &Group) -> u64 {
     group.world.iter().fold(derive_context(0x6372_6561_7465_0000, size), |h, &w| derive_context(h, u64::from(w)))
 }
 
+/// Checks that every member of a new communicator (`(rank, number)`: its
+/// rank here and the number it gave the call) numbered the call as this
+/// rank did (`number`). A communicator's `dup`, `split`, `create`,
+/// `cart_create` and `sub` calls are numbered by one counter, which makes
+/// the new context without messages; ranks that made another count of
+/// them before this one (a `dup` on one rank only) would get contexts that
+/// differ, and everything on the new communicator would wait for ever.
+fn agree_on_number(members: impl Iterator<Item = (usize, u64)>, number: u64, call: &str) -> Result<()> {
+    for (rank, theirs) in members {
+        if theirs != number {
+            let detail = format!(
+                "it had made {theirs} communicators from this one (dup, split, create, cart_create or sub) before this {call}, this rank {number}: every member must make them in the same order"
+            );
+            return Err(ErrorKind::CollectiveMismatch { rank, detail }.into());
+        }
+    }
+    Ok(())
+}
+
 impl Comm {
     /// `MPI_Comm_group`: the communicator's members.
     ///
@@ -607,15 +630,20 @@ impl Comm {
     /// keys), with its rules (see [`crate::coll`]).
     pub fn split(&self, color: Option<u32>, key: i32) -> impl Future<Output = Result<Option<Comm>>> + Send + 'static {
         let comm = self.clone();
-        let mine = [color.map_or(-1, i64::from), i64::from(key)];
-        // Started now, and numbered now, in the order of the calls.
-        let gathered = self.allgather_owned(mine);
+        // Numbered now, in the order of the calls; the number goes into
+        // the new context, and with the color and key to every rank, so
+        // that ranks which numbered it differently fail rather than make
+        // communicators whose contexts differ (see `agree_on_number`).
         let number = self.dups.fetch_add(1, Ordering::Relaxed);
+        let mine = [color.map_or(-1, i64::from), i64::from(key), number as i64];
+        let gathered = self.allgather_owned(mine);
         async move {
             let all = gathered.await?;
             let Some(color) = color else { return Ok(None) };
+            let same_color = all.iter().enumerate().filter(|(_, ck)| ck[0] == i64::from(color));
+            agree_on_number(same_color.clone().map(|(r, ck)| (r, ck[2] as u64)), number, "split")?;
             let parent = comm.group();
-            let mut chosen: Vec<(i64, usize)> = all.iter().enumerate().filter(|(_, ck)| ck[0] == i64::from(color)).map(|(r, ck)| (ck[1], r)).collect();
+            let mut chosen: Vec<(i64, usize)> = same_color.map(|(r, ck)| (ck[1], r)).collect();
             chosen.sort_unstable();
             let world = chosen.iter().map(|&(_, r)| parent.world[r]).collect();
             Ok(comm.derive(number, Group::of(world), u64::from(color) + 1))
@@ -678,23 +706,27 @@ impl Comm {
         // new context, so that groups made in one call get contexts of
         // their own, on which their members agree.
         let mine = digest(&group);
-        let gathered = self.allgather_owned(mine);
+        // Numbered as a split is (see `agree_on_number`).
         let number = self.dups.fetch_add(1, Ordering::Relaxed);
+        let gathered = self.allgather_owned([mine, number]);
         async move {
             let digests = gathered.await?;
             let mut differs = None;
+            let mut members = Vec::with_capacity(group.size());
             for &w in group.world.iter() {
                 let Some(r) = comm.member_rank(w) else {
                     return Err(ErrorKind::InvalidArgument(format!("world rank {w} of the group is not in the communicator")).into());
                 };
-                if differs.is_none() && digests[r] != mine {
+                if differs.is_none() && digests[r][0] != mine {
                     differs = Some(r);
                 }
+                members.push(r);
             }
             if let Some(rank) = differs {
                 let detail = format!("it is a member of the group this rank passed to create ({} ranks) but passed another group", group.size());
                 return Err(ErrorKind::CollectiveMismatch { rank, detail }.into());
             }
+            agree_on_number(members.into_iter().map(|r| (r, digests[r][1])), number, "create")?;
             Ok(comm.derive(number, group, mine))
         }
     }

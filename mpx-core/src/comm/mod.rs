@@ -305,8 +305,15 @@ impl Comm {
 
     /// `MPI_Comm_dup`: the same ranks with a new matching context. Every
     /// rank must call `dup` on the communicator the same number of times in
-    /// the same order (as in MPI, it is collective), which is what makes the
-    /// new context agree everywhere without messages.
+    /// the same order (as in MPI, it is collective), and in the same order
+    /// as its [`split`](Comm::split), [`create`](Comm::create),
+    /// [`cart_create`](Comm::cart_create) and [`Cart::sub`](crate::coll::Cart::sub)
+    /// calls, which number their communicators from the same count: that is
+    /// what makes the new context agree everywhere without messages. A
+    /// later `split` or `create` whose members counted differently fails on
+    /// them with [`ErrorKind::CollectiveMismatch`]; a `dup` made on some
+    /// ranks only, and used before any, is not noticed (its messages wait
+    /// for receives on a context the others never make).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
