@@ -333,6 +333,54 @@ async fn cancel_marks_a_pending_receive_and_spares_a_matched_one() {
     .unwrap();
 }
 
+/// A receive cancelled while another task waits on it (a request shared
+/// behind a lock) wakes that task, which finds it cancelled: a borrowed
+/// receive's request and an owned receive alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_receive_another_task_waits_on_wakes_that_task() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+
+    /// Spawns a task awaiting `shared`, returns it once it has polled it.
+    async fn waiting_on<F>(shared: Arc<Mutex<F>>) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Unpin + Send + 'static,
+        F::Output: Send,
+    {
+        let (polled, was_polled) = tokio::sync::oneshot::channel();
+        let mut polled = Some(polled);
+        let task = tokio::spawn(std::future::poll_fn(move |cx| {
+            let outcome = Pin::new(&mut *shared.lock().unwrap()).poll(cx);
+            if let Some(polled) = polled.take() {
+                let _ = polled.send(());
+            }
+            outcome
+        }));
+        was_polled.await.unwrap();
+        task
+    }
+    const WOKEN_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+    launch(1, |comm| async move {
+        let buf: &'static mut [u8; 4] = Box::leak(Box::new([0u8; 4]));
+        let borrowed = Arc::new(Mutex::new(comm.irecv(&mut buf[..], 0, 1)));
+        let task = waiting_on(borrowed.clone()).await;
+        assert!(borrowed.lock().unwrap().cancel());
+        let status = tokio::time::timeout(WOKEN_WITHIN, task).await.expect("the waiting task is woken").unwrap()?;
+        assert!(status.test_cancelled());
+
+        let owned = Arc::new(Mutex::new(comm.irecv_owned(vec![0u8; 4], 0, 2)));
+        let task = waiting_on(owned.clone()).await;
+        assert!(owned.lock().unwrap().cancel());
+        let (buffer, status) = tokio::time::timeout(WOKEN_WITHIN, task).await.expect("the waiting task is woken").unwrap()?;
+        assert!(status.test_cancelled() && buffer == [0; 4]);
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owned_buffers_give_static_spawnable_requests() {
     launch(2, |comm| async move {

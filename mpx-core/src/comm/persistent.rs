@@ -32,6 +32,15 @@
 //! returns an empty status at once) or an empty slot of a
 //! [`RequestSet`](crate::RequestSet), whose `wait_any`/`wait_some` over
 //! only empty slots report that nothing is active, as MPI says.
+//!
+//! Freeing a start ([`Request::free`]) lets that operation finish on its
+//! own, as for any request; the persistent request itself stays, where
+//! MPI's `MPI_Request_free` of an active persistent request frees it too.
+//! A freed start of a receive stays posted and drops the data of the
+//! message it takes (mpx never writes into a buffer whose borrow has
+//! ended), so starting the same persistent receive again while that one
+//! is posted leaves the first matching message to it: drop the start
+//! (which withdraws it) or await it instead.
 
 use super::data::{Packed, RecvData, RecvTarget};
 use super::{Comm, Peer, RecvBuf, SendBuf, Source, TagSel};

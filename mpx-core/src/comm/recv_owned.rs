@@ -86,9 +86,11 @@ impl RawRecv {
         let mut st = self.shared.lock();
         let cancelled = st.engine.cancel_recv(self.id);
         if cancelled {
-            // What the endpoint kept for it (the waker of a poll) goes too:
-            // it will not be polled through the endpoint again.
-            st.take_request(self.id);
+            // What the endpoint kept for it goes too: it will not be polled
+            // through the endpoint again. The task of its last poll (another
+            // than this caller's, if the receive is shared) is woken to find
+            // it finished.
+            st.finish_outside_engine(self.id);
         }
         self.finished |= cancelled;
         cancelled

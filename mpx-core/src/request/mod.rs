@@ -522,7 +522,7 @@ impl<'a> Request<'a> {
         let State::Active { shared, id, kind: Kind::Recv(_), .. } = &self.state else { return false };
         let mut st = shared.lock();
         if st.engine.cancel_recv(*id) {
-            st.take_request(*id);
+            st.finish_outside_engine(*id);
             st.requests.insert(*id, Tracked::Done(Completion::Cancelled));
             true
         } else {

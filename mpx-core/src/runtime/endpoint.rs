@@ -656,6 +656,16 @@ impl State {
         Some(tracked)
     }
 
+    /// Request `id` finished outside the engine (a cancel): its entry goes,
+    /// and a task that polled it is woken once the lock is released, to
+    /// find it finished (a task of its own may be waiting on it while
+    /// another cancels it).
+    pub(crate) fn finish_outside_engine(&mut self, id: ReqId) {
+        if let Some(Tracked::Waiting { waker: Some(waker), .. }) = self.requests.remove(&id) {
+            self.to_wake.push(waker);
+        }
+    }
+
     /// Buffered send `id` is done (gone, or failed): its room in the
     /// attached buffer is free again, and a detach waiting for it looks
     /// again.
