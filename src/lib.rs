@@ -84,7 +84,8 @@ pub use bytes::Bytes;
 /// `NonZero*`, derived enums) are validated on unpack. Generic structs get
 /// an `MpiType` bound on each type parameter. Types whose memory cannot be
 /// described (references, pointers, `String`, `Vec`, `Box`, trait objects,
-/// unions, data-carrying enums, structs without `#[repr(C)]`) are rejected
+/// unions, data-carrying enums, structs with neither `#[repr(C)]` nor
+/// `#[repr(transparent)]`) are rejected
 /// at compile time. `#[mpx(crate = "path")]` changes the path the generated
 /// code uses to name mpx (default `::mpx`).
 ///

@@ -13,10 +13,10 @@
 //! * [`runtime`]: the endpoint that drives the engine, and the
 //!   [`Transport`] boundary a network sits behind;
 //! * [`comm`]: communicators, with MPI's point-to-point operations as async
-//!   functions, and persistent requests;
+//!   functions, persistent requests, and communicators over subgroups
+//!   (`split`, `create`, [`Group`](comm::Group));
 //! * [`request`]: requests as futures, and MPI's completion functions;
-//! * [`coll`]: collective operations, communicator splitting and Cartesian
-//!   topologies;
+//! * [`coll`]: collective operations and Cartesian topologies;
 //! * [`Error`]: the one error type of mpx.
 //!
 //! ```
