@@ -204,3 +204,49 @@ fn subarray_pack_and_unpack_round_trip() {
         assert_eq!(moved, 12);
     }
 }
+
+/// An unpack whose typemap writes a byte twice is erroneous in MPI (the
+/// byte would hold whichever copy came last): it is an `Overlap` error
+/// that writes nothing and leaves the position, whether one item's entries
+/// overlap or items of a type resized smaller than its data overlap each
+/// other. Types whose items interleave without overlapping (a column
+/// resized to one element's extent, a vector with a negative stride, a
+/// struct with its fields in reverse order) unpack as before.
+#[test]
+fn unpacking_into_a_typemap_that_writes_a_byte_twice_is_an_error() {
+    let short = Datatype::named("short").unwrap();
+    let overlapping = [
+        (Datatype::structure(&[1, 1], &[0, 0], &[Datatype::char(), short.clone()]).unwrap(), 1),
+        (Datatype::indexed(&[2, 1], &[0, 1], &Datatype::int()).unwrap(), 1),
+        (Datatype::resized(0, 2, &Datatype::int()).unwrap(), 2),
+        (Datatype::vector(2, 2, 1, &Datatype::char()).unwrap(), 1),
+    ];
+    for (t, count) in overlapping {
+        let packed = vec![7u8; t.pack_size(count).unwrap()];
+        let mut m = [0u8; 16];
+        let mut pos = 0;
+        let got = t.unpack_from(&packed, &mut pos, RegionMut::new(&mut m), count);
+        assert!(matches!(got, Err(ref e) if matches!(e.kind(), ErrorKind::Overlap { .. })), "{t:?}: {got:?}");
+        assert_eq!((pos, m), (0, [0; 16]), "nothing written");
+        let got = t.unpack_external(&vec![7u8; t.pack_external_size(count).unwrap()], &mut pos, RegionMut::new(&mut m), count);
+        assert!(matches!(got, Err(ref e) if matches!(e.kind(), ErrorKind::Overlap { .. })), "{t:?}: {got:?}");
+    }
+
+    // A 4x4 matrix's columns, each resized to one element, four of them:
+    // the whole matrix in column order.
+    let n = 4;
+    let column = Datatype::resized(0, 8, &Datatype::vector(n, 1, n, &Datatype::double()).unwrap()).unwrap();
+    let packed: Vec<u8> = (0..16).flat_map(|i| f64::from(i).to_ne_bytes()).collect();
+    let mut m = [0f64; 16];
+    column.unpack_from(&packed, &mut 0, RegionMut::of(&mut m), n as u64).unwrap();
+    assert_eq!(m.to_vec(), (0..16).map(|i| f64::from((i % 4) * 4 + i / 4)).collect::<Vec<_>>());
+    // Backwards, and fields in reverse order.
+    let backwards = Datatype::hvector(4, 1, -8, &Datatype::double()).unwrap();
+    let mut bytes = [0u8; 32];
+    backwards.unpack_from(&packed[..32], &mut 0, RegionMut::with_origin(&mut bytes, 24).unwrap(), 1).unwrap();
+    assert_eq!(ne_f64(&bytes), [3.0, 2.0, 1.0, 0.0]);
+    let reversed = Datatype::structure(&[1, 1], &[8, 0], &[Datatype::double(), Datatype::double()]).unwrap();
+    let mut m = [0f64; 4];
+    reversed.unpack_from(&packed[..32], &mut 0, RegionMut::of(&mut m), 2).unwrap();
+    assert_eq!(m, [1.0, 0.0, 3.0, 2.0]);
+}

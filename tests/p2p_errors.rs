@@ -25,6 +25,15 @@ async fn invalid_ranks_tags_and_counts() {
         assert!(matches!(r, Err(ref e) if matches!(e.kind(), ErrorKind::OutOfBounds { .. })), "checked before anything is posted");
         let send = comm.send(SendBuf::new(Region::new(&small), 1, &t), 1 - comm.rank(), 0).await;
         assert!(matches!(send, Err(ref e) if matches!(e.kind(), ErrorKind::OutOfBounds { .. })));
+        // A receive whose typemap writes a byte twice (MPI: erroneous), and
+        // sending from one (reading a byte twice is fine).
+        let twice = Datatype::indexed(&[2, 1], &[0, 1], &u8::datatype())?;
+        let r = comm.recv_into(RecvBuf::new(RegionMut::new(&mut small), 1, &twice), 1 - comm.rank(), 0).await;
+        assert!(matches!(r, Err(ref e) if matches!(e.kind(), ErrorKind::Overlap { .. })), "checked before anything is posted: {r:?}");
+        let other = 1 - comm.rank();
+        let (sent, got) = tokio::join!(comm.send(SendBuf::new(Region::new(&[1, 2, 3]), 1, &twice), other, 9), comm.recv::<[u8; 3]>(other, 9));
+        sent?;
+        assert_eq!(got?.0, [1, 2, 2]);
         Ok(())
     })
     .await

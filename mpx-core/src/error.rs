@@ -113,7 +113,10 @@ pub enum ErrorKind {
     /// receive's typemap shares a byte with another receive's (or with
     /// itself), or with a send's. `first` and `second` are the two parts'
     /// positions in the list given (equal when a receive overlaps itself);
-    /// nothing was started.
+    /// nothing was started. A receive or unpack on its own whose typemap
+    /// writes a byte twice (entries of one item, or items that reach into
+    /// each other) fails so too, as part 0 of its buffer, before anything
+    /// is written or posted.
     #[error("overlapping typemaps: parts {first} and {second} of one buffer both touch byte {byte}, and at least one writes it")]
     Overlap {
         /// Position of the first part.

@@ -170,6 +170,24 @@ pub(crate) fn check_parts(parts: &[Part<'_>], origin: usize, len: usize, values:
     Ok(())
 }
 
+/// Checks that `count` items of `datatype`, whose origin lies `origin`
+/// bytes into a buffer of `len` bytes (inside it: [`check_span`]), write
+/// no byte twice: MPI makes a receive into such a typemap erroneous, and
+/// what the byte would hold depends on the order of the copies. Most types
+/// are known to pass from their program's structure
+/// ([`Programs::writes`](super::program::Programs)), repeated `count`
+/// times: without a look at their runs; any other has its runs checked
+/// ([`check_parts`]'s rule for one part that writes).
+pub(crate) fn check_writes_once(datatype: &Datatype, count: u64, origin: usize, len: usize) -> Result<()> {
+    if count == 0 || datatype.size() == 0 {
+        return Ok(());
+    }
+    if datatype.programs().writes.repeated(count, datatype.extent()).at_most_once() {
+        return Ok(());
+    }
+    check_disjoint(&[Part { datatype, count, access: Access::Write, offset: 0 }], origin, len)
+}
+
 /// The overlap rule of [`check_parts`], for parts inside the buffer.
 fn check_disjoint(parts: &[Part<'_>], origin: usize, len: usize) -> Result<()> {
     let written = written_runs(parts, origin, len)?;

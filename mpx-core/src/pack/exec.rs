@@ -930,6 +930,7 @@ mod tests {
 
     use super::*;
     use crate::datatype::{Basic, Datatype, Order};
+    use crate::error::ErrorKind;
     #[cfg(target_arch = "x86_64")]
     use crate::pack::copy::ALIASING_WINDOW;
     use crate::pack::{Region, RegionMut};
@@ -997,10 +998,32 @@ mod tests {
         assert_eq!(packed, expected, "pack of {count} items");
 
         let mut out = vec![0xa5u8; len];
-        let mut pos = 0;
-        t.unpack_from(&packed, &mut pos, RegionMut::with_origin(&mut out, origin).unwrap(), count).unwrap();
-        assert_eq!(pos, packed.len());
+        unpack_or_refuse(t, count, &packed, &mut out, origin);
         assert_eq!(out, want, "unpack of {count} items");
+    }
+
+    /// Unpacks `count` items of `t` from `packed` into `out` at `origin`:
+    /// through `unpack_from` if no byte of the typemap is written twice,
+    /// and otherwise checks that `unpack_from` refuses it (MPI makes such a
+    /// receive erroneous) and runs the kernels directly, which move such a
+    /// typemap's bytes as it says (each copy of a byte holds the same
+    /// value in these tests, so the order does not show).
+    fn unpack_or_refuse(t: &Datatype, count: u64, packed: &[u8], out: &mut [u8], origin: usize) {
+        let mut at = typemap_bytes(t, count, origin);
+        at.sort_unstable();
+        let mut pos = 0;
+        let unpacked = t.unpack_from(packed, &mut pos, RegionMut::with_origin(out, origin).unwrap(), count);
+        if at.windows(2).all(|w| w[0] != w[1]) {
+            unpacked.unwrap();
+            assert_eq!(pos, packed.len());
+            return;
+        }
+        assert!(matches!(unpacked, Err(ref e) if matches!(e.kind(), ErrorKind::Overlap { .. })), "{unpacked:?}");
+        assert_eq!(pos, 0);
+        // SAFETY: `out` holds `count` items at `origin` (the caller's
+        // layout, checked by `unpack_from` before its overlap check), and
+        // `packed` their packed bytes, read only.
+        unsafe { repeat::<Unpack>(&t.programs().native, count, t.extent(), out.as_mut_ptr().add(origin), packed.as_ptr() as *mut u8) };
     }
 
     /// `run_bounded` on one item with every budget up to its size: the first
@@ -1111,7 +1134,7 @@ mod tests {
             t.pack_into(Region::with_origin(mem.bytes(), origin).unwrap(), count, stream.bytes(), &mut 0).unwrap();
             assert!(stream.bytes() == &expected[..], "pack of {count} items");
             mem.bytes().fill(0);
-            t.unpack_from(stream.bytes(), &mut 0, RegionMut::with_origin(mem.bytes(), origin).unwrap(), count).unwrap();
+            unpack_or_refuse(t, count, stream.bytes(), mem.bytes(), origin);
             assert!(mem.bytes() == &want[..], "unpack of {count} items");
         }
     }

@@ -271,9 +271,11 @@ impl<'a> RegionMut<'a> {
         RegionMut::new(bytemuck::cast_slice_mut(values))
     }
 
-    /// Checks that `count` items of `datatype` fit in the region.
+    /// Checks that `count` items of `datatype` fit in the region, and
+    /// write none of its bytes twice ([`disjoint::check_writes_once`]).
     pub(crate) fn check(&self, datatype: &Datatype, count: u64) -> Result<()> {
-        check_span(datatype, count, self.origin, self.len)
+        check_span(datatype, count, self.origin, self.len)?;
+        disjoint::check_writes_once(datatype, count, self.origin, self.len)
     }
 
     /// Bytes before the origin.
@@ -286,10 +288,12 @@ impl<'a> RegionMut<'a> {
         self.len
     }
 
-    /// Checks that `count` items of `datatype` fit in the region with its
-    /// origin moved by `offset` bytes.
+    /// [`check`](RegionMut::check) with the region's origin moved by
+    /// `offset` bytes.
     pub(crate) fn check_at(&self, offset: i128, datatype: &Datatype, count: u64) -> Result<()> {
-        check_span(datatype, count, shift_origin(self.origin, offset, self.len)?, self.len)
+        let origin = shift_origin(self.origin, offset, self.len)?;
+        check_span(datatype, count, origin, self.len)?;
+        disjoint::check_writes_once(datatype, count, origin, self.len)
     }
 
     /// The same bytes and origin, reborrowed.
@@ -470,6 +474,7 @@ impl Datatype {
         let needed = total(if repr == Repr::Native { self.size() } else { self.external32_size() }, count)?;
         room(inbuf.len(), *position, needed, true)?;
         check_span(self, count, dst.origin, dst.len)?;
+        disjoint::check_writes_once(self, count, dst.origin, dst.len)?;
         // SAFETY: as in pack_impl, with the roles of the buffers swapped.
         unsafe {
             let mem = dst.ptr.wrapping_add(dst.origin);
@@ -690,6 +695,7 @@ impl Datatype {
             }
         }
         check_span(self, count, dst.origin, dst.len)?;
+        disjoint::check_writes_once(self, count, dst.origin, dst.len)?;
         let per_item = if repr == Repr::External32 { self.external32_size() } else { self.size() };
         let capacity = per_item as u128 * count as u128;
         if data.len() as u128 > capacity {

@@ -88,6 +88,59 @@ pub(crate) struct Programs {
     /// Whether some element's external32 form may have no native form
     /// (a `long double`), so unpacking external32 checks the data first.
     pub external32_checked: bool,
+    /// What the structure of the native program tells of the bytes one
+    /// item writes ([`Native::writes`]): a receive into a type known to
+    /// write each byte once needs no look at its runs (see
+    /// [`disjoint::check_writes_once`](super::disjoint::check_writes_once)).
+    pub writes: Writes,
+}
+
+/// What a program's structure tells of the bytes it writes, found from its
+/// nodes without walking its runs ([`Native::writes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Writes {
+    /// No byte.
+    Nothing,
+    /// Each byte at most once, all within `[lo, hi)` of the origin. `comb`:
+    /// the program is `count` copies, `stride` bytes apart (`stride > 0`),
+    /// of something `width` bytes wide, so that copies of the whole program
+    /// placed closer than its span may still fall into its gaps.
+    Once { lo: i128, hi: i128, comb: Option<(u64, i128, i128)> },
+    /// Perhaps some byte twice.
+    Unknown,
+}
+
+impl Writes {
+    /// What `count` copies of something that writes `self`, `stride` bytes
+    /// apart, write: each byte once if each copy ends before the next
+    /// begins, or if the copies fall into each other's gaps (a comb of
+    /// blocks whose copies fit side by side between two of its teeth: a
+    /// column type resized to one element's extent, repeated).
+    pub fn repeated(self, count: u64, stride: i64) -> Writes {
+        let Writes::Once { lo, hi, comb } = self else { return self };
+        if count <= 1 {
+            return self;
+        }
+        // (Saturating: a type's data spans fit in 64 bits, but a count
+        // given to a receive need not make sense with its extent.)
+        let (stride, last) = (stride as i128, count as i128 - 1);
+        let reach = last.saturating_mul(stride);
+        let (first_lo, last_hi) = (lo.saturating_add(reach.min(0)), hi.saturating_add(reach.max(0)));
+        if stride.abs() >= hi - lo {
+            return Writes::Once { lo: first_lo, hi: last_hi, comb: (stride > 0).then_some((count, stride, hi - lo)) };
+        }
+        match comb {
+            Some((_, teeth, width)) if stride > 0 && width <= stride && reach.saturating_add(width) <= teeth => {
+                Writes::Once { lo: first_lo, hi: last_hi, comb: None }
+            }
+            _ => Writes::Unknown,
+        }
+    }
+
+    /// Whether each byte is known to be written at most once.
+    pub fn at_most_once(self) -> bool {
+        !matches!(self, Writes::Unknown)
+    }
 }
 
 impl Programs {
@@ -138,7 +191,8 @@ impl Programs {
         let typed = compile_typed(dt);
         let native = Native::lower(&typed.erase_kinds());
         let external32_checked = typed.has_kind(super::external32::decode_can_fail);
-        Programs { typed, native, external32_checked }
+        let writes = native.writes();
+        Programs { typed, native, external32_checked, writes }
     }
 }
 
@@ -236,6 +290,35 @@ impl Native {
         }
     }
 
+    /// What the program writes, as far as its structure tells: a walk of
+    /// its nodes (a `Repeat` is looked at once), and of a gather's runs
+    /// (sorted if they do not ascend).
+    pub fn writes(&self) -> Writes {
+        match self {
+            Native::Gather(g) => {
+                let ascending = g.runs.windows(2).all(|w| w[0].0 as i128 + w[0].1 as i128 <= w[1].0 as i128);
+                let mut runs: Vec<(i128, i128)> = g.runs.iter().map(|&(o, n)| (o as i128, o as i128 + n as i128)).collect();
+                if !ascending {
+                    runs.sort_unstable();
+                }
+                spans_once(&runs)
+            }
+            Native::Repeat { count, stride, body } => body.writes().repeated(*count, *stride),
+            Native::Seq(items) => {
+                let mut spans = Vec::with_capacity(items.len());
+                for (d, op) in items.iter() {
+                    match op.writes() {
+                        Writes::Nothing => {}
+                        Writes::Once { lo, hi, .. } => spans.push((lo + *d as i128, hi + *d as i128)),
+                        Writes::Unknown => return Writes::Unknown,
+                    }
+                }
+                spans.sort_unstable();
+                spans_once(&spans)
+            }
+        }
+    }
+
     /// Whether the program is one run of `size` bytes at offset 0.
     pub fn is_single_run(&self, size: u64) -> bool {
         match self {
@@ -268,6 +351,18 @@ impl Gather {
 
 /// Whether [`Plan::Run`] has a kernel for runs of `len` bytes: every length
 /// up to 32, and multiples of 8 up to 64.
+/// What spans `[lo, hi)`, sorted by start, write: each byte once if no
+/// span starts before the one before it ends.
+fn spans_once(sorted: &[(i128, i128)]) -> Writes {
+    if sorted.windows(2).any(|w| w[1].0 < w[0].1) {
+        return Writes::Unknown;
+    }
+    match (sorted.first(), sorted.iter().map(|s| s.1).max()) {
+        (Some(&(lo, _)), Some(hi)) => Writes::Once { lo, hi, comb: None },
+        _ => Writes::Nothing,
+    }
+}
+
 pub(crate) fn has_run_kernel(len: usize) -> bool {
     (1..=32).contains(&len) || (len <= 64 && len.is_multiple_of(8))
 }
@@ -770,5 +865,28 @@ mod tests {
         assert_eq!(p.elements_in_prefix(11), 1);
         assert_eq!(p.elements_in_prefix(12), 2);
         assert_eq!(p.elements_in_prefix(72), 12);
+    }
+
+    /// Types whose items write each byte once are known to from their
+    /// programs' structure, interleaved items included, without a look at
+    /// their runs; types that may write a byte twice are not.
+    #[test]
+    fn the_structure_tells_which_types_write_each_byte_once() {
+        let double = Datatype::double();
+        let once = |t: &Datatype, count: u64| t.programs().writes.repeated(count, t.extent()).at_most_once();
+        let n = 1000;
+        let column = Datatype::resized(0, 8, &Datatype::vector(n, 1, n, &double).unwrap()).unwrap();
+        assert!(once(&column, n as u64), "columns side by side");
+        assert!(!once(&column, n as u64 + 1), "one column too many wraps onto the first");
+        let backwards = Datatype::hvector(1 << 20, 1, -8, &double).unwrap();
+        assert!(once(&backwards, 3));
+        let reversed = Datatype::structure(&[1, 1], &[8, 0], &[double.clone(), double.clone()]).unwrap();
+        assert!(once(&reversed, 2));
+        let blocks = Datatype::indexed(&[2, 1, 3], &[10, 0, 4], &double).unwrap();
+        assert!(once(&blocks, 5));
+        assert!(!once(&Datatype::indexed(&[2, 1], &[0, 1], &double).unwrap(), 1));
+        assert!(!once(&Datatype::resized(0, 4, &double).unwrap(), 2));
+        assert!(once(&Datatype::resized(0, 4, &double).unwrap(), 1));
+        assert_eq!(Datatype::contiguous(0, &double).unwrap().programs().writes, Writes::Nothing);
     }
 }
