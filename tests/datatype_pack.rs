@@ -96,9 +96,9 @@ fn negative_displacements_read_before_the_origin() {
 fn packing_raw_bytes_never_validates_but_typed_unpack_does() {
     let t = Datatype::named("c_bool").unwrap();
     assert_eq!(t.pack_to_vec(Region::new(&[7u8]), 1).unwrap(), [7]);
-    let mut flags = [true, true];
-    assert_eq!(unpack(&[1u8, 7], &mut 0, &mut flags), Err(ErrorKind::InvalidValue { type_name: "bool", item: 1 }.into()));
-    assert_eq!(flags, [true, true]);
+    let (mut flags, mut pos) = ([true, true], 0);
+    assert_eq!(unpack(&[1u8, 7], &mut pos, &mut flags), Err(ErrorKind::InvalidValue { type_name: "bool", item: 1 }.into()));
+    assert_eq!((flags, pos), ([true, true], 0), "neither the values nor the position move");
     let surrogate = 0xd800u32.to_ne_bytes();
     let mut c = ['x'];
     assert!(matches!(unpack(&surrogate, &mut 0, &mut c), Err(ref e) if matches!(e.kind(), ErrorKind::InvalidValue { .. })));

@@ -421,6 +421,13 @@ mod tests {
         assert_eq!(deserialize::<Vec<String>>(&serialize(&empty).unwrap().data).unwrap(), empty);
         let map: BTreeMap<u32, Option<[u64; 4]>> = (0..50_000).map(|k| (k, None)).collect();
         assert_eq!(deserialize::<BTreeMap<u32, Option<[u64; 4]>>>(&serialize(&map).unwrap().data).unwrap(), map);
+        // Empty sequences and maps of large elements cost no element: a
+        // decode asks each for one more element and finds none.
+        let empties: Vec<Vec<[[u64; 32]; 16]>> = vec![Vec::new(); 1000];
+        assert_eq!(deserialize::<Vec<Vec<[[u64; 32]; 16]>>>(&serialize(&empties).unwrap().data).unwrap(), empties);
+        type Large = [[u64; 32]; 8];
+        let maps: Vec<BTreeMap<Large, Large>> = vec![BTreeMap::new(); 1000];
+        assert_eq!(deserialize::<Vec<BTreeMap<Large, Large>>>(&serialize(&maps).unwrap().data).unwrap(), maps);
     }
 
     /// The room collections reserve for the elements their lengths claim

@@ -172,10 +172,10 @@ impl<'b, A> Access<'b, A> {
 /// whatever their length claims (its `size_hint::cautious`).
 const ROOM_CAP: u64 = 1 << 20;
 
-/// Pays, from `budget`, for the memory of one element of `T`: from the
-/// room a collection reserved, if some was granted (`hinted`, paid for
-/// here once, as far as it covers `prepaid` elements), or by itself.
-fn pay_element<T, E: serde::de::Error>(budget: &Budget, hinted: Option<u64>, prepaid: &mut u64) -> Result<(), E> {
+/// Pays, from `budget`, for the room a collection reserved for elements of
+/// `T` (`hinted`: the elements granted, paid for here once), which covers
+/// `prepaid` elements from then on.
+fn pay_room<T, E: serde::de::Error>(budget: &Budget, hinted: Option<u64>, prepaid: &mut u64) -> Result<(), E> {
     if let Some(granted) = hinted {
         let size = (std::mem::size_of::<T>() as u64).max(1);
         let room = granted.saturating_mul(size).min(ROOM_CAP);
@@ -185,6 +185,12 @@ fn pay_element<T, E: serde::de::Error>(budget: &Budget, hinted: Option<u64>, pre
         }
         *prepaid += room / size;
     }
+    Ok(())
+}
+
+/// Pays, from `budget`, for one element of `T` a collection got: from the
+/// room it reserved (`prepaid`), or by itself.
+fn pay_element<T, E: serde::de::Error>(budget: &Budget, prepaid: &mut u64) -> Result<(), E> {
     match prepaid.checked_sub(1) {
         Some(left) => {
             *prepaid = left;
@@ -327,11 +333,19 @@ impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Access<'_, A> {
     type Error = A::Error;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, A::Error> {
-        if self.charged {
-            self.budget.take()?;
-            pay_element::<T::Value, _>(self.budget, self.hinted.take(), &mut self.prepaid)?;
+        if !self.charged {
+            return self.inner.next_element_seed(Seeded { inner: seed, budget: self.budget });
         }
-        self.inner.next_element_seed(Seeded { inner: seed, budget: self.budget })
+        pay_room::<T::Value, _>(self.budget, self.hinted.take(), &mut self.prepaid)?;
+        let element = self.inner.next_element_seed(Seeded { inner: seed, budget: self.budget })?;
+        // An element is paid for once it is there: every sequence ends
+        // with a call that finds none, which costs nothing (its elements'
+        // type may be large, and a message may hold many empty sequences).
+        if element.is_some() {
+            self.budget.take()?;
+            pay_element::<T::Value, _>(self.budget, &mut self.prepaid)?;
+        }
+        Ok(element)
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -349,15 +363,21 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Access<'_, A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-        self.budget.take()?;
         let hinted = self.hinted.take();
         self.hinted_values = self.hinted_values.or(hinted);
-        pay_element::<K::Value, _>(self.budget, hinted, &mut self.prepaid)?;
-        self.inner.next_key_seed(Seeded { inner: seed, budget: self.budget })
+        pay_room::<K::Value, _>(self.budget, hinted, &mut self.prepaid)?;
+        let key = self.inner.next_key_seed(Seeded { inner: seed, budget: self.budget })?;
+        // Paid for once it is there (see `next_element_seed`).
+        if key.is_some() {
+            self.budget.take()?;
+            pay_element::<K::Value, _>(self.budget, &mut self.prepaid)?;
+        }
+        Ok(key)
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        pay_element::<V::Value, _>(self.budget, self.hinted_values.take(), &mut self.prepaid_values)?;
+        pay_room::<V::Value, _>(self.budget, self.hinted_values.take(), &mut self.prepaid_values)?;
+        pay_element::<V::Value, _>(self.budget, &mut self.prepaid_values)?;
         self.inner.next_value_seed(Seeded { inner: seed, budget: self.budget })
     }
 

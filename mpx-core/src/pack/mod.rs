@@ -645,7 +645,9 @@ impl Datatype {
     /// `MPI_Pack_external("external32", ...)`: like
     /// [`pack_into`](Datatype::pack_into) in the big-endian external32
     /// representation. A value that external32 cannot hold (a `long` beyond
-    /// 32 bits) is an [`ErrorKind::Conversion`].
+    /// 32 bits) is an [`ErrorKind::Conversion`], found as the values are
+    /// converted: `position` does not move, but the output from `position`
+    /// on may hold the values converted before it.
     ///
     /// ```
     /// use mpx::{Datatype, Region};
@@ -843,8 +845,13 @@ pub fn pack<T: MpiType>(src: &[T], out: &mut [u8], position: &mut usize) -> Resu
 /// ```
 pub fn unpack<T: MpiType>(inbuf: &[u8], position: &mut usize, dst: &mut [T]) -> Result<()> {
     let count = dst.len() as u64;
+    // The position moves only once the values are valid too: an error
+    // leaves it, as it leaves `dst`.
+    let mut at = *position;
     // SAFETY: the region is written through `T`'s own datatype.
-    unsafe { unpack_typed(dst, |region| T::datatype().unpack_from(inbuf, position, region, count)) }
+    unsafe { unpack_typed(dst, |region| T::datatype().unpack_from(inbuf, &mut at, region, count)) }?;
+    *position = at;
+    Ok(())
 }
 
 /// Runs `fill` on a view of `dst` that may hold invalid values of `T`, then
