@@ -9,6 +9,7 @@
 //! - A broadcast's root packs its data once, whatever its children.
 //! - External32 data a peer describes with a run per element converts in
 //!   little more memory than the converted data.
+//! - Large allreduces that fail on a rank's refusal leave no round open.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -175,4 +176,30 @@ fn a_description_of_many_runs_converts_in_little_more_than_its_data() {
     assert_eq!(native[..4], i32::from_be_bytes([0, 1, 2, 3]).to_ne_bytes());
     assert_eq!(native[4..6], i16::from_be_bytes([4, 5]).to_ne_bytes());
     assert!(extra as usize <= native_len + (64 << 10), "{extra} bytes at most to convert {native_len}");
+}
+
+/// A large allreduce (two rounds where ranks meet) that one rank refuses
+/// (its receive buffer is too short) fails on every rank and leaves no
+/// round open: a loop of them takes no more heap the longer it runs.
+#[test]
+fn failing_large_allreduces_leave_nothing_behind() {
+    use mpx::coll::SUM;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let grown = runtime.block_on(mpx::launch(2, |comm| async move {
+        let send = vec![1.0f64; 16384];
+        let mut recv = vec![0.0; if comm.rank() == 0 { 16384 } else { 1 }];
+        let mut before = 0;
+        for call in 0..400 {
+            if call == 100 {
+                comm.barrier().await?;
+                before = LIVE.load(Ordering::Relaxed);
+            }
+            assert!(comm.allreduce(&send[..], &mut recv[..], SUM).await.is_err(), "call {call}");
+        }
+        comm.barrier().await?;
+        Ok(LIVE.load(Ordering::Relaxed) - before)
+    }))
+    .unwrap();
+    assert!(grown[0] < 64 << 10, "300 failed calls left {} bytes behind", grown[0]);
 }

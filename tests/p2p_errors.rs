@@ -94,6 +94,24 @@ async fn a_panicking_rank_fails_the_launch_and_frees_its_peers() {
     assert_eq!(err, ErrorKind::RankPanicked { rank: 0, message: "rank 0 gives up".into() });
 }
 
+/// A panic while the launch's closure builds a rank's program (before its
+/// task starts) is that rank's panic too: the launch returns it, and the
+/// rank's peers learn it failed rather than wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_a_program_is_built_fails_the_launch_and_frees_its_peers() {
+    let table = [7u8];
+    let run = launch(2, move |comm| {
+        let first = table[comm.rank()]; // rank 1 is out of the table
+        async move {
+            let r = comm.recv_vec::<u8>(1, 0).await;
+            assert!(matches!(r, Err(ref e) if matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. })), "{r:?}");
+            Ok(first)
+        }
+    });
+    let err = tokio::time::timeout(Duration::from_secs(10), run).await.expect("no hang").unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::RankPanicked { rank: 1, message } if message.contains("index out of bounds")), "{err:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_is_reported_before_the_failures_it_causes_on_lower_ranks() {
     let run = launch(3, |comm| async move {

@@ -57,7 +57,17 @@ where
     // rank that has finished still reads, and drops, what peers send it.
     let _alive = endpoints.clone();
     for endpoint in endpoints {
-        let program = f(endpoint.world());
+        let rank = endpoint.rank();
+        // `f` builds the program here, on the caller's task: a panic there
+        // is the rank's, as one in its task is (its peers learn it failed).
+        let program = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(endpoint.world()))) {
+            Ok(program) => program,
+            Err(payload) => {
+                drop(Farewell(Some(endpoint)));
+                programs.push((rank, Started::Panicked(panic_message(payload))));
+                continue;
+            }
+        };
         let task = tokio::spawn(async move {
             // Finalizes even if the program panics or is aborted.
             let farewell = Farewell(Some(endpoint));
@@ -66,21 +76,23 @@ where
             result
         });
         tasks.0.push(task.abort_handle());
-        programs.push(task);
+        programs.push((rank, Started::Task(task)));
     }
     let mut results = Vec::with_capacity(n);
     let mut errors = Vec::new();
-    for (rank, task) in programs.into_iter().enumerate() {
-        match task.await {
+    for (rank, started) in programs {
+        let outcome = match started {
+            Started::Task(task) => task.await,
+            Started::Panicked(message) => {
+                errors.push(ErrorKind::RankPanicked { rank, message }.into());
+                continue;
+            }
+        };
+        match outcome {
             Ok(Ok(r)) => results.push(r),
             Ok(Err(e)) => errors.push(e),
             Err(join) if join.is_panic() => {
-                let payload = join.into_panic();
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-string panic payload".into());
+                let message = panic_message(join.into_panic());
                 errors.push(ErrorKind::RankPanicked { rank, message }.into());
             }
             Err(join) => errors.push(Error::transport(format!("rank {rank}'s task"), join)),
@@ -96,6 +108,21 @@ where
         Some(e) => Err(e),
         None => Ok(results),
     }
+}
+
+/// A rank's program: running as a task, or failed as `f` built it.
+enum Started<R> {
+    Task(tokio::task::JoinHandle<Result<R>>),
+    Panicked(String),
+}
+
+/// The message of a panic's payload.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into())
 }
 
 /// Finalizes a rank's endpoint when its program ends, however it ends.

@@ -951,7 +951,14 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
     Collective::met(async move {
         let first = async {
             let parts = seat.await?;
-            agree(call.starting(), &parts, kind, shape)?;
+            if let Err(e) = agree(call.starting(), &parts, kind, shape) {
+                // Every rank reads the same parts, so every rank fails here
+                // alike (a rank that refused its arguments among them): none
+                // comes to the second round, which would stay open for ever
+                // with a word of this one's in it.
+                owed.forgive();
+                return Err(e);
+            }
             let mut values = RankValues::new();
             values_of::<T>(&parts, recv, block_of(me), &mut values)?;
             combine_in_order(&op, &values, me, &mut recv[block_of(me)])?;
@@ -963,7 +970,9 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
             // Others may have combined their blocks where this rank failed
             // (a user's `Reducible` may refuse some values only): they wait
             // at the second round for word of this one's.
-            drop(owed.pay(kind, Err(e.clone())));
+            if owed.call.is_some() {
+                drop(owed.pay(kind, Err(e.clone())));
+            }
             return Err(e);
         }
         let combined = block((&recv[block_of(me)]).into_packed(Repr::Native)?);
@@ -988,6 +997,11 @@ struct Owed {
 }
 
 impl Owed {
+    /// Nothing is owed after all: no rank comes to the second round.
+    fn forgive(&mut self) {
+        self.call = None;
+    }
+
     fn pay(&mut self, kind: Kind, blocks: Result<Vec<Block>>) -> Seat {
         let call = self.call.take().expect("paid once");
         let shape = match &blocks {

@@ -244,8 +244,15 @@ fn wire_rank(rank: usize) -> u32 {
 impl Endpoint {
     /// An endpoint for `rank` of `size` ranks over `transport`. Its engine
     /// queues a hello to every peer at once. A rank outside the world
-    /// (`rank >= size`) is [`ErrorKind::InvalidRank`](crate::ErrorKind::InvalidRank).
+    /// (`rank >= size`) is [`ErrorKind::InvalidRank`](crate::ErrorKind::InvalidRank),
+    /// and a transport whose [`LocalWorld`](Transport::local_world) has
+    /// another number of ranks than `size` is
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
     pub fn new(rank: usize, size: usize, config: Config, transport: impl Transport) -> Result<Endpoint> {
+        let local = transport.local_world();
+        if let Some(world) = local.as_ref().filter(|w| w.ranks() != size) {
+            return Err(crate::ErrorKind::InvalidArgument(format!("a transport's world of {} ranks in one process, for a world of {size}", world.ranks())).into());
+        }
         let size = u32::try_from(size).map_err(|_| crate::ErrorKind::InvalidArgument(format!("a world of {size} ranks")))?;
         let rank = u32::try_from(rank).map_err(|_| crate::ErrorKind::InvalidRank { rank, size: size as usize })?;
         let state = State {
@@ -264,7 +271,6 @@ impl Endpoint {
             local_sends: HashMap::default(),
             local_done: Vec::new(),
         };
-        let local = transport.local_world();
         let shared = Arc::new(Shared {
             rank,
             size,

@@ -35,6 +35,17 @@ fn pair(config: Config) -> (Endpoint, Endpoint) {
     (zero, one)
 }
 
+/// A transport whose world in one process has fewer ranks than the
+/// endpoint's world is refused as the endpoint is made (the meeting place
+/// would be asked for ranks it does not hold).
+#[test]
+fn a_local_world_of_another_size_is_refused() {
+    let world = LocalWorld::meeting(2, false, true);
+    let refused = Endpoint::new(0, 4, Config::default(), MeetingOnly(world.clone()));
+    assert!(matches!(refused, Err(ref e) if matches!(e.kind(), ErrorKind::InvalidArgument(_))));
+    assert!(Endpoint::new(0, 2, Config::default(), MeetingOnly(world)).is_ok());
+}
+
 /// Polls `request` once, without waiting.
 fn poll_once(request: &mut Request<'_>) -> Poll<crate::Result<crate::Status>> {
     std::pin::Pin::new(request).poll(&mut Context::from_waker(Waker::noop()))
