@@ -1683,6 +1683,31 @@ mod meeting {
         }
     }
 
+    /// Ranks that pass different built-in operations to one allreduce
+    /// (erroneous in MPI) fail with `CollectiveMismatch`, small and large
+    /// (two rounds) alike, rather than each combine with its own and
+    /// return different results; the communicator works on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ranks_that_pass_different_operations_fail() {
+        use mpx::coll::MAX;
+        for values in [1usize, 16_384] {
+            let outcomes = returns(launch_with(3, move |comm| async move {
+                let op = if comm.rank() == 1 { MAX } else { SUM };
+                let mine = vec![comm.rank() as f64 + 1.0; values];
+                let mut out = vec![0.0f64; values];
+                let outcome = comm.allreduce(&mine[..], &mut out[..], op).await.err();
+                comm.allreduce(&mine[..], &mut out[..], SUM).await?;
+                assert!(out.iter().all(|&v| v == 6.0));
+                Ok(outcome)
+            }))
+            .await;
+            for (rank, outcome) in outcomes.iter().enumerate() {
+                let mismatch = matches!(outcome.as_ref().map(mpx::Error::kind), Some(mpx::ErrorKind::CollectiveMismatch { rank: other, detail }) if *other != rank && detail.contains("Max") && detail.contains("Sum"));
+                assert!(mismatch, "{values} values, rank {rank}: {outcomes:?}");
+            }
+        }
+    }
+
     /// A rank gone without its part is named by its world rank, as every
     /// `ProcessFailed` names a process, on a communicator whose ranks are
     /// numbered otherwise.

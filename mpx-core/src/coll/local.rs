@@ -66,6 +66,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
+use super::op::Builtin;
 use super::reduce::LARGE_ALLREDUCE;
 use super::element::sealed::AnyBytes;
 use super::{checked_into, native_message, Call, Collective, Element, Op, Starting};
@@ -118,11 +119,48 @@ fn name((code, root): Kind) -> String {
         BCAST => format!("bcast from root {root}"),
         ALLGATHER => "allgather".into(),
         ALLTOALL => "alltoall".into(),
-        ALLREDUCE if root == 1 => "allreduce of large data in two rounds (at least one value for each rank)".into(),
-        ALLREDUCE => "allreduce".into(),
+        ALLREDUCE => {
+            let (two_rounds, op) = allreduce_kind_parts(root);
+            let op = op.map_or_else(|| "a user's operation".to_string(), |b| format!("{b:?}"));
+            match two_rounds {
+                true => format!("allreduce with {op} of large data in two rounds (at least one value for each rank)"),
+                false => format!("allreduce with {op}"),
+            }
+        }
         _ => "a collective that exchanges messages".into(),
     }
 }
+
+/// The second half of an allreduce's part kind: whether it runs in two
+/// rounds, and its operation (ranks that pass different built-in
+/// operations disagree, rather than each combine with its own; user
+/// operations cannot be told apart).
+fn allreduce_kind(two_rounds: bool, op: Option<Builtin>) -> usize {
+    let op = op.map_or(0, |b| b as usize + 1);
+    usize::from(two_rounds) | op << 1
+}
+
+/// What [`allreduce_kind`] put together.
+fn allreduce_kind_parts(kind: usize) -> (bool, Option<Builtin>) {
+    (kind & 1 == 1, (kind >> 1).checked_sub(1).and_then(|i| BUILTINS.get(i).copied()))
+}
+
+/// MPI's built-in operations, in the order of their declaration (their
+/// numbers in [`allreduce_kind`]).
+const BUILTINS: [Builtin; 12] = [
+    Builtin::Sum,
+    Builtin::Prod,
+    Builtin::Min,
+    Builtin::Max,
+    Builtin::Land,
+    Builtin::Lor,
+    Builtin::Lxor,
+    Builtin::Band,
+    Builtin::Bor,
+    Builtin::Bxor,
+    Builtin::MinLoc,
+    Builtin::MaxLoc,
+];
 
 /// What a part says about one of its blocks: type signature and bytes.
 type Shape = (Option<(u64, u64)>, u64);
@@ -877,7 +915,7 @@ pub(super) fn allreduce<'a, T: MpiType>(call: Starting<'_>, send: &[T], recv: &'
     // elements: the same bytes and signature) disagree rather than wait
     // at a round the others never come to.
     let blocks = n > 1 && count >= n && std::mem::size_of_val(send) as u64 >= LARGE_ALLREDUCE;
-    let kind = (ALLREDUCE, usize::from(blocks));
+    let kind = (ALLREDUCE, allreduce_kind(blocks, op.builtin()));
     if let Err(e) = op.check().and_then(|()| super::check_len("allreduce: the receive buffer", recv.len(), count)) {
         return refused(call, kind, e);
     }
@@ -1183,6 +1221,18 @@ fn subtree<'v, T: MpiType>(op: &Op<T>, values: (usize, &dyn Fn(usize) -> &'v [T]
 mod tests {
     use super::*;
     use crate::coll::SUM;
+
+    /// Every built-in operation's number in a part's kind names it again.
+    #[test]
+    fn allreduce_kinds_name_their_operation() {
+        for (i, &b) in BUILTINS.iter().enumerate() {
+            assert_eq!(b as usize, i);
+            for two_rounds in [false, true] {
+                assert_eq!(allreduce_kind_parts(allreduce_kind(two_rounds, Some(b))), (two_rounds, Some(b)));
+            }
+        }
+        assert_eq!(allreduce_kind_parts(allreduce_kind(true, None)), (true, None));
+    }
 
     /// For every rank count, the tree groups and orders operands as the
     /// binomial tree to rank 0 does at its root (rank `r`'s values, then

@@ -374,6 +374,15 @@ impl<T: 'static> Op<T> {
     /// makes [`Reducible`]. Not a user's function, nor a built-in on a
     /// user's [`Reducible`] type (its `combine` is the user's code), nor
     /// on an array (whose elements may be a user's type).
+    /// The built-in operation, if it is one (a user's operation has no
+    /// name ranks could compare).
+    pub(crate) fn builtin(&self) -> Option<Builtin> {
+        match self.kind {
+            Kind::Builtin(b, _) => Some(b),
+            Kind::User(_) => None,
+        }
+    }
+
     pub(crate) fn runs_only_mpx_code(&self) -> bool {
         matches!(self.kind, Kind::Builtin(..)) && own_type::<T>().is_some()
     }
