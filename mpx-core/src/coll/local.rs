@@ -101,9 +101,9 @@ pub(super) fn meets(block_bytes: u64) -> bool {
     block_bytes < MEET_BELOW
 }
 
-/// The collective a part is of, and its root (a broadcast's) or
-/// algorithm (an allreduce's: 1 for two rounds): `(code, root)`, the codes
-/// those of [`name`].
+/// The collective a part is of, and what its ranks must agree on besides:
+/// a broadcast's root, or an allreduce's algorithm and operation
+/// ([`allreduce_kind`]): `(code, arg)`, the codes those of [`name`].
 type Kind = (u8, usize);
 const BARRIER: u8 = 0;
 const BCAST: u8 = 1;
@@ -112,15 +112,15 @@ const ALLTOALL: u8 = 3;
 const ALLREDUCE: u8 = 4;
 
 /// A kind of part, for error messages.
-fn name((code, root): Kind) -> String {
+fn name((code, arg): Kind) -> String {
     // A call that exchanges messages keeps its sub-tags where a root goes.
     match code {
         BARRIER => "barrier".into(),
-        BCAST => format!("bcast from root {root}"),
+        BCAST => format!("bcast from root {arg}"),
         ALLGATHER => "allgather".into(),
         ALLTOALL => "alltoall".into(),
         ALLREDUCE => {
-            let (two_rounds, op) = allreduce_kind_parts(root);
+            let (two_rounds, op) = allreduce_kind_parts(arg);
             let op = op.map_or_else(|| "a user's operation".to_string(), |b| format!("{b:?}"));
             match two_rounds {
                 true => format!("allreduce with {op} of large data in two rounds (at least one value for each rank)"),
@@ -1225,6 +1225,13 @@ mod tests {
     /// Every built-in operation's number in a part's kind names it again.
     #[test]
     fn allreduce_kinds_name_their_operation() {
+        // Every variant is listed (a new one fails to build here first).
+        for b in BUILTINS {
+            use Builtin::*;
+            match b {
+                Sum | Prod | Min | Max | Land | Lor | Lxor | Band | Bor | Bxor | MinLoc | MaxLoc => {}
+            }
+        }
         for (i, &b) in BUILTINS.iter().enumerate() {
             assert_eq!(b as usize, i);
             for two_rounds in [false, true] {

@@ -369,11 +369,6 @@ impl<T: 'static> Op<T> {
         }
     }
 
-    /// Whether combining runs mpx's code alone (quick, never panicking,
-    /// never calling back into mpx): a built-in on one of the types mpx
-    /// makes [`Reducible`]. Not a user's function, nor a built-in on a
-    /// user's [`Reducible`] type (its `combine` is the user's code), nor
-    /// on an array (whose elements may be a user's type).
     /// The built-in operation, if it is one (a user's operation has no
     /// name ranks could compare).
     pub(crate) fn builtin(&self) -> Option<Builtin> {
@@ -383,6 +378,11 @@ impl<T: 'static> Op<T> {
         }
     }
 
+    /// Whether combining runs mpx's code alone (quick, never panicking,
+    /// never calling back into mpx): a built-in on one of the types mpx
+    /// makes [`Reducible`]. Not a user's function, nor a built-in on a
+    /// user's [`Reducible`] type (its `combine` is the user's code), nor
+    /// on an array (whose elements may be a user's type).
     pub(crate) fn runs_only_mpx_code(&self) -> bool {
         matches!(self.kind, Kind::Builtin(..)) && own_type::<T>().is_some()
     }

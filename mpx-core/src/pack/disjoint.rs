@@ -176,8 +176,8 @@ pub(crate) fn check_parts(parts: &[Part<'_>], origin: usize, len: usize, values:
 /// what the byte would hold depends on the order of the copies. Most types
 /// are known to pass from their program's structure
 /// ([`Programs::writes`](super::program::Programs)), repeated `count`
-/// times: without a look at their runs; any other has its runs checked
-/// ([`check_parts`]'s rule for one part that writes).
+/// times: without a look at their runs; any other has its runs marked in
+/// a bitmap of the buffer's bytes.
 pub(crate) fn check_writes_once(datatype: &Datatype, count: u64, origin: usize, len: usize) -> Result<()> {
     if count == 0 || datatype.size() == 0 {
         return Ok(());
@@ -185,7 +185,32 @@ pub(crate) fn check_writes_once(datatype: &Datatype, count: u64, origin: usize, 
     if datatype.programs().writes.repeated(count, datatype.extent()).at_most_once() {
         return Ok(());
     }
-    check_disjoint(&[Part { datatype, count, access: Access::Write, offset: 0 }], origin, len)
+    // Each run's bytes marked in a bitmap of the buffer, one bit a byte:
+    // an eighth of the buffer, however many runs there are.
+    let words = len.div_ceil(64);
+    let mut marked: Vec<u64> = Vec::new();
+    marked.try_reserve_exact(words).map_err(|_| Error::from(ErrorKind::Overflow("a bitmap of the receive buffer's bytes")))?;
+    marked.resize(words, 0);
+    let twice = for_each_run(datatype, count, origin, |start, n| {
+        // Inside the buffer ([`check_span`]): `start + n <= len`.
+        let (mut at, end) = (start, start + n);
+        while at < end {
+            let (word, bit) = (at / 64, at % 64);
+            let bits = (end - at).min(64 - bit);
+            let mask = if bits == 64 { u64::MAX } else { ((1u64 << bits) - 1) << bit };
+            let clash = marked[word] & mask;
+            if clash != 0 {
+                return ControlFlow::Break(word * 64 + clash.trailing_zeros() as usize);
+            }
+            marked[word] |= mask;
+            at += bits;
+        }
+        ControlFlow::Continue(())
+    });
+    match twice {
+        Some(byte) => Err(overlap(0, 0, byte)),
+        None => Ok(()),
+    }
 }
 
 /// The overlap rule of [`check_parts`], for parts inside the buffer.

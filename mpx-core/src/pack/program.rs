@@ -88,15 +88,15 @@ pub(crate) struct Programs {
     /// Whether some element's external32 form may have no native form
     /// (a `long double`), so unpacking external32 checks the data first.
     pub external32_checked: bool,
-    /// What the structure of the native program tells of the bytes one
-    /// item writes ([`Native::writes`]): a receive into a type known to
+    /// What the structure of the program tells of the bytes one item
+    /// writes ([`Op::writes`]): a receive into a type known to
     /// write each byte once needs no look at its runs (see
     /// [`disjoint::check_writes_once`](super::disjoint::check_writes_once)).
     pub writes: Writes,
 }
 
 /// What a program's structure tells of the bytes it writes, found from its
-/// nodes without walking its runs ([`Native::writes`]).
+/// nodes without walking its runs ([`Op::writes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Writes {
     /// No byte.
@@ -189,9 +189,13 @@ impl Programs {
     /// Compiles the programs of `dt`, whose inputs are compiled.
     fn compile_one(dt: &Datatype) -> Programs {
         let typed = compile_typed(dt);
-        let native = Native::lower(&typed.erase_kinds());
+        let erased = typed.erase_kinds();
+        let native = Native::lower(&erased);
         let external32_checked = typed.has_kind(super::external32::decode_can_fail);
-        let writes = native.writes();
+        // From the program before it is lowered: lowering flattens small
+        // loops into runs, where the structure that shows interleaved
+        // copies apart (a comb) is lost.
+        let writes = erased.writes();
         Programs { typed, native, external32_checked, writes }
     }
 }
@@ -290,35 +294,6 @@ impl Native {
         }
     }
 
-    /// What the program writes, as far as its structure tells: a walk of
-    /// its nodes (a `Repeat` is looked at once), and of a gather's runs
-    /// (sorted if they do not ascend).
-    pub fn writes(&self) -> Writes {
-        match self {
-            Native::Gather(g) => {
-                let ascending = g.runs.windows(2).all(|w| w[0].0 as i128 + w[0].1 as i128 <= w[1].0 as i128);
-                let mut runs: Vec<(i128, i128)> = g.runs.iter().map(|&(o, n)| (o as i128, o as i128 + n as i128)).collect();
-                if !ascending {
-                    runs.sort_unstable();
-                }
-                spans_once(&runs)
-            }
-            Native::Repeat { count, stride, body } => body.writes().repeated(*count, *stride),
-            Native::Seq(items) => {
-                let mut spans = Vec::with_capacity(items.len());
-                for (d, op) in items.iter() {
-                    match op.writes() {
-                        Writes::Nothing => {}
-                        Writes::Once { lo, hi, .. } => spans.push((lo + *d as i128, hi + *d as i128)),
-                        Writes::Unknown => return Writes::Unknown,
-                    }
-                }
-                spans.sort_unstable();
-                spans_once(&spans)
-            }
-        }
-    }
-
     /// Whether the program is one run of `size` bytes at offset 0.
     pub fn is_single_run(&self, size: u64) -> bool {
         match self {
@@ -351,18 +326,6 @@ impl Gather {
 
 /// Whether [`Plan::Run`] has a kernel for runs of `len` bytes: every length
 /// up to 32, and multiples of 8 up to 64.
-/// What spans `[lo, hi)`, sorted by start, write: each byte once if no
-/// span starts before the one before it ends.
-fn spans_once(sorted: &[(i128, i128)]) -> Writes {
-    if sorted.windows(2).any(|w| w[1].0 < w[0].1) {
-        return Writes::Unknown;
-    }
-    match (sorted.first(), sorted.iter().map(|s| s.1).max()) {
-        (Some(&(lo, _)), Some(hi)) => Writes::Once { lo, hi, comb: None },
-        _ => Writes::Nothing,
-    }
-}
-
 pub(crate) fn has_run_kernel(len: usize) -> bool {
     (1..=32).contains(&len) || (len <= 64 && len.is_multiple_of(8))
 }
@@ -561,6 +524,46 @@ impl Op {
             Op::Leaf { len, .. } => Op::Leaf { kind: None, len: *len },
             Op::Repeat { count, stride, body } => Op::repeat(*count, *stride, body.erase_kinds()),
             Op::Seq(items) => Op::seq(items.iter().map(|(d, op)| (*d, op.erase_kinds())).collect()),
+        }
+    }
+
+    /// What the program writes, as far as its structure tells: a walk of
+    /// its nodes (a `Repeat` is looked at once; a `Seq`'s items' spans are
+    /// sorted only if they do not ascend). Displacements are summed
+    /// exactly: a sum that leaves 64 bits (a program's displacements wrap,
+    /// see the module docs) tells nothing.
+    pub fn writes(&self) -> Writes {
+        match self {
+            Op::Leaf { len: 0, .. } => Writes::Nothing,
+            Op::Leaf { len, .. } => Writes::Once { lo: 0, hi: *len as i128, comb: None },
+            Op::Repeat { count, stride, body } => body.writes().repeated(*count, *stride),
+            Op::Seq(items) => {
+                let fits = |v: i128| (i64::MIN as i128..=i64::MAX as i128).contains(&v);
+                let mut spans = Vec::new();
+                let mut ascending = true;
+                for (d, op) in items {
+                    let (lo, hi) = match op.writes() {
+                        Writes::Nothing => continue,
+                        Writes::Once { lo, hi, .. } => (lo + *d as i128, hi + *d as i128),
+                        Writes::Unknown => return Writes::Unknown,
+                    };
+                    if !fits(lo) || !fits(hi) {
+                        return Writes::Unknown;
+                    }
+                    ascending &= spans.last().is_none_or(|&(_, end)| lo >= end);
+                    spans.push((lo, hi));
+                }
+                if !ascending {
+                    spans.sort_unstable();
+                    if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+                        return Writes::Unknown;
+                    }
+                }
+                match (spans.first(), spans.iter().map(|s| s.1).max()) {
+                    (Some(&(lo, _)), Some(hi)) => Writes::Once { lo, hi, comb: None },
+                    _ => Writes::Nothing,
+                }
+            }
         }
     }
 
@@ -874,10 +877,14 @@ mod tests {
     fn the_structure_tells_which_types_write_each_byte_once() {
         let double = Datatype::double();
         let once = |t: &Datatype, count: u64| t.programs().writes.repeated(count, t.extent()).at_most_once();
-        let n = 1000;
-        let column = Datatype::resized(0, 8, &Datatype::vector(n, 1, n, &double).unwrap()).unwrap();
-        assert!(once(&column, n as u64), "columns side by side");
-        assert!(!once(&column, n as u64 + 1), "one column too many wraps onto the first");
+        for n in [2, 8, 9, 64, 65, 1000] {
+            let column = Datatype::resized(0, 8, &Datatype::vector(n, 1, n, &double).unwrap()).unwrap();
+            assert!(once(&column, n as u64), "{n} columns side by side");
+            assert!(!once(&column, n as u64 + 1), "one column too many wraps onto the first");
+            // The same transpose as one type.
+            let transpose = Datatype::hvector(n, 1, 8, &Datatype::vector(n, 1, n, &double).unwrap()).unwrap();
+            assert!(once(&transpose, 1), "{n} columns in one type");
+        }
         let backwards = Datatype::hvector(1 << 20, 1, -8, &double).unwrap();
         assert!(once(&backwards, 3));
         let reversed = Datatype::structure(&[1, 1], &[8, 0], &[double.clone(), double.clone()]).unwrap();
