@@ -245,6 +245,14 @@ fn unpacking_into_a_typemap_that_writes_a_byte_twice_is_an_error() {
     let mut bytes = [0u8; 32];
     backwards.unpack_from(&packed[..32], &mut 0, RegionMut::with_origin(&mut bytes, 24).unwrap(), 1).unwrap();
     assert_eq!(ne_f64(&bytes), [3.0, 2.0, 1.0, 0.0]);
+    // Two combs of bytes, one in the other's gaps (their spans overlap,
+    // their bytes do not).
+    let comb = Datatype::hvector(1000, 1, 2, &Datatype::char()).unwrap();
+    let combs = Datatype::structure(&[1, 1], &[0, 1], &[comb.clone(), comb]).unwrap();
+    let stream: Vec<u8> = (0..2000).map(|i| (i % 251) as u8).collect();
+    let mut m = vec![0u8; 2000];
+    combs.unpack_from(&stream, &mut 0, RegionMut::new(&mut m), 1).unwrap();
+    assert!((0..1000).all(|i| m[2 * i] == stream[i] && m[2 * i + 1] == stream[1000 + i]));
     let reversed = Datatype::structure(&[1, 1], &[8, 0], &[Datatype::double(), Datatype::double()]).unwrap();
     let mut m = [0f64; 4];
     reversed.unpack_from(&packed[..32], &mut 0, RegionMut::of(&mut m), 2).unwrap();
