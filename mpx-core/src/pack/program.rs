@@ -192,10 +192,15 @@ impl Programs {
         let erased = typed.erase_kinds();
         let native = Native::lower(&erased);
         let external32_checked = typed.has_kind(super::external32::decode_can_fail);
-        // From the program before it is lowered: lowering flattens small
-        // loops into runs, where the structure that shows interleaved
-        // copies apart (a comb) is lost.
-        let writes = erased.writes();
+        // From the program before it is lowered, where loops show copies
+        // that fall into each other's gaps (a comb), and failing that from
+        // the lowered one, whose gathers list small subtrees' runs (two
+        // interleaved arrays of a struct): each answer that vouches for
+        // the type is sound.
+        let writes = match erased.writes() {
+            Writes::Unknown => native.writes(),
+            known => known,
+        };
         Programs { typed, native, external32_checked, writes }
     }
 }
@@ -294,6 +299,44 @@ impl Native {
         }
     }
 
+    /// What the program writes, as far as its structure tells (see
+    /// [`Op::writes`]): a gather's runs are looked at one by one, and
+    /// sorted only if they do not ascend.
+    pub fn writes(&self) -> Writes {
+        match self {
+            Native::Gather(g) => {
+                let span = |&(offset, len): &(i64, usize)| (offset as i128, offset as i128 + len as i128);
+                // Most gathers' runs ascend: no list of them then.
+                if g.runs.windows(2).all(|w| span(&w[0]).1 <= span(&w[1]).0) {
+                    return match (g.runs.first(), g.runs.last()) {
+                        (Some(first), Some(last)) => Writes::Once { lo: span(first).0, hi: span(last).1, comb: None },
+                        _ => Writes::Nothing,
+                    };
+                }
+                let mut spans = Spans::new();
+                for run in g.runs.iter() {
+                    let (lo, hi) = span(run);
+                    if !spans.push(lo, hi) {
+                        return Writes::Unknown;
+                    }
+                }
+                spans.writes()
+            }
+            Native::Repeat { count, stride, body } => body.writes().repeated(*count, *stride),
+            Native::Seq(items) => {
+                let mut spans = Spans::new();
+                for (d, op) in items.iter() {
+                    match op.writes() {
+                        Writes::Nothing => {}
+                        Writes::Once { lo, hi, .. } if spans.push(lo + *d as i128, hi + *d as i128) => {}
+                        Writes::Once { .. } | Writes::Unknown => return Writes::Unknown,
+                    }
+                }
+                spans.writes()
+            }
+        }
+    }
+
     /// Whether the program is one run of `size` bytes at offset 0.
     pub fn is_single_run(&self, size: u64) -> bool {
         match self {
@@ -320,6 +363,47 @@ impl Gather {
         match *self.runs {
             [run] => Some(run),
             _ => None,
+        }
+    }
+}
+
+/// The byte spans `[lo, hi)` of a program's parts, as [`Op::writes`] and
+/// [`Native::writes`] list them.
+struct Spans {
+    list: Vec<(i128, i128)>,
+    /// Each span starts at or after the end of the one before.
+    ascending: bool,
+}
+
+impl Spans {
+    fn new() -> Spans {
+        Spans { list: Vec::new(), ascending: true }
+    }
+
+    /// Adds `[lo, hi)`, or returns false if it leaves 64 bits (a program's
+    /// displacements wrap, see the module docs: such a sum tells nothing).
+    fn push(&mut self, lo: i128, hi: i128) -> bool {
+        let fits = |v: i128| (i64::MIN as i128..=i64::MAX as i128).contains(&v);
+        if !fits(lo) || !fits(hi) {
+            return false;
+        }
+        self.ascending &= self.list.last().is_none_or(|&(_, end)| lo >= end);
+        self.list.push((lo, hi));
+        true
+    }
+
+    /// Each byte once if no span starts before another ends (sorted first
+    /// unless they ascend).
+    fn writes(mut self) -> Writes {
+        if !self.ascending {
+            self.list.sort_unstable();
+            if self.list.windows(2).any(|w| w[1].0 < w[0].1) {
+                return Writes::Unknown;
+            }
+        }
+        match (self.list.first(), self.list.iter().map(|s| s.1).max()) {
+            (Some(&(lo, _)), Some(hi)) => Writes::Once { lo, hi, comb: None },
+            _ => Writes::Nothing,
         }
     }
 }
@@ -538,31 +622,15 @@ impl Op {
             Op::Leaf { len, .. } => Writes::Once { lo: 0, hi: *len as i128, comb: None },
             Op::Repeat { count, stride, body } => body.writes().repeated(*count, *stride),
             Op::Seq(items) => {
-                let fits = |v: i128| (i64::MIN as i128..=i64::MAX as i128).contains(&v);
-                let mut spans = Vec::new();
-                let mut ascending = true;
+                let mut spans = Spans::new();
                 for (d, op) in items {
-                    let (lo, hi) = match op.writes() {
-                        Writes::Nothing => continue,
-                        Writes::Once { lo, hi, .. } => (lo + *d as i128, hi + *d as i128),
-                        Writes::Unknown => return Writes::Unknown,
-                    };
-                    if !fits(lo) || !fits(hi) {
-                        return Writes::Unknown;
-                    }
-                    ascending &= spans.last().is_none_or(|&(_, end)| lo >= end);
-                    spans.push((lo, hi));
-                }
-                if !ascending {
-                    spans.sort_unstable();
-                    if spans.windows(2).any(|w| w[1].0 < w[0].1) {
-                        return Writes::Unknown;
+                    match op.writes() {
+                        Writes::Nothing => {}
+                        Writes::Once { lo, hi, .. } if spans.push(lo + *d as i128, hi + *d as i128) => {}
+                        Writes::Once { .. } | Writes::Unknown => return Writes::Unknown,
                     }
                 }
-                match (spans.first(), spans.iter().map(|s| s.1).max()) {
-                    (Some(&(lo, _)), Some(hi)) => Writes::Once { lo, hi, comb: None },
-                    _ => Writes::Nothing,
-                }
+                spans.writes()
             }
         }
     }
@@ -889,6 +957,12 @@ mod tests {
         assert!(once(&backwards, 3));
         let reversed = Datatype::structure(&[1, 1], &[8, 0], &[double.clone(), double.clone()]).unwrap();
         assert!(once(&reversed, 2));
+        // Two strided arrays interleaved in a struct: their loops' spans
+        // overlap, the gather they lower to lists disjoint runs.
+        let strided = Datatype::hvector(4, 1, 16, &double).unwrap();
+        let interleaved = Datatype::structure(&[1, 1], &[0, 8], &[strided.clone(), strided]).unwrap();
+        assert_eq!(interleaved.programs().typed.erase_kinds().writes(), Writes::Unknown);
+        assert!(once(&interleaved, 1));
         let blocks = Datatype::indexed(&[2, 1, 3], &[10, 0, 4], &double).unwrap();
         assert!(once(&blocks, 5));
         assert!(!once(&Datatype::indexed(&[2, 1], &[0, 1], &double).unwrap(), 1));
