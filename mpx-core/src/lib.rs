@@ -14,7 +14,7 @@
 //!   [`Transport`] boundary a network sits behind;
 //! * [`comm`]: communicators, with MPI's point-to-point operations as async
 //!   functions, persistent requests, and communicators over subgroups
-//!   (`split`, `create`, [`Group`](comm::Group));
+//!   (`split`, `create`, [`Group`]);
 //! * [`request`]: requests as futures, and MPI's completion functions;
 //! * [`coll`]: collective operations and Cartesian topologies;
 //! * [`Error`]: the one error type of mpx.
