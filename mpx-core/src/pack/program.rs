@@ -313,27 +313,10 @@ impl Native {
                         _ => Writes::Nothing,
                     };
                 }
-                let mut spans = Spans::new();
-                for run in g.runs.iter() {
-                    let (lo, hi) = span(run);
-                    if !spans.push(lo, hi) {
-                        return Writes::Unknown;
-                    }
-                }
-                spans.writes()
+                parts_write(g.runs.iter().map(|&(offset, len)| (offset, Writes::Once { lo: 0, hi: len as i128, comb: None })))
             }
             Native::Repeat { count, stride, body } => body.writes().repeated(*count, *stride),
-            Native::Seq(items) => {
-                let mut spans = Spans::new();
-                for (d, op) in items.iter() {
-                    match op.writes() {
-                        Writes::Nothing => {}
-                        Writes::Once { lo, hi, .. } if spans.push(lo + *d as i128, hi + *d as i128) => {}
-                        Writes::Once { .. } | Writes::Unknown => return Writes::Unknown,
-                    }
-                }
-                spans.writes()
-            }
+            Native::Seq(items) => parts_write(items.iter().map(|(d, op)| (*d, op.writes()))),
         }
     }
 
@@ -367,44 +350,38 @@ impl Gather {
     }
 }
 
-/// The byte spans `[lo, hi)` of a program's parts, as [`Op::writes`] and
-/// [`Native::writes`] list them.
-struct Spans {
-    list: Vec<(i128, i128)>,
-    /// Each span starts at or after the end of the one before.
-    ascending: bool,
-}
-
-impl Spans {
-    fn new() -> Spans {
-        Spans { list: Vec::new(), ascending: true }
-    }
-
-    /// Adds `[lo, hi)`, or returns false if it leaves 64 bits (a program's
-    /// displacements wrap, see the module docs: such a sum tells nothing).
-    fn push(&mut self, lo: i128, hi: i128) -> bool {
-        let fits = |v: i128| (i64::MIN as i128..=i64::MAX as i128).contains(&v);
+/// What parts at displacements write, given what each writes from its own
+/// origin (`(displacement, writes)`, as [`Op::writes`] and
+/// [`Native::writes`] list a sequence's items or a gather's runs): each
+/// byte once if every part writes each of its bytes once and no two
+/// parts' spans meet (sorted first unless they ascend). A sum that leaves
+/// 64 bits tells nothing (a program's displacements wrap, see the module
+/// docs).
+fn parts_write(parts: impl Iterator<Item = (i64, Writes)>) -> Writes {
+    let fits = |v: i128| (i64::MIN as i128..=i64::MAX as i128).contains(&v);
+    let mut spans: Vec<(i128, i128)> = Vec::new();
+    let mut ascending = true;
+    for (d, writes) in parts {
+        let (lo, hi) = match writes {
+            Writes::Nothing => continue,
+            Writes::Once { lo, hi, .. } => (lo + d as i128, hi + d as i128),
+            Writes::Unknown => return Writes::Unknown,
+        };
         if !fits(lo) || !fits(hi) {
-            return false;
+            return Writes::Unknown;
         }
-        self.ascending &= self.list.last().is_none_or(|&(_, end)| lo >= end);
-        self.list.push((lo, hi));
-        true
+        ascending &= spans.last().is_none_or(|&(_, end)| lo >= end);
+        spans.push((lo, hi));
     }
-
-    /// Each byte once if no span starts before another ends (sorted first
-    /// unless they ascend).
-    fn writes(mut self) -> Writes {
-        if !self.ascending {
-            self.list.sort_unstable();
-            if self.list.windows(2).any(|w| w[1].0 < w[0].1) {
-                return Writes::Unknown;
-            }
+    if !ascending {
+        spans.sort_unstable();
+        if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+            return Writes::Unknown;
         }
-        match (self.list.first(), self.list.iter().map(|s| s.1).max()) {
-            (Some(&(lo, _)), Some(hi)) => Writes::Once { lo, hi, comb: None },
-            _ => Writes::Nothing,
-        }
+    }
+    match (spans.first(), spans.iter().map(|s| s.1).max()) {
+        (Some(&(lo, _)), Some(hi)) => Writes::Once { lo, hi, comb: None },
+        _ => Writes::Nothing,
     }
 }
 
@@ -621,17 +598,7 @@ impl Op {
             Op::Leaf { len: 0, .. } => Writes::Nothing,
             Op::Leaf { len, .. } => Writes::Once { lo: 0, hi: *len as i128, comb: None },
             Op::Repeat { count, stride, body } => body.writes().repeated(*count, *stride),
-            Op::Seq(items) => {
-                let mut spans = Spans::new();
-                for (d, op) in items {
-                    match op.writes() {
-                        Writes::Nothing => {}
-                        Writes::Once { lo, hi, .. } if spans.push(lo + *d as i128, hi + *d as i128) => {}
-                        Writes::Once { .. } | Writes::Unknown => return Writes::Unknown,
-                    }
-                }
-                spans.writes()
-            }
+            Op::Seq(items) => parts_write(items.iter().map(|(d, op)| (*d, op.writes()))),
         }
     }
 
