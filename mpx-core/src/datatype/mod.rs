@@ -92,6 +92,43 @@ use layout::{Layout, LayoutBuilder};
 /// assert_eq!((t.depth(), t.size()), (1000, 4));
 /// # Ok::<(), mpx::Error>(())
 /// ```
+///
+/// # Size written out
+///
+/// A type holds its children by reference, so a type may use one child
+/// many times: `structure` of a type `t` twice, of that twice, and so on,
+/// describes 2^k copies of `t` in k small levels. Packing compiles a type
+/// into a program of loops and runs in which such repeated entries that
+/// lie at evenly spaced displacements (the same child with the same block
+/// length, one after another: `t` twice, of that twice, ...) become one
+/// loop, so that chain stays as small as its description. Otherwise each
+/// use of a child is written out in the program. A constructor whose
+/// result would be more than [`Datatype::MAX_UNFOLDED`] nodes written out
+/// that way, beyond eight per entry of its own, returns
+/// [`ErrorKind::InvalidDatatype`] rather than a type whose program would
+/// not fit in memory (a type whose entries each hold a different,
+/// ever larger child, level after level).
+///
+/// ```
+/// use mpx::{Datatype, ErrorKind};
+/// // Twice the level below, evenly spaced: one loop a level, however deep.
+/// let mut t = Datatype::double();
+/// for _ in 0..60 {
+///     t = Datatype::structure(&[1, 1], &[0, 16], &[t.clone(), t.clone()])?;
+/// }
+/// // Twice the level below, once as it is and once with a byte after it:
+/// // the program doubles at every level.
+/// let mut t = Datatype::double();
+/// let refused = (0..60).find_map(|_| {
+///     let with_byte = Datatype::structure(&[1, 1], &[0, 8], &[t.clone(), Datatype::byte()]).ok()?;
+///     match Datatype::structure(&[1, 1], &[0, 16], &[t.clone(), with_byte]) {
+///         Ok(next) => { t = next; None }
+///         Err(e) => Some(e),
+///     }
+/// });
+/// assert!(matches!(refused.unwrap().kind(), ErrorKind::InvalidDatatype(_)));
+/// # Ok::<(), mpx::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Datatype(Arc<Node>);
 
@@ -105,6 +142,9 @@ pub(crate) struct Node {
     /// Levels of constructors below and including this one (0 for a
     /// predefined type).
     depth: u32,
+    /// The nodes of the type written out where it is used
+    /// ([`Ctor::unfolded_nodes`]): what its compiled program may hold.
+    unfolded: u64,
     compiled: Compiled,
 }
 
@@ -151,6 +191,48 @@ impl Ctor {
             Ctor::Darray(a) => (std::slice::from_ref(&a.old), Some(&a.lowered)),
         };
         some.iter().chain(more)
+    }
+
+    /// How many nodes the type is written out as where it is used: a
+    /// predefined type's entries and a node, one node per loop
+    /// (contiguous, vector), and for a list of entries (indexed, struct)
+    /// a node, plus, for each run of entries that hold the same child with
+    /// the same block length at evenly spaced displacements, that child's
+    /// nodes and two (the run's loop and the block's). The pack engine's
+    /// program of the type, which writes such runs as one loop too, is
+    /// about this long (see [Size written out](Datatype#size-written-out)).
+    fn unfolded_nodes(&self) -> u64 {
+        let of = |t: &Datatype| t.0.unfolded;
+        match self {
+            Ctor::Named(p) => p.entries().len() as u64 + 1,
+            Ctor::Dup(old) | Ctor::Resized { old, .. } => of(old),
+            Ctor::Subarray(a) => of(&a.lowered),
+            Ctor::Darray(a) => of(&a.lowered),
+            Ctor::Contiguous { old, .. } => of(old).saturating_add(1),
+            Ctor::Vector { old, .. } | Ctor::Hvector { old, .. } => of(old).saturating_add(2),
+            Ctor::Indexed { blocklengths, displacements, old } | Ctor::Hindexed { blocklengths, displacements, old } => {
+                runs_unfolded(blocklengths.iter().zip(displacements).map(|(&b, &d)| (b, d, old)))
+            }
+            Ctor::IndexedBlock { blocklength, displacements, old } | Ctor::HindexedBlock { blocklength, displacements, old } => {
+                runs_unfolded(displacements.iter().map(|&d| (*blocklength, d, old)))
+            }
+            Ctor::Struct { blocklengths, displacements, types } => {
+                runs_unfolded(blocklengths.iter().zip(displacements).zip(types).map(|((&b, &d), t)| (b, d, t)))
+            }
+        }
+    }
+
+    /// The entries of the constructor itself (a list's length; 1 for the
+    /// others).
+    fn own_entries(&self) -> u64 {
+        match self {
+            Ctor::Indexed { displacements, .. }
+            | Ctor::Hindexed { displacements, .. }
+            | Ctor::IndexedBlock { displacements, .. }
+            | Ctor::HindexedBlock { displacements, .. }
+            | Ctor::Struct { displacements, .. } => displacements.len() as u64,
+            _ => 1,
+        }
     }
 
     /// Moves the datatypes this node holds out, passing each to `f`.
@@ -221,10 +303,35 @@ static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
             }
             let layout = b.finish().expect("predefined layouts are small");
             let packed = all_packed(sig, layout.elements);
-            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, packed, depth: 0, compiled: OnceLock::new() }))
+            let unfolded = p.entries().len() as u64 + 1;
+            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, packed, depth: 0, unfolded, compiled: OnceLock::new() }))
         })
         .collect()
 });
+
+/// [`Ctor::unfolded_nodes`] of a list of entries `(blocklength,
+/// displacement, child)`: a node, and for each run of entries of the same
+/// child and block length at evenly spaced displacements, the child's
+/// nodes and two.
+fn runs_unfolded<'a>(entries: impl Iterator<Item = (i64, i64, &'a Datatype)>) -> u64 {
+    let mut total: u64 = 1;
+    // The run so far: its entry's block length and child, its last
+    // displacement, and its step once it has two entries.
+    let mut run: Option<(i64, &Datatype, i64, Option<i64>)> = None;
+    for (b, d, t) in entries {
+        if let Some((rb, rt, last, step)) = &mut run {
+            let same = *rb == b && Arc::ptr_eq(&rt.0, &t.0);
+            let gap = d.wrapping_sub(*last);
+            if same && step.is_none_or(|s| s == gap) {
+                (*last, *step) = (d, Some(gap));
+                continue;
+            }
+        }
+        total = total.saturating_add(t.0.unfolded).saturating_add(2);
+        run = Some((b, t, d, None));
+    }
+    total
+}
 
 /// Whether `signature`, of `elements` elements, is all `packed` ones.
 fn all_packed(signature: Signature, elements: u64) -> bool {
@@ -257,6 +364,11 @@ impl Datatype {
     /// [Nesting depth](Datatype#nesting-depth)).
     pub const MAX_DEPTH: usize = 1 << 17;
 
+    /// The most nodes a datatype may be written out as where it is used
+    /// beyond eight per entry of its own constructor (see
+    /// [Size written out](Datatype#size-written-out)).
+    pub const MAX_UNFOLDED: u64 = 1 << 22;
+
     fn build(ctor: Ctor, layout: Layout, signature: Signature) -> Result<Datatype> {
         let below = ctor.children().map(|c| c.0.depth).max().unwrap_or(0);
         let depth = below + 1;
@@ -266,8 +378,17 @@ impl Datatype {
                 Datatype::MAX_DEPTH
             )).into());
         }
+        let unfolded = ctor.unfolded_nodes();
+        let own = ctor.own_entries();
+        if unfolded > Datatype::MAX_UNFOLDED.max(own.saturating_mul(8)) {
+            return Err(ErrorKind::InvalidDatatype(format!(
+                "the type would be {unfolded} nodes written out where it is used (each child as many times as it is \
+                 held), more than a datatype may be: {} or, if more, eight per entry of its own",
+                Datatype::MAX_UNFOLDED
+            )).into());
+        }
         let packed = all_packed(signature, layout.elements);
-        Ok(Datatype(Arc::new(Node { ctor, layout, signature, packed, depth, compiled: OnceLock::new() })))
+        Ok(Datatype(Arc::new(Node { ctor, layout, signature, packed, depth, unfolded, compiled: OnceLock::new() })))
     }
 
     /// Levels of constructors in the type: 0 for a predefined type, one

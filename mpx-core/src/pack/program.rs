@@ -509,25 +509,20 @@ fn compile_typed(dt: &Datatype) -> Op {
         Ctor::Hvector { count, blocklength, stride, old } => {
             Op::repeat(*count as u64, *stride, block(*blocklength, old))
         }
-        Ctor::Indexed { blocklengths, displacements, old } => Op::seq(
-            blocklengths.iter().zip(displacements).map(|(&n, &d)| (d * old.extent(), block(n, old))).collect(),
+        Ctor::Indexed { blocklengths, displacements, old } => Op::entries(
+            blocklengths.iter().zip(displacements).map(|(&n, &d)| (d * old.extent(), block(n, old))),
         ),
-        Ctor::IndexedBlock { blocklength, displacements, old } => Op::seq(
-            displacements.iter().map(|&d| (d * old.extent(), block(*blocklength, old))).collect(),
+        Ctor::IndexedBlock { blocklength, displacements, old } => Op::entries(
+            displacements.iter().map(|&d| (d * old.extent(), block(*blocklength, old))),
         ),
         Ctor::Hindexed { blocklengths, displacements, old } => {
-            Op::seq(blocklengths.iter().zip(displacements).map(|(&n, &d)| (d, block(n, old))).collect())
+            Op::entries(blocklengths.iter().zip(displacements).map(|(&n, &d)| (d, block(n, old))))
         }
         Ctor::HindexedBlock { blocklength, displacements, old } => {
-            Op::seq(displacements.iter().map(|&d| (d, block(*blocklength, old))).collect())
+            Op::entries(displacements.iter().map(|&d| (d, block(*blocklength, old))))
         }
-        Ctor::Struct { blocklengths, displacements, types } => Op::seq(
-            blocklengths
-                .iter()
-                .zip(displacements)
-                .zip(types)
-                .map(|((&n, &d), t)| (d, block(n, t)))
-                .collect(),
+        Ctor::Struct { blocklengths, displacements, types } => Op::entries(
+            blocklengths.iter().zip(displacements).zip(types).map(|((&n, &d), t)| (d, block(n, t))),
         ),
     }
 }
@@ -563,6 +558,33 @@ impl Op {
             }
             body => Op::Repeat { count, stride, body: Box::new(body) },
         }
+    }
+
+    /// The entries of an indexed or struct type, in typemap order: each
+    /// run of equal entries (not leaves, which merge or stay runs) at
+    /// evenly spaced displacements becomes one loop, so a type that holds
+    /// a child twice, level after level, compiles to a loop per level
+    /// rather than to every copy (see
+    /// [Size written out](crate::Datatype#size-written-out)).
+    fn entries(items: impl Iterator<Item = (i64, Op)>) -> Op {
+        // Each run: its first displacement, its step, its length, its entry.
+        let mut runs: Vec<(i64, i64, u64, Op)> = Vec::new();
+        for (d, op) in items {
+            if let Some((first, step, count, entry)) = runs.last_mut() {
+                let next = first.wrapping_add(step.wrapping_mul(*count as i64));
+                let gap = d.wrapping_sub(*first);
+                let spaced = if *count == 1 { true } else { d == next };
+                if spaced && !matches!(op, Op::Leaf { .. }) && op == *entry {
+                    if *count == 1 {
+                        *step = gap;
+                    }
+                    *count += 1;
+                    continue;
+                }
+            }
+            runs.push((d, 0, 1, op));
+        }
+        Op::seq(runs.into_iter().map(|(d, step, count, op)| (d, Op::repeat(count, step, op))).collect())
     }
 
     /// Children at displacements, flattened and with adjacent leaves of the
@@ -767,6 +789,7 @@ fn push_flat(out: &mut Vec<(i64, Op)>, d: i64, op: Op) {
 mod tests {
     use super::*;
     use crate::datatype::Order;
+    use crate::error::ErrorKind;
 
     fn gather(runs: &[(i64, usize)]) -> Native {
         Native::Gather(Gather::new(runs.to_vec()))
@@ -837,6 +860,74 @@ mod tests {
         let disps: Vec<i64> = (0..n).map(|i| 5 * i).collect();
         let ix = Datatype::indexed(&lens, &disps, &Datatype::double()).unwrap();
         assert!(matches!(&ix.programs().native, Native::Gather(g) if g.runs.len() == n as usize));
+    }
+
+    /// `levels` levels of "the level below twice, the second copy `gap`
+    /// bytes after the first's end", and the byte offsets of its doubles
+    /// (for up to 12 levels).
+    fn doubled(levels: usize, gap: i64) -> (Datatype, Vec<i64>) {
+        let (mut t, mut offsets) = (Datatype::double(), vec![0i64]);
+        for _ in 0..levels {
+            let second = t.extent() + gap;
+            if offsets.len() < 1 << 12 {
+                offsets = offsets.iter().copied().chain(offsets.iter().map(|o| o + second)).collect();
+            }
+            t = Datatype::structure(&[1, 1], &[0, second], &[t.clone(), t.clone()]).unwrap();
+        }
+        (t, offsets)
+    }
+
+    #[test]
+    fn a_child_held_twice_level_after_level_is_one_loop_a_level() {
+        // 2^50 doubles in 50 small levels: a loop a level, not 2^50 runs.
+        let (deep, _) = doubled(50, 8);
+        assert!(deep.programs().typed.node_count() <= 2 * 50 + 2, "{}", deep.programs().typed.node_count());
+        // Packing follows the typemap: the same bytes as the doubles listed.
+        let (t, offsets) = doubled(10, 8);
+        let listed = Datatype::hindexed_block(1, &offsets, &Datatype::double()).unwrap();
+        assert_eq!(t.signature(), listed.signature());
+        let memory: Vec<u8> = (0..t.extent() as usize).map(|i| (i * 7 % 251) as u8).collect();
+        let ours = t.pack_to_vec(crate::pack::Region::new(&memory), 1).unwrap();
+        assert_eq!(ours, listed.pack_to_vec(crate::pack::Region::new(&memory), 1).unwrap());
+        assert!(t.programs().typed.node_count() <= 2 * 10 + 2);
+        // Copies that overlap (each at the same place): a loop of stride 0;
+        // sends may read a byte twice, receives refuse to write one twice.
+        let mut same = Datatype::double();
+        for _ in 0..40 {
+            same = Datatype::structure(&[1, 1], &[0, 0], &[same.clone(), same.clone()]).unwrap();
+        }
+        assert_eq!(same.size(), 8 << 40);
+        assert!(same.programs().typed.node_count() <= 2 * 40 + 2);
+        assert_eq!(same.programs().writes, Writes::Unknown);
+        let (pair, _) = doubled(1, 8);
+        let both = Datatype::structure(&[1, 1], &[0, 0], &[pair.clone(), pair]).unwrap();
+        let packed = both.pack_to_vec(crate::pack::Region::new(&memory[..48]), 2).unwrap();
+        let one = [&memory[..8], &memory[16..24]].concat();
+        assert_eq!(packed, [&one[..], &one, &memory[24..32], &memory[40..48], &memory[24..32], &memory[40..48]].concat());
+    }
+
+    #[test]
+    fn a_type_written_out_too_long_is_refused_as_it_is_built() {
+        // Each level holds the one below and a different type holding it:
+        // no loop can stand for both, so the program would double a level.
+        let mut t = Datatype::double();
+        let mut built = 0;
+        let refused = loop {
+            let with_byte = Datatype::structure(&[1, 1], &[0, 8], &[t.clone(), Datatype::byte()]).unwrap();
+            match Datatype::structure(&[1, 1], &[0, 16], &[t.clone(), with_byte]) {
+                Ok(next) => (t, built) = (next, built + 1),
+                Err(e) => break e,
+            }
+            assert!(built < 64, "never refused");
+        };
+        assert!(matches!(refused.kind(), ErrorKind::InvalidDatatype(m) if m.contains("written out")), "{refused}");
+        // The last type built still compiles, within the bound.
+        assert!(built >= 15, "refused at level {built}");
+        assert!(t.programs().typed.node_count() <= Datatype::MAX_UNFOLDED);
+        // A list of many entries of its own may be long: eight nodes an entry.
+        let many: Vec<i64> = (0..(Datatype::MAX_UNFOLDED as i64 / 2)).map(|i| 3 * i * i % 1_000_003 * 8).collect();
+        let long = Datatype::hindexed_block(1, &many, &Datatype::double()).unwrap();
+        assert_eq!(long.size(), 8 * many.len() as u64);
     }
 
     fn moves(width: usize, moves: &[(i64, usize)]) -> Moves {
@@ -924,12 +1015,18 @@ mod tests {
         assert!(once(&backwards, 3));
         let reversed = Datatype::structure(&[1, 1], &[8, 0], &[double.clone(), double.clone()]).unwrap();
         assert!(once(&reversed, 2));
-        // Two strided arrays interleaved in a struct: their loops' spans
-        // overlap, the gather they lower to lists disjoint runs.
+        // Two strided arrays of different types interleaved in a struct:
+        // their loops' spans overlap, the gather they lower to lists
+        // disjoint runs.
         let strided = Datatype::hvector(4, 1, 16, &double).unwrap();
-        let interleaved = Datatype::structure(&[1, 1], &[0, 8], &[strided.clone(), strided]).unwrap();
+        let other = Datatype::hvector(4, 1, 16, &Datatype::basic(Basic::Int64)).unwrap();
+        let interleaved = Datatype::structure(&[1, 1], &[0, 8], &[strided.clone(), other]).unwrap();
         assert_eq!(interleaved.programs().typed.erase_kinds().writes(), Writes::Unknown);
         assert!(once(&interleaved, 1));
+        // Of one type, they are one loop of two, a comb the structure vouches for.
+        let same = Datatype::structure(&[1, 1], &[0, 8], &[strided.clone(), strided]).unwrap();
+        assert!(matches!(same.programs().typed.erase_kinds().writes(), Writes::Once { .. }));
+        assert!(once(&same, 1));
         let blocks = Datatype::indexed(&[2, 1, 3], &[10, 0, 4], &double).unwrap();
         assert!(once(&blocks, 5));
         assert!(!once(&Datatype::indexed(&[2, 1], &[0, 1], &double).unwrap(), 1));
