@@ -10,6 +10,7 @@
 //! - External32 data a peer describes with a run per element converts in
 //!   little more memory than the converted data.
 //! - Large allreduces that fail on a rank's refusal leave no round open.
+//! - A chain of `resized` and `dup` types keeps one compiled program.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -202,4 +203,37 @@ fn failing_large_allreduces_leave_nothing_behind() {
     }))
     .unwrap();
     assert!(grown[0] < 64 << 10, "300 failed calls left {} bytes behind", grown[0]);
+}
+
+/// A chain of `resized` and `dup` types over a large indexed type keeps
+/// one compiled program, however long the chain: each level is the type
+/// it names, as far as packing goes.
+#[test]
+fn a_chain_of_renamed_types_keeps_one_program() {
+    use mpx::{Datatype, Region};
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let entries = 20_000i64;
+    // Irregular displacements: a program of a run per entry.
+    let displacements: Vec<i64> = (0..entries).map(|i| i * 3 + i % 7).collect();
+    let base = Datatype::indexed_block(1, &displacements, &Datatype::double()).unwrap();
+    let memory = vec![0u8; base.extent() as usize];
+    let packed_len = base.pack_size(1).unwrap();
+    let compiled = |t: &Datatype| {
+        let before = LIVE.load(Ordering::Relaxed);
+        let packed = t.pack_to_vec(Region::new(&memory), 1).unwrap();
+        assert_eq!(packed.len(), packed_len);
+        drop(packed);
+        LIVE.load(Ordering::Relaxed) - before
+    };
+    let one = compiled(&base);
+    let mut chain = base.clone();
+    for level in 0..1_000 {
+        chain = match level % 2 {
+            0 => Datatype::resized(0, base.extent(), &chain).unwrap(),
+            _ => chain.dup().unwrap(),
+        };
+    }
+    let all = compiled(&chain);
+    assert!(one > 100_000, "a run per entry: {one} bytes");
+    assert!(all < 1_000 * 64 + 4096, "1,000 levels took {all} bytes beside the base's {one}");
 }

@@ -277,9 +277,15 @@ impl Drop for Node {
                 }
             });
         }
+        // A compiled slot may hold a handle of a type below this one (the
+        // type whose programs a `dup` keeps): it goes first, while the
+        // children still hold that type, so that it is never the last
+        // handle, whose drop would nest here.
+        drop(self.compiled.take());
         let mut pending = Vec::new();
         orphans(std::mem::replace(&mut self.ctor, Ctor::Named(Predefined::Lb)), &mut pending);
         while let Some(mut node) = pending.pop() {
+            drop(node.compiled.take());
             orphans(std::mem::replace(&mut node.ctor, Ctor::Named(Predefined::Lb)), &mut pending);
             // `node` has no children left: its own drop ends here.
         }

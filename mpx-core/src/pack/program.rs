@@ -161,7 +161,10 @@ impl Programs {
                 continue;
             }
             if children_done {
-                t.compiled().get_or_init(|| Box::new(Programs::compile_one(t)));
+                t.compiled().get_or_init(|| match same_programs_as(t) {
+                    Some(base) => Box::new(SameAs(base)),
+                    None => Box::new(Programs::compile_one(t)),
+                });
                 continue;
             }
             stack.push((t, true));
@@ -180,10 +183,18 @@ impl Programs {
     }
 
     /// The programs of `dt` if they are compiled. The datatype's slot
-    /// holds what this module put there: `Programs`, nothing else.
+    /// holds what this module put there: its `Programs`, or [`SameAs`] the
+    /// type whose programs they are (whose slot holds `Programs`).
     #[inline]
     fn cached(dt: &Datatype) -> Option<&Programs> {
-        dt.compiled().get().map(|any| any.downcast_ref::<Programs>().expect("a datatype's compiled slot holds its Programs"))
+        let any = dt.compiled().get()?;
+        match any.downcast_ref::<Programs>() {
+            Some(programs) => Some(programs),
+            None => {
+                let SameAs(base) = any.downcast_ref::<SameAs>().expect("a datatype's compiled slot holds Programs or SameAs");
+                base.compiled().get()?.downcast_ref::<Programs>()
+            }
+        }
     }
 
     /// Compiles the programs of `dt`, whose inputs are compiled.
@@ -203,6 +214,29 @@ impl Programs {
         };
         Programs { typed, native, external32_checked, writes }
     }
+}
+
+/// What the compiled slot of a type whose programs are another's holds
+/// (a `dup` or `resized` type, a subarray or darray, which compile to
+/// their lowered form): that other type, which compiles them. A chain of
+/// such types, however long, keeps one copy of the programs, not one per
+/// level, and finds them in two steps.
+struct SameAs(Datatype);
+
+/// The type whose programs are `dt`'s, if `dt` is not the one to compile
+/// them (see [`SameAs`]); its inputs are compiled.
+fn same_programs_as(dt: &Datatype) -> Option<Datatype> {
+    let target = match &dt.node().ctor {
+        Ctor::Dup(old) | Ctor::Resized { old, .. } => old,
+        Ctor::Subarray(a) => &a.lowered,
+        Ctor::Darray(a) => &a.lowered,
+        _ => return None,
+    };
+    let any = target.compiled().get().expect("inputs are compiled first");
+    Some(match any.downcast_ref::<SameAs>() {
+        Some(SameAs(base)) => base.clone(),
+        None => target.clone(),
+    })
 }
 
 /// The types whose programs the typed program of `dt` is built from.
@@ -499,6 +533,8 @@ fn compile_typed(dt: &Datatype) -> Op {
         Ctor::Named(p) => Op::seq(
             p.entries().iter().map(|&(b, d)| (d, Op::Leaf { kind: Some(b), len: b.size() })).collect(),
         ),
+        // Those keep the programs of the type they name (`SameAs`) and are
+        // never compiled here; these are the programs they would have.
         Ctor::Dup(old) | Ctor::Resized { old, .. } => child(old),
         Ctor::Subarray(a) => child(&a.lowered),
         Ctor::Darray(a) => child(&a.lowered),
