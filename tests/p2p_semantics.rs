@@ -408,4 +408,49 @@ async fn a_dropped_matched_probe_keeps_the_senders_order() {
     .unwrap();
     assert_eq!(out[1], [1, 2, 3], "non-overtaking must survive a returned message");
 }
+
+/// A message a dropped receive gives back goes to the head of the queue,
+/// ahead of a message of another sender that arrived after it (and of its
+/// own sender's later ones), as if never taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_given_back_goes_ahead_of_later_arrivals_from_other_senders() {
+    let out = launch(3, |comm| async move {
+        const DATA: i32 = 1;
+        const GO: i32 = 9;
+        const DONE: i32 = 8;
+        match comm.rank() {
+            0 => {
+                // Returns once rank 1's receive has matched it.
+                comm.ssend(&[1u32], 1, DATA).await?;
+                comm.send(&[0u8], 2, GO).await?;
+                comm.recv_vec::<u8>(1, GO).await?;
+                comm.send(&[2u32], 1, DATA).await?;
+                comm.send(&[0u8], 1, DONE).await?;
+                Ok(vec![])
+            }
+            2 => {
+                comm.recv_vec::<u8>(0, GO).await?;
+                comm.send(&[3u32], 1, DATA).await?;
+                comm.send(&[0u8], 1, DONE).await?;
+                Ok(vec![])
+            }
+            _ => {
+                let mut first = [0u32];
+                let taking = comm.irecv(&mut first[..], Any, DATA); // matches 1, never awaited
+                comm.recv_vec::<u8>(2, DONE).await?; // 3 has arrived
+                comm.send(&[0u8], 0, GO).await?;
+                comm.recv_vec::<u8>(0, DONE).await?; // 2 has arrived
+                drop(taking); // gives 1 back
+                let mut got = Vec::new();
+                for _ in 0..3 {
+                    got.push(comm.recv_vec::<u32>(Any, DATA).await?.0[0]);
+                }
+                Ok(got)
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[1], [1, 3, 2], "the message given back first, then the others as they came");
+}
 }

@@ -105,8 +105,9 @@
 //! their docs):
 //! * a receive that has not matched is withdrawn;
 //! * a receive whose message matched but was not yet unpacked gives the
-//!   message back, at the head of the queue, ahead of every later message
-//!   from any sender; a rendezvous message whose data is still in transit
+//!   message back, at the head of the queue (or, if earlier messages of
+//!   its sender are still queued, right behind the last of them), ahead
+//!   of every later message from its sender; a rendezvous message whose data is still in transit
 //!   keeps its place the same way, and its data goes to the next receive
 //!   that matches it. The one order this cannot restore: if a *later*
 //!   message from the same sender was already delivered to a later receive

@@ -33,6 +33,16 @@
 //! [`RequestSet`](crate::RequestSet), whose `wait_any`/`wait_some` over
 //! only empty slots report that nothing is active, as MPI says.
 //!
+//! A start borrows its persistent request until it is dropped, so a
+//! [`RequestSet`](crate::RequestSet) of starts holds every persistent
+//! request it was built from while it lives: MPI's server loop (wait for
+//! any, then restart the request that completed while the others stay in
+//! flight) cannot restart one there. Wait for every start of a round
+//! instead ([`wait_all`](crate::wait_all)), or, for such a loop, keep
+//! [`irecv_owned`](Comm::irecv_owned) receives in the set: each owns its
+//! buffer, hands it back with its status, and takes it again for the next
+//! receive.
+//!
 //! Freeing a start ([`Request::free`]) lets that operation finish on its
 //! own, as for any request; the persistent request itself stays, where
 //! MPI's `MPI_Request_free` of an active persistent request frees it too.

@@ -354,6 +354,20 @@ impl Endpoint {
         self.shared.flush(&mut st);
     }
 
+    /// Every stream of rank `rank`'s has ended (a transport that carries
+    /// rendezvous data on a stream of its own calls this once both have),
+    /// every frame handed to [`handle_frame`](Endpoint::handle_frame):
+    /// beyond what [`peer_ended`](Endpoint::peer_ended) fails it for, a
+    /// peer that still owes data of messages it started fails (see
+    /// [`Engine::peer_streams_ended`]). A transport with one stream per
+    /// peer calls this alone.
+    pub fn peer_streams_ended(&self, rank: usize) {
+        let mut st = self.shared.lock();
+        st.engine.peer_streams_ended(wire_rank(rank));
+        st.wake_probes();
+        self.shared.flush(&mut st);
+    }
+
     /// When the engine next wants [`handle_timeout`](Endpoint::handle_timeout)
     /// (see [`Engine::poll_timeout`]).
     pub fn poll_timeout(&self) -> Option<Instant> {

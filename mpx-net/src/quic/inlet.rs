@@ -101,12 +101,16 @@ impl Reader {
                     Poll::Pending => return Read::Idle,
                     Poll::Ready(Ok(Some(c))) => c.bytes,
                     Poll::Ready(Ok(None)) if self.decoder.is_idle() => {
-                        self.shared.outboxes[self.peer as usize].ended(self.lane);
-                        if self.lane == Lane::Control {
-                            // Its goodbye travels here: without it, the
-                            // peer fails.
-                            if let Some(ep) = self.shared.endpoint.upgrade() {
+                        let both = self.shared.outboxes[self.peer as usize].ended(self.lane);
+                        if let Some(ep) = self.shared.endpoint.upgrade() {
+                            if self.lane == Lane::Control {
+                                // Its goodbye travels here: without it, the
+                                // peer fails.
                                 ep.peer_ended(self.peer as usize);
+                            }
+                            if both {
+                                // Rendezvous data it owes can come no more.
+                                ep.peer_streams_ended(self.peer as usize);
                             }
                         }
                         return Read::Ended;

@@ -305,11 +305,13 @@ impl Outbox {
         st.wake_flush_waiters();
     }
 
-    /// The peer's stream of `lane` has been read to its end.
-    pub(crate) fn ended(&self, lane: Lane) {
+    /// The peer's stream of `lane` has been read to its end; true if the
+    /// other lane's has too (said to one caller only).
+    pub(crate) fn ended(&self, lane: Lane) -> bool {
         let mut st = self.lock();
         st.lanes[lane as usize].ended = true;
         st.wake_flush_waiters();
+        st.lanes.iter().all(|q| q.ended)
     }
 
     /// The peer failed: frames for it are refused from now on, and its

@@ -314,6 +314,21 @@ impl Engine {
         }
     }
 
+    /// Every stream of rank `rank`'s has ended, every frame of them
+    /// handled (rendezvous data may travel on a stream of its own, see
+    /// [`peer_ended`](Engine::peer_ended) for the one with its messages):
+    /// beyond what `peer_ended` fails it for, a peer fails if it still
+    /// owes data of messages it started (rendezvous data this rank asked
+    /// for, the rest of a message whose first data came), which can no
+    /// longer come, rather than leave their receives waiting for ever.
+    pub fn peer_streams_ended(&mut self, rank: u32) {
+        self.peer_ended(rank);
+        let Some(p) = self.peers.get(rank as usize).filter(|_| !self.closed) else { return };
+        if p.failed.is_none() && queries::owes_data(&self.transfers, &self.early, rank) {
+            self.fail_peer(rank, Error::process_failed(rank, "its streams ended before the data of messages it had started"));
+        }
+    }
+
     /// Fails the sends that need `rank` to match or answer.
     pub(super) fn fail_sends_to(&mut self, rank: u32, error: &Error) {
         let error = || error.clone();

@@ -686,6 +686,11 @@ pub struct Engine {
     writable: VecDeque<u32>,
     /// Frames this rank sent itself, handled before any call returns.
     local: VecDeque<Frame>,
+    /// [`handle_local`](Engine::handle_local) is taking them: a frame
+    /// whose handling sends this rank more (a clear-to-send that releases
+    /// held sends) leaves them to that loop rather than nest a call per
+    /// frame.
+    handling_local: bool,
     /// A message this rank sent itself has arrived since the runtime last
     /// asked ([`Engine::take_local_arrival`]): no frame came with it.
     local_arrival: bool,
@@ -743,6 +748,7 @@ impl Engine {
             pool: BufferPool::default(),
             writable: VecDeque::new(),
             local: VecDeque::new(),
+            handling_local: false,
             local_arrival: false,
             events: VecDeque::new(),
             next_id: 1,

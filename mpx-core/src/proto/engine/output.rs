@@ -31,13 +31,19 @@ impl Engine {
         }
     }
 
-    /// Handles the frames this rank sent itself.
+    /// Handles the frames this rank sent itself, one after another: a
+    /// frame whose handling sends more (calling this again) leaves them to
+    /// the loop already running, so a batch of any size takes no stack.
     pub(super) fn handle_local(&mut self) {
+        if std::mem::replace(&mut self.handling_local, true) {
+            return;
+        }
         while let Some(frame) = self.local.pop_front() {
             self.local_arrival |= matches!(frame.header.kind, Kind::Eager | Kind::Rts | Kind::Ready);
             // Frames the engine made itself cannot break the protocol.
             let _ = self.handle_peer_frame(self.rank, frame);
         }
+        self.handling_local = false;
     }
 
     /// The next peer with frames to transmit (skipping peers whose transport

@@ -316,3 +316,10 @@ impl Engine {
 fn awaits_hello(peer: &Peer) -> bool {
     peer.hello.is_none() && peer.failed.is_none()
 }
+
+/// Whether data of messages `rank` has started is still to come from it:
+/// rendezvous data of a transfer not complete, or data that came before
+/// the message it belongs to (`early`).
+pub(super) fn owes_data(transfers: &HashMap<ReqId, Transfer>, early: &KeyedHashMap<(u32, u64), Early>, rank: u32) -> bool {
+    transfers.values().any(|t| t.envelope.source == rank && !t.complete) || early.keys().any(|&(source, _)| source == rank)
+}

@@ -140,9 +140,10 @@ impl Engine {
     }
 
     /// Offers a message returned to the queue to the posted receives, in
-    /// order; if none takes it, it goes back in its sender's order: after
-    /// the sender's earlier messages, ahead of its later ones and of
-    /// everything else.
+    /// order; if none takes it, it goes back at the head of the queue, or,
+    /// if some of its sender's earlier messages are still queued, right
+    /// behind the last of them: ahead of its sender's later messages, as
+    /// sent.
     pub(super) fn restore(&mut self, u: Unexpected) {
         let source = u.envelope.source;
         let lost = match u.body {
@@ -174,12 +175,12 @@ impl Engine {
                 return;
             }
         }
+        // At the head of the queue, but behind its sender's earlier
+        // messages still queued (they stay ahead of it, as sent): ahead of
+        // every later message from its sender, and of other senders'
+        // messages that came after it.
         let (source, seq) = (u.envelope.source, u.envelope.seq);
-        self.unexpected.put_back(
-            u,
-            |q| q.envelope.source == source && q.envelope.seq > seq,
-            |q| q.envelope.source == source && q.envelope.seq < seq,
-        );
+        self.unexpected.put_back(u, |_| false, |q| q.envelope.source == source && q.envelope.seq < seq);
     }
 
     /// Puts a message taken by [`improbe`](Engine::improbe) back in the

@@ -299,6 +299,60 @@ fn a_peer_whose_stream_ends_before_its_goodbye_or_its_messages_fails() {
     assert!(matches!(ev[..], [Event::RecvDone { id: 5, result: Err(ref err) }, ..] if matches!(err.kind(), ErrorKind::ProcessFailed { rank: 0, .. })), "{ev:?}");
 }
 
+/// A finished peer whose streams all end while data it started is still
+/// owed (rendezvous data this rank asked for) fails: that data can come no
+/// more. The end of its message stream alone does not fail it, since the
+/// data may travel on a stream of its own.
+#[test]
+fn a_finished_peer_whose_streams_end_before_data_it_owes_fails() {
+    let mut e = pair(Config { eager_threshold: 8, unsolicited_credit: 0, ..Config::default() });
+    e[0].post_send(1, SendMode::Standard, msg(1, 0, b"sixteen bytes!!!"));
+    let (_, rts) = next_frame(&mut e[0]).expect("the request to send");
+    assert_eq!(rts.header.kind, Kind::Rts);
+    e[1].handle_frame(0, rts).unwrap();
+    e[1].post_recv(5, spec(Some(0), None));
+    // A goodbye that counts the one message: all its messages came.
+    e[1].handle_frame(0, Frame::control(Header { seq: 1, ..Header::control(Kind::Bye, 0) })).unwrap();
+    e[1].peer_ended(0);
+    assert!(events(&mut e[1]).is_empty(), "the data may still come on another stream");
+    assert!(e[1].anything_waits_on(0));
+    e[1].peer_streams_ended(0);
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 5, result: Err(ref err) }, ..] if matches!(err.kind(), ErrorKind::ProcessFailed { rank: 0, .. })), "{ev:?}");
+    assert!(!e[1].anything_waits_on(0));
+
+    // With nothing owed, a finished peer's streams end quietly.
+    let mut e = pair(Config::default());
+    e[0].farewell(false);
+    pump(&mut e);
+    events(&mut e[1]);
+    e[1].peer_streams_ended(0);
+    assert!(events(&mut e[1]).is_empty(), "rank 0 said goodbye and owes nothing");
+}
+
+/// Frames a rank sends itself are handled one after another, however many
+/// one frame releases: a clear-to-send that frees a send held for a
+/// rendezvous slot frees the 200,000 ready sends held behind it at once.
+#[test]
+fn a_batch_of_frames_to_itself_takes_no_stack() {
+    static DATA: [u8; 64] = [7; 64];
+    let config = Config { rndv_slots: 1, eager_threshold: 8, unsolicited_credit: 0, ..Config::default() };
+    let mut e = Engine::new(0, 1, config).unwrap();
+    events(&mut e);
+    e.post_send(1, SendMode::Standard, msg(0, 0, &DATA)); // takes the only slot
+    e.post_send(2, SendMode::Standard, msg(0, 0, &DATA)); // held for a slot
+    let ready = 200_000;
+    for id in 3..3 + ready {
+        e.post_send(id, SendMode::Ready, msg(0, 1, b"")); // held behind it
+    }
+    assert!(events(&mut e).is_empty());
+    e.post_recv(1_000_000, spec(Some(0), Some(0)));
+    let ev = events(&mut e);
+    let refused = ev.iter().filter(|ev| matches!(ev, Event::SendDone { result: Err(err), .. } if matches!(err.kind(), ErrorKind::NotReady))).count();
+    assert_eq!(refused, ready as usize, "no receive was posted for the ready sends");
+    assert!(ev.iter().any(|ev| matches!(ev, Event::RecvDone { id: 1_000_000, result: Ok(_) })));
+}
+
 #[test]
 fn the_goodbye_follows_sends_held_for_credit() {
     let config = Config { eager_threshold: 0, rndv_slots: 1, ..Config::default() };
