@@ -507,6 +507,35 @@ async fn a_peer_that_ends_its_streams_without_a_goodbye_fails() {
     assert!(chain(&e).contains("ended before its goodbye"), "{}", chain(&e));
 }
 
+/// A peer that says goodbye after a rendezvous request, then ends both
+/// its streams without the data the receive asked for, fails that
+/// receive: the data can come no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_ends_its_streams_owing_rendezvous_data_fails() {
+    use mpx_core::proto::wire::{Frame, Header, Kind};
+    let (mut sockets, addrs) = sockets(2);
+    let job = JobCredential::generate(36).unwrap();
+    let hostile = sockets.pop().unwrap();
+    let zero = start(sockets.pop().unwrap(), &addrs, job.issue(0).unwrap(), &options()).unwrap();
+    let (_conn, mut control, mut bulk) = hand_rank_greeting_zero(&job, 36, 1, 2, hostile, addrs[0]).await;
+    // A request to send 64 bytes on tag 0, data to follow once asked for.
+    let rts = Frame::control(Header { seq: 0, data_len: 64, send_id: 1, ..Header::control(Kind::Rts, 1) });
+    control.write_all(&rts.encode_header()).await.unwrap();
+    let world = zero.world();
+    let receive = tokio::spawn(async move { world.recv_vec::<u8>(1, 0).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!receive.is_finished(), "the data may still come");
+    // A goodbye counting that one message, then the end of both streams.
+    let bye = Frame::control(Header { seq: 1, ..Header::control(Kind::Bye, 1) });
+    control.write_all(&bye.encode_header()).await.unwrap();
+    control.finish().unwrap();
+    bulk.finish().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), receive).await.expect("the receive ended").unwrap();
+    let e = got.expect_err("rank 1 ended its streams owing the data");
+    assert!(matches!(e.kind(), ErrorKind::ProcessFailed { rank: 1, .. }), "{e:?}");
+    assert!(chain(&e).contains("before the data"), "{}", chain(&e));
+}
+
 /// A stranger's first packet, from an address it has not shown to be its
 /// own, is answered with a QUIC retry (a token the client must echo from
 /// that address), never with the handshake: packets with forged source
