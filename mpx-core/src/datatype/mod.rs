@@ -103,11 +103,16 @@ use layout::{Layout, LayoutBuilder};
 /// length, one after another: `t` twice, of that twice, ...) become one
 /// loop, so that chain stays as small as its description. Otherwise each
 /// use of a child is written out in the program. A constructor whose
-/// result would be more than [`Datatype::MAX_UNFOLDED`] nodes written out
-/// that way, beyond eight per entry of its own, returns
-/// [`ErrorKind::InvalidDatatype`] rather than a type whose program would
-/// not fit in memory (a type whose entries each hold a different,
-/// ever larger child, level after level).
+/// result would be more nodes written out that way than the most of
+/// [`Datatype::MAX_UNFOLDED`], eight per entry of its own constructor
+/// (an indexed type of many entries) and the most allowed the types it
+/// holds (so that `dup`, `resized` or a vector of such a type is allowed
+/// too), returns [`ErrorKind::InvalidDatatype`] rather than a type whose
+/// program would not fit in memory (a type whose entries each hold a
+/// different, ever larger child, level after level). Within that bound a
+/// program takes memory in proportion to its nodes, up to a few kilobytes
+/// a node where the native program lists a small loop's runs (at most 64)
+/// in place of the loop.
 ///
 /// ```
 /// use mpx::{Datatype, ErrorKind};
@@ -145,6 +150,10 @@ pub(crate) struct Node {
     /// The nodes of the type written out where it is used
     /// ([`Ctor::unfolded_nodes`]): what its compiled program may hold.
     unfolded: u64,
+    /// The most `unfolded` may be: [`Datatype::MAX_UNFOLDED`], eight per
+    /// entry of its own constructor, or its children's most, whichever is
+    /// more (see [Size written out](Datatype#size-written-out)).
+    unfolded_most: u64,
     compiled: Compiled,
 }
 
@@ -194,22 +203,32 @@ impl Ctor {
     }
 
     /// How many nodes the type is written out as where it is used: a
-    /// predefined type's entries and a node, one node per loop
-    /// (contiguous, vector), and for a list of entries (indexed, struct)
-    /// a node, plus, for each run of entries that hold the same child with
-    /// the same block length at evenly spaced displacements, that child's
-    /// nodes and two (the run's loop and the block's). The pack engine's
-    /// program of the type, which writes such runs as one loop too, is
-    /// about this long (see [Size written out](Datatype#size-written-out)).
+    /// predefined type's entries (and a node for a list of them), the
+    /// child's nodes and a node per loop of more than one (contiguous,
+    /// vector: its blocks and its count), a node for an empty one, and for
+    /// a list of entries (indexed, struct) a node, plus, for each run of
+    /// entries that hold the same child with the same block length at
+    /// evenly spaced displacements, that child's nodes and a node per loop
+    /// of more than one (the block's, the run's). The pack engine's typed
+    /// program of the type, which writes such runs as one loop too, is no
+    /// longer than this (see [Size written out](Datatype#size-written-out)).
     fn unfolded_nodes(&self) -> u64 {
         let of = |t: &Datatype| t.0.unfolded;
+        let more = |n: i64| u64::from(n > 1);
         match self {
-            Ctor::Named(p) => p.entries().len() as u64 + 1,
+            Ctor::Named(p) => {
+                let entries = p.entries().len() as u64;
+                entries + u64::from(entries > 1)
+            }
             Ctor::Dup(old) | Ctor::Resized { old, .. } => of(old),
             Ctor::Subarray(a) => of(&a.lowered),
             Ctor::Darray(a) => of(&a.lowered),
-            Ctor::Contiguous { old, .. } => of(old).saturating_add(1),
-            Ctor::Vector { old, .. } | Ctor::Hvector { old, .. } => of(old).saturating_add(2),
+            Ctor::Contiguous { count: 0, .. } => 1,
+            Ctor::Contiguous { count, old } => of(old).saturating_add(more(*count)),
+            Ctor::Vector { count, blocklength, old, .. } | Ctor::Hvector { count, blocklength, old, .. } => match (*count, *blocklength) {
+                (0, _) | (_, 0) => 1,
+                _ => of(old).saturating_add(more(*count) + more(*blocklength)),
+            },
             Ctor::Indexed { blocklengths, displacements, old } | Ctor::Hindexed { blocklengths, displacements, old } => {
                 runs_unfolded(blocklengths.iter().zip(displacements).map(|(&b, &d)| (b, d, old)))
             }
@@ -309,31 +328,41 @@ static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
             }
             let layout = b.finish().expect("predefined layouts are small");
             let packed = all_packed(sig, layout.elements);
-            let unfolded = p.entries().len() as u64 + 1;
-            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, packed, depth: 0, unfolded, compiled: OnceLock::new() }))
+            let unfolded = Ctor::Named(p).unfolded_nodes();
+            let unfolded_most = Datatype::MAX_UNFOLDED;
+            Datatype(Arc::new(Node { ctor: Ctor::Named(p), layout, signature: sig, packed, depth: 0, unfolded, unfolded_most, compiled: OnceLock::new() }))
         })
         .collect()
 });
 
 /// [`Ctor::unfolded_nodes`] of a list of entries `(blocklength,
-/// displacement, child)`: a node, and for each run of entries of the same
-/// child and block length at evenly spaced displacements, the child's
-/// nodes and two.
+/// displacement, child)`: a node for the list, and for each run of
+/// entries of the same child and block length at evenly spaced
+/// displacements, the child's nodes, one for the block if it holds more
+/// than one child and one for the run's loop if it has more than one
+/// entry. An empty block counts nothing and ends a run.
 fn runs_unfolded<'a>(entries: impl Iterator<Item = (i64, i64, &'a Datatype)>) -> u64 {
     let mut total: u64 = 1;
     // The run so far: its entry's block length and child, its last
     // displacement, and its step once it has two entries.
     let mut run: Option<(i64, &Datatype, i64, Option<i64>)> = None;
     for (b, d, t) in entries {
+        if b == 0 {
+            run = None;
+            continue;
+        }
         if let Some((rb, rt, last, step)) = &mut run {
             let same = *rb == b && Arc::ptr_eq(&rt.0, &t.0);
             let gap = d.wrapping_sub(*last);
             if same && step.is_none_or(|s| s == gap) {
+                if step.is_none() {
+                    total = total.saturating_add(1); // the run's loop
+                }
                 (*last, *step) = (d, Some(gap));
                 continue;
             }
         }
-        total = total.saturating_add(t.0.unfolded).saturating_add(2);
+        total = total.saturating_add(t.0.unfolded).saturating_add(u64::from(b > 1));
         run = Some((b, t, d, None));
     }
     total
@@ -385,16 +414,18 @@ impl Datatype {
             )).into());
         }
         let unfolded = ctor.unfolded_nodes();
-        let own = ctor.own_entries();
-        if unfolded > Datatype::MAX_UNFOLDED.max(own.saturating_mul(8)) {
+        let children_most = ctor.children().map(|c| c.0.unfolded_most).max().unwrap_or(0);
+        let unfolded_most = Datatype::MAX_UNFOLDED.max(ctor.own_entries().saturating_mul(8)).max(children_most);
+        if unfolded > unfolded_most {
             return Err(ErrorKind::InvalidDatatype(format!(
                 "the type would be {unfolded} nodes written out where it is used (each child as many times as it is \
-                 held), more than a datatype may be: {} or, if more, eight per entry of its own",
+                 held), more than its {unfolded_most} (the most of {}, eight per entry of its own constructor, and \
+                 the most of the types it holds)",
                 Datatype::MAX_UNFOLDED
             )).into());
         }
         let packed = all_packed(signature, layout.elements);
-        Ok(Datatype(Arc::new(Node { ctor, layout, signature, packed, depth, unfolded, compiled: OnceLock::new() })))
+        Ok(Datatype(Arc::new(Node { ctor, layout, signature, packed, depth, unfolded, unfolded_most, compiled: OnceLock::new() })))
     }
 
     /// Levels of constructors in the type: 0 for a predefined type, one

@@ -597,10 +597,10 @@ impl Op {
     }
 
     /// The entries of an indexed or struct type, in typemap order: each
-    /// run of equal entries (not leaves, which merge or stay runs) at
-    /// evenly spaced displacements becomes one loop, so a type that holds
-    /// a child twice, level after level, compiles to a loop per level
-    /// rather than to every copy (see
+    /// run of equal entries at evenly spaced displacements becomes one
+    /// loop (runs of a leaf that touch, one longer leaf), so a type that
+    /// holds a child twice, level after level, compiles to a loop per
+    /// level rather than to every copy (see
     /// [Size written out](crate::Datatype#size-written-out)).
     fn entries(items: impl Iterator<Item = (i64, Op)>) -> Op {
         // Each run: its first displacement, its step, its length, its entry.
@@ -610,7 +610,7 @@ impl Op {
                 let next = first.wrapping_add(step.wrapping_mul(*count as i64));
                 let gap = d.wrapping_sub(*first);
                 let spaced = if *count == 1 { true } else { d == next };
-                if spaced && !matches!(op, Op::Leaf { .. }) && op == *entry {
+                if spaced && op == *entry {
                     if *count == 1 {
                         *step = gap;
                     }
@@ -960,10 +960,29 @@ mod tests {
         // The last type built still compiles, within the bound.
         assert!(built >= 15, "refused at level {built}");
         assert!(t.programs().typed.node_count() <= Datatype::MAX_UNFOLDED);
-        // A list of many entries of its own may be long: eight nodes an entry.
+        // A list of many entries of its own may be long: eight nodes an
+        // entry, and so may the types that hold it.
         let many: Vec<i64> = (0..(Datatype::MAX_UNFOLDED as i64 / 2)).map(|i| 3 * i * i % 1_000_003 * 8).collect();
-        let long = Datatype::hindexed_block(1, &many, &Datatype::double()).unwrap();
-        assert_eq!(long.size(), 8 * many.len() as u64);
+        let pair = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::int()]).unwrap();
+        let long = Datatype::hindexed_block(1, &many, &pair).unwrap();
+        assert_eq!(long.size(), 12 * many.len() as u64);
+        let resized = Datatype::resized(0, long.extent() + 8, &long).unwrap();
+        let wrapped = Datatype::structure(&[1, 1], &[0i64, 1 << 40], &[resized.dup().unwrap(), Datatype::contiguous(2, &long).unwrap()]).unwrap();
+        assert_eq!(wrapped.size(), 3 * long.size());
+    }
+
+    #[test]
+    fn evenly_spaced_entries_of_one_run_are_a_loop() {
+        // A column listed block by block is a vector: one loop, not a run
+        // per entry, so a type holding it many times stays small.
+        let column: Vec<i64> = (0..20_000).map(|i| 16 * i).collect();
+        let listed = Datatype::hindexed_block(1, &column, &Datatype::double()).unwrap();
+        let vector = Datatype::hvector(20_000, 1, 16, &Datatype::double()).unwrap();
+        assert_eq!(listed.programs().typed, vector.programs().typed);
+        assert_eq!(listed.programs().native, vector.programs().native);
+        let rows: Vec<i64> = (0..20_000).map(|i| (i * 7919 % 20_000) * 8).collect();
+        let many = Datatype::hindexed_block(1, &rows, &listed).unwrap();
+        assert!(many.programs().typed.node_count() <= 2 * 20_000 + 1, "{}", many.programs().typed.node_count());
     }
 
     fn moves(width: usize, moves: &[(i64, usize)]) -> Moves {
