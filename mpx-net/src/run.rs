@@ -47,10 +47,16 @@ where
                 (!awaiting.is_empty()).then(|| format!("rank {} has none from {awaiting:?}", e.rank()))
             })
             .collect();
-        return Err(Error::transport(
-            format!("waiting {hello_timeout:?} for every peer's hello ({})", silent.join("; ")),
-            std::io::Error::from(std::io::ErrorKind::TimedOut),
-        ));
+        // None silent: the last hello came, or the transport failed the
+        // last silent peer (its own bound may be this one), just as the
+        // wait ended. The programs start, and learn of a failed peer as
+        // they use it.
+        if !silent.is_empty() {
+            return Err(Error::transport(
+                format!("waiting {hello_timeout:?} for every peer's hello ({})", silent.join("; ")),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            ));
+        }
     }
     let mut programs = Vec::with_capacity(n);
     // Every endpoint (and so its driver) lives until every rank is done: a

@@ -324,7 +324,7 @@ impl Engine {
     pub fn peer_streams_ended(&mut self, rank: u32) {
         self.peer_ended(rank);
         let Some(p) = self.peers.get(rank as usize).filter(|_| !self.closed) else { return };
-        if p.failed.is_none() && queries::owes_data(&self.transfers, &self.early, rank) {
+        if p.failed.is_none() && queries::owes_data(&self.transfers, &self.early, &self.unexpected, rank) {
             self.fail_peer(rank, Error::process_failed(rank, "its streams ended before the data of messages it had started"));
         }
     }

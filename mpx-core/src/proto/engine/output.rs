@@ -35,15 +35,22 @@ impl Engine {
     /// frame whose handling sends more (calling this again) leaves them to
     /// the loop already running, so a batch of any size takes no stack.
     pub(super) fn handle_local(&mut self) {
-        if std::mem::replace(&mut self.handling_local, true) {
+        if self.local.is_empty() || std::mem::replace(&mut self.handling_local, true) {
             return;
         }
-        while let Some(frame) = self.local.pop_front() {
-            self.local_arrival |= matches!(frame.header.kind, Kind::Eager | Kind::Rts | Kind::Ready);
-            // Frames the engine made itself cannot break the protocol.
-            let _ = self.handle_peer_frame(self.rank, frame);
-        }
+        // The flag is cleared however the loop ends: a panic in it must not
+        // leave later frames to a loop that no longer runs.
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            while let Some(frame) = self.local.pop_front() {
+                self.local_arrival |= matches!(frame.header.kind, Kind::Eager | Kind::Rts | Kind::Ready);
+                // Frames the engine made itself cannot break the protocol.
+                let _ = self.handle_peer_frame(self.rank, frame);
+            }
+        }));
         self.handling_local = false;
+        if let Err(panic) = handled {
+            std::panic::resume_unwind(panic);
+        }
     }
 
     /// The next peer with frames to transmit (skipping peers whose transport

@@ -318,8 +318,12 @@ fn awaits_hello(peer: &Peer) -> bool {
 }
 
 /// Whether data of messages `rank` has started is still to come from it:
-/// rendezvous data of a transfer not complete, or data that came before
-/// the message it belongs to (`early`).
-pub(super) fn owes_data(transfers: &HashMap<ReqId, Transfer>, early: &KeyedHashMap<(u32, u64), Early>, rank: u32) -> bool {
-    transfers.values().any(|t| t.envelope.source == rank && !t.complete) || early.keys().any(|&(source, _)| source == rank)
+/// rendezvous data of a transfer not complete, data that came before the
+/// message it belongs to (`early`), or the data of a request to send still
+/// queued unmatched (a rank's finalize waits until its rendezvous sends
+/// are answered and their data sent).
+pub(super) fn owes_data(transfers: &HashMap<ReqId, Transfer>, early: &KeyedHashMap<(u32, u64), Early>, unexpected: &UnexpectedQueue<Unexpected>, rank: u32) -> bool {
+    transfers.values().any(|t| t.envelope.source == rank && !t.complete)
+        || early.keys().any(|&(source, _)| source == rank)
+        || unexpected.iter().any(|u| u.envelope.source == rank && matches!(u.body, Body::Rts { .. }))
 }

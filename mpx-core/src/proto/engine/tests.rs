@@ -321,6 +321,24 @@ fn a_finished_peer_whose_streams_end_before_data_it_owes_fails() {
     assert!(matches!(ev[..], [Event::RecvDone { id: 5, result: Err(ref err) }, ..] if matches!(err.kind(), ErrorKind::ProcessFailed { rank: 0, .. })), "{ev:?}");
     assert!(!e[1].anything_waits_on(0));
 
+    // A request to send still queued unmatched owes its data too: a
+    // receive that takes it later would wait for ever. Its sender fails;
+    // the messages that came whole stay, to be received.
+    let mut e = pair(Config { eager_threshold: 8, unsolicited_credit: 0, ..Config::default() });
+    e[0].post_send(1, SendMode::Standard, msg(1, 1, b"small"));
+    e[0].post_send(2, SendMode::Standard, msg(1, 0, b"sixteen bytes!!!"));
+    for _ in 0..2 {
+        let (_, frame) = next_frame(&mut e[0]).expect("a message");
+        e[1].handle_frame(0, frame).unwrap();
+    }
+    e[1].handle_frame(0, Frame::control(Header { seq: 2, ..Header::control(Kind::Bye, 0) })).unwrap();
+    e[1].peer_streams_ended(0);
+    assert!(events(&mut e[1]).iter().any(|ev| matches!(ev, Event::PeerFailed { rank: 0 })));
+    e[1].post_recv(6, spec(Some(0), Some(0)));
+    e[1].post_recv(7, spec(Some(0), Some(1)));
+    let ev = events(&mut e[1]);
+    assert!(matches!(ev[..], [Event::RecvDone { id: 6, result: Err(ref err) }, Event::RecvDone { id: 7, result: Ok(ref m) }] if matches!(err.kind(), ErrorKind::ProcessFailed { rank: 0, .. }) && m.data[..] == b"small"[..]), "{ev:?}");
+
     // With nothing owed, a finished peer's streams end quietly.
     let mut e = pair(Config::default());
     e[0].farewell(false);

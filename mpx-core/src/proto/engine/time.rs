@@ -30,7 +30,7 @@ impl Engine {
             }
             // A finished peer is watched only while it still owes data; it
             // is pinged all the same, since it may be watching this rank.
-            let owes = || p.final_seq.is_some_and(|last| p.expected_seq < last) || queries::owes_data(&self.transfers, &self.early, r as u32);
+            let owes = || p.final_seq.is_some_and(|last| p.expected_seq < last) || queries::owes_data(&self.transfers, &self.early, &self.unexpected, r as u32);
             if std::mem::take(&mut p.heard) || p.last_heard.is_none() || (p.finished && !owes()) {
                 p.last_heard = Some(now);
             } else if p.last_heard.is_some_and(|t| now.saturating_duration_since(t) >= idle) {
