@@ -319,8 +319,10 @@ impl Engine {
     /// [`peer_ended`](Engine::peer_ended) for the one with its messages):
     /// beyond what `peer_ended` fails it for, a peer fails if it still
     /// owes data of messages it started (rendezvous data this rank asked
-    /// for, the rest of a message whose first data came), which can no
-    /// longer come, rather than leave their receives waiting for ever.
+    /// for, the rest of a message whose first data came, the data of a
+    /// request to send still queued), which can no longer come, rather
+    /// than leave their receives waiting for ever. Its messages that came
+    /// whole stay to be received.
     pub fn peer_streams_ended(&mut self, rank: u32) {
         self.peer_ended(rank);
         let Some(p) = self.peers.get(rank as usize).filter(|_| !self.closed) else { return };
