@@ -208,8 +208,8 @@ impl Ctor {
     /// vector: its blocks and its count), a node for an empty one, and for
     /// a list of entries (indexed, struct) a node, plus, for each run of
     /// entries that hold the same child with the same block length at
-    /// evenly spaced displacements, that child's nodes and a node per loop
-    /// of more than one (the block's, the run's). The pack engine's typed
+    /// evenly spaced displacements, that child's nodes, a node for the
+    /// run's loop and one for the block's if it holds more than one child. The pack engine's typed
     /// program of the type, which writes such runs as one loop too, is no
     /// longer than this (see [Size written out](Datatype#size-written-out)).
     fn unfolded_nodes(&self) -> u64 {
@@ -217,8 +217,9 @@ impl Ctor {
         let more = |n: i64| u64::from(n > 1);
         match self {
             Ctor::Named(p) => {
+                // A list of entries is a node beside them (the markers', empty).
                 let entries = p.entries().len() as u64;
-                entries + u64::from(entries > 1)
+                entries + u64::from(entries != 1)
             }
             Ctor::Dup(old) | Ctor::Resized { old, .. } => of(old),
             Ctor::Subarray(a) => of(&a.lowered),
@@ -339,8 +340,8 @@ static PREDEFINED: LazyLock<Vec<Datatype>> = LazyLock::new(|| {
 /// displacement, child)`: a node for the list, and for each run of
 /// entries of the same child and block length at evenly spaced
 /// displacements, the child's nodes, one for the block if it holds more
-/// than one child and one for the run's loop if it has more than one
-/// entry. An empty block counts nothing and ends a run.
+/// than one child and one for the run's loop. An empty block counts
+/// nothing and ends a run.
 fn runs_unfolded<'a>(entries: impl Iterator<Item = (i64, i64, &'a Datatype)>) -> u64 {
     let mut total: u64 = 1;
     // The run so far: its entry's block length and child, its last
@@ -355,14 +356,14 @@ fn runs_unfolded<'a>(entries: impl Iterator<Item = (i64, i64, &'a Datatype)>) ->
             let same = *rb == b && Arc::ptr_eq(&rt.0, &t.0);
             let gap = d.wrapping_sub(*last);
             if same && step.is_none_or(|s| s == gap) {
-                if step.is_none() {
-                    total = total.saturating_add(1); // the run's loop
-                }
                 (*last, *step) = (d, Some(gap));
                 continue;
             }
         }
-        total = total.saturating_add(t.0.unfolded).saturating_add(u64::from(b > 1));
+        // The run's loop is counted whatever its length: the compiler,
+        // which joins equal entries whatever types hold them, may start a
+        // loop of two inside a run counted here as one entry.
+        total = total.saturating_add(t.0.unfolded).saturating_add(1 + u64::from(b > 1));
         run = Some((b, t, d, None));
     }
     total
@@ -441,6 +442,13 @@ impl Datatype {
     /// ```
     pub fn depth(&self) -> usize {
         self.0.depth as usize
+    }
+
+    /// [`Ctor::unfolded_nodes`] of the type: a bound on its typed
+    /// program's nodes.
+    #[cfg(test)]
+    pub(crate) fn unfolded(&self) -> u64 {
+        self.0.unfolded
     }
 
     pub(crate) fn node(&self) -> &Node {

@@ -208,9 +208,12 @@ impl Programs {
         // the lowered one, whose gathers list small subtrees' runs (two
         // interleaved arrays of a struct): each answer that vouches for
         // the type is sound.
-        let writes = match erased.writes() {
-            Writes::Unknown => native.writes(),
-            known => known,
+        let writes = match (erased.writes(), || native.writes()) {
+            (Writes::Unknown, native_writes) => match native_writes() {
+                Writes::Unknown => listed_runs_write(&erased),
+                known => known,
+            },
+            (known, _) => known,
         };
         Programs { typed, native, external32_checked, writes }
     }
@@ -237,6 +240,22 @@ fn same_programs_as(dt: &Datatype) -> Option<Datatype> {
         Some(SameAs(base)) => base.clone(),
         None => target.clone(),
     })
+}
+
+/// The most runs [`listed_runs_write`] lists (16 bytes each, once per type).
+const LISTED_RUNS_MOST: u64 = 1 << 20;
+
+/// What `op` writes, from its runs listed and sorted, where neither its
+/// structure nor its lowered form vouches for it (two loops of single runs
+/// interleaved: an indexed type listing the real parts of an array, then
+/// its imaginary parts), for programs of at most [`LISTED_RUNS_MOST`] runs.
+fn listed_runs_write(op: &Op) -> Writes {
+    if op.run_count() > LISTED_RUNS_MOST {
+        return Writes::Unknown;
+    }
+    let mut runs = Vec::with_capacity(op.run_count() as usize);
+    op.collect_runs(0, &mut runs);
+    parts_write(runs.into_iter().map(|(offset, len)| (offset, Writes::Once { lo: 0, hi: len as i128, comb: None })))
 }
 
 /// The types whose programs the typed program of `dt` is built from.
@@ -969,6 +988,49 @@ mod tests {
         let resized = Datatype::resized(0, long.extent() + 8, &long).unwrap();
         let wrapped = Datatype::structure(&[1, 1], &[0i64, 1 << 40], &[resized.dup().unwrap(), Datatype::contiguous(2, &long).unwrap()]).unwrap();
         assert_eq!(wrapped.size(), 3 * long.size());
+    }
+
+    /// The estimate a type is bounded by is never below its typed
+    /// program's nodes: the compiler joins equal entries whatever types
+    /// hold them (an `int` and a `dup` of it), markers are a node.
+    #[test]
+    fn a_programs_nodes_are_within_its_estimate() {
+        let int = Datatype::int();
+        let same = int.dup().unwrap();
+        let mut t = Datatype::structure(&[1; 4], &[0, 100, 108, 116], &[int.clone(), same.clone(), same.clone(), same]).unwrap();
+        for _ in 0..4 {
+            let again = t.dup().unwrap();
+            let ext = t.extent();
+            t = Datatype::structure(&[1; 4], &[0, ext + 100, 2 * ext + 100, 3 * ext + 100], &[t.clone(), again.clone(), again.clone(), again]).unwrap();
+        }
+        let pair = Datatype::structure(&[1, 1], &[0, 8], &[Datatype::double(), Datatype::int()]).unwrap();
+        let column: Vec<i64> = (0..100).map(|i| 16 * i).collect();
+        use crate::datatype::{DistArg, Distribution};
+        let cyclic = Datatype::darray(2, 1, &[10, 7], &[Distribution::Cyclic, Distribution::None], &[DistArg::Size(3), DistArg::Default], &[2, 1], Order::C, &pair);
+        let mut types = vec![
+            t,
+            Datatype::lb_marker(),
+            Datatype::lb_marker().dup().unwrap(),
+            Datatype::named("long_int").unwrap(),
+            Datatype::indexed(&[0, 1, 0, 2, 2, 0], &[0, 3, 5, 8, 12, 20], &pair).unwrap(),
+            Datatype::hindexed_block(1, &column, &Datatype::double()).unwrap(),
+            Datatype::vector(0, 2, 3, &pair).unwrap(),
+            Datatype::contiguous(1, &pair).unwrap(),
+        ];
+        types.push(cyclic.unwrap());
+        for t in &types {
+            assert!(t.programs().typed.node_count() <= t.unfolded(), "{} nodes, estimated {}", t.programs().typed.node_count(), t.unfolded());
+        }
+    }
+
+    /// Real parts listed, then imaginary parts: two loops whose spans
+    /// overlap, whose runs do not. The type still writes each byte once.
+    #[test]
+    fn interleaved_listings_write_each_byte_once() {
+        let n = 40;
+        let displacements: Vec<i64> = (0..n).map(|i| 2 * i).chain((0..n).map(|i| 2 * i + 1)).collect();
+        let listed = Datatype::indexed_block(1, &displacements, &Datatype::double()).unwrap();
+        assert!(listed.programs().writes.at_most_once(), "{:?}", listed.programs().writes);
     }
 
     #[test]
