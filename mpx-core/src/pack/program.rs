@@ -208,12 +208,12 @@ impl Programs {
         // the lowered one, whose gathers list small subtrees' runs (two
         // interleaved arrays of a struct): each answer that vouches for
         // the type is sound.
-        let writes = match (erased.writes(), || native.writes()) {
-            (Writes::Unknown, native_writes) => match native_writes() {
+        let writes = match erased.writes() {
+            Writes::Unknown => match native.writes() {
                 Writes::Unknown => listed_runs_write(&erased),
                 known => known,
             },
-            (known, _) => known,
+            known => known,
         };
         Programs { typed, native, external32_checked, writes }
     }
@@ -255,7 +255,13 @@ fn listed_runs_write(op: &Op) -> Writes {
     }
     let mut runs = Vec::with_capacity(op.run_count() as usize);
     op.collect_runs(0, &mut runs);
-    parts_write(runs.into_iter().map(|(offset, len)| (offset, Writes::Once { lo: 0, hi: len as i128, comb: None })))
+    runs_write(&runs)
+}
+
+/// What byte runs `(offset, len)` write: [`parts_write`] of runs that each
+/// write their bytes once.
+fn runs_write(runs: &[(i64, usize)]) -> Writes {
+    parts_write(runs.iter().map(|&(offset, len)| (offset, Writes::Once { lo: 0, hi: len as i128, comb: None })))
 }
 
 /// The types whose programs the typed program of `dt` is built from.
@@ -366,7 +372,7 @@ impl Native {
                         _ => Writes::Nothing,
                     };
                 }
-                parts_write(g.runs.iter().map(|&(offset, len)| (offset, Writes::Once { lo: 0, hi: len as i128, comb: None })))
+                runs_write(&g.runs)
             }
             Native::Repeat { count, stride, body } => body.writes().repeated(*count, *stride),
             Native::Seq(items) => parts_write(items.iter().map(|(d, op)| (*d, op.writes()))),
